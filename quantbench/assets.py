@@ -1,0 +1,68 @@
+"""Where the bundled demo lives (package data) and where results go.
+
+Bundled data (read-only, shipped in the wheel):
+  quantbench/data/corpus/images/<file>.png   synthetic outdoor scenes, 128x128 RGB
+  quantbench/data/corpus/labels.json          COCO JSON; each image has "split": train|val|eval
+  quantbench/data/models/<name>.onnx          litter-detr-tiny, litter-cnn
+  quantbench/data/models/<name>.json          sidecar: classes, input, normalisation, decode
+
+Working folders (relative to the current directory, as the README documents):
+  calib_sets/<name>/                          calibration-set manifests
+  results/variants/<model>/                   quantized variants + recipes
+  results/tables/<table>/part-*.parquet       result tables (see quantbench.tables)
+  results/report.md, results/bench/*.json
+
+Tool installs (qemu, the arm64 root, aarch64 wheels) go under QUANTBENCH_HOME,
+default ~/.cache/quantbench, so that every checkout shares one install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from quantbench.errors import UserError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DATA_DIR = PACKAGE_DIR / "data"
+CORPUS_DIR = DATA_DIR / "corpus"
+CORPUS_IMAGES = CORPUS_DIR / "images"
+CORPUS_LABELS = CORPUS_DIR / "labels.json"
+MODELS_DIR = DATA_DIR / "models"
+
+DEMO_DETECTOR = "litter-detr-tiny"
+DEMO_CLASSIFIER = "litter-cnn"
+
+RESULTS_DIR = Path("results")
+TABLES_DIR = RESULTS_DIR / "tables"
+VARIANTS_DIR = RESULTS_DIR / "variants"
+CALIB_SETS_DIR = Path("calib_sets")
+
+
+def quantbench_home() -> Path:
+    return Path(os.environ.get("QUANTBENCH_HOME", Path.home() / ".cache" / "quantbench"))
+
+
+def demo_model(name: str = DEMO_DETECTOR) -> Path:
+    path = MODELS_DIR / f"{name}.onnx"
+    if not path.exists():
+        raise UserError(f"{path}: bundled model is missing from this install")
+    return path
+
+
+def sidecar_path(model_path: str | os.PathLike) -> Path:
+    """The sidecar JSON beside a model: `x.onnx` -> `x.json`."""
+    p = Path(model_path)
+    return p.with_suffix(".json")
+
+
+def load_sidecar(model_path: str | os.PathLike) -> dict | None:
+    """The model's sidecar (classes, input size, normalisation, decode), or None."""
+    p = sidecar_path(model_path)
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UserError(f"{p}: not a readable sidecar JSON ({exc})") from None

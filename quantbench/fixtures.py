@@ -1,0 +1,115 @@
+"""Evaluation fixtures: images + labels -> input tensors keyed by their hash.
+
+A fixture's id is the SHA-256 of its input tensor's canonical encoding
+(quantbench.hosts.worker.tensor_sha256), so two hosts compare only when they
+were fed byte-identical inputs.
+
+Labels are COCO JSON: ``images`` (id, file_name, width, height, and a
+``split`` of train/val/eval), ``annotations`` (image_id, category_id,
+bbox = [x, y, w, h] in pixels), ``categories`` (id, name).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json, sha256_file
+from quantbench.hosts.worker import canonical, tensor_sha256
+from quantbench.preprocess import load_rgb, to_tensor
+
+
+@dataclass
+class Fixture:
+    fixture_id: str
+    input_name: str
+    array: np.ndarray
+    source: str
+    image_sha256: str
+    labels: list = field(default_factory=list)
+    stratum: str = ""
+    split: str = ""
+
+    def row(self, spec: dict) -> dict:
+        arr = canonical(self.array)
+        return {
+            "fixture_id": self.fixture_id,
+            "input_name": self.input_name,
+            "dtype": arr.dtype.str,
+            "shape": list(arr.shape),
+            "source": self.source,
+            "image_sha256": self.image_sha256,
+            "labels": canonical_json(self.labels),
+            "stratum": self.stratum,
+            "split": self.split,
+            "preprocess": canonical_json(spec),
+            "tensor": arr.tobytes(),
+        }
+
+
+def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
+              check_files: bool = True) -> dict:
+    """Read and validate COCO JSON; every referenced image must exist."""
+    labels_path = Path(labels_path)
+    if not labels_path.exists():
+        raise UserError(f"{labels_path}: labels file not found")
+    try:
+        coco = json.loads(labels_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{labels_path}: not valid JSON ({exc})") from None
+    if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
+        raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
+    images_dir = Path(images_dir) if images_dir is not None else labels_path.parent / "images"
+    for img in coco["images"]:
+        if "file_name" not in img or "id" not in img:
+            raise UserError(f"{labels_path}: image entry without 'id' and 'file_name': {img!r}")
+        if check_files and not (images_dir / img["file_name"]).exists():
+            raise UserError(f"{labels_path}: references missing image {images_dir / img['file_name']}")
+    coco.setdefault("annotations", [])
+    coco.setdefault("categories", [])
+    coco["_images_dir"] = str(images_dir)
+    return coco
+
+
+def annotations_by_image(coco: dict) -> dict:
+    by = {img["id"]: [] for img in coco["images"]}
+    for ann in coco["annotations"]:
+        by.setdefault(ann["image_id"], []).append(ann)
+    return by
+
+
+def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
+                   images_dir: str | os.PathLike | None = None, split: str | None = "eval",
+                   limit: int | None = None) -> list[Fixture]:
+    """Fixtures for every image of `split` (all images if None), in file-name order."""
+    if images_dir is None and Path(labels_path) == CORPUS_LABELS:
+        images_dir = CORPUS_IMAGES
+    coco = load_coco(labels_path, images_dir)
+    anns = annotations_by_image(coco)
+    images = [im for im in coco["images"] if split is None or im.get("split") == split]
+    images.sort(key=lambda im: im["file_name"])
+    if limit is not None:
+        images = images[:limit]
+    root = Path(coco["_images_dir"])
+    out = []
+    for im in images:
+        path = root / im["file_name"]
+        arr = to_tensor(load_rgb(path), spec)
+        labels = anns.get(im["id"], [])
+        out.append(Fixture(
+            fixture_id=tensor_sha256(arr),
+            input_name=spec.get("name", "input"),
+            array=arr,
+            source=im["file_name"],
+            image_sha256=sha256_file(path),
+            labels=labels,
+            stratum="litter" if labels else "negative",
+            split=im.get("split", ""),
+        ))
+    return out

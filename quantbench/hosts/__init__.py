@@ -1,0 +1,1 @@
+"""Hosts: places that run onnxruntime and return hashed outputs (local, emulated, ssh, imported)."""

@@ -1,0 +1,195 @@
+"""The result tables: one schema version, content-addressed Parquet parts.
+
+Each table is a folder of Parquet files, ``results/tables/<table>/part-<sha>.parquet``,
+read together as one Arrow dataset. Appending writes one new part atomically
+(temporary file, then rename), named by the SHA-256 of its rows, so writing the
+same rows twice is a no-op, runs on different machines merge by copying parts,
+and a crash loses at most the part being written. Readers de-duplicate on the
+table's key columns.
+
+The column lists below are the schema the README documents
+(``python -m quantbench.tables`` prints the Markdown); a test checks that the
+README and this module agree.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from quantbench import SCHEMA_VERSION
+from quantbench.assets import TABLES_DIR
+from quantbench.errors import UserError
+from quantbench.fsutil import atomic_path, sha256_bytes
+
+# (column, arrow type, meaning)
+_S = pa.string()
+_I = pa.int64()
+_F = pa.float64()
+_B = pa.bool_()
+_BIN = pa.large_binary()
+
+COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
+    "fixtures": [
+        ("fixture_id", _S, "SHA-256 of the canonical encoding of the input tensor (see README: tensor hash)"),
+        ("input_name", _S, "model input the tensor feeds"),
+        ("dtype", _S, "numpy dtype string of the input tensor, little-endian (e.g. <f4)"),
+        ("shape", pa.list_(_I), "input tensor shape"),
+        ("source", _S, "source image path, relative to the corpus or images folder"),
+        ("image_sha256", _S, "SHA-256 of the source image file bytes"),
+        ("labels", _S, "ground-truth labels as JSON (COCO annotations of the image)"),
+        ("stratum", _S, "calibration/evaluation stratum (density x lighting cell)"),
+        ("split", _S, "corpus split: train, val or eval"),
+        ("preprocess", _S, "preprocessing recipe as canonical JSON"),
+        ("tensor", _BIN, "raw C-order little-endian bytes of the input tensor"),
+    ],
+    "models": [
+        ("variant_id", _S, "semantic hash: SHA-256 of the ONNX with node doc_strings removed"),
+        ("raw_sha256", _S, "SHA-256 of the ONNX file bytes"),
+        ("model", _S, "source model name (e.g. litter-detr-tiny)"),
+        ("variant", _S, "variant name: fp32, dynamic, static-minmax, static-percentile, static-entropy, ..."),
+        ("path", _S, "where the variant's ONNX was written"),
+        ("recipe", _S, "the variant's recipe as canonical JSON"),
+    ],
+    "hosts": [
+        ("fingerprint_id", _S, "SHA-256 of the canonical JSON fingerprint"),
+        ("host", _S, "host name as the user called it (x86, pi, pi4, ...)"),
+        ("kind", _S, "local, emulated, ssh or imported"),
+        ("arch", _S, "machine architecture (x86_64, aarch64)"),
+        ("cpu", _S, "CPU identity: x86 vendor/family/model name, ARM implementer/part/variant"),
+        ("isa_flags", pa.list_(_S), "ISA feature flags relevant to kernel dispatch, sorted"),
+        ("ort_version", _S, "onnxruntime version on the host"),
+        ("fingerprint", _S, "the whole fingerprint as canonical JSON"),
+    ],
+    "outputs": [
+        ("run_key", _S, "SHA-256 of (variant_id, fixture_id, fingerprint_id, session_key): the cache key"),
+        ("host", _S, "host name"),
+        ("fingerprint_id", _S, "fingerprint the row was produced under"),
+        ("session_key", _S, "SHA-256 of the canonical JSON session options"),
+        ("session_options", _S, "session options as canonical JSON (threads, optimisation level, config entries)"),
+        ("variant_id", _S, "semantic hash of the model variant"),
+        ("variant", _S, "variant name"),
+        ("fixture_id", _S, "fixture (input tensor hash)"),
+        ("output_name", _S, "model output name"),
+        ("dtype", _S, "numpy dtype string, little-endian"),
+        ("shape", pa.list_(_I), "output tensor shape"),
+        ("sha256", _S, "SHA-256 of the canonical encoding of the output tensor"),
+        ("tensor", _BIN, "raw C-order little-endian bytes of the output tensor"),
+        ("providers", pa.list_(_S), "execution providers the session actually resolved"),
+    ],
+}
+
+# Tables of later pipeline stages (classes, decisions, flips, ...) are declared
+# here too, so this module stays the one place the schema lives.
+
+KEYS: dict[str, list[str]] = {
+    "fixtures": ["fixture_id"],
+    "models": ["variant_id"],
+    "hosts": ["fingerprint_id", "host"],
+    "outputs": ["run_key", "output_name"],
+}
+
+
+def schema(name: str) -> pa.Schema:
+    if name not in COLUMNS:
+        raise KeyError(f"unknown table {name!r}; known: {', '.join(sorted(COLUMNS))}")
+    return pa.schema(
+        [pa.field(c, t) for c, t, _ in COLUMNS[name]],
+        metadata={"quantbench.schema_version": str(SCHEMA_VERSION), "quantbench.table": name},
+    )
+
+
+def to_arrow(name: str, rows: Iterable[Mapping] | pa.Table) -> pa.Table:
+    """Rows (dicts) or a table -> an Arrow table with exactly the declared schema."""
+    sch = schema(name)
+    if isinstance(rows, pa.Table):
+        missing = [f.name for f in sch if f.name not in rows.column_names]
+        if missing:
+            raise ValueError(f"table {name}: missing columns {missing}")
+        return rows.select([f.name for f in sch]).cast(sch)
+    rows = list(rows)
+    cols = {f.name: [r.get(f.name) for r in rows] for f in sch}
+    return pa.Table.from_pydict(cols, schema=sch)
+
+
+def _serialize(table: pa.Table) -> bytes:
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=False)
+    return buf.getvalue()
+
+
+def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR) -> Path | None:
+    """Write rows as one new content-addressed part; returns its path (None if no rows)."""
+    table = to_arrow(name, rows)
+    if table.num_rows == 0:
+        return None
+    data = _serialize(table)
+    path = Path(root) / name / f"part-{sha256_bytes(data)[:32]}.parquet"
+    if not path.exists():
+        with atomic_path(path) as tmp:
+            tmp.write_bytes(data)
+    return path
+
+
+def parts(name: str, root: str | os.PathLike = TABLES_DIR) -> list[Path]:
+    d = Path(root) / name
+    return sorted(d.glob("part-*.parquet")) if d.is_dir() else []
+
+
+def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str] | None = None,
+         filter=None) -> pa.Table:
+    """All parts of a table, de-duplicated on its key, sorted by key (deterministic).
+
+    `filter` is a pyarrow compute expression applied while reading, so large
+    tables (outputs with tensors) can be read a slice at a time.
+    """
+    sch = schema(name)
+    files = parts(name, root)
+    want = list(columns) if columns else [f.name for f in sch]
+    key = KEYS[name]
+    read_cols = list(dict.fromkeys(want + key))
+    if not files:
+        return pa.Table.from_pylist([], schema=pa.schema([sch.field(c) for c in read_cols])).select(want)
+    tables = []
+    for f in files:
+        try:
+            t = pq.read_table(f, columns=read_cols, filters=filter)
+        except Exception as exc:  # corrupt or foreign file: name it
+            raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
+        tables.append(t.cast(pa.schema([sch.field(c) for c in read_cols])))
+    table = pa.concat_tables(tables)
+    if table.num_rows:
+        # keep the first occurrence of each key (parts are in name order)
+        import pyarrow.compute as pc
+
+        idx = pa.array(range(table.num_rows), pa.int64())
+        table = table.append_column("__i", idx)
+        first = table.group_by(key, use_threads=False).aggregate([("__i", "min")])
+        keep = pc.sort_indices(first["__i_min"])
+        rows = pc.take(first["__i_min"], keep)
+        table = table.take(rows).drop_columns(["__i"])
+        table = table.sort_by([(k, "ascending") for k in key])
+    return table.select(want)
+
+
+def markdown() -> str:
+    """The schema section of the README."""
+    out = [f"Schema version {SCHEMA_VERSION}. Each table is `results/tables/<table>/part-*.parquet`.", ""]
+    for name, cols in COLUMNS.items():
+        out.append(f"### `{name}` (key: {', '.join(KEYS[name])})")
+        out.append("")
+        out.append("| column | type | meaning |")
+        out.append("|---|---|---|")
+        for c, t, meaning in cols:
+            out.append(f"| `{c}` | {t} | {meaning} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(markdown())

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Sets up everything quantbench needs on a Debian machine (run as root), idempotently:
+#   Debian packages (qemu-user, debootstrap, OpenSSH), a virtualenv in .venv with
+#   quantbench installed editable, and the emulated hosts (arm64 root + aarch64 wheels
+#   of the local onnxruntime version, qemu CPU prefixes). Fast when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+need_apt=()
+command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
+command -v qemu-x86_64 >/dev/null || need_apt+=(qemu-user)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
+command -v ssh >/dev/null || need_apt+=(openssh-client)
+command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $(printf '%s\n' "${need_apt[@]}" | sort -u) >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.quantbench-installed
+want=$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: installing quantbench and its dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[test,plots]'
+  echo "$want" > "$stamp"
+fi
+
+# Emulated hosts: qemu tools, the arm64 root and the aarch64 wheels (idempotent).
+.venv/bin/python -m quantbench hosts setup --all
+echo "setup: ready (.venv/bin/quantbench)"

@@ -1,0 +1,16 @@
+"""Shared test fixtures.
+
+Markers: `slow` (qemu emulation and other slow tests; `-m "not slow"` is the fast
+subset), `ssh` (starts a real sshd on 127.0.0.1). The README's test command runs all.
+"""
+
+import os
+
+import pytest
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """Run a test inside an empty working folder (results/, calib_sets/ land here)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
