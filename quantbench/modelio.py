@@ -1,0 +1,101 @@
+"""Loading ONNX models with errors a user can act on, and their identity.
+
+The *semantic hash* (a variant's id) is the SHA-256 of the model serialized
+deterministically after removing content that does not execute. By default that is
+every doc_string (model, graph, nodes, functions, subgraphs); `strip` may add
+"producer" (producer_name/version), "value_info" (shape annotations) and
+"metadata" (metadata_props). The raw file hash is always reported beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from quantbench.errors import UserError
+from quantbench.fsutil import sha256_bytes, sha256_file
+
+STRIP_DEFAULT = ("doc_string",)
+STRIP_OPTIONAL = ("producer", "value_info", "metadata")
+
+
+def load_model(path: str | os.PathLike, check: bool = True, load_external_data: bool = True):
+    """onnx.ModelProto from `path`; missing, non-ONNX or invalid files are UserErrors naming the file."""
+    import onnx
+
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"{path}: model file not found")
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder, expected an .onnx file")
+    try:
+        model = onnx.load(str(path), load_external_data=load_external_data)
+    except Exception as exc:
+        raise UserError(f"{path}: not an ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    if not model.graph.node and not model.graph.output:
+        raise UserError(f"{path}: not an ONNX model (empty graph)")
+    if check:
+        try:
+            onnx.checker.check_model(model)
+        except Exception as exc:
+            raise UserError(f"{path}: fails onnx.checker ({str(exc).splitlines()[0]})") from None
+    return model
+
+
+def _strip_graph(graph, strip: tuple) -> None:
+    import onnx
+
+    if "doc_string" in strip:
+        graph.doc_string = ""
+        for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+            vi.doc_string = ""
+        for init in graph.initializer:
+            init.doc_string = ""
+    if "value_info" in strip:
+        del graph.value_info[:]
+    for node in graph.node:
+        if "doc_string" in strip:
+            node.doc_string = ""
+        for attr in node.attribute:
+            if "doc_string" in strip:
+                attr.doc_string = ""
+            if attr.type == onnx.AttributeProto.GRAPH:
+                _strip_graph(attr.g, strip)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _strip_graph(g, strip)
+
+
+def stripped_copy(model, strip: tuple = STRIP_DEFAULT):
+    """A copy of `model` without the named non-executing content."""
+    import onnx
+
+    unknown = set(strip) - set(STRIP_DEFAULT) - set(STRIP_OPTIONAL)
+    if unknown:
+        raise UserError(f"unknown strip option(s) {sorted(unknown)}; choose from {list(STRIP_DEFAULT + STRIP_OPTIONAL)}")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    if "doc_string" in strip:
+        m.doc_string = ""
+        for f in m.functions:
+            f.doc_string = ""
+            for node in f.node:
+                node.doc_string = ""
+    if "producer" in strip:
+        m.producer_name = ""
+        m.producer_version = ""
+    if "metadata" in strip:
+        del m.metadata_props[:]
+    _strip_graph(m.graph, tuple(strip))
+    return m
+
+
+def semantic_sha256(model_or_path, strip: tuple = STRIP_DEFAULT) -> str:
+    """SHA-256 of the deterministic serialization without non-executing content."""
+    model = load_model(model_or_path, check=False) if isinstance(model_or_path, (str, os.PathLike)) else model_or_path
+    return sha256_bytes(stripped_copy(model, tuple(strip)).SerializeToString(deterministic=True))
+
+
+def model_hashes(path: str | os.PathLike, strip: tuple = STRIP_DEFAULT) -> dict:
+    """{"raw_sha256": file bytes, "semantic_sha256": ...}: always shown together."""
+    return {"raw_sha256": sha256_file(path), "semantic_sha256": semantic_sha256(path, strip)}
