@@ -1,0 +1,94 @@
+"""Model variants: where `quantbench calibrate` put them, as plain data.
+
+A variants folder (default ``results/variants/<model>/``) holds one ONNX file
+per variant, its recipe JSON beside it, and ``index.json`` written last::
+
+    [{"name": "fp32", "file": "fp32.onnx", "recipe_file": "fp32.recipe.json"}, ...]
+
+``results/variants/latest.json`` points at the folder of the last calibrate
+run: ``{"model": "<model>", "folder": "<path>"}``, where a relative folder is
+relative to ``<results_dir>/variants``. Later stages (hosts, equiv, explain,
+release) read variants only through this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench.errors import UserError
+
+INDEX_FILE = "index.json"
+LATEST_FILE = "latest.json"
+
+
+@dataclass
+class Variant:
+    """One runnable model: `name` (fp32, dynamic, static-minmax, ...), the ONNX
+    `path`, the source `model` name, and the `recipe` that made it."""
+
+    name: str
+    path: Path
+    model: str
+    recipe: dict = field(default_factory=dict)
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found; run `quantbench calibrate`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not readable JSON ({exc}); rerun `quantbench calibrate --force`") from None
+
+
+def load_variants(folder: str | os.PathLike) -> list[Variant]:
+    """The variants listed in `folder`/index.json, in index order."""
+    folder = Path(folder)
+    index_path = folder / INDEX_FILE
+    entries = _read_json(index_path)
+    if not isinstance(entries, list):
+        raise UserError(f"{index_path}: expected a list of variants; rerun `quantbench calibrate --force`")
+    out = []
+    for e in entries:
+        if not isinstance(e, dict) or not {"name", "file", "recipe_file"} <= set(e):
+            raise UserError(f"{index_path}: entry without name/file/recipe_file: {e!r}")
+        path = folder / e["file"]
+        if not path.exists():
+            raise UserError(f"{index_path}: variant {e['name']!r} file {path} is missing; rerun `quantbench calibrate --force`")
+        recipe = _read_json(folder / e["recipe_file"])
+        out.append(Variant(name=e["name"], path=path, model=str(recipe.get("model", folder.name)), recipe=recipe))
+    return out
+
+
+def latest_folder(results_dir: str | os.PathLike = "results") -> Path:
+    """The variants folder of the last calibrate run."""
+    vdir = Path(results_dir) / "variants"
+    latest = vdir / LATEST_FILE
+    if not latest.exists():
+        raise UserError("no variants yet: run `quantbench calibrate`")
+    info = _read_json(latest)
+    if not isinstance(info, dict) or "folder" not in info:
+        raise UserError(f"{latest}: no 'folder'; rerun `quantbench calibrate`")
+    folder = Path(info["folder"])
+    return folder if folder.is_absolute() else vdir / folder
+
+
+def latest_variants(results_dir: str | os.PathLike = "results") -> list[Variant]:
+    """The variants of the last `quantbench calibrate` run (via results/variants/latest.json)."""
+    return load_variants(latest_folder(results_dir))
+
+
+def fp32_variant(model_path: str | os.PathLike) -> Variant:
+    """A bare model as the fp32 variant (no calibrate run needed)."""
+    from quantbench.fsutil import sha256_file
+
+    path = Path(model_path)
+    if not path.exists():
+        raise UserError(f"{path}: model file not found")
+    model = path.stem
+    return Variant(name="fp32", path=path, model=model,
+                   recipe={"variant": "fp32", "method": "fp32", "model": model,
+                           "source_model": str(path), "source_sha256": sha256_file(path)})
