@@ -1,0 +1,257 @@
+"""fp32, dynamic and static-QDQ variants, each with a recipe JSON beside it.
+
+Library API (used by `quantbench calibrate` and by the remedy matrix):
+
+    prepare_model(model_path, out_path, pre_process=True) -> dict
+    ranges = compute_ranges(prepared, ImageInputs(paths, spec), ["minmax", "percentile"])
+    make_static(prepared, out_path, ranges=ranges["percentile"], method="percentile",
+                activation_type="u8", weight_type="s8", per_channel=True, reduce_range=False,
+                exclude_nodes=(), exclude_op_types=()) -> Variant
+    make_dynamic(prepared, out_path, weight_type="s8", per_channel=True, ...) -> Variant
+    make_fp32(model_path, out_path) -> Variant
+
+QDQ insertion is onnxruntime's own QDQQuantizer, called exactly as
+``quantize_static`` calls it (shape inference, opset update, argument checks);
+only the ranges come from quantbench.quantize.calibration. Every file is
+written atomically; the recipe lists every option, the ranges' hash, the
+library versions and whatever the caller adds (calibration manifest hash, seed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from quantbench.errors import UserError
+from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
+from quantbench.variants import Variant
+
+TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
+
+
+def quant_type(name: str):
+    """'u8' | 's8' (| 'u16' | 's16') -> onnxruntime QuantType."""
+    from onnxruntime.quantization import QuantType
+
+    key = str(name).lower().replace("uint", "u").replace("int", "s")
+    if key not in TYPES:
+        raise UserError(f"unknown quantization type {name!r}; use one of {sorted(TYPES)}")
+    return getattr(QuantType, TYPES[key])
+
+
+def parse_types(spec: str) -> list[tuple[str, str]]:
+    """'u8s8,s8s8' -> [('u8', 's8'), ('s8', 's8')] (activation, weight)."""
+    out = []
+    for item in [s.strip().lower() for s in str(spec).split(",") if s.strip()]:
+        if len(item) != 4 or item[:2] not in TYPES or item[2:] not in TYPES:
+            raise UserError(f"--types: {item!r} is not an activation+weight pair like u8s8 or s8s8")
+        out.append((item[:2], item[2:]))
+    if not out:
+        raise UserError("--types: give at least one pair, e.g. u8s8")
+    return list(dict.fromkeys(out))
+
+
+def versions() -> dict:
+    import numpy
+    import onnx
+    import onnxruntime
+
+    from quantbench import __version__
+
+    return {"onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__,
+            "numpy": numpy.__version__, "quantbench": __version__}
+
+
+def recipe_path(model_out: str | os.PathLike) -> Path:
+    p = Path(model_out)
+    return p.with_name(p.stem + ".recipe.json")
+
+
+def ranges_path(model_out: str | os.PathLike) -> Path:
+    p = Path(model_out)
+    return p.with_name(p.stem + ".ranges.json")
+
+
+def _model_name(model_path, model_name):
+    return model_name or Path(model_path).stem
+
+
+def _check_nodes(model, exclude_nodes, exclude_op_types, model_path):
+    names = {n.name for n in model.graph.node}
+    missing = [n for n in exclude_nodes if n not in names]
+    if missing:
+        raise UserError(f"--exclude-nodes: {model_path} has no node named {', '.join(map(repr, missing))}")
+    import onnx
+
+    known = {s.name for s in onnx.defs.get_all_schemas()}
+    unknown = [t for t in exclude_op_types if t not in known]
+    if unknown:
+        raise UserError(f"--exclude-op-types: {', '.join(map(repr, unknown))} is not an ONNX op type")
+
+
+def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
+    from quantbench.quantize.calibration import default_op_types
+
+    return [t for t in default_op_types() if t not in set(exclude_op_types)]
+
+
+def dynamic_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
+
+    return sorted(set(IntegerOpsRegistry) - set(exclude_op_types))
+
+
+def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pre_process: bool = True) -> dict:
+    """The float model that is calibrated and quantized, written to `out_path`.
+
+    pre_process=True runs onnxruntime's quant_pre_process (symbolic + ONNX shape
+    inference and basic graph optimisation, as onnxruntime recommends before
+    static quantization); False copies the model unchanged. Returns what was done.
+    """
+    out_path = Path(out_path)
+    if not pre_process:
+        with atomic_path(out_path) as tmp:
+            shutil.copyfile(model_path, tmp)
+        return {"pre_process": False}
+    import logging
+
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    level = logging.getLogger().level
+    try:
+        with atomic_path(out_path, suffix=".onnx") as tmp:
+            quant_pre_process(str(model_path), str(tmp))
+    except UserError:
+        raise
+    except Exception as exc:  # onnxruntime raises assorted errors for models it cannot pre-process
+        raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({type(exc).__name__}: "
+                        f"{str(exc).splitlines()[0] if str(exc) else ''}); rerun with --no-pre-process") from None
+    finally:
+        logging.getLogger().setLevel(level)
+    return {"pre_process": True}
+
+
+def _finish(name, out_path, model_name, recipe) -> Variant:
+    from quantbench.modelio import semantic_sha256
+
+    recipe = dict(recipe)
+    recipe["semantic_sha256"] = semantic_sha256(out_path)
+    atomic_write_json(recipe_path(out_path), recipe)
+    return Variant(name=name, path=Path(out_path), model=model_name, recipe=recipe)
+
+
+def make_fp32(model_path: str | os.PathLike, out_path: str | os.PathLike, *, name: str = "fp32",
+              model_name: str | None = None, recipe_extra: Mapping | None = None) -> Variant:
+    """The model as given (bytes copied), with a recipe."""
+    out_path = Path(out_path)
+    with atomic_path(out_path) as tmp:
+        shutil.copyfile(model_path, tmp)
+    model_name = _model_name(model_path, model_name)
+    recipe = {"variant": name, "model": model_name, "method": "fp32", "quant_format": None,
+              "input_model_sha256": sha256_file(model_path), "versions": versions(), **(recipe_extra or {})}
+    return _finish(name, out_path, model_name, recipe)
+
+
+def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, weight_type: str = "s8",
+                 per_channel: bool = True, reduce_range: bool = False, exclude_nodes: Sequence[str] = (),
+                 exclude_op_types: Sequence[str] = (), extra_options: Mapping | None = None,
+                 name: str = "dynamic", model_name: str | None = None,
+                 recipe_extra: Mapping | None = None) -> Variant:
+    """onnxruntime.quantization.quantize_dynamic with the given options (activations u8 at run time)."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    from quantbench.modelio import load_model
+
+    model = load_model(model_path, check=False)
+    _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
+    op_types = dynamic_op_types(exclude_op_types)
+    out_path = Path(out_path)
+    with tempfile.TemporaryDirectory(prefix="qb-dyn-") as td:
+        src = Path(td) / "model.onnx"  # quantize_dynamic writes a shape-inferred copy beside its input
+        shutil.copyfile(model_path, src)
+        with atomic_path(out_path, suffix=".onnx") as tmp:
+            quantize_dynamic(src, tmp, op_types_to_quantize=op_types, per_channel=per_channel,
+                             reduce_range=reduce_range, weight_type=quant_type(weight_type),
+                             nodes_to_exclude=list(exclude_nodes), extra_options=dict(extra_options or {}))
+    model_name = _model_name(model_path, model_name)
+    recipe = {"variant": name, "model": model_name, "method": "dynamic", "quant_format": "QOperator",
+              "activation_type": "u8", "weight_type": weight_type, "per_channel": per_channel,
+              "reduce_range": reduce_range, "exclude_nodes": sorted(exclude_nodes),
+              "exclude_op_types": sorted(exclude_op_types), "op_types_to_quantize": op_types,
+              "extra_options": dict(sorted((extra_options or {}).items())),
+              "input_model_sha256": sha256_file(model_path), "versions": versions(), **(recipe_extra or {})}
+    return _finish(name, out_path, model_name, recipe)
+
+
+def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, ranges=None, inputs=None,
+                method: str = "minmax", percentile: float | None = None, activation_type: str = "u8",
+                weight_type: str = "s8", per_channel: bool = True, reduce_range: bool = False,
+                exclude_nodes: Sequence[str] = (), exclude_op_types: Sequence[str] = (),
+                extra_options: Mapping | None = None, chunk_size: int = 8, calibration_options: Mapping | None = None,
+                name: str | None = None, model_name: str | None = None,
+                recipe_extra: Mapping | None = None) -> Variant:
+    """A static QDQ variant of `model_path` (float; use prepare_model's output).
+
+    ranges: onnxruntime TensorsData from compute_ranges(model_path, ...) for
+        `method`; or None to calibrate here on `inputs` (re-iterable feeds).
+    method: 'minmax' | 'percentile' | 'entropy' (recorded; must match `ranges`).
+    calibration_options: extra keyword arguments for compute_ranges (bins), recorded.
+    Writes out_path, <stem>.ranges.json and <stem>.recipe.json beside it.
+    """
+    from onnxruntime.quantization.calibrate import CalibrationMethod
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+    from onnxruntime.quantization.quant_utils import QuantFormat, update_opset_version
+    from onnxruntime.quantization.quantize import check_static_quant_arguments
+
+    from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, load_with_shape_infer,
+                                                 ranges_dict, ranges_sha256)
+
+    name = name or f"static-{method}"
+    percentile = DEFAULT_PERCENTILE if percentile is None else percentile
+    at, wt = quant_type(activation_type), quant_type(weight_type)
+    try:
+        check_static_quant_arguments(QuantFormat.QDQ, at, wt)
+    except ValueError as exc:
+        raise UserError(f"--types {activation_type}{weight_type}: {exc}") from None
+    model = load_with_shape_infer(model_path)
+    _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
+    op_types = static_op_types(exclude_op_types)
+    calibration_options = dict(calibration_options or {})
+    if ranges is None:
+        if inputs is None:
+            raise UserError("make_static: give `ranges` or calibration `inputs`")
+        ranges = compute_ranges(model_path, inputs, [method], percentile=percentile, op_types=op_types,
+                                chunk_size=chunk_size, model=model, **calibration_options)[method]
+    expected = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+                "entropy": CalibrationMethod.Entropy}.get(method)
+    if expected is None or ranges.calibration_method != expected:
+        raise UserError(f"make_static: ranges were computed with {ranges.calibration_method}, not {method!r}")
+
+    extra = dict(extra_options or {})
+    qmodel = update_opset_version(model, wt, at, tensor_quant_overrides=extra.get("TensorQuantOverrides"),
+                                  block_size=extra.get("BlockSize", 0))
+    quantizer = QDQQuantizer(qmodel, per_channel, reduce_range, wt, at, ranges, [], list(exclude_nodes),
+                             op_types, extra)
+    quantizer.quantize_model()
+    out_path = Path(out_path)
+    with atomic_path(out_path, suffix=".onnx") as tmp:
+        quantizer.model.save_model_to_file(str(tmp), False)
+    rdict = ranges_dict(ranges)
+    atomic_write_json(ranges_path(out_path), {"method": method, "ranges": rdict})
+    model_name = _model_name(model_path, model_name)
+    calib = {"method": method}
+    if method == "percentile":
+        calib["percentile"] = percentile
+    calib.update(calibration_options)
+    recipe = {"variant": name, "model": model_name, "method": "static", "quant_format": "QDQ",
+              "calibration_method": method, "calibration_options": calib,
+              "activation_type": activation_type, "weight_type": weight_type, "per_channel": per_channel,
+              "reduce_range": reduce_range, "exclude_nodes": sorted(exclude_nodes),
+              "exclude_op_types": sorted(exclude_op_types), "op_types_to_quantize": op_types,
+              "extra_options": dict(sorted(extra.items())), "ranges_sha256": ranges_sha256(ranges),
+              "ranges_file": ranges_path(out_path).name, "calibrated_tensors": len(rdict),
+              "input_model_sha256": sha256_file(model_path), "versions": versions(), **(recipe_extra or {})}
+    return _finish(name, out_path, model_name, recipe)
