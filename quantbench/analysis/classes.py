@@ -1,0 +1,161 @@
+"""Equivalence classes: hosts whose outputs are byte-identical over every fixture.
+
+Equality is decided by the output hashes only (a tolerance never decides
+equality). Per variant: the classes, how many fixtures each pair of hosts
+agrees on, and the smallest set of fingerprint features (ISA flags,
+onnxruntime version, session options, architecture, CPU identity) whose values
+tell the classes apart: an exhaustive search over small subsets, smallest first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass
+
+# lower rank = preferred when several feature sets of the same size separate
+_PRIORITY = ("isa:", "ort_version", "session.", "arch", "cpu", "fp.")
+# fingerprint keys that identify a machine or a moment, never the arithmetic
+_NOISE = ("hostname", "host", "node", "time", "date", "pid", "path", "address", "user", "uptime", "boot",
+          "fingerprint_id", "kind", "name", "memory", "mem", "ram")
+
+
+@dataclass
+class EqClass:
+    label: str              # A, B, C ... in order of each class's first host
+    hosts: list
+    digest: str             # SHA-256 over the sorted (fixture, output, sha256) lines
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _label(i: int) -> str:
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(65 + r) + s
+    return s
+
+
+def hashes_digest(hashes: dict) -> str:
+    """One digest of a host's {(fixture_id, output_name): sha256}."""
+    h = hashlib.sha256()
+    for (fx, out), sha in sorted(hashes.items()):
+        h.update(f"{fx}|{out}|{sha}\n".encode())
+    return h.hexdigest()
+
+
+def equivalence_classes(host_hashes: dict) -> list[EqClass]:
+    """Group hosts (in the given order) by identical output hashes over all fixtures."""
+    by_digest: dict[str, EqClass] = {}
+    for host, hashes in host_hashes.items():
+        d = hashes_digest(hashes)
+        if d not in by_digest:
+            by_digest[d] = EqClass(label=_label(len(by_digest)), hosts=[], digest=d)
+        by_digest[d].hosts.append(host)
+    return list(by_digest.values())
+
+
+def fixture_agreement(host_hashes: dict) -> dict:
+    """(host a, host b) -> number of fixtures on which every output hash agrees (a before b in order)."""
+    per_fixture = {}
+    for host, hashes in host_hashes.items():
+        fx: dict = {}
+        for (fixture, out), sha in sorted(hashes.items()):
+            fx.setdefault(fixture, []).append((out, sha))
+        per_fixture[host] = fx
+    hosts = list(host_hashes)
+    out = {}
+    for a, b in itertools.combinations(hosts, 2):
+        fa, fb = per_fixture[a], per_fixture[b]
+        out[(a, b)] = sum(1 for f in fa if fb.get(f) == fa[f])
+    return out
+
+
+def _flatten(obj, prefix: str, out: dict) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, (list, tuple)) and all(isinstance(x, (str, int, float, bool)) or x is None for x in obj):
+        out[prefix] = json.dumps(sorted(map(str, obj)))
+    elif isinstance(obj, (list, tuple)):
+        out[prefix] = json.dumps(obj, sort_keys=True, default=str)
+    else:
+        out[prefix] = obj
+
+
+def _is_noise(key: str) -> bool:
+    last = key.rsplit(".", 1)[-1].lower()
+    return any(last == n or last.startswith(n + "_") or last.endswith("_" + n) for n in _NOISE)
+
+
+def fingerprint_features(arch=None, cpu=None, isa_flags=(), ort_version=None, session_options=None,
+                         fingerprint=None) -> dict:
+    """A flat {feature: value} view of what can change a host's numbers.
+
+    ISA flags become one boolean feature each (``isa:avx2``) so that the search
+    can name the single flag that matters; session options are flattened under
+    ``session.``; the remaining fingerprint keys (minus identity noise such as
+    host names) under ``fp.``, as a last resort.
+    """
+    feats: dict = {"arch": arch, "cpu": cpu, "ort_version": ort_version}
+    for flag in isa_flags or ():
+        feats[f"isa:{flag}"] = True
+    flat: dict = {}
+    _flatten(session_options or {}, "", flat)
+    for k, v in flat.items():
+        feats[f"session.{k}"] = v
+    flat = {}
+    _flatten(fingerprint or {}, "", flat)
+    for k, v in flat.items():
+        if not _is_noise(k) and not any(x in k.lower() for x in ("flags", "features", "hwcap")):
+            feats[f"fp.{k}"] = v
+    return feats
+
+
+def _rank(feature: str) -> tuple:
+    for i, p in enumerate(_PRIORITY):
+        if feature.startswith(p):
+            return (i, feature)
+    return (len(_PRIORITY), feature)
+
+
+def separating_features(features: dict, class_of: dict, max_size: int = 4, max_candidates: int = 60):
+    """The smallest feature set whose values differ between every two hosts of different classes.
+
+    `features`: host -> {feature: value}; `class_of`: host -> class label.
+    Returns [] for a single class, a sorted list of feature names, or None when
+    no set of at most `max_size` features separates them (e.g. two hosts with
+    identical fingerprints in different classes).
+    """
+    hosts = list(class_of)
+    if len(set(class_of.values())) <= 1:
+        return []
+    all_keys = sorted({k for h in hosts for k in features.get(h, {})}, key=_rank)
+    isa_keys = [k for k in all_keys if k.startswith("isa:")]
+    value = {h: {k: features.get(h, {}).get(k, False if k in isa_keys else None) for k in all_keys} for h in hosts}
+    varying = [k for k in all_keys if len({json.dumps(value[h][k], sort_keys=True, default=str) for h in hosts}) > 1]
+    varying = varying[:max_candidates]
+    pairs = [(a, b) for a, b in itertools.combinations(hosts, 2) if class_of[a] != class_of[b]]
+    if not varying:
+        return None
+    # which pairs each feature separates, as a bitmask
+    masks = {}
+    for k in varying:
+        m = 0
+        for i, (a, b) in enumerate(pairs):
+            if value[a][k] != value[b][k]:
+                m |= 1 << i
+        masks[k] = m
+    full = (1 << len(pairs)) - 1
+    for size in range(1, max_size + 1):
+        for combo in itertools.combinations(varying, size):
+            acc = 0
+            for k in combo:
+                acc |= masks[k]
+            if acc == full:
+                return list(combo)
+    return None

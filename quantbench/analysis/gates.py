@@ -1,0 +1,96 @@
+"""Two gates side by side: a tensor tolerance gate and a decision gate.
+
+The tensor gate uses Polygraphy's element-wise rule: an element fails when
+``|delta| > atol`` AND ``|delta| > rtol * |reference|`` (NaN on one side only
+fails; an output whose shape or dtype differs fails whole). The decision gate
+passes when the flips are at most a budget. They answer different questions,
+and they disagree: a tensor gate can block an artifact whose served decisions
+barely move, and pass one whose decisions moved. Both verdicts are reported,
+and the disagreements are listed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+DEFAULT_ATOL = 1e-5
+DEFAULT_RTOL = 1e-5
+DEFAULT_BUDGET = 0
+GATES = ("tensor", "decision", "classes")
+
+
+def tensor_failures(ref, cand, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL) -> int:
+    """Number of elements of `cand` failing against `ref` under the element-wise rule."""
+    ref = np.asarray(ref)
+    cand = np.asarray(cand)
+    if ref.shape != cand.shape:
+        return max(ref.size, cand.size, 1)
+    r = ref.astype(np.float64)
+    c = cand.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.abs(c - r)
+        fail = (d > atol) & (d > rtol * np.abs(r))
+    nan_r, nan_c = np.isnan(r), np.isnan(c)
+    inf_diff = (np.isinf(r) | np.isinf(c)) & (r != c) & ~nan_r & ~nan_c
+    fail = fail | inf_diff | (nan_r ^ nan_c)
+    return int(np.count_nonzero(fail))
+
+
+@dataclass
+class TensorGate:
+    elements: int = 0
+    failing: int = 0
+    fixtures_failing: int = 0
+    max_abs: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.failing == 0
+
+    def add_fixture(self, ref_outputs: dict, cand_outputs: dict, atol: float, rtol: float) -> None:
+        bad = 0
+        for name, r in ref_outputs.items():
+            c = cand_outputs.get(name)
+            if c is None:
+                bad += max(np.size(r), 1)
+                continue
+            bad += tensor_failures(r, c, atol, rtol)
+            self.elements += int(np.size(r))
+            if np.shape(r) == np.shape(c) and np.size(r):
+                fr, fc = np.asarray(r, np.float64), np.asarray(c, np.float64)
+                ok = np.isfinite(fr) & np.isfinite(fc)
+                if ok.any():
+                    self.max_abs = max(self.max_abs, float(np.abs(fr[ok] - fc[ok]).max()))
+        self.failing += bad
+        self.fixtures_failing += int(bad > 0)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "passed": self.passed}
+
+
+def decision_passed(flips: int, budget: int = DEFAULT_BUDGET) -> bool:
+    return flips <= budget
+
+
+def disagreement(tensor_passed: bool, decision_ok: bool) -> str:
+    """'' when the gates agree; otherwise which way they disagree."""
+    if tensor_passed == decision_ok:
+        return ""
+    if decision_ok:
+        return "tensor gate blocks, decisions within budget"
+    return "tensor gate passes, decisions over budget"
+
+
+def parse_gates(text: str | None) -> list[str]:
+    """--gate tensor,decision,classes -> validated names (UserError on an unknown one)."""
+    from quantbench.errors import UserError
+
+    if not text:
+        return []
+    names = [g.strip() for g in text.split(",") if g.strip()]
+    bad = [g for g in names if g not in GATES]
+    if bad:
+        raise UserError(f"--gate {text}: unknown gate {', '.join(bad)}; choose from {', '.join(GATES)}")
+    return list(dict.fromkeys(names))
