@@ -46,24 +46,39 @@ def _strip_graph(graph, strip: tuple) -> None:
     import onnx
 
     if "doc_string" in strip:
-        graph.doc_string = ""
+        graph.ClearField("doc_string")
         for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
-            vi.doc_string = ""
+            vi.ClearField("doc_string")
         for init in graph.initializer:
-            init.doc_string = ""
+            init.ClearField("doc_string")
     if "value_info" in strip:
         del graph.value_info[:]
-    for node in graph.node:
+    _strip_nodes(graph.node, strip)
+
+
+def _strip_nodes(nodes, strip: tuple) -> None:
+    import onnx
+
+    for node in nodes:
         if "doc_string" in strip:
-            node.doc_string = ""
+            node.ClearField("doc_string")
         for attr in node.attribute:
             if "doc_string" in strip:
-                attr.doc_string = ""
+                attr.ClearField("doc_string")
             if attr.type == onnx.AttributeProto.GRAPH:
                 _strip_graph(attr.g, strip)
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
                     _strip_graph(g, strip)
+
+
+def parse_strip(spec: str | None) -> tuple:
+    """`--strip` text ("producer,value_info") -> the strip tuple (doc_string always included)."""
+    names = [s.strip() for s in (spec or "").split(",") if s.strip()]
+    unknown = sorted(set(names) - set(STRIP_DEFAULT) - set(STRIP_OPTIONAL))
+    if unknown:
+        raise UserError(f"--strip: unknown option(s) {', '.join(unknown)}; choose from {', '.join(STRIP_OPTIONAL)}")
+    return STRIP_DEFAULT + tuple(n for n in STRIP_OPTIONAL if n in names)
 
 
 def stripped_copy(model, strip: tuple = STRIP_DEFAULT):
@@ -76,14 +91,14 @@ def stripped_copy(model, strip: tuple = STRIP_DEFAULT):
     m = onnx.ModelProto()
     m.CopyFrom(model)
     if "doc_string" in strip:
-        m.doc_string = ""
+        m.ClearField("doc_string")
         for f in m.functions:
-            f.doc_string = ""
-            for node in f.node:
-                node.doc_string = ""
+            f.ClearField("doc_string")
+    for f in m.functions:
+        _strip_nodes(f.node, tuple(strip))
     if "producer" in strip:
-        m.producer_name = ""
-        m.producer_version = ""
+        m.ClearField("producer_name")
+        m.ClearField("producer_version")
     if "metadata" in strip:
         del m.metadata_props[:]
     _strip_graph(m.graph, tuple(strip))
@@ -97,5 +112,6 @@ def semantic_sha256(model_or_path, strip: tuple = STRIP_DEFAULT) -> str:
 
 
 def model_hashes(path: str | os.PathLike, strip: tuple = STRIP_DEFAULT) -> dict:
-    """{"raw_sha256": file bytes, "semantic_sha256": ...}: always shown together."""
-    return {"raw_sha256": sha256_file(path), "semantic_sha256": semantic_sha256(path, strip)}
+    """{"raw_sha256": file bytes, "semantic_sha256": ..., "semantic_strip": [...]}: always shown together."""
+    return {"raw_sha256": sha256_file(path), "semantic_sha256": semantic_sha256(path, strip),
+            "semantic_strip": list(strip)}
