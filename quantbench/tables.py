@@ -82,6 +82,21 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("tensor", _BIN, "raw C-order little-endian bytes of the output tensor"),
         ("providers", pa.list_(_S), "execution providers the session actually resolved"),
     ],
+    "calib_manifest": [
+        ("path", _S, "image path relative to the images folder named in the set's recipe.json (calib_sets/<name>/manifest.parquet, not under results/tables)"),
+        ("sha256", _S, "SHA-256 of the image file bytes"),
+        ("split", _S, "corpus split of the image (never eval)"),
+        ("objects", _I, "number of labelled objects (0: hard negative)"),
+        ("density", _S, "density stratum: negative, litter (or litter-<a>-<b> with --count-bins)"),
+        ("luminance", _F, "measured mean Rec. 709 luma 0.2126 R + 0.7152 G + 0.0722 B of the decoded RGB, 0..255"),
+        ("lighting", _S, "dark (below the median luminance of its density class) or bright (at or above)"),
+        ("cell", _S, "stratum cell density/lighting"),
+        ("seed", _I, "selection seed"),
+        ("status", _S, "selected, or skipped (unreadable image, --skip-bad)"),
+        ("note", _S, "why an image was skipped"),
+        ("cell_wanted", _I, "images asked per cell (--per-cell)"),
+        ("cell_available", _I, "candidates the cell had (fewer than cell_wanted: a recorded shortfall, --allow-short)"),
+    ],
 }
 
 # Tables of later pipeline stages (classes, decisions, flips, ...) are declared
@@ -91,7 +106,8 @@ KEYS: dict[str, list[str]] = {
     "fixtures": ["fixture_id"],
     "models": ["variant_id"],
     "hosts": ["fingerprint_id", "host"],
-    "outputs": ["run_key", "output_name"],
+    "calib_manifest": ["path"],
+    "outputs": ["run_key", "host", "output_name"],
 }
 
 

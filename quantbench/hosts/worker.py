@@ -9,13 +9,47 @@ Canonical tensor encoding (the input to every SHA-256 of a tensor):
     ascii(dtype.str) + b"|" + ascii(",".join(shape)) + b"|" + C-order little-endian bytes
 where dtype.str is numpy's little-endian type string ("<f4", "|u1", "<i8", ...) and
 a 0-d tensor has an empty shape string.
+
+Protocol (both directions, over the worker's stdin/stdout):
+    frame = b"QBW1" + uint32_be(len(header)) + uint64_be(len(payload)) + header + payload
+The header is UTF-8 JSON; tensors travel raw in the payload and the header locates
+them with {"offset", "nbytes"}. Requests: {"type": "fingerprint", ...},
+{"type": "run", ...}, {"type": "end"}. The worker reads a whole request before it
+writes anything (so the parent never deadlocks on full pipes) and answers with
+frames ending in {"type": "done"}. A run streams one "result" frame per fixture
+(flushed at once: a killed worker loses at most the fixture in flight); a failure
+is an "error" frame naming host, variant and fixture, after which the job stops
+and the results already sent stand.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import platform
+import struct
+import sys
+import time
+import traceback
 
 import numpy as np
+
+PROTOCOL = 1
+MAGIC = b"QBW1"
+_HEAD = struct.Struct(">4sIQ")
+
+DEFAULT_SESSION = {
+    "intra_op_num_threads": 1,
+    "inter_op_num_threads": 1,
+    "execution_mode": "sequential",
+    "graph_optimization_level": "all",
+    "config_entries": {},
+    "providers": ["CPUExecutionProvider"],
+    "batch": 1,
+}
+
+GRAPH_OPT_LEVELS = ("disabled", "basic", "extended", "all")
 
 
 def canonical(arr: "np.ndarray") -> "np.ndarray":
@@ -35,3 +69,475 @@ def tensor_sha256(arr: "np.ndarray") -> str:
     h = hashlib.sha256(tensor_header(arr))
     h.update(memoryview(arr).cast("B") if arr.size else b"")
     return h.hexdigest()
+
+
+def tensor_bytes(arr: "np.ndarray") -> bytes:
+    """Raw C-order little-endian bytes of the canonical encoding (no header)."""
+    return canonical(arr).tobytes()
+
+
+def tensor_from_bytes(data, dtype: str, shape) -> "np.ndarray":
+    """Inverse of tensor_bytes: a (read-only) array of `dtype` and `shape` over `data`."""
+    dt = np.dtype(dtype)
+    arr = np.frombuffer(data, dtype=dt) if len(data) else np.zeros(0, dtype=dt)
+    return arr.reshape([int(d) for d in shape])
+
+
+def normalize_session(session: "dict | None") -> dict:
+    """Session options with defaults filled in; unknown keys are an error (typos change nothing silently)."""
+    out = json.loads(json.dumps(DEFAULT_SESSION))
+    for key, value in (session or {}).items():
+        if key not in DEFAULT_SESSION:
+            raise ValueError("unknown session option %r; known: %s" % (key, ", ".join(sorted(DEFAULT_SESSION))))
+        out[key] = value
+    out["config_entries"] = {str(k): str(v) for k, v in sorted((out["config_entries"] or {}).items())}
+    out["providers"] = [str(p) for p in out["providers"]]
+    if out["graph_optimization_level"] not in GRAPH_OPT_LEVELS:
+        raise ValueError("graph_optimization_level %r: choose from %s" % (out["graph_optimization_level"], ", ".join(GRAPH_OPT_LEVELS)))
+    if out["execution_mode"] not in ("sequential", "parallel"):
+        raise ValueError("execution_mode %r: choose sequential or parallel" % (out["execution_mode"],))
+    for key in ("intra_op_num_threads", "inter_op_num_threads", "batch"):
+        out[key] = int(out[key])
+    if out["batch"] < 1:
+        raise ValueError("batch must be >= 1")
+    return out
+
+
+# --------------------------------------------------------------------------- framing
+
+
+def write_frame(stream, header: dict, payload=b"") -> None:
+    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    if isinstance(payload, (list, tuple)):
+        size = sum(len(p) for p in payload)
+        stream.write(_HEAD.pack(MAGIC, len(head), size) + head)
+        for part in payload:
+            stream.write(part)
+    else:
+        stream.write(_HEAD.pack(MAGIC, len(head), len(payload)) + head)
+        if payload:
+            stream.write(payload)
+    stream.flush()
+
+
+def _read_exact(stream, n: int) -> bytes:
+    chunks = []
+    while n > 0:
+        block = stream.read(n)
+        if not block:
+            raise EOFError("stream ended inside a frame")
+        chunks.append(block)
+        n -= len(block)
+    return b"".join(chunks)
+
+
+def read_frame(stream):
+    """(header, payload) or None at a clean end of stream."""
+    first = stream.read(_HEAD.size)
+    if not first:
+        return None
+    if len(first) < _HEAD.size:
+        first += _read_exact(stream, _HEAD.size - len(first))
+    magic, hlen, plen = _HEAD.unpack(first)
+    if magic != MAGIC:
+        raise ValueError("not a quantbench worker frame (magic %r)" % (magic,))
+    header = json.loads(_read_exact(stream, hlen).decode("utf-8"))
+    payload = _read_exact(stream, plen) if plen else b""
+    return header, payload
+
+
+# --------------------------------------------------------------------------- fingerprint
+
+# Linux arch/arm64/include/uapi/asm/hwcap.h, bit order.
+ARM64_HWCAP = (
+    "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt fcma lrcpc "
+    "dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs sb paca pacg gcs cmpbr "
+    "fprcvt f8mm8 f8mm4 sve_f16mm sve_eltperm sve_aes2 sve_bfscale sve2p2 sme2p2 sme_sbitperm sme_aes "
+    "sme_sfexpa sme_stmop sme_smop4"
+).split()
+ARM64_HWCAP2 = (
+    "dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm svef64mm "
+    "svebf16 i8mm bf16 dgh rng bti mte ecv afp rpres mte3 sme sme_i16i64 sme_f64f64 sme_i8i32 "
+    "sme_f16f32 sme_b16f32 sme_f32f32 sme_fa64 wfxt ebf16 sve_ebf16 cssc rprfm sve2p1 sme2 sme2p1 "
+    "sme_i16i32 sme_bi32i32 sme_b16b16 sme_f16f16 mops hbc sve_b16b16 lrcpc3 lse128 fpmr lut faminmax "
+    "f8cvt f8fma f8dp4 f8dp2 f8e4m3 f8e5m2 sme_lutv2 sme_f8f16 sme_f8f32 sme_sf8fma sme_sf8dp4 "
+    "sme_sf8dp2 poe"
+).split()
+AT_HWCAP, AT_HWCAP2 = 16, 26
+
+_X86_KEYS = ("vendor_id", "cpu family", "model", "model name", "stepping")
+_ARM_KEYS = ("CPU implementer", "CPU architecture", "CPU variant", "CPU part", "CPU revision")
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, "r", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def read_cpuinfo(text: "str | None" = None) -> dict:
+    """The CPU identity fields of /proc/cpuinfo (first processor block; ARM: every distinct core)."""
+    text = _read_text("/proc/cpuinfo") if text is None else text
+    blocks, cur = [], {}
+    for line in text.splitlines():
+        if not line.strip():
+            if cur:
+                blocks.append(cur)
+                cur = {}
+            continue
+        key, _, value = line.partition(":")
+        cur[key.strip()] = value.strip()
+    if cur:
+        blocks.append(cur)
+    out = {}
+    if not blocks:
+        return out
+    first = blocks[0]
+    for key in _X86_KEYS:
+        if key in first:
+            out[key] = first[key]
+    if "flags" in first:
+        out["flags"] = sorted(first["flags"].split())
+    cores = []
+    for b in blocks:
+        core = {k: b[k] for k in _ARM_KEYS if k in b}
+        if core and core not in cores:
+            cores.append(core)
+    if cores:
+        out["arm_cores"] = cores
+    features = next((b["Features"] for b in blocks if "Features" in b), None)
+    if features is not None:
+        out["features"] = sorted(features.split())
+    return out
+
+
+def read_auxv(path: str = "/proc/self/auxv") -> dict:
+    """AT_HWCAP / AT_HWCAP2 from the auxiliary vector (what the kernel, or qemu, tells the process)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return {}
+    word = struct.calcsize("P")
+    fmt = "<QQ" if word == 8 else "<II"
+    step = struct.calcsize(fmt)
+    out = {}
+    for i in range(0, len(data) - step + 1, step):
+        key, value = struct.unpack_from(fmt, data, i)
+        if key == 0:
+            break
+        if key == AT_HWCAP:
+            out["hwcap"] = value
+        elif key == AT_HWCAP2:
+            out["hwcap2"] = value
+    return out
+
+
+def decode_bits(value: int, names) -> list:
+    out = []
+    bit = 0
+    while value >> bit:
+        if (value >> bit) & 1:
+            out.append(names[bit] if bit < len(names) else "bit%d" % bit)
+        bit += 1
+    return out
+
+
+def numpy_cpu_features() -> list:
+    """CPU features numpy's runtime dispatch detected (CPUID on x86, HWCAP on ARM): what the process sees."""
+    for mod in ("numpy._core._multiarray_umath", "numpy.core._multiarray_umath"):
+        try:
+            m = __import__(mod, fromlist=["__cpu_features__"])
+            feats = getattr(m, "__cpu_features__")
+            return sorted(k for k, v in feats.items() if v)
+        except Exception:
+            continue
+    return []
+
+
+def _libc() -> str:
+    try:
+        lib, ver = platform.libc_ver()
+        return ("%s %s" % (lib, ver)).strip()
+    except Exception:
+        return ""
+
+
+def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, session_readback=None) -> dict:
+    """What can change the numbers on this host: {"identity": ..., "info": ...}.
+
+    `identity` holds only numerics-relevant fields (fingerprint_id hashes it, so two
+    identical machines share a fingerprint); `info` holds what identifies the machine
+    but not the arithmetic (hostname, kernel release, interpreter path).
+    """
+    import onnxruntime as ort
+
+    arch = platform.machine()
+    cpuinfo = read_cpuinfo()
+    auxv = read_auxv()
+    cpu = {}
+    isa = []
+    if arch.lower() in ("aarch64", "arm64", "armv8l", "armv7l"):
+        for core in cpuinfo.get("arm_cores", []):
+            cpu.setdefault("cores", []).append(core)
+        hw = decode_bits(auxv.get("hwcap", 0), ARM64_HWCAP) if "hwcap" in auxv else []
+        hw2 = decode_bits(auxv.get("hwcap2", 0), ARM64_HWCAP2) if "hwcap2" in auxv else []
+        cpu["hwcap"] = hw
+        cpu["hwcap2"] = hw2
+        cpu["cpuinfo_features"] = cpuinfo.get("features", [])
+        isa = sorted(set(hw) | set(hw2))
+    else:
+        for key in _X86_KEYS:
+            if key in cpuinfo:
+                cpu[key.replace(" ", "_")] = cpuinfo[key]
+        cpu["cpuinfo_flags"] = cpuinfo.get("flags", [])
+        cpu["hwcap"] = "0x%x" % auxv["hwcap"] if "hwcap" in auxv else ""
+        cpu["hwcap2"] = "0x%x" % auxv["hwcap2"] if "hwcap2" in auxv else ""
+    np_feats = numpy_cpu_features()
+    if not isa:
+        isa = sorted(f.lower() for f in np_feats) or cpuinfo.get("flags", [])
+    build_info = ""
+    if hasattr(ort, "get_build_info"):
+        try:
+            build_info = str(ort.get_build_info())
+        except Exception:
+            build_info = ""
+    identity = {
+        "os": platform.system(),
+        "arch": arch,
+        "libc": _libc(),
+        "cpu": cpu,
+        "isa_flags": isa,
+        "numpy_cpu_features": np_feats,
+        "onnxruntime": {
+            "version": ort.__version__,
+            "build_info": build_info,
+            "available_providers": list(ort.get_available_providers()),
+            "device": str(ort.get_device()) if hasattr(ort, "get_device") else "",
+        },
+        "numpy": np.__version__,
+        "python": "%s %s" % (platform.python_implementation(), platform.python_version()),
+        "session": session if session is not None else normalize_session(None),
+        "session_readback": session_readback or {},
+        "resolved_providers": list(resolved_providers or []),
+    }
+    info = {
+        "hostname": platform.node(),
+        "kernel": platform.release(),
+        "python_executable": sys.executable,
+        "cpu_count": os.cpu_count(),
+        "protocol": PROTOCOL,
+    }
+    return {"identity": identity, "info": info}
+
+
+def fingerprint_id(fingerprint: dict) -> str:
+    """SHA-256 of the canonical JSON of the fingerprint's numerics-relevant part."""
+    ident = fingerprint.get("identity", fingerprint)
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+_MODES = None
+
+
+def make_session(model, session: dict):
+    """An InferenceSession built exactly from `session`; returns (sess, resolved providers, readback)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = session["intra_op_num_threads"]
+    so.inter_op_num_threads = session["inter_op_num_threads"]
+    so.execution_mode = (ort.ExecutionMode.ORT_SEQUENTIAL if session["execution_mode"] == "sequential"
+                         else ort.ExecutionMode.ORT_PARALLEL)
+    so.graph_optimization_level = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[session["graph_optimization_level"]]
+    so.log_severity_level = 3
+    for key, value in session["config_entries"].items():
+        so.add_session_config_entry(key, value)
+    readback = {
+        "intra_op_num_threads": so.intra_op_num_threads,
+        "inter_op_num_threads": so.inter_op_num_threads,
+        "execution_mode": str(so.execution_mode),
+        "graph_optimization_level": str(so.graph_optimization_level),
+        "config_entries": {k: so.get_session_config_entry(k) for k in session["config_entries"]},
+    }
+    sess = ort.InferenceSession(model, sess_options=so, providers=list(session["providers"]))
+    return sess, list(sess.get_providers()), readback
+
+
+def check_providers(requested, resolved, allow_fallback: bool) -> "str | None":
+    missing = [p for p in requested if p not in resolved]
+    if missing and not allow_fallback:
+        return ("requested execution provider(s) %s not resolved by the session (resolved: %s); "
+                "silent fallback is refused, pass --allow-fallback to accept it" % (", ".join(missing), ", ".join(resolved)))
+    return None
+
+
+class JobError(Exception):
+    def __init__(self, stage, message, fixture_id=None):
+        Exception.__init__(self, message)
+        self.stage = stage
+        self.fixture_id = fixture_id
+
+
+def _model_source(job, payload):
+    model = job["model"]
+    if "path" in model:
+        with open(model["path"], "rb") as fh:
+            data = fh.read()
+    else:
+        data = payload[model["offset"]:model["offset"] + model["nbytes"]]
+    want = model.get("sha256")
+    if want and hashlib.sha256(data).hexdigest() != want:
+        raise JobError("model", "model bytes SHA-256 mismatch (expected %s...)" % want[:12])
+    return bytes(data)
+
+
+def _inputs(job, payload):
+    out = []
+    for fx in job["fixtures"]:
+        arr = tensor_from_bytes(payload[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
+        got = tensor_sha256(arr)
+        want = fx.get("sha256") or fx["fixture_id"]
+        if got != want:
+            raise JobError("input", "input tensor SHA-256 mismatch: expected %s, got %s; inputs must be "
+                           "byte-identical on every host" % (want, got), fx["fixture_id"])
+        out.append((fx, arr))
+    return out
+
+
+def _output_frame(job, fx_ids, outputs, names, want_tensors, seconds, rep):
+    entries, payload, offset = [], [], 0
+    for name, arr in zip(names, outputs):
+        arr = canonical(arr)
+        raw = arr.tobytes()
+        entry = {"name": name, "dtype": arr.dtype.str, "shape": [int(d) for d in arr.shape],
+                 "sha256": tensor_sha256(arr)}
+        if want_tensors is True or (isinstance(want_tensors, list) and name in want_tensors):
+            entry["offset"], entry["nbytes"] = offset, len(raw)
+            payload.append(raw)
+            offset += len(raw)
+        entries.append(entry)
+    return {"type": "result", "fixture_id": fx_ids, "outputs": entries, "seconds": seconds, "repeat": rep,
+            "variant": job.get("variant", "")}, payload
+
+
+def run_job(job, payload, out) -> None:
+    """Run every fixture of `job`, streaming one result frame per fixture (per repeat)."""
+    host, variant = job.get("host", ""), job.get("variant", "")
+    session = normalize_session(job.get("session"))
+    data = _model_source(job, payload)
+    inputs = _inputs(job, payload)
+    try:
+        sess, resolved, readback = make_session(data, session)
+    except Exception as exc:
+        raise JobError("session", "could not create the session: %s: %s" % (type(exc).__name__, exc))
+    problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
+    if problem:
+        raise JobError("providers", problem)
+    names = [o.name for o in sess.get_outputs()]
+    if job.get("output_names"):
+        unknown = [n for n in job["output_names"] if n not in names]
+        if unknown:
+            raise JobError("session", "model has no output(s) %s (outputs: %s)" % (unknown, names))
+        names = list(job["output_names"])
+    write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
+                      "outputs": names, "host": host, "variant": variant})
+    want_tensors = job.get("return_tensors", True)
+    repeat = int(job.get("repeat", 1))
+    batch = session["batch"]
+    for start in range(0, len(inputs), batch):
+        group = inputs[start:start + batch]
+        ids = [fx["fixture_id"] for fx, _ in group]
+        by_input = {}
+        for fx, arr in group:
+            by_input.setdefault(fx["input_name"], []).append(arr)
+        feed = {k: (v[0] if len(v) == 1 else np.concatenate(v, axis=0)) for k, v in by_input.items()}
+        for rep in range(repeat):
+            t0 = time.perf_counter()
+            try:
+                outputs = sess.run(names, feed)
+            except Exception as exc:
+                raise JobError("run", "%s: %s" % (type(exc).__name__, exc), ids[0] if len(ids) == 1 else ids)
+            seconds = time.perf_counter() - t0
+            if len(group) == 1:
+                header, parts = _output_frame(job, ids[0], outputs, names, want_tensors, seconds, rep)
+                write_frame(out, header, parts)
+                continue
+            for i, fid in enumerate(ids):
+                split = []
+                for name, arr in zip(names, outputs):
+                    if arr.ndim == 0 or arr.shape[0] != len(group):
+                        raise JobError("run", "batch %d: output %r has leading dimension %s, cannot split per "
+                                       "fixture" % (len(group), name, arr.shape[:1]), fid)
+                    split.append(arr[i:i + 1])
+                header, parts = _output_frame(job, fid, split, names, want_tensors, seconds / len(group), rep)
+                write_frame(out, header, parts)
+
+
+def fingerprint_job(job, payload, out) -> None:
+    """Fingerprint under the job's session options, resolved with a probe model if one is sent."""
+    session = normalize_session(job.get("session"))
+    resolved, readback, probe = [], {}, None
+    if job.get("model"):
+        data = _model_source(job, payload)
+        sess, resolved, readback = make_session(data, session)
+        problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
+        if problem:
+            raise JobError("providers", problem)
+        if job.get("fixtures"):
+            fx, arr = _inputs(job, payload)[0]
+            outs = sess.run(None, {fx["input_name"]: arr})
+            probe = [tensor_sha256(o) for o in outs]
+    fp = collect_fingerprint(session, resolved, readback)
+    write_frame(out, {"type": "fingerprint", "fingerprint": fp, "fingerprint_id": fingerprint_id(fp),
+                      "probe_sha256": probe, "host": job.get("host", "")})
+
+
+def serve(inp, out) -> int:
+    """The worker loop: answer requests until "end" or end of input."""
+    while True:
+        frame = read_frame(inp)
+        if frame is None:
+            return 0
+        job, payload = frame
+        kind = job.get("type")
+        if kind == "end":
+            return 0
+        try:
+            if kind == "fingerprint":
+                fingerprint_job(job, payload, out)
+            elif kind == "run":
+                run_job(job, payload, out)
+            else:
+                raise JobError("protocol", "unknown request type %r" % (kind,))
+        except Exception as exc:
+            stage = exc.stage if isinstance(exc, JobError) else "worker"
+            fixture = exc.fixture_id if isinstance(exc, JobError) else None
+            write_frame(out, {"type": "error", "stage": stage, "message": str(exc) or type(exc).__name__,
+                              "host": job.get("host", ""), "variant": job.get("variant", ""),
+                              "fixture_id": fixture,
+                              "traceback": "" if isinstance(exc, JobError) else traceback.format_exc()})
+        write_frame(out, {"type": "done"})
+        del payload
+
+
+def main() -> int:
+    # The protocol owns the original stdout; anything a library prints goes to stderr.
+    proto = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return serve(sys.stdin.buffer, proto)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""`quantbench hosts list | check NAME | setup NAME... | --all`."""
+
+from __future__ import annotations
+
+import json
+
+HELP = "List hosts and whether each is ready, check one with a smoke job, or set up emulated hosts."
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    sub.add_parser("list", help="presets and configured hosts, their kind, and whether each is ready",
+                   description="Presets and configured hosts, their kind, and whether each is ready.")
+    c = sub.add_parser("check", help="run a smoke job on a host and print its fingerprint",
+                       description="Run a smoke job (fingerprint + a tiny model) on a host and print its fingerprint.")
+    c.add_argument("name", help="host name")
+    c.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="onnxruntime session config entry (repeatable)")
+    c.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
+                   help="onnxruntime graph optimization level")
+    c.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
+    c.add_argument("--allow-fallback", action="store_true", help="accept an unresolved provider")
+    c.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
+    s = sub.add_parser("setup", help="prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels (idempotent)",
+                       description="Prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels of the "
+                                   "local onnxruntime version. Idempotent; prints what it did.")
+    s.add_argument("names", nargs="*", help="emulated host names (presets or hosts-file entries)")
+    s.add_argument("--all", action="store_true", help="every emulated preset")
+
+
+def _ready(spec) -> tuple[bool, str]:
+    from quantbench.errors import UserError
+    from quantbench.hosts.registry import make_host
+
+    try:
+        return make_host(spec).ready()
+    except UserError as exc:
+        return False, str(exc)
+
+
+def do_list(args) -> int:
+    from quantbench.hosts.registry import known_hosts
+
+    hosts = known_hosts(args.hosts_file)
+    rows = [("host", "kind", "defined", "ready", "detail")]
+    for name, spec in hosts.items():
+        ok, msg = _ready(spec)
+        detail = msg
+        if spec.kind == "emulated" and spec.options.get("preset", name) != name:
+            detail = f"preset {spec.options['preset']}; {msg}"
+        if spec.kind == "local" and ok:
+            detail = "this machine"
+        rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", detail))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    return 0
+
+
+def do_check(args) -> int:
+    import time
+
+    from quantbench.commands.run import parse_session
+    from quantbench.errors import UserError
+    from quantbench.hosts import worker as W
+    from quantbench.hosts.registry import make_host, resolve_hosts
+    from quantbench.hosts.runner import cpu_summary, fingerprint_request, normalize_session, probe_model
+
+    spec = resolve_hosts([args.name], args.hosts_file, option="hosts check")[0]
+    host = make_host(spec)
+    if spec.kind == "imported":
+        ok, msg = host.ready()
+        if not ok:
+            raise UserError(f"host {spec.name}: {msg}")
+        print(f"{spec.name}: {msg}")
+        return 0
+    session = normalize_session(parse_session(args))
+    from quantbench.hosts.local import WorkerDied
+
+    t0 = time.monotonic()
+    client = host.start()
+    try:
+        header, payload = fingerprint_request(spec.name, session, args.allow_fallback)
+        fp = None
+        for h, _ in client.request(header, payload):
+            if h["type"] == "error":
+                raise UserError(f"host {spec.name}: {h['message']}")
+            fp = h
+    except WorkerDied as exc:
+        if spec.kind == "ssh":
+            from quantbench.hosts.ssh import unreachable_message
+
+            raise UserError(unreachable_message(spec.name, spec.options.get("address", ""), exc.stderr)) from None
+        raise UserError(f"host {spec.name}: {exc}") from None
+    finally:
+        client.close()
+    seconds = time.monotonic() - t0
+    if fp is None:
+        raise UserError(f"host {spec.name}: the worker sent no fingerprint")
+    expect = None
+    try:
+        import onnxruntime as ort
+
+        data, x = probe_model()
+        expect = W.tensor_sha256(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
+    except Exception:
+        expect = None
+    f = fp["fingerprint"]
+    ident = f["identity"]
+    if args.json:
+        print(json.dumps(dict(f, fingerprint_id=fp["fingerprint_id"], host=spec.name, kind=spec.kind), indent=2, sort_keys=True))
+        return 0
+    ort_info = ident.get("onnxruntime", {})
+    probe = (fp.get("probe_sha256") or [""])[0]
+    lines = [
+        ("host", f"{spec.name} ({host.describe()})"),
+        ("fingerprint", fp["fingerprint_id"]),
+        ("os / arch", f"{ident.get('os')} {ident.get('arch')} ({ident.get('libc')})"),
+        ("cpu", cpu_summary(f)),
+        ("isa flags", " ".join(ident.get("isa_flags", [])) or "-"),
+        ("onnxruntime", f"{ort_info.get('version')} ({ort_info.get('build_info') or 'no build info'})"),
+        ("providers", f"requested {', '.join(session['providers'])}; resolved {', '.join(ident.get('resolved_providers', []))}"),
+        ("numpy / python", f"{ident.get('numpy')} / {ident.get('python')}"),
+        ("session", json.dumps(session, sort_keys=True)),
+        ("smoke job", f"probe output sha256 {probe[:16]}" + ("" if expect is None else
+                      (" (same as this machine)" if probe == expect else " (differs from this machine)"))),
+        ("took", f"{seconds:.1f} s"),
+    ]
+    w = max(len(k) for k, _ in lines)
+    for k, v in lines:
+        print(f"{k.ljust(w)}  {v}")
+    return 0
+
+
+def do_setup(args) -> int:
+    import importlib
+
+    from quantbench.errors import UserError
+    from quantbench.hosts.registry import known_hosts
+
+    try:
+        em = importlib.import_module("quantbench.hosts.emulated")
+    except ModuleNotFoundError as exc:
+        if exc.name == "quantbench.hosts.emulated":
+            raise UserError("emulated hosts are not available in this install (quantbench.hosts.emulated missing)") from None
+        raise
+    hosts = known_hosts(args.hosts_file)
+    if args.all:
+        presets = list(em.PRESETS)
+    else:
+        if not args.names:
+            raise UserError("hosts setup: name at least one emulated host, or pass --all")
+        presets = []
+        for name in args.names:
+            spec = hosts.get(name)
+            if spec is None:
+                raise UserError(f"hosts setup: unknown host {name!r}; known hosts: {', '.join(sorted(hosts))}")
+            if spec.kind != "emulated":
+                raise UserError(f"hosts setup: host {name!r} is kind {spec.kind}; only emulated hosts need setup")
+            presets.append(spec.options.get("preset", name))
+    done = em.setup(list(dict.fromkeys(presets)), progress=True)
+    for action in done:
+        print(action)
+    if not done:
+        print("nothing to do: already set up")
+    return 0
+
+
+def run(args) -> int:
+    return {"list": do_list, "check": do_check, "setup": do_setup}[args.action](args)

@@ -1,0 +1,174 @@
+"""`quantbench run`: every variant x fixture on every host, hashed, into the result tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--hosts", default="x86",
+                   help="comma-separated host names: built-ins (x86, local), emulated presets (pi, pi4, ...) "
+                        "or names from the hosts file; `quantbench hosts list` shows them")
+    p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
+                   help="variant folders (with index.json from calibrate) or .onnx files; default: the latest "
+                        "calibrate output, else the bundled fp32 demo models")
+    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of the evaluation images; default: the bundled corpus")
+    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
+    p.add_argument("--split", default="eval", help="image split to run (train, val, eval, or 'all')")
+    p.add_argument("--limit", type=int, help="run only the first N images of the split (by file name)")
+    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="onnxruntime session config entry (repeatable), e.g. session.x64quantprecision=1")
+    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
+                   help="onnxruntime graph optimization level")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads per session (inter-op is always 1)")
+    p.add_argument("--providers", default="CPUExecutionProvider",
+                   help="comma-separated execution providers to request, in priority order")
+    p.add_argument("--allow-fallback", action="store_true",
+                   help="accept a session that did not resolve every requested provider (default: error)")
+    p.add_argument("--allow-version-mismatch", action="store_true",
+                   help="run emulated hosts whose onnxruntime differs from the local one (a confound)")
+    p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count)")
+    p.add_argument("--export", metavar="FILE",
+                   help="also write the named hosts' results to FILE, for `kind = \"imported\"` on another machine")
+    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
+    p.add_argument("--tables", default=None, metavar="DIR", help="result tables folder (default: results/tables)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def parse_session(args) -> dict:
+    from quantbench.errors import UserError
+
+    entries = {}
+    for item in args.session_config:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
+        entries[key.strip()] = value.strip()
+    if args.threads < 1:
+        raise UserError(f"--threads {args.threads}: must be at least 1")
+    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+    if not providers:
+        raise UserError("--providers: name at least one, e.g. CPUExecutionProvider")
+    return {"intra_op_num_threads": args.threads, "inter_op_num_threads": 1, "execution_mode": "sequential",
+            "graph_optimization_level": args.graph_opt, "config_entries": entries, "providers": providers, "batch": 1}
+
+
+def resolve_variants(items) -> list:
+    """--variants values -> Variant list (folders with index.json, folders of .onnx, or files)."""
+    from quantbench import variants as V
+    from quantbench.assets import MODELS_DIR
+    from quantbench.errors import UserError
+
+    if not items:
+        try:
+            return V.latest_variants()
+        except UserError:
+            models = sorted(MODELS_DIR.glob("*.onnx"))
+            if not models:
+                raise UserError("no variants: run `quantbench calibrate` or pass --variants FILE.onnx") from None
+            return [V.fp32_variant(m) for m in models]
+    out = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            if (p / V.INDEX_FILE).exists():
+                out.extend(V.load_variants(p))
+            else:
+                files = sorted(p.glob("*.onnx"))
+                if not files:
+                    raise UserError(f"--variants {p}: folder has no index.json and no .onnx files")
+                out.extend(V.fp32_variant(f) for f in files)
+        elif p.suffix == ".onnx" or p.exists():
+            idx = p.parent / V.INDEX_FILE
+            found = None
+            if idx.exists():
+                found = next((v for v in V.load_variants(p.parent) if Path(v.path).resolve() == p.resolve()), None)
+            out.append(found or V.fp32_variant(p))
+        else:
+            raise UserError(f"--variants {p}: not found")
+    return out
+
+
+def _sidecar_for(variant):
+    from quantbench.assets import MODELS_DIR, load_sidecar
+
+    for cand in (Path(variant.path), MODELS_DIR / f"{variant.model}.onnx",
+                 Path(str((variant.recipe or {}).get("source_model", "")) or "/nonexistent")):
+        try:
+            sc = load_sidecar(cand)
+        except Exception:
+            sc = None
+        if sc and sc.get("input"):
+            return sc
+    return None
+
+
+def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=None):
+    """Fixtures for every distinct input recipe among the variants; returns (fixtures, specs by fixture id)."""
+    from quantbench.assets import CORPUS_LABELS
+    from quantbench.fixtures import build_fixtures
+    from quantbench.fsutil import canonical_json
+    from quantbench.modelio import load_model
+    from quantbench.preprocess import input_spec
+
+    specs = {}
+    for v in variants:
+        m = load_model(v.path, check=False)
+        init = {i.name for i in m.graph.initializer}
+        ins = [i for i in m.graph.input if i.name not in init]
+        if not ins:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else None for d in ins[0].type.tensor_type.shape.dim]
+        spec = input_spec(_sidecar_for(v), shape, ins[0].name)
+        specs.setdefault(canonical_json(spec), spec)
+    fixtures, spec_of = [], {}
+    for spec in specs.values():
+        fxs = build_fixtures(spec, labels or CORPUS_LABELS, images, None if split == "all" else split, limit)
+        for fx in fxs:
+            if fx.fixture_id not in spec_of:
+                spec_of[fx.fixture_id] = spec
+                fx.preprocess = spec
+                fixtures.append(fx)
+    return fixtures, spec_of
+
+
+def run(args) -> int:
+    from quantbench.assets import TABLES_DIR
+    from quantbench.errors import UserError
+    from quantbench.hosts.imported import export_results
+    from quantbench.hosts.runner import RunFailed, run_hosts
+
+    names = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit {args.limit}: must be at least 1")
+    session = parse_session(args)
+    from quantbench.hosts.registry import resolve_hosts
+
+    specs = resolve_hosts(names, args.hosts_file)
+    variants = resolve_variants(args.variants)
+    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit)
+    root = Path(args.tables) if args.tables else TABLES_DIR
+    failure = None
+    try:
+        summary = run_hosts(specs, variants, fixtures, session=session, allow_fallback=args.allow_fallback,
+                            allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
+                            tables_root=root, jobs=args.jobs)
+    except RunFailed as exc:
+        failure, summary = exc, exc.summary
+    print(summary.table())
+    for h in summary.hosts:
+        for note in h.notes:
+            print(f"note: {note}")
+    print(f"{len(summary.variants)} variant(s) x {len(summary.fixture_ids)} fixture(s); tables in {root}/ "
+          f"(fixtures, models, hosts, outputs)")
+    if args.export and failure is None:
+        manifest = export_results(args.export, [s.name for s in specs],
+                                  [v.variant_id for v in summary.variants], summary.fixture_ids, root)
+        print(f"exported {manifest['rows']['outputs']} output rows of host(s) {', '.join(manifest['hosts'])} to {args.export}")
+    if failure is not None:
+        for e in summary.errors[1:]:
+            print(f"error: {e}")
+        raise failure
+    return 0

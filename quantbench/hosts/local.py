@@ -1,0 +1,203 @@
+"""Hosts whose worker is a process on this machine: `local`, and `emulated` (qemu-user is a local process too).
+
+The worker always runs in a subprocess, so a crash in onnxruntime (or qemu) cannot take
+the workbench down; `WorkerClient` speaks the worker's framed protocol over its pipes
+and is shared by every process-based host kind (ssh pipes through the OpenSSH client).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench.errors import UserError
+from quantbench.hosts import worker as W
+
+WORKER_PATH = Path(W.__file__).resolve()
+
+
+class WorkerDied(Exception):
+    """The worker process ended without finishing its request (killed, crashed, unreachable)."""
+
+    def __init__(self, message: str, returncode=None, stderr: str = ""):
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class WorkerClient:
+    """One worker process: send a request frame, iterate the answer frames up to "done"."""
+
+    def __init__(self, argv: list[str], env: dict | None, host: str, preamble: bytes = b""):
+        self.host = host
+        self.argv = list(argv)
+        self._stderr = collections.deque(maxlen=200)
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, env=env, bufsize=0)
+        except OSError as exc:
+            raise UserError(f"host {host}: cannot start the worker ({argv[0]}: {exc.strerror or exc})") from None
+        self._drain = threading.Thread(target=self._read_stderr, daemon=True)
+        self._drain.start()
+        self._stdout = self.proc.stdout
+        if preamble:
+            self._send_raw(preamble)
+
+    def _read_stderr(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            self._stderr.append(line.decode("utf-8", "replace").rstrip())
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        return "\n".join(list(self._stderr)[-lines:])
+
+    def _died(self, what: str) -> WorkerDied:
+        try:
+            rc = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self._drain.join(timeout=2)
+        tail = self.stderr_tail()
+        if rc is not None and rc < 0:
+            how = f"was killed by signal {-rc}"
+        elif rc is not None:
+            how = f"exited with code {rc}"
+        else:
+            how = "stopped answering"
+        last = tail.strip().splitlines()[-1] if tail.strip() else ""
+        return WorkerDied(f"worker {how} {what}" + (f" ({last})" if last else ""), rc, tail)
+
+    def _send_raw(self, data: bytes) -> None:
+        try:
+            self.proc.stdin.write(data)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died("while receiving its job") from None
+
+    def request(self, header: dict, payload: list[bytes] | bytes = b""):
+        """Send one request; yield every answer frame (header, payload) before "done"."""
+        try:
+            W.write_frame(self.proc.stdin, header, payload)
+        except (BrokenPipeError, OSError):
+            raise self._died("while receiving its job") from None
+        while True:
+            try:
+                frame = W.read_frame(self._stdout)
+            except (EOFError, ValueError, OSError):
+                frame = None
+            if frame is None:
+                raise self._died("before finishing")
+            if frame[0].get("type") == "done":
+                return
+            yield frame
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                W.write_frame(self.proc.stdin, {"type": "end"})
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._drain.join(timeout=2)
+        for s in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
+            try:
+                s.close()
+            except Exception:
+                pass
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.close()
+
+
+@dataclass
+class ProcessHost:
+    """A host reached by starting a process that runs worker.py (local python, qemu, ssh)."""
+
+    name: str
+    kind: str
+    options: dict = field(default_factory=dict)
+    #: the worker can open the model file by path (same filesystem)
+    model_by_path: bool = True
+
+    def command(self) -> tuple[list[str], dict | None, bytes]:
+        """(argv, env or None, bytes to send before the first frame)."""
+        raise UserError(f"host {self.name}: kind {self.kind} has no worker command")
+
+    def ready(self) -> tuple[bool, str]:
+        return True, "ready"
+
+    def start(self) -> WorkerClient:
+        ok, msg = self.ready()
+        if not ok:
+            raise UserError(f"host {self.name}: {msg}")
+        argv, env, preamble = self.command()
+        return WorkerClient(argv, env, self.name, preamble)
+
+    def describe(self) -> str:
+        return self.kind
+
+
+@dataclass
+class LocalHost(ProcessHost):
+    """This machine's onnxruntime, in a subprocess of this interpreter (or `python` from the hosts file)."""
+
+    def command(self):
+        python = self.options.get("python") or sys.executable
+        env = dict(os.environ)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return [python, "-u", str(WORKER_PATH)], env, b""
+
+    def describe(self) -> str:
+        return f"local ({self.options.get('python') or sys.executable})"
+
+
+def _emulated():
+    try:
+        import importlib
+
+        emulated = importlib.import_module("quantbench.hosts.emulated")
+    except ModuleNotFoundError as exc:
+        if exc.name == "quantbench.hosts.emulated":
+            raise UserError("emulated hosts are not available in this install (quantbench.hosts.emulated missing)") from None
+        raise
+    return emulated
+
+
+@dataclass
+class EmulatedHost(ProcessHost):
+    """qemu-user running an arm64 (or x86) Python on a CPU model; the internals live in quantbench.hosts.emulated."""
+
+    @property
+    def preset(self) -> str:
+        return self.options.get("preset", self.name)
+
+    def ready(self):
+        em = _emulated()
+        if self.preset not in em.PRESETS:
+            return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(em.PRESETS))}"
+        return em.ready(self.preset)
+
+    def command(self):
+        em = _emulated()
+        argv, env = em.python_command(self.preset, tuple(self.options.get("qemu_args", ())))
+        full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+        full.update(env or {})
+        return list(argv) + [str(WORKER_PATH)], full, b""
+
+    def describe(self) -> str:
+        return f"emulated ({self.preset})"

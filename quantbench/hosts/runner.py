@@ -1,0 +1,577 @@
+"""Run every variant x fixture on every host, appending hashed outputs to the result tables.
+
+Each host is driven by its own thread(s), each owning one single-threaded worker
+process, so hosts run in parallel up to the core count. A host is fingerprinted
+first (a cheap job on the same worker process that then runs the fixtures); the
+cache key of one result is
+
+    run_key = sha256(variant_id | fixture_id | fingerprint_id | session_key)
+
+so a rerun skips every (host, run_key) already in the outputs table and an
+interrupted run resumes where it stopped. Results are appended as they stream in
+(a part per ~half second), so a killed worker or workbench loses at most the
+fixtures in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench import tables
+from quantbench.assets import TABLES_DIR
+from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json, sha256_file
+from quantbench.hosts import worker as W
+from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
+
+FLUSH_SECONDS = 0.5
+FLUSH_ROWS = 512
+
+
+# --------------------------------------------------------------------------- keys
+
+
+def normalize_session(session: dict | None) -> dict:
+    """Session options with the worker's defaults filled in (a bad option is a UserError)."""
+    try:
+        return W.normalize_session(session)
+    except ValueError as exc:
+        raise UserError(f"session options: {exc}") from None
+
+
+def session_key(session: dict | None) -> str:
+    """SHA-256 of the canonical JSON of the normalised session options."""
+    return hashlib.sha256(canonical_json(normalize_session(session)).encode()).hexdigest()
+
+
+def run_key(variant_id: str, fixture_id: str, fingerprint_id: str, session_key: str) -> str:
+    """The cache key of one (variant, fixture) result on one fingerprint under one session."""
+    return hashlib.sha256("|".join((variant_id, fixture_id, fingerprint_id, session_key)).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class VariantInfo:
+    """A variant with its identity computed once: semantic id, raw hash, model inputs."""
+
+    name: str
+    path: Path
+    model: str
+    recipe: dict
+    variant_id: str
+    raw_sha256: str
+    inputs: dict  # input name -> shape (ints, or None for symbolic dims)
+
+    def row(self) -> dict:
+        return {"variant_id": self.variant_id, "raw_sha256": self.raw_sha256, "model": self.model,
+                "variant": self.name, "path": str(self.path), "recipe": canonical_json(self.recipe or {})}
+
+
+def variant_info(v) -> VariantInfo:
+    """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
+    from quantbench.modelio import load_model, semantic_sha256
+
+    path = Path(v.path)
+    model = load_model(path, check=False)
+    vid = getattr(v, "variant_id", None) or semantic_sha256(model)
+    init = {i.name for i in model.graph.initializer}
+    inputs = {}
+    for i in model.graph.input:
+        if i.name in init:
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+        inputs[i.name] = dims
+    return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
+                       recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
+                       raw_sha256=sha256_file(path), inputs=inputs)
+
+
+def _fits(fx, vi: VariantInfo) -> bool:
+    dims = vi.inputs.get(fx.input_name)
+    if dims is None or len(vi.inputs) != 1:
+        return False
+    shape = list(fx.array.shape)
+    return len(dims) == len(shape) and all(d is None or d == 0 or d == s for d, s in zip(dims, shape))
+
+
+def fixture_label(fx) -> str:
+    return f"{fx.fixture_id[:12]} ({fx.source})" if getattr(fx, "source", "") else fx.fixture_id[:12]
+
+
+# --------------------------------------------------------------------------- probe
+
+
+_PROBE = None
+
+
+def probe_model() -> tuple[bytes, object]:
+    """A tiny MatMul+Add+Relu model and its input: resolves providers and smoke-tests a host."""
+    global _PROBE
+    if _PROBE is None:
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        w = numpy_helper.from_array(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4), "w")
+        b = numpy_helper.from_array(np.linspace(-0.5, 0.5, 4, dtype=np.float32), "b")
+        g = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["y"])],
+            "quantbench-probe",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+            [w, b],
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="quantbench")
+        m.ir_version = 8
+        x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)
+        _PROBE = (m.SerializeToString(), x)
+    return _PROBE
+
+
+def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
+    data, x = probe_model()
+    xb = W.tensor_bytes(x)
+    header = {"type": "fingerprint", "host": host, "session": session, "allow_fallback": allow_fallback,
+              "model": {"offset": 0, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
+              "fixtures": [{"fixture_id": W.tensor_sha256(x), "input_name": "x", "dtype": x.dtype.str,
+                            "shape": list(x.shape), "offset": len(data), "nbytes": len(xb)}]}
+    return header, [data, xb]
+
+
+def cpu_summary(fp: dict) -> str:
+    cpu = fp["identity"].get("cpu", {})
+    if "cores" in cpu:
+        parts = []
+        for c in cpu["cores"]:
+            parts.append(" ".join(f"{k.split()[-1]} {c[k]}" for k in
+                                  ("CPU implementer", "CPU part", "CPU variant", "CPU revision") if k in c))
+        return "; ".join(parts) or "arm (no MIDR in /proc/cpuinfo)"
+    bits = [cpu.get("vendor_id", ""), f"family {cpu['cpu_family']}" if "cpu_family" in cpu else "",
+            f"model {cpu['model']}" if "model" in cpu else "", f"({cpu['model_name']})" if "model_name" in cpu else ""]
+    return " ".join(b for b in bits if b) or fp["identity"].get("arch", "")
+
+
+def hosts_row(host: str, kind: str, fp: dict, fid: str) -> dict:
+    ident = fp["identity"]
+    return {"fingerprint_id": fid, "host": host, "kind": kind, "arch": ident.get("arch", ""),
+            "cpu": cpu_summary(fp), "isa_flags": list(ident.get("isa_flags", [])),
+            "ort_version": ident.get("onnxruntime", {}).get("version", ""),
+            "fingerprint": canonical_json(dict(fp, kind=kind))}
+
+
+def local_ort_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onnxruntime")
+    except PackageNotFoundError:
+        import onnxruntime
+
+        return onnxruntime.__version__
+
+
+# --------------------------------------------------------------------------- summary
+
+
+@dataclass
+class HostSummary:
+    name: str
+    kind: str
+    fingerprint_id: str = ""
+    ran: int = 0
+    cached: int = 0
+    imported: int = 0
+    planned: int = 0
+    seconds: float = 0.0
+    providers: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+
+
+@dataclass
+class RunSummary:
+    """What a run did: per host counts and errors, the ids involved, where tables went."""
+
+    hosts: list[HostSummary]
+    variants: list[VariantInfo]
+    fixture_ids: list[str]
+    session: dict
+    session_key: str
+    tables_root: Path
+
+    @property
+    def errors(self) -> list[str]:
+        return [e for h in self.hosts for e in h.errors]
+
+    def table(self) -> str:
+        rows = [("host", "kind", "fingerprint", "ran", "cached", "imported", "errors", "seconds")]
+        for h in self.hosts:
+            rows.append((h.name, h.kind, h.fingerprint_id[:12], str(h.ran), str(h.cached), str(h.imported),
+                         str(len(h.errors)), f"{h.seconds:.1f}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+class RunFailed(UserError):
+    """Some host/variant/fixture failed; every finished result was kept (see .summary)."""
+
+    def __init__(self, message: str, summary: RunSummary):
+        super().__init__(message)
+        self.summary = summary
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Writer:
+    """Buffers output rows of finished fixtures and appends them as table parts."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.rows: list[dict] = []
+        self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def add(self, rows: list[dict]) -> None:
+        with self.lock:
+            self.rows.extend(rows)
+            if len(self.rows) >= FLUSH_ROWS or time.monotonic() - self.last >= FLUSH_SECONDS:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self.rows:
+            tables.append("outputs", self.rows, root=self.root)
+            self.rows = []
+        self.last = time.monotonic()
+
+    def flush(self) -> None:
+        with self.lock:
+            self._flush()
+
+
+def done_run_keys(host: str, fingerprint_id: str, skey: str, root: Path) -> set[str]:
+    """run_keys already in the outputs table for this host, fingerprint and session."""
+    import pyarrow.compute as pc
+
+    flt = (pc.field("host") == host) & (pc.field("fingerprint_id") == fingerprint_id) & (pc.field("session_key") == skey)
+    t = tables.read("outputs", root=root, columns=["run_key"], filter=flt)
+    return set(t.column("run_key").to_pylist())
+
+
+class _HostRun:
+    def __init__(self, spec: HostSpec, ctx: "_Context", position: int, n_workers: int):
+        self.spec = spec
+        self.host = make_host(spec)
+        self.ctx = ctx
+        self.position = position
+        self.n_workers = n_workers
+        self.summary = HostSummary(spec.name, spec.kind)
+        self.writer = _Writer(ctx.root)
+        self.stop = threading.Event()
+        self.bar = None
+        self.lock = threading.Lock()
+
+    # -- worker side
+
+    def _fingerprint(self, client) -> tuple[dict, str, list]:
+        header, payload = fingerprint_request(self.spec.name, self.ctx.session, self.ctx.allow_fallback)
+        fp = None
+        for h, _ in client.request(header, payload):
+            if h["type"] == "fingerprint":
+                fp = h
+            elif h["type"] == "error":
+                raise UserError(f"host {self.spec.name}: {h['message']}")
+        if fp is None:
+            raise UserError(f"host {self.spec.name}: the worker sent no fingerprint")
+        return fp["fingerprint"], fp["fingerprint_id"], fp["fingerprint"]["identity"].get("resolved_providers", [])
+
+    def _error(self, msg: str) -> None:
+        with self.lock:
+            self.summary.errors.append(msg)
+
+    def _job(self, vi: VariantInfo, fxs: list) -> tuple[dict, list]:
+        parts, offset = [], 0
+        if self.host.model_by_path:
+            model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
+        else:
+            data = vi.path.read_bytes()
+            model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
+            parts.append(data)
+            offset = len(data)
+        fx_headers = []
+        for fx in fxs:
+            raw = self.ctx.fixture_bytes(fx)
+            arr = W.canonical(fx.array)
+            fx_headers.append({"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": arr.dtype.str,
+                               "shape": list(arr.shape), "offset": offset, "nbytes": len(raw)})
+            parts.append(raw)
+            offset += len(raw)
+        header = {"type": "run", "host": self.spec.name, "variant": vi.name, "variant_id": vi.variant_id,
+                  "model": model, "session": self.ctx.session, "fixtures": fx_headers, "return_tensors": True,
+                  "allow_fallback": self.ctx.allow_fallback, "repeat": 1}
+        return header, parts
+
+    def _rows(self, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
+        fid = h["fixture_id"]
+        rk = run_key(vi.variant_id, fid, self.fingerprint_id, self.ctx.skey)
+        rows = []
+        for o in h["outputs"]:
+            tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
+            rows.append({"run_key": rk, "host": self.spec.name, "fingerprint_id": self.fingerprint_id,
+                         "session_key": self.ctx.skey, "session_options": self.ctx.session_json,
+                         "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
+                         "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
+                         "tensor": tensor, "providers": providers})
+        return rows
+
+    def _drive(self, client, tasks: "queue.Queue") -> None:
+        while not self.stop.is_set():
+            try:
+                vi, fxs = tasks.get_nowait()
+            except queue.Empty:
+                return
+            header, payload = self._job(vi, fxs)
+            pending = {fx.fixture_id: fx for fx in fxs}
+            order = [fx.fixture_id for fx in fxs]
+            providers: list = []
+            try:
+                for h, p in client.request(header, payload):
+                    t = h.get("type")
+                    if t == "session":
+                        providers = h["providers"]
+                        with self.lock:
+                            if providers not in self.summary.providers:
+                                self.summary.providers.append(providers)
+                    elif t == "result":
+                        self.writer.add(self._rows(vi, h, p, providers))
+                        pending.pop(h["fixture_id"], None)
+                        with self.lock:
+                            self.summary.ran += 1
+                        if self.bar is not None:
+                            self.bar.update(1)
+                    elif t == "error":
+                        fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
+                        where = f", fixture {fixture_label(fx)}" if fx else ""
+                        self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
+                        if h.get("stage") in ("session", "providers", "model"):
+                            continue
+            except Exception as exc:
+                from quantbench.hosts.local import WorkerDied
+
+                self.writer.flush()
+                in_flight = next((f for f in order if f in pending), None)
+                where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
+                msg = str(exc) if isinstance(exc, (WorkerDied, UserError)) else f"{type(exc).__name__}: {exc}"
+                if self.spec.kind == "ssh" and isinstance(exc, WorkerDied) and exc.returncode == 255:
+                    from quantbench.hosts.ssh import unreachable_message
+
+                    msg = unreachable_message(self.spec.name, self.spec.options.get("address", ""), exc.stderr)
+                self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
+                self.stop.set()
+                return
+            self.writer.flush()
+
+    # -- host side
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        try:
+            self._run()
+        except UserError as exc:
+            self._error(str(exc) if str(exc).startswith("host ") else f"host {self.spec.name}: {exc}")
+        except Exception as exc:  # keep the other hosts going; report this one
+            self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
+        finally:
+            self.writer.flush()
+            if self.bar is not None:
+                self.bar.close()
+            self.summary.seconds = time.monotonic() - t0
+
+    def _start_and_fingerprint(self):
+        from quantbench.hosts.local import WorkerDied
+
+        client = self.host.start()
+        try:
+            fp, fid, providers = self._fingerprint(client)
+        except WorkerDied as exc:
+            client.kill()
+            if self.spec.kind == "ssh":
+                from quantbench.hosts.ssh import unreachable_message
+
+                raise UserError(unreachable_message(self.spec.name, self.spec.options.get("address", ""), exc.stderr)) from None
+            raise UserError(f"host {self.spec.name}: {exc}") from None
+        except BaseException:
+            client.kill()
+            raise
+        return client, fp, fid
+
+    def _run(self) -> None:
+        ctx = self.ctx
+        if self.spec.kind == "imported":
+            from quantbench.hosts.imported import merge_imported
+
+            merged = merge_imported(self.host, ctx, self.summary)
+            self.fingerprint_id = merged
+            return
+        client, fp, fid = self._start_and_fingerprint()
+        clients = [client]
+        try:
+            self.fingerprint_id = fid
+            self.summary.fingerprint_id = fid
+            ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
+            if self.spec.kind == "emulated" and ort_v != ctx.local_ort and not ctx.allow_version_mismatch:
+                raise UserError(f"host {self.spec.name}: emulated onnxruntime {ort_v} differs from the local "
+                                f"{ctx.local_ort} (a confound); rerun `quantbench hosts setup {self.spec.name}` "
+                                f"or pass --allow-version-mismatch")
+            tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root)
+            done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
+            work = []
+            for vi in ctx.variants:
+                todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
+                        if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
+                self.summary.cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
+                if todo:
+                    work.append((vi, todo))
+            total = sum(len(t) for _, t in work)
+            self.summary.planned = total
+            if not total:
+                return
+            n = max(1, min(self.n_workers, total))
+            tasks: queue.Queue = queue.Queue()
+            for vi, todo in work:
+                k = max(1, min(n, len(todo)))
+                size = -(-len(todo) // k)
+                for i in range(0, len(todo), size):
+                    tasks.put((vi, todo[i:i + size]))
+            if ctx.progress:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
+                                unit="fixture", file=sys.stderr, dynamic_ncols=True)
+            threads = []
+            for i in range(1, n):
+                c, fp2, fid2 = self._start_and_fingerprint()
+                clients.append(c)
+                if fid2 != fid:
+                    raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
+                                    f"({fid[:12]} vs {fid2[:12]}); run with --jobs 1")
+            for c in clients:
+                th = threading.Thread(target=self._drive, args=(c, tasks), daemon=True)
+                th.start()
+                threads.append(th)
+            for th in threads:
+                th.join()
+        finally:
+            for c in clients:
+                c.close()
+
+
+class _Context:
+    def __init__(self, variants, fixtures, session, root, allow_fallback, allow_version_mismatch, progress):
+        self.variants = variants
+        self.fixtures = fixtures
+        self.fixtures_by_id = {fx.fixture_id: fx for fx in fixtures}
+        self.session = session
+        self.session_json = canonical_json(session)
+        self.skey = session_key(session)
+        self.root = Path(root)
+        self.allow_fallback = allow_fallback
+        self.allow_version_mismatch = allow_version_mismatch
+        self.progress = progress
+        self.local_ort = local_ort_version()
+        self._bytes: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+        self.fixtures_for = {vi.variant_id: [fx for fx in fixtures if _fits(fx, vi)] for vi in variants}
+
+    def fixture_bytes(self, fx) -> bytes:
+        with self._lock:
+            b = self._bytes.get(fx.fixture_id)
+            if b is None:
+                b = self._bytes[fx.fixture_id] = W.tensor_bytes(fx.array)
+            return b
+
+
+def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, allow_fallback=False,
+              allow_version_mismatch=False, progress=True, tables_root=TABLES_DIR, jobs=None,
+              preprocess: dict | None = None, raise_on_error: bool = True) -> RunSummary:
+    """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
+
+    `host_names`: names (see registry.resolve_hosts) or HostSpecs. `variants`: objects
+    with .name, .path, .model, .recipe. `fixtures`: quantbench.fixtures.Fixture list; a
+    variant runs the fixtures whose input name and shape match its single input.
+    Writes the fixtures, models, hosts and outputs tables under `tables_root`.
+    Finished work is skipped (cache by run_key); every finished result is kept when
+    something fails, and then RunFailed (a UserError) is raised after all hosts ended
+    (unless raise_on_error=False: the errors are in the summary).
+    """
+    specs = [h if isinstance(h, HostSpec) else None for h in host_names]
+    names = [h for h in host_names if not isinstance(h, HostSpec)]
+    resolved = iter(resolve_hosts(names, hosts_file) if names else [])
+    specs = [s if s is not None else next(resolved) for s in specs]
+    if not variants:
+        raise UserError("no model variants to run; run `quantbench calibrate` first or pass --variants")
+    if not fixtures:
+        raise UserError("no fixtures to run; check --fixtures/--split/--limit")
+    sess = normalize_session(session)
+    infos = []
+    seen = set()
+    for v in variants:
+        vi = variant_info(v)
+        if vi.variant_id not in seen:
+            seen.add(vi.variant_id)
+            infos.append(vi)
+    uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
+    ctx = _Context(infos, uniq, sess, tables_root, allow_fallback, allow_version_mismatch, progress)
+    for vi in infos:
+        if not ctx.fixtures_for[vi.variant_id]:
+            shapes = sorted({f"{fx.input_name}{list(fx.array.shape)}" for fx in uniq})
+            raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) "
+                            f"{vi.inputs}; fixtures are {', '.join(shapes[:4])}")
+    # Every host must be runnable before anything starts.
+    for spec in specs:
+        ok, msg = make_host(spec).ready()
+        if not ok:
+            raise UserError(f"host {spec.name}: {msg}")
+    root = Path(tables_root)
+    tables.append("fixtures", [fx.row(preprocess or getattr(fx, "preprocess", None) or {}) for fx in uniq], root=root)
+    tables.append("models", [vi.row() for vi in infos], root=root)
+
+    slots = jobs or os.cpu_count() or 1
+    runnable = [s for s in specs if s.kind != "imported"]
+    per_host = max(1, slots // max(1, len(runnable)))
+    runs = [_HostRun(spec, ctx, i, per_host) for i, spec in enumerate(specs)]
+    sem = threading.Semaphore(max(1, slots))
+
+    def go(r):
+        with sem:
+            r.run()
+
+    threads = [threading.Thread(target=go, args=(r,), daemon=True) for r in runs]
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            while th.is_alive():
+                th.join(timeout=0.2)
+    except KeyboardInterrupt:
+        for r in runs:
+            r.stop.set()
+        for th in threads:
+            th.join(timeout=30)
+        raise
+    summary = RunSummary([r.summary for r in runs], infos, [fx.fixture_id for fx in uniq], sess, ctx.skey, root)
+    if summary.errors and raise_on_error:
+        first = summary.errors[0]
+        more = f" (and {len(summary.errors) - 1} more)" if len(summary.errors) > 1 else ""
+        raise RunFailed(f"{first}{more}; finished results are kept in {root}, rerun to resume", summary)
+    return summary

@@ -1,0 +1,67 @@
+"""`ssh` hosts: a real machine reached through the user's own OpenSSH client.
+
+`ssh` runs as a subprocess with the user's config, agent and known_hosts; host key
+checking stays on and BatchMode=yes means we never prompt for or handle a password.
+The remote needs only python3 with numpy and onnxruntime: a one-line bootstrap reads
+the worker's source from the connection, then the worker reads its jobs (models and
+input tensors travel the same way), so nothing is installed on the remote.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass
+
+from quantbench.errors import UserError
+from quantbench.hosts.local import WORKER_PATH, ProcessHost
+
+BOOTSTRAP = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
+    "exec(compile(b.read(n),'quantbench-worker.py','exec'),{'__name__':'__main__'})"
+)
+
+
+def remote_command(python: str = "python3") -> str:
+    """The command line the remote shell runs: python -c BOOTSTRAP."""
+    return f"{shlex.quote(python)} -c {shlex.quote(BOOTSTRAP)}"
+
+
+def worker_preamble() -> bytes:
+    src = WORKER_PATH.read_bytes()
+    return f"{len(src)}\n".encode("ascii") + src
+
+
+@dataclass
+class SSHHost(ProcessHost):
+    """Options: address (user@host or an ssh config alias), python (default python3),
+    ssh_options (extra arguments for ssh, e.g. ["-F", "cfg", "-p", "2222"]), ssh (the client binary)."""
+
+    def argv(self) -> list[str]:
+        ssh = self.options.get("ssh") or "ssh"
+        check_address(self.options.get("address", ""))
+        return [ssh, *self.options.get("ssh_options", []), "-T", "-o", "BatchMode=yes",
+                self.options["address"], remote_command(self.options.get("python") or "python3")]
+
+    def ready(self):
+        ssh = self.options.get("ssh") or "ssh"
+        if shutil.which(ssh) is None:
+            return False, f"the OpenSSH client {ssh!r} is not installed (apt-get install openssh-client)"
+        return True, f"ssh {self.options['address']} (connects on use; `quantbench hosts check {self.name}` tests it)"
+
+    def command(self):
+        return self.argv(), None, worker_preamble()
+
+    def describe(self) -> str:
+        return f"ssh {self.options['address']}"
+
+
+def unreachable_message(host: str, address: str, stderr: str) -> str:
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    msg = lines[-1] if lines else "no message"
+    return f"host {host}: ssh {address} failed: {msg}"
+
+
+def check_address(address: str) -> None:
+    if not address or address.startswith("-"):
+        raise UserError(f"ssh address {address!r}: expected user@host or an ssh config alias")
