@@ -13,6 +13,7 @@ release) read variants only through this module.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -92,3 +93,85 @@ def fp32_variant(model_path: str | os.PathLike) -> Variant:
     return Variant(name="fp32", path=path, model=model,
                    recipe={"variant": "fp32", "method": "fp32", "model": model,
                            "source_model": str(path), "source_sha256": sha256_file(path)})
+
+
+# ---- writing (used by `quantbench calibrate`) -------------------------------------------
+
+def write_index(folder: str | os.PathLike, variants: list[Variant]) -> Path:
+    """folder/index.json, written last, so a folder with an index is complete."""
+    from quantbench.fsutil import atomic_write_json
+
+    folder = Path(folder)
+    entries = [{"name": v.name, "file": Path(v.path).name,
+                "recipe_file": Path(v.path).with_name(Path(v.path).stem + ".recipe.json").name} for v in variants]
+    return atomic_write_json(folder / INDEX_FILE, entries)
+
+
+def write_latest(folder: str | os.PathLike, model: str, results_dir: str | os.PathLike = "results") -> Path:
+    """results/variants/latest.json -> `folder` (relative when it lies under results/variants)."""
+    from quantbench.fsutil import atomic_write_json
+
+    vdir = Path(results_dir) / "variants"
+    folder = Path(folder)
+    try:
+        rel = os.path.relpath(os.path.abspath(folder), os.path.abspath(vdir))
+        stored = rel if not rel.startswith("..") else os.path.abspath(folder)
+    except ValueError:
+        stored = os.path.abspath(folder)
+    return atomic_write_json(vdir / LATEST_FILE, {"model": model, "folder": stored})
+
+
+@contextlib.contextmanager
+def staging_folder(dest: str | os.PathLike):
+    """A fresh temporary folder beside `dest`, removed afterwards whatever happens."""
+    import shutil
+    import tempfile
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the published folder gets normal permissions
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _folder_digest(folder: Path) -> dict[str, str]:
+    from quantbench.fsutil import sha256_file
+
+    return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool = False, what: str = "variants") -> str:
+    """Move the completely written `tmp` onto `dest`.
+
+    Returns "new", "unchanged" (dest already held identical files) or "replaced".
+    A dest holding different files is refused unless `force`.
+    """
+    import shutil
+    import tempfile
+
+    tmp, dest = Path(tmp), Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest}: exists and is not a folder; remove it or choose another --out")
+    if dest.is_dir() and any(dest.iterdir()):
+        old, new = _folder_digest(dest), _folder_digest(tmp)
+        if old == new:
+            return "unchanged"
+        if not force:
+            differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise UserError(f"{dest}: already holds different {what} ({', '.join(differ[:3])}"
+                            f"{' ...' if len(differ) > 3 else ''} differ); pass --force to replace them, "
+                            "or choose another --out / --name")
+        trash = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
+        os.replace(dest, trash / "x")
+        os.replace(tmp, dest)
+        shutil.rmtree(trash, ignore_errors=True)
+        return "replaced"
+    if dest.is_dir():
+        dest.rmdir()
+    os.replace(tmp, dest)
+    return "new"

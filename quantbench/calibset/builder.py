@@ -1,0 +1,359 @@
+"""Select a calibration set stratified by object density x lighting.
+
+Strata:
+  density   "negative" (no labelled object: the hard negatives) or "litter";
+            with count_bins, litter splits by object count, e.g. count_bins=[3]
+            gives "litter-1-2" and "litter-3+".
+  lighting  "dark" if the image's luminance is below the median luminance of
+            its density class, else "bright" (so each class splits in half by
+            its own lighting, not the corpus's).
+Luminance is measured, not taken from the labels: the mean Rec. 709 luma of
+the decoded 8-bit RGB pixels, 0.2126 R + 0.7152 G + 0.0722 B
+(quantbench.preprocess.luminance).
+
+The pool is every labelled image outside the "eval" split; no pool image may
+have the same bytes (SHA-256) as an evaluation image. Each cell gets `per_cell`
+images drawn with sklearn.utils.resample (without replacement) from the cell's
+candidates sorted by SHA-256, with one RandomState(seed) across cells in sorted
+cell order: the selection depends only on the image bytes, labels and seed,
+never on the order of the labels file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.errors import UserError
+from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
+
+BUNDLED_IMAGES = "bundled:corpus/images"
+MANIFEST = "manifest.parquet"
+RECIPE = "recipe.json"
+LUMA_FORMULA = "mean over pixels of 0.2126 R + 0.7152 G + 0.0722 B (Rec. 709 luma of decoded 8-bit RGB, 0..255)"
+
+
+@dataclass
+class Candidate:
+    image: str            # path relative to the images folder
+    path: Path
+    objects: int
+    split: str
+    sha256: str = ""
+    luminance: float | None = None
+    density: str = ""
+    error: str = ""
+
+
+@dataclass
+class CalibSet:
+    name: str
+    rows: list[dict]
+    recipe: dict
+    cells: list[dict] = field(default_factory=list)
+
+    @property
+    def selected(self) -> list[dict]:
+        return [r for r in self.rows if r["status"] == "selected"]
+
+
+def images_root_token(images_dir: Path) -> str:
+    """How the manifest names the images folder: a token for the bundled corpus, else absolute."""
+    if images_dir.resolve() == CORPUS_IMAGES.resolve():
+        return BUNDLED_IMAGES
+    return os.path.abspath(images_dir)
+
+
+def resolve_images_root(token: str) -> Path:
+    return CORPUS_IMAGES if token == BUNDLED_IMAGES else Path(token)
+
+
+def density_label(objects: int, count_bins: Sequence[int]) -> str:
+    if objects <= 0:
+        return "negative"
+    if not count_bins:
+        return "litter"
+    edges = [1, *sorted(count_bins)]
+    for lo, hi in zip(edges, edges[1:]):
+        if lo <= objects < hi:
+            return f"litter-{lo}" if hi - lo == 1 else f"litter-{lo}-{hi - 1}"
+    return f"litter-{edges[-1]}+"
+
+
+def density_classes(count_bins: Sequence[int]) -> list[str]:
+    if not count_bins:
+        return ["litter", "negative"]
+    edges = [1, *sorted(count_bins)]
+    labels = [density_label(lo, count_bins) for lo in edges]
+    return sorted(set(labels)) + ["negative"]
+
+
+def _read_csv(labels: Path, images_dir: Path) -> list[Candidate]:
+    try:
+        with open(labels, newline="") as fh:
+            reader = csv.DictReader(fh)
+            fields = [f.strip() for f in (reader.fieldnames or [])]
+            if "image" not in fields or "density" not in fields:
+                raise UserError(f"{labels}: CSV needs 'image' and 'density' columns (has {fields})")
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"{labels}: not a readable CSV ({exc})") from None
+    out = []
+    for i, r in enumerate(rows, start=2):
+        r = {k.strip(): (v or "").strip() for k, v in r.items() if k}
+        d = r["density"].lower()
+        if d in ("negative", "neg", "hard-negative", "hard_negative"):
+            n = 0
+        elif d in ("litter", "positive"):
+            n = 1
+        else:
+            try:
+                n = int(d)
+            except ValueError:
+                raise UserError(f"{labels}:{i}: density {r['density']!r} is not a count or litter/negative") from None
+        path = images_dir / r["image"]
+        if not path.exists():
+            raise UserError(f"{labels}: references missing image {path}")
+        out.append(Candidate(image=r["image"], path=path, objects=n, split=r.get("split", "")))
+    return out
+
+
+def _read_coco(labels: Path, images_dir: Path) -> list[Candidate]:
+    from quantbench.fixtures import annotations_by_image, load_coco
+
+    coco = load_coco(labels, images_dir)
+    anns = annotations_by_image(coco)
+    out = []
+    for im in coco["images"]:
+        n = len(anns.get(im["id"], []))
+        if im.get("negative") is True and n:
+            raise UserError(f"{labels}: image {im['file_name']} is marked negative but has {n} annotations")
+        out.append(Candidate(image=im["file_name"], path=images_dir / im["file_name"], objects=n,
+                             split=str(im.get("split", ""))))
+    return out
+
+
+def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLike | None = None) -> tuple[list[Candidate], Path, Path]:
+    """(candidates, labels path, images folder): COCO JSON, or CSV with image and density columns."""
+    labels_path = Path(labels) if labels is not None else CORPUS_LABELS
+    if not labels_path.exists():
+        raise UserError(f"{labels_path}: labels file not found")
+    if images is not None:
+        images_dir = Path(images)
+    elif labels_path.resolve() == CORPUS_LABELS.resolve():
+        images_dir = CORPUS_IMAGES
+    elif labels_path.suffix.lower() == ".csv":
+        images_dir = labels_path.parent
+    else:
+        images_dir = labels_path.parent / "images"
+    if not images_dir.is_dir():
+        raise UserError(f"{images_dir}: images folder not found; pass --images")
+    if labels_path.suffix.lower() == ".csv":
+        cands = _read_csv(labels_path, images_dir)
+    else:
+        cands = _read_coco(labels_path, images_dir)
+    if not cands:
+        raise UserError(f"{labels_path}: lists no images")
+    return cands, labels_path, images_dir
+
+
+def _eval_hashes(cands: list[Candidate], check_bundled: bool, labels_path: Path) -> dict[str, str]:
+    out = {}
+    for c in cands:
+        if c.split == "eval":
+            out.setdefault(sha256_file(c.path), str(c.path))
+    if check_bundled and CORPUS_LABELS.exists() and labels_path.resolve() != CORPUS_LABELS.resolve():
+        try:
+            bundled, _, _ = read_labels(CORPUS_LABELS, CORPUS_IMAGES)
+        except UserError:
+            bundled = []
+        for c in bundled:
+            if c.split == "eval":
+                out.setdefault(sha256_file(c.path), str(c.path))
+    return out
+
+
+def build(name: str, labels: str | os.PathLike | None = None, images: str | os.PathLike | None = None,
+          per_cell: int = 12, seed: int = 0, count_bins: Sequence[int] = (), allow_short: bool = False,
+          skip_bad: bool = False, spec: dict | None = None, model: str | None = None,
+          check_bundled_eval: bool = True, progress: bool = False) -> CalibSet:
+    """Select the calibration set (nothing is written; see `write`)."""
+    from sklearn.utils import check_random_state, resample
+    from tqdm import tqdm
+
+    from quantbench.preprocess import load_rgb, luminance
+
+    if per_cell < 1:
+        raise UserError(f"--per-cell: must be at least 1 (got {per_cell})")
+    if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
+        raise UserError(f"--count-bins: object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
+    count_bins = sorted(count_bins)
+    cands, labels_path, images_dir = read_labels(labels, images)
+    eval_sha = _eval_hashes(cands, check_bundled_eval, labels_path)
+    pool = sorted((c for c in cands if c.split != "eval"), key=lambda c: c.image)
+    if not pool:
+        raise UserError(f"{labels_path}: every image is in the eval split; nothing left to calibrate on")
+
+    skipped, seen, dup = [], {}, 0
+    for c in tqdm(pool, desc="calibration set: measuring luminance", unit="img", disable=not progress,
+                  file=__import__("sys").stderr, dynamic_ncols=True):
+        try:
+            c.sha256 = sha256_file(c.path)
+        except OSError as exc:
+            if not skip_bad:
+                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass --skip-bad") from None
+            c.error = f"not readable ({exc.strerror or exc})"
+            skipped.append(c)
+            continue
+        if c.sha256 in eval_sha:
+            raise UserError(f"{c.path}: same bytes as evaluation image {eval_sha[c.sha256]} "
+                            f"(SHA-256 {c.sha256[:12]}...); calibration must not overlap the eval split, "
+                            "remove the duplicate from the labels")
+        try:
+            rgb = load_rgb(c.path)
+        except UserError as exc:
+            if not skip_bad:
+                raise UserError(f"{exc}; fix or remove it, or pass --skip-bad") from None
+            c.error = str(exc).split(": ", 1)[-1]
+            skipped.append(c)
+            continue
+        if c.sha256 in seen:
+            dup += 1
+            continue
+        seen[c.sha256] = c
+        c.luminance = luminance(rgb)
+        c.density = density_label(c.objects, count_bins)
+    usable = list(seen.values())
+
+    # lighting: split each density class at its own median luminance
+    classes = density_classes(count_bins)
+    medians: dict[str, float | None] = {}
+    by_cell: dict[str, list[Candidate]] = {}
+    for d in classes:
+        members = [c for c in usable if c.density == d]
+        med = float(np.median([c.luminance for c in members])) if members else None
+        medians[d] = med
+        for c in members:
+            light = "dark" if c.luminance < med else "bright"
+            by_cell.setdefault(f"{d}/{light}", []).append(c)
+    cells = sorted(f"{d}/{light}" for d in classes for light in ("bright", "dark"))
+
+    rs = check_random_state(seed)
+    rows, cell_info, short = [], [], []
+    for cell in cells:
+        members = sorted(by_cell.get(cell, []), key=lambda c: (c.sha256, c.image))
+        k = min(per_cell, len(members))
+        chosen = list(resample(members, replace=False, n_samples=k, random_state=rs)) if k else []
+        if len(members) < per_cell:
+            short.append((cell, len(members)))
+        info = {"cell": cell, "wanted": per_cell, "available": len(members), "selected": k,
+                "shortfall": per_cell - k,
+                "luma_min": min((c.luminance for c in chosen), default=None),
+                "luma_max": max((c.luminance for c in chosen), default=None),
+                "pool_luma_min": min((c.luminance for c in members), default=None),
+                "pool_luma_max": max((c.luminance for c in members), default=None)}
+        cell_info.append(info)
+        for c in sorted(chosen, key=lambda c: c.image):
+            rows.append(_row(c, cell, seed, "selected", "", per_cell, len(members)))
+    if short and not allow_short:
+        detail = ", ".join(f"{cell} has {n}" for cell, n in short)
+        raise UserError(f"{labels_path}: too few candidates for {per_cell} per cell ({detail}); "
+                        "lower --per-cell, add images, or pass --allow-short to record the shortfall")
+    for c in skipped:
+        rows.append(_row(c, "", seed, "skipped", c.error, per_cell, 0))
+
+    recipe = {
+        "name": name,
+        "labels": str(labels_path) if labels_path.resolve() != CORPUS_LABELS.resolve() else "bundled:corpus/labels.json",
+        "labels_sha256": sha256_file(labels_path),
+        "images_dir": images_root_token(images_dir),
+        "per_cell": per_cell,
+        "seed": seed,
+        "count_bins": count_bins,
+        "selection": "sklearn.utils.resample(replace=False) per cell, candidates sorted by SHA-256, "
+                     "one RandomState(seed) across cells in sorted order",
+        "strata": {"density": classes, "lighting": ["dark (< class median)", "bright (>= class median)"]},
+        "luminance": LUMA_FORMULA,
+        "lighting_medians": medians,
+        "excluded_split": "eval",
+        "eval_images_checked": len(eval_sha),
+        "pool": len(pool),
+        "duplicates_dropped": dup,
+        "skipped_bad": len(skipped),
+        "selected": len([r for r in rows if r["status"] == "selected"]),
+        "allow_short": allow_short,
+        "cells": cell_info,
+        "model": model,
+        "preprocess": spec,
+    }
+    return CalibSet(name=name, rows=rows, recipe=recipe, cells=cell_info)
+
+
+def _row(c: Candidate, cell: str, seed: int, status: str, note: str, wanted: int, available: int) -> dict:
+    density, _, lighting = cell.partition("/")
+    return {"path": c.image, "sha256": c.sha256, "split": c.split, "objects": c.objects,
+            "density": density or c.density, "luminance": c.luminance, "lighting": lighting, "cell": cell,
+            "seed": seed, "status": status, "note": note, "cell_wanted": wanted, "cell_available": available}
+
+
+def manifest_bytes(rows: list[dict]) -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+
+    from quantbench import tables
+
+    table = tables.to_arrow("calib_manifest", rows)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=False)
+    return buf.getvalue()
+
+
+def write_files(calset: CalibSet, folder: Path) -> dict:
+    """Write manifest.parquet then recipe.json (with the manifest's hash) into `folder`."""
+    from quantbench.fsutil import sha256_bytes
+
+    data = manifest_bytes(calset.rows)
+    with atomic_path(folder / MANIFEST) as tmp:
+        tmp.write_bytes(data)
+    recipe = dict(calset.recipe, manifest_sha256=sha256_bytes(data))
+    atomic_write_json(folder / RECIPE, recipe)
+    calset.recipe = recipe
+    return recipe
+
+
+def write(calset: CalibSet, root: str | os.PathLike = CALIB_SETS_DIR, force: bool = False) -> Path:
+    """calib_sets/<name>/ written completely in a temporary folder, then moved into place."""
+    from quantbench.variants import publish_folder, staging_folder
+
+    dest = Path(root) / calset.name
+    with staging_folder(dest) as tmp:
+        write_files(calset, tmp)
+        publish_folder(tmp, dest, force=force, what="calibration set")
+    return dest
+
+
+def load(folder: str | os.PathLike) -> tuple[list[Path], dict, "object"]:
+    """(selected image paths, recipe, manifest table) of a written calibration set."""
+    import pyarrow.parquet as pq
+
+    folder = Path(folder)
+    mpath, rpath = folder / MANIFEST, folder / RECIPE
+    if not mpath.exists() or not rpath.exists():
+        raise UserError(f"{folder}: not a calibration set (needs {MANIFEST} and {RECIPE}); run `quantbench calibrate`")
+    try:
+        recipe = json.loads(rpath.read_text())
+        table = pq.read_table(mpath)
+    except Exception as exc:
+        raise UserError(f"{folder}: unreadable calibration set ({exc})") from None
+    root = resolve_images_root(recipe["images_dir"])
+    rows = table.to_pylist()
+    paths = [root / r["path"] for r in rows if r["status"] == "selected"]
+    return paths, recipe, table
