@@ -55,7 +55,8 @@ GRAPH_OPT_LEVELS = ("disabled", "basic", "extended", "all")
 def canonical(arr: "np.ndarray") -> "np.ndarray":
     """The array as C-contiguous little-endian (the byte order every host hashes)."""
     arr = np.asarray(arr)
-    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<"))
+    # astype keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
+    return arr.astype(arr.dtype.newbyteorder("<"), order="C", copy=False)
 
 
 def tensor_header(arr: "np.ndarray") -> bytes:

@@ -1,0 +1,201 @@
+"""The worker protocol, input verification, provider read-back and the fingerprint, against real onnxruntime."""
+
+import hashlib
+import struct
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from hosts_helpers import gather_model, matmul_model
+from quantbench.hosts import worker as W
+from quantbench.hosts.local import LocalHost
+
+
+@pytest.fixture(scope="module")
+def client():
+    c = LocalHost("local", "local").start()
+    yield c
+    c.close()
+
+
+def _job(model_path, arrays, session=None, sha=None, **extra):
+    parts, fxs, off = [], [], 0
+    for i, a in enumerate(arrays):
+        raw = W.tensor_bytes(a)
+        fxs.append({"fixture_id": W.tensor_sha256(a), "sha256": (sha[i] if sha else None) or W.tensor_sha256(a),
+                    "input_name": "x", "dtype": a.dtype.str, "shape": list(a.shape), "offset": off, "nbytes": len(raw)})
+        parts.append(raw)
+        off += len(raw)
+    header = {"type": "run", "host": "h1", "variant": "v1", "model": {"path": str(model_path)},
+              "session": session or {}, "fixtures": fxs}
+    header.update(extra)
+    return header, parts
+
+
+def test_canonical_hash_is_documented_encoding():
+    a = np.arange(6, dtype=">i4").reshape(2, 3)  # big-endian input hashes as little-endian
+    raw = np.arange(6, dtype="<i4").tobytes()
+    assert W.tensor_sha256(a) == hashlib.sha256(b"<i4|2,3|" + raw).hexdigest()
+    assert W.tensor_sha256(np.float32(1.5)) == hashlib.sha256(b"<f4||" + np.float32(1.5).tobytes()).hexdigest()
+    back = W.tensor_from_bytes(W.tensor_bytes(a), "<i4", [2, 3])
+    assert back.tolist() == a.tolist()
+
+
+def test_outputs_match_direct_onnxruntime(tmp_path, client):
+    model = matmul_model(tmp_path / "m.onnx")
+    xs = [np.random.RandomState(i).rand(1, 16).astype(np.float32) for i in range(3)]
+    header, payload = _job(model, xs)
+    frames = list(client.request(header, payload))
+    assert frames[0][0]["type"] == "session" and frames[0][0]["providers"] == ["CPUExecutionProvider"]
+    results = [f for f in frames if f[0]["type"] == "result"]
+    assert [h["fixture_id"] for h, _ in results] == [W.tensor_sha256(x) for x in xs]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    for (h, p), x in zip(results, xs):
+        want = sess.run(None, {"x": x})
+        assert [o["name"] for o in h["outputs"]] == ["logits", "probs"]
+        for o, w in zip(h["outputs"], want):
+            got = W.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"], o["shape"])
+            assert o["sha256"] == W.tensor_sha256(w) == W.tensor_sha256(got)
+            assert np.array_equal(got, w)
+
+
+def test_model_bytes_repeat_and_output_subset(tmp_path, client):
+    model = matmul_model(tmp_path / "m.onnx")
+    data = model.read_bytes()
+    x = np.ones((1, 16), np.float32)
+    header, parts = _job(model, [x], repeat=3, output_names=["probs"], return_tensors=False)
+    header["model"] = {"offset": 0, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    for f in header["fixtures"]:
+        f["offset"] += len(data)
+    results = [h for h, _ in client.request(header, [data] + parts) if h["type"] == "result"]
+    assert [r["repeat"] for r in results] == [0, 1, 2]
+    assert all([o["name"] for o in r["outputs"]] == ["probs"] and "offset" not in r["outputs"][0] for r in results)
+    assert len({r["outputs"][0]["sha256"] for r in results}) == 1
+
+
+def test_input_hash_mismatch_is_an_error(tmp_path, client):
+    model = matmul_model(tmp_path / "m.onnx")
+    x = np.ones((1, 16), np.float32)
+    header, payload = _job(model, [x], sha=["0" * 64])
+    frames = [h for h, _ in client.request(header, payload)]
+    assert [f["type"] for f in frames] == ["error"]
+    assert frames[0]["stage"] == "input" and "SHA-256 mismatch" in frames[0]["message"]
+    assert frames[0]["host"] == "h1" and frames[0]["variant"] == "v1" and frames[0]["fixture_id"] == W.tensor_sha256(x)
+
+
+def test_unresolved_provider_is_reported_not_replaced(tmp_path, client):
+    model = matmul_model(tmp_path / "m.onnx")
+    x = np.ones((1, 16), np.float32)
+    session = {"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    frames = [h for h, _ in client.request(*_job(model, [x], session=session))]
+    assert [f["type"] for f in frames] == ["error"]
+    assert frames[0]["stage"] == "providers" and "CUDAExecutionProvider" in frames[0]["message"]
+    ok = [h for h, _ in client.request(*_job(model, [x], session=session, allow_fallback=True))]
+    assert ok[0]["type"] == "session" and ok[0]["providers"] == ["CPUExecutionProvider"]
+    assert ok[1]["type"] == "result"
+
+
+def test_run_time_exception_names_fixture_and_keeps_earlier_results(tmp_path, client):
+    model = gather_model(tmp_path / "g.onnx")
+    xs = []
+    for v in (1, 2, 9, 3):  # 9 is out of range for Gather over 4 elements
+        a = np.zeros((1, 16), np.float32)
+        a[0, 0] = v
+        xs.append(a)
+    frames = [h for h, _ in client.request(*_job(model, xs))]
+    assert [f["type"] for f in frames] == ["session", "result", "result", "error"]
+    assert frames[-1]["stage"] == "run" and frames[-1]["fixture_id"] == W.tensor_sha256(xs[2])
+    assert frames[-1]["host"] == "h1" and frames[-1]["variant"] == "v1"
+
+
+def test_bad_session_option_and_unknown_request(tmp_path, client):
+    model = matmul_model(tmp_path / "m.onnx")
+    frames = [h for h, _ in client.request(*_job(model, [np.ones((1, 16), np.float32)], session={"threads": 2}))]
+    assert frames[0]["type"] == "error" and "unknown session option 'threads'" in frames[0]["message"]
+    frames = [h for h, _ in client.request({"type": "bogus"})]
+    assert frames[0]["type"] == "error" and frames[0]["stage"] == "protocol"
+
+
+def test_fingerprint_fields_and_id(client):
+    from quantbench.hosts.runner import fingerprint_request
+
+    session = W.normalize_session({"config_entries": {"session.x64quantprecision": "1"}})
+    frames = [h for h, _ in client.request(*fingerprint_request("h1", session, False))]
+    fp = frames[0]
+    ident = fp["fingerprint"]["identity"]
+    assert ident["onnxruntime"]["version"] == ort.__version__
+    assert ident["numpy"] == np.__version__
+    assert ident["resolved_providers"] == ["CPUExecutionProvider"]
+    assert ident["session"]["config_entries"] == {"session.x64quantprecision": "1"}
+    assert ident["session_readback"]["config_entries"] == {"session.x64quantprecision": "1"}
+    assert ident["session"]["intra_op_num_threads"] == 1 and ident["isa_flags"]
+    assert fp["fingerprint_id"] == W.fingerprint_id(fp["fingerprint"])
+    # host-specific info does not change the id; a numerics field does
+    other = {"identity": ident, "info": dict(fp["fingerprint"]["info"], hostname="elsewhere")}
+    assert W.fingerprint_id(other) == fp["fingerprint_id"]
+    changed = {"identity": dict(ident, numpy="0.0"), "info": {}}
+    assert W.fingerprint_id(changed) != fp["fingerprint_id"]
+    assert len(fp["probe_sha256"]) == 1
+
+
+ARM_CPUINFO = """processor\t: 0
+BogoMIPS\t: 108.00
+Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x4
+CPU part\t: 0xd0b
+CPU revision\t: 1
+
+processor\t: 1
+Features\t: fp asimd
+CPU implementer\t: 0x41
+CPU architecture: 8
+CPU variant\t: 0x4
+CPU part\t: 0xd0b
+CPU revision\t: 1
+"""
+
+
+def test_cpuinfo_and_auxv_decoding(tmp_path):
+    info = W.read_cpuinfo(ARM_CPUINFO)
+    assert info["arm_cores"] == [{"CPU implementer": "0x41", "CPU architecture": "8", "CPU variant": "0x4",
+                                  "CPU part": "0xd0b", "CPU revision": "1"}]
+    assert "asimddp" in info["features"]
+    hwcap = (1 << 0) | (1 << 1) | (1 << 20)  # fp asimd asimddp
+    hwcap2 = (1 << 13) | (1 << 14) | (1 << 63)  # i8mm bf16 poe
+    auxv = tmp_path / "auxv"
+    auxv.write_bytes(struct.pack("<6Q", 6, 4096, W.AT_HWCAP, hwcap, W.AT_HWCAP2, hwcap2) + struct.pack("<2Q", 0, 0))
+    got = W.read_auxv(str(auxv))
+    assert got == {"hwcap": hwcap, "hwcap2": hwcap2}
+    assert W.decode_bits(hwcap, W.ARM64_HWCAP) == ["fp", "asimd", "asimddp"]
+    assert W.decode_bits(hwcap2, W.ARM64_HWCAP2) == ["i8mm", "bf16", "poe"]
+    assert W.decode_bits(1 << 70, ["a"]) == ["bit70"]
+    real = W.read_auxv()
+    assert "hwcap" in real  # this machine's kernel provides AT_HWCAP
+
+
+def test_worker_runs_without_quantbench_on_the_path(tmp_path):
+    """The worker source alone (as shipped to a bare host) answers a fingerprint request."""
+    import subprocess
+    import sys
+
+    from quantbench.hosts.runner import fingerprint_request
+
+    src = tmp_path / "worker.py"
+    src.write_bytes(open(W.__file__, "rb").read())
+    header, payload = fingerprint_request("bare", W.normalize_session(None), False)
+    import io
+
+    buf = io.BytesIO()
+    W.write_frame(buf, header, payload)
+    W.write_frame(buf, {"type": "end"})
+    p = subprocess.run([sys.executable, "-I", str(src)], input=buf.getvalue(), capture_output=True, cwd=tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    out = io.BytesIO(p.stdout)
+    first = W.read_frame(out)[0]
+    assert first["type"] == "fingerprint" and first["fingerprint"]["identity"]["arch"]
+    assert W.read_frame(out)[0]["type"] == "done"
