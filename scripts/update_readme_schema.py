@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Regenerate the README's schema section from quantbench/tables.py.
+
+    python3 scripts/update_readme_schema.py          # rewrite the section in README.md
+    python3 scripts/update_readme_schema.py --check  # exit 1 if README.md is out of date
+
+The section between `<!-- section:schema -->` and `<!-- /section:schema -->` is
+replaced by the output of `python -m quantbench.tables`; the rest of the README is
+left byte for byte.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+START, END = "<!-- section:schema -->", "<!-- /section:schema -->"
+
+
+def generated() -> str:
+    out = subprocess.run([sys.executable, "-m", "quantbench.tables"], cwd=ROOT, check=True,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return out.stdout.strip("\n")
+
+
+def replace_section(text: str, body: str) -> str:
+    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
+        raise SystemExit(f"{README}: expected one {START} ... {END} section")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    return f"{head}{START}\n{body}\n{END}{tail}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="only check; exit 1 if the README section is out of date")
+    args = ap.parse_args(argv)
+    text = README.read_text(encoding="utf-8")
+    new = replace_section(text, generated())
+    if args.check:
+        if new != text:
+            print(f"{README}: schema section out of date; run python3 scripts/update_readme_schema.py")
+            return 1
+        print(f"{README}: schema section up to date")
+        return 0
+    if new != text:
+        sys.path.insert(0, str(ROOT))
+        from quantbench.fsutil import atomic_write_text
+
+        atomic_write_text(README, new)
+        print(f"{README}: schema section updated")
+    else:
+        print(f"{README}: schema section already up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
