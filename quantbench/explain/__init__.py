@@ -1,0 +1,3 @@
+"""Explain a divergence: where (localize), which kernels ran (evidence), why
+(saturation lint), what fixes it (remedy matrix), against which noise floor
+(noise), and at what cost (latency and memory)."""

@@ -1,0 +1,218 @@
+"""Saturation lint: which host tiers an int8 model's weights can make diverge, without running it.
+
+Integer kernels differ by host in one place that changes bits: how products are
+summed before they reach the int32 accumulator.
+
+* x86 AVX2 (and AVX-512 without VNNI), U8S8: ``vpmaddubsw`` multiplies an unsigned
+  activation byte by a signed weight byte and adds *two adjacent K products* into a
+  saturating int16. With activations anywhere in [0, 255], a weight pair (w_i, w_j)
+  can saturate iff both have the same sign and 255 * (|w_i| + |w_j|) > 32767
+  (> 32768 for two negatives). Pairs of opposite sign cannot (each product alone
+  fits). S8S8 QDQ models count too: on x86 onnxruntime rewrites S8 activations to
+  U8 (``session.qdqisint8allowed`` defaults to off there), so they reach the same
+  kernel. VNNI (``vpdpbusd``), AMX and the SSE4.1 ``pmaddwd`` kernel are exact.
+* NEON-only ARM (Cortex-A53/A72: Raspberry Pi 3, Zero 2, 4), S8S8: ``smull`` +
+  ``smlal`` add two adjacent K products into int16; only (-128 x -128) + (-128 x -128)
+  = 32768 wraps, so a pair wraps iff both weights are -128 (and both activations
+  reach -128). U8 activations take the unsigned ``umull``/``uadalp`` path: exact.
+  Dot-product (UDOT/SDOT) and i8mm (UMMLA/SMMLA) kernels are exact.
+* Everywhere: the int32 accumulator is safe iff K x 255 x 128 < 2^31.
+
+"Adjacent" is how MLAS packs the reduction axis: K indices (2i, 2i+1) of the
+flattened reduction, an odd K padded with a zero. The reduction order is
+MatMul/Gemm B: rows of B (per output column); Conv: QLinearConv reorders the
+filter [M, C/g, kh, kw] to (kh, kw, C/g) with the channel fastest, per output
+channel. Depthwise convolutions (C/g == 1) use a per-element kernel and form no
+pairs.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+INT16_MAX = 32767
+INT32_LIMIT = 2**31
+GEMM_OPS = {"Conv", "MatMul", "Gemm"}
+# op -> (index of the weight input, index of the activation input, activation zero-point input or None)
+INTEGER_OPS = {
+    "QLinearConv": (3, 0, 2),
+    "QLinearMatMul": (3, 0, 2),
+    "MatMulInteger": (1, 0, 2),
+    "ConvInteger": (1, 0, 2),
+}
+
+
+@dataclass
+class LayerLint:
+    """One int8 weight tensor feeding one GEMM-like node."""
+
+    node: str
+    op_type: str
+    weight: str
+    shape: list
+    act_type: str            # uint8 | int8 | unknown
+    weight_type: str         # int8 | uint8
+    k: int                   # reduction length per output
+    pairs: int               # adjacent K pairs over all outputs
+    x86_saturating_pairs: int
+    neon_wrapping_pairs: int
+    int32_ok: bool
+    tiers: list = field(default_factory=list)   # host tiers that can diverge
+    reason: str = ""
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def pair_counts(wk: np.ndarray) -> tuple[int, int, int]:
+    """(pairs, x86 saturating pairs, NEON wrapping pairs) of int8 weights laid out [outputs, K].
+
+    Pairs are K indices (2i, 2i+1); an odd K is padded with a zero weight.
+    """
+    w = np.asarray(wk)
+    if w.ndim != 2:
+        raise ValueError("weights must be [outputs, K]")
+    w = w.astype(np.int32)
+    if w.shape[1] % 2:
+        w = np.concatenate([w, np.zeros((w.shape[0], 1), np.int32)], axis=1)
+    a, b = w[:, 0::2], w[:, 1::2]
+    pos = (a >= 0) & (b >= 0) & (255 * (a + b) > INT16_MAX)
+    neg = (a <= 0) & (b <= 0) & (255 * (a + b) < -(INT16_MAX + 1))
+    wrap = (a == -128) & (b == -128)
+    return int(a.size), int(np.count_nonzero(pos | neg)), int(np.count_nonzero(wrap))
+
+
+def reduction_layout(op_type: str, w: np.ndarray, attrs: dict) -> np.ndarray:
+    """Weights as [outputs, K] in the order MLAS reduces them (see module docstring)."""
+    if op_type in ("Conv", "QLinearConv", "ConvInteger"):
+        if w.ndim < 3:
+            raise ValueError(f"conv weight of rank {w.ndim}")
+        m, cg = w.shape[0], w.shape[1]
+        taps = int(np.prod(w.shape[2:]))
+        # [M, C/g, taps] -> [M, taps, C/g] (channel fastest) -> [M, K]
+        return w.reshape(m, cg, taps).transpose(0, 2, 1).reshape(m, taps * cg)
+    if op_type == "Gemm":
+        # B is [K, N] unless transB
+        return w if attrs.get("transB", 0) else w.T
+    # MatMul-like: B is [..., K, N]; every trailing matrix reduces over its rows
+    if w.ndim == 1:
+        return w.reshape(1, -1)
+    k, n = w.shape[-2], w.shape[-1]
+    return np.moveaxis(w.reshape(-1, k, n), 1, 2).reshape(-1, k)
+
+
+def _is_depthwise(op_type: str, w: np.ndarray, attrs: dict) -> bool:
+    return op_type in ("Conv", "QLinearConv", "ConvInteger") and w.ndim >= 3 and w.shape[1] == 1 and attrs.get("group", 1) > 1
+
+
+def _dtype_name(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:
+        return "unknown"
+
+
+def lint_model(model_or_path) -> list[LayerLint]:
+    """Lint every int8 weight tensor feeding Conv/MatMul/Gemm (QDQ) or an integer op."""
+    import onnx
+    from onnx import numpy_helper
+
+    if isinstance(model_or_path, (str, os.PathLike)):
+        from quantbench.modelio import load_model
+
+        model = load_model(model_or_path)
+    else:
+        model = model_or_path
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    for n in g.node:  # Constant nodes are initializers too
+        if n.op_type == "Constant" and n.output:
+            for a in n.attribute:
+                if a.name == "value":
+                    inits[n.output[0]] = a.t
+    producer = {o: n for n in g.node for o in n.output}
+    types: dict[str, int] = {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+            types[vi.name] = vi.type.tensor_type.elem_type
+    except Exception:
+        pass
+    for name, t in inits.items():
+        types[name] = t.data_type
+
+    def act_type_of(tensor: str, zp_name: str | None = None) -> str:
+        """Element type of the integer activation behind `tensor` (through a DequantizeLinear)."""
+        if zp_name and zp_name in types:
+            return _dtype_name(types[zp_name])
+        p = producer.get(tensor)
+        if p is not None and p.op_type == "DequantizeLinear":
+            src = p.input[0]
+            if src in types:
+                return _dtype_name(types[src])
+            if len(p.input) > 2 and p.input[2] in types:
+                return _dtype_name(types[p.input[2]])
+        if tensor in types:
+            dt = _dtype_name(types[tensor])
+            if dt in ("uint8", "int8"):
+                return dt
+        return "unknown"
+
+    out: list[LayerLint] = []
+    for idx, node in enumerate(g.node):
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        name = node.name or f"{node.op_type}_{idx}"
+        weight_name = act = None
+        if node.op_type in GEMM_OPS and len(node.input) > 1:
+            p = producer.get(node.input[1])
+            if p is None or p.op_type != "DequantizeLinear" or p.input[0] not in inits:
+                continue
+            weight_name = p.input[0]
+            act = act_type_of(node.input[0])
+        elif node.op_type in INTEGER_OPS:
+            wi, ai, zi = INTEGER_OPS[node.op_type]
+            if len(node.input) <= wi or node.input[wi] not in inits:
+                continue
+            weight_name = node.input[wi]
+            zp = node.input[zi] if len(node.input) > zi and node.input[zi] else None
+            act = act_type_of(node.input[ai], zp)
+        else:
+            continue
+        w = numpy_helper.to_array(inits[weight_name])
+        if w.dtype not in (np.int8, np.uint8):
+            continue
+        wk = reduction_layout(node.op_type, w, attrs)
+        k = int(wk.shape[1])
+        depthwise = _is_depthwise(node.op_type, w, attrs)
+        if w.dtype == np.int8 and not depthwise:
+            pairs, sat, wrap = pair_counts(wk)
+        else:
+            pairs, sat, wrap = (0 if depthwise else (k + 1) // 2 * wk.shape[0]), 0, 0
+        int32_ok = k * 255 * 128 < INT32_LIMIT
+        tiers, reasons = [], []
+        if w.dtype == np.int8 and act in ("uint8", "int8", "unknown") and sat:
+            tiers.append("x86-avx2")
+            via = "" if act == "uint8" else " (S8 activations are shifted to U8 on x86)"
+            reasons.append(f"{sat} weight pairs can saturate vpmaddubsw's int16 pair sum{via}; "
+                           "AVX-512 without VNNI too; VNNI/AMX/SSE4 exact")
+        if w.dtype == np.int8 and act in ("int8", "unknown") and wrap:
+            tiers.append("arm-neon")
+            reasons.append(f"{wrap} pairs of -128 weights can wrap smull/smlal's int16 pair sum "
+                           "on NEON-only cores (A53/A72); dotprod/i8mm exact")
+        if not int32_ok:
+            tiers.append("all")
+            reasons.append(f"K={k}: K*255*128 >= 2^31, the int32 accumulator can overflow on every host")
+        if act == "unknown":
+            reasons.append("activation type unknown: assumed able to reach the extremes")
+        if depthwise:
+            reasons.append("depthwise: per-element kernel, no pairs")
+        out.append(LayerLint(node=name, op_type=node.op_type, weight=weight_name, shape=[int(d) for d in w.shape],
+                             act_type=act or "unknown", weight_type=str(w.dtype), k=k, pairs=pairs,
+                             x86_saturating_pairs=sat, neon_wrapping_pairs=wrap, int32_ok=int32_ok,
+                             tiers=tiers, reason="; ".join(reasons) or "exact on every tier"))
+    return out
