@@ -1,0 +1,147 @@
+"""The local host through the runner: tables, cache, fingerprint changes, bad input, failures."""
+
+import sys
+import textwrap
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from hosts_helpers import fixtures, gather_model, matmul_model, variant
+from quantbench import tables
+from quantbench.errors import UserError
+from quantbench.hosts import results
+from quantbench.hosts.registry import load_hosts_file, resolve_hosts
+from quantbench.hosts.runner import RunFailed, run_hosts
+from quantbench.hosts.worker import tensor_sha256
+
+
+def _parts(root):
+    return len(tables.parts("outputs", root))
+
+
+def test_local_run_tables_and_cache(workdir):
+    model = matmul_model(workdir / "m.onnx")
+    fxs = fixtures(4)
+    root = workdir / "t"
+    s = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=2)
+    h = s.hosts[0]
+    assert (h.ran, h.cached, h.errors) == (4, 0, [])
+    out = results.load_outputs(host="x86", tables_root=root).to_pylist()
+    assert len(out) == 8 and {r["output_name"] for r in out} == {"logits", "probs"}
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for fx in fxs:
+        want = dict(zip(["logits", "probs"], sess.run(None, {"x": fx.array})))
+        rows = [r for r in out if r["fixture_id"] == fx.fixture_id]
+        for r in rows:
+            assert r["sha256"] == tensor_sha256(want[r["output_name"]])
+            assert np.array_equal(results.tensor_from_row(r), want[r["output_name"]])
+            assert r["providers"] == ["CPUExecutionProvider"] and r["fingerprint_id"] == h.fingerprint_id
+    hosts = tables.read("hosts", root).to_pylist()
+    assert [(r["host"], r["kind"], r["fingerprint_id"]) for r in hosts] == [("x86", "local", h.fingerprint_id)]
+    assert hosts[0]["ort_version"] == ort.__version__
+    assert tables.read("models", root).num_rows == 1 and tables.read("fixtures", root).num_rows == 4
+    idx = results.host_results_index(tables_root=root)
+    assert len(idx) == 8
+    before = _parts(root)
+    again = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1)
+    assert (again.hosts[0].ran, again.hosts[0].cached) == (0, 4)
+    assert _parts(root) == before  # nothing new written
+
+
+def test_changed_fingerprint_never_reuses_cache(workdir):
+    """Another session option, or another onnxruntime version (faked: it cannot exist here), reruns everything."""
+    model = matmul_model(workdir / "m.onnx")
+    fxs = fixtures(3)
+    root = workdir / "t"
+    base = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1).hosts[0]
+    opt = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1,
+                    session={"config_entries": {"session.x64quantprecision": "1"}}).hosts[0]
+    assert (opt.ran, opt.cached) == (3, 0) and opt.fingerprint_id != base.fingerprint_id
+    # A shim interpreter whose onnxruntime reports another version: same host name, other fingerprint.
+    shim = workdir / "shim.py"
+    shim.write_text(textwrap.dedent("""
+        import runpy, sys
+        import onnxruntime
+        onnxruntime.__version__ = "1.99.0"
+        worker = sys.argv[-1]
+        sys.argv = [worker]
+        runpy.run_path(worker, run_name="__main__")
+    """))
+    py = workdir / "python-shim"
+    py.write_text(f"#!/bin/sh\nexec {sys.executable} {shim} \"$@\"\n")
+    py.chmod(0o755)
+    hf = workdir / "hosts.toml"
+    hf.write_text(f'x86 = {{ kind = "local", python = "{py}" }}\n')
+    fake = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1, hosts_file=hf).hosts[0]
+    assert (fake.ran, fake.cached) == (3, 0)
+    assert fake.fingerprint_id not in (base.fingerprint_id, opt.fingerprint_id)
+    versions = {r["fingerprint_id"]: r["ort_version"] for r in tables.read("hosts", root).to_pylist()}
+    assert versions[fake.fingerprint_id] == "1.99.0" and versions[base.fingerprint_id] == ort.__version__
+    # each fingerprint's results are separate rows; the default session is still cached under the real version
+    assert results.load_outputs(host="x86", tensors=False, tables_root=root).num_rows == 3 * 3 * 2
+    back = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1).hosts[0]
+    assert (back.ran, back.cached, back.fingerprint_id) == (0, 3, base.fingerprint_id)
+
+
+def test_worker_exception_reports_host_variant_fixture_and_keeps_results(workdir):
+    model = gather_model(workdir / "g.onnx")
+    fxs = fixtures(4, first_values=[1, 2, 9, 3])
+    root = workdir / "t"
+    with pytest.raises(RunFailed) as err:
+        run_hosts(["x86"], [variant(model, name="gathered")], fxs, progress=False, tables_root=root, jobs=1)
+    msg = str(err.value)
+    assert "host x86" in msg and "variant gathered" in msg and fxs[2].fixture_id[:12] in msg and "fx02.png" in msg
+    kept = set(results.load_outputs(tensors=False, tables_root=root).column("fixture_id").to_pylist())
+    assert kept == {fxs[0].fixture_id, fxs[1].fixture_id}
+    assert err.value.summary.hosts[0].ran == 2
+
+
+def test_unresolved_provider_is_an_error(workdir):
+    model = matmul_model(workdir / "m.onnx")
+    root = workdir / "t"
+    with pytest.raises(RunFailed, match="CUDAExecutionProvider.*--allow-fallback"):
+        run_hosts(["x86"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1,
+                  session={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]})
+    assert results.load_outputs(tables_root=root).num_rows == 0
+
+
+def test_unknown_host_lists_known_names(workdir):
+    with pytest.raises(UserError) as err:
+        resolve_hosts(["x86", "raspberry"])
+    msg = str(err.value)
+    assert "unknown host 'raspberry'" in msg
+    for name in ("x86", "local", "pi", "pi4"):
+        assert name in msg
+    (workdir / "quantbench.toml").write_text('robot = { kind = "ssh", address = "pi@robot.local" }\n')
+    assert resolve_hosts(["robot"])[0].options["address"] == "pi@robot.local"
+    with pytest.raises(UserError, match="robot"):
+        resolve_hosts(["nope"])
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ('x86 = { kind = "local" }\npi = { kind = "ssh", address = "pi@robot" \n', 2, "not valid TOML"),
+    ('x86 = { kind = "local" }\n\nlab = { kind = "qemu" }\n', 3, "kind 'qemu'"),
+    ('[hosts]\nbox = { kind = "ssh" }\n', 2, "needs address"),
+    ('pi = { kind = "ssh", address = "a@b", pasword = "x" }\n', 1, "unknown option(s) pasword"),
+    ('pi = "pi@robot"\n', 1, "must be a table"),
+    ('lab = { kind = "emulated", preset = "pi9" }\n', 1, "unknown preset 'pi9'"),
+])
+def test_malformed_hosts_file_names_the_line(workdir, text, line, words):
+    f = workdir / "hosts.toml"
+    f.write_text(text)
+    with pytest.raises(UserError) as err:
+        load_hosts_file(f)
+    assert f"{f}:{line}" in str(err.value) and words in str(err.value)
+
+
+def test_hosts_file_redefines_builtin_names(workdir):
+    (workdir / "quantbench.toml").write_text(
+        '[hosts]\npi = { kind = "ssh", address = "pi@robot.local", ssh_options = ["-p", "2222"] }\n'
+        'lab = { kind = "emulated", preset = "pi4" }\nair = { kind = "imported", file = "x.qbr" }\n')
+    pi, lab, air, x86 = resolve_hosts(["pi", "lab", "air", "x86"])
+    assert (pi.kind, pi.options["ssh_options"]) == ("ssh", ["-p", "2222"])
+    assert (lab.kind, lab.options["preset"]) == ("emulated", "pi4")
+    assert air.options["file"] == str(workdir / "x.qbr") and x86.kind == "local"
+    with pytest.raises(UserError, match="hosts file not found"):
+        resolve_hosts(["x86"], hosts_file=workdir / "missing.toml")
