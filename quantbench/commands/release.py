@@ -1,0 +1,56 @@
+"""`quantbench release --tag NAME`: write the release record and register its release keys."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "
+        "raw and semantic hashes and per-host behaviour) and register its release keys.")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--tag", required=True, help="release name; results/releases/NAME/ must not exist yet")
+    parser.add_argument("--retain", action=argparse.BooleanOptionalAction, default=True,
+                        help="copy the variant ONNX files into the release (--no-retain records them as "
+                             "deliberately not retained, which verify reports as such)")
+    parser.add_argument("--hosts", default=None,
+                        help="comma-separated hosts to include (default: every host with results for the variants)")
+    parser.add_argument("--results", default="results", help="results folder (variants, tables, releases)")
+
+
+def run(args) -> int:
+    from quantbench.release import format_table
+    from quantbench.release.record import build_release
+
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
+    res = build_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain)
+    if res.refused:
+        print(f"release {args.tag} REFUSED: {len(res.collisions)} release key(s) already name another artifact; "
+              "nothing was written.")
+        for c in res.collisions:
+            print(f"  {c.line()}")
+        print("A release key is (recipe, builder environment, target) without the artifact hash: the same recipe "
+              "built again gave different bytes. Release the registered artifact, or change the recipe.")
+        return 1
+    rec = res.record
+    rows = []
+    for v in rec["variants"]:
+        for t in v["targets"]:
+            fl = (t.get("flips_vs_fp32") or {}).get("own-fp32")
+            rows.append([v["name"], v["raw_sha256"][:12], v["semantic_sha256"][:12], t["host"],
+                         t["fingerprint_id"][:12], f"{t['byte_class']} ({','.join(t['byte_class_hosts'])})",
+                         "-" if fl is None else str(fl["total"]), t["release_key"][:12]])
+    print(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class", "flips vs fp32",
+                        "release key"], rows))
+    n_rows = sum(t["rows"] for t in rec["tables"].values())
+    print()
+    print(f"release {args.tag}: {len(rec['variants'])} variant(s) x {len(rec['hosts'])} host(s), "
+          f"{len(rec['tables'])} tables ({n_rows} rows), artifacts "
+          f"{'retained' if rec['retain'] else 'NOT retained (deliberately)'}")
+    if res.reused_keys:
+        print(f"{len(res.reused_keys)} release key(s) were already registered with the same artifact (re-released)")
+    if not rec["equiv_ids"]:
+        print("note: no `quantbench equiv` analysis of these variants; flips vs fp32 are not recorded")
+    print(f"written: {res.folder}/ (release.json, report.md, tables/{', artifacts/' if rec['retain'] else ''}); "
+          f"registry: {res.folder.parent / 'index.json'}")
+    return 0

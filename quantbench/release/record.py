@@ -1,0 +1,414 @@
+"""`quantbench release --tag NAME`: the record attached to a release.
+
+The record holds, per variant, the recipe, the calibration manifest hash, the
+builder environment, raw and semantic artifact hashes, and per target host the
+fingerprint and the measured behaviour (byte-exact class, flips against fp32),
+plus copies of the Parquet rows behind it.
+
+Identity: a *release key* is the SHA-256 of (recipe, builder environment, target)
+WITHOUT the artifact hash, because the recipe does not determine the bytes. Keys
+are unique across releases: the registry (``results/releases/index.json``) maps
+each key to one artifact, and a second, different artifact under an existing key
+is refused and reported, never stored. The target is the host fingerprint plus
+the session options (both change the numbers; the host's name does not).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench import SCHEMA_VERSION, __version__
+from quantbench.errors import UserError
+from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, sha256_file
+
+RELEASE_FORMAT = 1
+INDEX_FILE = "index.json"
+RELEASE_FILE = "release.json"
+REPORT_FILE = "report.md"
+TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
+
+# Recipe fields that are products of the build (or where it was written), not
+# inputs: left out of the release key.
+ARTIFACT_FIELDS = {"semantic_sha256", "raw_sha256", "variant_id", "artifact_sha256", "ranges_sha256",
+                   "ranges_file", "calibrated_tensors", "versions", "path", "folder", "file"}
+# Hash-bearing sub-objects whose "path"/"folder" is only where the input lay.
+_PATHY = {"path", "folder", "source_model_path"}
+
+
+def releases_dir(results_dir: str | os.PathLike = "results") -> Path:
+    return Path(results_dir) / "releases"
+
+
+def key_recipe(recipe: dict) -> dict:
+    """The recipe as it enters the release key: inputs only, no artifact hash, no paths."""
+    def clean(obj, top):
+        if isinstance(obj, dict):
+            drop = ARTIFACT_FIELDS if top else _PATHY
+            return {k: clean(v, False) for k, v in obj.items() if k not in drop}
+        if isinstance(obj, list):
+            return [clean(v, False) for v in obj]
+        return obj
+
+    return clean(dict(recipe or {}), True)
+
+
+def environment_of(recipe: dict) -> dict:
+    """The builder environment recorded in the recipe (library versions the variant was built with)."""
+    env = (recipe or {}).get("versions") or (recipe or {}).get("environment") or {}
+    return dict(env) if isinstance(env, dict) else {"text": str(env)}
+
+
+def release_key(recipe: dict, environment: dict, target: dict) -> str:
+    """SHA-256 of (recipe inputs, builder environment, target); the artifact hash is not part of it."""
+    body = {"recipe": key_recipe(recipe), "environment": environment, "target": target}
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+# --- the registry -------------------------------------------------------------
+
+@dataclass
+class Collision:
+    """A second artifact offered under a key that already names another one."""
+
+    key: str
+    variant: str
+    host: str
+    registered_tag: str
+    registered_raw: str
+    registered_semantic: str
+    new_raw: str
+    new_semantic: str
+
+    def line(self) -> str:
+        same = ("semantically identical (differs only in non-executing content)"
+                if self.registered_semantic == self.new_semantic else "semantically different")
+        return (f"release key {self.key[:16]} ({self.variant} on {self.host}) is registered by release "
+                f"{self.registered_tag!r} with artifact {self.registered_raw[:16]}; this build is "
+                f"{self.new_raw[:16]}, {same}")
+
+
+@contextlib.contextmanager
+def registry_lock(rdir: Path):
+    """An exclusive lock on the registry for check-then-write."""
+    import fcntl
+
+    rdir.mkdir(parents=True, exist_ok=True)
+    with open(rdir / ".index.lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def load_registry(rdir: Path) -> dict:
+    path = Path(rdir) / INDEX_FILE
+    if not path.exists():
+        return {"format": RELEASE_FORMAT, "keys": {}}
+    try:
+        reg = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: release registry is not readable JSON ({exc}); restore it from backup") from None
+    if not isinstance(reg, dict) or not isinstance(reg.get("keys"), dict):
+        raise UserError(f"{path}: not a quantbench release registry (no 'keys'); restore it from backup")
+    return reg
+
+
+def check_registry(reg: dict, entries: list[dict]) -> list[Collision]:
+    out = []
+    for e in entries:
+        old = reg["keys"].get(e["release_key"])
+        if old and old["raw_sha256"] != e["raw_sha256"]:
+            out.append(Collision(e["release_key"], e["variant"], e["host"], old["tags"][0], old["raw_sha256"],
+                                 old["semantic_sha256"], e["raw_sha256"], e["semantic_sha256"]))
+    return out
+
+
+def register(reg: dict, entries: list[dict], tag: str) -> dict:
+    for e in entries:
+        rec = reg["keys"].setdefault(e["release_key"], {
+            "raw_sha256": e["raw_sha256"], "semantic_sha256": e["semantic_sha256"], "variant": e["variant"],
+            "model": e["model"], "hosts": [], "tags": []})
+        if e["host"] not in rec["hosts"]:
+            rec["hosts"].append(e["host"])
+        if tag not in rec["tags"]:
+            rec["tags"].append(tag)
+    return reg
+
+
+# --- behaviour ----------------------------------------------------------------
+
+def _digest(lines) -> str:
+    h = hashlib.sha256()
+    for line in sorted(lines):
+        h.update((" ".join(line) + "\n").encode())
+    return h.hexdigest()
+
+
+def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[str | None, dict, dict]:
+    """From `quantbench equiv`'s tables: (equiv_id, {host: class row}, {host: flip counts}).
+
+    Of several analyses of this variant, the one covering most release hosts wins
+    (ties: the smallest equiv_id, so the choice is deterministic).
+    """
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+
+    if "classes" not in tables.COLUMNS or not tables.parts("classes", tables_root):
+        return None, {}, {}
+    ct = tables.read("classes", root=tables_root, filter=pc.field("variant_id") == variant_id).to_pylist()
+    cover = defaultdict(set)
+    for r in ct:
+        cover[r["equiv_id"]] |= set(r["hosts"] or []) & hosts
+    if not cover:
+        return None, {}, {}
+    eid = sorted(cover, key=lambda e: (-len(cover[e]), e))[0]
+    classes = {}
+    for r in ct:
+        if r["equiv_id"] == eid:
+            for h in r["hosts"] or []:
+                classes[h] = {"class_label": r["class_label"], "hosts": list(r["hosts"]), "digest": r["digest"],
+                              "fixtures": r["fixtures"], "reference": r["reference"]}
+    flips: dict = {}
+    if "flips" in tables.COLUMNS and tables.parts("flips", tables_root):
+        ft = tables.read("flips", root=tables_root, columns=["comparison", "host", "kind", "fixture_id"],
+                         filter=(pc.field("equiv_id") == eid) & (pc.field("variant_id") == variant_id)).to_pylist()
+        for r in ft:
+            d = flips.setdefault(r["host"], {}).setdefault(r["comparison"], {"total": 0, "images": set()})
+            d["total"] += 1
+            d[r["kind"]] = d.get(r["kind"], 0) + 1
+            d["images"].add(r["fixture_id"])
+        for h in flips:
+            for c in flips[h].values():
+                c["images"] = len(c["images"])
+    return eid, classes, flips
+
+
+# --- building -----------------------------------------------------------------
+
+@dataclass
+class ReleaseResult:
+    tag: str
+    folder: Path
+    record: dict = field(default_factory=dict)
+    collisions: list[Collision] = field(default_factory=list)
+    reused_keys: list[str] = field(default_factory=list)
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.collisions)
+
+
+def _filter_expr(name: str, sets: dict):
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+
+    cols = {c for c, _, _ in tables.COLUMNS[name]}
+    expr = None
+    for col, values in sets.items():
+        if col in cols and values is not None:
+            e = pc.field(col).isin(sorted(values))
+            expr = e if expr is None else expr & e
+    return expr
+
+
+def _copy_tables(tables_root: Path, dest: Path, sets: dict) -> dict:
+    """Copy the release's rows of every table into dest/tables; {table: {"files": [...], "rows": n}}."""
+    from quantbench import tables
+
+    out = {}
+    for name in tables.COLUMNS:
+        if not tables.parts(name, tables_root):
+            continue
+        t = tables.read(name, root=tables_root, filter=_filter_expr(name, sets))
+        path = tables.append(name, t, root=dest / "tables")
+        if path is None:
+            continue
+        out[name] = {"rows": t.num_rows,
+                     "files": [{"path": path.relative_to(dest).as_posix(), "sha256": sha256_file(path),
+                                "rows": t.num_rows}]}
+    return out
+
+
+def _targets_of(tables_root: Path, variant_id: str, hosts: list[str] | None) -> list[dict]:
+    """One target per (host, fingerprint, session) with results for the variant."""
+    from quantbench.hosts.results import load_hosts, load_outputs
+
+    t = load_outputs(variant_id=variant_id, host=hosts, tensors=False, tables_root=tables_root)
+    groups: dict = defaultdict(list)
+    meta = {}
+    cols = ["host", "fingerprint_id", "session_key", "session_options", "fixture_id", "output_name", "sha256"]
+    for h, fp, sk, so, fx, on, sha in zip(*(t.column(c).to_pylist() for c in cols)):
+        groups[(h, fp, sk)].append((fx, on, sha))
+        meta[(h, fp, sk)] = so
+    host_rows = {(r["host"], r["fingerprint_id"]): r for r in load_hosts(tables_root=tables_root).to_pylist()}
+    targets = []
+    for (h, fp, sk), lines in sorted(groups.items()):
+        hr = host_rows.get((h, fp), {})
+        try:
+            fingerprint = json.loads(hr.get("fingerprint") or "{}")
+        except json.JSONDecodeError:
+            fingerprint = {"text": hr.get("fingerprint")}
+        targets.append({
+            "host": h, "kind": hr.get("kind", ""), "fingerprint_id": fp, "session_key": sk,
+            "session_options": json.loads(meta[(h, fp, sk)] or "{}"), "arch": hr.get("arch", ""),
+            "cpu": hr.get("cpu", ""), "isa_flags": list(hr.get("isa_flags") or []),
+            "ort_version": hr.get("ort_version", ""), "fingerprint": fingerprint,
+            "fixtures": len({x[0] for x in lines}), "outputs": len(lines), "outputs_digest": _digest(lines),
+            "_lines": lines,
+        })
+    return targets
+
+
+def _byte_classes(targets: list[dict]) -> None:
+    """Label targets A, B, ... by identical output hashes over the fixtures all of them ran."""
+    if not targets:
+        return
+    common = set.intersection(*({(fx, on) for fx, on, _ in t["_lines"]} for t in targets))
+    labels: dict = {}
+    for t in targets:
+        d = _digest(x for x in t["_lines"] if (x[0], x[1]) in common)
+        t["byte_class"] = labels.setdefault(d, chr(ord("A") + len(labels)) if len(labels) < 26 else f"C{len(labels)}")
+        t["byte_class_digest"] = d
+    for t in targets:
+        t["byte_class_hosts"] = sorted(u["host"] for u in targets if u["byte_class"] == t["byte_class"])
+        t["byte_class_fixtures"] = len({fx for fx, _ in common})
+
+
+def _report(record: dict, analysis_report: str | None) -> str:
+    from quantbench.release import format_table
+
+    lines = [f"# Release {record['tag']}", "",
+             f"quantbench {record['quantbench_version']}, schema version {record['schema_version']}; "
+             f"artifacts {'retained in artifacts/' if record['retain'] else 'not retained (deliberately)'}.", "",
+             "Release key = SHA-256 of (recipe, builder environment, target) without the artifact hash.", ""]
+    rows = []
+    for v in record["variants"]:
+        for t in v["targets"]:
+            fl = (t.get("flips_vs_fp32") or {}).get("own-fp32")
+            rows.append([v["name"], v["raw_sha256"][:12], v["semantic_sha256"][:12], t["host"],
+                         t["fingerprint_id"][:12], t["byte_class"] + " (" + ",".join(t["byte_class_hosts"]) + ")",
+                         "-" if fl is None else f"{fl['total']} on {fl['images']} images",
+                         t["release_key"][:12]])
+    lines.append("```")
+    lines.append(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class",
+                               "flips vs fp32 (same host)", "release key"], rows))
+    lines.append("```")
+    lines.append("")
+    if analysis_report:
+        lines += ["## Analysis report at release time", "", analysis_report.strip(), ""]
+    return "\n".join(lines) + "\n"
+
+
+def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts: list[str] | None = None,
+                  retain: bool = True, variants=None) -> ReleaseResult:
+    """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
+    from quantbench.modelio import model_hashes
+    from quantbench.variants import latest_variants, staging_folder
+
+    if not TAG_RE.match(tag or ""):
+        raise UserError(f"--tag {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
+    results_dir = Path(results_dir)
+    rdir = releases_dir(results_dir)
+    dest = rdir / tag
+    if dest.exists():
+        raise UserError(f"--tag {tag}: {dest} already exists; releases are never overwritten, choose a new tag")
+    tables_root = results_dir / "tables"
+    variants = list(variants) if variants is not None else latest_variants(results_dir)
+    if not variants:
+        raise UserError("no variants to release; run `quantbench calibrate`")
+
+    vrecords, entries = [], []
+    all_hosts, fixture_ids, fingerprints, variant_ids, equiv_ids = set(), set(), set(), set(), set()
+    for v in variants:
+        hashes = model_hashes(v.path)
+        sem = hashes["semantic_sha256"]
+        recorded = (v.recipe or {}).get("semantic_sha256")
+        if recorded and recorded != sem:
+            raise UserError(f"{v.path}: variant {v.name} changed since it was built (semantic hash {sem[:12]}, "
+                            f"recipe says {recorded[:12]}); rerun `quantbench calibrate`")
+        targets = _targets_of(tables_root, sem, hosts)
+        if hosts:
+            missing = sorted(set(hosts) - {t["host"] for t in targets})
+            if missing:
+                raise UserError(f"--hosts: no results of variant {v.name} on {', '.join(missing)}; run "
+                                f"`quantbench run --hosts {','.join(missing)}` first")
+        if not targets:
+            raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
+        _byte_classes(targets)
+        eid, eclasses, eflips = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
+        if eid:
+            equiv_ids.add(eid)
+        env = environment_of(v.recipe)
+        for t in targets:
+            lines = t.pop("_lines")
+            fixture_ids |= {x[0] for x in lines}
+            fingerprints.add(t["fingerprint_id"])
+            all_hosts.add(t["host"])
+            t["equiv"] = dict(eclasses[t["host"]], equiv_id=eid) if t["host"] in eclasses else None
+            t["flips_vs_fp32"] = eflips.get(t["host"], {}) if eid else None
+            t["release_key"] = release_key(v.recipe, env, {"fingerprint_id": t["fingerprint_id"],
+                                                           "session_key": t["session_key"]})
+            entries.append({"release_key": t["release_key"], "raw_sha256": hashes["raw_sha256"],
+                            "semantic_sha256": sem, "variant": v.name, "model": v.model, "host": t["host"]})
+        variant_ids.add(sem)
+        calib = (v.recipe or {}).get("calibration_set") or {}
+        vrecords.append({
+            "name": v.name, "model": v.model, "variant_id": sem, "raw_sha256": hashes["raw_sha256"],
+            "semantic_sha256": sem, "semantic_strip": hashes["semantic_strip"], "bytes": Path(v.path).stat().st_size,
+            "recipe": v.recipe, "calibration_manifest_sha256": calib.get("manifest_sha256"),
+            "calibration_set": calib.get("name"), "environment": env,
+            "artifact": {"retained": bool(retain), "file": f"artifacts/{v.name}.onnx" if retain else None,
+                         "source_path": str(v.path),
+                         "note": "copied into the release" if retain else "deliberately not retained (--no-retain)"},
+            "targets": targets,
+        })
+
+    record = {"format": RELEASE_FORMAT, "schema_version": SCHEMA_VERSION, "quantbench_version": __version__,
+              "tag": tag, "retain": bool(retain), "hosts": sorted(all_hosts), "equiv_ids": sorted(equiv_ids),
+              "variants": vrecords}
+    result = ReleaseResult(tag, dest, record)
+    with registry_lock(rdir):
+        reg = load_registry(rdir)
+        result.collisions = check_registry(reg, entries)
+        if result.collisions:
+            return result
+        result.reused_keys = sorted({e["release_key"] for e in entries if e["release_key"] in reg["keys"]})
+        with staging_folder(dest) as stage:
+            sets = {"variant_id": variant_ids, "host": all_hosts, "fixture_id": fixture_ids,
+                    "fingerprint_id": fingerprints, "equiv_id": equiv_ids}
+            record["tables"] = _copy_tables(tables_root, stage, sets)
+            manifests = []
+            for v, vr in zip(variants, vrecords):
+                if vr["artifact"]["retained"]:
+                    (stage / "artifacts").mkdir(exist_ok=True)
+                    shutil.copyfile(v.path, stage / vr["artifact"]["file"])
+                calib = (v.recipe or {}).get("calibration_set") or {}
+                src = Path(calib.get("folder", "")) / "manifest.parquet" if calib.get("folder") else None
+                if src is not None and calib.get("name") not in {m["name"] for m in manifests}:
+                    entry = {"name": calib["name"], "recorded_sha256": calib.get("manifest_sha256"), "file": None}
+                    if src.exists():
+                        rel = f"calibration/{calib['name']}/manifest.parquet"
+                        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(src, stage / rel)
+                        entry.update(file=rel, sha256=sha256_file(stage / rel))
+                    manifests.append(entry)
+            record["calibration_manifests"] = manifests
+            analysis = results_dir / "report.md"
+            report = _report(record, analysis.read_text(encoding="utf-8") if analysis.exists() else None)
+            atomic_write_text(stage / REPORT_FILE, report)
+            record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE)}
+            atomic_write_json(stage / RELEASE_FILE, record)
+            os.replace(stage, dest)
+        atomic_write_json(rdir / INDEX_FILE, register(reg, entries, tag))
+    return result
