@@ -47,17 +47,19 @@ def gather_model(path, n: int = 16) -> Path:
     return _save(g, path)
 
 
-def slow_model(path, n: int = 16, size: int = 384, layers: int = 24) -> Path:
-    """x[1,n] -> a chain of size x size MatMuls: tens of milliseconds per fixture, so a run can be killed midway."""
+def slow_model(path, n: int = 16, rows: int = 128, size: int = 384, layers: int = 24) -> Path:
+    """x[1,n] tiled to rows x n, then a chain of size x size MatMuls: ~0.1-0.3 s per fixture, so a run can be killed midway."""
     rs = np.random.RandomState(1)
-    inits = [numpy_helper.from_array((rs.randn(n, size) / np.sqrt(n)).astype(np.float32), "w_in")]
-    nodes = [helper.make_node("MatMul", ["x", "w_in"], ["h0"])]
+    inits = [numpy_helper.from_array(np.array([rows, 1], np.int64), "reps"),
+             numpy_helper.from_array((rs.randn(n, size) / np.sqrt(n)).astype(np.float32), "w_in")]
+    nodes = [helper.make_node("Tile", ["x", "reps"], ["xt"]), helper.make_node("MatMul", ["xt", "w_in"], ["h0"])]
     for i in range(layers):
         inits.append(numpy_helper.from_array((rs.randn(size, size) / np.sqrt(size)).astype(np.float32), f"w{i}"))
         nodes.append(helper.make_node("MatMul", [f"h{i}", f"w{i}"], [f"m{i}"]))
         nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"h{i + 1}"]))
+    nodes.append(helper.make_node("ReduceMean", [f"h{layers}"], ["y"], axes=[0], keepdims=1))
     g = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-                          [helper.make_tensor_value_info(f"h{layers}", TensorProto.FLOAT, [1, size])], inits)
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, size])], inits)
     return _save(g, path)
 
 
