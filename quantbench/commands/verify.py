@@ -1,0 +1,29 @@
+"""`quantbench verify results/releases/NAME`: re-hash, re-read and re-run a release record."""
+
+from __future__ import annotations
+
+HELP = ("Check a release: re-hash retained artifacts, re-read every Parquet table against its recorded hash, "
+        "and with --host re-run a sample of fixtures there and compare output hashes (exit 0 pass, 1 fail).")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("release", metavar="RELEASE_DIR", help="release folder, e.g. results/releases/v1")
+    parser.add_argument("--host", default=None,
+                        help="re-run a sample of fixtures on this host (one the release recorded) and compare hashes")
+    parser.add_argument("--sample", type=int, default=4, help="fixtures per variant to re-run with --host")
+    parser.add_argument("--hosts-file", default=None, help="hosts file naming ssh/emulated hosts (as for `quantbench run`)")
+
+
+def run(args) -> int:
+    from quantbench.release import format_table
+    from quantbench.release.verify import FAIL, NOT_RETAINED, verify
+
+    checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file)
+    print(format_table(["check", "item", "status", "detail"], [[c.check, c.item, c.status, c.detail] for c in checks]))
+    n_fail = sum(c.status == FAIL for c in checks)
+    n_nr = sum(c.status == NOT_RETAINED for c in checks)
+    print()
+    verdict = "FAIL" if n_fail else "PASS"
+    extra = f", {n_nr} artifact(s) deliberately not retained" if n_nr else ""
+    print(f"verify {args.release}: {verdict} ({len(checks)} checks, {n_fail} failed{extra})")
+    return 1 if n_fail else 0

@@ -1,0 +1,253 @@
+"""`quantbench verify results/releases/NAME`: does the release still say what it said?
+
+Checks, each a PASS / FAIL / NOT RETAINED / SKIP row:
+- every Parquet file recorded in release.json exists, has its recorded SHA-256,
+  reads with the declared schema and row count; no unrecorded table file;
+- report.md and the calibration manifests have their recorded hashes;
+- retained artifacts re-hash to the recorded raw and semantic hashes; an artifact
+  released with --no-retain is "not retained" (by decision), never "missing";
+- the registry still maps each release key to this artifact;
+- with --host H: a sample of fixtures re-runs on H (through the hosts runner) and
+  every output hash equals the recorded one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantbench.errors import UserError
+from quantbench.fsutil import sha256_file
+
+PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
+
+
+@dataclass
+class Check:
+    check: str
+    item: str
+    status: str
+    detail: str = ""
+
+
+def load_record(folder: str | os.PathLike) -> dict:
+    from quantbench.release.record import RELEASE_FILE, RELEASE_FORMAT
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise UserError(f"{folder}: no such release folder; releases are under results/releases/<tag>/")
+    path = folder / RELEASE_FILE
+    if not path.exists():
+        raise UserError(f"{path}: missing; {folder} is not a quantbench release folder")
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: not readable JSON ({exc}); the release record is damaged") from None
+    if not isinstance(rec, dict) or rec.get("format") != RELEASE_FORMAT or "variants" not in rec:
+        raise UserError(f"{path}: not a quantbench release record of format {RELEASE_FORMAT}")
+    return rec
+
+
+def _check_file(folder: Path, rel: str, want: str | None, what: str) -> Check:
+    p = folder / rel
+    if not p.exists():
+        return Check(what, rel, FAIL, "missing")
+    got = sha256_file(p)
+    if want and got != want:
+        return Check(what, rel, FAIL, f"SHA-256 {got[:16]} != recorded {want[:16]} (modified)")
+    return Check(what, rel, PASS, f"SHA-256 {got[:16]}")
+
+
+def check_tables(folder: Path, rec: dict) -> list[Check]:
+    import pyarrow.parquet as pq
+
+    from quantbench import tables
+
+    out = []
+    recorded = set()
+    for name, info in sorted(rec.get("tables", {}).items()):
+        for f in info["files"]:
+            recorded.add(f["path"])
+            c = _check_file(folder, f["path"], f["sha256"], "table")
+            if c.status == PASS:
+                try:
+                    t = pq.read_table(folder / f["path"])
+                except Exception as exc:
+                    c = Check("table", f["path"], FAIL, f"not readable Parquet ({type(exc).__name__})")
+                else:
+                    want = [col for col, _, _ in tables.COLUMNS.get(name, [])]
+                    if t.column_names != want:
+                        c = Check("table", f["path"], FAIL, f"columns differ from the {name} schema")
+                    elif t.num_rows != f["rows"]:
+                        c = Check("table", f["path"], FAIL, f"{t.num_rows} rows, recorded {f['rows']}")
+                    else:
+                        c.detail += f", {t.num_rows} rows, schema {name} ok"
+            out.append(c)
+    tdir = folder / "tables"
+    if tdir.is_dir():
+        for p in sorted(tdir.rglob("*.parquet")):
+            rel = p.relative_to(folder).as_posix()
+            if rel not in recorded:
+                out.append(Check("table", rel, FAIL, "not in the release record (added after release)"))
+    return out
+
+
+def check_artifacts(folder: Path, rec: dict) -> list[Check]:
+    from quantbench.modelio import model_hashes
+
+    out = []
+    for v in rec["variants"]:
+        a = v["artifact"]
+        if not a.get("retained"):
+            src = Path(a.get("source_path") or "")
+            if a.get("source_path") and src.exists():
+                same = sha256_file(src) == v["raw_sha256"]
+                note = f"source {src} {'still matches' if same else 'has CHANGED since the release'}"
+            else:
+                note = "source no longer present"
+            out.append(Check("artifact", v["name"], NOT_RETAINED, f"{a.get('note', 'deliberately not retained')}; {note}"))
+            continue
+        p = folder / a["file"]
+        if not p.exists():
+            out.append(Check("artifact", v["name"], FAIL, f"{a['file']} missing (recorded as retained)"))
+            continue
+        try:
+            h = model_hashes(p, tuple(v.get("semantic_strip") or ("doc_string",)))
+        except UserError as exc:
+            out.append(Check("artifact", v["name"], FAIL, str(exc)))
+            continue
+        if h["raw_sha256"] != v["raw_sha256"]:
+            sem = "semantic hash still matches" if h["semantic_sha256"] == v["semantic_sha256"] else "semantic hash differs too"
+            out.append(Check("artifact", v["name"], FAIL, f"raw SHA-256 {h['raw_sha256'][:16]} != recorded "
+                                                          f"{v['raw_sha256'][:16]} ({sem})"))
+        elif h["semantic_sha256"] != v["semantic_sha256"]:
+            out.append(Check("artifact", v["name"], FAIL, "semantic hash differs from the record"))
+        else:
+            out.append(Check("artifact", v["name"], PASS, f"raw {v['raw_sha256'][:16]}, semantic {v['semantic_sha256'][:16]}"))
+    return out
+
+
+def check_registry(folder: Path, rec: dict) -> list[Check]:
+    from quantbench.release.record import INDEX_FILE, load_registry
+
+    idx = folder.parent / INDEX_FILE
+    if not idx.exists():
+        return [Check("registry", str(idx), SKIP, "no registry beside the release (copied elsewhere?)")]
+    try:
+        reg = load_registry(folder.parent)
+    except UserError as exc:
+        return [Check("registry", str(idx), FAIL, str(exc))]
+    bad, n = [], 0
+    for v in rec["variants"]:
+        for t in v["targets"]:
+            n += 1
+            e = reg["keys"].get(t["release_key"])
+            if e is None or e["raw_sha256"] != v["raw_sha256"]:
+                bad.append(f"{v['name']}@{t['host']}: " + ("not registered" if e is None else
+                                                          f"registered to artifact {e['raw_sha256'][:12]}"))
+    if bad:
+        return [Check("registry", INDEX_FILE, FAIL, "; ".join(bad))]
+    return [Check("registry", INDEX_FILE, PASS, f"{n} release key(s) map to the recorded artifacts")]
+
+
+def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+    from quantbench.fixtures import Fixture
+    from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
+
+    t = tables.read("fixtures", root=folder / "tables", filter=pc.field("fixture_id").isin(ids)).to_pylist()
+    out = []
+    for r in t:
+        arr = tensor_from_bytes(r["tensor"], r["dtype"], r["shape"])
+        if tensor_sha256(arr) != r["fixture_id"]:
+            raise UserError(f"{folder}: fixture {r['fixture_id'][:12]} tensor does not hash to its id; the release is damaged")
+        out.append(Fixture(r["fixture_id"], r["input_name"], arr, r["source"], r["image_sha256"],
+                           json.loads(r["labels"] or "[]"), r["stratum"], r["split"]))
+    return out
+
+
+def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> list[Check]:
+    """Re-run `sample` fixtures per variant on `host` and compare output hashes with the record."""
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+    from quantbench.hosts.runner import run_hosts
+    from quantbench.variants import Variant
+
+    if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
+        known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
+        raise UserError(f"--host {host}: the release has no results for it; recorded hosts: {', '.join(known)}")
+    out = []
+    for v in rec["variants"]:
+        targets = [t for t in v["targets"] if t["host"] == host]
+        if not targets:
+            out.append(Check("re-run", f"{v['name']} on {host}", SKIP, "no record of this variant on this host"))
+            continue
+        a = v["artifact"]
+        path = folder / a["file"] if a.get("retained") else Path(a.get("source_path") or "")
+        if not path.exists() or sha256_file(path) != v["raw_sha256"]:
+            why = "artifact missing or modified" if a.get("retained") else "not retained and the source is gone or changed"
+            out.append(Check("re-run", f"{v['name']} on {host}", SKIP if not a.get("retained") else FAIL,
+                             f"cannot re-run: {why}"))
+            continue
+        for t in targets:
+            rec_rows = tables.read("outputs", root=folder / "tables",
+                                   columns=["fixture_id", "output_name", "sha256"],
+                                   filter=(pc.field("variant_id") == v["variant_id"]) & (pc.field("host") == host)
+                                   & (pc.field("fingerprint_id") == t["fingerprint_id"])
+                                   & (pc.field("session_key") == t["session_key"])).to_pylist()
+            recorded = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rec_rows}
+            ids = sorted({fx for fx, _ in recorded})[:sample]
+            fixtures = _fixtures(folder, rec, ids)
+            variant = Variant(v["name"], path, v["model"], v["recipe"])
+            with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
+                summary = run_hosts([host], [variant], fixtures, session=t["session_options"], hosts_file=hosts_file,
+                                    progress=False, tables_root=Path(td), raise_on_error=False)
+                if summary.errors:
+                    out.append(Check("re-run", f"{v['name']} on {host}", FAIL, summary.errors[0]))
+                    continue
+                new = tables.read("outputs", root=Path(td), columns=["fixture_id", "output_name", "sha256",
+                                                                       "fingerprint_id"]).to_pylist()
+            got = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in new}
+            fp_now = {r["fingerprint_id"] for r in new}
+            fp_note = "" if fp_now == {t["fingerprint_id"]} else (
+                f"; host fingerprint now {','.join(sorted(x[:12] for x in fp_now))}, recorded {t['fingerprint_id'][:12]}")
+            want = {k: s for k, s in recorded.items() if k[0] in ids}
+            differ = sorted(k for k in want if got.get(k) != want[k])
+            if differ:
+                out.append(Check("re-run", f"{v['name']} on {host}", FAIL,
+                                 f"{len(differ)} of {len(want)} output hashes differ from the record "
+                                 f"(first: fixture {differ[0][0][:12]} output {differ[0][1]}){fp_note}"))
+            else:
+                out.append(Check("re-run", f"{v['name']} on {host}", PASS,
+                                 f"{len(ids)} fixtures, {len(want)} output hashes identical{fp_note}"))
+    return out
+
+
+def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, hosts_file=None) -> list[Check]:
+    folder = Path(folder)
+    rec = load_record(folder)
+    if sample < 1:
+        raise UserError("--sample: must be at least 1")
+    checks = check_tables(folder, rec)
+    rep = rec.get("report")
+    if rep:
+        checks.append(_check_file(folder, rep["file"], rep["sha256"], "report"))
+    for m in rec.get("calibration_manifests", []):
+        if m.get("file"):
+            c = _check_file(folder, m["file"], m.get("sha256"), "calibration manifest")
+            if c.status == PASS and m.get("recorded_sha256") and m["sha256"] != m["recorded_sha256"]:
+                c = Check("calibration manifest", m["file"], FAIL, "differs from the hash in the variants' recipes")
+            checks.append(c)
+        else:
+            checks.append(Check("calibration manifest", m["name"], SKIP, "manifest was not found at release time"))
+    checks += check_artifacts(folder, rec)
+    checks += check_registry(folder, rec)
+    if host:
+        checks += rerun(folder, rec, host, sample, hosts_file)
+    return checks

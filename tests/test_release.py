@@ -1,0 +1,154 @@
+"""`quantbench release` and `quantbench verify` on a tiny model run on the local host."""
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_modelhash import make_model
+
+from quantbench.cli import main
+
+
+@pytest.fixture(scope="module")
+def base_results(tmp_path_factory):
+    """results/ with fp32 + dynamic variants of a tiny model and their outputs on the local host."""
+    from quantbench.fixtures import Fixture
+    from quantbench.hosts.runner import run_hosts
+    from quantbench.hosts.worker import tensor_sha256
+    from quantbench.quantize import variants as qv
+    from quantbench.variants import write_index, write_latest
+
+    root = tmp_path_factory.mktemp("release")
+    results = root / "results"
+    vdir = results / "variants" / "tiny"
+    vdir.mkdir(parents=True)
+    src = make_model(root / "src.onnx", casts=0, doc="/home/alice/export.py(12): forward")
+    vs = [qv.make_fp32(src, vdir / "fp32.onnx", model_name="tiny"),
+          qv.make_dynamic(src, vdir / "dynamic.onnx", model_name="tiny")]
+    write_index(vdir, vs)
+    write_latest(vdir, "tiny", results_dir=results)
+    rng = np.random.default_rng(0)
+    fixtures = []
+    for i in range(5):
+        a = rng.standard_normal((1, 4)).astype(np.float32)
+        fixtures.append(Fixture(tensor_sha256(a), "x", a, f"synthetic/{i}.png", "", [], "", "eval"))
+    run_hosts(["local"], vs, fixtures, progress=False, tables_root=results / "tables", jobs=1)
+    return results
+
+
+@pytest.fixture
+def results(base_results, tmp_path, monkeypatch):
+    """A private copy of the base results (tests write releases into it)."""
+    dest = tmp_path / "results"
+    shutil.copytree(base_results, dest)
+    # latest.json points at the variants folder relative to results/variants: still valid in the copy
+    monkeypatch.chdir(tmp_path)
+    return dest
+
+
+def release(results, tag, *extra):
+    return main(["release", "--tag", tag, "--results", str(results), *extra])
+
+
+def test_release_writes_record_and_verify_reruns_on_local_host(results, capsys):
+    assert release(results, "v1") == 0
+    out = capsys.readouterr().out
+    assert "release v1: 2 variant(s) x 1 host(s)" in out
+    folder = results / "releases" / "v1"
+    rec = json.loads((folder / "release.json").read_text())
+    assert {v["name"] for v in rec["variants"]} == {"fp32", "dynamic"}
+    for v in rec["variants"]:
+        assert v["raw_sha256"] != v["semantic_sha256"]          # the doc_string path is in the raw bytes only
+        assert v["environment"]["onnxruntime"] and v["recipe"]["method"] in ("fp32", "dynamic")
+        assert v["artifact"]["retained"] and (folder / v["artifact"]["file"]).exists()
+        (t,) = v["targets"]
+        assert t["host"] == "local" and t["fixtures"] == 5 and len(t["release_key"]) == 64
+        assert t["fingerprint"]["identity"] and t["byte_class"] == "A"
+    keys = {t["release_key"] for v in rec["variants"] for t in v["targets"]}
+    registry = json.loads((results / "releases" / "index.json").read_text())
+    assert keys == set(registry["keys"])
+    for name in ("fixtures", "models", "hosts", "outputs"):
+        assert rec["tables"][name]["rows"] > 0
+    assert (folder / "report.md").read_text().startswith("# Release v1")
+
+    assert main(["verify", str(folder), "--host", "local", "--sample", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "verify" in out and ": PASS" in out
+    rerun = [line for line in out.splitlines() if line.startswith("re-run")]
+    assert len(rerun) == 2 and all(" PASS " in line and "2 fixtures" in line for line in rerun)
+
+
+def test_verify_detects_tampered_parquet_and_missing_artifact(results, capsys):
+    assert release(results, "v1") == 0
+    folder = results / "releases" / "v1"
+    rec = json.loads((folder / "release.json").read_text())
+    part = folder / rec["tables"]["outputs"]["files"][0]["path"]
+    t = pq.read_table(part)
+    sha = t.column("sha256").to_pylist()
+    sha[0] = "0" * 64                                              # one forged output hash
+    pq.write_table(t.set_column(t.schema.get_field_index("sha256"), "sha256", pa.array(sha)), part)
+    (folder / "artifacts" / "dynamic.onnx").unlink()
+    capsys.readouterr()
+    assert main(["verify", str(folder)]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "tables/outputs/" in ln)
+    assert " FAIL " in line and "modified" in line
+    line = next(ln for ln in out.splitlines() if ln.startswith("artifact") and " dynamic " in ln)
+    assert " FAIL " in line and "missing" in line
+    line = next(ln for ln in out.splitlines() if ln.startswith("artifact") and " fp32 " in ln)
+    assert " PASS " in line
+    assert "FAIL (" in out.splitlines()[-1]
+
+
+def test_not_retained_is_reported_as_such(results, capsys):
+    assert release(results, "slim", "--no-retain") == 0
+    folder = results / "releases" / "slim"
+    assert not (folder / "artifacts").exists()
+    capsys.readouterr()
+    assert main(["verify", str(folder)]) == 0                      # a decision, not a failure
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith("artifact")]
+    assert len(rows) == 2 and all("NOT RETAINED" in r and "deliberately not retained" in r for r in rows)
+    assert "missing" not in out
+    assert "2 artifact(s) deliberately not retained" in out
+
+
+def test_second_artifact_under_existing_release_key_is_refused(results, capsys):
+    assert release(results, "v1") == 0
+    registry = (results / "releases" / "index.json").read_bytes()
+    # Same recipe, different bytes: the export moved folders, so the doc_string paths differ.
+    import onnx
+
+    path = results / "variants" / "tiny" / "dynamic.onnx"
+    m = onnx.load(str(path))
+    for node in m.graph.node:
+        node.doc_string = "/home/alice/a/much/longer/checkout/export.py(12): forward"
+    onnx.save(m, str(path))
+    capsys.readouterr()
+    assert release(results, "v2") == 1
+    out = capsys.readouterr().out
+    assert "REFUSED" in out and "registered by release 'v1'" in out
+    assert "semantically identical (differs only in non-executing content)" in out
+    assert out.count("release key ") >= 1 and "dynamic on local" in out
+    assert not (results / "releases" / "v2").exists()
+    assert (results / "releases" / "index.json").read_bytes() == registry    # nothing stored silently
+
+
+def test_same_artifacts_under_new_tag_and_user_errors(results, capsys):
+    assert release(results, "v1") == 0
+    assert release(results, "v1b") == 0                            # same artifacts, same keys: a re-release
+    assert "already registered with the same artifact" in capsys.readouterr().out
+    reg = json.loads((results / "releases" / "index.json").read_text())
+    assert all(e["tags"] == ["v1", "v1b"] for e in reg["keys"].values())
+    assert release(results, "v1") == 2                             # tags are never overwritten
+    assert "already exists" in capsys.readouterr().err
+    assert release(results, "../x") == 2
+    assert release(results, "v9", "--hosts", "pi") == 2
+    assert "no results of variant" in capsys.readouterr().err
+    assert main(["verify", str(results / "releases" / "nope")]) == 2
+    assert main(["verify", str(results / "releases" / "v1"), "--host", "pi"]) == 2
+    err = capsys.readouterr().err
+    assert "no such release folder" in err and "--host pi: the release has no results for it" in err
