@@ -76,3 +76,31 @@ def fixtures(count: int, n: int = 16, first_values=None) -> list[Fixture]:
 
 def variant(path, name: str = "fp32", model: str = "tiny") -> Variant:
     return Variant(name=name, path=Path(path), model=model, recipe={"variant": name})
+
+
+def image_model(path, size: int = 8, classes: int = 4) -> Path:
+    """images[1,3,size,size] -> logits[1,classes]: a stand-in classifier for CLI runs on a tiny corpus."""
+    w = numpy_helper.from_array(np.random.RandomState(3).randn(3 * size * size, classes).astype(np.float32), "w")
+    g = helper.make_graph(
+        [helper.make_node("Flatten", ["images"], ["f"]), helper.make_node("MatMul", ["f", "w"], ["logits"])],
+        "img", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], [w])
+    return _save(g, path)
+
+
+def make_corpus(folder, count: int = 3, size: int = 8) -> Path:
+    """`count` random PNGs and a COCO labels.json (all in the eval split); returns the labels path."""
+    import json
+
+    from PIL import Image
+
+    folder = Path(folder)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    images = []
+    for i in range(count):
+        px = np.random.RandomState(i).randint(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(px).save(folder / "images" / f"im{i}.png")
+        images.append({"id": i + 1, "file_name": f"im{i}.png", "width": size, "height": size, "split": "eval"})
+    labels = folder / "labels.json"
+    labels.write_text(json.dumps({"images": images, "annotations": [], "categories": [{"id": 1, "name": "litter"}]}))
+    return labels
