@@ -89,9 +89,17 @@ def test_verify_detects_tampered_parquet_and_missing_artifact(results, capsys):
     t = pq.read_table(part)
     sha = t.column("sha256").to_pylist()
     sha[0] = "0" * 64                                              # one forged output hash
+    forged_variant = t.column("variant").to_pylist()[0]
     pq.write_table(t.set_column(t.schema.get_field_index("sha256"), "sha256", pa.array(sha)), part)
-    (folder / "artifacts" / "dynamic.onnx").unlink()
     capsys.readouterr()
+    assert main(["verify", str(folder), "--host", "local", "--sample", "5"]) == 1
+    out = capsys.readouterr().out
+    rerun = {ln.split()[1]: ln for ln in out.splitlines() if ln.startswith("re-run")}
+    assert "1 of 5 output hashes differ" in rerun[forged_variant] and " FAIL " in rerun[forged_variant]
+    other = ({"fp32", "dynamic"} - {forged_variant}).pop()
+    assert " PASS " in rerun[other]
+
+    (folder / "artifacts" / "dynamic.onnx").unlink()
     assert main(["verify", str(folder)]) == 1
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if "tables/outputs/" in ln)

@@ -172,7 +172,11 @@ def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
 
 
 def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> list[Check]:
-    """Re-run `sample` fixtures per variant on `host` and compare output hashes with the record."""
+    """Re-run `sample` fixtures per variant on `host` and compare output hashes with the record.
+
+    One runner call per recorded session (all variants together), so the host's
+    worker starts once per session rather than once per variant.
+    """
     import pyarrow.compute as pc
 
     from quantbench import tables
@@ -182,50 +186,55 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
     if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
         known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
         raise UserError(f"--host {host}: the release has no results for it; recorded hosts: {', '.join(known)}")
-    out = []
+    out: list[Check] = []
+    jobs: dict = {}  # session_key -> {"session": ..., "items": [(variant record, target, Variant, wanted hashes)]}
     for v in rec["variants"]:
+        item = f"{v['name']} on {host}"
         targets = [t for t in v["targets"] if t["host"] == host]
         if not targets:
-            out.append(Check("re-run", f"{v['name']} on {host}", SKIP, "no record of this variant on this host"))
+            out.append(Check("re-run", item, SKIP, "no record of this variant on this host"))
             continue
         a = v["artifact"]
         path = folder / a["file"] if a.get("retained") else Path(a.get("source_path") or "")
         if not path.exists() or sha256_file(path) != v["raw_sha256"]:
             why = "artifact missing or modified" if a.get("retained") else "not retained and the source is gone or changed"
-            out.append(Check("re-run", f"{v['name']} on {host}", SKIP if not a.get("retained") else FAIL,
-                             f"cannot re-run: {why}"))
+            out.append(Check("re-run", item, FAIL if a.get("retained") else SKIP, f"cannot re-run: {why}"))
             continue
         for t in targets:
-            rec_rows = tables.read("outputs", root=folder / "tables",
-                                   columns=["fixture_id", "output_name", "sha256"],
-                                   filter=(pc.field("variant_id") == v["variant_id"]) & (pc.field("host") == host)
-                                   & (pc.field("fingerprint_id") == t["fingerprint_id"])
-                                   & (pc.field("session_key") == t["session_key"])).to_pylist()
-            recorded = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rec_rows}
-            ids = sorted({fx for fx, _ in recorded})[:sample]
-            fixtures = _fixtures(folder, rec, ids)
-            variant = Variant(v["name"], path, v["model"], v["recipe"])
-            with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
-                summary = run_hosts([host], [variant], fixtures, session=t["session_options"], hosts_file=hosts_file,
-                                    progress=False, tables_root=Path(td), raise_on_error=False)
-                if summary.errors:
-                    out.append(Check("re-run", f"{v['name']} on {host}", FAIL, summary.errors[0]))
-                    continue
-                new = tables.read("outputs", root=Path(td), columns=["fixture_id", "output_name", "sha256",
-                                                                       "fingerprint_id"]).to_pylist()
-            got = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in new}
+            rows = tables.read("outputs", root=folder / "tables", columns=["fixture_id", "output_name", "sha256"],
+                               filter=(pc.field("variant_id") == v["variant_id"]) & (pc.field("host") == host)
+                               & (pc.field("fingerprint_id") == t["fingerprint_id"])
+                               & (pc.field("session_key") == t["session_key"])).to_pylist()
+            ids = sorted({r["fixture_id"] for r in rows})[:sample]
+            want = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rows if r["fixture_id"] in ids}
+            job = jobs.setdefault(t["session_key"], {"session": t["session_options"], "items": []})
+            job["items"].append((v, t, Variant(v["name"], path, v["model"], v["recipe"]), want))
+    for job in jobs.values():
+        ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
+        fixtures = _fixtures(folder, rec, ids)
+        with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
+            summary = run_hosts([host], [it[2] for it in job["items"]], fixtures, session=job["session"],
+                                hosts_file=hosts_file, progress=False, tables_root=Path(td), raise_on_error=False)
+            new = tables.read("outputs", root=Path(td),
+                              columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
+        for v, t, _, want in job["items"]:
+            item = f"{v['name']} on {host}"
+            got = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in new if r["variant_id"] == v["variant_id"]}
             fp_now = {r["fingerprint_id"] for r in new}
-            fp_note = "" if fp_now == {t["fingerprint_id"]} else (
+            fp_note = "" if fp_now <= {t["fingerprint_id"]} else (
                 f"; host fingerprint now {','.join(sorted(x[:12] for x in fp_now))}, recorded {t['fingerprint_id'][:12]}")
-            want = {k: s for k, s in recorded.items() if k[0] in ids}
-            differ = sorted(k for k in want if got.get(k) != want[k])
+            missing = [k for k in want if k not in got]
+            differ = sorted(k for k in want if k in got and got[k] != want[k])
             if differ:
-                out.append(Check("re-run", f"{v['name']} on {host}", FAIL,
-                                 f"{len(differ)} of {len(want)} output hashes differ from the record "
-                                 f"(first: fixture {differ[0][0][:12]} output {differ[0][1]}){fp_note}"))
+                out.append(Check("re-run", item, FAIL, f"{len(differ)} of {len(want)} output hashes differ from the "
+                                                       f"record (first: fixture {differ[0][0][:12]} output "
+                                                       f"{differ[0][1]}){fp_note}"))
+            elif missing:
+                err = summary.errors[0] if summary.errors else "the host returned no result"
+                out.append(Check("re-run", item, FAIL, f"{len(missing)} of {len(want)} outputs not produced: {err}"))
             else:
-                out.append(Check("re-run", f"{v['name']} on {host}", PASS,
-                                 f"{len(ids)} fixtures, {len(want)} output hashes identical{fp_note}"))
+                n = len({fx for fx, _ in want})
+                out.append(Check("re-run", item, PASS, f"{n} fixtures, {len(want)} output hashes identical{fp_note}"))
     return out
 
 
