@@ -1,0 +1,57 @@
+"""`quantbench latency`: latency and peak memory of each variant on local and ssh hosts, int8 speed-up over fp32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--variants", default="all",
+                   help="comma-separated variant names from the last calibrate run, or .onnx files ('all': every one)")
+    p.add_argument("--hosts", default="x86", help="comma-separated local or ssh hosts (emulated hosts are refused)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs")
+    p.add_argument("--runs", type=int, default=10, help="timed runs per repeat (at least 10)")
+    p.add_argument("--repeats", type=int, default=3, help="repeats; the spread of their medians is reported")
+    p.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of the images (default: the bundled corpus)")
+    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures")
+    p.add_argument("--split", default="eval", help="image split the timed fixture comes from")
+    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
+    p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
+
+
+def resolve(names: str):
+    from quantbench import variants as V
+    from quantbench.commands.localize import pick_variant
+
+    if names == "all":
+        from quantbench.commands.run import resolve_variants
+
+        return resolve_variants(None)
+    return [pick_variant(n.strip()) for n in names.split(",") if n.strip()]
+
+
+def run(args) -> int:
+    from quantbench import tables
+    from quantbench.assets import TABLES_DIR
+    from quantbench.commands.localize import pick_fixtures
+    from quantbench.explain.latency import check_host, measure, table, with_speedups
+    from quantbench.explain.localize import parse_hosts
+
+    hosts = parse_hosts(args.hosts, {"intra_op_num_threads": args.threads}, args.hosts_file)
+    for h in hosts:
+        check_host(h)
+    variants = resolve(args.variants)
+    root = Path(args.tables) if args.tables else TABLES_DIR
+    rows = []
+    for v in variants:
+        fx = pick_fixtures(args, v, 1)[0]
+        for h in hosts:
+            rows.append(measure(v.path, h, fx, args.warmup, args.runs, args.repeats, v.name))
+    with_speedups(rows)
+    tables.append("latency", [r.row() for r in rows], root=root)
+    print(table(rows))
+    print(f"latency table: {root / 'latency'}")
+    return 0

@@ -1,0 +1,40 @@
+"""`quantbench lint MODEL`: static saturation lint of an int8 model's weights, per layer and host tier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "Lint an int8 model's weights for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow, per layer."
+
+
+def add_arguments(p) -> None:
+    p.add_argument("model", help="a quantized ONNX model (static QDQ, or QLinear/MatMulInteger/ConvInteger ops)")
+    p.add_argument("--all", action="store_true", help="list every int8 layer, not only the ones some tier can diverge on")
+    p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
+
+
+def run(args) -> int:
+    from quantbench import tables
+    from quantbench.assets import TABLES_DIR
+    from quantbench.explain.lint import lint_model
+    from quantbench.modelio import load_model, semantic_sha256
+
+    model = load_model(args.model)
+    rows = lint_model(model)
+    vid = semantic_sha256(model)
+    root = Path(args.tables) if args.tables else TABLES_DIR
+    part = tables.append("lint", [dict(r.row(), variant_id=vid, model=str(args.model)) for r in rows], root=root)
+    risky = [r for r in rows if r.tiers]
+    shown = rows if args.all else risky
+    head = ("layer", "op", "K", "act/weight", "x86 sat pairs", "neon wrap pairs", "int32", "tiers")
+    out = [head] + [(r.node, r.op_type, str(r.k), f"{r.act_type}/{r.weight_type}", str(r.x86_saturating_pairs),
+                     str(r.neon_wrapping_pairs), "ok" if r.int32_ok else "OVERFLOW", ",".join(r.tiers) or "-")
+                    for r in shown]
+    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
+    if shown:
+        print("\n".join("  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in out))
+    for r in risky:
+        print(f"{r.node}: {r.reason}")
+    print(f"{len(rows)} int8 weight tensor(s), {len(risky)} that some host tier can diverge on"
+          + (f"; lint table: {part.parent}" if part else ""))
+    return 0

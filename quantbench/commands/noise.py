@@ -1,0 +1,65 @@
+"""`quantbench noise`: per-host noise floors (repeat, threads, batch, graph optimisation), with decision flips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all."
+
+
+def add_arguments(p) -> None:
+    from quantbench.commands.localize import add_common
+    from quantbench.explain.noise import FACTORS
+
+    add_common(p)
+    p.add_argument("--limit", type=int, default=8, help="fixtures to use (batch composition needs 8)")
+    p.add_argument("--threads", type=int, default=4, help="N of the threads 1 vs N comparison")
+    p.add_argument("--batch", type=int, default=8, help="batch size of the batch-composition comparison")
+    p.add_argument("--factors", default=",".join(FACTORS), help="comma-separated factors to measure")
+    p.add_argument("--decode", help="decode kind for decision flips (default: the model's sidecar)")
+
+
+def decode_spec(variant, kind=None):
+    """The decode spec from the variant's sidecar (or --decode), checked against its outputs; None if unknown."""
+    from quantbench.analysis.decode import check_outputs, spec_from_sidecar
+    from quantbench.commands.run import _sidecar_for
+    from quantbench.errors import UserError
+    from quantbench.modelio import load_model
+
+    sc = _sidecar_for(variant)
+    try:
+        spec = spec_from_sidecar(sc, kind, source=str(variant.path))
+    except UserError:
+        if kind:
+            raise
+        return None
+    outs = [o.name for o in load_model(variant.path, check=False).graph.output]
+    return check_outputs(spec, outs)
+
+
+def run(args) -> int:
+    from quantbench import tables
+    from quantbench.assets import TABLES_DIR
+    from quantbench.commands.localize import base_session, pick_fixtures, pick_variant
+    from quantbench.errors import UserError
+    from quantbench.explain.localize import parse_hosts
+    from quantbench.explain.noise import noise_floor, table
+
+    if args.limit < 1:
+        raise UserError(f"--limit {args.limit}: must be at least 1")
+    root = Path(args.tables) if args.tables else TABLES_DIR
+    variant = pick_variant(args.variant)
+    hosts = parse_hosts(args.hosts, base_session(args), args.hosts_file)
+    fixtures = pick_fixtures(args, variant, args.limit)
+    spec = decode_spec(variant, args.decode)
+    factors = [f.strip() for f in args.factors.split(",") if f.strip()]
+    rows = []
+    for h in hosts:
+        rows += noise_floor(variant.path, h, fixtures, spec, args.threads, args.batch, factors, variant.name)
+    tables.append("noise", [r.row() for r in rows], root=root)
+    print(table(rows))
+    faults = [r for r in rows if r.harness_fault]
+    if faults:
+        print(f"HARNESS FAULT on {', '.join(sorted({r.host for r in faults}))}: repeated runs differ")
+    print(f"noise table: {root / 'noise'}")
+    return 1 if faults else 0

@@ -1,0 +1,59 @@
+"""`quantbench remedy`: try the known remedies on a variant whose hosts split, report which make one class and their cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
+
+
+def add_arguments(p) -> None:
+    from quantbench.commands.localize import add_common
+    from quantbench.explain.remedy import REMEDIES
+
+    add_common(p)
+    p.add_argument("--fp32", metavar="MODEL",
+                   help="the float model the variant was quantized from (default: the fp32 variant of the last calibrate run)")
+    p.add_argument("--limit", type=int, default=8, help="fixtures to compare on")
+    p.add_argument("--remedies", default=",".join(REMEDIES), help="comma-separated remedies to try")
+    p.add_argument("--decode", help="decode kind for decision flips (default: the model's sidecar)")
+    p.add_argument("--out", metavar="DIR", help="where remedy variants are written (default: results/remedies/<variant>)")
+
+
+def run(args) -> int:
+    from quantbench import tables
+    from quantbench.assets import RESULTS_DIR, TABLES_DIR
+    from quantbench.commands.localize import base_session, pick_fixtures, pick_variant
+    from quantbench.commands.noise import decode_spec
+    from quantbench.errors import UserError
+    from quantbench.explain.localize import parse_hosts
+    from quantbench.explain.remedy import build_remedies, remedy_matrix, table
+    from quantbench.modelio import load_model, semantic_sha256
+
+    root = Path(args.tables) if args.tables else TABLES_DIR
+    variant = pick_variant(args.variant)
+    hosts = parse_hosts(args.hosts, base_session(args), args.hosts_file)
+    if len(hosts) < 2:
+        raise UserError("--hosts: name at least two hosts to compare")
+    if args.fp32:
+        fp32 = Path(args.fp32)
+    else:
+        fp32 = Path(pick_variant("fp32").path)
+    spec = decode_spec(variant, args.decode)
+    if spec is None:
+        raise UserError(f"{variant.path}: no decode spec in its sidecar; pass --decode to count decision flips")
+    fixtures = pick_fixtures(args, variant, args.limit)
+    stem = Path(variant.path)
+    ranges = stem.with_name(stem.stem + ".ranges.json")
+    out = Path(args.out) if args.out else RESULTS_DIR / "remedies" / variant.name
+    remedies = [r.strip() for r in args.remedies.split(",") if r.strip()]
+    rvs = build_remedies(variant.path, fp32, out, variant.recipe, ranges if ranges.exists() else None,
+                         [{fx.input_name: fx.array} for fx in fixtures], remedies)
+    rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, semantic_sha256(load_model(variant.path, check=False)),
+                         progress=not args.no_progress)
+    tables.append("remedies", [r.row() for r in rows], root=root)
+    print(table(rows))
+    closing = [r.remedy for r in rows if r.one_class]
+    print("remedies that bring every host into one class: " + (", ".join(closing) or "none"))
+    print(f"remedies table: {root / 'remedies'}; remedy variants in {out}")
+    return 0

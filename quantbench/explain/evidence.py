@@ -1,0 +1,346 @@
+"""Kernel evidence: which instruction families onnxruntime ran on an emulated host.
+
+The variant runs under qemu-user with ``-d in_asm``: qemu logs every instruction it
+translates. A small probe (standard library + numpy + onnxruntime, like the worker)
+reports the address ranges where onnxruntime's code is mapped in the guest, so
+only instructions inside onnxruntime (MLAS is linked into it) are counted - not
+Python's or numpy's. Counts are of *translations* (a line of the log) and of
+distinct *sites* (addresses): qemu translates a block once and then reuses it, so
+neither is an execution count; a family with sites > 0 was dispatched.
+
+ARM words are decoded from their 32-bit encodings (the log prints the word before
+the mnemonic), so instructions that qemu's disassembler prints as ``.byte`` or
+``.inst`` (UDOT/SDOT by element, the i8mm MMLA family under qemu 7.2) are counted
+too. Encodings (Arm ARM, Advanced SIMD; checked against LLVM's MC test vectors):
+
+  UDOT/SDOT (vector)      0 Q U 01110 10 0 Rm 100101 Rn Rd    mask 0x9fe0fc00 == 0x0e809400
+  UDOT/SDOT (by element)  0 Q U 01111 10 L M Rm 1110 H 0 Rn Rd mask 0x9fc0f400 == 0x0f80e000
+  USDOT (vector)          0 Q 0 01110 10 0 Rm 100111 Rn Rd    mask 0xbfe0fc00 == 0x0e809c00
+  SUDOT/USDOT (by elem.)  0 Q 0 01111 s0 L M Rm 1111 H 0 Rn Rd mask 0xbf40f400 == 0x0f00f000
+  SMMLA / UMMLA / USMMLA  0x4e80a400 / 0x6e80a400 / 0x4e80ac00 with mask 0xffe0fc00
+  SMULL/UMULL (vector)    0 Q U 01110 sz 1 Rm 110000 Rn Rd    mask 0x9f20fc00 == 0x0e20c000
+  SMLAL/UMLAL (vector)    0 Q U 01110 sz 1 Rm 100000 Rn Rd    mask 0x9f20fc00 == 0x0e208000
+  SADALP/UADALP           0 Q U 01110 sz 10000 0011010 Rn Rd  mask 0x9f3ffc00 == 0x0e206800
+  FMLA (vector)           0 Q 0 01110 0 sz 1 Rm 110011 Rn Rd  mask 0xbfa0fc00 == 0x0e20cc00
+  FMLA (by element)       0 Q 0 01111 1 sz L M Rm 0001 H 0     mask 0xbf80f400 == 0x0f801000
+
+(U is bit 29.) The 8-bit SMULL/SMLAL forms (size 00) are the int16 pair path of
+NEON-only cores; wider forms are listed apart. x86 instructions are variable
+length, so they are matched by mnemonic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json
+
+# (mask, value, family, kind); order matters only for overlapping encodings (none overlap)
+ARM_PATTERNS = [
+    (0x9FC0F400, 0x0F80E000, "UDOT/SDOT (by element)", "int8-dot"),
+    (0x9FE0FC00, 0x0E809400, "UDOT/SDOT (vector)", "int8-dot"),
+    (0xBFE0FC00, 0x0E809C00, "USDOT (vector)", "int8-dot"),
+    (0xBF40F400, 0x0F00F000, "SUDOT/USDOT (by element)", "int8-dot"),
+    (0xFFE0FC00, 0x4E80A400, "SMMLA", "int8-matmul"),
+    (0xFFE0FC00, 0x6E80A400, "UMMLA", "int8-matmul"),
+    (0xFFE0FC00, 0x4E80AC00, "USMMLA", "int8-matmul"),
+    (0x9F20FC00, 0x0E20C000, "MULL", "widening"),
+    (0x9F20FC00, 0x0E208000, "MLAL", "widening"),
+    (0x9F3FFC00, 0x0E206800, "ADALP", "pairwise-accumulate"),
+    (0xBFA0FC00, 0x0E20CC00, "FMLA (vector)", "fp32-fma"),
+    (0xBF80F400, 0x0F801000, "FMLA (by element)", "fp32-fma"),
+]
+
+X86_FAMILIES = [
+    (re.compile(r"^v?pmaddubsw$"), "VPMADDUBSW", "int8-saturating-pair"),
+    (re.compile(r"^vpdpbusds?$"), "VPDPBUSD", "int8-dot"),
+    (re.compile(r"^vpdpb[su]{2}ds?$"), "VPDPB (AVX-VNNI-INT8)", "int8-dot"),
+    (re.compile(r"^tdpb[su]{2}d$"), "TDPBUSD (AMX)", "int8-matmul"),
+    (re.compile(r"^v?pmaddwd$"), "PMADDWD", "int16-pair"),
+    (re.compile(r"^vf(n)?madd(132|213|231)?[ps][sd]$|^vf(n)?madd"), "VFMADD", "fp32-fma"),
+]
+
+# Families that tell the int8 kernel apart, per architecture (for the summary)
+ARM_INT8_DOT = ("UDOT/SDOT (by element)", "UDOT/SDOT (vector)", "USDOT (vector)", "SUDOT/USDOT (by element)")
+ARM_INT8_MMLA = ("SMMLA", "UMMLA", "USMMLA")
+ARM_NEON_INT8 = ("SMULL (8-bit)", "UMULL (8-bit)", "SMLAL (8-bit)", "UMLAL (8-bit)", "SADALP", "UADALP")
+
+
+def decode_arm64(word: int) -> tuple[str, str] | None:
+    """(family, kind) of a 32-bit A64 instruction word, or None if not a tracked family."""
+    w = int(word) & 0xFFFFFFFF
+    for mask, value, family, kind in ARM_PATTERNS:
+        if (w & mask) == value:
+            u = (w >> 29) & 1
+            size = (w >> 22) & 3
+            if family in ("MULL", "MLAL"):
+                sign = "U" if u else "S"
+                width = "8-bit" if size == 0 else ("16-bit" if size == 1 else "32-bit")
+                return f"{sign}{family} ({width})", "int8-widening" if size == 0 else kind
+            if family == "ADALP":
+                return ("UADALP" if u else "SADALP"), kind
+            if family.startswith("UDOT/SDOT"):
+                return ("UDOT" if u else "SDOT") + family[len("UDOT/SDOT"):], kind
+            if family == "SUDOT/USDOT (by element)":
+                return ("USDOT (by element)" if size == 2 else "SUDOT (by element)"), kind
+            return family, kind
+    return None
+
+
+def x86_family(mnemonic: str) -> tuple[str, str] | None:
+    m = mnemonic.strip().lower()
+    for rx, family, kind in X86_FAMILIES:
+        if rx.search(m):
+            return family, kind
+    return None
+
+
+_LINE = re.compile(r"^\s*0x([0-9a-fA-F]+):\s+(.*)$")
+_HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")
+_BYTE_LIST = re.compile(r"\.(?:byte|inst|word)\s+(.*)$")
+
+
+def _word_from_directive(text: str) -> int | None:
+    m = _BYTE_LIST.search(text)
+    if not m:
+        return None
+    vals = [v.strip() for v in m.group(1).split(",") if v.strip()]
+    try:
+        nums = [int(v, 16) if v.lower().startswith("0x") else int(v) for v in vals]
+    except ValueError:
+        return None
+    if len(nums) == 4 and all(0 <= n < 256 for n in nums):
+        return nums[0] | nums[1] << 8 | nums[2] << 16 | nums[3] << 24
+    if len(nums) == 1:
+        return nums[0] & 0xFFFFFFFF
+    return None
+
+
+@dataclass
+class FamilyCount:
+    family: str
+    kind: str
+    sites: int = 0
+    translations: int = 0
+    from_bytes: int = 0
+
+
+def scan_log(lines, arch: str, ranges=None) -> dict[str, FamilyCount]:
+    """Stream a qemu -d in_asm log (an iterable of lines, or a path); count families inside `ranges`.
+
+    `ranges`: [(lo, hi), ...] guest address ranges to count (None: everything). Only
+    the set of addresses per family is kept, never the log.
+    """
+    if isinstance(lines, (str, os.PathLike)):
+        with open(lines, "r", errors="replace") as fh:
+            return scan_log(fh, arch, ranges)
+    arm = arch in ("aarch64", "arm64")
+    ranges = sorted(ranges or [])
+    counts: dict[str, FamilyCount] = {}
+    sites: dict[str, set] = defaultdict(set)
+    for line in lines:
+        m = _LINE.match(line)
+        if not m:
+            continue
+        addr = int(m.group(1), 16)
+        if ranges and not any(lo <= addr < hi for lo, hi in ranges):
+            continue
+        rest = m.group(2)
+        found, from_bytes = None, False
+        if arm:
+            first = rest.split(None, 1)
+            word = None
+            if first and _HEX8.match(first[0]):
+                word = int(first[0], 16)
+                tail = first[1] if len(first) > 1 else ""
+            else:
+                tail = rest
+            if word is None:
+                word = _word_from_directive(rest)
+            if word is None:
+                continue
+            from_bytes = bool(_BYTE_LIST.search(tail)) or ".byte" in tail
+            found = decode_arm64(word)
+        else:
+            parts = re.split(r"\s{2,}", rest.strip())
+            mnem = parts[1].split()[0] if len(parts) > 1 and parts[1] else ""
+            if not mnem or mnem.startswith("."):
+                continue
+            found = x86_family(mnem)
+        if found is None:
+            continue
+        family, kind = found
+        c = counts.get(family)
+        if c is None:
+            c = counts[family] = FamilyCount(family, kind)
+        c.translations += 1
+        c.from_bytes += int(from_bytes)
+        sites[family].add(addr)
+    for family, c in counts.items():
+        c.sites = len(sites[family])
+    return dict(sorted(counts.items()))
+
+
+# --------------------------------------------------------------------------- the run under qemu
+
+PROBE = r'''
+import json, sys, time
+spec = json.load(open(sys.argv[1]))
+sys.path.insert(0, spec["worker_dir"])
+import numpy as np
+import worker as W
+session = W.normalize_session(spec["session"])
+with open(spec["model"], "rb") as fh:
+    sess, resolved, readback = W.make_session(fh.read(), session)
+ranges = []
+with open("/proc/self/maps") as fh:
+    for line in fh:
+        parts = line.split()
+        if len(parts) >= 6 and "x" in parts[1] and "onnxruntime" in parts[5]:
+            lo, hi = parts[0].split("-")
+            ranges.append([int(lo, 16), int(hi, 16), parts[5]])
+outs = []
+for item in spec["inputs"]:
+    arr = np.load(item["path"])
+    res = sess.run(None, {item["input_name"]: arr})
+    outs.append({"fixture_id": item["fixture_id"], "sha256": [W.tensor_sha256(o) for o in res]})
+fp = W.collect_fingerprint(session, resolved, readback)
+with open(spec["out"], "w") as fh:
+    json.dump({"ranges": ranges, "outputs": outs, "fingerprint": fp, "fingerprint_id": W.fingerprint_id(fp),
+               "providers": resolved}, fh)
+'''
+
+
+@dataclass
+class Evidence:
+    host: str
+    preset: str
+    qemu_cpu: str
+    arch: str
+    variant: str
+    variant_id: str
+    fingerprint_id: str
+    fingerprint: dict
+    fixtures: list
+    families: dict = field(default_factory=dict)  # family -> FamilyCount
+    log_bytes: int = 0
+    ranges: list = field(default_factory=list)
+
+    @property
+    def evidence_id(self) -> str:
+        return hashlib.sha256(canonical_json([self.fingerprint_id, self.variant_id, self.fixtures, self.qemu_cpu]).encode()).hexdigest()
+
+    def rows(self) -> list[dict]:
+        return [{"evidence_id": self.evidence_id, "host": self.host, "fingerprint_id": self.fingerprint_id,
+                 "qemu_cpu": self.qemu_cpu, "variant_id": self.variant_id, "variant": self.variant, "arch": self.arch,
+                 **{k: v for k, v in asdict(c).items()}} for c in self.families.values()]
+
+    def has(self, families) -> bool:
+        return any(self.families.get(f) and self.families[f].sites for f in families)
+
+    def verdict(self) -> str:
+        """One line: which int8 kernel family this host dispatched."""
+        f = self.families
+        if self.arch == "aarch64":
+            if self.has(ARM_INT8_MMLA):
+                return "int8 matrix-multiply kernels (i8mm MMLA): exact"
+            if self.has(ARM_INT8_DOT):
+                return "int8 dot-product kernels (UDOT/SDOT): exact"
+            if self.has(ARM_NEON_INT8):
+                return "plain NEON int8 kernels (SMULL/SMLAL/UMULL/SADALP/UADALP): int16 pair sums"
+            return "no int8 GEMM instructions seen" + (" (fp32 FMLA kernels)" if self.has(("FMLA (vector)", "FMLA (by element)")) else "")
+        if self.has(("VPDPBUSD", "VPDPB (AVX-VNNI-INT8)")):
+            return "VNNI int8 kernels (VPDPBUSD): exact"
+        if self.has(("VPMADDUBSW",)):
+            return "AVX2 U8S8 kernel (VPMADDUBSW): int16 pair sums saturate"
+        if self.has(("PMADDWD",)):
+            return "SSE/AVX int16 kernels (PMADDWD): exact"
+        return "no int8 GEMM instructions seen" + (" (fp32 FMA kernels)" if "VFMADD" in f else "")
+
+
+def collect(host_name: str, preset_name: str, model_path, fixtures, session: dict | None = None,
+            variant_name: str = "", keep_log: str | None = None, timeout: float | None = None) -> Evidence:
+    """Run the model on `fixtures` under qemu with -d in_asm and count the instruction families."""
+    import numpy as np
+
+    from quantbench.hosts import emulated as EM
+    from quantbench.hosts import worker as W
+    from quantbench.hosts.runner import normalize_session
+    from quantbench.modelio import load_model, semantic_sha256
+
+    preset = EM.preset(preset_name)
+    session = normalize_session(session)
+    vid = semantic_sha256(load_model(model_path, check=False))
+    with tempfile.TemporaryDirectory(prefix="qb-evidence-") as tmp:
+        tmp = Path(tmp)
+        log = Path(keep_log) if keep_log else tmp / "in_asm.log"
+        inputs = []
+        for i, fx in enumerate(fixtures):
+            p = tmp / f"in{i}.npy"
+            np.save(p, W.canonical(fx.array))
+            inputs.append({"path": str(p), "input_name": fx.input_name, "fixture_id": fx.fixture_id})
+        spec = {"worker_dir": str(Path(W.__file__).resolve().parent), "session": session,
+                "model": str(Path(model_path).resolve()), "inputs": inputs, "out": str(tmp / "probe.json")}
+        (tmp / "spec.json").write_text(json.dumps(spec))
+        (tmp / "probe.py").write_text(PROBE)
+        argv, env = EM.python_command(preset_name, ["-d", "in_asm", "-D", str(log)])
+        proc = subprocess.run(argv + [str(tmp / "probe.py"), str(tmp / "spec.json")], env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0 or not (tmp / "probe.json").exists():
+            tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+            raise UserError(f"host {host_name}: the evidence run failed under qemu ({tail[0]})")
+        info = json.loads((tmp / "probe.json").read_text())
+        ranges = [(lo, hi) for lo, hi, _ in info["ranges"]]
+        if not ranges:
+            raise UserError(f"host {host_name}: onnxruntime's code was not found in the guest's memory map")
+        families = scan_log(log, preset.arch, ranges)
+        size = log.stat().st_size
+    return Evidence(host=host_name, preset=preset_name, qemu_cpu=preset.qemu_cpu, arch=preset.arch,
+                    variant=variant_name or Path(model_path).stem, variant_id=vid,
+                    fingerprint_id=info["fingerprint_id"], fingerprint=info["fingerprint"],
+                    fixtures=[o["fixture_id"] for o in info["outputs"]], families=families, log_bytes=size,
+                    ranges=[r[2] for r in info["ranges"]])
+
+
+def table(evs: list[Evidence]) -> str:
+    fams = sorted({f for e in evs for f in e.families})
+    rows = [["family"] + [e.host for e in evs]]
+    for f in fams:
+        rows.append([f] + [str(e.families[f].sites) if f in e.families else "-" for e in evs])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    lines += [f"{e.host} ({e.qemu_cpu}): {e.verdict()}" for e in evs]
+    return "\n".join(lines)
+
+
+def run_evidence_for(args, variant, hosts, root) -> list[Evidence]:
+    """--evidence on the command line: every emulated host among `hosts` (others are named and skipped)."""
+    from quantbench import tables
+    from quantbench.commands.localize import pick_fixtures
+    from quantbench.hosts.runner import hosts_row
+
+    fixtures = pick_fixtures(args, variant, limit=max(1, int(getattr(args, "evidence_fixtures", 1))))
+    evs = []
+    for h in hosts:
+        if h.spec.kind != "emulated":
+            print(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
+                  f"log (an emulated host), skipped")
+            continue
+        ev = collect(h.label, h.spec.options.get("preset", h.spec.name), variant.path, fixtures, h.session, variant.name)
+        tables.append("hosts", [hosts_row(h.spec.name, "emulated", ev.fingerprint, ev.fingerprint_id)], root=root)
+        tables.append("evidence", ev.rows(), root=root)
+        evs.append(ev)
+    if evs:
+        print("instruction families inside onnxruntime (distinct sites; qemu -d in_asm):")
+        print(table(evs))
+        print(f"evidence table: {Path(root) / 'evidence'}")
+    return evs

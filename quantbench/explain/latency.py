@@ -1,0 +1,115 @@
+"""Latency and memory on real hosts (local, ssh): never under emulation.
+
+Protocol (as the SKU study asks for latency): warm-up runs first, then `repeats`
+blocks of `runs` timed inferences; each block gives a median, the reported
+latency is the median of those medians and the spread is max - min of them.
+Timing is the worker's own clock around ``session.run`` on one fixture, so the
+protocol framing is not timed. Peak RSS is the worker process's high-water mark
+(VmHWM) for a local host, read after the runs (a fresh worker per variant); over
+ssh it is not measured. The int8 speed-up is fp32 median / int8 median on the
+same host: > 1 faster, < 1 slower; "same" when the two differ by less than the
+sum of their spreads.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict, dataclass
+
+from quantbench.errors import UserError
+
+
+@dataclass
+class LatencyRow:
+    host: str
+    fingerprint_id: str
+    variant_id: str
+    variant: str
+    session_options: str
+    warmup: int
+    runs: int
+    repeats: int
+    median_ms: float
+    spread_ms: float
+    peak_rss_mb: float | None
+    speedup_vs_fp32: float | None = None
+    sign: str = ""
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def check_host(host) -> None:
+    kind = host.spec.kind
+    if kind == "emulated":
+        raise UserError(f"host {host.label}: emulated; a time measured under qemu is emulation time, not a device "
+                        f"latency. Measure latency on a local or ssh host")
+    if kind == "imported":
+        raise UserError(f"host {host.label}: imported results carry no timings; measure on a local or ssh host")
+
+
+def _vm_hwm_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats: int = 3,
+            variant_name: str = "", allow_fallback: bool = False) -> LatencyRow:
+    """One variant on one host; `host` is a localize.HostRun."""
+    from pathlib import Path
+
+    from quantbench.explain.localize import Worker
+    from quantbench.fsutil import canonical_json
+    from quantbench.modelio import load_model, semantic_sha256
+
+    check_host(host)
+    if runs < 10:
+        raise UserError(f"--runs {runs}: at least 10 timed runs per repeat")
+    if repeats < 3:
+        raise UserError(f"--repeats {repeats}: at least 3 repeats (the spread of the median needs them)")
+    if warmup < 1:
+        raise UserError(f"--warmup {warmup}: at least 1 warm-up run")
+    model = Path(model_path).read_bytes()
+    w = Worker(host, allow_fallback)
+    try:
+        res = w.run(model, [fixture], host.session, return_tensors=False, repeat=warmup + runs * repeats)
+        rss = _vm_hwm_mb(w.client.pid) if host.spec.kind == "local" else None
+    finally:
+        w.close()
+    secs = [r["seconds"] for r in sorted(res, key=lambda r: r["repeat"])][warmup:]
+    medians = [statistics.median(secs[i * runs:(i + 1) * runs]) * 1000.0 for i in range(repeats)]
+    return LatencyRow(host.label, w.fingerprint_id, semantic_sha256(load_model(model_path, check=False)),
+                      variant_name or Path(model_path).stem, canonical_json(host.session), warmup, runs, repeats,
+                      statistics.median(medians), max(medians) - min(medians), rss)
+
+
+def with_speedups(rows: list[LatencyRow], fp32_name: str = "fp32") -> list[LatencyRow]:
+    """Fill speedup_vs_fp32 and sign from the fp32 row of the same host."""
+    base = {r.host: r for r in rows if r.variant == fp32_name}
+    for r in rows:
+        b = base.get(r.host)
+        if b is None or r is b:
+            continue
+        r.speedup_vs_fp32 = b.median_ms / r.median_ms if r.median_ms > 0 else None
+        if abs(b.median_ms - r.median_ms) <= b.spread_ms + r.spread_ms:
+            r.sign = "same"
+        else:
+            r.sign = "faster" if r.median_ms < b.median_ms else "slower"
+    return rows
+
+
+def table(rows: list[LatencyRow]) -> str:
+    head = ("host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign")
+    out = [head]
+    for r in rows:
+        out.append((r.host, r.variant, f"{r.median_ms:.3f}", f"{r.spread_ms:.3f}",
+                    "-" if r.peak_rss_mb is None else f"{r.peak_rss_mb:.1f}",
+                    "-" if r.speedup_vs_fp32 is None else f"{r.speedup_vs_fp32:.2f}x", r.sign or "-"))
+    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)

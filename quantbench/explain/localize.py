@@ -1,0 +1,476 @@
+"""Localize a divergence: the first node whose output differs between two hosts.
+
+Every intermediate tensor is hashed on each host, in topological order, without
+ever holding the tensors of the whole model: the model is rewritten so that a
+group of K intermediates becomes extra graph outputs, one run per group, and the
+worker returns only their SHA-256 (``return_tensors=False``). Memory bound: the
+worker holds at most K exposed intermediates + the model outputs + onnxruntime's
+arena at once; the workbench holds hashes only, plus - fetched specifically at
+the end - the tensors of the first divergent node and of the outputs (two hosts).
+
+Exposing an intermediate can stop a fusion (a QDQ group, Conv+Relu, NCHWc
+layout), which changes what is computed. So each group run also hashes the final
+outputs and compares them with the unmodified model at the localisation level;
+a tensor whose exposure changes the outputs is marked *not observable* at that
+level and left out of the comparison. Separately, the unmodified model at the
+localisation level is compared with the run being explained (each host's own
+session, and its rows in the outputs table when present): if they differ, the
+localisation explains a different computation and the report says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json
+
+DEFAULT_GROUP = 8
+SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch")
+
+
+# --------------------------------------------------------------------------- hosts with sessions
+
+
+@dataclass
+class HostRun:
+    """A host plus the session options of the run being explained on it."""
+
+    label: str          # as the user wrote it, e.g. "x86+session.x64quantprecision=1"
+    spec: object        # quantbench.hosts.registry.HostSpec
+    session: dict       # normalised session options
+
+
+def parse_hosts(text: str, base_session: dict | None = None, hosts_file=None, option: str = "--hosts") -> list[HostRun]:
+    """`NAME[+KEY=VALUE...]` items, comma-separated. KEY is a session option
+    (graph_optimization_level, intra_op_num_threads, ...) or an onnxruntime session
+    config entry (session.x64quantprecision, session.set_denormal_as_zero, ...)."""
+    from quantbench.hosts.registry import resolve_hosts
+    from quantbench.hosts.runner import normalize_session
+
+    out = []
+    for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
+        name, *overrides = item.split("+")
+        spec = resolve_hosts([name], hosts_file, option=option)[0]
+        session = normalize_session(base_session)
+        session["config_entries"] = dict(session["config_entries"])
+        for ov in overrides:
+            key, sep, value = ov.partition("=")
+            if not sep or not key:
+                raise UserError(f"{option} {item!r}: override {ov!r} must be KEY=VALUE, e.g. x86+session.x64quantprecision=1")
+            if key in SESSION_KEYS:
+                session[key] = value
+            else:
+                session["config_entries"][key] = value
+        out.append(HostRun(item, spec, normalize_session(session)))
+    if not out:
+        raise UserError(f"{option}: name hosts, e.g. {option} x86,pi")
+    return out
+
+
+class Worker:
+    """One worker process of a host: fingerprint once, then run jobs (hashes, and tensors on request)."""
+
+    def __init__(self, host: HostRun, allow_fallback: bool = False):
+        from quantbench.hosts.registry import make_host
+        from quantbench.hosts.runner import fingerprint_request
+
+        if host.spec.kind == "imported":
+            raise UserError(f"host {host.label}: an imported host cannot run new jobs; name a local, emulated or ssh host")
+        self.host = host
+        self.allow_fallback = allow_fallback
+        self.client = make_host(host.spec).start()
+        header, payload = fingerprint_request(host.spec.name, host.session, allow_fallback)
+        self.fingerprint, self.fingerprint_id = None, ""
+        for h, _ in self._frames(header, payload):
+            if h.get("type") == "fingerprint":
+                self.fingerprint, self.fingerprint_id = h["fingerprint"], h["fingerprint_id"]
+
+    def _frames(self, header, payload):
+        from quantbench.hosts.local import WorkerDied
+
+        try:
+            for h, p in self.client.request(header, payload):
+                if h.get("type") == "error":
+                    raise UserError(f"host {self.host.label}: worker {h.get('stage')} error: {h.get('message')}")
+                yield h, p
+        except WorkerDied as exc:
+            raise UserError(f"host {self.host.label}: {exc}") from None
+
+    def run(self, model: bytes, fixtures, session: dict | None = None, output_names=None,
+            return_tensors=False, repeat: int = 1) -> list[dict]:
+        """One result per fixture (per repeat): {"fixture_id", "repeat", "outputs": {name: {sha256, dtype, shape, array?}}}."""
+        from quantbench.hosts import worker as W
+
+        parts, entries, off = [model], [], len(model)
+        for fx in fixtures:
+            b = W.tensor_bytes(fx.array)
+            entries.append({"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": W.canonical(fx.array).dtype.str,
+                            "shape": list(fx.array.shape), "offset": off, "nbytes": len(b)})
+            parts.append(b)
+            off += len(b)
+        header = {"type": "run", "host": self.host.spec.name, "session": session or self.host.session,
+                  "allow_fallback": self.allow_fallback,
+                  "model": {"offset": 0, "nbytes": len(model), "sha256": hashlib.sha256(model).hexdigest()},
+                  "fixtures": entries, "return_tensors": return_tensors, "repeat": int(repeat)}
+        if output_names:
+            header["output_names"] = list(output_names)
+        results = []
+        for h, p in self._frames(header, parts):
+            if h.get("type") != "result":
+                continue
+            outs = {}
+            for o in h["outputs"]:
+                d = {"sha256": o["sha256"], "dtype": o["dtype"], "shape": o["shape"]}
+                if "offset" in o:
+                    d["array"] = W.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"], o["shape"]).copy()
+                outs[o["name"]] = d
+            results.append({"fixture_id": h["fixture_id"], "repeat": h.get("repeat", 0), "outputs": outs,
+                            "seconds": h.get("seconds")})
+        return results
+
+    def close(self):
+        self.client.close()
+
+
+def start_workers(hosts: list[HostRun], allow_fallback: bool = False) -> list[Worker]:
+    """Start (and fingerprint) every host's worker in parallel; close them all if one fails."""
+    workers: list = [None] * len(hosts)
+    errors: list = []
+
+    def go(i):
+        try:
+            workers[i] = Worker(hosts[i], allow_fallback)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(hosts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        for w in workers:
+            if w is not None:
+                w.close()
+        raise errors[0]
+    return workers
+
+
+def parallel(fn, items):
+    """fn(item) for every item in its own thread (hosts are independent processes); results in order."""
+    out: list = [None] * len(items)
+    errors: list = []
+
+    def go(i):
+        try:
+            out[i] = fn(items[i])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(items))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
+
+
+# --------------------------------------------------------------------------- graph rewriting
+
+
+@dataclass
+class Candidate:
+    position: int
+    node: str
+    op_type: str
+    tensor: str
+
+
+def intermediates(model) -> list[Candidate]:
+    """Every node output that is not a model output, in the graph's topological order
+    (DequantizeLinear outputs included)."""
+    graph_outputs = {o.name for o in model.graph.output}
+    out = []
+    for pos, node in enumerate(model.graph.node):
+        for t in node.output:
+            if t and t not in graph_outputs:
+                out.append(Candidate(pos, node.name or f"{node.op_type}_{pos}", node.op_type, t))
+    return out
+
+
+def value_types(model) -> dict:
+    """tensor name -> ValueInfoProto with its type, from shape inference (types are all ORT needs)."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        inferred = model
+    return {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)
+            if vi.type.tensor_type.elem_type}
+
+
+def expose(model, tensors: list[str], types: dict) -> bytes:
+    """The model with `tensors` appended as graph outputs (after the original outputs)."""
+    m = copy.deepcopy(model)
+    for t in tensors:
+        if t not in types:
+            raise UserError(f"tensor {t!r}: no type from shape inference; cannot expose it as an output")
+        vi = copy.deepcopy(types[t])
+        vi.type.tensor_type.ClearField("shape")  # shapes can be symbolic; the type is enough
+        m.graph.output.append(vi)
+    return m.SerializeToString()
+
+
+# --------------------------------------------------------------------------- the localisation
+
+
+@dataclass
+class TensorRow:
+    position: int
+    node: str
+    op_type: str
+    tensor: str
+    observable: bool = True
+    sha_a: str = ""
+    sha_b: str = ""
+    same: bool = True
+    first_divergent: bool = False
+    is_output: bool = False
+    bits_mean: float | None = None
+    bits_min: float | None = None
+    max_abs: float | None = None
+
+
+@dataclass
+class LocalizeResult:
+    variant: str
+    variant_id: str
+    fixture_id: str
+    hosts: list
+    fingerprints: list
+    opt_level: str
+    group_size: int
+    rows: list = field(default_factory=list)
+    first: list = field(default_factory=list)          # rows of the first divergent node
+    outputs: list = field(default_factory=list)        # rows of the model outputs
+    reproduces: dict = field(default_factory=dict)     # host label -> bool (loc level == explained run)
+    table_check: dict = field(default_factory=dict)    # host label -> "match" | "differs" | "no rows"
+    unobservable: int = 0
+    runs: int = 0
+    trend: str = ""
+
+    @property
+    def localize_id(self) -> str:
+        return hashlib.sha256(canonical_json([self.variant_id, self.fixture_id, self.fingerprints,
+                                              self.hosts, self.opt_level]).encode()).hexdigest()
+
+    def table_rows(self) -> list[dict]:
+        base = {"localize_id": self.localize_id, "variant_id": self.variant_id, "variant": self.variant,
+                "fixture_id": self.fixture_id, "host_a": self.hosts[0], "host_b": self.hosts[1],
+                "fingerprint_a": self.fingerprints[0], "fingerprint_b": self.fingerprints[1],
+                "opt_level": self.opt_level, "group_size": self.group_size}
+        return [dict(base, **asdict(r)) for r in self.rows]
+
+
+def _distance_fields(a, b) -> dict:
+    from quantbench.analysis.precision import distance
+
+    d = distance(a, b)
+    return {"bits_mean": d.bits_mean, "bits_min": None if d.bits_min is None else float(d.bits_min),
+            "max_abs": d.max_abs}
+
+
+def _check_two(hosts):
+    if len(hosts) != 2:
+        raise UserError(f"--hosts: localize compares exactly two hosts, got {len(hosts)} ({', '.join(h.label for h in hosts)})")
+
+
+def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
+             variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False) -> LocalizeResult:
+    """Find the first node whose output differs between the two hosts on one fixture."""
+    import onnx
+    from tqdm import tqdm
+
+    from quantbench.modelio import load_model, semantic_sha256
+
+    _check_two(hosts)
+    if group < 1:
+        raise UserError(f"--group {group}: must be at least 1")
+    model = load_model(model_path, check=False)
+    vid = semantic_sha256(model)
+    base_bytes = model.SerializeToString()
+    cands = intermediates(model)
+    types = value_types(model)
+    outputs = [o.name for o in model.graph.output]
+    untyped = [c for c in cands if c.tensor not in types]
+    cands = [c for c in cands if c.tensor in types]
+    levels = {h.session["graph_optimization_level"] for h in hosts}
+    level = opt_level or (levels.pop() if len(levels) == 1 else "basic")
+    loc_sessions = [dict(h.session, graph_optimization_level=level) for h in hosts]
+
+    workers = start_workers(hosts, allow_fallback)
+    res = LocalizeResult(variant=variant_name or Path(model_path).stem, variant_id=vid, fixture_id=fixture.fixture_id,
+                         hosts=[h.label for h in hosts], fingerprints=[w.fingerprint_id for w in workers],
+                         opt_level=level, group_size=group)
+    try:
+        def run_all(model_bytes, names=None, tensors=False, sessions=None):
+            res.runs += 1
+            return parallel(lambda i: workers[i].run(model_bytes, [fixture], (sessions or loc_sessions)[i], names,
+                                                     tensors)[0]["outputs"], [0, 1])
+
+        explained = parallel(lambda i: workers[i].run(base_bytes, [fixture], hosts[i].session)[0]["outputs"], [0, 1])
+        at_level = run_all(base_bytes)
+        for i, h in enumerate(hosts):
+            res.reproduces[h.label] = all(at_level[i][o]["sha256"] == explained[i][o]["sha256"] for o in outputs)
+            res.table_check[h.label] = _table_check(h, vid, fixture.fixture_id, explained[i], tables_root)
+
+        hashes: dict[str, list] = {}
+        unobservable: set[str] = set()
+        chunks = [cands[i:i + group] for i in range(0, len(cands), group)]
+        bar = tqdm(total=len(cands), desc="localize", unit="tensor", disable=not progress, leave=False)
+
+        def probe(chunk):
+            names = [c.tensor for c in chunk]
+            outs = run_all(expose(model, names, types), outputs + names)
+            broken = any(outs[i][o]["sha256"] != at_level[i][o]["sha256"] for i in (0, 1) for o in outputs)
+            return outs, broken
+
+        for chunk in chunks:
+            outs, broken = probe(chunk)
+            if broken and len(chunk) > 1:
+                for c in chunk:  # find which exposures change the outputs
+                    one, b1 = probe([c])
+                    if b1:
+                        unobservable.add(c.tensor)
+                    else:
+                        hashes[c.tensor] = [one[i][c.tensor]["sha256"] for i in (0, 1)]
+            elif broken:
+                unobservable.add(chunk[0].tensor)
+            else:
+                for c in chunk:
+                    hashes[c.tensor] = [outs[i][c.tensor]["sha256"] for i in (0, 1)]
+            bar.update(len(chunk))
+        bar.close()
+
+        rows = []
+        for c in cands:
+            r = TensorRow(c.position, c.node, c.op_type, c.tensor)
+            if c.tensor in unobservable:
+                r.observable, r.same = False, True
+            else:
+                r.sha_a, r.sha_b = hashes[c.tensor]
+                r.same = r.sha_a == r.sha_b
+            rows.append(r)
+        out_pos = len(model.graph.node)
+        producer = {t: (i, n) for i, n in enumerate(model.graph.node) for t in n.output}
+        for o in outputs:
+            pos, node = producer.get(o, (out_pos, None))
+            r = TensorRow(pos, node.name if node is not None else "", node.op_type if node is not None else "", o,
+                          is_output=True, sha_a=at_level[0][o]["sha256"], sha_b=at_level[1][o]["sha256"])
+            r.same = r.sha_a == r.sha_b
+            rows.append(r)
+        rows.sort(key=lambda r: (r.position, r.is_output))
+        diverging = [r for r in rows if r.observable and not r.same]
+        if diverging:
+            first_pos = diverging[0].position
+            first = [r for r in diverging if r.position == first_pos]
+            for r in first:
+                r.first_divergent = True
+            fetch = [r.tensor for r in first if not r.is_output]
+            got = run_all(expose(model, fetch, types) if fetch else base_bytes, outputs + fetch,
+                          tensors=outputs + fetch)
+            for r in rows:
+                if r.first_divergent or r.is_output:
+                    a, b = got[0][r.tensor]["array"], got[1][r.tensor]["array"]
+                    if a.shape == b.shape and a.dtype == b.dtype:
+                        for k, v in _distance_fields(a, b).items():
+                            setattr(r, k, v)
+        res.rows = rows
+        res.first = [r for r in rows if r.first_divergent]
+        res.outputs = [r for r in rows if r.is_output]
+        res.unobservable = len(unobservable)
+        res.trend = _trend(res, untyped)
+    finally:
+        for w in workers:
+            w.close()
+    return res
+
+
+def _table_check(host: HostRun, variant_id: str, fixture_id: str, explained: dict, tables_root) -> str:
+    """Compare the explained run's output hashes with the host's rows in the outputs table, if any."""
+    from quantbench.assets import TABLES_DIR
+    from quantbench.hosts.results import load_outputs
+    from quantbench.hosts.runner import session_key
+
+    try:
+        t = load_outputs(host=host.spec.name, variant_id=variant_id, fixture_id=fixture_id,
+                         session_key=session_key(host.session), tensors=False, tables_root=tables_root or TABLES_DIR)
+    except UserError:
+        return "no rows"
+    if t.num_rows == 0:
+        return "no rows"
+    stored = {}
+    for fp, o, s in zip(*(t.column(c).to_pylist() for c in ("fingerprint_id", "output_name", "sha256"))):
+        stored.setdefault(fp, {})[o] = s
+    now = {o: v["sha256"] for o, v in explained.items()}
+    return "match" if any(v == now for v in stored.values()) else "differs"
+
+
+def _trend(res: LocalizeResult, untyped) -> str:
+    if not res.first:
+        return "no divergence: every observable tensor and every output is byte-identical"
+    first_bits = [r.bits_mean for r in res.first if r.bits_mean is not None]
+    out_bits = [r.bits_mean for r in res.outputs if r.bits_mean is not None]
+    differing_outputs = [r for r in res.outputs if not r.same]
+    after = [r for r in res.rows if r.observable and r.position > res.first[0].position and not r.is_output]
+    spread = sum(1 for r in after if not r.same)
+    if not differing_outputs:
+        return (f"attenuates: absorbed before the outputs (outputs byte-identical; {spread}/{len(after)} "
+                f"downstream tensors differ)")
+    if first_bits and out_bits:
+        fb, ob = min(first_bits), min(out_bits)
+        word = "grows" if ob < fb else ("attenuates" if ob > fb else "holds")
+        return (f"{word}: remaining precision {fb:.1f} bits at the first divergent node, {ob:.1f} at the outputs; "
+                f"{spread}/{len(after)} downstream tensors differ")
+    return f"reaches the outputs: {len(differing_outputs)} output(s) differ; {spread}/{len(after)} downstream tensors differ"
+
+
+def summary(res: LocalizeResult) -> str:
+    """The few lines a person reads."""
+    lines = [f"variant {res.variant} ({res.variant_id[:12]}), fixture {res.fixture_id[:12]}, "
+             f"hosts {res.hosts[0]} vs {res.hosts[1]}",
+             f"localised at graph optimisation level '{res.opt_level}', {res.group_size} intermediates per run, "
+             f"{res.runs} runs per host; memory bound: {res.group_size} intermediates + outputs + arena per worker"]
+    for h, ok in res.reproduces.items():
+        lines.append(f"  {h}: the unmodified model at '{res.opt_level}' "
+                     + ("reproduces the explained run's outputs" if ok else
+                        "does NOT reproduce the explained run's outputs (a different computation is being localised)")
+                     + f"; outputs table: {res.table_check.get(h, 'no rows')}")
+    if res.unobservable:
+        lines.append(f"  {res.unobservable} tensor(s) not observable at this level (exposing them changes the outputs)")
+    if res.first:
+        f0 = res.first[0]
+        lines.append(f"first divergent node: {f0.node} ({f0.op_type}, position {f0.position})")
+        for r in res.first:
+            lines.append(f"  {r.tensor}: remaining bits mean {_fmt(r.bits_mean)}, min {_fmt(r.bits_min)}, max |delta| {_fmt(r.max_abs)}")
+    for r in res.outputs:
+        lines.append(f"output {r.tensor}: {'same' if r.same else 'differs'}; remaining bits mean {_fmt(r.bits_mean)}, "
+                     f"min {_fmt(r.bits_min)}, max |delta| {_fmt(r.max_abs)}")
+    lines.append(res.trend)
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

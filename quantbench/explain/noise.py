@@ -1,0 +1,158 @@
+"""Noise floors per host: which factors move the bytes on one host, before blaming another host.
+
+The protocol of the SKU-attribution study, one factor at a time, on each host on
+its own:
+
+* repeat - the same session run twice on every fixture. It must be bit-identical;
+  anything else is a harness fault (reported as such, not as noise);
+* threads - intra-op threads 1 against N;
+* batch - each fixture alone against inside a batch of 8 (batch composition);
+  only for models whose batch axis is dynamic (a fixed axis is said in the row);
+* opt_level - graph optimisation level basic against all.
+
+Each factor is a row: same bytes or not, how many fixtures differ, and the
+decision flips between the two settings (decoded as the model's sidecar says).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from quantbench.errors import UserError
+
+FACTORS = ("repeat", "threads", "batch", "opt_level")
+
+
+@dataclass
+class NoiseRow:
+    host: str
+    fingerprint_id: str
+    variant_id: str
+    variant: str
+    factor: str
+    setting_a: str
+    setting_b: str
+    fixtures: int
+    same_bytes: bool | None
+    differing_fixtures: int | None
+    flips: int | None
+    harness_fault: bool
+    note: str = ""
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def batch_axis(model_path) -> str:
+    """'dynamic', or the fixed leading dimension of the (single) input as text."""
+    from quantbench.modelio import load_model
+
+    m = load_model(model_path, check=False)
+    init = {i.name for i in m.graph.initializer}
+    ins = [i for i in m.graph.input if i.name not in init]
+    if len(ins) != 1:
+        return f"{len(ins)} inputs"
+    dims = ins[0].type.tensor_type.shape.dim
+    if not dims:
+        return "scalar input"
+    d = dims[0]
+    return str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else "dynamic"
+
+
+def _decoded(spec, results, names):
+    from quantbench.analysis.decode import decode
+
+    return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
+
+
+def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
+    """(differing fixtures, decision flips or None, fixture ids that differ)."""
+    from quantbench.analysis.decisions import compare
+
+    ha = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in a}
+    hb = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in b}
+    differ = {f for f in ha if ha[f] != hb.get(f)}
+    flips = None
+    if spec is not None:
+        da, db = _decoded(spec, a, names), _decoded(spec, b, names)
+        flips = sum(len(compare(spec, da[f], db[f]).flips) for f in da)
+    return len(differ), flips, differ
+
+
+def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
+                factors=FACTORS, variant_name: str = "", allow_fallback: bool = False) -> list[NoiseRow]:
+    """The noise rows of one host (a localize.HostRun) for one variant; `spec` a DecodeSpec or None."""
+    from pathlib import Path
+
+    from quantbench.explain.localize import Worker
+    from quantbench.modelio import load_model, semantic_sha256
+
+    bad = [f for f in factors if f not in FACTORS]
+    if bad:
+        raise UserError(f"--factors: unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
+    if not fixtures:
+        raise UserError("noise: no fixtures")
+    model = Path(model_path).read_bytes()
+    vid = semantic_sha256(load_model(model_path, check=False))
+    names = list(spec.outputs.values()) if spec is not None else []
+    want = names or False
+    base = dict(host.session)
+    rows: list[NoiseRow] = []
+    w = Worker(host, allow_fallback)
+    try:
+        def row(factor, sa, sb, a, b, note=""):
+            differ, flips, _ = _compare(spec, a, b, names)
+            fault = factor == "repeat" and differ > 0
+            if fault:
+                note = (note + "; " if note else "") + ("HARNESS FAULT: one session, same inputs, different bytes "
+                                                        "(check preprocessing, threads, the worker)")
+            if spec is None:
+                note = (note + "; " if note else "") + "no decode spec: flips not counted"
+            rows.append(NoiseRow(host.label, w.fingerprint_id, vid, variant_name or Path(model_path).stem, factor, sa,
+                                 sb, len(a), differ == 0, differ, flips, fault, note))
+
+        first = w.run(model, fixtures, base, return_tensors=want, repeat=2 if "repeat" in factors else 1)
+        ref = [r for r in first if r["repeat"] == 0]
+        if "repeat" in factors:
+            again = [r for r in first if r["repeat"] == 1]
+            row("repeat", "run 1", "run 2", ref, again)
+        if "threads" in factors:
+            n = max(2, int(threads))
+            a_t = base["intra_op_num_threads"]
+            other = n if a_t == 1 else 1
+            res = w.run(model, fixtures, dict(base, intra_op_num_threads=other), return_tensors=want)
+            row("threads", f"threads={a_t}", f"threads={other}", ref, res)
+        if "batch" in factors:
+            axis = batch_axis(model_path)
+            if axis != "dynamic":
+                rows.append(NoiseRow(host.label, w.fingerprint_id, vid, variant_name or Path(model_path).stem, "batch",
+                                     "batch=1", f"batch={batch}", len(ref), None, None, None, False,
+                                     f"model batch axis is fixed ({axis}): batch composition not measurable"))
+            elif len(fixtures) < 2:
+                rows.append(NoiseRow(host.label, w.fingerprint_id, vid, variant_name or Path(model_path).stem, "batch",
+                                     "batch=1", f"batch={batch}", len(ref), None, None, None, False,
+                                     "needs at least 2 fixtures"))
+            else:
+                b = min(int(batch), len(fixtures))
+                res = w.run(model, fixtures, dict(base, batch=b), return_tensors=want)
+                row("batch", "batch=1", f"batch={b}", ref, res)
+        if "opt_level" in factors:
+            lvl = base["graph_optimization_level"]
+            other = "basic" if lvl != "basic" else "all"
+            res = w.run(model, fixtures, dict(base, graph_optimization_level=other), return_tensors=want)
+            row("opt_level", f"graph_opt={lvl}", f"graph_opt={other}", ref, res)
+    finally:
+        w.close()
+    return rows
+
+
+def table(rows: list[NoiseRow]) -> str:
+    head = ("host", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note")
+    out = [head]
+    for r in rows:
+        out.append((r.host, r.factor, r.setting_a, r.setting_b, str(r.fixtures),
+                    "-" if r.same_bytes is None else ("yes" if r.same_bytes else "NO"),
+                    "-" if r.differing_fixtures is None else str(r.differing_fixtures),
+                    "-" if r.flips is None else str(r.flips), r.note))
+    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)

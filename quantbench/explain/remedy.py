@@ -1,0 +1,210 @@
+"""Remedy matrix: which known remedy brings every host into one equivalence class, at what decision cost.
+
+For a static QDQ variant whose hosts split, each remedy is tried on the same hosts
+and fixtures:
+
+* baseline           - the variant as shipped;
+* x64quantprecision  - the same model, session config ``session.x64quantprecision=1``
+                       (onnxruntime avoids the saturating U8S8 path on x86);
+* reduce_range       - re-quantized with 7-bit weights (``reduce_range=True``);
+* s8s8               - re-quantized with int8 activations and weights;
+* u8u8               - re-quantized with uint8 activations and weights, where the
+                       quantizer supports it (otherwise the row says why not).
+
+Re-quantized remedies use the variant's own calibration ranges (its
+``<stem>.ranges.json``) on the same prepared float model, so only the remedy
+changes; without a ranges file they are calibrated on the given feeds. A remedy's
+decision cost is the decision flips against fp32 on the same host, summed over
+hosts (and the worst host).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json
+
+REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
+X64_ENTRY = "session.x64quantprecision"
+
+
+@dataclass
+class RemedyVariant:
+    remedy: str
+    path: Path | None
+    config_entries: dict = field(default_factory=dict)
+    note: str = ""
+
+
+@dataclass
+class RemedyRow:
+    remedy_id: str
+    base_variant_id: str
+    remedy: str
+    variant_id: str
+    session_options: str
+    hosts: list
+    supported: bool
+    classes: int | None
+    one_class: bool | None
+    class_map: str
+    flips_total: int | None
+    flips_max: int | None
+    fixtures: int
+    note: str = ""
+
+    def row(self) -> dict:
+        return asdict(self)
+
+
+def load_ranges(path, method: str = "minmax"):
+    """A variant's <stem>.ranges.json back as onnxruntime TensorsData."""
+    import numpy as np
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData
+
+    data = json.loads(Path(path).read_text())
+    method = data.get("method", method)
+    cm = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+          "entropy": CalibrationMethod.Entropy}[method]
+    return method, TensorsData(cm, {k: TensorData(lowest=np.array(lo, np.float32), highest=np.array(hi, np.float32))
+                                    for k, (lo, hi) in data["ranges"].items()})
+
+
+def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, ranges_file=None, feeds=None,
+                   remedies=REMEDIES) -> list[RemedyVariant]:
+    """The remedy variants of a static QDQ variant, written under out_dir."""
+    from quantbench.quantize import variants as QV
+
+    recipe = dict(recipe or {})
+    bad = [r for r in remedies if r not in REMEDIES]
+    if bad:
+        raise UserError(f"--remedies: unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    per_channel = bool(recipe.get("per_channel", True))
+    out: list[RemedyVariant] = []
+    if "baseline" in remedies:
+        out.append(RemedyVariant("baseline", Path(base_path), note="the variant as shipped"))
+    if "x64quantprecision" in remedies:
+        out.append(RemedyVariant("x64quantprecision", Path(base_path), {X64_ENTRY: "1"},
+                                 "same model, session config session.x64quantprecision=1"))
+    requant = [r for r in ("reduce_range", "s8s8", "u8u8") if r in remedies]
+    if not requant:
+        return out
+    prepared = out_dir / "prepared.onnx"
+    QV.prepare_model(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)))
+    ranges_file = Path(ranges_file) if ranges_file else None
+    if ranges_file and ranges_file.exists():
+        method, ranges = load_ranges(ranges_file, recipe.get("calibration_method", "minmax"))
+        how = f"ranges from {ranges_file.name}"
+    else:
+        if feeds is None:
+            raise UserError(f"{base_path}: no ranges file beside the variant and no calibration inputs")
+        from quantbench.quantize.calibration import compute_ranges
+
+        method = recipe.get("calibration_method", "minmax")
+        ranges = compute_ranges(prepared, feeds, [method])[method]
+        how = f"calibrated here ({method}, {len(feeds)} inputs)"
+    act = recipe.get("activation_type", "u8")
+    wt = recipe.get("weight_type", "s8")
+    options = {"reduce_range": (act, wt, True), "s8s8": ("s8", "s8", False), "u8u8": ("u8", "u8", False)}
+    for r in requant:
+        at, w, rr = options[r]
+        try:
+            QV.make_static(prepared, out_dir / f"{r}.onnx", ranges=ranges, method=method, activation_type=at,
+                           weight_type=w, per_channel=per_channel, reduce_range=rr, name=r)
+            out.append(RemedyVariant(r, out_dir / f"{r}.onnx", note=f"{at.upper()}{w.upper()}"
+                                     f"{', reduce_range' if rr else ''}; {how}"))
+        except Exception as exc:  # the quantizer refuses a combination: a row, not a crash
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            out.append(RemedyVariant(r, None, note=f"not supported by the quantizer: {msg}"))
+    return out
+
+
+def _classes(hashes: dict) -> dict:
+    """host -> class label (A, B, ...) by identical hashes over every fixture and output."""
+    labels, out = {}, {}
+    for host in hashes:
+        key = canonical_json(hashes[host])
+        if key not in labels:
+            labels[key] = chr(ord("A") + len(labels))
+        out[host] = labels[key]
+    return out
+
+
+def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spec, base_variant_id: str = "",
+                  allow_fallback: bool = False, progress: bool = True) -> list[RemedyRow]:
+    """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy."""
+    from tqdm import tqdm
+
+    from quantbench.analysis.decisions import compare
+    from quantbench.analysis.decode import decode
+    from quantbench.explain.localize import parallel, start_workers
+    from quantbench.modelio import load_model, semantic_sha256
+
+    names = list(spec.outputs.values())
+    workers = start_workers(hosts, allow_fallback)
+    fx_ids = sorted(fx.fixture_id for fx in fixtures)
+    rows: list[RemedyRow] = []
+    try:
+        def run_on_all(path, extra_entries=None):
+            data = Path(path).read_bytes()
+
+            def one(i):
+                session = dict(hosts[i].session)
+                session["config_entries"] = {**session["config_entries"], **(extra_entries or {})}
+                return workers[i].run(data, fixtures, session, return_tensors=names)
+            return parallel(one, list(range(len(hosts)))), session_of(hosts[0].session, extra_entries)
+
+        def session_of(s, extra):
+            s = dict(s)
+            s["config_entries"] = {**s["config_entries"], **(extra or {})}
+            return s
+
+        def decoded(results):
+            return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
+
+        fp32_runs, _ = run_on_all(fp32_path)
+        fp32_dec = [decoded(r) for r in fp32_runs]
+        bar = tqdm(remedies, desc="remedies", unit="remedy", disable=not progress, leave=False)
+        for rv in bar:
+            labels = [h.label for h in hosts]
+            rid = hashlib.sha256(canonical_json([base_variant_id, rv.remedy, labels, fx_ids]).encode()).hexdigest()
+            if rv.path is None:
+                rows.append(RemedyRow(rid, base_variant_id, rv.remedy, "", "", labels, False, None, None, "", None,
+                                      None, len(fx_ids), rv.note))
+                continue
+            vid = semantic_sha256(load_model(rv.path, check=False))
+            runs, sess = run_on_all(rv.path, rv.config_entries)
+            hashes = {hosts[i].label: {r["fixture_id"]: {k: v["sha256"] for k, v in sorted(r["outputs"].items())}
+                                       for r in runs[i]} for i in range(len(hosts))}
+            cmap = _classes(hashes)
+            flips = []
+            for i in range(len(hosts)):
+                dec = decoded(runs[i])
+                flips.append(sum(len(compare(spec, fp32_dec[i][f], dec[f]).flips) for f in dec))
+            rows.append(RemedyRow(rid, base_variant_id, rv.remedy, vid, canonical_json(sess), labels, True,
+                                  len(set(cmap.values())), len(set(cmap.values())) == 1, canonical_json(cmap),
+                                  sum(flips), max(flips), len(fx_ids), rv.note))
+        bar.close()
+    finally:
+        for w in workers:
+            w.close()
+    return rows
+
+
+def table(rows: list[RemedyRow]) -> str:
+    head = ("remedy", "classes", "one class", "flips vs fp32 (sum/max)", "classes by host", "note")
+    out = [head]
+    for r in rows:
+        cm = json.loads(r.class_map) if r.class_map else {}
+        out.append((r.remedy, "-" if r.classes is None else str(r.classes),
+                    "-" if r.one_class is None else ("YES" if r.one_class else "no"),
+                    "-" if r.flips_total is None else f"{r.flips_total}/{r.flips_max}",
+                    " ".join(f"{h}={c}" for h, c in cm.items()) or "-", r.note))
+    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
+    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)

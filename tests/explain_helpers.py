@@ -1,0 +1,59 @@
+"""Small models and fixtures shared by the explain tests (tiny, built with onnx.helper)."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from quantbench.fixtures import Fixture
+from quantbench.hosts.worker import tensor_sha256
+
+
+def fixture(arr, name="x"):
+    arr = np.ascontiguousarray(arr)
+    return Fixture(fixture_id=tensor_sha256(arr), input_name=name, array=arr, source="", image_sha256="")
+
+
+def saturating_matmul(path, k=64, n=8, seed=0):
+    """A float MatMul whose U8S8 QDQ form saturates vpmaddubsw: every weight column has
+    one sign and large magnitudes, and the activations sit near the top of their range."""
+    rng = np.random.default_rng(seed)
+    signs = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    w = (rng.uniform(0.5, 1.0, (k, n)).astype(np.float32) * signs)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["logits"], name="fc")], "sat",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", n])],
+        [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
+def saturating_inputs(k=64, count=4, seed=1):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(0.9, 1.0, (1, k)).astype(np.float32) for _ in range(count)]
+
+
+def static_qdq(float_model, workdir, name="static", **kw):
+    """A static QDQ (U8S8 MinMax per-channel) variant of a float model, calibrated on its fixtures."""
+    from quantbench.quantize import variants as QV
+
+    float_model = str(float_model)
+    m = onnx.load(float_model)
+    inp = m.graph.input[0]
+    dims = [d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(3)
+    feeds = [{inp.name: rng.uniform(0, 1, dims).astype(np.float32)} for _ in range(4)]
+    prepared = workdir / f"{name}.prepared.onnx"
+    QV.prepare_model(float_model, prepared)
+    QV.make_static(prepared, workdir / f"{name}.onnx", inputs=feeds, method="minmax", **kw)
+    return workdir / f"{name}.onnx"
+
+
+def classifier_fixtures(model_path, count):
+    m = onnx.load(str(model_path))
+    inp = m.graph.input[0]
+    dims = [d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(5)
+    return [fixture(rng.uniform(0, 1, dims).astype(np.float32), inp.name) for _ in range(count)]

@@ -1,0 +1,117 @@
+"""Kernel evidence: the A64 decoder on known instruction words (LLVM MC test vectors),
+the log scanner on qemu-format lines, and a real emulated run of the demo classifier
+on `pi` (Cortex-A76: dot product) against `pi4` (Cortex-A72: plain NEON)."""
+
+import pytest
+
+from quantbench.explain.evidence import decode_arm64, scan_log, x86_family
+
+# word (as the little-endian bytes LLVM prints, read as uint32) -> expected family
+KNOWN = {
+    0x2E829420: "UDOT (vector)",             # udot v0.2s, v1.8b, v2.8b
+    0x4E829420: "SDOT (vector)",             # sdot v0.4s, v1.16b, v2.16b
+    0x2F82E020: "UDOT (by element)",         # udot v0.2s, v1.8b, v2.4b[0]
+    0x0FA2E020: "SDOT (by element)",         # sdot v0.2s, v1.8b, v2.4b[1]
+    0x6F82E820: "UDOT (by element)",         # udot v0.4s, v1.16b, v2.4b[2]
+    0x4FA2E820: "SDOT (by element)",         # sdot v0.4s, v1.16b, v2.4b[3]
+    0x4E9FA601: "SMMLA",                     # smmla v1.4s, v16.16b, v31.16b
+    0x6E9FA601: "UMMLA",
+    0x4E9FAE01: "USMMLA",
+    0x0E22C020: "SMULL (8-bit)",             # smull v0.8h, v1.8b, v2.8b
+    0x4E22C020: "SMULL (8-bit)",             # smull2 v0.8h, v1.16b, v2.16b
+    0x2E22C020: "UMULL (8-bit)",
+    0x0E62C020: "SMULL (16-bit)",            # smull v0.4s, v1.4h, v2.4h
+    0x0E228020: "SMLAL (8-bit)",             # smlal v0.8h, v1.8b, v2.8b
+    0x4E228020: "SMLAL (8-bit)",             # smlal2
+    0x2E228020: "UMLAL (8-bit)",
+    0x4E606820: "SADALP",                    # sadalp v0.4s, v1.8h
+    0x6E206820: "UADALP",                    # uadalp v0.8h, v1.16b
+    0x4E22CC20: "FMLA (vector)",             # fmla v0.4s, v1.4s, v2.4s
+    0x4F821020: "FMLA (by element)",         # fmla v0.4s, v1.4s, v2.s[0]
+}
+NOT_TRACKED = [
+    0x0E22E020,  # pmull v0.8h, v1.8b, v2.8b (same group as smull, opcode 1110)
+    0x0E22A020,  # smlsl v0.8h
+    0x0E220020,  # saddl v0.8h
+    0x4E602820,  # saddlp v0.4s, v1.8h (not accumulating)
+    0xD503201F,  # nop
+    0x0E829420 ^ 0x00400000,  # dot encoding with size 01: unallocated, not a dot product
+]
+
+
+@pytest.mark.parametrize("word,family", sorted(KNOWN.items()))
+def test_decoder_known_words(word, family):
+    assert decode_arm64(word)[0] == family
+
+
+@pytest.mark.parametrize("word", NOT_TRACKED)
+def test_decoder_rejects_other_words(word):
+    assert decode_arm64(word) is None
+
+
+def test_brief_masks_agree_on_udot_by_element():
+    # the notes' test: (w & 0xbf00f400) == 0x2f00e000 for UDOT (by element)
+    for w, fam in KNOWN.items():
+        assert ((w & 0xBF00F400) == 0x2F00E000) == (fam == "UDOT (by element)")
+
+
+def test_scan_arm_log_with_byte_lines_and_ranges():
+    log = [
+        "----------------",
+        "IN: MlasGemmU8X8KernelUdot",
+        "0x0000005501000000:  2f82e020      .byte 0x20, 0xe0, 0x82, 0x2f",
+        "0x0000005501000004:  2f82e020      .byte 0x20, 0xe0, 0x82, 0x2f",
+        "0x0000005501000008:  4e22cc20      fmla v0.4s, v1.4s, v2.4s",
+        "0x0000005501000000:  2f82e020      .byte 0x20, 0xe0, 0x82, 0x2f",  # retranslated: same site
+        "0x0000005501000010:  .byte 0x20, 0x94, 0x82, 0x2e",             # no word column
+        "0x0000004000000000:  4e22c020      smull2 v0.8h, v1.16b, v2.16b",  # outside onnxruntime
+        "",
+    ]
+    got = scan_log(log, "aarch64", ranges=[(0x5501000000, 0x5502000000)])
+    assert set(got) == {"UDOT (by element)", "FMLA (vector)", "UDOT (vector)"}
+    u = got["UDOT (by element)"]
+    assert (u.sites, u.translations, u.from_bytes) == (2, 3, 3)
+    assert got["UDOT (vector)"].from_bytes == 1
+    assert scan_log(log, "aarch64")["SMULL (8-bit)"].sites == 1
+
+
+def test_scan_x86_log():
+    log = [
+        "0x7f0000001000:  c4 e2 7d 04 c1           vpmaddubsw %ymm1, %ymm0, %ymm0",
+        "0x7f0000001005:  c5 fd f5 c2              vpmaddwd %ymm2, %ymm0, %ymm0",
+        "0x7f000000100a:  c4 e2 f1 a9 c2           vfmadd213sd %xmm2, %xmm1, %xmm0",
+        "0x7f000000100f:  48                       .byte    0x48",
+        "0x7f0000001010:  48 89 e7                 movq     %rsp, %rdi",
+    ]
+    got = scan_log(log, "x86_64")
+    assert {k: v.sites for k, v in got.items()} == {"PMADDWD": 1, "VFMADD": 1, "VPMADDUBSW": 1}
+    assert x86_family("vpdpbusd")[0] == "VPDPBUSD" and x86_family("pmaddubsw")[0] == "VPMADDUBSW"
+    assert x86_family("vpaddd") is None
+
+
+@pytest.mark.slow
+def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
+    """A real emulated run of the static QDQ demo classifier on pi vs pi4 (1 fixture each)."""
+    from quantbench.assets import demo_model, DEMO_CLASSIFIER
+    from quantbench.hosts import emulated as EM
+    from explain_helpers import classifier_fixtures, static_qdq
+
+    for p in ("pi", "pi4"):
+        ok, msg = EM.ready(p)
+        if not ok:
+            pytest.skip(f"emulated host {p} not set up: {msg}")
+    model = static_qdq(demo_model(DEMO_CLASSIFIER), workdir)
+    fx = classifier_fixtures(model, 1)
+    from quantbench.explain.evidence import collect
+
+    pi = collect("pi", "pi", model, fx)
+    pi4 = collect("pi4", "pi4", model, fx)
+    dot = ("UDOT (by element)", "SDOT (by element)", "UDOT (vector)", "SDOT (vector)")
+    neon = ("SMULL (8-bit)", "SMLAL (8-bit)", "UMULL (8-bit)", "UMLAL (8-bit)", "SADALP", "UADALP")
+    assert pi.has(dot), pi.families
+    assert not pi4.has(dot), pi4.families
+    assert pi4.has(neon), pi4.families
+    assert pi.fingerprint_id != pi4.fingerprint_id
+    assert "dot-product" in pi.verdict() and "plain NEON" in pi4.verdict()
+    rows = pi.rows() + pi4.rows()
+    assert all(r["fingerprint_id"] in (pi.fingerprint_id, pi4.fingerprint_id) for r in rows)

@@ -1,0 +1,83 @@
+"""localize on a constructed two-host divergence whose first divergent node is known.
+
+The two hosts are this machine's onnxruntime with and without the session config
+entry session.set_denormal_as_zero=1, each in its own worker process. The model
+scales the input, multiplies by 1e-39 (node "tiny": a denormal result, which the
+DAZ/FTZ host flushes to zero), then by 1e38 (node "big") and adds a constant, so
+the first divergent node is "tiny" and the divergence reaches the output.
+"""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quantbench import tables
+from quantbench.fixtures import Fixture
+from quantbench.hosts.worker import tensor_sha256
+
+
+def _model(path):
+    c = {n: numpy_helper.from_array(np.array([v], np.float32), n) for n, v in
+         (("two", 2.0), ("small", 1e-39), ("huge", 1e38), ("one", 1.0))}
+    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="scale"),
+             helper.make_node("Relu", ["a"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "small"], ["b"], name="tiny"),
+             helper.make_node("Mul", ["b", "huge"], ["c"], name="big"),
+             helper.make_node("Add", ["c", "one"], ["y"], name="shift")]
+    g = helper.make_graph(nodes, "daz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], list(c.values()))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
+def _fixture():
+    x = np.array([[1.0, 2.0, 3.0, 4.0]], np.float32)
+    return Fixture(fixture_id=tensor_sha256(x), input_name="x", array=x, source="", image_sha256="")
+
+
+def test_first_divergent_node_is_the_denormal_multiply(workdir):
+    from quantbench.explain.localize import localize, parse_hosts
+
+    path = _model(workdir / "daz.onnx")
+    hosts = parse_hosts("x86,x86+session.set_denormal_as_zero=1", {"graph_optimization_level": "basic"})
+    res = localize(path, hosts, _fixture(), group=2, progress=False, tables_root=workdir / "t")
+    assert res.opt_level == "basic"
+    assert [r.node for r in res.first] == ["tiny"]
+    same = {r.tensor: r.same for r in res.rows}
+    assert same["a"] and same["r"] and not same["b"] and not same["c"] and not same["y"]
+    assert all(res.reproduces.values())
+    out = res.outputs[0]
+    assert not out.same and out.bits_min == 0 and out.max_abs > 0.1
+    assert res.first[0].bits_min == 0  # a denormal against zero: nothing left in common
+    assert res.unobservable == 0
+    # 4 intermediates in groups of 2: 2 group runs + the unmodified run + the fetch of the first node
+    assert res.runs == 4
+    tables.append("localize", res.table_rows(), root=workdir / "t")
+    back = tables.read("localize", root=workdir / "t")
+    assert back.num_rows == 5 and back.column("first_divergent").to_pylist().count(True) == 1
+
+
+def test_identical_hosts_report_no_divergence(workdir):
+    from quantbench.explain.localize import localize, parse_hosts
+
+    path = _model(workdir / "daz.onnx")
+    hosts = parse_hosts("x86,local", {"graph_optimization_level": "basic"})
+    res = localize(path, hosts, _fixture(), group=8, progress=False, tables_root=workdir / "t")
+    assert res.first == [] and all(r.same for r in res.rows)
+    assert res.trend.startswith("no divergence")
+
+
+def test_host_override_syntax_errors():
+    from quantbench.errors import UserError
+    from quantbench.explain.localize import parse_hosts
+
+    with pytest.raises(UserError, match="KEY=VALUE"):
+        parse_hosts("x86+oops")
+    with pytest.raises(UserError, match="unknown host"):
+        parse_hosts("nosuchhost")
+    hr = parse_hosts("x86+graph_optimization_level=disabled+session.x64quantprecision=1")[0]
+    assert hr.session["graph_optimization_level"] == "disabled"
+    assert hr.session["config_entries"] == {"session.x64quantprecision": "1"}
