@@ -195,8 +195,9 @@ class EmulatedHost(ProcessHost):
     def command(self):
         em = _emulated()
         argv, env = em.python_command(self.preset, tuple(self.options.get("qemu_args", ())))
-        full = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-        full.update(env or {})
+        # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
+        full = dict(env) if env else {k: v for k, v in os.environ.items()
+                                      if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
         return list(argv) + [str(WORKER_PATH)], full, b""
 
     def describe(self) -> str:

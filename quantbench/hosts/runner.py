@@ -193,6 +193,10 @@ class HostSummary:
     imported: int = 0
     planned: int = 0
     seconds: float = 0.0
+    #: starting the first worker and fingerprinting (interpreter start, imports; qemu start-up)
+    startup_seconds: float = 0.0
+    #: running the fixtures (sessions, inference, hashing, transfer, table appends)
+    run_seconds: float = 0.0
     providers: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -363,8 +367,6 @@ class _HostRun:
                         fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
                         where = f", fixture {fixture_label(fx)}" if fx else ""
                         self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
-                        if h.get("stage") in ("session", "providers", "model"):
-                            continue
             except Exception as exc:
                 from quantbench.hosts.local import WorkerDied
 
@@ -423,7 +425,9 @@ class _HostRun:
             merged = merge_imported(self.host, ctx, self.summary)
             self.fingerprint_id = merged
             return
+        t0 = time.monotonic()
         client, fp, fid = self._start_and_fingerprint()
+        self.summary.startup_seconds = time.monotonic() - t0
         clients = [client]
         try:
             self.fingerprint_id = fid
@@ -459,6 +463,7 @@ class _HostRun:
                 self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
                                 unit="fixture", file=sys.stderr, dynamic_ncols=True)
             threads = []
+            t_run = time.monotonic()
             for i in range(1, n):
                 c, fp2, fid2 = self._start_and_fingerprint()
                 clients.append(c)
@@ -471,6 +476,8 @@ class _HostRun:
                 threads.append(th)
             for th in threads:
                 th.join()
+            self.writer.flush()
+            self.summary.run_seconds = time.monotonic() - t_run
         finally:
             for c in clients:
                 c.close()
