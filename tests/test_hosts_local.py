@@ -145,3 +145,22 @@ def test_hosts_file_redefines_builtin_names(workdir):
     assert air.options["file"] == str(workdir / "x.qbr") and x86.kind == "local"
     with pytest.raises(UserError, match="hosts file not found"):
         resolve_hosts(["x86"], hosts_file=workdir / "missing.toml")
+
+
+def test_hosts_commands(workdir, capsys):
+    from quantbench.cli import main
+
+    (workdir / "quantbench.toml").write_text('robot = { kind = "ssh", address = "pi@robot.local" }\n'
+                                             'air = { kind = "imported", file = "none.qbr" }\n')
+    assert main(["hosts", "list"]) == 0
+    out = capsys.readouterr().out
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:]}
+    assert {"x86", "local", "pi", "pi4", "robot", "air"} <= set(lines)
+    assert "quantbench.toml:1" in lines["robot"] and " ssh " in lines["robot"]
+    assert " no " in lines["air"] and "results file not found" in lines["air"]
+    assert main(["hosts", "check", "x86", "--session-config", "session.x64quantprecision=1"]) == 0
+    out = capsys.readouterr().out
+    assert "fingerprint" in out and "resolved CPUExecutionProvider" in out and "(same as this machine)" in out
+    assert "session.x64quantprecision" in out
+    assert main(["hosts", "check", "nowhere"]) == 2
+    assert "hosts check: unknown host 'nowhere'; known hosts:" in capsys.readouterr().err

@@ -63,9 +63,15 @@ def host_results_index(host=None, variant_id=None, session_key=None, tables_root
     return {(h, v, f, o): s for h, v, f, o, s in zip(*cols)}
 
 
-def hashes_by_host(variant_id: str, session_key=None, hosts=None, tables_root=TABLES_DIR) -> dict:
-    """{host: {(fixture_id, output_name): sha256}} for one variant: the input of equivalence classes."""
-    t = load_outputs(host=hosts, variant_id=variant_id, session_key=session_key, tensors=False, tables_root=tables_root)
+def hashes_by_host(variant_id: str, session_key=None, hosts=None, fingerprint_id=None, tables_root=TABLES_DIR) -> dict:
+    """{host: {(fixture_id, output_name): sha256}} for one variant: the input of equivalence classes.
+
+    A host that ran under several fingerprints (an upgrade) or sessions has rows for
+    each: pass session_key and fingerprint_id (e.g. RunSummary.fingerprints().values())
+    to compare one run's state.
+    """
+    t = load_outputs(host=hosts, variant_id=variant_id, session_key=session_key, fingerprint_id=fingerprint_id,
+                     tensors=False, tables_root=tables_root)
     out: dict = defaultdict(dict)
     for h, f, o, s in zip(*(t.column(c).to_pylist() for c in ("host", "fixture_id", "output_name", "sha256"))):
         out[h][(f, o)] = s

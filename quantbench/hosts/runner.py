@@ -213,6 +213,10 @@ class RunSummary:
     session_key: str
     tables_root: Path
 
+    def fingerprints(self) -> dict[str, str]:
+        """{host: fingerprint_id} this run produced or merged (filter results by these)."""
+        return {h.name: h.fingerprint_id for h in self.hosts if h.fingerprint_id}
+
     @property
     def errors(self) -> list[str]:
         return [e for h in self.hosts for e in h.errors]
