@@ -1,0 +1,279 @@
+"""Emulated hosts: qemu-user running a Python with onnxruntime on a chosen CPU model.
+
+ARM presets run an arm64 Debian Python (an extracted debootstrap root) with aarch64
+wheels of the *local* onnxruntime version; x86 presets run this machine's own
+interpreter under qemu-x86_64 with a lower CPU model. Everything lives under
+QUANTBENCH_HOME (see quantbench.hosts.setup, which builds it):
+
+  tools/qemu.json                 which qemu is used (path, version, where it came from)
+  tools/qemu-<version>/           qemu-aarch64 + qemu-x86_64 extracted from Debian's qemu-user
+  arm64-root/bookworm/            the arm64 root (ROOT); arm64-root/bookworm.json its stamp
+  wheels/<key>/                   aarch64 onnxruntime + numpy (SITE), keyed by the ORT version
+  prefixes/<preset>/              qemu -L folder per preset: symlinks into ROOT + proc/cpuinfo
+
+Why a per-preset prefix: qemu resolves every absolute path the guest opens under
+`-L PREFIX` first. qemu 7.2 does not emulate /proc/cpuinfo for aarch64 guests, so
+onnxruntime's cpuinfo library reads the host's x86 text and crashes on import; a
+PREFIX/proc/cpuinfo in ARM format fixes that and carries the preset's MIDR. qemu 10
+emulates /proc/cpuinfo itself (with the same MIDR). For x86 presets the prefix holds
+only proc/cpuinfo, so the guest's /proc/cpuinfo names the emulated model and flags
+instead of the host's (the ISA onnxruntime dispatches on comes from CPUID either way).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from quantbench.assets import quantbench_home
+from quantbench.errors import UserError
+
+ROOT_SUITE = "bookworm"
+GUEST_PYTHON_VERSION = "3.11"  # bookworm's python3; the aarch64 wheels are fetched for it
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One emulated CPU: the qemu model, and what a guest fingerprint should show on it."""
+
+    name: str
+    arch: str  # "aarch64" | "x86_64"
+    qemu_cpu: str
+    description: str
+    implementer: int | None = None  # ARM MIDR fields, as qemu's model reports them
+    variant: int | None = None
+    part: int | None = None
+    revision: int | None = None
+    min_qemu: tuple[int, int, int] = (7, 2, 0)
+    fingerprint_hint: str = ""
+    #: features a guest must see (ARM: HWCAP names; x86: /proc/cpuinfo flag names)
+    expect_features: tuple[str, ...] = field(default=())
+    #: features a guest must not see
+    absent_features: tuple[str, ...] = field(default=())
+
+    @property
+    def midr_text(self) -> str:
+        if self.part is None:
+            return ""
+        return f"implementer 0x{self.implementer:02x}, variant 0x{self.variant:x}, part 0x{self.part:03x}, revision {self.revision}"
+
+
+def _arm(name, cpu, desc, variant, part, revision, expect, absent, min_qemu=(7, 2, 0)) -> Preset:
+    hint = (f"aarch64; CPU implementer 0x41, CPU part 0x{part:03x}, variant 0x{variant:x}, revision {revision}; "
+            f"features include {', '.join(expect)}" + (f"; no {', '.join(absent)}" if absent else ""))
+    return Preset(name, "aarch64", cpu, desc, 0x41, variant, part, revision, min_qemu, hint, tuple(expect), tuple(absent))
+
+
+def _x86(name, cpu, desc, expect, absent) -> Preset:
+    hint = f"x86_64; {cpu} model; flags include {', '.join(expect)}; no {', '.join(absent)}"
+    return Preset(name, "x86_64", cpu, desc, fingerprint_hint=hint, expect_features=tuple(expect),
+                  absent_features=tuple(absent))
+
+
+# MIDR variant/revision are qemu's values for the model (what qemu 10's emulated
+# /proc/cpuinfo shows), so the guest sees the same identity under qemu 7.2 and 10.
+PRESETS: dict[str, Preset] = {p.name: p for p in (
+    _arm("pi", "cortex-a76", "Raspberry Pi 5 (BCM2712, Cortex-A76): NEON + dot product",
+         0x4, 0xd0b, 1, ("asimd", "asimddp"), ("sve", "i8mm")),
+    _arm("pi4", "cortex-a72", "Raspberry Pi 4 (BCM2711, Cortex-A72): NEON, no dot product",
+         0x0, 0xd08, 3, ("asimd",), ("asimddp", "sve", "i8mm")),
+    _arm("pi3", "cortex-a53", "Raspberry Pi 3 / Zero 2 (Cortex-A53): NEON, no dot product, narrow loads",
+         0x0, 0xd03, 4, ("asimd",), ("asimddp", "sve", "i8mm")),
+    _arm("graviton2", "neoverse-n1", "AWS Graviton2 (Neoverse-N1): NEON + dot product",
+         0x4, 0xd0c, 1, ("asimd", "asimddp"), ("sve", "i8mm")),
+    _arm("graviton3", "neoverse-v1", "AWS Graviton3 (Neoverse-V1): SVE, int8 matrix multiply, bf16",
+         0x1, 0xd40, 2, ("asimd", "asimddp", "sve", "i8mm", "bf16"), (), min_qemu=(8, 1, 0)),
+    _x86("x86-avx2", "Haswell", "x86-64 with AVX2 + FMA3, no AVX-512 (Haswell)",
+         ("avx2", "fma"), ("avx512f", "avx512_vnni")),
+    _x86("x86-sse4", "Nehalem", "x86-64 with SSE4.2, no AVX (Nehalem)",
+         ("sse4_2",), ("avx", "avx2", "avx512f")),
+)}
+
+
+def preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UserError(f"unknown emulated preset {name!r}; presets: {', '.join(PRESETS)}") from None
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def home() -> Path:
+    return quantbench_home()
+
+
+def tools_record_path() -> Path:
+    return home() / "tools" / "qemu.json"
+
+
+def root_dir() -> Path:
+    return home() / "arm64-root" / ROOT_SUITE
+
+
+def root_stamp() -> Path:
+    return root_dir().with_suffix(".json")
+
+
+def local_ort_version() -> str:
+    """The onnxruntime version of the running interpreter (the emulated one must match it)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("onnxruntime")
+    except PackageNotFoundError:
+        raise UserError("onnxruntime is not installed in this Python; install quantbench's dependencies first") from None
+
+
+def site_key(ort_version: str) -> str:
+    return f"cp{GUEST_PYTHON_VERSION.replace('.', '')}-aarch64-onnxruntime-{ort_version}"
+
+
+def site_dir(ort_version: str | None = None) -> Path:
+    return home() / "wheels" / site_key(ort_version or local_ort_version())
+
+
+def site_stamp(ort_version: str | None = None) -> Path:
+    return site_dir(ort_version).with_suffix(".json")
+
+
+def prefix_dir(preset_name: str) -> Path:
+    return home() / "prefixes" / preset_name
+
+
+def prefix_stamp(preset_name: str) -> Path:
+    return prefix_dir(preset_name).with_suffix(".json")
+
+
+def guest_python() -> Path:
+    return root_dir() / "usr" / "bin" / f"python{GUEST_PYTHON_VERSION}"
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# --------------------------------------------------------------------------- qemu
+
+
+@functools.lru_cache(maxsize=None)
+def _version_of(binary: str, mtime_ns: int) -> tuple[int, int, int]:
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UserError(f"{binary}: cannot run it to read its version ({exc})") from None
+    m = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", out)
+    if not m:
+        raise UserError(f"{binary}: not a qemu binary (no version in `{binary} --version`)")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def qemu_version(binary: str | os.PathLike) -> tuple[int, int, int]:
+    """(major, minor, micro) of a qemu-user binary, from `--version`."""
+    binary = str(binary)
+    try:
+        mtime = os.stat(binary).st_mtime_ns
+    except OSError:
+        raise UserError(f"{binary}: qemu binary not found") from None
+    return _version_of(binary, mtime)
+
+
+def qemu_binary(arch: str) -> tuple[Path | None, str]:
+    """The qemu-user binary for a guest arch and where it came from (the setup record, else PATH)."""
+    record = read_json(tools_record_path()) or {}
+    entry = record.get(arch)
+    if entry and Path(entry["path"]).exists():
+        return Path(entry["path"]), entry.get("source", "")
+    found = shutil.which(f"qemu-{arch}")
+    if found:
+        return Path(found), "PATH"
+    return None, ""
+
+
+def _fmt(v: Sequence[int]) -> str:
+    return ".".join(str(x) for x in v)
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+def ready(preset_name: str) -> tuple[bool, str]:
+    """Whether qemu, the arm64 root and the wheels are in place for a preset; if not, what is missing."""
+    p = preset(preset_name)
+    fix = f"run `quantbench hosts setup {preset_name}`"
+    qemu, source = qemu_binary(p.arch)
+    if qemu is None:
+        return False, f"qemu-{p.arch} not found (no {tools_record_path()} and none on PATH); {fix}"
+    try:
+        version = qemu_version(qemu)
+    except UserError as exc:
+        return False, f"{exc}; {fix}"
+    if version < p.min_qemu:
+        return False, (f"{p.qemu_cpu} needs qemu >= {_fmt(p.min_qemu)}, but {qemu} is {_fmt(version)}; {fix} "
+                       f"(it fetches qemu-user 10 into {home() / 'tools'})")
+    if p.arch == "aarch64":
+        if read_json(root_stamp()) is None or not guest_python().exists():
+            return False, f"the arm64 root is missing ({root_dir()}); {fix}"
+        ort_version = local_ort_version()
+        if read_json(site_stamp(ort_version)) is None:
+            return False, (f"aarch64 wheels of onnxruntime {ort_version} are missing ({site_dir(ort_version)}); {fix}")
+    stamp = read_json(prefix_stamp(preset_name))
+    if stamp is None or not (prefix_dir(preset_name) / "proc" / "cpuinfo").exists():
+        return False, f"the CPU prefix for {preset_name} is missing ({prefix_dir(preset_name)}); {fix}"
+    if stamp.get("qemu") != str(qemu) or stamp.get("qemu_version") != _fmt(version):
+        return False, (f"the CPU prefix for {preset_name} was made for another qemu "
+                       f"({stamp.get('qemu')} {stamp.get('qemu_version')}); {fix}")
+    return True, f"ready: qemu {_fmt(version)} -cpu {p.qemu_cpu}" + (f" ({p.midr_text})" if p.part is not None else "")
+
+
+def require_ready(preset_name: str) -> None:
+    ok, msg = ready(preset_name)
+    if not ok:
+        raise UserError(f"emulated host {preset_name}: {msg}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def python_command(preset_name: str, qemu_args: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+    """argv starting a Python under qemu-user for the preset (append the script and its args), and its env.
+
+    `qemu_args` are extra qemu options (e.g. `-d in_asm,nochain -D LOG`); they go
+    before the guest program. The env is a full environment for subprocess.
+    """
+    require_ready(preset_name)
+    p = preset(preset_name)
+    qemu, _ = qemu_binary(p.arch)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
+    argv = [str(qemu), "-cpu", p.qemu_cpu, "-L", str(prefix_dir(preset_name)), *map(str, qemu_args)]
+    if p.arch == "aarch64":
+        for key in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"):
+            env.pop(key, None)
+        env["PYTHONPATH"] = str(site_dir())
+        # The host's user site holds x86 extension modules; the guest must never import them.
+        env["PYTHONNOUSERSITE"] = "1"
+        argv += [str(guest_python()), "-u"]
+    else:
+        # This machine's interpreter (a venv's python keeps its pyvenv.cfg: the path is not resolved).
+        argv += [sys.executable, "-u"]
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return argv, env
+
+
+def setup(names: Sequence[str], progress: bool = True) -> list[str]:
+    """Prepare the named presets (idempotent); returns the actions done. See quantbench.hosts.setup."""
+    from quantbench.hosts.setup import setup_presets
+
+    return setup_presets(names, progress=progress)

@@ -1,0 +1,632 @@
+"""Builds what emulated hosts need under QUANTBENCH_HOME (layout: quantbench.hosts.emulated).
+
+Steps, each skipped when its stamp file says it is done:
+  1. qemu-user: Debian trixie's qemu-user 10 (static-pie binaries that run on Debian 12),
+     fetched as a .deb with a private apt configuration and unpacked into tools/;
+     falls back to the qemu-user on PATH (Debian 12: 7.2). Nothing is installed system-wide.
+  2. the arm64 root: `debootstrap --foreign --variant=minbase --include=python3`, then
+     every downloaded .deb unpacked with `dpkg -x` (the second stage needs binfmt_misc,
+     which sandboxes lack).
+  3. aarch64 wheels of the local onnxruntime version (+ numpy), `pip install --target`.
+  4. one qemu -L prefix per preset, with a /proc/cpuinfo matching the emulated CPU,
+     verified by importing onnxruntime in the guest and reading back the MIDR and HWCAP.
+The Debian mirror is the machine's own (its apt sources), or QUANTBENCH_DEBIAN_MIRROR.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from quantbench.errors import UserError
+from quantbench.fsutil import atomic_write_json, atomic_write_text
+from quantbench.hosts import emulated as E
+
+QEMU_SUITE = "trixie"
+QEMU_PACKAGE = "qemu-user"
+QEMU_ARCHES = ("aarch64", "x86_64")
+DEBIAN_SUITES = {"buster", "bullseye", "bookworm", "trixie", "forky", "sid", "stable", "testing", "unstable",
+                 "oldstable"}
+DEFAULT_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+# Top-level folders of the arm64 root NOT linked into a prefix: paths the guest opens
+# there (temporary files, home folders, /proc, /dev) must resolve to the host's.
+PREFIX_SKIP = {"proc", "sys", "dev", "run", "tmp", "home", "root", "mnt", "media", "srv", "opt", "boot"}
+BOGOMIPS = "108.00"  # what a Raspberry Pi 4/5 kernel reports; informational only
+
+
+class SetupError(UserError):
+    pass
+
+
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"setup: {msg}", file=sys.stderr, flush=True)
+
+
+def _run(argv: list[str], what: str, cwd: Path | None = None, env: dict | None = None,
+         timeout: float = 1800) -> str:
+    try:
+        proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError:
+        raise SetupError(f"{what}: {argv[0]} not found; install it (Debian: apt-get install {argv[0]})") from None
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"{what}: `{' '.join(argv[:3])} ...` took longer than {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip() or proc.stdout.strip()).splitlines()[-3:]
+        raise SetupError(f"{what}: `{' '.join(argv[:3])} ...` failed (exit {proc.returncode}): {' | '.join(tail)}")
+    return proc.stdout
+
+
+def _run_streamed(argv: list[str], what: str, desc: str, progress: bool, total: int | None = None,
+                  count: re.Pattern | None = None, env: dict | None = None) -> None:
+    """Run a long command, advancing a tqdm bar per matching output line."""
+    from tqdm import tqdm
+
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    except FileNotFoundError:
+        raise SetupError(f"{what}: {argv[0]} not found; install it (Debian: apt-get install {argv[0]})") from None
+    tail: list[str] = []
+    with tqdm(total=total, desc=desc, unit="step", disable=not progress, file=sys.stderr, leave=False) as bar:
+        for line in proc.stdout:
+            tail = (tail + [line.rstrip()])[-5:]
+            if count is None or count.search(line):
+                bar.update(1)
+    rc = proc.wait()
+    if rc != 0:
+        raise SetupError(f"{what}: `{' '.join(argv[:3])} ...` failed (exit {rc}): {' | '.join(tail[-3:])}")
+
+
+@contextlib.contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """One setup at a time per QUANTBENCH_HOME (two `hosts setup` runs would race on renames)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fresh_dir(path: Path) -> Path:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def _replace_dir(tmp: Path, final: Path) -> None:
+    """Move a finished folder into place (the old one, if any, is removed first)."""
+    if final.exists() or final.is_symlink():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+# --------------------------------------------------------------------------- Debian mirror
+
+
+def _deb822_entries(text: str) -> list[dict]:
+    entries = []
+    for para in re.split(r"\n\s*\n", text):
+        fields: dict[str, str] = {}
+        key = None
+        for line in para.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            if line[0].isspace() and key:
+                fields[key] += " " + line.strip()
+                continue
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            fields[key] = value.strip()
+        if fields.get("enabled", "yes").lower() == "no" or "uris" not in fields:
+            continue
+        entries.append({"types": fields.get("types", "").split(), "uris": fields["uris"].split(),
+                        "suites": fields.get("suites", "").split(), "components": fields.get("components", "").split(),
+                        "signed_by": fields.get("signed-by", "")})
+    return entries
+
+
+def _one_line_entries(text: str) -> list[dict]:
+    entries = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        opts = ""
+        m = re.match(r"^(deb|deb-src)\s+(\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s*(.*)$", line)
+        if not m:
+            continue
+        opts = m.group(2) or ""
+        signed = re.search(r"signed-by=(\S+?)[\s\]]", opts + " ")
+        entries.append({"types": [m.group(1)], "uris": [m.group(3)], "suites": [m.group(4)],
+                        "components": m.group(5).split(), "signed_by": signed.group(1) if signed else ""})
+    return entries
+
+
+def apt_entries(etc: Path = Path("/etc/apt")) -> list[dict]:
+    """Every enabled apt source of the machine (one-line .list and deb822 .sources files)."""
+    out = []
+    files = [etc / "sources.list"] + sorted((etc / "sources.list.d").glob("*.list")) + \
+        sorted((etc / "sources.list.d").glob("*.sources"))
+    for f in files:
+        try:
+            text = f.read_text()
+        except OSError:
+            continue
+        out += _deb822_entries(text) if f.suffix == ".sources" else _one_line_entries(text)
+    return out
+
+
+def debian_mirror(etc: Path = Path("/etc/apt")) -> tuple[str, str]:
+    """(mirror URI, keyring) of the machine's Debian archive, read from its apt sources.
+
+    The mirror is never hard-coded: it is the entry serving a Debian release suite
+    (not -security/-updates/-backports) with the main component.
+    """
+    override = os.environ.get("QUANTBENCH_DEBIAN_MIRROR")
+    if override:
+        return override.rstrip("/"), DEFAULT_KEYRING
+    for entry in apt_entries(etc):
+        if "deb" not in entry["types"] or "main" not in entry["components"]:
+            continue
+        if any(s in DEBIAN_SUITES for s in entry["suites"]):
+            keyring = entry["signed_by"] if entry["signed_by"].startswith("/") else DEFAULT_KEYRING
+            return entry["uris"][0].rstrip("/"), keyring
+    raise SetupError(f"{etc}: no Debian archive (a bookworm/trixie suite with component main) in the apt "
+                     "sources; set QUANTBENCH_DEBIAN_MIRROR to a Debian mirror URI")
+
+
+# --------------------------------------------------------------------------- 1. qemu
+
+
+def _qemu_ok(record: dict | None, need: tuple[int, int, int]) -> bool:
+    if not record:
+        return False
+    for arch in QEMU_ARCHES:
+        entry = record.get(arch)
+        if not entry or not Path(entry["path"]).exists():
+            return False
+    return tuple(record.get("version", (0, 0, 0))) >= need
+
+
+def _apt_options(apt_dir: Path) -> list[str]:
+    opts = [f"-o=Dir::Etc::SourceList={apt_dir / 'sources.list'}",
+            f"-o=Dir::Etc::SourceParts={apt_dir / 'sources.list.d'}",
+            f"-o=Dir::Etc::Preferences={apt_dir / 'preferences'}",
+            f"-o=Dir::Etc::PreferencesParts={apt_dir / 'preferences.d'}",
+            f"-o=Dir::State::Lists={apt_dir / 'lists'}",
+            f"-o=Dir::Cache={apt_dir / 'cache'}",
+            "-o=APT::Get::List-Cleanup=0",
+            "-o=Acquire::Languages=none"]
+    if os.geteuid() == 0:
+        opts.append("-o=APT::Sandbox::User=root")  # the private folders are not readable by _apt
+    return opts
+
+
+def fetch_trixie_qemu(progress: bool) -> dict:
+    """Download Debian trixie's qemu-user .deb with a private apt config; unpack qemu-aarch64/x86_64."""
+    mirror, keyring = debian_mirror()
+    apt_dir = E.home() / "tools" / "apt"
+    for sub in ("sources.list.d", "preferences.d", "lists/partial", "cache/archives/partial", "debs"):
+        (apt_dir / sub).mkdir(parents=True, exist_ok=True)
+    signed = f" [signed-by={keyring}]" if Path(keyring).exists() else ""
+    atomic_write_text(apt_dir / "sources.list", f"deb{signed} {mirror} {QEMU_SUITE} main\n")
+    atomic_write_text(apt_dir / "preferences", "")
+    opts = _apt_options(apt_dir)
+    _say(progress, f"apt-get update (private config, suite {QEMU_SUITE}) ...")
+    _run(["apt-get", "-q", *opts, "update"], f"apt-get update for {QEMU_SUITE}")
+    debs = apt_dir / "debs"
+    for old in debs.glob("*.deb"):
+        old.unlink()
+    _say(progress, f"apt-get download {QEMU_PACKAGE}/{QEMU_SUITE} (~70 MB) ...")
+    _run(["apt-get", "-q", *opts, "download", f"{QEMU_PACKAGE}/{QEMU_SUITE}"], f"apt-get download {QEMU_PACKAGE}",
+         cwd=debs)
+    found = sorted(debs.glob(f"{QEMU_PACKAGE}_*.deb"))
+    if not found:
+        raise SetupError(f"{debs}: apt-get download left no {QEMU_PACKAGE} .deb")
+    deb = found[-1]
+    pkg_version = _run(["dpkg-deb", "-f", str(deb), "Version"], f"{deb}: reading its version").strip()
+    tools = E.home() / "tools"
+    tmp = _fresh_dir(tools / f".qemu-unpack-{os.getpid()}")
+    wanted = {f"./usr/bin/qemu-{arch}": arch for arch in QEMU_ARCHES}
+    _say(progress, f"unpacking {', '.join('qemu-' + a for a in QEMU_ARCHES)} from {deb.name} ...")
+    proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
+    got = {}
+    try:
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            for member in tar:
+                arch = wanted.get(member.name)
+                if arch and member.isfile():
+                    src = tar.extractfile(member)
+                    dest = tmp / f"qemu-{arch}"
+                    with open(dest, "wb") as fh:
+                        shutil.copyfileobj(src, fh)
+                    dest.chmod(0o755)
+                    got[arch] = dest
+                    if len(got) == len(wanted):
+                        break
+    finally:
+        proc.stdout.close()
+        proc.kill()
+        proc.wait()
+    if len(got) != len(wanted):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SetupError(f"{deb}: does not hold {', '.join(sorted(wanted))} as plain files")
+    version = E.qemu_version(got["aarch64"])
+    final = tools / f"qemu-{E._fmt(version)}"
+    _replace_dir(tmp, final)
+    deb.unlink()
+    source = f"Debian {QEMU_SUITE} {QEMU_PACKAGE} {pkg_version} (unpacked into {final})"
+    return {"version": list(version), "source": source,
+            **{arch: {"path": str(final / f"qemu-{arch}"), "source": source} for arch in QEMU_ARCHES}}
+
+
+def system_qemu() -> dict | None:
+    paths = {arch: shutil.which(f"qemu-{arch}") for arch in QEMU_ARCHES}
+    if not all(paths.values()):
+        return None
+    version = E.qemu_version(paths["aarch64"])
+    source = f"qemu-user on PATH ({E._fmt(version)})"
+    return {"version": list(version), "source": source,
+            **{arch: {"path": str(p), "source": source} for arch, p in paths.items()}}
+
+
+def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) -> dict:
+    record = E.read_json(E.tools_record_path())
+    if _qemu_ok(record, need) and record.get("preferred", False):
+        return record
+    if _qemu_ok(record, need) and record.get("fetch_failed_at", 0) > time.time() - 86400:
+        return record  # fell back to the system qemu today already; do not retry the download every run
+    t0 = time.monotonic()
+    try:
+        new = fetch_trixie_qemu(progress)
+        new["preferred"] = True
+        actions.append(f"qemu: {new['source']} ({time.monotonic() - t0:.0f} s)")
+    except UserError as exc:
+        new = system_qemu()
+        if new is None:
+            raise SetupError(f"qemu-user: fetching Debian {QEMU_SUITE}'s {QEMU_PACKAGE} failed ({exc}) and no "
+                             "qemu-aarch64/qemu-x86_64 is on PATH; install qemu-user (apt-get install qemu-user)") from None
+        new["preferred"] = False
+        new["fetch_failed_at"] = time.time()
+        new["fetch_error"] = str(exc)
+        actions.append(f"qemu: Debian {QEMU_SUITE}'s {QEMU_PACKAGE} unavailable ({exc}); using {new['source']}")
+    atomic_write_json(E.tools_record_path(), new)
+    return new
+
+
+# --------------------------------------------------------------------------- 2. arm64 root
+
+
+def ensure_root(progress: bool, actions: list[str]) -> dict:
+    stamp = E.read_json(E.root_stamp())
+    if stamp is not None and E.guest_python().exists():
+        return stamp
+    if shutil.which("debootstrap") is None:
+        raise SetupError("debootstrap not found; install it (Debian: apt-get install debootstrap)")
+    mirror, _ = debian_mirror()
+    final = E.root_dir()
+    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
+    t0 = time.monotonic()
+    try:
+        _say(progress, f"debootstrap --foreign arm64 {E.ROOT_SUITE} into {final} (~20 s to minutes, ~230 MB) ...")
+        _run_streamed(["debootstrap", "--foreign", "--arch=arm64", "--variant=minbase", "--include=python3",
+                       E.ROOT_SUITE, str(tmp), mirror], "debootstrap", "arm64 root: debootstrap", progress,
+                      total=None, count=re.compile(r"^I: (Retrieving|Extracting)"))
+        archives = sorted((tmp / "var" / "cache" / "apt" / "archives").glob("*.deb"))
+        if not archives:
+            raise SetupError(f"{tmp}: debootstrap downloaded no packages")
+        from tqdm import tqdm
+
+        # The second stage would configure these; without binfmt_misc we only unpack them.
+        for deb in tqdm(archives, desc="arm64 root: dpkg -x", unit="deb", disable=not progress, file=sys.stderr,
+                        leave=False):
+            _run(["dpkg", "-x", str(deb), str(tmp)], f"dpkg -x {deb.name}")
+        for deb in archives:
+            deb.unlink()
+        python = tmp / "usr" / "bin" / f"python{E.GUEST_PYTHON_VERSION}"
+        if not python.exists():
+            raise SetupError(f"{python}: missing after unpacking; {E.ROOT_SUITE}'s python3 is not "
+                             f"{E.GUEST_PYTHON_VERSION}")
+        _replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    stamp = {"suite": E.ROOT_SUITE, "arch": "arm64", "mirror": mirror, "packages": len(archives),
+             "python": E.GUEST_PYTHON_VERSION, "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    atomic_write_json(E.root_stamp(), stamp)
+    actions.append(f"arm64 root: debootstrap {E.ROOT_SUITE} + {len(archives)} packages unpacked into {final} "
+                   f"({time.monotonic() - t0:.0f} s)")
+    return stamp
+
+
+# --------------------------------------------------------------------------- 3. wheels
+
+
+def _dist_version(site: Path, name: str) -> str:
+    for d in site.glob(f"{name}-*.dist-info"):
+        return d.name[len(name) + 1:-len(".dist-info")]
+    return ""
+
+
+def ensure_site(progress: bool, actions: list[str]) -> dict:
+    ort_version = E.local_ort_version()
+    stamp = E.read_json(E.site_stamp(ort_version))
+    if stamp is not None and E.site_dir(ort_version).exists():
+        return stamp
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        np_version = version("numpy")
+    except PackageNotFoundError:
+        np_version = ""
+    final = E.site_dir(ort_version)
+    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
+    base = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-warn-script-location",
+            "--target", str(tmp), "--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64",
+            "--python-version", E.GUEST_PYTHON_VERSION, "--implementation", "cp", "--only-binary=:all:",
+            f"onnxruntime=={ort_version}"]
+    t0 = time.monotonic()
+    _say(progress, f"pip: aarch64 wheels onnxruntime=={ort_version}, numpy"
+                   f"{'==' + np_version if np_version else ''} into {final} ...")
+    try:
+        try:
+            # The same numpy as the local one where a wheel exists, so hashing code is the same.
+            _run(base + ([f"numpy=={np_version}"] if np_version else ["numpy"]), "pip install (aarch64 wheels)")
+        except UserError:
+            if not np_version:
+                raise
+            _fresh_dir(tmp)
+            _run(base + ["numpy"], "pip install (aarch64 wheels)")
+        got = _dist_version(tmp, "onnxruntime")
+        if got != ort_version:
+            raise SetupError(f"{tmp}: pip installed onnxruntime {got or 'nothing'}, not {ort_version}")
+        _replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    stamp = {"onnxruntime": ort_version, "numpy": _dist_version(final, "numpy"),
+             "python": E.GUEST_PYTHON_VERSION, "platform": "manylinux aarch64"}
+    atomic_write_json(E.site_stamp(ort_version), stamp)
+    actions.append(f"wheels: onnxruntime {ort_version} + numpy {stamp['numpy']} (aarch64) into {final} "
+                   f"({time.monotonic() - t0:.0f} s)")
+    return stamp
+
+
+# --------------------------------------------------------------------------- 4. prefixes
+
+# Runs in the guest: what the emulated process sees (auxv, /proc/cpuinfo, x86 CPUID).
+PROBE = r'''
+import json, platform, struct, sys
+out = {"arch": platform.machine()}
+try:
+    data = open("/proc/self/auxv", "rb").read()
+    for i in range(0, len(data) - 15, 16):
+        k, v = struct.unpack_from("<QQ", data, i)
+        if k == 16: out["hwcap"] = v
+        if k == 26: out["hwcap2"] = v
+except OSError:
+    pass
+try:
+    out["cpuinfo"] = open("/proc/cpuinfo").read()
+except OSError:
+    out["cpuinfo"] = ""
+if platform.machine() in ("x86_64", "AMD64"):
+    import ctypes, mmap
+    code = bytes([0x53, 0x49, 0x89, 0xd0, 0x89, 0xf8, 0x89, 0xf1, 0x0f, 0xa2, 0x41, 0x89, 0x00,
+                  0x41, 0x89, 0x58, 0x04, 0x41, 0x89, 0x48, 0x08, 0x41, 0x89, 0x50, 0x0c, 0x5b, 0xc3])
+    buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    buf.write(code)
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p)(
+        ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+    regs = (ctypes.c_uint32 * 4)()
+    def cpuid(leaf, sub=0):
+        fn(leaf, sub, ctypes.addressof(regs))
+        return list(regs)
+    out["cpuid"] = {}
+    top = cpuid(0)[0]
+    for leaf, sub in ((0, 0), (1, 0), (7, 0), (7, 1), (0xd, 1)):
+        if leaf <= top:
+            out["cpuid"]["%x.%x" % (leaf, sub)] = cpuid(leaf, sub)
+    ext = cpuid(0x80000000)[0]
+    for leaf in (0x80000001, 0x80000002, 0x80000003, 0x80000004):
+        if leaf <= ext:
+            out["cpuid"]["%x.0" % leaf] = cpuid(leaf)
+if "--import" in sys.argv:
+    import onnxruntime, numpy
+    out["onnxruntime"] = onnxruntime.__version__
+    out["numpy"] = numpy.__version__
+print("PROBE " + json.dumps(out))
+'''
+
+# Linux /proc/cpuinfo flag names for CPUID bits: (leaf.sub, register index eax=0 ebx=1 ecx=2 edx=3, bit, name).
+X86_FLAGS = [
+    ("1.0", 3, 0, "fpu"), ("1.0", 3, 4, "tsc"), ("1.0", 3, 8, "cx8"), ("1.0", 3, 15, "cmov"), ("1.0", 3, 23, "mmx"),
+    ("1.0", 3, 24, "fxsr"), ("1.0", 3, 25, "sse"), ("1.0", 3, 26, "sse2"), ("1.0", 2, 0, "pni"),
+    ("1.0", 2, 1, "pclmulqdq"), ("1.0", 2, 9, "ssse3"), ("1.0", 2, 12, "fma"), ("1.0", 2, 13, "cx16"),
+    ("1.0", 2, 19, "sse4_1"), ("1.0", 2, 20, "sse4_2"), ("1.0", 2, 22, "movbe"), ("1.0", 2, 23, "popcnt"),
+    ("1.0", 2, 25, "aes"), ("1.0", 2, 26, "xsave"), ("1.0", 2, 27, "osxsave"), ("1.0", 2, 28, "avx"),
+    ("1.0", 2, 29, "f16c"), ("1.0", 2, 30, "rdrand"), ("80000001.0", 3, 11, "syscall"),
+    ("80000001.0", 3, 20, "nx"), ("80000001.0", 3, 29, "lm"), ("80000001.0", 2, 0, "lahf_lm"),
+    ("80000001.0", 2, 5, "abm"), ("7.0", 1, 3, "bmi1"), ("7.0", 1, 5, "avx2"), ("7.0", 1, 8, "bmi2"),
+    ("7.0", 1, 9, "erms"), ("7.0", 1, 16, "avx512f"), ("7.0", 1, 17, "avx512dq"), ("7.0", 1, 18, "rdseed"),
+    ("7.0", 1, 19, "adx"), ("7.0", 1, 21, "avx512ifma"), ("7.0", 1, 28, "avx512cd"), ("7.0", 1, 29, "sha_ni"),
+    ("7.0", 1, 30, "avx512bw"), ("7.0", 1, 31, "avx512vl"), ("7.0", 2, 1, "avx512vbmi"),
+    ("7.0", 2, 6, "avx512_vbmi2"), ("7.0", 2, 8, "gfni"), ("7.0", 2, 9, "vaes"), ("7.0", 2, 10, "vpclmulqdq"),
+    ("7.0", 2, 11, "avx512_vnni"), ("7.0", 2, 12, "avx512_bitalg"), ("7.0", 2, 14, "avx512_vpopcntdq"),
+    ("7.0", 3, 22, "amx_bf16"), ("7.0", 3, 23, "avx512_fp16"), ("7.0", 3, 24, "amx_tile"),
+    ("7.0", 3, 25, "amx_int8"), ("7.1", 0, 4, "avx_vnni"), ("7.1", 0, 5, "avx512_bf16"),
+    ("d.1", 0, 0, "xsaveopt"),
+]
+
+
+def run_probe(argv_prefix: list[str], env: dict, import_ort: bool, timeout: float = 600) -> dict:
+    argv = argv_prefix + ["-c", PROBE] + (["--import"] if import_ort else [])
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SetupError(f"guest probe `{' '.join(argv_prefix[:3])} ...` took longer than {timeout:.0f} s") from None
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PROBE ")), None)
+    if proc.returncode != 0 or line is None:
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise SetupError(f"guest probe `{' '.join(argv_prefix[:3])} ...` failed ({how}){': ' + tail if tail else ''}")
+    return json.loads(line[len("PROBE "):])
+
+
+def arm_features(hwcap: int, hwcap2: int) -> list[str]:
+    """Feature names in the kernel's /proc/cpuinfo order (HWCAP bits, then HWCAP2 bits)."""
+    from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, decode_bits
+
+    return decode_bits(hwcap, ARM64_HWCAP) + decode_bits(hwcap2, ARM64_HWCAP2)
+
+
+def arm_cpuinfo(p: E.Preset, features: list[str], cpus: int) -> str:
+    block = (f"BogoMIPS\t: {BOGOMIPS}\nFeatures\t: {' '.join(features)}\nCPU implementer\t: 0x{p.implementer:02x}\n"
+             f"CPU architecture: 8\nCPU variant\t: 0x{p.variant:x}\nCPU part\t: 0x{p.part:03x}\n"
+             f"CPU revision\t: {p.revision}\n")
+    return "".join(f"processor\t: {i}\n{block}\n" for i in range(cpus))
+
+
+def _cpuid_string(regs_list: list[list[int]], order: tuple[int, ...]) -> str:
+    raw = b"".join(int(r[i]).to_bytes(4, "little") for r in regs_list for i in order)
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace").strip()
+
+
+def x86_cpuinfo(cpuid: dict, cpus: int) -> tuple[str, list[str]]:
+    """A /proc/cpuinfo naming the emulated model, with the flags its CPUID reports."""
+    flags = []
+    for leaf, reg, bit, name in X86_FLAGS:
+        regs = cpuid.get(leaf)
+        if regs is not None and (regs[reg] >> bit) & 1:
+            flags.append(name)
+    vendor = _cpuid_string([cpuid["0.0"]], (1, 3, 2))
+    eax = cpuid["1.0"][0]
+    base_family, base_model = (eax >> 8) & 0xF, (eax >> 4) & 0xF
+    family = base_family + ((eax >> 20) & 0xFF if base_family == 0xF else 0)
+    model = base_model + (((eax >> 16) & 0xF) << 4 if base_family in (6, 0xF) else 0)
+    brand = [cpuid[k] for k in ("80000002.0", "80000003.0", "80000004.0") if k in cpuid]
+    name = _cpuid_string(brand, (0, 1, 2, 3)) if len(brand) == 3 else "unknown"
+    block = (f"vendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: {name}\n"
+             f"stepping\t: {eax & 0xF}\nflags\t\t: {' '.join(flags)}\n")
+    return "".join(f"processor\t: {i}\n{block}\n" for i in range(cpus)), flags
+
+
+def _check_seen(p: E.Preset, seen_cpuinfo: str, features: list[str]) -> None:
+    """The guest must see the preset's identity and features, or the prefix is wrong."""
+    missing = [f for f in p.expect_features if f not in features]
+    extra = [f for f in p.absent_features if f in features]
+    if missing or extra:
+        raise SetupError(f"{p.name}: the guest on qemu -cpu {p.qemu_cpu} sees features {' '.join(features)}; "
+                         f"expected {' '.join(p.expect_features)} and none of {' '.join(p.absent_features)}")
+    if p.part is not None and f"CPU part\t: 0x{p.part:03x}" not in seen_cpuinfo:
+        got = re.search(r"CPU part\s*:\s*(\S+)", seen_cpuinfo)
+        raise SetupError(f"{p.name}: the guest /proc/cpuinfo shows CPU part {got.group(1) if got else 'none'}, "
+                         f"not 0x{p.part:03x}")
+
+
+def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> dict:
+    p = E.preset(name)
+    binary = qemu[p.arch]["path"]
+    version = E._fmt(E.qemu_version(binary))
+    key = {"qemu": binary, "qemu_version": version, "qemu_cpu": p.qemu_cpu,
+           "midr": p.midr_text, "root": E.read_json(E.root_stamp()) if p.arch == "aarch64" else None,
+           "site": E.site_key(E.local_ort_version()) if p.arch == "aarch64" else sys.executable}
+    stamp = E.read_json(E.prefix_stamp(name))
+    if stamp is not None and {k: stamp.get(k) for k in key} == key and (E.prefix_dir(name) / "proc" / "cpuinfo").exists():
+        return stamp
+    final = E.prefix_dir(name)
+    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
+    t0 = time.monotonic()
+    cpus = os.cpu_count() or 1
+    try:
+        (tmp / "proc").mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if p.arch == "aarch64":
+            root = E.root_dir()
+            for entry in sorted(root.iterdir()):
+                if entry.name not in PREFIX_SKIP:
+                    os.symlink(entry, tmp / entry.name)
+            for k in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"):
+                env.pop(k, None)
+            env["PYTHONPATH"] = str(E.site_dir())
+            env["PYTHONNOUSERSITE"] = "1"
+            argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), str(E.guest_python())]
+            # First pass without onnxruntime (which would crash on qemu 7.2 without an ARM cpuinfo):
+            # the HWCAP bits qemu gives this CPU model become the cpuinfo Features line.
+            _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} ...")
+            seen = run_probe(argv, env, import_ort=False)
+            features = arm_features(seen.get("hwcap", 0), seen.get("hwcap2", 0))
+            text = arm_cpuinfo(p, features, cpus)
+        else:
+            argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), sys.executable]
+            _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} (CPUID) ...")
+            seen = run_probe(argv, env, import_ort=False)
+            text, features = x86_cpuinfo(seen["cpuid"], cpus)
+        atomic_write_text(tmp / "proc" / "cpuinfo", text)
+        _say(progress, f"{name}: importing onnxruntime in the guest to verify ...")
+        check = run_probe(argv, env, import_ort=True)
+        if p.arch == "aarch64":
+            seen_features = arm_features(check.get("hwcap", 0), check.get("hwcap2", 0))
+        else:
+            seen_features = (re.search(r"^flags\s*:\s*(.*)$", check["cpuinfo"], re.M) or [None, ""])[1].split()
+        _check_seen(p, check["cpuinfo"], seen_features)
+        if p.arch == "aarch64" and check.get("onnxruntime") != E.local_ort_version():
+            raise SetupError(f"{name}: the guest imported onnxruntime {check.get('onnxruntime')}, "
+                             f"not {E.local_ort_version()}")
+        _replace_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    cpuinfo_source = "prefix" if check["cpuinfo"] == text else "qemu (emulated /proc/cpuinfo)"
+    stamp = dict(key, features=features, cpuinfo_source=cpuinfo_source,
+                 guest_onnxruntime=check.get("onnxruntime"), guest_numpy=check.get("numpy"))
+    atomic_write_json(E.prefix_stamp(name), stamp)
+    actions.append(f"{name}: prefix {final} for qemu {version} -cpu {p.qemu_cpu}; guest /proc/cpuinfo from "
+                   f"{cpuinfo_source}; features {' '.join(features)} ({time.monotonic() - t0:.0f} s)")
+    return stamp
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def setup_presets(names: Sequence[str], progress: bool = True) -> list[str]:
+    """Make the named presets ready (idempotent); returns what was done, [] when nothing was needed."""
+    presets = [E.preset(n) for n in dict.fromkeys(names)]
+    if not presets:
+        return []
+    actions: list[str] = []
+    with _lock(E.home() / ".setup.lock"):
+        need = max(p.min_qemu for p in presets)
+        qemu = ensure_qemu(need, progress, actions)
+        if any(p.arch == "aarch64" for p in presets):
+            ensure_root(progress, actions)
+            ensure_site(progress, actions)
+        failed = []
+        for p in presets:
+            if tuple(qemu["version"]) < p.min_qemu:
+                failed.append(f"{p.name}: needs qemu >= {E._fmt(p.min_qemu)}, have {E._fmt(qemu['version'])}")
+                continue
+            ensure_prefix(p.name, qemu, progress, actions)
+        if failed:
+            actions.extend(f"not ready: {f}" for f in failed)
+    return actions
