@@ -12,12 +12,45 @@ from test_modelhash import make_model
 from quantbench.cli import main
 
 
+SIDE = {"classes": ["bottle", "can", "bag", "cup", "lid"],
+        "input": {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
+                  "scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
+        "decode": {"kind": "classifier-softmax", "logits": "logits", "threshold": None}}
+
+
+def tiny_classifier(path, doc: str) -> None:
+    """Conv + MatMul classifier with two nearly tied classes (int8 flips them); `doc` in every node."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w = rng.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32)
+    w2 = rng.normal(0, 1.0, (6, 5)).astype(np.float32)
+    w2[:, 1] = w2[:, 0] + rng.normal(0, 2e-3, 6).astype(np.float32)
+    b2 = np.zeros(5, np.float32)
+    b2[2:] = -3.0
+    inits = [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (w2, "w2"), (b2, "b2"))]
+    nodes = [helper.make_node("Conv", ["images", "w"], ["c"], pads=[1, 1, 1, 1], doc_string=doc),
+             helper.make_node("Relu", ["c"], ["r"], doc_string=doc),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"], doc_string=doc),
+             helper.make_node("Flatten", ["g"], ["f"], doc_string=doc),
+             helper.make_node("MatMul", ["f", "w2"], ["mm"], doc_string=doc),
+             helper.make_node("Add", ["mm", "b2"], ["logits"], doc_string=doc)]
+    g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+
+
 @pytest.fixture(scope="module")
 def base_results(tmp_path_factory):
-    """results/ with fp32 + dynamic variants of a tiny model and their outputs on the local host."""
-    from quantbench.fixtures import Fixture
-    from quantbench.hosts.runner import run_hosts
-    from quantbench.hosts.worker import tensor_sha256
+    """results/ with fp32 + dynamic variants of a tiny classifier, run on the local host (x86) over
+    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md)."""
+    import os
+
+    from PIL import Image
+
     from quantbench.quantize import variants as qv
     from quantbench.variants import write_index, write_latest
 
@@ -25,17 +58,26 @@ def base_results(tmp_path_factory):
     results = root / "results"
     vdir = results / "variants" / "tiny"
     vdir.mkdir(parents=True)
-    src = make_model(root / "src.onnx", casts=0, doc="/home/alice/export.py(12): forward")
-    vs = [qv.make_fp32(src, vdir / "fp32.onnx", model_name="tiny"),
-          qv.make_dynamic(src, vdir / "dynamic.onnx", model_name="tiny")]
+    tiny_classifier(root / "src.onnx", doc="/home/alice/export.py(12): forward")
+    vs = [qv.make_fp32(root / "src.onnx", vdir / "fp32.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE}),
+          qv.make_dynamic(root / "src.onnx", vdir / "dynamic.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE})]
     write_index(vdir, vs)
     write_latest(vdir, "tiny", results_dir=results)
-    rng = np.random.default_rng(0)
-    fixtures = []
+    (root / "images").mkdir()
+    rng = np.random.default_rng(3)
+    images = []
     for i in range(5):
-        a = rng.standard_normal((1, 4)).astype(np.float32)
-        fixtures.append(Fixture(tensor_sha256(a), "x", a, f"synthetic/{i}.png", "", [], "", "eval"))
-    run_hosts(["local"], vs, fixtures, progress=False, tables_root=results / "tables", jobs=1)
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(root / "images" / f"im{i}.png")
+        images.append({"id": i, "file_name": f"im{i}.png", "width": 8, "height": 8, "split": "eval"})
+    (root / "labels.json").write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        common = ["--hosts", "x86", "--fixtures", "labels.json", "--no-progress"]
+        assert main(["run", *common]) == 0
+        assert main(["equiv", "--no-run", "--no-plots", *common]) == 0
+    finally:
+        os.chdir(old)
     return results
 
 
@@ -65,16 +107,21 @@ def test_release_writes_record_and_verify_reruns_on_local_host(results, capsys):
         assert v["environment"]["onnxruntime"] and v["recipe"]["method"] in ("fp32", "dynamic")
         assert v["artifact"]["retained"] and (folder / v["artifact"]["file"]).exists()
         (t,) = v["targets"]
-        assert t["host"] == "local" and t["fixtures"] == 5 and len(t["release_key"]) == 64
-        assert t["fingerprint"]["identity"] and t["byte_class"] == "A"
+        assert t["host"] == "x86" and t["fixtures"] == 5 and len(t["release_key"]) == 64
+        assert t["fingerprint"]["identity"] and t["byte_class"] == "A" and t["equiv"]["class_label"] == "A"
+    dyn = next(v for v in rec["variants"] if v["name"] == "dynamic")
+    flips = dyn["targets"][0]["flips_vs_fp32"]["own-fp32"]
+    assert flips["total"] >= 1 and flips["total"] == flips["class"]      # the near-tied classes flip under int8
     keys = {t["release_key"] for v in rec["variants"] for t in v["targets"]}
     registry = json.loads((results / "releases" / "index.json").read_text())
     assert keys == set(registry["keys"])
-    for name in ("fixtures", "models", "hosts", "outputs"):
+    assert rec["equiv_ids"] and dyn["targets"][0]["equiv"]["equiv_id"] == rec["equiv_ids"][0]
+    for name in ("fixtures", "models", "hosts", "outputs", "classes", "decisions", "flips"):
         assert rec["tables"][name]["rows"] > 0
-    assert (folder / "report.md").read_text().startswith("# Release v1")
+    report = (folder / "report.md").read_text()
+    assert report.startswith("# Release v1") and "## Analysis report at release time" in report
 
-    assert main(["verify", str(folder), "--host", "local", "--sample", "2"]) == 0
+    assert main(["verify", str(folder), "--host", "x86", "--sample", "2"]) == 0
     out = capsys.readouterr().out
     assert "verify" in out and ": PASS" in out
     rerun = [line for line in out.splitlines() if line.startswith("re-run")]
@@ -92,7 +139,7 @@ def test_verify_detects_tampered_parquet_and_missing_artifact(results, capsys):
     forged_variant = t.column("variant").to_pylist()[0]
     pq.write_table(t.set_column(t.schema.get_field_index("sha256"), "sha256", pa.array(sha)), part)
     capsys.readouterr()
-    assert main(["verify", str(folder), "--host", "local", "--sample", "5"]) == 1
+    assert main(["verify", str(folder), "--host", "x86", "--sample", "5"]) == 1
     out = capsys.readouterr().out
     rerun = {ln.split()[1]: ln for ln in out.splitlines() if ln.startswith("re-run")}
     assert "1 of 5 output hashes differ" in rerun[forged_variant] and " FAIL " in rerun[forged_variant]
@@ -140,7 +187,7 @@ def test_second_artifact_under_existing_release_key_is_refused(results, capsys):
     out = capsys.readouterr().out
     assert "REFUSED" in out and "registered by release 'v1'" in out
     assert "semantically identical (differs only in non-executing content)" in out
-    assert out.count("release key ") >= 1 and "dynamic on local" in out
+    assert out.count("release key ") >= 1 and "dynamic on x86" in out
     assert not (results / "releases" / "v2").exists()
     assert (results / "releases" / "index.json").read_bytes() == registry    # nothing stored silently
 
@@ -157,6 +204,6 @@ def test_same_artifacts_under_new_tag_and_user_errors(results, capsys):
     assert release(results, "v9", "--hosts", "pi") == 2
     assert "no results of variant" in capsys.readouterr().err
     assert main(["verify", str(results / "releases" / "nope")]) == 2
-    assert main(["verify", str(results / "releases" / "v1"), "--host", "pi"]) == 2
+    assert main(["verify", str(results / "releases" / "v1"), "--host", "pi3"]) == 2
     err = capsys.readouterr().err
-    assert "no such release folder" in err and "--host pi: the release has no results for it" in err
+    assert "no such release folder" in err and "--host pi3: the release has no results for it" in err

@@ -15,15 +15,22 @@ def add_arguments(parser) -> None:
                              "deliberately not retained, which verify reports as such)")
     parser.add_argument("--hosts", default=None,
                         help="comma-separated hosts to include (default: every host with results for the variants)")
+    parser.add_argument("--variants", default=None, metavar="DIR",
+                        help="variants folder (with index.json); default: the latest `quantbench calibrate` output")
     parser.add_argument("--results", default="results", help="results folder (variants, tables, releases)")
 
 
 def run(args) -> int:
     from quantbench.release import format_table
-    from quantbench.release.record import build_release
+    from quantbench.release.record import build_release, flips_text
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
-    res = build_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain)
+    variants = None
+    if args.variants:
+        from quantbench.variants import load_variants
+
+        variants = load_variants(args.variants)
+    res = build_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants)
     if res.refused:
         print(f"release {args.tag} REFUSED: {len(res.collisions)} release key(s) already name another artifact; "
               "nothing was written.")
@@ -36,11 +43,10 @@ def run(args) -> int:
     rows = []
     for v in rec["variants"]:
         for t in v["targets"]:
-            fl = (t.get("flips_vs_fp32") or {}).get("own-fp32")
             rows.append([v["name"], v["raw_sha256"][:12], v["semantic_sha256"][:12], t["host"],
                          t["fingerprint_id"][:12], f"{t['byte_class']} ({','.join(t['byte_class_hosts'])})",
-                         "-" if fl is None else str(fl["total"]), t["release_key"][:12]])
-    print(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class", "flips vs fp32",
+                         flips_text(v, t), t["release_key"][:12]])
+    print(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class", "flips vs fp32 (same host)",
                         "release key"], rows))
     n_rows = sum(t["rows"] for t in rec["tables"].values())
     print()

@@ -285,6 +285,17 @@ def _byte_classes(targets: list[dict]) -> None:
         t["byte_class_fixtures"] = len({fx for fx, _ in common})
 
 
+def flips_text(v: dict, t: dict) -> str:
+    """Flips against fp32 on the same host: "-" when no equiv analysis measured them."""
+    fl = t.get("flips_vs_fp32")
+    if fl is None:
+        return "- (no equiv)"
+    if (v.get("recipe") or {}).get("method") == "fp32" or v["name"] == "fp32":
+        return "fp32 (reference)"
+    own = fl.get("own-fp32") or {"total": 0, "images": 0}
+    return f"{own['total']} on {own['images']} images"
+
+
 def _report(record: dict, analysis_report: str | None) -> str:
     from quantbench.release import format_table
 
@@ -295,11 +306,9 @@ def _report(record: dict, analysis_report: str | None) -> str:
     rows = []
     for v in record["variants"]:
         for t in v["targets"]:
-            fl = (t.get("flips_vs_fp32") or {}).get("own-fp32")
             rows.append([v["name"], v["raw_sha256"][:12], v["semantic_sha256"][:12], t["host"],
                          t["fingerprint_id"][:12], t["byte_class"] + " (" + ",".join(t["byte_class_hosts"]) + ")",
-                         "-" if fl is None else f"{fl['total']} on {fl['images']} images",
-                         t["release_key"][:12]])
+                         flips_text(v, t), t["release_key"][:12]])
     lines.append("```")
     lines.append(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class",
                                "flips vs fp32 (same host)", "release key"], rows))
