@@ -105,4 +105,6 @@ def test_lint_command(workdir, capsys):
     assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t")]) == 0
     out = capsys.readouterr().out
     assert "fc" in out and "x86-avx2" in out
+    report = (workdir / "report.md").read_text()
+    assert "### Saturation lint" in report and "| m.onnx | fc | MatMul | 4 |" in report
     assert main(["lint", str(workdir / "missing.onnx")]) == 2

@@ -54,4 +54,7 @@ def run(args) -> int:
     tables.append("latency", [r.row() for r in rows], root=root)
     print(table(rows))
     print(f"latency table: {root / 'latency'}")
+    from quantbench.explain import update_report
+
+    print(f"report: {update_report(root)}")
     return 0

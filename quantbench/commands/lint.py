@@ -37,4 +37,7 @@ def run(args) -> int:
         print(f"{r.node}: {r.reason}")
     print(f"{len(rows)} int8 weight tensor(s), {len(risky)} that some host tier can diverge on"
           + (f"; lint table: {part.parent}" if part else ""))
+    from quantbench.explain import update_report
+
+    print(f"report: {update_report(root)}")
     return 0

@@ -112,4 +112,7 @@ def run(args) -> int:
         from quantbench.explain.evidence import run_evidence_for
 
         run_evidence_for(args, variant, hosts, root)
+    from quantbench.explain import update_report
+
+    print(f"report: {update_report(root)}")
     return 0

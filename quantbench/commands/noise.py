@@ -62,4 +62,7 @@ def run(args) -> int:
     if faults:
         print(f"HARNESS FAULT on {', '.join(sorted({r.host for r in faults}))}: repeated runs differ")
     print(f"noise table: {root / 'noise'}")
+    from quantbench.explain import update_report
+
+    print(f"report: {update_report(root)}")
     return 1 if faults else 0

@@ -56,4 +56,7 @@ def run(args) -> int:
     closing = [r.remedy for r in rows if r.one_class]
     print("remedies that bring every host into one class: " + (", ".join(closing) or "none"))
     print(f"remedies table: {root / 'remedies'}; remedy variants in {out}")
+    from quantbench.explain import update_report
+
+    print(f"report: {update_report(root)}")
     return 0
