@@ -169,7 +169,8 @@ def make_host(spec: HostSpec):
         return LocalHost(spec.name, "local", dict(spec.options))
     if spec.kind == "emulated":
         from quantbench.hosts.local import EmulatedHost
-        return EmulatedHost(spec.name, "emulated", dict(spec.options))
+        # the model travels as bytes: no path lookups through qemu's -L prefix
+        return EmulatedHost(spec.name, "emulated", dict(spec.options), model_by_path=False)
     if spec.kind == "ssh":
         from quantbench.hosts.ssh import SSHHost
         return SSHHost(spec.name, "ssh", dict(spec.options), model_by_path=False)

@@ -441,6 +441,9 @@ class _HostRun:
                 raise UserError(f"host {self.spec.name}: emulated onnxruntime {ort_v} differs from the local "
                                 f"{ctx.local_ort} (a confound); rerun `quantbench hosts setup {self.spec.name}` "
                                 f"or pass --allow-version-mismatch")
+            if self.spec.kind != "emulated" and ort_v != ctx.local_ort:
+                self.summary.notes.append(f"host {self.spec.name} runs onnxruntime {ort_v} (local: {ctx.local_ort}); "
+                                          f"differences may come from the version")
             tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root)
             done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
             work = []
