@@ -157,6 +157,17 @@ def test_verify_detects_tampered_parquet_and_missing_artifact(results, capsys):
     assert " PASS " in line
     assert "FAIL (" in out.splitlines()[-1]
 
+    # "Re-sealing" the record to match the forged table is caught by the registry's hash of release.json.
+    from quantbench.fsutil import sha256_file
+
+    rec["tables"]["outputs"]["files"][0]["sha256"] = sha256_file(part)
+    (folder / "release.json").write_text(json.dumps(rec))
+    assert main(["verify", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert " PASS " in next(ln for ln in out.splitlines() if "tables/outputs/" in ln)
+    line = next(ln for ln in out.splitlines() if ln.startswith("registry") and "release.json" in ln)
+    assert " FAIL " in line and "record edited" in line
+
 
 def test_not_retained_is_reported_as_such(results, capsys):
     assert release(results, "slim", "--no-retain") == 0

@@ -419,5 +419,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
             record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE)}
             atomic_write_json(stage / RELEASE_FILE, record)
             os.replace(stage, dest)
-        atomic_write_json(rdir / INDEX_FILE, register(reg, entries, tag))
+        reg = register(reg, entries, tag)
+        reg.setdefault("releases", {})[tag] = {"release_json_sha256": sha256_file(dest / RELEASE_FILE)}
+        atomic_write_json(rdir / INDEX_FILE, reg)
     return result

@@ -6,7 +6,8 @@ Checks, each a PASS / FAIL / NOT RETAINED / SKIP row:
 - report.md and the calibration manifests have their recorded hashes;
 - retained artifacts re-hash to the recorded raw and semantic hashes; an artifact
   released with --no-retain is "not retained" (by decision), never "missing";
-- the registry still maps each release key to this artifact;
+- the registry still maps each release key to this artifact and holds
+  release.json's hash (so editing the record to match a tampered file shows);
 - with --host H: a sample of fixtures re-runs on H (through the hosts runner) and
   every output hash equals the recorded one.
 """
@@ -140,6 +141,15 @@ def check_registry(folder: Path, rec: dict) -> list[Check]:
         reg = load_registry(folder.parent)
     except UserError as exc:
         return [Check("registry", str(idx), FAIL, str(exc))]
+    out = []
+    want = (reg.get("releases") or {}).get(rec.get("tag"), {}).get("release_json_sha256")
+    got = sha256_file(folder / "release.json")
+    if want is None:
+        out.append(Check("registry", "release.json", FAIL, f"release {rec.get('tag')!r} is not in {INDEX_FILE}"))
+    elif want != got:
+        out.append(Check("registry", "release.json", FAIL, f"SHA-256 {got[:16]} != registered {want[:16]} (record edited)"))
+    else:
+        out.append(Check("registry", "release.json", PASS, f"SHA-256 {got[:16]} as registered"))
     bad, n = [], 0
     for v in rec["variants"]:
         for t in v["targets"]:
@@ -149,8 +159,8 @@ def check_registry(folder: Path, rec: dict) -> list[Check]:
                 bad.append(f"{v['name']}@{t['host']}: " + ("not registered" if e is None else
                                                           f"registered to artifact {e['raw_sha256'][:12]}"))
     if bad:
-        return [Check("registry", INDEX_FILE, FAIL, "; ".join(bad))]
-    return [Check("registry", INDEX_FILE, PASS, f"{n} release key(s) map to the recorded artifacts")]
+        return out + [Check("registry", INDEX_FILE, FAIL, "; ".join(bad))]
+    return out + [Check("registry", INDEX_FILE, PASS, f"{n} release key(s) map to the recorded artifacts")]
 
 
 def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
