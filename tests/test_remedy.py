@@ -1,0 +1,69 @@
+"""Remedy matrix on a model that splits x86-avx2 from the others.
+
+A static QDQ U8S8 MatMul whose weight columns have one sign and large magnitudes,
+fed activations near 255: vpmaddubsw's int16 pair sums saturate on Haswell (AVX2),
+while this machine's kernel (AVX-512 VNNI, or AMX) is exact. reduce_range and
+session.x64quantprecision=1 must close the gap (as measured in the notes).
+"""
+
+import json
+
+import pytest
+
+from quantbench.analysis.decode import spec_from_sidecar
+from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
+
+
+def _local_int8_exact() -> bool:
+    flags = open("/proc/cpuinfo").read()
+    return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+def test_build_remedies_offline(workdir):
+    from quantbench.explain.lint import lint_model
+    from quantbench.explain.remedy import build_remedies
+
+    fp32 = saturating_matmul(workdir / "fp32.onnx")
+    base = static_qdq(fp32, workdir, "base")
+    rvs = build_remedies(base, fp32, workdir / "rem", {"activation_type": "u8", "weight_type": "s8"},
+                         workdir / "base.ranges.json")
+    by = {r.remedy: r for r in rvs}
+    assert list(by) == ["baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8"]
+    assert by["x64quantprecision"].config_entries == {"session.x64quantprecision": "1"}
+    assert by["reduce_range"].path is not None and "ranges from base.ranges.json" in by["reduce_range"].note
+    # the lint predicts the split and that reduce_range removes it
+    assert lint_model(base)[0].tiers == ["x86-avx2"]
+    assert lint_model(by["reduce_range"].path)[0].x86_saturating_pairs == 0
+    for r in rvs:
+        assert r.path is not None or r.note.startswith("not supported")
+
+
+@pytest.mark.slow
+def test_remedy_matrix_closes_the_avx2_gap(workdir):
+    from quantbench.explain.localize import parse_hosts
+    from quantbench.explain.remedy import build_remedies, remedy_matrix, table
+    from quantbench.hosts import emulated as EM
+
+    ok, msg = EM.ready("x86-avx2")
+    if not ok:
+        pytest.skip(f"x86-avx2 not set up: {msg}")
+    if not _local_int8_exact():
+        pytest.skip("the local CPU has no exact int8 kernel (VNNI/AMX): it cannot be the 'other' class")
+    fp32 = saturating_matmul(workdir / "fp32.onnx")
+    base = static_qdq(fp32, workdir, "base")
+    rvs = build_remedies(base, fp32, workdir / "rem", {"activation_type": "u8", "weight_type": "s8"},
+                         workdir / "base.ranges.json")
+    hosts = parse_hosts("x86,x86-avx2")
+    fxs = [fixture(x) for x in saturating_inputs(count=3)]
+    spec = spec_from_sidecar({"decode": {"kind": "classifier-softmax", "logits": "logits"}})
+    rows = remedy_matrix(rvs, fp32, hosts, fxs, spec, "base", progress=False)
+    by = {r.remedy: r for r in rows}
+    print(table(rows))
+    assert by["baseline"].classes == 2 and not by["baseline"].one_class
+    cmap = json.loads(by["baseline"].class_map)
+    assert cmap["x86"] != cmap["x86-avx2"]
+    assert by["x64quantprecision"].one_class
+    assert by["reduce_range"].one_class
+    for r in rows:
+        if r.supported:
+            assert r.flips_total is not None and r.flips_max <= 3 and r.fixtures == 3
