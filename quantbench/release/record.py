@@ -319,6 +319,19 @@ def _report(record: dict, analysis_report: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _copy_attachments(report: str, results_dir: Path, stage: Path) -> list[dict]:
+    """Copy the images report.md links to (relative paths under results/), so the links keep working."""
+    out = []
+    for rel in sorted(set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))):
+        src = results_dir / rel
+        if rel.startswith(("/", "..")) or "://" in rel or not src.is_file():
+            continue
+        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, stage / rel)
+        out.append({"file": rel, "sha256": sha256_file(stage / rel)})
+    return out
+
+
 def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts: list[str] | None = None,
                   retain: bool = True, variants=None) -> ReleaseResult:
     """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
@@ -414,9 +427,11 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
                     manifests.append(entry)
             record["calibration_manifests"] = manifests
             analysis = results_dir / "report.md"
-            report = _report(record, analysis.read_text(encoding="utf-8") if analysis.exists() else None)
+            text = analysis.read_text(encoding="utf-8") if analysis.exists() else None
+            report = _report(record, text)
             atomic_write_text(stage / REPORT_FILE, report)
-            record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE)}
+            record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE),
+                                "attachments": _copy_attachments(report, results_dir, stage)}
             atomic_write_json(stage / RELEASE_FILE, record)
             os.replace(stage, dest)
         reg = register(reg, entries, tag)

@@ -257,6 +257,8 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
     rep = rec.get("report")
     if rep:
         checks.append(_check_file(folder, rep["file"], rep["sha256"], "report"))
+        for att in rep.get("attachments", []):
+            checks.append(_check_file(folder, att["file"], att["sha256"], "report image"))
     for m in rec.get("calibration_manifests", []):
         if m.get("file"):
             c = _check_file(folder, m["file"], m.get("sha256"), "calibration manifest")
