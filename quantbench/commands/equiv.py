@@ -1,0 +1,252 @@
+"""`quantbench equiv`: equivalence classes across hosts and decision flips against fp32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
+        "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
+
+
+def add_arguments(p) -> None:
+    from quantbench.analysis.decode import KINDS
+    from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
+
+    p.add_argument("--hosts", default="pi,x86",
+                   help="comma-separated host names (built-ins, emulated presets, or names from the hosts file)")
+    p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
+                   help="variant folders or .onnx files (one of them the fp32 model); default: the latest calibrate output")
+    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of your evaluation images; default: the bundled corpus")
+    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
+    p.add_argument("--split", default="eval", help="image split to compare (train, val, eval, or 'all')")
+    p.add_argument("--limit", type=int, help="compare only the first N images of the split (by file name)")
+    p.add_argument("--reference", help="reference host for cross-host comparisons (default: the first of --hosts)")
+    p.add_argument("--decode", choices=KINDS, help="how outputs become decisions (default: the model sidecar's 'decode' block)")
+    p.add_argument("--threshold", type=float, help="decision threshold (default: the sidecar's)")
+    p.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="tensor gate absolute tolerance")
+    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="tensor gate relative tolerance")
+    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="decision gate: flips allowed per comparison")
+    p.add_argument("--gate", metavar="NAMES",
+                   help=f"comma-separated conditions that make the exit code 1 when they fail: {', '.join(GATES)} "
+                        "(tensor and decision apply to every comparison; classes: every variant is one class)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
+    p.add_argument("--no-run", action="store_true",
+                   help="use only results already in the tables (e.g. hosts run with other session options)")
+    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="onnxruntime session config entry for the runs (repeatable), e.g. session.x64quantprecision=1")
+    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
+                   help="onnxruntime graph optimization level for the runs")
+    p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count)")
+    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
+    p.add_argument("--results", default=None, metavar="DIR", help="results folder (default: results)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def variant_sidecar(v) -> dict | None:
+    """The sidecar of a variant's source model: recipe copy, beside the file, beside the source, bundled."""
+    from quantbench.assets import MODELS_DIR, load_sidecar
+
+    recipe = v.recipe or {}
+    if isinstance(recipe.get("sidecar"), dict) and recipe["sidecar"]:
+        return recipe["sidecar"]
+    for cand in (Path(v.path), Path(str(recipe.get("source_model") or "")), MODELS_DIR / f"{v.model}.onnx"):
+        if str(cand) in ("", ".") or not cand.suffix:
+            continue
+        sc = load_sidecar(cand)
+        if sc:
+            return sc
+    return None
+
+
+def _run_hint(args) -> str:
+    parts = []
+    if args.fixtures:
+        parts.append(f" --fixtures {args.fixtures}")
+    if args.images:
+        parts.append(f" --images {args.images}")
+    if args.split != "eval":
+        parts.append(f" --split {args.split}")
+    if args.limit:
+        parts.append(f" --limit {args.limit}")
+    if args.graph_opt != "all":
+        parts.append(f" --graph-opt {args.graph_opt}")
+    for e in args.session_config:
+        parts.append(f" --session-config {e}")
+    return "".join(parts)
+
+
+def prepare(args):
+    """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
+    from types import SimpleNamespace
+
+    from quantbench.analysis.equiv import VariantRef, _fits
+    from quantbench.assets import RESULTS_DIR
+    from quantbench.commands.run import build_run_fixtures, parse_session, resolve_variants
+    from quantbench.errors import UserError
+    from quantbench.hosts.registry import resolve_hosts
+    from quantbench.hosts.runner import run_hosts, variant_info
+
+    names = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    if not names:
+        raise UserError("--hosts: name at least one host, e.g. --hosts pi,x86")
+    if args.limit is not None and args.limit < 1:
+        raise UserError(f"--limit {args.limit}: must be at least 1")
+    if args.atol < 0 or args.rtol < 0:
+        raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
+    specs = resolve_hosts(names, args.hosts_file)
+    names = [s.name for s in specs]
+    if args.reference and args.reference not in names:
+        raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(names)}")
+    results = Path(args.results) if args.results else RESULTS_DIR
+    root = results / "tables"
+    variants = resolve_variants(args.variants)
+    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit)
+    session = parse_session(SimpleNamespace(session_config=args.session_config, threads=1,
+                                            providers="CPUExecutionProvider", graph_opt=args.graph_opt))
+    prefer = None
+    if args.no_run:
+        infos = []
+        for v in variants:
+            vi = variant_info(v)
+            if vi.variant_id not in {i.variant_id for i in infos}:
+                infos.append(vi)
+    else:
+        summary = run_hosts(specs, variants, fixtures, session=session, progress=not args.no_progress,
+                            tables_root=root, jobs=args.jobs)
+        infos = summary.variants
+        prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts
+                  if h.fingerprint_id and h.kind != "imported"}
+    by_id = {}
+    for v in variants:
+        by_id.setdefault(str(Path(v.path).resolve()), v)
+    refs, fixtures_for = [], {}
+    for vi in infos:
+        v = by_id.get(str(Path(vi.path).resolve()), vi)
+        refs.append(VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, sidecar=variant_sidecar(v),
+                               path=str(vi.path)))
+        fixtures_for[vi.variant_id] = sorted({fx.fixture_id for fx in fixtures
+                                              if _fits(fx.input_name, list(fx.array.shape), vi.inputs)})
+        if not fixtures_for[vi.variant_id]:
+            raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) {vi.inputs}")
+    return names, refs, fixtures_for, prefer, results, root
+
+
+def summary_text(result) -> str:
+    """The ten-second summary: classes per variant, flips per variant and host, gates."""
+    s = result.settings
+    ref = s["reference"]
+    out = []
+    kinds = sorted({v["decode"]["kind"] for v in result.variants})
+    thr = sorted({str(v["decode"]["threshold"]) for v in result.variants})
+    nfx = sorted({v["fixtures"] for v in result.variants})
+    out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
+               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)} at {', '.join(thr)}")
+    out.append("")
+    out.append("Equivalence classes (byte-identical outputs over every fixture)")
+    rows = [("model", "variant", "classes", "separated by")]
+    for v in result.variants:
+        sep = v["separating_features"]
+        sep_s = "-" if sep == [] else ("(not by fingerprint)" if sep is None else ", ".join(sep))
+        rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
+                     sep_s))
+    out += _cols(rows)
+    dists = [(v, d) for v in result.variants for d in v["distances"]]
+    if dists:
+        out.append("")
+        out.append("Distance to the reference class (max |d|, mean |d|, remaining bits mean/min)")
+        rows = [("variant", "class", "output", "max|d|", "mean|d|", "bits")]
+        for v, d in dists:
+            bits = "-" if d["bits_mean"] is None else f"{d['bits_mean']:.1f}/{d['bits_min']}"
+            rows.append((v["variant"], f"{d['class']} ({d['host']})", d["output"], f"{d['max_abs']:.3g}",
+                         f"{d['mean_abs']:.3g}", bits))
+        out += _cols(rows)
+    out.append("")
+    out.append("Decision flips (flips, images disagreeing, totals ref->cand; ! = totals hide the flips)")
+    cells: dict = {}
+    for c in result.comparisons:
+        cell = f"{c['flips']} ({c['images_disagree']} img) {c['ref_total']}->{c['total']}" + (" !" if c["concealed"] else "")
+        cells[(c["model"], c["variant"], c["host"], c["comparison"])] = cell
+    rows = [("model", "variant", "host", "vs own fp32", f"vs {ref} fp32", f"vs {ref} same variant")]
+    for v in result.variants:
+        for h in result.hosts:
+            k = (v["model"], v["variant"], h)
+            rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
+                         cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
+    out += _cols(rows)
+    conceal = [c for c in result.comparisons if c["concealed"]]
+    if conceal:
+        c = max(conceal, key=lambda c: c["flips"])
+        out.append(f"! {len(conceal)} comparison(s) where equal totals conceal flips, e.g. {c['variant']} on {c['host']}: "
+                   f"{c['ref_total']} vs {c['total']} decisions hid {c['flips']} changed decisions")
+    margins = [m for c in result.comparisons if c["comparison"] != "ref-same" and c["margins"].get("band")
+               for m in [c["margins"]]]
+    if margins:
+        lo = min(m["band"][0] for m in margins)
+        hi = max(m["band"][1] for m in margins)
+        hw = max(m["half_width"] for m in margins)
+        if all(m["threshold"] is not None for m in margins):
+            out.append(f"every flip against fp32 had an fp32 score in [{lo:.4g}, {hi:.4g}] "
+                       f"(within {hw:.3g} of the threshold)")
+        else:
+            out.append(f"every flip against fp32 had an fp32 top-1/top-2 probability gap of at most {hw:.3g}")
+    n = len(result.comparisons)
+    t_fail = sum(1 for c in result.comparisons if not c["tensor_gate"]["passed"])
+    d_fail = sum(1 for c in result.comparisons if not c["decision_passed"])
+    dis = [c for c in result.comparisons if c["gates_disagree"]]
+    out.append("")
+    out.append(f"Gates over {n} comparisons: tensor (atol {s['atol']:g}, rtol {s['rtol']:g}) fails {t_fail}; "
+               f"decision (flips <= {s['budget']}) fails {d_fail}; they disagree on {len(dis)}")
+    for c in dis[:6]:
+        out.append(f"  {c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']}: {c['gates_disagree']} "
+                   f"({c['tensor_gate']['failing']} elements, {c['flips']} flips)")
+    if len(dis) > 6:
+        out.append(f"  ... {len(dis) - 6} more in the report")
+    return "\n".join(out)
+
+
+def _cols(rows) -> list[str]:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def finish(result, args, results: Path, root: Path, extra_files=()) -> int:
+    """Write tables and report, print the summary (text or JSON) and the files, apply --gate."""
+    from quantbench.analysis.equiv import as_json, write_tables
+    from quantbench.analysis.gates import parse_gates
+    from quantbench.errors import GateFailed
+    from quantbench.report import write_equiv
+
+    gates = parse_gates(getattr(args, "gate", None))
+    from quantbench.analysis.equiv import as_json as _j
+    from quantbench.fsutil import atomic_write_text
+
+    files = list(extra_files) + write_tables(result, root) + write_equiv(result, results, plots=not args.no_plots)
+    files.append(atomic_write_text(results / "equiv.json", _j(result.summary()) + "\n"))
+    failures = result.gate_failures(gates)
+    if args.json:
+        summary = result.summary()
+        summary["files"] = [str(f) for f in files]
+        summary["gates"] = {"checked": gates, "failures": failures}
+        print(as_json(summary))
+    else:
+        print(summary_text(result))
+        print("")
+        for f in files:
+            print(f"wrote {f}")
+    if failures:
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        raise GateFailed(f"{failures[0]}{more}")
+    return 0
+
+
+def run(args) -> int:
+    from quantbench.analysis.equiv import analyze
+    from quantbench.analysis.gates import parse_gates
+
+    parse_gates(args.gate)  # a typo in --gate fails before any work
+    names, refs, fixtures_for, prefer, results, root = prepare(args)
+    result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
+                     threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,
+                     run_hint=_run_hint(args), tables_root=root)
+    return finish(result, args, results, root)

@@ -1,0 +1,80 @@
+"""`quantbench report`: re-render results/report.md from the result tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--equiv-id", metavar="ID",
+                   help="which equiv analysis to render (a prefix is enough); default: the last `quantbench equiv`")
+    p.add_argument("--results", default=None, metavar="DIR", help="results folder (default: results)")
+    p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
+    p.add_argument("--json", action="store_true", help="print the equiv summary as JSON instead of text")
+
+
+def last_equiv(results: Path) -> dict:
+    """The summary the last `quantbench equiv` wrote (its id and gate settings), or {}."""
+    p = results / "equiv.json"
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def run(args) -> int:
+    from quantbench import tables
+    from quantbench.analysis.equiv import VariantRef, analyze
+    from quantbench.assets import RESULTS_DIR, MODELS_DIR, load_sidecar
+    from quantbench.commands.equiv import finish
+    from quantbench.errors import UserError
+
+    results = Path(args.results) if args.results else RESULTS_DIR
+    root = results / "tables"
+    ct = tables.read("classes", root=root, columns=["equiv_id", "settings"])
+    settings_of = dict(zip(ct.column("equiv_id").to_pylist(), ct.column("settings").to_pylist()))
+    if not settings_of:
+        raise UserError(f"{root}/classes: no equiv results; run `quantbench equiv --hosts pi,x86` first")
+    last = last_equiv(results)
+    want = args.equiv_id or last.get("equiv_id")
+    ids = sorted(settings_of)
+    if want:
+        match = [i for i in ids if i.startswith(want)]
+        if len(match) != 1:
+            raise UserError(f"--equiv-id {want}: {'no' if not match else 'several'} analyses match; "
+                            f"known: {', '.join(i[:12] for i in ids)}")
+        eid = match[0]
+    elif len(ids) == 1:
+        eid = ids[0]
+    else:
+        raise UserError(f"{root}/classes: {len(ids)} equiv analyses; pick one with --equiv-id "
+                        f"({', '.join(i[:12] for i in ids)})")
+    st = json.loads(settings_of[eid])
+    models = {r["variant_id"]: r for r in tables.read("models", root=root).to_pylist()}
+    refs = []
+    for v in st["variants"]:
+        recipe = json.loads((models.get(v["variant_id"]) or {}).get("recipe") or "{}")
+        sidecar = recipe.get("sidecar") if isinstance(recipe.get("sidecar"), dict) else None
+        for cand in (v.get("path"), recipe.get("source_model"), str(MODELS_DIR / f"{v['model']}.onnx")):
+            if sidecar or not cand or not Path(cand).suffix:
+                continue
+            sidecar = load_sidecar(cand)
+        refs.append(VariantRef(name=v["name"], variant_id=v["variant_id"], model=v["model"], sidecar=sidecar,
+                               path=v.get("path", "")))
+    prefer = {h: tuple(x) for h, x in st["selections"].items()}
+    # gate settings are not part of the analysis id: take the last run's when it is this analysis
+    gs = (last.get("settings") or {}) if last.get("equiv_id") == eid else {}
+    from quantbench.analysis import gates as G
+
+    result = analyze(st["hosts"], refs, st["fixtures"], reference=st["reference"], decode_kind=st["decode"],
+                     threshold=st["threshold"], atol=gs.get("atol", G.DEFAULT_ATOL),
+                     rtol=gs.get("rtol", G.DEFAULT_RTOL), budget=gs.get("budget", G.DEFAULT_BUDGET),
+                     prefer=prefer, tables_root=root)
+    args.gate = None
+    return finish(result, args, results, root)

@@ -1,0 +1,217 @@
+"""`quantbench equiv` end to end: real onnxruntime runs, in-process CLI, gate exit codes, bad input.
+
+The fast tests use a tiny classifier built with onnx.helper (two near-tied classes,
+so int8 flips decisions) and two local hosts that differ by one session option
+(graph optimisation all vs disabled: Conv+BatchNorm folding changes fp32 bits).
+The slow test runs the bundled demo models natively and on the emulated Pi.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quantbench.cli import main
+
+SIDE = {"classes": ["bottle", "can", "bag", "cup", "lid"],
+        "input": {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
+                  "scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
+        "decode": {"kind": "classifier-softmax", "logits": "logits", "threshold": None}}
+
+
+def tiny_classifier(path: Path) -> None:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(7)
+    w = rng.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32)
+    b = rng.normal(0, 0.1, 6).astype(np.float32)
+    scale = rng.uniform(0.5, 1.5, 6).astype(np.float32)
+    bias = rng.normal(0, 0.1, 6).astype(np.float32)
+    mean = rng.normal(0, 0.1, 6).astype(np.float32)
+    var = rng.uniform(0.5, 1.5, 6).astype(np.float32)
+    # per-tensor int8 scale = max|w2| / 127 = 0.01; column 0 sits on the int8 grid and column 1 is
+    # column 0 + 0.001: fp32 always prefers class 1 (features are >= 0 after Relu), while int8 rounds
+    # both columns to the same integers, ties, and serves class 0: a class flip on every image
+    w2 = np.zeros((6, 5), np.float32)
+    w2[:, 0] = [0.3, -0.5, 0.2, 0.7, -0.1, 0.4]
+    w2[:, 1] = w2[:, 0] + 0.001
+    w2[:, 2] = [1.27, -0.3, 0.1, 0.2, 0.0, -0.6]
+    w2[:, 3] = [-0.2, 0.4, 0.3, -0.7, 0.5, 0.1]
+    w2[:, 4] = [0.1, 0.1, -0.4, 0.3, 0.2, -0.2]
+    b2 = np.zeros(5, np.float32)
+    b2[2:] = -3.0
+    inits = [numpy_helper.from_array(a, n) for a, n in
+             ((w, "w"), (b, "b"), (scale, "s"), (bias, "bb"), (mean, "m"), (var, "v"), (w2, "w2"), (b2, "b2"))]
+    nodes = [helper.make_node("Conv", ["images", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "w2"], ["mm"]),
+             helper.make_node("Add", ["mm", "b2"], ["logits"])]
+    g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+def make_bench(root: Path, n_images: int = 8) -> tuple[Path, Path]:
+    """A variants folder (fp32 + dynamic int8) and COCO labels with n eval images; returns (variants, labels)."""
+    from PIL import Image
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from quantbench.variants import Variant, write_index
+
+    vdir = root / "variants"
+    vdir.mkdir(parents=True)
+    tiny_classifier(vdir / "fp32.onnx")
+    quantize_dynamic(str(vdir / "fp32.onnx"), str(vdir / "dynamic.onnx"), weight_type=QuantType.QInt8,
+                     op_types_to_quantize=["MatMul", "Conv"])
+    vs = []
+    for name in ("fp32", "dynamic"):
+        recipe = {"variant": name, "method": name, "model": "tiny", "sidecar": SIDE}
+        (vdir / f"{name}.recipe.json").write_text(json.dumps(recipe))
+        (vdir / f"{name}.json").write_text(json.dumps(SIDE))   # the sidecar beside the model: preprocessing
+        vs.append(Variant(name=name, path=vdir / f"{name}.onnx", model="tiny", recipe=recipe))
+    write_index(vdir, vs)
+    img = root / "images"
+    img.mkdir()
+    rng = np.random.default_rng(3)
+    images = []
+    for i in range(n_images):
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(img / f"im{i:02d}.png")
+        images.append({"id": i, "file_name": f"im{i:02d}.png", "width": 8, "height": 8, "split": "eval"})
+    labels = root / "labels.json"
+    labels.write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
+    return vdir, labels
+
+
+@pytest.fixture(scope="module")
+def bench_dir(tmp_path_factory):
+    """x86 (graph optimisation all) and x86b (disabled) results for fp32 + dynamic on 8 fixtures (run once)."""
+    import os
+
+    d = tmp_path_factory.mktemp("equiv")
+    old = os.getcwd()
+    os.chdir(d)
+    try:
+        vdir, labels = make_bench(d / "bench")
+        (d / "quantbench.toml").write_text('x86b = { kind = "local" }\n')
+        common = ["--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]
+        assert main(["run", "--hosts", "x86", *common]) == 0
+        assert main(["run", "--hosts", "x86b", "--graph-opt", "disabled", *common]) == 0
+    finally:
+        os.chdir(old)
+    return d, common
+
+
+@pytest.fixture
+def two_sessions(bench_dir, monkeypatch):
+    d, common = bench_dir
+    monkeypatch.chdir(d)
+    return common
+
+
+def _equiv_json(capsys, args) -> tuple[int, dict]:
+    capsys.readouterr()
+    code = main(["equiv", "--no-run", "--json", *args])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_equiv_classes_flips_and_gate_exit_codes(two_sessions, capsys):
+    workdir = Path.cwd()
+    common = ["--hosts", "x86,x86b", *two_sessions]
+    code, s = _equiv_json(capsys, common)
+    assert code == 0
+    by_var = {v["variant"]: v for v in s["variants"]}
+    # graph optimisation changes fp32 bytes: two classes, separated by that session option
+    fp32 = by_var["fp32"]
+    assert [c["hosts"] for c in fp32["classes"]] == [["x86"], ["x86b"]]
+    assert fp32["separating_features"] == ["session.graph_optimization_level"]
+    d = fp32["distances"][0]
+    assert d["output"] == "logits" and 0 < d["max_abs"] < 1e-3 and d["bits_min"] < 23
+    comps = {(c["variant"], c["host"], c["comparison"]): c for c in s["comparisons"]}
+    assert set(comps) == {("dynamic", "x86", "own-fp32"), ("dynamic", "x86b", "own-fp32"),
+                          ("dynamic", "x86b", "ref-fp32"), ("dynamic", "x86b", "ref-same"), ("fp32", "x86b", "ref-fp32")}
+    own = comps[("dynamic", "x86", "own-fp32")]
+    # near-tied classes: int8 flips some top-1 decisions while the totals (one per image) stay equal
+    assert own["flips"] == 8 and own["ref_total"] == own["total"] == 8 and own["concealed"]
+    assert own["by_kind"]["class"] == own["flips"]
+    # tensor gate fails int8 vs fp32 at 1e-5; fp32 across sessions passes it (sub-1e-5 relative) or not:
+    # either way the verdicts are reported next to each other
+    assert not own["tensor_gate"]["passed"]
+    assert own["margins"]["half_width"] is not None
+    flips_total = sum(c["flips"] for c in s["comparisons"])
+
+    # gate exit codes
+    assert main(["equiv", "--no-run", "--no-plots", *common, "--gate", "decision", "--budget", "1000"]) == 0
+    assert main(["equiv", "--no-run", "--no-plots", *common, "--gate", "decision"]) == (1 if flips_total else 0)
+    assert main(["equiv", "--no-run", "--no-plots", *common, "--gate", "classes"]) == 1
+    assert main(["equiv", "--no-run", "--no-plots", *common, "--gate", "tensor", "--atol", "0", "--rtol", "0"]) == 1
+    assert main(["equiv", "--no-run", "--no-plots", *common, "--gate", "tensor", "--atol", "1000"]) == 0
+    assert main(["equiv", "--no-run", "--no-plots", *common, "--gate", "speed"]) == 2
+    err = capsys.readouterr().err
+    assert "gate failed: classes: fp32 splits into 2 classes" in err
+    assert "unknown gate speed" in err
+
+    # tables and report
+    from quantbench import tables
+
+    assert tables.read("classes").num_rows >= 3
+    fl = tables.read("flips").to_pylist()
+    assert {r["kind"] for r in fl} == {"class"} and all(r["band"] != "" for r in fl)
+    # gate settings (atol, rtol, budget) do not change the analysis id: one set of rows
+    dec = tables.read("decisions", columns=["equiv_id", "host", "variant", "flip_own_fp32"]).to_pylist()
+    assert {r["equiv_id"] for r in dec} == {s["equiv_id"]}
+    assert sum(1 for r in dec if r["variant"] == "dynamic" and r["host"] == "x86" and r["flip_own_fp32"]) == own["flips"]
+    report = (workdir / "results" / "report.md").read_text()
+    assert "Equivalence classes" in report and "concealed" in report
+    # the last equiv ran with --no-plots: re-rendering from the tables gives the same report
+    assert main(["report", "--no-plots"]) == 0
+    assert (workdir / "results" / "report.md").read_text() == report
+
+
+def test_equiv_text_summary_and_same_bytes(two_sessions, capsys):
+    workdir = Path.cwd()
+    args = ["equiv", "--no-run", "--hosts", "x86,x86b", *two_sessions, "--no-plots"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "Equivalence classes" in out and "vs own fp32" in out and "Gates over 5 comparisons" in out
+    assert "wrote results/report.md" in out
+    parts = sorted(p.name for p in (workdir / "results" / "tables" / "flips").glob("*.parquet"))
+    report = (workdir / "results" / "report.md").read_bytes()
+    assert main(args) == 0
+    assert sorted(p.name for p in (workdir / "results" / "tables" / "flips").glob("*.parquet")) == parts
+    assert (workdir / "results" / "report.md").read_bytes() == report
+
+
+def test_equiv_bad_input(two_sessions, capsys):
+    workdir = Path.cwd()
+    base = ["equiv", "--no-run", *two_sessions]
+    assert main([*base, "--hosts", "x86,pi4"]) == 2
+    err = capsys.readouterr().err
+    assert "host pi4: no results for variant(s) fp32" in err and "quantbench run --hosts pi4" in err
+    assert main([*base, "--hosts", "x86,x86b", "--decode", "detr-sigmoid"]) == 2
+    err = capsys.readouterr().err
+    assert "pred_logits" in err and "'logits'" in err and "Traceback" not in err
+    assert main([*base, "--hosts", "x86,x86b", "--reference", "pi"]) == 2
+    assert "--reference pi" in capsys.readouterr().err
+    # a host that ran the same images under another preprocessing (other input hashes) is refused
+    vdir = Path(two_sessions[1])
+    other = workdir / "bench" / "variants-other"
+    shutil.copytree(vdir, other)
+    for name in ("fp32", "dynamic"):
+        side = json.loads((other / f"{name}.json").read_text())
+        side["input"]["mean"] = [0.4, 0.4, 0.4]
+        (other / f"{name}.json").write_text(json.dumps(side))
+    (workdir / "quantbench.toml").write_text('x86b = { kind = "local" }\nx86c = { kind = "local" }\n')
+    assert main(["run", "--hosts", "x86c", "--variants", str(other), *two_sessions[2:]]) == 0
+    capsys.readouterr()
+    assert main([*base, "--hosts", "x86,x86c"]) == 2
+    err = capsys.readouterr().err
+    assert "input hash differs between hosts" in err and "meaningless" in err
