@@ -17,7 +17,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from quantbench.modelio import load_model, model_hashes, stripped_copy
+from quantbench.fsutil import sha256_file
+from quantbench.modelio import load_model, semantic_sha256, stripped_copy
 
 SEMANTIC = "semantic"
 METADATA = "metadata"
@@ -124,10 +125,9 @@ def _size(model) -> int:
     return model.ByteSize()
 
 
-def _attributable(model, extra: str) -> int:
-    """Serialized bytes of `extra` (beyond doc_strings, which are removed first)."""
-    base = stripped_copy(model, ("doc_string",))
-    return _size(base) - _size(stripped_copy(model, ("doc_string", extra)))
+def _attributable(base, extra: str) -> int:
+    """Serialized bytes of `extra` in `base` (a copy already without doc_strings)."""
+    return _size(base) - _size(stripped_copy(base, (extra,)))
 
 
 def _type_str(vi) -> str:
@@ -223,7 +223,9 @@ def _signed(n: int) -> str:
 def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tuple = ("doc_string",)) -> ModelDiff:
     """Compare two ONNX files; both hashes of each file are part of the result."""
     ma, mb = load_model(path_a, check=False), load_model(path_b, check=False)
-    ha, hb = model_hashes(path_a, strip), model_hashes(path_b, strip)
+    sa_, sb_ = stripped_copy(ma, ("doc_string",)), stripped_copy(mb, ("doc_string",))
+    ha = {"raw_sha256": sha256_file(path_a), "semantic_sha256": semantic_sha256(ma, strip), "semantic_strip": list(strip)}
+    hb = {"raw_sha256": sha256_file(path_b), "semantic_sha256": semantic_sha256(mb, strip), "semantic_strip": list(strip)}
     info_a = {"path": str(path_a), "bytes": Path(path_a).stat().st_size, **ha}
     info_b = {"path": str(path_b), "bytes": Path(path_b).stat().st_size, **hb}
     findings: list[Finding] = []
@@ -291,19 +293,19 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
     pa_ = f"{ma.producer_name} {ma.producer_version}".strip() or "-"
     pb_ = f"{mb.producer_name} {mb.producer_version}".strip() or "-"
     findings.append(Finding("producer", METADATA, pa_ != pb_, pa_, pb_, [],
-                            _attributable(ma, "producer"), _attributable(mb, "producer")))
+                            _attributable(sa_, "producer"), _attributable(sb_, "producer")))
 
     # metadata_props
     mpa = {p.key: p.value for p in ma.metadata_props}
     mpb = {p.key: p.value for p in mb.metadata_props}
     detail = [f"{k}: {mpa.get(k, '-')!r} vs {mpb.get(k, '-')!r}"[:160] for k in sorted(set(mpa) | set(mpb)) if mpa.get(k) != mpb.get(k)]
     findings.append(Finding("metadata_props", METADATA, mpa != mpb, f"{len(mpa)} keys", f"{len(mpb)} keys", detail,
-                            _attributable(ma, "metadata"), _attributable(mb, "metadata")))
+                            _attributable(sa_, "metadata"), _attributable(sb_, "metadata")))
 
     # value_info
     va = sum(len(g.value_info) for g in _graphs(ma.graph))
     vb = sum(len(g.value_info) for g in _graphs(mb.graph))
-    ba, bb = _attributable(ma, "value_info"), _attributable(mb, "value_info")
+    ba, bb = _attributable(sa_, "value_info"), _attributable(sb_, "value_info")
     via = {vi.name: _type_str(vi) for g in _graphs(ma.graph) for vi in g.value_info}
     vib = {vi.name: _type_str(vi) for g in _graphs(mb.graph) for vi in g.value_info}
     findings.append(Finding("value_info", METADATA, via != vib, f"{va} entries, {_kb(ba)}", f"{vb} entries, {_kb(bb)}",
@@ -312,7 +314,7 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
 
     # doc_strings
     da, db = list(_doc_strings(ma)), list(_doc_strings(mb))
-    ba, bb = _size(ma) - _size(stripped_copy(ma, ("doc_string",))), _size(mb) - _size(stripped_copy(mb, ("doc_string",)))
+    ba, bb = _size(ma) - _size(sa_), _size(mb) - _size(sb_)
     psa, psb = _path_stats(da), _path_stats(db)
     differs = Counter(da) != Counter(db)
     detail = []
