@@ -405,8 +405,9 @@ def _model_source(job, payload):
 
 def _inputs(job, payload):
     out = []
+    view = memoryview(payload)  # zero-copy slices
     for fx in job["fixtures"]:
-        arr = tensor_from_bytes(payload[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
+        arr = tensor_from_bytes(view[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
         got = tensor_sha256(arr)
         want = fx.get("sha256") or fx["fixture_id"]
         if got != want:
@@ -436,8 +437,10 @@ def run_job(job, payload, out) -> None:
     """Run every fixture of `job`, streaming one result frame per fixture (per repeat)."""
     host, variant = job.get("host", ""), job.get("variant", "")
     session = normalize_session(job.get("session"))
+    t0 = time.perf_counter()
     data = _model_source(job, payload)
     inputs = _inputs(job, payload)
+    t1 = time.perf_counter()
     try:
         sess, resolved, readback = make_session(data, session)
     except Exception as exc:
@@ -452,7 +455,8 @@ def run_job(job, payload, out) -> None:
             raise JobError("session", "model has no output(s) %s (outputs: %s)" % (unknown, names))
         names = list(job["output_names"])
     write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
-                      "outputs": names, "host": host, "variant": variant})
+                      "outputs": names, "host": host, "variant": variant,
+                      "verify_seconds": t1 - t0, "session_seconds": time.perf_counter() - t1})
     want_tensors = job.get("return_tensors", True)
     repeat = int(job.get("repeat", 1))
     batch = session["batch"]
