@@ -57,7 +57,11 @@ def key_recipe(recipe: dict) -> dict:
             return [clean(v, False) for v in obj]
         return obj
 
-    return clean(dict(recipe or {}), True)
+    out = clean(dict(recipe or {}), True)
+    if "source_model" in out:
+        # then input_model_sha256 names the pre-processed intermediate, a build product
+        out.pop("input_model_sha256", None)
+    return out
 
 
 def environment_of(recipe: dict) -> dict:
