@@ -105,7 +105,7 @@ def plot_class_map(result, path: Path) -> Path | None:
             for h in c["hosts"]:
                 grid[hosts.index(h), j] = k
                 labels[hosts.index(h)][j] = c["label"]
-    fig, ax = plt.subplots(figsize=(1.2 + 1.3 * len(variants), 0.9 + 0.5 * len(hosts)))
+    fig, ax = plt.subplots(figsize=(max(4.5, 1.2 + 1.3 * len(variants)), 1.0 + 0.5 * len(hosts)))
     ax.imshow(grid, cmap="Pastel1", vmin=0, vmax=8, aspect="auto")
     for i in range(len(hosts)):
         for j in range(len(variants)):
@@ -113,7 +113,7 @@ def plot_class_map(result, path: Path) -> Path | None:
     ax.set_xticks(range(len(variants)), [f"{v['model']}\n{v['variant']}" if len({x['model'] for x in variants}) > 1
                                          else v["variant"] for v in variants], fontsize=8)
     ax.set_yticks(range(len(hosts)), hosts)
-    ax.set_title("equivalence classes (same letter = byte-identical outputs)", fontsize=9)
+    ax.set_title("equivalence classes (same letter: identical bytes)", fontsize=9)
     fig.tight_layout()
     out = _savefig(fig, path)
     plt.close(fig)
@@ -221,7 +221,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     if bands:
         from quantbench.analysis.decisions import band_labels
 
-        lines += _table(["|fp32 score - threshold|", "flips"], [[b, bands[b]] for b in band_labels() if b in bands])
+        lines += _table(["distance of the fp32 score to the threshold", "flips"], [[b, bands[b]] for b in band_labels() if b in bands])
     else:
         lines.append("No flips against fp32.")
     lines.append("")

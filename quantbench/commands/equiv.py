@@ -138,16 +138,19 @@ def summary_text(result) -> str:
     ref = s["reference"]
     out = []
     kinds = sorted({v["decode"]["kind"] for v in result.variants})
-    thr = sorted({str(v["decode"]["threshold"]) for v in result.variants})
+    thr = sorted({"top-1" if v["decode"]["threshold"] is None else f"threshold {v['decode']['threshold']:g}"
+                  for v in result.variants})
     nfx = sorted({v["fixtures"] for v in result.variants})
     out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
-               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)} at {', '.join(thr)}")
+               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}, {', '.join(thr)}")
     out.append("")
     out.append("Equivalence classes (byte-identical outputs over every fixture)")
     rows = [("model", "variant", "classes", "separated by")]
     for v in result.variants:
         sep = v["separating_features"]
-        sep_s = "-" if sep == [] else ("(not by fingerprint)" if sep is None else ", ".join(sep))
+        sep_s = "-" if sep == [] else ("(not by fingerprint)" if sep is None else ", ".join(
+            f"{k} ({' / '.join(_short(v['feature_values'][c['hosts'][0]].get(k)) for c in v['classes'])})"
+            for k in sep))
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
     out += _cols(rows)
@@ -203,6 +206,11 @@ def summary_text(result) -> str:
     if len(dis) > 6:
         out.append(f"  ... {len(dis) - 6} more in the report")
     return "\n".join(out)
+
+
+def _short(value, n: int = 24) -> str:
+    text = str(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def _cols(rows) -> list[str]:
