@@ -218,3 +218,34 @@ def test_same_artifacts_under_new_tag_and_user_errors(results, capsys):
     assert main(["verify", str(results / "releases" / "v1"), "--host", "pi3"]) == 2
     err = capsys.readouterr().err
     assert "no such release folder" in err and "--host pi3: the release has no results for it" in err
+
+
+def test_release_key_is_recipe_environment_target_without_artifact_hash():
+    from quantbench.release.record import environment_of, release_key
+
+    recipe = {"method": "static", "per_channel": True, "versions": {"onnxruntime": "1.32.0"},
+              "semantic_sha256": "a" * 64, "ranges_sha256": "b" * 64, "input_model_sha256": "c" * 64,
+              "source_model": {"path": "/home/alice/m.onnx", "raw_sha256": "d" * 64},
+              "calibration_set": {"name": "s", "folder": "calib_sets/s", "manifest_sha256": "e" * 64}}
+    target = {"fingerprint_id": "f" * 64, "session_key": "0" * 64}
+    key = release_key(recipe, environment_of(recipe), target)
+
+    def variant(**changes):
+        r = json.loads(json.dumps(recipe))
+        for path, value in changes.items():
+            *parents, leaf = path.split("__")
+            d = r
+            for p in parents:
+                d = d[p]
+            d[leaf] = value
+        return release_key(r, environment_of(r), target)
+
+    # build products and where things lay: same key
+    assert variant(semantic_sha256="9" * 64, ranges_sha256="9" * 64, input_model_sha256="9" * 64) == key
+    assert variant(source_model__path="/elsewhere/m.onnx", calibration_set__folder="/x") == key
+    # recipe inputs, environment, target: new key
+    assert variant(per_channel=False) != key
+    assert variant(source_model__raw_sha256="9" * 64) != key
+    assert variant(calibration_set__manifest_sha256="9" * 64) != key
+    assert variant(versions__onnxruntime="1.31.0") != key
+    assert release_key(recipe, environment_of(recipe), dict(target, session_key="1" * 64)) != key
