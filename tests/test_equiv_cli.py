@@ -217,6 +217,22 @@ def test_equiv_bad_input(two_sessions, capsys):
     assert "input hash differs between hosts" in err and "meaningless" in err
 
 
+def test_report_sections_assemble_in_fixed_order(workdir):
+    from quantbench import report
+
+    report.write_section("zeta", "## Zeta\n")
+    report.write_section("release", "## Release\n")
+    report.write_section("equiv", "## Old equiv\n")
+    report.write_section("equiv", "## Equiv\n\nbody")      # a rerun replaces its own section only
+    path = report.assemble()
+    text = path.read_text()
+    assert text.index("## Equiv") < text.index("## Release") < text.index("## Zeta")
+    assert "Old equiv" not in text and text.startswith("# quantbench report")
+    assert not [p for p in (workdir / "results" / "report.d").iterdir() if p.name.startswith(".")]
+    with pytest.raises(ValueError):
+        report.write_section("../x", "no")
+
+
 def demo_variants(root: Path, model: str) -> Path:
     """fp32 + dynamic int8 of a bundled demo model, sidecar beside each, as a variants folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
