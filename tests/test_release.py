@@ -180,6 +180,13 @@ def test_not_retained_is_reported_as_such(results, capsys):
     assert len(rows) == 2 and all("NOT RETAINED" in r and "deliberately not retained" in r for r in rows)
     assert "missing" not in out
     assert "2 artifact(s) deliberately not retained" in out
+    assert main(["verify", str(folder), "--json"]) == 0
+    checks = json.loads(capsys.readouterr().out)["checks"]
+    assert sorted(c["status"] for c in checks if c["check"] == "artifact") == ["NOT RETAINED", "NOT RETAINED"]
+    # The source files still exist and match; once one is gone, verify says so (still not a failure).
+    (results / "variants" / "tiny" / "dynamic.onnx").unlink()
+    assert main(["verify", str(folder)]) == 0
+    assert "source no longer present" in capsys.readouterr().out
 
 
 def test_second_artifact_under_existing_release_key_is_refused(results, capsys):

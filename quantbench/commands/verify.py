@@ -11,6 +11,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--host", default=None,
                         help="re-run a sample of fixtures on this host (one the release recorded) and compare hashes")
     parser.add_argument("--sample", type=int, default=4, help="fixtures per variant to re-run with --host")
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON (same exit code)")
     parser.add_argument("--hosts-file", default=None, help="hosts file naming ssh/emulated hosts (as for `quantbench run`)")
 
 
@@ -19,8 +20,15 @@ def run(args) -> int:
     from quantbench.release.verify import FAIL, NOT_RETAINED, verify
 
     checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file)
-    print(format_table(["check", "item", "status", "detail"], [[c.check, c.item, c.status, c.detail] for c in checks]))
     n_fail = sum(c.status == FAIL for c in checks)
+    if args.json:
+        import json
+        from dataclasses import asdict
+
+        print(json.dumps({"release": str(args.release), "pass": not n_fail, "checks": [asdict(c) for c in checks]},
+                         indent=2, sort_keys=True))
+        return 1 if n_fail else 0
+    print(format_table(["check", "item", "status", "detail"], [[c.check, c.item, c.status, c.detail] for c in checks]))
     n_nr = sum(c.status == NOT_RETAINED for c in checks)
     print()
     verdict = "FAIL" if n_fail else "PASS"
