@@ -38,7 +38,7 @@ def add_arguments(p) -> None:
                    help="onnxruntime graph optimization level for the runs")
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count)")
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
-    p.add_argument("--results", default=None, metavar="DIR", help="results folder (default: results)")
+    p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -81,7 +81,6 @@ def prepare(args):
     from types import SimpleNamespace
 
     from quantbench.analysis.equiv import VariantRef, _fits
-    from quantbench.assets import RESULTS_DIR
     from quantbench.commands.run import build_run_fixtures, parse_session, resolve_variants
     from quantbench.errors import UserError
     from quantbench.hosts.registry import resolve_hosts
@@ -98,7 +97,7 @@ def prepare(args):
     names = [s.name for s in specs]
     if args.reference and args.reference not in names:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(names)}")
-    results = Path(args.results) if args.results else RESULTS_DIR
+    results = Path(args.results)
     root = results / "tables"
     variants = resolve_variants(args.variants)
     fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit)

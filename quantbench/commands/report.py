@@ -10,8 +10,8 @@ HELP = "Re-render results/report.md (and its plots) from the result tables of th
 
 def add_arguments(p) -> None:
     p.add_argument("--equiv-id", metavar="ID",
-                   help="which equiv analysis to render (a prefix is enough); default: the last `quantbench equiv`")
-    p.add_argument("--results", default=None, metavar="DIR", help="results folder (default: results)")
+                   help="which equiv analysis to render (a prefix is enough; none: the last `quantbench equiv`)")
+    p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
     p.add_argument("--json", action="store_true", help="print the equiv summary as JSON instead of text")
 
@@ -31,11 +31,11 @@ def last_equiv(results: Path) -> dict:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.analysis.equiv import VariantRef, analyze
-    from quantbench.assets import RESULTS_DIR, MODELS_DIR, load_sidecar
+    from quantbench.assets import MODELS_DIR, load_sidecar
     from quantbench.commands.equiv import finish
     from quantbench.errors import UserError
 
-    results = Path(args.results) if args.results else RESULTS_DIR
+    results = Path(args.results)
     root = results / "tables"
     ct = tables.read("classes", root=root, columns=["equiv_id", "settings"])
     settings_of = dict(zip(ct.column("equiv_id").to_pylist(), ct.column("settings").to_pylist()))
