@@ -168,6 +168,10 @@ def test_verify_detects_tampered_parquet_and_missing_artifact(results, capsys):
     line = next(ln for ln in out.splitlines() if ln.startswith("registry") and "release.json" in ln)
     assert " FAIL " in line and "record edited" in line
 
+    (folder / "release.json").write_text("{")                    # a damaged record fails (1), not a usage error (2)
+    assert main(["verify", str(folder)]) == 1
+    assert "the release record is damaged" in capsys.readouterr().err
+
 
 def test_not_retained_is_reported_as_such(results, capsys):
     assert release(results, "slim", "--no-retain") == 0

@@ -405,6 +405,8 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
               "variants": vrecords}
     result = ReleaseResult(tag, dest, record)
     with registry_lock(rdir):
+        if dest.exists():
+            raise UserError(f"--tag {tag}: {dest} was just written by another release command; choose a new tag")
         reg = load_registry(rdir)
         result.collisions = check_registry(reg, entries)
         if result.collisions:

@@ -20,10 +20,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench.errors import UserError
+from quantbench.errors import GateFailed, UserError
 from quantbench.fsutil import sha256_file
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
+
+
+class RecordDamaged(GateFailed):
+    """release.json exists but cannot be read as a record: verification fails (exit 1)."""
 
 
 @dataclass
@@ -46,9 +50,19 @@ def load_record(folder: str | os.PathLike) -> dict:
     try:
         rec = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not readable JSON ({exc}); the release record is damaged") from None
-    if not isinstance(rec, dict) or rec.get("format") != RELEASE_FORMAT or "variants" not in rec:
-        raise UserError(f"{path}: not a quantbench release record of format {RELEASE_FORMAT}")
+        raise RecordDamaged(f"{path}: not readable JSON ({exc}); the release record is damaged") from None
+    if not isinstance(rec, dict) or rec.get("format") != RELEASE_FORMAT or not isinstance(rec.get("variants"), list):
+        raise RecordDamaged(f"{path}: not a quantbench release record of format {RELEASE_FORMAT}")
+    for v in rec["variants"]:
+        ok = (isinstance(v, dict) and {"name", "variant_id", "raw_sha256", "semantic_sha256", "artifact", "targets"} <= set(v)
+              and isinstance(v["artifact"], dict) and isinstance(v["targets"], list)
+              and all(isinstance(t, dict) and {"host", "release_key", "fingerprint_id", "session_key"} <= set(t)
+                      for t in v["targets"]))
+        if not ok:
+            raise RecordDamaged(f"{path}: variant record {v.get('name', '?') if isinstance(v, dict) else v!r} is "
+                            "malformed (missing fields); the release record is damaged")
+    if not isinstance(rec.get("tables", {}), dict):
+        raise RecordDamaged(f"{path}: 'tables' is malformed; the release record is damaged")
     return rec
 
 
@@ -171,14 +185,16 @@ def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
     from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
 
     t = tables.read("fixtures", root=folder / "tables", filter=pc.field("fixture_id").isin(ids)).to_pylist()
-    out = []
+    out, bad = [], []
     for r in t:
         arr = tensor_from_bytes(r["tensor"], r["dtype"], r["shape"])
         if tensor_sha256(arr) != r["fixture_id"]:
-            raise UserError(f"{folder}: fixture {r['fixture_id'][:12]} tensor does not hash to its id; the release is damaged")
+            bad.append(r["fixture_id"])
+            continue
         out.append(Fixture(r["fixture_id"], r["input_name"], arr, r["source"], r["image_sha256"],
                            json.loads(r["labels"] or "[]"), r["stratum"], r["split"]))
-    return out
+    bad += sorted(set(ids) - {r["fixture_id"] for r in t})
+    return out, bad
 
 
 def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> list[Check]:
@@ -221,7 +237,13 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
             job["items"].append((v, t, Variant(v["name"], path, v["model"], v["recipe"]), want))
     for job in jobs.values():
         ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
-        fixtures = _fixtures(folder, rec, ids)
+        fixtures, bad = _fixtures(folder, rec, ids)
+        if bad:
+            for v, _, _, _ in job["items"]:
+                out.append(Check("re-run", f"{v['name']} on {host}", FAIL,
+                                 f"fixture {bad[0][:12]} is missing from the fixtures table or its tensor does not "
+                                 f"hash to its id ({len(bad)} such)"))
+            continue
         with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
             summary = run_hosts([host], [it[2] for it in job["items"]], fixtures, session=job["session"],
                                 hosts_file=hosts_file, progress=False, tables_root=Path(td), raise_on_error=False)
