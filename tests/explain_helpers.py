@@ -35,8 +35,9 @@ def saturating_inputs(k=64, count=4, seed=1):
     return [rng.uniform(0.9, 1.0, (1, k)).astype(np.float32) for _ in range(count)]
 
 
-def static_qdq(float_model, workdir, name="static", **kw):
-    """A static QDQ (U8S8 MinMax per-channel) variant of a float model, calibrated on its fixtures."""
+def static_qdq(float_model, workdir, name="static", feeds=None, **kw):
+    """A static QDQ (U8S8 MinMax per-channel) variant of a float model, calibrated on `feeds`
+    (arrays for its single input; default: 4 uniform [0, 1) tensors)."""
     from quantbench.quantize import variants as QV
 
     float_model = str(float_model)
@@ -44,7 +45,9 @@ def static_qdq(float_model, workdir, name="static", **kw):
     inp = m.graph.input[0]
     dims = [d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim]
     rng = np.random.default_rng(3)
-    feeds = [{inp.name: rng.uniform(0, 1, dims).astype(np.float32)} for _ in range(4)]
+    if feeds is None:
+        feeds = [rng.uniform(0, 1, dims).astype(np.float32) for _ in range(4)]
+    feeds = [{inp.name: f} for f in feeds]
     prepared = workdir / f"{name}.prepared.onnx"
     QV.prepare_model(float_model, prepared)
     QV.make_static(prepared, workdir / f"{name}.onnx", inputs=feeds, method="minmax", **kw)
