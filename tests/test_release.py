@@ -260,3 +260,16 @@ def test_release_key_is_recipe_environment_target_without_artifact_hash():
     assert variant(calibration_set__manifest_sha256="9" * 64) != key
     assert variant(versions__onnxruntime="1.31.0") != key
     assert release_key(recipe, environment_of(recipe), dict(target, session_key="1" * 64)) != key
+
+
+def test_byte_classes_compare_the_fixtures_every_host_ran():
+    from quantbench.release.record import _byte_classes
+
+    same = [("f1", "y", "h1"), ("f2", "y", "h2")]
+    targets = [{"host": "x86", "_lines": same + [("f3", "y", "h3")]},     # ran one fixture more
+               {"host": "pi", "_lines": list(same)},
+               {"host": "x86-avx2", "_lines": [("f1", "y", "h1"), ("f2", "y", "DIFFERENT")]}]
+    _byte_classes(targets)
+    assert [t["byte_class"] for t in targets] == ["A", "A", "B"]
+    assert targets[0]["byte_class_hosts"] == ["pi", "x86"] and targets[2]["byte_class_hosts"] == ["x86-avx2"]
+    assert all(t["byte_class_fixtures"] == 2 for t in targets)
