@@ -199,3 +199,19 @@ def test_worker_runs_without_quantbench_on_the_path(tmp_path):
     first = W.read_frame(out)[0]
     assert first["type"] == "fingerprint" and first["fingerprint"]["identity"]["arch"]
     assert W.read_frame(out)[0]["type"] == "done"
+
+
+def test_inputs_from_a_store_file(tmp_path, client):
+    """Local hosts map the inputs from one file written per run; the hashes are still checked."""
+    model = matmul_model(tmp_path / "m.onnx")
+    xs = [np.random.RandomState(i).rand(1, 16).astype(np.float32) for i in range(2)]
+    store = tmp_path / "inputs.bin"
+    store.write_bytes(b"".join(W.tensor_bytes(x) for x in xs))
+    fxs = [{"fixture_id": W.tensor_sha256(x), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
+            "file": str(store), "offset": 64 * i, "nbytes": 64} for i, x in enumerate(xs)]
+    header = {"type": "run", "host": "h1", "variant": "v1", "model": {"path": str(model)}, "session": {}, "fixtures": fxs}
+    res = [h for h, _ in client.request(header) if h["type"] == "result"]
+    assert [r["fixture_id"] for r in res] == [f["fixture_id"] for f in fxs]
+    bad = dict(header, fixtures=[dict(fxs[0], offset=64)])  # bytes of fixture 1 under fixture 0's hash
+    frames = [h for h, _ in client.request(bad)]
+    assert frames[0]["type"] == "error" and frames[0]["stage"] == "input"

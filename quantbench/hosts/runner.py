@@ -197,6 +197,10 @@ class HostSummary:
     startup_seconds: float = 0.0
     #: running the fixtures (sessions, inference, hashing, transfer, table appends)
     run_seconds: float = 0.0
+    #: inside the workers: session.run time, input hash verification, session creation
+    infer_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    session_seconds: float = 0.0
     providers: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
@@ -317,13 +321,19 @@ class _HostRun:
             parts.append(data)
             offset = len(data)
         fx_headers = []
+        store = self.ctx.input_store() if self.host.model_by_path else None
         for fx in fxs:
-            raw = self.ctx.fixture_bytes(fx)
             arr = W.canonical(fx.array)
-            fx_headers.append({"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": arr.dtype.str,
-                               "shape": list(arr.shape), "offset": offset, "nbytes": len(raw)})
-            parts.append(raw)
-            offset += len(raw)
+            entry = {"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": arr.dtype.str,
+                     "shape": list(arr.shape)}
+            if store is not None:  # same filesystem: the worker maps the inputs written once per run
+                entry.update(file=store[0], offset=store[1][fx.fixture_id], nbytes=arr.nbytes)
+            else:
+                raw = self.ctx.fixture_bytes(fx)
+                entry.update(offset=offset, nbytes=len(raw))
+                parts.append(raw)
+                offset += len(raw)
+            fx_headers.append(entry)
         header = {"type": "run", "host": self.spec.name, "variant": vi.name, "variant_id": vi.variant_id,
                   "model": model, "session": self.ctx.session, "fixtures": fx_headers, "return_tensors": True,
                   "allow_fallback": self.ctx.allow_fallback, "repeat": 1}
@@ -358,6 +368,8 @@ class _HostRun:
                     if t == "session":
                         providers = h["providers"]
                         with self.lock:
+                            self.summary.verify_seconds += h.get("verify_seconds", 0.0)
+                            self.summary.session_seconds += h.get("session_seconds", 0.0)
                             if providers not in self.summary.providers:
                                 self.summary.providers.append(providers)
                     elif t == "result":
@@ -365,6 +377,7 @@ class _HostRun:
                         pending.pop(h["fixture_id"], None)
                         with self.lock:
                             self.summary.ran += 1
+                            self.summary.infer_seconds += h.get("seconds", 0.0)
                         if self.bar is not None:
                             self.bar.update(1)
                     elif t == "error":
@@ -504,8 +517,34 @@ class _Context:
         self.progress = progress
         self.local_ort = local_ort_version()
         self._bytes: dict[str, bytes] = {}
+        self._store = None
         self._lock = threading.Lock()
         self.fixtures_for = {vi.variant_id: [fx for fx in fixtures if _fits(fx, vi)] for vi in variants}
+
+    def input_store(self) -> tuple[str, dict]:
+        """(path, {fixture_id: offset}): every input tensor written once to a temporary file."""
+        with self._lock:
+            if self._store is None:
+                import tempfile
+
+                d = tempfile.mkdtemp(prefix="quantbench-inputs-")
+                path = Path(d) / "inputs.bin"
+                offsets, off = {}, 0
+                with open(path, "wb") as fh:
+                    for fx in self.fixtures:
+                        raw = W.tensor_bytes(fx.array)
+                        offsets[fx.fixture_id] = off
+                        fh.write(raw)
+                        off += len(raw)
+                self._store = (str(path), offsets)
+            return self._store
+
+    def cleanup(self) -> None:
+        if self._store is not None:
+            import shutil
+
+            shutil.rmtree(Path(self._store[0]).parent, ignore_errors=True)
+            self._store = None
 
     def fixture_bytes(self, fx) -> bytes:
         with self._lock:
@@ -583,6 +622,8 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
         for th in threads:
             th.join(timeout=30)
         raise
+    finally:
+        ctx.cleanup()
     summary = RunSummary([r.summary for r in runs], infos, [fx.fixture_id for fx in uniq], sess, ctx.skey, root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
