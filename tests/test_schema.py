@@ -52,16 +52,20 @@ def readme_schema(text: str):
     section = text.split("<!-- section:schema -->", 1)[1].split("<!-- /section:schema -->", 1)[0]
     version = re.search(r"Schema version (\d+)", section)
     assert version, "README schema section states no schema version"
-    documented, current = {}, None
+    documented, keys, current = {}, {}, None
     for line in section.splitlines():
-        m = re.match(r"### `([\w-]+)`", line)
+        m = re.match(r"### `([\w-]+)` \(key: ([^)]*)\)", line)
         if m:
             current = documented.setdefault(m.group(1), [])
+            keys[m.group(1)] = [k.strip() for k in m.group(2).split(",")]
             continue
         m = re.match(r"\| `([^`]+)` \| ([^|]+) \| (.*) \|$", line)
         if m and current is not None:
             assert m.group(3).strip(), f"column {m.group(1)} has no meaning documented"
             current.append((m.group(1), _type(m.group(2).strip())))
+    for name, key in keys.items():
+        assert key and set(key) <= {c for c, _ in documented[name]}, f"{name}: key {key} not among its columns"
+    assert set(keys) == set(documented)
     return documented, version.group(1)
 
 
