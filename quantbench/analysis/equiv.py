@@ -158,15 +158,18 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
                                 f"preprocessing")
 
 
-def _load_arrays(host, sel, variant_id, fixture_ids, tables_root) -> dict:
-    """{fixture_id: ({output: array}, {output: sha256})} for one host and variant."""
+def _load_arrays(hosts, sel, variant_ids, fixture_ids, tables_root) -> dict:
+    """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read."""
     from quantbench.hosts.results import load_outputs, tensor_from_row
 
-    t = load_outputs(host=host, variant_id=variant_id, fingerprint_id=sel[0], session_key=sel[1],
-                     fixture_id=list(fixture_ids), tables_root=tables_root)
-    out: dict = {}
+    t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
+                     tables_root=tables_root)
+    out: dict = {(h, v): {} for h in hosts for v in variant_ids}
     for r in t.to_pylist():
-        arrs, shas = out.setdefault(r["fixture_id"], ({}, {}))
+        h = r["host"]
+        if (r["fingerprint_id"], r["session_key"]) != tuple(sel[h]):
+            continue
+        arrs, shas = out[(h, r["variant_id"])].setdefault(r["fixture_id"], ({}, {}))
         arrs[r["output_name"]] = tensor_from_row(r)
         shas[r["output_name"]] = r["sha256"]
     return out
@@ -232,8 +235,8 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     for model, vs in by_model.items():
         fp32 = next(v for v in vs if v.name == "fp32")
         fx_ids = sorted(fixtures_for[fp32.variant_id])
-        data = {(h, v.variant_id): _load_arrays(h, sel[h], v.variant_id, sorted(fixtures_for[v.variant_id]),
-                                                tables_root) for h in hosts for v in vs}
+        data = _load_arrays(hosts, sel, [v.variant_id for v in vs],
+                            {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
         first = data[(reference, fp32.variant_id)][fx_ids[0]][0]
         spec = spec_from_sidecar(fp32.sidecar, decode_kind, threshold, source=f"model {model} sidecar")
         spec = check_outputs(spec, sorted(first))
