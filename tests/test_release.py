@@ -273,3 +273,13 @@ def test_byte_classes_compare_the_fixtures_every_host_ran():
     assert [t["byte_class"] for t in targets] == ["A", "A", "B"]
     assert targets[0]["byte_class_hosts"] == ["pi", "x86"] and targets[2]["byte_class_hosts"] == ["x86-avx2"]
     assert all(t["byte_class_fixtures"] == 2 for t in targets)
+
+
+def test_one_release_cannot_hold_two_artifacts_under_one_key():
+    from quantbench.release.record import check_registry
+
+    e = {"release_key": "k" * 64, "variant": "dynamic", "host": "x86", "semantic_sha256": "s" * 64}
+    reg = {"keys": {}}
+    assert check_registry(reg, [dict(e, raw_sha256="1" * 64), dict(e, raw_sha256="1" * 64, host="x86b")], "v1") == []
+    (c,) = check_registry(reg, [dict(e, raw_sha256="1" * 64), dict(e, raw_sha256="2" * 64, host="x86b")], "v1")
+    assert c.registered_tag == "v1 (this release)" and c.new_raw == "2" * 64 and c.host == "x86b"

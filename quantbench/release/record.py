@@ -126,13 +126,18 @@ def load_registry(rdir: Path) -> dict:
     return reg
 
 
-def check_registry(reg: dict, entries: list[dict]) -> list[Collision]:
+def check_registry(reg: dict, entries: list[dict], tag: str = "") -> list[Collision]:
+    """Entries whose key already names another artifact, in the registry or earlier in this release."""
     out = []
+    seen = {k: dict(v, tags=list(v["tags"])) for k, v in reg["keys"].items()}
     for e in entries:
-        old = reg["keys"].get(e["release_key"])
+        old = seen.get(e["release_key"])
         if old and old["raw_sha256"] != e["raw_sha256"]:
             out.append(Collision(e["release_key"], e["variant"], e["host"], old["tags"][0], old["raw_sha256"],
                                  old["semantic_sha256"], e["raw_sha256"], e["semantic_sha256"]))
+        elif not old:
+            seen[e["release_key"]] = {"raw_sha256": e["raw_sha256"], "semantic_sha256": e["semantic_sha256"],
+                                      "tags": [f"{tag} (this release)"]}
     return out
 
 
@@ -408,7 +413,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
         if dest.exists():
             raise UserError(f"--tag {tag}: {dest} was just written by another release command; choose a new tag")
         reg = load_registry(rdir)
-        result.collisions = check_registry(reg, entries)
+        result.collisions = check_registry(reg, entries, tag)
         if result.collisions:
             return result
         result.reused_keys = sorted({e["release_key"] for e in entries if e["release_key"] in reg["keys"]})
