@@ -81,3 +81,32 @@ def test_host_override_syntax_errors():
     hr = parse_hosts("x86+graph_optimization_level=disabled+session.x64quantprecision=1")[0]
     assert hr.session["graph_optimization_level"] == "disabled"
     assert hr.session["config_entries"] == {"session.x64quantprecision": "1"}
+
+
+@pytest.mark.slow
+def test_qdq_saturation_localised_between_local_and_avx2(workdir):
+    """Static QDQ U8S8 MatMul that saturates vpmaddubsw on Haswell: at level 'all' the
+    DequantizeLinear/MatMul tensors inside the fused group are not observable (exposing
+    them stops the QDQ fusion, which the fidelity check detects), and the first
+    divergent observable tensor is the fused MatMul's quantized output."""
+    from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
+    from quantbench.explain.localize import localize, parse_hosts, summary
+    from quantbench.hosts import emulated as EM
+
+    ok, msg = EM.ready("x86-avx2")
+    if not ok:
+        pytest.skip(f"x86-avx2 not set up: {msg}")
+    if not any(f in open("/proc/cpuinfo").read().split() for f in ("avx512_vnni", "avx_vnni", "amx_int8")):
+        pytest.skip("the local CPU has no exact int8 kernel (VNNI/AMX)")
+    fp32 = saturating_matmul(workdir / "fp32.onnx")
+    qdq = static_qdq(fp32, workdir, "qdq", feeds=saturating_inputs(count=4, seed=7))
+    hosts = parse_hosts("x86,x86-avx2")
+    res = localize(qdq, hosts, fixture(saturating_inputs(count=1)[0]), group=8, progress=False,
+                   tables_root=workdir / "t")
+    print(summary(res))
+    assert res.opt_level == "all" and all(res.reproduces.values())
+    assert res.unobservable >= 1
+    assert len(res.first) == 1 and res.first[0].op_type == "QuantizeLinear"
+    producer_of_input_q = min(r.position for r in res.rows if r.op_type == "QuantizeLinear")
+    assert res.first[0].position > producer_of_input_q  # the input's own quantization agrees
+    assert not res.outputs[0].same and res.outputs[0].max_abs > 1.0
