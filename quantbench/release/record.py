@@ -162,8 +162,9 @@ def _digest(lines) -> str:
     return h.hexdigest()
 
 
-def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[str | None, dict, dict]:
-    """From `quantbench equiv`'s tables: (equiv_id, {host: class row}, {host: flip counts}).
+def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[str | None, dict, dict | None]:
+    """From `quantbench equiv`'s tables: (equiv_id, {host: class row}, {host: flip counts} or None
+    when that analysis had no fp32 variant).
 
     Of several analyses of this variant, the one covering most release hosts wins
     (ties: the smallest equiv_id, so the choice is deterministic).
@@ -187,6 +188,12 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
             for h in r["hosts"] or []:
                 classes[h] = {"class_label": r["class_label"], "hosts": list(r["hosts"]), "digest": r["digest"],
                               "fixtures": r["fixtures"], "reference": r["reference"]}
+    try:
+        settings = json.loads(next(r["settings"] for r in ct if r["equiv_id"] == eid) or "{}")
+    except (StopIteration, json.JSONDecodeError):
+        settings = {}
+    if not any(isinstance(v, dict) and v.get("name") == "fp32" for v in settings.get("variants", [])):
+        return eid, classes, None  # no fp32 in that analysis: flips against fp32 were not measured
     flips: dict = {}
     if "flips" in tables.COLUMNS and tables.parts("flips", tables_root):
         ft = tables.read("flips", root=tables_root, columns=["comparison", "host", "kind", "fixture_id"],
@@ -298,7 +305,7 @@ def flips_text(v: dict, t: dict) -> str:
     """Flips against fp32 on the same host: "-" when no equiv analysis measured them."""
     fl = t.get("flips_vs_fp32")
     if fl is None:
-        return "- (no equiv)"
+        return "- (no equiv with fp32)"
     if (v.get("recipe") or {}).get("method") == "fp32" or v["name"] == "fp32":
         return "fp32 (reference)"
     own = fl.get("own-fp32") or {"total": 0, "images": 0}
@@ -387,7 +394,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
             fingerprints.add(t["fingerprint_id"])
             all_hosts.add(t["host"])
             t["equiv"] = dict(eclasses[t["host"]], equiv_id=eid) if t["host"] in eclasses else None
-            t["flips_vs_fp32"] = eflips.get(t["host"], {}) if eid else None
+            t["flips_vs_fp32"] = eflips.get(t["host"], {}) if eid and eflips is not None else None
             t["release_key"] = release_key(v.recipe, env, {"fingerprint_id": t["fingerprint_id"],
                                                            "session_key": t["session_key"]})
             entries.append({"release_key": t["release_key"], "raw_sha256": hashes["raw_sha256"],
