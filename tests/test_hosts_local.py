@@ -164,3 +164,22 @@ def test_hosts_commands(workdir, capsys):
     assert "session.x64quantprecision" in out
     assert main(["hosts", "check", "nowhere"]) == 2
     assert "hosts check: unknown host 'nowhere'; known hosts:" in capsys.readouterr().err
+
+
+def test_emulated_version_mismatch_is_refused(workdir, monkeypatch):
+    """The emulated onnxruntime must equal the local one. qemu start-up is not the point here, so the
+    preset's command is this interpreter, and the *local* version is faked (a version that is not installed)."""
+    import quantbench.hosts.emulated as EM
+    import quantbench.hosts.runner as R
+
+    monkeypatch.setattr(EM, "ready", lambda name: (True, "ready"))
+    monkeypatch.setattr(EM, "python_command", lambda name, qemu_args=(): ([sys.executable, "-u"], None))
+    monkeypatch.setattr(R, "local_ort_version", lambda: "1.31.0")
+    model = matmul_model(workdir / "m.onnx")
+    root = workdir / "t"
+    with pytest.raises(RunFailed, match=r"host pi: emulated onnxruntime .* differs from the local 1\.31\.0.*--allow-version-mismatch"):
+        run_hosts(["pi"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1)
+    assert results.load_outputs(tables_root=root).num_rows == 0
+    s = run_hosts(["pi"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1,
+                  allow_version_mismatch=True)
+    assert s.hosts[0].ran == 1 and s.hosts[0].kind == "emulated"
