@@ -33,9 +33,12 @@ def test_smallest_separating_set_prefers_one_isa_flag():
     cls = {"x86": "A", "pi": "A", "pi4": "A", "avx2": "B"}
     # no ISA flag tells avx2 apart from every other host (x86 also has avx2); the CPU identity does
     assert separating_features(f, cls) == ["cpu"]
-    # dynamic: one class on x86, another on ARM -> a single feature (an ISA flag is preferred over arch)
+    # dynamic: one class on x86, another on ARM -> the architecture (preferred over an ISA flag)
     cls2 = {"x86": "A", "avx2": "A", "pi": "B", "pi4": "B"}
-    assert separating_features(f, cls2) == ["isa:avx2"]
+    assert separating_features(f, cls2) == ["arch"]
+    # only the dot-product core differs: an ISA flag beats the CPU identity
+    cls3 = {"x86": "A", "avx2": "A", "pi": "B", "pi4": "A"}
+    assert separating_features(f, cls3) == ["isa:asimddp"]
 
 
 def test_session_option_separates_and_identical_fingerprints_do_not():

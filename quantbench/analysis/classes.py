@@ -14,8 +14,10 @@ import itertools
 import json
 from dataclasses import asdict, dataclass
 
-# lower rank = preferred when several feature sets of the same size separate
-_PRIORITY = ("isa:", "ort_version", "session.", "arch", "cpu", "fp.")
+# lower rank = preferred when several feature sets of the same size separate: a session
+# option or library version explains more than hardware; across architectures the
+# architecture explains more than any one ISA flag (x86 and ARM flag names do not compare)
+_PRIORITY = ("session.", "ort_version", "arch", "isa:", "cpu", "fp.")
 # fingerprint keys that identify a machine or a moment, never the arithmetic
 _NOISE = ("hostname", "host", "node", "time", "date", "pid", "path", "address", "user", "uptime", "boot",
           "fingerprint_id", "kind", "name", "memory", "mem", "ram")
