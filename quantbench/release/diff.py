@@ -201,7 +201,7 @@ def _path_stats(docs: list[str]) -> dict:
                 parts = re.split(r"[\\/]", p)
                 roots[("\\" if "\\" in p else "/").join(parts[:3])] += 1
     return {"count": len(docs), "with_absolute_paths": with_paths, "path_occurrences": occurrences,
-            "top_roots": [r for r, _ in roots.most_common(3)]}
+            "top_roots": [r for r, _ in roots.most_common(3)], "root_counts": dict(roots.most_common(3))}
 
 
 def _kb(n: int | None) -> str:
@@ -323,7 +323,8 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
     for tag, ps in (("A", psa), ("B", psb)):
         if ps["with_absolute_paths"]:
             detail.append(f"{tag}: {ps['with_absolute_paths']} of {ps['count']} doc_strings embed absolute paths "
-                          f"({ps['path_occurrences']} occurrences; roots {', '.join(ps['top_roots'])})")
+                          f"({ps['path_occurrences']} paths; roots "
+                          + ", ".join(f"{r} x{n}" for r, n in ps["root_counts"].items()) + ")")
     findings.append(Finding("doc_strings", METADATA, differs,
                             f"{len(da)}, {_kb(ba)}, {psa['with_absolute_paths']} with paths",
                             f"{len(db)}, {_kb(bb)}, {psb['with_absolute_paths']} with paths",
