@@ -115,3 +115,22 @@ def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
     assert "dot-product" in pi.verdict() and "plain NEON" in pi4.verdict()
     rows = pi.rows() + pi4.rows()
     assert all(r["fingerprint_id"] in (pi.fingerprint_id, pi4.fingerprint_id) for r in rows)
+
+
+@pytest.mark.slow
+def test_avx2_shows_vpmaddubsw(workdir):
+    """The saturating U8S8 kernel is seen in qemu's log on Haswell (one fixture)."""
+    from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
+    from quantbench.explain.evidence import collect
+    from quantbench.hosts import emulated as EM
+
+    ok, msg = EM.ready("x86-avx2")
+    if not ok:
+        pytest.skip(f"x86-avx2 not set up: {msg}")
+    qdq = static_qdq(saturating_matmul(workdir / "fp32.onnx"), workdir, "qdq", feeds=saturating_inputs(count=4, seed=7))
+    ev = collect("x86-avx2", "x86-avx2", qdq, [fixture(saturating_inputs(count=1)[0])])
+    assert ev.arch == "x86_64" and ev.qemu_cpu == "Haswell"
+    assert ev.families["VPMADDUBSW"].sites > 0
+    assert "VPDPBUSD" not in ev.families  # no VNNI on Haswell
+    assert "saturate" in ev.verdict()
+    assert any("onnxruntime" in r for r in ev.ranges)
