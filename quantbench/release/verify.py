@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantbench import SCHEMA_VERSION
 from quantbench.errors import GateFailed, UserError
 from quantbench.fsutil import sha256_file
 
@@ -61,7 +62,11 @@ def load_record(folder: str | os.PathLike) -> dict:
         if not ok:
             raise RecordDamaged(f"{path}: variant record {v.get('name', '?') if isinstance(v, dict) else v!r} is "
                             "malformed (missing fields); the release record is damaged")
-    if not isinstance(rec.get("tables", {}), dict):
+    tbl = rec.get("tables", {})
+    if not isinstance(tbl, dict) or not all(
+            isinstance(i, dict) and isinstance(i.get("files"), list)
+            and all(isinstance(f, dict) and {"path", "sha256", "rows"} <= set(f) for f in i["files"])
+            for i in tbl.values()):
         raise RecordDamaged(f"{path}: 'tables' is malformed; the release record is damaged")
     return rec
 
@@ -94,7 +99,12 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
                     c = Check("table", f["path"], FAIL, f"not readable Parquet ({type(exc).__name__})")
                 else:
                     want = [col for col, _, _ in tables.COLUMNS.get(name, [])]
-                    if t.column_names != want:
+                    if rec.get("schema_version") != SCHEMA_VERSION:
+                        c.detail += (f", {t.num_rows} rows; schema version {rec.get('schema_version')} "
+                                     f"(this quantbench reads {SCHEMA_VERSION}): columns not compared")
+                        if t.num_rows != f["rows"]:
+                            c = Check("table", f["path"], FAIL, f"{t.num_rows} rows, recorded {f['rows']}")
+                    elif t.column_names != want:
                         c = Check("table", f["path"], FAIL, f"columns differ from the {name} schema")
                     elif t.num_rows != f["rows"]:
                         c = Check("table", f["path"], FAIL, f"{t.num_rows} rows, recorded {f['rows']}")
