@@ -484,16 +484,31 @@ class _HostRun:
                                 unit="fixture", file=sys.stderr, dynamic_ncols=True)
             threads = []
             t_run = time.monotonic()
-            for i in range(1, n):
-                c, fp2, fid2 = self._start_and_fingerprint()
-                clients.append(c)
-                if fid2 != fid:
-                    raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
-                                    f"({fid[:12]} vs {fid2[:12]}); run with --jobs 1")
-            for c in clients:
+
+            def launch(c):
                 th = threading.Thread(target=self._drive, args=(c, tasks), daemon=True)
                 th.start()
                 threads.append(th)
+
+            launch(client)
+            if n > 1:
+                # More workers only pay when the remaining work outlasts a worker's start-up
+                # (seconds locally, minutes under qemu on a busy machine): decide from the first results.
+                while threads[0].is_alive() and self.summary.ran < 1 and not self.stop.is_set():
+                    threads[0].join(timeout=0.1)
+                if threads[0].is_alive() and not self.stop.is_set():
+                    ran = max(1, self.summary.ran)
+                    per_fixture = (time.monotonic() - t_run) / ran
+                    left = (total - ran) * per_fixture
+                    extra = min(n - 1, tasks.qsize(), int(left / max(self.summary.startup_seconds, 1e-3)) - 1)
+                    for _ in range(max(0, extra)):
+                        c, fp2, fid2 = self._start_and_fingerprint()
+                        clients.append(c)
+                        if fid2 != fid:
+                            self.stop.set()
+                            raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
+                                            f"({fid[:12]} vs {fid2[:12]}); run with --jobs 1")
+                        launch(c)
             for th in threads:
                 th.join()
             self.writer.flush()
