@@ -32,9 +32,11 @@ from quantbench.assets import DEMO_CLASSIFIER, DEMO_DETECTOR, MODELS_DIR  # noqa
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 
 
-def demo_variants():
+def demo_variants(paths=None):
     from quantbench.variants import fp32_variant
 
+    if paths:
+        return [fp32_variant(p) for p in paths]
     out = []
     for name in (DEMO_CLASSIFIER, DEMO_DETECTOR):
         p = MODELS_DIR / f"{name}.onnx"
@@ -163,6 +165,7 @@ def main(argv=None) -> int:
     ap.add_argument("--emulated-fixtures", type=int, default=6, help="eval fixtures per emulated measurement")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (median) for the local overhead")
     ap.add_argument("--skip-emulated", action="store_true", help="only the local overhead")
+    ap.add_argument("--model", action="append", help="ONNX model(s) to measure instead of the bundled demo models")
     ap.add_argument("--out", default="results/bench/hosts.json")
     args = ap.parse_args(argv)
     import os
@@ -170,7 +173,7 @@ def main(argv=None) -> int:
 
     import onnxruntime
 
-    variants = demo_variants()
+    variants = demo_variants(args.model)
     if not variants:
         raise SystemExit(f"no demo models in {MODELS_DIR}")
     report = {"machine": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
