@@ -134,3 +134,23 @@ def test_avx2_shows_vpmaddubsw(workdir):
     assert "VPDPBUSD" not in ev.families  # no VNNI on Haswell
     assert "saturate" in ev.verdict()
     assert any("onnxruntime" in r for r in ev.ranges)
+
+
+def test_verdicts_use_the_decoder_family_names():
+    from quantbench.explain.evidence import ARM_INT8_DOT, ARM_INT8_MMLA, ARM_NEON_INT8, Evidence, FamilyCount
+
+    decoded = {decode_arm64(w)[0] for w in KNOWN}
+    assert set(ARM_INT8_DOT) >= {f for f in decoded if "DOT" in f}
+    assert set(ARM_INT8_MMLA) >= {f for f in decoded if "MMLA" in f}
+    assert {f for f in decoded if f.endswith("(8-bit)") or f.endswith("ADALP")} <= set(ARM_NEON_INT8)
+
+    def ev(arch, *fams):
+        return Evidence("h", "p", "cpu", arch, "v", "vid", "fid", {}, [],
+                        {f: FamilyCount(f, "k", 1, 1, 0) for f in fams})
+
+    assert "dot-product" in ev("aarch64", "UDOT (by element)", "UADALP").verdict()
+    assert "matrix-multiply" in ev("aarch64", "SMMLA", "UDOT (vector)").verdict()
+    assert "plain NEON" in ev("aarch64", "SMULL (8-bit)", "SADALP").verdict()
+    assert "VNNI" in ev("x86_64", "VPDPBUSD", "VPMADDUBSW").verdict()
+    assert "saturate" in ev("x86_64", "VPMADDUBSW", "PMADDWD").verdict()
+    assert "exact" in ev("x86_64", "PMADDWD").verdict()

@@ -70,7 +70,8 @@ X86_FAMILIES = [
 ]
 
 # Families that tell the int8 kernel apart, per architecture (for the summary)
-ARM_INT8_DOT = ("UDOT/SDOT (by element)", "UDOT/SDOT (vector)", "USDOT (vector)", "SUDOT/USDOT (by element)")
+ARM_INT8_DOT = ("UDOT (by element)", "SDOT (by element)", "UDOT (vector)", "SDOT (vector)", "USDOT (vector)",
+                "USDOT (by element)", "SUDOT (by element)")
 ARM_INT8_MMLA = ("SMMLA", "UMMLA", "USMMLA")
 ARM_NEON_INT8 = ("SMULL (8-bit)", "UMULL (8-bit)", "SMLAL (8-bit)", "UMLAL (8-bit)", "SADALP", "UADALP")
 
@@ -205,7 +206,7 @@ ranges = []
 with open("/proc/self/maps") as fh:
     for line in fh:
         parts = line.split()
-        if len(parts) >= 6 and "x" in parts[1] and "onnxruntime" in parts[5]:
+        if len(parts) >= 6 and "x" in parts[1] and "onnxruntime" in parts[5].rsplit("/", 1)[-1]:
             lo, hi = parts[0].split("-")
             ranges.append([int(lo, 16), int(hi, 16), parts[5]])
 outs = []
