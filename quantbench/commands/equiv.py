@@ -104,6 +104,7 @@ def prepare(args):
     session = parse_session(SimpleNamespace(session_config=args.session_config, threads=1,
                                             providers="CPUExecutionProvider", graph_opt=args.graph_opt))
     prefer = None
+    args._run_line = "runs: none (--no-run: results from the tables)"
     if args.no_run:
         infos = []
         for v in variants:
@@ -114,6 +115,7 @@ def prepare(args):
         summary = run_hosts(specs, variants, fixtures, session=session, progress=not args.no_progress,
                             tables_root=root, jobs=args.jobs)
         infos = summary.variants
+        args._run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
         prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts
                   if h.fingerprint_id and h.kind != "imported"}
     by_id = {}
@@ -237,6 +239,8 @@ def finish(result, args, results: Path, root: Path, extra_files=()) -> int:
         summary["gates"] = {"checked": gates, "failures": failures}
         print(as_json(summary))
     else:
+        if getattr(args, "_run_line", None):
+            print(args._run_line)
         print(summary_text(result))
         print("")
         for f in files:
