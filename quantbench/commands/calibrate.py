@@ -25,15 +25,15 @@ def add_arguments(parser) -> None:
     from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
 
     g = parser.add_argument_group("inputs")
-    g.add_argument("--model", default=None,
+    g.add_argument("--model", default="litter-detr-tiny",
                    help="float ONNX model to quantize, with its sidecar JSON (x.onnx -> x.json) giving the input "
-                        "preprocessing (default: the bundled litter-detr-tiny)")
-    g.add_argument("--images", default=None, help="images folder (default: the bundled corpus, or beside --labels)")
+                        "preprocessing; a bare name is a bundled model")
+    g.add_argument("--images", default=None, help="images folder; if omitted: the bundled corpus, or images/ beside --labels")
     g.add_argument("--labels", default=None,
                    help="labels: COCO JSON (images with optional 'split'; annotations give the object count) or CSV "
-                        "with 'image' and 'density' columns (count, or litter/negative) (default: bundled corpus)")
+                        "with 'image' and 'density' columns (count, or litter/negative); if omitted: the bundled corpus")
     g = parser.add_argument_group("calibration set")
-    g.add_argument("--name", default=None, help="calibration set name: calib_sets/<name>/ (default: <model>-n<per-cell>-seed<seed>)")
+    g.add_argument("--name", default=None, help="calibration set name: calib_sets/<name>/; if omitted: <model>-n<per-cell>-seed<seed>")
     g.add_argument("--per-cell", type=int, default=12,
                    help="images per density x lighting cell (2 x 2 cells by default, so 48 images)")
     g.add_argument("--count-bins", default="",
@@ -46,7 +46,7 @@ def add_arguments(parser) -> None:
     g = parser.add_argument_group("variants")
     g.add_argument("--methods", default=",".join(METHOD_CHOICES),
                    help=f"variants besides fp32, comma-separated from {', '.join(METHOD_CHOICES)}")
-    g.add_argument("--out", default=None, help="variants folder (default: results/variants/<model>)")
+    g.add_argument("--out", default=None, help="variants folder; if omitted: results/variants/<model>")
     g.add_argument("--percentile", type=float, default=DEFAULT_PERCENTILE, help="Percentile calibration: percentile kept")
     g.add_argument("--entropy-bins", type=int, default=ENTROPY_BINS,
                    help="Entropy calibration: histogram bins (onnxruntime's default 128 leaves the KL search a single "
@@ -98,6 +98,14 @@ def _model_input(model, model_path, spec):
         raise UserError(f"{model_path}: input {inp.name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
                         "calibrate needs a float model")
     return inp.name
+
+
+def _resolve_model(arg, demo_model):
+    from pathlib import Path
+
+    if arg and "/" not in arg and not arg.endswith(".onnx") and not Path(arg).exists():
+        return demo_model(arg)  # a bundled model name
+    return Path(arg)
 
 
 def _display_model(path):
@@ -178,7 +186,7 @@ def run(args) -> int:
         raise UserError(f"--entropy-bins: must be at least 2 (got {args.entropy_bins})")
     exclude_nodes, exclude_op_types = _csv(args.exclude_nodes), _csv(args.exclude_op_types)
 
-    model_path = Path(args.model) if args.model else demo_model()
+    model_path = _resolve_model(args.model, demo_model)
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     model_name = model_path.stem
     sidecar = load_sidecar(model_path)
