@@ -53,11 +53,15 @@ def _qdq_model(w_int8, act_type, k):
 def test_lint_qdq_u8s8_flags_x86_only():
     w = np.zeros((4, 2), np.int8)
     w[0, 0], w[1, 0] = 120, 100    # column 0: one saturating pair
-    w[2, 1], w[3, 1] = -128, -128  # column 1: -128 pair (x86 saturates; NEON wrap needs S8 activations)
+    w[2, 1], w[3, 1] = -127, -127  # column 1: saturates on x86; no -128, so no NEON wrap
     [row] = lint_model(_qdq_model(w, "u8", 4))
     assert row.node == "fc" and row.act_type == "uint8" and row.k == 4
-    assert row.x86_saturating_pairs == 2 and row.neon_wrapping_pairs == 1
+    assert row.x86_saturating_pairs == 2 and row.neon_wrapping_pairs == 0
     assert row.tiers == ["x86-avx2"] and row.int32_ok
+    w[2, 1], w[3, 1] = -128, -128  # a -128 pair: U8 activations are shifted to S8 on NEON-only cores
+    [row] = lint_model(_qdq_model(w, "u8", 4))
+    assert row.neon_wrapping_pairs == 1 and row.tiers == ["x86-avx2", "arm-neon"]
+    assert "U8 activations are shifted to S8" in row.reason
 
 
 def test_lint_qdq_s8s8_flags_neon_wrap():

@@ -11,10 +11,13 @@ summed before they reach the int32 accumulator.
   fits). S8S8 QDQ models count too: on x86 onnxruntime rewrites S8 activations to
   U8 (``session.qdqisint8allowed`` defaults to off there), so they reach the same
   kernel. VNNI (``vpdpbusd``), AMX and the SSE4.1 ``pmaddwd`` kernel are exact.
-* NEON-only ARM (Cortex-A53/A72: Raspberry Pi 3, Zero 2, 4), S8S8: ``smull`` +
-  ``smlal`` add two adjacent K products into int16; only (-128 x -128) + (-128 x -128)
-  = 32768 wraps, so a pair wraps iff both weights are -128 (and both activations
-  reach -128). U8 activations take the unsigned ``umull``/``uadalp`` path: exact.
+* NEON-only ARM (Cortex-A53/A72: Raspberry Pi 3, Zero 2, 4): ``smull`` + ``smlal``
+  add two adjacent K products into int16; only (-128 x -128) + (-128 x -128) = 32768
+  wraps, so a pair wraps iff both weights are -128 (and both activations reach
+  -128). This holds for U8 activations too: qemu's translation log of a U8S8 QDQ
+  model on Cortex-A72 shows signed SMULL/SMLAL (8-bit) + SADALP, i.e. the kernel
+  shifts U8 activations to S8 (activation 0 becomes -128). onnxruntime's own
+  quantizer keeps weights in [-127, 127], so -128 weights come from other tools.
   Dot-product (UDOT/SDOT) and i8mm (UMMLA/SMMLA) kernels are exact.
 * Everywhere: the int32 accumulator is safe iff K x 255 x 128 < 2^31.
 
@@ -200,10 +203,11 @@ def lint_model(model_or_path) -> list[LayerLint]:
             via = "" if act == "uint8" else " (S8 activations are shifted to U8 on x86)"
             reasons.append(f"{sat} weight pairs can saturate vpmaddubsw's int16 pair sum{via}; "
                            "AVX-512 without VNNI too; VNNI/AMX/SSE4 exact")
-        if w.dtype == np.int8 and act in ("int8", "unknown") and wrap:
+        if w.dtype == np.int8 and act in ("uint8", "int8", "unknown") and wrap:
             tiers.append("arm-neon")
+            via = " (U8 activations are shifted to S8 there)" if act == "uint8" else ""
             reasons.append(f"{wrap} pairs of -128 weights can wrap smull/smlal's int16 pair sum "
-                           "on NEON-only cores (A53/A72); dotprod/i8mm exact")
+                           f"on NEON-only cores (A53/A72){via}; dotprod/i8mm exact")
         if not int32_ok:
             tiers.append("all")
             reasons.append(f"K={k}: K*255*128 >= 2^31, the int32 accumulator can overflow on every host")
