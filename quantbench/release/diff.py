@@ -249,7 +249,11 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
 
     # opset
     oa, ob = _opset(ma), _opset(mb)
-    fmt = lambda d: ", ".join(f"{k} {v}" for k, v in d.items())  # noqa: E731
+    def fmt(d):
+        others = [k for k in d if k not in ("ai.onnx", "ir_version")]
+        return (f"ai.onnx {d.get('ai.onnx', '-')}, ir {d['ir_version']}"
+                + (f", +{len(others)} domain{'s' if len(others) > 1 else ''}" if others else ""))
+
     detail = [f"{k}: {oa.get(k, '-')} vs {ob.get(k, '-')}" for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)]
     findings.append(Finding("opset", SEMANTIC, oa != ob, fmt(oa), fmt(ob), detail, data={"a": oa, "b": ob}))
 
@@ -346,7 +350,8 @@ def format_diff(d: ModelDiff) -> str:
     lines.append("")
     rows = []
     for i, f in enumerate(d.ranked(), 1):
-        rows.append([str(i), f.risk, f.category, "DIFFERS" if f.differs else "same", f.a, f.b,
+        cut = lambda x: x if len(x) <= 32 else x[:29] + "..."  # noqa: E731
+        rows.append([str(i), f.risk, f.category, "DIFFERS" if f.differs else "same", cut(f.a), cut(f.b),
                      f.detail[0] if f.detail else ""])
         for extra in f.detail[1:]:
             rows.append(["", "", "", "", "", "", extra])
