@@ -110,3 +110,29 @@ def test_qdq_saturation_localised_between_local_and_avx2(workdir):
     producer_of_input_q = min(r.position for r in res.rows if r.op_type == "QuantizeLinear")
     assert res.first[0].position > producer_of_input_q  # the input's own quantization agrees
     assert not res.outputs[0].same and res.outputs[0].max_abs > 1.0
+
+
+def test_localize_command_on_corpus_fixture(workdir, capsys):
+    """The CLI end to end: a bundled-corpus fixture, two local hosts, table and report written."""
+    from quantbench.cli import main
+
+    c = {n: numpy_helper.from_array(np.array([v], np.float32), n) for n, v in
+         (("small", 1e-39), ("huge", 1e38), ("one", 1.0))}
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[2, 3], keepdims=0, name="pool"),
+             helper.make_node("Mul", ["m", "small"], ["b"], name="tiny"),
+             helper.make_node("Mul", ["b", "huge"], ["c"], name="big"),
+             helper.make_node("Add", ["c", "one"], ["logits"], name="shift")]
+    g = helper.make_graph(nodes, "daz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3])], list(c.values()))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, workdir / "cli.onnx")
+    rc = main(["localize", "--variant", str(workdir / "cli.onnx"), "--hosts", "x86,x86+session.set_denormal_as_zero=1",
+               "--graph-opt", "basic", "--tables", str(workdir / "results" / "tables"), "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "first divergent node: tiny (Mul, position 1)" in out
+    assert "localised at graph optimisation level 'basic'" in out
+    report = (workdir / "results" / "report.md").read_text()
+    assert "### First divergent node (`localize`)" in report and "tiny (Mul)" in report
+    assert main(["localize", "--variant", str(workdir / "cli.onnx"), "--hosts", "x86"]) == 2
