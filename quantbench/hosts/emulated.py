@@ -58,6 +58,8 @@ class Preset:
     expect_features: tuple[str, ...] = field(default=())
     #: features a guest must not see
     absent_features: tuple[str, ...] = field(default=())
+    #: extra environment for the guest process
+    env: tuple[tuple[str, str], ...] = field(default=())
 
     @property
     def midr_text(self) -> str:
@@ -74,8 +76,11 @@ def _arm(name, cpu, desc, variant, part, revision, expect, absent, min_qemu=(7, 
 
 def _x86(name, cpu, desc, expect, absent) -> Preset:
     hint = f"x86_64; {cpu} model; flags include {', '.join(expect)}; no {', '.join(absent)}"
+    # numpy's bundled OpenBLAS detects "Haswell" on qemu's Nehalem model and dies on its first
+    # AVX instruction (numpy's import-time sanity check runs a dot product); naming the core
+    # fixes that. It only picks numpy's BLAS kernels: onnxruntime (MLAS) dispatches on CPUID.
     return Preset(name, "x86_64", cpu, desc, fingerprint_hint=hint, expect_features=tuple(expect),
-                  absent_features=tuple(absent))
+                  absent_features=tuple(absent), env=(("OPENBLAS_CORETYPE", cpu),))
 
 
 # MIDR variant/revision are qemu's values for the model (what qemu 10's emulated
@@ -269,6 +274,7 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = ()) -> tuple[lis
         # This machine's interpreter (a venv's python keeps its pyvenv.cfg: the path is not resolved).
         argv += [sys.executable, "-u"]
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(dict(p.env))
     return argv, env
 
 

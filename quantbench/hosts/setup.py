@@ -67,6 +67,19 @@ def _run(argv: list[str], what: str, cwd: Path | None = None, env: dict | None =
     return proc.stdout
 
 
+def _run_visible(argv: list[str], what: str, progress: bool) -> None:
+    """Run a command whose own progress output (pip's download bars) the user should see."""
+    if not progress:
+        _run(argv, what)
+        return
+    try:
+        rc = subprocess.run(argv, stdout=sys.stderr).returncode
+    except FileNotFoundError:
+        raise SetupError(f"{what}: {argv[0]} not found") from None
+    if rc != 0:
+        raise SetupError(f"{what}: `{' '.join(argv[:3])} ...` failed (exit {rc}); its output is above")
+
+
 def _run_streamed(argv: list[str], what: str, desc: str, progress: bool, total: int | None = None,
                   count: re.Pattern | None = None, env: dict | None = None) -> None:
     """Run a long command, advancing a tqdm bar per matching output line."""
@@ -390,12 +403,13 @@ def ensure_site(progress: bool, actions: list[str]) -> dict:
     try:
         try:
             # The same numpy as the local one where a wheel exists, so hashing code is the same.
-            _run(base + ([f"numpy=={np_version}"] if np_version else ["numpy"]), "pip install (aarch64 wheels)")
+            _run_visible(base + ([f"numpy=={np_version}"] if np_version else ["numpy"]), "pip install (aarch64 wheels)",
+                         progress)
         except UserError:
             if not np_version:
                 raise
             _fresh_dir(tmp)
-            _run(base + ["numpy"], "pip install (aarch64 wheels)")
+            _run_visible(base + ["numpy"], "pip install (aarch64 wheels)", progress)
         got = _dist_version(tmp, "onnxruntime")
         if got != ort_version:
             raise SetupError(f"{tmp}: pip installed onnxruntime {got or 'nothing'}, not {ort_version}")
@@ -561,6 +575,7 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> 
         (tmp / "proc").mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env.update(dict(p.env))
         if p.arch == "aarch64":
             root = E.root_dir()
             for entry in sorted(root.iterdir()):
@@ -624,9 +639,16 @@ def setup_presets(names: Sequence[str], progress: bool = True) -> list[str]:
         failed = []
         for p in presets:
             if tuple(qemu["version"]) < p.min_qemu:
-                failed.append(f"{p.name}: needs qemu >= {E._fmt(p.min_qemu)}, have {E._fmt(qemu['version'])}")
+                # Not an error: the other presets work; `hosts list` shows why this one is not ready.
+                actions.append(f"{p.name}: not ready: {p.qemu_cpu} needs qemu >= {E._fmt(p.min_qemu)}, "
+                               f"the qemu in use is {E._fmt(qemu['version'])} ({qemu['source']})")
                 continue
-            ensure_prefix(p.name, qemu, progress, actions)
+            try:
+                ensure_prefix(p.name, qemu, progress, actions)
+            except UserError as exc:  # the other presets still get set up
+                failed.append(str(exc))
         if failed:
-            actions.extend(f"not ready: {f}" for f in failed)
+            for action in actions:
+                print(action)
+            raise SetupError("hosts setup failed for " + "; ".join(failed))
     return actions
