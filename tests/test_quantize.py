@@ -166,3 +166,19 @@ def test_dynamic_and_fp32_variants_run(model, tmp_path):
     outs = [ort.InferenceSession(str(v.path), providers=["CPUExecutionProvider"]).run(None, x)[0] for v in (f, d)]
     assert outs[0].shape == outs[1].shape and np.isfinite(outs[1]).all()
     assert d.recipe["method"] == "dynamic" and d.recipe["per_channel"] is True
+
+
+def test_saved_ranges_requantize_identically(model, tmp_path):
+    """<variant>.ranges.json is enough to re-quantize with other options (the remedy matrix does this)."""
+    from quantbench.quantize.calibration import load_ranges
+
+    r = compute_ranges(model, random_feeds(4), ["minmax", "percentile"])
+    for m in r:
+        first = make_static(model, tmp_path / f"{m}.onnx", ranges=r[m], method=m)
+        for at, wt, rr in [("u8", "s8", False), ("s8", "s8", True)]:
+            a = make_static(model, tmp_path / f"a-{m}-{at}{wt}.onnx", ranges=r[m], method=m, activation_type=at,
+                            weight_type=wt, reduce_range=rr)
+            b = make_static(model, tmp_path / f"b-{m}-{at}{wt}.onnx", ranges=load_ranges(tmp_path / f"{m}.ranges.json"),
+                            method=m, activation_type=at, weight_type=wt, reduce_range=rr)
+            assert sha256_file(a.path) == sha256_file(b.path)
+        assert first.recipe["ranges_file"] == f"{m}.ranges.json"

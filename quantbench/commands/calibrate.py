@@ -153,7 +153,6 @@ def _options(recipe: dict) -> str:
 
 def run(args) -> int:
     import sys
-    import tempfile
     import time
     from pathlib import Path
 
@@ -235,8 +234,8 @@ def run(args) -> int:
     calib_info = {"name": name, "folder": str(CALIB_SETS_DIR / name), "manifest_sha256": manifest_sha,
                   "images": len(paths), "seed": args.seed}
     summary = []
-    with staging_folder(out) as stage, tempfile.TemporaryDirectory(prefix="qb-calibrate-") as work:
-        prepared = Path(work) / "prepared.onnx"
+    with staging_folder(out) as stage:
+        prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
         qv.prepare_model(model_path, prepared, pre_process=args.pre_process)
         prep_model = load_with_shape_infer(prepared)
         names = {n.name for n in prep_model.graph.node}

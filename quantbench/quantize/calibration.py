@@ -353,3 +353,27 @@ def ranges_sha256(tensors_data) -> str:
     from quantbench.fsutil import canonical_json, sha256_bytes
 
     return sha256_bytes(canonical_json(ranges_dict(tensors_data)).encode())
+
+
+def load_ranges(path: str | os.PathLike):
+    """The TensorsData saved beside a static variant (<variant>.ranges.json), for re-quantizing
+    with other options (types, reduce_range, exclusions) without calibrating again."""
+    import json
+
+    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorsData
+
+    try:
+        saved = json.loads(Path(path).read_text())
+        method = saved["method"]
+        ranges = saved["ranges"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{path}: not a quantbench ranges file ({exc})") from None
+    cm = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+          "entropy": CalibrationMethod.Entropy}.get(method)
+    if cm is None:
+        raise UserError(f"{path}: unknown calibration method {method!r}")
+    if method == "minmax":  # shapes as onnxruntime's MinMaxCalibrater makes them
+        data = {t: (np.array([lo], np.float32), np.array([hi], np.float32)) for t, (lo, hi) in ranges.items()}
+    else:
+        data = {t: (np.array(lo, np.float32), np.array(hi, np.float32), None, None) for t, (lo, hi) in ranges.items()}
+    return TensorsData(cm, data)
