@@ -12,8 +12,9 @@ and fixtures:
                        quantizer supports it (otherwise the row says why not).
 
 Re-quantized remedies use the variant's own calibration ranges (its
-``<stem>.ranges.json``) on the same prepared float model, so only the remedy
-changes; without a ranges file they are calibrated on the given feeds. A remedy's
+``<stem>.ranges.json``) on the same prepared float model (``prepared.onnx``
+beside the variants when calibrate kept it, else prepared again from the fp32
+model), so only the remedy changes; without a ranges file they are calibrated on the given feeds. A remedy's
 decision cost is the decision flips against fp32 on the same host, summed over
 hosts (and the worst host).
 """
@@ -95,8 +96,12 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
     requant = [r for r in ("reduce_range", "s8s8", "u8u8") if r in remedies]
     if not requant:
         return out
-    prepared = out_dir / "prepared.onnx"
-    QV.prepare_model(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)))
+    kept = Path(base_path).parent / "prepared.onnx"  # calibrate keeps the model it quantized beside the variants
+    if kept.exists():
+        prepared = kept
+    else:
+        prepared = out_dir / "prepared.onnx"
+        QV.prepare_model(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)))
     ranges_file = Path(ranges_file) if ranges_file else None
     if ranges_file and ranges_file.exists():
         method, ranges = load_ranges(ranges_file, recipe.get("calibration_method", "minmax"))
