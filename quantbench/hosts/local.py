@@ -8,6 +8,7 @@ and is shared by every process-based host kind (ssh pipes through the OpenSSH cl
 from __future__ import annotations
 
 import collections
+import io
 import os
 import subprocess
 import sys
@@ -57,7 +58,7 @@ class WorkerClient:
         _grow_pipe(self.proc.stdout)
         self._drain = threading.Thread(target=self._read_stderr, daemon=True)
         self._drain.start()
-        self._stdout = self.proc.stdout
+        self._stdout = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)  # fewer syscalls per frame
         if preamble:
             self._send_raw(preamble)
 

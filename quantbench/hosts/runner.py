@@ -9,7 +9,7 @@ cache key of one result is
 
 so a rerun skips every (host, run_key) already in the outputs table and an
 interrupted run resumes where it stopped. Results are appended as they stream in
-(a part per ~half second), so a killed worker or workbench loses at most the
+(a part every ~2 seconds), so a killed worker or workbench loses at most the
 fixtures in flight.
 """
 
@@ -31,7 +31,7 @@ from quantbench.fsutil import canonical_json, sha256_file
 from quantbench.hosts import worker as W
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 
-FLUSH_SECONDS = 0.5
+FLUSH_SECONDS = 2.0
 FLUSH_ROWS = 512
 
 
