@@ -128,12 +128,9 @@ def _guest_fingerprint(name: str) -> dict:
     return json.loads(line[3:])["identity"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", ["pi", "pi4"])
-def test_arm_guest_fingerprint(name):
-    _need(name)
+def _check_arm_identity(name: str, fp: dict) -> None:
+    """The guest's /proc/cpuinfo MIDR and HWCAP are the preset's (read by the worker's fingerprint)."""
     p = E.PRESETS[name]
-    fp = _guest_fingerprint(name)
     assert fp["arch"] == "aarch64"
     assert fp["onnxruntime"]["version"] == E.local_ort_version()
     assert fp["cpu"]["cores"] == [{"CPU implementer": "0x41", "CPU architecture": "8", "CPU variant": f"0x{p.variant:x}",
@@ -188,7 +185,11 @@ def _static_qdq(model_path: Path, fixtures, out: Path) -> Path:
 
 @pytest.mark.slow
 def test_local_and_arm_presets_on_the_demo_classifier(workdir):
-    """fp32 is byte-identical on pi and pi4; so is static QDQ (the notes' measured equivalence)."""
+    """fp32 is byte-identical on pi and pi4; so is static QDQ (the notes' measured equivalence).
+
+    The same run checks the guests' identity from the fingerprints the runner stored:
+    pi is part 0xd0b with asimddp, pi4 part 0xd08 without.
+    """
     from quantbench import assets, tables
     from quantbench.hosts.runner import run_hosts
     from quantbench.variants import Variant
@@ -219,5 +220,8 @@ def test_local_and_arm_presets_on_the_demo_classifier(workdir):
         t = W.tensor_from_bytes(hosts["pi"]["tensor"], hosts["pi"]["dtype"], hosts["pi"]["shape"])
         assert W.tensor_sha256(t) == hosts["pi"]["sha256"]
         assert np.isfinite(t.astype(np.float64)).all()
-    fps = tables.read("hosts", root).to_pylist()
-    assert len({r["fingerprint_id"] for r in fps if r["host"] in ("pi", "pi4")}) == 2
+    fps = {r["host"]: r for r in tables.read("hosts", root).to_pylist()}
+    assert fps["pi"]["fingerprint_id"] != fps["pi4"]["fingerprint_id"]
+    for name in ("pi", "pi4"):
+        assert fps[name]["kind"] == "emulated"
+        _check_arm_identity(name, json.loads(fps[name]["fingerprint"])["identity"])
