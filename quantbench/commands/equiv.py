@@ -203,7 +203,8 @@ def summary_text(result) -> str:
                f"decision (flips <= {s['budget']}) fails {d_fail}; they disagree on {len(dis)}")
     for c in dis[:6]:
         out.append(f"  {c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']}: {c['gates_disagree']} "
-                   f"({c['tensor_gate']['failing']} elements, {c['flips']} flips)")
+                   f"({c['tensor_gate']['failing']} of {c['tensor_gate']['elements']} elements beyond tolerance, "
+                   f"{c['flips']} flips)")
     if len(dis) > 6:
         out.append(f"  ... {len(dis) - 6} more in the report")
     return "\n".join(out)
@@ -245,6 +246,8 @@ def finish(result, args, results: Path, root: Path, extra_files=()) -> int:
         print("")
         for f in files:
             print(f"wrote {f}")
+        if not result.flip_rows:
+            print("flips table: no rows to add (no flips)")
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise GateFailed(f"{failures[0]}{more}")
