@@ -61,8 +61,15 @@ def pick_variant(text: str):
     p = Path(text)
     if p.suffix == ".onnx" or p.exists():
         from quantbench.commands.run import resolve_variants
+        from quantbench.modelio import load_model
 
-        return resolve_variants([str(p)])[0]
+        v = resolve_variants([str(p)])[0]
+        if v.name == "fp32" and p.stem != "fp32":  # a bare file: name a quantized one after the file, not "fp32"
+            ops = {n.op_type for n in load_model(v.path, check=False).graph.node}
+            if ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+                      "ConvInteger", "DynamicQuantizeLinear"}:
+                v.name = p.stem
+        return v
     try:
         found = V.latest_variants()
     except UserError:
