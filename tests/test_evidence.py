@@ -103,9 +103,9 @@ def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
     model = static_qdq(demo_model(DEMO_CLASSIFIER), workdir)
     fx = classifier_fixtures(model, 1)
     from quantbench.explain.evidence import collect
+    from quantbench.explain.localize import parallel
 
-    pi = collect("pi", "pi", model, fx)
-    pi4 = collect("pi4", "pi4", model, fx)
+    pi, pi4 = parallel(lambda p: collect(p, p, model, fx), ["pi", "pi4"])  # two qemu processes at once
     dot = ("UDOT (by element)", "SDOT (by element)", "UDOT (vector)", "SDOT (vector)")
     neon = ("SMULL (8-bit)", "SMLAL (8-bit)", "UMULL (8-bit)", "UMLAL (8-bit)", "SADALP", "UADALP")
     assert pi.has(dot), pi.families
