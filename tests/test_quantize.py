@@ -182,3 +182,19 @@ def test_saved_ranges_requantize_identically(model, tmp_path):
                             method=m, activation_type=at, weight_type=wt, reduce_range=rr)
             assert sha256_file(a.path) == sha256_file(b.path)
         assert first.recipe["ranges_file"] == f"{m}.ranges.json"
+
+
+def test_fixed_histogram_counts_equal_numpy():
+    from quantbench.quantize.calibration import _FixedHistogram
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 3, 300_000).astype(np.float32)
+    x[:5] = [x.min(), x.max(), 0.0, -0.0, x.max()]
+    cases = [(2048, (np.abs(x).min(), np.abs(x).max()), np.abs(x)), (128, (x.min(), x.max()), x),
+             (7, (np.float32(1.5), np.float32(1.5)), np.full(10, 1.5, np.float32))]
+    for bins, rng_, data in cases:
+        h = _FixedHistogram(bins, rng_, data.dtype)
+        for part in np.array_split(data, 7):
+            h.add(part)
+        want, edges = np.histogram(data, bins=bins, range=rng_)
+        assert np.array_equal(h.counts, want) and np.array_equal(h.edges, edges)

@@ -124,28 +124,77 @@ def _session(model, providers=None):
 
 
 def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool):
-    """Copy of `model` whose extra outputs are per-tensor min, max (and min |x|)."""
+    """Copy of `model` with three extra float32 outputs, one element per non-input tensor
+    in `names` order: __qb_min, __qb_max (and __qb_amin = min |x|)."""
     import onnx
-    from onnx import helper
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
     vi = {v.name: v for v in list(m.graph.value_info) + list(m.graph.output) + list(m.graph.input)}
-    for t in names:
-        if t in graph_inputs:
-            continue
+    m.graph.initializer.append(nh.from_array(np.array([-1], np.int64), "__qb_flat"))
+    parts: dict[str, list[str]] = {"min": [], "max": [], "amin": []}
+    nodes = []
+    for i, t in enumerate(t for t in names if t not in graph_inputs):
         et = vi[t].type.tensor_type.elem_type
-        nodes = [helper.make_node("ReduceMin", [t], [f"{t}__qb_min"], keepdims=1, name=f"{t}__qb_min"),
-                 helper.make_node("ReduceMax", [t], [f"{t}__qb_max"], keepdims=1, name=f"{t}__qb_max")]
-        o = [f"{t}__qb_min", f"{t}__qb_max"]
+        todo = [("min", "ReduceMin", t), ("max", "ReduceMax", t)]
         if want_abs:
-            nodes += [helper.make_node("Abs", [t], [f"{t}__qb_abs"], name=f"{t}__qb_abs"),
-                      helper.make_node("ReduceMin", [f"{t}__qb_abs"], [f"{t}__qb_amin"], keepdims=1, name=f"{t}__qb_amin")]
-            o.append(f"{t}__qb_amin")
-        m.graph.node.extend(nodes)
-        for name in o:
-            m.graph.output.append(helper.make_tensor_value_info(name, et, None))
+            nodes.append(helper.make_node("Abs", [t], [f"__qb_abs_{i}"], name=f"__qb_abs_{i}"))
+            todo.append(("amin", "ReduceMin", f"__qb_abs_{i}"))
+        for kind, op, src in todo:
+            r = f"__qb_{kind}_{i}"
+            nodes.append(helper.make_node(op, [src], [r + "_k"], keepdims=1, name=r + "_k"))
+            if et != TensorProto.FLOAT:  # exact: float16/bfloat16 -> float32
+                nodes.append(helper.make_node("Cast", [r + "_k"], [r + "_c"], to=TensorProto.FLOAT, name=r + "_c"))
+                r_in = r + "_c"
+            else:
+                r_in = r + "_k"
+            nodes.append(helper.make_node("Reshape", [r_in, "__qb_flat"], [r], name=r))
+            parts[kind].append(r)
+    for kind, items in parts.items():
+        if items:
+            nodes.append(helper.make_node("Concat", items, [f"__qb_{kind}"], axis=0, name=f"__qb_{kind}"))
+            m.graph.output.append(helper.make_tensor_value_info(f"__qb_{kind}", TensorProto.FLOAT, [len(items)]))
+    m.graph.node.extend(nodes)
     return m
+
+
+class _FixedHistogram:
+    """np.histogram(x, bins, range) for one fixed range, with the edges computed once.
+
+    The per-element arithmetic is numpy's uniform-bin path (numpy/lib/_histograms_impl.py):
+    same dtypes, same index computation and edge corrections, so the counts are
+    exactly those of np.histogram (a test checks it), without recomputing the
+    edges on every call.
+    """
+
+    BLOCK = 1 << 18
+
+    def __init__(self, bins: int, rng: tuple, dtype):
+        from numpy.lib._histograms_impl import _get_bin_edges
+
+        edges, uniform = _get_bin_edges(np.zeros(0, dtype=dtype), bins, rng, None)
+        self.edges = edges
+        self.first, self.last, self.n = uniform
+        self.denom = np.subtract(self.last, self.first, dtype=np.result_type(self.last, self.first))
+        self.counts = np.zeros(self.n, np.int64)
+
+    def add(self, a: np.ndarray) -> None:
+        n, edges = self.n, self.edges
+        for i in range(0, a.size, self.BLOCK):
+            x = a[i:i + self.BLOCK]
+            keep = x >= self.first
+            keep &= x <= self.last
+            if not np.logical_and.reduce(keep):
+                x = x[keep]
+            x = x.astype(edges.dtype, copy=False)
+            f = np.subtract(x, self.first, dtype=np.result_type(x, self.first)) / self.denom * n
+            idx = f.astype(np.intp)
+            idx[idx == n] -= 1
+            idx[x < edges[idx]] -= 1
+            idx[(x >= edges[idx + 1]) & (idx != n - 1)] += 1
+            self.counts += np.bincount(idx, minlength=n)
 
 
 def _pass2_model(model, names: list[str], graph_inputs: set):
@@ -159,36 +208,6 @@ def _pass2_model(model, names: list[str], graph_inputs: set):
         if t not in graph_inputs and t not in existing:
             m.graph.output.append(vi[t])
     return m
-
-
-class _Stats:
-    """Pass-1 accumulators: exact min/max merges."""
-
-    def __init__(self):
-        self.lo: dict[str, np.generic] = {}
-        self.hi: dict[str, np.generic] = {}
-        self.amin: dict[str, np.generic] = {}
-
-    def update(self, t: str, lo, hi, amin=None):
-        if t in self.lo:
-            self.lo[t] = min(self.lo[t], lo)
-            self.hi[t] = max(self.hi[t], hi)
-            if amin is not None:
-                self.amin[t] = min(self.amin[t], amin)
-        else:
-            self.lo[t], self.hi[t] = lo, hi
-            if amin is not None:
-                self.amin[t] = amin
-
-
-def _scalar(a) -> np.generic:
-    return np.asarray(a).reshape(-1)[0]
-
-
-def _check_finite(t: str, lo, hi, where: str):
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        raise UserError(f"{where}: tensor {t!r} has non-finite values ({lo}, {hi}); "
-                        "check the image and the preprocessing, or drop the image")
 
 
 def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str] = ("minmax",), *,
@@ -231,78 +250,97 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
 
     bar = tqdm(total=n * passes, desc="calibrate", unit="img", file=sys.stderr, disable=not progress,
                dynamic_ncols=True)
-    stats = _Stats()
+    vi = {v.name: v for v in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)}
+    from onnx import helper
+
+    dtypes = {t: np.dtype(helper.tensor_dtype_to_np_dtype(vi[t].type.tensor_type.elem_type)) for t in names}
+    inner = [t for t in names if t not in graph_inputs]
+    outer = [t for t in names if t in graph_inputs]
+    lo = np.full(len(inner), np.inf, np.float32)
+    hi = np.full(len(inner), -np.inf, np.float32)
+    amin = np.full(len(inner), np.inf, np.float32)
+    lo_in: dict[str, np.generic] = {}
+    hi_in: dict[str, np.generic] = {}
+    amin_in: dict[str, np.generic] = {}
     try:
-        # pass 1: exact streaming min / max (/ min |x|)
-        m1 = _pass1_model(model, names, graph_inputs, want_pct)
-        sess = _session(m1, providers)
-        out_index = {o.name: i for i, o in enumerate(sess.get_outputs())}
+        # pass 1: exact streaming min / max (/ min |x|), reduced inside onnxruntime
+        sess = _session(_pass1_model(model, names, graph_inputs, want_pct), providers)
+        want = [o for o in ("__qb_min", "__qb_max", "__qb_amin") if want_pct or o != "__qb_amin"] if inner else []
         bar.set_description("calibrate pass 1/%d (ranges)" % passes)
         seen = 0
         for chunk in _chunks(iter(inputs), chunk_size):
             for feeds in chunk:
-                res = sess.run(None, feeds)
                 where = _label(inputs, seen)
-                for t in names:
-                    if t in graph_inputs:
-                        a = np.asarray(feeds[t])
-                        lo, hi = np.nanmin(a), np.nanmax(a)
-                        amin = np.nanmin(np.abs(a)) if want_pct else None
-                    else:
-                        lo = _scalar(res[out_index[f"{t}__qb_min"]])
-                        hi = _scalar(res[out_index[f"{t}__qb_max"]])
-                        amin = _scalar(res[out_index[f"{t}__qb_amin"]]) if want_pct else None
-                    _check_finite(t, lo, hi, where)
-                    stats.update(t, lo, hi, amin)
+                if want:
+                    res = dict(zip(want, sess.run(want, feeds)))
+                    if not (np.isfinite(res["__qb_min"]).all() and np.isfinite(res["__qb_max"]).all()):
+                        bad = next(t for t, a, b in zip(inner, res["__qb_min"], res["__qb_max"])
+                                   if not (np.isfinite(a) and np.isfinite(b)))
+                        raise UserError(f"{where}: tensor {bad!r} has non-finite values; check the image and "
+                                        "the preprocessing, or drop the image")
+                    np.minimum(lo, res["__qb_min"], out=lo)
+                    np.maximum(hi, res["__qb_max"], out=hi)
+                    if want_pct:
+                        np.minimum(amin, res["__qb_amin"], out=amin)
+                for t in outer:
+                    a = np.asarray(feeds[t])
+                    t_lo, t_hi = np.min(a), np.max(a)
+                    if not (np.isfinite(t_lo) and np.isfinite(t_hi)):
+                        raise UserError(f"{where}: tensor {t!r} has non-finite values; check the image and "
+                                        "the preprocessing, or drop the image")
+                    lo_in[t] = min(lo_in.get(t, t_lo), t_lo)
+                    hi_in[t] = max(hi_in.get(t, t_hi), t_hi)
+                    if want_pct:
+                        t_am = np.min(np.abs(a))
+                        amin_in[t] = min(amin_in.get(t, t_am), t_am)
                 seen += 1
                 bar.update(1)
             del chunk
-        del sess, m1
+        del sess
         if seen != n:
             raise UserError(f"calibration inputs yielded {seen} items but len() is {n}")
+        # per-tensor scalars in the tensor's own dtype, as onnxruntime's np.nanmin/np.nanmax give them
+        t_lo = {t: dtypes[t].type(v) for t, v in zip(inner, lo)} | lo_in
+        t_hi = {t: dtypes[t].type(v) for t, v in zip(inner, hi)} | hi_in
+        t_amin = ({t: dtypes[t].type(v) for t, v in zip(inner, amin)} | amin_in) if want_pct else {}
 
-        pct_hist: dict[str, np.ndarray] = {}
-        ent_hist: dict[str, np.ndarray] = {}
-        pct_range: dict[str, tuple] = {}
-        ent_range: dict[str, tuple] = {}
+        pct: dict[str, _FixedHistogram] = {}
+        ent: dict[str, _FixedHistogram] = {}
+        ent_thr: dict[str, np.ndarray] = {}
         if want_hist:
             for t in names:
                 if want_pct:
                     # onnxruntime: np.histogram(|x|, bins) over the data's own [min|x|, max|x|]
-                    amax = max(abs(stats.lo[t]), abs(stats.hi[t]))
-                    pct_range[t] = (stats.amin[t], amax)
-                    pct_hist[t] = np.zeros(percentile_bins, np.int64)
+                    pct[t] = _FixedHistogram(percentile_bins, (t_amin[t], max(abs(t_lo[t]), abs(t_hi[t]))), dtypes[t])
                 if "entropy" in methods:
                     # onnxruntime: np.histogram(x, bins, range=(-T, T)), T = max(|min|, |max|)
-                    thr = np.array(max(abs(stats.lo[t]), abs(stats.hi[t])), dtype=stats.lo[t].dtype)
-                    ent_range[t] = (-thr, thr)
-                    ent_hist[t] = np.zeros(entropy_bins, np.int64)
+                    thr = np.array(max(abs(t_lo[t]), abs(t_hi[t])), dtype=dtypes[t])
+                    ent[t] = _FixedHistogram(entropy_bins, (-thr, thr), dtypes[t])
+                    ent_thr[t] = thr
             # pass 2: integer-count histograms over the fixed ranges
-            m2 = _pass2_model(model, names, graph_inputs)
-            sess = _session(m2, providers)
-            oi = {o.name: i for i, o in enumerate(sess.get_outputs())}
+            sess = _session(_pass2_model(model, names, graph_inputs), providers)
+            outs = list(inner)
             bar.set_description("calibrate pass 2/2 (histograms)")
             for chunk in _chunks(iter(inputs), chunk_size):
                 acts: dict[str, list] = {t: [] for t in names}
                 for feeds in chunk:
-                    res = sess.run(None, feeds)
-                    for t in names:
-                        a = feeds[t] if t in graph_inputs else res[oi[t]]
-                        acts[t].append(np.asarray(a).ravel())
+                    res = sess.run(outs, feeds) if outs else []
+                    for t, a in zip(outs, res):
+                        acts[t].append(a.ravel())
+                    for t in outer:
+                        acts[t].append(np.array(feeds[t]).ravel())
                     del res
                     bar.update(1)
                 for t in names:
                     data = np.concatenate(acts[t]) if len(acts[t]) > 1 else acts[t][0]
                     acts[t] = None
-                    if want_pct:
-                        h, _ = np.histogram(np.abs(data), bins=percentile_bins, range=pct_range[t])
-                        pct_hist[t] += h
-                    if ent_hist:
-                        h, _ = np.histogram(data, bins=entropy_bins, range=ent_range[t])
-                        ent_hist[t] += h
+                    if t in ent:
+                        ent[t].add(data)
+                    if t in pct:
+                        pct[t].add(np.abs(data, out=data))  # data is our own copy
                     del data
                 del acts, chunk
-            del sess, m2
+            del sess
     finally:
         bar.close()
 
@@ -310,15 +348,14 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
     for method in methods:
         if method == "minmax":
             # onnxruntime's MinMaxCalibrater yields shape-(1,) arrays
-            data = {t: (np.array([stats.lo[t]]), np.array([stats.hi[t]])) for t in names}
+            data = {t: (np.array([t_lo[t]]), np.array([t_hi[t]])) for t in names}
             result[method] = TensorsData(CalibrationMethod.MinMax, data)
             continue
         if method == "percentile":
             col = HistogramCollector(method="percentile", symmetric=True, num_bins=percentile_bins,
                                      num_quantized_bins=entropy_quantized_bins, percentile=percentile, scenario="same")
             for t in names:
-                edges = _edges(percentile_bins, pct_range[t], stats.lo[t].dtype)
-                col.histogram_dict[t] = (pct_hist[t], edges, stats.lo[t], stats.hi[t])
+                col.histogram_dict[t] = (pct[t].counts, pct[t].edges.astype(dtypes[t]), t_lo[t], t_hi[t])
             with contextlib.redirect_stdout(io.StringIO()):
                 thresholds = col.compute_percentile()
             result[method] = TensorsData(CalibrationMethod.Percentile, thresholds)
@@ -326,18 +363,11 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
             col = HistogramCollector(method="entropy", symmetric=False, num_bins=entropy_bins,
                                      num_quantized_bins=entropy_quantized_bins, percentile=percentile, scenario="same")
             for t in names:
-                edges = _edges(entropy_bins, ent_range[t], stats.lo[t].dtype)
-                col.histogram_dict[t] = (ent_hist[t], edges, stats.lo[t], stats.hi[t], ent_range[t][1])
+                col.histogram_dict[t] = (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t])
             with contextlib.redirect_stdout(io.StringIO()):
                 thresholds = col.compute_entropy()
             result[method] = TensorsData(CalibrationMethod.Entropy, thresholds)
     return result
-
-
-def _edges(bins: int, rng: tuple, dtype) -> np.ndarray:
-    """The bin edges np.histogram uses for this range and bin count, in the data's dtype."""
-    _, edges = np.histogram(np.zeros(0, dtype=dtype), bins=bins, range=rng)
-    return edges.astype(dtype)
 
 
 def ranges_dict(tensors_data) -> dict:
