@@ -50,8 +50,10 @@ class WorkerClient:
         self.argv = list(argv)
         self._stderr = collections.deque(maxlen=200)
         try:
+            # Own session: under the kernel's autogroup scheduling each worker then gets its own CPU
+            # share, so hosts run in parallel really do run in parallel; the parent stops them itself.
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env, bufsize=0)
+                                         stderr=subprocess.PIPE, env=env, bufsize=0, start_new_session=True)
         except OSError as exc:
             raise UserError(f"host {host}: cannot start the worker ({argv[0]}: {exc.strerror or exc})") from None
         _grow_pipe(self.proc.stdin)

@@ -292,6 +292,16 @@ class _HostRun:
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
+        self.clients: list = []
+
+    def kill(self) -> None:
+        """Stop every worker of this host now (interrupt): finished results are already buffered."""
+        self.stop.set()
+        for c in list(self.clients):
+            try:
+                c.proc.kill()
+            except OSError:
+                pass
 
     # -- worker side
 
@@ -420,6 +430,9 @@ class _HostRun:
         from quantbench.hosts.local import WorkerDied
 
         client = self.host.start()
+        self.clients.append(client)
+        if self.stop.is_set():
+            client.kill()
         try:
             fp, fid, providers = self._fingerprint(client)
         except WorkerDied as exc:
@@ -633,7 +646,7 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
                 th.join(timeout=0.2)
     except KeyboardInterrupt:
         for r in runs:
-            r.stop.set()
+            r.kill()
         for th in threads:
             th.join(timeout=30)
         raise
