@@ -34,6 +34,13 @@ def test_presets_contract():
         assert p.fingerprint_hint and p.description and p.qemu_cpu
 
 
+def test_wheel_folders_are_keyed_by_the_full_onnxruntime_version(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path))
+    assert E.site_dir("1.32.0") != E.site_dir("1.32.1")
+    assert E.site_stamp("1.32.0").name == E.site_dir("1.32.0").name + ".json"
+    assert E.site_stamp("1.32.0") != E.site_stamp("1.32.1")
+
+
 def test_missing_setup_names_the_setup_command(tmp_path, monkeypatch):
     monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path / "empty"))
     monkeypatch.setenv("PATH", str(tmp_path / "nobin"))  # no qemu on PATH either

@@ -125,8 +125,13 @@ def root_dir() -> Path:
     return home() / "arm64-root" / ROOT_SUITE
 
 
+def _stamp(folder: Path) -> Path:
+    """FOLDER.json beside FOLDER (not with_suffix: folder names hold version dots)."""
+    return folder.parent / f"{folder.name}.json"
+
+
 def root_stamp() -> Path:
-    return root_dir().with_suffix(".json")
+    return _stamp(root_dir())
 
 
 def local_ort_version() -> str:
@@ -148,7 +153,7 @@ def site_dir(ort_version: str | None = None) -> Path:
 
 
 def site_stamp(ort_version: str | None = None) -> Path:
-    return site_dir(ort_version).with_suffix(".json")
+    return _stamp(site_dir(ort_version))
 
 
 def prefix_dir(preset_name: str) -> Path:
@@ -156,7 +161,7 @@ def prefix_dir(preset_name: str) -> Path:
 
 
 def prefix_stamp(preset_name: str) -> Path:
-    return prefix_dir(preset_name).with_suffix(".json")
+    return _stamp(prefix_dir(preset_name))
 
 
 def guest_python() -> Path:
