@@ -147,7 +147,7 @@ def conv_bn(cin, cout, stride):
 
 class LitterDETR(nn.Module):
     def __init__(self, num_classes=6, d=96, heads=4, ffn=192, enc_layers=2, dec_layers=3,
-                 grid=7, stem=(16, 32, 64, 128)):
+                 grid=7, stem=(16, 32, 64, 128), two_stage_queries=0):
         super().__init__()
         c1, c2, c3, c4 = stem
         # 128 -> 64 -> 32 -> 16 -> 8: 64 tokens of stride 16
@@ -163,8 +163,12 @@ class LitterDETR(nn.Module):
         self.mem_pos_proj = nn.Linear(d, d)
         self.encoder = nn.ModuleList(EncoderLayer(d, heads, ffn) for _ in range(enc_layers))
         self.decoder = nn.ModuleList(DecoderLayer(d, heads, ffn) for _ in range(dec_layers))
-        self.num_queries = grid * grid
-        self.query_content = nn.Embedding(self.num_queries, d)
+        # two-stage (Deformable-DETR / LW-DETR / RF-DETR): the decoder's queries are the
+        # encoder tokens whose dense head scores highest (TopK), starting from that head's boxes
+        self.two_stage_queries = two_stage_queries
+        self.num_queries = two_stage_queries or grid * grid
+        self.query_from_token = nn.Sequential(nn.Linear(d, d), nn.LayerNorm(d))
+        self.query_content = nn.Embedding(grid * grid, d)
         # reference boxes on a grid, size 0.12, stored in inverse-sigmoid space
         g = (torch.arange(grid) + 0.5) / grid
         gy, gx = torch.meshgrid(g, g, indexing="ij")
@@ -205,9 +209,15 @@ class LitterDETR(nn.Module):
         for layer in self.encoder:
             x = layer(x, pos)
         mem_pos = self.mem_pos_proj(pos)
-        tgt = self.query_content.weight[None].expand(b, -1, -1)
-        ref_logit = self.query_ref[None].expand(b, -1, -1)
-        ref = ref_logit.sigmoid()
+        enc_logits = self.enc_class(x)
+        enc_boxes = (self.token_anchor[None] + self.enc_box(x)).sigmoid()
+        if self.two_stage_queries:
+            idx = torch.topk(enc_logits.max(-1).values, self.two_stage_queries, dim=1).indices[..., None]
+            ref = torch.gather(enc_boxes, 1, idx.expand(-1, -1, 4)).detach()
+            tgt = self.query_from_token(torch.gather(x, 1, idx.expand(-1, -1, x.shape[2])))
+        else:
+            tgt = self.query_content.weight[None].expand(b, -1, -1)
+            ref = self.query_ref[None].expand(b, -1, -1).sigmoid()
         outputs = []
         for i, layer in enumerate(self.decoder):
             query_pos = self.ref_to_pos(sine_embed(ref, self.token_pos.shape[1] // 2))
@@ -216,7 +226,7 @@ class LitterDETR(nn.Module):
             outputs.append((self.class_head[i](tgt), new_ref))
             ref = new_ref.detach() if self.training else new_ref
         if self.training:
-            outputs.append((self.enc_class(x), (self.token_anchor[None] + self.enc_box(x)).sigmoid()))
+            outputs.append((enc_logits, enc_boxes))
         return outputs
 
 
@@ -404,7 +414,7 @@ def evaluate(dets, coco, split):
 def build_model(cfg):
     return LitterDETR(num_classes=cfg["classes"], d=cfg["d_model"], heads=cfg["heads"], ffn=cfg["ffn"],
                       enc_layers=cfg["enc_layers"], dec_layers=cfg["dec_layers"], grid=cfg["grid"],
-                      stem=tuple(cfg["stem"]))
+                      stem=tuple(cfg["stem"]), two_stage_queries=cfg.get("two_stage_queries", 0))
 
 
 def lr_at(step, total, base, warmup):
@@ -422,6 +432,9 @@ def train(args, coco, cfg):
     np.random.seed(args.seed)
     random.seed(args.seed)
     model = build_model(cfg)
+    if args.init_from:
+        missing, unexpected = model.load_state_dict(torch.load(args.init_from, weights_only=False)["model"], strict=False)
+        print(f"initialised from {args.init_from}; new: {missing}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     steps_per_epoch = math.ceil(len(ims_tr) / args.batch)
     total = args.epochs * steps_per_epoch
@@ -540,6 +553,9 @@ def main(argv=None):
     ap.add_argument("--eval-every", type=int, default=3, help="evaluate on val every N epochs")
     ap.add_argument("--d-model", type=int, default=64, help="transformer width")
     ap.add_argument("--dec-layers", type=int, default=2, help="decoder layers (each one supervised)")
+    ap.add_argument("--queries", type=int, default=48,
+                    help="two-stage: decoder queries = top-scoring encoder tokens (0: learned grid anchors)")
+    ap.add_argument("--init-from", default=None, help="start from these weights (a --best or --checkpoint file)")
     ap.add_argument("--grid", type=int, default=7, help="queries = grid*grid reference boxes")
     ap.add_argument("--checkpoint", default="/tmp/litter-detr-tiny.ckpt.pt", help="resumable checkpoint")
     ap.add_argument("--best", default="/tmp/litter-detr-tiny.best.pt", help="best-on-val weights")
@@ -550,7 +566,8 @@ def main(argv=None):
     coco = load_coco(args.labels, args.images)
     classes = [c["name"] for c in sorted(coco["categories"], key=lambda c: c["id"])]
     cfg = {"classes": len(classes), "d_model": args.d_model, "heads": 4, "ffn": 2 * args.d_model,
-           "enc_layers": 2, "dec_layers": args.dec_layers, "grid": args.grid, "stem": [16, 32, 64, 128]}
+           "enc_layers": 2, "dec_layers": args.dec_layers, "grid": args.grid, "stem": [16, 32, 64, 128],
+           "two_stage_queries": args.queries}
     state = None
     if not args.export_only:
         state = train(args, coco, cfg)
@@ -571,10 +588,19 @@ def main(argv=None):
         "epochs": args.epochs, "best_epoch": best["epoch"], "val_ap50": round(best["val_ap50"], 4),
         "queries": model.num_queries, "d_model": best["cfg"]["d_model"],
         "encoder_layers": best["cfg"]["enc_layers"], "decoder_layers": best["cfg"]["dec_layers"],
-        "batch": args.batch, "lr": args.lr,
+        "batch": args.batch, "lr": args.lr, "warmup": args.warmup,
         "train_minutes": round(state["train_seconds"] / 60, 1) if state else None,
-        "command": "python3 scripts/train_detector.py",
+        "command": (f"python3 scripts/train_detector.py --queries {args.queries} --d-model {args.d_model} "
+                    f"--dec-layers {args.dec_layers} --epochs {args.epochs} --batch {args.batch} --lr {args.lr} "
+                    f"--warmup {args.warmup} --seed {args.seed} --eval-every {args.eval_every}"
+                    + (f" --init-from {args.init_from}" if args.init_from else "")),
     }
+    if args.init_from:
+        init = torch.load(args.init_from, weights_only=False)
+        training["init_from"] = {
+            "file": Path(args.init_from).name, "steps_done": init["state"]["step"] if "state" in init else None,
+            "train_minutes": round(init["state"]["train_seconds"] / 60, 1) if "state" in init else None,
+            "cfg": init["cfg"]}
     sidecar = {
         "name": NAME, "classes": classes, "input": INPUT_SPEC,
         "decode": {"kind": "detr-sigmoid", "logits": "pred_logits", "boxes": "pred_boxes",
