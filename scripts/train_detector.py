@@ -7,11 +7,13 @@ multi-head attention written out as MatMul + Softmax, ReLU MLPs, and object quer
 trained as a set (Hungarian matching) with one sigmoid per class (no background
 column, as RF-DETR / LW-DETR) under sigmoid focal loss, boxes under L1 + GIoU.
 
-To converge on two CPU cores in well under an hour it borrows the DETR variants'
-speed-ups: every query owns a learned reference box laid out on a grid (DAB /
-Anchor-DETR), each decoder layer refines it in inverse-sigmoid space and is
-supervised (auxiliary losses), and cross-attention gets a Gaussian locality bias
-around the reference box (SMCA), so a query looks near its anchor from step one.
+To converge on a shared CPU it borrows the DETR variants' speed-ups: a dense head
+on the encoder tokens is supervised directly and, two-stage (Deformable DETR,
+LW-DETR, RF-DETR), its TopK tokens become the decoder's queries starting from its
+boxes (--queries 0 instead gives learned reference boxes on a grid, DAB /
+Anchor-DETR); each decoder layer refines the boxes in inverse-sigmoid space and is
+supervised (auxiliary losses); cross-attention gets a Gaussian locality bias around
+the reference box (SMCA), so a query looks near its box from step one.
 
 Outputs: pred_logits [1,Q,C] raw logits (the decoder applies sigmoid) and
 pred_boxes [1,Q,4] cx,cy,w,h normalised (sigmoid in-graph); input images
