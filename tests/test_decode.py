@@ -37,6 +37,9 @@ def test_detr_sigmoid_argmax_threshold_topk():
     assert d.total == 3
     np.testing.assert_allclose(d.box[0], [0.4, 0.3, 0.6, 0.7], rtol=1e-6)   # cxcywh -> xyxy
     np.testing.assert_allclose(d.margin, np.array([0.9, 0.4, 0.39, 0.7]) - 0.4, atol=1e-6)
+    # the demo sidecar's "cxcywh-normalized" is the same layout
+    dn = decode(detr_spec(box_format="cxcywh-normalized"), {"pred_logits": logits, "pred_boxes": boxes})
+    np.testing.assert_allclose(dn.box, d.box)
     # top-2: only the two best queries can be kept (q0 0.9, q3 0.7)
     d2 = decode(detr_spec(top_k=2), {"pred_logits": logits, "pred_boxes": boxes})
     assert d2.kept.tolist() == [True, False, False, True]

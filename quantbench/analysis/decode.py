@@ -186,7 +186,7 @@ def decode_detr(spec: DecodeSpec, outputs: dict) -> Decoded:
         in_top = np.zeros(q, dtype=bool)
         in_top[order[: spec.top_k]] = True
         kept &= in_top
-    box = cxcywh_to_xyxy(boxes) if spec.box_format == "cxcywh" else np.asarray(boxes, dtype=np.float64)
+    box = cxcywh_to_xyxy(boxes) if spec.box_format.startswith("cxcywh") else np.asarray(boxes, dtype=np.float64)
     return Decoded(slot=np.arange(q, dtype=np.int64), cls=cls, score=score, kept=kept,
                    margin=score - spec.threshold, box=box)
 
@@ -291,7 +291,7 @@ def decode_nms(spec: DecodeSpec, outputs: dict) -> Decoded:
         raise UserError(f"--decode {spec.kind}: boxes {list(boxes.shape)}, scores {list(scores.shape)}, "
                         f"labels {list(labels.shape)} do not describe the same detections ([N,4], [N], [N])")
     score = np.asarray(scores, dtype=np.float64)
-    box = cxcywh_to_xyxy(boxes) if spec.box_format == "cxcywh" else np.asarray(boxes, dtype=np.float64)
+    box = cxcywh_to_xyxy(boxes) if spec.box_format.startswith("cxcywh") else np.asarray(boxes, dtype=np.float64)
     return Decoded(slot=np.arange(n, dtype=np.int64), cls=np.asarray(labels).astype(np.int64), score=score,
                    kept=score >= spec.threshold, margin=score - spec.threshold, box=box)
 
