@@ -17,6 +17,7 @@ from quantbench.errors import UserError
 from quantbench.hosts import emulated as E
 from quantbench.hosts import setup as S
 from quantbench.hosts import worker as W
+from setup_required import missing_setup
 
 WORKER_DIR = Path(W.__file__).resolve().parent
 
@@ -122,7 +123,7 @@ def _need(*names):
     for name in names:
         ok, msg = E.ready(name)
         if not ok:
-            pytest.skip(f"{name} not set up: {msg}")
+            missing_setup(f"{name} not set up: {msg}")
 
 
 def _guest_fingerprint(name: str) -> dict:

@@ -5,6 +5,7 @@ on `pi` (Cortex-A76: dot product) against `pi4` (Cortex-A72: plain NEON)."""
 import pytest
 
 from quantbench.explain.evidence import decode_arm64, scan_log, x86_family
+from setup_required import missing_setup
 
 # word (as the little-endian bytes LLVM prints, read as uint32) -> expected family
 KNOWN = {
@@ -99,7 +100,7 @@ def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
     for p in ("pi", "pi4"):
         ok, msg = EM.ready(p)
         if not ok:
-            pytest.skip(f"emulated host {p} not set up: {msg}")
+            missing_setup(f"emulated host {p} not set up: {msg}")
     model = static_qdq(demo_model(DEMO_CLASSIFIER), workdir)
     fx = classifier_fixtures(model, 1)
     from quantbench.explain.evidence import collect
@@ -126,7 +127,7 @@ def test_avx2_shows_vpmaddubsw(workdir):
 
     ok, msg = EM.ready("x86-avx2")
     if not ok:
-        pytest.skip(f"x86-avx2 not set up: {msg}")
+        missing_setup(f"x86-avx2 not set up: {msg}")
     qdq = static_qdq(saturating_matmul(workdir / "fp32.onnx"), workdir, "qdq", feeds=saturating_inputs(count=4, seed=7))
     ev = collect("x86-avx2", "x86-avx2", qdq, [fixture(saturating_inputs(count=1)[0])])
     assert ev.arch == "x86_64" and ev.qemu_cpu == "Haswell"

@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from quantbench import tables
 from quantbench.fixtures import Fixture
 from quantbench.hosts.worker import tensor_sha256
+from setup_required import missing_setup
 
 
 def _model(path):
@@ -95,7 +96,7 @@ def test_qdq_saturation_localised_between_local_and_avx2(workdir):
 
     ok, msg = EM.ready("x86-avx2")
     if not ok:
-        pytest.skip(f"x86-avx2 not set up: {msg}")
+        missing_setup(f"x86-avx2 not set up: {msg}")
     if not any(f in open("/proc/cpuinfo").read().split() for f in ("avx512_vnni", "avx_vnni", "amx_int8")):
         pytest.skip("the local CPU has no exact int8 kernel (VNNI/AMX)")
     fp32 = saturating_matmul(workdir / "fp32.onnx")

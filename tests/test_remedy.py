@@ -12,6 +12,7 @@ import pytest
 
 from quantbench.analysis.decode import spec_from_sidecar
 from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
+from setup_required import missing_setup
 
 
 def _local_int8_exact() -> bool:
@@ -46,7 +47,7 @@ def test_remedy_matrix_closes_the_avx2_gap(workdir):
 
     ok, msg = EM.ready("x86-avx2")
     if not ok:
-        pytest.skip(f"x86-avx2 not set up: {msg}")
+        missing_setup(f"x86-avx2 not set up: {msg}")
     if not _local_int8_exact():
         pytest.skip("the local CPU has no exact int8 kernel (VNNI/AMX): it cannot be the 'other' class")
     fp32 = saturating_matmul(workdir / "fp32.onnx")

@@ -15,6 +15,7 @@ from quantbench import tables
 from quantbench.errors import UserError
 from quantbench.hosts import results
 from quantbench.hosts.runner import RunFailed, run_hosts
+from setup_required import missing_setup
 
 pytestmark = pytest.mark.ssh
 
@@ -30,7 +31,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
     if not os.path.exists(SSHD) or shutil.which("ssh") is None:
-        pytest.skip("OpenSSH server/client not installed (apt-get install openssh-server openssh-client)")
+        missing_setup("OpenSSH server/client not installed (apt-get install openssh-server openssh-client)")
     d = tmp_path_factory.mktemp("sshd")
     for key in ("hostkey", "id"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / key)], check=True)

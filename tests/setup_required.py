@@ -1,0 +1,13 @@
+"""Missing setup (an emulated host, sshd) skips a test on a developer's machine, but
+fails it under CI (CI=true): the README's test command runs scripts/setup.sh first, so
+there a missing host is a broken setup, not a reason to pass quietly."""
+
+import os
+
+import pytest
+
+
+def missing_setup(message: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"setup incomplete under CI: {message}")
+    pytest.skip(message)
