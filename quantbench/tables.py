@@ -359,6 +359,13 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     return table.select(want)
 
 
+def _type_text(t: pa.DataType) -> str:
+    """`list<int64>` rather than Arrow's `list<item: int64>` (Parquet names the child `element`)."""
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return f"list<{_type_text(t.value_type)}>"
+    return str(t)
+
+
 def markdown() -> str:
     """The schema section of the README."""
     out = [f"Schema version {SCHEMA_VERSION}. Each table is `results/tables/<table>/part-*.parquet`.", ""]
@@ -368,7 +375,7 @@ def markdown() -> str:
         out.append("| column | type | meaning |")
         out.append("|---|---|---|")
         for c, t, meaning in cols:
-            out.append(f"| `{c}` | {t} | {meaning} |")
+            out.append(f"| `{c}` | `{_type_text(t)}` | {meaning} |")
         out.append("")
     return "\n".join(out)
 

@@ -44,7 +44,7 @@ print(",".join(tables.COLUMNS))
 
 def _type(t: str) -> str:
     """Arrow type text without list child names (Parquet reads `list<item: T>` back as `list<element: T>`)."""
-    return re.sub(r"list<\w+: ", "list<", t)
+    return re.sub(r"list<\w+: ", "list<", t.strip("`"))
 
 
 def readme_schema(text: str):
