@@ -42,15 +42,9 @@ def add_arguments(p) -> None:
 
 
 def base_session(args) -> dict:
-    from quantbench.errors import UserError
+    from quantbench.commands.run import config_entries
 
-    entries = {}
-    for item in args.session_config:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
-        entries[key.strip()] = value.strip()
-    return {"graph_optimization_level": args.graph_opt, "config_entries": entries}
+    return {"graph_optimization_level": args.graph_opt, "config_entries": config_entries(args.session_config)}
 
 
 def pick_variant(text: str):

@@ -37,15 +37,23 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def parse_session(args) -> dict:
+def config_entries(items) -> dict:
+    """`--session-config KEY=VALUE ...` -> the session's config entries."""
     from quantbench.errors import UserError
 
     entries = {}
-    for item in args.session_config:
+    for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
         entries[key.strip()] = value.strip()
+    return entries
+
+
+def parse_session(args) -> dict:
+    from quantbench.errors import UserError
+
+    entries = config_entries(args.session_config)
     if args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be at least 1")
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
