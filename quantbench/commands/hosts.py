@@ -136,17 +136,11 @@ def do_check(args) -> int:
 
 
 def do_setup(args) -> int:
-    import importlib
-
     from quantbench.errors import UserError
     from quantbench.hosts.registry import known_hosts
 
-    try:
-        em = importlib.import_module("quantbench.hosts.emulated")
-    except ModuleNotFoundError as exc:
-        if exc.name == "quantbench.hosts.emulated":
-            raise UserError("emulated hosts are not available in this install (quantbench.hosts.emulated missing)") from None
-        raise
+    from quantbench.hosts import emulated as em
+
     hosts = known_hosts(args.hosts_file)
     if args.all:
         presets = list(em.PRESETS)

@@ -182,18 +182,6 @@ class LocalHost(ProcessHost):
         return f"local ({self.options.get('python') or sys.executable})"
 
 
-def _emulated():
-    try:
-        import importlib
-
-        emulated = importlib.import_module("quantbench.hosts.emulated")
-    except ModuleNotFoundError as exc:
-        if exc.name == "quantbench.hosts.emulated":
-            raise UserError("emulated hosts are not available in this install (quantbench.hosts.emulated missing)") from None
-        raise
-    return emulated
-
-
 @dataclass
 class EmulatedHost(ProcessHost):
     """qemu-user running an arm64 (or x86) Python on a CPU model; the internals live in quantbench.hosts.emulated."""
@@ -203,13 +191,15 @@ class EmulatedHost(ProcessHost):
         return self.options.get("preset", self.name)
 
     def ready(self):
-        em = _emulated()
+        from quantbench.hosts import emulated as em
+
         if self.preset not in em.PRESETS:
             return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(em.PRESETS))}"
         return em.ready(self.preset)
 
     def command(self):
-        em = _emulated()
+        from quantbench.hosts import emulated as em
+
         argv, env = em.python_command(self.preset, tuple(self.options.get("qemu_args", ())))
         # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
         full = dict(env) if env else {k: v for k, v in os.environ.items()

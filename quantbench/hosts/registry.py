@@ -33,9 +33,6 @@ KIND_OPTIONS = {
 }
 
 # Fallback preset names when quantbench.hosts.emulated is not importable (the contract's list).
-_PRESET_NAMES = ("pi", "pi4", "pi3", "graviton2", "graviton3", "x86-avx2", "x86-sse4")
-
-
 @dataclass(frozen=True)
 class HostSpec:
     """A host as the user named it: name, kind (local | emulated | ssh | imported), kind options."""
@@ -48,14 +45,8 @@ class HostSpec:
 
 
 def preset_names() -> list[str]:
-    try:
-        import importlib
+    from quantbench.hosts import emulated
 
-        emulated = importlib.import_module("quantbench.hosts.emulated")
-    except ModuleNotFoundError as exc:
-        if exc.name != "quantbench.hosts.emulated":
-            raise
-        return list(_PRESET_NAMES)
     return list(emulated.PRESETS)
 
 
