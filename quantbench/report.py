@@ -145,6 +145,15 @@ def plot_margins(result, path: Path) -> Path | None:
     return out
 
 
+def _embed(plot, result, rdir: Path, name: str, alt: str, written: list) -> list[str]:
+    """Draw one plot into results/plots; the Markdown lines that show it (none without matplotlib)."""
+    p = plot(result, rdir / PLOTS / name)
+    if not p:
+        return []
+    written.append(p)
+    return [f"![{alt}]({PLOTS}/{name})", ""]
+
+
 def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True) -> tuple[str, list[Path]]:
     """The equiv section's Markdown and the plot files written."""
     s = result.settings
@@ -160,10 +169,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
                      for h, i in result.hosts.items()])
     lines.append("")
     if plots:
-        p = plot_class_map(result, rdir / PLOTS / "equiv-classes.png")
-        if p:
-            written.append(p)
-            lines += [f"![class map]({PLOTS}/equiv-classes.png)", ""]
+        lines += _embed(plot_class_map, result, rdir, "equiv-classes.png", "class map", written)
     lines += ["### Equivalence classes", "",
               "Hosts grouped by identical output hashes over every fixture; the separating features are the "
               "smallest set of fingerprint features whose values tell the classes apart.", ""]
@@ -226,10 +232,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
         lines.append("No flips against fp32.")
     lines.append("")
     if plots:
-        p = plot_margins(result, rdir / PLOTS / "equiv-margins.png")
-        if p:
-            written.append(p)
-            lines += [f"![flip margins]({PLOTS}/equiv-margins.png)", ""]
+        lines += _embed(plot_margins, result, rdir, "equiv-margins.png", "flip margins", written)
     lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
     return "\n".join(lines) + "\n", written
 
