@@ -86,6 +86,19 @@ def test_input_hash_mismatch_is_an_error(tmp_path, client):
     assert frames[0]["host"] == "h1" and frames[0]["variant"] == "v1" and frames[0]["fixture_id"] == W.tensor_sha256(x)
 
 
+def test_a_later_input_mismatch_stops_the_job_before_any_run(tmp_path, client):
+    # inputs are hashed on a helper thread while the session is built; all before the first run
+    model = matmul_model(tmp_path / "m.onnx")
+    xs = [np.full((1, 16), float(i), np.float32) for i in range(4)]
+    header, payload = _job(model, xs, sha=[None, None, "f" * 64, None])
+    frames = [h for h, _ in client.request(header, payload)]
+    assert [f["type"] for f in frames] == ["error"]
+    assert frames[0]["stage"] == "input" and frames[0]["fixture_id"] == W.tensor_sha256(xs[2])
+    ok = [h for h, _ in client.request(*_job(model, xs))]
+    assert [f["type"] for f in ok] == ["session"] + ["result"] * 4 + ["verified"]
+    assert ok[-1]["fixtures"] == 4 and ok[-1]["verify_seconds"] >= 0.0
+
+
 def test_unresolved_provider_is_reported_not_replaced(tmp_path, client):
     model = matmul_model(tmp_path / "m.onnx")
     x = np.ones((1, 16), np.float32)

@@ -378,10 +378,12 @@ class _HostRun:
                     if t == "session":
                         providers = h["providers"]
                         with self.lock:
-                            self.summary.verify_seconds += h.get("verify_seconds", 0.0)
                             self.summary.session_seconds += h.get("session_seconds", 0.0)
                             if providers not in self.summary.providers:
                                 self.summary.providers.append(providers)
+                    elif t == "verified":  # input hashing time, spent on the worker's helper thread
+                        with self.lock:
+                            self.summary.verify_seconds += h.get("verify_seconds", 0.0)
                     elif t == "result":
                         self.writer.add(self._rows(vi, h, p, providers))
                         pending.pop(h["fixture_id"], None)
@@ -456,6 +458,8 @@ class _HostRun:
             self.fingerprint_id = merged
             return
         t0 = time.monotonic()
+        if self.host.model_by_path:  # same filesystem: write the input store while the worker starts
+            threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
         client, fp, fid = self._start_and_fingerprint()
         self.summary.startup_seconds = time.monotonic() - t0
         clients = [client]
@@ -568,11 +572,12 @@ class _Context:
             return self._store
 
     def cleanup(self) -> None:
-        if self._store is not None:
-            import shutil
+        with self._lock:  # waits for a store still being written while a worker started
+            if self._store is not None:
+                import shutil
 
-            shutil.rmtree(Path(self._store[0]).parent, ignore_errors=True)
-            self._store = None
+                shutil.rmtree(Path(self._store[0]).parent, ignore_errors=True)
+                self._store = None
 
     def fixture_bytes(self, fx) -> bytes:
         with self._lock:

@@ -16,8 +16,9 @@ The header is UTF-8 JSON; tensors travel raw in the payload and the header locat
 them with {"offset", "nbytes"}. Requests: {"type": "fingerprint", ...},
 {"type": "run", ...}, {"type": "end"}. The worker reads a whole request before it
 writes anything (so the parent never deadlocks on full pipes) and answers with
-frames ending in {"type": "done"}. A run streams one "result" frame per fixture
-(flushed at once: a killed worker loses at most the fixture in flight); a failure
+frames ending in {"type": "done"}. A run answers a "session" frame, one "result"
+frame per fixture (flushed at once: a killed worker loses at most the fixture in
+flight) and a "verified" frame with the input hashing time; a failure
 is an "error" frame naming host, variant and fixture, after which the job stops
 and the results already sent stand.
 """
@@ -418,7 +419,8 @@ def _store(path: str):
     return m
 
 
-def _inputs(job, payload):
+def _input_arrays(job, payload):
+    """[(fixture header, array, cache key or None, expected SHA-256)] of a job, not yet verified."""
     out = []
     view = memoryview(payload)  # zero-copy slices
     for fx in job["fixtures"]:
@@ -427,20 +429,72 @@ def _inputs(job, payload):
             src = memoryview(_store(fx["file"]))
             arr = tensor_from_bytes(src[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
             key = (fx["file"], fx["offset"], fx["nbytes"], fx["dtype"], tuple(fx["shape"]), want)
-            if key in _VERIFIED:  # the store is immutable: verified once per worker
-                out.append((fx, arr))
-                continue
         else:
             arr = tensor_from_bytes(view[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
             key = None
-        got = tensor_sha256(arr)
-        if key is not None and got == want:
-            _VERIFIED.add(key)
-        if got != want:
-            raise JobError("input", "input tensor SHA-256 mismatch: expected %s, got %s; inputs must be "
-                           "byte-identical on every host" % (want, got), fx["fixture_id"])
-        out.append((fx, arr))
+        out.append((fx, arr, key, want))
     return out
+
+
+def _verify(fx, arr, key, want) -> None:
+    if key is not None and key in _VERIFIED:  # the store is immutable: verified once per worker
+        return
+    got = tensor_sha256(arr)
+    if got != want:
+        raise JobError("input", "input tensor SHA-256 mismatch: expected %s, got %s; inputs must be "
+                       "byte-identical on every host" % (want, got), fx["fixture_id"])
+    if key is not None:
+        _VERIFIED.add(key)
+
+
+def _inputs(job, payload):
+    """The job's (fixture header, array) pairs, every input verified first."""
+    items = _input_arrays(job, payload)
+    for item in items:
+        _verify(*item)
+    return [(fx, arr) for fx, arr, _, _ in items]
+
+
+class _Verifier:
+    """Hashes a job's inputs on a helper thread while onnxruntime builds the session.
+
+    hashlib releases the GIL on large buffers and session creation spends most of its
+    time outside Python, so the two overlap (on this project's slowest machine SHA-256
+    of 120 128x128 inputs takes ~0.15 s and the detector's session ~0.2 s). run_job
+    waits for every verdict before the first run: no input runs unverified, and a
+    mismatch stops the job before anything ran.
+    """
+
+    def __init__(self, items):
+        import threading
+
+        self.items, self.done, self.error, self.seconds = items, 0, None, 0.0
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="verify-inputs", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        t0 = time.perf_counter()
+        for i, item in enumerate(self.items):
+            try:
+                _verify(*item)
+            except Exception as exc:
+                with self.cond:
+                    self.error = exc
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.done = i + 1
+                self.seconds = time.perf_counter() - t0
+                self.cond.notify_all()
+
+    def wait(self, n: int) -> None:
+        """Return once the first n inputs are verified; raise the mismatch that stops it."""
+        with self.cond:
+            while self.done < n and self.error is None:
+                self.cond.wait()
+            if self.done < n:
+                raise self.error
 
 
 def _output_frame(job, fx_ids, outputs, names, want_tensors, seconds, rep):
@@ -465,7 +519,9 @@ def run_job(job, payload, out) -> None:
     session = normalize_session(job.get("session"))
     t0 = time.perf_counter()
     data = _model_source(job, payload)
-    inputs = _inputs(job, payload)
+    items = _input_arrays(job, payload)
+    verifier = _Verifier(items)
+    inputs = [(fx, arr) for fx, arr, _, _ in items]
     t1 = time.perf_counter()
     try:
         sess, resolved, readback = make_session(data, session)
@@ -480,9 +536,11 @@ def run_job(job, payload, out) -> None:
         if unknown:
             raise JobError("session", "model has no output(s) %s (outputs: %s)" % (unknown, names))
         names = list(job["output_names"])
+    t2 = time.perf_counter()
+    verifier.wait(len(items))
     write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
                       "outputs": names, "host": host, "variant": variant,
-                      "verify_seconds": t1 - t0, "session_seconds": time.perf_counter() - t1})
+                      "prepare_seconds": t1 - t0, "session_seconds": t2 - t1})
     want_tensors = job.get("return_tensors", True)
     repeat = int(job.get("repeat", 1))
     batch = session["batch"]
@@ -513,6 +571,7 @@ def run_job(job, payload, out) -> None:
                     split.append(arr[i:i + 1])
                 header, parts = _output_frame(job, fid, split, names, want_tensors, seconds / len(group), rep)
                 write_frame(out, header, parts)
+    write_frame(out, {"type": "verified", "fixtures": verifier.done, "verify_seconds": verifier.seconds})
 
 
 def fingerprint_job(job, payload, out) -> None:
