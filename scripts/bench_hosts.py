@@ -5,15 +5,17 @@
    hash checks, output hashing, transfer, Parquet appends) against a bare
    onnxruntime loop over the same inputs with the same session options (one
    intra-op and one inter-op thread, sequential, ORT_ENABLE_ALL), measured side by
-   side in one process, alternating, median of --rounds. Both sides include
-   session creation; the worker's fixed start-up (interpreter + imports +
+   side in one process, alternating, median of --rounds, over all 600 corpus
+   images by default (rounds of seconds: this shared VM's speed swings 3x in
+   phases of about a second, and a 120-image round fits inside one). Both sides
+   include session creation; the worker's fixed start-up (interpreter + imports +
    fingerprint) is reported separately. Target: ratio <= 1.10.
 2. Emulated `pi` seconds per inference for both demo models (worker-reported
    session.run time under qemu; not a device latency).
 3. Two emulated hosts (pi, pi4) run together vs one after the other, fresh tables
    each time. Target: together / sequential <= 0.65.
 
-Usage: python scripts/bench_hosts.py [--fixtures N] [--emulated-fixtures N] [--rounds R] [--parts local,pi,parallel]
+Usage: python scripts/bench_hosts.py [--fixtures N] [--split all|eval|...] [--emulated-fixtures N] [--rounds R] [--parts local,pi,parallel]
 """
 
 from __future__ import annotations
@@ -45,10 +47,10 @@ def demo_variants(paths=None):
     return out
 
 
-def fixtures_for(v, limit):
+def fixtures_for(v, limit, split="eval"):
     from quantbench.commands.run import build_run_fixtures
 
-    fx, _ = build_run_fixtures([v], split="eval", limit=limit)
+    fx, _ = build_run_fixtures([v], split=split, limit=limit)
     return fx
 
 
@@ -78,10 +80,10 @@ def harness(v, fxs, host="x86"):
     return h
 
 
-def bench_local(variants, n, rounds):
+def bench_local(variants, n, rounds, split="all"):
     out = []
     for v in variants:
-        fxs = fixtures_for(v, n)
+        fxs = fixtures_for(v, n, split)
         bare, har = [], []
         for r in range(rounds):  # alternate which side goes first, so neither always follows the other
             if r % 2:
@@ -168,7 +170,10 @@ def emulated_parallel(v, n, hosts=("pi", "pi4")):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fixtures", type=int, default=120, help="eval fixtures for the local overhead")
+    ap.add_argument("--fixtures", type=int, default=600, help="fixtures for the local overhead")
+    ap.add_argument("--split", default="all",
+                    help="corpus split of those fixtures (all: 600 images, rounds of seconds, which average "
+                         "out this machine's second-long swings in speed)")
     ap.add_argument("--emulated-fixtures", type=int, default=6, help="eval fixtures per emulated measurement")
     ap.add_argument("--rounds", type=int, default=9, help="alternating rounds (median) for the local overhead")
     ap.add_argument("--parts", default="local,pi,parallel",
@@ -192,7 +197,7 @@ def main(argv=None) -> int:
                          "onnxruntime": onnxruntime.__version__, "load_average_start": list(os.getloadavg())}
     report["models"] = {v.model: str(v.path) for v in variants}
     if "local" in parts:
-        report["local_overhead"] = bench_local(variants, args.fixtures, args.rounds)
+        report["local_overhead"] = bench_local(variants, args.fixtures, args.rounds, args.split)
         for r in report["local_overhead"]:
             print(f"local overhead {r['model']:<18} bare {r['bare_ms_per_fixture']:.2f} ms/fixture, harness "
                   f"{r['harness_ms_per_fixture']:.2f} ms/fixture, ratio {r['ratio']:.3f} (paired rounds "
