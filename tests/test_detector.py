@@ -201,3 +201,13 @@ def test_corpus_sha256_follows_labels_and_pixels(tmp_path):
     h2 = metrics.corpus_sha256(labels)
     labels.write_text(json.dumps({"images": [{"id": 1, "file_name": "a.png", "split": "eval"}]}))
     assert len({h1, h2, metrics.corpus_sha256(labels)}) == 3
+
+
+def test_readme_reports_the_sidecar_figures(sidecar):
+    readme = (MODELS_DIR.parents[2] / "README.md").read_text()
+    section = readme.split("<!-- section:demo-detector -->")[1].split("<!-- /section:demo-detector -->")[0]
+    m = sidecar["metrics"]
+    thr = sidecar["decode"]["threshold"]
+    row = f"| {m['eval_ap50']:.3f} | {m[f'eval_precision_at_{thr}']:.3f} | {m[f'eval_recall_at_{thr}']:.3f} |"
+    assert row in section, row
+    assert f"[1,{sidecar['training']['queries']},{len(sidecar['classes'])}]" in section
