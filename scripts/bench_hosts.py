@@ -80,7 +80,7 @@ def harness(v, fxs, host="x86"):
     return h
 
 
-def bench_local(variants, n, rounds, split="all"):
+def bench_local(variants, n, rounds, split):
     out = []
     for v in variants:
         fxs = fixtures_for(v, n, split)

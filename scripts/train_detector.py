@@ -163,7 +163,7 @@ class DecoderLayer(nn.Module):
 
 
 def conv_bn(cin, cout, k, stride, groups=1, relu=True):
-    layers = [nn.Conv2d(cin, cout, k, stride, (k - 1) // 2 if stride == 1 or k == 3 else 0, groups=groups, bias=False),
+    layers = [nn.Conv2d(cin, cout, k, stride, (k - 1) // 2 if k % 2 else 0, groups=groups, bias=False),
               nn.BatchNorm2d(cout)]
     return nn.Sequential(*layers, nn.ReLU(inplace=True)) if relu else nn.Sequential(*layers)
 
@@ -244,12 +244,11 @@ class LitterDETR(nn.Module):
         idx = torch.topk(enc_logits.max(-1).values, self.num_queries, dim=1).indices  # [B,Q]
         mem3 = mem.reshape(b, -1, d)
         tgt = torch.gather(mem3, 1, idx[..., None].expand(-1, -1, d)).reshape(-1, d)  # [B*Q, d]
-        anchor = self.anchor[idx]  # [B,Q,4]
         if self.training:
             enc_boxes = (self.anchor[None] + self.enc_box(mem).reshape(b, -1, 4)).sigmoid()
             ref = torch.gather(enc_boxes, 1, idx[..., None].expand(-1, -1, 4)).detach()
         else:  # only the selected tokens need boxes
-            ref = (anchor + self.enc_box(tgt).reshape(b, -1, 4)).sigmoid()
+            ref = (self.anchor[idx] + self.enc_box(tgt).reshape(b, -1, 4)).sigmoid()
         tgt = self.query_from_token(tgt)
         outputs = []
         for i, layer in enumerate(self.decoder):
@@ -496,15 +495,14 @@ def train(args, coco, cfg):
     t0 = time.time()
     u8_ex, lab_ex = extra_scenes(args.extra_scenes, max(1, os.cpu_count() or 1))
     u8_tr, lab_tr = np.concatenate([u8_tr, u8_ex]), lab_tr + lab_ex
-    ims_tr = ims_tr + [None] * len(lab_ex)
-    print(f"train {len(ims_tr) - len(lab_ex)} corpus + {len(lab_ex)} extra scenes ({time.time() - t0:.0f} s to render), "
+    print(f"train {len(ims_tr)} corpus + {len(lab_ex)} extra scenes ({time.time() - t0:.0f} s to render), "
           f"val {len(ims_va)} images", flush=True)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     random.seed(args.seed)
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
-    steps_per_epoch = math.ceil(len(ims_tr) / args.batch)
+    steps_per_epoch = math.ceil(len(u8_tr) / args.batch)
     total = args.epochs * steps_per_epoch
     gen = torch.Generator().manual_seed(args.seed)
     perm_rng = np.random.default_rng(args.seed)
@@ -523,7 +521,7 @@ def train(args, coco, cfg):
     while state["step"] < total:
         epoch, within = divmod(state["step"], steps_per_epoch)
         if order is None or within == 0:
-            order = perm_rng.permutation(len(ims_tr)) if within == 0 or order is None else order
+            order = perm_rng.permutation(len(u8_tr)) if within == 0 or order is None else order
         model.train()
         sel = order[within * args.batch:(within + 1) * args.batch]
         x, targets = augment_batch(torch.from_numpy(u8_tr[sel]), [lab_tr[i] for i in sel], gen)

@@ -461,40 +461,30 @@ class _Verifier:
     hashlib releases the GIL on large buffers and session creation spends most of its
     time outside Python, so the two overlap (on this project's slowest machine SHA-256
     of 120 128x128 inputs takes ~0.15 s and the detector's session ~0.2 s). run_job
-    waits for every verdict before the first run: no input runs unverified, and a
-    mismatch stops the job before anything ran.
+    calls wait() before the first run: no input runs unverified, and a mismatch stops
+    the job before anything ran.
     """
 
     def __init__(self, items):
         import threading
 
-        self.items, self.done, self.error, self.seconds = items, 0, None, 0.0
-        self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._run, name="verify-inputs", daemon=True)
+        self.count, self.error, self.seconds = len(items), None, 0.0
+        self.thread = threading.Thread(target=self._run, args=(items,), name="verify-inputs", daemon=True)
         self.thread.start()
 
-    def _run(self):
+    def _run(self, items):
         t0 = time.perf_counter()
-        for i, item in enumerate(self.items):
-            try:
+        try:
+            for item in items:
                 _verify(*item)
-            except Exception as exc:
-                with self.cond:
-                    self.error = exc
-                    self.cond.notify_all()
-                return
-            with self.cond:
-                self.done = i + 1
-                self.seconds = time.perf_counter() - t0
-                self.cond.notify_all()
+        except Exception as exc:  # re-raised in the job's thread by wait()
+            self.error = exc
+        self.seconds = time.perf_counter() - t0
 
-    def wait(self, n: int) -> None:
-        """Return once the first n inputs are verified; raise the mismatch that stops it."""
-        with self.cond:
-            while self.done < n and self.error is None:
-                self.cond.wait()
-            if self.done < n:
-                raise self.error
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _output_frame(job, fx_ids, outputs, names, want_tensors, seconds, rep):
@@ -517,7 +507,6 @@ def run_job(job, payload, out) -> None:
     """Run every fixture of `job`, streaming one result frame per fixture (per repeat)."""
     host, variant = job.get("host", ""), job.get("variant", "")
     session = normalize_session(job.get("session"))
-    t0 = time.perf_counter()
     data = _model_source(job, payload)
     items = _input_arrays(job, payload)
     verifier = _Verifier(items)
@@ -537,10 +526,9 @@ def run_job(job, payload, out) -> None:
             raise JobError("session", "model has no output(s) %s (outputs: %s)" % (unknown, names))
         names = list(job["output_names"])
     t2 = time.perf_counter()
-    verifier.wait(len(items))
+    verifier.wait()
     write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
-                      "outputs": names, "host": host, "variant": variant,
-                      "prepare_seconds": t1 - t0, "session_seconds": t2 - t1})
+                      "outputs": names, "host": host, "variant": variant, "session_seconds": t2 - t1})
     want_tensors = job.get("return_tensors", True)
     repeat = int(job.get("repeat", 1))
     batch = session["batch"]
@@ -571,7 +559,7 @@ def run_job(job, payload, out) -> None:
                     split.append(arr[i:i + 1])
                 header, parts = _output_frame(job, fid, split, names, want_tensors, seconds / len(group), rep)
                 write_frame(out, header, parts)
-    write_frame(out, {"type": "verified", "fixtures": verifier.done, "verify_seconds": verifier.seconds})
+    write_frame(out, {"type": "verified", "fixtures": verifier.count, "verify_seconds": verifier.seconds})
 
 
 def fingerprint_job(job, payload, out) -> None:
