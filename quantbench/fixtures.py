@@ -36,7 +36,7 @@ class Fixture:
     stratum: str = ""
     split: str = ""
 
-    def row(self, spec: dict) -> dict:
+    def row(self, spec: dict, with_tensor: bool = True) -> dict:
         arr = canonical(self.array)
         return {
             "fixture_id": self.fixture_id,
@@ -49,8 +49,38 @@ class Fixture:
             "stratum": self.stratum,
             "split": self.split,
             "preprocess": canonical_json(spec),
-            "tensor": arr.tobytes(),
+            "tensor": arr.tobytes() if with_tensor else None,
         }
+
+
+def fixtures_table(fixtures: list, spec_of) -> "pa.Table":
+    """The `fixtures` table rows of `fixtures` as one Arrow table.
+
+    The tensor column is assembled in one buffer: hundreds of 200 KB Python bytes
+    objects fed through the row-wise path cost seconds per 600 images on a small
+    machine. `spec_of(fx)` gives the fixture's preprocessing recipe.
+    """
+    import pyarrow as pa
+
+    from quantbench import tables
+
+    arrays = [canonical(fx.array) for fx in fixtures]
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([a.nbytes for a in arrays], out=offsets[1:])
+    data = np.empty(int(offsets[-1]), dtype=np.uint8)
+    for a, o in zip(arrays, offsets[:-1]):
+        data[o:o + a.nbytes] = a.reshape(-1).view(np.uint8)
+    tensor = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(arrays),
+                                              [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    rows = [dict(fx.row(spec_of(fx), with_tensor=False), tensor=None) for fx in fixtures]
+    t = tables.to_arrow("fixtures", rows)
+    return t.set_column(t.schema.get_field_index("tensor"), t.schema.field("tensor"), tensor)
+
+
+def fixtures_chunks(fixtures: list, spec_of, size: int = 32):
+    """fixtures_table of consecutive slices of `size` fixtures (for tables.append_chunks)."""
+    for i in range(0, len(fixtures), size):
+        yield fixtures_table(fixtures[i:i + size], spec_of)
 
 
 def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,

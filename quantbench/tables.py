@@ -299,18 +299,44 @@ def to_arrow(name: str, rows: Iterable[Mapping] | pa.Table) -> pa.Table:
     return pa.Table.from_pydict(cols, schema=sch)
 
 
-def _serialize(table: pa.Table) -> bytes:
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd", write_statistics=False)
+def _serialize(chunks: Iterable[pa.Table]) -> bytes | None:
+    """Parquet bytes of the chunks, one row group each (same chunks, same bytes).
+
+    Binary columns hold tensors: float data that compresses little, where LZ4 takes
+    about a third of zstd's time. Dictionary encoding is for repeated values; on
+    unique tensors it would cost a hash of every byte and save nothing.
+    """
+    buf, w = io.BytesIO(), None
+    for chunk in chunks:
+        if not chunk.num_rows:
+            continue
+        if w is None:
+            sch = chunk.schema
+            plain = {f.name for f in sch if pa.types.is_large_binary(f.type) or pa.types.is_binary(f.type)}
+            w = pq.ParquetWriter(buf, sch, compression={c: ("lz4" if c in plain else "zstd") for c in sch.names},
+                                 write_statistics=False, use_dictionary=[c for c in sch.names if c not in plain])
+        w.write_table(chunk)
+    if w is None:
+        return None
+    w.close()
     return buf.getvalue()
 
 
 def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR) -> Path | None:
     """Write rows as one new content-addressed part; returns its path (None if no rows)."""
-    table = to_arrow(name, rows)
-    if table.num_rows == 0:
+    return append_chunks(name, [to_arrow(name, rows)], root)
+
+
+def append_chunks(name: str, chunks: Iterable[pa.Table], root: str | os.PathLike = TABLES_DIR) -> Path | None:
+    """Like append, from Arrow tables written one row group each.
+
+    For large tensor columns: each chunk is built, compressed and dropped in turn, so
+    the whole column never sits in memory uncompressed (first-touch page faults on
+    hundreds of MB cost seconds on a small VM).
+    """
+    data = _serialize(to_arrow(name, c) for c in chunks)
+    if data is None:
         return None
-    data = _serialize(table)
     path = Path(root) / name / f"part-{sha256_bytes(data)[:32]}.parquet"
     if not path.exists():
         with atomic_path(path) as tmp:

@@ -635,7 +635,7 @@ def main(argv=None):
     ap.add_argument("--labels", default=str(CORPUS_LABELS), help="COCO JSON with train/val/eval splits")
     ap.add_argument("--images", default=str(CORPUS_IMAGES), help="folder of the corpus images")
     ap.add_argument("--out", default=str(MODELS_DIR), help="folder for litter-detr-tiny.onnx + .json")
-    ap.add_argument("--epochs", type=int, default=26, help="training epochs over the training scenes")
+    ap.add_argument("--epochs", type=int, default=28, help="training epochs over the training scenes")
     ap.add_argument("--batch", type=int, default=16, help="batch size")
     ap.add_argument("--lr", type=float, default=1e-3, help="peak AdamW learning rate")
     ap.add_argument("--warmup", type=int, default=100, help="linear warm-up steps")
@@ -647,7 +647,7 @@ def main(argv=None):
     ap.add_argument("--dec-layers", type=int, default=2, help="decoder layers (each one supervised)")
     ap.add_argument("--queries", type=int, default=32, help="decoder queries = top-scoring stride-8 tokens")
     ap.add_argument("--stem", type=int, default=32, help="channels of the 4x4 patchify conv")
-    ap.add_argument("--extra-scenes", type=int, default=1200,
+    ap.add_argument("--extra-scenes", type=int, default=2400,
                     help="extra training scenes from the corpus generator (never corpus scenes)")
     ap.add_argument("--checkpoint", default="/tmp/litter-detr-tiny.ckpt.pt", help="resumable checkpoint")
     ap.add_argument("--best", default="/tmp/litter-detr-tiny.best.pt", help="best-on-val weights")

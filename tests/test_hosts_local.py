@@ -40,13 +40,27 @@ def test_local_run_tables_and_cache(workdir):
     hosts = tables.read("hosts", root).to_pylist()
     assert [(r["host"], r["kind"], r["fingerprint_id"]) for r in hosts] == [("x86", "local", h.fingerprint_id)]
     assert hosts[0]["ort_version"] == ort.__version__
-    assert tables.read("models", root).num_rows == 1 and tables.read("fixtures", root).num_rows == 4
+    assert tables.read("models", root).num_rows == 1
+    stored = {r["fixture_id"]: r for r in tables.read("fixtures", root).to_pylist()}
+    assert set(stored) == {fx.fixture_id for fx in fxs}
+    for fx in fxs:  # the tensor column holds each input's canonical bytes, hashing to its id
+        r = stored[fx.fixture_id]
+        assert r["tensor"] == fx.array.astype("<f4").tobytes() and r["shape"] == list(fx.array.shape)
+        assert tensor_sha256(np.frombuffer(r["tensor"], r["dtype"]).reshape(r["shape"])) == fx.fixture_id
+    fixture_parts = tables.parts("fixtures", root)
     idx = results.host_results_index(tables_root=root)
     assert len(idx) == 8
     before = _parts(root)
     again = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1)
     assert (again.hosts[0].ran, again.hosts[0].cached) == (0, 4)
     assert _parts(root) == before  # nothing new written
+    more = fixtures(6)  # two new fixtures: only they are added to the fixtures table
+    run_hosts(["x86"], [variant(model)], more, progress=False, tables_root=root, jobs=1)
+    new_parts = [p for p in tables.parts("fixtures", root) if p not in fixture_parts]
+    assert len(new_parts) == 1 and tables.read("fixtures", root).num_rows == 6
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(new_parts[0]).num_rows == 2
 
 
 def test_changed_fingerprint_never_reuses_cache(workdir):

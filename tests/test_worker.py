@@ -81,19 +81,21 @@ def test_input_hash_mismatch_is_an_error(tmp_path, client):
     x = np.ones((1, 16), np.float32)
     header, payload = _job(model, [x], sha=["0" * 64])
     frames = [h for h, _ in client.request(header, payload)]
-    assert [f["type"] for f in frames] == ["error"]
-    assert frames[0]["stage"] == "input" and "SHA-256 mismatch" in frames[0]["message"]
-    assert frames[0]["host"] == "h1" and frames[0]["variant"] == "v1" and frames[0]["fixture_id"] == W.tensor_sha256(x)
+    assert [f["type"] for f in frames] == ["session", "error"]
+    err = frames[-1]
+    assert err["stage"] == "input" and "SHA-256 mismatch" in err["message"]
+    assert err["host"] == "h1" and err["variant"] == "v1" and err["fixture_id"] == W.tensor_sha256(x)
 
 
-def test_a_later_input_mismatch_stops_the_job_before_any_run(tmp_path, client):
-    # inputs are hashed on a helper thread while the session is built; all before the first run
+def test_a_later_input_mismatch_stops_the_job_at_that_fixture(tmp_path, client):
+    # inputs are hashed on a helper thread ahead of the runs; none runs before its check
     model = matmul_model(tmp_path / "m.onnx")
     xs = [np.full((1, 16), float(i), np.float32) for i in range(4)]
     header, payload = _job(model, xs, sha=[None, None, "f" * 64, None])
     frames = [h for h, _ in client.request(header, payload)]
-    assert [f["type"] for f in frames] == ["error"]
-    assert frames[0]["stage"] == "input" and frames[0]["fixture_id"] == W.tensor_sha256(xs[2])
+    assert [f["type"] for f in frames] == ["session", "result", "result", "error"]
+    assert [f["fixture_id"] for f in frames[1:3]] == [W.tensor_sha256(x) for x in xs[:2]]
+    assert frames[-1]["stage"] == "input" and frames[-1]["fixture_id"] == W.tensor_sha256(xs[2])
     ok = [h for h, _ in client.request(*_job(model, xs))]
     assert [f["type"] for f in ok] == ["session"] + ["result"] * 4 + ["verified"]
     assert ok[-1]["fixtures"] == 4 and ok[-1]["verify_seconds"] >= 0.0
@@ -227,4 +229,4 @@ def test_inputs_from_a_store_file(tmp_path, client):
     assert [r["fixture_id"] for r in res] == [f["fixture_id"] for f in fxs]
     bad = dict(header, fixtures=[dict(fxs[0], offset=64)])  # bytes of fixture 1 under fixture 0's hash
     frames = [h for h, _ in client.request(bad)]
-    assert frames[0]["type"] == "error" and frames[0]["stage"] == "input"
+    assert [f["type"] for f in frames] == ["session", "error"] and frames[-1]["stage"] == "input"

@@ -629,7 +629,15 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
         if not ok:
             raise UserError(f"host {spec.name}: {msg}")
     root = Path(tables_root)
-    tables.append("fixtures", [fx.row(preprocess or getattr(fx, "preprocess", None) or {}) for fx in uniq], root=root)
+    # Fixtures are keyed by their tensor hash: one already in the table is not written again
+    # (its ~200 KB tensor would only make a duplicate part that readers drop).
+    have = set(tables.read("fixtures", root=root, columns=["fixture_id"]).column("fixture_id").to_pylist())
+    new = [fx for fx in uniq if fx.fixture_id not in have]
+    if new:
+        from quantbench.fixtures import fixtures_chunks
+
+        tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
+                             root=root)
     tables.append("models", [vi.row() for vi in infos], root=root)
 
     slots = jobs or os.cpu_count() or 1

@@ -456,35 +456,55 @@ def _inputs(job, payload):
 
 
 class _Verifier:
-    """Hashes a job's inputs on a helper thread while onnxruntime builds the session.
+    """Hashes a job's inputs in order on a helper thread, ahead of the runs.
 
-    hashlib releases the GIL on large buffers and session creation spends most of its
-    time outside Python, so the two overlap (on this project's slowest machine SHA-256
-    of 120 128x128 inputs takes ~0.15 s and the detector's session ~0.2 s). run_job
-    calls wait() before the first run: no input runs unverified, and a mismatch stops
-    the job before anything ran.
+    hashlib releases the GIL on large buffers and onnxruntime releases it in session
+    creation and run, so with the worker's one compute thread the hashing happens on
+    another core while the session is built and the first fixtures run (SHA-256 of a
+    128x128 input costs about as much as a third of the demo classifier's inference
+    on this project's slowest machine). run_job calls wait(i + 1) before running
+    fixture i: no input runs unverified, and a mismatch stops the job at that fixture,
+    every earlier result already sent.
     """
 
     def __init__(self, items):
         import threading
 
-        self.count, self.error, self.seconds = len(items), None, 0.0
-        self.thread = threading.Thread(target=self._run, args=(items,), name="verify-inputs", daemon=True)
+        self.items, self.done, self.error, self.seconds, self.cancelled = items, 0, None, 0.0, False
+        self.cond = threading.Condition()
+        self.thread = threading.Thread(target=self._run, name="verify-inputs", daemon=True)
         self.thread.start()
 
-    def _run(self, items):
+    def _run(self):
         t0 = time.perf_counter()
-        try:
-            for item in items:
+        for i, item in enumerate(self.items):
+            if self.cancelled:
+                return
+            try:
                 _verify(*item)
-        except Exception as exc:  # re-raised in the job's thread by wait()
-            self.error = exc
-        self.seconds = time.perf_counter() - t0
+            except Exception as exc:  # re-raised in the job's thread by wait()
+                with self.cond:
+                    self.error = exc
+                    self.cond.notify_all()
+                return
+            with self.cond:
+                self.done = i + 1
+                self.seconds = time.perf_counter() - t0
+                self.cond.notify_all()
 
-    def wait(self) -> None:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
+    def wait(self, n: int) -> None:
+        """Return once the first n inputs are verified; raise the mismatch that prevents it."""
+        if self.done >= n:  # read without the lock: it only grows
+            return
+        with self.cond:
+            while self.done < n and self.error is None:
+                self.cond.wait()
+            if self.done < n:
+                raise self.error
+
+    def cancel(self) -> None:
+        """Stop hashing (the job failed): a dead job's verifier must not slow the next one."""
+        self.cancelled = True
 
 
 def _output_frame(job, fx_ids, outputs, names, want_tensors, seconds, rep):
@@ -510,56 +530,59 @@ def run_job(job, payload, out) -> None:
     data = _model_source(job, payload)
     items = _input_arrays(job, payload)
     verifier = _Verifier(items)
-    inputs = [(fx, arr) for fx, arr, _, _ in items]
-    t1 = time.perf_counter()
     try:
-        sess, resolved, readback = make_session(data, session)
-    except Exception as exc:
-        raise JobError("session", "could not create the session: %s: %s" % (type(exc).__name__, exc))
-    problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
-    if problem:
-        raise JobError("providers", problem)
-    names = [o.name for o in sess.get_outputs()]
-    if job.get("output_names"):
-        unknown = [n for n in job["output_names"] if n not in names]
-        if unknown:
-            raise JobError("session", "model has no output(s) %s (outputs: %s)" % (unknown, names))
-        names = list(job["output_names"])
-    t2 = time.perf_counter()
-    verifier.wait()
-    write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
-                      "outputs": names, "host": host, "variant": variant, "session_seconds": t2 - t1})
-    want_tensors = job.get("return_tensors", True)
-    repeat = int(job.get("repeat", 1))
-    batch = session["batch"]
-    for start in range(0, len(inputs), batch):
-        group = inputs[start:start + batch]
-        ids = [fx["fixture_id"] for fx, _ in group]
-        by_input = {}
-        for fx, arr in group:
-            by_input.setdefault(fx["input_name"], []).append(arr)
-        feed = {k: (v[0] if len(v) == 1 else np.concatenate(v, axis=0)) for k, v in by_input.items()}
-        for rep in range(repeat):
-            t0 = time.perf_counter()
-            try:
-                outputs = sess.run(names, feed)
-            except Exception as exc:
-                raise JobError("run", "%s: %s" % (type(exc).__name__, exc), ids[0] if len(ids) == 1 else ids)
-            seconds = time.perf_counter() - t0
-            if len(group) == 1:
-                header, parts = _output_frame(job, ids[0], outputs, names, want_tensors, seconds, rep)
-                write_frame(out, header, parts)
-                continue
-            for i, fid in enumerate(ids):
-                split = []
-                for name, arr in zip(names, outputs):
-                    if arr.ndim == 0 or arr.shape[0] != len(group):
-                        raise JobError("run", "batch %d: output %r has leading dimension %s, cannot split per "
-                                       "fixture" % (len(group), name, arr.shape[:1]), fid)
-                    split.append(arr[i:i + 1])
-                header, parts = _output_frame(job, fid, split, names, want_tensors, seconds / len(group), rep)
-                write_frame(out, header, parts)
-    write_frame(out, {"type": "verified", "fixtures": verifier.count, "verify_seconds": verifier.seconds})
+        inputs = [(fx, arr) for fx, arr, _, _ in items]
+        t1 = time.perf_counter()
+        try:
+            sess, resolved, readback = make_session(data, session)
+        except Exception as exc:
+            raise JobError("session", "could not create the session: %s: %s" % (type(exc).__name__, exc))
+        problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
+        if problem:
+            raise JobError("providers", problem)
+        names = [o.name for o in sess.get_outputs()]
+        if job.get("output_names"):
+            unknown = [n for n in job["output_names"] if n not in names]
+            if unknown:
+                raise JobError("session", "model has no output(s) %s (outputs: %s)" % (unknown, names))
+            names = list(job["output_names"])
+        t2 = time.perf_counter()
+        write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
+                          "outputs": names, "host": host, "variant": variant, "session_seconds": t2 - t1})
+        want_tensors = job.get("return_tensors", True)
+        repeat = int(job.get("repeat", 1))
+        batch = session["batch"]
+        for start in range(0, len(inputs), batch):
+            group = inputs[start:start + batch]
+            verifier.wait(start + len(group))
+            ids = [fx["fixture_id"] for fx, _ in group]
+            by_input = {}
+            for fx, arr in group:
+                by_input.setdefault(fx["input_name"], []).append(arr)
+            feed = {k: (v[0] if len(v) == 1 else np.concatenate(v, axis=0)) for k, v in by_input.items()}
+            for rep in range(repeat):
+                t0 = time.perf_counter()
+                try:
+                    outputs = sess.run(names, feed)
+                except Exception as exc:
+                    raise JobError("run", "%s: %s" % (type(exc).__name__, exc), ids[0] if len(ids) == 1 else ids)
+                seconds = time.perf_counter() - t0
+                if len(group) == 1:
+                    header, parts = _output_frame(job, ids[0], outputs, names, want_tensors, seconds, rep)
+                    write_frame(out, header, parts)
+                    continue
+                for i, fid in enumerate(ids):
+                    split = []
+                    for name, arr in zip(names, outputs):
+                        if arr.ndim == 0 or arr.shape[0] != len(group):
+                            raise JobError("run", "batch %d: output %r has leading dimension %s, cannot split per "
+                                           "fixture" % (len(group), name, arr.shape[:1]), fid)
+                        split.append(arr[i:i + 1])
+                    header, parts = _output_frame(job, fid, split, names, want_tensors, seconds / len(group), rep)
+                    write_frame(out, header, parts)
+        write_frame(out, {"type": "verified", "fixtures": verifier.done, "verify_seconds": verifier.seconds})
+    finally:
+        verifier.cancel()
 
 
 def fingerprint_job(job, payload, out) -> None:
