@@ -36,7 +36,8 @@ class Fixture:
     stratum: str = ""
     split: str = ""
 
-    def row(self, spec: dict, with_tensor: bool = True) -> dict:
+    def row(self, spec: dict) -> dict:
+        """This fixture's `fixtures` row without its tensor (fixtures_table adds that column)."""
         arr = canonical(self.array)
         return {
             "fixture_id": self.fixture_id,
@@ -49,7 +50,6 @@ class Fixture:
             "stratum": self.stratum,
             "split": self.split,
             "preprocess": canonical_json(spec),
-            "tensor": arr.tobytes() if with_tensor else None,
         }
 
 
@@ -72,7 +72,7 @@ def fixtures_table(fixtures: list, spec_of) -> "pa.Table":
         data[o:o + a.nbytes] = a.reshape(-1).view(np.uint8)
     tensor = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(arrays),
                                               [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-    rows = [dict(fx.row(spec_of(fx), with_tensor=False), tensor=None) for fx in fixtures]
+    rows = [fx.row(spec_of(fx)) for fx in fixtures]
     t = tables.to_arrow("fixtures", rows)
     return t.set_column(t.schema.get_field_index("tensor"), t.schema.field("tensor"), tensor)
 
