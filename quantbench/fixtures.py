@@ -64,13 +64,11 @@ def fixtures_table(fixtures: list, spec_of) -> "pa.Table":
 
     from quantbench import tables
 
-    arrays = [canonical(fx.array) for fx in fixtures]
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([a.nbytes for a in arrays], out=offsets[1:])
-    data = np.empty(int(offsets[-1]), dtype=np.uint8)
-    for a, o in zip(arrays, offsets[:-1]):
-        data[o:o + a.nbytes] = a.reshape(-1).view(np.uint8)
-    tensor = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(arrays),
+    raw = [canonical(fx.array).reshape(-1).view(np.uint8) for fx in fixtures]
+    offsets = np.zeros(len(raw) + 1, dtype=np.int64)
+    np.cumsum([r.size for r in raw], out=offsets[1:])
+    data = np.concatenate(raw) if raw else np.zeros(0, dtype=np.uint8)
+    tensor = pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(raw),
                                               [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     rows = [fx.row(spec_of(fx)) for fx in fixtures]
     t = tables.to_arrow("fixtures", rows)

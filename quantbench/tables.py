@@ -324,11 +324,11 @@ def _serialize(chunks: Iterable[pa.Table]) -> bytes | None:
 
 def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR) -> Path | None:
     """Write rows as one new content-addressed part; returns its path (None if no rows)."""
-    return append_chunks(name, [to_arrow(name, rows)], root)
+    return append_chunks(name, [rows], root)
 
 
-def append_chunks(name: str, chunks: Iterable[pa.Table], root: str | os.PathLike = TABLES_DIR) -> Path | None:
-    """Like append, from Arrow tables written one row group each.
+def append_chunks(name: str, chunks: Iterable, root: str | os.PathLike = TABLES_DIR) -> Path | None:
+    """Like append, from chunks (Arrow tables or lists of rows) written one row group each.
 
     For large tensor columns: each chunk is built, compressed and dropped in turn, so
     the whole column never sits in memory uncompressed (first-touch page faults on
