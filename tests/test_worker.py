@@ -230,3 +230,62 @@ def test_inputs_from_a_store_file(tmp_path, client):
     bad = dict(header, fixtures=[dict(fxs[0], offset=64)])  # bytes of fixture 1 under fixture 0's hash
     frames = [h for h, _ in client.request(bad)]
     assert [f["type"] for f in frames] == ["session", "error"] and frames[-1]["stage"] == "input"
+
+
+def test_run_level_store_and_a_truncated_store(tmp_path, client):
+    """The parent names the store once per run; an offset past its end is an input error, not a crash."""
+    model = matmul_model(tmp_path / "m.onnx")
+    xs = [np.random.RandomState(i).rand(1, 16).astype(np.float32) for i in range(3)]
+    store = tmp_path / "inputs.bin"
+    store.write_bytes(b"".join(W.tensor_bytes(x) for x in xs[:2]))  # the third tensor is missing
+    fxs = [{"fixture_id": W.tensor_sha256(x), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
+            "offset": 64 * i, "nbytes": 64} for i, x in enumerate(xs)]
+    header = {"type": "run", "host": "h1", "variant": "v1", "model": {"path": str(model)}, "session": {},
+              "fixtures": fxs, "store": str(store)}
+    frames = [h for h, _ in client.request(header)]
+    assert [f["type"] for f in frames] == ["session", "result", "result", "error"]
+    assert frames[-1]["stage"] == "input" and frames[-1]["fixture_id"] == fxs[2]["fixture_id"]
+    assert "past the end of the input store" in frames[-1]["message"]
+
+
+class _SlowPipe:
+    """A writer that takes its time, as a busy parent does: frames must still leave complete and in order."""
+
+    def __init__(self):
+        import io
+
+        self.buf = io.BytesIO()
+
+    def write(self, data):
+        import time
+
+        time.sleep(0.0005)
+        return self.buf.write(data)
+
+    def flush(self):
+        pass
+
+
+def test_results_leave_in_order_behind_a_slow_reader(tmp_path, monkeypatch):
+    """More results than the sender's backlog: the compute thread waits, nothing is lost or reordered."""
+    import io
+
+    monkeypatch.setattr(W._Sender, "BACKLOG", 4)
+    model = matmul_model(tmp_path / "m.onnx")
+    xs = [np.random.RandomState(i).rand(1, 16).astype(np.float32) for i in range(40)]
+    header, parts = _job(model, xs, repeat=2)
+    out = _SlowPipe()
+    W.run_job(header, b"".join(parts), out)
+    stream = io.BytesIO(out.buf.getvalue())
+    frames = []
+    while (f := W.read_frame(stream)) is not None:
+        frames.append(f)
+    kinds = [h["type"] for h, _ in frames]
+    assert kinds == ["session"] + ["result"] * 80 + ["verified"]
+    got = [(h["fixture_id"], h["repeat"]) for h, _ in frames[1:-1]]
+    assert got == [(W.tensor_sha256(x), r) for x in xs for r in (0, 1)]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
+    for (h, _), x in zip(frames[1:-1:2], xs):
+        assert [o["sha256"] for o in h["outputs"]] == [W.tensor_sha256(w) for w in sess.run(None, {"x": x})]

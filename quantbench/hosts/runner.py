@@ -199,6 +199,8 @@ class HostSummary:
     run_seconds: float = 0.0
     #: inside the workers: session.run time, input hash verification, session creation
     infer_seconds: float = 0.0
+    #: each fixture's session.run time, in arrival order (benchmarks compare its fast tail)
+    infer_each: list = field(default_factory=list)
     verify_seconds: float = 0.0
     session_seconds: float = 0.0
     providers: list = field(default_factory=list)
@@ -337,7 +339,7 @@ class _HostRun:
             entry = {"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": arr.dtype.str,
                      "shape": list(arr.shape)}
             if store is not None:  # same filesystem: the worker maps the inputs written once per run
-                entry.update(file=store[0], offset=store[1][fx.fixture_id], nbytes=arr.nbytes)
+                entry.update(offset=store[1][fx.fixture_id], nbytes=arr.nbytes)
             else:
                 raw = self.ctx.fixture_bytes(fx)
                 entry.update(offset=offset, nbytes=len(raw))
@@ -347,6 +349,8 @@ class _HostRun:
         header = {"type": "run", "host": self.spec.name, "variant": vi.name, "variant_id": vi.variant_id,
                   "model": model, "session": self.ctx.session, "fixtures": fx_headers, "return_tensors": True,
                   "allow_fallback": self.ctx.allow_fallback, "repeat": 1}
+        if store is not None:
+            header["store"] = store[0]
         return header, parts
 
     def _rows(self, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
@@ -390,6 +394,7 @@ class _HostRun:
                         with self.lock:
                             self.summary.ran += 1
                             self.summary.infer_seconds += h.get("seconds", 0.0)
+                            self.summary.infer_each.append(h.get("seconds", 0.0))
                         if self.bar is not None:
                             self.bar.update(1)
                     elif t == "error":

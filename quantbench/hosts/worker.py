@@ -13,14 +13,15 @@ a 0-d tensor has an empty shape string.
 Protocol (both directions, over the worker's stdin/stdout):
     frame = b"QBW1" + uint32_be(len(header)) + uint64_be(len(payload)) + header + payload
 The header is UTF-8 JSON; tensors travel raw in the payload and the header locates
-them with {"offset", "nbytes"}. Requests: {"type": "fingerprint", ...},
-{"type": "run", ...}, {"type": "end"}. The worker reads a whole request before it
-writes anything (so the parent never deadlocks on full pipes) and answers with
-frames ending in {"type": "done"}. A run answers a "session" frame, one "result"
-frame per fixture (flushed at once: a killed worker loses at most the fixture in
-flight) and a "verified" frame with the input hashing time; a failure
-is an "error" frame naming host, variant and fixture, after which the job stops
-and the results already sent stand.
+them with {"offset", "nbytes"}, or in a read-only store file on the worker's own
+filesystem named by the run's "store" (or a fixture's "file"). Requests:
+{"type": "fingerprint", ...}, {"type": "run", ...}, {"type": "end"}. The worker reads
+a whole request before it writes anything (so the parent never deadlocks on full
+pipes) and answers with frames ending in {"type": "done"}. A run answers a "session"
+frame, one "result" frame per fixture (written by a helper thread within about 20 ms
+of the result: a killed worker loses at most that much finished work) and a
+"verified" frame with the input hashing time; a failure is an "error" frame naming
+host, variant and fixture, after which the job stops and the results already sent stand.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def normalize_session(session: "dict | None") -> dict:
 # --------------------------------------------------------------------------- framing
 
 
-def write_frame(stream, header: dict, payload=b"") -> None:
+def write_frame(stream, header: dict, payload=b"", flush: bool = True) -> None:
     head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
     if isinstance(payload, (list, tuple)):
         size = sum(len(p) for p in payload)
@@ -119,7 +120,8 @@ def write_frame(stream, header: dict, payload=b"") -> None:
         stream.write(_HEAD.pack(MAGIC, len(head), len(payload)) + head)
         if payload:
             stream.write(payload)
-    stream.flush()
+    if flush:
+        stream.flush()
 
 
 def _read_exact(stream, n: int) -> bytes:
@@ -419,21 +421,30 @@ def _store(path: str):
     return m
 
 
-def _input_arrays(job, payload):
-    """[(fixture header, array, cache key or None, expected SHA-256)] of a job, not yet verified."""
-    out = []
-    view = memoryview(payload)  # zero-copy slices
-    for fx in job["fixtures"]:
-        want = fx.get("sha256") or fx["fixture_id"]
-        if "file" in fx:
-            src = memoryview(_store(fx["file"]))
-            arr = tensor_from_bytes(src[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
-            key = (fx["file"], fx["offset"], fx["nbytes"], fx["dtype"], tuple(fx["shape"]), want)
+def _input_item(fx, view, store):
+    """(fixture header, array, cache key or None, expected SHA-256) of one input, not yet verified."""
+    want = fx.get("sha256") or fx["fixture_id"]
+    path = fx.get("file") or store
+    try:
+        if path:
+            src = memoryview(_store(path))
+            key = (path, fx["offset"], fx["nbytes"], fx["dtype"], tuple(fx["shape"]), want)
         else:
-            arr = tensor_from_bytes(view[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
-            key = None
-        out.append((fx, arr, key, want))
-    return out
+            src, key = view, None
+        if fx["offset"] + fx["nbytes"] > len(src):
+            raise ValueError("bytes %d-%d are past the end of the %s (%d bytes)"
+                             % (fx["offset"], fx["offset"] + fx["nbytes"], "input store" if path else "request",
+                                len(src)))
+        arr = tensor_from_bytes(src[fx["offset"]:fx["offset"] + fx["nbytes"]], fx["dtype"], fx["shape"])
+    except (OSError, ValueError, TypeError) as exc:
+        raise JobError("input", "cannot read the input tensor: %s" % (exc,), fx.get("fixture_id"))
+    return fx, arr, key, want
+
+
+def _input_arrays(job, payload):
+    """Every input item of a job (see _input_item), not yet verified."""
+    view = memoryview(payload)  # zero-copy slices
+    return [_input_item(fx, view, job.get("store")) for fx in job["fixtures"]]
 
 
 def _verify(fx, arr, key, want) -> None:
@@ -448,7 +459,7 @@ def _verify(fx, arr, key, want) -> None:
 
 
 def _inputs(job, payload):
-    """The job's (fixture header, array) pairs, every input verified first."""
+    """The job's (fixture header, array) pairs, every input verified first (the fingerprint probe)."""
     items = _input_arrays(job, payload)
     for item in items:
         _verify(*item)
@@ -456,37 +467,41 @@ def _inputs(job, payload):
 
 
 class _Verifier:
-    """Hashes a job's inputs in order on a helper thread, ahead of the runs.
+    """Maps and hashes a job's inputs in order on a helper thread, ahead of the runs.
 
     hashlib releases the GIL on large buffers and onnxruntime releases it in session
     creation and run, so with the worker's one compute thread the hashing happens on
     another core while the session is built and the first fixtures run (SHA-256 of a
     128x128 input costs about as much as a third of the demo classifier's inference
     on this project's slowest machine). run_job calls wait(i + 1) before running
-    fixture i: no input runs unverified, and a mismatch stops the job at that fixture,
-    every earlier result already sent.
+    fixture i and then reads items[i]: no input runs unverified, and a mismatch stops
+    the job at that fixture, every earlier result already sent.
     """
 
-    def __init__(self, items):
+    def __init__(self, job, payload):
         import threading
 
-        self.items, self.done, self.error, self.seconds, self.cancelled = items, 0, None, 0.0, False
+        self.job, self.payload = job, payload
+        self.items, self.done, self.error, self.seconds, self.cancelled = [], 0, None, 0.0, False
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._run, name="verify-inputs", daemon=True)
         self.thread.start()
 
     def _run(self):
         t0 = time.perf_counter()
-        for i, item in enumerate(self.items):
+        view, store = memoryview(self.payload), self.job.get("store")
+        for i, fx in enumerate(self.job["fixtures"]):
             if self.cancelled:
                 return
             try:
+                item = _input_item(fx, view, store)
                 _verify(*item)
             except Exception as exc:  # re-raised in the job's thread by wait()
                 with self.cond:
                     self.error = exc
                     self.cond.notify_all()
                 return
+            self.items.append(item)
             with self.cond:
                 self.done = i + 1
                 self.seconds = time.perf_counter() - t0
@@ -511,10 +526,10 @@ def _output_frame(job, fx_ids, outputs, names, want_tensors, seconds, rep):
     entries, payload, offset = [], [], 0
     for name, arr in zip(names, outputs):
         arr = canonical(arr)
-        raw = arr.tobytes()
         entry = {"name": name, "dtype": arr.dtype.str, "shape": [int(d) for d in arr.shape],
                  "sha256": tensor_sha256(arr)}
         if want_tensors is True or (isinstance(want_tensors, list) and name in want_tensors):
+            raw = arr.tobytes()
             entry["offset"], entry["nbytes"] = offset, len(raw)
             payload.append(raw)
             offset += len(raw)
@@ -523,15 +538,72 @@ def _output_frame(job, fx_ids, outputs, names, want_tensors, seconds, rep):
             "variant": job.get("variant", "")}, payload
 
 
+class _Sender:
+    """Hashes, encodes and writes result frames on a helper thread, so the compute thread only runs.
+
+    On this project's slowest machines the per-result Python work (canonical bytes, SHA-256,
+    JSON, the pipe write) costs about a third of a small model's inference. Here the compute
+    thread only appends the outputs to a deque (no lock, no wake-up); every PERIOD the sender
+    wakes, writes whatever has accumulated while the next session.run (which releases the GIL)
+    goes on, and flushes. Frames leave in order; the parent sees every result within about
+    PERIOD of it being ready, and a killed worker loses at most that much work (the resumed run
+    redoes it). At most BACKLOG results wait, so a slow reader holds back the runs, not memory.
+    """
+
+    PERIOD = 0.02
+    BACKLOG = 256
+
+    def __init__(self, out, job, names, want_tensors):
+        import collections
+        import threading
+
+        self.out, self.job, self.names, self.want_tensors = out, job, names, want_tensors
+        self.pending = collections.deque()
+        self.error = None
+        self.closing = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="send-results", daemon=True)
+        self.thread.start()
+
+    def put(self, fx_id, outputs, seconds, rep) -> None:
+        while len(self.pending) >= self.BACKLOG and self.error is None:
+            time.sleep(self.PERIOD / 4)
+        if self.error is not None:
+            raise self.error
+        self.pending.append((fx_id, outputs, seconds, rep))
+
+    def _drain(self) -> None:
+        wrote = False
+        while self.pending:
+            fx_id, outputs, seconds, rep = self.pending.popleft()
+            header, parts = _output_frame(self.job, fx_id, outputs, self.names, self.want_tensors, seconds, rep)
+            write_frame(self.out, header, parts, flush=False)
+            wrote = True
+        if wrote:
+            self.out.flush()
+
+    def _run(self):
+        try:
+            while not self.closing.wait(self.PERIOD):
+                self._drain()
+            self._drain()
+        except Exception as exc:  # the parent went away: the compute thread raises it at its next put
+            self.error = exc
+
+    def close(self) -> None:
+        """Write and flush everything pending (results before any error frame), then stop."""
+        self.closing.set()
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def run_job(job, payload, out) -> None:
     """Run every fixture of `job`, streaming one result frame per fixture (per repeat)."""
     host, variant = job.get("host", ""), job.get("variant", "")
     session = normalize_session(job.get("session"))
     data = _model_source(job, payload)
-    items = _input_arrays(job, payload)
-    verifier = _Verifier(items)
+    verifier = _Verifier(job, payload)
     try:
-        inputs = [(fx, arr) for fx, arr, _, _ in items]
         t1 = time.perf_counter()
         try:
             sess, resolved, readback = make_session(data, session)
@@ -549,40 +621,48 @@ def run_job(job, payload, out) -> None:
         t2 = time.perf_counter()
         write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
                           "outputs": names, "host": host, "variant": variant, "session_seconds": t2 - t1})
-        want_tensors = job.get("return_tensors", True)
-        repeat = int(job.get("repeat", 1))
-        batch = session["batch"]
-        for start in range(0, len(inputs), batch):
-            group = inputs[start:start + batch]
-            verifier.wait(start + len(group))
-            ids = [fx["fixture_id"] for fx, _ in group]
-            by_input = {}
-            for fx, arr in group:
-                by_input.setdefault(fx["input_name"], []).append(arr)
-            feed = {k: (v[0] if len(v) == 1 else np.concatenate(v, axis=0)) for k, v in by_input.items()}
-            for rep in range(repeat):
-                t0 = time.perf_counter()
-                try:
-                    outputs = sess.run(names, feed)
-                except Exception as exc:
-                    raise JobError("run", "%s: %s" % (type(exc).__name__, exc), ids[0] if len(ids) == 1 else ids)
-                seconds = time.perf_counter() - t0
-                if len(group) == 1:
-                    header, parts = _output_frame(job, ids[0], outputs, names, want_tensors, seconds, rep)
-                    write_frame(out, header, parts)
-                    continue
-                for i, fid in enumerate(ids):
-                    split = []
-                    for name, arr in zip(names, outputs):
-                        if arr.ndim == 0 or arr.shape[0] != len(group):
-                            raise JobError("run", "batch %d: output %r has leading dimension %s, cannot split per "
-                                           "fixture" % (len(group), name, arr.shape[:1]), fid)
-                        split.append(arr[i:i + 1])
-                    header, parts = _output_frame(job, fid, split, names, want_tensors, seconds / len(group), rep)
-                    write_frame(out, header, parts)
+        sender = _Sender(out, job, names, job.get("return_tensors", True))
+        try:
+            _run_fixtures(sess, names, len(job["fixtures"]), verifier, sender, session["batch"],
+                          int(job.get("repeat", 1)))
+        finally:
+            sender.close()  # every finished result goes out before an error frame
         write_frame(out, {"type": "verified", "fixtures": verifier.done, "verify_seconds": verifier.seconds})
     finally:
         verifier.cancel()
+
+
+def _run_fixtures(sess, names, n, verifier, sender, batch, repeat) -> None:
+    """The compute loop: only session.run and handing the outputs over (see _Sender)."""
+    for start in range(0, n, batch):
+        verifier.wait(min(n, start + batch))
+        group = verifier.items[start:start + batch]
+        ids = [fx["fixture_id"] for fx, _, _, _ in group]
+        if len(group) == 1:
+            feed = {group[0][0]["input_name"]: group[0][1]}
+        else:
+            by_input = {}
+            for fx, arr, _, _ in group:
+                by_input.setdefault(fx["input_name"], []).append(arr)
+            feed = {k: (v[0] if len(v) == 1 else np.concatenate(v, axis=0)) for k, v in by_input.items()}
+        for rep in range(repeat):
+            t0 = time.perf_counter()
+            try:
+                outputs = sess.run(names, feed)
+            except Exception as exc:
+                raise JobError("run", "%s: %s" % (type(exc).__name__, exc), ids[0] if len(ids) == 1 else ids)
+            seconds = time.perf_counter() - t0
+            if len(group) == 1:
+                sender.put(ids[0], outputs, seconds, rep)
+                continue
+            for i, fid in enumerate(ids):
+                split = []
+                for name, arr in zip(names, outputs):
+                    if arr.ndim == 0 or arr.shape[0] != len(group):
+                        raise JobError("run", "batch %d: output %r has leading dimension %s, cannot split per "
+                                       "fixture" % (len(group), name, arr.shape[:1]), fid)
+                    split.append(arr[i:i + 1])
+                sender.put(fid, split, seconds / len(group), rep)
 
 
 def fingerprint_job(job, payload, out) -> None:
