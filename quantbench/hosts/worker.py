@@ -441,12 +441,6 @@ def _input_item(fx, view, store):
     return fx, arr, key, want
 
 
-def _input_arrays(job, payload):
-    """Every input item of a job (see _input_item), not yet verified."""
-    view = memoryview(payload)  # zero-copy slices
-    return [_input_item(fx, view, job.get("store")) for fx in job["fixtures"]]
-
-
 def _verify(fx, arr, key, want) -> None:
     if key is not None and key in _VERIFIED:  # the store is immutable: verified once per worker
         return
@@ -460,7 +454,8 @@ def _verify(fx, arr, key, want) -> None:
 
 def _inputs(job, payload):
     """The job's (fixture header, array) pairs, every input verified first (the fingerprint probe)."""
-    items = _input_arrays(job, payload)
+    view = memoryview(payload)  # zero-copy slices
+    items = [_input_item(fx, view, job.get("store")) for fx in job["fixtures"]]
     for item in items:
         _verify(*item)
     return [(fx, arr) for fx, arr, _, _ in items]
