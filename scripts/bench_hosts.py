@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from quantbench.assets import DEMO_CLASSIFIER, DEMO_DETECTOR, MODELS_DIR  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
+from quantbench.hosts.worker import make_session, normalize_session  # noqa: E402
 
 
 def demo_variants(paths=None):
@@ -69,17 +70,15 @@ def fixtures_for(v, limit, split="eval"):
     return fx
 
 
-def bare_loop(v, fxs, each=None) -> float:
-    import onnxruntime as ort
+def bare_session(path):
+    """(session, input name) with exactly the worker's default session options, built by its own code."""
+    sess = make_session(str(path), normalize_session(None))[0]
+    return sess, sess.get_inputs()[0].name
 
+
+def bare_loop(v, fxs, each=None) -> float:
     t0 = time.perf_counter()
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    sess = ort.InferenceSession(str(v.path), so, providers=["CPUExecutionProvider"])
-    name = sess.get_inputs()[0].name
+    sess, name = bare_session(v.path)
     if each is None:
         for fx in fxs:
             sess.run(None, {name: fx.array})
@@ -236,16 +235,10 @@ def contention(v, fxs, windows: int = 60, per_window: int = 30) -> dict:
     import os
     import signal
 
-    import onnxruntime as ort
-
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         return {"ratio": 1.0, "skipped": "one CPU"}
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    sess = ort.InferenceSession(str(v.path), so, providers=["CPUExecutionProvider"])
-    name = sess.get_inputs()[0].name
+    sess, name = bare_session(v.path)
     load = mp.get_context("spawn").Process(target=_sha256_load, daemon=True)
     load.start()
     try:
@@ -297,21 +290,18 @@ def _count_windows(path, cpu, start, seconds, q):
     import os
 
     import numpy as np
-    import onnxruntime as ort
 
     os.sched_setaffinity(0, {cpu})
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = so.inter_op_num_threads = 1
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    x = np.random.default_rng(0).random([d if isinstance(d, int) else 1 for d in inp.shape], dtype=np.float32)
+    sess, name = bare_session(path)
+    shape = [d if isinstance(d, int) else 1 for d in sess.get_inputs()[0].shape]
+    x = np.random.default_rng(0).random(shape, dtype=np.float32)
     while time.time() < start:
         time.sleep(0.001)
     counts = []
     for w in range(int(seconds / 0.25)):
         end, k = start + 0.25 * (w + 1), 0
         while time.time() < end:
-            sess.run(None, {inp.name: x})
+            sess.run(None, {name: x})
             k += 1
         counts.append(k)
     q.put((cpu, counts))
