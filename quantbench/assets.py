@@ -57,12 +57,22 @@ def sidecar_path(model_path: str | os.PathLike) -> Path:
     return p.with_suffix(".json")
 
 
-def load_sidecar(model_path: str | os.PathLike) -> dict | None:
-    """The model's sidecar (classes, input size, normalisation, decode), or None."""
-    p = sidecar_path(model_path)
+def load_sidecar_path(p: Path, required: bool = False) -> dict | None:
+    """A sidecar JSON object read from `p`; None when absent (unless `required`)."""
     if not p.exists():
+        if required:
+            raise UserError(f"{p}: sidecar file not found")
         return None
     try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{p}: not a readable sidecar JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: a sidecar must be a JSON object with 'input', 'classes' and 'decode' keys, "
+                        f"not a {type(data).__name__}")
+    return data
+
+
+def load_sidecar(model_path: str | os.PathLike) -> dict | None:
+    """The model's sidecar (classes, input size, normalisation, decode) beside it, or None."""
+    return load_sidecar_path(sidecar_path(model_path))

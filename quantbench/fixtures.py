@@ -23,6 +23,7 @@ from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, sha256_file
 from quantbench.hosts.worker import canonical, tensor_sha256
 from quantbench.preprocess import load_rgb, to_tensor
+from quantbench.strata import density_label, single_label
 
 
 @dataclass
@@ -125,6 +126,7 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
     if limit is not None:
         images = images[:limit]
     root = Path(coco["_images_dir"])
+    names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
     out = []
     for im in images:
         path = root / im["file_name"]
@@ -137,7 +139,7 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
             source=im["file_name"],
             image_sha256=sha256_file(path),
             labels=labels,
-            stratum="litter" if labels else "negative",
+            stratum=single_label(labels, names) or density_label(len(labels)),
             split=im.get("split", ""),
         ))
     return out

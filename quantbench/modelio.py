@@ -115,3 +115,27 @@ def model_hashes(path: str | os.PathLike, strip: tuple = STRIP_DEFAULT) -> dict:
     """{"raw_sha256": file bytes, "semantic_sha256": ..., "semantic_strip": [...]}: always shown together."""
     return {"raw_sha256": sha256_file(path), "semantic_sha256": semantic_sha256(path, strip),
             "semantic_strip": list(strip)}
+
+
+def dims_of(value_info) -> list:
+    """A graph input's dims: positive ints, or None for dynamic ones.
+
+    onnxruntime treats every non-positive `dim_value` (paddle2onnx writes -1 for the
+    batch) and every `dim_param` as dynamic, so quantbench does too.
+    """
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            for d in value_info.type.tensor_type.shape.dim]
+
+
+def graph_inputs(model) -> dict:
+    """{input name: dims} of the inputs that are fed (initializers listed as inputs excluded)."""
+    inits = {i.name for i in model.graph.initializer}
+    return {i.name: dims_of(i) for i in model.graph.input if i.name not in inits}
+
+
+def fits(input_name: str, shape, inputs: dict) -> bool:
+    """Whether a tensor of `shape` can feed a single-input model's `input_name` (dynamic dims fit any size)."""
+    dims = inputs.get(input_name)
+    if dims is None or len(inputs) != 1:
+        return False
+    return len(dims) == len(shape) and all(d is None or d == s for d, s in zip(dims, shape))

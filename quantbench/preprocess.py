@@ -47,15 +47,33 @@ def luminance(rgb: np.ndarray) -> float:
     return float((rgb @ np.asarray(LUMA_709)).mean())
 
 
-def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: str | None = None) -> dict:
-    """The preprocessing recipe: the sidecar's input block, or plain 0..1 scaling."""
+def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: str | None = None,
+               source: str = "model") -> dict:
+    """The preprocessing recipe: the sidecar's input block, or plain 0..1 scaling of a static input.
+
+    `model_input_shape` holds the model's dims (None for dynamic ones, see
+    modelio.dims_of); a sidecar shape must agree with every static dim. Without a
+    sidecar shape only a dynamic batch is filled in (with 1): a dynamic height or
+    width is the user's to state, never guessed. `source` names the model in errors.
+    """
     spec = dict((sidecar or {}).get("input") or {})
     if model_input_name and "name" not in spec:
         spec["name"] = model_input_name
+    dims = None if model_input_shape is None else list(model_input_shape)
     if "shape" not in spec:
-        if model_input_shape is None:
-            raise UserError("no input shape: give the model a sidecar JSON with an 'input' block")
-        spec["shape"] = [d if isinstance(d, int) and d > 0 else 1 for d in model_input_shape]
+        if dims is None:
+            raise UserError(f"{source}: no input shape: give the model a sidecar JSON with an 'input' block")
+        if any(d is None for d in dims[1:]):
+            shown = ["?" if d is None else d for d in dims]
+            raise UserError(f"{source}: input {spec.get('name')!r} has dynamic dims {shown}; give the model a sidecar "
+                            "JSON with an 'input' block stating 'shape' (and mean, std), or pass --sidecar FILE")
+        spec["shape"] = [1 if d is None else d for d in dims]
+    elif dims is not None:
+        want = list(spec["shape"])
+        if len(dims) != len(want) or any(d is not None and d != w for d, w in zip(dims, want)):
+            shown = ["?" if d is None else d for d in dims]
+            raise UserError(f"{source}: input {spec.get('name')!r} has shape {shown} but the preprocessing makes "
+                            f"{want}; fix the sidecar's input block or pass the matching model")
     spec.setdefault("layout", "NCHW")
     spec.setdefault("color", "RGB")
     spec.setdefault("dtype", "float32")

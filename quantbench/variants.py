@@ -83,7 +83,7 @@ def latest_variants(results_dir: str | os.PathLike = "results") -> list[Variant]
 
 
 def fp32_variant(model_path: str | os.PathLike) -> Variant:
-    """A bare model as the fp32 variant (no calibrate run needed)."""
+    """A bare model as the fp32 variant (no calibrate run needed; its sidecar is the file beside it)."""
     from quantbench.fsutil import sha256_file
 
     path = Path(model_path)
@@ -92,7 +92,71 @@ def fp32_variant(model_path: str | os.PathLike) -> Variant:
     model = path.stem
     return Variant(name="fp32", path=path, model=model,
                    recipe={"variant": "fp32", "method": "fp32", "model": model,
-                           "source_model": str(path), "source_sha256": sha256_file(path)})
+                           "source_model": {"path": str(path), "raw_sha256": sha256_file(path)}})
+
+
+# ---- the input recipe a variant runs with (one owner for every command) -------------------
+
+def load_sidecar_file(path: str | os.PathLike) -> dict:
+    """An explicit --sidecar FILE (must exist and be a JSON object)."""
+    from quantbench.assets import load_sidecar_path
+
+    return load_sidecar_path(Path(path), required=True)
+
+
+def sidecar_for(variant: Variant, override: dict | None = None) -> dict | None:
+    """The sidecar (classes, input, decode) a variant runs with.
+
+    An explicit override (--sidecar) wins; then the copy `calibrate` stored in the
+    variant's recipe; then the JSON beside the model file (x.onnx -> x.json).
+    Never a guess by model name.
+    """
+    from quantbench.assets import load_sidecar
+
+    if override is not None:
+        return override
+    recipe = variant.recipe or {}
+    if isinstance(recipe.get("sidecar"), dict) and recipe["sidecar"]:
+        return recipe["sidecar"]
+    return load_sidecar(variant.path)
+
+
+def calibrated_spec(variant: Variant) -> dict | None:
+    """The preprocessing the variant was calibrated with (its recipe's "preprocess"), if any."""
+    spec = (variant.recipe or {}).get("preprocess")
+    return spec if isinstance(spec, dict) and "shape" in spec else None
+
+
+def input_spec_for(variant: Variant, override: dict | None = None, override_source: str = "--sidecar") -> dict:
+    """The exact input recipe (preprocess spec) to feed `variant`.
+
+    The recipe's calibrated preprocessing, else the sidecar beside the file; a
+    sidecar given as `override` must make the same tensors as the calibration
+    recipe (eval fixtures preprocessed unlike the calibration set compare
+    nothing meaningful), so a difference stops here. A model without either
+    whose input dims are not all static is an error, never a 1x1 guess.
+    """
+    from quantbench.fsutil import canonical_json
+    from quantbench.modelio import graph_inputs, load_model
+    from quantbench.preprocess import input_spec
+
+    ins = graph_inputs(load_model(variant.path, check=False))
+    if not ins:
+        raise UserError(f"{variant.path}: the model has no input to feed")
+    name, dims = next(iter(ins.items()))
+    where = f"{variant.path}"
+    calibrated = calibrated_spec(variant)
+    if override is not None:
+        spec = input_spec(override, dims, name, source=override_source)
+        if calibrated is not None and canonical_json(spec) != canonical_json(calibrated):
+            differ = sorted(k for k in set(spec) | set(calibrated) if spec.get(k) != calibrated.get(k))
+            raise UserError(f"{override_source}: its input block differs from the preprocessing variant {variant.name} "
+                            f"({where}) was calibrated with ({', '.join(differ)}); fixtures made this way would not "
+                            "match the calibration recipe: drop --sidecar, or recalibrate with this sidecar")
+        return spec
+    if calibrated is not None:
+        return input_spec({"input": calibrated}, dims, name, source=where)
+    return input_spec(sidecar_for(variant), dims, name, source=where)
 
 
 # ---- writing (used by `quantbench calibrate`) -------------------------------------------

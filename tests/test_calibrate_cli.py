@@ -43,7 +43,7 @@ def test_full_run_writes_variants_and_is_reproducible(setup, capsys):
     wd, model, labels = setup
     assert cli(*base_args(model, labels, "--chunk-size", 5)) == 0
     out = capsys.readouterr().out
-    for word in ("litter/dark", "negative/bright", "static-percentile", "peak memory", "calib images",
+    for word in ("objects/dark", "empty/bright", "strata by objects", "static-percentile", "peak memory", "calib images",
                  "results/variants/tiny", "calib_sets/tiny-n3-seed0"):
         assert word in out
     vs = latest_variants()

@@ -12,6 +12,7 @@ from calib_helpers import make_corpus
 from quantbench.calibset import builder
 from quantbench.errors import UserError
 from quantbench.preprocess import luminance
+from quantbench.strata import density_label
 
 
 @pytest.fixture
@@ -21,7 +22,6 @@ def corpus(tmp_path):
 
 def build(labels, images, **kw):
     kw.setdefault("per_cell", 5)
-    kw.setdefault("check_bundled_eval", False)
     return builder.build("t", labels, images, **kw)
 
 
@@ -38,22 +38,22 @@ def test_strata_are_balanced_by_density_and_class_median(corpus):
     cs = build(labels, images)
     sel = cs.selected
     assert len(sel) == 20
-    assert {r["cell"] for r in sel} == {"litter/bright", "litter/dark", "negative/bright", "negative/dark"}
+    assert {r["cell"] for r in sel} == {"objects/bright", "objects/dark", "empty/bright", "empty/dark"}
     assert all(sum(r["cell"] == c for r in sel) == 5 for c in {r["cell"] for r in sel})
     assert not [r for r in sel if r["split"] == "eval"]
     coco = json.loads(labels.read_text())
     names = {im["file_name"]: im for im in coco["images"]}
-    for density in ("litter", "negative"):
+    for density in ("objects", "empty"):
         med = cs.recipe["lighting_medians"][density]
-        pool = [im for im in coco["images"] if im["split"] != "eval" and im["negative"] == (density == "negative")]
+        pool = [im for im in coco["images"] if im["split"] != "eval" and im["negative"] == (density == "empty")]
         lumas = [luminance(np.asarray(__import__("PIL.Image", fromlist=["Image"]).open(images / im["file_name"]).convert("RGB")))
                  for im in pool]
         assert med == pytest.approx(float(np.median(lumas)))  # the median of that density class only
         for r in sel:
             if r["density"] == density:
                 assert (r["luminance"] < med) == (r["lighting"] == "dark")
-                assert names[r["path"]]["negative"] == (density == "negative")
-                assert (r["objects"] == 0) == (density == "negative")
+                assert names[r["path"]]["negative"] == (density == "empty")
+                assert (r["objects"] == 0) == (density == "empty")
 
 
 def test_selection_is_deterministic_and_seeded(corpus, tmp_path):
@@ -71,12 +71,12 @@ def test_selection_is_deterministic_and_seeded(corpus, tmp_path):
     assert {r["sha256"] for r in other} != {r["sha256"] for r in build(labels, images, seed=3).selected}
 
 
-def test_count_bins_split_litter(corpus):
+def test_count_bins_split_objects(corpus):
     labels, images = corpus
     cs = build(labels, images, per_cell=2, count_bins=[2])
-    assert {r["density"] for r in cs.selected} == {"litter-1", "litter-2+", "negative"}
-    assert all((r["objects"] >= 2) == (r["density"] == "litter-2+") for r in cs.selected if r["objects"])
-    assert builder.density_label(5, [2, 4]) == "litter-4+" and builder.density_label(3, [2, 4]) == "litter-2-3"
+    assert {r["density"] for r in cs.selected} == {"objects-1", "objects-2+", "empty"}
+    assert all((r["objects"] >= 2) == (r["density"] == "objects-2+") for r in cs.selected if r["objects"])
+    assert density_label(5, [2, 4]) == "objects-4+" and density_label(3, [2, 4]) == "objects-2-3"
 
 
 def test_short_cell_is_an_error_unless_allowed(corpus):
@@ -127,7 +127,7 @@ def test_missing_image_and_bad_labels(corpus, tmp_path):
         build(labels, images)
     bad = tmp_path / "bad.csv"
     bad.write_text("file,count\na.png,1\n")
-    with pytest.raises(UserError, match="needs 'image' and 'density' columns"):
+    with pytest.raises(UserError, match="needs an 'image' column and a 'density' or 'label' column"):
         build(bad, images)
 
 
@@ -155,3 +155,74 @@ def test_write_refuses_a_different_set_unless_forced(corpus, tmp_path):
     builder.write(build(labels, images, seed=2), root, force=True)
     assert json.loads((root / "t" / "recipe.json").read_text())["seed"] == 2
     assert [p.name for p in root.iterdir()] == ["t"]  # no staging leftovers
+
+
+# ---- strata from the user's data (issue: the demo's vocabulary leaked into user runs) ----------
+
+
+def _drop_annotations(labels):
+    coco = json.loads(labels.read_text())
+    coco["annotations"] = []
+    for im in coco["images"]:
+        im.pop("negative", None)
+    labels.write_text(json.dumps(coco))
+
+
+def test_a_set_without_empty_images_needs_no_allow_short(corpus):
+    """A stratum the data lack entirely is left out and recorded, not a shortfall."""
+    labels, images = corpus
+    coco = json.loads(labels.read_text())
+    with_objects = {a["image_id"] for a in coco["annotations"]}
+    coco["images"] = [im for im in coco["images"] if im["id"] in with_objects or im["split"] == "eval"]
+    labels.write_text(json.dumps(coco))
+    cs = build(labels, images, per_cell=3)
+    assert {c["cell"] for c in cs.cells} == {"objects/bright", "objects/dark"}
+    assert cs.recipe["strata"]["absent"] == ["empty"] and cs.recipe["strata"]["kind"] == "objects"
+    assert len(cs.selected) == 6
+
+
+def test_a_set_of_only_empty_images(corpus):
+    labels, images = corpus
+    _drop_annotations(labels)
+    cs = build(labels, images, per_cell=4)
+    assert {c["cell"] for c in cs.cells} == {"empty/bright", "empty/dark"}
+    assert cs.recipe["strata"]["absent"] == ["objects"]
+
+
+def test_classifier_labels_stratify_by_label(corpus):
+    """COCO labels of a classifier: one annotation per image, no bbox; strata are the label values."""
+    labels, images = corpus
+    coco = json.loads(labels.read_text())
+    coco["categories"] = [{"id": 1, "name": "up"}, {"id": 2, "name": "down"}]
+    coco["annotations"] = [{"id": im["id"], "image_id": im["id"], "category_id": 1 + im["id"] % 2}
+                           for im in coco["images"]]
+    for im in coco["images"]:
+        im.pop("negative", None)
+    labels.write_text(json.dumps(coco))
+    cs = build(labels, images, per_cell=3)
+    assert cs.recipe["strata"]["kind"] == "label"
+    assert {c["cell"] for c in cs.cells} == {"up/bright", "up/dark", "down/bright", "down/dark"}
+    by_id = {im["file_name"]: im["id"] for im in coco["images"]}
+    assert all(r["density"] == ("up" if by_id[r["path"]] % 2 == 0 else "down") for r in cs.selected)
+    # object strata on the same labels when asked
+    assert {c["cell"].split("/")[0] for c in build(labels, images, per_cell=3, strata="objects").cells} == {"objects"}
+
+
+def test_csv_label_column(corpus, tmp_path):
+    labels, images = corpus
+    coco = json.loads(labels.read_text())
+    lines = ["image,label,split"] + [f"{im['file_name']},{'cat' if im['id'] % 2 else 'dog'},{im['split']}"
+                                     for im in coco["images"]]
+    csv_path = tmp_path / "labels.csv"
+    csv_path.write_text("\n".join(lines) + "\n")
+    cs = build(csv_path, images, per_cell=2)
+    assert {c["cell"] for c in cs.cells} == {"cat/bright", "cat/dark", "dog/bright", "dog/dark"}
+    with pytest.raises(UserError, match="--strata label: some images do not carry exactly one label"):
+        build(labels, images, strata="label")
+
+
+def test_eval_disjointness_counts_only_the_users_eval_split(corpus):
+    labels, images = corpus
+    coco = json.loads(labels.read_text())
+    n_eval = sum(1 for im in coco["images"] if im["split"] == "eval")
+    assert build(labels, images).recipe["eval_images_checked"] == n_eval  # not the bundled corpus's 120

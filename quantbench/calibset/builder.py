@@ -1,22 +1,25 @@
-"""Select a calibration set stratified by object density x lighting.
+"""Select a calibration set stratified by the user's own strata x lighting.
 
-Strata:
-  density   "negative" (no labelled object: the hard negatives) or "litter";
-            with count_bins, litter splits by object count, e.g. count_bins=[3]
-            gives "litter-1-2" and "litter-3+".
+Strata (quantbench.strata, named from the data):
+  objects   "empty" (no labelled object) or "objects"; with count_bins,
+            object-bearing images split by count, e.g. count_bins=[3] gives
+            "objects-1-2" and "objects-3+";
+  label     the image's one label (classifier labels), e.g. "0", "90", ...
+  A stratum the data do not have at all (a set with no empty images) is left
+  out and recorded, not counted as a shortfall.
   lighting  "dark" if the image's luminance is below the median luminance of
-            its density class, else "bright" (so each class splits in half by
+            its stratum, else "bright" (so each stratum splits in half by
             its own lighting, not the corpus's).
 Luminance is measured, not taken from the labels: the mean Rec. 709 luma of
 the decoded 8-bit RGB pixels, 0.2126 R + 0.7152 G + 0.0722 B
 (quantbench.preprocess.luminance).
 
 The pool is every labelled image outside the "eval" split; no pool image may
-have the same bytes (SHA-256) as an evaluation image. Each cell gets `per_cell`
-images drawn with sklearn.utils.resample (without replacement) from the cell's
-candidates sorted by SHA-256, with one RandomState(seed) across cells in sorted
-cell order: the selection depends only on the image bytes, labels and seed,
-never on the order of the labels file.
+have the same bytes (SHA-256) as an image of the same labels' eval split. Each
+cell gets `per_cell` images drawn with sklearn.utils.resample (without
+replacement) from the cell's candidates sorted by SHA-256, with one
+RandomState(seed) across cells in sorted cell order: the selection depends only
+on the image bytes, labels and seed, never on the order of the labels file.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
+from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
@@ -50,6 +54,7 @@ class Candidate:
     luminance: float | None = None
     density: str = ""
     error: str = ""
+    label: str | None = None  # the image's one label (classifier labels), if it has exactly one
 
 
 @dataclass
@@ -75,53 +80,36 @@ def resolve_images_root(token: str) -> Path:
     return CORPUS_IMAGES if token == BUNDLED_IMAGES else Path(token)
 
 
-def density_label(objects: int, count_bins: Sequence[int]) -> str:
-    if objects <= 0:
-        return "negative"
-    if not count_bins:
-        return "litter"
-    edges = [1, *sorted(count_bins)]
-    for lo, hi in zip(edges, edges[1:]):
-        if lo <= objects < hi:
-            return f"litter-{lo}" if hi - lo == 1 else f"litter-{lo}-{hi - 1}"
-    return f"litter-{edges[-1]}+"
-
-
-def density_classes(count_bins: Sequence[int]) -> list[str]:
-    if not count_bins:
-        return ["litter", "negative"]
-    edges = [1, *sorted(count_bins)]
-    labels = [density_label(lo, count_bins) for lo in edges]
-    return sorted(set(labels)) + ["negative"]
-
-
 def _read_csv(labels: Path, images_dir: Path) -> list[Candidate]:
     try:
         with open(labels, newline="") as fh:
             reader = csv.DictReader(fh)
             fields = [f.strip() for f in (reader.fieldnames or [])]
-            if "image" not in fields or "density" not in fields:
-                raise UserError(f"{labels}: CSV needs 'image' and 'density' columns (has {fields})")
+            if "image" not in fields or not ({"density", "label"} & set(fields)):
+                raise UserError(f"{labels}: CSV needs an 'image' column and a 'density' or 'label' column (has {fields})")
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UserError(f"{labels}: not a readable CSV ({exc})") from None
     out = []
     for i, r in enumerate(rows, start=2):
         r = {k.strip(): (v or "").strip() for k, v in r.items() if k}
-        d = r["density"].lower()
-        if d in ("negative", "neg", "hard-negative", "hard_negative"):
+        d = r.get("density", "").lower()
+        label = S.clean_label(r["label"]) if r.get("label") else None
+        if not d:
+            n = 1 if label is not None else 0
+        elif d in ("empty", "none", "negative", "neg", "hard-negative", "hard_negative"):
             n = 0
-        elif d in ("litter", "positive"):
+        elif d in ("objects", "object", "positive", "litter"):
             n = 1
         else:
             try:
                 n = int(d)
             except ValueError:
-                raise UserError(f"{labels}:{i}: density {r['density']!r} is not a count or litter/negative") from None
+                raise UserError(f"{labels}:{i}: density {r['density']!r} is not an object count or empty/objects") from None
         path = images_dir / r["image"]
         if not path.exists():
             raise UserError(f"{labels}: references missing image {path}")
-        out.append(Candidate(image=r["image"], path=path, objects=n, split=r.get("split", "")))
+        out.append(Candidate(image=r["image"], path=path, objects=n, split=r.get("split", ""), label=label))
     return out
 
 
@@ -130,13 +118,15 @@ def _read_coco(labels: Path, images_dir: Path) -> list[Candidate]:
 
     coco = load_coco(labels, images_dir)
     anns = annotations_by_image(coco)
+    names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
     out = []
     for im in coco["images"]:
-        n = len(anns.get(im["id"], []))
+        mine = anns.get(im["id"], [])
+        n = len(mine)
         if im.get("negative") is True and n:
             raise UserError(f"{labels}: image {im['file_name']} is marked negative but has {n} annotations")
         out.append(Candidate(image=im["file_name"], path=images_dir / im["file_name"], objects=n,
-                             split=str(im.get("split", ""))))
+                             split=str(im.get("split", "")), label=S.single_label(mine, names)))
     return out
 
 
@@ -164,27 +154,23 @@ def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLi
     return cands, labels_path, images_dir
 
 
-def _eval_hashes(cands: list[Candidate], check_bundled: bool, labels_path: Path) -> dict[str, str]:
+def _eval_hashes(cands: list[Candidate]) -> dict[str, str]:
+    """SHA-256 -> path of the labels' own eval split (the images the user evaluates on)."""
     out = {}
     for c in cands:
         if c.split == "eval":
             out.setdefault(sha256_file(c.path), str(c.path))
-    if check_bundled and CORPUS_LABELS.exists() and labels_path.resolve() != CORPUS_LABELS.resolve():
-        try:
-            bundled, _, _ = read_labels(CORPUS_LABELS, CORPUS_IMAGES)
-        except UserError:
-            bundled = []
-        for c in bundled:
-            if c.split == "eval":
-                out.setdefault(sha256_file(c.path), str(c.path))
     return out
 
 
 def build(name: str, labels: str | os.PathLike | None = None, images: str | os.PathLike | None = None,
           per_cell: int = 12, seed: int = 0, count_bins: Sequence[int] = (), allow_short: bool = False,
           skip_bad: bool = False, spec: dict | None = None, model: str | None = None,
-          check_bundled_eval: bool = True, progress: bool = False) -> CalibSet:
-    """Select the calibration set (nothing is written; see `write`)."""
+          strata: str = "auto", progress: bool = False) -> CalibSet:
+    """Select the calibration set (nothing is written; see `write`).
+
+    strata: "objects", "label" or "auto" (quantbench.strata).
+    """
     from sklearn.utils import check_random_state, resample
     from tqdm import tqdm
 
@@ -196,10 +182,11 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
         raise UserError(f"--count-bins: object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
     count_bins = sorted(count_bins)
     cands, labels_path, images_dir = read_labels(labels, images)
-    eval_sha = _eval_hashes(cands, check_bundled_eval, labels_path)
+    eval_sha = _eval_hashes(cands)
     pool = sorted((c for c in cands if c.split != "eval"), key=lambda c: c.image)
     if not pool:
         raise UserError(f"{labels_path}: every image is in the eval split; nothing left to calibrate on")
+    mode = S.resolve_mode(strata, [c.label for c in pool])
 
     skipped, seen, dup = [], {}, 0
     for c in tqdm(pool, desc="calibration set: measuring luminance", unit="img", disable=not progress,
@@ -229,16 +216,22 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
             continue
         seen[c.sha256] = c
         c.luminance = luminance(rgb)
-        c.density = density_label(c.objects, count_bins)
+        c.density = S.stratum_of(c.objects, c.label, mode, count_bins)
     usable = list(seen.values())
 
-    # lighting: split each density class at its own median luminance
-    classes = density_classes(count_bins)
+    # strata the data have; one the data lack entirely (no empty image at all) is absent, not short
+    present = {c.density for c in usable}
+    possible = S.density_classes(count_bins) if mode == "objects" else sorted(present)
+    classes = [d for d in possible if d in present]
+    absent = [d for d in possible if d not in present]
+    if not classes:
+        raise UserError(f"{labels_path}: no readable image left to calibrate on")
+    # lighting: split each stratum at its own median luminance
     medians: dict[str, float | None] = {}
     by_cell: dict[str, list[Candidate]] = {}
     for d in classes:
         members = [c for c in usable if c.density == d]
-        med = float(np.median([c.luminance for c in members])) if members else None
+        med = float(np.median([c.luminance for c in members]))
         medians[d] = med
         for c in members:
             light = "dark" if c.luminance < med else "bright"
@@ -279,7 +272,8 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
         "count_bins": count_bins,
         "selection": "sklearn.utils.resample(replace=False) per cell, candidates sorted by SHA-256, "
                      "one RandomState(seed) across cells in sorted order",
-        "strata": {"density": classes, "lighting": ["dark (< class median)", "bright (>= class median)"]},
+        "strata": {"kind": mode, "density": classes, "absent": absent,
+                   "lighting": ["dark (< stratum median)", "bright (>= stratum median)"]},
         "luminance": LUMA_FORMULA,
         "lighting_medians": medians,
         "excluded_split": "eval",

@@ -30,14 +30,20 @@ def add_arguments(parser) -> None:
                         "preprocessing; a bare name is a bundled model")
     g.add_argument("--images", default=None, help="images folder; if omitted: the bundled corpus, or images/ beside --labels")
     g.add_argument("--labels", default=None,
-                   help="labels: COCO JSON (images with optional 'split'; annotations give the object count) or CSV "
-                        "with 'image' and 'density' columns (count, or litter/negative); if omitted: the bundled corpus")
+                   help="labels: COCO JSON (images with optional 'split'; annotations give the object count, or one "
+                        "annotation without bbox per image its label) or CSV with 'image' and 'density' (count, or "
+                        "empty/objects) or 'label' columns; if omitted: the bundled corpus")
+    g.add_argument("--sidecar", default=None, metavar="FILE",
+                   help="sidecar JSON (input, classes, decode); if omitted: the JSON beside --model (x.onnx -> x.json)")
     g = parser.add_argument_group("calibration set")
     g.add_argument("--name", default=None, help="calibration set name: calib_sets/<name>/; if omitted: <model>-n<per-cell>-seed<seed>")
     g.add_argument("--per-cell", type=int, default=12,
-                   help="images per density x lighting cell (2 x 2 cells by default, so 48 images)")
+                   help="images per stratum x lighting cell (objects/empty x dark/bright: 48 images when both strata exist)")
+    g.add_argument("--strata", default="auto", choices=["auto", "objects", "label"],
+                   help="strata: by object count (empty/objects) or by each image's one label (classifiers); auto: "
+                        "label when every image carries exactly one label")
     g.add_argument("--count-bins", default="",
-                   help="split litter-bearing images by object count at these edges, e.g. '3' -> litter-1-2, litter-3+")
+                   help="split object-bearing images by object count at these edges, e.g. '3' -> objects-1-2, objects-3+")
     g.add_argument("--seed", type=int, default=0, help="selection seed")
     g.add_argument("--allow-short", action="store_true",
                    help="accept cells with fewer candidates than --per-cell and record the shortfall in the manifest")
@@ -69,35 +75,6 @@ def add_arguments(parser) -> None:
                    help="calibration images whose activations are held at once (results do not depend on it)")
     g.add_argument("--force", action="store_true",
                    help="replace a calibration set or variants folder that holds different files")
-
-
-def _model_input(model, model_path, spec):
-    """The single image input; its static dims must match the preprocessing shape."""
-    from onnx import helper
-
-    from quantbench.errors import UserError
-
-    inits = {i.name for i in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in inits]
-    if len(inputs) != 1:
-        raise UserError(f"{model_path}: has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}); "
-                        "calibrate feeds one image tensor")
-    inp = inputs[0]
-    tt = inp.type.tensor_type
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-    if spec.get("name") != inp.name:
-        raise UserError(f"{model_path}: input is named {inp.name!r} but the sidecar's input block says "
-                        f"{spec.get('name')!r}; fix the sidecar")
-    want = list(spec["shape"])
-    if len(dims) != len(want) or any(d is not None and d != w for d, w in zip(dims, want)):
-        shown = [d if d is not None else "?" for d in dims]
-        raise UserError(f"{model_path}: input {inp.name!r} has shape {shown} but the preprocessing makes "
-                        f"{want}; fix the sidecar's input block or pass the matching model")
-    np_type = helper.tensor_dtype_to_np_dtype(tt.elem_type)
-    if str(np_type) != spec.get("dtype", "float32"):
-        raise UserError(f"{model_path}: input {inp.name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
-                        "calibrate needs a float model")
-    return inp.name
 
 
 def _resolve_model(arg, demo_model):
@@ -156,15 +133,18 @@ def run(args) -> int:
     import time
     from pathlib import Path
 
+    from onnx import helper
+
     from quantbench.assets import CALIB_SETS_DIR, VARIANTS_DIR, demo_model, load_sidecar
     from quantbench.calibset import builder
     from quantbench.errors import UserError
-    from quantbench.modelio import load_model, model_hashes
-    from quantbench.preprocess import input_spec
+    from quantbench.modelio import graph_inputs, load_model, model_hashes
+    from quantbench.preprocess import input_spec, load_rgb, to_tensor
+    from quantbench.quantize import smoke
     from quantbench.quantize import variants as qv
     from quantbench.quantize.calibration import ImageInputs, compute_ranges, load_with_shape_infer
     from quantbench.quantize.memory import PeakMeter
-    from quantbench.variants import publish_folder, staging_folder, write_index, write_latest
+    from quantbench.variants import load_sidecar_file, publish_folder, staging_folder, write_index, write_latest
 
     t_start = time.perf_counter()
     methods = _csv(args.methods)
@@ -188,17 +168,22 @@ def run(args) -> int:
     model_path = _resolve_model(args.model, demo_model)
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     model_name = model_path.stem
-    sidecar = load_sidecar(model_path)
-    inits = {i.name for i in model.graph.initializer}
-    first = next((i for i in model.graph.input if i.name not in inits), None)
-    if first is None:
-        raise UserError(f"{model_path}: has no input")
-    shape = [d.dim_value if d.HasField("dim_value") else None for d in first.type.tensor_type.shape.dim]
-    if (not sidecar or "shape" not in (sidecar.get("input") or {})) and any(d is None for d in shape[1:]):
-        raise UserError(f"{model_path}: input {first.name!r} has symbolic dimensions; give the model a sidecar "
-                        f"{model_path.with_suffix('.json').name} with an 'input' block (shape, mean, std)")
-    spec = input_spec(sidecar, shape, first.name)
-    _model_input(model, model_path, spec)
+    if not model_name or model_name.startswith(".") or model_name in ("variants", "tables", "releases"):
+        raise UserError(f"{model_path}: model name {model_name!r} cannot name a variants folder; rename the file")
+    sidecar = load_sidecar_file(args.sidecar) if args.sidecar else load_sidecar(model_path)
+    ins = graph_inputs(model)
+    if len(ins) != 1:
+        raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
+    (in_name, dims), = ins.items()
+    spec = input_spec(sidecar, dims, in_name, source=str(args.sidecar or model_path))
+    if spec.get("name") != in_name:
+        raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
+                        f"{spec.get('name')!r}; fix the sidecar")
+    np_type = helper.tensor_dtype_to_np_dtype(model.graph.input[[i.name for i in model.graph.input].index(in_name)]
+                                              .type.tensor_type.elem_type)
+    if str(np_type) != spec.get("dtype", "float32"):
+        raise UserError(f"{model_path}: input {in_name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
+                        "calibrate needs a float model")
     del model
 
     # 1. calibration set
@@ -207,14 +192,17 @@ def run(args) -> int:
         raise UserError(f"--name: {name!r} is not a plain folder name")
     calset = builder.build(name, labels=args.labels, images=args.images, per_cell=args.per_cell, seed=args.seed,
                            count_bins=count_bins, allow_short=args.allow_short, skip_bad=args.skip_bad, spec=spec,
-                           model=model_name, progress=True)
+                           model=model_name, strata=args.strata, progress=True)
     rows = [(c["cell"], c["available"], c["selected"], c["shortfall"] or "",
              "-" if c["luma_min"] is None else f"{c['luma_min']:.1f}-{c['luma_max']:.1f}",
              "-" if c["pool_luma_min"] is None else f"{c['pool_luma_min']:.1f}-{c['pool_luma_max']:.1f}")
             for c in calset.cells]
+    st = calset.recipe["strata"]
     print(f"calibration set {name}: {len(calset.selected)} images, seed {args.seed}, "
           f"pool {calset.recipe['pool']} (eval split excluded; {calset.recipe['eval_images_checked']} eval images "
-          f"checked by SHA-256), luminance = mean Rec. 709 luma")
+          f"of these labels checked by SHA-256), luminance = mean Rec. 709 luma")
+    print(f"strata by {st['kind']}: {', '.join(st['density'])}"
+          + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
     print(_fmt_table(["cell", "candidates", "selected", "short", "luma selected", "luma pool"], rows))
     for med_cls, med in calset.recipe["lighting_medians"].items():
         if med is not None:
@@ -234,9 +222,13 @@ def run(args) -> int:
     calib_info = {"name": name, "folder": str(CALIB_SETS_DIR / name), "manifest_sha256": manifest_sha,
                   "images": len(paths), "seed": args.seed}
     summary = []
+    failed = []
     with staging_folder(out) as stage:
         prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
-        qv.prepare_model(model_path, prepared, pre_process=args.pre_process)
+        intake = qv.prepare_model(model_path, prepared, pre_process=args.pre_process, per_channel=args.per_channel)
+        for note in intake["notes"]:
+            print(f"note: {note}")
+        common["intake"] = intake
         prep_model = load_with_shape_infer(prepared)
         names = {n.name for n in prep_model.graph.node}
         missing = [n for n in exclude_nodes if n not in names]
@@ -244,12 +236,27 @@ def run(args) -> int:
             hint = " after pre-processing (pass --no-pre-process to use the original graph)" if args.pre_process else ""
             raise UserError(f"--exclude-nodes: {model_path} has no node named {', '.join(map(repr, missing))}{hint}")
 
+        # the smoke image: the first calibration image, as every variant will be fed
+        feeds = {spec["name"]: to_tensor(load_rgb(paths[0]), spec)}
         variants = []
+
+        def publish(v, secs, mib, n_img, ref):
+            why = smoke.check(v.path, feeds, ref)
+            if why is not None:
+                failed.append((v.name, why))
+                return
+            variants.append(v)
+            summary.append((v, secs, mib, n_img))
+
         with PeakMeter() as mem:
             t = time.perf_counter()
             v = qv.make_fp32(model_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common)
-        variants.append(v)
-        summary.append((v, time.perf_counter() - t, mem.mib, "-"))
+        try:
+            ref = smoke.reference(v.path, feeds)
+        except Exception as exc:  # onnxruntime's own exception types
+            raise UserError(f"{model_path}: the fp32 model does not run on calibration image {paths[0]} "
+                            f"({smoke.first_line(exc)}); check the sidecar's input block") from None
+        publish(v, time.perf_counter() - t, mem.mib, "-", ref)
         if "dynamic" in methods:
             with PeakMeter() as mem:
                 t = time.perf_counter()
@@ -257,8 +264,7 @@ def run(args) -> int:
                                     per_channel=args.per_channel, reduce_range=args.reduce_range,
                                     exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types,
                                     model_name=model_name, recipe_extra=common)
-            variants.append(v)
-            summary.append((v, time.perf_counter() - t, mem.mib, "-"))
+            publish(v, time.perf_counter() - t, mem.mib, "-", ref)
 
         calib_time = calib_mem = 0.0
         if static_methods:
@@ -283,8 +289,15 @@ def run(args) -> int:
                                            exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types,
                                            calibration_options=copts, name=vname, model_name=model_name,
                                            recipe_extra={**common, "calibration_set": calib_info})
-                    variants.append(v)
-                    summary.append((v, time.perf_counter() - t, mem.mib, str(len(paths))))
+                    publish(v, time.perf_counter() - t, mem.mib, str(len(paths)), ref)
+        for v in variants:
+            if v.name != "fp32" and v.path.stat().st_size > variants[0].path.stat().st_size:
+                print(f"warning: {v.name} ({v.path.stat().st_size / 1024:.0f} KiB) is larger than fp32 "
+                      f"({variants[0].path.stat().st_size / 1024:.0f} KiB): weights were probably quantized as "
+                      "activations; see the notes above")
+        for name_, _ in failed:  # a variant that failed is not published: remove its files from the stage
+            for f in stage.glob(f"{name_}.*"):
+                f.unlink()
         write_index(stage, variants)
         state = publish_folder(stage, out, force=args.force, what="variants")
     write_latest(out, model_name)
@@ -305,4 +318,8 @@ def run(args) -> int:
     print(f"latest:          {VARIANTS_DIR / 'latest.json'} -> {out}")
     print(f"done in {time.perf_counter() - t_start:.1f} s")
     sys.stdout.flush()
+    if failed:
+        for vname, why in failed:
+            print(f"quantbench calibrate: error: variant {vname} not published: {why}", file=sys.stderr)
+        return 1
     return 0

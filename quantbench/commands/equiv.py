@@ -19,6 +19,9 @@ def add_arguments(p) -> None:
     p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of your evaluation images; default: the bundled corpus")
     p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
     p.add_argument("--split", default="eval", help="image split to compare (train, val, eval, or 'all')")
+    p.add_argument("--sidecar", metavar="FILE",
+                   help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its input "
+                        "block must match the calibration recipe")
     p.add_argument("--limit", type=int, help="compare only the first N images of the split (by file name)")
     p.add_argument("--reference", help="reference host for cross-host comparisons (default: the first of --hosts)")
     p.add_argument("--decode", choices=KINDS, help="how outputs become decisions (default: the model sidecar's 'decode' block)")
@@ -43,22 +46,6 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def variant_sidecar(v) -> dict | None:
-    """The sidecar of a variant's source model: recipe copy, beside the file, beside the source, bundled."""
-    from quantbench.assets import MODELS_DIR, load_sidecar
-
-    recipe = v.recipe or {}
-    if isinstance(recipe.get("sidecar"), dict) and recipe["sidecar"]:
-        return recipe["sidecar"]
-    for cand in (Path(v.path), Path(str(recipe.get("source_model") or "")), MODELS_DIR / f"{v.model}.onnx"):
-        if str(cand) in ("", ".") or not cand.suffix:
-            continue
-        sc = load_sidecar(cand)
-        if sc:
-            return sc
-    return None
-
-
 def _run_hint(args) -> str:
     parts = []
     if args.fixtures:
@@ -80,8 +67,10 @@ def prepare(args):
     """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
     from types import SimpleNamespace
 
-    from quantbench.analysis.equiv import VariantRef, _fits
-    from quantbench.commands.run import build_run_fixtures, parse_session, resolve_variants
+    from quantbench.analysis.equiv import VariantRef
+    from quantbench.commands.run import build_run_fixtures, load_sidecar_arg, parse_session, resolve_variants
+    from quantbench.modelio import fits
+    from quantbench.variants import sidecar_for
     from quantbench.errors import UserError
     from quantbench.hosts.registry import resolve_hosts
     from quantbench.hosts.runner import run_hosts, variant_info
@@ -100,7 +89,8 @@ def prepare(args):
     results = Path(args.results)
     root = results / "tables"
     variants = resolve_variants(args.variants)
-    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit)
+    override = load_sidecar_arg(args.sidecar)
+    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit, override)
     session = parse_session(SimpleNamespace(session_config=args.session_config, threads=1,
                                             providers="CPUExecutionProvider", graph_opt=args.graph_opt))
     prefer = None
@@ -124,10 +114,10 @@ def prepare(args):
     refs, fixtures_for = [], {}
     for vi in infos:
         v = by_id.get(str(Path(vi.path).resolve()), vi)
-        refs.append(VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, sidecar=variant_sidecar(v),
+        refs.append(VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, sidecar=sidecar_for(v, override),
                                path=str(vi.path)))
         fixtures_for[vi.variant_id] = sorted({fx.fixture_id for fx in fixtures
-                                              if _fits(fx.input_name, list(fx.array.shape), vi.inputs)})
+                                              if fits(fx.input_name, list(fx.array.shape), vi.inputs)})
         if not fixtures_for[vi.variant_id]:
             raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) {vi.inputs}")
     return names, refs, fixtures_for, prefer, results, root

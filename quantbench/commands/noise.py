@@ -22,11 +22,11 @@ def add_arguments(p) -> None:
 def decode_spec(variant, kind=None):
     """The decode spec from the variant's sidecar (or --decode), checked against its outputs; None if unknown."""
     from quantbench.analysis.decode import check_outputs, spec_from_sidecar
-    from quantbench.commands.run import _sidecar_for
+    from quantbench.variants import sidecar_for
     from quantbench.errors import UserError
     from quantbench.modelio import load_model
 
-    sc = _sidecar_for(variant)
+    sc = sidecar_for(variant)
     try:
         spec = spec_from_sidecar(sc, kind, source=str(variant.path))
     except UserError:

@@ -31,8 +31,8 @@ def last_equiv(results: Path) -> dict:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.analysis.equiv import VariantRef, analyze
-    from quantbench.assets import MODELS_DIR, load_sidecar
     from quantbench.commands.equiv import finish
+    from quantbench.variants import Variant, sidecar_for
     from quantbench.errors import UserError
 
     results = Path(args.results)
@@ -60,11 +60,7 @@ def run(args) -> int:
     refs = []
     for v in st["variants"]:
         recipe = json.loads((models.get(v["variant_id"]) or {}).get("recipe") or "{}")
-        sidecar = recipe.get("sidecar") if isinstance(recipe.get("sidecar"), dict) else None
-        for cand in (v.get("path"), recipe.get("source_model"), str(MODELS_DIR / f"{v['model']}.onnx")):
-            if sidecar or not cand or not Path(cand).suffix:
-                continue
-            sidecar = load_sidecar(cand)
+        sidecar = sidecar_for(Variant(name=v["name"], path=Path(v.get("path") or ""), model=v["model"], recipe=recipe))
         refs.append(VariantRef(name=v["name"], variant_id=v["variant_id"], model=v["model"], sidecar=sidecar,
                                path=v.get("path", "")))
     prefer = {h: tuple(x) for h, x in st["selections"].items()}

@@ -17,6 +17,9 @@ def add_arguments(p) -> None:
     p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of the evaluation images; default: the bundled corpus")
     p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
     p.add_argument("--split", default="eval", help="image split to run (train, val, eval, or 'all')")
+    p.add_argument("--sidecar", metavar="FILE",
+                   help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its input "
+                        "block must match the calibration recipe")
     p.add_argument("--limit", type=int, help="run only the first N images of the split (by file name)")
     p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
                    help="onnxruntime session config entry (repeatable), e.g. session.x64quantprecision=1")
@@ -99,37 +102,21 @@ def resolve_variants(items) -> list:
     return out
 
 
-def _sidecar_for(variant):
-    from quantbench.assets import MODELS_DIR, load_sidecar
+def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=None, sidecar=None):
+    """Fixtures for every distinct input recipe among the variants; returns (fixtures, specs by fixture id).
 
-    for cand in (Path(variant.path), MODELS_DIR / f"{variant.model}.onnx",
-                 Path(str((variant.recipe or {}).get("source_model", "")) or "/nonexistent")):
-        try:
-            sc = load_sidecar(cand)
-        except Exception:
-            sc = None
-        if sc and sc.get("input"):
-            return sc
-    return None
-
-
-def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=None):
-    """Fixtures for every distinct input recipe among the variants; returns (fixtures, specs by fixture id)."""
+    Each variant's recipe comes from quantbench.variants.input_spec_for (its
+    calibration recipe, or the sidecar beside the file); `sidecar` (a --sidecar
+    dict) overrides it where it agrees with the calibration.
+    """
     from quantbench.assets import CORPUS_LABELS
     from quantbench.fixtures import build_fixtures
     from quantbench.fsutil import canonical_json
-    from quantbench.modelio import load_model
-    from quantbench.preprocess import input_spec
+    from quantbench.variants import input_spec_for
 
     specs = {}
     for v in variants:
-        m = load_model(v.path, check=False)
-        init = {i.name for i in m.graph.initializer}
-        ins = [i for i in m.graph.input if i.name not in init]
-        if not ins:
-            continue
-        shape = [d.dim_value if d.HasField("dim_value") else None for d in ins[0].type.tensor_type.shape.dim]
-        spec = input_spec(_sidecar_for(v), shape, ins[0].name)
+        spec = input_spec_for(v, sidecar)
         specs.setdefault(canonical_json(spec), spec)
     fixtures, spec_of = [], {}
     for spec in specs.values():
@@ -140,6 +127,13 @@ def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=N
                 fx.preprocess = spec
                 fixtures.append(fx)
     return fixtures, spec_of
+
+
+def load_sidecar_arg(path):
+    """--sidecar FILE -> the sidecar dict (None when not given)."""
+    from quantbench.variants import load_sidecar_file
+
+    return None if not path else load_sidecar_file(path)
 
 
 def run(args) -> int:
@@ -156,7 +150,8 @@ def run(args) -> int:
 
     specs = resolve_hosts(names, args.hosts_file)
     variants = resolve_variants(args.variants)
-    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit)
+    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit,
+                                     load_sidecar_arg(args.sidecar))
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure = None
     try:

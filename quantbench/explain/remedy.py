@@ -101,7 +101,8 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
         prepared = kept
     else:
         prepared = out_dir / "prepared.onnx"
-        QV.prepare_model(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)))
+        QV.prepare_model(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)),
+                         per_channel=bool(recipe.get("per_channel", True)))
     ranges_file = Path(ranges_file) if ranges_file else None
     if ranges_file and ranges_file.exists():
         method, ranges = load_ranges(ranges_file, recipe.get("calibration_method", "minmax"))

@@ -78,29 +78,21 @@ class VariantInfo:
 
 def variant_info(v) -> VariantInfo:
     """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
-    from quantbench.modelio import load_model, semantic_sha256
+    from quantbench.modelio import graph_inputs, load_model, semantic_sha256
 
     path = Path(v.path)
     model = load_model(path, check=False)
     vid = getattr(v, "variant_id", None) or semantic_sha256(model)
-    init = {i.name for i in model.graph.initializer}
-    inputs = {}
-    for i in model.graph.input:
-        if i.name in init:
-            continue
-        dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
-        inputs[i.name] = dims
+    inputs = graph_inputs(model)
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
                        raw_sha256=sha256_file(path), inputs=inputs)
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
-    dims = vi.inputs.get(fx.input_name)
-    if dims is None or len(vi.inputs) != 1:
-        return False
-    shape = list(fx.array.shape)
-    return len(dims) == len(shape) and all(d is None or d == 0 or d == s for d, s in zip(dims, shape))
+    from quantbench.modelio import fits
+
+    return fits(fx.input_name, list(fx.array.shape), vi.inputs)
 
 
 def fixture_label(fx) -> str:

@@ -273,9 +273,11 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
                 where = _label(inputs, seen)
                 if want:
                     res = dict(zip(want, sess.run(want, feeds)))
-                    if not (np.isfinite(res["__qb_min"]).all() and np.isfinite(res["__qb_max"]).all()):
-                        bad = next(t for t, a, b in zip(inner, res["__qb_min"], res["__qb_max"])
-                                   if not (np.isfinite(a) and np.isfinite(b)))
+                    # a zero-element tensor reduces to (+inf, -inf): no data, not a non-finite value
+                    empty_now = (res["__qb_min"] == np.inf) & (res["__qb_max"] == -np.inf)
+                    finite = np.isfinite(res["__qb_min"]) & np.isfinite(res["__qb_max"])
+                    if not (finite | empty_now).all():
+                        bad = next(t for t, ok in zip(inner, finite | empty_now) if not ok)
                         raise UserError(f"{where}: tensor {bad!r} has non-finite values; check the image and "
                                         "the preprocessing, or drop the image")
                     np.minimum(lo, res["__qb_min"], out=lo)
@@ -284,6 +286,8 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
                         np.minimum(amin, res["__qb_amin"], out=amin)
                 for t in outer:
                     a = np.asarray(feeds[t])
+                    if a.size == 0:
+                        continue
                     t_lo, t_hi = np.min(a), np.max(a)
                     if not (np.isfinite(t_lo) and np.isfinite(t_hi)):
                         raise UserError(f"{where}: tensor {t!r} has non-finite values; check the image and "
@@ -299,16 +303,25 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
         del sess
         if seen != n:
             raise UserError(f"calibration inputs yielded {seen} items but len() is {n}")
+        # tensors with no element in any image: range [0, 0], as onnxruntime's calibrators leave them
+        empty = {t for t, a, b in zip(inner, lo, hi) if a == np.inf and b == -np.inf}
+        empty |= {t for t in outer if t not in lo_in}
+        for i, t in enumerate(inner):
+            if t in empty:
+                lo[i] = hi[i] = amin[i] = 0
         # per-tensor scalars in the tensor's own dtype, as onnxruntime's np.nanmin/np.nanmax give them
-        t_lo = {t: dtypes[t].type(v) for t, v in zip(inner, lo)} | lo_in
-        t_hi = {t: dtypes[t].type(v) for t, v in zip(inner, hi)} | hi_in
-        t_amin = ({t: dtypes[t].type(v) for t, v in zip(inner, amin)} | amin_in) if want_pct else {}
+        zero = {t: dtypes[t].type(0) for t in outer if t in empty}
+        t_lo = {t: dtypes[t].type(v) for t, v in zip(inner, lo)} | lo_in | zero
+        t_hi = {t: dtypes[t].type(v) for t, v in zip(inner, hi)} | hi_in | zero
+        t_amin = ({t: dtypes[t].type(v) for t, v in zip(inner, amin)} | amin_in | zero) if want_pct else {}
 
         pct: dict[str, _FixedHistogram] = {}
         ent: dict[str, _FixedHistogram] = {}
         ent_thr: dict[str, np.ndarray] = {}
         if want_hist:
             for t in names:
+                if t in empty:
+                    continue
                 if want_pct:
                     # onnxruntime: np.histogram(|x|, bins) over the data's own [min|x|, max|x|]
                     pct[t] = _FixedHistogram(percentile_bins, (t_amin[t], max(abs(t_lo[t]), abs(t_hi[t]))), dtypes[t])
@@ -332,6 +345,9 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
                     del res
                     bar.update(1)
                 for t in names:
+                    if t in empty:
+                        acts[t] = None
+                        continue
                     data = np.concatenate(acts[t]) if len(acts[t]) > 1 else acts[t][0]
                     acts[t] = None
                     if t in ent:
@@ -355,19 +371,29 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
             col = HistogramCollector(method="percentile", symmetric=True, num_bins=percentile_bins,
                                      num_quantized_bins=entropy_quantized_bins, percentile=percentile, scenario="same")
             for t in names:
-                col.histogram_dict[t] = (pct[t].counts, pct[t].edges.astype(dtypes[t]), t_lo[t], t_hi[t])
+                if t not in empty:
+                    col.histogram_dict[t] = (pct[t].counts, pct[t].edges.astype(dtypes[t]), t_lo[t], t_hi[t])
             with contextlib.redirect_stdout(io.StringIO()):
-                thresholds = col.compute_percentile()
+                thresholds = col.compute_percentile() if col.histogram_dict else {}
+            thresholds.update(_empty_thresholds(empty, dtypes))
             result[method] = TensorsData(CalibrationMethod.Percentile, thresholds)
         elif method == "entropy":
             col = HistogramCollector(method="entropy", symmetric=False, num_bins=entropy_bins,
                                      num_quantized_bins=entropy_quantized_bins, percentile=percentile, scenario="same")
             for t in names:
-                col.histogram_dict[t] = (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t])
+                if t not in empty:
+                    col.histogram_dict[t] = (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t])
             with contextlib.redirect_stdout(io.StringIO()):
-                thresholds = col.compute_entropy()
+                thresholds = col.compute_entropy() if col.histogram_dict else {}
+            thresholds.update(_empty_thresholds(empty, dtypes))
             result[method] = TensorsData(CalibrationMethod.Entropy, thresholds)
     return result
+
+
+def _empty_thresholds(empty, dtypes) -> dict:
+    """[0, 0] for tensors without elements, in the 4-tuple form the histogram collectors return."""
+    return {t: (np.array(0, dtype=dtypes[t]), np.array(0, dtype=dtypes[t]), np.zeros(0, np.int64), np.zeros(0))
+            for t in sorted(empty)}
 
 
 def ranges_dict(tensors_data) -> dict:

@@ -104,34 +104,18 @@ def dynamic_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
     return sorted(set(IntegerOpsRegistry) - set(exclude_op_types))
 
 
-def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pre_process: bool = True) -> dict:
+def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pre_process: bool = True,
+                  per_channel: bool = True) -> dict:
     """The float model that is calibrated and quantized, written to `out_path`.
 
-    pre_process=True runs onnxruntime's quant_pre_process (symbolic + ONNX shape
-    inference and basic graph optimisation, as onnxruntime recommends before
-    static quantization); False copies the model unchanged. Returns what was done.
+    quantbench.quantize.intake.prepare: custom domains checked, Constant weights
+    made initializers, old opsets converted for per-channel weights, then
+    onnxruntime's quant_pre_process (with a fallback without symbolic shape
+    inference). Returns the intake record.
     """
-    out_path = Path(out_path)
-    if not pre_process:
-        with atomic_path(out_path) as tmp:
-            shutil.copyfile(model_path, tmp)
-        return {"pre_process": False}
-    import logging
+    from quantbench.quantize.intake import prepare
 
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    level = logging.getLogger().level
-    try:
-        with atomic_path(out_path, suffix=".onnx") as tmp:
-            quant_pre_process(str(model_path), str(tmp))
-    except UserError:
-        raise
-    except Exception as exc:  # onnxruntime raises assorted errors for models it cannot pre-process
-        raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({type(exc).__name__}: "
-                        f"{str(exc).splitlines()[0] if str(exc) else ''}); rerun with --no-pre-process") from None
-    finally:
-        logging.getLogger().setLevel(level)
-    return {"pre_process": True}
+    return prepare(model_path, out_path, pre_process=pre_process, per_channel=per_channel)
 
 
 def _finish(name, out_path, model_name, recipe) -> Variant:

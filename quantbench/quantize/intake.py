@@ -1,0 +1,187 @@
+"""Model intake: a real third-party export -> the float graph that is calibrated and quantized.
+
+Exports from Paddle, PyTorch and Ultralytics arrive with quirks that the
+quantizer either trips over or, worse, silently mishandles (see
+shared notes "real-models"): weights held in `Constant` nodes (quantized as
+activations, per-tensor, growing the model), opsets too old for per-channel
+QDQ (`DequantizeLinear` `axis` needs 13), custom-domain opset imports, and
+graphs on which onnxruntime's symbolic shape inference asserts. Each step here
+is recorded, so the recipe says what was done to the user's model:
+
+1. nodes in a domain onnxruntime cannot run are refused by name; an opset
+   import no node uses (paddle2onnx's `Paddle`) is noted and left alone;
+2. `Constant` tensors become initializers;
+3. an opset below 13 is converted to 13 with `onnx.version_converter` when
+   per-channel weights are asked (or refused, naming the opset and the option);
+4. `quant_pre_process` runs in a private temporary folder (it writes
+   `sym_shape_infer_temp.onnx` into the current one on failure); when symbolic
+   shape inference fails it is retried without it (constant and BatchNorm
+   folding still happen) and the fallback is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+from quantbench.errors import UserError
+from quantbench.fsutil import atomic_path
+
+# Domains onnxruntime's CPU provider runs without a custom-op library.
+RUNNABLE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.preview.training")
+PER_CHANNEL_OPSET = 13  # DequantizeLinear's `axis` attribute
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def default_opset(model) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def check_domains(model, model_path) -> list[str]:
+    """Refuse nodes onnxruntime cannot run; return notes on unused custom opset imports."""
+    used: dict[str, set] = {}
+    for node in model.graph.node:
+        used.setdefault(node.domain or "", set()).add(node.op_type)
+    foreign = {d: ops for d, ops in used.items() if d not in RUNNABLE_DOMAINS}
+    if foreign:
+        what = "; ".join(f"domain {d!r}: {', '.join(sorted(ops))}" for d, ops in sorted(foreign.items()))
+        raise UserError(f"{model_path}: has nodes in a custom domain ({what}); onnxruntime cannot run them without "
+                        "their custom-op library, which quantbench does not load: export the model with standard ops")
+    notes = []
+    for o in model.opset_import:
+        if o.domain not in RUNNABLE_DOMAINS and o.domain not in used:
+            notes.append(f"opset import {o.domain!r} (version {o.version}) is used by no node: left as is")
+    return notes
+
+
+def constants_to_initializers(model) -> int:
+    """Move tensor-valued `Constant` nodes of the main graph into initializers; returns how many.
+
+    The quantizer treats a Constant's output as an activation: weights held that
+    way get per-tensor activation ranges instead of per-channel weight scales.
+    """
+    from onnx import numpy_helper
+
+    keep, moved = [], 0
+    for node in model.graph.node:
+        attr = {a.name: a for a in node.attribute}
+        if node.op_type == "Constant" and (node.domain or "") in ("", "ai.onnx") and "value" in attr \
+                and len(node.output) == 1:
+            t = numpy_helper.to_array(attr["value"].t)
+            model.graph.initializer.append(numpy_helper.from_array(t, node.output[0]))
+            moved += 1
+        else:
+            keep.append(node)
+    if moved:
+        del model.graph.node[:]
+        model.graph.node.extend(keep)
+    return moved
+
+
+def convert_opset(model, model_path, target: int, why: str):
+    """onnx.version_converter to `target`, or a UserError naming the opset and what asked for it."""
+    import onnx
+
+    have = default_opset(model)
+    try:
+        out = onnx.version_converter.convert_version(model, target)
+        onnx.checker.check_model(out)
+    except Exception as exc:
+        raise UserError(f"{model_path}: opset {have} is too old for {why} (needs opset {target}+) and "
+                        f"onnx.version_converter could not convert it ({_first_line(exc)}); pass "
+                        f"--no-per-channel, or export the model with opset {target} or newer") from None
+    return out
+
+
+@contextlib.contextmanager
+def _private_cwd():
+    """Run in a fresh temporary folder: onnxruntime's pre-processing writes temp files into the cwd."""
+    old = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="qb-intake-") as td:
+        os.chdir(td)
+        try:
+            yield Path(td)
+        finally:
+            os.chdir(old)
+
+
+def _pre_process(src: Path, dst: Path, skip_symbolic: bool) -> None:
+    import logging
+
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    level = logging.getLogger().level
+    try:
+        with _private_cwd():
+            quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
+    finally:
+        logging.getLogger().setLevel(level)
+
+
+def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_process: bool = True,
+            per_channel: bool = True) -> dict:
+    """Write the float model to calibrate and quantize to `out_path`; returns the intake record.
+
+    The record ("intake" in every variant's recipe) lists each step taken and
+    `notes`, one line each, that calibrate prints.
+    """
+    import onnx
+
+    from quantbench.modelio import load_model
+
+    model_path = Path(model_path).resolve()
+    out_path = Path(out_path)
+    model = load_model(model_path, check=False)
+    notes = check_domains(model, model_path)
+    record: dict = {"pre_process": bool(pre_process)}
+    opset = default_opset(model)
+    record["opset"] = {"source": opset, "used": opset}
+    moved = constants_to_initializers(model)
+    record["constants_to_initializers"] = moved
+    if moved:
+        notes.append(f"{moved} Constant tensor(s) moved to initializers (weights are quantized as weights)")
+    if per_channel and opset < PER_CHANNEL_OPSET:
+        model = convert_opset(model, model_path, PER_CHANNEL_OPSET, "per-channel QDQ weights")
+        record["opset"]["used"] = PER_CHANNEL_OPSET
+        notes.append(f"opset {opset} converted to {PER_CHANNEL_OPSET} with onnx.version_converter "
+                     "(per-channel DequantizeLinear needs it)")
+    with tempfile.TemporaryDirectory(prefix="qb-intake-src-") as td:
+        src = Path(td) / "model.onnx"
+        onnx.save(model, str(src))
+        if not pre_process:
+            with atomic_path(out_path) as tmp:
+                Path(tmp).write_bytes(src.read_bytes())
+            record["symbolic_shape_inference"] = "not run (--no-pre-process)"
+            bn = sum(1 for n in model.graph.node if n.op_type == "BatchNormalization")
+            if bn:
+                notes.append(f"--no-pre-process: {bn} BatchNormalization node(s) left unfolded (quantized as separate "
+                             "ops, less accurate than folded into Conv)")
+        else:
+            try:
+                with atomic_path(out_path, suffix=".onnx") as tmp:
+                    _pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
+                record["symbolic_shape_inference"] = "done"
+            except Exception as first:  # onnxruntime raises assorted errors (AssertionError, bare Exception)
+                reason = _first_line(first)
+                try:
+                    with atomic_path(out_path, suffix=".onnx") as tmp:
+                        _pre_process(src, Path(tmp).resolve(), skip_symbolic=True)
+                except Exception as exc:
+                    raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({reason}; without symbolic "
+                                    f"shape inference: {_first_line(exc)}); rerun with --no-pre-process") from None
+                record["symbolic_shape_inference"] = f"failed, skipped ({reason})"
+                notes.append(f"symbolic shape inference failed ({reason}); pre-processed without it "
+                             "(ONNX shape inference, constant and BatchNorm folding still done)")
+            # the optimiser may fold new constants; keep weights as initializers
+            prepared = load_model(out_path, check=False)
+            if constants_to_initializers(prepared):
+                with atomic_path(out_path, suffix=".onnx") as tmp:
+                    onnx.save(prepared, str(tmp))
+    record["notes"] = notes
+    return record

