@@ -205,10 +205,10 @@ def test_equiv_bad_input(two_sessions, capsys):
     vdir = Path(two_sessions[1])
     other = workdir / "bench" / "variants-other"
     shutil.copytree(vdir, other)
-    for name in ("fp32", "dynamic"):
-        side = json.loads((other / f"{name}.json").read_text())
-        side["input"]["mean"] = [0.4, 0.4, 0.4]
-        (other / f"{name}.json").write_text(json.dumps(side))
+    for name in ("fp32", "dynamic"):  # the variants' own input recipe says another mean
+        recipe = json.loads((other / f"{name}.recipe.json").read_text())
+        recipe["sidecar"]["input"]["mean"] = [0.4, 0.4, 0.4]
+        (other / f"{name}.recipe.json").write_text(json.dumps(recipe))
     (workdir / "quantbench.toml").write_text('x86b = { kind = "local" }\nx86c = { kind = "local" }\n')
     assert main(["run", "--hosts", "x86c", "--variants", str(other), *two_sessions[2:]]) == 0
     capsys.readouterr()
