@@ -1,6 +1,6 @@
 """Output tensors -> the decisions a product serves, as the model's sidecar says.
 
-Four decoders, all on one fixture (batch of one) at a time:
+Five built-in decoders, none, or a plug-in, all on one fixture (batch of one) at a time:
 
 ``detr-sigmoid``       per query: argmax over the named class columns, sigmoid
                        score, kept when score >= threshold and the query is in
@@ -28,8 +28,9 @@ single-output model uses its output whatever the name), ``threshold`` (0.25),
 ``pre_threshold`` (threshold * 0.5), ``iou`` (0.45), ``max_det`` (300),
 ``layout`` ("channels-first" = [4+C, N] or "channels-last" = [N, 4+C]; default:
 the one axis whose size is 4+C or 5+C for the sidecar's C classes, else the
-smaller axis; equal axes need the key), ``objectness`` (default: true when the channels are 5+C for the C named
-classes, else false). Per anchor: class = argmax, score = max class prob (times
+smaller axis; equal axes need the key), ``objectness`` (default: true when the
+channels are 5+C for the C named classes, else false), ``box_format``
+("cxcywh"; "xyxy" for heads that emit corners). Per anchor: class = argmax, score = max class prob (times
 objectness). *Candidates* are anchors with score >= pre_threshold; greedy NMS
 runs on them per class (score descending, ties by anchor index, float64,
 suppressing IoU > iou), and the first max_det survivors are the decisions.

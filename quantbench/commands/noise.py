@@ -24,7 +24,7 @@ def add_arguments(p) -> None:
 
 
 def decode_spec(variant, kind=None):
-    """The decode spec from the variant's sidecar (or --decode), checked against its outputs; None if unknown."""
+    """The decode spec from the variant's sidecar (or --decode), checked against its outputs; None under decode none."""
     from quantbench.analysis.decode import NONE, check_outputs, spec_from_sidecar
     from quantbench.commands.run import _sidecar_for
     from quantbench.modelio import load_model
