@@ -9,11 +9,24 @@ Sidecar "input" block:
      "dtype": "float32", "scale": 1/255, "mean": [..3..], "std": [..3..]}
 tensor = ((pixels_uint8 * scale) - mean) / std, computed in float32, resized
 with PIL bilinear only when the image size differs from the model's.
+
+Optional keys of the input block, read by `to_tensor`:
+    "resize": "stretch"      (default) both sides to the model's H x W, aspect ratio lost;
+              "letterbox"    keep the aspect ratio, scale to fit, pad centred with
+                             "pad_value" (default 114, or [r, g, b]), as Ultralytics' LetterBox;
+              "center-crop"  scale the short side to the target / "crop_ratio" (default 1.0;
+                             0.875 is torchvision's Resize(256) + CenterCrop(224)), crop the centre.
+    "plugin": "module:function" (or "path/to/file.py:function")  replaces all of the above:
+              fn(rgb: np.ndarray HxWx3 uint8, spec: dict) -> np.ndarray, the batch-1 input tensor;
+              its dtype must be spec["dtype"] and its shape spec["shape"] (a None or
+              non-positive dim there accepts any size).
+Every resize is PIL bilinear on the uint8 pixels, so the same image gives the same bytes.
 """
 
 from __future__ import annotations
 
 import os
+import math
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +34,8 @@ import numpy as np
 from quantbench.errors import UserError
 
 LUMA_709 = (0.2126, 0.7152, 0.0722)
+RESIZE_MODES = ("stretch", "letterbox", "center-crop")
+DEFAULT_PAD_VALUE = 114
 
 
 def load_rgb(path: str | os.PathLike) -> np.ndarray:
@@ -83,8 +98,96 @@ def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: s
     return spec
 
 
+def _bilinear(rgb: np.ndarray, h: int, w: int) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(rgb).resize((w, h), Image.BILINEAR), dtype=np.uint8)
+
+
+def _pad_value(spec: dict) -> np.ndarray:
+    v = spec.get("pad_value", DEFAULT_PAD_VALUE)
+    vals = v if isinstance(v, (list, tuple)) else [v] * 3
+    if len(vals) != 3 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 255
+                                 for x in vals):
+        raise UserError(f"sidecar input 'pad_value' {v!r}: use a pixel value 0..255 or [r, g, b]")
+    return np.asarray(vals, dtype=np.uint8)
+
+
+def letterbox(rgb: np.ndarray, h: int, w: int, pad_value=DEFAULT_PAD_VALUE) -> np.ndarray:
+    """Scale to fit H x W keeping the aspect ratio, pad centred (Ultralytics' LetterBox, auto=False)."""
+    ih, iw = rgb.shape[:2]
+    r = min(h / ih, w / iw)
+    nh, nw = int(round(ih * r)), int(round(iw * r))
+    if (nh, nw) != (ih, iw):
+        rgb = _bilinear(rgb, nh, nw)
+    dh, dw = (h - nh) / 2, (w - nw) / 2
+    top, left = int(round(dh - 0.1)), int(round(dw - 0.1))
+    out = np.empty((h, w, 3), dtype=np.uint8)
+    out[...] = np.asarray(pad_value, dtype=np.uint8)
+    out[top:top + nh, left:left + nw] = rgb
+    return out
+
+
+def center_crop(rgb: np.ndarray, h: int, w: int, crop_ratio: float = 1.0) -> np.ndarray:
+    """Scale so the image covers (H, W) / crop_ratio, then take the centre H x W (torchvision's Resize + CenterCrop).
+
+    For a square target this is Resize(floor(size / crop_ratio)) on the short side (the long side
+    int(short * long / short_in), as torchvision) followed by CenterCrop(size).
+    """
+    ih, iw = rgb.shape[:2]
+    th, tw = h / crop_ratio, w / crop_ratio
+    if ih * tw <= iw * th:      # the image is wider than the target: its height binds
+        nh = max(int(math.floor(th)), h)
+        nw = max(int(nh * iw / ih), w)
+    else:
+        nw = max(int(math.floor(tw)), w)
+        nh = max(int(nw * ih / iw), h)
+    if (nh, nw) != (ih, iw):
+        rgb = _bilinear(rgb, nh, nw)
+    top, left = int(round((nh - h) / 2.0)), int(round((nw - w) / 2.0))
+    return rgb[top:top + h, left:left + w]
+
+
+def _resized(rgb: np.ndarray, h: int, w: int, spec: dict) -> np.ndarray:
+    mode = spec.get("resize", "stretch")
+    if mode == "stretch":
+        return _bilinear(rgb, h, w) if rgb.shape[:2] != (h, w) else rgb
+    if mode == "letterbox":
+        return letterbox(rgb, h, w, _pad_value(spec))
+    if mode == "center-crop":
+        ratio = spec.get("crop_ratio", 1.0)
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise UserError(f"sidecar input 'crop_ratio' {ratio!r}: use a number in (0, 1], e.g. 0.875")
+        return center_crop(rgb, h, w, float(ratio))
+    raise UserError(f"sidecar input 'resize' {mode!r}: use one of {', '.join(RESIZE_MODES)}")
+
+
+def _plugin_tensor(rgb: np.ndarray, spec: dict, ref: str) -> np.ndarray:
+    """A preprocessing plug-in's tensor, checked against the spec's dtype and shape (errors name the plug-in)."""
+    from quantbench import plugins
+
+    fn = plugins.load(ref, "sidecar input 'plugin'")
+    try:
+        x = fn(rgb, dict(spec))
+    except UserError:
+        raise
+    except Exception as exc:  # user code: one line naming it, never a traceback
+        raise UserError(f"preprocessing plug-in {ref}: raised {plugins.one_line(exc)}") from None
+    if not isinstance(x, np.ndarray):
+        raise UserError(f"preprocessing plug-in {ref}: returned {type(x).__name__}; return the input tensor as a numpy array")
+    dtype = np.dtype(spec.get("dtype", "float32"))
+    want = list(spec.get("shape") or [])
+    fits = len(want) == x.ndim and all(not isinstance(d, int) or d <= 0 or d == n for d, n in zip(want, x.shape))
+    if x.dtype != dtype or (want and not fits):
+        raise UserError(f"preprocessing plug-in {ref}: returned {x.dtype} {list(x.shape)}; the sidecar input "
+                        f"says {dtype} {want}")
+    return np.ascontiguousarray(x)
+
+
 def to_tensor(rgb: np.ndarray, spec: dict) -> np.ndarray:
-    """HxWx3 uint8 -> the model input tensor (batch 1) per `spec`."""
+    """HxWx3 uint8 -> the model input tensor (batch 1) per `spec` (resize mode, or a plug-in)."""
+    if spec.get("plugin"):
+        return _plugin_tensor(rgb, spec, spec["plugin"])
     shape = list(spec["shape"])
     if spec["layout"] == "NCHW":
         _, c, h, w = shape
@@ -94,10 +197,7 @@ def to_tensor(rgb: np.ndarray, spec: dict) -> np.ndarray:
         raise UserError(f"unsupported layout {spec['layout']!r}: use NCHW or NHWC")
     if c != 3:
         raise UserError(f"model input has {c} channels; image preprocessing needs 3 (RGB)")
-    if rgb.shape[:2] != (h, w):
-        from PIL import Image
-
-        rgb = np.asarray(Image.fromarray(rgb).resize((w, h), Image.BILINEAR), dtype=np.uint8)
+    rgb = _resized(rgb, h, w, spec)
     if spec.get("color", "RGB") == "BGR":
         rgb = rgb[..., ::-1]
     x = rgb.astype(np.float32) * np.float32(spec["scale"])

@@ -197,7 +197,12 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
               "Totals are the decisions served (reference -> candidate); **concealed** marks totals within one "
               "of each other while decisions flipped.", ""]
     rows = []
-    for c in result.comparisons:
+    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
+    if len(compared) < len(result.comparisons):
+        lines += ["Decisions not compared for model(s) "
+                  f"{', '.join(sorted({c['model'] for c in result.comparisons if c not in compared}))} "
+                  "(decode none): classes, distances and the tensor gate only.", ""]
+    for c in compared:
         bk = c["by_kind"]
         m = c["margins"]
         band = "-" if not m.get("band") else f"[{m['band'][0]:.4g}, {m['band'][1]:.4g}]"
@@ -205,15 +210,17 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
                      f"{c['ref_total']} -> {c['total']}", c["flips"],
                      f"{bk['threshold']}/{bk['class']}/{bk['box-shift']}", f"{c['images_disagree']}/{c['fixtures']}",
                      "**concealed**" if c["concealed"] else "", band])
-    lines += _table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
-                     "images disagree", "", "fp32 band holding every flip"], rows)
-    lines.append("")
+    if rows or not result.comparisons:
+        lines += _table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
+                         "images disagree", "", "fp32 band holding every flip"], rows)
+        lines.append("")
     lines += ["### Two gates", "",
               f"Tensor gate: an element fails when |delta| > {s['atol']:g} and |delta| > {s['rtol']:g} x |ref| "
               f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
     rows = [[c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}",
              "pass" if c["tensor_gate"]["passed"] else f"FAIL ({c['tensor_gate']['failing']}/{c['tensor_gate']['elements']})",
-             _fmt(c["tensor_gate"]["max_abs"]), "pass" if c["decision_passed"] else f"FAIL ({c['flips']})",
+             _fmt(c["tensor_gate"]["max_abs"]),
+             "n/a (decode none)" if c["decision_passed"] is None else "pass" if c["decision_passed"] else f"FAIL ({c['flips']})",
              c["gates_disagree"] or ""] for c in result.comparisons]
     lines += _table(["variant", "host", "against", "tensor gate", "max abs delta", "decision gate",
                      "disagreement"], rows)
@@ -229,7 +236,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
 
         lines += _table(["distance of the fp32 score to the threshold", "flips"], [[b, bands[b]] for b in band_labels() if b in bands])
     else:
-        lines.append("No flips against fp32.")
+        lines.append("No flips against fp32." if compared else "Decisions not compared (decode none).")
     lines.append("")
     if plots:
         lines += _embed(plot_margins, result, rdir, "equiv-margins.png", "flip margins", written)

@@ -144,3 +144,34 @@ def test_tensor_gate_polygraphy_rule():
     assert parse_gates("tensor, decision") == ["tensor", "decision"]
     with pytest.raises(UserError, match="unknown gate"):
         parse_gates("tensor,speed")
+
+
+def yolo_out(dets, n=32):
+    """[1, 4+3, n] raw head; dets = [(anchor, cx, cy, w, h, class, prob)]."""
+    a = np.zeros((n, 7), np.float32)
+    for i, cx, cy, w, h, c, p in dets:
+        a[i, :4] = [cx, cy, w, h]
+        a[i, 4 + c] = p
+    return {"output0": a.T[None]}
+
+
+def test_yolo_flips_match_like_nms_boxes_and_a_threshold_flip_is_served_on_one_side_only():
+    from quantbench.analysis.decode import check_outputs, spec_from_sidecar
+
+    spec = check_outputs(spec_from_sidecar({"classes": ["a", "b", "c"], "decode": {"kind": "yolo"}}), ["output0"])
+    ref = decode(spec, yolo_out([(0, 50, 50, 20, 20, 0, 0.9), (1, 150, 50, 20, 20, 1, 0.26),
+                                 (2, 250, 50, 20, 20, 1, 0.8), (3, 350, 50, 20, 20, 2, 0.7)]))
+    # det 0 moves by a quarter of its width (box shift); det 1 drops to 0.24 at another anchor (threshold
+    # flip, matched: the fp32 margin is known); det 2 changes class; det 3 same; a new box appears at 0.3
+    cand = decode(spec, yolo_out([(0, 55, 50, 20, 20, 0, 0.9), (9, 150, 50, 20, 20, 1, 0.24),
+                                  (2, 250, 50, 20, 20, 2, 0.8), (3, 350, 50, 20, 20, 2, 0.7),
+                                  (4, 450, 50, 20, 20, 0, 0.3)]))
+    fc = compare(spec, ref, cand)
+    got = [(f.kind, f.ref_slot, f.slot) for f in fc.flips]
+    assert got == [("box-shift", 0, 0), ("threshold", 1, 9), ("class", 2, 2), ("threshold", -1, 4)]
+    assert fc.flips[1].ref_kept and not fc.flips[1].kept
+    assert fc.flips[1].margin == pytest.approx(0.01, abs=1e-6)
+    assert fc.flips[0].iou == pytest.approx(15 / 25)
+    assert math.isnan(fc.flips[3].margin)
+    assert (fc.ref_total, fc.total) == (4, 4)
+    assert compare(spec, ref, ref).flips == []

@@ -5,7 +5,10 @@ A *flip* is one served decision that differs:
   ``class``      kept on both sides with a different class;
   ``box-shift``  kept on both, same class, but the box (or region) moved: IoU < 0.9.
 Detector queries and classifier outputs compare slot by slot (the same graph,
-the same query); NMS'd boxes and map regions compare by matching (IoU >= 0.5).
+the same query); NMS'd boxes (``nms-boxes``, ``yolo``) and map regions compare
+by matching (IoU >= 0.5). A decode plug-in's decisions compare by matching when
+it returns boxes, else slot by slot by slot id (a slot present on one side only
+counts as not served on the other).
 
 Totals (how many decisions each side serves) are reported next to the flips,
 because equal totals conceal flips: 202 against 202 detections hid 112 changed
@@ -20,9 +23,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from quantbench.analysis.decode import IOU_MATCH, IOU_SHIFT, DecodeSpec, Decoded, iou, label_regions
+from quantbench.analysis.decode import (IOU_MATCH, IOU_SHIFT, DecodeSpec, Decoded, iou, is_plugin,
+                                        label_regions)
+from quantbench.errors import UserError
 
 FLIP_KINDS = ("threshold", "class", "box-shift")
+MATCHED_KINDS = ("nms-boxes", "yolo")   # decoders whose decisions compare by matching boxes
 # |margin| band edges (fp32 score distance to the threshold)
 BAND_EDGES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 CONCEAL_TOLERANCE = 1
@@ -176,11 +182,43 @@ def _compare_map(spec: DecodeSpec, ref: Decoded, cand: Decoded) -> FixtureCompar
                              flipped_pixel_regions=label_regions(xor)[1])
 
 
+def _on_slots(d: Decoded, slots: np.ndarray) -> Decoded:
+    """`d` re-indexed on `slots` (sorted ids); a slot `d` lacks is not served (class -1, score NaN)."""
+    pos = {int(q): i for i, q in enumerate(d.slot.tolist())}
+    idx = np.array([pos.get(int(q), -1) for q in slots], dtype=np.int64)
+    have = idx >= 0
+
+    def take(a, fill):
+        out = np.full((slots.size,) + a.shape[1:], fill, dtype=a.dtype)
+        out[have] = a[idx[have]]
+        return out
+
+    return Decoded(slot=slots.astype(np.int64), cls=take(d.cls, -1), score=take(d.score, np.nan),
+                   kept=take(d.kept, False), margin=take(d.margin, np.nan))
+
+
+def _compare_plugin(spec: DecodeSpec, ref: Decoded, cand: Decoded) -> list[Flip]:
+    if (ref.box is None) != (cand.box is None):
+        raise UserError(f"decode plug-in {spec.kind}: returned 'box' on one run and not the other; "
+                        f"return boxes always (compared by matching) or never (compared by slot)")
+    if ref.box is not None:
+        return _compare_nms(ref, cand)
+    if ref.slot.shape == cand.slot.shape and np.array_equal(ref.slot, cand.slot):
+        return _compare_aligned(ref, cand)
+    slots = np.union1d(ref.slot, cand.slot)
+    return _compare_aligned(_on_slots(ref, slots), _on_slots(cand, slots))
+
+
 def compare(spec: DecodeSpec, ref: Decoded, cand: Decoded) -> FixtureComparison:
     """The flips of `cand` against `ref` on one fixture."""
     if spec.kind == "threshold-map":
         return _compare_map(spec, ref, cand)
-    flips = _compare_nms(ref, cand) if spec.kind == "nms-boxes" else _compare_aligned(ref, cand)
+    if spec.kind in MATCHED_KINDS:
+        flips = _compare_nms(ref, cand)
+    elif is_plugin(spec.kind):
+        flips = _compare_plugin(spec, ref, cand)
+    else:
+        flips = _compare_aligned(ref, cand)
     return FixtureComparison(ref_total=ref.total, total=cand.total, flips=flips)
 
 

@@ -1,6 +1,6 @@
 """Output tensors -> the decisions a product serves, as the model's sidecar says.
 
-Four decoders, all on one fixture (batch of one) at a time:
+Five built-in decoders, none, or a plug-in, all on one fixture (batch of one) at a time:
 
 ``detr-sigmoid``       per query: argmax over the named class columns, sigmoid
                        score, kept when score >= threshold and the query is in
@@ -14,6 +14,46 @@ Four decoders, all on one fixture (batch of one) at a time:
 ``nms-boxes``          detections already NMS'd by the model (boxes, scores,
                        labels); kept at the threshold; compared by matching
                        (same class, IoU >= 0.5).
+``yolo``               a raw Ultralytics head, one output ``[1, 4+C, N]``
+                       (YOLOv8/v11) or ``[1, N, 4+C]``, or with objectness
+                       ``[1, N, 5+C]`` (YOLOv5: score = obj * class prob); boxes
+                       cx,cy,w,h in input pixels. Decoded with class-aware greedy
+                       NMS and compared by matching, like ``nms-boxes``.
+``none``               no decisions: ``equiv`` still gives classes, distances and
+                       the tensor gate. A sidecar without a decode block means none.
+``module:function``    a decode plug-in (below).
+
+``yolo`` keys of the sidecar decode block (defaults): ``output`` ("output0"; a
+single-output model uses its output whatever the name), ``threshold`` (0.25),
+``pre_threshold`` (threshold * 0.5), ``iou`` (0.45), ``max_det`` (300),
+``layout`` ("channels-first" = [4+C, N] or "channels-last" = [N, 4+C]; default:
+the one axis whose size is 4+C or 5+C for the sidecar's C classes, else the
+smaller axis; equal axes need the key), ``objectness`` (default: true when the
+channels are 5+C for the C named classes, else false), ``box_format``
+("cxcywh"; "xyxy" for heads that emit corners). Per anchor: class = argmax, score = max class prob (times
+objectness). *Candidates* are anchors with score >= pre_threshold; greedy NMS
+runs on them per class (score descending, ties by anchor index, float64,
+suppressing IoU > iou), and the first max_det survivors are the decisions.
+``kept`` = score >= threshold, ``margin`` = score - threshold, slot = anchor
+index. Because NMS is greedy by score, the kept survivors are exactly what NMS at
+the threshold serves (a box can only be suppressed by a higher, hence also kept,
+score), so a *threshold flip* means served on one side only; the extra
+candidates between pre_threshold and threshold let a detection that dropped just
+under the threshold match its fp32 twin and report a real fp32 margin.
+
+A decode plug-in is ``--decode module:function`` or ``"kind": "module:function"``
+in the sidecar decode block (``module`` an importable dotted module or a path to
+a ``.py`` file, relative to the current folder; see quantbench.plugins)::
+
+    def my_decode(outputs: dict[str, np.ndarray], spec: DecodeSpec) -> dict
+
+``outputs`` holds every model output of one fixture (batch of one); ``spec``
+carries ``threshold`` (sidecar or --threshold, default None), ``classes`` and
+``params`` (the whole sidecar decode block, for the plug-in's own keys). It
+returns 1-D arrays of equal length: ``cls`` (int), ``score`` (finite float),
+``kept`` (bool), and optionally ``box`` ([n, 4] xyxy: compared by matching,
+like ``nms-boxes``; without it, compared slot by slot), ``slot`` (unique int
+ids, default 0..n-1) and ``margin`` (default score - threshold, else NaN).
 
 Scores are computed in float64 from the raw outputs, so the decoder adds no
 rounding of its own. ``Decoded.margin`` is the signed distance to the decision
@@ -23,13 +63,17 @@ the top-1 and top-2 probabilities.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from quantbench import plugins
 from quantbench.errors import UserError
 
-KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes")
+KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo")
+NONE = "none"
 
 # role -> default output name, per kind
 DEFAULT_OUTPUTS = {
@@ -37,10 +81,38 @@ DEFAULT_OUTPUTS = {
     "classifier-softmax": {"logits": "logits"},
     "threshold-map": {"map": "map"},
     "nms-boxes": {"boxes": "boxes", "scores": "scores", "labels": "labels"},
+    "yolo": {"output": "output0"},
 }
-DEFAULT_THRESHOLD = {"detr-sigmoid": 0.5, "classifier-softmax": None, "threshold-map": 0.5, "nms-boxes": 0.5}
+DEFAULT_THRESHOLD = {"detr-sigmoid": 0.5, "classifier-softmax": None, "threshold-map": 0.5, "nms-boxes": 0.5,
+                     "yolo": 0.25}
 IOU_MATCH = 0.5   # nms-boxes / regions: a detection matches when IoU >= this
 IOU_SHIFT = 0.9   # a matched (or same-query) box with IoU below this is a box shift
+YOLO_IOU = 0.45             # NMS suppresses a same-class box with IoU > this
+YOLO_MAX_DET = 300
+YOLO_PRE_RATIO = 0.5        # default pre_threshold = threshold * this
+YOLO_LAYOUTS = ("channels-first", "channels-last")
+NONE_HINT = "pass --decode none to get the equivalence classes without decisions"
+
+
+def is_plugin(kind) -> bool:
+    """A decode kind naming user code (module:function) rather than a built-in decoder."""
+    return kind not in KINDS and kind != NONE and plugins.is_ref(kind)
+
+
+def decode_arg(text: str) -> str:
+    """argparse type of --decode: a built-in kind, none, or a plug-in that loads (so a typo fails before any run)."""
+    import argparse
+
+    if text in KINDS or text == NONE:
+        return text
+    if not plugins.is_ref(text):
+        raise argparse.ArgumentTypeError(f"unknown decode kind {text!r}; choose one of {', '.join(KINDS)}, "
+                                         f"{NONE}, or a plug-in module:function (or path/to/file.py:function)")
+    try:
+        plugins.load(text, "--decode")
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 @dataclass
@@ -51,50 +123,120 @@ class DecodeSpec:
     top_k: int | None = None
     classes: list = field(default_factory=list)
     box_format: str = "cxcywh"      # detr boxes; nms-boxes default xyxy
+    iou: float | None = None        # yolo: NMS IoU
+    max_det: int | None = None      # yolo: NMS survivors kept at most
+    pre_threshold: float | None = None  # yolo: candidate score (None: threshold * YOLO_PRE_RATIO)
+    layout: str | None = None       # yolo: channels-first | channels-last | None (auto)
+    objectness: bool | None = None  # yolo: a 5th channel multiplies the class prob (None: auto)
+    params: dict = field(default_factory=dict)   # plug-ins: the sidecar decode block
+    note: str = ""                  # none: why there are no decisions
 
     def as_dict(self) -> dict:
-        return {"kind": self.kind, "outputs": dict(sorted(self.outputs.items())), "threshold": self.threshold,
-                "top_k": self.top_k, "classes": list(self.classes), "box_format": self.box_format}
+        out = {"kind": self.kind, "outputs": dict(sorted(self.outputs.items())), "threshold": self.threshold,
+               "top_k": self.top_k, "classes": list(self.classes), "box_format": self.box_format}
+        if self.kind == "yolo":
+            out.update(iou=self.iou, max_det=self.max_det, pre_threshold=self.candidate_threshold,
+                       layout=self.layout, objectness=self.objectness)
+        elif is_plugin(self.kind):
+            out["plugin"] = plugins.plugin_identity(self.kind, "--decode")
+        elif self.kind == NONE:
+            out["note"] = self.note
+        return out
+
+    @property
+    def candidate_threshold(self) -> float | None:
+        """yolo: the score a box needs to enter NMS."""
+        if self.pre_threshold is not None:
+            return self.pre_threshold
+        return None if self.threshold is None else self.threshold * YOLO_PRE_RATIO
 
     def class_name(self, c: int) -> str:
         return str(self.classes[c]) if 0 <= c < len(self.classes) else ("" if c < 0 else str(c))
 
 
+def _yolo_keys(block: dict, where: str) -> dict:
+    """The yolo keys of a decode block, checked (one-line errors naming the key)."""
+    iou_v = block.get("iou", YOLO_IOU)
+    max_det = block.get("max_det", YOLO_MAX_DET)
+    pre = block.get("pre_threshold")
+    layout = block.get("layout")
+    obj = block.get("objectness")
+    if not isinstance(iou_v, (int, float)) or not 0 < iou_v <= 1:
+        raise UserError(f"{where}: decode 'iou' {iou_v!r} must be a number in (0, 1]")
+    if isinstance(max_det, bool) or not isinstance(max_det, int) or max_det < 1:
+        raise UserError(f"{where}: decode 'max_det' {max_det!r} must be a whole number >= 1")
+    if pre is not None and (isinstance(pre, bool) or not isinstance(pre, (int, float))):
+        raise UserError(f"{where}: decode 'pre_threshold' {pre!r} must be a number")
+    if layout in (None, "auto"):
+        layout = None
+    elif layout not in YOLO_LAYOUTS:
+        raise UserError(f"{where}: decode 'layout' {layout!r}: use {' or '.join(YOLO_LAYOUTS)} (or leave it out)")
+    if obj is not None and not isinstance(obj, bool):
+        raise UserError(f"{where}: decode 'objectness' {obj!r} must be true or false")
+    return {"iou": float(iou_v), "max_det": int(max_det), "pre_threshold": None if pre is None else float(pre),
+            "layout": layout, "objectness": obj}
+
+
 def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: float | None = None,
                       source: str = "sidecar") -> DecodeSpec:
-    """The decode spec: the sidecar's "decode" block, overridden by --decode / --threshold."""
+    """The decode spec: the sidecar's "decode" block, overridden by --decode / --threshold.
+
+    No kind at all (no --decode, no decode block) is kind ``none``: a model
+    without a decoder still has equivalence classes.
+    """
     block = dict((sidecar or {}).get("decode") or {})
     side_kind = block.get("kind")
+    flag = kind is not None
     kind = kind or side_kind
-    if not kind:
-        raise UserError(f"{source}: no decode kind; pass --decode ({', '.join(KINDS)}) or add a 'decode' block")
+    classes = list((sidecar or {}).get("classes") or [])
+    if not kind or kind == NONE:
+        note = "" if kind == NONE else f"{source} has no decode block; pass --decode KIND to compare decisions"
+        return DecodeSpec(kind=NONE, outputs={}, classes=classes, note=note)
+    where = "--decode" if flag else f"{source} decode 'kind'"
+    if is_plugin(kind):
+        plugins.load(kind, where)   # fail now, naming the reference, rather than on the first fixture
+        own = side_kind == kind or side_kind is None
+        thr = threshold if threshold is not None else (block.get("threshold") if own else None)
+        return DecodeSpec(kind=kind, outputs={}, threshold=None if thr is None else float(thr), classes=classes,
+                          params=block if own else {})
     if kind not in KINDS:
-        raise UserError(f"--decode {kind}: unknown decode kind; choose one of {', '.join(KINDS)}")
+        raise UserError(f"{where} {kind}: unknown decode kind; choose one of {', '.join(KINDS)}, {NONE}, "
+                        f"or a plug-in module:function")
+    own = side_kind in (kind, None)
     outputs = dict(DEFAULT_OUTPUTS[kind])
-    if side_kind == kind or side_kind is None:
+    if own:
         for role in outputs:
             if isinstance(block.get(role), str):
                 outputs[role] = block[role]
     thr = threshold if threshold is not None else (block.get("threshold", DEFAULT_THRESHOLD[kind])
-                                                   if side_kind in (kind, None) else DEFAULT_THRESHOLD[kind])
-    if thr is None and kind in ("detr-sigmoid", "threshold-map", "nms-boxes"):
+                                                   if own else DEFAULT_THRESHOLD[kind])
+    if thr is None and kind in ("detr-sigmoid", "threshold-map", "nms-boxes", "yolo"):
         thr = DEFAULT_THRESHOLD[kind]
-    top_k = block.get("top_k") if side_kind in (kind, None) else None
-    box_format = block.get("box_format", "cxcywh" if kind == "detr-sigmoid" else "xyxy")
-    return DecodeSpec(kind=kind, outputs=outputs, threshold=None if thr is None else float(thr),
-                      top_k=None if top_k is None else int(top_k), classes=list((sidecar or {}).get("classes") or []),
-                      box_format=box_format)
+    top_k = block.get("top_k") if own else None
+    box_format = block.get("box_format", "cxcywh" if kind in ("detr-sigmoid", "yolo") else "xyxy")
+    extra = _yolo_keys(block if own else {}, source) if kind == "yolo" else {}
+    spec = DecodeSpec(kind=kind, outputs=outputs, threshold=None if thr is None else float(thr),
+                      top_k=None if top_k is None else int(top_k), classes=classes, box_format=box_format, **extra)
+    if kind == "yolo" and spec.candidate_threshold > spec.threshold:
+        raise UserError(f"{source}: decode 'pre_threshold' {spec.pre_threshold:g} is above the threshold "
+                        f"{spec.threshold:g}; candidates must include every served box")
+    return spec
 
 
 def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> DecodeSpec:
     """Fail (naming expected and found outputs) when the model's outputs do not fit the decoder.
 
-    A threshold-map decoder on a single-output model uses that output whatever its name.
+    A threshold-map or yolo decoder on a single-output model uses that output
+    whatever its name; a plug-in receives every output.
     """
     found = list(found)
+    if spec.kind == NONE:
+        return spec
+    if is_plugin(spec.kind):
+        return replace(spec, outputs={n: n for n in found})
     missing = [(r, n) for r, n in spec.outputs.items() if n not in found]
-    if missing and spec.kind == "threshold-map" and single_output_ok and len(found) == 1:
-        spec = DecodeSpec(**{**spec.__dict__, "outputs": {"map": found[0]}})
+    if missing and spec.kind in ("threshold-map", "yolo") and single_output_ok and len(found) == 1:
+        spec = replace(spec, outputs={next(iter(spec.outputs)): found[0]})
         missing = []
     if missing:
         expected = ", ".join(f"{r}={n!r}" for r, n in spec.outputs.items())
@@ -296,10 +438,160 @@ def decode_nms(spec: DecodeSpec, outputs: dict) -> Decoded:
                    kept=score >= spec.threshold, margin=score - spec.threshold, box=box)
 
 
+def _yolo_layout(spec: DecodeSpec, shape, name: str) -> str:
+    """channels-first ([4+C, N]) or channels-last ([N, 4+C]): the sidecar's, else the one axis that fits."""
+    if spec.layout:
+        return spec.layout
+    nc = len(spec.classes)
+    hint = "set 'layout' (channels-first or channels-last) in the sidecar decode block"
+    if nc:
+        want = {4 + nc, 5 + nc} if spec.objectness is None else {4 + int(spec.objectness) + nc}
+        first, last = shape[0] in want, shape[1] in want
+        if first != last:
+            return "channels-first" if first else "channels-last"
+        if not first:
+            raise UserError(f"--decode yolo: output {name!r} has shape {list(shape)}: neither axis has "
+                            f"{' or '.join(map(str, sorted(want)))} channels for the sidecar's {nc} classes; "
+                            f"fix 'classes' or {hint}")
+    if shape[0] != shape[1]:   # both or no class count fits: boxes outnumber channels
+        return "channels-first" if shape[0] < shape[1] else "channels-last"
+    raise UserError(f"--decode yolo: output {name!r} has shape {list(shape)}: cannot tell channels from boxes; "
+                    f"{hint}, or name the 'classes'")
+
+
+def nms(box: np.ndarray, score: np.ndarray, cls: np.ndarray, iou_threshold: float, max_det: int) -> np.ndarray:
+    """Class-aware greedy NMS: indices of the survivors, by score descending (ties: lower index first).
+
+    A box is suppressed by a higher-ranked survivor of its class with IoU > iou_threshold
+    (torchvision's rule). float64 throughout, so the survivors depend only on the inputs.
+    """
+    n = score.size
+    order = np.lexsort((np.arange(n), -np.asarray(score, np.float64)))
+    alive = np.ones(n, dtype=bool)
+    keep: list[int] = []
+    for pos, i in enumerate(order.tolist()):
+        if not alive[i]:
+            continue
+        keep.append(i)
+        if len(keep) >= max_det:
+            break
+        rest = order[pos + 1:]
+        rest = rest[alive[rest] & (cls[rest] == cls[i])]
+        if rest.size:
+            alive[rest[iou(box[i][None, :], box[rest]) > iou_threshold]] = False
+    return np.asarray(keep, dtype=np.int64)
+
+
+def decode_yolo(spec: DecodeSpec, outputs: dict) -> Decoded:
+    name = spec.outputs["output"]
+    a = _squeeze_batch(outputs[name], 2, name, spec.kind)
+    layout = _yolo_layout(spec, a.shape, name)
+    a = np.asarray(a.T if layout == "channels-first" else a, dtype=np.float64)   # [N, channels]
+    n, ch = a.shape
+    nc = len(spec.classes)
+    obj = spec.objectness if spec.objectness is not None else bool(nc) and ch == 5 + nc
+    n_cls = ch - 4 - int(obj)
+    if n_cls < 1 or (nc and n_cls != nc):
+        raise UserError(f"--decode yolo: output {name!r} has {ch} channels ({layout}); expected 4 box + "
+                        f"{'1 objectness + ' if obj else ''}{nc or 'C'} class channels; fix 'classes', 'layout' "
+                        f"or 'objectness' in the sidecar")
+    probs = a[:, 4 + int(obj):]
+    if obj:
+        probs = probs * a[:, 4:5]
+    cls = np.argmax(probs, axis=1).astype(np.int64)
+    score = probs[np.arange(n), cls]
+    cand = np.flatnonzero(score >= spec.candidate_threshold)   # NaN scores are never candidates
+    boxes = a[cand, :4]
+    box = cxcywh_to_xyxy(boxes) if spec.box_format.startswith("cxcywh") else boxes
+    keep = nms(box, score[cand], cls[cand], spec.iou, spec.max_det)
+    idx = cand[keep]
+    sc = score[idx]
+    return Decoded(slot=idx.astype(np.int64), cls=cls[idx], score=sc, kept=sc >= spec.threshold,
+                   margin=sc - spec.threshold, box=box[keep])
+
+
+PLUGIN_KEYS = ("cls", "score", "kept", "box", "slot", "margin")
+
+
+def plugin_decoded(ref: str, result, threshold: float | None) -> Decoded:
+    """A decode plug-in's dict checked and wrapped into Decoded; errors name the plug-in."""
+    def bad(problem: str) -> UserError:
+        return UserError(f"decode plug-in {ref}: {problem}; it must return a dict of 1-D arrays cls, score, kept "
+                         f"(optional box [n, 4] xyxy, slot, margin)")
+
+    if not isinstance(result, Mapping):
+        raise bad(f"returned {type(result).__name__}, not a dict")
+    missing = [k for k in ("cls", "score", "kept") if k not in result]
+    unknown = sorted(str(k) for k in result if k not in PLUGIN_KEYS)
+    if missing or unknown:
+        raise bad(f"{'missing ' + ', '.join(missing) if missing else ''}"
+                  f"{'; ' if missing and unknown else ''}{'unknown key(s) ' + ', '.join(unknown) if unknown else ''}")
+    arr = {}
+    for k in PLUGIN_KEYS:
+        if result.get(k) is None:
+            continue
+        try:
+            arr[k] = np.asarray(result[k])
+        except Exception as exc:  # noqa: BLE001 - any array-unfriendly value is the plug-in's mistake
+            raise bad(f"{k!r} is not an array ({type(exc).__name__})") from None
+    n = arr["score"].size if arr["score"].ndim == 1 else -1
+    for k, v in arr.items():
+        want = (n, 4) if k == "box" else (n,)
+        if v.shape != want or n < 0:
+            raise bad(f"{k!r} has shape {list(v.shape)}, expected {list(want) if n >= 0 else '1-D'} "
+                      f"(every array one entry per decision)")
+    def numeric(k, kinds):
+        if arr[k].dtype.kind not in kinds:
+            raise bad(f"{k!r} has dtype {arr[k].dtype}, not a number")
+        return arr[k].astype(np.float64)
+
+    cls_f = numeric("cls", "biuf")
+    if not np.all(np.isfinite(cls_f)) or np.any(cls_f != np.round(cls_f)):
+        raise bad("'cls' holds non-integer values")
+    score = numeric("score", "biuf")
+    if not np.all(np.isfinite(score)):
+        raise bad("'score' holds NaN or infinite values")
+    kept_v = arr["kept"]
+    if kept_v.dtype.kind not in "biu" or not np.all((kept_v == 0) | (kept_v == 1)):
+        raise bad(f"'kept' must be booleans (got dtype {kept_v.dtype})")
+    slot = np.arange(n, dtype=np.int64)
+    if "slot" in arr:
+        sf = numeric("slot", "biu")
+        slot = sf.astype(np.int64)
+        if np.unique(slot).size != n:
+            raise bad("'slot' ids repeat")
+    box = None
+    if "box" in arr:
+        box = numeric("box", "biuf")
+        if not np.all(np.isfinite(box)):
+            raise bad("'box' holds NaN or infinite values")
+    if "margin" in arr:
+        margin = numeric("margin", "biuf")
+    else:
+        margin = score - threshold if threshold is not None else np.full(n, math.nan)
+    return Decoded(slot=slot, cls=cls_f.astype(np.int64), score=score, kept=kept_v.astype(bool), margin=margin,
+                   box=box)
+
+
+def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
+    fn = plugins.load(spec.kind, "--decode")
+    try:
+        result = fn(dict(outputs), spec)
+    except UserError:
+        raise
+    except Exception as exc:  # user code: one line naming it, never a traceback
+        raise UserError(f"decode plug-in {spec.kind}: raised {plugins.one_line(exc)}") from None
+    return plugin_decoded(spec.kind, result, spec.threshold)
+
+
 _DECODERS = {"detr-sigmoid": decode_detr, "classifier-softmax": decode_classifier,
-             "threshold-map": decode_map, "nms-boxes": decode_nms}
+             "threshold-map": decode_map, "nms-boxes": decode_nms, "yolo": decode_yolo}
 
 
 def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
     """Decode one fixture's outputs (name -> array)."""
+    if spec.kind == NONE:
+        raise ValueError("decode none has no decisions; callers check spec.kind first")
+    if is_plugin(spec.kind):
+        return decode_plugin(spec, outputs)
     return _DECODERS[spec.kind](spec, outputs)

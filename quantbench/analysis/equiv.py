@@ -11,6 +11,13 @@ Comparisons, per host h and variant v (reference host R):
   ref-fp32   v on h against fp32 on R: what the fleet serves against the reference;
   ref-same   v on h against v on R: the same artifact on another CPU.
 Identical pairs (fp32 against itself) are skipped.
+
+Decode ``none`` (``--decode none``, or a sidecar without a decode block): the
+classes, distances and tensor gate are computed as always; the comparisons
+carry ``decisions_compared: False`` and None for every decision figure (never a
+zero that reads as "no flips"), the decisions and flips tables get no rows, and
+asking for the decision gate is a UserError. A decoder that does not fit the
+outputs stays an error (someone asked for it), naming ``--decode none``.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ import numpy as np
 from quantbench.analysis import classes as C
 from quantbench.analysis import decisions as D
 from quantbench.analysis import gates as G
-from quantbench.analysis.decode import DecodeSpec, check_outputs, decode, spec_from_sidecar
+from quantbench.analysis.decode import (NONE, NONE_HINT, DecodeSpec, check_outputs, decode, is_plugin,
+                                        spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
@@ -58,6 +66,12 @@ class EquivResult:
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""
         out = []
+        if "decision" in names:
+            skipped = sorted({c["model"] for c in self.comparisons if not c.get("decisions_compared", True)})
+            if skipped:
+                raise UserError(f"--gate decision: decisions are not compared for model {', '.join(skipped)} "
+                                f"(decode none); drop 'decision' from --gate, or give a decoder with --decode "
+                                f"or the sidecar's 'decode' block")
         for g in names:
             if g == "classes":
                 for v in self.variants:
@@ -201,12 +215,17 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
         if not any(v.name == "fp32" for v in vs):
             raise UserError(f"model {model}: no fp32 variant among --variants ({', '.join(v.name for v in vs)}); "
                             f"decisions flip against fp32, so pass the fp32 model too")
+    specs = {model: spec_from_sidecar(next(v for v in vs if v.name == "fp32").sidecar, decode_kind, threshold,
+                                      source=f"model {model} sidecar") for model, vs in by_model.items()}
     sel = select_results(hosts, variants, fixtures_for, prefer, run_hint, tables_root)
     # what determines the tables' rows; gate settings (atol, rtol, budget) only change verdicts
     settings = {"hosts": hosts, "reference": reference, "decode": decode_kind, "threshold": threshold,
                 "variants": [{"name": v.name, "variant_id": v.variant_id, "model": v.model, "path": v.path}
                              for v in variants],
                 "fixtures": {v.variant_id: sorted(fixtures_for[v.variant_id]) for v in variants}}
+    plugin_ids = {m: sp.as_dict()["plugin"] for m, sp in specs.items() if is_plugin(sp.kind)}
+    if plugin_ids:   # the plug-in's code decides the rows: its file hash is part of the analysis id
+        settings["decode_plugins"] = plugin_ids
     eid = equiv_id_of(settings, sel)
     gate_settings = {"atol": atol, "rtol": rtol, "budget": budget}
 
@@ -238,16 +257,26 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
         data = _load_arrays(hosts, sel, [v.variant_id for v in vs],
                             {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
         first = data[(reference, fp32.variant_id)][fx_ids[0]][0]
-        spec = spec_from_sidecar(fp32.sidecar, decode_kind, threshold, source=f"model {model} sidecar")
-        spec = check_outputs(spec, sorted(first))
+        spec = specs[model]
+        compared = spec.kind != NONE
+        try:
+            spec = check_outputs(spec, sorted(first))
+        except UserError as exc:
+            raise UserError(f"model {model}: {exc}; or {NONE_HINT}") from None
         decoded_cache: dict = {}
 
         def decoded(h, vid, f):
             arrs, shas = data[(h, vid)][f]
             key = (vid, f, tuple(sorted(shas.items())))
             if key not in decoded_cache:
-                decoded_cache[key] = decode(spec, arrs)
+                try:
+                    decoded_cache[key] = decode(spec, arrs)
+                except UserError as exc:
+                    raise UserError(f"model {model}: {exc}; or {NONE_HINT}") from None
             return decoded_cache[key]
+
+        if compared:
+            decoded(reference, fp32.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work
 
         for v in vs:
             vfx = sorted(fixtures_for[v.variant_id])
@@ -301,10 +330,12 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                     rname = "fp32" if rvid == fp32.variant_id else v.name
                     per_fx, tgate = [], G.TensorGate()
                     for f in vfx:
+                        tgate.add_fixture(data[(rh, rvid)][f][0], data[(h, v.variant_id)][f][0], atol, rtol)
+                        if not compared:
+                            continue
                         ref_d, cand_d = decoded(rh, rvid, f), decoded(h, v.variant_id, f)
                         fc = D.compare(spec, ref_d, cand_d)
                         per_fx.append(fc)
-                        tgate.add_fixture(data[(rh, rvid)][f][0], data[(h, v.variant_id)][f][0], atol, rtol)
                         for fl in fc.flips:
                             if fl.slot >= 0:
                                 flip_of[(comp, h, f, fl.slot)] = fl.kind
@@ -316,12 +347,17 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                                 "class_name": spec.class_name(fl.cls), "ref_score": fl.ref_score,
                                 "score": fl.score, "iou": fl.iou, "threshold": spec.threshold,
                                 "margin": fl.margin, "band": D.band_label(abs(fl.margin))})
+                    if not compared:
+                        comparisons.append(_not_compared(comp, h, v.name, rh, rname, len(vfx), v.variant_id, model,
+                                                         tgate))
+                        continue
                     s = D.summarize(comp, h, v.name, rh, rname, per_fx, spec.threshold)
                     dec_ok = G.decision_passed(s.flips, budget)
                     comparisons.append({**s.as_dict(), "variant_id": v.variant_id, "model": model,
                                         "tensor_gate": tgate.as_dict(), "decision_passed": dec_ok,
-                                        "gates_disagree": G.disagreement(tgate.passed, dec_ok)})
-            for h in hosts:
+                                        "gates_disagree": G.disagreement(tgate.passed, dec_ok),
+                                        "decisions_compared": True})
+            for h in hosts if compared else ():
                 for f in vfx:
                     d = decoded(h, v.variant_id, f)
                     for i in range(d.slot.size):
@@ -338,6 +374,15 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     return EquivResult(equiv_id=eid, settings={**settings, **gate_settings}, hosts=host_info, variants=variant_out,
                        comparisons=comparisons, class_rows=class_rows, decision_rows=decision_rows,
                        flip_rows=flip_rows)
+
+
+def _not_compared(comp, host, variant, ref_host, ref_variant, fixtures, variant_id, model, tgate) -> dict:
+    """A comparison under decode none: the tensor gate only; every decision figure None, not zero."""
+    keys = D.ComparisonSummary.__dataclass_fields__
+    return {**{k: None for k in keys}, "comparison": comp, "host": host, "variant": variant, "ref_host": ref_host,
+            "ref_variant": ref_variant, "fixtures": fixtures, "concealed": False, "margins": {}, "variant_id": variant_id,
+            "model": model, "tensor_gate": tgate.as_dict(), "decision_passed": None, "gates_disagree": "",
+            "decisions_compared": False}
 
 
 def write_tables(result: EquivResult, tables_root) -> list:

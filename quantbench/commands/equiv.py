@@ -9,7 +9,7 @@ HELP = ("Run (or reuse) every variant on every host, then report equivalence cla
 
 
 def add_arguments(p) -> None:
-    from quantbench.analysis.decode import KINDS
+    from quantbench.analysis.decode import KINDS, NONE, decode_arg
     from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
 
     p.add_argument("--hosts", default="pi,x86",
@@ -24,7 +24,10 @@ def add_arguments(p) -> None:
                         "block must match the calibration recipe")
     p.add_argument("--limit", type=int, help="compare only the first N images of the split (by file name)")
     p.add_argument("--reference", help="reference host for cross-host comparisons (default: the first of --hosts)")
-    p.add_argument("--decode", choices=KINDS, help="how outputs become decisions (default: the model sidecar's 'decode' block)")
+    p.add_argument("--decode", type=decode_arg, metavar="KIND",
+                   help=f"how outputs become decisions: {', '.join(KINDS)}, {NONE} (classes and tensor gate only), "
+                        "or a plug-in module:function / path/to/file.py:function (default: the model sidecar's "
+                        "'decode' block; none without one)")
     p.add_argument("--threshold", type=float, help="decision threshold (default: the sidecar's)")
     p.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="tensor gate absolute tolerance")
     p.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="tensor gate relative tolerance")
@@ -130,10 +133,10 @@ def summary_text(result) -> str:
     out = []
     kinds = sorted({v["decode"]["kind"] for v in result.variants})
     thr = sorted({"top-1" if v["decode"]["threshold"] is None else f"threshold {v['decode']['threshold']:g}"
-                  for v in result.variants})
+                  for v in result.variants if v["decode"]["kind"] != "none"})
     nfx = sorted({v["fixtures"] for v in result.variants})
     out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
-               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}, {', '.join(thr)}")
+               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
     out.append("")
     out.append("Equivalence classes (byte-identical outputs over every fixture)")
     rows = [("model", "variant", "classes", "separated by")]
@@ -156,24 +159,33 @@ def summary_text(result) -> str:
                          f"{d['mean_abs']:.3g}", bits))
         out += _cols(rows)
     out.append("")
-    out.append("Decision flips (flips, images disagreeing, totals ref->cand; ! = totals hide the flips)")
-    cells: dict = {}
-    for c in result.comparisons:
-        cell = f"{c['flips']} ({c['images_disagree']} img) {c['ref_total']}->{c['total']}" + (" !" if c["concealed"] else "")
-        cells[(c["model"], c["variant"], c["host"], c["comparison"])] = cell
-    rows = [("model", "variant", "host", "vs own fp32", f"vs {ref} fp32", f"vs {ref} same variant")]
-    for v in result.variants:
-        for h in result.hosts:
-            k = (v["model"], v["variant"], h)
-            rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
-                         cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
-    out += _cols(rows)
+    undecoded = {v["model"]: v["decode"].get("note", "") for v in result.variants if v["decode"]["kind"] == "none"}
+    for model, note in sorted(undecoded.items()):
+        out.append(f"decisions: not compared (decode none{': ' + note if note else ''})"
+                   + (f" for model {model}" if len(undecoded) < len({v['model'] for v in result.variants}) else ""))
+    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
+    if compared or not result.comparisons:
+        out.append("Decision flips (flips, images disagreeing, totals ref->cand; ! = totals hide the flips)")
+        cells: dict = {}
+        for c in compared:
+            cell = (f"{c['flips']} ({c['images_disagree']} img) {c['ref_total']}->{c['total']}"
+                    + (" !" if c["concealed"] else ""))
+            cells[(c["model"], c["variant"], c["host"], c["comparison"])] = cell
+        rows = [("model", "variant", "host", "vs own fp32", f"vs {ref} fp32", f"vs {ref} same variant")]
+        for v in result.variants:
+            if v["model"] in undecoded:
+                continue
+            for h in result.hosts:
+                k = (v["model"], v["variant"], h)
+                rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
+                             cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
+        out += _cols(rows)
     conceal = [c for c in result.comparisons if c["concealed"]]
     if conceal:
         c = max(conceal, key=lambda c: c["flips"])
         out.append(f"! {len(conceal)} comparison(s) where equal totals conceal flips, e.g. {c['variant']} on {c['host']}: "
                    f"{c['ref_total']} vs {c['total']} decisions hid {c['flips']} changed decisions")
-    margins = [m for c in result.comparisons if c["comparison"] != "ref-same" and c["margins"].get("band")
+    margins = [m for c in compared if c["comparison"] != "ref-same" and c["margins"].get("band")
                for m in [c["margins"]]]
     if margins:
         lo = min(m["band"][0] for m in margins)
@@ -186,11 +198,15 @@ def summary_text(result) -> str:
             out.append(f"every flip against fp32 had an fp32 top-1/top-2 probability gap of at most {hw:.3g}")
     n = len(result.comparisons)
     t_fail = sum(1 for c in result.comparisons if not c["tensor_gate"]["passed"])
-    d_fail = sum(1 for c in result.comparisons if not c["decision_passed"])
+    d_fail = sum(1 for c in compared if not c["decision_passed"])
     dis = [c for c in result.comparisons if c["gates_disagree"]]
     out.append("")
-    out.append(f"Gates over {n} comparisons: tensor (atol {s['atol']:g}, rtol {s['rtol']:g}) fails {t_fail}; "
-               f"decision (flips <= {s['budget']}) fails {d_fail}; they disagree on {len(dis)}")
+    tensor = f"Gates over {n} comparisons: tensor (atol {s['atol']:g}, rtol {s['rtol']:g}) fails {t_fail}; "
+    if not compared and result.comparisons:
+        out.append(tensor + "decision gate not applicable (decode none)")
+    else:
+        na = f" ({n - len(compared)} not applicable: decode none)" if len(compared) < n else ""
+        out.append(tensor + f"decision (flips <= {s['budget']}) fails {d_fail}{na}; they disagree on {len(dis)}")
     for c in dis[:6]:
         out.append(f"  {c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']}: {c['gates_disagree']} "
                    f"({c['tensor_gate']['failing']} of {c['tensor_gate']['elements']} elements beyond tolerance, "

@@ -16,22 +16,22 @@ def add_arguments(p) -> None:
     p.add_argument("--threads", type=int, default=4, help="N of the threads 1 vs N comparison")
     p.add_argument("--batch", type=int, default=8, help="batch size of the batch-composition comparison")
     p.add_argument("--factors", default=",".join(FACTORS), help="comma-separated factors to measure")
-    p.add_argument("--decode", help="decode kind for decision flips (default: the model's sidecar)")
+    from quantbench.analysis.decode import decode_arg
+
+    p.add_argument("--decode", type=decode_arg, metavar="KIND",
+                   help="decode kind for decision flips: a built-in kind, none, or a plug-in module:function "
+                        "(default: the model's sidecar)")
 
 
 def decode_spec(variant, kind=None):
-    """The decode spec from the variant's sidecar (or --decode), checked against its outputs; None if unknown."""
-    from quantbench.analysis.decode import check_outputs, spec_from_sidecar
-    from quantbench.variants import sidecar_for
-    from quantbench.errors import UserError
+    """The decode spec from the variant's sidecar (or --decode), checked against its outputs; None under decode none."""
+    from quantbench.analysis.decode import NONE, check_outputs, spec_from_sidecar
     from quantbench.modelio import load_model
+    from quantbench.variants import sidecar_for
 
     sc = sidecar_for(variant)
-    try:
-        spec = spec_from_sidecar(sc, kind, source=str(variant.path))
-    except UserError:
-        if kind:
-            raise
+    spec = spec_from_sidecar(sc, kind, source=str(variant.path))
+    if spec.kind == NONE:
         return None
     outs = [o.name for o in load_model(variant.path, check=False).graph.output]
     return check_outputs(spec, outs)

@@ -16,7 +16,11 @@ def add_arguments(p) -> None:
                    help="the float model the variant was quantized from (default: the fp32 variant of the last calibrate run)")
     p.add_argument("--limit", type=int, default=8, help="fixtures to compare on")
     p.add_argument("--remedies", default=",".join(REMEDIES), help="comma-separated remedies to try")
-    p.add_argument("--decode", help="decode kind for decision flips (default: the model's sidecar)")
+    from quantbench.analysis.decode import decode_arg
+
+    p.add_argument("--decode", type=decode_arg, metavar="KIND",
+                   help="decode kind for decision flips: a built-in kind, none, or a plug-in module:function "
+                        "(default: the model's sidecar)")
     p.add_argument("--out", metavar="DIR", help="where remedy variants are written (default: results/remedies/<variant>)")
 
 
@@ -41,7 +45,8 @@ def run(args) -> int:
         fp32 = Path(pick_variant("fp32").path)
     spec = decode_spec(variant, args.decode)
     if spec is None:
-        raise UserError(f"{variant.path}: no decode spec in its sidecar; pass --decode to count decision flips")
+        raise UserError(f"{variant.path}: no decoder (--decode none, or no decode block in its sidecar); remedy "
+                        f"counts decision flips, so pass --decode KIND")
     fixtures = pick_fixtures(args, variant, args.limit)
     stem = Path(variant.path)
     ranges = stem.with_name(stem.stem + ".ranges.json")

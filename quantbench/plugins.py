@@ -1,0 +1,110 @@
+"""User code named as ``module:function``: the one loader for decode and preprocessing plug-ins.
+
+A reference is ``dotted.module:function`` (imported like any module) or
+``path/to/file.py:function`` (a path, relative to the current folder, ending in
+``.py`` or containing a slash). Files are loaded under a private module name
+derived from their path and content hash, so two files called ``decoders.py``
+never shadow each other and an edited file is loaded afresh.
+
+Every failure (bad reference, missing file, import error, missing or
+non-callable function) is a one-line UserError naming the reference and the
+flag or sidecar key it came from. ``plugin_identity`` gives the SHA-256 of the
+file that defines the function, so a recipe can record exactly which code
+decided.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from quantbench.errors import UserError
+
+_FILE_MODULES: dict = {}   # (resolved path, sha256) -> module
+
+
+def is_ref(text) -> bool:
+    """True when `text` looks like ``module:function`` (both parts non-empty)."""
+    if not isinstance(text, str) or ":" not in text:
+        return False
+    mod, _, fn = text.rpartition(":")
+    return bool(mod.strip()) and bool(fn.strip())
+
+
+def _split(ref: str, where: str) -> tuple[str, str]:
+    if not is_ref(ref):
+        raise UserError(f"{where} {ref!r}: not a plug-in reference; write module:function or path/to/file.py:function")
+    mod, _, fn = ref.rpartition(":")
+    if not fn.isidentifier():
+        raise UserError(f"{where} {ref}: {fn!r} is not a function name; write module:function")
+    return mod, fn
+
+
+def _is_path(mod: str) -> bool:
+    return mod.endswith(".py") or "/" in mod or os.sep in mod
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _file_path(mod: str, ref: str, where: str) -> Path:
+    path = Path(mod).expanduser()
+    path = path if path.is_absolute() else Path.cwd() / path
+    if not path.is_file():
+        raise UserError(f"{where} {ref}: no such file {str(path)!r} (relative paths are read from the current folder)")
+    return path.resolve()
+
+
+def _import(mod: str, ref: str, where: str):
+    if _is_path(mod):
+        path = _file_path(mod, ref, where)
+        sha = _sha256(path)
+        key = (str(path), sha)
+        if key not in _FILE_MODULES:
+            name = f"_quantbench_plugin_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{sha[:12]}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:  # user code: any failure is the user's to fix
+                sys.modules.pop(name, None)
+                raise UserError(f"{where} {ref}: loading {path.name} failed ({one_line(exc)})") from None
+            _FILE_MODULES[key] = module
+        return _FILE_MODULES[key]
+    try:
+        return importlib.import_module(mod)
+    except Exception as exc:
+        raise UserError(f"{where} {ref}: cannot import module {mod!r} ({one_line(exc)}); "
+                        f"install it, or name a file as path/to/file.py:function") from None
+
+
+def load(ref: str, where: str = "plug-in"):
+    """The callable a ``module:function`` reference names; `where` (a flag or sidecar key) prefixes errors."""
+    mod, fn = _split(ref, where)
+    module = _import(mod, ref, where)
+    obj = getattr(module, fn, None)
+    if obj is None:
+        raise UserError(f"{where} {ref}: {mod} defines no {fn!r}")
+    if not callable(obj):
+        raise UserError(f"{where} {ref}: {fn!r} in {mod} is not a function")
+    return obj
+
+
+def plugin_identity(ref: str, where: str = "plug-in") -> dict:
+    """{"ref": ref, "sha256": SHA-256 of the file defining the module (None for a module without a file)}."""
+    mod, _ = _split(ref, where)
+    if _is_path(mod):
+        return {"ref": ref, "sha256": _sha256(_file_path(mod, ref, where))}
+    origin = getattr(_import(mod, ref, where), "__file__", None)
+    return {"ref": ref, "sha256": _sha256(Path(origin)) if origin and Path(origin).is_file() else None}
