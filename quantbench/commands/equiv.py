@@ -252,7 +252,7 @@ def finish(result, args, results: Path, root: Path, extra_files=()) -> int:
         print("")
         for f in files:
             print(f"wrote {f}")
-        if not result.flip_rows:
+        if not result.flip_rows and any(c.get("decisions_compared", True) for c in result.comparisons):
             print("flips table: no rows to add (no flips)")
     if failures:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
@@ -264,7 +264,11 @@ def run(args) -> int:
     from quantbench.analysis.equiv import analyze
     from quantbench.analysis.gates import parse_gates
 
-    parse_gates(args.gate)  # a typo in --gate fails before any work
+    gates = parse_gates(args.gate)  # a typo in --gate fails before any work
+    if "decision" in gates and args.decode == "none":
+        from quantbench.errors import UserError
+
+        raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
     names, refs, fixtures_for, prefer, results, root = prepare(args)
     result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
                      threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,
