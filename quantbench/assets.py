@@ -58,11 +58,23 @@ def sidecar_path(model_path: str | os.PathLike) -> Path:
 
 
 def load_sidecar(model_path: str | os.PathLike) -> dict | None:
-    """The model's sidecar (classes, input size, normalisation, decode), or None."""
+    """The model's sidecar (classes, input size, normalisation, decode), or None.
+
+    A sidecar that is not a JSON object, or whose 'input' block is malformed (see
+    quantbench.preprocess.check_input_block), is a UserError naming it.
+    """
+    from quantbench.preprocess import check_input_block
+
     p = sidecar_path(model_path)
     if not p.exists():
         return None
     try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{p}: not a readable sidecar JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: sidecar must be a JSON object like {{\"input\": {{...}}, \"decode\": {{...}}}}, "
+                        f"not a {type(data).__name__}")
+    if data.get("input") is not None:
+        check_input_block(data["input"], p)
+    return data

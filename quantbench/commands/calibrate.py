@@ -160,7 +160,7 @@ def run(args) -> int:
     from quantbench.calibset import builder
     from quantbench.errors import UserError
     from quantbench.modelio import load_model, model_hashes
-    from quantbench.preprocess import input_spec
+    from quantbench.preprocess import check_input_block, input_spec
     from quantbench.quantize import variants as qv
     from quantbench.quantize.calibration import ImageInputs, compute_ranges, load_with_shape_infer
     from quantbench.quantize.memory import PeakMeter
@@ -197,7 +197,7 @@ def run(args) -> int:
     if (not sidecar or "shape" not in (sidecar.get("input") or {})) and any(d is None for d in shape[1:]):
         raise UserError(f"{model_path}: input {first.name!r} has symbolic dimensions; give the model a sidecar "
                         f"{model_path.with_suffix('.json').name} with an 'input' block (shape, mean, std)")
-    spec = input_spec(sidecar, shape, first.name)
+    spec = check_input_block(input_spec(sidecar, shape, first.name), model_path)  # size cap before allocating
     _model_input(model, model_path, spec)
     del model
 

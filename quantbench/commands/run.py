@@ -104,10 +104,7 @@ def _sidecar_for(variant):
 
     for cand in (Path(variant.path), MODELS_DIR / f"{variant.model}.onnx",
                  Path(str((variant.recipe or {}).get("source_model", "")) or "/nonexistent")):
-        try:
-            sc = load_sidecar(cand)
-        except Exception:
-            sc = None
+        sc = load_sidecar(cand)  # a malformed sidecar is refused (UserError), never silently skipped
         if sc and sc.get("input"):
             return sc
     return None
@@ -119,7 +116,7 @@ def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=N
     from quantbench.fixtures import build_fixtures
     from quantbench.fsutil import canonical_json
     from quantbench.modelio import load_model
-    from quantbench.preprocess import input_spec
+    from quantbench.preprocess import check_input_block, input_spec
 
     specs = {}
     for v in variants:
@@ -129,7 +126,7 @@ def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=N
         if not ins:
             continue
         shape = [d.dim_value if d.HasField("dim_value") else None for d in ins[0].type.tensor_type.shape.dim]
-        spec = input_spec(_sidecar_for(v), shape, ins[0].name)
+        spec = check_input_block(input_spec(_sidecar_for(v), shape, ins[0].name), v.path)
         specs.setdefault(canonical_json(spec), spec)
     fixtures, spec_of = [], {}
     for spec in specs.values():
