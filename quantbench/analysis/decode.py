@@ -23,6 +23,7 @@ the top-1 and top-2 probabilities.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,6 +80,10 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
                                                    if side_kind in (kind, None) else DEFAULT_THRESHOLD[kind])
     if thr is None and kind in ("detr-sigmoid", "threshold-map", "nms-boxes"):
         thr = DEFAULT_THRESHOLD[kind]
+    if thr is not None and not (isinstance(thr, (int, float)) and not isinstance(thr, bool) and math.isfinite(thr)):
+        where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
+        raise UserError(f"{where} {thr!r}: must be a finite number (nan or inf would make every "
+                        "comparison false)")
     top_k = block.get("top_k") if side_kind in (kind, None) else None
     box_format = block.get("box_format", "cxcywh" if kind == "detr-sigmoid" else "xyxy")
     return DecodeSpec(kind=kind, outputs=outputs, threshold=None if thr is None else float(thr),

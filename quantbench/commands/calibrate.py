@@ -22,6 +22,7 @@ def _csv(s: str) -> list[str]:
 
 
 def add_arguments(parser) -> None:
+    from quantbench.commands import finite_float
     from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
 
     g = parser.add_argument_group("inputs")
@@ -47,7 +48,8 @@ def add_arguments(parser) -> None:
     g.add_argument("--methods", default=",".join(METHOD_CHOICES),
                    help=f"variants besides fp32, comma-separated from {', '.join(METHOD_CHOICES)}")
     g.add_argument("--out", default=None, help="variants folder; if omitted: results/variants/<model>")
-    g.add_argument("--percentile", type=float, default=DEFAULT_PERCENTILE, help="Percentile calibration: percentile kept")
+    g.add_argument("--percentile", type=finite_float, default=DEFAULT_PERCENTILE,
+                   help="Percentile calibration: percentile kept")
     g.add_argument("--entropy-bins", type=int, default=ENTROPY_BINS,
                    help="Entropy calibration: histogram bins (onnxruntime's default 128 leaves the KL search a single "
                         "candidate, i.e. the min/max range; 512 or 2048 let it clip outliers, slower)")
