@@ -237,6 +237,19 @@ def test_bad_sidecar_input_block(calib, capsys, case, expect):
     assert "tiny.json" in line
 
 
+def test_bad_sidecar_in_run_is_refused_not_skipped(workdir, capsys):
+    """`run` used to skip an unreadable sidecar silently (and feed un-normalised inputs)."""
+    from hosts_helpers import image_model, make_corpus as hosts_corpus
+
+    labels = hosts_corpus(workdir / "c", count=2)
+    model = image_model(workdir / "img.onnx")
+    model.with_suffix(".json").write_text(json.dumps({"input": {"name": "images", "shape": [1, 3, 8, 8],
+                                                                "mean": [0, 0, 0], "std": [1, 0, 1]}}))
+    line = assert_refused(capsys, workdir, ["run", "--hosts", "x86", "--variants", model, "--fixtures", labels,
+                                            "--no-progress"], "'std' must be non-zero")
+    assert "img.json" in line
+
+
 def _coco_case(coco: dict, case: str) -> None:
     anns = coco["annotations"]
     if case == "no_image_id":

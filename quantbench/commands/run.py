@@ -101,10 +101,16 @@ def resolve_variants(items) -> list:
 
 def _sidecar_for(variant):
     from quantbench.assets import MODELS_DIR, load_sidecar
+    from quantbench.errors import UserError
 
     for cand in (Path(variant.path), MODELS_DIR / f"{variant.model}.onnx",
                  Path(str((variant.recipe or {}).get("source_model", "")) or "/nonexistent")):
-        sc = load_sidecar(cand)  # a malformed sidecar is refused (UserError), never silently skipped
+        try:
+            sc = load_sidecar(cand)
+        except UserError:  # a malformed sidecar is refused, never silently skipped
+            raise
+        except Exception:  # not a usable path (e.g. an odd recorded source)
+            sc = None
         if sc and sc.get("input"):
             return sc
     return None
