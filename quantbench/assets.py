@@ -68,11 +68,19 @@ def load_sidecar_path(p: Path, required: bool = False) -> dict | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{p}: not a readable sidecar JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise UserError(f"{p}: a sidecar must be a JSON object with 'input', 'classes' and 'decode' keys, "
+        raise UserError(f"{p}: a sidecar must be a JSON object like {{\"input\": {{...}}, \"decode\": {{...}}}}, "
                         f"not a {type(data).__name__}")
+    if data.get("input") is not None:
+        from quantbench.preprocess import check_input_block
+
+        check_input_block(data["input"], p)
     return data
 
 
 def load_sidecar(model_path: str | os.PathLike) -> dict | None:
-    """The model's sidecar (classes, input size, normalisation, decode) beside it, or None."""
+    """The model's sidecar (classes, input size, normalisation, decode) beside it, or None.
+
+    A sidecar that is not a JSON object, or whose 'input' block is malformed (see
+    quantbench.preprocess.check_input_block), is a UserError naming it.
+    """
     return load_sidecar_path(sidecar_path(model_path))

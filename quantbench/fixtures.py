@@ -84,7 +84,14 @@ def fixtures_chunks(fixtures: list, spec_of, size: int = 32):
 
 def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
               check_files: bool = True) -> dict:
-    """Read and validate COCO JSON; every referenced image must exist."""
+    """Read and validate COCO JSON; every referenced image must exist.
+
+    Refused (UserError naming the file and the entry): an image entry that is not an object
+    or lacks an integer/string 'id' or a 'file_name'; an image id used twice; 'annotations'
+    or 'categories' not a list; an annotation without 'image_id', or whose image_id is not
+    an image; a category_id not in a non-empty 'categories'; a bbox that is not 4 finite
+    numbers with non-negative width and height. Nothing is silently re-stratified.
+    """
     labels_path = Path(labels_path)
     if not labels_path.exists():
         raise UserError(f"{labels_path}: labels file not found")
@@ -95,15 +102,59 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
     images_dir = Path(images_dir) if images_dir is not None else labels_path.parent / "images"
-    for img in coco["images"]:
+    ids = set()
+    for i, img in enumerate(coco["images"]):
+        if not isinstance(img, dict):
+            raise UserError(f"{labels_path}: image entry {i} is not an object: {img!r:.80}")
         if "file_name" not in img or "id" not in img:
             raise UserError(f"{labels_path}: image entry without 'id' and 'file_name': {img!r}")
+        if not _is_id(img["id"]):
+            raise UserError(f"{labels_path}: image entry {i}: 'id' must be an integer or a string (got {img['id']!r:.40})")
+        if not isinstance(img["file_name"], str) or not img["file_name"]:
+            raise UserError(f"{labels_path}: image entry {i}: 'file_name' must be a non-empty string")
+        if img["id"] in ids:
+            raise UserError(f"{labels_path}: image id {img['id']!r} appears twice (image entry {i}, "
+                            f"{img['file_name']}); image ids must be unique")
+        ids.add(img["id"])
         if check_files and not (images_dir / img["file_name"]).exists():
             raise UserError(f"{labels_path}: references missing image {images_dir / img['file_name']}")
     coco.setdefault("annotations", [])
     coco.setdefault("categories", [])
+    for key in ("annotations", "categories"):
+        if not isinstance(coco[key], list):
+            raise UserError(f"{labels_path}: '{key}' must be a list (got {type(coco[key]).__name__})")
+    cats = set()
+    for i, cat in enumerate(coco["categories"]):
+        if not isinstance(cat, dict) or not _is_id(cat.get("id")):
+            raise UserError(f"{labels_path}: category entry {i} must be an object with an integer or string 'id'")
+        cats.add(cat["id"])
+    for i, ann in enumerate(coco["annotations"]):
+        if not isinstance(ann, dict):
+            raise UserError(f"{labels_path}: annotation {i} is not an object: {ann!r:.80}")
+        if "image_id" not in ann:
+            raise UserError(f"{labels_path}: annotation {i} has no 'image_id'")
+        if not _is_id(ann["image_id"]) or ann["image_id"] not in ids:
+            raise UserError(f"{labels_path}: annotation {i}: image_id {ann['image_id']!r:.40} is not in 'images'")
+        if cats and "category_id" in ann and (not _is_id(ann["category_id"]) or ann["category_id"] not in cats):
+            raise UserError(f"{labels_path}: annotation {i}: category_id {ann['category_id']!r:.40} is not in "
+                            "'categories'")
+        if "bbox" in ann and not _is_bbox(ann["bbox"]):
+            raise UserError(f"{labels_path}: annotation {i}: bbox must be 4 finite numbers [x, y, width, height] "
+                            f"with width, height >= 0 (got {ann['bbox']!r:.60})")
     coco["_images_dir"] = str(images_dir)
     return coco
+
+
+def _is_id(x) -> bool:
+    return isinstance(x, (int, str)) and not isinstance(x, bool)
+
+
+def _is_bbox(b) -> bool:
+    import math
+
+    return (isinstance(b, list) and len(b) == 4
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in b)
+            and b[2] >= 0 and b[3] >= 0)
 
 
 def annotations_by_image(coco: dict) -> dict:

@@ -21,12 +21,22 @@ Optional keys of the input block, read by `to_tensor`:
               its dtype must be spec["dtype"] and its shape spec["shape"] (a None or
               non-positive dim there accepts any size).
 Every resize is PIL bilinear on the uint8 pixels, so the same image gives the same bytes.
+
+Limits (checked before anything is allocated, each a UserError naming the file):
+  MAX_INPUT_ELEMENTS  an input tensor holds at most 2**28 elements (1 GiB of float32);
+                      a model or sidecar declaring more is refused.
+  MAX_IMAGE_PIXELS    an image is at most 100 megapixels (width x height), read from
+                      the file's header before its pixels are decoded.
+Decoding: every image becomes 8-bit RGB. 16-bit samples are reduced to 8 bits by
+``v >> 8`` (the high byte; Pillow does the same for 16-bit RGB PNGs, and an 8-bit
+image widened as ``v * 257`` comes back exactly); grayscale is replicated to R, G, B.
 """
 
 from __future__ import annotations
 
-import os
 import math
+import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -38,19 +48,86 @@ RESIZE_MODES = ("stretch", "letterbox", "center-crop")
 DEFAULT_PAD_VALUE = 114
 
 
+MAX_INPUT_ELEMENTS = 2 ** 28
+MAX_IMAGE_PIXELS = 100_000_000
+
+
 def load_rgb(path: str | os.PathLike) -> np.ndarray:
-    """Decode an image file to HxWx3 uint8 RGB; a corrupt file is a UserError naming it."""
+    """Decode an image file to HxWx3 uint8 RGB; a corrupt or oversized file is a UserError naming it."""
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: image file not found")
     try:
-        with Image.open(path) as im:
-            im.load()
-            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+        with warnings.catch_warnings():  # our own cap below replaces Pillow's bomb warning
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(path) as im:
+                _check_pixels(path, *im.size)
+                im.load()
+                return _to_rgb8(im)
+    except Image.DecompressionBombError as exc:  # Pillow refused in open() (over twice its own limit)
+        import re
+
+        m = re.search(r"\((\d+) pixels\)", str(exc))
+        size = f"{int(m.group(1)) / 1e6:.0f} megapixels" if m else "larger than that"
+        raise UserError(f"{path}: image is {size}, more than the limit of {MAX_IMAGE_PIXELS // 1_000_000} "
+                        "megapixels; resize it first") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise UserError(f"{path}: not a readable image ({exc})") from None
+
+
+def _check_pixels(path, width: int, height: int) -> None:
+    if width * height > MAX_IMAGE_PIXELS:
+        raise UserError(f"{path}: image is {width * height / 1e6:.0f} megapixels ({width}x{height}), more than "
+                        f"the limit of {MAX_IMAGE_PIXELS // 1_000_000} megapixels; resize it first")
+
+
+def _to_rgb8(im) -> np.ndarray:
+    """8-bit RGB of a decoded image: integer modes wider than 8 bits (16-bit PNG gray is I;16 or I) by v >> 8."""
+    if im.mode.startswith("I"):  # "I;16", "I;16B", "I;16L", "I" (32-bit int holding 16-bit samples)
+        v = np.asarray(im).astype(np.int64)
+        gray = (np.clip(v, 0, 65535) >> 8).astype(np.uint8)
+        return np.ascontiguousarray(np.repeat(gray[..., None], 3, axis=2))
+    if im.mode == "F":
+        raise ValueError("floating-point pixels (mode F) have no defined 8-bit scaling")
+    return np.asarray(im.convert("RGB"), dtype=np.uint8)
+
+
+def check_input_block(block, source) -> dict:
+    """Validate a sidecar 'input' block or a full preprocessing spec (only the keys present); returns it.
+
+    Shape: positive integers, at most MAX_INPUT_ELEMENTS elements; mean and std: one finite
+    number per channel (3), std non-zero; scale: a finite non-zero number.
+    """
+    if not isinstance(block, dict):
+        raise UserError(f"{source}: 'input' must be an object like {{\"shape\": [1, 3, 224, 224], ...}}, "
+                        f"not {type(block).__name__}")
+    if "shape" in block:
+        shape = block["shape"]
+        if (not isinstance(shape, list) or not shape
+                or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+            raise UserError(f"{source}: input 'shape' must be a list of positive integers (got {shape!r})")
+        n = math.prod(shape)
+        if n > MAX_INPUT_ELEMENTS:
+            raise UserError(f"{source}: input shape {shape} is {n} elements, more than the limit of "
+                            f"{MAX_INPUT_ELEMENTS} (2**28) one input tensor may hold")
+    for key in ("mean", "std"):
+        if key in block:
+            val = block[key]
+            if (not isinstance(val, list) or len(val) != 3
+                    or not all(_finite_number(x) for x in val)):
+                raise UserError(f"{source}: input '{key}' must be a list of 3 numbers, one per channel "
+                                f"(got {val!r})")
+    if "std" in block and any(float(x) == 0.0 for x in block["std"]):
+        raise UserError(f"{source}: input 'std' must be non-zero in every channel (got {block['std']!r})")
+    if "scale" in block and not (_finite_number(block["scale"]) and float(block["scale"]) != 0.0):
+        raise UserError(f"{source}: input 'scale' must be a finite non-zero number (got {block['scale']!r})")
+    return block
+
+
+def _finite_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def luminance(rgb: np.ndarray) -> float:

@@ -68,7 +68,7 @@ ORIENTATION = RealModel(
         "classes": ["0", "90", "180", "270"],
         "input": {"name": "x", "shape": [1, 3, 224, 224], "layout": "NCHW", "color": "BGR",
                   "dtype": "float32", "scale": 1.0 / 255.0, "mean": IMAGENET_MEAN, "std": IMAGENET_STD,
-                  "resize": "center-crop"},
+                  "resize": "center-crop", "crop_ratio": 224 / 256},
         # the README's sidecar names the logits output; this one's is the Paddle fetch name
         "decode": {"kind": "classifier-softmax", "logits": "fetch_name_0"},
     },
@@ -107,7 +107,8 @@ LAYOUT = RealModel(
 )
 
 # nudenet 3.4.2 (nudenet.py::_read_image): pad bottom/right with black to a square, resize to
-# 320x320 (cv2.dnn.blobFromImage, bilinear), x / 255, swapRB -> RGB. Post-processing: score >= 0.2
+# 320x320 (cv2.dnn.blobFromImage, bilinear), x / 255, swapRB -> RGB. The sidecar's letterbox pads
+# centred (Ultralytics' LetterBox) with the black nudenet pads with (pad_value 0). Post-processing: score >= 0.2
 # kept, NMS 0.25 / 0.45 (cv2.dnn.NMSBoxes(boxes, scores, 0.25, 0.45)).
 NUDENET = RealModel(
     key="nudenet-320n",
@@ -124,7 +125,7 @@ NUDENET = RealModel(
                     "BUTTOCKS_COVERED"],
         "input": {"name": "images", "shape": [1, 3, 320, 320], "layout": "NCHW", "color": "RGB",
                   "dtype": "float32", "scale": 1.0 / 255.0, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
-                  "resize": "letterbox"},
+                  "resize": "letterbox", "pad_value": 0},
         "decode": {"kind": "yolo", "output": "output0", "threshold": 0.25, "iou": 0.45},
     },
     kind="detector",

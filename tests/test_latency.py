@@ -1,5 +1,7 @@
 """Latency protocol on the local host; emulated and imported hosts are refused."""
 
+import math
+
 import pytest
 
 from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
@@ -17,7 +19,8 @@ def test_latency_rows_and_speedup_sign(workdir):
     with_speedups(rows)
     f, q = rows
     assert f.runs == 10 and f.repeats == 3 and f.warmup == 3
-    assert 0 < f.median_ms < 1000 and f.spread_ms >= 0
+    # no wall-clock bound: how long a run takes says nothing about correctness, only about the machine
+    assert math.isfinite(f.median_ms) and f.median_ms > 0 and f.spread_ms >= 0
     assert f.peak_rss_mb and f.peak_rss_mb > 10  # the worker process imported onnxruntime
     assert f.speedup_vs_fp32 is None and q.speedup_vs_fp32 == pytest.approx(f.median_ms / q.median_ms)
     assert q.sign in ("faster", "slower", "same")

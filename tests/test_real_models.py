@@ -238,25 +238,34 @@ def test_classes_equal_an_independent_recomputation(pipeline, tmp_path):
     assert not pi["errors"], pi["errors"]
     assert pi["machine"] == "aarch64", pi["machine"]
 
+    # quantbench keys variants by content: byte-identical variant files (static-entropy with 128
+    # bins is often static-minmax's bytes) share one variant_id and one set of classes rows
+    models = _read_table(pipeline, "models").to_pylist()
+    id_of_raw = {r["raw_sha256"]: r["variant_id"] for r in models}
+    variant_id = {}
+    for name, path in variants.items():
+        raw = R.sha256_file(Path(path))
+        assert raw in id_of_raw, f"variant {name} ({raw[:12]}) is not in the models table"
+        variant_id[name] = id_of_raw[raw]
     classes = _read_table(pipeline, "classes").to_pylist()
-    mine_by_variant = {}
-    for name in variants:
-        mine_by_variant[name] = R.partition({"x86": local["hashes"][name], "pi": pi["hashes"][name]})
-    theirs_by_variant = {}
+    theirs_by_id = {}
     for r in classes:
-        theirs_by_variant.setdefault(r["variant"], []).append(sorted(r["hosts"]))
+        theirs_by_id.setdefault(r["variant_id"], []).append(sorted(r["hosts"]))
         assert r["fixtures"] == len(fixtures), (r["variant"], r["fixtures"], len(fixtures))
-    theirs_by_variant = {k: sorted(v) for k, v in theirs_by_variant.items()}
-    assert set(theirs_by_variant) == set(variants), (sorted(theirs_by_variant), sorted(variants))
-    assert theirs_by_variant == mine_by_variant, (
-        f"quantbench classes {theirs_by_variant}\nindependent      {mine_by_variant}")
+    theirs, mine = {}, {}
+    for name in variants:
+        assert variant_id[name] in theirs_by_id, f"no classes rows for variant {name}"
+        theirs[name] = sorted(theirs_by_id[variant_id[name]])
+        mine[name] = R.partition({"x86": local["hashes"][name], "pi": pi["hashes"][name]})
+    assert theirs == mine, f"quantbench classes {theirs}\nindependent      {mine}"
+
     # and the hashes themselves: quantbench's outputs table holds the same SHA-256 per host
     rows = _read_table(pipeline, "outputs").to_pylist()
     recorded = {}
     for r in rows:
-        if r["fixture_id"] in {fx["fixture_id"] for fx in fixtures}:
-            recorded.setdefault(r["host"], {}).setdefault(r["variant"], {}).setdefault(
-                r["fixture_id"], {})[r["output_name"]] = r["sha256"]
-    assert recorded.get("x86") == local["hashes"], "x86 output hashes differ from plain onnxruntime's"
-    assert recorded.get("pi") == pi["hashes"], "pi output hashes differ from plain onnxruntime's under qemu"
-    print(f"\n[real-models] {pipeline.spec.key}: classes {mine_by_variant}; timings {TIMINGS[pipeline.spec.key]}")
+        recorded.setdefault((r["host"], r["variant_id"]), {}).setdefault(r["fixture_id"], {})[r["output_name"]] = r["sha256"]
+    for host, got in (("x86", local), ("pi", pi)):
+        for name in variants:
+            table = {f: recorded.get((host, variant_id[name]), {}).get(f) for f in got["hashes"][name]}
+            assert table == got["hashes"][name], f"{name} on {host}: output hashes differ from plain onnxruntime's"
+    print(f"\n[real-models] {pipeline.spec.key}: classes {mine}; timings {TIMINGS[pipeline.spec.key]}")

@@ -120,12 +120,26 @@ def test_ssh_worker_matches_local(workdir, sshd):
     assert (again.hosts[0].ran, again.hosts[0].cached) == (0, 3)
 
 
-def test_unreachable_host_names_host_and_ssh_message(workdir, sshd):
+@pytest.mark.parametrize("stage", ["any", "startup"])
+def test_unreachable_host_names_host_and_ssh_message(workdir, sshd, monkeypatch, stage, capsys):
+    """One wording whichever write or read first meets the dead connection. "startup" forces the
+    earliest stage: a worker preamble larger than any pipe, so sending it must meet ssh's exit."""
+    from quantbench.cli import main
+    from quantbench.hosts import ssh
+
+    if stage == "startup":
+        monkeypatch.setattr(ssh, "worker_preamble", lambda: b"#" * (8 << 20))
     model = matmul_model(workdir / "m.onnx")
-    with pytest.raises(RunFailed) as err:
-        run_hosts(["dead"], [variant(model)], fixtures(1), hosts_file=sshd, progress=False, tables_root=workdir / "t")
-    msg = str(err.value)
-    assert msg.startswith("host dead: ssh qbdead failed:") and "Connection refused" in msg
+    for _ in range(2):
+        with pytest.raises(RunFailed) as err:
+            run_hosts(["dead"], [variant(model)], fixtures(1), hosts_file=sshd, progress=False,
+                      tables_root=workdir / "t")
+        msg = str(err.value)
+        assert msg.startswith("host dead: ssh qbdead failed: ") and "Connection refused" in msg, msg
+        assert main(["hosts", "--hosts-file", str(sshd), "check", "dead"]) == 2
+        err_text = capsys.readouterr().err
+        assert err_text.startswith("quantbench hosts: error: host dead: ssh qbdead failed: ") and \
+            "Connection refused" in err_text and "Traceback" not in err_text, err_text
 
 
 def test_host_key_checking_stays_on(workdir, sshd):

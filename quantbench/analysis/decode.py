@@ -212,6 +212,10 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
                                                    if own else DEFAULT_THRESHOLD[kind])
     if thr is None and kind in ("detr-sigmoid", "threshold-map", "nms-boxes", "yolo"):
         thr = DEFAULT_THRESHOLD[kind]
+    if thr is not None and not (isinstance(thr, (int, float)) and not isinstance(thr, bool) and math.isfinite(thr)):
+        where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
+        raise UserError(f"{where} {thr!r}: must be a finite number (nan or inf would make every "
+                        "comparison false)")
     top_k = block.get("top_k") if own else None
     box_format = block.get("box_format", "cxcywh" if kind in ("detr-sigmoid", "yolo") else "xyxy")
     extra = _yolo_keys(block if own else {}, source) if kind == "yolo" else {}

@@ -41,6 +41,9 @@ from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
 BUNDLED_IMAGES = "bundled:corpus/images"
 MANIFEST = "manifest.parquet"
 RECIPE = "recipe.json"
+#: --per-cell above this is refused before any image is read (a cell is a few dozen images in practice);
+#: a --per-cell above the whole pool is refused too.
+MAX_PER_CELL = 100_000
 LUMA_FORMULA = "mean over pixels of 0.2126 R + 0.7152 G + 0.0722 B (Rec. 709 luma of decoded 8-bit RGB, 0..255)"
 
 
@@ -106,6 +109,8 @@ def _read_csv(labels: Path, images_dir: Path) -> list[Candidate]:
                 n = int(d)
             except ValueError:
                 raise UserError(f"{labels}:{i}: density {r['density']!r} is not an object count or empty/objects") from None
+            if n < 0:
+                raise UserError(f"{labels}:{i}: density {n} is negative; give an object count >= 0")
         path = images_dir / r["image"]
         if not path.exists():
             raise UserError(f"{labels}: references missing image {path}")
@@ -178,6 +183,8 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
 
     if per_cell < 1:
         raise UserError(f"--per-cell: must be at least 1 (got {per_cell})")
+    if per_cell > MAX_PER_CELL:
+        raise UserError(f"--per-cell {per_cell}: more than the maximum of {MAX_PER_CELL} images per cell")
     if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
         raise UserError(f"--count-bins: object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
     count_bins = sorted(count_bins)
@@ -186,6 +193,9 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     pool = sorted((c for c in cands if c.split != "eval"), key=lambda c: c.image)
     if not pool:
         raise UserError(f"{labels_path}: every image is in the eval split; nothing left to calibrate on")
+    if per_cell > len(pool):
+        raise UserError(f"--per-cell {per_cell}: more than the {len(pool)} images in the calibration pool of "
+                        f"{labels_path}; no cell could be filled, even with --allow-short")
     mode = S.resolve_mode(strata, [c.label for c in pool])
 
     skipped, seen, dup = [], {}, 0

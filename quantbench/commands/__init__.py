@@ -22,3 +22,17 @@ COMMANDS = [
     "verify",
     "report",
 ]
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite float (nan and inf are refused: `--threshold nan` made every comparison false)."""
+    import argparse
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number (got {text!r})")
+    return value

@@ -22,6 +22,7 @@ def _csv(s: str) -> list[str]:
 
 
 def add_arguments(parser) -> None:
+    from quantbench.commands import finite_float
     from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
 
     g = parser.add_argument_group("inputs")
@@ -53,7 +54,8 @@ def add_arguments(parser) -> None:
     g.add_argument("--methods", default=",".join(METHOD_CHOICES),
                    help=f"variants besides fp32, comma-separated from {', '.join(METHOD_CHOICES)}")
     g.add_argument("--out", default=None, help="variants folder; if omitted: results/variants/<model>")
-    g.add_argument("--percentile", type=float, default=DEFAULT_PERCENTILE, help="Percentile calibration: percentile kept")
+    g.add_argument("--percentile", type=finite_float, default=DEFAULT_PERCENTILE,
+                   help="Percentile calibration: percentile kept")
     g.add_argument("--entropy-bins", type=int, default=ENTROPY_BINS,
                    help="Entropy calibration: histogram bins (onnxruntime's default 128 leaves the KL search a single "
                         "candidate, i.e. the min/max range; 512 or 2048 let it clip outliers, slower)")
@@ -139,7 +141,7 @@ def run(args) -> int:
     from quantbench.calibset import builder
     from quantbench.errors import UserError
     from quantbench.modelio import graph_inputs, load_model, model_hashes
-    from quantbench.preprocess import input_spec, load_rgb, to_tensor
+    from quantbench.preprocess import check_input_block, input_spec, load_rgb, to_tensor
     from quantbench.quantize import smoke
     from quantbench.quantize import variants as qv
     from quantbench.quantize.calibration import ImageInputs, compute_ranges, load_with_shape_infer
@@ -168,14 +170,13 @@ def run(args) -> int:
     model_path = _resolve_model(args.model, demo_model)
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     model_name = model_path.stem
-    if not model_name or model_name.startswith(".") or model_name in ("variants", "tables", "releases"):
-        raise UserError(f"{model_path}: model name {model_name!r} cannot name a variants folder; rename the file")
     sidecar = load_sidecar_file(args.sidecar) if args.sidecar else load_sidecar(model_path)
     ins = graph_inputs(model)
     if len(ins) != 1:
         raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
     (in_name, dims), = ins.items()
     spec = input_spec(sidecar, dims, in_name, source=str(args.sidecar or model_path))
+    check_input_block(spec, args.sidecar or model_path)  # size cap before allocating
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")

@@ -11,6 +11,7 @@ HELP = ("Run (or reuse) every variant on every host, then report equivalence cla
 def add_arguments(p) -> None:
     from quantbench.analysis.decode import KINDS, NONE, decode_arg
     from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
+    from quantbench.commands import finite_float
 
     p.add_argument("--hosts", default="pi,x86",
                    help="comma-separated host names (built-ins, emulated presets, or names from the hosts file)")
@@ -28,9 +29,9 @@ def add_arguments(p) -> None:
                    help=f"how outputs become decisions: {', '.join(KINDS)}, {NONE} (classes and tensor gate only), "
                         "or a plug-in module:function / path/to/file.py:function (default: the model sidecar's "
                         "'decode' block; none without one)")
-    p.add_argument("--threshold", type=float, help="decision threshold (default: the sidecar's)")
-    p.add_argument("--atol", type=float, default=DEFAULT_ATOL, help="tensor gate absolute tolerance")
-    p.add_argument("--rtol", type=float, default=DEFAULT_RTOL, help="tensor gate relative tolerance")
+    p.add_argument("--threshold", type=finite_float, help="decision threshold (default: the sidecar's)")
+    p.add_argument("--atol", type=finite_float, default=DEFAULT_ATOL, help="tensor gate absolute tolerance")
+    p.add_argument("--rtol", type=finite_float, default=DEFAULT_RTOL, help="tensor gate relative tolerance")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="decision gate: flips allowed per comparison")
     p.add_argument("--gate", metavar="NAMES",
                    help=f"comma-separated conditions that make the exit code 1 when they fail: {', '.join(GATES)} "

@@ -81,8 +81,9 @@ def do_check(args) -> int:
     from quantbench.hosts.local import WorkerDied
 
     t0 = time.monotonic()
-    client = host.start()
+    client = None
     try:
+        client = host.start()  # sending the worker's source can already meet a dead connection
         header, payload = fingerprint_request(spec.name, session, args.allow_fallback)
         fp = None
         for h, _ in client.request(header, payload):
@@ -90,13 +91,10 @@ def do_check(args) -> int:
                 raise UserError(f"host {spec.name}: {h['message']}")
             fp = h
     except WorkerDied as exc:
-        if spec.kind == "ssh":
-            from quantbench.hosts.ssh import unreachable_message
-
-            raise UserError(unreachable_message(spec.name, spec.options.get("address", ""), exc.stderr)) from None
-        raise UserError(f"host {spec.name}: {exc}") from None
+        raise UserError(host.died_message(exc)) from None
     finally:
-        client.close()
+        if client is not None:
+            client.close()
     seconds = time.monotonic() - t0
     if fp is None:
         raise UserError(f"host {spec.name}: the worker sent no fingerprint")

@@ -112,11 +112,12 @@ def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=N
     from quantbench.assets import CORPUS_LABELS
     from quantbench.fixtures import build_fixtures
     from quantbench.fsutil import canonical_json
+    from quantbench.preprocess import check_input_block
     from quantbench.variants import input_spec_for
 
     specs = {}
     for v in variants:
-        spec = input_spec_for(v, sidecar)
+        spec = check_input_block(input_spec_for(v, sidecar), v.path)
         specs.setdefault(canonical_json(spec), spec)
     fixtures, spec_of = [], {}
     for spec in specs.values():

@@ -92,8 +92,11 @@ class WorkerClient:
         return WorkerDied(f"worker {how} {what}" + (f" ({last})" if last else ""), rc, tail)
 
     def _send_raw(self, data: bytes) -> None:
+        view = memoryview(data)
         try:
-            self.proc.stdin.write(data)
+            while view:  # an unbuffered pipe write is short when the reader goes away mid-write
+                n = self.proc.stdin.write(view)
+                view = view[n or 0:]
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise self._died("while receiving its job") from None
@@ -166,6 +169,11 @@ class ProcessHost:
 
     def describe(self) -> str:
         return self.kind
+
+    def died_message(self, exc: WorkerDied) -> str:
+        """One line for a worker that died before answering (start-up or fingerprint), whichever
+        write or read noticed it first."""
+        return f"host {self.name}: {exc}"
 
 
 @dataclass

@@ -110,6 +110,9 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
         if unknown:
             raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
                             f"known: {', '.join(required + optional) or 'none'}")
+        for key, value in opts.items():  # every option but the argument lists is one string
+            if key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
+                raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
         missing = [k for k in required if not opts.get(k)]
         if missing:
             raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")

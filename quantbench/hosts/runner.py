@@ -401,9 +401,7 @@ class _HostRun:
                 where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
                 msg = str(exc) if isinstance(exc, (WorkerDied, UserError)) else f"{type(exc).__name__}: {exc}"
                 if self.spec.kind == "ssh" and isinstance(exc, WorkerDied) and exc.returncode == 255:
-                    from quantbench.hosts.ssh import unreachable_message
-
-                    msg = unreachable_message(self.spec.name, self.spec.options.get("address", ""), exc.stderr)
+                    msg = self.host.died_message(exc)  # the connection itself dropped (ssh's own exit code)
                 self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
                 self.stop.set()
                 return
@@ -428,21 +426,20 @@ class _HostRun:
     def _start_and_fingerprint(self):
         from quantbench.hosts.local import WorkerDied
 
-        client = self.host.start()
-        self.clients.append(client)
-        if self.stop.is_set():
-            client.kill()
+        client = None
         try:
+            client = self.host.start()  # sending the worker's source can already meet a dead connection
+            self.clients.append(client)
+            if self.stop.is_set():
+                client.kill()
             fp, fid, providers = self._fingerprint(client)
         except WorkerDied as exc:
-            client.kill()
-            if self.spec.kind == "ssh":
-                from quantbench.hosts.ssh import unreachable_message
-
-                raise UserError(unreachable_message(self.spec.name, self.spec.options.get("address", ""), exc.stderr)) from None
-            raise UserError(f"host {self.spec.name}: {exc}") from None
+            if client is not None:
+                client.kill()
+            raise UserError(self.host.died_message(exc)) from None
         except BaseException:
-            client.kill()
+            if client is not None:
+                client.kill()
             raise
         return client, fp, fid
 

@@ -55,6 +55,11 @@ class SSHHost(ProcessHost):
     def describe(self) -> str:
         return f"ssh {self.options['address']}"
 
+    def died_message(self, exc) -> str:
+        """The host and ssh's own last words, the same whether the connection died while the
+        worker's source was being sent, with the first request, or before the first answer."""
+        return unreachable_message(self.name, self.options.get("address", ""), exc.stderr)
+
 
 def unreachable_message(host: str, address: str, stderr: str) -> str:
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]

@@ -22,6 +22,13 @@ frame, one "result" frame per fixture (written by a helper thread within about 2
 of the result: a killed worker loses at most that much finished work) and a
 "verified" frame with the input hashing time; a failure is an "error" frame naming
 host, variant and fixture, after which the job stops and the results already sent stand.
+
+Test-only hook (never set in use; costs nothing when unset): with the environment variables
+QUANTBENCH_TEST_PAUSE_AFTER=K and QUANTBENCH_TEST_PAUSE_FILE=PATH, a worker process that
+has run K fixtures (K result frames) writes and flushes those results, creates
+PATH.paused holding its pid, then waits until PATH exists before it goes on. Tests use it
+to act on a worker at a known point of a run (kill it after exactly K results), so that
+they do not depend on how fast the machine is.
 """
 
 from __future__ import annotations
@@ -52,6 +59,17 @@ DEFAULT_SESSION = {
 }
 
 GRAPH_OPT_LEVELS = ("disabled", "basic", "extended", "all")
+
+
+def _test_pause_from_env():
+    """(K, PATH) of the test-only pause hook (see the module docstring), or None."""
+    k, path = os.environ.get("QUANTBENCH_TEST_PAUSE_AFTER"), os.environ.get("QUANTBENCH_TEST_PAUSE_FILE")
+    if not k or not path:
+        return None
+    return [int(k), path]
+
+
+_TEST_PAUSE = _test_pause_from_env()
 
 
 def canonical(arr: "np.ndarray") -> "np.ndarray":
@@ -591,6 +609,29 @@ class _Sender:
         if self.error is not None:
             raise self.error
 
+    def sync(self) -> None:
+        """Write and flush everything pending, then go on sending (the test pause hook only)."""
+        import threading
+
+        self.close()
+        self.closing.clear()
+        self.thread = threading.Thread(target=self._run, name="send-results", daemon=True)
+        self.thread.start()
+
+
+def _test_pause(sender) -> None:
+    """The test-only pause hook, called after each result while it is armed (see the module docstring)."""
+    _TEST_PAUSE[0] -= 1
+    if _TEST_PAUSE[0] != 0:
+        return
+    path = _TEST_PAUSE[1]
+    sender.sync()  # the K results are with the parent before anything else happens
+    with open(path + ".paused.tmp", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.replace(path + ".paused.tmp", path + ".paused")
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
 
 def run_job(job, payload, out) -> None:
     """Run every fixture of `job`, streaming one result frame per fixture (per repeat)."""
@@ -649,6 +690,8 @@ def _run_fixtures(sess, names, n, verifier, sender, batch, repeat) -> None:
             seconds = time.perf_counter() - t0
             if len(group) == 1:
                 sender.put(ids[0], outputs, seconds, rep)
+                if _TEST_PAUSE is not None:
+                    _test_pause(sender)
                 continue
             for i, fid in enumerate(ids):
                 split = []
@@ -658,6 +701,8 @@ def _run_fixtures(sess, names, n, verifier, sender, batch, repeat) -> None:
                                        "fixture" % (len(group), name, arr.shape[:1]), fid)
                     split.append(arr[i:i + 1])
                 sender.put(fid, split, seconds / len(group), rep)
+                if _TEST_PAUSE is not None:
+                    _test_pause(sender)
 
 
 def fingerprint_job(job, payload, out) -> None:

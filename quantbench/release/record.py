@@ -354,7 +354,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     from quantbench.modelio import model_hashes
     from quantbench.variants import latest_variants, staging_folder
 
-    if not TAG_RE.match(tag or ""):
+    if not TAG_RE.fullmatch(tag or ""):  # fullmatch: "$" alone lets "v1\n" through
         raise UserError(f"--tag {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
     results_dir = Path(results_dir)
     rdir = releases_dir(results_dir)
