@@ -68,7 +68,7 @@ def load_sidecar_path(p: Path, required: bool = False) -> dict | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UserError(f"{p}: not a readable sidecar JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise UserError(f"{p}: a sidecar must be a JSON object like {{\"input\": {{...}}, \"decode\": {{...}}}}, "
+        raise UserError(f"{p}: sidecar must be a JSON object like {{\"input\": {{...}}, \"decode\": {{...}}}}, "
                         f"not a {type(data).__name__}")
     if data.get("input") is not None:
         from quantbench.preprocess import check_input_block

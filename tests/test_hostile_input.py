@@ -301,7 +301,7 @@ def test_malformed_coco_in_run_fixtures(workdir, capsys):
                                      "--no-progress"], "annotation 0 has no 'image_id'")
 
 
-@pytest.mark.parametrize("density,expect", [("-3", "density -3 is negative"), ("1e9", "is not a count")])
+@pytest.mark.parametrize("density,expect", [("-3", "density -3 is negative"), ("1e9", "is not an object count")])
 def test_csv_density_out_of_range(calib, capsys, density, expect):
     wd, _, labels, args = calib
     coco = json.loads(labels.read_text())
