@@ -100,3 +100,180 @@ def test_calibrate_force_still_replaces_its_own_variants_folder(calib_setup, cap
     assert calibrate(model, labels, "--out", "v", "--seed", "1", "--force") == 0
     assert "replaced (--force)" in capsys.readouterr().out
     assert (wd / "v" / "index.json").exists() and (wd / "results" / "report.md").read_text() == "# report"
+
+
+# ---------------------------------------------------------------- 2-3. release and verify
+
+
+@pytest.fixture(scope="module")
+def twin_results(tmp_path_factory):
+    """results/ with fp32, dynamic and dynamic-twin (a byte-identical copy of dynamic, so one variant_id
+    for two records, like static-entropy = static-minmax) of a tiny classifier, run on x86 over 5
+    images, plus a `quantbench equiv` analysis."""
+    import numpy as np
+    from PIL import Image
+    from test_release import SIDE, tiny_classifier
+
+    from quantbench.quantize import variants as qv
+    from quantbench.variants import Variant, write_index, write_latest
+
+    root = tmp_path_factory.mktemp("hostile-release")
+    results = root / "results"
+    vdir = results / "variants" / "tiny"
+    vdir.mkdir(parents=True)
+    tiny_classifier(root / "src.onnx", doc="export.py(12): forward")
+    vs = [qv.make_fp32(root / "src.onnx", vdir / "fp32.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE}),
+          qv.make_dynamic(root / "src.onnx", vdir / "dynamic.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE})]
+    shutil.copyfile(vdir / "dynamic.onnx", vdir / "dynamic-twin.onnx")
+    shutil.copyfile(vdir / "dynamic.recipe.json", vdir / "dynamic-twin.recipe.json")
+    vs.append(Variant("dynamic-twin", vdir / "dynamic-twin.onnx", "tiny", vs[1].recipe))
+    write_index(vdir, vs)
+    write_latest(vdir, "tiny", results_dir=results)
+    (root / "images").mkdir()
+    rng = np.random.default_rng(3)
+    images = []
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(root / "images" / f"im{i}.png")
+        images.append({"id": i, "file_name": f"im{i}.png", "width": 8, "height": 8, "split": "eval"})
+    (root / "labels.json").write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        common = ["--hosts", "x86", "--fixtures", "labels.json", "--no-progress"]
+        assert main(["run", *common]) == 0
+        assert main(["equiv", "--no-run", "--no-plots", *common]) == 0
+    finally:
+        os.chdir(old)
+    return results
+
+
+@pytest.fixture
+def rel(twin_results, tmp_path, monkeypatch):
+    """A private copy of the twin results in tmp_path/results (cwd = tmp_path)."""
+    dest = tmp_path / "results"
+    shutil.copytree(twin_results, dest, symlinks=True)
+    monkeypatch.chdir(tmp_path)
+    return dest
+
+
+def test_release_copies_no_report_image_from_outside_results(rel, tmp_path, capsys):
+    (tmp_path / "secret.txt").write_text("root:x:0:0\n")
+    (rel / "plots").mkdir(exist_ok=True)
+    (rel / "plots" / "ok.png").write_bytes(b"\x89PNG ok")
+    os.symlink("../../secret.txt", rel / "plots" / "link.png")
+    report = rel / "report.md"
+    report.write_text(report.read_text() + "\n![ok](plots/ok.png)\n![up](plots/../../secret.txt)\n"
+                      "![link](plots/link.png)\n![abs](/etc/hostname)\n")
+    before = digest(tmp_path)
+    assert main(["release", "--tag", "v1", "--results", str(rel)]) == 0
+    out = capsys.readouterr().out
+    assert "note: report image 'plots/../../secret.txt' not copied: it leads outside" in out
+    assert "note: report image 'plots/link.png' not copied" in out
+    after = digest(tmp_path)
+    new = sorted(set(after) - set(before))
+    assert all(k.startswith("results/releases/v1/") or k in ("results/releases/index.json", "results/releases/.index.lock")
+               for k in new), new
+    assert {k: after[k] for k in before} == before                # nothing outside the release changed
+    v1 = rel / "releases" / "v1"
+    assert (v1 / "plots" / "ok.png").read_bytes() == b"\x89PNG ok"
+    assert not (v1 / "plots" / "link.png").exists()
+    assert [p for p in tmp_path.rglob("secret.txt")] == [tmp_path / "secret.txt"]
+    att = json.loads((v1 / "release.json").read_text())["report"]["attachments"]
+    assert [a["file"] for a in att] == ["plots/ok.png"]
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("name", "../../../../evil_dynamic", "variant name '../../../../evil_dynamic' is not a plain name"),
+    ("name", ".hidden", "variant name '.hidden' is not a plain name"),
+    ("file", "../../../evil.onnx", "file '../../../evil.onnx' is not a file inside"),
+    ("file", "link.onnx", "file 'link.onnx' is not a file inside"),
+    ("recipe_file", "/etc/hostname", "recipe_file '/etc/hostname' is not a file inside"),
+    ("calibration", "../../../../evil", "recipe's calibration set name '../../../../evil' is not a plain name"),
+])
+def test_release_refuses_names_and_files_that_leave_the_folder(rel, tmp_path, capsys, field, value, words):
+    vdir = tmp_path / "evil_variants"
+    shutil.copytree(rel / "variants" / "tiny", vdir)
+    shutil.copyfile(vdir / "dynamic.onnx", tmp_path / "evil.onnx")
+    os.symlink("../evil.onnx", vdir / "link.onnx")
+    index = json.loads((vdir / "index.json").read_text())
+    if field == "calibration":
+        (tmp_path / "cal").mkdir()
+        (tmp_path / "cal" / "manifest.parquet").write_bytes(b"manifest")
+        recipe = json.loads((vdir / "dynamic.recipe.json").read_text())
+        recipe["calibration_set"] = {"name": value, "folder": str(tmp_path / "cal"), "manifest_sha256": "0" * 64}
+        (vdir / "dynamic.recipe.json").write_text(json.dumps(recipe))
+    else:
+        index[1][field] = value
+    (vdir / "index.json").write_text(json.dumps(index))
+    before = digest(tmp_path)
+    assert main(["release", "--tag", "v1", "--results", str(rel), "--variants", str(vdir)]) == 2
+    assert words in one_line(capsys.readouterr().err, "release")
+    assert digest(tmp_path) == before                             # nothing written, here or in the parent
+    assert not any(p.name.startswith("evil_dynamic") for p in tmp_path.parent.rglob("evil_dynamic*"))
+
+
+def _tamper_twin(v1: Path, also_variant_id: bool = False) -> None:
+    """Swap the twin's retained artifact for another model and re-seal release.json with its hashes."""
+    import onnx
+    from onnx import numpy_helper
+
+    from quantbench.modelio import model_hashes
+
+    art = v1 / "artifacts" / "dynamic-twin.onnx"
+    m = onnx.load(str(art))
+    for init in m.graph.initializer:
+        if init.name.startswith("b2"):
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) + 0.75, init.name))
+    onnx.save(m, str(art))
+    h = model_hashes(art)
+    rec = json.loads((v1 / "release.json").read_text())
+    twin = next(v for v in rec["variants"] if v["name"] == "dynamic-twin")
+    twin.update(raw_sha256=h["raw_sha256"], semantic_sha256=h["semantic_sha256"])
+    if also_variant_id:
+        twin["variant_id"] = h["semantic_sha256"]
+    (v1 / "release.json").write_text(json.dumps(rec))
+
+
+def _rows(out: str, check: str) -> dict:
+    return {ln.split()[1]: ln for ln in out.splitlines() if ln.startswith(check + " ")}
+
+
+def test_verify_fails_a_tampered_twin_without_registry(rel, capsys):
+    assert main(["release", "--tag", "v1", "--results", str(rel)]) == 0
+    v1 = rel / "releases" / "v1"
+    assert main(["verify", str(v1), "--host", "x86", "--sample", "2"]) == 0   # the twins verify when untouched
+    _tamper_twin(v1)
+    (rel / "releases" / "index.json").unlink()
+    capsys.readouterr()
+    before = digest(rel)
+
+    assert main(["verify", str(v1)]) == 1                      # a missing registry is a failure...
+    out = capsys.readouterr().out
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("registry")]
+    assert " FAIL " in line and "missing: nothing vouches for release.json" in line and "--no-registry" in line
+
+    assert main(["verify", str(v1), "--host", "x86", "--sample", "2", "--no-registry"]) == 1   # ...skipped on request
+    out = capsys.readouterr().out
+    assert "not checked (--no-registry)" in out
+    art = _rows(out, "artifact")
+    assert " FAIL " in art["dynamic-twin"] and "is not the artifact's semantic hash" in art["dynamic-twin"]
+    rerun = _rows(out, "re-run")
+    assert " PASS " in rerun["dynamic"] and " PASS " in rerun["fp32"]
+    assert " FAIL " in rerun["dynamic-twin"] and "output hashes differ from the record" in rerun["dynamic-twin"]
+    assert "the host returned no result" not in out
+    assert digest(rel) == before                               # verify writes nothing
+
+
+def test_verify_fails_a_twin_resealed_with_its_new_variant_id(rel, capsys):
+    assert main(["release", "--tag", "v1", "--results", str(rel)]) == 0
+    v1 = rel / "releases" / "v1"
+    _tamper_twin(v1, also_variant_id=True)
+    capsys.readouterr()
+    assert main(["verify", str(v1), "--host", "x86", "--sample", "2", "--no-registry"]) == 1
+    out = capsys.readouterr().out
+    rerun = _rows(out, "re-run")
+    assert " FAIL " in rerun["dynamic-twin"] and "holds no results of variant_id" in rerun["dynamic-twin"]
+    assert " PASS " in rerun["dynamic"]
+    # with the registry in place the re-sealed record is caught without any re-run
+    assert main(["verify", str(v1)]) == 1
+    assert "record edited" in capsys.readouterr().out
