@@ -277,3 +277,122 @@ def test_verify_fails_a_twin_resealed_with_its_new_variant_id(rel, capsys):
     # with the registry in place the re-sealed record is caught without any re-run
     assert main(["verify", str(v1)]) == 1
     assert "record edited" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- 4. imported results are re-hashed
+
+
+@pytest.fixture(scope="module")
+def export_file(tmp_path_factory):
+    """pi.qbr: a genuine export of host `local` (one tiny model, 3 images), and the model and labels."""
+    from hosts_helpers import image_model, make_corpus
+
+    root = tmp_path_factory.mktemp("hostile-import")
+    model = image_model(root / "m.onnx")
+    labels = make_corpus(root / "corpus")
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        assert main(["run", "--hosts", "local", "--tables", "a", "--export", "pi.qbr", "--variants", str(model),
+                     "--fixtures", str(labels), "--no-progress", "--jobs", "1"]) == 0
+    finally:
+        os.chdir(old)
+    return root / "pi.qbr", model, labels
+
+
+def forge(src: Path, dst: Path, table: str, edit) -> Path:
+    """Copy an export with `edit(rows)` applied to one of its tables (schema and members kept)."""
+    import io
+    import tarfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with tarfile.open(src) as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar.getmembers()]
+    out = []
+    for name, data in members:
+        if name == f"{table}.parquet":
+            t = pq.read_table(io.BytesIO(data))
+            rows = t.to_pylist()
+            edit(rows)
+            buf = io.BytesIO()
+            pq.write_table(pa.Table.from_pylist(rows, schema=t.schema), buf)
+            data = buf.getvalue()
+        out.append((name, data))
+    with tarfile.open(dst, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in out:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return dst
+
+
+def _set(col, fn):
+    def edit(rows):
+        for r in rows:
+            r[col] = fn(r)
+    return edit
+
+
+def _arch_in_fingerprint(rows):
+    for r in rows:
+        fp = json.loads(r["fingerprint"])
+        fp["identity"]["arch"] = "aarch64"
+        r["fingerprint"] = json.dumps(fp)
+        r["arch"] = "aarch64"
+
+
+FORGERIES = {
+    "zeroed-outputs": ("outputs", _set("tensor", lambda r: bytes(len(r["tensor"]))),
+                       "outputs row 0 (host local, fixture", "output tensor hashes to"),
+    "fake-hashes": ("outputs", _set("sha256", lambda r: "ab" * 32),
+                    "outputs row 0", "not to its recorded sha256 abababababab"),
+    "no-tensor": ("outputs", _set("tensor", lambda r: None), "outputs row 0", "has no tensor"),
+    "garbage-run-keys": ("outputs", _set("run_key", lambda r: "0" * 64), "outputs row 0",
+                         "run_key is not the hash of its variant, fixture, fingerprint and session"),
+    "session-options": ("outputs", _set("session_options", lambda r: r["session_options"].replace('"all"', '"basic"')),
+                        "outputs row 0", "session_key is not the hash of its session options"),
+    "arch-column": ("hosts", _set("arch", lambda r: "aarch64"), "hosts row 0 (host local",
+                    "arch 'aarch64' disagrees with the fingerprint"),
+    "arch-in-fingerprint": ("hosts", _arch_in_fingerprint, "hosts row 0",
+                            "fingerprint hashes to"),
+    "fixture-tensors": ("fixtures", _set("tensor", lambda r: bytes(len(r["tensor"]))), "fixtures row 0",
+                        "input tensor hashes to"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORGERIES))
+def test_import_rejects_forged_results(export_file, workdir, capsys, case):
+    src, model, labels = export_file
+    table, edit, where, why = FORGERIES[case]
+    forged = forge(src, workdir / "forged.qbr", table, edit)
+    (workdir / "hosts.toml").write_text('air = { kind = "imported", file = "forged.qbr" }\n')
+    rc = main(["run", "--hosts", "x86,air", "--hosts-file", "hosts.toml", "--tables", "b", "--variants", str(model),
+               "--fixtures", str(labels), "--no-progress", "--jobs", "1"])
+    line = one_line(capsys.readouterr().err, "run")
+    assert rc == 2
+    assert f"host air: {forged}: {where}" in line and why in line and "nothing was imported" in line
+    assert digest(workdir / "b") == {}                            # nothing written, not even the local host's runs
+
+
+def test_import_rejects_a_file_that_covers_none_of_the_run(export_file, workdir, capsys):
+    from hosts_helpers import image_model
+
+    src, _, labels = export_file
+    other = image_model(workdir / "other.onnx", classes=3)         # a variant the export never ran
+    (workdir / "hosts.toml").write_text(f'air = {{ kind = "imported", file = "{src}" }}\n')
+    rc = main(["run", "--hosts", "air", "--hosts-file", "hosts.toml", "--tables", "b", "--variants", str(other),
+               "--fixtures", str(labels), "--no-progress"])
+    line = one_line(capsys.readouterr().err, "run")
+    assert rc == 2
+    assert f"host air: {src}: its results cover none of the 3 requested runs (it holds none of the requested variants)" in line
+    assert digest(workdir / "b") == {}
+
+
+def test_genuine_export_still_imports(export_file, workdir, capsys):
+    src, model, labels = export_file
+    (workdir / "hosts.toml").write_text(f'air = {{ kind = "imported", file = "{src}" }}\n')
+    assert main(["run", "--hosts", "air", "--hosts-file", "hosts.toml", "--tables", "b", "--variants", str(model),
+                 "--fixtures", str(labels), "--no-progress"]) == 0
+    assert " air " in capsys.readouterr().out.replace("\n", " ")
