@@ -396,3 +396,48 @@ def test_genuine_export_still_imports(export_file, workdir, capsys):
     assert main(["run", "--hosts", "air", "--hosts-file", "hosts.toml", "--tables", "b", "--variants", str(model),
                  "--fixtures", str(labels), "--no-progress"]) == 0
     assert " air " in capsys.readouterr().out.replace("\n", " ")
+
+
+# ---------------------------------------------------------------- 5. a hosts file cannot silently take over built-ins
+
+
+@pytest.mark.parametrize("command", ["equiv", "run"])
+def test_hosts_file_cannot_redefine_a_builtin_without_override(workdir, capsys, command):
+    from hosts_helpers import image_model, make_corpus
+
+    model = image_model(workdir / "m.onnx")
+    labels = make_corpus(workdir / "corpus", count=1)
+    evil = workdir / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {workdir / 'PWNED'}\nexec {sys.executable} \"$@\"\n")
+    evil.chmod(0o755)
+    (workdir / "quantbench.toml").write_text('x86 = { kind = "local", python = "./evil.sh" }\n')
+    before = digest(workdir)
+    rc = main([command, "--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--no-progress"])
+    line = one_line(capsys.readouterr().err, command)
+    assert rc == 2
+    assert "quantbench.toml:1: host 'x86' is a built-in host; a hosts file redefines it only with `override = true`" in line
+    assert not (workdir / "PWNED").exists()                       # the script never ran
+    assert digest(workdir) == before and not (workdir / "results").exists()
+
+
+def test_run_and_equiv_say_which_hosts_file_they_read(workdir, capsys):
+    from hosts_helpers import image_model, make_corpus
+
+    model = image_model(workdir / "m.onnx")
+    labels = make_corpus(workdir / "corpus", count=1)
+    (workdir / "quantbench.toml").write_text(f'x86 = {{ kind = "local", python = "{sys.executable}", override = true }}\n'
+                                             'board1 = { kind = "ssh", address = "pi@board1" }\n')
+    common = ["--variants", str(model), "--fixtures", str(labels), "--no-progress"]
+    assert main(["run", "--hosts", "x86", *common]) == 0
+    common += ["--decode", "classifier-softmax"]
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "hosts file: ./quantbench.toml (defines: board1, x86 [overrides built-in])"
+    assert main(["equiv", "--hosts", "x86", "--no-run", "--no-plots", *common]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "hosts file: ./quantbench.toml (defines: board1, x86 [overrides built-in])"
+    (workdir / "other.toml").write_text('lab = { kind = "emulated", preset = "pi4" }\n')
+    assert main(["equiv", "--hosts", "x86", "--no-run", "--no-plots", "--json", "--hosts-file", "other.toml", *common]) == 0
+    cap = capsys.readouterr()
+    assert "hosts file: other.toml (defines: lab)" not in cap.out          # stdout stays pure JSON
+    assert "hosts file: ./other.toml (defines: lab)" in cap.err
+    json.loads(cap.out)

@@ -259,6 +259,9 @@ def run(args) -> int:
     from quantbench.analysis.gates import parse_gates
 
     parse_gates(args.gate)  # a typo in --gate fails before any work
+    from quantbench.hosts.registry import announce_hosts_file
+
+    announce_hosts_file(args.hosts_file, to_stderr=args.json)
     names, refs, fixtures_for, prefer, results, root = prepare(args)
     result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
                      threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,

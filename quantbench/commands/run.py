@@ -146,8 +146,10 @@ def run(args) -> int:
     from quantbench.assets import TABLES_DIR
     from quantbench.errors import UserError
     from quantbench.hosts.imported import export_results
+    from quantbench.hosts.registry import announce_hosts_file
     from quantbench.hosts.runner import RunFailed, run_hosts
 
+    announce_hosts_file(args.hosts_file)
     names = [h.strip() for h in args.hosts.split(",") if h.strip()]
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
