@@ -441,3 +441,62 @@ def test_run_and_equiv_say_which_hosts_file_they_read(workdir, capsys):
     assert "hosts file: other.toml (defines: lab)" not in cap.out          # stdout stays pure JSON
     assert "hosts file: ./other.toml (defines: lab)" in cap.err
     json.loads(cap.out)
+
+
+# ---------------------------------------------------------------- 6. one writer per tables folder
+
+
+@pytest.fixture
+def lock_setup(workdir):
+    from hosts_helpers import image_model, make_corpus
+
+    model = image_model(workdir / "m.onnx")
+    labels = make_corpus(workdir / "corpus", count=2)
+    return workdir, ["--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--no-progress",
+                     "--jobs", "1"]
+
+
+@pytest.mark.parametrize("command", ["run", "equiv"])
+def test_no_wait_fails_while_another_process_holds_the_tables_lock(lock_setup, capsys, command):
+    from quantbench import tables
+
+    wd, common = lock_setup
+    extra = ["--decode", "classifier-softmax", "--no-plots"] if command == "equiv" else []
+    with tables.lock(wd / "results" / "tables"):
+        before = digest(wd, skip_lock=False)
+        assert main([command, "--no-wait", *common, *extra]) == 2
+        line = one_line(capsys.readouterr().err, command)
+        assert f"results/tables: locked by pid {os.getpid()} (another quantbench run or equiv" in line
+        assert digest(wd, skip_lock=False) == before                # nothing ran, nothing written
+    assert (wd / "results" / "tables" / LOCK_NAME).read_text() == ""  # released: empty again
+    assert main([command, "--no-wait", *common, *extra]) == 0
+
+
+def test_second_run_waits_for_the_lock_then_proceeds(lock_setup):
+    import queue
+
+    from quantbench import tables
+    from quantbench.hosts.results import load_outputs
+
+    wd, common = lock_setup
+    root = wd / "results" / "tables"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    lines: queue.Queue = queue.Queue()
+    with tables.lock(root):
+        proc = subprocess.Popen([sys.executable, "-m", "quantbench", "run", *common], cwd=wd, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stderr], daemon=True).start()
+        try:
+            line = lines.get(timeout=120)                           # poll the child's stderr, with a timeout
+            while not line.startswith("waiting"):
+                line = lines.get(timeout=120)
+        except queue.Empty:
+            proc.kill()
+            pytest.fail("the second run never said it was waiting for the lock")
+        assert line.strip() == f"waiting for the lock on results/tables held by pid {os.getpid()} ..."
+        assert proc.poll() is None                                  # still waiting while the lock is held
+        assert load_outputs(tensors=False, tables_root=root).num_rows == 0
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert load_outputs(tensors=False, tables_root=root).num_rows == 2
