@@ -145,8 +145,10 @@ def _tensor_hash(data, dtype, shape) -> str:
         raise _Bad(f"tensor is not a {dtype} array of shape {shape} ({exc})") from None
 
 
-def _columns(t: pa.Table, names) -> list:
-    return [t.column(n).to_pylist() for n in names]
+def _rows(t: pa.Table, names, batch: int = 256):
+    """Tuples of the named columns, a batch at a time (tensors are not all copied out at once)."""
+    for b in t.select(list(names)).to_batches(max_chunksize=batch):
+        yield from zip(*(b.column(i).to_pylist() for i in range(len(names))))
 
 
 def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
@@ -162,7 +164,7 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
 
     fx = parts["fixtures"]
     fixture_ids = set()
-    for i, (fid, dtype, shape, data) in enumerate(zip(*_columns(fx, ("fixture_id", "dtype", "shape", "tensor")))):
+    for i, (fid, dtype, shape, data) in enumerate(_rows(fx, ("fixture_id", "dtype", "shape", "tensor"))):
         try:
             got = _tensor_hash(data, dtype, shape)
         except _Bad as exc:
@@ -190,7 +192,7 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
             "output_name", "dtype", "shape", "sha256", "tensor")
     skeys: dict = {}
     for i, (rk, host, fpid, skey, sopts, vid, fid, name, dtype, shape, sha, data) in enumerate(
-            zip(*_columns(parts["outputs"], cols))):
+            _rows(parts["outputs"], cols)):
         where = f"outputs row {i} (host {host}, fixture {str(fid)[:12]}, output {name})"
         if sopts not in skeys:
             try:
