@@ -14,6 +14,7 @@ README and this module agree.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from pathlib import Path
@@ -342,6 +343,61 @@ def append_chunks(name: str, chunks: Iterable, root: str | os.PathLike = TABLES_
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
     return path
+
+
+LOCK_FILE = ".lock"
+
+
+def _lock_holder(path: Path) -> str:
+    try:
+        pid = path.read_text().strip()
+    except OSError:
+        pid = ""
+    return f"pid {pid}" if pid.isdigit() else "another process"
+
+
+@contextlib.contextmanager
+def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
+    """Hold the advisory write lock of a tables folder (`fcntl.flock` on <root>/.lock).
+
+    `quantbench run` and `equiv` hold it for their whole duration, so two of them on one
+    results folder take turns instead of both doing every run. A second command waits,
+    saying so on stderr, or with wait=False fails at once (a UserError naming the holder).
+    The lock file holds the holder's pid while held and is empty otherwise; it is never
+    removed (removing a flock file races with the next locker).
+    """
+    import fcntl
+    import sys
+
+    root = Path(root)
+    path = root / LOCK_FILE
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot create the tables lock file ({exc.strerror})") from None
+    with os.fdopen(fd, "r+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _lock_holder(path)
+            if not wait:
+                raise UserError(f"{root}: locked by {holder} (another quantbench run or equiv is writing these "
+                                "tables); retry when it ends, or drop --no-wait to wait for it") from None
+            sys.stderr.write(f"waiting for the lock on {root} held by {holder} ...\n")
+            sys.stderr.flush()
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"{os.getpid()}\n")
+            fh.flush()
+            yield path
+        finally:
+            fh.seek(0)
+            fh.truncate()
+            fh.flush()
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def parts(name: str, root: str | os.PathLike = TABLES_DIR) -> list[Path]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,32 @@ from quantbench.errors import UserError
 
 INDEX_FILE = "index.json"
 LATEST_FILE = "latest.json"
+#: files that mark a folder quantbench may replace with --force: a variants folder or a calibration set
+REPLACEABLE_MARKERS = (INDEX_FILE, "recipe.json")
+_PLAIN_RE = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+
+
+def is_plain_name(name) -> bool:
+    """A name that is safe as one path component: letters, digits, '.', '_', '+', '-', not starting with '.'."""
+    return isinstance(name, str) and len(name) <= 200 and bool(_PLAIN_RE.fullmatch(name))
+
+
+def check_plain_name(name, what: str) -> str:
+    if not is_plain_name(name):
+        raise UserError(f"{what} {name!r} is not a plain name (use letters, digits, '.', '_', '+', '-'; "
+                        "not starting with '.')")
+    return name
+
+
+def inside(folder: str | os.PathLike, rel) -> Path | None:
+    """folder/rel if `rel` is a relative path that resolves (symlinks followed) inside `folder`, else None."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or "\\" in rel or "\x00" in rel:
+        return None
+    base = Path(folder).resolve()
+    target = (Path(folder) / rel).resolve()
+    if target == base or base not in target.parents:
+        return None
+    return Path(folder) / rel
 
 
 @dataclass
@@ -56,11 +83,20 @@ def load_variants(folder: str | os.PathLike) -> list[Variant]:
     for e in entries:
         if not isinstance(e, dict) or not {"name", "file", "recipe_file"} <= set(e):
             raise UserError(f"{index_path}: entry without name/file/recipe_file: {e!r}")
+        check_plain_name(e["name"], f"{index_path}: variant name")
+        for key in ("file", "recipe_file"):
+            if inside(folder, e[key]) is None:
+                raise UserError(f"{index_path}: variant {e['name']!r}: {key} {e[key]!r} is not a file inside {folder}")
         path = folder / e["file"]
         if not path.exists():
             raise UserError(f"{index_path}: variant {e['name']!r} file {path} is missing; rerun `quantbench calibrate --force`")
         recipe = _read_json(folder / e["recipe_file"])
-        out.append(Variant(name=e["name"], path=path, model=str(recipe.get("model", folder.name)), recipe=recipe))
+        if not isinstance(recipe, dict):
+            raise UserError(f"{folder / e['recipe_file']}: expected a recipe object; rerun `quantbench calibrate --force`")
+        model = recipe.get("model", folder.name)
+        if "model" in recipe:
+            check_plain_name(model, f"{folder / e['recipe_file']}: model name")
+        out.append(Variant(name=e["name"], path=path, model=str(model), recipe=recipe))
     return out
 
 
@@ -262,18 +298,29 @@ def _folder_digest(folder: Path) -> dict[str, str]:
     return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+def check_replaceable(dest: str | os.PathLike, what: str = "variants") -> None:
+    """Refuse a `dest` that quantbench must never replace: a file, or a non-empty folder that is
+    not itself a variants folder or calibration set (no index.json / recipe.json), e.g. results/."""
+    dest = Path(dest)
+    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+        raise UserError(f"{dest}: exists and is not a folder; remove it or choose another --out")
+    if dest.is_dir() and any(dest.iterdir()) and not any((dest / m).is_file() for m in REPLACEABLE_MARKERS):
+        raise UserError(f"{dest}: is not a {what} folder (no {' or '.join(REPLACEABLE_MARKERS)}) and is not "
+                        f"empty; quantbench never replaces it, even with --force: choose another --out / --name")
+
+
 def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool = False, what: str = "variants") -> str:
     """Move the completely written `tmp` onto `dest`.
 
     Returns "new", "unchanged" (dest already held identical files) or "replaced".
-    A dest holding different files is refused unless `force`.
+    A dest holding different files is refused unless `force`, and even with `force`
+    only a dest that is itself a variants folder or calibration set is replaced.
     """
     import shutil
     import tempfile
 
     tmp, dest = Path(tmp), Path(dest)
-    if dest.exists() and not dest.is_dir():
-        raise UserError(f"{dest}: exists and is not a folder; remove it or choose another --out")
+    check_replaceable(dest, what)
     if dest.is_dir() and any(dest.iterdir()):
         old, new = _folder_digest(dest), _folder_digest(tmp)
         if old == new:

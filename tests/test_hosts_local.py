@@ -86,7 +86,7 @@ def test_changed_fingerprint_never_reuses_cache(workdir):
     py.write_text(f"#!/bin/sh\nexec {sys.executable} {shim} \"$@\"\n")
     py.chmod(0o755)
     hf = workdir / "hosts.toml"
-    hf.write_text(f'x86 = {{ kind = "local", python = "{py}" }}\n')
+    hf.write_text(f'x86 = {{ kind = "local", python = "{py}", override = true }}\n')
     fake = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1, hosts_file=hf).hosts[0]
     assert (fake.ran, fake.cached) == (3, 0)
     assert fake.fingerprint_id not in (base.fingerprint_id, opt.fingerprint_id)
@@ -135,7 +135,7 @@ def test_unknown_host_lists_known_names(workdir):
 
 @pytest.mark.parametrize("text, line, words", [
     ('x86 = { kind = "local" }\npi = { kind = "ssh", address = "pi@robot" \n', 2, "not valid TOML"),
-    ('x86 = { kind = "local" }\n\nlab = { kind = "qemu" }\n', 3, "kind 'qemu'"),
+    ('x86 = { kind = "local", override = true }\n\nlab = { kind = "qemu" }\n', 3, "kind 'qemu'"),
     ('[hosts]\nbox = { kind = "ssh" }\n', 2, "needs address"),
     ('pi = { kind = "ssh", address = "a@b", pasword = "x" }\n', 1, "unknown option(s) pasword"),
     ('pi = "pi@robot"\n', 1, "must be a table"),
@@ -151,7 +151,7 @@ def test_malformed_hosts_file_names_the_line(workdir, text, line, words):
 
 def test_hosts_file_redefines_builtin_names(workdir):
     (workdir / "quantbench.toml").write_text(
-        '[hosts]\npi = { kind = "ssh", address = "pi@robot.local", ssh_options = ["-p", "2222"] }\n'
+        '[hosts]\npi = { kind = "ssh", address = "pi@robot.local", ssh_options = ["-p", "2222"], override = true }\n'
         'lab = { kind = "emulated", preset = "pi4" }\nair = { kind = "imported", file = "x.qbr" }\n')
     pi, lab, air, x86 = resolve_hosts(["pi", "lab", "air", "x86"])
     assert (pi.kind, pi.options["ssh_options"]) == ("ssh", ["-p", "2222"])

@@ -187,10 +187,13 @@ def run(args) -> int:
                         "calibrate needs a float model")
     del model
 
-    # 1. calibration set
-    name = args.name or f"{model_name}-n{args.per_cell}-seed{args.seed}"
-    if not name or "/" in name or name.startswith("."):
-        raise UserError(f"--name: {name!r} is not a plain folder name")
+    # 1. calibration set (neither output folder may be one quantbench must not replace, e.g. results/)
+    from quantbench.variants import check_plain_name, check_replaceable
+
+    check_plain_name(model_name, f"--model {args.model}: model name")
+    name = check_plain_name(args.name or f"{model_name}-n{args.per_cell}-seed{args.seed}", "--name:")
+    check_replaceable(CALIB_SETS_DIR / name, "calibration set")
+    check_replaceable(Path(args.out) if args.out else VARIANTS_DIR / model_name, "variants")
     calset = builder.build(name, labels=args.labels, images=args.images, per_cell=args.per_cell, seed=args.seed,
                            count_bins=count_bins, allow_short=args.allow_short, skip_bad=args.skip_bad, spec=spec,
                            model=model_name, strata=args.strata, progress=True)

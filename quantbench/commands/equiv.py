@@ -48,6 +48,8 @@ def add_arguments(p) -> None:
     p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-wait", action="store_true",
+                   help="fail at once (exit 2) if another run/equiv holds the tables folder's lock, instead of waiting")
 
 
 def _run_hint(args) -> str:
@@ -262,14 +264,23 @@ def finish(result, args, results: Path, root: Path, extra_files=()) -> int:
 
 
 def run(args) -> int:
-    from quantbench.analysis.equiv import analyze
+    from quantbench import tables
     from quantbench.analysis.gates import parse_gates
+    from quantbench.hosts.registry import announce_hosts_file
 
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
     if "decision" in gates and args.decode == "none":
         from quantbench.errors import UserError
 
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
+    announce_hosts_file(args.hosts_file, to_stderr=args.json)
+    with tables.lock(Path(args.results) / "tables", wait=not getattr(args, "no_wait", False)):
+        return _run(args)
+
+
+def _run(args) -> int:
+    from quantbench.analysis.equiv import analyze
+
     names, refs, fixtures_for, prefer, results, root = prepare(args)
     result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
                      threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,

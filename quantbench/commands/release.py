@@ -53,6 +53,8 @@ def run(args) -> int:
     print(f"release {args.tag}: {len(rec['variants'])} variant(s) x {len(rec['hosts'])} host(s), "
           f"{len(rec['tables'])} tables ({n_rows} rows), artifacts "
           f"{'retained' if rec['retain'] else 'NOT retained (deliberately)'}")
+    for note in res.notes:
+        print(f"note: {note}")
     if res.reused_keys:
         print(f"{len(res.reused_keys)} release key(s) were already registered with the same artifact (re-released)")
     if not rec["equiv_ids"]:

@@ -38,6 +38,8 @@ def add_arguments(p) -> None:
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--tables", default=None, metavar="DIR", help="result tables folder (default: results/tables)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no-wait", action="store_true",
+                   help="fail at once (exit 2) if another run/equiv holds the tables folder's lock, instead of waiting")
 
 
 def config_entries(items) -> dict:
@@ -138,6 +140,16 @@ def load_sidecar_arg(path):
 
 
 def run(args) -> int:
+    from quantbench import tables
+    from quantbench.assets import TABLES_DIR
+    from quantbench.hosts.registry import announce_hosts_file
+
+    announce_hosts_file(args.hosts_file)
+    with tables.lock(Path(args.tables) if args.tables else TABLES_DIR, wait=not getattr(args, "no_wait", False)):
+        return _run(args)
+
+
+def _run(args) -> int:
     from quantbench.assets import TABLES_DIR
     from quantbench.errors import UserError
     from quantbench.hosts.imported import export_results

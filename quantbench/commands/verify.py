@@ -13,13 +13,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sample", type=int, default=4, help="fixtures per variant to re-run with --host")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON (same exit code)")
     parser.add_argument("--hosts-file", default=None, help="hosts file naming ssh/emulated hosts (as for `quantbench run`)")
+    parser.add_argument("--no-registry", action="store_true",
+                        help="the release was copied without results/releases/index.json: skip the registry checks "
+                             "(then nothing vouches for release.json itself; see docs/trust.md)")
 
 
 def run(args) -> int:
     from quantbench.release import format_table
     from quantbench.release.verify import FAIL, NOT_RETAINED, verify
 
-    checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file)
+    checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
+                    registry=not args.no_registry)
     n_fail = sum(c.status == FAIL for c in checks)
     if args.json:
         import json

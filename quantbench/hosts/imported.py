@@ -7,6 +7,12 @@ fixtures. Here, a host `airgap = { kind = "imported", file = "pi.qbr" }` merges 
 into the local tables by content: rows keep their fingerprint, run_key and hashes,
 only the host name becomes the entry's name (and kind `imported`). Merging twice
 changes nothing (table parts are content-addressed and de-duplicated by key).
+
+Nothing in the file is taken on trust: before anything is merged every fixture and
+output tensor is re-hashed, every run_key, session key and fingerprint id is
+recomputed (with the runner's and worker's own functions) and every reference
+between the tables is checked; the first bad record is a one-line UserError naming
+the file. A file whose results cover none of the requested runs is an error too.
 """
 
 from __future__ import annotations
@@ -79,11 +85,28 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
     return manifest
 
 
+_VERIFIED: dict[str, tuple[dict, dict]] = {}  # file SHA-256 -> checked (manifest, tables); a file is checked once
+
+
 def read_export(path) -> tuple[dict, dict[str, pa.Table]]:
-    """(manifest, {table: arrow table}) of an export file; a bad file is a UserError naming it."""
+    """(manifest, {table: arrow table}) of an export file whose every hash was recomputed and matched;
+    a bad or forged file is a UserError naming it and its first bad record."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: results file not found (write it with `quantbench run --export {path.name}` on the other machine)")
+    try:
+        sha = sha256_file(path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the results file ({exc})") from None
+    if sha not in _VERIFIED:
+        manifest, out = _read_export(path)
+        check_export(path, manifest, out)
+        _VERIFIED.clear()  # keep one: the runner reads the same file twice (ready, then merge)
+        _VERIFIED[sha] = (manifest, out)
+    return _VERIFIED[sha]
+
+
+def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
     try:
         with tarfile.open(path, "r:") as tar:
             members = {m.name: m for m in tar.getmembers()}
@@ -107,6 +130,93 @@ def read_export(path) -> tuple[dict, dict[str, pa.Table]]:
     return manifest, out
 
 
+class _Bad(Exception):
+    pass
+
+
+def _tensor_hash(data, dtype, shape) -> str:
+    from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
+
+    if data is None:
+        raise _Bad("has no tensor, so its hash cannot be checked")
+    try:
+        return tensor_sha256(tensor_from_bytes(data, dtype, shape))
+    except (TypeError, ValueError) as exc:
+        raise _Bad(f"tensor is not a {dtype} array of shape {shape} ({exc})") from None
+
+
+def _rows(t: pa.Table, names, batch: int = 256):
+    """Tuples of the named columns, a batch at a time (tensors are not all copied out at once)."""
+    for b in t.select(list(names)).to_batches(max_chunksize=batch):
+        yield from zip(*(b.column(i).to_pylist() for i in range(len(names))))
+
+
+def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
+    """Recompute every tensor hash, run key, session key and fingerprint id the file claims.
+
+    Raises a one-line UserError naming the file and the first bad record.
+    """
+    from quantbench.hosts.runner import hosts_row, run_key, session_key
+    from quantbench.hosts.worker import fingerprint_id
+
+    def bad(where: str, why: str):
+        return UserError(f"{path}: {where}: {why}; the file was altered or damaged, nothing was imported")
+
+    fx = parts["fixtures"]
+    fixture_ids = set()
+    for i, (fid, dtype, shape, data) in enumerate(_rows(fx, ("fixture_id", "dtype", "shape", "tensor"))):
+        try:
+            got = _tensor_hash(data, dtype, shape)
+        except _Bad as exc:
+            raise bad(f"fixtures row {i} (fixture {str(fid)[:12]})", str(exc)) from None
+        if got != fid:
+            raise bad(f"fixtures row {i} (fixture {str(fid)[:12]})", f"input tensor hashes to {got[:12]}, not to its fixture_id")
+        fixture_ids.add(fid)
+    variant_ids = set(parts["models"].column("variant_id").to_pylist())
+    fingerprints = set()
+    for i, row in enumerate(parts["hosts"].to_pylist()):
+        where = f"hosts row {i} (host {row['host']}, fingerprint {str(row['fingerprint_id'])[:12]})"
+        try:
+            fp = json.loads(row["fingerprint"] or "")
+            got = fingerprint_id(fp)
+            want = hosts_row(row["host"], row["kind"], fp, got)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise bad(where, f"fingerprint is not a quantbench fingerprint ({type(exc).__name__})") from None
+        if got != row["fingerprint_id"]:
+            raise bad(where, f"fingerprint hashes to {got[:12]}, not to its fingerprint_id")
+        for col in ("arch", "cpu", "isa_flags", "ort_version"):
+            if want[col] != row[col]:
+                raise bad(where, f"{col} {row[col]!r} disagrees with the fingerprint ({want[col]!r})")
+        fingerprints.add((row["host"], got))
+    cols = ("run_key", "host", "fingerprint_id", "session_key", "session_options", "variant_id", "fixture_id",
+            "output_name", "dtype", "shape", "sha256", "tensor")
+    skeys: dict = {}
+    for i, (rk, host, fpid, skey, sopts, vid, fid, name, dtype, shape, sha, data) in enumerate(
+            _rows(parts["outputs"], cols)):
+        where = f"outputs row {i} (host {host}, fixture {str(fid)[:12]}, output {name})"
+        if sopts not in skeys:
+            try:
+                skeys[sopts] = session_key(json.loads(sopts or ""))
+            except (UserError, TypeError, ValueError):
+                skeys[sopts] = None
+        if skeys[sopts] != skey:
+            raise bad(where, "session_key is not the hash of its session options")
+        if rk != run_key(str(vid), str(fid), str(fpid), str(skey)):
+            raise bad(where, "run_key is not the hash of its variant, fixture, fingerprint and session")
+        if (host, fpid) not in fingerprints:
+            raise bad(where, f"fingerprint {str(fpid)[:12]} of host {host} is not in the hosts table")
+        if fid not in fixture_ids:
+            raise bad(where, "its fixture is not in the fixtures table")
+        if vid not in variant_ids:
+            raise bad(where, f"variant {str(vid)[:12]} is not in the models table")
+        try:
+            got = _tensor_hash(data, dtype, shape)
+        except _Bad as exc:
+            raise bad(where, str(exc)) from None
+        if got != sha:
+            raise bad(where, f"output tensor hashes to {got[:12]}, not to its recorded sha256 {str(sha)[:12]}")
+
+
 def _set_column(t: pa.Table, name: str, value) -> pa.Table:
     i = t.schema.get_field_index(name)
     return t.set_column(i, t.schema.field(i), pa.array([value] * t.num_rows, t.schema.field(i).type))
@@ -117,17 +227,9 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
 
     Returns {"source_host", "run_keys", "rows", "fingerprint_ids"}.
     """
-    manifest, parts = read_export(path)
-    hosts = manifest.get("hosts", [])
-    if source_host is None:
-        if len(hosts) != 1:
-            raise UserError(f"{path}: holds hosts {', '.join(hosts)}; say which one with host = \"NAME\" in the hosts file")
-        source_host = hosts[0]
-    elif source_host not in hosts:
-        raise UserError(f"{path}: has no host {source_host!r}; it holds {', '.join(hosts)}")
+    parts, source_host, out = _source(path, source_host)
     root = Path(tables_root)
     sha = sha256_file(path)
-    out = parts["outputs"].filter(pc.field("host") == source_host)
     hrows = parts["hosts"].filter(pc.field("host") == source_host).to_pylist()
     for r in hrows:
         fp = json.loads(r["fingerprint"])
@@ -140,6 +242,55 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
     return {"source_host": source_host, "run_keys": set(out.column("run_key").to_pylist()), "rows": out.num_rows,
             "fingerprint_ids": sorted(set(out.column("fingerprint_id").to_pylist())),
             "session_keys": sorted(set(out.column("session_key").to_pylist()))}
+
+
+def _source(path, source_host: str | None):
+    """(checked tables, source host, its outputs rows) of an export file."""
+    manifest, parts = read_export(path)
+    hosts = manifest.get("hosts", [])
+    if source_host is None:
+        if len(hosts) != 1:
+            raise UserError(f"{path}: holds hosts {', '.join(hosts)}; say which one with host = \"NAME\" in the hosts file")
+        source_host = hosts[0]
+    elif source_host not in hosts:
+        raise UserError(f"{path}: has no host {source_host!r}; it holds {', '.join(hosts)}")
+    return parts, source_host, parts["outputs"].filter(pc.field("host") == source_host)
+
+
+def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
+    """(requested results the file holds, requested results, why not all) for the runner's context."""
+    from quantbench.hosts.runner import run_key
+
+    _, _, out = _source(host.options["file"], host.options.get("host"))
+    keys = set(out.column("run_key").to_pylist())
+    fps = sorted(set(out.column("fingerprint_id").to_pylist()))
+    want = have = 0
+    for vi in ctx.variants:
+        for fx in ctx.fixtures_for[vi.variant_id]:
+            want += 1
+            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey) in keys for f in fps):
+                have += 1
+    why = ""
+    if ctx.skey not in set(out.column("session_key").to_pylist()):
+        why = " (the export was made under other session options)"
+    elif not {vi.variant_id for vi in ctx.variants} & set(out.column("variant_id").to_pylist()):
+        why = " (it holds none of the requested variants)"
+    return have, want, why
+
+
+def check_coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
+    """coverage(), but an imported host holding none of the requested results is an error: it
+    would otherwise sit in an equivalence class without a single measurement."""
+    have, want, why = coverage(host, ctx)
+    if want and not have:
+        raise UserError(f"host {host.name}: {host.options['file']}: its results cover none of the {want} requested "
+                        f"runs{why}; export the same variants and fixtures on the other machine")
+    return have, want, why
+
+
+def tables_rows(manifest: dict):
+    rows = manifest.get("rows")
+    return rows.get("outputs", "?") if isinstance(rows, dict) else "?"
 
 
 @dataclass
@@ -159,7 +310,7 @@ class ImportedHost:
             manifest, _ = read_export(f)
         except UserError as exc:
             return False, str(exc)
-        return True, f"imported {f.name}: host(s) {', '.join(manifest.get('hosts', []))}, {manifest['rows']['outputs']} output rows"
+        return True, f"imported {f.name}: host(s) {', '.join(manifest.get('hosts', []))}, {tables_rows(manifest)} output rows"
 
     def describe(self) -> str:
         return f"imported ({self.options['file']})"
@@ -167,23 +318,12 @@ class ImportedHost:
 
 def merge_imported(host: ImportedHost, ctx, summary) -> str:
     """Runner hook: merge the file, count how much of the requested run it covers."""
-    from quantbench.hosts.runner import run_key
-
+    have, want, why = check_coverage(host, ctx)
     res = import_results(host.options["file"], host.name, host.options.get("host"), ctx.root)
     fid = res["fingerprint_ids"][0] if res["fingerprint_ids"] else ""
     summary.fingerprint_id = fid
-    want = 0
-    have = 0
-    for vi in ctx.variants:
-        for fx in ctx.fixtures_for[vi.variant_id]:
-            want += 1
-            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey) in res["run_keys"] for f in res["fingerprint_ids"]):
-                have += 1
     summary.imported = have
     summary.planned = want
     if have < want:
-        why = ""
-        if ctx.skey not in res["session_keys"]:
-            why = " (the export was made under other session options)"
         summary.notes.append(f"host {host.name}: the imported file covers {have} of {want} requested results{why}")
     return fid

@@ -3,13 +3,15 @@
 Built-ins: `local` and `x86` are this machine; every emulated preset (pi, pi4, pi3,
 graviton2, graviton3, x86-avx2, x86-sse4, from quantbench.hosts.emulated.PRESETS) is
 an emulated host of that name. The hosts file (`quantbench.toml` in the working
-folder, or --hosts-file) adds or redefines names, either at top level or under a
-`[hosts]` table:
+folder, or --hosts-file) adds names, either at top level or under a `[hosts]` table;
+it redefines a built-in name only with `override = true` in that host's table, so
+a hosts file lying in a working folder cannot silently take over `x86` or `pi`:
 
-    pi     = { kind = "ssh", address = "pi@robot.local", python = "python3" }
+    pi     = { kind = "ssh", address = "pi@robot.local", python = "python3", override = true }
     lab    = { kind = "emulated", preset = "pi4" }
     airgap = { kind = "imported", file = "pi-results.qbr" }
-    x86    = { kind = "local" }
+
+`run` and `equiv` print which hosts file they read and what it defines (hosts_file_line).
 """
 
 from __future__ import annotations
@@ -104,8 +106,11 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
         kind = entry.get("kind")
         if kind not in KINDS:
             raise UserError(f"{where}: host {name!r}: kind {kind!r}; choose from {', '.join(KINDS)}")
+        override = entry.get("override", False)
+        if not isinstance(override, bool):
+            raise UserError(f"{where}: host {name!r}: override must be true or false")
         required, optional = KIND_OPTIONS[kind]
-        opts = {k: v for k, v in entry.items() if k != "kind"}
+        opts = {k: v for k, v in entry.items() if k not in ("kind", "override")}
         unknown = sorted(set(opts) - set(required) - set(optional))
         if unknown:
             raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
@@ -116,6 +121,9 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
         missing = [k for k in required if not opts.get(k)]
         if missing:
             raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")
+        if name in builtin_names() and not override:
+            raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
+                            f"`override = true` in its table (or use another name)")
         if kind == "emulated":
             opts.setdefault("preset", name)
             presets = preset_names()
@@ -129,6 +137,38 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
                 raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
         out[name] = HostSpec(name, kind, opts, where)
     return out
+
+
+def builtin_names() -> set[str]:
+    return set(builtin_hosts())
+
+
+def hosts_file_path(hosts_file: str | os.PathLike | None = None) -> Path | None:
+    """The hosts file that will be read: --hosts-file, else ./quantbench.toml if present, else None."""
+    if hosts_file is not None:
+        return Path(hosts_file)
+    return DEFAULT_HOSTS_FILE if DEFAULT_HOSTS_FILE.exists() else None
+
+
+def hosts_file_line(hosts_file: str | os.PathLike | None = None) -> str | None:
+    """'hosts file: ./quantbench.toml (defines: board1, x86 [overrides built-in])', or None without one."""
+    path = hosts_file_path(hosts_file)
+    if path is None:
+        return None
+    specs = load_hosts_file(path)
+    builtins = builtin_names()
+    names = [n + (" [overrides built-in]" if n in builtins else "") for n in sorted(specs)]
+    shown = path if path.is_absolute() or str(path).startswith(".") else f"./{path}"
+    return f"hosts file: {shown} (defines: {', '.join(names) or 'no hosts'})"
+
+
+def announce_hosts_file(hosts_file=None, to_stderr: bool = False) -> None:
+    """Print hosts_file_line (a command's first output line; on stderr when stdout is JSON)."""
+    import sys
+
+    line = hosts_file_line(hosts_file)
+    if line:
+        print(line, file=sys.stderr if to_stderr else sys.stdout, flush=True)
 
 
 def known_hosts(hosts_file: str | os.PathLike | None = None) -> dict[str, HostSpec]:

@@ -619,9 +619,14 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
                             f"{vi.inputs}; fixtures are {', '.join(shapes[:4])}")
     # Every host must be runnable before anything starts.
     for spec in specs:
-        ok, msg = make_host(spec).ready()
+        host = make_host(spec)
+        ok, msg = host.ready()
         if not ok:
             raise UserError(f"host {spec.name}: {msg}")
+        if spec.kind == "imported":  # a file that holds none of this run must not join a class unmeasured
+            from quantbench.hosts.imported import check_coverage
+
+            check_coverage(host, ctx)
     root = Path(tables_root)
     # Fixtures are keyed by their tensor hash: one already in the table is not written again
     # (its ~200 KB tensor would only make a duplicate part that readers drop).

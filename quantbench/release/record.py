@@ -218,6 +218,7 @@ class ReleaseResult:
     record: dict = field(default_factory=dict)
     collisions: list[Collision] = field(default_factory=list)
     reused_keys: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def refused(self) -> bool:
@@ -335,17 +336,39 @@ def _report(record: dict, analysis_report: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _copy_attachments(report: str, results_dir: Path, stage: Path) -> list[dict]:
-    """Copy the images report.md links to (relative paths under results/), so the links keep working."""
+def _copy_attachments(report: str, results_dir: Path, stage: Path, notes: list | None = None) -> list[dict]:
+    """Copy the images report.md links to (relative paths under results/), so the links keep working.
+
+    Only a link that resolves (symlinks followed) to a file inside results/ is copied, and only
+    to a place inside the release; any other link is left as text and noted.
+    """
+    from quantbench.variants import inside
+
     out = []
     for rel in sorted(set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))):
-        src = results_dir / rel
-        if rel.startswith(("/", "..")) or "://" in rel or not src.is_file():
+        if "://" in rel:
             continue
-        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, stage / rel)
-        out.append({"file": rel, "sha256": sha256_file(stage / rel)})
+        src, dst = inside(results_dir, rel), inside(stage, rel)
+        if src is None or dst is None or ".." in Path(rel).parts:
+            if notes is not None:
+                notes.append(f"report image {rel!r} not copied: it leads outside {results_dir}")
+            continue
+        if not src.is_file():
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+        out.append({"file": rel, "sha256": sha256_file(dst)})
     return out
+
+
+def _release_path(stage: Path, rel: str) -> Path:
+    """stage/rel, refusing any path that would resolve outside the release folder."""
+    from quantbench.variants import inside
+
+    p = inside(stage, rel)
+    if p is None or ".." in Path(rel).parts:
+        raise UserError(f"release path {rel!r} leads outside the release folder; refusing to write it")
+    return p
 
 
 def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts: list[str] | None = None,
@@ -366,6 +389,13 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     if not variants:
         raise UserError("no variants to release; run `quantbench calibrate`")
 
+    from quantbench.variants import check_plain_name
+
+    for v in variants:  # every name below becomes a path inside the release folder
+        check_plain_name(v.name, f"{v.path}: variant name")
+        calib = (v.recipe or {}).get("calibration_set") or {}
+        if calib.get("folder"):
+            check_plain_name(calib.get("name"), f"{v.path}: recipe's calibration set name")
     vrecords, entries = [], []
     all_hosts, fixture_ids, fingerprints, variant_ids, equiv_ids = set(), set(), set(), set(), set()
     for v in variants:
@@ -432,15 +462,15 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
             for v, vr in zip(variants, vrecords):
                 if vr["artifact"]["retained"]:
                     (stage / "artifacts").mkdir(exist_ok=True)
-                    shutil.copyfile(v.path, stage / vr["artifact"]["file"])
+                    shutil.copyfile(v.path, _release_path(stage, vr["artifact"]["file"]))
                 calib = (v.recipe or {}).get("calibration_set") or {}
                 src = Path(calib.get("folder", "")) / "manifest.parquet" if calib.get("folder") else None
                 if src is not None and calib.get("name") not in {m["name"] for m in manifests}:
                     entry = {"name": calib["name"], "recorded_sha256": calib.get("manifest_sha256"), "file": None}
                     if src.exists():
                         rel = f"calibration/{calib['name']}/manifest.parquet"
-                        (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(src, stage / rel)
+                        _release_path(stage, rel).parent.mkdir(parents=True, exist_ok=True)
+                        shutil.copyfile(src, _release_path(stage, rel))
                         entry.update(file=rel, sha256=sha256_file(stage / rel))
                     manifests.append(entry)
             record["calibration_manifests"] = manifests
@@ -449,7 +479,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
             report = _report(record, text)
             atomic_write_text(stage / REPORT_FILE, report)
             record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE),
-                                "attachments": _copy_attachments(report, results_dir, stage)}
+                                "attachments": _copy_attachments(report, results_dir, stage, result.notes)}
             atomic_write_json(stage / RELEASE_FILE, record)
             os.replace(stage, dest)
         reg = register(reg, entries, tag)

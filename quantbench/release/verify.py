@@ -7,9 +7,12 @@ Checks, each a PASS / FAIL / NOT RETAINED / SKIP row:
 - retained artifacts re-hash to the recorded raw and semantic hashes; an artifact
   released with --no-retain is "not retained" (by decision), never "missing";
 - the registry still maps each release key to this artifact and holds
-  release.json's hash (so editing the record to match a tampered file shows);
-- with --host H: a sample of fixtures re-runs on H (through the hosts runner) and
-  every output hash equals the recorded one.
+  release.json's hash (so editing the record to match a tampered file shows); a
+  missing registry is a FAIL unless --no-registry says the release was copied alone;
+- each variant's recorded variant_id is its artifact's semantic hash;
+- with --host H: a sample of fixtures re-runs on H (through the hosts runner) from
+  the artifact's own bytes, and every output hash equals the recorded one.
+Every path the record names must lie inside the release folder.
 """
 
 from __future__ import annotations
@@ -71,8 +74,17 @@ def load_record(folder: str | os.PathLike) -> dict:
     return rec
 
 
+def _inside(folder: Path, rel) -> Path | None:
+    from quantbench.variants import inside
+
+    p = inside(folder, rel)
+    return None if p is None or ".." in Path(rel).parts else p
+
+
 def _check_file(folder: Path, rel: str, want: str | None, what: str) -> Check:
-    p = folder / rel
+    p = _inside(folder, rel)
+    if p is None:
+        return Check(what, str(rel), FAIL, "path leads outside the release folder (record tampered)")
     if not p.exists():
         return Check(what, rel, FAIL, "missing")
     got = sha256_file(p)
@@ -94,7 +106,7 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
             c = _check_file(folder, f["path"], f["sha256"], "table")
             if c.status == PASS:
                 try:
-                    t = pq.read_table(folder / f["path"])
+                    t = pq.read_table(_inside(folder, f["path"]))
                 except Exception as exc:
                     c = Check("table", f["path"], FAIL, f"not readable Parquet ({type(exc).__name__})")
                 else:
@@ -135,7 +147,10 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
                 note = "source no longer present"
             out.append(Check("artifact", v["name"], NOT_RETAINED, f"{a.get('note', 'deliberately not retained')}; {note}"))
             continue
-        p = folder / a["file"]
+        p = _inside(folder, a.get("file"))
+        if p is None:
+            out.append(Check("artifact", v["name"], FAIL, f"{a.get('file')!r} leads outside the release folder"))
+            continue
         if not p.exists():
             out.append(Check("artifact", v["name"], FAIL, f"{a['file']} missing (recorded as retained)"))
             continue
@@ -150,17 +165,24 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
                                                           f"{v['raw_sha256'][:16]} ({sem})"))
         elif h["semantic_sha256"] != v["semantic_sha256"]:
             out.append(Check("artifact", v["name"], FAIL, "semantic hash differs from the record"))
+        elif v["variant_id"] != h["semantic_sha256"]:
+            out.append(Check("artifact", v["name"], FAIL, f"recorded variant_id {str(v['variant_id'])[:16]} is not the "
+                                                          f"artifact's semantic hash {h['semantic_sha256'][:16]} "
+                                                          "(the recorded results belong to another model)"))
         else:
             out.append(Check("artifact", v["name"], PASS, f"raw {v['raw_sha256'][:16]}, semantic {v['semantic_sha256'][:16]}"))
     return out
 
 
-def check_registry(folder: Path, rec: dict) -> list[Check]:
+def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check]:
     from quantbench.release.record import INDEX_FILE, load_registry
 
     idx = folder.parent / INDEX_FILE
+    if not required:
+        return [Check("registry", str(idx), SKIP, "not checked (--no-registry): release.json vouches only for itself")]
     if not idx.exists():
-        return [Check("registry", str(idx), SKIP, "no registry beside the release (copied elsewhere?)")]
+        return [Check("registry", str(idx), FAIL, "missing: nothing vouches for release.json (for a release copied "
+                                                  "without its registry, pass --no-registry)")]
     try:
         reg = load_registry(folder.parent)
     except UserError as exc:
@@ -211,19 +233,22 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
     """Re-run `sample` fixtures per variant on `host` and compare output hashes with the record.
 
     One runner call per recorded session (all variants together), so the host's
-    worker starts once per session rather than once per variant.
+    worker starts once per session rather than once per variant. The new outputs
+    are matched to a variant by the semantic hash of the artifact file that ran
+    (computed here from its bytes), never by the record's variant_id: two records
+    that claim one id cannot lend each other their outputs.
     """
     import pyarrow.compute as pc
 
     from quantbench import tables
-    from quantbench.hosts.runner import run_hosts
+    from quantbench.hosts.runner import run_hosts, variant_info
     from quantbench.variants import Variant
 
     if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
         known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
         raise UserError(f"--host {host}: the release has no results for it; recorded hosts: {', '.join(known)}")
     out: list[Check] = []
-    jobs: dict = {}  # session_key -> {"session": ..., "items": [(variant record, target, Variant, wanted hashes)]}
+    jobs: dict = {}  # session_key -> {"session": ..., "items": [(variant record, target, VariantInfo, wanted hashes)]}
     for v in rec["variants"]:
         item = f"{v['name']} on {host}"
         targets = [t for t in v["targets"] if t["host"] == host]
@@ -231,20 +256,29 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
             out.append(Check("re-run", item, SKIP, "no record of this variant on this host"))
             continue
         a = v["artifact"]
-        path = folder / a["file"] if a.get("retained") else Path(a.get("source_path") or "")
-        if not path.exists() or sha256_file(path) != v["raw_sha256"]:
+        path = _inside(folder, a.get("file")) if a.get("retained") else Path(a.get("source_path") or "")
+        if path is None or not path.is_file() or sha256_file(path) != v["raw_sha256"]:
             why = "artifact missing or modified" if a.get("retained") else "not retained and the source is gone or changed"
             out.append(Check("re-run", item, FAIL if a.get("retained") else SKIP, f"cannot re-run: {why}"))
+            continue
+        try:
+            vi = variant_info(Variant(v["name"], path, v["model"], v["recipe"]))  # identity from the bytes
+        except UserError as exc:
+            out.append(Check("re-run", item, FAIL, f"cannot re-run: {exc}"))
             continue
         for t in targets:
             rows = tables.read("outputs", root=folder / "tables", columns=["fixture_id", "output_name", "sha256"],
                                filter=(pc.field("variant_id") == v["variant_id"]) & (pc.field("host") == host)
                                & (pc.field("fingerprint_id") == t["fingerprint_id"])
                                & (pc.field("session_key") == t["session_key"])).to_pylist()
+            if not rows:
+                out.append(Check("re-run", item, FAIL, f"the release's outputs table holds no results of variant_id "
+                                                       f"{str(v['variant_id'])[:16]} on {host} to compare with"))
+                continue
             ids = sorted({r["fixture_id"] for r in rows})[:sample]
             want = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rows if r["fixture_id"] in ids}
             job = jobs.setdefault(t["session_key"], {"session": t["session_options"], "items": []})
-            job["items"].append((v, t, Variant(v["name"], path, v["model"], v["recipe"]), want))
+            job["items"].append((v, t, vi, want))
     for job in jobs.values():
         ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
         fixtures, bad = _fixtures(folder, rec, ids)
@@ -255,32 +289,56 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
                                  f"hash to its id ({len(bad)} such)"))
             continue
         with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
-            summary = run_hosts([host], [it[2] for it in job["items"]], fixtures, session=job["session"],
-                                hosts_file=hosts_file, progress=False, tables_root=Path(td), raise_on_error=False)
+            summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
+                                fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
+                                tables_root=Path(td), raise_on_error=False)
             new = tables.read("outputs", root=Path(td),
                               columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
-        for v, t, _, want in job["items"]:
-            item = f"{v['name']} on {host}"
-            got = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in new if r["variant_id"] == v["variant_id"]}
-            fp_now = {r["fingerprint_id"] for r in new}
-            fp_note = "" if fp_now <= {t["fingerprint_id"]} else (
-                f"; host fingerprint now {','.join(sorted(x[:12] for x in fp_now))}, recorded {t['fingerprint_id'][:12]}")
-            missing = [k for k in want if k not in got]
-            differ = sorted(k for k in want if k in got and got[k] != want[k])
-            if differ:
-                out.append(Check("re-run", item, FAIL, f"{len(differ)} of {len(want)} output hashes differ from the "
-                                                       f"record (first: fixture {differ[0][0][:12]} output "
-                                                       f"{differ[0][1]}){fp_note}"))
-            elif missing:
-                err = summary.errors[0] if summary.errors else "the host returned no result"
-                out.append(Check("re-run", item, FAIL, f"{len(missing)} of {len(want)} outputs not produced: {err}"))
-            else:
-                n = len({fx for fx, _ in want})
-                out.append(Check("re-run", item, PASS, f"{n} fixtures, {len(want)} output hashes identical{fp_note}"))
+        for v, t, vi, want in job["items"]:
+            out.append(_compare(v, t, vi, want, new, summary, host))
     return out
 
 
-def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, hosts_file=None) -> list[Check]:
+def _compare(v: dict, t: dict, vi, want: dict, new: list[dict], summary, host: str) -> Check:
+    """One variant's re-run outputs (from its artifact's bytes) against the recorded hashes."""
+    item = f"{v['name']} on {host}"
+    got = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in new if r["variant_id"] == vi.variant_id}
+    fp_now = {r["fingerprint_id"] for r in new}
+    notes = []
+    if fp_now - {t["fingerprint_id"]}:
+        notes.append(f"host fingerprint now {','.join(sorted(x[:12] for x in fp_now))}, recorded {t['fingerprint_id'][:12]}")
+    if vi.variant_id != v["variant_id"]:
+        notes.append(f"the artifact's semantic hash {vi.variant_id[:12]} is not the recorded variant_id "
+                     f"{str(v['variant_id'])[:12]}")
+    note = "".join(f"; {n}" for n in notes)
+    differ = sorted(k for k in want if k in got and got[k] != want[k])
+    missing = sorted(k for k in want if k not in got)
+    if differ:
+        k = differ[0]
+        return Check("re-run", item, FAIL, f"{len(differ)} of {len(want)} output hashes differ from the record "
+                                           f"(first: fixture {k[0][:12]} output {k[1]}: re-run {got[k][:12]}, "
+                                           f"recorded {want[k][:12]}){note}")
+    if missing:
+        fx = missing[0][0]
+        want_names = sorted(o for f, o in want if f == fx)
+        got_names = sorted(o for f, o in got if f == fx)
+        if got_names:
+            what = (f"fixture {fx[:12]}: the re-run produced outputs {', '.join(got_names)}, the record has "
+                    f"{', '.join(want_names)}")
+        elif summary.errors:
+            what = f"fixture {fx[:12]} produced no outputs: {summary.errors[0]}"
+        else:
+            what = f"fixture {fx[:12]} produced no outputs on {host}"
+        return Check("re-run", item, FAIL, f"{len(missing)} of {len(want)} recorded outputs not reproduced ({what}){note}")
+    n = len({fx for fx, _ in want})
+    extra = sorted({o for (f, o) in got if f in {fx for fx, _ in want}} - {o for _, o in want})
+    if extra:
+        return Check("re-run", item, FAIL, f"the re-run produced outputs the record lacks ({', '.join(extra)}){note}")
+    return Check("re-run", item, PASS, f"{n} fixtures, {len(want)} output hashes identical{note}")
+
+
+def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, hosts_file=None,
+           registry: bool = True) -> list[Check]:
     folder = Path(folder)
     rec = load_record(folder)
     if sample < 1:
@@ -300,7 +358,7 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
         else:
             checks.append(Check("calibration manifest", m["name"], SKIP, "manifest was not found at release time"))
     checks += check_artifacts(folder, rec)
-    checks += check_registry(folder, rec)
+    checks += check_registry(folder, rec, required=registry)
     if host:
         checks += rerun(folder, rec, host, sample, hosts_file)
     return checks
