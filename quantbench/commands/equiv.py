@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
@@ -69,7 +70,7 @@ def _run_hint(args) -> str:
     return "".join(parts)
 
 
-def prepare(args):
+def prepare(args, held: contextlib.ExitStack | None = None):
     """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
     from types import SimpleNamespace
 
@@ -99,6 +100,10 @@ def prepare(args):
     fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit, override)
     session = parse_session(SimpleNamespace(session_config=args.session_config, threads=1,
                                             providers="CPUExecutionProvider", graph_opt=args.graph_opt))
+    if held is not None:  # held through the runs and the table writes of finish()
+        from quantbench import tables
+
+        held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
     prefer = None
     args._run_line = "runs: none (--no-run: results from the tables)"
     if args.no_run:
@@ -274,14 +279,14 @@ def run(args) -> int:
 
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
     announce_hosts_file(args.hosts_file, to_stderr=args.json)
-    with tables.lock(Path(args.results) / "tables", wait=not getattr(args, "no_wait", False)):
-        return _run(args)
+    with contextlib.ExitStack() as held:  # prepare() takes the tables lock once its inputs are valid
+        return _run(args, held)
 
 
-def _run(args) -> int:
+def _run(args, held) -> int:
     from quantbench.analysis.equiv import analyze
 
-    names, refs, fixtures_for, prefer, results, root = prepare(args)
+    names, refs, fixtures_for, prefer, results, root = prepare(args, held)
     result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
                      threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,
                      run_hint=_run_hint(args), tables_root=root)

@@ -145,11 +145,11 @@ def run(args) -> int:
     from quantbench.hosts.registry import announce_hosts_file
 
     announce_hosts_file(args.hosts_file)
-    with tables.lock(Path(args.tables) if args.tables else TABLES_DIR, wait=not getattr(args, "no_wait", False)):
-        return _run(args)
+    return _run(args)
 
 
 def _run(args) -> int:
+    from quantbench import tables
     from quantbench.assets import TABLES_DIR
     from quantbench.errors import UserError
     from quantbench.hosts.imported import export_results
@@ -167,12 +167,14 @@ def _run(args) -> int:
                                      load_sidecar_arg(args.sidecar))
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure = None
-    try:
-        summary = run_hosts(specs, variants, fixtures, session=session, allow_fallback=args.allow_fallback,
-                            allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
-                            tables_root=root, jobs=args.jobs)
-    except RunFailed as exc:
-        failure, summary = exc, exc.summary
+    # the lock is taken once the inputs are valid, so a refused command writes nothing, not even the lock file
+    with tables.lock(root, wait=not getattr(args, "no_wait", False)):
+        try:
+            summary = run_hosts(specs, variants, fixtures, session=session, allow_fallback=args.allow_fallback,
+                                allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
+                                tables_root=root, jobs=args.jobs)
+        except RunFailed as exc:
+            failure, summary = exc, exc.summary
     print(summary.table())
     for h in summary.hosts:
         for note in h.notes:
