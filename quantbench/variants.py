@@ -191,6 +191,15 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
                             "match the calibration recipe: drop --sidecar, or recalibrate with this sidecar")
         return spec
     if calibrated is not None:
+        recorded = (variant.recipe or {}).get("preprocess_plugin")
+        if calibrated.get("plugin") and isinstance(recorded, dict) and recorded.get("sha256"):
+            from quantbench.plugins import plugin_identity
+
+            now = plugin_identity(calibrated["plugin"], f"{where}: preprocessing plug-in")
+            if now["sha256"] != recorded["sha256"]:
+                raise UserError(f"{where}: preprocessing plug-in {calibrated['plugin']} changed since calibration "
+                                f"(SHA-256 {str(now['sha256'])[:12]}, recorded {recorded['sha256'][:12]}); fixtures "
+                                "would not match the calibration recipe: restore it or recalibrate")
         return input_spec({"input": calibrated}, dims, name, source=where)
     return input_spec(sidecar_for(variant), dims, name, source=where)
 

@@ -252,3 +252,34 @@ def test_calibrate_does_not_publish_a_variant_that_fails_its_smoke_test(workdir,
     assert [v.name for v in latest_variants()] == ["fp32", "dynamic"]
     folder = workdir / "results" / "variants" / "tiny"
     assert not list(folder.glob("static-minmax*"))
+
+
+PLUGIN = '''
+import numpy as np
+from PIL import Image
+
+def gray(rgb, spec):
+    """Grayscale replicated to 3 channels, resized to the spec's size, scaled to -1..1."""
+    _, _, h, w = spec["shape"]
+    g = np.asarray(Image.fromarray(rgb).convert("L").resize((w, h), Image.BILINEAR), np.float32)
+    x = np.repeat(g[None, None], 3, axis=1) / np.float32(127.5) - np.float32(1)
+    return np.ascontiguousarray(x, np.float32)
+'''
+
+
+def test_preprocess_plugin_is_recorded_used_by_run_and_checked(workdir, corpus, capsys):
+    labels, images = corpus
+    (workdir / "prep.py").write_text(PLUGIN)
+    model = tiny_model(workdir / "m" / "tiny.onnx")
+    assert calibrate(model, labels, "--preprocess", "prep.py:gray") == 0
+    v = latest_variants()[0]
+    assert v.recipe["preprocess"]["plugin"] == "prep.py:gray"
+    assert len(v.recipe["preprocess_plugin"]["sha256"]) == 64
+    assert main(["run", "--hosts", "x86", "--fixtures", str(labels), "--images", str(images), "--no-progress"]) == 0
+    rows = _fixture_rows(workdir)
+    x = np.frombuffer(rows[0]["tensor"], dtype=np.float32).reshape(rows[0]["shape"])
+    assert np.array_equal(x[0, 0], x[0, 1]) and x.min() >= -1 and x.max() <= 1  # the plug-in made it
+    (workdir / "prep.py").write_text(PLUGIN.replace("127.5", "128.0"))
+    capsys.readouterr()
+    assert main(["run", "--hosts", "x86", "--fixtures", str(labels), "--no-progress"]) == 2
+    assert "preprocessing plug-in prep.py:gray changed since calibration" in capsys.readouterr().err

@@ -36,6 +36,9 @@ def add_arguments(parser) -> None:
                         "empty/objects) or 'label' columns; if omitted: the bundled corpus")
     g.add_argument("--sidecar", default=None, metavar="FILE",
                    help="sidecar JSON (input, classes, decode); if omitted: the JSON beside --model (x.onnx -> x.json)")
+    g.add_argument("--preprocess", default=None, metavar="MODULE:FUNCTION",
+                   help="preprocessing plug-in fn(rgb HxWx3 uint8, spec) -> input tensor, instead of the input block's "
+                        "resize/scale/mean/std (recorded with its file's SHA-256 in every variant's recipe)")
     g = parser.add_argument_group("calibration set")
     g.add_argument("--name", default=None, help="calibration set name: calib_sets/<name>/; if omitted: <model>-n<per-cell>-seed<seed>")
     g.add_argument("--per-cell", type=int, default=12,
@@ -142,6 +145,7 @@ def run(args) -> int:
     from quantbench.errors import UserError
     from quantbench.modelio import graph_inputs, load_model, model_hashes
     from quantbench.preprocess import check_input_block, input_spec, load_rgb, to_tensor
+    from quantbench import plugins
     from quantbench.quantize import smoke
     from quantbench.quantize import variants as qv
     from quantbench.quantize.calibration import ImageInputs, compute_ranges, load_with_shape_infer
@@ -176,6 +180,9 @@ def run(args) -> int:
         raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
     (in_name, dims), = ins.items()
     spec = input_spec(sidecar, dims, in_name, source=str(args.sidecar or model_path))
+    if args.preprocess:
+        spec["plugin"] = args.preprocess
+    plugin = plugins.plugin_identity(spec["plugin"], "--preprocess") if spec.get("plugin") else None
     check_input_block(spec, args.sidecar or model_path)  # size cap before allocating
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
@@ -223,6 +230,8 @@ def run(args) -> int:
     source = {"path": _display_model(model_path), **model_hashes(model_path)}
     common = {"source_model": source, "seed": args.seed, "preprocess": spec, "sidecar": sidecar,
               "pre_process": bool(args.pre_process)}
+    if plugin:
+        common["preprocess_plugin"] = plugin
     calib_info = {"name": name, "folder": str(CALIB_SETS_DIR / name), "manifest_sha256": manifest_sha,
                   "images": len(paths), "seed": args.seed}
     summary = []
