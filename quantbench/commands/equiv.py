@@ -12,19 +12,13 @@ HELP = ("Run (or reuse) every variant on every host, then report equivalence cla
 def add_arguments(p) -> None:
     from quantbench.analysis.decode import KINDS, NONE, decode_arg
     from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
-    from quantbench.commands import finite_float
+    from quantbench.commands import add_fixture_arguments, finite_float
 
     p.add_argument("--hosts", default="pi,x86",
                    help="comma-separated host names (built-ins, emulated presets, or names from the hosts file)")
     p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
                    help="variant folders or .onnx files (one of them the fp32 model); default: the latest calibrate output")
-    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of your evaluation images; default: the bundled corpus")
-    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
-    p.add_argument("--split", default="eval", help="image split to compare (train, val, eval, or 'all')")
-    p.add_argument("--sidecar", metavar="FILE",
-                   help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its input "
-                        "block must match the calibration recipe")
-    p.add_argument("--limit", type=int, help="compare only the first N images of the split (by file name)")
+    add_fixture_arguments(p, "compare")
     p.add_argument("--reference", help="reference host for cross-host comparisons (default: the first of --hosts)")
     p.add_argument("--decode", type=decode_arg, metavar="KIND",
                    help=f"how outputs become decisions: {', '.join(KINDS)}, {NONE} (classes and tensor gate only), "

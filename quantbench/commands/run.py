@@ -8,19 +8,15 @@ HELP = "Run every model variant on every eval fixture on each host (local, emula
 
 
 def add_arguments(p) -> None:
+    from quantbench.commands import add_fixture_arguments
+
     p.add_argument("--hosts", default="x86",
                    help="comma-separated host names: built-ins (x86, local), emulated presets (pi, pi4, ...) "
                         "or names from the hosts file; `quantbench hosts list` shows them")
     p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
                    help="variant folders (with index.json from calibrate) or .onnx files; default: the latest "
                         "calibrate output, else the bundled fp32 demo models")
-    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of the evaluation images; default: the bundled corpus")
-    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
-    p.add_argument("--split", default="eval", help="image split to run (train, val, eval, or 'all')")
-    p.add_argument("--sidecar", metavar="FILE",
-                   help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its input "
-                        "block must match the calibration recipe")
-    p.add_argument("--limit", type=int, help="run only the first N images of the split (by file name)")
+    add_fixture_arguments(p, "run")
     p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
                    help="onnxruntime session config entry (repeatable), e.g. session.x64quantprecision=1")
     p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
