@@ -26,8 +26,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from quantbench.analysis.classes import equivalence_classes
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
+from quantbench.quantize.calibration import compute_ranges, load_ranges, method_name
 
 REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
 X64_ENTRY = "session.x64quantprecision"
@@ -62,19 +64,6 @@ class RemedyRow:
         return asdict(self)
 
 
-def load_ranges(path, method: str = "minmax"):
-    """A variant's <stem>.ranges.json back as onnxruntime TensorsData."""
-    import numpy as np
-    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData
-
-    data = json.loads(Path(path).read_text())
-    method = data.get("method", method)
-    cm = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-          "entropy": CalibrationMethod.Entropy}[method]
-    return method, TensorsData(cm, {k: TensorData(lowest=np.array(lo, np.float32), highest=np.array(hi, np.float32))
-                                    for k, (lo, hi) in data["ranges"].items()})
-
-
 def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, ranges_file=None, feeds=None,
                    remedies=REMEDIES) -> list[RemedyVariant]:
     """The remedy variants of a static QDQ variant, written under out_dir."""
@@ -105,13 +94,12 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
                          per_channel=bool(recipe.get("per_channel", True)))
     ranges_file = Path(ranges_file) if ranges_file else None
     if ranges_file and ranges_file.exists():
-        method, ranges = load_ranges(ranges_file, recipe.get("calibration_method", "minmax"))
+        ranges = load_ranges(ranges_file)
+        method = method_name(ranges)
         how = f"ranges from {ranges_file.name}"
     else:
         if feeds is None:
             raise UserError(f"{base_path}: no ranges file beside the variant and no calibration inputs")
-        from quantbench.quantize.calibration import compute_ranges
-
         method = recipe.get("calibration_method", "minmax")
         ranges = compute_ranges(prepared, feeds, [method])[method]
         how = f"calibrated here ({method}, {len(feeds)} inputs)"
@@ -128,17 +116,6 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
         except Exception as exc:  # the quantizer refuses a combination: a row, not a crash
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             out.append(RemedyVariant(r, None, note=f"not supported by the quantizer: {msg}"))
-    return out
-
-
-def _classes(hashes: dict) -> dict:
-    """host -> class label (A, B, ...) by identical hashes over every fixture and output."""
-    labels, out = {}, {}
-    for host in hashes:
-        key = canonical_json(hashes[host])
-        if key not in labels:
-            labels[key] = chr(ord("A") + len(labels))
-        out[host] = labels[key]
     return out
 
 
@@ -186,9 +163,9 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                 continue
             vid = semantic_sha256(load_model(rv.path, check=False))
             runs, sess = run_on_all(rv.path, rv.config_entries)
-            hashes = {hosts[i].label: {r["fixture_id"]: {k: v["sha256"] for k, v in sorted(r["outputs"].items())}
-                                       for r in runs[i]} for i in range(len(hosts))}
-            cmap = _classes(hashes)
+            hashes = {hosts[i].label: {(r["fixture_id"], k): v["sha256"] for r in runs[i] for k, v in r["outputs"].items()}
+                      for i in range(len(hosts))}
+            cmap = {h: c.label for c in equivalence_classes(hashes) for h in c.hosts}
             flips = []
             for i in range(len(hosts)):
                 dec = decoded(runs[i])

@@ -433,3 +433,11 @@ def load_ranges(path: str | os.PathLike):
     else:
         data = {t: (np.array(lo, np.float32), np.array(hi, np.float32), None, None) for t, (lo, hi) in ranges.items()}
     return TensorsData(cm, data)
+
+
+def method_name(tensors_data) -> str:
+    """'minmax' | 'percentile' | 'entropy' of a TensorsData (its onnxruntime CalibrationMethod)."""
+    from onnxruntime.quantization.calibrate import CalibrationMethod
+
+    return {CalibrationMethod.MinMax: "minmax", CalibrationMethod.Percentile: "percentile",
+            CalibrationMethod.Entropy: "entropy"}[tensors_data.calibration_method]
