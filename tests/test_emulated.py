@@ -76,8 +76,8 @@ def test_missing_root_and_old_qemu_are_named(tmp_path, monkeypatch):
 def test_setup_unknown_preset_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path))
     with pytest.raises(UserError, match="unknown emulated preset 'pi9'.*presets: pi, pi4"):
-        E.setup(["pi9"], progress=False)
-    assert E.setup([], progress=False) == []
+        S.setup_presets(["pi9"], progress=False)
+    assert S.setup_presets([], progress=False) == []
 
 
 def test_mirror_comes_from_the_machines_apt_sources(tmp_path, monkeypatch):

@@ -110,9 +110,16 @@ def run(args) -> int:
     print(summary(res))
     print(f"localize table: {part.parent if part else root / 'localize'}")
     if args.evidence:
-        from quantbench.explain.evidence import run_evidence_for
+        from quantbench.explain.evidence import run_evidence_for, table
 
-        run_evidence_for(args, variant, hosts, root)
+        evs, notes = run_evidence_for(variant, hosts, pick_fixtures(args, variant, limit=max(1, args.evidence_fixtures)),
+                                      root)
+        for note in notes:
+            print(note)
+        if evs:
+            print("instruction families inside onnxruntime (distinct sites; qemu -d in_asm):")
+            print(table(evs))
+            print(f"evidence table: {root / 'evidence'}")
     from quantbench.explain import update_report
 
     print(f"report: {update_report(root)}")

@@ -323,25 +323,19 @@ def table(evs: list[Evidence]) -> str:
     return "\n".join(lines)
 
 
-def run_evidence_for(args, variant, hosts, root) -> list[Evidence]:
-    """--evidence on the command line: every emulated host among `hosts` (others are named and skipped)."""
+def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], list[str]]:
+    """Instruction evidence on every emulated host among `hosts`; returns (evidence, notes on hosts skipped)."""
     from quantbench import tables
-    from quantbench.commands.localize import pick_fixtures
     from quantbench.hosts.runner import hosts_row
 
-    fixtures = pick_fixtures(args, variant, limit=max(1, int(getattr(args, "evidence_fixtures", 1))))
-    evs = []
+    evs, notes = [], []
     for h in hosts:
         if h.spec.kind != "emulated":
-            print(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
-                  f"log (an emulated host), skipped")
+            notes.append(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
+                         f"log (an emulated host), skipped")
             continue
         ev = collect(h.label, h.spec.options.get("preset", h.spec.name), variant.path, fixtures, h.session, variant.name)
         tables.append("hosts", [hosts_row(h.spec.name, "emulated", ev.fingerprint, ev.fingerprint_id)], root=root)
         tables.append("evidence", ev.rows(), root=root)
         evs.append(ev)
-    if evs:
-        print("instruction families inside onnxruntime (distinct sites; qemu -d in_asm):")
-        print(table(evs))
-        print(f"evidence table: {Path(root) / 'evidence'}")
-    return evs
+    return evs, notes

@@ -281,10 +281,3 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = ()) -> tuple[lis
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(dict(p.env))
     return argv, env
-
-
-def setup(names: Sequence[str], progress: bool = True) -> list[str]:
-    """Prepare the named presets (idempotent); returns the actions done. See quantbench.hosts.setup."""
-    from quantbench.hosts.setup import setup_presets
-
-    return setup_presets(names, progress=progress)
