@@ -255,3 +255,12 @@ def test_yolo_on_a_real_yolov8n_head():
     d = yolo_decode(out, side={"classes": [str(i) for i in range(18)], "decode": {"kind": "yolo", "threshold": 0.01}})
     assert d.slot.size <= 300 and np.all(np.diff(d.score) <= 0)
     assert np.all((d.box[:, 2] >= d.box[:, 0]) & (d.box[:, 3] >= d.box[:, 1]))
+
+
+def test_single_output_classifier_uses_its_only_output_unless_the_sidecar_names_another():
+    """A real classifier's output is rarely called 'logits' (Paddle: 'fetch_name_0')."""
+    spec = check_outputs(spec_from_sidecar({"decode": {"kind": "classifier-softmax"}}), ["fetch_name_0"])
+    assert spec.outputs == {"logits": "fetch_name_0"}
+    named = spec_from_sidecar({"decode": {"kind": "classifier-softmax", "logits": "probs"}})
+    with pytest.raises(UserError, match="expects outputs logits='probs'"):
+        check_outputs(named, ["fetch_name_0"])

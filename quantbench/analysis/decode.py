@@ -230,8 +230,9 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
 def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> DecodeSpec:
     """Fail (naming expected and found outputs) when the model's outputs do not fit the decoder.
 
-    A threshold-map or yolo decoder on a single-output model uses that output
-    whatever its name; a plug-in receives every output.
+    A one-output decoder (classifier, threshold-map, yolo) on a single-output model uses
+    that output when the sidecar names none (threshold-map and yolo: whatever it names);
+    a plug-in receives every output.
     """
     found = list(found)
     if spec.kind == NONE:
@@ -239,7 +240,9 @@ def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> Dec
     if is_plugin(spec.kind):
         return replace(spec, outputs={n: n for n in found})
     missing = [(r, n) for r, n in spec.outputs.items() if n not in found]
-    if missing and spec.kind in ("threshold-map", "yolo") and single_output_ok and len(found) == 1:
+    unnamed = spec.outputs == DEFAULT_OUTPUTS.get(spec.kind)  # the sidecar named no output: the one there is
+    if missing and len(spec.outputs) == 1 and single_output_ok and len(found) == 1 \
+            and (unnamed or spec.kind in ("threshold-map", "yolo")):
         spec = replace(spec, outputs={next(iter(spec.outputs)): found[0]})
         missing = []
     if missing:
