@@ -105,7 +105,7 @@ def draw(rgb: np.ndarray, ref, cand, flips: list, frame: str | None, legend: str
     if len(flips) > 6:
         lines.append(f"... {len(flips) - 6} more flips on this image")
     line_h = 14
-    width = max(tw, 360)
+    width = max(tw, *(int(math.ceil(font.getlength(t))) + 6 for t in lines))
     canvas = Image.new("RGB", (width, th + 6 + line_h * len(lines)), (255, 255, 255))
     canvas.paste(img, (0, 0))
     d = ImageDraw.Draw(canvas)

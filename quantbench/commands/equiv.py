@@ -301,8 +301,12 @@ def finish(result, args, results: Path, root: Path, extra_files=(), gates=None) 
             print(args._run_line)
         print(summary_text(result))
         print("")
+        thumbs = [f for f in files if Path(f).parent.name == "gallery"]
         for f in files:
-            print(f"wrote {f}")
+            if f not in thumbs:
+                print(f"wrote {f}")
+        if thumbs:
+            print(f"wrote {len(thumbs)} flip gallery thumbnails under {Path(thumbs[0]).parent}/")
         if not result.flip_rows and any(c.get("decisions_compared", True) for c in result.comparisons):
             print("flips table: no rows to add (no flips)")
     if failures:
