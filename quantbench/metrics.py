@@ -1,25 +1,28 @@
-"""Detection quality against COCO labels: AP50, precision and recall at a threshold.
+"""Detection quality against COCO labels: AP50, AP50:95, precision and recall at a threshold.
 
 Kept independent of any model: detections are plain arrays, one per image, of rows
 ``[x1, y1, x2, y2, score, class_id]`` in pixels (class_id = COCO category id), and
-ground truth is the COCO JSON itself. Matching is at IoU >= 0.5, per class.
+ground truth is the COCO JSON itself.
 
-- ``ap50``: all-point interpolated average precision (the area under the monotone
-  precision envelope, as in PASCAL VOC 2010+ and the COCO evaluator before its
-  101-point sampling), computed per class, then the mean over the classes that
-  have at least one ground-truth box in the evaluated images.
+- ``ap50`` / ``coco_ap``: the maintained COCO evaluator (pycocotools' ``COCOeval``,
+  bbox, area "all", 100 detections per image): AP at IoU 0.5 and AP averaged over
+  IoU 0.50:0.95, each the mean over the classes that have at least one
+  ground-truth box in the evaluated images (101-point interpolated precision).
 - ``precision_recall``: detections with score >= threshold, matched greedily per
   image and class in descending score order to the unmatched ground-truth box of
-  highest IoU; each ground-truth box matches at most once.
+  highest IoU (IoU >= 0.5); each ground-truth box matches at most once.
 
-``decode_detr`` turns a DETR-style sigmoid head (``detr-sigmoid`` decode kind) into
-such arrays, and ``corpus_sha256`` names the exact labels + images a figure was
-measured on, so a reported number can be traced to its data.
+``decode_detr`` turns a DETR-style sigmoid head into such arrays with the one
+decoder the flips use (``quantbench.analysis.decode``, kind ``detr-sigmoid``),
+and ``corpus_sha256`` names the exact labels + images a figure was measured on,
+so a reported number can be traced to its data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -28,7 +31,7 @@ import numpy as np
 
 from quantbench.fsutil import sha256_file
 
-IOU_THRESHOLD = 0.5
+IOU_THRESHOLD = 0.5   # precision_recall's match
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -89,47 +92,73 @@ def _match_image(dets: np.ndarray, gts: np.ndarray, iou_threshold: float) -> np.
     return tp
 
 
-def average_precision(recall: np.ndarray, precision: np.ndarray) -> float:
-    """All-point interpolated AP from a precision/recall curve in score order."""
-    r = np.concatenate([[0.0], recall, [1.0]])
-    p = np.concatenate([[0.0], precision, [0.0]])
-    p = np.maximum.accumulate(p[::-1])[::-1]
-    steps = np.nonzero(r[1:] != r[:-1])[0]
-    return float(np.sum((r[steps + 1] - r[steps]) * p[steps + 1]))
-
-
-def ap50(detections: dict, gt: dict, iou_threshold: float = IOU_THRESHOLD) -> dict:
-    """Mean AP at IoU 0.5 over classes with ground truth; also per class.
+def coco_ap(detections: dict, gt: dict) -> dict:
+    """AP50 and AP50:95 of `detections` against `gt` with pycocotools' COCOeval (bbox).
 
     detections: {image_id: [M,6] x1,y1,x2,y2,score,class_id}; images missing from it
-    have no detections. gt: from ``ground_truth``; only its images are evaluated.
-    Returns {"ap50": float, "per_class": {class_id: ap}, "n_gt": {class_id: count}}.
+    have no detections. gt: {image_id: [N,5] x1,y1,x2,y2,category_id} (``ground_truth``);
+    only its images are evaluated, images without boxes included (their detections
+    are false positives). Returns {"ap50", "ap50_95": mean over classes with ground
+    truth (None when no image has a box), "per_class": {class_id: AP50},
+    "per_class_50_95": {class_id: AP50:95}, "n_gt": {class_id: count}}.
     """
-    scores, flags, classes = [], [], []
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    ids = sorted(gt)
+    num = {i: k + 1 for k, i in enumerate(ids)}   # COCOeval wants sortable ids: any hashable image id works
     n_gt: dict[int, int] = {}
-    for image_id in sorted(gt):
-        g = gt[image_id]
-        for c in g[:, 4].astype(int):
+    gt_anns, dt_anns = [], []
+    for i in ids:
+        for x1, y1, x2, y2, c in np.asarray(gt[i], np.float64).reshape(-1, 5).tolist():
             n_gt[int(c)] = n_gt.get(int(c), 0) + 1
-        d = _as_dets(detections.get(image_id, np.zeros((0, 6))))
-        if len(d):
-            scores.append(d[:, 4])
-            flags.append(_match_image(d, g, iou_threshold))
-            classes.append(d[:, 5].astype(int))
-    scores = np.concatenate(scores) if scores else np.zeros(0)
-    flags = np.concatenate(flags) if flags else np.zeros(0, bool)
-    classes = np.concatenate(classes) if classes else np.zeros(0, int)
-    per_class = {}
-    for c in sorted(n_gt):
-        sel = classes == c
-        order = _order(scores[sel])
-        tp = flags[sel][order].astype(np.float64)
-        ctp, cfp = np.cumsum(tp), np.cumsum(1.0 - tp)
-        recall = ctp / n_gt[c]
-        precision = ctp / np.maximum(ctp + cfp, 1e-12)
-        per_class[c] = average_precision(recall, precision) if len(tp) else 0.0
-    mean = float(np.mean(list(per_class.values()))) if per_class else 0.0
-    return {"ap50": mean, "per_class": per_class, "n_gt": n_gt}
+            w, h = x2 - x1, y2 - y1
+            gt_anns.append({"id": len(gt_anns) + 1, "image_id": num[i], "category_id": int(c),
+                            "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+        for x1, y1, x2, y2, s, c in _as_dets(detections.get(i, np.zeros((0, 6)))).tolist():
+            w, h = x2 - x1, y2 - y1
+            dt_anns.append({"id": len(dt_anns) + 1, "image_id": num[i], "category_id": int(c),
+                            "bbox": [x1, y1, w, h], "area": w * h, "score": s, "iscrowd": 0})
+    cats = sorted(set(n_gt) | {a["category_id"] for a in dt_anns})
+    out = {"ap50": 0.0, "ap50_95": 0.0, "per_class": {c: 0.0 for c in sorted(n_gt)},
+           "per_class_50_95": {c: 0.0 for c in sorted(n_gt)}, "n_gt": n_gt}
+    if not n_gt:
+        return {**out, "ap50": None, "ap50_95": None}
+    if not dt_anns:
+        return out
+    images = [{"id": num[i]} for i in ids]
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):   # pycocotools prints its progress
+        coco_gt, coco_dt = COCO(), COCO()
+        coco_gt.dataset = {"images": images, "annotations": gt_anns, "categories": [{"id": c} for c in cats]}
+        coco_dt.dataset = {"images": images, "annotations": dt_anns, "categories": [{"id": c} for c in cats]}
+        coco_gt.createIndex()
+        coco_dt.createIndex()
+        ev = COCOeval(coco_gt, coco_dt, "bbox")
+        ev.params.imgIds = [num[i] for i in ids]
+        ev.evaluate()
+        ev.accumulate()
+    prec = ev.eval["precision"]            # [IoU thresholds, recall points, classes, areas, max dets]
+    area_all = list(ev.params.areaRngLbl).index("all")
+    last = len(ev.params.maxDets) - 1       # 100 detections per image
+    p = prec[:, :, :, area_all, last]
+
+    def mean(a) -> float:
+        a = a[a > -1]
+        return float(np.mean(a)) if a.size else 0.0
+
+    for k, c in enumerate(ev.params.catIds):
+        if c in n_gt:
+            out["per_class"][c] = mean(p[0, :, k])
+            out["per_class_50_95"][c] = mean(p[:, :, k])
+    out["ap50"] = mean(p[0])
+    out["ap50_95"] = mean(p)
+    return out
+
+
+def ap50(detections: dict, gt: dict) -> dict:
+    """``coco_ap``: {"ap50", "ap50_95", "per_class" (AP50), "per_class_50_95", "n_gt"}."""
+    return coco_ap(detections, gt)
 
 
 def precision_recall(detections: dict, gt: dict, threshold: float,
@@ -159,23 +188,26 @@ def decode_detr(logits: np.ndarray, boxes: np.ndarray, threshold: float, top_k: 
                 image_size: tuple[int, int], class_ids=None) -> np.ndarray:
     """One image's DETR sigmoid head -> [K,6] rows x1,y1,x2,y2,score,class_id in pixels.
 
-    logits [Q,C] (or [1,Q,C]) are raw: score = max sigmoid over classes, class = its
-    argmax; queries with score >= threshold are kept, at most top_k, best first.
-    boxes [Q,4] are cx, cy, w, h normalised to the image; image_size is (width, height).
-    class_ids maps a column to a COCO category id (default: column + 1).
+    The decisions are those of ``quantbench.analysis.decode`` (kind ``detr-sigmoid``,
+    the decoder the flips use): score = sigmoid of the best class logit, class = its
+    argmax, served when score >= threshold and in the top_k; rows best first (ties:
+    lower query). boxes [Q,4] are cx, cy, w, h normalised to the image; image_size is
+    (width, height). class_ids maps a column to a COCO category id (default: column + 1).
     """
-    logits = np.asarray(logits, np.float64).reshape(-1, np.shape(logits)[-1])
-    boxes = np.asarray(boxes, np.float64).reshape(-1, 4)
-    probs = 1.0 / (1.0 + np.exp(-logits))
-    col = probs.argmax(axis=1)
-    score = probs[np.arange(len(probs)), col]
-    keep = np.nonzero(score >= threshold)[0]
-    keep = keep[_order(score[keep])][:top_k]
+    from quantbench.analysis.decode import DecodeSpec, decode
+
+    logits = np.asarray(logits).reshape(-1, np.shape(logits)[-1])
+    boxes = np.asarray(boxes).reshape(-1, 4)
+    spec = DecodeSpec(kind="detr-sigmoid", outputs={"logits": "logits", "boxes": "boxes"},
+                      threshold=float(threshold), top_k=int(top_k))
+    d = decode(spec, {"logits": logits, "boxes": boxes})
+    keep = np.flatnonzero(d.kept)
+    keep = keep[np.lexsort((keep, -d.score[keep]))]
     w, h = image_size
-    cx, cy, bw, bh = boxes[keep].T
     ids = np.arange(1, logits.shape[1] + 1) if class_ids is None else np.asarray(class_ids)
-    return np.stack([(cx - bw / 2) * w, (cy - bh / 2) * h, (cx + bw / 2) * w, (cy + bh / 2) * h,
-                     score[keep], ids[col[keep]].astype(np.float64)], axis=1).reshape(-1, 6)
+    box = d.box[keep] * np.array([w, h, w, h], np.float64)
+    return np.concatenate([box, d.score[keep, None], ids[d.cls[keep]].astype(np.float64)[:, None]],
+                          axis=1).reshape(-1, 6)
 
 
 def corpus_sha256(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None) -> str:

@@ -190,19 +190,36 @@ def _pad_value(spec: dict) -> np.ndarray:
     return np.asarray(vals, dtype=np.uint8)
 
 
+def letterbox_geometry(ih: int, iw: int, h: int, w: int) -> tuple[int, int, int, int]:
+    """(resized height, resized width, top, left) of an ih x iw image letterboxed into h x w."""
+    r = min(h / ih, w / iw)
+    nh, nw = int(round(ih * r)), int(round(iw * r))
+    dh, dw = (h - nh) / 2, (w - nw) / 2
+    return nh, nw, int(round(dh - 0.1)), int(round(dw - 0.1))
+
+
 def letterbox(rgb: np.ndarray, h: int, w: int, pad_value=DEFAULT_PAD_VALUE) -> np.ndarray:
     """Scale to fit H x W keeping the aspect ratio, pad centred (Ultralytics' LetterBox, auto=False)."""
     ih, iw = rgb.shape[:2]
-    r = min(h / ih, w / iw)
-    nh, nw = int(round(ih * r)), int(round(iw * r))
+    nh, nw, top, left = letterbox_geometry(ih, iw, h, w)
     if (nh, nw) != (ih, iw):
         rgb = _bilinear(rgb, nh, nw)
-    dh, dw = (h - nh) / 2, (w - nw) / 2
-    top, left = int(round(dh - 0.1)), int(round(dw - 0.1))
     out = np.empty((h, w, 3), dtype=np.uint8)
     out[...] = np.asarray(pad_value, dtype=np.uint8)
     out[top:top + nh, left:left + nw] = rgb
     return out
+
+
+def center_crop_geometry(ih: int, iw: int, h: int, w: int, crop_ratio: float = 1.0) -> tuple[int, int, int, int]:
+    """(resized height, resized width, top, left of the crop) of an ih x iw image center-cropped to h x w."""
+    th, tw = h / crop_ratio, w / crop_ratio
+    if ih * tw <= iw * th:      # the image is wider than the target: its height binds
+        nh = max(int(math.floor(th)), h)
+        nw = max(int(nh * iw / ih), w)
+    else:
+        nw = max(int(math.floor(tw)), w)
+        nh = max(int(nw * ih / iw), h)
+    return nh, nw, int(round((nh - h) / 2.0)), int(round((nw - w) / 2.0))
 
 
 def center_crop(rgb: np.ndarray, h: int, w: int, crop_ratio: float = 1.0) -> np.ndarray:
@@ -212,17 +229,44 @@ def center_crop(rgb: np.ndarray, h: int, w: int, crop_ratio: float = 1.0) -> np.
     int(short * long / short_in), as torchvision) followed by CenterCrop(size).
     """
     ih, iw = rgb.shape[:2]
-    th, tw = h / crop_ratio, w / crop_ratio
-    if ih * tw <= iw * th:      # the image is wider than the target: its height binds
-        nh = max(int(math.floor(th)), h)
-        nw = max(int(nh * iw / ih), w)
-    else:
-        nw = max(int(math.floor(tw)), w)
-        nh = max(int(nw * ih / iw), h)
+    nh, nw, top, left = center_crop_geometry(ih, iw, h, w, crop_ratio)
     if (nh, nw) != (ih, iw):
         rgb = _bilinear(rgb, nh, nw)
-    top, left = int(round((nh - h) / 2.0)), int(round((nw - w) / 2.0))
     return rgb[top:top + h, left:left + w]
+
+
+def input_hw(spec: dict) -> tuple[int, int]:
+    """(height, width) of the model input a spec makes (NCHW or NHWC)."""
+    shape = list(spec["shape"])
+    if spec.get("layout", "NCHW") == "NHWC":
+        return shape[1], shape[2]
+    return shape[2], shape[3]
+
+
+def boxes_to_image(boxes: np.ndarray, spec: dict, image_hw: tuple[int, int]) -> np.ndarray:
+    """xyxy boxes in model-input pixels -> the source image's pixels, undoing the spec's resize.
+
+    The inverse of `to_tensor`'s geometry (stretch, letterbox, center-crop), clipped to the
+    image. A preprocessing plug-in has no known geometry: ValueError.
+    """
+    if spec.get("plugin"):
+        raise ValueError("a preprocessing plug-in's geometry is unknown")
+    ih, iw = image_hw
+    h, w = input_hw(spec)
+    mode = spec.get("resize", "stretch")
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    if mode == "stretch":
+        sx, sy, ox, oy = iw / w, ih / h, 0.0, 0.0
+    elif mode == "letterbox":
+        nh, nw, top, left = letterbox_geometry(ih, iw, h, w)
+        sx, sy, ox, oy = iw / nw, ih / nh, -left, -top
+    elif mode == "center-crop":
+        nh, nw, top, left = center_crop_geometry(ih, iw, h, w, float(spec.get("crop_ratio", 1.0)))
+        sx, sy, ox, oy = iw / nw, ih / nh, left, top
+    else:
+        raise ValueError(f"unknown resize mode {mode!r}")
+    out = np.stack([(b[:, 0] + ox) * sx, (b[:, 1] + oy) * sy, (b[:, 2] + ox) * sx, (b[:, 3] + oy) * sy], axis=1)
+    return np.clip(out, 0.0, [iw, ih, iw, ih])
 
 
 def _resized(rgb: np.ndarray, h: int, w: int, spec: dict) -> np.ndarray:

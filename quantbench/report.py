@@ -1,9 +1,10 @@
-"""results/report.md: one Markdown report assembled from per-analysis sections.
+"""results/report.md (and report.html): one report assembled from per-analysis sections.
 
 Each analysis writes its own fragment, ``results/report.d/<section>.md``, with
 ``write_section(name, markdown)``; ``assemble()`` concatenates the fragments in
 a fixed order (SECTION_ORDER, then any other section alphabetically) into
-``results/report.md``. Every write is atomic, so a reader never sees half a
+``results/report.md``, and renders the same text as ``results/report.html`` (one
+page, relative image links, opens from disk in any browser). Every write is atomic, so a reader never sees half a
 report, and one analysis rerunning never clobbers another's section.
 
 Plots (PNG, when matplotlib is installed: the ``plots`` extra) go to
@@ -26,6 +27,7 @@ SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
 PLOTS = "plots"
 TITLE = "# quantbench report\n"
+HTML_FILE = "report.html"
 
 
 def section_path(name: str, results_dir: str | os.PathLike = RESULTS_DIR) -> Path:
@@ -48,11 +50,61 @@ def sections(results_dir: str | os.PathLike = RESULTS_DIR) -> list[str]:
 
 
 def assemble(results_dir: str | os.PathLike = RESULTS_DIR) -> Path:
-    """Concatenate every section into results/report.md (atomically); returns its path."""
+    """Concatenate every section into results/report.md, and render results/report.html from the
+    same text (both atomically); returns the Markdown's path."""
     parts = [TITLE]
     for name in sections(results_dir):
         parts.append(section_path(name, results_dir).read_text(encoding="utf-8").rstrip() + "\n")
-    return atomic_write_text(Path(results_dir) / "report.md", "\n".join(parts))
+    text = "\n".join(parts)
+    atomic_write_text(Path(results_dir) / HTML_FILE, render_html(text))
+    return atomic_write_text(Path(results_dir) / "report.md", text)
+
+
+# A check any browser runs on load, read back by the headless-browser test: how many images
+# decoded (naturalWidth > 0), which did not, and every script or resource error.
+_CHECK = """<script>
+(function () {
+  var errors = [];
+  window.addEventListener("error", function (e) {
+    var t = e.target;
+    errors.push(t && t.tagName ? t.tagName.toLowerCase() + " " + (t.getAttribute("src") || "") : String(e.message));
+  }, true);
+  window.addEventListener("load", function () {
+    var imgs = document.images, ok = 0, bad = [];
+    for (var i = 0; i < imgs.length; i++) {
+      if (imgs[i].complete && imgs[i].naturalWidth > 0) { ok++; } else { bad.push(imgs[i].getAttribute("src")); }
+    }
+    var b = document.body;
+    b.setAttribute("data-images", String(imgs.length));
+    b.setAttribute("data-images-loaded", String(ok));
+    b.setAttribute("data-images-broken", bad.join(" "));
+    b.setAttribute("data-errors", errors.join(" | "));
+    b.setAttribute("data-checked", "yes");
+  });
+})();
+</script>"""
+
+_STYLE = """<style>
+body { font-family: system-ui, sans-serif; max-width: 1100px; margin: 2em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+img { max-width: 100%; }
+code { background: #f5f5f5; padding: 0 0.2em; }
+h4 + p img, p > img { margin: 0.25em 0.5em 0.25em 0; vertical-align: top; }
+</style>"""
+
+
+def render_html(markdown_text: str) -> str:
+    """report.md's text as one HTML page that opens from disk (images by relative path, no server)."""
+    import html
+
+    import markdown
+
+    body = markdown.markdown(markdown_text, extensions=["tables", "fenced_code", "sane_lists"], output_format="html")
+    title = next((ln[2:].strip() for ln in markdown_text.splitlines() if ln.startswith("# ")), "quantbench report")
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{html.escape(title)}</title>\n{_STYLE}\n{_CHECK}\n</head>\n<body>\n{body}\n</body>\n</html>\n")
 
 
 def have_matplotlib() -> bool:
@@ -75,7 +127,7 @@ def _fmt(x, digits=3) -> str:
 
 
 def _table(header: list, rows: list) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out = ["| " + " | ".join(str(h).replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
     return out
 
@@ -120,50 +172,348 @@ def plot_class_map(result, path: Path) -> Path | None:
     return out
 
 
-def plot_margins(result, path: Path) -> Path | None:
-    """Histogram of the fp32 score's distance to the threshold, for every flip against fp32."""
+def margin_axis(decode: dict) -> str:
+    """The x-axis of a variant's flip margins, as its decoder defines the decision boundary."""
+    if decode.get("kind") == "classifier-softmax" and decode.get("threshold") is None:
+        return "fp32 top-1 minus top-2 probability"
+    return "fp32 score minus threshold"
+
+
+KIND_TITLES = {"own-fp32": "vs fp32, same host", "ref-fp32": "vs fp32 on the reference host",
+               "ref-same": "vs the same variant on the reference host"}
+
+
+def distinct_flips(result) -> dict:
+    """{(model, variant, comparison kind): [(flip row, [hosts])]}: each flip once per kind.
+
+    A flip is the same flip on several hosts when its fixture, slots, classes and both
+    scores are identical (hosts of one class serve the same bytes): counted once, with
+    the hosts that showed it.
+    """
+    model_of = {v["variant_id"]: v["model"] for v in result.variants}
+    out: dict = {}
+    seen: dict = {}
+    for r in result.flip_rows:
+        k = (model_of.get(r["variant_id"], ""), r["variant"], r["comparison"])
+        ident = (k, r["ref_variant"], r["fixture_id"], r["ref_slot"], r["slot"], r["kind"], r["ref_class"],
+                 r["class_name"], repr(r["ref_score"]), repr(r["score"]))
+        if ident in seen:
+            seen[ident][1].append(r["host"])
+            continue
+        entry = (r, [r["host"]])
+        seen[ident] = entry
+        out.setdefault(k, []).append(entry)
+    return out
+
+
+def plot_margins(result, path: Path, variant: dict | None = None, flips: dict | None = None) -> Path | None:
+    """One variant's flip margins (each flip once per comparison kind); None without flips or matplotlib."""
     if not have_matplotlib():
         return None
-    margins = [r["margin"] for r in result.flip_rows
-               if r["comparison"] in ("own-fp32", "ref-fp32") and r["margin"] is not None and not math.isnan(r["margin"])]
+    flips = distinct_flips(result) if flips is None else flips
+    variants = [variant] if variant else result.variants
+    series = []
+    for v in variants:
+        for kind in COMPARISON_ORDER:
+            ms = [r["margin"] for r, _ in flips.get((v["model"], v["variant"], kind), [])
+                  if r["margin"] is not None and not math.isnan(r["margin"])]
+            if ms:
+                series.append((kind, ms))
+    if not series:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    allm = [m for _, ms in series for m in ms]
+    lim = max(abs(m) for m in allm) or 1e-3
+    lo = 0.0 if min(allm) >= 0 else -lim
     fig, ax = plt.subplots(figsize=(6, 3))
-    if margins:
-        lim = max(abs(m) for m in margins) or 1e-3
-        ax.hist(margins, bins=40, range=(-lim, lim), color="#4c72b0")
-    ax.axvline(0.0, color="k", lw=0.8)
-    ax.set_xlabel("fp32 score - threshold, per flipped decision")
+    for kind, ms in series:
+        ax.hist(ms, bins=40, range=(lo, lim), histtype="step", lw=1.5, label=f"{KIND_TITLES[kind]} ({len(ms)})")
+    if lo < 0:
+        ax.axvline(0.0, color="k", lw=0.8)
+    ax.set_xlabel(margin_axis(variants[0]["decode"]) + ", per flipped decision")
     ax.set_ylabel("flips")
-    ax.set_title(f"flip margins ({len(margins)} flips against fp32)", fontsize=9)
+    ax.legend(fontsize=7)
+    name = variants[0]["variant"] if variant else "all variants"
+    ax.set_title(f"flip margins: {name} (each flip once per comparison kind)", fontsize=9)
     fig.tight_layout()
     out = _savefig(fig, path)
     plt.close(fig)
     return out
 
 
-def _embed(plot, result, rdir: Path, name: str, alt: str, written: list) -> list[str]:
+COMPARISON_ORDER = ("own-fp32", "ref-fp32", "ref-same")
+
+
+def _embed(plot, result, rdir: Path, name: str, alt: str, written: list, **kw) -> list[str]:
     """Draw one plot into results/plots; the Markdown lines that show it (none without matplotlib)."""
-    p = plot(result, rdir / PLOTS / name)
+    p = plot(result, rdir / PLOTS / name, **kw)
     if not p:
         return []
     written.append(p)
     return [f"![{alt}]({PLOTS}/{name})", ""]
 
 
-def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True) -> tuple[str, list[Path]]:
-    """The equiv section's Markdown and the plot files written."""
+# --------------------------------------------------------------------------- verdict
+
+
+def _vs_fp32(result, v: dict, host: str) -> dict | None:
+    """The comparison of `v` on `host` against fp32 on the reference host (None for fp32 on the reference)."""
+    ref = result.settings["reference"]
+    kind = "own-fp32" if host == ref else "ref-fp32"
+    for c in result.comparisons:
+        if (c["variant_id"] == v["variant_id"] and c["host"] == host and c["comparison"] == kind
+                and c["ref_variant"] == "fp32"):
+            return c
+    return None
+
+
+def gates_checked(result) -> list[str]:
+    """The gates a verdict states: those named by --gate, else the decision gate (tensor under decode none)."""
+    named = list(result.settings.get("gates") or [])
+    if named:
+        return named
+    compared = any(c.get("decisions_compared", True) for c in result.comparisons)
+    return ["decision"] if compared or not result.comparisons else ["tensor"]
+
+
+def variant_gate(result, v: dict, gates: list[str]) -> tuple[bool, str]:
+    """(passed, what failed) of one variant under `gates` (quantbench.analysis.gates' verdicts)."""
+    comps = [c for c in result.comparisons if c["variant_id"] == v["variant_id"]]
+    fails = []
+    if "classes" in gates and len(v["classes"]) > 1:
+        fails.append(f"classes: {len(v['classes'])} classes")
+    if "tensor" in gates:
+        n = sum(1 for c in comps if not c["tensor_gate"]["passed"])
+        if n:
+            fails.append(f"tensor: {n} of {len(comps)} comparisons beyond atol/rtol")
+    if "decision" in gates:
+        dc = [c for c in comps if c.get("decisions_compared", True)]
+        n = sum(1 for c in dc if not c["decision_passed"])
+        if n:
+            fails.append(f"decision: {n} of {len(dc)} comparisons over {result.settings['budget']} flips")
+    return not fails, "; ".join(fails)
+
+
+def identical_outputs(result) -> dict:
+    """{variant_id: name of an earlier variant of the same model with byte-identical outputs on every host}."""
+    out = {}
+    sig = {}
+    for v in result.variants:
+        key = (v["model"], tuple(sorted((h, c["digest"]) for c in v["classes"] for h in c["hosts"])))
+        if key in sig:
+            out[v["variant_id"]] = sig[key]
+        else:
+            sig[key] = v["variant"]
+    return out
+
+
+def verdict_lines(result) -> list[str]:
+    """One line per variant: where it ships, its classes, its flips against fp32, its gate."""
+    s = result.settings
+    ref = s["reference"]
+    hosts = list(result.hosts)
+    gates = gates_checked(result)
+    gate_name = ", ".join(f"{g} (budget {s['budget']})" if g == "decision" else g for g in gates)
+    same_out = identical_outputs(result)
+    multi = len({v["model"] for v in result.variants}) > 1
+    lines = []
+    for v in result.variants:
+        name = f"{v['model']} / {v['variant']}" if multi else v["variant"]
+        n = len(v["classes"])
+        cls = "one class" if n == 1 else (f"{n} classes (" + " | ".join(
+            f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"]) + ")")
+        if v["decode"]["kind"] == "none":
+            flips = "decisions not compared (decode none)"
+        else:
+            per = {}
+            for h in hosts:
+                c = _vs_fp32(result, v, h)
+                if c is not None:
+                    per[h] = c
+            if not per:
+                flips = f"the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
+                    else "no comparison against fp32"
+            else:
+                groups: dict = {}
+                for h, c in per.items():
+                    groups.setdefault((c["flips"], c["images_disagree"], c["fixtures"]), []).append(h)
+                parts = []
+                for (fl, img, nfx), hs in groups.items():
+                    where = "" if len(groups) == 1 and len(hs) == len(per) and len(per) > 1 else f" on {', '.join(hs)}"
+                    if len(groups) == 1 and len(per) > 1:
+                        where = f" on every host compared ({', '.join(hs)})"
+                    if fl:
+                        parts.append(f"{fl} decision flip{'s' if fl != 1 else ''} vs fp32 on {img} of {nfx} images{where}")
+                    else:
+                        parts.append(f"0 decision flips vs fp32: {nfx} images compared{where}, none disagrees")
+                flips = "; ".join(parts) + f" (fp32 on {ref})"
+        ok, why = variant_gate(result, v, gates)
+        gate = f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({why})")
+        extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
+            if v["variant_id"] in same_out else ""
+        lines.append(f"- **{name}** ships on {', '.join(hosts)}: {cls}; {flips}; {gate}.{extra}")
+    for d in s.get("duplicates") or []:
+        name = f"{d['model']} / {d['name']}" if multi else d["name"]
+        lines.append(f"- **{name}**: duplicate of **{d['duplicate_of']}** (the same model: identical semantic "
+                     f"hash), run and analysed once; every figure for {d['duplicate_of']} holds for it.")
+    return lines
+
+
+# --------------------------------------------------------------------------- accuracy
+
+
+def _acc_cell(sc: dict | None, base: dict | None) -> str:
+    if sc is None:
+        return "-"
+    if sc["metric"] == "top-1":
+        text = f"{sc['value']:.3f} ({sc['correct']}/{sc['images']})"
+    else:
+        text = "-" if sc["value"] is None else f"{sc['value']:.3f} / {sc['ap50_95']:.3f}"
+    if base is not None and base is not sc and sc["value"] is not None and base["value"] is not None:
+        text += f" ({sc['value'] - base['value']:+.3f})"
+    return text
+
+
+def accuracy_lines(result, acc: dict | None) -> list[str]:
+    lines = ["### Accuracy against the labels", ""]
+    if acc is None:
+        return lines + ["Accuracy: not computed (no labels were given to the report).", ""]
+    multi = len(acc) > 1
+    for model, a in acc.items():
+        pl = a["plan"]
+        who = f" for model {model}" if multi else ""
+        if isinstance(pl, str):
+            lines += [f"Accuracy{who}: not computed ({pl}).", ""]
+            continue
+        if not a["scores"]:
+            lines += [f"Accuracy{who}: not computed (no decisions were decoded).", ""]
+            continue
+        hosts = list(result.hosts)
+        if pl.metric == "top-1":
+            lines.append(f"Top-1 accuracy{who} on {len(pl.fixtures)} labelled images (argmax class against each "
+                         "image's label; in brackets: correct/images, then the change against fp32 on the same host).")
+        else:
+            lines.append(f"AP50 / AP50:95{who} on {len(pl.fixtures)} images (pycocotools COCOeval over every decoded "
+                         "decision ranked by score, boxes mapped back to image pixels; in brackets: the AP50 change "
+                         "against fp32 on the same host).")
+        if pl.note:
+            lines.append(f"Note: {pl.note}.")
+        lines.append("")
+        rows = []
+        names = [v["variant"] for v in result.variants if v["model"] == model]
+        for name in names:
+            rows.append([name] + [_acc_cell(a["scores"].get((name, h)), a["scores"].get(("fp32", h))) for h in hosts])
+        lines += _table(["variant", *hosts], rows)
+        lines.append("")
+        near = []
+        for name in names:
+            vals = {h: a["scores"][(name, h)]["value"] for h in hosts if (name, h) in a["scores"]
+                    and a["scores"][(name, h)]["value"] is not None}
+            if len(set(vals.values())) > 1:
+                best = max(vals.values())
+                top = [h for h, x in vals.items() if x == best]
+                near.append(f"{name}: {', '.join(top)} nearer the labels ("
+                            + ", ".join(f"{h} {x:.3f}" for h, x in vals.items()) + ")")
+        if near:
+            lines += ["Which platform is nearer the truth: " + "; ".join(near) + ".", ""]
+        elif len(hosts) > 1:
+            lines += ["Every host scores the same against the labels, variant by variant.", ""]
+    return lines
+
+
+# --------------------------------------------------------------------------- gallery
+
+
+def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
+    """A thumbnail per flipped image (at most PER_COMPARISON per comparison), and the Markdown showing them."""
+    from quantbench import gallery as GL
+
+    lines = ["### Flip gallery", ""]
+    comps = [c for c in result.comparisons if c.get("decisions_compared", True) and c["flips"]]
+    if not comps:
+        compared = any(c.get("decisions_compared", True) for c in result.comparisons)
+        lines += ["No comparison has flips: nothing to show." if compared
+                  else "Decisions not compared (decode none): no gallery.", ""]
+        return lines
+    lines += [f"For each comparison with flips, up to {GL.PER_COMPARISON} images whose flips had the largest fp32 "
+              "|margin|: the reference's served boxes in green, the candidate's in magenta, flipped decisions "
+              "thick; below, each flip: reference class and score -> candidate class and score.", ""]
+    by_comp: dict = {}
+    for r in result.flip_rows:
+        by_comp.setdefault((r["comparison"], r["host"], r["variant_id"]), {}).setdefault(r["fixture_id"], []).append(r)
+    model_of = {v["variant_id"]: v for v in result.variants}
+    chosen = []
+    for c in comps:
+        per_fx = by_comp.get((c["comparison"], c["host"], c["variant_id"]), {})
+
+        def key(item):
+            ms = [abs(r["margin"]) for r in item[1] if r["margin"] is not None and not math.isnan(r["margin"])]
+            return (-(max(ms) if ms else -1.0), item[1][0]["source"], item[0])
+
+        picks = sorted(per_fx.items(), key=key)[:GL.PER_COMPARISON]
+        chosen.append((c, picks, len(per_fx)))
+    pixels = GL.fixture_pixels({f for _, picks, _ in chosen for f, _ in picks}, tables_root)
+    folder = rdir / GL.GALLERY
+    keep = set()
+    for c, picks, n_img in chosen:
+        v = model_of.get(c["variant_id"], {})
+        ref_vid = next((x["variant_id"] for x in result.variants
+                        if x["model"] == v.get("model") and x["variant"] == c["ref_variant"]), c["variant_id"])
+        frame = GL.box_frame(v.get("decode") or {}, result.sidecars.get(v.get("model")))
+        title = (f"{c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']} ({c['comparison']}): "
+                 f"{c['flips']} flips on {c['images_disagree']} images")
+        shown = f"; showing {len(picks)}" if len(picks) < n_img else ""
+        lines += [f"#### {title}{shown}", ""]
+        for f, rows in picks:
+            src = rows[0]["source"] or f[:12]
+            rgb = pixels.get(f)
+            alt = f"{src}: {len(rows)} flip(s)"
+            if rgb is None:
+                lines.append(f"- {alt} (no input tensor in the fixtures table to draw)")
+                continue
+            legend = (f"{src}  green: {c['ref_variant']} on {c['ref_host']}  magenta: {c['variant']} on {c['host']}"
+                      if frame else f"{src}  reference: {c['ref_variant']} on {c['ref_host']}  candidate: "
+                      f"{c['variant']} on {c['host']}")
+            img = GL.draw(rgb, result.decoded.get((c["ref_host"], ref_vid, f)),
+                          result.decoded.get((c["host"], c["variant_id"], f)), rows, frame, legend)
+            name = GL.safe(f"{v.get('model', '')}-{c['variant']}-{c['host']}-{c['comparison']}-{f[:12]}") + ".png"
+            written.append(GL.save_png(img, folder / name))
+            keep.add(name)
+            lines += [f"![{alt}]({GL.GALLERY}/{name})", ""]
+        lines.append("")
+    GL.prune(folder, keep)
+    return lines
+
+
+# --------------------------------------------------------------------------- the equiv section
+
+
+def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True, *,
+                 accuracy: dict | None = None, tables_root=None) -> tuple[str, list[Path]]:
+    """The equiv section's Markdown and the files written (plots, gallery thumbnails).
+
+    `accuracy`: quantbench.analysis.accuracy.accuracy_table's answer (None: no labels given);
+    `tables_root`: where the fixtures table is (the gallery draws the input tensors), default
+    results_dir/tables.
+    """
     s = result.settings
     rdir = Path(results_dir)
+    tables_root = Path(tables_root) if tables_root is not None else rdir / "tables"
     written: list[Path] = []
-    lines = ["## Equivalence and decisions (`quantbench equiv`)", ""]
+    lines = ["## Equivalence and decisions (`quantbench equiv`)", "", "### Verdict", ""]
+    lines += verdict_lines(result)
+    lines.append("")
     lines.append(f"Analysis `{result.equiv_id[:12]}`: hosts {', '.join(result.hosts)} (reference "
                  f"**{s['reference']}**); tensor gate atol {s['atol']:g}, rtol {s['rtol']:g}; decision budget "
-                 f"{s['budget']} flips.")
+                 f"{s['budget']} flips. Flips count against fp32 on the reference host; the gate is "
+                 f"{', '.join(gates_checked(result))} over every comparison of the variant.")
     lines.append("")
+    lines += accuracy_lines(result, accuracy)
+    lines += ["### Hosts", ""]
     lines += _table(["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
                     [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
                      for h, i in result.hosts.items()])
@@ -209,11 +559,14 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
         rows.append([c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}", c["comparison"],
                      f"{c['ref_total']} -> {c['total']}", c["flips"],
                      f"{bk['threshold']}/{bk['class']}/{bk['box-shift']}", f"{c['images_disagree']}/{c['fixtures']}",
-                     "**concealed**" if c["concealed"] else "", band])
-    if rows or not result.comparisons:
+                     "**concealed**" if c["concealed"] else "no", band])
+    if rows:
         lines += _table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
-                         "images disagree", "", "fp32 band holding every flip"], rows)
+                         "images disagree", "concealed", "fp32 band holding every flip"], rows)
         lines.append("")
+    elif not result.comparisons:
+        lines += ["Nothing compared: one host and the fp32 variant only.", ""]
+    lines += gallery_lines(result, rdir, tables_root, written)
     lines += ["### Two gates", "",
               f"Tensor gate: an element fails when |delta| > {s['atol']:g} and |delta| > {s['rtol']:g} x |ref| "
               f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
@@ -221,31 +574,66 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
              "pass" if c["tensor_gate"]["passed"] else f"FAIL ({c['tensor_gate']['failing']}/{c['tensor_gate']['elements']})",
              _fmt(c["tensor_gate"]["max_abs"]),
              "n/a (decode none)" if c["decision_passed"] is None else "pass" if c["decision_passed"] else f"FAIL ({c['flips']})",
-             c["gates_disagree"] or ""] for c in result.comparisons]
-    lines += _table(["variant", "host", "against", "tensor gate", "max abs delta", "decision gate",
-                     "disagreement"], rows)
-    lines.append("")
-    bands: dict = {}
-    for r in result.flip_rows:
-        if r["comparison"] in ("own-fp32", "ref-fp32"):
-            bands[r["band"]] = bands.get(r["band"], 0) + 1
-    lines += ["### Margins", "",
-              "Every flip against fp32 by the fp32 score's distance to the threshold.", ""]
-    if bands:
-        from quantbench.analysis.decisions import band_labels
-
-        lines += _table(["distance of the fp32 score to the threshold", "flips"], [[b, bands[b]] for b in band_labels() if b in bands])
+             c["gates_disagree"] or "agree"] for c in result.comparisons]
+    if rows:
+        lines += _table(["variant", "host", "against", "tensor gate", "max abs delta", "decision gate",
+                         "disagreement"], rows)
     else:
-        lines.append("No flips against fp32." if compared else "Decisions not compared (decode none).")
+        lines.append("No comparisons: nothing for the gates to judge.")
     lines.append("")
-    if plots:
-        lines += _embed(plot_margins, result, rdir, "equiv-margins.png", "flip margins", written)
+    lines += margins_lines(result, rdir, plots, written)
     lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
     return "\n".join(lines) + "\n", written
 
 
-def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True) -> list[Path]:
-    """Render the equiv section, then reassemble the report; returns every file written."""
-    text, written = render_equiv(result, results_dir, plots)
+def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
+    from quantbench.analysis.decisions import band_labels
+
+    lines = ["### Margins", "",
+             "Per variant and comparison kind, every flip counted once (a flip several hosts of one class show "
+             "alike is one flip), by its fp32 decision's distance to the boundary: the score minus the threshold, "
+             "or for a classifier without a threshold the top-1 minus top-2 probability.", ""]
+    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
+    if not compared:
+        lines += ["Decisions not compared (decode none): no margins." if result.comparisons
+                  else "Nothing compared: no margins.", ""]
+        return lines
+    flips = distinct_flips(result)
+    if not flips:
+        n_img = max(c["fixtures"] for c in compared)
+        lines += [f"No flips: {len(compared)} comparisons over {n_img} images each, every decision the same.", ""]
+        return lines
+    labels = band_labels()
+    present = [b for b in labels if any(r["band"] == b for rs in flips.values() for r, _ in rs)]
+    rows = []
+    for v in result.variants:
+        for kind in COMPARISON_ORDER:
+            rs = flips.get((v["model"], v["variant"], kind))
+            if not rs:
+                continue
+            hosts = sorted({h for _, hs in rs for h in hs}, key=list(result.hosts).index)
+            counts = [sum(1 for r, _ in rs if r["band"] == b) for b in present]
+            rows.append([v["variant"], KIND_TITLES[kind], ", ".join(hosts), len(rs), margin_axis(v["decode"]),
+                         *counts])
+    lines += _table(["variant", "comparison", "hosts", "flips", "distance measured", *[f"|d| in {b}" for b in present]],
+                    rows)
+    lines.append("")
+    multi = len({v["model"] for v in result.variants}) > 1
+    for v in result.variants:
+        if not plots or not any(flips.get((v["model"], v["variant"], k)) for k in COMPARISON_ORDER):
+            continue
+        from quantbench.gallery import safe
+
+        name = safe(f"margins-{v['model']}-{v['variant']}" if multi else f"margins-{v['variant']}") + ".png"
+        lines += _embed(plot_margins, result, rdir, name, f"flip margins of {v['variant']}", written,
+                        variant=v, flips=flips)
+    return lines
+
+
+def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True, *,
+                accuracy: dict | None = None, tables_root=None) -> list[Path]:
+    """Render the equiv section, then reassemble the report (Markdown and HTML); returns every file written."""
+    text, written = render_equiv(result, results_dir, plots, accuracy=accuracy, tables_root=tables_root)
     sec = write_section("equiv", text, results_dir)
-    return [*written, sec, assemble(results_dir)]
+    md = assemble(results_dir)
+    return [*written, sec, md, Path(results_dir) / HTML_FILE]

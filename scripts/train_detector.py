@@ -696,7 +696,7 @@ def main(argv=None):
         "name": NAME, "classes": classes, "input": INPUT_SPEC,
         "decode": {"kind": "detr-sigmoid", "logits": "pred_logits", "boxes": "pred_boxes",
                    "threshold": THRESHOLD, "top_k": TOP_K, "box_format": "cxcywh-normalized"},
-        "metrics": {"eval_ap50": round(ap50["ap50"], 4),
+        "metrics": {"eval_ap50": round(ap50["ap50"], 4), "eval_ap50_95": round(ap50["ap50_95"], 4),
                     f"eval_precision_at_{THRESHOLD}": round(pr["precision"], 4),
                     f"eval_recall_at_{THRESHOLD}": round(pr["recall"], 4),
                     "eval_images": n_eval, "eval_ap50_per_class": {classes[c - 1]: round(v, 4) for c, v in ap50["per_class"].items()},

@@ -115,7 +115,7 @@ def perfect():
 
 
 def test_perfect_detections_score_one():
-    assert metrics.ap50(perfect(), GT)["ap50"] == 1.0
+    assert metrics.ap50(perfect(), GT)["ap50"] == pytest.approx(1.0)
     pr = metrics.precision_recall(perfect(), GT, 0.4)
     assert (pr["precision"], pr["recall"], pr["fp"], pr["fn"]) == (1.0, 1.0, 0, 0)
 
@@ -128,12 +128,12 @@ def test_false_positive_lowers_precision_and_ap_when_ranked_first():
     ap = metrics.ap50(dets, GT)
     # class 1: FP first, then 2 TPs -> precision envelope 2/3 over all recall
     assert ap["per_class"][1] == pytest.approx(2 / 3)
-    assert ap["per_class"][2] == 1.0
+    assert ap["per_class"][2] == pytest.approx(1.0)
     # the same FP below the threshold changes nothing at the threshold, and ranked
     # last it leaves AP at 1.0
     dets[3][0, 4] = 0.3
     assert metrics.precision_recall(dets, GT, 0.4)["precision"] == 1.0
-    assert metrics.ap50(dets, GT)["ap50"] == 1.0
+    assert metrics.ap50(dets, GT)["ap50"] == pytest.approx(1.0)
 
 
 def test_duplicate_wrong_class_and_poor_overlap_are_false_positives():
@@ -155,12 +155,21 @@ def test_missed_object_halves_recall_and_ap():
     pr = metrics.precision_recall(dets, GT, 0.4)
     assert pr["recall"] == pytest.approx(1 / 3) and pr["precision"] == 1.0
     ap = metrics.ap50(dets, GT)
-    assert ap["per_class"] == {1: 0.0, 2: 1.0} and ap["ap50"] == 0.5
+    assert ap["per_class"] == pytest.approx({1: 0.0, 2: 1.0}) and ap["ap50"] == pytest.approx(0.5)
 
 
-def test_average_precision_all_point_interpolation():
-    # TP, FP, TP over 2 ground-truth boxes: 0.5*1 + 0.5*(2/3)
-    assert metrics.average_precision(np.array([0.5, 0.5, 1.0]), np.array([1.0, 0.5, 2 / 3])) == pytest.approx(0.5 + 1 / 3)
+def test_coco_evaluator_ap50_and_ap50_95_on_a_known_case():
+    # one box per image, both right class; IoU 1.0 and IoU 0.6 (a 40x20 box shifted by 5 px... see below)
+    gt = {1: np.array([[0, 0, 40, 20, 1]], float), 2: np.array([[0, 0, 40, 20, 1]], float)}
+    exact = np.array([[0, 0, 40, 20, 0.9, 1]], float)
+    shifted = np.array([[10, 0, 50, 20, 0.8, 1]], float)     # IoU 30/50 = 0.6: a match at 0.50..0.60 only
+    ap = metrics.coco_ap({1: exact, 2: shifted}, gt)
+    assert ap["ap50"] == pytest.approx(1.0)
+    # IoU thresholds 0.50, 0.55, 0.60 find both boxes (AP 1); 0.65..0.95 only the exact one, ranked first: the
+    # precision envelope is 1 up to recall 0.5, 0 beyond: 51 of 101 recall points -> 51/101
+    assert ap["ap50_95"] == pytest.approx((3 * 1.0 + 7 * 51 / 101) / 10)
+    assert metrics.coco_ap({}, gt)["ap50"] == 0.0
+    assert metrics.coco_ap({1: exact}, {1: np.zeros((0, 5))})["ap50"] is None
 
 
 def test_box_iou():

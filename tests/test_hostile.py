@@ -179,7 +179,10 @@ def test_release_copies_no_report_image_from_outside_results(rel, tmp_path, caps
     assert not (v1 / "plots" / "link.png").exists()
     assert [p for p in tmp_path.rglob("secret.txt")] == [tmp_path / "secret.txt"]
     att = json.loads((v1 / "release.json").read_text())["report"]["attachments"]
-    assert [a["file"] for a in att] == ["plots/ok.png"]
+    # plots/ok.png and the equiv report's own images (flip gallery), nothing from outside results/
+    files = [a["file"] for a in att]
+    assert "plots/ok.png" in files and "plots/link.png" not in files
+    assert all(f == "plots/ok.png" or f.startswith("report.d/gallery/") for f in files), files
 
 
 @pytest.mark.parametrize("field, value, words", [

@@ -62,6 +62,10 @@ class EquivResult:
     class_rows: list = field(default_factory=list)
     decision_rows: list = field(default_factory=list)
     flip_rows: list = field(default_factory=list)
+    # (host, variant_id, fixture_id) -> Decoded: the decisions the flips were computed from (not
+    # written to any table; the report's accuracy and flip gallery read them). Maps keep no mask.
+    decoded: dict = field(default_factory=dict, repr=False)
+    sidecars: dict = field(default_factory=dict, repr=False)   # model -> the fp32 variant's sidecar
 
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""
@@ -197,8 +201,12 @@ def equiv_id_of(settings: dict, selections: dict) -> str:
 def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, reference: str | None = None,
             decode_kind: str | None = None, threshold: float | None = None, atol: float = G.DEFAULT_ATOL,
             rtol: float = G.DEFAULT_RTOL, budget: int = G.DEFAULT_BUDGET, prefer: dict | None = None,
-            run_hint: str = "", tables_root=None) -> EquivResult:
-    """The whole equivalence analysis; see the module docstring."""
+            run_hint: str = "", tables_root=None, duplicates: list | None = None) -> EquivResult:
+    """The whole equivalence analysis; see the module docstring.
+
+    `duplicates`: variants asked for whose model is semantically identical to an analysed
+    one ({name, model, path, duplicate_of}); they are not run twice, and the report names them.
+    """
     from quantbench import tables
     from quantbench.hosts.results import load_hosts
 
@@ -223,6 +231,8 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                 "variants": [{"name": v.name, "variant_id": v.variant_id, "model": v.model, "path": v.path}
                              for v in variants],
                 "fixtures": {v.variant_id: sorted(fixtures_for[v.variant_id]) for v in variants}}
+    if duplicates:   # only when there are some: an analysis without duplicates keeps its id
+        settings["duplicates"] = sorted((dict(d) for d in duplicates), key=lambda d: (d["model"], d["name"]))
     plugin_ids = {m: sp.as_dict()["plugin"] for m, sp in specs.items() if is_plugin(sp.kind)}
     if plugin_ids:   # the plug-in's code decides the rows: its file hash is part of the analysis id
         settings["decode_plugins"] = plugin_ids
@@ -251,6 +261,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     source = dict(zip(ft.column("fixture_id").to_pylist(), ft.column("source").to_pylist()))
 
     variant_out, comparisons, class_rows, decision_rows, flip_rows = [], [], [], [], []
+    decoded_out: dict = {}
     for model, vs in by_model.items():
         fp32 = next(v for v in vs if v.name == "fp32")
         fx_ids = sorted(fixtures_for[fp32.variant_id])
@@ -360,6 +371,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
             for h in hosts if compared else ():
                 for f in vfx:
                     d = decoded(h, v.variant_id, f)
+                    decoded_out[(h, v.variant_id, f)] = _slim(d)
                     for i in range(d.slot.size):
                         q = int(d.slot[i])
                         decision_rows.append({
@@ -373,7 +385,29 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
             vi["decode"] = spec.as_dict()
     return EquivResult(equiv_id=eid, settings={**settings, **gate_settings}, hosts=host_info, variants=variant_out,
                        comparisons=comparisons, class_rows=class_rows, decision_rows=decision_rows,
-                       flip_rows=flip_rows)
+                       flip_rows=flip_rows, decoded=decoded_out,
+                       sidecars={m: next(v for v in vs if v.name == "fp32").sidecar or {} for m, vs in by_model.items()})
+
+
+def _slim(d):
+    """The decisions without a map's per-element arrays (a region's box stands for it)."""
+    from quantbench.analysis.decode import Decoded
+
+    box = d.box
+    if box is None and d.labels is not None and d.slot.size:
+        planes = d.labels.reshape(-1, *d.labels.shape[-2:])
+        h, w = planes.shape[-2:]
+        _, ys, xs = np.nonzero(planes)
+        lab = planes[planes > 0] - 1            # same (plane, row, col) order as np.nonzero
+        n = d.slot.size
+        lo_x, lo_y = np.full(n, np.inf), np.full(n, np.inf)
+        hi_x, hi_y = np.full(n, -np.inf), np.full(n, -np.inf)
+        np.minimum.at(lo_x, lab, xs)
+        np.minimum.at(lo_y, lab, ys)
+        np.maximum.at(hi_x, lab, xs + 1)
+        np.maximum.at(hi_y, lab, ys + 1)
+        box = np.stack([lo_x / w, lo_y / h, hi_x / w, hi_y / h], axis=1)   # normalised to the map
+    return Decoded(slot=d.slot, cls=d.cls, score=d.score, kept=d.kept, margin=d.margin, box=box)
 
 
 def _not_compared(comp, host, variant, ref_host, ref_variant, fixtures, variant_id, model, tgate) -> dict:

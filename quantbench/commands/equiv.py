@@ -116,6 +116,7 @@ def prepare(args, held: contextlib.ExitStack | None = None):
     by_id = {}
     for v in variants:
         by_id.setdefault(str(Path(v.path).resolve()), v)
+    args._duplicates = duplicate_variants(variants, infos)
     refs, fixtures_for = [], {}
     for vi in infos:
         v = by_id.get(str(Path(vi.path).resolve()), vi)
@@ -126,6 +127,23 @@ def prepare(args, held: contextlib.ExitStack | None = None):
         if not fixtures_for[vi.variant_id]:
             raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) {vi.inputs}")
     return names, refs, fixtures_for, prefer, results, root
+
+
+def duplicate_variants(variants, infos) -> list[dict]:
+    """Variants asked for whose model is semantically identical to an analysed one (run once, named in the report)."""
+    from quantbench.hosts.runner import variant_info
+
+    kept = {vi.variant_id: vi for vi in infos}
+    out = []
+    for v in variants:
+        paths = {str(Path(vi.path).resolve()) for vi in infos}
+        if str(Path(v.path).resolve()) in paths:
+            continue
+        vi = variant_info(v)
+        first = kept.get(vi.variant_id)
+        if first is not None and first.name != v.name:
+            out.append({"name": v.name, "model": v.model, "path": str(v.path), "duplicate_of": first.name})
+    return out
 
 
 def summary_text(result) -> str:
@@ -139,6 +157,11 @@ def summary_text(result) -> str:
     nfx = sorted({v["fixtures"] for v in result.variants})
     out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
                f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
+    out.append("")
+    from quantbench.report import verdict_lines
+
+    out.append("Verdict")
+    out += [ln.replace("**", "") for ln in verdict_lines(result)]
     out.append("")
     out.append("Equivalence classes (byte-identical outputs over every fixture)")
     rows = [("model", "variant", "classes", "separated by")]
@@ -228,19 +251,39 @@ def _cols(rows) -> list[str]:
     return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
-def finish(result, args, results: Path, root: Path, extra_files=()) -> int:
+def report_accuracy(result, root: Path, fixtures=None, images=None) -> dict:
+    """The report's accuracy per model x variant x host (quantbench.analysis.accuracy), from the
+    labels the fixtures were built from: `fixtures` (COCO JSON; None: the bundled corpus) and `images`."""
+    from quantbench.analysis.accuracy import accuracy_table, load_truth
+    from quantbench.errors import UserError
+
+    ids = sorted({f for fx in result.settings["fixtures"].values() for f in fx})
+    try:
+        truth = load_truth(ids, root, fixtures, images)
+    except UserError as exc:
+        return {m: {"plan": f"labels not readable ({exc})", "scores": {}}
+                for m in dict.fromkeys(v["model"] for v in result.variants)}
+    return accuracy_table(result, result.sidecars, truth)
+
+
+def finish(result, args, results: Path, root: Path, extra_files=(), gates=None) -> int:
     """Write tables and report, print the summary (text or JSON) and the files, apply --gate."""
     from quantbench.analysis.equiv import as_json, write_tables
     from quantbench.analysis.gates import parse_gates
     from quantbench.errors import GateFailed
     from quantbench.report import write_equiv
 
-    gates = parse_gates(getattr(args, "gate", None))
+    checked = parse_gates(getattr(args, "gate", None))
     from quantbench.analysis.equiv import as_json as _j
     from quantbench.fsutil import atomic_write_text
 
-    files = list(extra_files) + write_tables(result, root) + write_equiv(result, results, plots=not args.no_plots)
-    files.append(atomic_write_text(results / "equiv.json", _j(result.summary()) + "\n"))
+    result.settings["gates"] = list(gates) if gates else checked   # what the verdict lines state
+    gates = checked
+    labels = {"fixtures": getattr(args, "fixtures", None), "images": getattr(args, "images", None)}
+    acc = report_accuracy(result, root, **labels)
+    files = list(extra_files) + write_tables(result, root) + write_equiv(result, results, plots=not args.no_plots,
+                                                                         accuracy=acc, tables_root=root)
+    files.append(atomic_write_text(results / "equiv.json", _j({**result.summary(), "labels": labels}) + "\n"))
     failures = result.gate_failures(gates)
     if args.json:
         summary = result.summary()
@@ -252,8 +295,12 @@ def finish(result, args, results: Path, root: Path, extra_files=()) -> int:
             print(args._run_line)
         print(summary_text(result))
         print("")
+        thumbs = [f for f in files if Path(f).parent.name == "gallery"]
         for f in files:
-            print(f"wrote {f}")
+            if f not in thumbs:
+                print(f"wrote {f}")
+        if thumbs:
+            print(f"wrote {len(thumbs)} flip gallery thumbnails under {Path(thumbs[0]).parent}/")
         if not result.flip_rows and any(c.get("decisions_compared", True) for c in result.comparisons):
             print("flips table: no rows to add (no flips)")
     if failures:
@@ -283,5 +330,5 @@ def _run(args, held) -> int:
     names, refs, fixtures_for, prefer, results, root = prepare(args, held)
     result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
                      threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,
-                     run_hint=_run_hint(args), tables_root=root)
+                     run_hint=_run_hint(args), tables_root=root, duplicates=getattr(args, "_duplicates", None))
     return finish(result, args, results, root)

@@ -12,6 +12,10 @@ def add_arguments(p) -> None:
     p.add_argument("--equiv-id", metavar="ID",
                    help="which equiv analysis to render (a prefix is enough; none: the last `quantbench equiv`)")
     p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
+    p.add_argument("--fixtures", metavar="LABELS.json",
+                   help="COCO labels the fixtures were built from, for the accuracy (default: the ones the last "
+                        "`quantbench equiv` of this analysis read, else the bundled corpus)")
+    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
     p.add_argument("--json", action="store_true", help="print the equiv summary as JSON instead of text")
 
@@ -71,6 +75,11 @@ def run(args) -> int:
     result = analyze(st["hosts"], refs, st["fixtures"], reference=st["reference"], decode_kind=st["decode"],
                      threshold=st["threshold"], atol=gs.get("atol", G.DEFAULT_ATOL),
                      rtol=gs.get("rtol", G.DEFAULT_RTOL), budget=gs.get("budget", G.DEFAULT_BUDGET),
-                     prefer=prefer, tables_root=root)
+                     prefer=prefer, tables_root=root, duplicates=st.get("duplicates"))
     args.gate = None
-    return finish(result, args, results, root)
+    # the verdict states the gates that analysis was run with; the labels are the ones it read
+    result.settings["gates"] = list(gs.get("gates") or [])
+    seen = (last.get("labels") or {}) if last.get("equiv_id") == eid else {}
+    if not args.fixtures:
+        args.fixtures, args.images = seen.get("fixtures"), args.images or seen.get("images")
+    return finish(result, args, results, root, gates=result.settings["gates"])

@@ -1,0 +1,317 @@
+"""Accuracy against the labels, per variant x host, from the decisions the flips use.
+
+The decisions are the equiv analysis' own (``EquivResult.decoded``: the one
+decoder of quantbench.analysis.decode), so an accuracy figure and a flip count
+can never disagree about what a model served. The labels are the COCO labels the
+fixtures were built from: the `fixtures` table (source image, annotations JSON,
+stratum, split, preprocessing recipe) plus, for detectors, the labels file
+itself (image sizes, category names), found where `equiv` read it and checked
+against the table's annotations before it is trusted.
+
+- classifier (``classifier-softmax``): top-1 accuracy of the argmax class. The
+  label of an image is its one annotation without a box (a classifier's COCO
+  labels), named by its category; or, when the sidecar says ``label_mode``,
+  ``binary`` (classes[1] when the image has any annotation, else classes[0]) or
+  ``dominant`` (the category of the largest box, classes[0] when none), the
+  rules the bundled litter-cnn was trained with.
+- detectors (``detr-sigmoid``, ``yolo``, ``nms-boxes``, a plug-in returning
+  boxes): AP50 and AP50:95 from pycocotools' COCOeval (quantbench.metrics) over
+  every decoded decision ranked by score, served or not; boxes are mapped from
+  the model input back to the image's pixels by the inverse of the fixture's
+  resize (stretch, letterbox, center-crop: quantbench.preprocess.boxes_to_image).
+  The box frame is normalised for detr-sigmoid and input pixels for yolo; for
+  nms-boxes and plug-ins the sidecar decode block says it (``"box_frame":
+  "normalized"`` or ``"input-pixels"``). Classes map to categories by name.
+
+Whenever a figure cannot be computed honestly the answer is a reason, never a
+guess: ``{"computed": False, "why": ...}``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from quantbench.analysis.decode import NONE, is_plugin
+
+DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels"}
+BOX_FRAMES = ("normalized", "input-pixels")
+
+
+@dataclass
+class FixtureTruth:
+    fixture_id: str
+    source: str
+    image_sha256: str
+    annotations: list
+    stratum: str
+    split: str
+    preprocess: dict
+    size: tuple | None = None          # (height, width) of the source image, when known
+    image_path: str | None = None      # the source image file, when found with the recorded hash
+
+
+@dataclass
+class Truth:
+    fixtures: dict                      # fixture_id -> FixtureTruth
+    categories: dict | None = None      # COCO category id -> name (from the labels file), None if not read
+    labels_file: str = ""
+    note: str = ""                      # why the labels file could not be used
+    mismatched: list = field(default_factory=list)   # fixtures whose annotations differ from the file's
+
+
+def _json_value(v, default):
+    if v is None:
+        return default
+    if isinstance(v, (list, dict)):
+        return v
+    try:
+        return json.loads(v)
+    except (TypeError, ValueError):
+        return default
+
+
+def _ann_key(a: dict) -> tuple:
+    bbox = a.get("bbox")
+    return (a.get("image_id"), a.get("category_id"), None if bbox is None else tuple(float(x) for x in bbox))
+
+
+def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
+    """The ground truth of `fixture_ids`: the fixtures table rows, checked against the labels file.
+
+    `labels`: the COCO JSON the fixtures were built from (None: the bundled corpus, as `run`
+    and `equiv` default); `images`: its images folder (None: images/ beside it).
+    """
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+    from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+    from quantbench.errors import UserError
+    from quantbench.fixtures import annotations_by_image, load_coco
+    from quantbench.fsutil import sha256_file
+
+    ids = sorted(set(fixture_ids))
+    cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess"]
+    t = tables.read("fixtures", root=tables_root, columns=cols, filter=pc.field("fixture_id").isin(ids))
+    fx = {}
+    for r in t.to_pylist():
+        fx[r["fixture_id"]] = FixtureTruth(
+            fixture_id=r["fixture_id"], source=r["source"] or "", image_sha256=r["image_sha256"] or "",
+            annotations=list(_json_value(r["labels"], [])), stratum=r["stratum"] or "", split=r["split"] or "",
+            preprocess=dict(_json_value(r["preprocess"], {})))
+    labels_path = Path(labels) if labels else CORPUS_LABELS
+    images_dir = Path(images) if images else (CORPUS_IMAGES if labels_path == CORPUS_LABELS
+                                              else labels_path.parent / "images")
+    truth = Truth(fixtures=fx, labels_file=str(labels_path))
+    try:
+        coco = load_coco(labels_path, images_dir, check_files=False)
+    except UserError as exc:
+        truth.note = str(exc)
+        return truth
+    by_name = {im["file_name"]: im for im in coco["images"]}
+    anns = annotations_by_image(coco)
+    truth.categories = {c["id"]: str(c.get("name", c["id"])) for c in coco["categories"]}
+    for f in fx.values():
+        im = by_name.get(f.source)
+        if im is None or sorted(map(_ann_key, anns.get(im["id"], []))) != sorted(map(_ann_key, f.annotations)):
+            truth.mismatched.append(f.fixture_id)
+            continue
+        path = images_dir / f.source
+        if path.is_file() and sha256_file(path) == f.image_sha256:
+            f.image_path = str(path)
+        if isinstance(im.get("width"), int) and isinstance(im.get("height"), int):
+            f.size = (im["height"], im["width"])
+        elif f.image_path:
+            from PIL import Image
+
+            with Image.open(f.image_path) as img:
+                f.size = (img.height, img.width)
+    if truth.mismatched and len(truth.mismatched) == len(fx):
+        truth.note = f"{labels_path} does not hold the fixtures' labels (another labels file made them)"
+        truth.categories = None
+    return truth
+
+
+# --------------------------------------------------------------------------- per model
+
+
+@dataclass
+class Plan:
+    """What scoring a model needs, decided once per model: the metric and each fixture's truth."""
+
+    metric: str                         # "top-1" or "AP"
+    fixtures: list                      # fixture ids scored
+    labels: dict = field(default_factory=dict)       # top-1: fixture -> class index
+    gt: dict = field(default_factory=dict)           # AP: fixture -> [N,5] x1,y1,x2,y2,category_id (pixels)
+    category_of: dict = field(default_factory=dict)  # AP: class index -> category id
+    frame: str = ""
+    note: str = ""                      # caveats shown with the figures
+
+
+def _classifier_labels(sidecar: dict, classes: list, truth: Truth, fids: list) -> tuple[dict, str]:
+    mode = (sidecar or {}).get("label_mode")
+    names = {str(c): i for i, c in enumerate(classes)}
+    out, skipped = {}, 0
+    for f in fids:
+        ft = truth.fixtures[f]
+        anns = ft.annotations
+        if mode == "binary":
+            if len(classes) != 2:
+                return {}, f"label_mode binary needs 2 classes, the sidecar names {len(classes)}"
+            out[f] = int(bool(anns))
+            continue
+        if mode == "dominant":
+            if truth.categories is None:
+                return {}, f"label_mode dominant needs the category names of the labels file ({truth.note})"
+            boxed = [a for a in anns if a.get("bbox") is not None]
+            if not boxed:
+                out[f] = 0
+                continue
+            best = max(sorted(boxed, key=lambda a: a.get("id", 0)), key=lambda a: a["bbox"][2] * a["bbox"][3])
+            name = truth.categories.get(best.get("category_id"))
+            if name not in names:
+                return {}, f"category {name!r} is not one of the sidecar's classes"
+            out[f] = names[name]
+            continue
+        if mode is not None:
+            return {}, f"sidecar label_mode {mode!r} is not binary or dominant"
+        if len(anns) != 1 or anns[0].get("bbox") is not None:
+            skipped += 1
+            continue
+        cid = anns[0].get("category_id")
+        name = truth.categories.get(cid) if truth.categories else None
+        name = name if name is not None else ft.stratum   # the stratum is the one label's clean name
+        if str(name) not in names:
+            return {}, f"label {name!r} is not one of the sidecar's classes ({', '.join(map(str, classes[:6]))})"
+        out[f] = names[str(name)]
+    if not out:
+        n_empty = sum(1 for f in fids if not truth.fixtures[f].annotations)
+        if n_empty == len(fids):
+            return {}, f"no labels: none of the {len(fids)} images carries an annotation"
+        return {}, (f"labels are not one class per image ({skipped} of {len(fids)} images carry boxes or several "
+                    "annotations); a classifier needs one annotation without a box per image, or a sidecar "
+                    "'label_mode' (binary or dominant)")
+    return out, "" if not skipped else f"{skipped} of {len(fids)} images without one label are left out"
+
+
+def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids) -> Plan | str:
+    """How to score one model's decisions against the labels, or the reason it cannot be done."""
+    fids = sorted(fixture_ids)
+    if spec.kind == NONE:
+        return "decode none: no decisions to score"
+    if truth is None:
+        return "no labels were given to the report"
+    missing = [f for f in fids if f not in truth.fixtures]
+    if missing:
+        return f"{len(missing)} fixtures are not in the fixtures table"
+    classes = list(spec.classes)
+    if spec.kind == "classifier-softmax":
+        labels, why = _classifier_labels(sidecar or {}, classes, truth, fids)
+        if not labels:
+            return why
+        return Plan(metric="top-1", fixtures=sorted(labels), labels=labels, note=why)
+    if spec.kind == "threshold-map":
+        return "a probability map (threshold-map): no rule turns COCO labels into map regions"
+    block = dict((sidecar or {}).get("decode") or {})
+    frame = block.get("box_frame") or DETECTOR_FRAMES.get(spec.kind)
+    if is_plugin(spec.kind) and not block.get("box_frame"):
+        return "a decode plug-in: say its boxes' frame with 'box_frame' (normalized or input-pixels) in the decode block"
+    if frame not in BOX_FRAMES:
+        return (f"the frame of {spec.kind} boxes is unknown: set 'box_frame' to normalized or input-pixels in the "
+                "sidecar decode block")
+    if not any(truth.fixtures[f].annotations for f in fids):
+        return f"no ground-truth boxes: none of the {len(fids)} images carries an annotation"
+    if truth.categories is None:
+        return (f"the COCO labels the fixtures came from were not read ({truth.note}); "
+                "pass --fixtures LABELS.json (and --images DIR) to `quantbench report`")
+    bad = [f for f in fids if f in truth.mismatched]
+    if bad:
+        return f"{len(bad)} of {len(fids)} fixtures' labels differ from {truth.labels_file}"
+    plugins = [f for f in fids if truth.fixtures[f].preprocess.get("plugin")]
+    if plugins:
+        return "the input is made by a preprocessing plug-in: its geometry is unknown, boxes cannot be mapped back"
+    nosize = [f for f in fids if truth.fixtures[f].size is None]
+    if nosize:
+        return f"{len(nosize)} images have no width/height in {truth.labels_file} and were not found"
+    by_name = {name: cid for cid, name in truth.categories.items()}
+    category_of = {i: by_name[str(c)] for i, c in enumerate(classes) if str(c) in by_name}
+    if not category_of:
+        return "none of the sidecar's classes names a category of the labels"
+    gt = {}
+    for f in fids:
+        rows = [[*a["bbox"][:2], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3], a["category_id"]]
+                for a in truth.fixtures[f].annotations if a.get("bbox") is not None]
+        gt[f] = np.asarray(rows, np.float64).reshape(-1, 5)
+    unnamed = [str(c) for i, c in enumerate(classes) if i not in category_of]
+    note = f"classes without a category of the same name, left out: {', '.join(unnamed[:5])}" if unnamed else ""
+    return Plan(metric="AP", fixtures=fids, gt=gt, category_of=category_of, frame=frame, note=note)
+
+
+def score(p: Plan, decoded: dict, truth: Truth) -> dict:
+    """The plan's metric over `decoded` ({fixture_id: Decoded}): {"metric", "value", "ap50_95", "images"}."""
+    from quantbench.metrics import coco_ap
+    from quantbench.preprocess import boxes_to_image, input_hw
+
+    if p.metric == "top-1":
+        hits = [int(decoded[f].cls[0]) == p.labels[f] for f in p.fixtures]
+        return {"metric": "top-1", "value": float(np.mean(hits)), "ap50_95": None, "images": len(hits),
+                "correct": int(sum(hits))}
+    dets = {}
+    cats = np.array([p.category_of.get(i, -1) for i in range(max(p.category_of) + 1)])
+    for f in p.fixtures:
+        d = decoded[f]
+        ft = truth.fixtures[f]
+        if d.box is None or not d.slot.size:
+            dets[f] = np.zeros((0, 6))
+            continue
+        box = np.asarray(d.box, np.float64)
+        if p.frame == "normalized":
+            h, w = input_hw(ft.preprocess)
+            box = box * np.array([w, h, w, h], np.float64)
+        box = boxes_to_image(box, ft.preprocess, ft.size)
+        cls = np.asarray(d.cls)
+        ok = (cls >= 0) & (cls < cats.size) & np.isfinite(d.score)
+        ok[ok] = cats[cls[ok]] >= 0
+        dets[f] = np.concatenate([box[ok], d.score[ok, None], cats[cls[ok]].astype(np.float64)[:, None]], axis=1)
+    ap = coco_ap(dets, p.gt)
+    return {"metric": "AP", "value": ap["ap50"], "ap50_95": ap["ap50_95"], "images": len(p.fixtures)}
+
+
+def accuracy_table(result, sidecars: dict, truth: Truth | None) -> dict:
+    """Per model: {"plan": Plan | reason, "scores": {(variant, host): score dict}} from an EquivResult.
+
+    `sidecars`: model -> the fp32 variant's sidecar (classes, decode block, label_mode).
+    """
+    from quantbench.analysis.decode import DecodeSpec
+
+    out = {}
+    for model in dict.fromkeys(v["model"] for v in result.variants):
+        vs = [v for v in result.variants if v["model"] == model]
+        dd = vs[0]["decode"]
+        spec = DecodeSpec(kind=dd["kind"], outputs=dd.get("outputs") or {}, threshold=dd.get("threshold"),
+                          classes=dd.get("classes") or [])
+        fids = result.settings["fixtures"].get(vs[0]["variant_id"], [])
+        try:
+            pl = plan(spec, sidecars.get(model), truth, fids)
+        except (KeyError, TypeError, ValueError, IndexError) as exc:   # malformed labels: a reason, not a crash
+            pl = f"labels not usable ({type(exc).__name__}: {exc})"
+        scores = {}
+        if isinstance(pl, Plan):
+            for v in vs:
+                for h in result.hosts:
+                    got = {f: result.decoded.get((h, v["variant_id"], f)) for f in pl.fixtures}
+                    if any(d is None for d in got.values()):
+                        continue
+                    try:
+                        scores[(v["variant"], h)] = score(pl, got, truth)
+                    except ValueError as exc:
+                        pl = f"boxes cannot be mapped back to the images ({exc})"
+                        scores = {}
+                        break
+                if not isinstance(pl, Plan):
+                    break
+        out[model] = {"plan": pl, "scores": scores}
+    return out

@@ -1,0 +1,176 @@
+"""The flip gallery: for each comparison with flips, thumbnails of the images that flip.
+
+Each thumbnail is what the model saw (the fixture's input tensor turned back into
+pixels with the inverse of its recipe's normalisation), enlarged or reduced to
+THUMB pixels on its long side, with the reference run's served boxes in green,
+the candidate's in magenta, the flipped decisions drawn thick, and below the
+image one line per flip: kind, reference class and score -> candidate class and
+score, against the threshold (or, for a classifier without one, the fp32
+top-1/top-2 gap). At most PER_COMPARISON images per comparison: the ones whose
+flips had the largest fp32 |margin| (the most confident decisions that moved),
+ties by source name.
+
+Same inputs, same bytes: Pillow's built-in font, no timestamps or metadata, and
+a fixed PNG encoder setting.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+
+from quantbench.fsutil import atomic_path
+
+GALLERY = "report.d/gallery"
+PER_COMPARISON = 8
+THUMB = 256
+REF_COLOR = (0, 200, 0)
+CAND_COLOR = (230, 0, 200)
+BOX_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "threshold-map": "normalized"}
+
+
+def safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "x"
+
+
+def tensor_rgb(arr: np.ndarray, spec: dict) -> np.ndarray:
+    """A fixture's input tensor back to HxWx3 uint8 (the inverse of preprocess.to_tensor's arithmetic)."""
+    x = np.asarray(arr, dtype=np.float64)
+    while x.ndim > 3 and x.shape[0] == 1:
+        x = x[0]
+    if x.ndim != 3:
+        x = x.reshape(x.shape[-2], x.shape[-1])[..., None].repeat(3, axis=2)
+    elif spec.get("layout", "NCHW") == "NCHW" or (x.shape[0] in (1, 3) and x.shape[-1] not in (1, 3)):
+        x = x.transpose(1, 2, 0)
+    if x.shape[-1] == 1:
+        x = x.repeat(3, axis=2)
+    x = x[..., :3]
+    if spec.get("plugin") or "scale" not in spec:   # unknown arithmetic: stretch the values for display
+        lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
+        rgb = (x - lo) / (hi - lo if hi > lo else 1.0) * 255.0
+    else:
+        mean = np.asarray(spec.get("mean", [0, 0, 0]), np.float64)
+        std = np.asarray(spec.get("std", [1, 1, 1]), np.float64)
+        rgb = (x * std + mean) / float(spec["scale"])
+    if spec.get("color", "RGB") == "BGR":
+        rgb = rgb[..., ::-1]
+    return np.clip(np.rint(np.nan_to_num(rgb)), 0, 255).astype(np.uint8)
+
+
+def box_frame(decode: dict, sidecar: dict | None) -> str | None:
+    block = (sidecar or {}).get("decode") or {}
+    return block.get("box_frame") or BOX_FRAMES.get(decode.get("kind"))
+
+
+def _font(size: int = 11):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:   # Pillow without FreeType sizes
+        return ImageFont.load_default()
+
+
+def _fmt(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def flip_line(r: dict) -> str:
+    ref = f"{r['ref_class'] or '-'} {_fmt(r['ref_score'])}" if r["ref_slot"] >= 0 else "not served"
+    cand = f"{r['class_name'] or '-'} {_fmt(r['score'])}" if r["slot"] >= 0 else "not served"
+    thr = r.get("threshold")
+    edge = f"thr {thr:g}" if thr is not None and not (isinstance(thr, float) and math.isnan(thr)) else "top-1"
+    return f"{r['kind']}: {ref} -> {cand} ({edge}, fp32 margin {_fmt(r['margin'])})"
+
+
+def draw(rgb: np.ndarray, ref, cand, flips: list, frame: str | None, legend: str) -> "Image.Image":
+    """One thumbnail: the image, both runs' served boxes, the flipped ones thick, a caption."""
+    from PIL import Image, ImageDraw
+
+    h, w = rgb.shape[:2]
+    s = THUMB / max(h, w)
+    if s >= 1:
+        k = max(1, int(s))
+        img = Image.fromarray(rgb).resize((w * k, h * k), Image.NEAREST)
+        s = float(k)
+    else:
+        img = Image.fromarray(rgb).resize((max(1, round(w * s)), max(1, round(h * s))), Image.LANCZOS)
+    tw, th = img.size
+    font = _font()
+    lines = [legend] + [flip_line(r) for r in flips[:6]]
+    if len(flips) > 6:
+        lines.append(f"... {len(flips) - 6} more flips on this image")
+    line_h = 14
+    width = max(tw, *(int(math.ceil(font.getlength(t))) + 6 for t in lines))
+    canvas = Image.new("RGB", (width, th + 6 + line_h * len(lines)), (255, 255, 255))
+    canvas.paste(img, (0, 0))
+    d = ImageDraw.Draw(canvas)
+    if frame in ("normalized", "input-pixels"):
+        scale = np.array([w, h, w, h], np.float64) * s if frame == "normalized" else np.full(4, s)
+        flipped_ref = {r["ref_slot"] for r in flips if r["ref_slot"] >= 0}
+        flipped_cand = {r["slot"] for r in flips if r["slot"] >= 0}
+        for dec, color, flipped in ((ref, REF_COLOR, flipped_ref), (cand, CAND_COLOR, flipped_cand)):
+            if dec is None or dec.box is None:
+                continue
+            for i in range(dec.slot.size):
+                q = int(dec.slot[i])
+                if not (dec.kept[i] or q in flipped):
+                    continue
+                x1, y1, x2, y2 = (np.asarray(dec.box[i], np.float64) * scale).tolist()
+                if not all(map(math.isfinite, (x1, y1, x2, y2))):
+                    continue
+                x1, x2 = sorted((x1, x2))
+                y1, y2 = sorted((y1, y2))
+                d.rectangle([x1, y1, x2, y2], outline=color, width=3 if q in flipped else 1)
+                if q in flipped:
+                    d.text((x1 + 2, max(0, y1 - 12)), f"{float(dec.score[i]):.2f}", fill=color, font=font)
+    y = th + 3
+    for i, text in enumerate(lines):
+        d.text((3, y), text, fill=(0, 0, 0) if i else (90, 90, 90), font=font)
+        y += line_h
+    return canvas
+
+
+def save_png(img, path: Path) -> Path:
+    with atomic_path(path, suffix=".png") as tmp:
+        img.save(tmp, format="PNG", optimize=False, compress_level=6)
+    return path
+
+
+def fixture_pixels(fixture_ids, tables_root) -> dict:
+    """{fixture_id: HxWx3 uint8} of the fixtures' input tensors, read from the fixtures table."""
+    import json
+
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+
+    ids = sorted(set(fixture_ids))
+    if not ids:
+        return {}
+    t = tables.read("fixtures", root=tables_root, columns=["fixture_id", "dtype", "shape", "tensor", "preprocess"],
+                    filter=pc.field("fixture_id").isin(ids))
+    out = {}
+    for r in t.to_pylist():
+        if r["tensor"] is None:
+            continue
+        arr = np.frombuffer(r["tensor"], dtype=np.dtype(r["dtype"])).reshape(list(r["shape"]))
+        spec = r["preprocess"]
+        spec = spec if isinstance(spec, dict) else json.loads(spec or "{}")
+        out[r["fixture_id"]] = tensor_rgb(arr, spec)
+    return out
+
+
+def prune(folder: Path, keep: set) -> None:
+    """Remove the gallery's PNGs not written by this render (a stale thumbnail would mislead)."""
+    if folder.is_dir():
+        for p in folder.glob("*.png"):
+            if p.name not in keep:
+                try:
+                    os.unlink(p)
+                except OSError:
+                    pass
