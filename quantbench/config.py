@@ -5,14 +5,15 @@ Precedence, highest first: a flag on the command line, `./quantbench.toml` (its
 default. Either table may hold keys for every command (`hosts = "x86,pi"`) and
 per-command tables that win over them (`[defaults.equiv]` / `[tool.quantbench.equiv]`):
 
-    # quantbench.toml: also the hosts file; `defaults` is the one reserved name
+    # quantbench.toml: also the hosts file; `defaults` is the one reserved name.
+    # Hosts go first (or under [hosts]): in TOML every key after [defaults] belongs to it.
+    board1 = { kind = "ssh", address = "pi@board1.local" }
+
     [defaults]
-    hosts = ["x86", "pi"]
+    hosts = ["x86", "board1"]
     fixtures = "data/labels.json"
     threshold = 0.5
     budget = 2
-
-    board1 = { kind = "ssh", address = "pi@board1.local" }
 
 A key is an option's long name (`no-progress` or `no_progress`). A value must suit the
 option (a number for --budget, one of the choices for --decode ...); a mistake is a
@@ -66,8 +67,11 @@ def _split(table, where: str, commands) -> tuple[dict, dict]:
     common, per = {}, {}
     for k, v in table.items():
         if isinstance(v, dict):
+            if "kind" in v:
+                raise UserError(f"{where}.{k}: a host inside the defaults table; in TOML every key after "
+                                f"[{DEFAULTS_TABLE}] belongs to it, so define hosts above it or under [hosts]")
             if k not in commands:
-                raise UserError(f"{where}.{k}: no command {k!r}; commands: {', '.join(commands)}")
+                raise UserError(f"{where}.{k}: no command {k!r}; commands: {', '.join(dict.fromkeys(commands))}")
             per[k] = {_norm(a): b for a, b in v.items()}
         else:
             common[_norm(k)] = v
