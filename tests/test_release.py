@@ -401,3 +401,16 @@ def test_archive_member_edited_and_resealed_by_tar_fails_the_manifest(results, t
     assert main(["verify", str(forged)]) == 1
     out = capsys.readouterr().out
     assert any(ln.startswith("archive member") and "report.md" in ln and " FAIL " in ln for ln in out.splitlines())
+
+
+def test_release_holds_only_the_analysed_runs_outputs(results, base_results, capsys):
+    """A later run with other session options adds outputs to the tables; the release (scoped to the
+    equiv analysis) leaves them out."""
+    labels = base_results.parent / "labels.json"
+    assert main(["run", "--hosts", "x86", "--fixtures", str(labels), "--images", str(base_results.parent / "images"),
+                 "--graph-opt", "basic", "--limit", "2", "--tables", str(results / "tables"), "-q"]) == 0
+    assert release(results, "v1") == 0
+    rec = json.loads((results / "releases" / "v1" / "release.json").read_text())
+    t = pq.read_table(results / "releases" / "v1" / rec["tables"]["outputs"]["files"][0]["path"])
+    assert len(set(t.column("session_key").to_pylist())) == 1 and t.num_rows == 10   # 2 variants x 5 fixtures
+    assert all(len(v["targets"]) == 1 for v in rec["variants"])
