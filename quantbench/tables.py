@@ -281,8 +281,11 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
     ],
 }
 
-for _cols in COLUMNS.values():
-    _cols += [_RUN, _CREATED]
+# calib_manifest is not a results table: its bytes are hashed into every variant's recipe
+# (manifest_sha256), so no timestamp may enter it
+for _name, _cols in COLUMNS.items():
+    if _name != "calib_manifest":
+        _cols += [_RUN, _CREATED]
 
 # Tables of later pipeline stages (classes, decisions, flips, ...) are declared
 # here too, so this module stays the one place the schema lives.
@@ -417,6 +420,8 @@ def _complete(name: str, table: pa.Table) -> pa.Table:
             if c not in have:
                 table = table.append_column(c, pa.array([v[c] for v in vals], type=schema(name).field(c).type))
     n = table.num_rows
+    if name == "calib_manifest":
+        return table
     if "run_id" not in have:
         table = table.append_column("run_id", pa.array([_RUN_ID] * n, type=_S))
     if "created_at" not in have:
@@ -447,7 +452,7 @@ def to_arrow(name: str, rows: Iterable[Mapping] | pa.Table) -> pa.Table:
 
 
 def _is_filled(name: str, col: str) -> bool:
-    return col in ("run_id", "created_at") or any(col in cols for cols, _, _ in DERIVED.get(name, []))
+    return (col in ("run_id", "created_at") and name != "calib_manifest") or any(col in cols for cols, _, _ in DERIVED.get(name, []))
 
 
 class _Hasher:
