@@ -32,7 +32,19 @@ def _load_commands():
     return mods
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _leaves(name: str, p: argparse.ArgumentParser):
+    """(command name, parser) of a command, or of each action of a command with sub-actions (hosts list ...)."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        return [(name, p)]
+    return [(f"{name} {act}", sp) for a in subs for act, sp in a.choices.items()]
+
+
+def build_parser(config: bool = True) -> argparse.ArgumentParser:
+    """The whole parser; with config, option defaults come from ./quantbench.toml and ./pyproject.toml."""
+    from quantbench import config as C
+    from quantbench.console import add_common_arguments
+
     parser = _Parser(
         prog="quantbench",
         description=(
@@ -53,17 +65,42 @@ def build_parser() -> argparse.ArgumentParser:
         )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
+        if getattr(mod, "JSON_NATIVE", False):
+            p.set_defaults(_json_native=True)
+        for _, leaf in _leaves(name, p):
+            add_common_arguments(leaf)
+    leaves = {n: lp for name, p in sub.choices.items() for n, lp in _leaves(name, p)}
+    parser._qb_leaves = leaves
+    parser._qb_builtin = {n: {d: a.default for d, a in C._actions(lp).items()} for n, lp in leaves.items()}
+    parser._qb_sources = []
+    if config:
+        sources = C.load_sources(".", commands=list(sub.choices) + list(leaves))
+        C.check_known(sources, leaves)
+        for n, lp in leaves.items():
+            C.apply(lp, n, sources)
+        parser._qb_sources = sources
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    from quantbench import console
+
+    try:
+        parser = build_parser()
+    except UserError as exc:  # a bad [defaults] / [tool.quantbench] value
+        sys.stderr.write(f"quantbench: error: {exc}\n")
+        return exc.exit_code
     args = parser.parse_args(argv)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    args._parser = parser
+    if hasattr(args, "no_progress"):
+        args.no_progress = not console.progress_enabled(args)
     try:
-        return int(args._run(args) or 0)
+        with console.session(args, args.command) as state:
+            state["rc"] = int(args._run(args) or 0)
+        return state["rc"]
     except UserError as exc:
         sys.stderr.write(f"quantbench {args.command}: error: {exc}\n")
         return exc.exit_code

@@ -34,6 +34,13 @@ _I = pa.int64()
 _F = pa.float64()
 _B = pa.bool_()
 _BIN = pa.large_binary()
+_TS = pa.timestamp("us", tz="UTC")
+_OBJ = pa.list_(pa.struct([("category_id", _I), ("bbox", pa.list_(_F))]))
+
+# every table ends with these two (created_at never enters a part name or any id: see append_chunks)
+_CREATED = ("created_at", _TS, "when the row was first written (UTC); not part of any hash or key")
+_RUN = ("run_id", _S, "the `run`/`equiv` invocation that first wrote the row: SHA-256 of its hosts, variants, "
+        "fixtures and session (null: written outside one, or by schema version 1)")
 
 COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
     "fixtures": [
@@ -44,9 +51,11 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("source", _S, "source image path, relative to the corpus or images folder"),
         ("image_sha256", _S, "SHA-256 of the source image file bytes"),
         ("labels", _S, "ground-truth labels as JSON (COCO annotations of the image)"),
+        ("objects", _OBJ, "the labels, typed: one {category_id, bbox [x, y, w, h] pixels (null: no box)} per annotation"),
         ("stratum", _S, "the image's stratum: empty, objects, or its one label (classifier labels)"),
         ("split", _S, "corpus split: train, val or eval"),
         ("preprocess", _S, "preprocessing recipe as canonical JSON"),
+        ("preprocess_id", _S, "SHA-256 of the preprocess JSON: tells fixtures of one image under two recipes apart"),
         ("tensor", _BIN, "raw C-order little-endian bytes of the input tensor"),
     ],
     "models": [
@@ -56,6 +65,14 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("variant", _S, "variant name: fp32, dynamic, static-minmax, static-percentile, static-entropy, ..."),
         ("path", _S, "where the variant's ONNX was written"),
         ("recipe", _S, "the variant's recipe as canonical JSON"),
+        ("method", _S, "recipe: fp32, dynamic, minmax, percentile, entropy, ..."),
+        ("activation_type", _S, "recipe: activation integer type (static; null otherwise)"),
+        ("weight_type", _S, "recipe: weight integer type (null for fp32)"),
+        ("per_channel", _B, "recipe: per-channel weight scales"),
+        ("reduce_range", _B, "recipe: 7-bit weights"),
+        ("percentile", _F, "recipe: Percentile calibration's percentile (null: other methods)"),
+        ("entropy_bins", _I, "recipe: Entropy calibration's histogram bins (null: other methods)"),
+        ("calibration_set", _S, "recipe: calibration set name (null: not calibrated)"),
     ],
     "hosts": [
         ("fingerprint_id", _S, "SHA-256 of the canonical JSON fingerprint"),
@@ -66,6 +83,11 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("isa_flags", pa.list_(_S), "ISA feature flags relevant to kernel dispatch, sorted"),
         ("ort_version", _S, "onnxruntime version on the host"),
         ("fingerprint", _S, "the whole fingerprint as canonical JSON"),
+        ("os", _S, "fingerprint: operating system"),
+        ("libc", _S, "fingerprint: C library"),
+        ("python_version", _S, "fingerprint: Python version"),
+        ("numpy_version", _S, "fingerprint: numpy version"),
+        ("resolved_providers", pa.list_(_S), "fingerprint: execution providers the probe session resolved"),
     ],
     "outputs": [
         ("run_key", _S, "SHA-256 of (variant_id, fixture_id, fingerprint_id, session_key): the cache key"),
@@ -121,12 +143,14 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("variant_id", _S, "semantic hash of the model variant"),
         ("variant", _S, "variant name"),
         ("fixture_id", _S, "fixture (input tensor hash)"),
+        ("source", _S, "source image of the fixture"),
         ("slot", _I, "decision slot: detector query, classifier 0, map region or NMS'd detection index"),
         ("class_id", _I, "decoded class (-1: none)"),
         ("class_name", _S, "class name from the sidecar"),
         ("score", _F, "score the threshold applies to (sigmoid, softmax or map value), float64"),
         ("kept", _B, "served: score >= threshold (and within top-k)"),
         ("margin", _F, "signed distance to the decision boundary (score - threshold; classifier without threshold: top-1 minus top-2)"),
+        ("box", pa.list_(_F), "the decision's box or region as decoded, xyxy (null: the decoder has no boxes)"),
         ("flip_own_fp32", _S, "flip kind against fp32 on the same host: threshold, class, box-shift, or empty"),
         ("flip_ref_fp32", _S, "flip kind against fp32 on the reference host, or empty"),
     ],
@@ -257,11 +281,17 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
     ],
 }
 
+# calib_manifest is not a results table: its bytes are hashed into every variant's recipe
+# (manifest_sha256), so no timestamp may enter it
+for _name, _cols in COLUMNS.items():
+    if _name != "calib_manifest":
+        _cols += [_RUN, _CREATED]
+
 # Tables of later pipeline stages (classes, decisions, flips, ...) are declared
 # here too, so this module stays the one place the schema lives.
 
 KEYS: dict[str, list[str]] = {
-    "fixtures": ["fixture_id"],
+    "fixtures": ["fixture_id", "preprocess_id"],
     "models": ["variant_id"],
     "hosts": ["fingerprint_id", "host"],
     "calib_manifest": ["path"],
@@ -287,20 +317,165 @@ def schema(name: str) -> pa.Schema:
     )
 
 
+# --- derived (typed) columns: computed from the JSON column they mirror when a writer leaves them out
+
+def _json(text):
+    import json
+
+    try:
+        return json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {}
+
+
+def _objects(row):
+    anns = _json(row.get("labels")) if isinstance(row.get("labels"), str) else []
+    out = []
+    for a in anns if isinstance(anns, list) else []:
+        if not isinstance(a, dict):
+            continue
+        cid = a.get("category_id")
+        bbox = a.get("bbox")
+        out.append({"category_id": cid if isinstance(cid, int) and not isinstance(cid, bool) else None,
+                    "bbox": [float(v) for v in bbox] if isinstance(bbox, list) and all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox) else None})
+    return {"objects": out}
+
+
+def _preprocess_id(row):
+    from quantbench.fsutil import canonical_json
+
+    p = row.get("preprocess")
+    return {"preprocess_id": sha256_bytes(canonical_json(_json(p)).encode()) if p is not None else None}
+
+
+def _recipe_cols(row):
+    r = _json(row.get("recipe"))
+    opts = r.get("calibration_options") if isinstance(r.get("calibration_options"), dict) else {}
+    calib = r.get("calibration_set") if isinstance(r.get("calibration_set"), dict) else {}
+
+    def typed(v, t):
+        return v if isinstance(v, t) and not (t is not bool and isinstance(v, bool)) else None
+    return {"method": typed(r.get("method"), str), "activation_type": typed(r.get("activation_type"), str),
+            "weight_type": typed(r.get("weight_type"), str), "per_channel": typed(r.get("per_channel"), bool),
+            "reduce_range": typed(r.get("reduce_range"), bool),
+            "percentile": float(opts["percentile"]) if isinstance(opts.get("percentile"), (int, float)) else None,
+            "entropy_bins": typed(opts.get("entropy_bins"), int), "calibration_set": typed(calib.get("name"), str)}
+
+
+def _fingerprint_cols(row):
+    ident = _json(row.get("fingerprint")).get("identity") or {}
+    ident = ident if isinstance(ident, dict) else {}
+    prov = ident.get("resolved_providers")
+    s = lambda k: ident.get(k) if isinstance(ident.get(k), str) else None  # noqa: E731
+    return {"os": s("os"), "libc": s("libc"), "python_version": s("python"), "numpy_version": s("numpy"),
+            "resolved_providers": [p for p in prov if isinstance(p, str)] if isinstance(prov, list) else None}
+
+
+# table -> [(derived columns, source columns, function row -> {column: value})]
+DERIVED = {
+    "fixtures": [(("objects",), ("labels",), _objects), (("preprocess_id",), ("preprocess",), _preprocess_id)],
+    "models": [(("method", "activation_type", "weight_type", "per_channel", "reduce_range", "percentile",
+                 "entropy_bins", "calibration_set"), ("recipe",), _recipe_cols)],
+    "hosts": [(("os", "libc", "python_version", "numpy_version", "resolved_providers"), ("fingerprint",),
+               _fingerprint_cols)],
+}
+
+_RUN_ID = None
+
+
+@contextlib.contextmanager
+def run_scope(run_id: str | None):
+    """Rows written inside get this run_id (when their writer sets none)."""
+    global _RUN_ID
+    old, _RUN_ID = _RUN_ID, run_id
+    try:
+        yield run_id
+    finally:
+        _RUN_ID = old
+
+
+def run_id_of(**parts) -> str:
+    """A run's id: SHA-256 of what determines its rows (never a time)."""
+    from quantbench.fsutil import canonical_json
+
+    return sha256_bytes(canonical_json(parts).encode())
+
+
+def _now():
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc)
+
+
+def _complete(name: str, table: pa.Table) -> pa.Table:
+    """Add the derived, run_id and created_at columns a table lacks (computed, the run scope's, now)."""
+    have = set(table.column_names)
+    for cols, sources, fn in DERIVED.get(name, []):
+        if all(c in have for c in cols) or not all(c in have for c in sources):
+            continue
+        src = table.select(list(sources)).to_pylist()
+        vals = [fn(r) for r in src]
+        for c in cols:
+            if c not in have:
+                table = table.append_column(c, pa.array([v[c] for v in vals], type=schema(name).field(c).type))
+    n = table.num_rows
+    if name == "calib_manifest":
+        return table
+    if "run_id" not in have:
+        table = table.append_column("run_id", pa.array([_RUN_ID] * n, type=_S))
+    if "created_at" not in have:
+        table = table.append_column("created_at", pa.array([_now()] * n, type=_TS))
+    return table
+
+
 def to_arrow(name: str, rows: Iterable[Mapping] | pa.Table) -> pa.Table:
-    """Rows (dicts) or a table -> an Arrow table with exactly the declared schema."""
+    """Rows (dicts) or a table -> an Arrow table with exactly the declared schema.
+
+    Derived typed columns (see DERIVED), run_id and created_at are filled when absent.
+    """
     sch = schema(name)
-    if isinstance(rows, pa.Table):
-        missing = [f.name for f in sch if f.name not in rows.column_names]
-        if missing:
-            raise ValueError(f"table {name}: missing columns {missing}")
-        return rows.select([f.name for f in sch]).cast(sch)
-    rows = list(rows)
-    cols = {f.name: [r.get(f.name) for r in rows] for f in sch}
-    return pa.Table.from_pydict(cols, schema=sch)
+    if not isinstance(rows, pa.Table):
+        rows = list(rows)
+        given = {k for r in rows for k, v in r.items() if v is not None} if rows else set()
+        cols = {f.name: [r.get(f.name) for r in rows] for f in sch if f.name in given or not rows}
+        base = [f for f in sch if f.name in cols]
+        rows = pa.Table.from_pydict(cols, schema=pa.schema(base))
+        for f in sch:   # declared columns every row left out (and are not derived): nulls
+            if f.name not in rows.column_names and not _is_filled(name, f.name):
+                rows = rows.append_column(f, pa.nulls(rows.num_rows, f.type))
+    rows = _complete(name, rows)
+    missing = [f.name for f in sch if f.name not in rows.column_names]
+    if missing:
+        raise ValueError(f"table {name}: missing columns {missing}")
+    return rows.select([f.name for f in sch]).cast(sch)
 
 
-def _serialize(chunks: Iterable[pa.Table]) -> bytes | None:
+def _is_filled(name: str, col: str) -> bool:
+    return (col in ("run_id", "created_at") and name != "calib_manifest") or any(col in cols for cols, _, _ in DERIVED.get(name, []))
+
+
+class _Hasher:
+    """A write-only file that hashes what is written (the part name's input)."""
+
+    def __init__(self):
+        import hashlib
+
+        self.h = hashlib.sha256()
+        self.closed = False
+
+    def write(self, b):
+        self.h.update(b)
+        return len(b)
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def _serialize(chunks: Iterable[pa.Table], name_hash=None) -> bytes | None:
     """Parquet bytes of the chunks, one row group each (same chunks, same bytes).
 
     Binary columns hold tensors: float data that compresses little, where LZ4 takes
@@ -317,8 +492,15 @@ def _serialize(chunks: Iterable[pa.Table]) -> bytes | None:
             w = pq.ParquetWriter(buf, sch, compression={c: ("lz4" if c in plain else "zstd") for c in sch.names},
                                  write_statistics=False, use_dictionary=[c for c in sch.names if c not in plain])
         w.write_table(chunk)
+        if name_hash is not None:  # the rows without their timestamps: same rows, same part name
+            body = chunk.drop_columns([c for c in ("created_at",) if c in chunk.column_names])
+            if name_hash.get("w") is None:
+                name_hash["w"] = pa.ipc.new_stream(name_hash["sink"], body.schema)
+            name_hash["w"].write_table(body)
     if w is None:
         return None
+    if name_hash is not None:
+        name_hash["w"].close()
     w.close()
     return buf.getvalue()
 
@@ -335,10 +517,13 @@ def append_chunks(name: str, chunks: Iterable, root: str | os.PathLike = TABLES_
     the whole column never sits in memory uncompressed (first-touch page faults on
     hundreds of MB cost seconds on a small VM).
     """
-    data = _serialize(to_arrow(name, c) for c in chunks)
+    nh = {"sink": _Hasher(), "w": None}
+    data = _serialize((to_arrow(name, c) for c in chunks), nh)
     if data is None:
         return None
-    path = Path(root) / name / f"part-{sha256_bytes(data)[:32]}.parquet"
+    # named by the rows without created_at, so writing the same rows again is a no-op and the
+    # first writing's timestamps stay
+    path = Path(root) / name / f"part-{nh['sink'].h.hexdigest()[:32]}.parquet"
     if not path.exists():
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
@@ -422,7 +607,9 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     tables = []
     for f in files:
         try:
-            t = pq.read_table(f, columns=read_cols, filters=filter)
+            t = _read_part(name, f, read_cols, filter)
+        except UserError:
+            raise
         except Exception as exc:  # corrupt or foreign file: name it
             raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
         tables.append(t.cast(pa.schema([sch.field(c) for c in read_cols])))
@@ -441,10 +628,49 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     return table.select(want)
 
 
+def _part_version(f: Path, part_schema: pa.Schema) -> int | None:
+    meta = part_schema.metadata or {}
+    v = meta.get(b"quantbench.schema_version")
+    try:
+        return int(v) if v is not None else None
+    except ValueError:
+        return None
+
+
+def _read_part(name: str, f: Path, read_cols: list[str], filter) -> pa.Table:
+    """One part; a part of an older schema version is upgraded as it is read.
+
+    Version 1 parts lack run_id and created_at (read as null) and the typed columns, which
+    are computed from the JSON columns they mirror. A part of a newer version is refused.
+    """
+    ps = pq.read_schema(f)
+    version = _part_version(f, ps)
+    if version is not None and version > SCHEMA_VERSION:
+        raise UserError(f"{f}: {name} table of schema version {version}, newer than this quantbench's "
+                        f"{SCHEMA_VERSION}; upgrade quantbench to read it")
+    missing = [c for c in read_cols if c not in ps.names]
+    if not missing:
+        return pq.read_table(f, columns=read_cols, filters=filter)
+    fillable = {"run_id", "created_at"} | {c for cols, _, _ in DERIVED.get(name, []) for c in cols}
+    if set(missing) - fillable:
+        raise UserError(f"{f}: {name} table of schema version {version or 'unknown'} lacks column(s) "
+                        f"{', '.join(sorted(set(missing) - fillable))} of schema version {SCHEMA_VERSION}; "
+                        "rewrite it with this quantbench (rerun the command that made it)")
+    sources = [c for cols, src, _ in DERIVED.get(name, []) if set(cols) & set(missing) for c in src]
+    cols = list(dict.fromkeys([c for c in read_cols if c in ps.names] + [c for c in sources if c in ps.names]))
+    t = pq.read_table(f, columns=cols, filters=filter)
+    t = _complete(name, t)
+    if "created_at" in missing:  # unknown for an old part: null, not "now"
+        t = t.set_column(t.column_names.index("created_at"), "created_at", pa.nulls(t.num_rows, _TS))
+    return t.select(read_cols)
+
+
 def _type_text(t: pa.DataType) -> str:
     """`list<int64>` rather than Arrow's `list<item: int64>` (Parquet names the child `element`)."""
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return f"list<{_type_text(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ", ".join(f"{t.field(i).name}: {_type_text(t.field(i).type)}" for i in range(t.num_fields)) + ">"
     return str(t)
 
 

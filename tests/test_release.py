@@ -284,3 +284,133 @@ def test_one_release_cannot_hold_two_artifacts_under_one_key():
     assert check_registry(reg, [dict(e, raw_sha256="1" * 64), dict(e, raw_sha256="1" * 64, host="x86b")], "v1") == []
     (c,) = check_registry(reg, [dict(e, raw_sha256="1" * 64), dict(e, raw_sha256="2" * 64, host="x86b")], "v1")
     assert c.registered_tag == "v1 (this release)" and c.new_raw == "2" * 64 and c.host == "x86b"
+
+
+# --- one-file archive -----------------------------------------------------------
+
+def _verify_rows(out: str) -> list[str]:
+    return [ln for ln in out.splitlines() if " FAIL " in ln]
+
+
+def test_archive_round_trips_and_is_deterministic(results, capsys):
+    import tarfile
+
+    assert release(results, "v1", "--archive") == 0
+    out = capsys.readouterr().out
+    archive = results / "releases" / "v1.tar.gz"
+    assert archive.is_file() and f"archive: {archive}" in out
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+        members = tar.getmembers()
+    assert names[0] == "v1/manifest.json" and names[1:] == sorted(names[1:])
+    assert all(m.mtime == 0 and m.uid == 0 and m.gid == 0 and m.uname == "" and m.mode == 0o644 for m in members)
+    models = [n for n in names if n.startswith("v1/models/")]
+    assert len(models) == 2 and not any(n.startswith("v1/artifacts/") for n in names)   # by hash, once each
+    assert {"v1/release.json", "v1/report.md"} <= set(names) and any("/tables/outputs/" in n for n in names)
+
+    assert main(["verify", str(archive)]) == 0
+    out = capsys.readouterr().out
+    assert "verify" in out and ": PASS" in out.splitlines()[-1]
+    assert main(["verify", str(archive), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["pass"] and {c["check"] for c in rep["checks"]} >= {"archive", "archive member", "table", "artifact",
+                                                                  "registry"}
+    # same release folder, same archive bytes
+    from quantbench.release.archive import write_archive
+
+    again, sha = write_archive(results / "releases" / "v1", results / "again.tar.gz")
+    assert again.read_bytes() == archive.read_bytes()
+
+
+def test_archive_verify_reruns_from_the_archive(results, capsys):
+    assert release(results, "v1", "--archive") == 0
+    capsys.readouterr()
+    assert main(["verify", str(results / "releases" / "v1.tar.gz"), "--host", "x86", "--sample", "2"]) == 0
+    out = capsys.readouterr().out
+    assert len([ln for ln in out.splitlines() if ln.startswith("re-run") and " PASS " in ln]) == 2
+
+
+@pytest.mark.parametrize("where", [4, 9, 0.5, -5, -1])
+def test_one_changed_byte_anywhere_fails_verify(results, capsys, where):
+    assert release(results, "v1", "--archive") == 0
+    archive = results / "releases" / "v1.tar.gz"
+    data = bytearray(archive.read_bytes())
+    i = int(len(data) * where) if isinstance(where, float) else where % len(data)
+    data[i] ^= 0x01
+    archive.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["verify", str(archive)]) == 1
+    out = capsys.readouterr().out
+    assert _verify_rows(out) and "Traceback" not in out
+
+
+def _tar(path, members):
+    """A gzip'd tar from (TarInfo, bytes or None) pairs, with the gzip header quantbench writes."""
+    import gzip
+    import io
+    import tarfile
+
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for ti, data in members:
+            tar.addfile(ti, io.BytesIO(data) if data is not None else None)
+
+
+@pytest.mark.parametrize("bad", ["abs", "dotdot", "symlink", "hardlink", "outside-tag"])
+def test_archive_member_that_could_escape_is_refused(results, tmp_path, capsys, bad):
+    import tarfile
+
+    assert release(results, "v1", "--archive") == 0
+    archive = results / "releases" / "v1.tar.gz"
+    with tarfile.open(archive) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    evil = tarfile.TarInfo({"abs": "/tmp/qb-evil", "dotdot": "v1/../../qb-evil", "symlink": "v1/tables/link",
+                            "hardlink": "v1/tables/hard", "outside-tag": "other/qb-evil"}[bad])
+    payload = b"evil"
+    if bad == "symlink":
+        evil.type, evil.linkname, payload = tarfile.SYMTYPE, "/etc/passwd", None
+    elif bad == "hardlink":
+        evil.type, evil.linkname, payload = tarfile.LNKTYPE, "v1/release.json", None
+    else:
+        evil.size = len(payload)
+    forged = tmp_path / "forged.tar.gz"
+    _tar(forged, members[:2] + [(evil, payload)] + members[2:])
+    capsys.readouterr()
+    assert main(["verify", str(forged)]) == 1
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("archive "))
+    assert " FAIL " in line
+    assert not (tmp_path.parent / "qb-evil").exists() and not __import__("os").path.exists("/tmp/qb-evil")
+
+
+def test_archive_member_edited_and_resealed_by_tar_fails_the_manifest(results, tmp_path, capsys):
+    import tarfile
+
+    assert release(results, "v1", "--archive") == 0
+    with tarfile.open(results / "releases" / "v1.tar.gz") as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    out_members = []
+    for m, data in members:
+        if m.name == "v1/report.md":
+            data = data.replace(b"Release", b"Relaese", 1)
+            m.size = len(data)
+        out_members.append((m, data))
+    forged = tmp_path / "resealed.tar.gz"
+    _tar(forged, out_members)
+    capsys.readouterr()
+    assert main(["verify", str(forged)]) == 1
+    out = capsys.readouterr().out
+    assert any(ln.startswith("archive member") and "report.md" in ln and " FAIL " in ln for ln in out.splitlines())
+
+
+def test_release_holds_only_the_analysed_runs_outputs(results, base_results, capsys):
+    """A later run with other session options adds outputs to the tables; the release (scoped to the
+    equiv analysis) leaves them out."""
+    labels = base_results.parent / "labels.json"
+    assert main(["run", "--hosts", "x86", "--fixtures", str(labels), "--images", str(base_results.parent / "images"),
+                 "--graph-opt", "basic", "--limit", "2", "--tables", str(results / "tables"), "-q"]) == 0
+    assert release(results, "v1") == 0
+    rec = json.loads((results / "releases" / "v1" / "release.json").read_text())
+    t = pq.read_table(results / "releases" / "v1" / rec["tables"]["outputs"]["files"][0]["path"])
+    assert len(set(t.column("session_key").to_pylist())) == 1 and t.num_rows == 10   # 2 variants x 5 fixtures
+    assert all(len(v["targets"]) == 1 for v in rec["variants"])

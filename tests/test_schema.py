@@ -24,6 +24,11 @@ from quantbench import tables
 def sample(t):
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return [sample(t.value_type)]
+    if pa.types.is_struct(t):
+        return {t.field(i).name: sample(t.field(i).type) for i in range(t.num_fields)}
+    if pa.types.is_timestamp(t):
+        import datetime
+        return datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "x"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
@@ -44,7 +49,7 @@ print(",".join(tables.COLUMNS))
 
 def _type(t: str) -> str:
     """Arrow type text without list child names (Parquet reads `list<item: T>` back as `list<element: T>`)."""
-    return re.sub(r"list<\w+: ", "list<", t.strip("`"))
+    return re.sub(r"list<\w+: ", "list<", t.strip("`")).replace("struct<", "struct<")
 
 
 def readme_schema(text: str):

@@ -376,7 +376,9 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                         q = int(d.slot[i])
                         decision_rows.append({
                             "equiv_id": eid, "host": h, "fingerprint_id": sel[h][0], "variant_id": v.variant_id,
-                            "variant": v.name, "fixture_id": f, "slot": q, "class_id": int(d.cls[i]),
+                            "variant": v.name, "fixture_id": f, "source": source.get(f), "slot": q,
+                            "class_id": int(d.cls[i]),
+                            "box": None if getattr(d, "box", None) is None else [float(x) for x in d.box[i]],
                             "class_name": spec.class_name(int(d.cls[i])), "score": float(d.score[i]),
                             "kept": bool(d.kept[i]), "margin": float(d.margin[i]),
                             "flip_own_fp32": flip_of.get(("own-fp32", h, f, q), ""),

@@ -21,6 +21,7 @@ COMMANDS = [
     "release",
     "verify",
     "report",
+    "config",
 ]
 
 

@@ -203,7 +203,7 @@ def run(args) -> int:
     check_replaceable(Path(args.out) if args.out else VARIANTS_DIR / model_name, "variants")
     calset = builder.build(name, labels=args.labels, images=args.images, per_cell=args.per_cell, seed=args.seed,
                            count_bins=count_bins, allow_short=args.allow_short, skip_bad=args.skip_bad, spec=spec,
-                           model=model_name, strata=args.strata, progress=True)
+                           model=model_name, strata=args.strata, progress=not args.no_progress)
     rows = [(c["cell"], c["available"], c["selected"], c["shortfall"] or "",
              "-" if c["luma_min"] is None else f"{c['luma_min']:.1f}-{c['luma_max']:.1f}",
              "-" if c["pool_luma_min"] is None else f"{c['pool_luma_min']:.1f}-{c['pool_luma_max']:.1f}")
@@ -287,7 +287,7 @@ def run(args) -> int:
                 t = time.perf_counter()
                 ranges = compute_ranges(prepared, ImageInputs(paths, spec), static_methods,
                                         percentile=args.percentile, op_types=op_types, chunk_size=args.chunk_size,
-                                        progress=True, model=prep_model, **hist_opts)
+                                        progress=not args.no_progress, model=prep_model, **hist_opts)
             calib_time, calib_mem = time.perf_counter() - t, mem.mib
             for at, wt in types:
                 suffix = "" if (at, wt) == ("u8", "s8") else f"-{at}{wt}"

@@ -94,9 +94,9 @@ def prepare(args, held: contextlib.ExitStack | None = None):
     fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit, override)
     session = parse_session(SimpleNamespace(session_config=args.session_config, threads=1,
                                             providers="CPUExecutionProvider", graph_opt=args.graph_opt))
-    if held is not None:  # held through the runs and the table writes of finish()
-        from quantbench import tables
+    from quantbench import tables
 
+    if held is not None:  # held through the runs and the table writes of finish()
         held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
     prefer = None
     args._run_line = "runs: none (--no-run: results from the tables)"
@@ -107,8 +107,12 @@ def prepare(args, held: contextlib.ExitStack | None = None):
             if vi.variant_id not in {i.variant_id for i in infos}:
                 infos.append(vi)
     else:
-        summary = run_hosts(specs, variants, fixtures, session=session, progress=not args.no_progress,
-                            tables_root=root, jobs=args.jobs)
+        run_id = tables.run_id_of(command="equiv", hosts=names, session=session,
+                                  variants=sorted(str(v.path) for v in variants),
+                                  fixtures=sorted(fx.fixture_id for fx in fixtures))
+        with tables.run_scope(run_id):
+            summary = run_hosts(specs, variants, fixtures, session=session, progress=not args.no_progress,
+                                tables_root=root, jobs=args.jobs)
         infos = summary.variants
         args._run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
         prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts

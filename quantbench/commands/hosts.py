@@ -153,7 +153,7 @@ def do_setup(args) -> int:
             if spec.kind != "emulated":
                 raise UserError(f"hosts setup: host {name!r} is kind {spec.kind}; only emulated hosts need setup")
             presets.append(spec.options.get("preset", name))
-    done = em.setup(list(dict.fromkeys(presets)), progress=True)
+    done = em.setup(list(dict.fromkeys(presets)), progress=not args.no_progress)
     for action in done:
         print(action)
     if not done:

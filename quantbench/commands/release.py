@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "
         "raw and semantic hashes and per-host behaviour) and register its release keys.")
 
@@ -18,6 +19,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--variants", default=None, metavar="DIR",
                         help="variants folder (with index.json); default: the latest `quantbench calibrate` output")
     parser.add_argument("--results", default="results", help="results folder (variants, tables, releases)")
+    parser.add_argument("--archive", nargs="?", const="", default=None, metavar="FILE",
+                        help="also write the release as one deterministic .tar.gz (manifest, tables, models "
+                             "deduplicated by hash, report) to attach to a GitHub release; default FILE: "
+                             "results/releases/NAME.tar.gz. `quantbench verify FILE` checks it")
 
 
 def run(args) -> int:
@@ -40,6 +45,25 @@ def run(args) -> int:
               "built again gave different bytes. Release the registered artifact, or change the recipe.")
         return 1
     rec = res.record
+    archive = None
+    if args.archive is not None:
+        from quantbench.release.archive import write_archive
+
+        archive = write_archive(res.folder, args.archive or None)
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps({"tag": args.tag, "folder": str(res.folder), "record": str(res.folder / "release.json"),
+                          "archive": None if archive is None else {"file": str(archive[0]), "sha256": archive[1]},
+                          "variants": [{"name": v["name"], "variant_id": v["variant_id"], "raw_sha256": v["raw_sha256"],
+                                        "targets": [{"host": t["host"], "fingerprint_id": t["fingerprint_id"],
+                                                     "byte_class": t["byte_class"], "release_key": t["release_key"],
+                                                     "flips_vs_fp32": t["flips_vs_fp32"]} for t in v["targets"]]}
+                                       for v in rec["variants"]],
+                          "hosts": rec["hosts"], "equiv_ids": rec["equiv_ids"],
+                          "tables": {k: v["rows"] for k, v in rec["tables"].items()},
+                          "notes": res.notes, "reused_keys": res.reused_keys}, indent=2, sort_keys=True))
+        return 0
     rows = []
     for v in rec["variants"]:
         for t in v["targets"]:
@@ -61,4 +85,6 @@ def run(args) -> int:
         print("note: no `quantbench equiv` analysis of these variants; flips vs fp32 are not recorded")
     print(f"written: {res.folder}/ (release.json, report.md, tables/{', artifacts/' if rec['retain'] else ''}); "
           f"registry: {res.folder.parent / 'index.json'}")
+    if archive is not None:
+        print(f"archive: {archive[0]} (SHA-256 {archive[1]}; publish this hash beside the file)")
     return 0

@@ -164,7 +164,10 @@ def _run(args) -> int:
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure = None
     # the lock is taken once the inputs are valid, so a refused command writes nothing, not even the lock file
-    with tables.lock(root, wait=not getattr(args, "no_wait", False)):
+    run_id = tables.run_id_of(command="run", hosts=[s.name for s in specs], session=session,
+                              variants=sorted(str(v.path) for v in variants),
+                              fixtures=sorted(fx.fixture_id for fx in fixtures))
+    with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(run_id):
         try:
             summary = run_hosts(specs, variants, fixtures, session=session, allow_fallback=args.allow_fallback,
                                 allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,

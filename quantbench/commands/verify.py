@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-HELP = ("Check a release: re-hash retained artifacts, re-read every Parquet table against its recorded hash, "
+JSON_NATIVE = True  # prints its own --json summary
+HELP = ("Check a release folder or archive (.tar.gz from `release --archive`): re-hash retained artifacts, re-read every Parquet table against its recorded hash, "
         "and with --host re-run a sample of fixtures there and compare output hashes (exit 0 pass, 1 fail).")
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("release", metavar="RELEASE_DIR", help="release folder, e.g. results/releases/v1")
+    parser.add_argument("release", metavar="RELEASE",
+                        help="release folder (results/releases/v1) or archive (results/releases/v1.tar.gz); an archive "
+                             "is checked member by member and unpacked only into a private temporary folder")
     parser.add_argument("--host", default=None,
                         help="re-run a sample of fixtures on this host (one the release recorded) and compare hashes")
     parser.add_argument("--sample", type=int, default=4, help="fixtures per variant to re-run with --host")
-    parser.add_argument("--json", action="store_true", help="print the checks as JSON (same exit code)")
     parser.add_argument("--hosts-file", default=None, help="hosts file naming ssh/emulated hosts (as for `quantbench run`)")
     parser.add_argument("--no-registry", action="store_true",
                         help="the release was copied without results/releases/index.json: skip the registry checks "
@@ -22,10 +24,22 @@ def run(args) -> int:
     from quantbench.release import format_table
     from quantbench.release.verify import FAIL, NOT_RETAINED, verify
 
-    checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
-                    registry=not args.no_registry)
+    from pathlib import Path
+
+    if args.sample < 1:
+        from quantbench.errors import UserError
+
+        raise UserError("--sample: must be at least 1")
+    if Path(args.release).is_file():
+        from quantbench.release.archive import verify_archive
+
+        checks = verify_archive(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
+                                registry=not args.no_registry)
+    else:
+        checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
+                        registry=not args.no_registry)
     n_fail = sum(c.status == FAIL for c in checks)
-    if args.json:
+    if getattr(args, "json", False):
         import json
         from dataclasses import asdict
 

@@ -95,6 +95,8 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
             raise UserError(f"{path}:{line}: not valid TOML ({msg[:m.start()].strip()}, column {m.group(2)}): {src!r}") from None
         raise UserError(f"{path}: not valid TOML ({msg})") from None
     entries = data.get("hosts") if isinstance(data.get("hosts"), dict) else data
+    # [defaults] holds option defaults (quantbench.config), never a host
+    entries = {k: v for k, v in entries.items() if k != "defaults"}
     base = path.parent.resolve()
     out = {}
     for name, entry in entries.items():

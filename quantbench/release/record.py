@@ -162,9 +162,9 @@ def _digest(lines) -> str:
     return h.hexdigest()
 
 
-def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[str | None, dict, dict | None]:
+def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[str | None, dict, dict | None, dict]:
     """From `quantbench equiv`'s tables: (equiv_id, {host: class row}, {host: flip counts} or None
-    when that analysis had no fp32 variant).
+    when that analysis had no fp32 variant, the analysis' settings).
 
     Of several analyses of this variant, the one covering most release hosts wins
     (ties: the smallest equiv_id, so the choice is deterministic).
@@ -174,13 +174,13 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
     from quantbench import tables
 
     if "classes" not in tables.COLUMNS or not tables.parts("classes", tables_root):
-        return None, {}, {}
+        return None, {}, {}, {}
     ct = tables.read("classes", root=tables_root, filter=pc.field("variant_id") == variant_id).to_pylist()
     cover = defaultdict(set)
     for r in ct:
         cover[r["equiv_id"]] |= set(r["hosts"] or []) & hosts
     if not cover:
-        return None, {}, {}
+        return None, {}, {}, {}
     eid = sorted(cover, key=lambda e: (-len(cover[e]), e))[0]
     classes = {}
     for r in ct:
@@ -193,7 +193,7 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
     except (StopIteration, json.JSONDecodeError):
         settings = {}
     if not any(isinstance(v, dict) and v.get("name") == "fp32" for v in settings.get("variants", [])):
-        return eid, classes, None  # no fp32 in that analysis: flips against fp32 were not measured
+        return eid, classes, None, settings  # no fp32 in that analysis: flips against fp32 were not measured
     flips: dict = {}
     if "flips" in tables.COLUMNS and tables.parts("flips", tables_root):
         ft = tables.read("flips", root=tables_root, columns=["comparison", "host", "kind", "fixture_id"],
@@ -206,7 +206,30 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
         for h in flips:
             for c in flips[h].values():
                 c["images"] = len(c["images"])
-    return eid, classes, flips
+    return eid, classes, flips, settings
+
+
+def _scope_to_analysis(targets: list[dict], variant_id: str, settings: dict) -> list[dict]:
+    """Only the outputs the equiv analysis compared: its fixtures, and per host its (fingerprint, session).
+
+    Results of earlier runs (other fixtures, another preprocessing, other sessions) stay in
+    the results folder but do not enter the release.
+    """
+    fixtures = set((settings.get("fixtures") or {}).get(variant_id) or [])
+    selections = {h: tuple(s) for h, s in (settings.get("selections") or {}).items()}
+    out = []
+    for t in targets:
+        sel = selections.get(t["host"])
+        if sel is not None and (t["fingerprint_id"], t["session_key"]) != sel:
+            continue
+        if fixtures and sel is not None:
+            t["_lines"] = [x for x in t["_lines"] if x[0] in fixtures]
+            t["fixtures"] = len({x[0] for x in t["_lines"]})
+            t["outputs"] = len(t["_lines"])
+            t["outputs_digest"] = _digest(t["_lines"])
+        if t["_lines"]:
+            out.append(t)
+    return out
 
 
 # --- building -----------------------------------------------------------------
@@ -397,7 +420,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
         if calib.get("folder"):
             check_plain_name(calib.get("name"), f"{v.path}: recipe's calibration set name")
     vrecords, entries = [], []
-    all_hosts, fixture_ids, fingerprints, variant_ids, equiv_ids = set(), set(), set(), set(), set()
+    all_hosts, fixture_ids, fingerprints, variant_ids, equiv_ids, sessions = set(), set(), set(), set(), set(), set()
     for v in variants:
         hashes = model_hashes(v.path)
         sem = hashes["semantic_sha256"]
@@ -413,15 +436,17 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
                                 f"`quantbench run --hosts {','.join(missing)}` first")
         if not targets:
             raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
-        _byte_classes(targets)
-        eid, eclasses, eflips = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
+        eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
         if eid:
             equiv_ids.add(eid)
+            targets = _scope_to_analysis(targets, sem, esettings)
+        _byte_classes(targets)
         env = environment_of(v.recipe)
         for t in targets:
             lines = t.pop("_lines")
             fixture_ids |= {x[0] for x in lines}
             fingerprints.add(t["fingerprint_id"])
+            sessions.add(t["session_key"])
             all_hosts.add(t["host"])
             t["equiv"] = dict(eclasses[t["host"]], equiv_id=eid) if t["host"] in eclasses else None
             t["flips_vs_fp32"] = eflips.get(t["host"], {}) if eid and eflips is not None else None
@@ -442,8 +467,10 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
             "targets": targets,
         })
 
+    from datetime import datetime, timezone
+
     record = {"format": RELEASE_FORMAT, "schema_version": SCHEMA_VERSION, "quantbench_version": __version__,
-              "tag": tag, "retain": bool(retain), "hosts": sorted(all_hosts), "equiv_ids": sorted(equiv_ids),
+              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "tag": tag, "retain": bool(retain), "hosts": sorted(all_hosts), "equiv_ids": sorted(equiv_ids),
               "variants": vrecords}
     result = ReleaseResult(tag, dest, record)
     with registry_lock(rdir):
@@ -456,7 +483,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
         result.reused_keys = sorted({e["release_key"] for e in entries if e["release_key"] in reg["keys"]})
         with staging_folder(dest) as stage:
             sets = {"variant_id": variant_ids, "host": all_hosts, "fixture_id": fixture_ids,
-                    "fingerprint_id": fingerprints, "equiv_id": equiv_ids}
+                    "fingerprint_id": fingerprints, "equiv_id": equiv_ids, "session_key": sessions}
             record["tables"] = _copy_tables(tables_root, stage, sets)
             manifests = []
             for v, vr in zip(variants, vrecords):

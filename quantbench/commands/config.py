@@ -1,0 +1,41 @@
+"""`quantbench config`: the option defaults in effect here, and where each comes from."""
+
+from __future__ import annotations
+
+HELP = ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
+        "each comes from: a flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in.")
+JSON_NATIVE = True
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--all", action="store_true", help="every option of every command, not only the usual keys")
+
+
+def run(args) -> int:
+    import json
+
+    from quantbench import config as C
+    from quantbench.release import format_table
+
+    parser = args._parser
+    rows = C.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all)
+    files = [{"file": str(s.path), "table": C._table(s)} for s in parser._qb_sources]
+    if args.json:
+        print(json.dumps({"sources": files, "precedence": ["flag", "quantbench.toml [defaults]",
+                                                           "pyproject.toml [tool.quantbench]", "built-in"],
+                          "options": rows}, indent=2, sort_keys=True, default=str))
+        return 0
+    print("config files: " + (", ".join(f"{f['file']} [{f['table']}]" for f in files) or
+                              "none (built-in defaults; see quantbench.toml [defaults] or pyproject.toml [tool.quantbench])"))
+    table = []
+    for r in rows:
+        groups: dict = {}
+        for c in r["commands"]:
+            groups.setdefault((repr(c["value"]) if not isinstance(c["value"], str) else c["value"], c["source"]),
+                              []).append(c["command"])
+        for (value, src), cmds in groups.items():
+            table.append([r["key"], value, src, ",".join(cmds)])
+    print(format_table(["key", "value", "source", "commands"], table))
+    print("precedence: flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in")
+    return 0
+

@@ -1,0 +1,197 @@
+"""Option defaults from the project's files: `quantbench.toml` `[defaults]` and `pyproject.toml` `[tool.quantbench]`.
+
+Precedence, highest first: a flag on the command line, `./quantbench.toml` (its
+`[defaults]` table), `./pyproject.toml` (its `[tool.quantbench]` table), the built-in
+default. Either table may hold keys for every command (`hosts = "x86,pi"`) and
+per-command tables that win over them (`[defaults.equiv]` / `[tool.quantbench.equiv]`):
+
+    # quantbench.toml: also the hosts file; `defaults` is the one reserved name.
+    # Hosts go first (or under [hosts]): in TOML every key after [defaults] belongs to it.
+    board1 = { kind = "ssh", address = "pi@board1.local" }
+
+    [defaults]
+    hosts = ["x86", "board1"]
+    fixtures = "data/labels.json"
+    threshold = 0.5
+    budget = 2
+
+A key is an option's long name (`no-progress` or `no_progress`). A value must suit the
+option (a number for --budget, one of the choices for --decode ...); a mistake is a
+one-line error naming the file, as for any flag. `quantbench config` shows every key,
+its value and where it came from. The defaults cannot define or override hosts: those
+trust rules stay with the hosts file (docs/trust.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench.errors import UserError
+
+PYPROJECT = Path("pyproject.toml")
+QUANTBENCH_TOML = Path("quantbench.toml")
+DEFAULTS_TABLE = "defaults"
+# keys `quantbench config` lists even when no file sets them (the issue's four, and their companions)
+SHOWN = ("hosts", "fixtures", "images", "threshold", "budget", "results", "tables", "hosts_file", "jobs",
+         "decode", "split", "no_progress")
+
+
+@dataclass
+class Source:
+    name: str          # "quantbench.toml", "pyproject.toml"
+    path: Path
+    common: dict = field(default_factory=dict)
+    per_command: dict = field(default_factory=dict)
+
+
+def _norm(key: str) -> str:
+    return str(key).replace("-", "_")
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _split(table, where: str, commands) -> tuple[dict, dict]:
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: must be a table of option defaults")
+    common, per = {}, {}
+    for k, v in table.items():
+        if isinstance(v, dict):
+            if "kind" in v:
+                raise UserError(f"{where}.{k}: a host inside the defaults table; in TOML every key after "
+                                f"[{DEFAULTS_TABLE}] belongs to it, so define hosts above it or under [hosts]")
+            if k not in commands:
+                raise UserError(f"{where}.{k}: no command {k!r}; commands: {', '.join(dict.fromkeys(commands))}")
+            per[k] = {_norm(a): b for a, b in v.items()}
+        else:
+            common[_norm(k)] = v
+    return common, per
+
+
+def load_sources(folder: str | os.PathLike = ".", commands=()) -> list[Source]:
+    """The config sources present in `folder`, lowest precedence first."""
+    folder = Path(folder)
+    out = []
+    pp = folder / PYPROJECT
+    if pp.is_file():
+        tool = (_read_toml(pp).get("tool") or {}).get("quantbench")
+        if tool is not None:
+            out.append(Source("pyproject.toml", pp, *_split(tool, f"{pp}: [tool.quantbench]", commands)))
+    qt = folder / QUANTBENCH_TOML
+    if qt.is_file():
+        data = _read_toml(qt)
+        if DEFAULTS_TABLE in data:
+            out.append(Source("quantbench.toml", qt, *_split(data[DEFAULTS_TABLE], f"{qt}: [{DEFAULTS_TABLE}]",
+                                                              commands)))
+    return out
+
+
+def _actions(parser) -> dict:
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "version")}
+
+
+def _coerce(action, value, where: str):
+    """A TOML value as argparse would have parsed it for this option."""
+    flag = action.option_strings[-1]
+    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
+        if not isinstance(value, bool):
+            raise UserError(f"{where}: {flag} takes true or false (got {value!r})")
+        return value
+    if isinstance(action, argparse._CountAction):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"{where}: {flag} takes a count (got {value!r})")
+        return value
+    if isinstance(value, list):
+        if action.nargs in ("+", "*"):
+            return [_coerce_one(action, v, where, flag) for v in value]
+        value = ",".join(str(v) for v in value)   # --hosts x86,pi
+    elif action.nargs in ("+", "*"):
+        return [_coerce_one(action, value, where, flag)]
+    return _coerce_one(action, value, where, flag)
+
+
+def _coerce_one(action, value, where, flag):
+    if isinstance(value, (dict, list)) or isinstance(value, bool):
+        raise UserError(f"{where}: {flag}: {value!r} is not a value for this option")
+    text = str(value)
+    try:
+        out = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+        raise UserError(f"{where}: {flag} {text!r}: {exc}") from None
+    if action.choices is not None and out not in action.choices:
+        raise UserError(f"{where}: {flag} {text!r}: choose from {', '.join(map(str, action.choices))}")
+    return out
+
+
+def apply(parser, command: str, sources: list[Source]) -> dict:
+    """Set the parser's defaults from the sources; returns {dest: (value, source)} of what was set.
+
+    A key no command knows is an error; a key this command lacks is skipped (it is for
+    another command).
+    """
+    acts = _actions(parser)
+    chosen = {}
+    for src in sources:   # lowest first: later sources overwrite
+        for scope, table in (("", src.common), (f".{command}", src.per_command.get(command, {}))):
+            for key, value in table.items():
+                if key not in acts:
+                    if scope:
+                        raise UserError(f"{src.path}: [{_table(src)}{scope}] {key}: `quantbench {command}` has no "
+                                        f"option --{key.replace('_', '-')}")
+                    continue
+                where = f"{src.path}: [{_table(src)}{scope}] {key}"
+                chosen[key] = (_coerce(acts[key], value, where), f"{src.name} [{_table(src)}{scope}]")
+    if chosen:
+        parser.set_defaults(**{k: v for k, (v, _) in chosen.items()})
+    return chosen
+
+
+def _table(src: Source) -> str:
+    return "tool.quantbench" if src.name == "pyproject.toml" else DEFAULTS_TABLE
+
+
+def check_known(sources: list[Source], parsers: dict) -> None:
+    """Every common key must be an option of at least one command."""
+    known = set()
+    for p in parsers.values():
+        known |= set(_actions(p))
+    for src in sources:
+        for key in src.common:
+            if key not in known:
+                raise UserError(f"{src.path}: [{_table(src)}] {key}: no command has an option "
+                                f"--{key.replace('_', '-')}")
+
+
+def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool = False) -> list[dict]:
+    """Rows for `quantbench config`: key, value per command, and the source of each value."""
+    rows = []
+    keys = list(SHOWN)
+    if every:
+        keys += sorted({d for p in parsers.values() for d in _actions(p)} - set(keys)) + sorted({k for s in sources for k in s.common} - set(SHOWN))
+    keys += sorted({k for s in sources for t in s.per_command.values() for k in t} - set(keys))
+    for key in keys:
+        per = []
+        for cmd, p in parsers.items():
+            acts = _actions(p)
+            if key not in acts:
+                continue
+            value, src = builtin[cmd].get(key), "built-in"
+            for s in sources:
+                if key in s.common:
+                    value, src = s.common[key], f"{s.name} [{_table(s)}]"
+                if key in s.per_command.get(cmd, {}):
+                    value, src = s.per_command[cmd][key], f"{s.name} [{_table(s)}.{cmd}]"
+            per.append({"command": cmd, "value": value, "source": src})
+        if per:
+            rows.append({"key": key, "commands": per})
+    return rows
