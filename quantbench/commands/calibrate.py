@@ -101,15 +101,6 @@ def _display_model(path):
     return p
 
 
-def _fmt_table(headers, rows) -> str:
-    cols = list(zip(headers, *rows)) if rows else [(h,) for h in headers]
-    widths = [max(len(str(x)) for x in col) for col in cols]
-    line = lambda r: "  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip()
-    out = [line(headers), line(["-" * w for w in widths])]
-    out += [line(r) for r in rows]
-    return "\n".join(out)
-
-
 def _options(recipe: dict) -> str:
     m = recipe.get("method")
     if m == "fp32":
@@ -146,6 +137,7 @@ def run(args) -> int:
     from quantbench.modelio import graph_inputs, load_model, model_hashes
     from quantbench.preprocess import check_input_block, input_spec, load_rgb, to_tensor
     from quantbench import plugins
+    from quantbench.textfmt import text_table
     from quantbench.quantize import smoke
     from quantbench.quantize import variants as qv
     from quantbench.quantize.calibration import ImageInputs, compute_ranges, load_with_shape_infer
@@ -214,7 +206,7 @@ def run(args) -> int:
           f"of these labels checked by SHA-256), luminance = mean Rec. 709 luma")
     print(f"strata by {st['kind']}: {', '.join(st['density'])}"
           + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
-    print(_fmt_table(["cell", "candidates", "selected", "short", "luma selected", "luma pool"], rows))
+    print(text_table(["cell", "candidates", "selected", "short", "luma selected", "luma pool"], rows, rule=True))
     for med_cls, med in calset.recipe["lighting_medians"].items():
         if med is not None:
             print(f"  median luma of {med_cls}: {med:.1f} (dark < median <= bright)")
@@ -320,7 +312,7 @@ def run(args) -> int:
         size = (out / v.path.name).stat().st_size
         rows.append((v.name, v.recipe["method"] if v.recipe["method"] != "static" else v.recipe["calibration_method"],
                      _options(v.recipe), f"{size / 1024:.0f} KiB", n_img, f"{secs:.1f} s", f"{mib:.0f} MiB"))
-    print(_fmt_table(["variant", "method", "options", "size", "calib images", "time", "peak memory"], rows))
+    print(text_table(["variant", "method", "options", "size", "calib images", "time", "peak memory"], rows, rule=True))
     if static_methods:
         print(f"calibration ({', '.join(static_methods)}): {len(paths)} images, chunk size {args.chunk_size}, "
               f"{2 if set(static_methods) - {'minmax'} else 1} pass(es), {calib_time:.1f} s, peak memory {calib_mem:.0f} MiB")

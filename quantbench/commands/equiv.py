@@ -152,6 +152,8 @@ def duplicate_variants(variants, infos) -> list[dict]:
 
 def summary_text(result) -> str:
     """The ten-second summary: classes per variant, flips per variant and host, gates."""
+    from quantbench.textfmt import text_table
+
     s = result.settings
     ref = s["reference"]
     out = []
@@ -176,7 +178,7 @@ def summary_text(result) -> str:
             for k in sep))
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
-    out += _cols(rows)
+    out += text_table(rows[0], rows[1:]).splitlines()
     dists = [(v, d) for v in result.variants for d in v["distances"]]
     if dists:
         out.append("")
@@ -186,7 +188,7 @@ def summary_text(result) -> str:
             bits = "-" if d["bits_mean"] is None else f"{d['bits_mean']:.1f}/{d['bits_min']}"
             rows.append((v["variant"], f"{d['class']} ({d['host']})", d["output"], f"{d['max_abs']:.3g}",
                          f"{d['mean_abs']:.3g}", bits))
-        out += _cols(rows)
+        out += text_table(rows[0], rows[1:]).splitlines()
     out.append("")
     undecoded = {v["model"]: v["decode"].get("note", "") for v in result.variants if v["decode"]["kind"] == "none"}
     for model, note in sorted(undecoded.items()):
@@ -208,7 +210,7 @@ def summary_text(result) -> str:
                 k = (v["model"], v["variant"], h)
                 rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
                              cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
-        out += _cols(rows)
+        out += text_table(rows[0], rows[1:]).splitlines()
     conceal = [c for c in result.comparisons if c["concealed"]]
     if conceal:
         c = max(conceal, key=lambda c: c["flips"])
@@ -248,11 +250,6 @@ def summary_text(result) -> str:
 def _short(value, n: int = 24) -> str:
     text = str(value)
     return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _cols(rows) -> list[str]:
-    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def report_accuracy(result, root: Path, fixtures=None, images=None) -> dict:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 
 def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain fixed-width text table (the summary every command prints)."""
-    rows = [[str(c) for c in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
-    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows])
+    """A plain fixed-width text table with a rule under the header (quantbench.textfmt)."""
+    from quantbench.textfmt import text_table
+
+    return text_table(headers, rows, rule=True)
