@@ -194,3 +194,40 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
             split=im.get("split", ""),
         ))
     return out
+
+
+def fixtures_for_variants(variants, labels=None, images=None, split: str | None = "eval", limit: int | None = None,
+                          sidecar: dict | None = None) -> tuple[list[Fixture], dict]:
+    """Fixtures for every distinct input recipe among `variants`; returns (fixtures, spec by fixture id).
+
+    Each variant's recipe comes from quantbench.variants.input_spec_for (its
+    calibration recipe, or the sidecar beside the file); `sidecar` overrides it
+    where it agrees with the calibration. split "all" (or None) takes every image.
+    """
+    from quantbench.preprocess import check_input_block
+    from quantbench.variants import input_spec_for
+
+    specs = {}
+    for v in variants:
+        spec = check_input_block(input_spec_for(v, sidecar), v.path)
+        specs.setdefault(canonical_json(spec), spec)
+    fixtures, spec_of = [], {}
+    for spec in specs.values():
+        for fx in build_fixtures(spec, labels or CORPUS_LABELS, images, None if split in (None, "all") else split, limit):
+            if fx.fixture_id not in spec_of:
+                spec_of[fx.fixture_id] = spec
+                fx.preprocess = spec
+                fixtures.append(fx)
+    return fixtures, spec_of
+
+
+def pick_fixture(fixtures: list[Fixture], wanted: str | None, split: str = "eval") -> Fixture:
+    """The fixture whose id starts with `wanted` or whose image is named `wanted` (the first one if None)."""
+    if not fixtures:
+        raise UserError(f"--split {split}: no fixtures")
+    if not wanted:
+        return fixtures[0]
+    for fx in fixtures:
+        if fx.fixture_id.startswith(wanted) or Path(fx.source).name == wanted or fx.source == wanted:
+            return fx
+    raise UserError(f"--fixture {wanted}: no fixture with that id prefix or image name in split {split}")

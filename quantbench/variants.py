@@ -204,6 +204,65 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
     return input_spec(sidecar_for(variant), dims, name, source=where)
 
 
+# ---- choosing variants (every command's --variants / --variant) ---------------------------
+
+def resolve_variants(items) -> list[Variant]:
+    """Variant folders (index.json from calibrate), folders of .onnx files, or .onnx files -> variants;
+    none given: the latest calibrate output, else the bundled fp32 demo models."""
+    from quantbench.assets import MODELS_DIR
+
+    if not items:
+        try:
+            return latest_variants()
+        except UserError:
+            models = sorted(MODELS_DIR.glob("*.onnx"))
+            if not models:
+                raise UserError("no variants: run `quantbench calibrate` or pass --variants FILE.onnx") from None
+            return [fp32_variant(m) for m in models]
+    out = []
+    for item in items:
+        p = Path(item)
+        if p.is_dir():
+            if (p / INDEX_FILE).exists():
+                out.extend(load_variants(p))
+            else:
+                files = sorted(p.glob("*.onnx"))
+                if not files:
+                    raise UserError(f"--variants {p}: folder has no index.json and no .onnx files")
+                out.extend(fp32_variant(f) for f in files)
+        elif p.suffix == ".onnx" or p.exists():
+            found = None
+            if (p.parent / INDEX_FILE).exists():
+                found = next((v for v in load_variants(p.parent) if Path(v.path).resolve() == p.resolve()), None)
+            out.append(found or fp32_variant(p))
+        else:
+            raise UserError(f"--variants {p}: not found")
+    return out
+
+
+def pick_variant(text: str) -> Variant:
+    """A variant by name (from the last calibrate run) or by .onnx path."""
+    from quantbench.modelio import load_model
+
+    p = Path(text)
+    if p.suffix == ".onnx" or p.exists():
+        v = resolve_variants([str(p)])[0]
+        if v.name == "fp32" and p.stem != "fp32":  # a bare file: name a quantized one after the file, not "fp32"
+            ops = {n.op_type for n in load_model(v.path, check=False).graph.node}
+            if ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
+                      "ConvInteger", "DynamicQuantizeLinear"}:
+                v.name = p.stem
+        return v
+    try:
+        found = latest_variants()
+    except UserError:
+        raise UserError(f"--variant {text}: no calibrate run yet; run `quantbench calibrate` or pass an .onnx file") from None
+    for v in found:
+        if v.name == text:
+            return v
+    raise UserError(f"--variant {text}: not among the latest variants ({', '.join(v.name for v in found)})")
+
+
 # ---- writing (used by `quantbench calibrate`) -------------------------------------------
 
 def write_index(folder: str | os.PathLike, variants: list[Variant]) -> Path:

@@ -64,9 +64,9 @@ def demo_variants(paths=None):
 
 
 def fixtures_for(v, limit, split="eval"):
-    from quantbench.commands.run import build_run_fixtures
+    from quantbench.fixtures import fixtures_for_variants
 
-    fx, _ = build_run_fixtures([v], split=split, limit=limit)
+    fx, _ = fixtures_for_variants([v], split=split, limit=limit)
     return fx
 
 

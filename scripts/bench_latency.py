@@ -40,7 +40,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
 
-    from quantbench.commands.run import build_run_fixtures
+    from quantbench.fixtures import fixtures_for_variants
     from quantbench.explain.latency import check_host, measure, table, with_speedups
     from quantbench.explain.localize import parse_hosts
     from quantbench.quantize import variants as QV
@@ -58,8 +58,8 @@ def main() -> int:
         tmp = Path(tmp)
         for path in models:
             fp32 = fp32_variant(path)
-            calib, _ = build_run_fixtures([fp32], CORPUS_LABELS, None, "train", args.calib)
-            evalfx, _ = build_run_fixtures([fp32], CORPUS_LABELS, None, "eval", 1)
+            calib, _ = fixtures_for_variants([fp32], CORPUS_LABELS, None, "train", args.calib)
+            evalfx, _ = fixtures_for_variants([fp32], CORPUS_LABELS, None, "eval", 1)
             prepared = tmp / f"{path.stem}.prepared.onnx"
             QV.prepare_model(path, prepared)
             int8 = QV.make_static(prepared, tmp / f"{path.stem}.static.onnx",

@@ -602,3 +602,14 @@ def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
     if is_plugin(spec.kind):
         return decode_plugin(spec, outputs)
     return _DECODERS[spec.kind](spec, outputs)
+
+
+def spec_for_variant(variant, kind: str | None = None) -> DecodeSpec | None:
+    """The decode spec of a variant's sidecar (or `kind`), checked against its outputs; None under decode none."""
+    from quantbench.modelio import load_model
+    from quantbench.variants import sidecar_for
+
+    spec = spec_from_sidecar(sidecar_for(variant), kind, source=str(variant.path))
+    if spec.kind == NONE:
+        return None
+    return check_outputs(spec, [o.name for o in load_model(variant.path, check=False).graph.output])

@@ -49,3 +49,72 @@ def add_fixture_arguments(p, verb: str = "run") -> None:
                    help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its input "
                         "block must match the calibration recipe")
     g.add_argument("--limit", type=int, help=f"{verb} only the first N images of the split (by file name)")
+
+
+def session_config(items) -> dict:
+    """`--session-config KEY=VALUE ...` -> the session's config entries."""
+    from quantbench.errors import UserError
+
+    entries = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
+        entries[key.strip()] = value.strip()
+    return entries
+
+
+def session_from_args(args) -> dict:
+    """The run session from the session flags (--session-config, --graph-opt, and --threads/--providers where the
+    command has them)."""
+    from quantbench.errors import UserError
+
+    threads = getattr(args, "threads", 1)
+    if threads < 1:
+        raise UserError(f"--threads {threads}: must be at least 1")
+    providers = [p.strip() for p in getattr(args, "providers", "CPUExecutionProvider").split(",") if p.strip()]
+    if not providers:
+        raise UserError("--providers: name at least one, e.g. CPUExecutionProvider")
+    return {"intra_op_num_threads": threads, "inter_op_num_threads": 1, "execution_mode": "sequential",
+            "graph_optimization_level": args.graph_opt, "config_entries": session_config(args.session_config),
+            "providers": providers, "batch": 1}
+
+
+def base_session_from_args(args) -> dict:
+    """The session options the explain commands vary from (graph optimisation, config entries)."""
+    return {"graph_optimization_level": args.graph_opt, "config_entries": session_config(args.session_config)}
+
+
+def sidecar_from_args(args) -> dict | None:
+    """--sidecar FILE -> the sidecar dict (None when not given)."""
+    from quantbench.variants import load_sidecar_file
+
+    path = getattr(args, "sidecar", None)
+    return None if not path else load_sidecar_file(path)
+
+
+def fixtures_from_args(args, variants, limit: int | None = None) -> list:
+    """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select."""
+    from quantbench.fixtures import fixtures_for_variants
+
+    fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit, sidecar_from_args(args))
+    return fixtures
+
+
+def add_explain_arguments(p, hosts_default: str | None = None) -> None:
+    """Options shared by the explain commands (variant, hosts, fixtures, session, tables)."""
+    p.add_argument("--variant", required=True,
+                   help="variant name from the last `quantbench calibrate` (fp32, dynamic, static-minmax, ...) or an .onnx file")
+    p.add_argument("--hosts", required=hosts_default is None, default=hosts_default,
+                   help="comma-separated hosts; NAME+KEY=VALUE sets a session option or config entry for that host, "
+                        "e.g. x86,x86+session.x64quantprecision=1")
+    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of the evaluation images (default: the bundled corpus)")
+    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures")
+    p.add_argument("--split", default="eval", help="image split (train, val, eval, or 'all')")
+    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="session config entry for every host (repeatable)")
+    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
+                   help="graph optimization level of the run being explained")
+    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
+    p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -66,10 +66,10 @@ def _run_hint(args) -> str:
 
 def prepare(args, held: contextlib.ExitStack | None = None):
     """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
-    from types import SimpleNamespace
 
     from quantbench.analysis.equiv import VariantRef
-    from quantbench.commands.run import build_run_fixtures, load_sidecar_arg, parse_session, resolve_variants
+    from quantbench.commands import fixtures_from_args, session_from_args, sidecar_from_args
+    from quantbench.variants import resolve_variants
     from quantbench.modelio import fits
     from quantbench.variants import sidecar_for
     from quantbench.errors import UserError
@@ -90,10 +90,9 @@ def prepare(args, held: contextlib.ExitStack | None = None):
     results = Path(args.results)
     root = results / "tables"
     variants = resolve_variants(args.variants)
-    override = load_sidecar_arg(args.sidecar)
-    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit, override)
-    session = parse_session(SimpleNamespace(session_config=args.session_config, threads=1,
-                                            providers="CPUExecutionProvider", graph_opt=args.graph_opt))
+    override = sidecar_from_args(args)
+    fixtures = fixtures_from_args(args, variants, args.limit)
+    session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
     from quantbench import tables
 
     if held is not None:  # held through the runs and the table writes of finish()
@@ -311,7 +310,6 @@ def finish(result, args, results: Path, root: Path, extra_files=(), gates=None) 
 
 
 def run(args) -> int:
-    from quantbench import tables
     from quantbench.analysis.gates import parse_gates
     from quantbench.hosts.registry import announce_hosts_file
 

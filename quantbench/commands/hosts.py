@@ -63,7 +63,7 @@ def do_list(args) -> int:
 def do_check(args) -> int:
     import time
 
-    from quantbench.commands.run import parse_session
+    from quantbench.commands import session_from_args
     from quantbench.errors import UserError
     from quantbench.hosts import worker as W
     from quantbench.hosts.registry import make_host, resolve_hosts
@@ -77,7 +77,7 @@ def do_check(args) -> int:
             raise UserError(f"host {spec.name}: {msg}")
         print(f"{spec.name}: {msg}")
         return 0
-    session = normalize_session(parse_session(args))
+    session = normalize_session(session_from_args(args))
     from quantbench.hosts.local import WorkerDied
 
     t0 = time.monotonic()

@@ -23,12 +23,9 @@ def add_arguments(p) -> None:
 
 
 def resolve(names: str):
-    from quantbench import variants as V
-    from quantbench.commands.localize import pick_variant
+    from quantbench.variants import pick_variant, resolve_variants
 
     if names == "all":
-        from quantbench.commands.run import resolve_variants
-
         return resolve_variants(None)
     return [pick_variant(n.strip()) for n in names.split(",") if n.strip()]
 
@@ -36,7 +33,7 @@ def resolve(names: str):
 def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
-    from quantbench.commands.localize import pick_fixtures
+    from quantbench.commands import fixtures_from_args
     from quantbench.explain.latency import check_host, measure, table, with_speedups
     from quantbench.explain.localize import parse_hosts
 
@@ -47,7 +44,7 @@ def run(args) -> int:
     root = Path(args.tables) if args.tables else TABLES_DIR
     rows = []
     for v in variants:
-        fx = pick_fixtures(args, v, 1)[0]
+        fx = fixtures_from_args(args, [v], 1)[0]
         for h in hosts:
             rows.append(measure(v.path, h, fx, args.warmup, args.runs, args.repeats, v.name))
     with_speedups(rows)

@@ -8,10 +8,10 @@ HELP = "Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands.localize import add_common
+    from quantbench.commands import add_explain_arguments
     from quantbench.explain.noise import FACTORS
 
-    add_common(p)
+    add_explain_arguments(p)
     p.add_argument("--limit", type=int, default=8, help="fixtures to use (batch composition needs 8)")
     p.add_argument("--threads", type=int, default=4, help="N of the threads 1 vs N comparison")
     p.add_argument("--batch", type=int, default=8, help="batch size of the batch-composition comparison")
@@ -23,35 +23,23 @@ def add_arguments(p) -> None:
                         "(default: the model's sidecar)")
 
 
-def decode_spec(variant, kind=None):
-    """The decode spec from the variant's sidecar (or --decode), checked against its outputs; None under decode none."""
-    from quantbench.analysis.decode import NONE, check_outputs, spec_from_sidecar
-    from quantbench.modelio import load_model
-    from quantbench.variants import sidecar_for
-
-    sc = sidecar_for(variant)
-    spec = spec_from_sidecar(sc, kind, source=str(variant.path))
-    if spec.kind == NONE:
-        return None
-    outs = [o.name for o in load_model(variant.path, check=False).graph.output]
-    return check_outputs(spec, outs)
-
-
 def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
-    from quantbench.commands.localize import base_session, pick_fixtures, pick_variant
+    from quantbench.analysis.decode import spec_for_variant
+    from quantbench.commands import base_session_from_args, fixtures_from_args
     from quantbench.errors import UserError
     from quantbench.explain.localize import parse_hosts
     from quantbench.explain.noise import noise_floor, table
+    from quantbench.variants import pick_variant
 
     if args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
     root = Path(args.tables) if args.tables else TABLES_DIR
     variant = pick_variant(args.variant)
-    hosts = parse_hosts(args.hosts, base_session(args), args.hosts_file)
-    fixtures = pick_fixtures(args, variant, args.limit)
-    spec = decode_spec(variant, args.decode)
+    hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
+    fixtures = fixtures_from_args(args, [variant], args.limit)
+    spec = spec_for_variant(variant, args.decode)
     factors = [f.strip() for f in args.factors.split(",") if f.strip()]
     rows = []
     for h in hosts:

@@ -8,10 +8,10 @@ HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split 
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands.localize import add_common
+    from quantbench.commands import add_explain_arguments
     from quantbench.explain.remedy import REMEDIES
 
-    add_common(p)
+    add_explain_arguments(p)
     p.add_argument("--fp32", metavar="MODEL",
                    help="the float model the variant was quantized from (default: the fp32 variant of the last calibrate run)")
     p.add_argument("--limit", type=int, default=8, help="fixtures to compare on")
@@ -27,8 +27,9 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import RESULTS_DIR, TABLES_DIR
-    from quantbench.commands.localize import base_session, pick_fixtures, pick_variant
-    from quantbench.commands.noise import decode_spec
+    from quantbench.commands import base_session_from_args, fixtures_from_args
+    from quantbench.variants import pick_variant
+    from quantbench.analysis.decode import spec_for_variant
     from quantbench.errors import UserError
     from quantbench.explain.localize import parse_hosts
     from quantbench.explain.remedy import build_remedies, remedy_matrix, table
@@ -36,18 +37,18 @@ def run(args) -> int:
 
     root = Path(args.tables) if args.tables else TABLES_DIR
     variant = pick_variant(args.variant)
-    hosts = parse_hosts(args.hosts, base_session(args), args.hosts_file)
+    hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
     if len(hosts) < 2:
         raise UserError("--hosts: name at least two hosts to compare")
     if args.fp32:
         fp32 = Path(args.fp32)
     else:
         fp32 = Path(pick_variant("fp32").path)
-    spec = decode_spec(variant, args.decode)
+    spec = spec_for_variant(variant, args.decode)
     if spec is None:
         raise UserError(f"{variant.path}: no decoder (--decode none, or no decode block in its sidecar); remedy "
                         f"counts decision flips, so pass --decode KIND")
-    fixtures = pick_fixtures(args, variant, args.limit)
+    fixtures = fixtures_from_args(args, [variant], args.limit)
     stem = Path(variant.path)
     ranges = stem.with_name(stem.stem + ".ranges.json")
     out = Path(args.out) if args.out else RESULTS_DIR / "remedies" / variant.name

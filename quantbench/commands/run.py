@@ -38,106 +38,7 @@ def add_arguments(p) -> None:
                    help="fail at once (exit 2) if another run/equiv holds the tables folder's lock, instead of waiting")
 
 
-def config_entries(items) -> dict:
-    """`--session-config KEY=VALUE ...` -> the session's config entries."""
-    from quantbench.errors import UserError
-
-    entries = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
-        entries[key.strip()] = value.strip()
-    return entries
-
-
-def parse_session(args) -> dict:
-    from quantbench.errors import UserError
-
-    entries = config_entries(args.session_config)
-    if args.threads < 1:
-        raise UserError(f"--threads {args.threads}: must be at least 1")
-    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
-    if not providers:
-        raise UserError("--providers: name at least one, e.g. CPUExecutionProvider")
-    return {"intra_op_num_threads": args.threads, "inter_op_num_threads": 1, "execution_mode": "sequential",
-            "graph_optimization_level": args.graph_opt, "config_entries": entries, "providers": providers, "batch": 1}
-
-
-def resolve_variants(items) -> list:
-    """--variants values -> Variant list (folders with index.json, folders of .onnx, or files)."""
-    from quantbench import variants as V
-    from quantbench.assets import MODELS_DIR
-    from quantbench.errors import UserError
-
-    if not items:
-        try:
-            return V.latest_variants()
-        except UserError:
-            models = sorted(MODELS_DIR.glob("*.onnx"))
-            if not models:
-                raise UserError("no variants: run `quantbench calibrate` or pass --variants FILE.onnx") from None
-            return [V.fp32_variant(m) for m in models]
-    out = []
-    for item in items:
-        p = Path(item)
-        if p.is_dir():
-            if (p / V.INDEX_FILE).exists():
-                out.extend(V.load_variants(p))
-            else:
-                files = sorted(p.glob("*.onnx"))
-                if not files:
-                    raise UserError(f"--variants {p}: folder has no index.json and no .onnx files")
-                out.extend(V.fp32_variant(f) for f in files)
-        elif p.suffix == ".onnx" or p.exists():
-            idx = p.parent / V.INDEX_FILE
-            found = None
-            if idx.exists():
-                found = next((v for v in V.load_variants(p.parent) if Path(v.path).resolve() == p.resolve()), None)
-            out.append(found or V.fp32_variant(p))
-        else:
-            raise UserError(f"--variants {p}: not found")
-    return out
-
-
-def build_run_fixtures(variants, labels=None, images=None, split="eval", limit=None, sidecar=None):
-    """Fixtures for every distinct input recipe among the variants; returns (fixtures, specs by fixture id).
-
-    Each variant's recipe comes from quantbench.variants.input_spec_for (its
-    calibration recipe, or the sidecar beside the file); `sidecar` (a --sidecar
-    dict) overrides it where it agrees with the calibration.
-    """
-    from quantbench.assets import CORPUS_LABELS
-    from quantbench.fixtures import build_fixtures
-    from quantbench.fsutil import canonical_json
-    from quantbench.preprocess import check_input_block
-    from quantbench.variants import input_spec_for
-
-    specs = {}
-    for v in variants:
-        spec = check_input_block(input_spec_for(v, sidecar), v.path)
-        specs.setdefault(canonical_json(spec), spec)
-    fixtures, spec_of = [], {}
-    for spec in specs.values():
-        fxs = build_fixtures(spec, labels or CORPUS_LABELS, images, None if split == "all" else split, limit)
-        for fx in fxs:
-            if fx.fixture_id not in spec_of:
-                spec_of[fx.fixture_id] = spec
-                fx.preprocess = spec
-                fixtures.append(fx)
-    return fixtures, spec_of
-
-
-def load_sidecar_arg(path):
-    """--sidecar FILE -> the sidecar dict (None when not given)."""
-    from quantbench.variants import load_sidecar_file
-
-    return None if not path else load_sidecar_file(path)
-
-
 def run(args) -> int:
-    from quantbench import tables
-    from quantbench.assets import TABLES_DIR
     from quantbench.hosts.registry import announce_hosts_file
 
     announce_hosts_file(args.hosts_file)
@@ -145,6 +46,8 @@ def run(args) -> int:
 
 
 def _run(args) -> int:
+    from quantbench.commands import fixtures_from_args, session_from_args
+    from quantbench.variants import resolve_variants
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
     from quantbench.errors import UserError
@@ -154,13 +57,12 @@ def _run(args) -> int:
     names = [h.strip() for h in args.hosts.split(",") if h.strip()]
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
-    session = parse_session(args)
+    session = session_from_args(args)
     from quantbench.hosts.registry import resolve_hosts
 
     specs = resolve_hosts(names, args.hosts_file)
     variants = resolve_variants(args.variants)
-    fixtures, _ = build_run_fixtures(variants, args.fixtures, args.images, args.split, args.limit,
-                                     load_sidecar_arg(args.sidecar))
+    fixtures = fixtures_from_args(args, variants, args.limit)
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure = None
     # the lock is taken once the inputs are valid, so a refused command writes nothing, not even the lock file
