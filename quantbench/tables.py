@@ -7,9 +7,9 @@ same rows twice is a no-op, runs on different machines merge by copying parts,
 and a crash loses at most the part being written. Readers de-duplicate on the
 table's key columns.
 
-The column lists below are the schema the README documents
+The column lists below are the schema docs/schema.md documents
 (``python -m quantbench.tables`` prints the Markdown); a test checks that the
-README and this module agree.
+docs/schema.md and this module agree.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ _RUN = ("run_id", _S, "the `run`/`equiv` invocation that first wrote the row: SH
 
 COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
     "fixtures": [
-        ("fixture_id", _S, "SHA-256 of the canonical encoding of the input tensor (see README: tensor hash)"),
+        ("fixture_id", _S, "SHA-256 of the canonical encoding of the input tensor (see docs/schema.md: tensor hash)"),
         ("input_name", _S, "model input the tensor feeds"),
         ("dtype", _S, "numpy dtype string of the input tensor, little-endian (e.g. <f4)"),
         ("shape", pa.list_(_I), "input tensor shape"),

@@ -1,7 +1,7 @@
 """The bundled detector litter-detr-tiny really detects, and quantbench.metrics counts right.
 
 The model tests run the committed ONNX in a real onnxruntime session over the whole
-eval split and hold it to the figures its sidecar (and the README) report.
+eval split and hold it to the figures its sidecar (and docs/demo.md) report.
 """
 
 import json
@@ -213,7 +213,7 @@ def test_corpus_sha256_follows_labels_and_pixels(tmp_path):
 
 
 def test_readme_reports_the_sidecar_figures(sidecar):
-    readme = (MODELS_DIR.parents[2] / "README.md").read_text()
+    readme = (MODELS_DIR.parents[2] / "docs" / "demo.md").read_text()
     section = readme.split("<!-- section:demo-detector -->")[1].split("<!-- /section:demo-detector -->")[0]
     m = sidecar["metrics"]
     thr = sidecar["decode"]["threshold"]

@@ -1,8 +1,8 @@
-"""The README documents every Parquet table, and what quantbench writes matches it.
+"""docs/schema.md documents every Parquet table, and what quantbench writes matches it.
 
 The reading half of this test uses pyarrow alone (no quantbench import): the
 tables are produced by a subprocess running quantbench, the documented columns
-are parsed from README.md, and each table is read with pyarrow.parquet.
+are parsed from docs/schema.md, and each table is read with pyarrow.parquet.
 """
 
 import re
@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+SCHEMA_DOC = ROOT / "docs" / "schema.md"
 
 # Runs in a subprocess: writes one row per declared table through quantbench's own writer.
 _WRITE_EVERY_TABLE = r"""
@@ -53,10 +53,10 @@ def _type(t: str) -> str:
 
 
 def readme_schema(text: str):
-    """{table: [(column, type)]} and the schema version, parsed from the README schema section."""
+    """{table: [(column, type)]} and the schema version, parsed from the schema section of docs/schema.md."""
     section = text.split("<!-- section:schema -->", 1)[1].split("<!-- /section:schema -->", 1)[0]
     version = re.search(r"Schema version (\d+)", section)
-    assert version, "README schema section states no schema version"
+    assert version, "docs/schema.md states no schema version"
     documented, keys, current = {}, {}, None
     for line in section.splitlines():
         m = re.match(r"### `([\w-]+)` \(key: ([^)]*)\)", line)
@@ -75,7 +75,7 @@ def readme_schema(text: str):
 
 
 def test_readme_schema_section_is_up_to_date():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "update_readme_schema.py"), "--check"],
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "update_schema_doc.py"), "--check"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -85,8 +85,8 @@ def test_every_table_reads_with_pyarrow_alone_and_matches_the_readme(tmp_path):
                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     written = out.stdout.strip().split(",")
-    documented, version = readme_schema(README.read_text(encoding="utf-8"))
-    assert sorted(written) == sorted(documented), "tables written by quantbench and tables in the README differ"
+    documented, version = readme_schema(SCHEMA_DOC.read_text(encoding="utf-8"))
+    assert sorted(written) == sorted(documented), "tables written by quantbench and tables in docs/schema.md differ"
     for name, cols in documented.items():
         files = sorted((tmp_path / name).glob("part-*.parquet"))
         assert len(files) == 1, name

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Regenerate the README's schema section from quantbench/tables.py.
+"""Regenerate the schema section of docs/schema.md from quantbench/tables.py.
 
-    python3 scripts/update_readme_schema.py          # rewrite the section in README.md
-    python3 scripts/update_readme_schema.py --check  # exit 1 if README.md is out of date
+    python3 scripts/update_schema_doc.py          # rewrite the section in docs/schema.md
+    python3 scripts/update_schema_doc.py --check  # exit 1 if docs/schema.md is out of date
 
 The section between `<!-- section:schema -->` and `<!-- /section:schema -->` is
-replaced by the output of `python -m quantbench.tables`; the rest of the README is
+replaced by the output of `python -m quantbench.tables`; the rest of the page is
 left byte for byte.
 """
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+SCHEMA_DOC = ROOT / "docs" / "schema.md"
 START, END = "<!-- section:schema -->", "<!-- /section:schema -->"
 
 
@@ -30,7 +30,7 @@ def generated() -> str:
 
 def replace_section(text: str, body: str) -> str:
     if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
-        raise SystemExit(f"{README}: expected one {START} ... {END} section")
+        raise SystemExit(f"{SCHEMA_DOC}: expected one {START} ... {END} section")
     head, rest = text.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{body}\n{END}{tail}"
@@ -38,24 +38,24 @@ def replace_section(text: str, body: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="only check; exit 1 if the README section is out of date")
+    ap.add_argument("--check", action="store_true", help="only check; exit 1 if the docs/schema.md section is out of date")
     args = ap.parse_args(argv)
-    text = README.read_text(encoding="utf-8")
+    text = SCHEMA_DOC.read_text(encoding="utf-8")
     new = replace_section(text, generated())
     if args.check:
         if new != text:
-            print(f"{README}: schema section out of date; run python3 scripts/update_readme_schema.py")
+            print(f"{SCHEMA_DOC}: schema section out of date; run python3 scripts/update_schema_doc.py")
             return 1
-        print(f"{README}: schema section up to date")
+        print(f"{SCHEMA_DOC}: schema section up to date")
         return 0
     if new != text:
         sys.path.insert(0, str(ROOT))
         from quantbench.fsutil import atomic_write_text
 
-        atomic_write_text(README, new)
-        print(f"{README}: schema section updated")
+        atomic_write_text(SCHEMA_DOC, new)
+        print(f"{SCHEMA_DOC}: schema section updated")
     else:
-        print(f"{README}: schema section already up to date")
+        print(f"{SCHEMA_DOC}: schema section already up to date")
     return 0
 
 
