@@ -20,16 +20,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _load_commands():
-    mods = []
-    for name in COMMANDS:
-        try:
-            mod = importlib.import_module(f"quantbench.commands.{name}")
-        except ModuleNotFoundError as exc:  # command not built in this checkout
-            if exc.name == f"quantbench.commands.{name}":
-                continue
-            raise
-        mods.append((name, mod))
-    return mods
+    """Every listed command's module; one that fails to import is an error, never a silently missing command."""
+    return [(name, importlib.import_module(f"quantbench.commands.{name}")) for name in COMMANDS]
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a default once: not when the help already says it, nor an empty one (None, False, [])."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, [], "", argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
 
 
 def _leaves(name: str, p: argparse.ArgumentParser):
@@ -52,7 +54,7 @@ def build_parser(config: bool = True) -> argparse.ArgumentParser:
             "it ships to: equivalence classes of byte-identical hosts and the served "
             "decisions that flip against fp32."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"quantbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -61,7 +63,7 @@ def build_parser(config: bool = True) -> argparse.ArgumentParser:
             name,
             help=mod.HELP,
             description=mod.HELP,
-            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+            formatter_class=_HelpFormatter,
         )
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)

@@ -31,6 +31,11 @@ def test_each_command_help_shows_options_with_defaults(name, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"usage: quantbench {name}")
     assert "options:" in out
+    # each default once: never an empty one appended, never a second one after the help's own
+    for empty in ("(default: None)", "(default: False)", "(default: [])"):
+        assert empty not in out, (name, empty)
+    text = " ".join(out.split())
+    assert "(default: the bundled corpus) (default:" not in text
 
 
 def test_unknown_option_is_one_line_exit_2_in_a_real_process():
