@@ -8,7 +8,7 @@ import sys
 
 from quantbench import __version__
 from quantbench.commands import COMMANDS
-from quantbench.errors import GateFailed, UserError
+from quantbench.errors import GateFailed, ParameterError, UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,6 +84,18 @@ def build_parser(config: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
+def _for_cli(exc: UserError, parser, args) -> str:
+    """A library ParameterError names the parameter; on the command line, name its flag instead."""
+    if not isinstance(exc, ParameterError):
+        return str(exc)
+    leaves = getattr(parser, "_qb_leaves", {})
+    leaf = leaves.get(args.command) or next((p for n, p in leaves.items() if n.startswith(f"{args.command} ")), None)
+    for action in getattr(leaf, "_actions", []):
+        if action.dest == exc.param and action.option_strings:
+            return exc.for_flag(max(action.option_strings, key=len))
+    return str(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     from quantbench import console
 
@@ -104,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             state["rc"] = int(args._run(args) or 0)
         return state["rc"]
     except UserError as exc:
-        sys.stderr.write(f"quantbench {args.command}: error: {exc}\n")
+        sys.stderr.write(f"quantbench {args.command}: error: {_for_cli(exc, parser, args)}\n")
         return exc.exit_code
     except GateFailed as exc:
         sys.stderr.write(f"quantbench {args.command}: gate failed: {exc}\n")

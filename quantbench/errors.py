@@ -15,3 +15,19 @@ class GateFailed(Exception):
     """A --gate condition failed; the CLI exits 1 after printing the summary."""
 
     exit_code = 1
+
+
+class ParameterError(UserError):
+    """A bad library parameter: the library names the parameter, the CLI names the flag.
+
+    ``str(exc)`` is ``per_cell=0: must be at least 1``; the command line shows
+    ``--per-cell 0: must be at least 1`` (cli.py maps the parameter to the option
+    whose dest it is), so each value is validated once, in the library.
+    """
+
+    def __init__(self, param: str, problem: str, value=None, show_value: bool = True):
+        self.param, self.problem, self.value, self.show_value = param, problem, value, show_value and value is not None
+        super().__init__(f"{param}={value!r}: {problem}" if self.show_value else f"{param}: {problem}")
+
+    def for_flag(self, flag: str) -> str:
+        return f"{flag} {self.value}: {self.problem}" if self.show_value else f"{flag}: {self.problem}"

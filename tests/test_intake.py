@@ -283,3 +283,25 @@ def test_preprocess_plugin_is_recorded_used_by_run_and_checked(workdir, corpus, 
     capsys.readouterr()
     assert main(["run", "--hosts", "x86", "--fixtures", str(labels), "--no-progress"]) == 2
     assert "preprocessing plug-in prep.py:gray changed since calibration" in capsys.readouterr().err
+
+
+def test_the_library_names_parameters_and_the_cli_names_flags(workdir, corpus, capsys):
+    """One validation, in the library: calibrate(CalibrateOptions(...)) says chunk_size, the command says --chunk-size."""
+    from quantbench.errors import ParameterError
+    from quantbench.quantize.pipeline import CalibrateOptions, calibrate
+
+    labels, _ = corpus
+    model = tiny_model(workdir / "m" / "tiny.onnx")
+    with pytest.raises(ParameterError, match=r"^chunk_size: must be at least 1 \(got 0\)$"):
+        calibrate(CalibrateOptions(model=model, labels=labels, chunk_size=0))
+    with pytest.raises(ParameterError, match=r"^methods: unknown \['kl'\]"):
+        calibrate(CalibrateOptions(model=model, labels=labels, methods=["kl"]))
+    assert calibrate_cli_error(model, labels, "--chunk-size", "0", capsys) == "--chunk-size: must be at least 1 (got 0)"
+    assert not (workdir / "results").exists() and not (workdir / "calib_sets").exists()
+
+
+def calibrate_cli_error(model, labels, flag, value, capsys) -> str:
+    capsys.readouterr()
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), flag, value]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    return line.split(": error: ", 1)[1]

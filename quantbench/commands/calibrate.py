@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-HELP = ("Build a calibration set balanced by object density x lighting and make fp32, dynamic and "
+HELP = ("Build a calibration set balanced by your data's strata x lighting and make fp32, dynamic and "
         "static QDQ int8 variants (MinMax, Percentile, Entropy) with memory-bounded, order-independent calibration.")
-
-METHOD_CHOICES = ("dynamic", "minmax", "percentile", "entropy")
 
 
 def _csv(s: str) -> list[str]:
@@ -24,6 +22,7 @@ def _csv(s: str) -> list[str]:
 def add_arguments(parser) -> None:
     from quantbench.commands import finite_float
     from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
+    from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
 
     g = parser.add_argument_group("inputs")
     g.add_argument("--model", default="litter-detr-tiny",
@@ -82,25 +81,6 @@ def add_arguments(parser) -> None:
                    help="replace a calibration set or variants folder that holds different files")
 
 
-def _resolve_model(arg, demo_model):
-    from pathlib import Path
-
-    if arg and "/" not in arg and not arg.endswith(".onnx") and not Path(arg).exists():
-        return demo_model(arg)  # a bundled model name
-    return Path(arg)
-
-
-def _display_model(path):
-    import os
-
-    from quantbench.assets import MODELS_DIR
-
-    p = os.path.abspath(path)
-    if os.path.dirname(p) == str(MODELS_DIR.resolve()):
-        return f"bundled:models/{os.path.basename(p)}"
-    return p
-
-
 def _options(recipe: dict) -> str:
     m = recipe.get("method")
     if m == "fp32":
@@ -124,207 +104,78 @@ def _options(recipe: dict) -> str:
     return " ".join(parts)
 
 
-def run(args) -> int:
-    import sys
-    import time
-    from pathlib import Path
-
-    from onnx import helper
-
-    from quantbench.assets import CALIB_SETS_DIR, VARIANTS_DIR, demo_model, load_sidecar
-    from quantbench.calibset import builder
+def options_from_args(args):
+    """The flags -> CalibrateOptions (flag syntax checked here; values are validated by the library)."""
     from quantbench.errors import UserError
-    from quantbench.modelio import graph_inputs, load_model, model_hashes
-    from quantbench.preprocess import check_input_block, input_spec, load_rgb, to_tensor
-    from quantbench import plugins
-    from quantbench.textfmt import text_table
-    from quantbench.quantize import smoke
     from quantbench.quantize import variants as qv
-    from quantbench.quantize.calibration import ImageInputs, compute_ranges, load_with_shape_infer
-    from quantbench.quantize.memory import PeakMeter
-    from quantbench.variants import load_sidecar_file, publish_folder, staging_folder, write_index, write_latest
+    from quantbench.quantize.pipeline import CalibrateOptions
 
-    t_start = time.perf_counter()
-    methods = _csv(args.methods)
-    bad = [m for m in methods if m not in METHOD_CHOICES]
-    if bad:
-        raise UserError(f"--methods: unknown {bad}; choose from {', '.join(METHOD_CHOICES)}")
-    static_methods = [m for m in ("minmax", "percentile", "entropy") if m in methods]
-    types = qv.parse_types(args.types) if args.types else [(args.activation_type, args.weight_type)]
-    for at, wt in types:
-        qv.quant_type(at), qv.quant_type(wt)
     try:
         count_bins = [int(x) for x in _csv(args.count_bins)]
     except ValueError:
         raise UserError(f"--count-bins: {args.count_bins!r} is not a comma-separated list of integers") from None
-    if args.chunk_size < 1:
-        raise UserError(f"--chunk-size: must be at least 1 (got {args.chunk_size})")
-    if args.entropy_bins < 2:
-        raise UserError(f"--entropy-bins: must be at least 2 (got {args.entropy_bins})")
-    exclude_nodes, exclude_op_types = _csv(args.exclude_nodes), _csv(args.exclude_op_types)
+    types = qv.parse_types(args.types) if args.types else [(args.activation_type, args.weight_type)]
+    return CalibrateOptions(
+        model=args.model, labels=args.labels, images=args.images, sidecar=args.sidecar, preprocess=args.preprocess,
+        name=args.name, per_cell=args.per_cell, strata=args.strata, count_bins=count_bins, seed=args.seed,
+        allow_short=args.allow_short, skip_bad=args.skip_bad, methods=_csv(args.methods), out=args.out,
+        percentile=args.percentile, entropy_bins=args.entropy_bins, per_channel=args.per_channel, types=types,
+        weight_type=args.weight_type, reduce_range=args.reduce_range, exclude_nodes=_csv(args.exclude_nodes),
+        exclude_op_types=_csv(args.exclude_op_types), pre_process=args.pre_process, chunk_size=args.chunk_size,
+        force=args.force, progress=not args.no_progress)
 
-    model_path = _resolve_model(args.model, demo_model)
-    model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
-    model_name = model_path.stem
-    sidecar = load_sidecar_file(args.sidecar) if args.sidecar else load_sidecar(model_path)
-    ins = graph_inputs(model)
-    if len(ins) != 1:
-        raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
-    (in_name, dims), = ins.items()
-    spec = input_spec(sidecar, dims, in_name, source=str(args.sidecar or model_path))
-    if args.preprocess:
-        spec["plugin"] = args.preprocess
-    plugin = plugins.plugin_identity(spec["plugin"], "--preprocess") if spec.get("plugin") else None
-    check_input_block(spec, args.sidecar or model_path)  # size cap before allocating
-    if spec.get("name") != in_name:
-        raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
-                        f"{spec.get('name')!r}; fix the sidecar")
-    np_type = helper.tensor_dtype_to_np_dtype(model.graph.input[[i.name for i in model.graph.input].index(in_name)]
-                                              .type.tensor_type.elem_type)
-    if str(np_type) != spec.get("dtype", "float32"):
-        raise UserError(f"{model_path}: input {in_name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
-                        "calibrate needs a float model")
-    del model
 
-    # 1. calibration set (neither output folder may be one quantbench must not replace, e.g. results/)
-    from quantbench.variants import check_plain_name, check_replaceable
+def print_calset(calset) -> None:
+    from quantbench.textfmt import text_table
 
-    check_plain_name(model_name, f"--model {args.model}: model name")
-    name = check_plain_name(args.name or f"{model_name}-n{args.per_cell}-seed{args.seed}", "--name:")
-    check_replaceable(CALIB_SETS_DIR / name, "calibration set")
-    check_replaceable(Path(args.out) if args.out else VARIANTS_DIR / model_name, "variants")
-    calset = builder.build(name, labels=args.labels, images=args.images, per_cell=args.per_cell, seed=args.seed,
-                           count_bins=count_bins, allow_short=args.allow_short, skip_bad=args.skip_bad, spec=spec,
-                           model=model_name, strata=args.strata, progress=not args.no_progress)
+    r = calset.recipe
+    st = r["strata"]
+    print(f"calibration set {calset.name}: {len(calset.selected)} images, seed {r['seed']}, pool {r['pool']} "
+          f"(eval split excluded; {r['eval_images_checked']} eval images of these labels checked by SHA-256), "
+          "luminance = mean Rec. 709 luma")
+    print(f"strata by {st['kind']}: {', '.join(st['density'])}"
+          + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
     rows = [(c["cell"], c["available"], c["selected"], c["shortfall"] or "",
              "-" if c["luma_min"] is None else f"{c['luma_min']:.1f}-{c['luma_max']:.1f}",
              "-" if c["pool_luma_min"] is None else f"{c['pool_luma_min']:.1f}-{c['pool_luma_max']:.1f}")
             for c in calset.cells]
-    st = calset.recipe["strata"]
-    print(f"calibration set {name}: {len(calset.selected)} images, seed {args.seed}, "
-          f"pool {calset.recipe['pool']} (eval split excluded; {calset.recipe['eval_images_checked']} eval images "
-          f"of these labels checked by SHA-256), luminance = mean Rec. 709 luma")
-    print(f"strata by {st['kind']}: {', '.join(st['density'])}"
-          + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
     print(text_table(["cell", "candidates", "selected", "short", "luma selected", "luma pool"], rows, rule=True))
-    for med_cls, med in calset.recipe["lighting_medians"].items():
+    for stratum, med in r["lighting_medians"].items():
         if med is not None:
-            print(f"  median luma of {med_cls}: {med:.1f} (dark < median <= bright)")
-    if calset.recipe["skipped_bad"]:
-        print(f"  skipped {calset.recipe['skipped_bad']} unreadable image(s) (recorded in the manifest)")
+            print(f"  median luma of {stratum}: {med:.1f} (dark < median <= bright)")
+    if r["skipped_bad"]:
+        print(f"  skipped {r['skipped_bad']} unreadable image(s) (recorded in the manifest)")
     print()
-    calib_dir = builder.write(calset, CALIB_SETS_DIR, force=args.force)
-    manifest_sha = calset.recipe["manifest_sha256"]
-    paths = [builder.resolve_images_root(calset.recipe["images_dir"]) / r["path"] for r in calset.selected]
 
-    # 2. variants, in a staging folder published at the end
-    out = Path(args.out) if args.out else VARIANTS_DIR / model_name
-    source = {"path": _display_model(model_path), **model_hashes(model_path)}
-    common = {"source_model": source, "seed": args.seed, "preprocess": spec, "sidecar": sidecar,
-              "pre_process": bool(args.pre_process)}
-    if plugin:
-        common["preprocess_plugin"] = plugin
-    calib_info = {"name": name, "folder": str(CALIB_SETS_DIR / name), "manifest_sha256": manifest_sha,
-                  "images": len(paths), "seed": args.seed}
-    summary = []
-    failed = []
-    with staging_folder(out) as stage:
-        prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
-        intake = qv.prepare_model(model_path, prepared, pre_process=args.pre_process, per_channel=args.per_channel)
-        for note in intake["notes"]:
-            print(f"note: {note}")
-        common["intake"] = intake
-        prep_model = load_with_shape_infer(prepared)
-        names = {n.name for n in prep_model.graph.node}
-        missing = [n for n in exclude_nodes if n not in names]
-        if missing:
-            hint = " after pre-processing (pass --no-pre-process to use the original graph)" if args.pre_process else ""
-            raise UserError(f"--exclude-nodes: {model_path} has no node named {', '.join(map(repr, missing))}{hint}")
 
-        # the smoke image: the first calibration image, as every variant will be fed
-        feeds = {spec["name"]: to_tensor(load_rgb(paths[0]), spec)}
-        variants = []
+def run(args) -> int:
+    import sys
 
-        def publish(v, secs, mib, n_img, ref):
-            why = smoke.check(v.path, feeds, ref)
-            if why is not None:
-                failed.append((v.name, why))
-                return
-            variants.append(v)
-            summary.append((v, secs, mib, n_img))
+    from quantbench.quantize.pipeline import calibrate
+    from quantbench.textfmt import text_table
 
-        with PeakMeter() as mem:
-            t = time.perf_counter()
-            v = qv.make_fp32(model_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common)
-        try:
-            ref = smoke.reference(v.path, feeds)
-        except Exception as exc:  # onnxruntime's own exception types
-            raise UserError(f"{model_path}: the fp32 model does not run on calibration image {paths[0]} "
-                            f"({smoke.first_line(exc)}); check the sidecar's input block") from None
-        publish(v, time.perf_counter() - t, mem.mib, "-", ref)
-        if "dynamic" in methods:
-            with PeakMeter() as mem:
-                t = time.perf_counter()
-                v = qv.make_dynamic(prepared, stage / "dynamic.onnx", weight_type=args.weight_type,
-                                    per_channel=args.per_channel, reduce_range=args.reduce_range,
-                                    exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types,
-                                    model_name=model_name, recipe_extra=common)
-            publish(v, time.perf_counter() - t, mem.mib, "-", ref)
-
-        calib_time = calib_mem = 0.0
-        if static_methods:
-            op_types = qv.static_op_types(exclude_op_types)
-            hist_opts = {"entropy_bins": args.entropy_bins} if "entropy" in static_methods else {}
-            with PeakMeter() as mem:
-                t = time.perf_counter()
-                ranges = compute_ranges(prepared, ImageInputs(paths, spec), static_methods,
-                                        percentile=args.percentile, op_types=op_types, chunk_size=args.chunk_size,
-                                        progress=not args.no_progress, model=prep_model, **hist_opts)
-            calib_time, calib_mem = time.perf_counter() - t, mem.mib
-            for at, wt in types:
-                suffix = "" if (at, wt) == ("u8", "s8") else f"-{at}{wt}"
-                for m in static_methods:
-                    vname = f"static-{m}{suffix}"
-                    copts = {"entropy_bins": args.entropy_bins} if m == "entropy" else {}
-                    with PeakMeter() as mem:
-                        t = time.perf_counter()
-                        v = qv.make_static(prepared, stage / f"{vname}.onnx", ranges=ranges[m], method=m,
-                                           percentile=args.percentile, activation_type=at, weight_type=wt,
-                                           per_channel=args.per_channel, reduce_range=args.reduce_range,
-                                           exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types,
-                                           calibration_options=copts, name=vname, model_name=model_name,
-                                           recipe_extra={**common, "calibration_set": calib_info})
-                    publish(v, time.perf_counter() - t, mem.mib, str(len(paths)), ref)
-        for v in variants:
-            if v.name != "fp32" and v.path.stat().st_size > variants[0].path.stat().st_size:
-                print(f"warning: {v.name} ({v.path.stat().st_size / 1024:.0f} KiB) is larger than fp32 "
-                      f"({variants[0].path.stat().st_size / 1024:.0f} KiB): weights were probably quantized as "
-                      "activations; see the notes above")
-        for name_, _ in failed:  # a variant that failed is not published: remove its files from the stage
-            for f in stage.glob(f"{name_}.*"):
-                f.unlink()
-        write_index(stage, variants)
-        state = publish_folder(stage, out, force=args.force, what="variants")
-    write_latest(out, model_name)
-
+    res = calibrate(options_from_args(args), on_calset=print_calset, on_note=lambda text: print(f"note: {text}"))
+    for w in res.warnings:
+        print(f"warning: {w}")
     rows = []
-    for v, secs, mib, n_img in summary:
-        size = (out / v.path.name).stat().st_size
+    for r in res.reports:
+        v = r.variant
         rows.append((v.name, v.recipe["method"] if v.recipe["method"] != "static" else v.recipe["calibration_method"],
-                     _options(v.recipe), f"{size / 1024:.0f} KiB", n_img, f"{secs:.1f} s", f"{mib:.0f} MiB"))
+                     _options(v.recipe), f"{v.path.stat().st_size / 1024:.0f} KiB",
+                     "-" if r.calib_images is None else r.calib_images, f"{r.seconds:.1f} s", f"{r.peak_mib:.0f} MiB"))
     print(text_table(["variant", "method", "options", "size", "calib images", "time", "peak memory"], rows, rule=True))
-    if static_methods:
-        print(f"calibration ({', '.join(static_methods)}): {len(paths)} images, chunk size {args.chunk_size}, "
-              f"{2 if set(static_methods) - {'minmax'} else 1} pass(es), {calib_time:.1f} s, peak memory {calib_mem:.0f} MiB")
+    if res.static_methods:
+        passes = 2 if set(res.static_methods) - {"minmax"} else 1
+        print(f"calibration ({', '.join(res.static_methods)}): {res.calib_images} images, chunk size {res.chunk_size}, "
+              f"{passes} pass(es), {res.calib_seconds:.1f} s, peak memory {res.calib_peak_mib:.0f} MiB")
     print()
-    print(f"calibration set: {calib_dir}/ (manifest.parquet, recipe.json)")
-    verb = {"new": "written", "unchanged": "unchanged (identical files already there)", "replaced": "replaced (--force)"}[state]
-    print(f"variants:        {out}/ ({len(summary)} models + recipes, index.json) {verb}")
-    print(f"latest:          {VARIANTS_DIR / 'latest.json'} -> {out}")
-    print(f"done in {time.perf_counter() - t_start:.1f} s")
+    print(f"calibration set: {res.calib_dir}/ (manifest.parquet, recipe.json)")
+    verb = {"new": "written", "unchanged": "unchanged (identical files already there)",
+            "replaced": "replaced (--force)"}[res.state]
+    print(f"variants:        {res.out}/ ({len(res.reports)} models + recipes, index.json) {verb}")
+    print(f"latest:          {res.latest} -> {res.out}")
+    print(f"done in {res.seconds:.1f} s")
     sys.stdout.flush()
-    if failed:
-        for vname, why in failed:
-            print(f"quantbench calibrate: error: variant {vname} not published: {why}", file=sys.stderr)
-        return 1
-    return 0
+    for name, why in res.failed:
+        print(f"quantbench calibrate: error: variant {name} not published: {why}", file=sys.stderr)
+    return 1 if res.failed else 0

@@ -1,0 +1,326 @@
+"""calibrate(options) -> result: calibration set, model intake, variants, smoke tests, publication.
+
+The library half of `quantbench calibrate` (the command maps flags to
+CalibrateOptions and prints the result). Writes calib_sets/<name>/ and the
+variants folder, each built in a temporary folder and moved into place, so a
+failure leaves nothing behind; a variant that fails its smoke test is not
+published and is listed in `CalibrateResult.failed`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from quantbench.errors import ParameterError, UserError
+
+METHODS = ("dynamic", "minmax", "percentile", "entropy")
+STATIC = ("minmax", "percentile", "entropy")
+
+
+@dataclass
+class CalibrateOptions:
+    """Every choice of a calibrate run; defaults are the demo's."""
+
+    model: str | os.PathLike = "litter-detr-tiny"
+    labels: str | os.PathLike | None = None
+    images: str | os.PathLike | None = None
+    sidecar: str | os.PathLike | None = None       # a sidecar file instead of the one beside the model
+    preprocess: str | None = None                  # module:function plug-in
+    name: str | None = None                        # calibration set name
+    per_cell: int = 12
+    strata: str = "auto"
+    count_bins: Sequence[int] = ()
+    seed: int = 0
+    allow_short: bool = False
+    skip_bad: bool = False
+    methods: Sequence[str] = METHODS
+    out: str | os.PathLike | None = None           # variants folder
+    percentile: float | None = None
+    entropy_bins: int | None = None
+    per_channel: bool = True
+    types: Sequence[tuple[str, str]] = (("u8", "s8"),)   # static (activation, weight) pairs
+    weight_type: str = "s8"                        # dynamic
+    reduce_range: bool = False
+    exclude_nodes: Sequence[str] = ()
+    exclude_op_types: Sequence[str] = ()
+    pre_process: bool = True
+    chunk_size: int = 8
+    force: bool = False
+    progress: bool = True
+    calib_sets_dir: str | os.PathLike | None = None
+    variants_dir: str | os.PathLike | None = None
+
+
+@dataclass
+class VariantReport:
+    """One published variant and what making it cost."""
+
+    variant: object            # quantbench.variants.Variant (its path is inside the published folder)
+    seconds: float
+    peak_mib: float
+    calib_images: int | None   # static variants: the images calibrated on
+
+
+@dataclass
+class CalibrateResult:
+    calset: object             # quantbench.calibset.builder.CalibSet
+    calib_dir: Path
+    out: Path
+    state: str                 # publish_folder's "new" | "unchanged" | "replaced"
+    latest: Path
+    reports: list = field(default_factory=list)
+    failed: list = field(default_factory=list)      # (variant name, why) not published
+    notes: list = field(default_factory=list)       # intake notes
+    warnings: list = field(default_factory=list)
+    static_methods: list = field(default_factory=list)
+    calib_images: int = 0
+    calib_seconds: float = 0.0
+    calib_peak_mib: float = 0.0
+    chunk_size: int = 8
+    seconds: float = 0.0
+
+
+def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
+    """Validate the parameters once; returns (methods, static methods)."""
+    from quantbench.quantize import variants as qv
+
+    methods = list(dict.fromkeys(opts.methods))
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise ParameterError("methods", f"unknown {bad}; choose from {', '.join(METHODS)}")
+    for at, wt in opts.types:
+        qv.quant_type(at), qv.quant_type(wt)
+    qv.quant_type(opts.weight_type)
+    if opts.chunk_size < 1:
+        raise ParameterError("chunk_size", f"must be at least 1 (got {opts.chunk_size})")
+    if opts.entropy_bins is not None and opts.entropy_bins < 2:
+        raise ParameterError("entropy_bins", f"must be at least 2 (got {opts.entropy_bins})")
+    return methods, [m for m in STATIC if m in methods]
+
+
+def resolve_model(model) -> Path:
+    """A bundled model name (litter-detr-tiny, litter-cnn) or a path."""
+    from quantbench.assets import demo_model
+
+    text = str(model)
+    if text and "/" not in text and not text.endswith(".onnx") and not Path(text).exists():
+        return demo_model(text)
+    return Path(text)
+
+
+def _display_model(path: Path) -> str:
+    from quantbench.assets import MODELS_DIR
+
+    p = os.path.abspath(path)
+    if os.path.dirname(p) == str(MODELS_DIR.resolve()):
+        return f"bundled:models/{os.path.basename(p)}"
+    return p
+
+
+def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict | None, dict | None]:
+    """(preprocess spec, sidecar, plug-in identity) the model is calibrated with; checked against its input."""
+    from onnx import helper
+
+    from quantbench import plugins
+    from quantbench.assets import load_sidecar
+    from quantbench.modelio import graph_inputs, load_model
+    from quantbench.preprocess import check_input_block, input_spec
+    from quantbench.variants import load_sidecar_file
+
+    model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
+    sidecar = load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path)
+    ins = graph_inputs(model)
+    if len(ins) != 1:
+        raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
+    (in_name, dims), = ins.items()
+    spec = input_spec(sidecar, dims, in_name, source=str(opts.sidecar or model_path))
+    if opts.preprocess:
+        spec["plugin"] = opts.preprocess
+    plugin = plugins.plugin_identity(spec["plugin"], "preprocess") if spec.get("plugin") else None
+    check_input_block(spec, opts.sidecar or model_path)  # size cap before allocating
+    if spec.get("name") != in_name:
+        raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
+                        f"{spec.get('name')!r}; fix the sidecar")
+    elem = next(i for i in model.graph.input if i.name == in_name).type.tensor_type.elem_type
+    np_type = helper.tensor_dtype_to_np_dtype(elem)
+    if str(np_type) != spec.get("dtype", "float32"):
+        raise UserError(f"{model_path}: input {in_name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
+                        "calibrate needs a float model")
+    return spec, sidecar, plugin
+
+
+def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note: Callable | None = None) -> CalibrateResult:
+    """The whole calibrate pipeline; `on_calset(calset)` and `on_note(text)` report progress as it happens."""
+    from quantbench.assets import CALIB_SETS_DIR, VARIANTS_DIR
+    from quantbench.calibset import builder
+    from quantbench.modelio import model_hashes
+    from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
+    from quantbench.variants import check_plain_name, check_replaceable, write_latest
+
+    t_start = time.perf_counter()
+    methods, static_methods = _check(opts)
+    percentile = DEFAULT_PERCENTILE if opts.percentile is None else opts.percentile
+    entropy_bins = ENTROPY_BINS if opts.entropy_bins is None else opts.entropy_bins
+    model_path = resolve_model(opts.model)
+    spec, sidecar, plugin = input_recipe(model_path, opts)
+    model_name = model_path.stem
+    calib_root = Path(opts.calib_sets_dir or CALIB_SETS_DIR)
+    variants_root = Path(opts.variants_dir or VARIANTS_DIR)
+
+    # neither output folder may be one quantbench must not replace (e.g. results/)
+    check_plain_name(model_name, f"--model {opts.model}: model name")
+    name = check_plain_name(opts.name or f"{model_name}-n{opts.per_cell}-seed{opts.seed}", "--name:")
+    out = Path(opts.out) if opts.out else variants_root / model_name
+    check_replaceable(calib_root / name, "calibration set")
+    check_replaceable(out, "variants")
+
+    # 1. calibration set
+    calset = builder.build(name, labels=opts.labels, images=opts.images, per_cell=opts.per_cell, seed=opts.seed,
+                           count_bins=sorted(opts.count_bins), allow_short=opts.allow_short, skip_bad=opts.skip_bad,
+                           spec=spec, model=model_name, strata=opts.strata, progress=opts.progress)
+    if on_calset:
+        on_calset(calset)
+    calib_dir = builder.write(calset, calib_root, force=opts.force)
+    paths = [builder.resolve_images_root(calset.recipe["images_dir"]) / r["path"] for r in calset.selected]
+
+    # 2. variants
+    common = {"source_model": {"path": _display_model(model_path), **model_hashes(model_path)}, "seed": opts.seed,
+              "preprocess": spec, "sidecar": sidecar, "pre_process": bool(opts.pre_process)}
+    if plugin:
+        common["preprocess_plugin"] = plugin
+    calib_info = {"name": name, "folder": str(calib_root / name), "manifest_sha256": calset.recipe["manifest_sha256"],
+                  "images": len(paths), "seed": opts.seed}
+    result = CalibrateResult(calset=calset, calib_dir=calib_dir, out=out, state="", latest=variants_root / "latest.json",
+                             static_methods=static_methods, calib_images=len(paths), chunk_size=opts.chunk_size)
+    made = _VariantMaker(model_path, model_name, spec, paths, opts, common, calib_info, percentile, entropy_bins,
+                         methods, static_methods, result, on_note)
+    result.state = made.publish(out)
+    write_latest(out, model_name, results_dir=variants_root.parent)
+    result.seconds = time.perf_counter() - t_start
+    return result
+
+
+class _VariantMaker:
+    """Makes, smoke-tests and publishes the variants of one calibrate run (in a staging folder)."""
+
+    def __init__(self, model_path, model_name, spec, paths, opts, common, calib_info, percentile, entropy_bins,
+                 methods, static_methods, result, on_note):
+        self.model_path, self.model_name, self.spec, self.paths = model_path, model_name, spec, paths
+        self.opts, self.common, self.calib_info = opts, common, calib_info
+        self.percentile, self.entropy_bins = percentile, entropy_bins
+        self.methods, self.static_methods, self.result = methods, static_methods, result
+        self.on_note = on_note or (lambda text: None)
+        self.published: list = []
+
+    def publish(self, out: Path) -> str:
+        from quantbench.variants import publish_folder, staging_folder, write_index
+
+        with staging_folder(out) as stage:
+            self.make_all(stage)
+            for name, _ in self.result.failed:  # not published: its files leave the stage
+                for f in stage.glob(f"{name}.*"):
+                    f.unlink()
+            write_index(stage, self.published)
+            state = publish_folder(stage, out, force=self.opts.force, what="variants")
+        for r in self.result.reports:  # the published copies
+            r.variant.path = out / Path(r.variant.path).name
+        return state
+
+    def _timed(self, make, calib_images=None):
+        from quantbench.quantize.memory import PeakMeter
+
+        with PeakMeter() as mem:
+            t = time.perf_counter()
+            v = make()
+        return v, time.perf_counter() - t, mem.mib, calib_images
+
+    def _accept(self, made, ref) -> None:
+        from quantbench.quantize import smoke
+
+        v, secs, mib, n_img = made
+        why = smoke.check(v.path, self.feeds, ref)
+        if why is not None:
+            self.result.failed.append((v.name, why))
+            return
+        self.published.append(v)
+        self.result.reports.append(VariantReport(v, secs, mib, n_img))
+
+    def make_all(self, stage: Path) -> None:
+        from quantbench.preprocess import load_rgb, to_tensor
+        from quantbench.quantize import smoke
+        from quantbench.quantize import variants as qv
+        from quantbench.quantize.calibration import load_with_shape_infer
+
+        o = self.opts
+        prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
+        intake = qv.prepare_model(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel)
+        for note in intake["notes"]:
+            self.result.notes.append(note)
+            self.on_note(note)
+        self.common["intake"] = intake
+        prep_model = load_with_shape_infer(prepared)
+        missing = [n for n in o.exclude_nodes if n not in {x.name for x in prep_model.graph.node}]
+        if missing:
+            hint = " after pre-processing (pass --no-pre-process to use the original graph)" if o.pre_process else ""
+            raise ParameterError("exclude_nodes", f"{self.model_path} has no node named "
+                                                  f"{', '.join(map(repr, missing))}{hint}")
+        # the smoke image: the first calibration image, as every variant will be fed
+        self.feeds = {self.spec["name"]: to_tensor(load_rgb(self.paths[0]), self.spec)}
+
+        fp32 = self._timed(lambda: qv.make_fp32(self.model_path, stage / "fp32.onnx", model_name=self.model_name,
+                                                recipe_extra=self.common))
+        try:
+            ref = smoke.reference(fp32[0].path, self.feeds)
+        except Exception as exc:  # onnxruntime's own exception types
+            raise UserError(f"{self.model_path}: the fp32 model does not run on calibration image {self.paths[0]} "
+                            f"({smoke.first_line(exc)}); check the sidecar's input block") from None
+        self._accept(fp32, ref)
+        if "dynamic" in self.methods:
+            self._accept(self._timed(lambda: qv.make_dynamic(
+                prepared, stage / "dynamic.onnx", weight_type=o.weight_type, per_channel=o.per_channel,
+                reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes, exclude_op_types=o.exclude_op_types,
+                model_name=self.model_name, recipe_extra=self.common)), ref)
+        if self.static_methods:
+            ranges = self._calibrate(prepared, prep_model)
+            for at, wt in o.types:
+                for m in self.static_methods:
+                    self._accept(self._timed(lambda: self._static(stage, prepared, ranges, m, at, wt),
+                                             len(self.paths)), ref)
+        sizes = {v.name: v.path.stat().st_size for v in self.published}
+        for v in self.published:
+            if v.name != "fp32" and "fp32" in sizes and sizes[v.name] > sizes["fp32"]:
+                self.result.warnings.append(
+                    f"{v.name} ({sizes[v.name] / 1024:.0f} KiB) is larger than fp32 ({sizes['fp32'] / 1024:.0f} KiB): "
+                    "weights were probably quantized as activations; see the notes above")
+
+    def _calibrate(self, prepared, prep_model):
+        from quantbench.quantize import variants as qv
+        from quantbench.quantize.calibration import ImageInputs, compute_ranges
+        from quantbench.quantize.memory import PeakMeter
+
+        o = self.opts
+        hist = {"entropy_bins": self.entropy_bins} if "entropy" in self.static_methods else {}
+        with PeakMeter() as mem:
+            t = time.perf_counter()
+            ranges = compute_ranges(prepared, ImageInputs(self.paths, self.spec), self.static_methods,
+                                    percentile=self.percentile, op_types=qv.static_op_types(o.exclude_op_types),
+                                    chunk_size=o.chunk_size, progress=o.progress, model=prep_model, **hist)
+        self.result.calib_seconds, self.result.calib_peak_mib = time.perf_counter() - t, mem.mib
+        return ranges
+
+    def _static(self, stage, prepared, ranges, method, at, wt):
+        from quantbench.quantize import variants as qv
+
+        o = self.opts
+        vname = f"static-{method}" + ("" if (at, wt) == ("u8", "s8") else f"-{at}{wt}")
+        copts = {"entropy_bins": self.entropy_bins} if method == "entropy" else {}
+        return qv.make_static(prepared, stage / f"{vname}.onnx", ranges=ranges[method], method=method,
+                              percentile=self.percentile, activation_type=at, weight_type=wt,
+                              per_channel=o.per_channel, reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes,
+                              exclude_op_types=o.exclude_op_types, calibration_options=copts, name=vname,
+                              model_name=self.model_name,
+                              recipe_extra={**self.common, "calibration_set": self.calib_info})
