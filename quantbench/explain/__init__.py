@@ -12,17 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from quantbench.textfmt import md_table
+
 
 def _rows(name: str, root) -> list[dict]:
     from quantbench import tables
 
     return tables.read(name, root=root).to_pylist()
-
-
-def _table(header: list, rows: list) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join("-" if c is None else str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return out
 
 
 def _f(v, d=4):
@@ -51,7 +47,7 @@ def render(tables_root) -> str:
                          _f(min((r["bits_min"] for r in first if r["bits_min"] is not None), default=None)),
                          ", ".join(f"{r['tensor']}: {'same' if r['same'] else 'differs'} "
                                    f"(bits min {_f(r['bits_min'])})" for r in outs)])
-        lines += _table(["variant", "hosts", "fixture", "level", "K", "not observable", "first divergent node",
+        lines += md_table(["variant", "hosts", "fixture", "level", "K", "not observable", "first divergent node",
                          "bits min there", "outputs"], rows)
         lines.append("")
     ev = _rows("evidence", tables_root)
@@ -64,7 +60,7 @@ def render(tables_root) -> str:
         for h, cpu, v in hosts:
             counts = {r["family"]: r["sites"] for r in ev if (r["host"], r["qemu_cpu"], r["variant"]) == (h, cpu, v)}
             rows.append([h, cpu, v] + [counts.get(f, 0) for f in fams])
-        lines += _table(["host", "qemu cpu", "variant"] + fams, rows)
+        lines += md_table(["host", "qemu cpu", "variant"] + fams, rows)
         lines.append("")
     lint = _rows("lint", tables_root)
     if lint:
@@ -72,7 +68,7 @@ def render(tables_root) -> str:
         lines += ["### Saturation lint", "",
                   f"{len(lint)} int8 weight tensor(s) linted, {len(risky)} that some host tier can diverge on.", ""]
         if risky:
-            lines += _table(["model", "layer", "op", "K", "act/weight", "x86 sat pairs", "neon wrap pairs", "int32",
+            lines += md_table(["model", "layer", "op", "K", "act/weight", "x86 sat pairs", "neon wrap pairs", "int32",
                              "tiers"],
                             [[Path(r["model"]).name, r["node"], r["op_type"], r["k"], f"{r['act_type']}/{r['weight_type']}",
                               r["x86_saturating_pairs"], r["neon_wrapping_pairs"], "ok" if r["int32_ok"] else "OVERFLOW",
@@ -81,7 +77,7 @@ def render(tables_root) -> str:
     rem = _rows("remedies", tables_root)
     if rem:
         lines += ["### Remedy matrix", "", "Decision cost: flips against fp32 on the same host (sum over hosts / worst host).", ""]
-        lines += _table(["remedy", "hosts", "classes", "one class", "flips vs fp32", "classes by host", "note"],
+        lines += md_table(["remedy", "hosts", "classes", "one class", "flips vs fp32", "classes by host", "note"],
                         [[r["remedy"], ", ".join(r["hosts"]), r["classes"],
                           None if r["one_class"] is None else ("**yes**" if r["one_class"] else "no"),
                           None if r["flips_total"] is None else f"{r['flips_total']}/{r['flips_max']}",
@@ -92,7 +88,7 @@ def render(tables_root) -> str:
     if noise:
         lines += ["### Noise floors per host", "",
                   "One factor at a time; repeated runs of one session must be bit-identical (else a harness fault).", ""]
-        lines += _table(["host", "variant", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note"],
+        lines += md_table(["host", "variant", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note"],
                         [[r["host"], r["variant"], r["factor"], r["setting_a"], r["setting_b"], r["fixtures"],
                           None if r["same_bytes"] is None else ("yes" if r["same_bytes"] else "**no**"),
                           r["differing_fixtures"], r["flips"], r["note"]] for r in noise])
@@ -100,7 +96,7 @@ def render(tables_root) -> str:
     lat = _rows("latency", tables_root)
     if lat:
         lines += ["### Latency and memory (local and ssh hosts only)", ""]
-        lines += _table(["host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign"],
+        lines += md_table(["host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign"],
                         [[r["host"], r["variant"], _f(r["median_ms"]), _f(r["spread_ms"]), _f(r["peak_rss_mb"]),
                           None if r["speedup_vs_fp32"] is None else f"{r['speedup_vs_fp32']:.2f}x", r["sign"] or None]
                          for r in lat])

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from quantbench.errors import UserError
+from quantbench.textfmt import text_table
 
 FACTORS = ("repeat", "threads", "batch", "opt_level")
 
@@ -148,11 +149,6 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
 
 def table(rows: list[NoiseRow]) -> str:
     head = ("host", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note")
-    out = [head]
-    for r in rows:
-        out.append((r.host, r.factor, r.setting_a, r.setting_b, str(r.fixtures),
-                    "-" if r.same_bytes is None else ("yes" if r.same_bytes else "NO"),
-                    "-" if r.differing_fixtures is None else str(r.differing_fixtures),
-                    "-" if r.flips is None else str(r.flips), r.note))
-    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)
+    return text_table(head, [(r.host, r.factor, r.setting_a, r.setting_b, r.fixtures,
+                              None if r.same_bytes is None else ("yes" if r.same_bytes else "NO"),
+                              r.differing_fixtures, r.flips, r.note) for r in rows])

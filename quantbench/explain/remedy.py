@@ -29,6 +29,7 @@ from pathlib import Path
 from quantbench.analysis.classes import equivalence_classes
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
+from quantbench.textfmt import text_table
 from quantbench.quantize.calibration import compute_ranges, load_ranges, method_name
 
 REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
@@ -182,12 +183,10 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
 
 def table(rows: list[RemedyRow]) -> str:
     head = ("remedy", "classes", "one class", "flips vs fp32 (sum/max)", "classes by host", "note")
-    out = [head]
+    out = []
     for r in rows:
         cm = json.loads(r.class_map) if r.class_map else {}
-        out.append((r.remedy, "-" if r.classes is None else str(r.classes),
-                    "-" if r.one_class is None else ("YES" if r.one_class else "no"),
-                    "-" if r.flips_total is None else f"{r.flips_total}/{r.flips_max}",
-                    " ".join(f"{h}={c}" for h, c in cm.items()) or "-", r.note))
-    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)
+        out.append((r.remedy, r.classes, None if r.one_class is None else ("YES" if r.one_class else "no"),
+                    None if r.flips_total is None else f"{r.flips_total}/{r.flips_max}",
+                    " ".join(f"{h}={c}" for h, c in cm.items()) or None, r.note))
+    return text_table(head, out)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from quantbench.fsutil import sha256_file
 from quantbench.modelio import load_model, semantic_sha256, stripped_copy
+from quantbench.textfmt import text_table
 
 SEMANTIC = "semantic"
 METADATA = "metadata"
@@ -338,8 +339,6 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
 
 
 def format_diff(d: ModelDiff) -> str:
-    from quantbench.release import format_table
-
     lines = []
     for tag, info in (("A", d.a), ("B", d.b)):
         lines.append(f"{tag}: {info['path']}  ({_kb(info['bytes'])})")
@@ -355,7 +354,7 @@ def format_diff(d: ModelDiff) -> str:
                      f.detail[0] if f.detail else ""])
         for extra in f.detail[1:]:
             rows.append(["", "", "", "", "", "", extra])
-    lines.append(format_table(["rank", "risk", "what", "status", "A", "B", "detail"], rows))
+    lines.append(text_table(["rank", "risk", "what", "status", "A", "B", "detail"], rows, rule=True))
     n_sem = sum(f.differs and f.risk == SEMANTIC for f in d.findings)
     n_meta = sum(f.differs and f.risk == METADATA for f in d.findings)
     lines.append("")

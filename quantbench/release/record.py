@@ -28,6 +28,7 @@ from pathlib import Path
 from quantbench import SCHEMA_VERSION, __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, sha256_file
+from quantbench.textfmt import text_table
 
 RELEASE_FORMAT = 1
 INDEX_FILE = "index.json"
@@ -337,8 +338,6 @@ def flips_text(v: dict, t: dict) -> str:
 
 
 def _report(record: dict, analysis_report: str | None) -> str:
-    from quantbench.release import format_table
-
     lines = [f"# Release {record['tag']}", "",
              f"quantbench {record['quantbench_version']}, schema version {record['schema_version']}; "
              f"artifacts {'retained in artifacts/' if record['retain'] else 'not retained (deliberately)'}.", "",
@@ -350,8 +349,8 @@ def _report(record: dict, analysis_report: str | None) -> str:
                          t["fingerprint_id"][:12], t["byte_class"] + " (" + ",".join(t["byte_class_hosts"]) + ")",
                          flips_text(v, t), t["release_key"][:12]])
     lines.append("```")
-    lines.append(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class",
-                               "flips vs fp32 (same host)", "release key"], rows))
+    lines.append(text_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class",
+                             "flips vs fp32 (same host)", "release key"], rows, rule=True))
     lines.append("```")
     lines.append("")
     if analysis_report:
