@@ -508,16 +508,32 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
                  f"{', '.join(gates_checked(result))} over every comparison of the variant.")
     lines.append("")
     lines += accuracy_lines(result, accuracy)
-    lines += ["### Hosts", ""]
-    lines += md_table(["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
-                    [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
-                     for h, i in result.hosts.items()])
-    lines.append("")
+    lines += hosts_lines(result)
     if plots:
         lines += _embed(plot_class_map, result, rdir, "equiv-classes.png", "class map", written)
-    lines += ["### Equivalence classes", "",
-              "Hosts grouped by identical output hashes over every fixture; the separating features are the "
-              "smallest set of fingerprint features whose values tell the classes apart.", ""]
+    lines += classes_lines(result)
+    lines += distance_lines(result)
+    lines += decisions_lines(result)
+    lines += gallery_lines(result, rdir, tables_root, written)
+    lines += gates_lines(result)
+    lines += margins_lines(result, rdir, plots, written)
+    lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
+    return "\n".join(lines) + "\n", written
+
+
+def hosts_lines(result) -> list[str]:
+    lines = ["### Hosts", ""]
+    lines += md_table(["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
+                      [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
+                       for h, i in result.hosts.items()])
+    lines.append("")
+    return lines
+
+
+def classes_lines(result) -> list[str]:
+    lines = ["### Equivalence classes", "",
+             "Hosts grouped by identical output hashes over every fixture; the separating features are the "
+             "smallest set of fingerprint features whose values tell the classes apart.", ""]
     rows = []
     for v in result.variants:
         cls = "; ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
@@ -528,19 +544,28 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
         rows.append([v["model"], v["variant"], v["fixtures"], cls, sep_s, agree or "-"])
     lines += md_table(["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
     lines.append("")
+    return lines
+
+
+def distance_lines(result) -> list[str]:
     dist_rows = [[v["variant"], f"{d['class']} ({d['host']})", f"{d['ref_class']} ({d['ref_host']})", d["output"],
                   _fmt(d["max_abs"]), _fmt(d["mean_abs"]), _fmt(d["bits_mean"]), _fmt(d["bits_min"])]
                  for v in result.variants for d in v["distances"]]
-    if dist_rows:
-        lines += ["### Numeric distance between classes", "",
-                  "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
-                  "or exponent differ).", ""]
-        lines += md_table(["variant", "class", "against", "output", "max abs delta", "mean abs delta",
-                         "bits mean", "bits min"], dist_rows)
-        lines.append("")
-    lines += ["### Decisions against fp32", "",
-              "Totals are the decisions served (reference -> candidate); **concealed** marks totals within one "
-              "of each other while decisions flipped.", ""]
+    if not dist_rows:
+        return []
+    lines = ["### Numeric distance between classes", "",
+             "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
+             "or exponent differ).", ""]
+    lines += md_table(["variant", "class", "against", "output", "max abs delta", "mean abs delta",
+                       "bits mean", "bits min"], dist_rows)
+    lines.append("")
+    return lines
+
+
+def decisions_lines(result) -> list[str]:
+    lines = ["### Decisions against fp32", "",
+             "Totals are the decisions served (reference -> candidate); **concealed** marks totals within one "
+             "of each other while decisions flipped.", ""]
     rows = []
     compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
     if len(compared) < len(result.comparisons):
@@ -557,14 +582,18 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
                      "**concealed**" if c["concealed"] else "no", band])
     if rows:
         lines += md_table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
-                         "images disagree", "concealed", "fp32 band holding every flip"], rows)
+                           "images disagree", "concealed", "fp32 band holding every flip"], rows)
         lines.append("")
     elif not result.comparisons:
         lines += ["Nothing compared: one host and the fp32 variant only.", ""]
-    lines += gallery_lines(result, rdir, tables_root, written)
-    lines += ["### Two gates", "",
-              f"Tensor gate: an element fails when |delta| > {s['atol']:g} and |delta| > {s['rtol']:g} x |ref| "
-              f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
+    return lines
+
+
+def gates_lines(result) -> list[str]:
+    s = result.settings
+    lines = ["### Two gates", "",
+             f"Tensor gate: an element fails when |delta| > {s['atol']:g} and |delta| > {s['rtol']:g} x |ref| "
+             f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
     rows = [[c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}",
              "pass" if c["tensor_gate"]["passed"] else f"FAIL ({c['tensor_gate']['failing']}/{c['tensor_gate']['elements']})",
              _fmt(c["tensor_gate"]["max_abs"]),
@@ -572,13 +601,11 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
              c["gates_disagree"] or "agree"] for c in result.comparisons]
     if rows:
         lines += md_table(["variant", "host", "against", "tensor gate", "max abs delta", "decision gate",
-                         "disagreement"], rows)
+                           "disagreement"], rows)
     else:
         lines.append("No comparisons: nothing for the gates to judge.")
     lines.append("")
-    lines += margins_lines(result, rdir, plots, written)
-    lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
-    return "\n".join(lines) + "\n", written
+    return lines
 
 
 def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
