@@ -240,13 +240,13 @@ def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]
     if reference not in hosts:
         raise UserError(f"--reference {reference}: not one of --hosts {','.join(hosts)}")
     if budget < 0:
-        raise UserError(f"--budget {budget}: must be at least 0")
+        raise UserError(f"budget must be at least 0, got {budget}")
     by_model: dict = defaultdict(list)
     for v in variants:
         by_model[v.model].append(v)
     for model, vs in by_model.items():
         if not any(v.name == "fp32" for v in vs):
-            raise UserError(f"model {model}: no fp32 variant among --variants ({', '.join(v.name for v in vs)}); "
+            raise UserError(f"model {model}: no fp32 variant among variants ({', '.join(v.name for v in vs)}); "
                             f"decisions flip against fp32, so pass the fp32 model too")
     return hosts, reference, by_model
 

@@ -71,11 +71,11 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
 
     check_host(host)
     if runs < 10:
-        raise UserError(f"--runs {runs}: at least 10 timed runs per repeat")
+        raise UserError(f"runs must be at least 10 (timed runs per repeat), got {runs}")
     if repeats < 3:
-        raise UserError(f"--repeats {repeats}: at least 3 repeats (the spread of the median needs them)")
+        raise UserError(f"repeats must be at least 3 (the spread of the median needs them), got {repeats}")
     if warmup < 1:
-        raise UserError(f"--warmup {warmup}: at least 1 warm-up run")
+        raise UserError(f"warmup must be at least 1, got {warmup}")
     model = Path(model_path).read_bytes()
     w = Worker(host, allow_fallback)
     try:

@@ -290,7 +290,8 @@ def _distance_fields(a, b) -> dict:
 
 def _check_two(hosts):
     if len(hosts) != 2:
-        raise UserError(f"--hosts: localize compares exactly two hosts, got {len(hosts)} ({', '.join(h.label for h in hosts)})")
+        raise UserError(f"hosts must be exactly two (localize compares a pair), got {len(hosts)} "
+                        f"({', '.join(h.label for h in hosts)})")
 
 
 def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
@@ -300,7 +301,7 @@ def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = 
 
     _check_two(hosts)
     if group < 1:
-        raise UserError(f"--group {group}: must be at least 1")
+        raise UserError(f"group must be at least 1, got {group}")
     model = load_model(model_path, check=False)
     vid = semantic_sha256(model)
     base_bytes = model.SerializeToString()

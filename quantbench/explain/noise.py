@@ -90,7 +90,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
 
     bad = [f for f in factors if f not in FACTORS]
     if bad:
-        raise UserError(f"--factors: unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
+        raise UserError(f"factors: unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
     if not fixtures:
         raise UserError("noise: no fixtures")
     model = Path(model_path).read_bytes()

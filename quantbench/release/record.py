@@ -404,7 +404,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     rdir = releases_dir(results_dir)
     dest = rdir / tag
     if dest.exists():
-        raise UserError(f"--tag {tag}: {dest} already exists; releases are never overwritten, choose a new tag")
+        raise UserError(f"tag {tag}: {dest} already exists; releases are never overwritten, choose a new tag")
     tables_root = results_dir / "tables"
     variants = list(variants) if variants is not None else latest_variants(results_dir)
     if not variants:
@@ -426,7 +426,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     result = ReleaseResult(tag, dest, record)
     with registry_lock(rdir):
         if dest.exists():
-            raise UserError(f"--tag {tag}: {dest} was just written by another release command; choose a new tag")
+            raise UserError(f"tag {tag}: {dest} was just written by another release command; choose a new tag")
         reg = load_registry(rdir)
         result.collisions = check_registry(reg, entries, tag)
         if result.collisions:
@@ -466,7 +466,7 @@ def _measured(v, tables_root: Path, hosts) -> tuple:
     if hosts:
         missing = sorted(set(hosts) - {t["host"] for t in targets})
         if missing:
-            raise UserError(f"--hosts: no results of variant {v.name} on {', '.join(missing)}; run "
+            raise UserError(f"hosts: no results of variant {v.name} on {', '.join(missing)}; run "
                             f"`quantbench run --hosts {','.join(missing)}` first")
     if not targets:
         raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
