@@ -140,24 +140,17 @@ class Worker:
 def start_workers(hosts: list[HostRun], allow_fallback: bool = False) -> list[Worker]:
     """Start (and fingerprint) every host's worker in parallel; close them all if one fails."""
     workers: list = [None] * len(hosts)
-    errors: list = []
 
-    def go(i):
-        try:
-            workers[i] = Worker(hosts[i], allow_fallback)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+    def start(i):
+        workers[i] = Worker(hosts[i], allow_fallback)
 
-    threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(hosts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
+    try:
+        parallel(start, list(range(len(hosts))))
+    except BaseException:
         for w in workers:
             if w is not None:
                 w.close()
-        raise errors[0]
+        raise
     return workers
 
 
