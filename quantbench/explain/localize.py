@@ -175,6 +175,13 @@ def parallel(fn, items):
     return out
 
 
+def decode_runs(spec, results: list, names) -> dict:
+    """{fixture_id: Decoded} of one worker run's results, decoded from the tensors of outputs `names`."""
+    from quantbench.analysis.decode import decode
+
+    return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
+
+
 # --------------------------------------------------------------------------- graph rewriting
 
 

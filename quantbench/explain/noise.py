@@ -60,22 +60,17 @@ def batch_axis(model_path) -> str:
     return str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else "dynamic"
 
 
-def _decoded(spec, results, names):
-    from quantbench.analysis.decode import decode
-
-    return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
-
-
 def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
     """(differing fixtures, decision flips or None, fixture ids that differ)."""
     from quantbench.analysis.decisions import compare
+    from quantbench.explain.localize import decode_runs
 
     ha = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in a}
     hb = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in b}
     differ = {f for f in ha if ha[f] != hb.get(f)}
     flips = None
     if spec is not None:
-        da, db = _decoded(spec, a, names), _decoded(spec, b, names)
+        da, db = decode_runs(spec, a, names), decode_runs(spec, b, names)
         flips = sum(len(compare(spec, da[f], db[f]).flips) for f in da)
     return len(differ), flips, differ
 

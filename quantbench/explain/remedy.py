@@ -29,8 +29,8 @@ from pathlib import Path
 from quantbench.analysis.classes import equivalence_classes
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
-from quantbench.textfmt import text_table
 from quantbench.quantize.calibration import compute_ranges, load_ranges, method_name
+from quantbench.textfmt import text_table
 
 REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
 X64_ENTRY = "session.x64quantprecision"
@@ -126,8 +126,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
     from tqdm import tqdm
 
     from quantbench.analysis.decisions import compare
-    from quantbench.analysis.decode import decode
-    from quantbench.explain.localize import parallel, start_workers
+    from quantbench.explain.localize import decode_runs, parallel, start_workers
     from quantbench.modelio import load_model, semantic_sha256
 
     names = list(spec.outputs.values())
@@ -139,9 +138,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
             data = Path(path).read_bytes()
 
             def one(i):
-                session = dict(hosts[i].session)
-                session["config_entries"] = {**session["config_entries"], **(extra_entries or {})}
-                return workers[i].run(data, fixtures, session, return_tensors=names)
+                return workers[i].run(data, fixtures, session_of(hosts[i].session, extra_entries), return_tensors=names)
             return parallel(one, list(range(len(hosts)))), session_of(hosts[0].session, extra_entries)
 
         def session_of(s, extra):
@@ -150,7 +147,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
             return s
 
         def decoded(results):
-            return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
+            return decode_runs(spec, results, names)
 
         fp32_runs, _ = run_on_all(fp32_path)
         fp32_dec = [decoded(r) for r in fp32_runs]
