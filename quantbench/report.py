@@ -638,7 +638,7 @@ def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
             rows.append([v["variant"], KIND_TITLES[kind], ", ".join(hosts), len(rs), margin_axis(v["decode"]),
                          *counts])
     lines += md_table(["variant", "comparison", "hosts", "flips", "distance measured", *[f"|d| in {b}" for b in present]],
-                    rows)
+                      rows)
     lines.append("")
     multi = len({v["model"] for v in result.variants}) > 1
     for v in result.variants:
