@@ -29,23 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
+from quantbench.analysis.decode import DecodeSpec, decode, iou
 from quantbench.fsutil import sha256_file
 
 IOU_THRESHOLD = 0.5   # precision_recall's match
 
 
 def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Pairwise IoU of xyxy boxes: [N,4] x [M,4] -> [N,M] (float64)."""
+    """Pairwise IoU of xyxy boxes: [N,4] x [M,4] -> [N,M] (float64), by the flips' ``analysis.decode.iou``."""
     a = np.asarray(a, np.float64).reshape(-1, 4)
     b = np.asarray(b, np.float64).reshape(-1, 4)
-    area_a = np.clip(a[:, 2] - a[:, 0], 0, None) * np.clip(a[:, 3] - a[:, 1], 0, None)
-    area_b = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    wh = np.clip(rb - lt, 0, None)
-    inter = wh[..., 0] * wh[..., 1]
-    union = area_a[:, None] + area_b[None, :] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1.0), 0.0)
+    return iou(a[:, None, :], b[None, :, :])
 
 
 def ground_truth(coco: dict, split: str | None = None) -> dict:
@@ -81,10 +75,10 @@ def _match_image(dets: np.ndarray, gts: np.ndarray, iou_threshold: float) -> np.
         if len(g) == 0:
             continue
         d_idx = d_idx[_order(dets[d_idx, 4])]
-        iou = box_iou(dets[d_idx, :4], g[:, :4])
+        ious = box_iou(dets[d_idx, :4], g[:, :4])
         taken = np.zeros(len(g), bool)
         for row, di in enumerate(d_idx):
-            cand = np.where(taken, -1.0, iou[row])
+            cand = np.where(taken, -1.0, ious[row])
             j = int(np.argmax(cand))
             if cand[j] >= iou_threshold:
                 taken[j] = True
@@ -194,8 +188,6 @@ def decode_detr(logits: np.ndarray, boxes: np.ndarray, threshold: float, top_k: 
     lower query). boxes [Q,4] are cx, cy, w, h normalised to the image; image_size is
     (width, height). class_ids maps a column to a COCO category id (default: column + 1).
     """
-    from quantbench.analysis.decode import DecodeSpec, decode
-
     logits = np.asarray(logits).reshape(-1, np.shape(logits)[-1])
     boxes = np.asarray(boxes).reshape(-1, 4)
     spec = DecodeSpec(kind="detr-sigmoid", outputs={"logits": "logits", "boxes": "boxes"},

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text
+from quantbench.textfmt import md_table
 
 SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
@@ -124,12 +125,6 @@ def _fmt(x, digits=3) -> str:
     if isinstance(x, float):
         return f"{x:.{digits}g}"
     return str(x)
-
-
-def _table(header: list, rows: list) -> list[str]:
-    out = ["| " + " | ".join(str(h).replace("|", "\\|") for h in header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return out
 
 
 def _savefig(fig, path: Path) -> Path:
@@ -407,7 +402,7 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
         names = [v["variant"] for v in result.variants if v["model"] == model]
         for name in names:
             rows.append([name] + [_acc_cell(a["scores"].get((name, h)), a["scores"].get(("fp32", h))) for h in hosts])
-        lines += _table(["variant", *hosts], rows)
+        lines += md_table(["variant", *hosts], rows)
         lines.append("")
         near = []
         for name in names:
@@ -513,16 +508,32 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
                  f"{', '.join(gates_checked(result))} over every comparison of the variant.")
     lines.append("")
     lines += accuracy_lines(result, accuracy)
-    lines += ["### Hosts", ""]
-    lines += _table(["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
-                    [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
-                     for h, i in result.hosts.items()])
-    lines.append("")
+    lines += hosts_lines(result)
     if plots:
         lines += _embed(plot_class_map, result, rdir, "equiv-classes.png", "class map", written)
-    lines += ["### Equivalence classes", "",
-              "Hosts grouped by identical output hashes over every fixture; the separating features are the "
-              "smallest set of fingerprint features whose values tell the classes apart.", ""]
+    lines += classes_lines(result)
+    lines += distance_lines(result)
+    lines += decisions_lines(result)
+    lines += gallery_lines(result, rdir, tables_root, written)
+    lines += gates_lines(result)
+    lines += margins_lines(result, rdir, plots, written)
+    lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
+    return "\n".join(lines) + "\n", written
+
+
+def hosts_lines(result) -> list[str]:
+    lines = ["### Hosts", ""]
+    lines += md_table(["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
+                      [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
+                       for h, i in result.hosts.items()])
+    lines.append("")
+    return lines
+
+
+def classes_lines(result) -> list[str]:
+    lines = ["### Equivalence classes", "",
+             "Hosts grouped by identical output hashes over every fixture; the separating features are the "
+             "smallest set of fingerprint features whose values tell the classes apart.", ""]
     rows = []
     for v in result.variants:
         cls = "; ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
@@ -531,21 +542,30 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
         agree = ", ".join(f"{a}~{b} {n}/{v['fixtures']}" for a, b, n in
                           ((x["a"], x["b"], x["fixtures_agree"]) for x in v["agreement"]))
         rows.append([v["model"], v["variant"], v["fixtures"], cls, sep_s, agree or "-"])
-    lines += _table(["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
+    lines += md_table(["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
     lines.append("")
+    return lines
+
+
+def distance_lines(result) -> list[str]:
     dist_rows = [[v["variant"], f"{d['class']} ({d['host']})", f"{d['ref_class']} ({d['ref_host']})", d["output"],
                   _fmt(d["max_abs"]), _fmt(d["mean_abs"]), _fmt(d["bits_mean"]), _fmt(d["bits_min"])]
                  for v in result.variants for d in v["distances"]]
-    if dist_rows:
-        lines += ["### Numeric distance between classes", "",
-                  "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
-                  "or exponent differ).", ""]
-        lines += _table(["variant", "class", "against", "output", "max abs delta", "mean abs delta",
-                         "bits mean", "bits min"], dist_rows)
-        lines.append("")
-    lines += ["### Decisions against fp32", "",
-              "Totals are the decisions served (reference -> candidate); **concealed** marks totals within one "
-              "of each other while decisions flipped.", ""]
+    if not dist_rows:
+        return []
+    lines = ["### Numeric distance between classes", "",
+             "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
+             "or exponent differ).", ""]
+    lines += md_table(["variant", "class", "against", "output", "max abs delta", "mean abs delta",
+                       "bits mean", "bits min"], dist_rows)
+    lines.append("")
+    return lines
+
+
+def decisions_lines(result) -> list[str]:
+    lines = ["### Decisions against fp32", "",
+             "Totals are the decisions served (reference -> candidate); **concealed** marks totals within one "
+             "of each other while decisions flipped.", ""]
     rows = []
     compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
     if len(compared) < len(result.comparisons):
@@ -561,29 +581,31 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
                      f"{bk['threshold']}/{bk['class']}/{bk['box-shift']}", f"{c['images_disagree']}/{c['fixtures']}",
                      "**concealed**" if c["concealed"] else "no", band])
     if rows:
-        lines += _table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
-                         "images disagree", "concealed", "fp32 band holding every flip"], rows)
+        lines += md_table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
+                           "images disagree", "concealed", "fp32 band holding every flip"], rows)
         lines.append("")
     elif not result.comparisons:
         lines += ["Nothing compared: one host and the fp32 variant only.", ""]
-    lines += gallery_lines(result, rdir, tables_root, written)
-    lines += ["### Two gates", "",
-              f"Tensor gate: an element fails when |delta| > {s['atol']:g} and |delta| > {s['rtol']:g} x |ref| "
-              f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
+    return lines
+
+
+def gates_lines(result) -> list[str]:
+    s = result.settings
+    lines = ["### Two gates", "",
+             f"Tensor gate: an element fails when |delta| > {s['atol']:g} and |delta| > {s['rtol']:g} x |ref| "
+             f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
     rows = [[c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}",
              "pass" if c["tensor_gate"]["passed"] else f"FAIL ({c['tensor_gate']['failing']}/{c['tensor_gate']['elements']})",
              _fmt(c["tensor_gate"]["max_abs"]),
              "n/a (decode none)" if c["decision_passed"] is None else "pass" if c["decision_passed"] else f"FAIL ({c['flips']})",
              c["gates_disagree"] or "agree"] for c in result.comparisons]
     if rows:
-        lines += _table(["variant", "host", "against", "tensor gate", "max abs delta", "decision gate",
-                         "disagreement"], rows)
+        lines += md_table(["variant", "host", "against", "tensor gate", "max abs delta", "decision gate",
+                           "disagreement"], rows)
     else:
         lines.append("No comparisons: nothing for the gates to judge.")
     lines.append("")
-    lines += margins_lines(result, rdir, plots, written)
-    lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
-    return "\n".join(lines) + "\n", written
+    return lines
 
 
 def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
@@ -615,8 +637,8 @@ def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
             counts = [sum(1 for r, _ in rs if r["band"] == b) for b in present]
             rows.append([v["variant"], KIND_TITLES[kind], ", ".join(hosts), len(rs), margin_axis(v["decode"]),
                          *counts])
-    lines += _table(["variant", "comparison", "hosts", "flips", "distance measured", *[f"|d| in {b}" for b in present]],
-                    rows)
+    lines += md_table(["variant", "comparison", "hosts", "flips", "distance measured", *[f"|d| in {b}" for b in present]],
+                      rows)
     lines.append("")
     multi = len({v["model"] for v in result.variants}) > 1
     for v in result.variants:

@@ -207,26 +207,52 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     `duplicates`: variants asked for whose model is semantically identical to an analysed
     one ({name, model, path, duplicate_of}); they are not run twice, and the report names them.
     """
-    from quantbench import tables
-    from quantbench.hosts.results import load_hosts
+    hosts, reference, by_model = _check_request(hosts, variants, reference, budget)
+    specs = {model: spec_from_sidecar(_fp32_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
+             for model, vs in by_model.items()}
+    sel = select_results(hosts, variants, fixtures_for, prefer, run_hint, tables_root)
+    settings = _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs)
+    host_info, features = _host_identities(hosts, sel, tables_root)
+    ctx = _Context(equiv_id=equiv_id_of(settings, sel), hosts=hosts, reference=reference, sel=sel,
+                   settings=settings, features=features, source=_fixture_sources(tables_root),
+                   atol=atol, rtol=rtol, budget=budget)
+    out = _Rows()
+    for model, vs in by_model.items():
+        run = _load_model(ctx, model, vs, specs[model], fixtures_for, tables_root)
+        for v in vs:
+            _analyze_variant(ctx, run, v, sorted(fixtures_for[v.variant_id]), out)
+        for vi in out.variants[-len(vs):]:
+            vi["decode"] = run.spec.as_dict()
+    return EquivResult(equiv_id=ctx.equiv_id, settings={**settings, "atol": atol, "rtol": rtol, "budget": budget},
+                       hosts=host_info, variants=out.variants, comparisons=out.comparisons,
+                       class_rows=out.class_rows, decision_rows=out.decision_rows, flip_rows=out.flip_rows,
+                       decoded=out.decoded, sidecars={m: _fp32_of(vs).sidecar or {} for m, vs in by_model.items()})
 
+
+def _fp32_of(vs: list[VariantRef]) -> VariantRef:
+    return next(v for v in vs if v.name == "fp32")
+
+
+def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]:
+    """(hosts without repeats, the reference host, {model: [VariantRef]}); refuses what cannot be analysed."""
     hosts = list(dict.fromkeys(hosts))
     reference = reference or hosts[0]
     if reference not in hosts:
         raise UserError(f"--reference {reference}: not one of --hosts {','.join(hosts)}")
     if budget < 0:
-        raise UserError(f"--budget {budget}: must be at least 0")
+        raise UserError(f"budget must be at least 0, got {budget}")
     by_model: dict = defaultdict(list)
     for v in variants:
         by_model[v.model].append(v)
     for model, vs in by_model.items():
         if not any(v.name == "fp32" for v in vs):
-            raise UserError(f"model {model}: no fp32 variant among --variants ({', '.join(v.name for v in vs)}); "
+            raise UserError(f"model {model}: no fp32 variant among variants ({', '.join(v.name for v in vs)}); "
                             f"decisions flip against fp32, so pass the fp32 model too")
-    specs = {model: spec_from_sidecar(next(v for v in vs if v.name == "fp32").sidecar, decode_kind, threshold,
-                                      source=f"model {model} sidecar") for model, vs in by_model.items()}
-    sel = select_results(hosts, variants, fixtures_for, prefer, run_hint, tables_root)
-    # what determines the tables' rows; gate settings (atol, rtol, budget) only change verdicts
+    return hosts, reference, by_model
+
+
+def _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs) -> dict:
+    """What determines the tables' rows (hashed into the analysis id); gate settings only change verdicts."""
     settings = {"hosts": hosts, "reference": reference, "decode": decode_kind, "threshold": threshold,
                 "variants": [{"name": v.name, "variant_id": v.variant_id, "model": v.model, "path": v.path}
                              for v in variants],
@@ -236,159 +262,239 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     plugin_ids = {m: sp.as_dict()["plugin"] for m, sp in specs.items() if is_plugin(sp.kind)}
     if plugin_ids:   # the plug-in's code decides the rows: its file hash is part of the analysis id
         settings["decode_plugins"] = plugin_ids
-    eid = equiv_id_of(settings, sel)
-    gate_settings = {"atol": atol, "rtol": rtol, "budget": budget}
+    return settings
 
-    ht = load_hosts(host=hosts, tables_root=tables_root).to_pylist()
-    host_rows = {(r["host"], r["fingerprint_id"]): r for r in ht}
+
+def _host_identities(hosts, sel, tables_root) -> tuple[dict, dict]:
+    """Per host, the selected fingerprint's summary and its fingerprint features (read from the hosts table)."""
+    from quantbench.hosts.results import load_hosts
+
+    rows = {(r["host"], r["fingerprint_id"]): r for r in load_hosts(host=hosts, tables_root=tables_root).to_pylist()}
     host_info, features = {}, {}
     for h in hosts:
-        r = host_rows.get((h, sel[h][0]), {})
-        fp = json.loads(r.get("fingerprint") or "{}")
-        ident = fp.get("identity", {})
-        host_info[h] = {"fingerprint_id": sel[h][0], "session_key": sel[h][1], "kind": r.get("kind", ""),
-                        "arch": r.get("arch", ""), "cpu": r.get("cpu", ""), "ort_version": r.get("ort_version", ""),
-                        "isa_flags": list(r.get("isa_flags") or [])}
-        rest = {k: v for k, v in ident.items() if k not in ("cpu", "isa_flags", "numpy_cpu_features", "session",
-                                                            "session_readback", "onnxruntime", "arch")}
-        rest["onnxruntime_build"] = ident.get("onnxruntime", {}).get("build_info", "")
-        sess = dict(ident.get("session") or {})
-        sess.update(sess.pop("config_entries", {}) or {})
-        features[h] = C.fingerprint_features(r.get("arch"), r.get("cpu"), r.get("isa_flags") or [],
-                                             r.get("ort_version"), sess, rest)
+        host_info[h], features[h] = _host_identity(rows.get((h, sel[h][0]), {}), sel[h])
+    return host_info, features
+
+
+def _host_identity(r: dict, selected) -> tuple[dict, dict]:
+    """One hosts-table row -> (summary for the report, fingerprint features that may separate classes)."""
+    ident = json.loads(r.get("fingerprint") or "{}").get("identity", {})
+    info = {"fingerprint_id": selected[0], "session_key": selected[1], "kind": r.get("kind", ""),
+            "arch": r.get("arch", ""), "cpu": r.get("cpu", ""), "ort_version": r.get("ort_version", ""),
+            "isa_flags": list(r.get("isa_flags") or [])}
+    rest = {k: v for k, v in ident.items() if k not in ("cpu", "isa_flags", "numpy_cpu_features", "session",
+                                                        "session_readback", "onnxruntime", "arch")}
+    rest["onnxruntime_build"] = ident.get("onnxruntime", {}).get("build_info", "")
+    sess = dict(ident.get("session") or {})
+    sess.update(sess.pop("config_entries", {}) or {})
+    return info, C.fingerprint_features(r.get("arch"), r.get("cpu"), r.get("isa_flags") or [],
+                                        r.get("ort_version"), sess, rest)
+
+
+def _fixture_sources(tables_root) -> dict:
+    from quantbench import tables
 
     ft = tables.read("fixtures", root=tables_root, columns=["fixture_id", "source"])
-    source = dict(zip(ft.column("fixture_id").to_pylist(), ft.column("source").to_pylist()))
+    return dict(zip(ft.column("fixture_id").to_pylist(), ft.column("source").to_pylist()))
 
-    variant_out, comparisons, class_rows, decision_rows, flip_rows = [], [], [], [], []
-    decoded_out: dict = {}
-    for model, vs in by_model.items():
-        fp32 = next(v for v in vs if v.name == "fp32")
-        fx_ids = sorted(fixtures_for[fp32.variant_id])
-        data = _load_arrays(hosts, sel, [v.variant_id for v in vs],
-                            {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
-        first = data[(reference, fp32.variant_id)][fx_ids[0]][0]
-        spec = specs[model]
-        compared = spec.kind != NONE
-        try:
-            spec = check_outputs(spec, sorted(first))
-        except UserError as exc:
-            raise UserError(f"model {model}: {exc}; or {NONE_HINT}") from None
-        decoded_cache: dict = {}
 
-        def decoded(h, vid, f):
-            arrs, shas = data[(h, vid)][f]
-            key = (vid, f, tuple(sorted(shas.items())))
-            if key not in decoded_cache:
-                try:
-                    decoded_cache[key] = decode(spec, arrs)
-                except UserError as exc:
-                    raise UserError(f"model {model}: {exc}; or {NONE_HINT}") from None
-            return decoded_cache[key]
+@dataclass
+class _Context:
+    """What every variant of the analysis shares."""
 
-        if compared:
-            decoded(reference, fp32.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work
+    equiv_id: str
+    hosts: list
+    reference: str
+    sel: dict            # host -> (fingerprint_id, session_key)
+    settings: dict
+    features: dict       # host -> fingerprint features
+    source: dict         # fixture_id -> source image
+    atol: float
+    rtol: float
+    budget: int
 
-        for v in vs:
-            vfx = sorted(fixtures_for[v.variant_id])
-            hh = {h: {(f, o): s for f in vfx for o, s in data[(h, v.variant_id)][f][1].items()} for h in hosts}
-            eq = C.equivalence_classes(hh)
-            class_of = {h: c.label for c in eq for h in c.hosts}
-            agree = C.fixture_agreement(hh)
-            sep = C.separating_features({h: features[h] for h in hosts}, class_of)
-            ref_label = class_of[reference]
-            dists = []
-            for c in eq:
-                if c.label == ref_label:
-                    continue
-                rep = c.hosts[0]
-                accs: dict = defaultdict(DistanceAccumulator)
-                for f in vfx:
-                    ra = data[(reference, v.variant_id)][f][0]
-                    ca = data[(rep, v.variant_id)][f][0]
-                    for o in sorted(ra):
-                        if o in ca and ra[o].shape == ca[o].shape and ra[o].dtype == ca[o].dtype:
-                            accs[o].add(ra[o], ca[o])
-                for o, acc in sorted(accs.items()):
-                    dists.append({"class": c.label, "host": rep, "ref_class": ref_label, "ref_host": reference,
-                                  "output": o, **acc.result().as_dict()})
-            vinfo = {"variant": v.name, "variant_id": v.variant_id, "model": model, "fixtures": len(vfx),
-                     "classes": [c.as_dict() for c in eq],
-                     "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
-                     "separating_features": sep, "distances": dists,
-                     "feature_values": {h: {k: features[h].get(k, False if k.startswith("isa:") else None)
-                                            for k in (sep or [])} for h in hosts}}
-            variant_out.append(vinfo)
-            for c in eq:
-                class_rows.append({
-                    "equiv_id": eid, "variant_id": v.variant_id, "variant": v.name, "model": model,
-                    "class_label": c.label, "hosts": c.hosts, "fingerprint_ids": [sel[h][0] for h in c.hosts],
-                    "digest": c.digest, "fixtures": len(vfx), "reference": reference in c.hosts,
-                    "separating_features": sep, "agreement": canonical_json(vinfo["agreement"]),
-                    "distance": canonical_json([d for d in dists if d["class"] == c.label]),
-                    "settings": canonical_json({**settings, "selections": {h: list(x) for h, x in sel.items()}})})
 
-            flip_of = {}  # (comparison, host, fixture, slot) -> kind, for the decisions table
-            for h in hosts:
-                pairs = []
-                if v.name != "fp32":
-                    pairs.append(("own-fp32", h, fp32.variant_id))
-                if h != reference:
-                    pairs.append(("ref-fp32", reference, fp32.variant_id))
-                    if v.name != "fp32":
-                        pairs.append(("ref-same", reference, v.variant_id))
-                for comp, rh, rvid in pairs:
-                    rname = "fp32" if rvid == fp32.variant_id else v.name
-                    per_fx, tgate = [], G.TensorGate()
-                    for f in vfx:
-                        tgate.add_fixture(data[(rh, rvid)][f][0], data[(h, v.variant_id)][f][0], atol, rtol)
-                        if not compared:
-                            continue
-                        ref_d, cand_d = decoded(rh, rvid, f), decoded(h, v.variant_id, f)
-                        fc = D.compare(spec, ref_d, cand_d)
-                        per_fx.append(fc)
-                        for fl in fc.flips:
-                            if fl.slot >= 0:
-                                flip_of[(comp, h, f, fl.slot)] = fl.kind
-                            flip_rows.append({
-                                "equiv_id": eid, "comparison": comp, "host": h, "variant_id": v.variant_id,
-                                "variant": v.name, "ref_host": rh, "ref_variant": rname, "fixture_id": f,
-                                "source": source.get(f, ""), "ref_slot": fl.ref_slot, "slot": fl.slot,
-                                "kind": fl.kind, "ref_class": spec.class_name(fl.ref_cls),
-                                "class_name": spec.class_name(fl.cls), "ref_score": fl.ref_score,
-                                "score": fl.score, "iou": fl.iou, "threshold": spec.threshold,
-                                "margin": fl.margin, "band": D.band_label(abs(fl.margin))})
-                    if not compared:
-                        comparisons.append(_not_compared(comp, h, v.name, rh, rname, len(vfx), v.variant_id, model,
-                                                         tgate))
-                        continue
-                    s = D.summarize(comp, h, v.name, rh, rname, per_fx, spec.threshold)
-                    dec_ok = G.decision_passed(s.flips, budget)
-                    comparisons.append({**s.as_dict(), "variant_id": v.variant_id, "model": model,
-                                        "tensor_gate": tgate.as_dict(), "decision_passed": dec_ok,
-                                        "gates_disagree": G.disagreement(tgate.passed, dec_ok),
-                                        "decisions_compared": True})
-            for h in hosts if compared else ():
-                for f in vfx:
-                    d = decoded(h, v.variant_id, f)
-                    decoded_out[(h, v.variant_id, f)] = _slim(d)
-                    for i in range(d.slot.size):
-                        q = int(d.slot[i])
-                        decision_rows.append({
-                            "equiv_id": eid, "host": h, "fingerprint_id": sel[h][0], "variant_id": v.variant_id,
-                            "variant": v.name, "fixture_id": f, "source": source.get(f), "slot": q,
-                            "class_id": int(d.cls[i]),
-                            "box": None if getattr(d, "box", None) is None else [float(x) for x in d.box[i]],
-                            "class_name": spec.class_name(int(d.cls[i])), "score": float(d.score[i]),
-                            "kept": bool(d.kept[i]), "margin": float(d.margin[i]),
-                            "flip_own_fp32": flip_of.get(("own-fp32", h, f, q), ""),
-                            "flip_ref_fp32": flip_of.get(("ref-fp32", h, f, q), "")})
-        for vi in variant_out[-len(vs):]:
-            vi["decode"] = spec.as_dict()
-    return EquivResult(equiv_id=eid, settings={**settings, **gate_settings}, hosts=host_info, variants=variant_out,
-                       comparisons=comparisons, class_rows=class_rows, decision_rows=decision_rows,
-                       flip_rows=flip_rows, decoded=decoded_out,
-                       sidecars={m: next(v for v in vs if v.name == "fp32").sidecar or {} for m, vs in by_model.items()})
+@dataclass
+class _Rows:
+    """The analysis' output, filled variant by variant."""
+
+    variants: list = field(default_factory=list)
+    comparisons: list = field(default_factory=list)
+    class_rows: list = field(default_factory=list)
+    decision_rows: list = field(default_factory=list)
+    flip_rows: list = field(default_factory=list)
+    decoded: dict = field(default_factory=dict)
+
+
+@dataclass
+class _ModelRun:
+    """One model's loaded outputs and its decoder; decoded decisions are cached by output hashes."""
+
+    model: str
+    fp32: VariantRef
+    data: dict           # (host, variant_id) -> {fixture_id: ({output: array}, {output: sha256})}
+    spec: DecodeSpec
+    compared: bool       # False under decode none: classes, distances and the tensor gate only
+    cache: dict = field(default_factory=dict)
+
+    def arrays(self, h, vid, f) -> dict:
+        return self.data[(h, vid)][f][0]
+
+    def decoded(self, h, vid, f):
+        arrs, shas = self.data[(h, vid)][f]
+        key = (vid, f, tuple(sorted(shas.items())))
+        if key not in self.cache:
+            try:
+                self.cache[key] = decode(self.spec, arrs)
+            except UserError as exc:
+                raise UserError(f"model {self.model}: {exc}; or {NONE_HINT}") from None
+        return self.cache[key]
+
+
+def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _ModelRun:
+    """Read one model's selected outputs and fit its decoder to them; a decoder that does not fit fails here."""
+    fp32 = _fp32_of(vs)
+    fx_ids = sorted(fixtures_for[fp32.variant_id])
+    data = _load_arrays(ctx.hosts, ctx.sel, [v.variant_id for v in vs],
+                        {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
+    first = data[(ctx.reference, fp32.variant_id)][fx_ids[0]][0]
+    compared = spec.kind != NONE
+    try:
+        spec = check_outputs(spec, sorted(first))
+    except UserError as exc:
+        raise UserError(f"model {model}: {exc}; or {NONE_HINT}") from None
+    run = _ModelRun(model=model, fp32=fp32, data=data, spec=spec, compared=compared)
+    if compared:
+        run.decoded(ctx.reference, fp32.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work
+    return run
+
+
+def _analyze_variant(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, out: _Rows) -> None:
+    """Classes, distances, comparisons and decisions of one variant, appended to `out`."""
+    eq, vinfo = _classes_and_distances(ctx, run, v, vfx)
+    out.variants.append(vinfo)
+    out.class_rows += _class_rows(ctx, run.model, v, eq, vinfo)
+    flip_of = {}  # (comparison, host, fixture, slot) -> kind, for the decisions table
+    for h in ctx.hosts:
+        for comp, rh, rvid in _comparison_pairs(ctx.reference, run.fp32, v, h):
+            comparison, flips = _compare(ctx, run, v, vfx, comp, h, rh, rvid)
+            out.comparisons.append(comparison)
+            for f, fl in flips:
+                if fl.slot >= 0:
+                    flip_of[(comp, h, f, fl.slot)] = fl.kind
+                out.flip_rows.append(_flip_row(ctx, run.spec, v, comparison, f, fl))
+    if run.compared:
+        _decisions(ctx, run, v, vfx, flip_of, out)
+
+
+def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list) -> tuple[list, dict]:
+    """The variant's equivalence classes and its summary: agreement, separating features, distances."""
+    hosts, reference = ctx.hosts, ctx.reference
+    hh = {h: {(f, o): s for f in vfx for o, s in run.data[(h, v.variant_id)][f][1].items()} for h in hosts}
+    eq = C.equivalence_classes(hh)
+    class_of = {h: c.label for c in eq for h in c.hosts}
+    agree = C.fixture_agreement(hh)
+    sep = C.separating_features({h: ctx.features[h] for h in hosts}, class_of)
+    vinfo = {"variant": v.name, "variant_id": v.variant_id, "model": run.model, "fixtures": len(vfx),
+             "classes": [c.as_dict() for c in eq],
+             "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
+             "separating_features": sep, "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
+             "feature_values": {h: {k: ctx.features[h].get(k, False if k.startswith("isa:") else None)
+                                    for k in (sep or [])} for h in hosts}}
+    return eq, vinfo
+
+
+def _class_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, eq: list, ref_label) -> list[dict]:
+    """Per class other than the reference's, per output: the numeric distance of its first host to the reference."""
+    reference = ctx.reference
+    dists = []
+    for c in eq:
+        if c.label == ref_label:
+            continue
+        rep = c.hosts[0]
+        accs: dict = defaultdict(DistanceAccumulator)
+        for f in vfx:
+            ra, ca = run.arrays(reference, v.variant_id, f), run.arrays(rep, v.variant_id, f)
+            for o in sorted(ra):
+                if o in ca and ra[o].shape == ca[o].shape and ra[o].dtype == ca[o].dtype:
+                    accs[o].add(ra[o], ca[o])
+        for o, acc in sorted(accs.items()):
+            dists.append({"class": c.label, "host": rep, "ref_class": ref_label, "ref_host": reference,
+                          "output": o, **acc.result().as_dict()})
+    return dists
+
+
+def _class_rows(ctx: _Context, model: str, v: VariantRef, eq: list, vinfo: dict) -> list[dict]:
+    """The `classes` table rows of one variant."""
+    return [{"equiv_id": ctx.equiv_id, "variant_id": v.variant_id, "variant": v.name, "model": model,
+             "class_label": c.label, "hosts": c.hosts, "fingerprint_ids": [ctx.sel[h][0] for h in c.hosts],
+             "digest": c.digest, "fixtures": vinfo["fixtures"], "reference": ctx.reference in c.hosts,
+             "separating_features": vinfo["separating_features"], "agreement": canonical_json(vinfo["agreement"]),
+             "distance": canonical_json([d for d in vinfo["distances"] if d["class"] == c.label]),
+             "settings": canonical_json({**ctx.settings, "selections": {h: list(x) for h, x in ctx.sel.items()}})}
+            for c in eq]
+
+
+def _comparison_pairs(reference: str, fp32: VariantRef, v: VariantRef, h: str) -> list[tuple[str, str, str]]:
+    """(comparison, reference host, reference variant_id) for variant `v` on host `h`."""
+    pairs = []
+    if v.name != "fp32":
+        pairs.append(("own-fp32", h, fp32.variant_id))
+    if h != reference:
+        pairs.append(("ref-fp32", reference, fp32.variant_id))
+        if v.name != "fp32":
+            pairs.append(("ref-same", reference, v.variant_id))
+    return pairs
+
+
+def _compare(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, comp, h, rh, rvid) -> tuple[dict, list]:
+    """One comparison of `v` on `h` against `rvid` on `rh`: (its summary with both gates, [(fixture, Flip)])."""
+    rname = "fp32" if rvid == run.fp32.variant_id else v.name
+    per_fx, flips, tgate = [], [], G.TensorGate()
+    for f in vfx:
+        tgate.add_fixture(run.arrays(rh, rvid, f), run.arrays(h, v.variant_id, f), ctx.atol, ctx.rtol)
+        if not run.compared:
+            continue
+        fc = D.compare(run.spec, run.decoded(rh, rvid, f), run.decoded(h, v.variant_id, f))
+        per_fx.append(fc)
+        flips += [(f, fl) for fl in fc.flips]
+    if not run.compared:
+        return _not_compared(comp, h, v.name, rh, rname, len(vfx), v.variant_id, run.model, tgate), flips
+    s = D.summarize(comp, h, v.name, rh, rname, per_fx, run.spec.threshold)
+    dec_ok = G.decision_passed(s.flips, ctx.budget)
+    return {**s.as_dict(), "variant_id": v.variant_id, "model": run.model, "tensor_gate": tgate.as_dict(),
+            "decision_passed": dec_ok, "gates_disagree": G.disagreement(tgate.passed, dec_ok),
+            "decisions_compared": True}, flips
+
+
+def _flip_row(ctx: _Context, spec: DecodeSpec, v: VariantRef, comparison: dict, f: str, fl) -> dict:
+    """One `flips` table row."""
+    return {"equiv_id": ctx.equiv_id, "comparison": comparison["comparison"], "host": comparison["host"],
+            "variant_id": v.variant_id, "variant": v.name, "ref_host": comparison["ref_host"],
+            "ref_variant": comparison["ref_variant"], "fixture_id": f, "source": ctx.source.get(f, ""),
+            "ref_slot": fl.ref_slot, "slot": fl.slot, "kind": fl.kind, "ref_class": spec.class_name(fl.ref_cls),
+            "class_name": spec.class_name(fl.cls), "ref_score": fl.ref_score, "score": fl.score, "iou": fl.iou,
+            "threshold": spec.threshold, "margin": fl.margin, "band": D.band_label(abs(fl.margin))}
+
+
+def _decisions(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, flip_of: dict, out: _Rows) -> None:
+    """Every decoded decision of `v` on every host: `decisions` table rows and the slim decoded decisions."""
+    spec = run.spec
+    for h in ctx.hosts:
+        for f in vfx:
+            d = run.decoded(h, v.variant_id, f)
+            out.decoded[(h, v.variant_id, f)] = _slim(d)
+            for i in range(d.slot.size):
+                q = int(d.slot[i])
+                out.decision_rows.append({
+                    "equiv_id": ctx.equiv_id, "host": h, "fingerprint_id": ctx.sel[h][0],
+                    "variant_id": v.variant_id, "variant": v.name, "fixture_id": f, "source": ctx.source.get(f),
+                    "slot": q, "class_id": int(d.cls[i]),
+                    "box": None if getattr(d, "box", None) is None else [float(x) for x in d.box[i]],
+                    "class_name": spec.class_name(int(d.cls[i])), "score": float(d.score[i]),
+                    "kept": bool(d.kept[i]), "margin": float(d.margin[i]),
+                    "flip_own_fp32": flip_of.get(("own-fp32", h, f, q), ""),
+                    "flip_ref_fp32": flip_of.get(("ref-fp32", h, f, q), "")})
 
 
 def _slim(d):

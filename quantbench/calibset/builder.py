@@ -176,17 +176,12 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
 
     strata: "objects", "label" or "auto" (quantbench.strata).
     """
-    from sklearn.utils import check_random_state, resample
-    from tqdm import tqdm
-
-    from quantbench.preprocess import load_rgb, luminance
-
     if per_cell < 1:
-        raise UserError(f"--per-cell: must be at least 1 (got {per_cell})")
+        raise UserError(f"per_cell must be at least 1, got {per_cell}")
     if per_cell > MAX_PER_CELL:
         raise UserError(f"--per-cell {per_cell}: more than the maximum of {MAX_PER_CELL} images per cell")
     if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
-        raise UserError(f"--count-bins: object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
+        raise UserError(f"count_bins must be distinct object counts >= 2, got {list(count_bins)}")
     count_bins = sorted(count_bins)
     cands, labels_path, images_dir = read_labels(labels, images)
     eval_sha = _eval_hashes(cands)
@@ -197,74 +192,11 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
         raise UserError(f"--per-cell {per_cell}: more than the {len(pool)} images in the calibration pool of "
                         f"{labels_path}; no cell could be filled, even with --allow-short")
     mode = S.resolve_mode(strata, [c.label for c in pool])
-
-    skipped, seen, dup = [], {}, 0
-    for c in tqdm(pool, desc="calibration set: measuring luminance", unit="img", disable=not progress,
-                  file=__import__("sys").stderr, dynamic_ncols=True):
-        try:
-            c.sha256 = sha256_file(c.path)
-        except OSError as exc:
-            if not skip_bad:
-                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass --skip-bad") from None
-            c.error = f"not readable ({exc.strerror or exc})"
-            skipped.append(c)
-            continue
-        if c.sha256 in eval_sha:
-            raise UserError(f"{c.path}: same bytes as evaluation image {eval_sha[c.sha256]} "
-                            f"(SHA-256 {c.sha256[:12]}...); calibration must not overlap the eval split, "
-                            "remove the duplicate from the labels")
-        try:
-            rgb = load_rgb(c.path)
-        except UserError as exc:
-            if not skip_bad:
-                raise UserError(f"{exc}; fix or remove it, or pass --skip-bad") from None
-            c.error = str(exc).split(": ", 1)[-1]
-            skipped.append(c)
-            continue
-        if c.sha256 in seen:
-            dup += 1
-            continue
-        seen[c.sha256] = c
-        c.luminance = luminance(rgb)
-        c.density = S.stratum_of(c.objects, c.label, mode, count_bins)
-    usable = list(seen.values())
-
-    # strata the data have; one the data lack entirely (no empty image at all) is absent, not short
-    present = {c.density for c in usable}
-    possible = S.density_classes(count_bins) if mode == "objects" else sorted(present)
-    classes = [d for d in possible if d in present]
-    absent = [d for d in possible if d not in present]
+    usable, skipped, dup = _measure(pool, eval_sha, mode, count_bins, skip_bad, progress)
+    classes, absent, medians, by_cell = _lighting_cells(usable, mode, count_bins)
     if not classes:
         raise UserError(f"{labels_path}: no readable image left to calibrate on")
-    # lighting: split each stratum at its own median luminance
-    medians: dict[str, float | None] = {}
-    by_cell: dict[str, list[Candidate]] = {}
-    for d in classes:
-        members = [c for c in usable if c.density == d]
-        med = float(np.median([c.luminance for c in members]))
-        medians[d] = med
-        for c in members:
-            light = "dark" if c.luminance < med else "bright"
-            by_cell.setdefault(f"{d}/{light}", []).append(c)
-    cells = sorted(f"{d}/{light}" for d in classes for light in ("bright", "dark"))
-
-    rs = check_random_state(seed)
-    rows, cell_info, short = [], [], []
-    for cell in cells:
-        members = sorted(by_cell.get(cell, []), key=lambda c: (c.sha256, c.image))
-        k = min(per_cell, len(members))
-        chosen = list(resample(members, replace=False, n_samples=k, random_state=rs)) if k else []
-        if len(members) < per_cell:
-            short.append((cell, len(members)))
-        info = {"cell": cell, "wanted": per_cell, "available": len(members), "selected": k,
-                "shortfall": per_cell - k,
-                "luma_min": min((c.luminance for c in chosen), default=None),
-                "luma_max": max((c.luminance for c in chosen), default=None),
-                "pool_luma_min": min((c.luminance for c in members), default=None),
-                "pool_luma_max": max((c.luminance for c in members), default=None)}
-        cell_info.append(info)
-        for c in sorted(chosen, key=lambda c: c.image):
-            rows.append(_row(c, cell, seed, "selected", "", per_cell, len(members)))
+    rows, cell_info, short = _select(by_cell, classes, per_cell, seed)
     if short and not allow_short:
         detail = ", ".join(f"{cell} has {n}" for cell, n in short)
         raise UserError(f"{labels_path}: too few candidates for {per_cell} per cell ({detail}); "
@@ -298,6 +230,96 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
         "preprocess": spec,
     }
     return CalibSet(name=name, rows=rows, recipe=recipe, cells=cell_info)
+
+
+def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list, skip_bad: bool,
+             progress: bool) -> tuple[list[Candidate], list[Candidate], int]:
+    """Hash, decode and measure every pool image: (usable candidates, skipped bad ones, duplicates dropped).
+
+    Sets each usable candidate's sha256, luminance and stratum; the first of identical images is kept.
+    """
+    import sys
+
+    from tqdm import tqdm
+
+    from quantbench.preprocess import load_rgb, luminance
+
+    skipped, seen, dup = [], {}, 0
+    for c in tqdm(pool, desc="calibration set: measuring luminance", unit="img", disable=not progress,
+                  file=sys.stderr, dynamic_ncols=True):
+        try:
+            c.sha256 = sha256_file(c.path)
+        except OSError as exc:
+            if not skip_bad:
+                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass --skip-bad") from None
+            c.error = f"not readable ({exc.strerror or exc})"
+            skipped.append(c)
+            continue
+        if c.sha256 in eval_sha:
+            raise UserError(f"{c.path}: same bytes as evaluation image {eval_sha[c.sha256]} "
+                            f"(SHA-256 {c.sha256[:12]}...); calibration must not overlap the eval split, "
+                            "remove the duplicate from the labels")
+        try:
+            rgb = load_rgb(c.path)
+        except UserError as exc:
+            if not skip_bad:
+                raise UserError(f"{exc}; fix or remove it, or pass --skip-bad") from None
+            c.error = str(exc).split(": ", 1)[-1]
+            skipped.append(c)
+            continue
+        if c.sha256 in seen:
+            dup += 1
+            continue
+        seen[c.sha256] = c
+        c.luminance = luminance(rgb)
+        c.density = S.stratum_of(c.objects, c.label, mode, count_bins)
+    return list(seen.values()), skipped, dup
+
+
+def _lighting_cells(usable: list[Candidate], mode: str, count_bins: list) -> tuple[list, list, dict, dict]:
+    """(strata present, strata absent, per stratum its median luminance, {"<stratum>/<dark|bright>": candidates}).
+
+    A stratum the data lack entirely (no empty image at all) is absent, not short; each stratum
+    splits at its own median luminance.
+    """
+    present = {c.density for c in usable}
+    possible = S.density_classes(count_bins) if mode == "objects" else sorted(present)
+    classes = [d for d in possible if d in present]
+    absent = [d for d in possible if d not in present]
+    medians: dict[str, float | None] = {}
+    by_cell: dict[str, list[Candidate]] = {}
+    for d in classes:
+        members = [c for c in usable if c.density == d]
+        med = float(np.median([c.luminance for c in members]))
+        medians[d] = med
+        for c in members:
+            light = "dark" if c.luminance < med else "bright"
+            by_cell.setdefault(f"{d}/{light}", []).append(c)
+    return classes, absent, medians, by_cell
+
+
+def _select(by_cell: dict, classes: list, per_cell: int, seed: int) -> tuple[list[dict], list[dict], list]:
+    """Draw `per_cell` images per cell (see the module docstring): (manifest rows, per-cell info, short cells)."""
+    from sklearn.utils import check_random_state, resample
+
+    rs = check_random_state(seed)
+    rows, cell_info, short = [], [], []
+    for cell in sorted(f"{d}/{light}" for d in classes for light in ("bright", "dark")):
+        members = sorted(by_cell.get(cell, []), key=lambda c: (c.sha256, c.image))
+        k = min(per_cell, len(members))
+        chosen = list(resample(members, replace=False, n_samples=k, random_state=rs)) if k else []
+        if len(members) < per_cell:
+            short.append((cell, len(members)))
+        info = {"cell": cell, "wanted": per_cell, "available": len(members), "selected": k,
+                "shortfall": per_cell - k,
+                "luma_min": min((c.luminance for c in chosen), default=None),
+                "luma_max": max((c.luminance for c in chosen), default=None),
+                "pool_luma_min": min((c.luminance for c in members), default=None),
+                "pool_luma_max": max((c.luminance for c in members), default=None)}
+        cell_info.append(info)
+        for c in sorted(chosen, key=lambda c: c.image):
+            rows.append(_row(c, cell, seed, "selected", "", per_cell, len(members)))
+    return rows, cell_info, short
 
 
 def _row(c: Candidate, cell: str, seed: int, status: str, note: str, wanted: int, available: int) -> dict:

@@ -12,17 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from quantbench.textfmt import md_table
+
 
 def _rows(name: str, root) -> list[dict]:
     from quantbench import tables
 
     return tables.read(name, root=root).to_pylist()
-
-
-def _table(header: list, rows: list) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join("-" if c is None else str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
-    return out
 
 
 def _f(v, d=4):
@@ -34,78 +30,104 @@ def _f(v, d=4):
 def render(tables_root) -> str:
     """The explain section's Markdown, from the six explain tables under `tables_root`."""
     lines = ["## Explaining divergences (`quantbench localize / lint / remedy / noise / latency`)", ""]
-    loc = _rows("localize", tables_root)
-    if loc:
-        lines += ["### First divergent node (`localize`)", "",
-                  "Every intermediate hashed per host in topological order, a group of K at a time; only the first "
-                  "divergent node's tensors and the outputs are fetched to measure remaining precision.", ""]
-        rows = []
-        for lid in sorted({r["localize_id"] for r in loc}):
-            rs = [r for r in loc if r["localize_id"] == lid]
-            first = [r for r in rs if r["first_divergent"]]
-            outs = [r for r in rs if r["is_output"]]
-            r0 = rs[0]
-            rows.append([r0["variant"], f"{r0['host_a']} vs {r0['host_b']}", r0["fixture_id"][:12], r0["opt_level"],
-                         r0["group_size"], sum(1 for r in rs if not r["observable"]),
-                         f"{first[0]['node']} ({first[0]['op_type']})" if first else "none",
-                         _f(min((r["bits_min"] for r in first if r["bits_min"] is not None), default=None)),
-                         ", ".join(f"{r['tensor']}: {'same' if r['same'] else 'differs'} "
-                                   f"(bits min {_f(r['bits_min'])})" for r in outs)])
-        lines += _table(["variant", "hosts", "fixture", "level", "K", "not observable", "first divergent node",
-                         "bits min there", "outputs"], rows)
-        lines.append("")
-    ev = _rows("evidence", tables_root)
-    if ev:
-        lines += ["### Kernel evidence (qemu `-d in_asm`)", "",
-                  "Distinct instruction sites inside onnxruntime's code per family (translations, not executions).", ""]
-        hosts = sorted({(r["host"], r["qemu_cpu"], r["variant"]) for r in ev})
-        fams = sorted({r["family"] for r in ev})
-        rows = []
-        for h, cpu, v in hosts:
-            counts = {r["family"]: r["sites"] for r in ev if (r["host"], r["qemu_cpu"], r["variant"]) == (h, cpu, v)}
-            rows.append([h, cpu, v] + [counts.get(f, 0) for f in fams])
-        lines += _table(["host", "qemu cpu", "variant"] + fams, rows)
-        lines.append("")
-    lint = _rows("lint", tables_root)
-    if lint:
-        risky = [r for r in lint if r["tiers"]]
-        lines += ["### Saturation lint", "",
-                  f"{len(lint)} int8 weight tensor(s) linted, {len(risky)} that some host tier can diverge on.", ""]
-        if risky:
-            lines += _table(["model", "layer", "op", "K", "act/weight", "x86 sat pairs", "neon wrap pairs", "int32",
-                             "tiers"],
-                            [[Path(r["model"]).name, r["node"], r["op_type"], r["k"], f"{r['act_type']}/{r['weight_type']}",
-                              r["x86_saturating_pairs"], r["neon_wrapping_pairs"], "ok" if r["int32_ok"] else "OVERFLOW",
-                              ", ".join(r["tiers"])] for r in risky])
-            lines.append("")
-    rem = _rows("remedies", tables_root)
-    if rem:
-        lines += ["### Remedy matrix", "", "Decision cost: flips against fp32 on the same host (sum over hosts / worst host).", ""]
-        lines += _table(["remedy", "hosts", "classes", "one class", "flips vs fp32", "classes by host", "note"],
-                        [[r["remedy"], ", ".join(r["hosts"]), r["classes"],
-                          None if r["one_class"] is None else ("**yes**" if r["one_class"] else "no"),
-                          None if r["flips_total"] is None else f"{r['flips_total']}/{r['flips_max']}",
-                          " ".join(f"{h}={c}" for h, c in json.loads(r["class_map"]).items()) if r["class_map"] else None,
-                          r["note"]] for r in rem])
-        lines.append("")
-    noise = _rows("noise", tables_root)
-    if noise:
-        lines += ["### Noise floors per host", "",
-                  "One factor at a time; repeated runs of one session must be bit-identical (else a harness fault).", ""]
-        lines += _table(["host", "variant", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note"],
-                        [[r["host"], r["variant"], r["factor"], r["setting_a"], r["setting_b"], r["fixtures"],
-                          None if r["same_bytes"] is None else ("yes" if r["same_bytes"] else "**no**"),
-                          r["differing_fixtures"], r["flips"], r["note"]] for r in noise])
-        lines.append("")
-    lat = _rows("latency", tables_root)
-    if lat:
-        lines += ["### Latency and memory (local and ssh hosts only)", ""]
-        lines += _table(["host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign"],
-                        [[r["host"], r["variant"], _f(r["median_ms"]), _f(r["spread_ms"]), _f(r["peak_rss_mb"]),
-                          None if r["speedup_vs_fp32"] is None else f"{r['speedup_vs_fp32']:.2f}x", r["sign"] or None]
-                         for r in lat])
-        lines.append("")
+    for table, section in _SECTIONS:
+        rows = _rows(table, tables_root)
+        if rows:
+            lines += section(rows)
     return "\n".join(lines)
+
+
+def _localize_lines(loc: list[dict]) -> list[str]:
+    """First divergent node per localize run."""
+    lines = ["### First divergent node (`localize`)", "",
+             "Every intermediate hashed per host in topological order, a group of K at a time; only the first "
+             "divergent node's tensors and the outputs are fetched to measure remaining precision.", ""]
+    rows = []
+    for lid in sorted({r["localize_id"] for r in loc}):
+        rs = [r for r in loc if r["localize_id"] == lid]
+        first = [r for r in rs if r["first_divergent"]]
+        outs = [r for r in rs if r["is_output"]]
+        r0 = rs[0]
+        rows.append([r0["variant"], f"{r0['host_a']} vs {r0['host_b']}", r0["fixture_id"][:12], r0["opt_level"],
+                     r0["group_size"], sum(1 for r in rs if not r["observable"]),
+                     f"{first[0]['node']} ({first[0]['op_type']})" if first else "none",
+                     _f(min((r["bits_min"] for r in first if r["bits_min"] is not None), default=None)),
+                     ", ".join(f"{r['tensor']}: {'same' if r['same'] else 'differs'} "
+                               f"(bits min {_f(r['bits_min'])})" for r in outs)])
+    lines += md_table(["variant", "hosts", "fixture", "level", "K", "not observable", "first divergent node",
+                       "bits min there", "outputs"], rows)
+    lines.append("")
+    return lines
+
+
+def _evidence_lines(ev: list[dict]) -> list[str]:
+    """Instruction families per emulated host."""
+    lines = ["### Kernel evidence (qemu `-d in_asm`)", "",
+             "Distinct instruction sites inside onnxruntime's code per family (translations, not executions).", ""]
+    hosts = sorted({(r["host"], r["qemu_cpu"], r["variant"]) for r in ev})
+    fams = sorted({r["family"] for r in ev})
+    rows = []
+    for h, cpu, v in hosts:
+        counts = {r["family"]: r["sites"] for r in ev if (r["host"], r["qemu_cpu"], r["variant"]) == (h, cpu, v)}
+        rows.append([h, cpu, v] + [counts.get(f, 0) for f in fams])
+    lines += md_table(["host", "qemu cpu", "variant"] + fams, rows)
+    lines.append("")
+    return lines
+
+
+def _lint_lines(lint: list[dict]) -> list[str]:
+    """Integer weights some host tier can diverge on."""
+    risky = [r for r in lint if r["tiers"]]
+    lines = ["### Saturation lint", "",
+             f"{len(lint)} int8 weight tensor(s) linted, {len(risky)} that some host tier can diverge on.", ""]
+    if risky:
+        lines += md_table(["model", "layer", "op", "K", "act/weight", "x86 sat pairs", "neon wrap pairs", "int32",
+                           "tiers"],
+                          [[Path(r["model"]).name, r["node"], r["op_type"], r["k"], f"{r['act_type']}/{r['weight_type']}",
+                            r["x86_saturating_pairs"], r["neon_wrapping_pairs"], "ok" if r["int32_ok"] else "OVERFLOW",
+                            ", ".join(r["tiers"])] for r in risky])
+        lines.append("")
+    return lines
+
+
+def _remedy_lines(rem: list[dict]) -> list[str]:
+    """The remedy matrix."""
+    lines = ["### Remedy matrix", "", "Decision cost: flips against fp32 on the same host (sum over hosts / worst host).", ""]
+    lines += md_table(["remedy", "hosts", "classes", "one class", "flips vs fp32", "classes by host", "note"],
+                      [[r["remedy"], ", ".join(r["hosts"]), r["classes"],
+                        None if r["one_class"] is None else ("**yes**" if r["one_class"] else "no"),
+                        None if r["flips_total"] is None else f"{r['flips_total']}/{r['flips_max']}",
+                        " ".join(f"{h}={c}" for h, c in json.loads(r["class_map"]).items()) if r["class_map"] else None,
+                        r["note"]] for r in rem])
+    lines.append("")
+    return lines
+
+
+def _noise_lines(noise: list[dict]) -> list[str]:
+    """Noise floors per host and factor."""
+    lines = ["### Noise floors per host", "",
+             "One factor at a time; repeated runs of one session must be bit-identical (else a harness fault).", ""]
+    lines += md_table(["host", "variant", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note"],
+                      [[r["host"], r["variant"], r["factor"], r["setting_a"], r["setting_b"], r["fixtures"],
+                        None if r["same_bytes"] is None else ("yes" if r["same_bytes"] else "**no**"),
+                        r["differing_fixtures"], r["flips"], r["note"]] for r in noise])
+    lines.append("")
+    return lines
+
+
+def _latency_lines(lat: list[dict]) -> list[str]:
+    """Latency and memory per host and variant."""
+    lines = ["### Latency and memory (local and ssh hosts only)", ""]
+    lines += md_table(["host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign"],
+                      [[r["host"], r["variant"], _f(r["median_ms"]), _f(r["spread_ms"]), _f(r["peak_rss_mb"]),
+                        None if r["speedup_vs_fp32"] is None else f"{r['speedup_vs_fp32']:.2f}x", r["sign"] or None]
+                       for r in lat])
+    lines.append("")
+    return lines
+
+
+_SECTIONS = (("localize", _localize_lines), ("evidence", _evidence_lines), ("lint", _lint_lines),
+             ("remedies", _remedy_lines), ("noise", _noise_lines), ("latency", _latency_lines))
 
 
 def update_report(tables_root) -> Path:

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
+from quantbench.textfmt import text_table
 
 # (mask, value, family, kind); order matters only for overlapping encodings (none overlap)
 ARM_PATTERNS = [
@@ -314,11 +315,8 @@ def collect(host_name: str, preset_name: str, model_path, fixtures, session: dic
 
 def table(evs: list[Evidence]) -> str:
     fams = sorted({f for e in evs for f in e.families})
-    rows = [["family"] + [e.host for e in evs]]
-    for f in fams:
-        rows.append([f] + [str(e.families[f].sites) if f in e.families else "-" for e in evs])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    rows = [[f] + [e.families[f].sites if f in e.families else None for e in evs] for f in fams]
+    lines = [text_table(["family"] + [e.host for e in evs], rows)]
     lines += [f"{e.host} ({e.qemu_cpu}): {e.verdict()}" for e in evs]
     return "\n".join(lines)
 

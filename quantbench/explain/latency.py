@@ -17,6 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from quantbench.errors import UserError
+from quantbench.textfmt import text_table
 
 
 @dataclass
@@ -70,11 +71,11 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
 
     check_host(host)
     if runs < 10:
-        raise UserError(f"--runs {runs}: at least 10 timed runs per repeat")
+        raise UserError(f"runs must be at least 10 (timed runs per repeat), got {runs}")
     if repeats < 3:
-        raise UserError(f"--repeats {repeats}: at least 3 repeats (the spread of the median needs them)")
+        raise UserError(f"repeats must be at least 3 (the spread of the median needs them), got {repeats}")
     if warmup < 1:
-        raise UserError(f"--warmup {warmup}: at least 1 warm-up run")
+        raise UserError(f"warmup must be at least 1, got {warmup}")
     model = Path(model_path).read_bytes()
     w = Worker(host, allow_fallback)
     try:
@@ -106,10 +107,7 @@ def with_speedups(rows: list[LatencyRow], fp32_name: str = "fp32") -> list[Laten
 
 def table(rows: list[LatencyRow]) -> str:
     head = ("host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign")
-    out = [head]
-    for r in rows:
-        out.append((r.host, r.variant, f"{r.median_ms:.3f}", f"{r.spread_ms:.3f}",
-                    "-" if r.peak_rss_mb is None else f"{r.peak_rss_mb:.1f}",
-                    "-" if r.speedup_vs_fp32 is None else f"{r.speedup_vs_fp32:.2f}x", r.sign or "-"))
-    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)
+    return text_table(head, [(r.host, r.variant, f"{r.median_ms:.3f}", f"{r.spread_ms:.3f}",
+                              None if r.peak_rss_mb is None else f"{r.peak_rss_mb:.1f}",
+                              None if r.speedup_vs_fp32 is None else f"{r.speedup_vs_fp32:.2f}x", r.sign or None)
+                             for r in rows])

@@ -131,6 +131,25 @@ def lint_model(model_or_path) -> list[LayerLint]:
         model = load_model(model_or_path)
     else:
         model = model_or_path
+    inits, producer, types = _graph_index(model)
+    out: list[LayerLint] = []
+    for idx, node in enumerate(model.graph.node):
+        found = _int_weight_of(node, inits, producer, types)
+        if found is None:
+            continue
+        weight_name, act = found
+        w = numpy_helper.to_array(inits[weight_name])
+        if w.dtype not in (np.int8, np.uint8):
+            continue
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        out.append(_lint_layer(node, node.name or f"{node.op_type}_{idx}", weight_name, w, act, attrs))
+    return out
+
+
+def _graph_index(model) -> tuple[dict, dict, dict]:
+    """(initializers incl. Constant-held ones, {tensor: producing node}, {tensor: element type})."""
+    import onnx
+
     g = model.graph
     inits = {t.name: t for t in g.initializer}
     for n in g.node:  # Constant nodes are initializers too
@@ -148,75 +167,72 @@ def lint_model(model_or_path) -> list[LayerLint]:
         pass
     for name, t in inits.items():
         types[name] = t.data_type
+    return inits, producer, types
 
-    def act_type_of(tensor: str, zp_name: str | None = None) -> str:
-        """Element type of the integer activation behind `tensor` (through a DequantizeLinear)."""
-        if zp_name and zp_name in types:
-            return _dtype_name(types[zp_name])
-        p = producer.get(tensor)
-        if p is not None and p.op_type == "DequantizeLinear":
-            src = p.input[0]
-            if src in types:
-                return _dtype_name(types[src])
-            if len(p.input) > 2 and p.input[2] in types:
-                return _dtype_name(types[p.input[2]])
-        if tensor in types:
-            dt = _dtype_name(types[tensor])
-            if dt in ("uint8", "int8"):
-                return dt
-        return "unknown"
 
-    out: list[LayerLint] = []
-    for idx, node in enumerate(g.node):
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        name = node.name or f"{node.op_type}_{idx}"
-        weight_name = act = None
-        if node.op_type in GEMM_OPS and len(node.input) > 1:
-            p = producer.get(node.input[1])
-            if p is None or p.op_type != "DequantizeLinear" or p.input[0] not in inits:
-                continue
-            weight_name = p.input[0]
-            act = act_type_of(node.input[0])
-        elif node.op_type in INTEGER_OPS:
-            wi, ai, zi = INTEGER_OPS[node.op_type]
-            if len(node.input) <= wi or node.input[wi] not in inits:
-                continue
-            weight_name = node.input[wi]
-            zp = node.input[zi] if len(node.input) > zi and node.input[zi] else None
-            act = act_type_of(node.input[ai], zp)
-        else:
-            continue
-        w = numpy_helper.to_array(inits[weight_name])
-        if w.dtype not in (np.int8, np.uint8):
-            continue
-        wk = reduction_layout(node.op_type, w, attrs)
-        k = int(wk.shape[1])
-        depthwise = _is_depthwise(node.op_type, w, attrs)
-        if w.dtype == np.int8 and not depthwise:
-            pairs, sat, wrap = pair_counts(wk)
-        else:
-            pairs, sat, wrap = (0 if depthwise else (k + 1) // 2 * wk.shape[0]), 0, 0
-        int32_ok = k * 255 * 128 < INT32_LIMIT
-        tiers, reasons = [], []
-        if w.dtype == np.int8 and act in ("uint8", "int8", "unknown") and sat:
-            tiers.append("x86-avx2")
-            via = "" if act == "uint8" else " (S8 activations are shifted to U8 on x86)"
-            reasons.append(f"{sat} weight pairs can saturate vpmaddubsw's int16 pair sum{via}; "
-                           "AVX-512 without VNNI too; VNNI/AMX/SSE4 exact")
-        if w.dtype == np.int8 and act in ("uint8", "int8", "unknown") and wrap:
-            tiers.append("arm-neon")
-            via = " (U8 activations are shifted to S8 there)" if act == "uint8" else ""
-            reasons.append(f"{wrap} pairs of -128 weights can wrap smull/smlal's int16 pair sum "
-                           f"on NEON-only cores (A53/A72){via}; dotprod/i8mm exact")
-        if not int32_ok:
-            tiers.append("all")
-            reasons.append(f"K={k}: K*255*128 >= 2^31, the int32 accumulator can overflow on every host")
-        if act == "unknown":
-            reasons.append("activation type unknown: assumed able to reach the extremes")
-        if depthwise:
-            reasons.append("depthwise: per-element kernel, no pairs")
-        out.append(LayerLint(node=name, op_type=node.op_type, weight=weight_name, shape=[int(d) for d in w.shape],
-                             act_type=act or "unknown", weight_type=str(w.dtype), k=k, pairs=pairs,
-                             x86_saturating_pairs=sat, neon_wrapping_pairs=wrap, int32_ok=int32_ok,
-                             tiers=tiers, reason="; ".join(reasons) or "exact on every tier"))
-    return out
+def _act_type(tensor: str, types: dict, producer: dict, zp_name: str | None = None) -> str:
+    """Element type of the integer activation behind `tensor` (through a DequantizeLinear)."""
+    if zp_name and zp_name in types:
+        return _dtype_name(types[zp_name])
+    p = producer.get(tensor)
+    if p is not None and p.op_type == "DequantizeLinear":
+        src = p.input[0]
+        if src in types:
+            return _dtype_name(types[src])
+        if len(p.input) > 2 and p.input[2] in types:
+            return _dtype_name(types[p.input[2]])
+    if tensor in types:
+        dt = _dtype_name(types[tensor])
+        if dt in ("uint8", "int8"):
+            return dt
+    return "unknown"
+
+
+def _int_weight_of(node, inits: dict, producer: dict, types: dict) -> tuple[str, str] | None:
+    """(weight initializer name, activation type) of a QDQ GEMM or integer op with a constant weight, else None."""
+    if node.op_type in GEMM_OPS and len(node.input) > 1:
+        p = producer.get(node.input[1])
+        if p is None or p.op_type != "DequantizeLinear" or p.input[0] not in inits:
+            return None
+        return p.input[0], _act_type(node.input[0], types, producer)
+    if node.op_type in INTEGER_OPS:
+        wi, ai, zi = INTEGER_OPS[node.op_type]
+        if len(node.input) <= wi or node.input[wi] not in inits:
+            return None
+        zp = node.input[zi] if len(node.input) > zi and node.input[zi] else None
+        return node.input[wi], _act_type(node.input[ai], types, producer, zp)
+    return None
+
+
+def _lint_layer(node, name: str, weight_name: str, w: np.ndarray, act: str, attrs: dict) -> LayerLint:
+    """Which host tiers can diverge on one integer weight, and why."""
+    wk = reduction_layout(node.op_type, w, attrs)
+    k = int(wk.shape[1])
+    depthwise = _is_depthwise(node.op_type, w, attrs)
+    if w.dtype == np.int8 and not depthwise:
+        pairs, sat, wrap = pair_counts(wk)
+    else:
+        pairs, sat, wrap = (0 if depthwise else (k + 1) // 2 * wk.shape[0]), 0, 0
+    int32_ok = k * 255 * 128 < INT32_LIMIT
+    tiers, reasons = [], []
+    if w.dtype == np.int8 and act in ("uint8", "int8", "unknown") and sat:
+        tiers.append("x86-avx2")
+        via = "" if act == "uint8" else " (S8 activations are shifted to U8 on x86)"
+        reasons.append(f"{sat} weight pairs can saturate vpmaddubsw's int16 pair sum{via}; "
+                       "AVX-512 without VNNI too; VNNI/AMX/SSE4 exact")
+    if w.dtype == np.int8 and act in ("uint8", "int8", "unknown") and wrap:
+        tiers.append("arm-neon")
+        via = " (U8 activations are shifted to S8 there)" if act == "uint8" else ""
+        reasons.append(f"{wrap} pairs of -128 weights can wrap smull/smlal's int16 pair sum "
+                       f"on NEON-only cores (A53/A72){via}; dotprod/i8mm exact")
+    if not int32_ok:
+        tiers.append("all")
+        reasons.append(f"K={k}: K*255*128 >= 2^31, the int32 accumulator can overflow on every host")
+    if act == "unknown":
+        reasons.append("activation type unknown: assumed able to reach the extremes")
+    if depthwise:
+        reasons.append("depthwise: per-element kernel, no pairs")
+    return LayerLint(node=name, op_type=node.op_type, weight=weight_name, shape=[int(d) for d in w.shape],
+                     act_type=act or "unknown", weight_type=str(w.dtype), k=k, pairs=pairs,
+                     x86_saturating_pairs=sat, neon_wrapping_pairs=wrap, int32_ok=int32_ok,
+                     tiers=tiers, reason="; ".join(reasons) or "exact on every tier")

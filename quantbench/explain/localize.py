@@ -26,8 +26,6 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
 
@@ -142,24 +140,17 @@ class Worker:
 def start_workers(hosts: list[HostRun], allow_fallback: bool = False) -> list[Worker]:
     """Start (and fingerprint) every host's worker in parallel; close them all if one fails."""
     workers: list = [None] * len(hosts)
-    errors: list = []
 
-    def go(i):
-        try:
-            workers[i] = Worker(hosts[i], allow_fallback)
-        except BaseException as exc:  # reported below
-            errors.append(exc)
+    def start(i):
+        workers[i] = Worker(hosts[i], allow_fallback)
 
-    threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(hosts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
+    try:
+        parallel(start, list(range(len(hosts))))
+    except BaseException:
         for w in workers:
             if w is not None:
                 w.close()
-        raise errors[0]
+        raise
     return workers
 
 
@@ -182,6 +173,13 @@ def parallel(fn, items):
     if errors:
         raise errors[0]
     return out
+
+
+def decode_runs(spec, results: list, names) -> dict:
+    """{fixture_id: Decoded} of one worker run's results, decoded from the tensors of outputs `names`."""
+    from quantbench.analysis.decode import decode
+
+    return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
 
 
 # --------------------------------------------------------------------------- graph rewriting
@@ -292,20 +290,18 @@ def _distance_fields(a, b) -> dict:
 
 def _check_two(hosts):
     if len(hosts) != 2:
-        raise UserError(f"--hosts: localize compares exactly two hosts, got {len(hosts)} ({', '.join(h.label for h in hosts)})")
+        raise UserError(f"hosts must be exactly two (localize compares a pair), got {len(hosts)} "
+                        f"({', '.join(h.label for h in hosts)})")
 
 
 def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
              variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture."""
-    import onnx
-    from tqdm import tqdm
-
     from quantbench.modelio import load_model, semantic_sha256
 
     _check_two(hosts)
     if group < 1:
-        raise UserError(f"--group {group}: must be at least 1")
+        raise UserError(f"group must be at least 1, got {group}")
     model = load_model(model_path, check=False)
     vid = semantic_sha256(model)
     base_bytes = model.SerializeToString()
@@ -334,67 +330,20 @@ def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = 
             res.reproduces[h.label] = all(at_level[i][o]["sha256"] == explained[i][o]["sha256"] for o in outputs)
             res.table_check[h.label] = _table_check(h, vid, fixture.fixture_id, explained[i], tables_root)
 
-        hashes: dict[str, list] = {}
-        unobservable: set[str] = set()
-        chunks = [cands[i:i + group] for i in range(0, len(cands), group)]
-        bar = tqdm(total=len(cands), desc="localize", unit="tensor", disable=not progress, leave=False)
-
         def probe(chunk):
             names = [c.tensor for c in chunk]
             outs = run_all(expose(model, names, types), outputs + names)
             broken = any(outs[i][o]["sha256"] != at_level[i][o]["sha256"] for i in (0, 1) for o in outputs)
             return outs, broken
 
-        for chunk in chunks:
-            outs, broken = probe(chunk)
-            if broken and len(chunk) > 1:
-                for c in chunk:  # find which exposures change the outputs
-                    one, b1 = probe([c])
-                    if b1:
-                        unobservable.add(c.tensor)
-                    else:
-                        hashes[c.tensor] = [one[i][c.tensor]["sha256"] for i in (0, 1)]
-            elif broken:
-                unobservable.add(chunk[0].tensor)
-            else:
-                for c in chunk:
-                    hashes[c.tensor] = [outs[i][c.tensor]["sha256"] for i in (0, 1)]
-            bar.update(len(chunk))
-        bar.close()
-
-        rows = []
-        for c in cands:
-            r = TensorRow(c.position, c.node, c.op_type, c.tensor)
-            if c.tensor in unobservable:
-                r.observable, r.same = False, True
-            else:
-                r.sha_a, r.sha_b = hashes[c.tensor]
-                r.same = r.sha_a == r.sha_b
-            rows.append(r)
-        out_pos = len(model.graph.node)
-        producer = {t: (i, n) for i, n in enumerate(model.graph.node) for t in n.output}
-        for o in outputs:
-            pos, node = producer.get(o, (out_pos, None))
-            r = TensorRow(pos, node.name if node is not None else "", node.op_type if node is not None else "", o,
-                          is_output=True, sha_a=at_level[0][o]["sha256"], sha_b=at_level[1][o]["sha256"])
-            r.same = r.sha_a == r.sha_b
-            rows.append(r)
-        rows.sort(key=lambda r: (r.position, r.is_output))
-        diverging = [r for r in rows if r.observable and not r.same]
-        if diverging:
-            first_pos = diverging[0].position
-            first = [r for r in diverging if r.position == first_pos]
-            for r in first:
-                r.first_divergent = True
+        hashes, unobservable = _hash_intermediates(cands, group, probe, progress)
+        rows = _tensor_rows(model, cands, hashes, unobservable, outputs, at_level)
+        first = _mark_first_divergent(rows)
+        if first:
             fetch = [r.tensor for r in first if not r.is_output]
             got = run_all(expose(model, fetch, types) if fetch else base_bytes, outputs + fetch,
                           tensors=outputs + fetch)
-            for r in rows:
-                if r.first_divergent or r.is_output:
-                    a, b = got[0][r.tensor]["array"], got[1][r.tensor]["array"]
-                    if a.shape == b.shape and a.dtype == b.dtype:
-                        for k, v in _distance_fields(a, b).items():
-                            setattr(r, k, v)
+            _add_distances(rows, got)
         res.rows = rows
         res.first = [r for r in rows if r.first_divergent]
         res.outputs = [r for r in rows if r.is_output]
@@ -404,6 +353,80 @@ def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = 
         for w in workers:
             w.close()
     return res
+
+
+def _hash_intermediates(cands: list, group: int, probe, progress: bool) -> tuple[dict, set]:
+    """Expose `group` candidates at a time; a group whose exposure changes the outputs is retried one by one.
+
+    `probe(chunk)` runs the model with the chunk exposed on both hosts -> (outputs, outputs changed).
+    Returns ({tensor: [sha_a, sha_b]}, tensors that cannot be observed without changing the outputs).
+    """
+    from tqdm import tqdm
+
+    hashes: dict[str, list] = {}
+    unobservable: set[str] = set()
+    bar = tqdm(total=len(cands), desc="localize", unit="tensor", disable=not progress, leave=False)
+    for chunk in (cands[i:i + group] for i in range(0, len(cands), group)):
+        outs, broken = probe(chunk)
+        if broken and len(chunk) > 1:
+            for c in chunk:  # find which exposures change the outputs
+                one, b1 = probe([c])
+                if b1:
+                    unobservable.add(c.tensor)
+                else:
+                    hashes[c.tensor] = [one[i][c.tensor]["sha256"] for i in (0, 1)]
+        elif broken:
+            unobservable.add(chunk[0].tensor)
+        else:
+            for c in chunk:
+                hashes[c.tensor] = [outs[i][c.tensor]["sha256"] for i in (0, 1)]
+        bar.update(len(chunk))
+    bar.close()
+    return hashes, unobservable
+
+
+def _tensor_rows(model, cands: list, hashes: dict, unobservable: set, outputs: list, at_level) -> list[TensorRow]:
+    """One row per candidate intermediate and per graph output, in topological order (outputs last at a tie)."""
+    rows = []
+    for c in cands:
+        r = TensorRow(c.position, c.node, c.op_type, c.tensor)
+        if c.tensor in unobservable:
+            r.observable, r.same = False, True
+        else:
+            r.sha_a, r.sha_b = hashes[c.tensor]
+            r.same = r.sha_a == r.sha_b
+        rows.append(r)
+    out_pos = len(model.graph.node)
+    producer = {t: (i, n) for i, n in enumerate(model.graph.node) for t in n.output}
+    for o in outputs:
+        pos, node = producer.get(o, (out_pos, None))
+        r = TensorRow(pos, node.name if node is not None else "", node.op_type if node is not None else "", o,
+                      is_output=True, sha_a=at_level[0][o]["sha256"], sha_b=at_level[1][o]["sha256"])
+        r.same = r.sha_a == r.sha_b
+        rows.append(r)
+    rows.sort(key=lambda r: (r.position, r.is_output))
+    return rows
+
+
+def _mark_first_divergent(rows: list[TensorRow]) -> list[TensorRow]:
+    """Flag (and return) the observable rows at the first position where the hosts differ."""
+    diverging = [r for r in rows if r.observable and not r.same]
+    if not diverging:
+        return []
+    first = [r for r in diverging if r.position == diverging[0].position]
+    for r in first:
+        r.first_divergent = True
+    return first
+
+
+def _add_distances(rows: list[TensorRow], got) -> None:
+    """Remaining precision of the first divergent tensors and the outputs, from the fetched arrays `got`."""
+    for r in rows:
+        if r.first_divergent or r.is_output:
+            a, b = got[0][r.tensor]["array"], got[1][r.tensor]["array"]
+            if a.shape == b.shape and a.dtype == b.dtype:
+                for k, v in _distance_fields(a, b).items():
+                    setattr(r, k, v)
 
 
 def _table_check(host: HostRun, variant_id: str, fixture_id: str, explained: dict, tables_root) -> str:

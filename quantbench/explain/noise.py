@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from quantbench.errors import UserError
+from quantbench.textfmt import text_table
 
 FACTORS = ("repeat", "threads", "batch", "opt_level")
 
@@ -59,22 +60,17 @@ def batch_axis(model_path) -> str:
     return str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else "dynamic"
 
 
-def _decoded(spec, results, names):
-    from quantbench.analysis.decode import decode
-
-    return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
-
-
 def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
     """(differing fixtures, decision flips or None, fixture ids that differ)."""
     from quantbench.analysis.decisions import compare
+    from quantbench.explain.localize import decode_runs
 
     ha = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in a}
     hb = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in b}
     differ = {f for f in ha if ha[f] != hb.get(f)}
     flips = None
     if spec is not None:
-        da, db = _decoded(spec, a, names), _decoded(spec, b, names)
+        da, db = decode_runs(spec, a, names), decode_runs(spec, b, names)
         flips = sum(len(compare(spec, da[f], db[f]).flips) for f in da)
     return len(differ), flips, differ
 
@@ -89,7 +85,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
 
     bad = [f for f in factors if f not in FACTORS]
     if bad:
-        raise UserError(f"--factors: unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
+        raise UserError(f"factors: unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
     if not fixtures:
         raise UserError("noise: no fixtures")
     model = Path(model_path).read_bytes()
@@ -148,11 +144,6 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
 
 def table(rows: list[NoiseRow]) -> str:
     head = ("host", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note")
-    out = [head]
-    for r in rows:
-        out.append((r.host, r.factor, r.setting_a, r.setting_b, str(r.fixtures),
-                    "-" if r.same_bytes is None else ("yes" if r.same_bytes else "NO"),
-                    "-" if r.differing_fixtures is None else str(r.differing_fixtures),
-                    "-" if r.flips is None else str(r.flips), r.note))
-    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)
+    return text_table(head, [(r.host, r.factor, r.setting_a, r.setting_b, r.fixtures,
+                              None if r.same_bytes is None else ("yes" if r.same_bytes else "NO"),
+                              r.differing_fixtures, r.flips, r.note) for r in rows])

@@ -30,6 +30,7 @@ from quantbench.analysis.classes import equivalence_classes
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
 from quantbench.quantize.calibration import compute_ranges, load_ranges, method_name
+from quantbench.textfmt import text_table
 
 REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
 X64_ENTRY = "session.x64quantprecision"
@@ -72,7 +73,7 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
     recipe = dict(recipe or {})
     bad = [r for r in remedies if r not in REMEDIES]
     if bad:
-        raise UserError(f"--remedies: unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
+        raise UserError(f"remedies: unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     per_channel = bool(recipe.get("per_channel", True))
@@ -125,8 +126,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
     from tqdm import tqdm
 
     from quantbench.analysis.decisions import compare
-    from quantbench.analysis.decode import decode
-    from quantbench.explain.localize import parallel, start_workers
+    from quantbench.explain.localize import decode_runs, parallel, start_workers
     from quantbench.modelio import load_model, semantic_sha256
 
     names = list(spec.outputs.values())
@@ -138,9 +138,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
             data = Path(path).read_bytes()
 
             def one(i):
-                session = dict(hosts[i].session)
-                session["config_entries"] = {**session["config_entries"], **(extra_entries or {})}
-                return workers[i].run(data, fixtures, session, return_tensors=names)
+                return workers[i].run(data, fixtures, session_of(hosts[i].session, extra_entries), return_tensors=names)
             return parallel(one, list(range(len(hosts)))), session_of(hosts[0].session, extra_entries)
 
         def session_of(s, extra):
@@ -149,7 +147,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
             return s
 
         def decoded(results):
-            return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
+            return decode_runs(spec, results, names)
 
         fp32_runs, _ = run_on_all(fp32_path)
         fp32_dec = [decoded(r) for r in fp32_runs]
@@ -182,12 +180,10 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
 
 def table(rows: list[RemedyRow]) -> str:
     head = ("remedy", "classes", "one class", "flips vs fp32 (sum/max)", "classes by host", "note")
-    out = [head]
+    out = []
     for r in rows:
         cm = json.loads(r.class_map) if r.class_map else {}
-        out.append((r.remedy, "-" if r.classes is None else str(r.classes),
-                    "-" if r.one_class is None else ("YES" if r.one_class else "no"),
-                    "-" if r.flips_total is None else f"{r.flips_total}/{r.flips_max}",
-                    " ".join(f"{h}={c}" for h, c in cm.items()) or "-", r.note))
-    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(wd) for c, wd in zip(x, widths)).rstrip() for x in out)
+        out.append((r.remedy, r.classes, None if r.one_class is None else ("YES" if r.one_class else "no"),
+                    None if r.flips_total is None else f"{r.flips_total}/{r.flips_max}",
+                    " ".join(f"{h}={c}" for h, c in cm.items()) or None, r.note))
+    return text_table(head, out)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 
 def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain fixed-width text table with a rule under the header (quantbench.textfmt)."""
+    """`quantbench.textfmt.text_table` with a rule: kept only for the commands that still call it
+    (release, verify, config); new code calls textfmt directly."""
     from quantbench.textfmt import text_table
 
     return text_table(headers, rows, rule=True)

@@ -109,7 +109,7 @@ def write_archive(folder: str | os.PathLike, out: str | os.PathLike | None = Non
     tag = rec.get("tag") or folder.name
     out = Path(out) if out else default_path(folder)
     if not str(out).endswith(SUFFIX):
-        raise UserError(f"--archive {out}: the archive is a gzip-compressed tar; name it *{SUFFIX}")
+        raise UserError(f"out must end in {SUFFIX} (the archive is a gzip-compressed tar), got {out}")
     members, artifacts = _members(folder, rec)
     registry = {}
     if (folder.parent / INDEX_FILE).exists():

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from quantbench.fsutil import sha256_file
 from quantbench.modelio import load_model, semantic_sha256, stripped_copy
+from quantbench.textfmt import text_table
 
 SEMANTIC = "semantic"
 METADATA = "metadata"
@@ -228,9 +229,14 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
     hb = {"raw_sha256": sha256_file(path_b), "semantic_sha256": semantic_sha256(mb, strip), "semantic_strip": list(strip)}
     info_a = {"path": str(path_a), "bytes": Path(path_a).stat().st_size, **ha}
     info_b = {"path": str(path_b), "bytes": Path(path_b).stat().st_size, **hb}
-    findings: list[Finding] = []
+    findings = [f(ma, mb) for f in (_interface_finding, _opset_finding, _op_types_finding, _initializers_finding,
+                                    _nodes_finding)]
+    findings += [f(ma, mb, sa_, sb_) for f in (_producer_finding, _metadata_props_finding, _value_info_finding,
+                                                _doc_strings_finding)]
+    return ModelDiff(info_a, info_b, ha["semantic_sha256"] == hb["semantic_sha256"], findings)
 
-    # interface
+
+def _interface_finding(ma, mb) -> Finding:
     ia, ib = _interface(ma), _interface(mb)
     detail = []
     for kind in ("inputs", "outputs"):
@@ -242,81 +248,86 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
                 detail.append(f"{kind[:-1]} only in B: {x}")
         if not detail and ia[kind] != ib[kind]:
             detail.append(f"{kind} in a different order")
-    findings.append(Finding("inputs/outputs", SEMANTIC, ia != ib,
-                            f"{len(ia['inputs'])} in, {len(ia['outputs'])} out",
-                            f"{len(ib['inputs'])} in, {len(ib['outputs'])} out", detail,
-                            data={"a": ia, "b": ib}))
+    return Finding("inputs/outputs", SEMANTIC, ia != ib,
+                   f"{len(ia['inputs'])} in, {len(ia['outputs'])} out",
+                   f"{len(ib['inputs'])} in, {len(ib['outputs'])} out", detail,
+                   data={"a": ia, "b": ib})
 
-    # opset
+
+def _opset_finding(ma, mb) -> Finding:
     oa, ob = _opset(ma), _opset(mb)
+
     def fmt(d):
         others = [k for k in d if k not in ("ai.onnx", "ir_version")]
         return (f"ai.onnx {d.get('ai.onnx', '-')}, ir {d['ir_version']}"
                 + (f", +{len(others)} domain{'s' if len(others) > 1 else ''}" if others else ""))
 
     detail = [f"{k}: {oa.get(k, '-')} vs {ob.get(k, '-')}" for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)]
-    findings.append(Finding("opset", SEMANTIC, oa != ob, fmt(oa), fmt(ob), detail, data={"a": oa, "b": ob}))
+    return Finding("opset", SEMANTIC, oa != ob, fmt(oa), fmt(ob), detail, data={"a": oa, "b": ob})
 
-    # op types
+
+def _op_types_finding(ma, mb) -> Finding:
     ca, cb = _op_counts(ma), _op_counts(mb)
     changed = sorted((k for k in set(ca) | set(cb) if ca[k] != cb[k]), key=lambda k: (-abs(ca[k] - cb[k]), k))
     detail = [f"{k} {ca[k]} vs {cb[k]} ({cb[k] - ca[k]:+d})" for k in changed]
-    findings.append(Finding("op types", SEMANTIC, bool(changed),
-                            f"{sum(ca.values())} nodes, {len(ca)} types", f"{sum(cb.values())} nodes, {len(cb)} types",
-                            detail, data={"a": dict(sorted(ca.items())), "b": dict(sorted(cb.items())), "changed": changed}))
+    return Finding("op types", SEMANTIC, bool(changed),
+                   f"{sum(ca.values())} nodes, {len(ca)} types", f"{sum(cb.values())} nodes, {len(cb)} types",
+                   detail, data={"a": dict(sorted(ca.items())), "b": dict(sorted(cb.items())), "changed": changed})
 
-    # initializers
+
+def _initializers_finding(ma, mb) -> Finding:
     wa, wb = _initializer_hashes(ma), _initializer_hashes(mb)
     same = sorted(n for n in wa if n in wb and wa[n] == wb[n])
     differ = sorted(n for n in wa if n in wb and wa[n] != wb[n])
     only_a = sorted(set(wa) - set(wb))
     only_b = sorted(set(wb) - set(wa))
-    detail = []
-    if differ:
-        detail.append(f"{len(differ)} differ: {', '.join(differ[:8])}{' ...' if len(differ) > 8 else ''}")
-    if only_a:
-        detail.append(f"{len(only_a)} only in A: {', '.join(only_a[:8])}{' ...' if len(only_a) > 8 else ''}")
-    if only_b:
-        detail.append(f"{len(only_b)} only in B: {', '.join(only_b[:8])}{' ...' if len(only_b) > 8 else ''}")
+    detail = [f"{len(names)} {what}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+              for what, names in (("differ", differ), ("only in A", only_a), ("only in B", only_b)) if names]
     if not detail:
         detail.append(f"all {len(same)} bit-identical")
-    findings.append(Finding("initializers", SEMANTIC, bool(differ or only_a or only_b),
-                            f"{len(wa)}", f"{len(wb)}", detail,
-                            data={"bit_identical": len(same), "differ": differ, "only_a": only_a, "only_b": only_b}))
+    return Finding("initializers", SEMANTIC, bool(differ or only_a or only_b),
+                   f"{len(wa)}", f"{len(wb)}", detail,
+                   data={"bit_identical": len(same), "differ": differ, "only_a": only_a, "only_b": only_b})
 
-    # node wiring / attributes (what op counts alone do not show)
+
+def _nodes_finding(ma, mb) -> Finding:
+    """Node wiring and attributes: what op counts alone do not show."""
     sa, sb = _node_signatures(ma), _node_signatures(mb)
     only_sa, only_sb = sum((sa - sb).values()), sum((sb - sa).values())
-    findings.append(Finding("nodes", SEMANTIC, bool(only_sa or only_sb),
-                            f"{sum(sa.values())}", f"{sum(sb.values())}",
-                            [f"{only_sa} nodes of A and {only_sb} of B have no identical counterpart "
-                             "(op, inputs, outputs, attributes; names ignored)"] if (only_sa or only_sb) else [],
-                            data={"unmatched_a": only_sa, "unmatched_b": only_sb}))
+    return Finding("nodes", SEMANTIC, bool(only_sa or only_sb),
+                   f"{sum(sa.values())}", f"{sum(sb.values())}",
+                   [f"{only_sa} nodes of A and {only_sb} of B have no identical counterpart "
+                    "(op, inputs, outputs, attributes; names ignored)"] if (only_sa or only_sb) else [],
+                   data={"unmatched_a": only_sa, "unmatched_b": only_sb})
 
-    # producer
+
+def _producer_finding(ma, mb, sa_, sb_) -> Finding:
     pa_ = f"{ma.producer_name} {ma.producer_version}".strip() or "-"
     pb_ = f"{mb.producer_name} {mb.producer_version}".strip() or "-"
-    findings.append(Finding("producer", METADATA, pa_ != pb_, pa_, pb_, [],
-                            _attributable(sa_, "producer"), _attributable(sb_, "producer")))
+    return Finding("producer", METADATA, pa_ != pb_, pa_, pb_, [],
+                   _attributable(sa_, "producer"), _attributable(sb_, "producer"))
 
-    # metadata_props
+
+def _metadata_props_finding(ma, mb, sa_, sb_) -> Finding:
     mpa = {p.key: p.value for p in ma.metadata_props}
     mpb = {p.key: p.value for p in mb.metadata_props}
     detail = [f"{k}: {mpa.get(k, '-')!r} vs {mpb.get(k, '-')!r}"[:160] for k in sorted(set(mpa) | set(mpb)) if mpa.get(k) != mpb.get(k)]
-    findings.append(Finding("metadata_props", METADATA, mpa != mpb, f"{len(mpa)} keys", f"{len(mpb)} keys", detail,
-                            _attributable(sa_, "metadata"), _attributable(sb_, "metadata")))
+    return Finding("metadata_props", METADATA, mpa != mpb, f"{len(mpa)} keys", f"{len(mpb)} keys", detail,
+                   _attributable(sa_, "metadata"), _attributable(sb_, "metadata"))
 
-    # value_info
+
+def _value_info_finding(ma, mb, sa_, sb_) -> Finding:
     va = sum(len(g.value_info) for g in _graphs(ma.graph))
     vb = sum(len(g.value_info) for g in _graphs(mb.graph))
     ba, bb = _attributable(sa_, "value_info"), _attributable(sb_, "value_info")
     via = {vi.name: _type_str(vi) for g in _graphs(ma.graph) for vi in g.value_info}
     vib = {vi.name: _type_str(vi) for g in _graphs(mb.graph) for vi in g.value_info}
-    findings.append(Finding("value_info", METADATA, via != vib, f"{va} entries, {_kb(ba)}", f"{vb} entries, {_kb(bb)}",
-                            [f"{_signed(bb - ba)} of shape annotations; {vb - va:+d} entries"] if via != vib else [],
-                            ba, bb, data={"entries_a": va, "entries_b": vb}))
+    return Finding("value_info", METADATA, via != vib, f"{va} entries, {_kb(ba)}", f"{vb} entries, {_kb(bb)}",
+                   [f"{_signed(bb - ba)} of shape annotations; {vb - va:+d} entries"] if via != vib else [],
+                   ba, bb, data={"entries_a": va, "entries_b": vb})
 
-    # doc_strings
+
+def _doc_strings_finding(ma, mb, sa_, sb_) -> Finding:
     da, db = list(_doc_strings(ma)), list(_doc_strings(mb))
     ba, bb = _size(ma) - _size(sa_), _size(mb) - _size(sb_)
     psa, psb = _path_stats(da), _path_stats(db)
@@ -329,17 +340,13 @@ def diff_models(path_a: str | os.PathLike, path_b: str | os.PathLike, strip: tup
             detail.append(f"{tag}: {ps['with_absolute_paths']} of {ps['count']} doc_strings embed absolute paths "
                           f"({ps['path_occurrences']} paths; roots "
                           + ", ".join(f"{r} x{n}" for r, n in ps["root_counts"].items()) + ")")
-    findings.append(Finding("doc_strings", METADATA, differs,
-                            f"{len(da)}, {_kb(ba)}, {psa['with_absolute_paths']} with paths",
-                            f"{len(db)}, {_kb(bb)}, {psb['with_absolute_paths']} with paths",
-                            detail, ba, bb, data={"a": psa, "b": psb}))
-
-    return ModelDiff(info_a, info_b, ha["semantic_sha256"] == hb["semantic_sha256"], findings)
+    return Finding("doc_strings", METADATA, differs,
+                   f"{len(da)}, {_kb(ba)}, {psa['with_absolute_paths']} with paths",
+                   f"{len(db)}, {_kb(bb)}, {psb['with_absolute_paths']} with paths",
+                   detail, ba, bb, data={"a": psa, "b": psb})
 
 
 def format_diff(d: ModelDiff) -> str:
-    from quantbench.release import format_table
-
     lines = []
     for tag, info in (("A", d.a), ("B", d.b)):
         lines.append(f"{tag}: {info['path']}  ({_kb(info['bytes'])})")
@@ -355,7 +362,7 @@ def format_diff(d: ModelDiff) -> str:
                      f.detail[0] if f.detail else ""])
         for extra in f.detail[1:]:
             rows.append(["", "", "", "", "", "", extra])
-    lines.append(format_table(["rank", "risk", "what", "status", "A", "B", "detail"], rows))
+    lines.append(text_table(["rank", "risk", "what", "status", "A", "B", "detail"], rows, rule=True))
     n_sem = sum(f.differs and f.risk == SEMANTIC for f in d.findings)
     n_meta = sum(f.differs and f.risk == METADATA for f in d.findings)
     lines.append("")

@@ -28,6 +28,7 @@ from pathlib import Path
 from quantbench import SCHEMA_VERSION, __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, sha256_file
+from quantbench.textfmt import text_table
 
 RELEASE_FORMAT = 1
 INDEX_FILE = "index.json"
@@ -337,8 +338,6 @@ def flips_text(v: dict, t: dict) -> str:
 
 
 def _report(record: dict, analysis_report: str | None) -> str:
-    from quantbench.release import format_table
-
     lines = [f"# Release {record['tag']}", "",
              f"quantbench {record['quantbench_version']}, schema version {record['schema_version']}; "
              f"artifacts {'retained in artifacts/' if record['retain'] else 'not retained (deliberately)'}.", "",
@@ -350,8 +349,8 @@ def _report(record: dict, analysis_report: str | None) -> str:
                          t["fingerprint_id"][:12], t["byte_class"] + " (" + ",".join(t["byte_class_hosts"]) + ")",
                          flips_text(v, t), t["release_key"][:12]])
     lines.append("```")
-    lines.append(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class",
-                               "flips vs fp32 (same host)", "release key"], rows))
+    lines.append(text_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class",
+                             "flips vs fp32 (same host)", "release key"], rows, rule=True))
     lines.append("```")
     lines.append("")
     if analysis_report:
@@ -397,7 +396,6 @@ def _release_path(stage: Path, rel: str) -> Path:
 def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts: list[str] | None = None,
                   retain: bool = True, variants=None) -> ReleaseResult:
     """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
-    from quantbench.modelio import model_hashes
     from quantbench.variants import latest_variants, staging_folder
 
     if not TAG_RE.fullmatch(tag or ""):  # fullmatch: "$" alone lets "v1\n" through
@@ -406,110 +404,142 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     rdir = releases_dir(results_dir)
     dest = rdir / tag
     if dest.exists():
-        raise UserError(f"--tag {tag}: {dest} already exists; releases are never overwritten, choose a new tag")
+        raise UserError(f"tag {tag}: {dest} already exists; releases are never overwritten, choose a new tag")
     tables_root = results_dir / "tables"
     variants = list(variants) if variants is not None else latest_variants(results_dir)
     if not variants:
         raise UserError("no variants to release; run `quantbench calibrate`")
-
-    from quantbench.variants import check_plain_name
-
-    for v in variants:  # every name below becomes a path inside the release folder
-        check_plain_name(v.name, f"{v.path}: variant name")
-        calib = (v.recipe or {}).get("calibration_set") or {}
-        if calib.get("folder"):
-            check_plain_name(calib.get("name"), f"{v.path}: recipe's calibration set name")
+    _check_names(variants)
+    scope = {k: set() for k in ("variant_id", "host", "fixture_id", "fingerprint_id", "equiv_id", "session_key")}
     vrecords, entries = [], []
-    all_hosts, fixture_ids, fingerprints, variant_ids, equiv_ids, sessions = set(), set(), set(), set(), set(), set()
     for v in variants:
-        hashes = model_hashes(v.path)
-        sem = hashes["semantic_sha256"]
-        recorded = (v.recipe or {}).get("semantic_sha256")
-        if recorded and recorded != sem:
-            raise UserError(f"{v.path}: variant {v.name} changed since it was built (semantic hash {sem[:12]}, "
-                            f"recipe says {recorded[:12]}); rerun `quantbench calibrate`")
-        targets = _targets_of(tables_root, sem, hosts)
-        if hosts:
-            missing = sorted(set(hosts) - {t["host"] for t in targets})
-            if missing:
-                raise UserError(f"--hosts: no results of variant {v.name} on {', '.join(missing)}; run "
-                                f"`quantbench run --hosts {','.join(missing)}` first")
-        if not targets:
-            raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
-        eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
-        if eid:
-            equiv_ids.add(eid)
-            targets = _scope_to_analysis(targets, sem, esettings)
-        _byte_classes(targets)
-        env = environment_of(v.recipe)
-        for t in targets:
-            lines = t.pop("_lines")
-            fixture_ids |= {x[0] for x in lines}
-            fingerprints.add(t["fingerprint_id"])
-            sessions.add(t["session_key"])
-            all_hosts.add(t["host"])
-            t["equiv"] = dict(eclasses[t["host"]], equiv_id=eid) if t["host"] in eclasses else None
-            t["flips_vs_fp32"] = eflips.get(t["host"], {}) if eid and eflips is not None else None
-            t["release_key"] = release_key(v.recipe, env, {"fingerprint_id": t["fingerprint_id"],
-                                                           "session_key": t["session_key"]})
-            entries.append({"release_key": t["release_key"], "raw_sha256": hashes["raw_sha256"],
-                            "semantic_sha256": sem, "variant": v.name, "model": v.model, "host": t["host"]})
-        variant_ids.add(sem)
-        calib = (v.recipe or {}).get("calibration_set") or {}
-        vrecords.append({
-            "name": v.name, "model": v.model, "variant_id": sem, "raw_sha256": hashes["raw_sha256"],
-            "semantic_sha256": sem, "semantic_strip": hashes["semantic_strip"], "bytes": Path(v.path).stat().st_size,
-            "recipe": v.recipe, "calibration_manifest_sha256": calib.get("manifest_sha256"),
-            "calibration_set": calib.get("name"), "environment": env,
-            "artifact": {"retained": bool(retain), "file": f"artifacts/{v.name}.onnx" if retain else None,
-                         "source_path": str(v.path),
-                         "note": "copied into the release" if retain else "deliberately not retained (--no-retain)"},
-            "targets": targets,
-        })
+        vr, es = _variant_record(v, *_measured(v, tables_root, hosts), retain, scope)
+        vrecords.append(vr)
+        entries += es
 
     from datetime import datetime, timezone
 
     record = {"format": RELEASE_FORMAT, "schema_version": SCHEMA_VERSION, "quantbench_version": __version__,
-              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "tag": tag, "retain": bool(retain), "hosts": sorted(all_hosts), "equiv_ids": sorted(equiv_ids),
+              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "tag": tag,
+              "retain": bool(retain), "hosts": sorted(scope["host"]), "equiv_ids": sorted(scope["equiv_id"]),
               "variants": vrecords}
     result = ReleaseResult(tag, dest, record)
     with registry_lock(rdir):
         if dest.exists():
-            raise UserError(f"--tag {tag}: {dest} was just written by another release command; choose a new tag")
+            raise UserError(f"tag {tag}: {dest} was just written by another release command; choose a new tag")
         reg = load_registry(rdir)
         result.collisions = check_registry(reg, entries, tag)
         if result.collisions:
             return result
         result.reused_keys = sorted({e["release_key"] for e in entries if e["release_key"] in reg["keys"]})
         with staging_folder(dest) as stage:
-            sets = {"variant_id": variant_ids, "host": all_hosts, "fixture_id": fixture_ids,
-                    "fingerprint_id": fingerprints, "equiv_id": equiv_ids, "session_key": sessions}
-            record["tables"] = _copy_tables(tables_root, stage, sets)
-            manifests = []
-            for v, vr in zip(variants, vrecords):
-                if vr["artifact"]["retained"]:
-                    (stage / "artifacts").mkdir(exist_ok=True)
-                    shutil.copyfile(v.path, _release_path(stage, vr["artifact"]["file"]))
-                calib = (v.recipe or {}).get("calibration_set") or {}
-                src = Path(calib.get("folder", "")) / "manifest.parquet" if calib.get("folder") else None
-                if src is not None and calib.get("name") not in {m["name"] for m in manifests}:
-                    entry = {"name": calib["name"], "recorded_sha256": calib.get("manifest_sha256"), "file": None}
-                    if src.exists():
-                        rel = f"calibration/{calib['name']}/manifest.parquet"
-                        _release_path(stage, rel).parent.mkdir(parents=True, exist_ok=True)
-                        shutil.copyfile(src, _release_path(stage, rel))
-                        entry.update(file=rel, sha256=sha256_file(stage / rel))
-                    manifests.append(entry)
-            record["calibration_manifests"] = manifests
-            analysis = results_dir / "report.md"
-            text = analysis.read_text(encoding="utf-8") if analysis.exists() else None
-            report = _report(record, text)
-            atomic_write_text(stage / REPORT_FILE, report)
-            record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE),
-                                "attachments": _copy_attachments(report, results_dir, stage, result.notes)}
-            atomic_write_json(stage / RELEASE_FILE, record)
+            _stage_release(stage, record, variants, results_dir, scope, result.notes)
             os.replace(stage, dest)
         reg = register(reg, entries, tag)
         reg.setdefault("releases", {})[tag] = {"release_json_sha256": sha256_file(dest / RELEASE_FILE)}
         atomic_write_json(rdir / INDEX_FILE, reg)
     return result
+
+
+def _check_names(variants) -> None:
+    """Every name below becomes a path inside the release folder."""
+    from quantbench.variants import check_plain_name
+
+    for v in variants:
+        check_plain_name(v.name, f"{v.path}: variant name")
+        calib = (v.recipe or {}).get("calibration_set") or {}
+        if calib.get("folder"):
+            check_plain_name(calib.get("name"), f"{v.path}: recipe's calibration set name")
+
+
+def _measured(v, tables_root: Path, hosts) -> tuple:
+    """What the results say of variant `v`: (its hashes, its targets with byte classes, equiv id, classes, flips)."""
+    from quantbench.modelio import model_hashes
+
+    hashes = model_hashes(v.path)
+    sem = hashes["semantic_sha256"]
+    recorded = (v.recipe or {}).get("semantic_sha256")
+    if recorded and recorded != sem:
+        raise UserError(f"{v.path}: variant {v.name} changed since it was built (semantic hash {sem[:12]}, "
+                        f"recipe says {recorded[:12]}); rerun `quantbench calibrate`")
+    targets = _targets_of(tables_root, sem, hosts)
+    if hosts:
+        missing = sorted(set(hosts) - {t["host"] for t in targets})
+        if missing:
+            raise UserError(f"hosts: no results of variant {v.name} on {', '.join(missing)}; run "
+                            f"`quantbench run --hosts {','.join(missing)}` first")
+    if not targets:
+        raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
+    eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
+    if eid:
+        targets = _scope_to_analysis(targets, sem, esettings)
+    _byte_classes(targets)
+    return hashes, targets, eid, eclasses, eflips
+
+
+def _variant_record(v, hashes: dict, targets: list, eid, eclasses: dict, eflips, retain: bool,
+                    scope: dict) -> tuple[dict, list]:
+    """(the variant's entry in release.json, its registry entries); adds what it touches to `scope`."""
+    sem = hashes["semantic_sha256"]
+    if eid:
+        scope["equiv_id"].add(eid)
+    env = environment_of(v.recipe)
+    entries = []
+    for t in targets:
+        lines = t.pop("_lines")
+        scope["fixture_id"] |= {x[0] for x in lines}
+        scope["fingerprint_id"].add(t["fingerprint_id"])
+        scope["session_key"].add(t["session_key"])
+        scope["host"].add(t["host"])
+        t["equiv"] = dict(eclasses[t["host"]], equiv_id=eid) if t["host"] in eclasses else None
+        t["flips_vs_fp32"] = eflips.get(t["host"], {}) if eid and eflips is not None else None
+        t["release_key"] = release_key(v.recipe, env, {"fingerprint_id": t["fingerprint_id"],
+                                                       "session_key": t["session_key"]})
+        entries.append({"release_key": t["release_key"], "raw_sha256": hashes["raw_sha256"],
+                        "semantic_sha256": sem, "variant": v.name, "model": v.model, "host": t["host"]})
+    scope["variant_id"].add(sem)
+    calib = (v.recipe or {}).get("calibration_set") or {}
+    return {
+        "name": v.name, "model": v.model, "variant_id": sem, "raw_sha256": hashes["raw_sha256"],
+        "semantic_sha256": sem, "semantic_strip": hashes["semantic_strip"], "bytes": Path(v.path).stat().st_size,
+        "recipe": v.recipe, "calibration_manifest_sha256": calib.get("manifest_sha256"),
+        "calibration_set": calib.get("name"), "environment": env,
+        "artifact": {"retained": bool(retain), "file": f"artifacts/{v.name}.onnx" if retain else None,
+                     "source_path": str(v.path),
+                     "note": "copied into the release" if retain else "deliberately not retained (--no-retain)"},
+        "targets": targets,
+    }, entries
+
+
+def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope: dict, notes: list) -> None:
+    """Fill the staging folder: tables, artifacts, calibration manifests, report, release.json (last)."""
+    record["tables"] = _copy_tables(results_dir / "tables", stage, scope)
+    for v, vr in zip(variants, record["variants"]):
+        if vr["artifact"]["retained"]:
+            (stage / "artifacts").mkdir(exist_ok=True)
+            shutil.copyfile(v.path, _release_path(stage, vr["artifact"]["file"]))
+    record["calibration_manifests"] = _copy_manifests(stage, variants)
+    analysis = results_dir / "report.md"
+    text = analysis.read_text(encoding="utf-8") if analysis.exists() else None
+    report = _report(record, text)
+    atomic_write_text(stage / REPORT_FILE, report)
+    record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE),
+                        "attachments": _copy_attachments(report, results_dir, stage, notes)}
+    atomic_write_json(stage / RELEASE_FILE, record)
+
+
+def _copy_manifests(stage: Path, variants) -> list[dict]:
+    """Each calibration set's manifest once, as recorded in the recipes (file None when it is gone)."""
+    manifests = []
+    for v in variants:
+        calib = (v.recipe or {}).get("calibration_set") or {}
+        src = Path(calib.get("folder", "")) / "manifest.parquet" if calib.get("folder") else None
+        if src is not None and calib.get("name") not in {m["name"] for m in manifests}:
+            entry = {"name": calib["name"], "recorded_sha256": calib.get("manifest_sha256"), "file": None}
+            if src.exists():
+                rel = f"calibration/{calib['name']}/manifest.parquet"
+                _release_path(stage, rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, _release_path(stage, rel))
+                entry.update(file=rel, sha256=sha256_file(stage / rel))
+            manifests.append(entry)
+    return manifests

@@ -342,7 +342,7 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
     folder = Path(folder)
     rec = load_record(folder)
     if sample < 1:
-        raise UserError("--sample: must be at least 1")
+        raise UserError(f"sample must be at least 1, got {sample}")
     checks = check_tables(folder, rec)
     rep = rec.get("report")
     if rep:
