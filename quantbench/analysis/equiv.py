@@ -35,7 +35,7 @@ from quantbench.analysis import gates as G
 from quantbench.analysis.decode import (NONE, NONE_HINT, DecodeSpec, check_outputs, decode, is_plugin,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
 
 COMPARISONS = ("own-fp32", "ref-fp32", "ref-same")
@@ -238,9 +238,9 @@ def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]
     hosts = list(dict.fromkeys(hosts))
     reference = reference or hosts[0]
     if reference not in hosts:
-        raise UserError(f"--reference {reference}: not one of --hosts {','.join(hosts)}")
+        raise ParameterError("reference", f"not one of the hosts {','.join(hosts)}", reference)
     if budget < 0:
-        raise UserError(f"budget must be at least 0, got {budget}")
+        raise ParameterError("budget", "must be at least 0", budget)
     by_model: dict = defaultdict(list)
     for v in variants:
         by_model[v.model].append(v)

@@ -35,7 +35,7 @@ import numpy as np
 
 from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
 
 BUNDLED_IMAGES = "bundled:corpus/images"
@@ -177,11 +177,11 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     strata: "objects", "label" or "auto" (quantbench.strata).
     """
     if per_cell < 1:
-        raise UserError(f"per_cell must be at least 1, got {per_cell}")
+        raise ParameterError("per_cell", "must be at least 1", per_cell)
     if per_cell > MAX_PER_CELL:
-        raise UserError(f"--per-cell {per_cell}: more than the maximum of {MAX_PER_CELL} images per cell")
+        raise ParameterError("per_cell", f"more than the maximum of {MAX_PER_CELL} images per cell", per_cell)
     if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
-        raise UserError(f"count_bins must be distinct object counts >= 2, got {list(count_bins)}")
+        raise ParameterError("count_bins", f"object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
     count_bins = sorted(count_bins)
     cands, labels_path, images_dir = read_labels(labels, images)
     eval_sha = _eval_hashes(cands)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass
 
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.textfmt import text_table
 
 
@@ -71,11 +71,11 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
 
     check_host(host)
     if runs < 10:
-        raise UserError(f"runs must be at least 10 (timed runs per repeat), got {runs}")
+        raise ParameterError("runs", "must be at least 10 (timed runs per repeat)", runs)
     if repeats < 3:
-        raise UserError(f"repeats must be at least 3 (the spread of the median needs them), got {repeats}")
+        raise ParameterError("repeats", "must be at least 3 (the spread of the median needs them)", repeats)
     if warmup < 1:
-        raise UserError(f"warmup must be at least 1, got {warmup}")
+        raise ParameterError("warmup", "must be at least 1", warmup)
     model = Path(model_path).read_bytes()
     w = Worker(host, allow_fallback)
     try:

@@ -26,7 +26,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
 
 DEFAULT_GROUP = 8
@@ -301,7 +301,7 @@ def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = 
 
     _check_two(hosts)
     if group < 1:
-        raise UserError(f"group must be at least 1, got {group}")
+        raise ParameterError("group", "must be at least 1", group)
     model = load_model(model_path, check=False)
     vid = semantic_sha256(model)
     base_bytes = model.SerializeToString()

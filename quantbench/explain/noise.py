@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.textfmt import text_table
 
 FACTORS = ("repeat", "threads", "batch", "opt_level")
@@ -85,7 +85,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
 
     bad = [f for f in factors if f not in FACTORS]
     if bad:
-        raise UserError(f"factors: unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
+        raise ParameterError("factors", f"unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
     if not fixtures:
         raise UserError("noise: no fixtures")
     model = Path(model_path).read_bytes()

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from quantbench.analysis.classes import equivalence_classes
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
 from quantbench.quantize.calibration import compute_ranges, load_ranges, method_name
 from quantbench.textfmt import text_table
@@ -73,7 +73,7 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
     recipe = dict(recipe or {})
     bad = [r for r in remedies if r not in REMEDIES]
     if bad:
-        raise UserError(f"remedies: unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
+        raise ParameterError("remedies", f"unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     per_channel = bool(recipe.get("per_channel", True))

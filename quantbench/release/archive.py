@@ -37,7 +37,7 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import atomic_path, sha256_file
 
 ARCHIVE_FORMAT = 1
@@ -109,7 +109,7 @@ def write_archive(folder: str | os.PathLike, out: str | os.PathLike | None = Non
     tag = rec.get("tag") or folder.name
     out = Path(out) if out else default_path(folder)
     if not str(out).endswith(SUFFIX):
-        raise UserError(f"out must end in {SUFFIX} (the archive is a gzip-compressed tar), got {out}")
+        raise ParameterError("out", f"must end in {SUFFIX} (the archive is a gzip-compressed tar)", str(out))
     members, artifacts = _members(folder, rec)
     registry = {}
     if (folder.parent / INDEX_FILE).exists():

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench import SCHEMA_VERSION
-from quantbench.errors import GateFailed, UserError
+from quantbench.errors import GateFailed, ParameterError, UserError
 from quantbench.fsutil import sha256_file
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
@@ -246,7 +246,7 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
 
     if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
         known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
-        raise UserError(f"--host {host}: the release has no results for it; recorded hosts: {', '.join(known)}")
+        raise ParameterError("host", f"the release has no results for it; recorded hosts: {', '.join(known)}", host)
     out: list[Check] = []
     jobs: dict = {}  # session_key -> {"session": ..., "items": [(variant record, target, VariantInfo, wanted hashes)]}
     for v in rec["variants"]:
@@ -342,7 +342,7 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
     folder = Path(folder)
     rec = load_record(folder)
     if sample < 1:
-        raise UserError(f"sample must be at least 1, got {sample}")
+        raise ParameterError("sample", "must be at least 1", sample)
     checks = check_tables(folder, rec)
     rep = rec.get("report")
     if rep:
