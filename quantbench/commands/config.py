@@ -15,7 +15,7 @@ def run(args) -> int:
     import json
 
     from quantbench import config as C
-    from quantbench.release import format_table
+    from quantbench.textfmt import text_table
 
     parser = args._parser
     rows = C.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all)
@@ -35,7 +35,7 @@ def run(args) -> int:
                               []).append(c["command"])
         for (value, src), cmds in groups.items():
             table.append([r["key"], value, src, ",".join(cmds)])
-    print(format_table(["key", "value", "source", "commands"], table))
+    print(text_table(["key", "value", "source", "commands"], table, rule=True))
     print("precedence: flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in")
     return 0
 

@@ -26,7 +26,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from quantbench.release import format_table
+    from quantbench.textfmt import text_table
     from quantbench.release.record import build_release, flips_text
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
@@ -70,8 +70,8 @@ def run(args) -> int:
             rows.append([v["name"], v["raw_sha256"][:12], v["semantic_sha256"][:12], t["host"],
                          t["fingerprint_id"][:12], f"{t['byte_class']} ({','.join(t['byte_class_hosts'])})",
                          flips_text(v, t), t["release_key"][:12]])
-    print(format_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class", "flips vs fp32 (same host)",
-                        "release key"], rows))
+    print(text_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class", "flips vs fp32 (same host)",
+                      "release key"], rows, rule=True))
     n_rows = sum(t["rows"] for t in rec["tables"].values())
     print()
     print(f"release {args.tag}: {len(rec['variants'])} variant(s) x {len(rec['hosts'])} host(s), "

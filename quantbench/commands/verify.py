@@ -21,7 +21,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from quantbench.release import format_table
+    from quantbench.textfmt import text_table
     from quantbench.release.verify import FAIL, NOT_RETAINED, verify
 
     from pathlib import Path
@@ -46,7 +46,7 @@ def run(args) -> int:
         print(json.dumps({"release": str(args.release), "pass": not n_fail, "checks": [asdict(c) for c in checks]},
                          indent=2, sort_keys=True))
         return 1 if n_fail else 0
-    print(format_table(["check", "item", "status", "detail"], [[c.check, c.item, c.status, c.detail] for c in checks]))
+    print(text_table(["check", "item", "status", "detail"], [[c.check, c.item, c.status, c.detail] for c in checks], rule=True))
     n_nr = sum(c.status == NOT_RETAINED for c in checks)
     print()
     verdict = "FAIL" if n_fail else "PASS"
