@@ -18,7 +18,6 @@ default ~/.cache/quantbench, so that every checkout shares one install.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -63,10 +62,9 @@ def load_sidecar_path(p: Path, required: bool = False) -> dict | None:
         if required:
             raise UserError(f"{p}: sidecar file not found")
         return None
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{p}: not a readable sidecar JSON ({exc})") from None
+    from quantbench.fsutil import read_json
+
+    data = read_json(p, "sidecar JSON")
     if not isinstance(data, dict):
         raise UserError(f"{p}: sidecar must be a JSON object like {{\"input\": {{...}}, \"decode\": {{...}}}}, "
                         f"not a {type(data).__name__}")

@@ -11,7 +11,6 @@ bbox = [x, y, w, h] in pixels), ``categories`` (id, name).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ import numpy as np
 
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
-from quantbench.fsutil import canonical_json, sha256_file
+from quantbench.fsutil import canonical_json, read_json, sha256_file
 from quantbench.hosts.worker import canonical, tensor_sha256
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.strata import density_label, single_label
@@ -95,10 +94,7 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     labels_path = Path(labels_path)
     if not labels_path.exists():
         raise UserError(f"{labels_path}: labels file not found")
-    try:
-        coco = json.loads(labels_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{labels_path}: not valid JSON ({exc})") from None
+    coco = read_json(labels_path, "labels JSON")
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
     images_dir = Path(images_dir) if images_dir is not None else labels_path.parent / "images"

@@ -79,3 +79,22 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
                 break
             h.update(block)
     return h.hexdigest()
+
+
+def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error=None):
+    """The JSON in `path`; unreadable or invalid JSON is one error naming the file, `what` it should be and `hint`.
+
+    `error` is the exception class (default quantbench.errors.UserError); a missing
+    file raises FileNotFoundError for the caller to word.
+    """
+    import json
+
+    from quantbench.errors import UserError
+
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise (error or UserError)(f"{path}: not a readable {what} ({exc}){'; ' + hint if hint else ''}") from None

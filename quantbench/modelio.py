@@ -43,8 +43,6 @@ def load_model(path: str | os.PathLike, check: bool = True, load_external_data: 
 
 
 def _strip_graph(graph, strip: tuple) -> None:
-    import onnx
-
     if "doc_string" in strip:
         graph.ClearField("doc_string")
         for vi in list(graph.input) + list(graph.output) + list(graph.value_info):

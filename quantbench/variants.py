@@ -14,7 +14,6 @@ release) read variants only through this module.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -64,12 +63,12 @@ class Variant:
 
 
 def _read_json(path: Path):
+    from quantbench.fsutil import read_json
+
     try:
-        return json.loads(path.read_text())
+        return read_json(path, "JSON", "rerun `quantbench calibrate --force`")
     except FileNotFoundError:
         raise UserError(f"{path}: not found; run `quantbench calibrate`") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: not readable JSON ({exc}); rerun `quantbench calibrate --force`") from None
 
 
 def load_variants(folder: str | os.PathLike) -> list[Variant]:

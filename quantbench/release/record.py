@@ -27,7 +27,7 @@ from pathlib import Path
 
 from quantbench import SCHEMA_VERSION, __version__
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, sha256_file
+from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, read_json, sha256_file
 from quantbench.textfmt import text_table
 
 RELEASE_FORMAT = 1
@@ -118,10 +118,7 @@ def load_registry(rdir: Path) -> dict:
     path = Path(rdir) / INDEX_FILE
     if not path.exists():
         return {"format": RELEASE_FORMAT, "keys": {}}
-    try:
-        reg = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UserError(f"{path}: release registry is not readable JSON ({exc}); restore it from backup") from None
+    reg = read_json(path, "release registry", "restore it from backup")
     if not isinstance(reg, dict) or not isinstance(reg.get("keys"), dict):
         raise UserError(f"{path}: not a quantbench release registry (no 'keys'); restore it from backup")
     return reg

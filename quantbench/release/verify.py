@@ -25,7 +25,7 @@ from pathlib import Path
 
 from quantbench import SCHEMA_VERSION
 from quantbench.errors import GateFailed, ParameterError, UserError
-from quantbench.fsutil import sha256_file
+from quantbench.fsutil import read_json, sha256_file
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
 
@@ -51,10 +51,7 @@ def load_record(folder: str | os.PathLike) -> dict:
     path = folder / RELEASE_FILE
     if not path.exists():
         raise UserError(f"{path}: missing; {folder} is not a quantbench release folder")
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RecordDamaged(f"{path}: not readable JSON ({exc}); the release record is damaged") from None
+    rec = read_json(path, "release record", "the release record is damaged", error=RecordDamaged)
     if not isinstance(rec, dict) or rec.get("format") != RELEASE_FORMAT or not isinstance(rec.get("variants"), list):
         raise RecordDamaged(f"{path}: not a quantbench release record of format {RELEASE_FORMAT}")
     for v in rec["variants"]:
