@@ -322,9 +322,27 @@ def _serialize(chunks: Iterable[pa.Table]) -> bytes | None:
     return buf.getvalue()
 
 
-def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR) -> Path | None:
-    """Write rows as one new content-addressed part; returns its path (None if no rows)."""
-    return append_chunks(name, [rows], root)
+def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR,
+           ledger: bool = False) -> Path | None:
+    """Write rows as one new content-addressed part; returns its path (None if no rows).
+
+    `ledger=True` (rows given as dicts): rows stored before are not serialised again. The
+    table's ledger (``<table>/.ledger/<digest of the rows>``, naming the part that holds
+    them) is checked first; a hit whose part is still there returns that part.
+    """
+    digest = None
+    if ledger and not isinstance(rows, pa.Table):
+        rows = list(rows)
+        if not rows:
+            return None
+        digest = rows_digest(name, rows)
+        hit = _ledger_get(name, root, digest)
+        if hit is not None:
+            return hit
+    path = append_chunks(name, [rows], root)
+    if digest is not None and path is not None:
+        _ledger_put(name, root, digest, path.name)
+    return path
 
 
 def append_chunks(name: str, chunks: Iterable, root: str | os.PathLike = TABLES_DIR) -> Path | None:
@@ -342,6 +360,39 @@ def append_chunks(name: str, chunks: Iterable, root: str | os.PathLike = TABLES_
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)
     return path
+
+
+def rows_digest(name: str, rows: Sequence[Mapping]) -> str:
+    """SHA-256 of the table name, schema version and the rows' values in schema order (repr is exact)."""
+    import hashlib
+
+    cols = [c for c, _, _ in COLUMNS[name]]
+    h = hashlib.sha256(f"{name}|{SCHEMA_VERSION}|{cols}|".encode())
+    for r in rows:
+        h.update(repr([r.get(c) for c in cols]).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _ledger_dir(name: str, root) -> Path:
+    return Path(root) / name / ".ledger"
+
+
+def _ledger_get(name: str, root, digest: str) -> Path | None:
+    try:
+        part = (_ledger_dir(name, root) / digest).read_text().strip()
+    except OSError:
+        return None
+    path = Path(root) / name / part
+    return path if part.startswith("part-") and path.exists() else None
+
+
+def _ledger_put(name: str, root, digest: str, part: str) -> None:
+    try:
+        with atomic_path(_ledger_dir(name, root) / digest) as tmp:
+            tmp.write_text(part + "\n")
+    except OSError:
+        pass  # the ledger only saves work
 
 
 def parts(name: str, root: str | os.PathLike = TABLES_DIR) -> list[Path]:

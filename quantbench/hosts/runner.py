@@ -196,6 +196,10 @@ class HostSummary:
     verify_seconds: float = 0.0
     session_seconds: float = 0.0
     providers: list = field(default_factory=list)
+    #: worker processes started (0: every result was cached under the remembered fingerprint)
+    workers: int = 0
+    #: the fingerprint came from the fingerprint cache and no worker was needed
+    fingerprint_cached: bool = False
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
 
@@ -429,6 +433,8 @@ class _HostRun:
         from quantbench.hosts.local import WorkerDied
 
         client = self.host.start()
+        with self.lock:
+            self.summary.workers += 1
         self.clients.append(client)
         if self.stop.is_set():
             client.kill()
@@ -446,6 +452,38 @@ class _HostRun:
             raise
         return client, fp, fid
 
+    def _adopt(self, fp: dict, fid: str) -> None:
+        """Take `fid` as this host's fingerprint: version checks, the hosts row (written once)."""
+        ctx = self.ctx
+        self.fingerprint_id = fid
+        self.summary.fingerprint_id = fid
+        ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
+        if self.spec.kind == "emulated" and ort_v != ctx.local_ort and not ctx.allow_version_mismatch:
+            raise UserError(f"host {self.spec.name}: emulated onnxruntime {ort_v} differs from the local "
+                            f"{ctx.local_ort} (a confound); rerun `quantbench hosts setup {self.spec.name}` "
+                            f"or pass --allow-version-mismatch")
+        if self.spec.kind != "emulated" and ort_v != ctx.local_ort:
+            note = (f"host {self.spec.name} runs onnxruntime {ort_v} (local: {ctx.local_ort}); "
+                    f"differences may come from the version")
+            if note not in self.summary.notes:
+                self.summary.notes.append(note)
+        tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root, ledger=True)
+
+    def _plan(self, fid: str) -> list:
+        """[(variant, fixtures not yet in the tables under fid)]; counts the cached ones."""
+        ctx = self.ctx
+        done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
+        work, cached = [], 0
+        for vi in ctx.variants:
+            todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
+                    if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
+            cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
+            if todo:
+                work.append((vi, todo))
+        self.summary.cached = cached
+        self.summary.planned = sum(len(t) for _, t in work)
+        return work
+
     def _run(self) -> None:
         ctx = self.ctx
         if self.spec.kind == "imported":
@@ -454,34 +492,30 @@ class _HostRun:
             merged = merge_imported(self.host, ctx, self.summary)
             self.fingerprint_id = merged
             return
+        from quantbench.hosts import fpcache
+
+        try:
+            key = fpcache.cache_key(self.host, ctx.session, ctx.allow_fallback)
+        except Exception:  # the cache is an optimisation: never a reason to fail
+            key = None
+        hit = fpcache.lookup(key)
+        if hit is not None:
+            # Every result cached under the remembered fingerprint: nothing to start.
+            self._adopt(*hit)
+            if not self._plan(hit[1]):
+                self.summary.fingerprint_cached = True
+                return
         t0 = time.monotonic()
         if self.host.model_by_path:  # same filesystem: write the input store while the worker starts
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
         client, fp, fid = self._start_and_fingerprint()
+        fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
         clients = [client]
         try:
-            self.fingerprint_id = fid
-            self.summary.fingerprint_id = fid
-            ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
-            if self.spec.kind == "emulated" and ort_v != ctx.local_ort and not ctx.allow_version_mismatch:
-                raise UserError(f"host {self.spec.name}: emulated onnxruntime {ort_v} differs from the local "
-                                f"{ctx.local_ort} (a confound); rerun `quantbench hosts setup {self.spec.name}` "
-                                f"or pass --allow-version-mismatch")
-            if self.spec.kind != "emulated" and ort_v != ctx.local_ort:
-                self.summary.notes.append(f"host {self.spec.name} runs onnxruntime {ort_v} (local: {ctx.local_ort}); "
-                                          f"differences may come from the version")
-            tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root)
-            done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
-            work = []
-            for vi in ctx.variants:
-                todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
-                        if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
-                self.summary.cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
-                if todo:
-                    work.append((vi, todo))
-            total = sum(len(t) for _, t in work)
-            self.summary.planned = total
+            self._adopt(fp, fid)
+            work = self._plan(fid)
+            total = self.summary.planned
             if not total:
                 return
             n = max(1, min(self.n_workers, total))
@@ -635,7 +669,7 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
 
         tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
                              root=root)
-    tables.append("models", [vi.row() for vi in infos], root=root)
+    tables.append("models", [vi.row() for vi in infos], root=root, ledger=True)
 
     slots = jobs or os.cpu_count() or 1
     runnable = [s for s in specs if s.kind != "imported"]

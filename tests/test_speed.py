@@ -1,0 +1,132 @@
+"""Speed work, asserted by behaviour (counts of worker starts, serialisations, decodes), never by timing."""
+
+import numpy as np
+import pytest
+
+from hosts_helpers import fixtures, make_corpus, matmul_model, variant
+from quantbench import tables
+from quantbench.hosts import fpcache, results
+from quantbench.hosts.registry import HostSpec, make_host
+from quantbench.hosts.runner import normalize_session, run_hosts
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("QUANTBENCH_FINGERPRINT_CACHE", raising=False)
+    return tmp_path / "home"
+
+
+def _count_starts(monkeypatch):
+    from quantbench.hosts.local import ProcessHost
+
+    starts = []
+    real = ProcessHost.start
+
+    def start(self):
+        starts.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(ProcessHost, "start", start)
+    return starts
+
+
+def test_cached_rerun_starts_no_worker(workdir, home, monkeypatch):
+    model = matmul_model(workdir / "m.onnx")
+    root = workdir / "t"
+    starts = _count_starts(monkeypatch)
+    first = run_hosts(["x86"], [variant(model)], fixtures(4), progress=False, tables_root=root, jobs=1).hosts[0]
+    assert (first.ran, first.workers, first.fingerprint_cached) == (4, 1, False)
+    assert starts == ["x86"]
+    parts = {n: tables.parts(n, root) for n in ("outputs", "hosts", "models", "fixtures")}
+    again = run_hosts(["x86"], [variant(model)], fixtures(4), progress=False, tables_root=root, jobs=1).hosts[0]
+    assert (again.ran, again.cached, again.workers, again.fingerprint_cached) == (0, 4, 0, True)
+    assert again.fingerprint_id == first.fingerprint_id
+    assert starts == ["x86"]  # no process started at all
+    assert {n: tables.parts(n, root) for n in parts} == parts  # and nothing written
+    # work left: a worker starts, is fingerprinted for real, and runs only the new fixture
+    more = run_hosts(["x86"], [variant(model)], fixtures(5), progress=False, tables_root=root, jobs=1).hosts[0]
+    assert (more.ran, more.cached, more.workers, more.fingerprint_id) == (1, 4, 1, first.fingerprint_id)
+    # other session options: another key, so the host is asked again
+    opt = run_hosts(["x86"], [variant(model)], fixtures(4), progress=False, tables_root=root, jobs=1,
+                    session={"config_entries": {"session.x64quantprecision": "1"}}).hosts[0]
+    assert (opt.ran, opt.workers) == (4, 1) and opt.fingerprint_id != first.fingerprint_id
+    assert len(starts) == 3
+
+
+def test_fingerprint_cache_off_and_keys(workdir, home, monkeypatch):
+    sess = normalize_session(None)
+    x86 = make_host(HostSpec("x86", "local", {}))
+    key = fpcache.cache_key(x86, sess, False)
+    assert key and key == fpcache.cache_key(x86, sess, False)
+    assert fpcache.cache_key(x86, normalize_session({"graph_optimization_level": "basic"}), False) != key
+    assert fpcache.cache_key(x86, sess, True) != key
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    assert fpcache.cache_key(x86, sess, False) != key
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    # interpreters we do not inspect and remote machines are always asked
+    assert fpcache.cache_key(make_host(HostSpec("x86", "local", {"python": "/usr/bin/python3"})), sess, False) is None
+    assert fpcache.cache_key(make_host(HostSpec("lab", "ssh", {"address": "pi@lab"})), sess, False) is None
+    # a damaged entry is a miss
+    (fpcache.cache_dir()).mkdir(parents=True)
+    (fpcache.cache_dir() / f"{key}.json").write_text('{"fingerprint": {"identity": {}}, "fingerprint_id": "0"}')
+    assert fpcache.lookup(key) is None
+    monkeypatch.setenv("QUANTBENCH_FINGERPRINT_CACHE", "0")
+    assert fpcache.cache_key(x86, sess, False) is None
+    model = matmul_model(workdir / "m.onnx")
+    starts = _count_starts(monkeypatch)
+    for _ in range(2):
+        run_hosts(["x86"], [variant(model)], fixtures(2), progress=False, tables_root=workdir / "t", jobs=1)
+    assert starts == ["x86", "x86"]
+
+
+def test_ledger_skips_serialising_stored_rows(tmp_path, monkeypatch):
+    rows = [{"variant_id": f"v{i}", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p", "recipe": "{}"}
+            for i in range(3)]
+    p1 = tables.append("models", rows, root=tmp_path, ledger=True)
+    calls = []
+    real = tables._serialize
+    monkeypatch.setattr(tables, "_serialize", lambda chunks: calls.append(1) or real(chunks))
+    assert tables.append("models", rows, root=tmp_path, ledger=True) == p1
+    assert calls == []
+    p2 = tables.append("models", rows[:2], root=tmp_path, ledger=True)  # other rows: written
+    assert calls == [1] and p2 != p1
+    p1.unlink()  # the part went away (e.g. compacted and lost): written again
+    assert tables.append("models", rows, root=tmp_path, ledger=True) == p1 and p1.exists()
+    assert tables.read("models", tmp_path).num_rows == 3
+
+
+def test_fixture_tensors_decoded_once(workdir, home, monkeypatch):
+    from quantbench import fixtures as F
+
+    labels = make_corpus(workdir / "corpus", count=3, size=8)
+    spec = {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
+            "scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]}
+    first = F.build_fixtures(spec, labels, split=None)
+    monkeypatch.setattr(F, "load_rgb", lambda path: pytest.fail(f"decoded {path} again"))
+    again = F.build_fixtures(spec, labels, split=None)
+    assert [f.fixture_id for f in again] == [f.fixture_id for f in first]
+    assert all(np.array_equal(a.array, b.array) and a.array.dtype == b.array.dtype for a, b in zip(first, again))
+    other = dict(spec, mean=[0.0, 0.0, 0.0])  # another recipe: decoded again
+    monkeypatch.undo()
+    monkeypatch.setenv("QUANTBENCH_HOME", str(home))
+    assert {f.fixture_id for f in F.build_fixtures(other, labels, split=None)}.isdisjoint(f.fixture_id for f in first)
+
+
+def test_plots_not_redrawn_for_the_same_data(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from types import SimpleNamespace
+
+    from quantbench import report
+
+    result = SimpleNamespace(hosts={"pi": {}, "x86": {}}, flip_rows=[],
+                             variants=[{"model": "m", "variant": "fp32",
+                                        "classes": [{"label": "A", "hosts": ["pi", "x86"]}]}])
+    path = tmp_path / "plots" / "classes.png"
+    assert report.plot_class_map(result, path) == path
+    drawn = []
+    monkeypatch.setattr(report, "_savefig", lambda fig, p, key=None: drawn.append(p) or p)
+    assert report.plot_class_map(result, path) == path and drawn == []
+    result.variants[0]["classes"] = [{"label": "A", "hosts": ["pi"]}, {"label": "B", "hosts": ["x86"]}]
+    report.plot_class_map(result, path)
+    assert drawn == [path]
