@@ -56,11 +56,37 @@ def assemble(results_dir: str | os.PathLike = RESULTS_DIR) -> Path:
 
 
 def have_matplotlib() -> bool:
+    """Whether matplotlib is installed (found, not imported: importing it costs most of a second)."""
+    import importlib.util
+
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
         return False
-    return True
+
+
+PLOT_VERSION = 1
+
+
+def _plot_key(kind: str, data) -> str:
+    """What a plot shows, hashed: the same key means the same picture."""
+    import hashlib
+
+    from quantbench.fsutil import canonical_json
+
+    return hashlib.sha256(canonical_json([PLOT_VERSION, kind, data]).encode()).hexdigest()
+
+
+def _key_path(path: Path) -> Path:
+    return path.parent / f".{path.name}.key"
+
+
+def _drawn(path: Path, key: str) -> bool:
+    """The PNG at `path` was drawn from the same data (its key file matches): no need to draw it again."""
+    try:
+        return path.exists() and _key_path(path).read_text().strip() == key
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------- equiv section
@@ -80,9 +106,11 @@ def _table(header: list, rows: list) -> list[str]:
     return out
 
 
-def _savefig(fig, path: Path) -> Path:
+def _savefig(fig, path: Path, key: str | None = None) -> Path:
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+    if key is not None:
+        atomic_write_text(_key_path(path), key + "\n")
     return path
 
 
@@ -90,14 +118,18 @@ def plot_class_map(result, path: Path) -> Path | None:
     """Host x variant grid, each cell coloured and lettered by its equivalence class."""
     if not have_matplotlib():
         return None
+    hosts = list(result.hosts)
+    variants = [v for v in result.variants]
+    key = _plot_key("class-map", [hosts, [[v["model"], v["variant"], [[c["label"], c["hosts"]] for c in v["classes"]]]
+                                          for v in variants]])
+    if _drawn(path, key):
+        return path
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    hosts = list(result.hosts)
-    variants = [v for v in result.variants]
     grid = np.zeros((len(hosts), len(variants)))
     labels = [["" for _ in variants] for _ in hosts]
     for j, v in enumerate(variants):
@@ -115,7 +147,7 @@ def plot_class_map(result, path: Path) -> Path | None:
     ax.set_yticks(range(len(hosts)), hosts)
     ax.set_title("equivalence classes (same letter: identical bytes)", fontsize=9)
     fig.tight_layout()
-    out = _savefig(fig, path)
+    out = _savefig(fig, path, key)
     plt.close(fig)
     return out
 
@@ -126,6 +158,9 @@ def plot_margins(result, path: Path) -> Path | None:
         return None
     margins = [r["margin"] for r in result.flip_rows
                if r["comparison"] in ("own-fp32", "ref-fp32") and r["margin"] is not None and not math.isnan(r["margin"])]
+    key = _plot_key("margins", [repr(m) for m in margins])
+    if _drawn(path, key):
+        return path
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,7 +175,7 @@ def plot_margins(result, path: Path) -> Path | None:
     ax.set_ylabel("flips")
     ax.set_title(f"flip margins ({len(margins)} flips against fp32)", fontsize=9)
     fig.tight_layout()
-    out = _savefig(fig, path)
+    out = _savefig(fig, path, key)
     plt.close(fig)
     return out
 
