@@ -299,8 +299,8 @@ def to_arrow(name: str, rows: Iterable[Mapping] | pa.Table) -> pa.Table:
     return pa.Table.from_pydict(cols, schema=sch)
 
 
-def _serialize(chunks: Iterable[pa.Table]) -> bytes | None:
-    """Parquet bytes of the chunks, one row group each (same chunks, same bytes).
+def _serialize(chunks: Iterable[pa.Table], row_group_rows: int | None = None) -> bytes | None:
+    """Parquet bytes of the chunks, one row group each (or of at most `row_group_rows`); same chunks, same bytes.
 
     Binary columns hold tensors: float data that compresses little, where LZ4 takes
     about a third of zstd's time. Dictionary encoding is for repeated values; on
@@ -313,9 +313,12 @@ def _serialize(chunks: Iterable[pa.Table]) -> bytes | None:
         if w is None:
             sch = chunk.schema
             plain = {f.name for f in sch if pa.types.is_large_binary(f.type) or pa.types.is_binary(f.type)}
+            # Min/max statistics on every column but the tensors: a filtered read (host, variant,
+            # fixture, fingerprint...) skips row groups, and compacted parts are sorted so it can.
             w = pq.ParquetWriter(buf, sch, compression={c: ("lz4" if c in plain else "zstd") for c in sch.names},
-                                 write_statistics=False, use_dictionary=[c for c in sch.names if c not in plain])
-        w.write_table(chunk)
+                                 write_statistics=[c for c in sch.names if c not in plain],
+                                 use_dictionary=[c for c in sch.names if c not in plain])
+        w.write_table(chunk, row_group_size=row_group_rows)
     if w is None:
         return None
     w.close()
@@ -405,10 +408,21 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     """All parts of a table, de-duplicated on its key, sorted by key (deterministic).
 
     `filter` is a pyarrow compute expression applied while reading, so large
-    tables (outputs with tensors) can be read a slice at a time.
+    tables (outputs with tensors) can be read a slice at a time; row groups whose
+    statistics rule the filter out are not read. A part removed while reading
+    (compacted by another process: its rows are in the new part) restarts the read.
     """
+    for attempt in range(5):
+        try:
+            return _read(name, parts(name, root), columns, filter)
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
     sch = schema(name)
-    files = parts(name, root)
     want = list(columns) if columns else [f.name for f in sch]
     key = KEYS[name]
     read_cols = list(dict.fromkeys(want + key))
@@ -418,7 +432,11 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     for f in files:
         try:
             t = pq.read_table(f, columns=read_cols, filters=filter)
+        except FileNotFoundError:
+            raise
         except Exception as exc:  # corrupt or foreign file: name it
+            if not f.exists():
+                raise FileNotFoundError(str(f)) from None
             raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
         tables.append(t.cast(pa.schema([sch.field(c) for c in read_cols])))
     table = pa.concat_tables(tables)
@@ -434,6 +452,109 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
         table = table.take(rows).drop_columns(["__i"])
         table = table.sort_by([(k, "ascending") for k in key])
     return table.select(want)
+
+
+# --------------------------------------------------------------------------- compaction
+
+#: Column order compacted parts are sorted by: the filters the readers use come first, so
+#: each row group covers few hosts/variants and the statistics let a read skip the rest.
+SORT_KEYS: dict[str, list[str]] = {
+    "outputs": ["host", "fingerprint_id", "session_key", "variant_id", "fixture_id", "output_name", "run_key"],
+    "decisions": ["equiv_id", "host", "variant_id", "fixture_id", "slot"],
+    "flips": ["equiv_id", "comparison", "host", "variant_id", "fixture_id", "ref_slot", "slot"],
+}
+#: A part under this size is "small": compaction merges small parts only.
+SMALL_PART_BYTES = 32 << 20
+#: Compaction writes a new part per this many bytes of small parts (bounds its memory).
+COMPACT_BATCH_BYTES = 256 << 20
+#: Automatic compaction starts when a table has more small parts than this.
+AUTO_COMPACT_PARTS = 64
+#: Rows per row group in a compacted part (tensor tables: a few MB each).
+ROW_GROUP_ROWS = {"outputs": 2048, "fixtures": 64}
+
+
+def compact(name: str, root: str | os.PathLike = TABLES_DIR, min_parts: int = 2,
+            small_bytes: int = SMALL_PART_BYTES) -> dict:
+    """Merge the table's small parts into sorted, statistics-bearing parts; returns what it did.
+
+    Rows and keys are exactly what `read` returned before (duplicates across parts
+    are dropped the same way: the first in name order). Each new part is written
+    atomically and named by its content hash before any old part is removed, so a
+    crash leaves duplicates that readers drop, never a lost row; a reader that finds
+    a part gone restarts (see read). The ledger follows the rows to their new part.
+    """
+    files = [p for p in parts(name, root) if _size(p) < small_bytes]
+    if len(files) < max(2, min_parts):
+        return {"table": name, "parts_in": 0, "parts_out": 0, "rows": 0}
+    batches, cur, size = [], [], 0
+    for p in files:
+        cur.append(p)
+        size += _size(p)
+        if size >= COMPACT_BATCH_BYTES:
+            batches.append(cur)
+            cur, size = [], 0
+    if cur:
+        batches.append(cur)
+    out, rows, merged = [], 0, 0
+    for batch in batches:
+        if len(batch) < 2:
+            continue
+        try:
+            table = _read(name, batch, None, None)
+        except FileNotFoundError:  # another compaction got there first
+            continue
+        sort = SORT_KEYS.get(name, KEYS[name])
+        table = table.sort_by([(k, "ascending") for k in sort])
+        data = _serialize([to_arrow(name, table)], row_group_rows=ROW_GROUP_ROWS.get(name, 8192))
+        path = Path(root) / name / f"part-{sha256_bytes(data)[:32]}.parquet"
+        if not path.exists():
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(data)
+        _ledger_move(name, root, {p.name for p in batch if p != path}, path.name)
+        for p in batch:
+            if p != path:
+                try:
+                    p.unlink()
+                except FileNotFoundError:
+                    pass
+        out.append(path)
+        rows += table.num_rows
+        merged += len(batch)
+    return {"table": name, "parts_in": merged, "parts_out": len(out), "rows": rows}
+
+
+def maybe_compact(name: str, root: str | os.PathLike = TABLES_DIR, threshold: int | None = None) -> dict | None:
+    """compact() when the table holds more small parts than the threshold (AUTO_COMPACT_PARTS,
+    or QUANTBENCH_COMPACT_PARTS; 0 turns automatic compaction off)."""
+    if threshold is None:
+        threshold = int(os.environ.get("QUANTBENCH_COMPACT_PARTS", AUTO_COMPACT_PARTS))
+    if threshold <= 0:
+        return None
+    files = parts(name, root)
+    if len(files) <= threshold or sum(1 for p in files if _size(p) < SMALL_PART_BYTES) <= threshold:
+        return None
+    return compact(name, root)
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _ledger_move(name: str, root, old: set, new: str) -> None:
+    d = _ledger_dir(name, root)
+    if not old or not d.is_dir():
+        return
+    for entry in d.iterdir():
+        if entry.name.startswith("."):
+            continue
+        try:
+            if entry.read_text().strip() in old:
+                _ledger_put(name, root, entry.name, new)
+        except OSError:
+            pass
 
 
 def _type_text(t: pa.DataType) -> str:

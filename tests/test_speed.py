@@ -130,3 +130,102 @@ def test_plots_not_redrawn_for_the_same_data(tmp_path, monkeypatch):
     result.variants[0]["classes"] = [{"label": "A", "hosts": ["pi"]}, {"label": "B", "hosts": ["x86"]}]
     report.plot_class_map(result, path)
     assert drawn == [path]
+
+
+def _outputs_rows(n_parts, per_part, seed=0):
+    rs = np.random.RandomState(seed)
+    out = []
+    for p in range(n_parts):
+        rows = []
+        for i in range(per_part):
+            k = p * per_part + i
+            t = rs.rand(4).astype("<f4")
+            rows.append({"run_key": f"rk{k:05d}", "host": ["pi", "x86", "pi4"][k % 3], "fingerprint_id": f"fp{k % 3}",
+                         "session_key": "s", "session_options": "{}", "variant_id": f"v{k % 2}", "variant": "fp32",
+                         "fixture_id": f"f{k // 6:04d}", "output_name": "y", "dtype": "<f4", "shape": [4],
+                         "sha256": f"h{k}", "tensor": t.tobytes(), "providers": ["CPUExecutionProvider"]})
+        out.append(rows)
+    return out
+
+
+def test_compaction_keeps_rows_and_keys(tmp_path, capsys):
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "t"
+    batches = _outputs_rows(30, 7)
+    for rows in batches:
+        tables.append("outputs", rows, root=root)
+    tables.append("outputs", batches[3], root=root)  # a duplicate part (same rows): readers keep one copy
+    tables.append("models", [{"variant_id": "v0", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p",
+                              "recipe": "{}"}], root=root, ledger=True)
+    before = tables.read("outputs", root)
+    flt = (pc.field("host") == "pi") & pc.field("variant_id").isin(["v1"])
+    sliced = tables.read("outputs", root, filter=flt)
+    assert len(tables.parts("outputs", root)) == 30
+    from quantbench.cli import main
+
+    assert main(["tables", "--tables", str(root), "compact"]) == 0
+    assert "outputs: 30 parts -> 1 (210 rows)" in capsys.readouterr().out
+    after_parts = tables.parts("outputs", root)
+    assert len(after_parts) == 1
+    assert tables.read("outputs", root).equals(before)  # same rows, same keys, same order
+    assert tables.read("outputs", root, filter=flt).equals(sliced)
+    # sorted by the columns reads filter on, with statistics on them, in several row groups
+    meta = pq.ParquetFile(after_parts[0]).metadata
+    assert meta.num_row_groups >= 1
+    col = meta.schema.to_arrow_schema().get_field_index("host")
+    assert meta.row_group(0).column(col).statistics.has_min_max
+    hosts = pq.read_table(after_parts[0], columns=["host"]).column("host").to_pylist()
+    assert hosts == sorted(hosts)
+    # content-addressed: the part is named by its bytes, compacting again changes nothing
+    assert after_parts[0].name == f"part-{tables.sha256_bytes(after_parts[0].read_bytes())[:32]}.parquet"
+    assert tables.compact("outputs", root)["parts_in"] == 0
+
+
+def test_automatic_compaction_above_threshold(tmp_path, monkeypatch):
+    root = tmp_path / "t"
+    batches = _outputs_rows(12, 3)
+    for rows in batches[:10]:
+        tables.append("outputs", rows, root=root)
+    assert tables.maybe_compact("outputs", root, threshold=10) is None  # at the threshold: left alone
+    tables.append("outputs", batches[10], root=root)
+    r = tables.maybe_compact("outputs", root, threshold=10)
+    assert r["parts_in"] == 11 and len(tables.parts("outputs", root)) == 1
+    monkeypatch.setenv("QUANTBENCH_COMPACT_PARTS", "0")
+    tables.append("outputs", batches[11], root=root)
+    assert tables.maybe_compact("outputs", root) is None
+    assert tables.read("outputs", root).num_rows == 36
+
+
+def test_ledger_follows_compacted_rows(tmp_path, monkeypatch):
+    root = tmp_path / "t"
+    sets = [[{"variant_id": f"v{i}{j}", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p",
+              "recipe": "{}"} for j in range(2)] for i in range(3)]
+    for rows in sets:
+        tables.append("models", rows, root=root, ledger=True)
+    tables.compact("models", root)
+    (only,) = tables.parts("models", root)
+    calls = []
+    real = tables._serialize
+    monkeypatch.setattr(tables, "_serialize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert all(tables.append("models", rows, root=root, ledger=True) == only for rows in sets)
+    assert calls == []
+
+
+def test_read_restarts_when_a_part_vanishes(tmp_path, monkeypatch):
+    root = tmp_path / "t"
+    for rows in _outputs_rows(3, 2):
+        tables.append("outputs", rows, root=root)
+    real = tables.parts
+    seen = []
+
+    def parts(name, r=tables.TABLES_DIR):
+        got = real(name, r)
+        if not seen:  # the first listing names a part that a compaction has just removed
+            seen.append(1)
+            return got + [got[0].parent / "part-gone.parquet"]
+        return got
+
+    monkeypatch.setattr(tables, "parts", parts)
+    assert tables.read("outputs", root).num_rows == 6

@@ -347,6 +347,7 @@ def write_tables(result: EquivResult, tables_root) -> list:
     paths = []
     for name, rows in (("classes", result.class_rows), ("decisions", result.decision_rows),
                        ("flips", result.flip_rows)):
+        tables.maybe_compact(name, tables_root)  # before the append: the part named below stays
         p = tables.append(name, rows, root=tables_root, ledger=True)
         if p is not None:
             paths.append(p)

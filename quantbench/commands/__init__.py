@@ -21,4 +21,5 @@ COMMANDS = [
     "release",
     "verify",
     "report",
+    "tables",
 ]

@@ -696,6 +696,11 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
         raise
     finally:
         ctx.cleanup()
+        for name in ("outputs", "hosts", "models", "fixtures"):
+            try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows
+                tables.maybe_compact(name, root)
+            except Exception:
+                pass
     summary = RunSummary([r.summary for r in runs], infos, [fx.fixture_id for fx in uniq], sess, ctx.skey, root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
