@@ -71,8 +71,15 @@ def add_arguments(parser) -> None:
                    help="run onnxruntime's quant_pre_process (shape inference + basic optimisation) before "
                         "dynamic and static quantization")
     g = parser.add_argument_group("run")
-    g.add_argument("--chunk-size", type=int, default=8,
-                   help="calibration images whose activations are held at once (results do not depend on it)")
+    g.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="memory budget for held activations, e.g. 2GiB or 512M (default: a quarter of the memory "
+                        "available at start); the chunk size follows from it and one image's measured activations "
+                        "(results do not depend on it)")
+    g.add_argument("--chunk-size", type=int, default=None,
+                   help="force this many images' activations held at once, in two passes (default: derived from "
+                        "--max-memory; results do not depend on it)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="histogram binning threads (default: the usable cores, at most 8; results do not depend on it)")
     g.add_argument("--force", action="store_true",
                    help="replace a calibration set or variants folder that holds different files")
 
@@ -159,8 +166,14 @@ def run(args) -> int:
         count_bins = [int(x) for x in _csv(args.count_bins)]
     except ValueError:
         raise UserError(f"--count-bins: {args.count_bins!r} is not a comma-separated list of integers") from None
-    if args.chunk_size < 1:
+    if args.chunk_size is not None and args.chunk_size < 1:
         raise UserError(f"--chunk-size: must be at least 1 (got {args.chunk_size})")
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads: must be at least 1 (got {args.threads})")
+    if args.max_memory is not None:
+        from quantbench.quantize.calibration import parse_memory
+
+        parse_memory(args.max_memory)  # a typo fails before any work
     if args.entropy_bins < 2:
         raise UserError(f"--entropy-bins: must be at least 2 (got {args.entropy_bins})")
     exclude_nodes, exclude_op_types = _csv(args.exclude_nodes), _csv(args.exclude_op_types)
@@ -270,10 +283,12 @@ def run(args) -> int:
         if static_methods:
             op_types = qv.static_op_types(exclude_op_types)
             hist_opts = {"entropy_bins": args.entropy_bins} if "entropy" in static_methods else {}
+            plan: dict = {}
             with PeakMeter() as mem:
                 t = time.perf_counter()
                 ranges = compute_ranges(prepared, ImageInputs(paths, spec), static_methods,
                                         percentile=args.percentile, op_types=op_types, chunk_size=args.chunk_size,
+                                        max_memory=args.max_memory, threads=args.threads, plan=plan,
                                         progress=True, model=prep_model, **hist_opts)
             calib_time, calib_mem = time.perf_counter() - t, mem.mib
             for at, wt in types:
@@ -288,6 +303,7 @@ def run(args) -> int:
                                            per_channel=args.per_channel, reduce_range=args.reduce_range,
                                            exclude_nodes=exclude_nodes, exclude_op_types=exclude_op_types,
                                            calibration_options=copts, name=vname, model_name=model_name,
+                                           model=prep_model,
                                            recipe_extra={**common, "calibration_set": calib_info})
                     publish(v, time.perf_counter() - t, mem.mib, str(len(paths)), ref)
         for v in variants:
@@ -309,8 +325,13 @@ def run(args) -> int:
                      _options(v.recipe), f"{size / 1024:.0f} KiB", n_img, f"{secs:.1f} s", f"{mib:.0f} MiB"))
     print(_fmt_table(["variant", "method", "options", "size", "calib images", "time", "peak memory"], rows))
     if static_methods:
-        print(f"calibration ({', '.join(static_methods)}): {len(paths)} images, chunk size {args.chunk_size}, "
-              f"{2 if set(static_methods) - {'minmax'} else 1} pass(es), {calib_time:.1f} s, peak memory {calib_mem:.0f} MiB")
+        how = (f"{plan['passes']} pass(es)" if plan.get("mode") != "chunked" else
+               f"2 passes holding {plan['chunk']} image(s) at a time")
+        per_img = plan.get("activation_bytes_per_image")
+        budget = (f"; activations {per_img / 2**20:.1f} MiB per image, budget {plan['max_memory'] / 2**20:.0f} MiB"
+                  if per_img else "")
+        print(f"calibration ({', '.join(static_methods)}): {len(paths)} images, {how}{budget}, "
+              f"{calib_time:.1f} s, peak memory {calib_mem:.0f} MiB")
     print()
     print(f"calibration set: {calib_dir}/ (manifest.parquet, recipe.json)")
     verb = {"new": "written", "unchanged": "unchanged (identical files already there)", "replaced": "replaced (--force)"}[state]
