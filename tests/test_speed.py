@@ -229,3 +229,141 @@ def test_read_restarts_when_a_part_vanishes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(tables, "parts", parts)
     assert tables.read("outputs", root).num_rows == 6
+
+
+# --------------------------------------------------------------------------- scheduler
+
+
+class _FakeRun:
+    def __init__(self, name, left, local=True, wants=True):
+        import threading
+
+        self.name, self.left, self.uses_local_slot, self.wants = name, left, local, wants
+        self.lock = threading.Lock()
+        self.starting = 0
+        self.granted = 0
+        self.stop = threading.Event()
+
+    def wants_worker(self):
+        return self.wants and self.starting + self.granted < 3
+
+    def work_left(self):
+        return self.left / (1 + self.starting)
+
+    def grant(self):
+        self.granted += 1
+
+
+def test_freed_slot_goes_to_the_host_with_most_work_left():
+    from quantbench.hosts.runner import _Scheduler
+
+    s = _Scheduler(2)
+    pi, x86, pi4 = _FakeRun("pi", 50.0), _FakeRun("x86", 0.5), _FakeRun("pi4", 20.0)
+    s.runs = [pi, x86, pi4]
+    assert s.first_slot(pi) and s.first_slot(x86)  # one slot each, nothing left over
+    s.rebalance()
+    assert (pi.starting, x86.starting, pi4.starting) == (0, 0, 0)
+    s.release(x86)  # x86 finished: its slot goes to pi (most work left), which starts another worker
+    assert (pi.starting, x86.starting, pi4.starting) == (1, 0, 0) and s.free == 0
+    s.release(pi)  # next freed slot: pi now shares its work over two workers (25 s) and pi4 has 20 s
+    assert (pi.starting, pi4.starting) == (2, 0)
+    pi.starting = 0
+    pi.left = 5.0
+    s.release(pi)
+    assert pi4.starting == 1
+
+
+def test_first_workers_come_before_extra_ones_and_ssh_takes_no_local_slot():
+    import threading
+
+    from quantbench.hosts.runner import _Scheduler
+
+    s = _Scheduler(1)
+    busy, late, remote = _FakeRun("pi", 100.0), _FakeRun("pi4", 1.0), _FakeRun("lab", 100.0, local=False)
+    s.runs = [busy, late, remote]
+    assert s.first_slot(busy)
+    got = []
+    t = threading.Thread(target=lambda: got.append(s.first_slot(late)))
+    t.start()
+    while not s.waiting:
+        pass
+    s.release(busy)  # pi4 is waiting for its first worker: the slot is its, not pi's extra worker
+    t.join(5)
+    assert got == [True] and busy.starting == 0
+    assert remote.starting >= 1 and s.free == 0  # an ssh host grows on its own cores
+
+
+def test_a_freed_slot_starts_another_worker_for_the_busy_host(workdir, home, monkeypatch):
+    """Two hosts, two slots: the quick host ends, and the slow host's second worker takes over half its work."""
+    from hosts_helpers import slow_model
+    from quantbench.hosts.runner import _HostRun
+
+    monkeypatch.setattr(_HostRun, "STARTUP_FACTOR", 0.0)  # any unclaimed work is worth a worker
+    hf = workdir / "hosts.toml"
+    hf.write_text('quick = { kind = "local" }\nbusy = { kind = "local" }\n')
+    slow = slow_model(workdir / "slow.onnx", rows=1024, layers=48)
+    quick = matmul_model(workdir / "m.onnx")
+    # each host runs the variants whose input fits: give both a fixture of the slow model's input
+    fxs = fixtures(24)
+    from quantbench.hosts import runner as R
+
+    real_plan = R._HostRun._plan
+
+    def plan(self, fid):  # the quick host runs one fixture, the busy one all of them
+        work = real_plan(self, fid)
+        if self.spec.name == "quick":
+            work = [(vi, todo[:1]) for vi, todo in work[:1]]
+            self.summary.planned = 1
+        return work
+
+    monkeypatch.setattr(R._HostRun, "_plan", plan)
+    s = run_hosts(["quick", "busy"], [variant(slow, name="fp32", model="slow")], fxs, progress=False,
+                  tables_root=workdir / "t", jobs=2, hosts_file=hf)
+    q, b = s.hosts
+    assert q.workers == 1 and b.workers == 2, (q, b)
+    assert b.ran == 24 and not s.errors
+    assert b.sessions_reused >= 1  # a worker's later jobs of the same variant reuse its session
+    rows = results.load_outputs(host="busy", tensors=False, tables_root=workdir / "t")
+    assert sorted(set(rows.column("fixture_id").to_pylist())) == sorted(fx.fixture_id for fx in fxs)
+    del quick
+
+
+def test_one_slot_means_one_worker_at_a_time(workdir, home, monkeypatch):
+    from hosts_helpers import slow_model
+    from quantbench.hosts.runner import _HostRun
+
+    monkeypatch.setattr(_HostRun, "STARTUP_FACTOR", 0.0)
+    slow = slow_model(workdir / "slow.onnx", layers=8)
+    s = run_hosts(["x86"], [variant(slow)], fixtures(12), progress=False, tables_root=workdir / "t", jobs=1)
+    assert s.hosts[0].workers == 1 and s.hosts[0].ran == 12
+
+
+def test_worker_reuses_a_session_for_the_same_model_and_options(tmp_path):
+    import io
+
+    from quantbench.hosts import worker as W
+
+    W._SESSIONS.clear()
+    model = matmul_model(tmp_path / "m.onnx")
+    a = np.ones((1, 16), np.float32)
+
+    def job(session):
+        raw = W.tensor_bytes(a)
+        return {"type": "run", "host": "h", "variant": "v", "model": {"path": str(model)}, "session": session,
+                "fixtures": [{"fixture_id": W.tensor_sha256(a), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
+                              "offset": 0, "nbytes": len(raw)}]}, [raw]
+
+    inp = io.BytesIO()
+    for sess in ({}, {}, {"graph_optimization_level": "basic"}, {}):
+        W.write_frame(inp, *job(sess))
+    inp.seek(0)
+    out = io.BytesIO()
+    W.serve(inp, out)
+    out.seek(0)
+    frames = []
+    while (f := W.read_frame(out)) is not None:
+        frames.append(f[0])
+    reused = [f["reused"] for f in frames if f["type"] == "session"]
+    assert reused == [False, True, False, True]
+    results_ = [f for f in frames if f["type"] == "result"]
+    assert len({tuple(o["sha256"] for o in f["outputs"]) for f in results_}) == 1

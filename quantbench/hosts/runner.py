@@ -161,6 +161,14 @@ def hosts_row(host: str, kind: str, fp: dict, fid: str) -> dict:
             "fingerprint": canonical_json(dict(fp, kind=kind))}
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. under taskset), else the core count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def local_ort_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -198,6 +206,8 @@ class HostSummary:
     providers: list = field(default_factory=list)
     #: worker processes started (0: every result was cached under the remembered fingerprint)
     workers: int = 0
+    #: jobs that reused a session the worker had built for an earlier job (same variant and options)
+    sessions_reused: int = 0
     #: the fingerprint came from the fingerprint cache and no worker was needed
     fingerprint_cached: bool = False
     errors: list = field(default_factory=list)
@@ -278,19 +288,94 @@ def done_run_keys(host: str, fingerprint_id: str, skey: str, root: Path) -> set[
     return set(t.column("run_key").to_pylist())
 
 
+class _Scheduler:
+    """One pool of worker slots (default: the usable cores) shared by every host.
+
+    A host's first worker takes a slot as soon as one is free (hosts in the order
+    named). Every slot freed later (a host finished, or had nothing to run) goes to
+    the host with the most work left, which starts another worker, as long as its
+    unclaimed work outlasts a worker's start-up. Work is split into tasks of a few
+    fixtures per variant that a host's workers take in turn; results are merged by
+    content key, so who ran what does not matter. ssh workers run on the remote's
+    cores: they take no local slot and are capped by the remote's core count.
+    """
+
+    def __init__(self, slots: int):
+        self.slots = max(1, int(slots))
+        self.free = self.slots
+        self.cond = threading.Condition()
+        self.runs: list = []
+        self.waiting: list = []
+
+    def first_slot(self, run) -> bool:
+        """Block until `run` may start its first worker; False if it was stopped meanwhile."""
+        if not run.uses_local_slot:
+            return True
+        with self.cond:
+            self.waiting.append(run)
+            try:
+                while not run.stop.is_set():
+                    if self.free > 0 and self.waiting[0] is run:
+                        self.free -= 1
+                        return True
+                    self.cond.wait(0.2)
+                return False
+            finally:
+                self.waiting.remove(run)
+                self.cond.notify_all()
+
+    def release(self, run) -> None:
+        if run.uses_local_slot:
+            with self.cond:
+                self.free += 1
+                self.cond.notify_all()
+        self.rebalance()
+
+    def rebalance(self) -> None:
+        """Start a worker for the busiest host on each free slot (first workers are served first)."""
+        grants = []
+        with self.cond:
+            while True:
+                cands = [r for r in self.runs if r.wants_worker()]
+                if self.free <= 0 or self.waiting:
+                    cands = [r for r in cands if not r.uses_local_slot]
+                if not cands:
+                    break
+                best = max(cands, key=lambda r: r.work_left())
+                with best.lock:
+                    best.starting += 1
+                if best.uses_local_slot:
+                    self.free -= 1
+                grants.append(best)
+        for r in grants:
+            r.grant()
+
+
 class _HostRun:
-    def __init__(self, spec: HostSpec, ctx: "_Context", position: int, n_workers: int):
+    #: an extra worker pays when the work it would share outlasts this many of its start-ups
+    STARTUP_FACTOR = 1.0
+
+    def __init__(self, spec: HostSpec, ctx: "_Context", position: int, sched: "_Scheduler"):
         self.spec = spec
         self.host = make_host(spec)
         self.ctx = ctx
         self.position = position
-        self.n_workers = n_workers
+        self.sched = sched
         self.summary = HostSummary(spec.name, spec.kind)
         self.writer = _Writer(ctx.root)
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
         self.clients: list = []
+        self.uses_local_slot = spec.kind != "ssh"
+        self.tasks: queue.Queue | None = None
+        self.unclaimed = 0      # fixtures in tasks no worker has taken yet
+        self.active = 0         # workers running tasks
+        self.starting = 0       # workers granted and starting
+        self.max_workers = 1 << 30
+        self.t_run = 0.0
+        self.extra_threads: list = []
+        self.fp: dict | None = None
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
@@ -368,6 +453,8 @@ class _HostRun:
                 vi, fxs = tasks.get_nowait()
             except queue.Empty:
                 return
+            with self.lock:
+                self.unclaimed -= len(fxs)
             header, payload = self._job(vi, fxs)
             pending = {fx.fixture_id: fx for fx in fxs}
             order = [fx.fixture_id for fx in fxs]
@@ -377,6 +464,9 @@ class _HostRun:
                     t = h.get("type")
                     if t == "session":
                         providers = h["providers"]
+                        if h.get("reused"):
+                            with self.lock:
+                                self.summary.sessions_reused += 1
                         with self.lock:
                             self.summary.session_seconds += h.get("session_seconds", 0.0)
                             if providers not in self.summary.providers:
@@ -505,24 +595,46 @@ class _HostRun:
             if not self._plan(hit[1]):
                 self.summary.fingerprint_cached = True
                 return
+        if not self.sched.first_slot(self):
+            return
+        released = []
+
+        def free_first_slot():
+            if not released:
+                released.append(True)
+                self.sched.release(self)
+
+        self._free_first_slot = free_first_slot
+        try:
+            self._run_workers(key, hit)
+        finally:
+            free_first_slot()
+
+    def _run_workers(self, key, hit) -> None:
+        from quantbench.hosts import fpcache
+
+        ctx = self.ctx
         t0 = time.monotonic()
         if self.host.model_by_path:  # same filesystem: write the input store while the worker starts
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
         client, fp, fid = self._start_and_fingerprint()
         fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
-        clients = [client]
         try:
             self._adopt(fp, fid)
+            self.fp = fp
             work = self._plan(fid)
             total = self.summary.planned
             if not total:
                 return
-            n = max(1, min(self.n_workers, total))
+            if self.spec.kind == "ssh":  # the remote's cores bound its workers
+                self.max_workers = max(1, int(fp.get("info", {}).get("cpu_count") or 1))
+            # Tasks of a few fixtures per variant: enough of them that a worker started later
+            # (a slot freed by another host) still finds work to share.
+            per = max(1, -(-total // (3 * max(self.sched.slots, 1))))
             tasks: queue.Queue = queue.Queue()
             for vi, todo in work:
-                k = max(1, min(n, len(todo)))
-                size = -(-len(todo) // k)
+                size = max(1, min(per, len(todo)))
                 for i in range(0, len(todo), size):
                     tasks.put((vi, todo[i:i + size]))
             if ctx.progress:
@@ -530,40 +642,86 @@ class _HostRun:
 
                 self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
                                 unit="fixture", file=sys.stderr, dynamic_ncols=True)
-            threads = []
-            t_run = time.monotonic()
-
-            def launch(c):
-                th = threading.Thread(target=self._drive, args=(c, tasks), daemon=True)
-                th.start()
-                threads.append(th)
-
-            launch(client)
-            if n > 1:
-                # More workers only pay when the remaining work outlasts a worker's start-up
-                # (seconds locally, minutes under qemu on a busy machine): decide from the first results.
-                while threads[0].is_alive() and self.summary.ran < 1 and not self.stop.is_set():
-                    threads[0].join(timeout=0.1)
-                if threads[0].is_alive() and not self.stop.is_set():
-                    ran = max(1, self.summary.ran)
-                    per_fixture = (time.monotonic() - t_run) / ran
-                    left = (total - ran) * per_fixture
-                    extra = min(n - 1, tasks.qsize(), int(left / max(self.summary.startup_seconds, 1e-3)) - 1)
-                    for _ in range(max(0, extra)):
-                        c, fp2, fid2 = self._start_and_fingerprint()
-                        clients.append(c)
-                        if fid2 != fid:
-                            self.stop.set()
-                            raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
-                                            f"({fid[:12]} vs {fid2[:12]}); run with --jobs 1")
-                        launch(c)
-            for th in threads:
-                th.join()
-            self.writer.flush()
-            self.summary.run_seconds = time.monotonic() - t_run
+            with self.lock:
+                self.unclaimed = total
+                self.active = 1
+                self.t_run = time.monotonic()
+                self.tasks = tasks
+            self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
+            self._drive(client, tasks)
+            with self.lock:
+                self.active -= 1
         finally:
-            for c in clients:
-                c.close()
+            client.close()
+        # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
+        self._free_first_slot()
+        for th in list(self.extra_threads):
+            th.join()
+        self.writer.flush()
+        self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0
+
+    # -- scheduling
+
+    def seconds_per_fixture(self) -> float | None:
+        """Wall seconds one worker spends per fixture, from this run so far (None before a result)."""
+        ran = self.summary.ran
+        if ran < 1 or not self.t_run:
+            return None
+        return (time.monotonic() - self.t_run) * max(1, self.active) / ran
+
+    def wants_worker(self) -> bool:
+        with self.lock:
+            if self.stop.is_set() or self.tasks is None or self.unclaimed <= 0:
+                return False
+            workers = self.active + self.starting
+            if workers >= self.max_workers or self.tasks.qsize() <= 0:
+                return False
+            spf = self.seconds_per_fixture()
+            if spf is None:
+                return False
+            left = self.unclaimed * spf  # one worker's seconds of work nobody has taken yet
+            return left / (workers + 1) > self.STARTUP_FACTOR * max(self.summary.startup_seconds, 1e-3)
+
+    def work_left(self) -> float:
+        spf = self.seconds_per_fixture() or 0.0
+        return self.unclaimed * spf / max(1, self.active + self.starting)
+
+    def grant(self) -> None:
+        """Start one more worker (a slot was given to this host); it runs tasks until none are left."""
+        th = threading.Thread(target=self._extra_worker, name=f"worker-{self.spec.name}", daemon=True)
+        with self.lock:
+            self.extra_threads.append(th)
+        th.start()
+
+    def _extra_worker(self) -> None:
+        client = None
+        try:
+            try:
+                if self.stop.is_set():
+                    return
+                client, fp2, fid2 = self._start_and_fingerprint()
+            finally:
+                with self.lock:
+                    self.starting -= 1
+            if fid2 != self.fingerprint_id:
+                self.stop.set()
+                raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
+                                f"({self.fingerprint_id[:12]} vs {fid2[:12]}); run with --jobs 1")
+            with self.lock:
+                self.active += 1
+            try:
+                self._drive(client, self.tasks)
+            finally:
+                with self.lock:
+                    self.active -= 1
+        except UserError as exc:
+            self._error(str(exc) if str(exc).startswith("host ") else f"host {self.spec.name}: {exc}")
+        except Exception as exc:
+            self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
+        finally:
+            if client is not None:
+                client.close()
+            self.sched.release(self)
 
 
 class _Context:
@@ -671,23 +829,17 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
                              root=root)
     tables.append("models", [vi.row() for vi in infos], root=root, ledger=True)
 
-    slots = jobs or os.cpu_count() or 1
-    runnable = [s for s in specs if s.kind != "imported"]
-    per_host = max(1, slots // max(1, len(runnable)))
-    runs = [_HostRun(spec, ctx, i, per_host) for i, spec in enumerate(specs)]
-    sem = threading.Semaphore(max(1, slots))
-
-    def go(r):
-        with sem:
-            r.run()
-
-    threads = [threading.Thread(target=go, args=(r,), daemon=True) for r in runs]
+    sched = _Scheduler(jobs or usable_cores())
+    runs = [_HostRun(spec, ctx, i, sched) for i, spec in enumerate(specs)]
+    sched.runs = [r for r in runs if r.spec.kind != "imported"]
+    threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     try:
         for th in threads:
             th.start()
         for th in threads:
             while th.is_alive():
                 th.join(timeout=0.2)
+                sched.rebalance()  # a host's first results make its remaining work measurable
     except KeyboardInterrupt:
         for r in runs:
             r.kill()
