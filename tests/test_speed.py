@@ -8,6 +8,7 @@ from quantbench import tables
 from quantbench.hosts import fpcache, results
 from quantbench.hosts.registry import HostSpec, make_host
 from quantbench.hosts.runner import normalize_session, run_hosts
+from test_ssh_host import sshd  # noqa: F401  (the sshd fixture)
 
 
 @pytest.fixture
@@ -367,3 +368,26 @@ def test_worker_reuses_a_session_for_the_same_model_and_options(tmp_path):
     assert reused == [False, True, False, True]
     results_ = [f for f in frames if f["type"] == "result"]
     assert len({tuple(o["sha256"] for o in f["outputs"]) for f in results_}) == 1
+
+
+@pytest.mark.ssh
+def test_ssh_host_grows_workers_over_one_connection(workdir, home, monkeypatch, sshd):
+    """Several workers on an ssh host (the remote has the cores) share one connection (ControlMaster)."""
+    from hosts_helpers import slow_model
+    from quantbench.hosts.runner import _HostRun
+    from quantbench.hosts.ssh import SSHHost
+
+    monkeypatch.setattr(_HostRun, "STARTUP_FACTOR", 0.0)
+    argvs = []
+    real = SSHHost.argv
+    monkeypatch.setattr(SSHHost, "argv", lambda self: argvs.append(real(self)) or argvs[-1])
+    slow = slow_model(workdir / "slow.onnx", rows=1024, layers=48)
+    s = run_hosts(["robot"], [variant(slow)], fixtures(16), hosts_file=sshd, progress=False,
+                  tables_root=workdir / "t", jobs=1)
+    h = s.hosts[0]
+    assert h.ran == 16 and not h.errors
+    import os
+
+    assert h.workers == min(2, os.cpu_count())  # the remote (this machine) has the cores; none are local slots
+    assert all("ControlMaster=auto" in a for a in argvs) and len({a[a.index("ControlMaster=auto") + 2]
+                                                                   for a in argvs}) == 1

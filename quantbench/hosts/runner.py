@@ -609,6 +609,8 @@ class _HostRun:
             self._run_workers(key, hit)
         finally:
             free_first_slot()
+            if hasattr(self.host, "close_connection"):
+                self.host.close_connection()
 
     def _run_workers(self, key, hit) -> None:
         from quantbench.hosts import fpcache
