@@ -51,7 +51,7 @@ def _children(pid):
 
 
 def test_killed_worker_then_resume(workdir):
-    model = slow_model(workdir / "slow.onnx", layers=64)  # ~0.7 s per fixture
+    model = slow_model(workdir / "slow.onnx", rows=2048, layers=64)  # ~0.5 s per fixture on a fast AVX-512 core
     root = workdir / "t"
     tests_dir = str(Path(__file__).resolve().parent)
     code = SCRIPT.format(tests=tests_dir, repo=str(Path(tests_dir).parent), model=str(model), n=N, root=str(root))
