@@ -593,24 +593,22 @@ class _Sender:
             raise self.error
 
 
-#: sessions kept for later jobs: (model SHA-256, session options JSON) -> (session, providers, readback)
+#: the session kept for later jobs: (model SHA-256, session options JSON) -> (session, providers, readback)
 _SESSIONS = {}
-SESSION_CACHE = 2  # a few, not every variant: a big model's session holds its weights and arena
 
 
 def _cached_session(data, session, sha256=None):
-    """(session, resolved providers, readback, reused): one session per (model bytes, options), reused
-    by every later job of the same variant on this worker (the runner splits a host's work into jobs).
+    """(session, resolved providers, readback, reused): the last job's session when this job has the same
+    model bytes and options (the runner splits a variant's fixtures into several jobs), else a new one.
+    One session at most is kept, and it is dropped before another is built: a worker never holds two.
     `sha256`: the model bytes' hash, already checked by _model_source."""
     key = (sha256 or hashlib.sha256(data).hexdigest(), json.dumps(session, sort_keys=True))
-    hit = _SESSIONS.pop(key, None)
+    hit = _SESSIONS.get(key)
     if hit is not None:
-        _SESSIONS[key] = hit  # most recently used last
         return hit + (True,)
+    _SESSIONS.clear()
     made = make_session(data, session)
     _SESSIONS[key] = made
-    while len(_SESSIONS) > SESSION_CACHE:
-        del _SESSIONS[next(iter(_SESSIONS))]
     return made + (False,)
 
 
