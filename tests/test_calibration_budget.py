@@ -98,3 +98,23 @@ def test_threads_and_plans_give_the_same_models(model, tmp_path):
         shas.add(sha256_file(make_static(model, tmp_path / f"v{i}.onnx", ranges=r["percentile"],
                                          method="percentile").path))
     assert len(shas) == 1
+
+
+def test_activation_bytes_measured_when_shapes_are_not_static(model, tmp_path):
+    import onnx
+
+    m = onnx.load(str(model))
+    for vi in list(m.graph.input) + list(m.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"  # a dynamic batch: inferred shapes are symbolic
+    del m.graph.value_info[:]
+    dyn = tmp_path / "dyn.onnx"
+    onnx.save(m, str(dyn))
+    feeds = random_feeds(6, seed=2)
+    static_plan, dyn_plan = {}, {}
+    r_static = compute_ranges(model, feeds, METHODS, plan=static_plan)
+    r_dyn = compute_ranges(dyn, feeds, METHODS, plan=dyn_plan)
+    assert static_plan["measured"] is False and dyn_plan["measured"] is True
+    assert dyn_plan["activation_bytes_per_image"] == static_plan["activation_bytes_per_image"]
+    assert dyn_plan["mode"] == static_plan["mode"] == "single"
+    for m_ in METHODS:
+        assert ranges_dict(r_static[m_]) == ranges_dict(r_dyn[m_]), m_

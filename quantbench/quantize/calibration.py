@@ -105,6 +105,22 @@ def plan_chunks(act_bytes: int, n: int, max_memory: int) -> tuple[str, int]:
     return "chunked", int(max(1, min(fit, -(-CHUNK_TARGET_BYTES // act_bytes), n)))
 
 
+def _static_activation_bytes(vi: dict, names, dtypes) -> int | None:
+    """Bytes of one image's calibrated tensors from the inferred shapes; None if any dim is not static."""
+    total = 0
+    for t in names:
+        dims = vi[t].type.tensor_type.shape.dim if t in vi and vi[t].type.tensor_type.HasField("shape") else None
+        if dims is None:
+            return None
+        size = 1
+        for d in dims:
+            if not d.HasField("dim_value") or d.dim_value < 0:
+                return None
+            size *= d.dim_value
+        total += size * dtypes[t].itemsize
+    return total
+
+
 def default_threads() -> int:
     try:
         return max(1, min(8, len(os.sched_getaffinity(0))))
@@ -427,19 +443,29 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
     sess2 = held = None
     bar = None
     try:
+        want = [o for o in ("__qb_min", "__qb_max", "__qb_amin") if want_pct or o != "__qb_amin"] if inner else []
+        measured = False
         if want_hist:
-            sess2 = _session(_pass2_model(model, names, graph_inputs), providers)
-            if chunk_size is None:
-                # one image through the all-activations model: its bytes size the plan
-                first_it = iter(inputs)
-                first = next(first_it, None)
-                if first is None:
-                    raise UserError(f"calibration inputs yielded 0 items but len() is {n}")
-                res0 = sess2.run(outs, first) if outs else []
-                act_bytes = sum(a.nbytes for a in res0) + sum(np.asarray(first[t]).nbytes for t in outer)
-                mode, chunk = plan_chunks(act_bytes, n, budget)
-            else:
+            if chunk_size is not None:
                 mode, chunk = "chunked", chunk_size
+            else:
+                act_bytes = _static_activation_bytes(vi, names, dtypes)
+                if act_bytes is None:
+                    # shapes not all static: one image through the all-activations model measures them
+                    sess2 = _session(_pass2_model(model, names, graph_inputs), providers)
+                    first = next(iter(inputs), None)
+                    if first is None:
+                        raise UserError(f"calibration inputs yielded 0 items but len() is {n}")
+                    res0 = sess2.run(outs, first) if outs else []
+                    act_bytes = sum(a.nbytes for a in res0) + sum(np.asarray(first[t]).nbytes for t in outer)
+                    measured = True
+                    del res0, first
+                mode, chunk = plan_chunks(act_bytes, n, budget)
+            if mode == "single":
+                # every activation as an output plus pass 1's reductions (computed inside onnxruntime,
+                # so the one pass folds exactly the values pass 1 would)
+                sess2 = _session(_pass2_model(_pass1_model(model, names, graph_inputs, want_pct), names,
+                                              graph_inputs), providers)
         passes = {"ranges": 1, "single": 1, "chunked": 2}[mode]
         bar = tqdm(total=n * passes, desc="calibrate", unit="img", file=sys.stderr, disable=not progress,
                    dynamic_ncols=True)
@@ -448,38 +474,28 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
             bar.set_description("calibrate (one pass, %d images held)" % n)
             held = {t: [] for t in names}
             seen = 0
+            first_it = iter(inputs)
 
             def take(feeds, res):
                 where = _label(inputs, seen)
-                r_min = np.full(len(inner), np.inf, np.float32)
-                r_max = np.full(len(inner), -np.inf, np.float32)
-                r_amin = np.full(len(inner), np.inf, np.float32)
-                for i, (t, a) in enumerate(zip(outs, res)):
-                    if a.size:
-                        r_min[i], r_max[i] = np.min(a), np.max(a)
-                        if want_pct:
-                            r_amin[i] = np.min(np.abs(a))
+                if want:
+                    red = dict(zip(want, res[:len(want)]))
+                    fold_inner(red["__qb_min"], red["__qb_max"], red.get("__qb_amin"), where)
+                for t, a in zip(outs, res[len(want):]):
                     held[t].append(a.ravel())
-                fold_inner(r_min, r_max, r_amin, where)
                 fold_outer(feeds, where)
                 for t in outer:
                     held[t].append(np.array(feeds[t]).ravel())
                 bar.update(1)
 
-            take(first, res0)
-            seen = 1
-            del res0, first
             for feeds in first_it:
-                take(feeds, sess2.run(outs, feeds) if outs else [])
+                take(feeds, sess2.run(want + outs, feeds) if (want or outs) else [])
                 seen += 1
             del first_it
             sess2 = None
         else:
-            if want_hist and chunk_size is None:
-                del res0, first, first_it
             # pass 1: exact streaming min / max (/ min |x|), reduced inside onnxruntime
             sess = _session(_pass1_model(model, names, graph_inputs, want_pct), providers)
-            want = [o for o in ("__qb_min", "__qb_max", "__qb_amin") if want_pct or o != "__qb_amin"] if inner else []
             bar.set_description("calibrate pass 1/%d (ranges)" % passes)
             seen = 0
             for feeds in inputs:
@@ -529,6 +545,8 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
             held = None
         elif mode == "chunked":
             # pass 2: integer-count histograms over the fixed ranges, `chunk` images at a time
+            if sess2 is None:
+                sess2 = _session(_pass2_model(model, names, graph_inputs), providers)
             bar.set_description("calibrate pass 2/2 (histograms, %d image(s) held)" % chunk)
             for part in _chunks(iter(inputs), chunk):
                 acts: dict[str, list] = {t: [] for t in names if t not in empty}
@@ -551,7 +569,8 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
         if bar is not None:
             bar.close()
     if plan is not None:
-        plan.update(mode=mode, chunk=chunk, activation_bytes_per_image=act_bytes, max_memory=budget,
+        plan.update(mode=mode, chunk=chunk, activation_bytes_per_image=act_bytes, measured=measured,
+                    max_memory=budget,
                     threads=threads, passes={"ranges": 1, "single": 1, "chunked": 2}[mode])
 
     result = {}
