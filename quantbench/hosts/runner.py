@@ -375,7 +375,6 @@ class _HostRun:
         self.max_workers = 1 << 30
         self.t_run = 0.0
         self.extra_threads: list = []
-        self.fp: dict | None = None
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
@@ -606,13 +605,14 @@ class _HostRun:
 
         self._free_first_slot = free_first_slot
         try:
-            self._run_workers(key, hit)
+            self._run_workers(key)
         finally:
             free_first_slot()
             if hasattr(self.host, "close_connection"):
                 self.host.close_connection()
 
-    def _run_workers(self, key, hit) -> None:
+    def _run_workers(self, key) -> None:
+        """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant)."""
         from quantbench.hosts import fpcache
 
         ctx = self.ctx
@@ -624,7 +624,6 @@ class _HostRun:
         self.summary.startup_seconds = time.monotonic() - t0
         try:
             self._adopt(fp, fid)
-            self.fp = fp
             work = self._plan(fid)
             total = self.summary.planned
             if not total:
