@@ -391,3 +391,24 @@ def test_ssh_host_grows_workers_over_one_connection(workdir, home, monkeypatch, 
     assert h.workers == min(2, os.cpu_count())  # the remote (this machine) has the cores; none are local slots
     assert all("ControlMaster=auto" in a for a in argvs) and len({a[a.index("ControlMaster=auto") + 2]
                                                                    for a in argvs}) == 1
+
+
+def test_workers_stay_on_their_variant_and_start_on_different_ones():
+    from types import SimpleNamespace
+
+    from quantbench.hosts.runner import _Tasks
+
+    t = _Tasks()
+    va, vb = SimpleNamespace(variant_id="A"), SimpleNamespace(variant_id="B")
+    for v in (va, vb):
+        for i in range(3):
+            t.put(v, [f"{v.variant_id}{i}"] * 2)
+    w1 = t.take(None)
+    w2 = t.take(None)
+    assert {w1[0].variant_id, w2[0].variant_id} == {"A", "B"}  # two workers, two sessions, not four
+    assert t.take(w1[0].variant_id)[0] is w1[0]  # a worker keeps to the variant whose session it holds
+    assert t.take(w1[0].variant_id)[0] is w1[0]
+    # its variant exhausted, it joins the other one (the only work left)
+    assert t.take(w1[0].variant_id)[0] is w2[0]
+    assert t.qsize() == 1
+    assert t.take(w2[0].variant_id)[0] is w2[0] and t.take(w2[0].variant_id) is None and t.qsize() == 0

@@ -15,9 +15,9 @@ fixtures in flight.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
-import queue
 import sys
 import threading
 import time
@@ -288,6 +288,50 @@ def done_run_keys(host: str, fingerprint_id: str, skey: str, root: Path) -> set[
     return set(t.column("run_key").to_pylist())
 
 
+class _Tasks:
+    """A host's unclaimed tasks, by variant, handed out so that workers build few sessions.
+
+    A worker keeps taking tasks of the variant it ran last (its session is kept); when
+    that variant has none left it moves to the variant with the fewest workers on it
+    (then the most fixtures left), so two workers start on different variants rather
+    than both building every variant's session.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_variant: dict = {}
+        self.workers_on: dict = {}
+
+    def put(self, vi, fxs) -> None:
+        with self.lock:
+            self.by_variant.setdefault(vi.variant_id, collections.deque()).append((vi, fxs))
+            self.workers_on.setdefault(vi.variant_id, 0)
+
+    def qsize(self) -> int:
+        with self.lock:
+            return sum(len(q) for q in self.by_variant.values())
+
+    def take(self, last: str | None):
+        """(variant, fixtures) for a worker whose last task was of variant `last`; None when none are left."""
+        with self.lock:
+            if last is not None:
+                self.workers_on[last] -= 1
+            if last is not None and self.by_variant.get(last):
+                vid = last
+            else:
+                left = [v for v, q in self.by_variant.items() if q]
+                if not left:
+                    return None
+                vid = min(left, key=lambda v: (self.workers_on[v], -sum(len(f) for _, f in self.by_variant[v])))
+            self.workers_on[vid] += 1
+            return self.by_variant[vid].popleft()
+
+    def done(self, last: str | None) -> None:
+        if last is not None:
+            with self.lock:
+                self.workers_on[last] -= 1
+
+
 class _Scheduler:
     """One pool of worker slots (default: the usable cores) shared by every host.
 
@@ -368,7 +412,7 @@ class _HostRun:
         self.lock = threading.Lock()
         self.clients: list = []
         self.uses_local_slot = spec.kind != "ssh"
-        self.tasks: queue.Queue | None = None
+        self.tasks: _Tasks | None = None
         self.unclaimed = 0      # fixtures in tasks no worker has taken yet
         self.active = 0         # workers running tasks
         self.starting = 0       # workers granted and starting
@@ -446,61 +490,76 @@ class _HostRun:
                          "tensor": tensor, "providers": providers})
         return rows
 
-    def _drive(self, client, tasks: "queue.Queue") -> None:
-        while not self.stop.is_set():
-            try:
-                vi, fxs = tasks.get_nowait()
-            except queue.Empty:
-                return
-            with self.lock:
-                self.unclaimed -= len(fxs)
-            header, payload = self._job(vi, fxs)
-            pending = {fx.fixture_id: fx for fx in fxs}
-            order = [fx.fixture_id for fx in fxs]
-            providers: list = []
-            try:
-                for h, p in client.request(header, payload):
-                    t = h.get("type")
-                    if t == "session":
-                        providers = h["providers"]
-                        if h.get("reused"):
-                            with self.lock:
-                                self.summary.sessions_reused += 1
-                        with self.lock:
-                            self.summary.session_seconds += h.get("session_seconds", 0.0)
-                            if providers not in self.summary.providers:
-                                self.summary.providers.append(providers)
-                    elif t == "verified":  # input hashing time, spent on the worker's helper thread
-                        with self.lock:
-                            self.summary.verify_seconds += h.get("verify_seconds", 0.0)
-                    elif t == "result":
-                        self.writer.add(self._rows(vi, h, p, providers))
-                        pending.pop(h["fixture_id"], None)
-                        with self.lock:
-                            self.summary.ran += 1
-                            self.summary.infer_seconds += h.get("seconds", 0.0)
-                            self.summary.infer_each.append(h.get("seconds", 0.0))
-                        if self.bar is not None:
-                            self.bar.update(1)
-                    elif t == "error":
-                        fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
-                        where = f", fixture {fixture_label(fx)}" if fx else ""
-                        self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
-            except Exception as exc:
-                from quantbench.hosts.local import WorkerDied
+    def _drive(self, client, tasks: "_Tasks") -> None:
+        """Run tasks on one worker until none are left (or the host stops)."""
+        last = None
+        try:
+            while not self.stop.is_set():
+                got = tasks.take(last)
+                if got is None:
+                    last = None  # take() already counted this worker off its last variant
+                    return
+                vi, fxs = got
+                last = vi.variant_id
+                with self.lock:
+                    self.unclaimed -= len(fxs)
+                if not self._run_task(client, vi, fxs):
+                    return
+        finally:
+            tasks.done(last)
 
-                self.writer.flush()
-                in_flight = next((f for f in order if f in pending), None)
-                where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
-                msg = str(exc) if isinstance(exc, (WorkerDied, UserError)) else f"{type(exc).__name__}: {exc}"
-                if self.spec.kind == "ssh" and isinstance(exc, WorkerDied) and exc.returncode == 255:
-                    from quantbench.hosts.ssh import unreachable_message
+    def _run_task(self, client, vi, fxs) -> bool:
+        """One job on one worker; False when the worker (or the host) must stop."""
+        header, payload = self._job(vi, fxs)
+        pending = {fx.fixture_id: fx for fx in fxs}
+        order = [fx.fixture_id for fx in fxs]
+        providers: list = []
+        try:
+            for h, p in client.request(header, payload):
+                t = h.get("type")
+                if t == "session":
+                    providers = h["providers"]
+                    if h.get("reused"):
+                        with self.lock:
+                            self.summary.sessions_reused += 1
+                    with self.lock:
+                        self.summary.session_seconds += h.get("session_seconds", 0.0)
+                        if providers not in self.summary.providers:
+                            self.summary.providers.append(providers)
+                elif t == "verified":  # input hashing time, spent on the worker's helper thread
+                    with self.lock:
+                        self.summary.verify_seconds += h.get("verify_seconds", 0.0)
+                elif t == "result":
+                    self.writer.add(self._rows(vi, h, p, providers))
+                    pending.pop(h["fixture_id"], None)
+                    with self.lock:
+                        self.summary.ran += 1
+                        self.summary.infer_seconds += h.get("seconds", 0.0)
+                        self.summary.infer_each.append(h.get("seconds", 0.0))
+                    if self.bar is not None:
+                        self.bar.update(1)
+                elif t == "error":
+                    fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
+                    where = f", fixture {fixture_label(fx)}" if fx else ""
+                    self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
+                    # the job stopped at the failing fixture: so does the host (results so far stand)
+                    self.stop.set()
+        except Exception as exc:
+            from quantbench.hosts.local import WorkerDied
 
-                    msg = unreachable_message(self.spec.name, self.spec.options.get("address", ""), exc.stderr)
-                self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
-                self.stop.set()
-                return
             self.writer.flush()
+            in_flight = next((f for f in order if f in pending), None)
+            where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
+            msg = str(exc) if isinstance(exc, (WorkerDied, UserError)) else f"{type(exc).__name__}: {exc}"
+            if self.spec.kind == "ssh" and isinstance(exc, WorkerDied) and exc.returncode == 255:
+                from quantbench.hosts.ssh import unreachable_message
+
+                msg = unreachable_message(self.spec.name, self.spec.options.get("address", ""), exc.stderr)
+            self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
+            self.stop.set()
+            return False
+        self.writer.flush()
+        return not self.stop.is_set()
 
     # -- host side
 
@@ -632,12 +691,12 @@ class _HostRun:
                 self.max_workers = max(1, int(fp.get("info", {}).get("cpu_count") or 1))
             # Tasks of a few fixtures per variant: enough of them that a worker started later
             # (a slot freed by another host) still finds work to share.
-            per = max(1, -(-total // (3 * max(self.sched.slots, 1))))
-            tasks: queue.Queue = queue.Queue()
+            per = max(1, -(-total // (8 * max(self.sched.slots, 1))))
+            tasks = _Tasks()
             for vi, todo in work:
                 size = max(1, min(per, len(todo)))
                 for i in range(0, len(todo), size):
-                    tasks.put((vi, todo[i:i + size]))
+                    tasks.put(vi, todo[i:i + size])
             if ctx.progress:
                 from tqdm import tqdm
 
