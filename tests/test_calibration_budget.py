@@ -118,3 +118,12 @@ def test_activation_bytes_measured_when_shapes_are_not_static(model, tmp_path):
     assert dyn_plan["mode"] == static_plan["mode"] == "single"
     for m_ in METHODS:
         assert ranges_dict(r_static[m_]) == ranges_dict(r_dyn[m_]), m_
+    # measured during pass 1, a plan of two passes goes on from the first image
+    more = random_feeds(12, seed=2)
+    budget = max(1 << 20, 8 * dyn_plan["activation_bytes_per_image"])
+    chunked_plan = {}
+    r_chunked = compute_ranges(dyn, more, METHODS, max_memory=budget, plan=chunked_plan)
+    assert chunked_plan["measured"] is True and chunked_plan["mode"] == "chunked"
+    r_ref = compute_ranges(model, more, METHODS, chunk_size=12)
+    for m_ in METHODS:
+        assert ranges_dict(r_chunked[m_]) == ranges_dict(r_ref[m_]), m_

@@ -206,9 +206,10 @@ def _session(model, providers=None):
                                 providers=providers or ["CPUExecutionProvider"])
 
 
-def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool):
+def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool, sizes: bool = False):
     """Copy of `model` with three extra float32 outputs, one element per non-input tensor
-    in `names` order: __qb_min, __qb_max (and __qb_amin = min |x|)."""
+    in `names` order: __qb_min, __qb_max (and __qb_amin = min |x|); with `sizes`, also
+    __qb_size (int64: each tensor's element count)."""
     import onnx
     from onnx import TensorProto, helper
     from onnx import numpy_helper as nh
@@ -235,6 +236,16 @@ def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool):
                 r_in = r + "_k"
             nodes.append(helper.make_node("Reshape", [r_in, "__qb_flat"], [r], name=r))
             parts[kind].append(r)
+    if sizes:
+        items = []
+        for i, t in enumerate(t for t in names if t not in graph_inputs):
+            r = f"__qb_size_{i}"
+            nodes.append(helper.make_node("Size", [t], [r + "_s"], name=r + "_s"))
+            nodes.append(helper.make_node("Reshape", [r + "_s", "__qb_flat"], [r], name=r))
+            items.append(r)
+        if items:
+            nodes.append(helper.make_node("Concat", items, ["__qb_size"], axis=0, name="__qb_size"))
+            m.graph.output.append(helper.make_tensor_value_info("__qb_size", TensorProto.INT64, [len(items)]))
     for kind, items in parts.items():
         if items:
             nodes.append(helper.make_node("Concat", items, [f"__qb_{kind}"], axis=0, name=f"__qb_{kind}"))
@@ -440,7 +451,7 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
 
     outs = list(inner)
     mode, chunk, act_bytes = ("ranges", None, None)
-    sess2 = held = None
+    sess = sess2 = held = None
     bar = None
     try:
         want = [o for o in ("__qb_min", "__qb_max", "__qb_amin") if want_pct or o != "__qb_amin"] if inner else []
@@ -450,64 +461,59 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
                 mode, chunk = "chunked", chunk_size
             else:
                 act_bytes = _static_activation_bytes(vi, names, dtypes)
-                if act_bytes is None:
-                    # shapes not all static: one image through the all-activations model measures them
-                    sess2 = _session(_pass2_model(model, names, graph_inputs), providers)
-                    first = next(iter(inputs), None)
-                    if first is None:
-                        raise UserError(f"calibration inputs yielded 0 items but len() is {n}")
-                    res0 = sess2.run(outs, first) if outs else []
-                    act_bytes = sum(a.nbytes for a in res0) + sum(np.asarray(first[t]).nbytes for t in outer)
-                    measured = True
-                    del res0, first
-                mode, chunk = plan_chunks(act_bytes, n, budget)
-            if mode == "single":
-                # every activation as an output plus pass 1's reductions (computed inside onnxruntime,
-                # so the one pass folds exactly the values pass 1 would)
-                sess2 = _session(_pass2_model(_pass1_model(model, names, graph_inputs, want_pct), names,
-                                              graph_inputs), providers)
-        passes = {"ranges": 1, "single": 1, "chunked": 2}[mode]
-        bar = tqdm(total=n * passes, desc="calibrate", unit="img", file=sys.stderr, disable=not progress,
-                   dynamic_ncols=True)
-        if mode == "single":
-            # every image's activations fit the budget: ranges and histograms from one pass
-            bar.set_description("calibrate (one pass, %d images held)" % n)
-            held = {t: [] for t in names}
-            seen = 0
-            first_it = iter(inputs)
-
-            def take(feeds, res):
-                where = _label(inputs, seen)
-                if want:
-                    red = dict(zip(want, res[:len(want)]))
-                    fold_inner(red["__qb_min"], red["__qb_max"], red.get("__qb_amin"), where)
-                for t, a in zip(outs, res[len(want):]):
-                    held[t].append(a.ravel())
-                fold_outer(feeds, where)
-                for t in outer:
-                    held[t].append(np.array(feeds[t]).ravel())
-                bar.update(1)
-
-            for feeds in first_it:
-                take(feeds, sess2.run(want + outs, feeds) if (want or outs) else [])
-                seen += 1
-            del first_it
-            sess2 = None
-        else:
+                # shapes not all static: pass 1's first image also reports every tensor's size
+                mode, chunk = plan_chunks(act_bytes, n, budget) if act_bytes is not None else ("measure", None)
+        bar = tqdm(total=n * (1 if mode in ("ranges", "single") else 2), desc="calibrate", unit="img",
+                   file=sys.stderr, disable=not progress, dynamic_ncols=True)
+        seen = 0
+        if mode in ("ranges", "chunked", "measure"):
             # pass 1: exact streaming min / max (/ min |x|), reduced inside onnxruntime
-            sess = _session(_pass1_model(model, names, graph_inputs, want_pct), providers)
-            bar.set_description("calibrate pass 1/%d (ranges)" % passes)
-            seen = 0
+            sess = _session(_pass1_model(model, names, graph_inputs, want_pct, sizes=mode == "measure"), providers)
+            bar.set_description("calibrate pass 1/%d (ranges)" % (1 if mode == "ranges" else 2))
             for feeds in inputs:
                 where = _label(inputs, seen)
-                if want:
+                if mode == "measure":
+                    fetch = want + (["__qb_size"] if inner else [])
+                    res = dict(zip(fetch, sess.run(fetch, feeds))) if fetch else {}
+                    act_bytes = (sum(int(k) * dtypes[t].itemsize for t, k in zip(inner, res.get("__qb_size", [])))
+                                 + sum(np.asarray(feeds[t]).nbytes for t in outer))
+                    measured = True
+                    mode, chunk = plan_chunks(act_bytes, n, budget)
+                    if mode == "single":  # a small set after all: one pass from the start
+                        bar.reset(total=n)
+                        break
+                elif want:
                     res = dict(zip(want, sess.run(want, feeds)))
+                if want:
                     fold_inner(res["__qb_min"], res["__qb_max"], res.get("__qb_amin"), where)
                 fold_outer(feeds, where)
                 seen += 1
                 bar.update(1)
                 del feeds
             del sess
+        if mode == "single":
+            # every image's activations fit: every activation as an output plus pass 1's reductions
+            # (computed inside onnxruntime, so the one pass folds exactly the values pass 1 would)
+            sess2 = _session(_pass2_model(_pass1_model(model, names, graph_inputs, want_pct), names,
+                                          graph_inputs), providers)
+            bar.set_description("calibrate (one pass, %d images held)" % n)
+            held = {t: [] for t in names}
+            seen = 0
+            for feeds in inputs:
+                where = _label(inputs, seen)
+                res = sess2.run(want + outs, feeds) if (want or outs) else []
+                if want:
+                    red = dict(zip(want, res[:len(want)]))
+                    fold_inner(red["__qb_min"], red["__qb_max"], red.get("__qb_amin"), where)
+                for t, a in zip(outs, res[len(want):]):
+                    held[t].append(a.ravel())
+                fold_outer(feeds, where)  # min/max are idempotent: an image folded in pass 1 too is harmless
+                for t in outer:
+                    held[t].append(np.array(feeds[t]).ravel())
+                del res, feeds
+                seen += 1
+                bar.update(1)
+            sess2 = None
         if seen != n:
             raise UserError(f"calibration inputs yielded {seen} items but len() is {n}")
         # tensors with no element in any image: range [0, 0], as onnxruntime's calibrators leave them
@@ -565,7 +571,7 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
                 del acts
             sess2 = None
     finally:
-        held = sess2 = None
+        held = sess = sess2 = None
         if bar is not None:
             bar.close()
     if plan is not None:
