@@ -206,10 +206,9 @@ def _session(model, providers=None):
                                 providers=providers or ["CPUExecutionProvider"])
 
 
-def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool, sizes: bool = False):
+def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool):
     """Copy of `model` with three extra float32 outputs, one element per non-input tensor
-    in `names` order: __qb_min, __qb_max (and __qb_amin = min |x|); with `sizes`, also
-    __qb_size (int64: each tensor's element count)."""
+    in `names` order: __qb_min, __qb_max (and __qb_amin = min |x|)."""
     import onnx
     from onnx import TensorProto, helper
     from onnx import numpy_helper as nh
@@ -236,16 +235,6 @@ def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool, siz
                 r_in = r + "_k"
             nodes.append(helper.make_node("Reshape", [r_in, "__qb_flat"], [r], name=r))
             parts[kind].append(r)
-    if sizes:
-        items = []
-        for i, t in enumerate(t for t in names if t not in graph_inputs):
-            r = f"__qb_size_{i}"
-            nodes.append(helper.make_node("Size", [t], [r + "_s"], name=r + "_s"))
-            nodes.append(helper.make_node("Reshape", [r + "_s", "__qb_flat"], [r], name=r))
-            items.append(r)
-        if items:
-            nodes.append(helper.make_node("Concat", items, ["__qb_size"], axis=0, name="__qb_size"))
-            m.graph.output.append(helper.make_tensor_value_info("__qb_size", TensorProto.INT64, [len(items)]))
     for kind, items in parts.items():
         if items:
             nodes.append(helper.make_node("Concat", items, [f"__qb_{kind}"], axis=0, name=f"__qb_{kind}"))
@@ -461,59 +450,64 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
                 mode, chunk = "chunked", chunk_size
             else:
                 act_bytes = _static_activation_bytes(vi, names, dtypes)
-                # shapes not all static: pass 1's first image also reports every tensor's size
+                # shapes not all static: measured on the first image (see below)
                 mode, chunk = plan_chunks(act_bytes, n, budget) if act_bytes is not None else ("measure", None)
         bar = tqdm(total=n * (1 if mode in ("ranges", "single") else 2), desc="calibrate", unit="img",
                    file=sys.stderr, disable=not progress, dynamic_ncols=True)
+        it = iter(inputs)
         seen = 0
-        if mode in ("ranges", "chunked", "measure"):
-            # pass 1: exact streaming min / max (/ min |x|), reduced inside onnxruntime
-            sess = _session(_pass1_model(model, names, graph_inputs, want_pct, sizes=mode == "measure"), providers)
-            bar.set_description("calibrate pass 1/%d (ranges)" % (1 if mode == "ranges" else 2))
-            for feeds in inputs:
-                where = _label(inputs, seen)
-                if mode == "measure":
-                    fetch = want + (["__qb_size"] if inner else [])
-                    res = dict(zip(fetch, sess.run(fetch, feeds))) if fetch else {}
-                    act_bytes = (sum(int(k) * dtypes[t].itemsize for t, k in zip(inner, res.get("__qb_size", [])))
-                                 + sum(np.asarray(feeds[t]).nbytes for t in outer))
-                    measured = True
-                    mode, chunk = plan_chunks(act_bytes, n, budget)
-                    if mode == "single":  # a small set after all: one pass from the start
-                        bar.reset(total=n)
-                        break
-                elif want:
-                    res = dict(zip(want, sess.run(want, feeds)))
-                if want:
-                    fold_inner(res["__qb_min"], res["__qb_max"], res.get("__qb_amin"), where)
-                fold_outer(feeds, where)
-                seen += 1
-                bar.update(1)
-                del feeds
-            del sess
-        if mode == "single":
-            # every image's activations fit: every activation as an output plus pass 1's reductions
-            # (computed inside onnxruntime, so the one pass folds exactly the values pass 1 would)
-            sess2 = _session(_pass2_model(_pass1_model(model, names, graph_inputs, want_pct), names,
-                                          graph_inputs), providers)
-            bar.set_description("calibrate (one pass, %d images held)" % n)
-            held = {t: [] for t in names}
-            seen = 0
-            for feeds in inputs:
-                where = _label(inputs, seen)
-                res = sess2.run(want + outs, feeds) if (want or outs) else []
-                if want:
-                    red = dict(zip(want, res[:len(want)]))
-                    fold_inner(red["__qb_min"], red["__qb_max"], red.get("__qb_amin"), where)
+
+        def take(feeds, res):
+            """Fold one image's reductions (onnxruntime's, as in pass 1); hold its activations if one pass."""
+            where = _label(inputs, seen)
+            if want:
+                red = dict(zip(want, res[:len(want)]))
+                fold_inner(red["__qb_min"], red["__qb_max"], red.get("__qb_amin"), where)
+            fold_outer(feeds, where)
+            if held is not None:
                 for t, a in zip(outs, res[len(want):]):
                     held[t].append(a.ravel())
-                fold_outer(feeds, where)  # min/max are idempotent: an image folded in pass 1 too is harmless
                 for t in outer:
                     held[t].append(np.array(feeds[t]).ravel())
-                del res, feeds
-                seen += 1
-                bar.update(1)
+            bar.update(1)
+
+        if mode in ("single", "measure"):
+            # every activation as an output plus pass 1's reductions (computed inside onnxruntime,
+            # so one pass folds exactly the values pass 1 would)
+            sess2 = _session(_pass2_model(_pass1_model(model, names, graph_inputs, want_pct), names,
+                                          graph_inputs), providers)
+            if mode == "measure":  # shapes not all static: the first image's activations size the plan
+                first = next(it, None)
+                if first is None:
+                    raise UserError(f"calibration inputs yielded 0 items but len() is {n}")
+                res = sess2.run(want + outs, first) if (want or outs) else []
+                act_bytes = sum(a.nbytes for a in res[len(want):]) + sum(np.asarray(first[t]).nbytes for t in outer)
+                measured = True
+                mode, chunk = plan_chunks(act_bytes, n, budget)
+                if mode == "single":
+                    bar.reset(total=n)
+                    held = {t: [] for t in names}
+                take(first, res)  # folded either way: pass 1 goes on from the next image
+                seen = 1
+                del res, first
+            if mode == "single":
+                bar.set_description("calibrate (one pass, %d images held)" % n)
+                if held is None:
+                    held = {t: [] for t in names}
+                for feeds in it:
+                    take(feeds, sess2.run(want + outs, feeds) if (want or outs) else [])
+                    seen += 1
+                    del feeds
             sess2 = None
+        if mode in ("ranges", "chunked"):
+            # pass 1: exact streaming min / max (/ min |x|), reduced inside onnxruntime
+            sess = _session(_pass1_model(model, names, graph_inputs, want_pct), providers)
+            bar.set_description("calibrate pass 1/%d (ranges)" % (1 if mode == "ranges" else 2))
+            for feeds in it:
+                take(feeds, sess.run(want, feeds) if want else [])
+                seen += 1
+                del feeds
+            sess = None
         if seen != n:
             raise UserError(f"calibration inputs yielded {seen} items but len() is {n}")
         # tensors with no element in any image: range [0, 0], as onnxruntime's calibrators leave them
