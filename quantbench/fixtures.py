@@ -120,8 +120,12 @@ class TensorCache:
     costs; a rerun reads the tensors back instead (one .npy per image and recipe under
     QUANTBENCH_HOME/tensors, named by SHA-256 of image hash, recipe and the
     preprocessing code). The fixture id is still the SHA-256 of the tensor that is
-    fed, and every worker checks it. QUANTBENCH_TENSOR_CACHE=0 turns it off.
+    fed, and every worker checks it. QUANTBENCH_TENSOR_CACHE=0 turns it off;
+    QUANTBENCH_TENSOR_CACHE_MB (default 2048) bounds it: the least recently written
+    tensors go first.
     """
+
+    DEFAULT_MB = 2048
 
     def __init__(self, spec: dict):
         import hashlib
@@ -133,6 +137,7 @@ class TensorCache:
         code = hashlib.sha256(Path(preprocess.__file__).read_bytes()).hexdigest()
         self.salt = f"{code}|{canonical_json(spec)}|"
         self.dir = quantbench_home() / "tensors"
+        self.wrote = 0
 
     def _path(self, image_sha: str) -> Path:
         import hashlib
@@ -159,9 +164,38 @@ class TensorCache:
             with open(tmp, "wb") as fh:
                 np.save(fh, arr, allow_pickle=False)
             os.replace(tmp, path)  # a cache: atomic, not fsynced
+            self.wrote += 1
         except OSError:
             pass
         return arr
+
+    def trim(self) -> None:
+        """Keep the cache under its bound (oldest files removed first); run after writing."""
+        if not self.wrote:
+            return
+        try:
+            limit = int(float(os.environ.get("QUANTBENCH_TENSOR_CACHE_MB", self.DEFAULT_MB)) * (1 << 20))
+        except ValueError:
+            limit = self.DEFAULT_MB << 20
+        files = []
+        try:
+            for sub in os.scandir(self.dir):
+                if sub.is_dir():
+                    for f in os.scandir(sub.path):
+                        if f.name.endswith(".npy"):
+                            st = f.stat()
+                            files.append((st.st_mtime_ns, st.st_size, f.path))
+        except OSError:
+            return
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= limit:
+                break
+            try:
+                os.unlink(path)
+                total -= size
+            except OSError:
+                pass
 
 
 def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
@@ -197,4 +231,5 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
             stratum=single_label(labels, names) or density_label(len(labels)),
             split=im.get("split", ""),
         ))
+    cache.trim()
     return out

@@ -412,3 +412,15 @@ def test_workers_stay_on_their_variant_and_start_on_different_ones():
     assert t.take(w1[0].variant_id)[0] is w2[0]
     assert t.qsize() == 1
     assert t.take(w2[0].variant_id)[0] is w2[0] and t.take(w2[0].variant_id) is None and t.qsize() == 0
+
+
+def test_tensor_cache_is_bounded(workdir, home, monkeypatch):
+    from quantbench import fixtures as F
+
+    labels = make_corpus(workdir / "corpus", count=4, size=8)
+    spec = {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
+            "scale": 1 / 255, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]}
+    monkeypatch.setenv("QUANTBENCH_TENSOR_CACHE_MB", str(2.5 * 896 / (1 << 20)))  # room for two 8x8x3 tensors
+    F.build_fixtures(spec, labels, split=None)
+    kept = list((home / "tensors").rglob("*.npy"))
+    assert len(kept) == 2
