@@ -160,6 +160,91 @@ def annotations_by_image(coco: dict) -> dict:
     return by
 
 
+class TensorCache:
+    """Decoded input tensors, keyed by the image file's SHA-256 and the preprocessing recipe.
+
+    Decoding and resizing every evaluation image is most of what preparing fixtures
+    costs; a rerun reads the tensors back instead (one .npy per image and recipe under
+    QUANTBENCH_HOME/tensors, named by SHA-256 of image hash, recipe and the
+    preprocessing code). The fixture id is still the SHA-256 of the tensor that is
+    fed, and every worker checks it. QUANTBENCH_TENSOR_CACHE=0 turns it off;
+    QUANTBENCH_TENSOR_CACHE_MB (default 2048) bounds it: the least recently written
+    tensors go first.
+    """
+
+    DEFAULT_MB = 2048
+
+    def __init__(self, spec: dict):
+        import hashlib
+
+        from quantbench import preprocess
+        from quantbench.assets import quantbench_home
+
+        self.enabled = os.environ.get("QUANTBENCH_TENSOR_CACHE", "1").lower() not in ("0", "no", "false", "off")
+        code = hashlib.sha256(Path(preprocess.__file__).read_bytes()).hexdigest()
+        self.salt = f"{code}|{canonical_json(spec)}|"
+        self.dir = quantbench_home() / "tensors"
+        self.wrote = 0
+
+    def _path(self, image_sha: str) -> Path:
+        import hashlib
+
+        key = hashlib.sha256((self.salt + image_sha).encode()).hexdigest()
+        return self.dir / key[:2] / f"{key}.npy"
+
+    def get(self, image_sha: str):
+        if not self.enabled:
+            return None
+        try:
+            arr = np.load(self._path(image_sha), allow_pickle=False)
+        except (OSError, ValueError, EOFError):
+            return None
+        return arr
+
+    def put(self, image_sha: str, arr: np.ndarray) -> np.ndarray:
+        if not self.enabled:
+            return arr
+        path = self._path(image_sha)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as fh:
+                np.save(fh, arr, allow_pickle=False)
+            os.replace(tmp, path)  # a cache: atomic, not fsynced
+            self.wrote += 1
+        except OSError:
+            pass
+        return arr
+
+    def trim(self) -> None:
+        """Keep the cache under its bound (oldest files removed first); run after writing."""
+        if not self.wrote:
+            return
+        try:
+            limit = int(float(os.environ.get("QUANTBENCH_TENSOR_CACHE_MB", self.DEFAULT_MB)) * (1 << 20))
+        except ValueError:
+            limit = self.DEFAULT_MB << 20
+        files = []
+        try:
+            for sub in os.scandir(self.dir):
+                if sub.is_dir():
+                    for f in os.scandir(sub.path):
+                        if f.name.endswith(".npy"):
+                            st = f.stat()
+                            files.append((st.st_mtime_ns, st.st_size, f.path))
+        except OSError:
+            return
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= limit:
+                break
+            try:
+                os.unlink(path)
+                total -= size
+            except OSError:
+                pass
+
+
 def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
                    images_dir: str | os.PathLike | None = None, split: str | None = "eval",
                    limit: int | None = None) -> list[Fixture]:
@@ -174,21 +259,26 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
         images = images[:limit]
     root = Path(coco["_images_dir"])
     names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
+    cache = TensorCache(spec)
     out = []
     for im in images:
         path = root / im["file_name"]
-        arr = to_tensor(load_rgb(path), spec)
+        image_sha = sha256_file(path)
+        arr = cache.get(image_sha)
+        if arr is None:
+            arr = cache.put(image_sha, to_tensor(load_rgb(path), spec))
         labels = anns.get(im["id"], [])
         out.append(Fixture(
             fixture_id=tensor_sha256(arr),
             input_name=spec.get("name", "input"),
             array=arr,
             source=im["file_name"],
-            image_sha256=sha256_file(path),
+            image_sha256=image_sha,
             labels=labels,
             stratum=single_label(labels, names) or density_label(len(labels)),
             split=im.get("split", ""),
         ))
+    cache.trim()
     return out
 
 

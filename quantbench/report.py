@@ -109,11 +109,37 @@ def render_html(markdown_text: str) -> str:
 
 
 def have_matplotlib() -> bool:
+    """Whether matplotlib is installed (found, not imported: importing it costs most of a second)."""
+    import importlib.util
+
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("matplotlib") is not None
+    except (ImportError, ValueError):
         return False
-    return True
+
+
+PLOT_VERSION = 1
+
+
+def _plot_key(kind: str, data) -> str:
+    """What a plot shows, hashed: the same key means the same picture."""
+    import hashlib
+
+    from quantbench.fsutil import canonical_json
+
+    return hashlib.sha256(canonical_json([PLOT_VERSION, kind, data]).encode()).hexdigest()
+
+
+def _key_path(path: Path) -> Path:
+    return path.parent / f".{path.name}.key"
+
+
+def _drawn(path: Path, key: str) -> bool:
+    """The PNG at `path` was drawn from the same data (its key file matches): no need to draw it again."""
+    try:
+        return path.exists() and _key_path(path).read_text().strip() == key
+    except OSError:
+        return False
 
 
 # --------------------------------------------------------------------------- equiv section
@@ -127,9 +153,11 @@ def _fmt(x, digits=3) -> str:
     return str(x)
 
 
-def _savefig(fig, path: Path) -> Path:
+def _savefig(fig, path: Path, key: str | None = None) -> Path:
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
+    if key is not None:
+        atomic_write_text(_key_path(path), key + "\n")
     return path
 
 
@@ -137,14 +165,18 @@ def plot_class_map(result, path: Path) -> Path | None:
     """Host x variant grid, each cell coloured and lettered by its equivalence class."""
     if not have_matplotlib():
         return None
+    hosts = list(result.hosts)
+    variants = [v for v in result.variants]
+    key = _plot_key("class-map", [hosts, [[v["model"], v["variant"], [[c["label"], c["hosts"]] for c in v["classes"]]]
+                                          for v in variants]])
+    if _drawn(path, key):
+        return path
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    hosts = list(result.hosts)
-    variants = [v for v in result.variants]
     grid = np.zeros((len(hosts), len(variants)))
     labels = [["" for _ in variants] for _ in hosts]
     for j, v in enumerate(variants):
@@ -162,7 +194,7 @@ def plot_class_map(result, path: Path) -> Path | None:
     ax.set_yticks(range(len(hosts)), hosts)
     ax.set_title("equivalence classes (same letter: identical bytes)", fontsize=9)
     fig.tight_layout()
-    out = _savefig(fig, path)
+    out = _savefig(fig, path, key)
     plt.close(fig)
     return out
 
@@ -216,6 +248,10 @@ def plot_margins(result, path: Path, variant: dict | None = None, flips: dict | 
                 series.append((kind, ms))
     if not series:
         return None
+    key = _plot_key("margins", [[v["model"], v["variant"], v["decode"]] for v in variants]
+                    + [[kind, [repr(m) for m in ms]] for kind, ms in series])
+    if _drawn(path, key):
+        return path
     import matplotlib
 
     matplotlib.use("Agg")
@@ -235,7 +271,7 @@ def plot_margins(result, path: Path, variant: dict | None = None, flips: dict | 
     name = variants[0]["variant"] if variant else "all variants"
     ax.set_title(f"flip margins: {name} (each flip once per comparison kind)", fontsize=9)
     fig.tight_layout()
-    out = _savefig(fig, path)
+    out = _savefig(fig, path, key)
     plt.close(fig)
     return out
 

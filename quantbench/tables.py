@@ -475,8 +475,8 @@ class _Hasher:
         self.closed = True
 
 
-def _serialize(chunks: Iterable[pa.Table], name_hash=None) -> bytes | None:
-    """Parquet bytes of the chunks, one row group each (same chunks, same bytes).
+def _serialize(chunks: Iterable[pa.Table], name_hash=None, row_group_rows: int | None = None) -> bytes | None:
+    """Parquet bytes of the chunks, one row group each (or of at most `row_group_rows`); same chunks, same bytes.
 
     Binary columns hold tensors: float data that compresses little, where LZ4 takes
     about a third of zstd's time. Dictionary encoding is for repeated values; on
@@ -489,9 +489,12 @@ def _serialize(chunks: Iterable[pa.Table], name_hash=None) -> bytes | None:
         if w is None:
             sch = chunk.schema
             plain = {f.name for f in sch if pa.types.is_large_binary(f.type) or pa.types.is_binary(f.type)}
+            # Min/max statistics on every column but the tensors: a filtered read (host, variant,
+            # fixture, fingerprint...) skips row groups, and compacted parts are sorted so it can.
             w = pq.ParquetWriter(buf, sch, compression={c: ("lz4" if c in plain else "zstd") for c in sch.names},
-                                 write_statistics=False, use_dictionary=[c for c in sch.names if c not in plain])
-        w.write_table(chunk)
+                                 write_statistics=[c for c in sch.names if c not in plain],
+                                 use_dictionary=[c for c in sch.names if c not in plain])
+        w.write_table(chunk, row_group_size=row_group_rows)
         if name_hash is not None:  # the rows without their timestamps: same rows, same part name
             body = chunk.drop_columns([c for c in ("created_at",) if c in chunk.column_names])
             if name_hash.get("w") is None:
@@ -505,9 +508,27 @@ def _serialize(chunks: Iterable[pa.Table], name_hash=None) -> bytes | None:
     return buf.getvalue()
 
 
-def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR) -> Path | None:
-    """Write rows as one new content-addressed part; returns its path (None if no rows)."""
-    return append_chunks(name, [rows], root)
+def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR,
+           ledger: bool = False) -> Path | None:
+    """Write rows as one new content-addressed part; returns its path (None if no rows).
+
+    `ledger=True` (rows given as dicts): rows stored before are not serialised again. The
+    table's ledger (``<table>/.ledger/<digest of the rows>``, naming the part that holds
+    them) is checked first; a hit whose part is still there returns that part.
+    """
+    digest = None
+    if ledger and not isinstance(rows, pa.Table):
+        rows = list(rows)
+        if not rows:
+            return None
+        digest = rows_digest(name, rows)
+        hit = _ledger_get(name, root, digest)
+        if hit is not None:
+            return hit
+    path = append_chunks(name, [rows], root)
+    if digest is not None and path is not None:
+        _ledger_put(name, root, digest, path.name)
+    return path
 
 
 def append_chunks(name: str, chunks: Iterable, root: str | os.PathLike = TABLES_DIR) -> Path | None:
@@ -585,6 +606,39 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+def rows_digest(name: str, rows: Sequence[Mapping]) -> str:
+    """SHA-256 of the table name, schema version and the rows' values in schema order (repr is exact)."""
+    import hashlib
+
+    cols = [c for c, _, _ in COLUMNS[name]]
+    h = hashlib.sha256(f"{name}|{SCHEMA_VERSION}|{cols}|{len(rows)}|".encode())
+    for c in cols:  # column by column: one repr of a list per column is much cheaper than one per row
+        h.update(repr([r.get(c) for r in rows]).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def _ledger_dir(name: str, root) -> Path:
+    return Path(root) / name / ".ledger"
+
+
+def _ledger_get(name: str, root, digest: str) -> Path | None:
+    try:
+        part = (_ledger_dir(name, root) / digest).read_text().strip()
+    except OSError:
+        return None
+    path = Path(root) / name / part
+    return path if part.startswith("part-") and path.exists() else None
+
+
+def _ledger_put(name: str, root, digest: str, part: str) -> None:
+    try:
+        with atomic_path(_ledger_dir(name, root) / digest) as tmp:
+            tmp.write_text(part + "\n")
+    except OSError:
+        pass  # the ledger only saves work
+
+
 def parts(name: str, root: str | os.PathLike = TABLES_DIR) -> list[Path]:
     d = Path(root) / name
     return sorted(d.glob("part-*.parquet")) if d.is_dir() else []
@@ -595,25 +649,51 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     """All parts of a table, de-duplicated on its key, sorted by key (deterministic).
 
     `filter` is a pyarrow compute expression applied while reading, so large
-    tables (outputs with tensors) can be read a slice at a time.
+    tables (outputs with tensors) can be read a slice at a time; row groups whose
+    statistics rule the filter out are not read. A part removed while reading
+    (compacted by another process: its rows are in the new part) restarts the read.
     """
+    for attempt in range(5):
+        try:
+            return _read(name, parts(name, root), columns, filter)
+        except FileNotFoundError:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
     sch = schema(name)
-    files = parts(name, root)
     want = list(columns) if columns else [f.name for f in sch]
     key = KEYS[name]
     read_cols = list(dict.fromkeys(want + key))
     if not files:
         return pa.Table.from_pylist([], schema=pa.schema([sch.field(c) for c in read_cols])).select(want)
-    tables = []
-    for f in files:
+    target = pa.schema([sch.field(c) for c in read_cols])
+    table = None
+    if _all_current(files):
         try:
-            t = _read_part(name, f, read_cols, filter)
-        except UserError:
-            raise
-        except Exception as exc:  # corrupt or foreign file: name it
-            raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
-        tables.append(t.cast(pa.schema([sch.field(c) for c in read_cols])))
-    table = pa.concat_tables(tables)
+            # one dataset over every part: files opened in parallel, row groups the filter's
+            # statistics rule out skipped, no per-file set-up
+            import pyarrow.dataset as ds
+
+            table = ds.dataset([str(f) for f in files], format="parquet").to_table(columns=read_cols, filter=filter)
+            table = table.cast(target)
+        except Exception:
+            table = None  # name the part at fault (or notice one that went away) below
+    if table is None:
+        tables = []
+        for f in files:
+            try:
+                t = _read_part(name, f, read_cols, filter)
+            except (UserError, FileNotFoundError):
+                raise
+            except Exception as exc:  # corrupt or foreign file: name it
+                if not f.exists():
+                    raise FileNotFoundError(str(f)) from None
+                raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
+            tables.append(t.cast(target))
+        table = pa.concat_tables(tables)
     if table.num_rows:
         # keep the first occurrence of each key (parts are in name order)
         import pyarrow.compute as pc
@@ -663,6 +743,127 @@ def _read_part(name: str, f: Path, read_cols: list[str], filter) -> pa.Table:
     if "created_at" in missing:  # unknown for an old part: null, not "now"
         t = t.set_column(t.column_names.index("created_at"), "created_at", pa.nulls(t.num_rows, _TS))
     return t.select(read_cols)
+
+
+#: Schema version of each part read so far (part names are content hashes: a name's bytes never change).
+_PART_VERSIONS: dict[str, int | None] = {}
+
+
+def _all_current(files: list[Path]) -> bool:
+    """Whether every part is of this schema version (only then is one dataset read exact)."""
+    for f in files:
+        key = str(f)
+        if key not in _PART_VERSIONS:
+            try:
+                _PART_VERSIONS[key] = _part_version(f, pq.read_schema(f))
+            except Exception:
+                return False
+        if _PART_VERSIONS[key] != SCHEMA_VERSION:
+            return False
+    return True
+
+
+# --------------------------------------------------------------------------- compaction
+
+#: Column order compacted parts are sorted by: the filters the readers use come first, so
+#: each row group covers few hosts/variants and the statistics let a read skip the rest.
+SORT_KEYS: dict[str, list[str]] = {
+    "outputs": ["host", "fingerprint_id", "session_key", "variant_id", "fixture_id", "output_name", "run_key"],
+    "decisions": ["equiv_id", "host", "variant_id", "fixture_id", "slot"],
+    "flips": ["equiv_id", "comparison", "host", "variant_id", "fixture_id", "ref_slot", "slot"],
+}
+#: A part under this size is "small": compaction merges small parts only.
+SMALL_PART_BYTES = 32 << 20
+#: Compaction writes a new part per this many bytes of small parts (bounds its memory).
+COMPACT_BATCH_BYTES = 256 << 20
+#: Automatic compaction starts when a table has more small parts than this.
+AUTO_COMPACT_PARTS = 64
+#: Rows per row group in a compacted part (tensor tables: a few MB each).
+ROW_GROUP_ROWS = {"outputs": 2048, "fixtures": 64}
+
+
+def compact(name: str, root: str | os.PathLike = TABLES_DIR, min_parts: int = 2,
+            small_bytes: int = SMALL_PART_BYTES) -> dict:
+    """Merge the table's small parts into sorted, statistics-bearing parts; returns what it did.
+
+    Rows and keys are exactly what `read` returned before (duplicates across parts
+    are dropped the same way: the first in name order). Each new part is written
+    atomically and named by its content hash before any old part is removed, so a
+    crash leaves duplicates that readers drop, never a lost row; a reader that finds
+    a part gone restarts (see read). The ledger follows the rows to their new part.
+    """
+    files = [p for p in parts(name, root) if _size(p) < small_bytes]
+    if len(files) < max(2, min_parts):
+        return {"table": name, "parts_in": 0, "parts_out": 0, "rows": 0}
+    batches, cur, size = [], [], 0
+    for p in files:
+        cur.append(p)
+        size += _size(p)
+        if size >= COMPACT_BATCH_BYTES:
+            batches.append(cur)
+            cur, size = [], 0
+    if cur:
+        batches.append(cur)
+    out, rows, merged = [], 0, 0
+    for batch in batches:
+        if len(batch) < 2:
+            continue
+        try:
+            table = _read(name, batch, None, None)
+        except FileNotFoundError:  # another compaction got there first
+            continue
+        sort = SORT_KEYS.get(name, KEYS[name])
+        table = table.sort_by([(k, "ascending") for k in sort])
+        data = _serialize([to_arrow(name, table)], row_group_rows=ROW_GROUP_ROWS.get(name, 8192))
+        path = Path(root) / name / f"part-{sha256_bytes(data)[:32]}.parquet"
+        if not path.exists():
+            with atomic_path(path) as tmp:
+                tmp.write_bytes(data)
+        _ledger_move(name, root, {p.name for p in batch if p != path}, path.name)
+        for p in batch:
+            if p != path:
+                try:
+                    p.unlink()
+                except FileNotFoundError:
+                    pass
+        out.append(path)
+        rows += table.num_rows
+        merged += len(batch)
+    return {"table": name, "parts_in": merged, "parts_out": len(out), "rows": rows}
+
+
+def maybe_compact(name: str, root: str | os.PathLike = TABLES_DIR, threshold: int | None = None) -> dict | None:
+    """compact() when the table holds more small parts than the threshold (AUTO_COMPACT_PARTS,
+    or QUANTBENCH_COMPACT_PARTS; 0 turns automatic compaction off)."""
+    if threshold is None:
+        threshold = int(os.environ.get("QUANTBENCH_COMPACT_PARTS", AUTO_COMPACT_PARTS))
+    if threshold <= 0:
+        return None
+    files = parts(name, root)
+    if len(files) <= threshold or sum(1 for p in files if _size(p) < SMALL_PART_BYTES) <= threshold:
+        return None
+    return compact(name, root)
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _ledger_move(name: str, root, old: set, new: str) -> None:
+    d = _ledger_dir(name, root)
+    if not old or not d.is_dir():
+        return
+    for entry in d.iterdir():
+        if entry.name.startswith("."):
+            continue
+        try:
+            if entry.read_text().strip() in old:
+                _ledger_put(name, root, entry.name, new)
+        except OSError:
+            pass
 
 
 def _type_text(t: pa.DataType) -> str:

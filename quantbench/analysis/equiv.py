@@ -528,13 +528,14 @@ def _not_compared(comp, host, variant, ref_host, ref_variant, fixtures, variant_
 
 
 def write_tables(result: EquivResult, tables_root) -> list:
-    """Append the classes, decisions and flips rows; returns the part paths written."""
+    """Append the classes, decisions and flips rows; returns the part paths (rows stored before are not rewritten)."""
     from quantbench import tables
 
     paths = []
     for name, rows in (("classes", result.class_rows), ("decisions", result.decision_rows),
                        ("flips", result.flip_rows)):
-        p = tables.append(name, rows, root=tables_root)
+        tables.maybe_compact(name, tables_root)  # before the append: the part named below stays
+        p = tables.append(name, rows, root=tables_root, ledger=True)
         if p is not None:
             paths.append(p)
     return paths

@@ -22,6 +22,7 @@ COMMANDS = [
     "verify",
     "report",
     "config",
+    "tables",
 ]
 
 

@@ -75,8 +75,15 @@ def add_arguments(parser) -> None:
                    help="run onnxruntime's quant_pre_process (shape inference + basic optimisation) before "
                         "dynamic and static quantization")
     g = parser.add_argument_group("run")
-    g.add_argument("--chunk-size", type=int, default=8,
-                   help="calibration images whose activations are held at once (results do not depend on it)")
+    g.add_argument("--max-memory", default=None, metavar="SIZE",
+                   help="memory budget for held activations, e.g. 2GiB or 512M (default: a quarter of the memory "
+                        "available at start); the chunk size follows from it and one image's measured activations "
+                        "(results do not depend on it)")
+    g.add_argument("--chunk-size", type=int, default=None,
+                   help="force this many images' activations held at once, in two passes (default: derived from "
+                        "--max-memory; results do not depend on it)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="histogram binning threads (default: the usable cores, at most 8; results do not depend on it)")
     g.add_argument("--force", action="store_true",
                    help="replace a calibration set or variants folder that holds different files")
 
@@ -122,7 +129,7 @@ def options_from_args(args):
         percentile=args.percentile, entropy_bins=args.entropy_bins, per_channel=args.per_channel, types=types,
         weight_type=args.weight_type, reduce_range=args.reduce_range, exclude_nodes=_csv(args.exclude_nodes),
         exclude_op_types=_csv(args.exclude_op_types), pre_process=args.pre_process, chunk_size=args.chunk_size,
-        force=args.force, progress=not args.no_progress)
+        max_memory=args.max_memory, threads=args.threads, force=args.force, progress=not args.no_progress)
 
 
 def print_calset(calset) -> None:
@@ -165,9 +172,14 @@ def run(args) -> int:
                      "-" if r.calib_images is None else r.calib_images, f"{r.seconds:.1f} s", f"{r.peak_mib:.0f} MiB"))
     print(text_table(["variant", "method", "options", "size", "calib images", "time", "peak memory"], rows, rule=True))
     if res.static_methods:
-        passes = 2 if set(res.static_methods) - {"minmax"} else 1
-        print(f"calibration ({', '.join(res.static_methods)}): {res.calib_images} images, chunk size {res.chunk_size}, "
-              f"{passes} pass(es), {res.calib_seconds:.1f} s, peak memory {res.calib_peak_mib:.0f} MiB")
+        plan = res.plan
+        how = (f"{plan['passes']} pass(es)" if plan.get("mode") != "chunked" else
+               f"2 passes holding {plan['chunk']} image(s) at a time")
+        per_img = plan.get("activation_bytes_per_image")
+        budget = (f"; activations {per_img / 2**20:.1f} MiB per image, budget {plan['max_memory'] / 2**20:.0f} MiB"
+                  if per_img else "")
+        print(f"calibration ({', '.join(res.static_methods)}): {res.calib_images} images, {how}{budget}, "
+              f"{res.calib_seconds:.1f} s, peak memory {res.calib_peak_mib:.0f} MiB")
     print()
     print(f"calibration set: {res.calib_dir}/ (manifest.parquet, recipe.json)")
     verb = {"new": "written", "unchanged": "unchanged (identical files already there)",

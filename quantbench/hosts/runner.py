@@ -15,9 +15,9 @@ fixtures in flight.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import os
-import queue
 import sys
 import threading
 import time
@@ -161,6 +161,14 @@ def hosts_row(host: str, kind: str, fp: dict, fid: str) -> dict:
             "fingerprint": canonical_json(dict(fp, kind=kind))}
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. under taskset), else the core count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def local_ort_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -196,6 +204,12 @@ class HostSummary:
     verify_seconds: float = 0.0
     session_seconds: float = 0.0
     providers: list = field(default_factory=list)
+    #: worker processes started (0: every result was cached under the remembered fingerprint)
+    workers: int = 0
+    #: jobs that reused a session the worker had built for an earlier job (same variant and options)
+    sessions_reused: int = 0
+    #: the fingerprint came from the fingerprint cache and no worker was needed
+    fingerprint_cached: bool = False
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
 
@@ -274,19 +288,137 @@ def done_run_keys(host: str, fingerprint_id: str, skey: str, root: Path) -> set[
     return set(t.column("run_key").to_pylist())
 
 
+class _Tasks:
+    """A host's unclaimed tasks, by variant, handed out so that workers build few sessions.
+
+    A worker keeps taking tasks of the variant it ran last (its session is kept); when
+    that variant has none left it moves to the variant with the fewest workers on it
+    (then the most fixtures left), so two workers start on different variants rather
+    than both building every variant's session.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_variant: dict = {}
+        self.workers_on: dict = {}
+
+    def put(self, vi, fxs) -> None:
+        with self.lock:
+            self.by_variant.setdefault(vi.variant_id, collections.deque()).append((vi, fxs))
+            self.workers_on.setdefault(vi.variant_id, 0)
+
+    def qsize(self) -> int:
+        with self.lock:
+            return sum(len(q) for q in self.by_variant.values())
+
+    def take(self, last: str | None):
+        """(variant, fixtures) for a worker whose last task was of variant `last`; None when none are left."""
+        with self.lock:
+            if last is not None:
+                self.workers_on[last] -= 1
+            if last is not None and self.by_variant.get(last):
+                vid = last
+            else:
+                left = [v for v, q in self.by_variant.items() if q]
+                if not left:
+                    return None
+                vid = min(left, key=lambda v: (self.workers_on[v], -sum(len(f) for _, f in self.by_variant[v])))
+            self.workers_on[vid] += 1
+            return self.by_variant[vid].popleft()
+
+    def done(self, last: str | None) -> None:
+        if last is not None:
+            with self.lock:
+                self.workers_on[last] -= 1
+
+
+class _Scheduler:
+    """One pool of worker slots (default: the usable cores) shared by every host.
+
+    A host's first worker takes a slot as soon as one is free (hosts in the order
+    named). Every slot freed later (a host finished, or had nothing to run) goes to
+    the host with the most work left, which starts another worker, as long as its
+    unclaimed work outlasts a worker's start-up. Work is split into tasks of a few
+    fixtures per variant that a host's workers take in turn; results are merged by
+    content key, so who ran what does not matter. ssh workers run on the remote's
+    cores: they take no local slot and are capped by the remote's core count.
+    """
+
+    def __init__(self, slots: int):
+        self.slots = max(1, int(slots))
+        self.free = self.slots
+        self.cond = threading.Condition()
+        self.runs: list = []
+        self.waiting: list = []
+
+    def first_slot(self, run) -> bool:
+        """Block until `run` may start its first worker; False if it was stopped meanwhile."""
+        if not run.uses_local_slot:
+            return True
+        with self.cond:
+            self.waiting.append(run)
+            try:
+                while not run.stop.is_set():
+                    if self.free > 0 and self.waiting[0] is run:
+                        self.free -= 1
+                        return True
+                    self.cond.wait(0.2)
+                return False
+            finally:
+                self.waiting.remove(run)
+                self.cond.notify_all()
+
+    def release(self, run) -> None:
+        if run.uses_local_slot:
+            with self.cond:
+                self.free += 1
+                self.cond.notify_all()
+        self.rebalance()
+
+    def rebalance(self) -> None:
+        """Start a worker for the busiest host on each free slot (first workers are served first)."""
+        grants = []
+        with self.cond:
+            while True:
+                cands = [r for r in self.runs if r.wants_worker()]
+                if self.free <= 0 or self.waiting:
+                    cands = [r for r in cands if not r.uses_local_slot]
+                if not cands:
+                    break
+                best = max(cands, key=lambda r: r.work_left())
+                with best.lock:
+                    best.starting += 1
+                if best.uses_local_slot:
+                    self.free -= 1
+                grants.append(best)
+        for r in grants:
+            r.grant()
+
+
 class _HostRun:
-    def __init__(self, spec: HostSpec, ctx: "_Context", position: int, n_workers: int):
+    #: an extra worker pays when the work it would share outlasts this many of its start-ups
+    STARTUP_FACTOR = 1.0
+
+    def __init__(self, spec: HostSpec, ctx: "_Context", position: int, sched: "_Scheduler"):
         self.spec = spec
         self.host = make_host(spec)
         self.ctx = ctx
         self.position = position
-        self.n_workers = n_workers
+        self.sched = sched
         self.summary = HostSummary(spec.name, spec.kind)
         self.writer = _Writer(ctx.root)
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
         self.clients: list = []
+        self.uses_local_slot = spec.kind != "ssh"
+        self.tasks: _Tasks | None = None
+        self.unclaimed = 0      # fixtures in tasks no worker has taken yet
+        self.active = 0         # workers running tasks
+        self.starting = 0       # workers granted and starting
+        self.max_workers = 1 << 30
+        self.t_run = 0.0
+        self.extra_threads: list = []
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
@@ -358,54 +490,74 @@ class _HostRun:
                          "tensor": tensor, "providers": providers})
         return rows
 
-    def _drive(self, client, tasks: "queue.Queue") -> None:
-        while not self.stop.is_set():
-            try:
-                vi, fxs = tasks.get_nowait()
-            except queue.Empty:
-                return
-            header, payload = self._job(vi, fxs)
-            pending = {fx.fixture_id: fx for fx in fxs}
-            order = [fx.fixture_id for fx in fxs]
-            providers: list = []
-            try:
-                for h, p in client.request(header, payload):
-                    t = h.get("type")
-                    if t == "session":
-                        providers = h["providers"]
-                        with self.lock:
-                            self.summary.session_seconds += h.get("session_seconds", 0.0)
-                            if providers not in self.summary.providers:
-                                self.summary.providers.append(providers)
-                    elif t == "verified":  # input hashing time, spent on the worker's helper thread
-                        with self.lock:
-                            self.summary.verify_seconds += h.get("verify_seconds", 0.0)
-                    elif t == "result":
-                        self.writer.add(self._rows(vi, h, p, providers))
-                        pending.pop(h["fixture_id"], None)
-                        with self.lock:
-                            self.summary.ran += 1
-                            self.summary.infer_seconds += h.get("seconds", 0.0)
-                            self.summary.infer_each.append(h.get("seconds", 0.0))
-                        if self.bar is not None:
-                            self.bar.update(1)
-                    elif t == "error":
-                        fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
-                        where = f", fixture {fixture_label(fx)}" if fx else ""
-                        self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
-            except Exception as exc:
-                from quantbench.hosts.local import WorkerDied
+    def _drive(self, client, tasks: "_Tasks") -> None:
+        """Run tasks on one worker until none are left (or the host stops)."""
+        last = None
+        try:
+            while not self.stop.is_set():
+                got = tasks.take(last)
+                if got is None:
+                    last = None  # take() already counted this worker off its last variant
+                    return
+                vi, fxs = got
+                last = vi.variant_id
+                with self.lock:
+                    self.unclaimed -= len(fxs)
+                if not self._run_task(client, vi, fxs):
+                    return
+        finally:
+            tasks.done(last)
 
-                self.writer.flush()
-                in_flight = next((f for f in order if f in pending), None)
-                where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
-                msg = str(exc) if isinstance(exc, (WorkerDied, UserError)) else f"{type(exc).__name__}: {exc}"
-                if self.spec.kind == "ssh" and isinstance(exc, WorkerDied) and exc.returncode == 255:
-                    msg = self.host.died_message(exc)  # the connection itself dropped (ssh's own exit code)
-                self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
-                self.stop.set()
-                return
+    def _run_task(self, client, vi, fxs) -> bool:
+        """One job on one worker; False when the worker (or the host) must stop."""
+        header, payload = self._job(vi, fxs)
+        pending = {fx.fixture_id: fx for fx in fxs}
+        order = [fx.fixture_id for fx in fxs]
+        providers: list = []
+        try:
+            for h, p in client.request(header, payload):
+                t = h.get("type")
+                if t == "session":
+                    providers = h["providers"]
+                    if h.get("reused"):
+                        with self.lock:
+                            self.summary.sessions_reused += 1
+                    with self.lock:
+                        self.summary.session_seconds += h.get("session_seconds", 0.0)
+                        if providers not in self.summary.providers:
+                            self.summary.providers.append(providers)
+                elif t == "verified":  # input hashing time, spent on the worker's helper thread
+                    with self.lock:
+                        self.summary.verify_seconds += h.get("verify_seconds", 0.0)
+                elif t == "result":
+                    self.writer.add(self._rows(vi, h, p, providers))
+                    pending.pop(h["fixture_id"], None)
+                    with self.lock:
+                        self.summary.ran += 1
+                        self.summary.infer_seconds += h.get("seconds", 0.0)
+                        self.summary.infer_each.append(h.get("seconds", 0.0))
+                    if self.bar is not None:
+                        self.bar.update(1)
+                elif t == "error":
+                    fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
+                    where = f", fixture {fixture_label(fx)}" if fx else ""
+                    self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
+                    # the job stopped at the failing fixture: so does the host (results so far stand)
+                    self.stop.set()
+        except Exception as exc:
+            from quantbench.hosts.local import WorkerDied
+
             self.writer.flush()
+            in_flight = next((f for f in order if f in pending), None)
+            where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
+            msg = str(exc) if isinstance(exc, (WorkerDied, UserError)) else f"{type(exc).__name__}: {exc}"
+            if self.spec.kind == "ssh" and isinstance(exc, WorkerDied) and exc.returncode == 255:
+                msg = self.host.died_message(exc)  # the connection itself dropped (ssh's own exit code)
+            self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
+            self.stop.set()
+            return False
+        self.writer.flush()
+        return not self.stop.is_set()
 
     # -- host side
 
@@ -429,6 +581,8 @@ class _HostRun:
         client = None
         try:
             client = self.host.start()  # sending the worker's source can already meet a dead connection
+            with self.lock:
+                self.summary.workers += 1
             self.clients.append(client)
             if self.stop.is_set():
                 client.kill()
@@ -443,6 +597,38 @@ class _HostRun:
             raise
         return client, fp, fid
 
+    def _adopt(self, fp: dict, fid: str) -> None:
+        """Take `fid` as this host's fingerprint: version checks, the hosts row (written once)."""
+        ctx = self.ctx
+        self.fingerprint_id = fid
+        self.summary.fingerprint_id = fid
+        ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
+        if self.spec.kind == "emulated" and ort_v != ctx.local_ort and not ctx.allow_version_mismatch:
+            raise UserError(f"host {self.spec.name}: emulated onnxruntime {ort_v} differs from the local "
+                            f"{ctx.local_ort} (a confound); rerun `quantbench hosts setup {self.spec.name}` "
+                            f"or pass --allow-version-mismatch")
+        if self.spec.kind != "emulated" and ort_v != ctx.local_ort:
+            note = (f"host {self.spec.name} runs onnxruntime {ort_v} (local: {ctx.local_ort}); "
+                    f"differences may come from the version")
+            if note not in self.summary.notes:
+                self.summary.notes.append(note)
+        tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root, ledger=True)
+
+    def _plan(self, fid: str) -> list:
+        """[(variant, fixtures not yet in the tables under fid)]; counts the cached ones."""
+        ctx = self.ctx
+        done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
+        work, cached = [], 0
+        for vi in ctx.variants:
+            todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
+                    if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
+            cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
+            if todo:
+                work.append((vi, todo))
+        self.summary.cached = cached
+        self.summary.planned = sum(len(t) for _, t in work)
+        return work
+
     def _run(self) -> None:
         ctx = self.ctx
         if self.spec.kind == "imported":
@@ -451,82 +637,148 @@ class _HostRun:
             merged = merge_imported(self.host, ctx, self.summary)
             self.fingerprint_id = merged
             return
+        from quantbench.hosts import fpcache
+
+        try:
+            key = fpcache.cache_key(self.host, ctx.session, ctx.allow_fallback)
+        except Exception:  # the cache is an optimisation: never a reason to fail
+            key = None
+        hit = fpcache.lookup(key)
+        if hit is not None:
+            # Every result cached under the remembered fingerprint: nothing to start.
+            self._adopt(*hit)
+            if not self._plan(hit[1]):
+                self.summary.fingerprint_cached = True
+                return
+        if not self.sched.first_slot(self):
+            return
+        released = []
+
+        def free_first_slot():
+            if not released:
+                released.append(True)
+                self.sched.release(self)
+
+        self._free_first_slot = free_first_slot
+        try:
+            self._run_workers(key)
+        finally:
+            free_first_slot()
+            if hasattr(self.host, "close_connection"):
+                self.host.close_connection()
+
+    def _run_workers(self, key) -> None:
+        """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant)."""
+        from quantbench.hosts import fpcache
+
+        ctx = self.ctx
         t0 = time.monotonic()
         if self.host.model_by_path:  # same filesystem: write the input store while the worker starts
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
         client, fp, fid = self._start_and_fingerprint()
+        fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
-        clients = [client]
         try:
-            self.fingerprint_id = fid
-            self.summary.fingerprint_id = fid
-            ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
-            if self.spec.kind == "emulated" and ort_v != ctx.local_ort and not ctx.allow_version_mismatch:
-                raise UserError(f"host {self.spec.name}: emulated onnxruntime {ort_v} differs from the local "
-                                f"{ctx.local_ort} (a confound); rerun `quantbench hosts setup {self.spec.name}` "
-                                f"or pass --allow-version-mismatch")
-            if self.spec.kind != "emulated" and ort_v != ctx.local_ort:
-                self.summary.notes.append(f"host {self.spec.name} runs onnxruntime {ort_v} (local: {ctx.local_ort}); "
-                                          f"differences may come from the version")
-            tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root)
-            done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
-            work = []
-            for vi in ctx.variants:
-                todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
-                        if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
-                self.summary.cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
-                if todo:
-                    work.append((vi, todo))
-            total = sum(len(t) for _, t in work)
-            self.summary.planned = total
+            self._adopt(fp, fid)
+            work = self._plan(fid)
+            total = self.summary.planned
             if not total:
                 return
-            n = max(1, min(self.n_workers, total))
-            tasks: queue.Queue = queue.Queue()
+            if self.spec.kind == "ssh":  # the remote's cores bound its workers
+                self.max_workers = max(1, int(fp.get("info", {}).get("cpu_count") or 1))
+            # Tasks of a few fixtures per variant: enough of them that a worker started later
+            # (a slot freed by another host) still finds work to share.
+            per = max(1, -(-total // (8 * max(self.sched.slots, 1))))
+            tasks = _Tasks()
             for vi, todo in work:
-                k = max(1, min(n, len(todo)))
-                size = -(-len(todo) // k)
+                size = max(1, min(per, len(todo)))
                 for i in range(0, len(todo), size):
-                    tasks.put((vi, todo[i:i + size]))
+                    tasks.put(vi, todo[i:i + size])
             if ctx.progress:
                 from tqdm import tqdm
 
                 self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
                                 unit="fixture", file=sys.stderr, dynamic_ncols=True)
-            threads = []
-            t_run = time.monotonic()
-
-            def launch(c):
-                th = threading.Thread(target=self._drive, args=(c, tasks), daemon=True)
-                th.start()
-                threads.append(th)
-
-            launch(client)
-            if n > 1:
-                # More workers only pay when the remaining work outlasts a worker's start-up
-                # (seconds locally, minutes under qemu on a busy machine): decide from the first results.
-                while threads[0].is_alive() and self.summary.ran < 1 and not self.stop.is_set():
-                    threads[0].join(timeout=0.1)
-                if threads[0].is_alive() and not self.stop.is_set():
-                    ran = max(1, self.summary.ran)
-                    per_fixture = (time.monotonic() - t_run) / ran
-                    left = (total - ran) * per_fixture
-                    extra = min(n - 1, tasks.qsize(), int(left / max(self.summary.startup_seconds, 1e-3)) - 1)
-                    for _ in range(max(0, extra)):
-                        c, fp2, fid2 = self._start_and_fingerprint()
-                        clients.append(c)
-                        if fid2 != fid:
-                            self.stop.set()
-                            raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
-                                            f"({fid[:12]} vs {fid2[:12]}); run with --jobs 1")
-                        launch(c)
-            for th in threads:
-                th.join()
-            self.writer.flush()
-            self.summary.run_seconds = time.monotonic() - t_run
+            with self.lock:
+                self.unclaimed = total
+                self.active = 1
+                self.t_run = time.monotonic()
+                self.tasks = tasks
+            self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
+            self._drive(client, tasks)
+            with self.lock:
+                self.active -= 1
         finally:
-            for c in clients:
-                c.close()
+            client.close()
+        # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
+        self._free_first_slot()
+        for th in list(self.extra_threads):
+            th.join()
+        self.writer.flush()
+        self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0
+
+    # -- scheduling
+
+    def seconds_per_fixture(self) -> float | None:
+        """Wall seconds one worker spends per fixture, from this run so far (None before a result)."""
+        ran = self.summary.ran
+        if ran < 1 or not self.t_run:
+            return None
+        return (time.monotonic() - self.t_run) * max(1, self.active) / ran
+
+    def wants_worker(self) -> bool:
+        with self.lock:
+            if self.stop.is_set() or self.tasks is None or self.unclaimed <= 0:
+                return False
+            workers = self.active + self.starting
+            if workers >= self.max_workers or self.tasks.qsize() <= 0:
+                return False
+            spf = self.seconds_per_fixture()
+            if spf is None:
+                return False
+            left = self.unclaimed * spf  # one worker's seconds of work nobody has taken yet
+            return left / (workers + 1) > self.STARTUP_FACTOR * max(self.summary.startup_seconds, 1e-3)
+
+    def work_left(self) -> float:
+        spf = self.seconds_per_fixture() or 0.0
+        return self.unclaimed * spf / max(1, self.active + self.starting)
+
+    def grant(self) -> None:
+        """Start one more worker (a slot was given to this host); it runs tasks until none are left."""
+        th = threading.Thread(target=self._extra_worker, name=f"worker-{self.spec.name}", daemon=True)
+        with self.lock:
+            self.extra_threads.append(th)
+        th.start()
+
+    def _extra_worker(self) -> None:
+        client = None
+        try:
+            try:
+                if self.stop.is_set():
+                    return
+                client, fp2, fid2 = self._start_and_fingerprint()
+            finally:
+                with self.lock:
+                    self.starting -= 1
+            if fid2 != self.fingerprint_id:
+                self.stop.set()
+                raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
+                                f"({self.fingerprint_id[:12]} vs {fid2[:12]}); run with --jobs 1")
+            with self.lock:
+                self.active += 1
+            try:
+                self._drive(client, self.tasks)
+            finally:
+                with self.lock:
+                    self.active -= 1
+        except UserError as exc:
+            self._error(str(exc) if str(exc).startswith("host ") else f"host {self.spec.name}: {exc}")
+        except Exception as exc:
+            self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
+        finally:
+            if client is not None:
+                client.close()
+            self.sched.release(self)
 
 
 class _Context:
@@ -637,25 +889,19 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
 
         tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
                              root=root)
-    tables.append("models", [vi.row() for vi in infos], root=root)
+    tables.append("models", [vi.row() for vi in infos], root=root, ledger=True)
 
-    slots = jobs or os.cpu_count() or 1
-    runnable = [s for s in specs if s.kind != "imported"]
-    per_host = max(1, slots // max(1, len(runnable)))
-    runs = [_HostRun(spec, ctx, i, per_host) for i, spec in enumerate(specs)]
-    sem = threading.Semaphore(max(1, slots))
-
-    def go(r):
-        with sem:
-            r.run()
-
-    threads = [threading.Thread(target=go, args=(r,), daemon=True) for r in runs]
+    sched = _Scheduler(jobs or usable_cores())
+    runs = [_HostRun(spec, ctx, i, sched) for i, spec in enumerate(specs)]
+    sched.runs = [r for r in runs if r.spec.kind != "imported"]
+    threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     try:
         for th in threads:
             th.start()
         for th in threads:
             while th.is_alive():
                 th.join(timeout=0.2)
+                sched.rebalance()  # a host's first results make its remaining work measurable
     except KeyboardInterrupt:
         for r in runs:
             r.kill()
@@ -664,6 +910,11 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
         raise
     finally:
         ctx.cleanup()
+        for name in ("outputs", "hosts", "models", "fixtures"):
+            try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows
+                tables.maybe_compact(name, root)
+            except Exception:
+                pass
     summary = RunSummary([r.summary for r in runs], infos, [fx.fixture_id for fx in uniq], sess, ctx.skey, root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]

@@ -9,9 +9,13 @@ input tensors travel the same way), so nothing is installed on the remote.
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.hosts.local import WORKER_PATH, ProcessHost
@@ -37,11 +41,44 @@ class SSHHost(ProcessHost):
     """Options: address (user@host or an ssh config alias), python (default python3),
     ssh_options (extra arguments for ssh, e.g. ["-F", "cfg", "-p", "2222"]), ssh (the client binary)."""
 
+    def control_path(self) -> str | None:
+        """Where the shared connection's socket lives, or None when the user's options manage
+        multiplexing themselves (ControlMaster / ControlPath / -S): theirs wins."""
+        opts = " ".join(self.options.get("ssh_options", [])).lower()
+        if "controlmaster" in opts or "controlpath" in opts or "-s" in self.options.get("ssh_options", []):
+            return None
+        d = Path(tempfile.gettempdir()) / f"quantbench-ssh-{os.getuid()}"
+        try:
+            d.mkdir(mode=0o700, exist_ok=True)
+            if (d.stat().st_mode & 0o077) or d.stat().st_uid != os.getuid():
+                return None  # not a private folder: no shared socket in it
+        except OSError:
+            return None
+        return str(d / "%C")
+
     def argv(self) -> list[str]:
+        """One connection per host: the first worker's ssh becomes the master (ControlMaster=auto) and
+        every further worker opens a session over it, so several workers cost one handshake."""
         ssh = self.options.get("ssh") or "ssh"
         check_address(self.options.get("address", ""))
-        return [ssh, *self.options.get("ssh_options", []), "-T", "-o", "BatchMode=yes",
+        mux = []
+        cp = self.control_path()
+        if cp:
+            mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={cp}", "-o", "ControlPersist=10"]
+        return [ssh, *self.options.get("ssh_options", []), *mux, "-T", "-o", "BatchMode=yes",
                 self.options["address"], remote_command(self.options.get("python") or "python3")]
+
+    def close_connection(self) -> None:
+        """Stop the shared connection (the master) now rather than after ControlPersist."""
+        cp = self.control_path()
+        if not cp:
+            return
+        ssh = self.options.get("ssh") or "ssh"
+        try:
+            subprocess.run([ssh, *self.options.get("ssh_options", []), "-o", f"ControlPath={cp}", "-O", "exit",
+                            self.options["address"]], capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            pass
 
     def ready(self):
         ssh = self.options.get("ssh") or "ssh"

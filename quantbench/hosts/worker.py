@@ -18,7 +18,8 @@ filesystem named by the run's "store" (or a fixture's "file"). Requests:
 {"type": "fingerprint", ...}, {"type": "run", ...}, {"type": "end"}. The worker reads
 a whole request before it writes anything (so the parent never deadlocks on full
 pipes) and answers with frames ending in {"type": "done"}. A run answers a "session"
-frame, one "result" frame per fixture (written by a helper thread within about 20 ms
+frame (its "reused" is true when the worker kept the session from an earlier job of the
+same model bytes and session options), one "result" frame per fixture (written by a helper thread within about 20 ms
 of the result: a killed worker loses at most that much finished work) and a
 "verified" frame with the input hashing time; a failure is an "error" frame naming
 host, variant and fixture, after which the job stops and the results already sent stand.
@@ -633,6 +634,25 @@ def _test_pause(sender) -> None:
         time.sleep(0.01)
 
 
+#: the session kept for later jobs: (model SHA-256, session options JSON) -> (session, providers, readback)
+_SESSIONS = {}
+
+
+def _cached_session(data, session, sha256=None):
+    """(session, resolved providers, readback, reused): the last job's session when this job has the same
+    model bytes and options (the runner splits a variant's fixtures into several jobs), else a new one.
+    One session at most is kept, and it is dropped before another is built: a worker never holds two.
+    `sha256`: the model bytes' hash, already checked by _model_source."""
+    key = (sha256 or hashlib.sha256(data).hexdigest(), json.dumps(session, sort_keys=True))
+    hit = _SESSIONS.get(key)
+    if hit is not None:
+        return hit + (True,)
+    _SESSIONS.clear()
+    made = make_session(data, session)
+    _SESSIONS[key] = made
+    return made + (False,)
+
+
 def run_job(job, payload, out) -> None:
     """Run every fixture of `job`, streaming one result frame per fixture (per repeat)."""
     host, variant = job.get("host", ""), job.get("variant", "")
@@ -642,7 +662,7 @@ def run_job(job, payload, out) -> None:
     try:
         t1 = time.perf_counter()
         try:
-            sess, resolved, readback = make_session(data, session)
+            sess, resolved, readback, reused = _cached_session(data, session, job["model"].get("sha256"))
         except Exception as exc:
             raise JobError("session", "could not create the session: %s: %s" % (type(exc).__name__, exc))
         problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
@@ -656,7 +676,8 @@ def run_job(job, payload, out) -> None:
             names = list(job["output_names"])
         t2 = time.perf_counter()
         write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
-                          "outputs": names, "host": host, "variant": variant, "session_seconds": t2 - t1})
+                          "outputs": names, "host": host, "variant": variant, "session_seconds": t2 - t1,
+                          "reused": reused})
         sender = _Sender(out, job, names, job.get("return_tensors", True))
         try:
             _run_fixtures(sess, names, len(job["fixtures"]), verifier, sender, session["batch"],

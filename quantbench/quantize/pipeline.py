@@ -48,7 +48,9 @@ class CalibrateOptions:
     exclude_nodes: Sequence[str] = ()
     exclude_op_types: Sequence[str] = ()
     pre_process: bool = True
-    chunk_size: int = 8
+    chunk_size: int | None = None                  # None: derived from max_memory per model
+    max_memory: int | str | None = None            # activation budget (bytes or '2GiB'); None: a share of RAM
+    threads: int | None = None                     # histogram binning threads; None: the usable cores
     force: bool = False
     progress: bool = True
     calib_sets_dir: str | os.PathLike | None = None
@@ -80,7 +82,7 @@ class CalibrateResult:
     calib_images: int = 0
     calib_seconds: float = 0.0
     calib_peak_mib: float = 0.0
-    chunk_size: int = 8
+    plan: dict = field(default_factory=dict)        # how calibration held activations (compute_ranges' plan)
     seconds: float = 0.0
 
 
@@ -95,8 +97,17 @@ def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     for at, wt in opts.types:
         qv.quant_type(at), qv.quant_type(wt)
     qv.quant_type(opts.weight_type)
-    if opts.chunk_size < 1:
+    if opts.chunk_size is not None and opts.chunk_size < 1:
         raise ParameterError("chunk_size", f"must be at least 1 (got {opts.chunk_size})")
+    if opts.threads is not None and opts.threads < 1:
+        raise ParameterError("threads", f"must be at least 1 (got {opts.threads})")
+    if opts.max_memory is not None:
+        from quantbench.quantize.calibration import parse_memory
+
+        try:
+            parse_memory(opts.max_memory)  # a typo fails before any work
+        except UserError as exc:
+            raise ParameterError("max_memory", str(exc).split(": ", 1)[-1], opts.max_memory) from None
     if opts.entropy_bins is not None and opts.entropy_bins < 2:
         raise ParameterError("entropy_bins", f"must be at least 2 (got {opts.entropy_bins})")
     return methods, [m for m in STATIC if m in methods]
@@ -195,7 +206,7 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     calib_info = {"name": name, "folder": str(calib_root / name), "manifest_sha256": calset.recipe["manifest_sha256"],
                   "images": len(paths), "seed": opts.seed}
     result = CalibrateResult(calset=calset, calib_dir=calib_dir, out=out, state="", latest=variants_root / "latest.json",
-                             static_methods=static_methods, calib_images=len(paths), chunk_size=opts.chunk_size)
+                             static_methods=static_methods, calib_images=len(paths))
     made = _VariantMaker(model_path, model_name, spec, paths, opts, common, calib_info, percentile, entropy_bins,
                          methods, static_methods, result, on_note)
     result.state = made.publish(out)
@@ -288,7 +299,7 @@ class _VariantMaker:
             ranges = self._calibrate(prepared, prep_model)
             for at, wt in o.types:
                 for m in self.static_methods:
-                    self._accept(self._timed(lambda: self._static(stage, prepared, ranges, m, at, wt),
+                    self._accept(self._timed(lambda: self._static(stage, prepared, prep_model, ranges, m, at, wt),
                                              len(self.paths)), ref)
         sizes = {v.name: v.path.stat().st_size for v in self.published}
         for v in self.published:
@@ -308,11 +319,12 @@ class _VariantMaker:
             t = time.perf_counter()
             ranges = compute_ranges(prepared, ImageInputs(self.paths, self.spec), self.static_methods,
                                     percentile=self.percentile, op_types=qv.static_op_types(o.exclude_op_types),
-                                    chunk_size=o.chunk_size, progress=o.progress, model=prep_model, **hist)
+                                    chunk_size=o.chunk_size, max_memory=o.max_memory, threads=o.threads,
+                                    plan=self.result.plan, progress=o.progress, model=prep_model, **hist)
         self.result.calib_seconds, self.result.calib_peak_mib = time.perf_counter() - t, mem.mib
         return ranges
 
-    def _static(self, stage, prepared, ranges, method, at, wt):
+    def _static(self, stage, prepared, prep_model, ranges, method, at, wt):
         from quantbench.quantize import variants as qv
 
         o = self.opts
@@ -322,5 +334,5 @@ class _VariantMaker:
                               percentile=self.percentile, activation_type=at, weight_type=wt,
                               per_channel=o.per_channel, reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes,
                               exclude_op_types=o.exclude_op_types, calibration_options=copts, name=vname,
-                              model_name=self.model_name,
+                              model_name=self.model_name, model=prep_model,
                               recipe_extra={**self.common, "calibration_set": self.calib_info})

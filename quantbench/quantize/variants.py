@@ -174,15 +174,17 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
                 method: str = "minmax", percentile: float | None = None, activation_type: str = "u8",
                 weight_type: str = "s8", per_channel: bool = True, reduce_range: bool = False,
                 exclude_nodes: Sequence[str] = (), exclude_op_types: Sequence[str] = (),
-                extra_options: Mapping | None = None, chunk_size: int = 8, calibration_options: Mapping | None = None,
+                extra_options: Mapping | None = None, chunk_size: int | None = None, calibration_options: Mapping | None = None,
                 name: str | None = None, model_name: str | None = None,
-                recipe_extra: Mapping | None = None) -> Variant:
+                recipe_extra: Mapping | None = None, model=None) -> Variant:
     """A static QDQ variant of `model_path` (float; use prepare_model's output).
 
     ranges: onnxruntime TensorsData from compute_ranges(model_path, ...) for
         `method`; or None to calibrate here on `inputs` (re-iterable feeds).
     method: 'minmax' | 'percentile' | 'entropy' (recorded; must match `ranges`).
     calibration_options: extra keyword arguments for compute_ranges (bins), recorded.
+    model: the shape-inferred ModelProto of model_path (load_with_shape_infer), when the caller
+        has it: a copy is quantized, so one load serves calibration and every variant.
     Writes out_path, <stem>.ranges.json and <stem>.recipe.json beside it.
     """
     from onnxruntime.quantization.calibrate import CalibrationMethod
@@ -200,7 +202,14 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
         check_static_quant_arguments(QuantFormat.QDQ, at, wt)
     except ValueError as exc:
         raise UserError(f"--types {activation_type}{weight_type}: {exc}") from None
-    model = load_with_shape_infer(model_path)
+    if model is None:
+        model = load_with_shape_infer(model_path)
+    else:
+        import onnx
+
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        model = copy
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = static_op_types(exclude_op_types)
     calibration_options = dict(calibration_options or {})

@@ -1,0 +1,51 @@
+"""`quantbench tables compact | info`: keep the result tables fast as they grow."""
+
+from __future__ import annotations
+
+HELP = "Show the result tables' parts and rows, or compact small parts into sorted parts with statistics."
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--tables", default=None, metavar="DIR", help="result tables folder (default: results/tables)")
+    sub = p.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    c = sub.add_parser("compact", help="merge small parts (same rows, same keys; atomic)",
+                       description="Merge each table's small parts into parts sorted by the columns reads filter "
+                                   "on, with row-group statistics. Rows and content keys are unchanged; every new "
+                                   "part is written (named by its content hash) before an old one is removed.")
+    c.add_argument("names", nargs="*", help="tables to compact (default: every table present)")
+    sub.add_parser("info", help="parts, small parts and bytes per table",
+                   description="Parts, small parts and bytes per table.")
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from quantbench import tables
+    from quantbench.assets import TABLES_DIR
+    from quantbench.errors import UserError
+
+    root = Path(args.tables) if args.tables else TABLES_DIR
+    present = [n for n in tables.COLUMNS if tables.parts(n, root)]
+    if args.action == "info":
+        rows = [("table", "parts", "small", "MB")]
+        for n in present:
+            ps = tables.parts(n, root)
+            sizes = [p.stat().st_size for p in ps]
+            rows.append((n, str(len(ps)), str(sum(1 for s in sizes if s < tables.SMALL_PART_BYTES)),
+                         f"{sum(sizes) / 1e6:.1f}"))
+        widths = [max(len(r[i]) for r in rows) for i in range(4)]
+        for r in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        return 0
+    names = args.names or present
+    unknown = [n for n in names if n not in tables.COLUMNS]
+    if unknown:
+        raise UserError(f"unknown table(s) {', '.join(unknown)}; tables: {', '.join(tables.COLUMNS)}")
+    for n in names:
+        r = tables.compact(n, root)
+        if r["parts_in"]:
+            print(f"{n}: {r['parts_in']} parts -> {r['parts_out']} ({r['rows']} rows)")
+        else:
+            print(f"{n}: nothing to compact")
+    return 0

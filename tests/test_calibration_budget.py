@@ -1,0 +1,129 @@
+"""Calibration that sizes itself: the plan follows --max-memory and the measured activations; threaded
+histograms and the one-pass plan give exactly the ranges (and counts) of one thread and two passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calib_helpers import random_feeds, tiny_model
+from quantbench.errors import UserError
+from quantbench.fsutil import sha256_file
+from quantbench.quantize import calibration as C
+from quantbench.quantize.calibration import compute_ranges, ranges_dict
+
+METHODS = ["minmax", "percentile", "entropy"]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("m") / "tiny.onnx")
+
+
+def test_parse_memory():
+    assert C.parse_memory("2GiB") == 2 << 30
+    assert C.parse_memory("512M") == 512 << 20
+    assert C.parse_memory("1.5g") == int(1.5 * (1 << 30))
+    assert C.parse_memory(3 << 20) == 3 << 20
+    for bad in ("lots", "12 parsecs", "100"):
+        with pytest.raises(UserError, match="--max-memory"):
+            C.parse_memory(bad)
+
+
+def test_plan_follows_the_budget():
+    mib = 1 << 20
+    # everything fits in half the budget: one pass
+    assert C.plan_chunks(4 * mib, 8, 1024 * mib) == ("single", 8)
+    # a large detector (58 MiB per image) under a 6 GiB budget: 8 images held, 200 one at a time
+    assert C.plan_chunks(58 * mib, 8, 6 << 30) == ("single", 8)
+    assert C.plan_chunks(58 * mib, 200, 6 << 30) == ("chunked", 1)
+    # a small model's 200 images (940 MiB of activations) are not held whole, whatever the budget
+    assert C.plan_chunks(4.7 * mib, 200, 64 << 30) == ("chunked", 7)
+    # small activations: chunks of about CHUNK_TARGET_BYTES
+    assert C.plan_chunks(4 * mib, 1000, 1024 * mib) == ("chunked", 8)
+    # a tight budget caps the chunk below the target, never below one image
+    assert C.plan_chunks(4 * mib, 1000, 16 * mib) == ("chunked", 2)
+    assert C.plan_chunks(64 * mib, 1000, 16 * mib) == ("chunked", 1)
+    assert 0 < C.default_max_memory()
+
+
+def test_chunk_size_derived_from_max_memory(model):
+    feeds = random_feeds(12, seed=4)
+    big, small, forced = {}, {}, {}
+    r_big = compute_ranges(model, feeds, METHODS, max_memory="1GiB", plan=big)
+    assert big["mode"] == "single" and big["passes"] == 1 and big["activation_bytes_per_image"] > 0
+    act = big["activation_bytes_per_image"]
+    # a budget whose half holds fewer than the 12 images: two passes, the chunk derived from it
+    budget = max(1 << 20, 8 * act)
+    assert 12 * act > budget // 2
+    r_small = compute_ranges(model, feeds, METHODS, max_memory=budget, plan=small)
+    assert small["mode"] == "chunked" and small["passes"] == 2
+    assert small["chunk"] == max(1, min(budget // (2 * act), -(-C.CHUNK_TARGET_BYTES // act), 12)) >= 2
+    r_forced = compute_ranges(model, feeds, METHODS, chunk_size=5, plan=forced)
+    assert forced["mode"] == "chunked" and forced["chunk"] == 5
+    for m in METHODS:  # the plan never changes the ranges
+        assert ranges_dict(r_big[m]) == ranges_dict(r_small[m]) == ranges_dict(r_forced[m]), m
+
+
+def test_threaded_histograms_identical_to_one_thread(model):
+    rs = np.random.RandomState(0)
+    data = {f"t{i}": [rs.randn(int(n)).astype(np.float32) * (i + 1) for n in rs.randint(1, 300_000, 5)]
+            for i in range(7)}
+
+    def counts(threads):
+        pct = {t: C._FixedHistogram(2048, (np.float32(0), np.float32(8 * (i + 1))), np.dtype(np.float32))
+               for i, t in enumerate(data)}
+        ent = {t: C._FixedHistogram(128, (np.float32(-8 * (i + 1)), np.float32(8 * (i + 1))), np.dtype(np.float32))
+               for i, t in enumerate(data)}
+        C.bin_tensors({t: [a.copy() for a in arrs] for t, arrs in data.items()}, pct, ent, threads)
+        return {t: (pct[t].counts.tobytes(), ent[t].counts.tobytes()) for t in data}
+
+    one = counts(1)
+    assert counts(4) == one and counts(2) == one
+    # and the same counts as numpy's own histogram of all the data at once
+    for i, t in enumerate(data):
+        allx = np.concatenate(data[t])
+        want, _ = np.histogram(allx, 128, range=(np.float32(-8 * (i + 1)), np.float32(8 * (i + 1))))
+        assert np.frombuffer(one[t][1], np.int64).tolist() == want.tolist()
+
+
+def test_threads_and_plans_give_the_same_models(model, tmp_path):
+    from quantbench.quantize.variants import make_static
+
+    feeds = random_feeds(10, seed=9)
+    shas = set()
+    for i, kw in enumerate([{"threads": 1, "chunk_size": 3}, {"threads": 4, "chunk_size": 3}, {"threads": 3},
+                            {"threads": 2, "max_memory": "1MiB"}]):
+        r = compute_ranges(model, feeds, ["percentile"], **kw)
+        shas.add(sha256_file(make_static(model, tmp_path / f"v{i}.onnx", ranges=r["percentile"],
+                                         method="percentile").path))
+    assert len(shas) == 1
+
+
+def test_activation_bytes_measured_when_shapes_are_not_static(model, tmp_path):
+    import onnx
+
+    m = onnx.load(str(model))
+    for vi in list(m.graph.input) + list(m.graph.output):
+        vi.type.tensor_type.shape.dim[0].dim_param = "N"  # a dynamic batch: inferred shapes are symbolic
+    del m.graph.value_info[:]
+    dyn = tmp_path / "dyn.onnx"
+    onnx.save(m, str(dyn))
+    feeds = random_feeds(6, seed=2)
+    static_plan, dyn_plan = {}, {}
+    r_static = compute_ranges(model, feeds, METHODS, plan=static_plan)
+    r_dyn = compute_ranges(dyn, feeds, METHODS, plan=dyn_plan)
+    assert static_plan["measured"] is False and dyn_plan["measured"] is True
+    assert dyn_plan["activation_bytes_per_image"] == static_plan["activation_bytes_per_image"]
+    assert dyn_plan["mode"] == static_plan["mode"] == "single"
+    for m_ in METHODS:
+        assert ranges_dict(r_static[m_]) == ranges_dict(r_dyn[m_]), m_
+    # measured during pass 1, a plan of two passes goes on from the first image
+    more = random_feeds(12, seed=2)
+    budget = max(1 << 20, 8 * dyn_plan["activation_bytes_per_image"])
+    chunked_plan = {}
+    r_chunked = compute_ranges(dyn, more, METHODS, max_memory=budget, plan=chunked_plan)
+    assert chunked_plan["measured"] is True and chunked_plan["mode"] == "chunked"
+    r_ref = compute_ranges(model, more, METHODS, chunk_size=12)
+    for m_ in METHODS:
+        assert ranges_dict(r_chunked[m_]) == ranges_dict(r_ref[m_]), m_
