@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Build a calibration set balanced by your data's strata x lighting and make fp32, dynamic and "
         "static QDQ int8 variants (MinMax, Percentile, Entropy) with memory-bounded, order-independent calibration.")
 
@@ -155,12 +156,36 @@ def print_calset(calset) -> None:
     print()
 
 
+def result_json(res) -> dict:
+    """The calibrate result as plain data (--json)."""
+    r = res.calset.recipe
+    return {
+        "calibration_set": {"name": res.calset.name, "folder": str(res.calib_dir), "images": len(res.calset.selected),
+                            "seed": r["seed"], "strata": r["strata"], "cells": r["cells"],
+                            "manifest_sha256": r["manifest_sha256"]},
+        "variants": [{"name": x.variant.name, "file": str(x.variant.path), "method": x.variant.recipe["method"],
+                      "options": _options(x.variant.recipe), "semantic_sha256": x.variant.recipe["semantic_sha256"],
+                      "bytes": x.variant.path.stat().st_size, "seconds": round(x.seconds, 3),
+                      "peak_mib": round(x.peak_mib, 1), "calib_images": x.calib_images} for x in res.reports],
+        "failed": [{"name": n, "why": w} for n, w in res.failed], "notes": res.notes, "warnings": res.warnings,
+        "calibration": {"methods": res.static_methods, "images": res.calib_images, "seconds": round(res.calib_seconds, 3),
+                        "peak_mib": round(res.calib_peak_mib, 1), "plan": res.plan},
+        "out": str(res.out), "state": res.state, "seconds": round(res.seconds, 3)}
+
+
 def run(args) -> int:
+    import json
     import sys
 
     from quantbench.quantize.pipeline import calibrate
     from quantbench.textfmt import text_table
 
+    if getattr(args, "json", False):
+        res = calibrate(options_from_args(args))
+        print(json.dumps(result_json(res), indent=2, sort_keys=True))
+        for name, why in res.failed:
+            print(f"quantbench calibrate: error: variant {name} not published: {why}", file=sys.stderr)
+        return 1 if res.failed else 0
     res = calibrate(options_from_args(args), on_calset=print_calset, on_note=lambda text: print(f"note: {text}"))
     for w in res.warnings:
         print(f"warning: {w}")

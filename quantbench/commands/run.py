@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+JSON_NATIVE = True  # prints its own --json summary
 HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."
 
 
@@ -45,6 +47,17 @@ def run(args) -> int:
     return _run(args)
 
 
+def summary_json(summary, root, export, failure) -> dict:
+    """The run's summary as plain data (--json): per host what ran, was reused or imported, and errors."""
+    hosts = [{"host": h.name, "kind": h.kind, "fingerprint_id": h.fingerprint_id, "ran": h.ran, "cached": h.cached,
+              "imported": h.imported, "workers": h.workers, "seconds": round(h.seconds, 3), "errors": h.errors,
+              "notes": h.notes} for h in summary.hosts]
+    return {"hosts": hosts, "variants": [{"name": v.name, "variant_id": v.variant_id, "path": str(v.path)}
+                                         for v in summary.variants],
+            "fixtures": len(summary.fixture_ids), "session_key": summary.session_key, "tables": str(root),
+            "export": str(export) if export else None, "failed": str(failure) if failure else None}
+
+
 def _run(args) -> int:
     from quantbench.commands import fixtures_from_args, session_from_args
     from quantbench.variants import resolve_variants
@@ -76,16 +89,23 @@ def _run(args) -> int:
                                 tables_root=root, jobs=args.jobs)
         except RunFailed as exc:
             failure, summary = exc, exc.summary
-    print(summary.table())
-    for h in summary.hosts:
-        for note in h.notes:
-            print(f"note: {note}")
-    print(f"{len(summary.variants)} variant(s) x {len(summary.fixture_ids)} fixture(s); tables in {root}/ "
-          f"(fixtures, models, hosts, outputs)")
+    manifest = None
     if args.export and failure is None:
         manifest = export_results(args.export, [s.name for s in specs],
                                   [v.variant_id for v in summary.variants], summary.fixture_ids, root)
-        print(f"exported {manifest['rows']['outputs']} output rows of host(s) {', '.join(manifest['hosts'])} to {args.export}")
+    if getattr(args, "json", False):
+        print(json.dumps(summary_json(summary, root, args.export if manifest else None, failure), indent=2,
+                         sort_keys=True))
+    else:
+        print(summary.table())
+        for h in summary.hosts:
+            for note in h.notes:
+                print(f"note: {note}")
+        print(f"{len(summary.variants)} variant(s) x {len(summary.fixture_ids)} fixture(s); tables in {root}/ "
+              f"(fixtures, models, hosts, outputs)")
+        if manifest:
+            print(f"exported {manifest['rows']['outputs']} output rows of host(s) {', '.join(manifest['hosts'])} "
+                  f"to {args.export}")
     if failure is not None:
         for e in summary.errors[1:]:
             print(f"error: {e}")
