@@ -315,3 +315,17 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None) -> dict:
                     break
         out[model] = {"plan": pl, "scores": scores}
     return out
+
+
+def report_accuracy(result, root, fixtures=None, images=None) -> dict:
+    """The report's accuracy per model x variant x host (quantbench.analysis.accuracy), from the
+    labels the fixtures were built from: `fixtures` (COCO JSON; None: the bundled corpus) and `images`."""
+    from quantbench.errors import UserError
+
+    ids = sorted({f for fx in result.settings["fixtures"].values() for f in fx})
+    try:
+        truth = load_truth(ids, root, fixtures, images)
+    except UserError as exc:
+        return {m: {"plan": f"labels not readable ({exc})", "scores": {}}
+                for m in dict.fromkeys(v["model"] for v in result.variants)}
+    return accuracy_table(result, result.sidecars, truth)

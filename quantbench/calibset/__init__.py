@@ -1,4 +1,4 @@
-"""Calibration sets: balanced by object density x lighting, disjoint from evaluation.
+"""Calibration sets: balanced by the data's own strata x lighting, disjoint from evaluation.
 
 `builder.build` selects the images; `builder.write` stores
 ``calib_sets/<name>/manifest.parquet`` and ``recipe.json``; `builder.load`

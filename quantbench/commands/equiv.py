@@ -149,166 +149,6 @@ def duplicate_variants(variants, infos) -> list[dict]:
     return out
 
 
-def summary_text(result) -> str:
-    """The ten-second summary: classes per variant, flips per variant and host, gates."""
-    from quantbench.textfmt import text_table
-
-    s = result.settings
-    ref = s["reference"]
-    out = []
-    kinds = sorted({v["decode"]["kind"] for v in result.variants})
-    thr = sorted({"top-1" if v["decode"]["threshold"] is None else f"threshold {v['decode']['threshold']:g}"
-                  for v in result.variants if v["decode"]["kind"] != "none"})
-    nfx = sorted({v["fixtures"] for v in result.variants})
-    out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
-               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
-    out.append("")
-    from quantbench.report import verdict_lines
-
-    out.append("Verdict")
-    out += [ln.replace("**", "") for ln in verdict_lines(result)]
-    out.append("")
-    out.append("Equivalence classes (byte-identical outputs over every fixture)")
-    rows = [("model", "variant", "classes", "separated by")]
-    for v in result.variants:
-        sep = v["separating_features"]
-        sep_s = "-" if sep == [] else ("(not by fingerprint)" if sep is None else ", ".join(
-            f"{k} ({' / '.join(_short(v['feature_values'][c['hosts'][0]].get(k)) for c in v['classes'])})"
-            for k in sep))
-        rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
-                     sep_s))
-    out += text_table(rows[0], rows[1:]).splitlines()
-    dists = [(v, d) for v in result.variants for d in v["distances"]]
-    if dists:
-        out.append("")
-        out.append("Distance to the reference class (max |d|, mean |d|, remaining bits mean/min)")
-        rows = [("variant", "class", "output", "max|d|", "mean|d|", "bits")]
-        for v, d in dists:
-            bits = "-" if d["bits_mean"] is None else f"{d['bits_mean']:.1f}/{d['bits_min']}"
-            rows.append((v["variant"], f"{d['class']} ({d['host']})", d["output"], f"{d['max_abs']:.3g}",
-                         f"{d['mean_abs']:.3g}", bits))
-        out += text_table(rows[0], rows[1:]).splitlines()
-    out.append("")
-    undecoded = {v["model"]: v["decode"].get("note", "") for v in result.variants if v["decode"]["kind"] == "none"}
-    for model, note in sorted(undecoded.items()):
-        out.append(f"decisions: not compared (decode none{': ' + note if note else ''})"
-                   + (f" for model {model}" if len(undecoded) < len({v['model'] for v in result.variants}) else ""))
-    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
-    if compared or not result.comparisons:
-        out.append("Decision flips (flips, images disagreeing, totals ref->cand; ! = totals hide the flips)")
-        cells: dict = {}
-        for c in compared:
-            cell = (f"{c['flips']} ({c['images_disagree']} img) {c['ref_total']}->{c['total']}"
-                    + (" !" if c["concealed"] else ""))
-            cells[(c["model"], c["variant"], c["host"], c["comparison"])] = cell
-        rows = [("model", "variant", "host", "vs own fp32", f"vs {ref} fp32", f"vs {ref} same variant")]
-        for v in result.variants:
-            if v["model"] in undecoded:
-                continue
-            for h in result.hosts:
-                k = (v["model"], v["variant"], h)
-                rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
-                             cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
-        out += text_table(rows[0], rows[1:]).splitlines()
-    conceal = [c for c in result.comparisons if c["concealed"]]
-    if conceal:
-        c = max(conceal, key=lambda c: c["flips"])
-        out.append(f"! {len(conceal)} comparison(s) where equal totals conceal flips, e.g. {c['variant']} on {c['host']}: "
-                   f"{c['ref_total']} vs {c['total']} decisions hid {c['flips']} changed decisions")
-    margins = [m for c in compared if c["comparison"] != "ref-same" and c["margins"].get("band")
-               for m in [c["margins"]]]
-    if margins:
-        lo = min(m["band"][0] for m in margins)
-        hi = max(m["band"][1] for m in margins)
-        hw = max(m["half_width"] for m in margins)
-        if all(m["threshold"] is not None for m in margins):
-            out.append(f"every flip against fp32 had an fp32 score in [{lo:.4g}, {hi:.4g}] "
-                       f"(within {hw:.3g} of the threshold)")
-        else:
-            out.append(f"every flip against fp32 had an fp32 top-1/top-2 probability gap of at most {hw:.3g}")
-    n = len(result.comparisons)
-    t_fail = sum(1 for c in result.comparisons if not c["tensor_gate"]["passed"])
-    d_fail = sum(1 for c in compared if not c["decision_passed"])
-    dis = [c for c in result.comparisons if c["gates_disagree"]]
-    out.append("")
-    tensor = f"Gates over {n} comparisons: tensor (atol {s['atol']:g}, rtol {s['rtol']:g}) fails {t_fail}; "
-    if not compared and result.comparisons:
-        out.append(tensor + "decision gate not applicable (decode none)")
-    else:
-        na = f" ({n - len(compared)} not applicable: decode none)" if len(compared) < n else ""
-        out.append(tensor + f"decision (flips <= {s['budget']}) fails {d_fail}{na}; they disagree on {len(dis)}")
-    for c in dis[:6]:
-        out.append(f"  {c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']}: {c['gates_disagree']} "
-                   f"({c['tensor_gate']['failing']} of {c['tensor_gate']['elements']} elements beyond tolerance, "
-                   f"{c['flips']} flips)")
-    if len(dis) > 6:
-        out.append(f"  ... {len(dis) - 6} more in the report")
-    return "\n".join(out)
-
-
-def _short(value, n: int = 24) -> str:
-    text = str(value)
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def report_accuracy(result, root: Path, fixtures=None, images=None) -> dict:
-    """The report's accuracy per model x variant x host (quantbench.analysis.accuracy), from the
-    labels the fixtures were built from: `fixtures` (COCO JSON; None: the bundled corpus) and `images`."""
-    from quantbench.analysis.accuracy import accuracy_table, load_truth
-    from quantbench.errors import UserError
-
-    ids = sorted({f for fx in result.settings["fixtures"].values() for f in fx})
-    try:
-        truth = load_truth(ids, root, fixtures, images)
-    except UserError as exc:
-        return {m: {"plan": f"labels not readable ({exc})", "scores": {}}
-                for m in dict.fromkeys(v["model"] for v in result.variants)}
-    return accuracy_table(result, result.sidecars, truth)
-
-
-def finish(result, args, results: Path, root: Path, extra_files=(), gates=None) -> int:
-    """Write tables and report, print the summary (text or JSON) and the files, apply --gate."""
-    from quantbench.analysis.equiv import as_json, write_tables
-    from quantbench.analysis.gates import parse_gates
-    from quantbench.errors import GateFailed
-    from quantbench.report import write_equiv
-
-    checked = parse_gates(getattr(args, "gate", None))
-    from quantbench.analysis.equiv import as_json as _j
-    from quantbench.fsutil import atomic_write_text
-
-    result.settings["gates"] = list(gates) if gates else checked   # what the verdict lines state
-    gates = checked
-    labels = {"fixtures": getattr(args, "fixtures", None), "images": getattr(args, "images", None)}
-    acc = report_accuracy(result, root, **labels)
-    files = list(extra_files) + write_tables(result, root) + write_equiv(result, results, plots=not args.no_plots,
-                                                                         accuracy=acc, tables_root=root)
-    files.append(atomic_write_text(results / "equiv.json", _j({**result.summary(), "labels": labels}) + "\n"))
-    failures = result.gate_failures(gates)
-    if args.json:
-        summary = result.summary()
-        summary["files"] = [str(f) for f in files]
-        summary["gates"] = {"checked": gates, "failures": failures}
-        print(as_json(summary))
-    else:
-        if getattr(args, "_run_line", None):
-            print(args._run_line)
-        print(summary_text(result))
-        print("")
-        thumbs = [f for f in files if Path(f).parent.name == "gallery"]
-        for f in files:
-            if f not in thumbs:
-                print(f"wrote {f}")
-        if thumbs:
-            print(f"wrote {len(thumbs)} flip gallery thumbnails under {Path(thumbs[0]).parent}/")
-        if not result.flip_rows and any(c.get("decisions_compared", True) for c in result.comparisons):
-            print("flips table: no rows to add (no flips)")
-    if failures:
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise GateFailed(f"{failures[0]}{more}")
-    return 0
-
-
 def run(args) -> int:
     from quantbench.analysis.gates import parse_gates
     from quantbench.hosts.registry import announce_hosts_file
@@ -325,9 +165,10 @@ def run(args) -> int:
 
 def _run(args, held) -> int:
     from quantbench.analysis.equiv import analyze
+    from quantbench.commands import finish_equiv
 
     names, refs, fixtures_for, prefer, results, root = prepare(args, held)
     result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
                      threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,
                      run_hint=_run_hint(args), tables_root=root, duplicates=getattr(args, "_duplicates", None))
-    return finish(result, args, results, root)
+    return finish_equiv(result, args, results, root)

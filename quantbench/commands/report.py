@@ -35,7 +35,7 @@ def last_equiv(results: Path) -> dict:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.analysis.equiv import VariantRef, analyze
-    from quantbench.commands.equiv import finish
+    from quantbench.commands import finish_equiv
     from quantbench.variants import Variant, sidecar_for
     from quantbench.errors import UserError
 
@@ -82,4 +82,4 @@ def run(args) -> int:
     seen = (last.get("labels") or {}) if last.get("equiv_id") == eid else {}
     if not args.fixtures:
         args.fixtures, args.images = seen.get("fixtures"), args.images or seen.get("images")
-    return finish(result, args, results, root, gates=result.settings["gates"])
+    return finish_equiv(result, args, results, root, gates=result.settings["gates"])

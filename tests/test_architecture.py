@@ -1,0 +1,79 @@
+"""The layering holds: no import loop inside quantbench, nothing below the CLI imports a command."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "quantbench"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> quantbench modules it imports (at any level: lazy imports count too)."""
+    mods = {}
+    for p in ROOT.rglob("*.py"):
+        name = ".".join(p.relative_to(ROOT.parent).with_suffix("").parts)
+        mods[name.removesuffix(".__init__")] = p
+    graph = {}
+    for m, p in mods.items():
+        edges = set()
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("quantbench"):
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    edges.add(full if full in mods else node.module)
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name.startswith("quantbench")}
+        graph[m] = {e for e in edges if e in mods and e != m}
+    return graph
+
+
+def cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out, n = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = n[0]
+        n[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_loops():
+    assert cycles(import_graph()) == []
+
+
+def test_nothing_below_the_cli_imports_a_command():
+    graph = import_graph()
+    upward = {m: sorted(t for t in ts if t.startswith("quantbench.commands") or t == "quantbench.cli")
+              for m, ts in graph.items()
+              if not (m.startswith("quantbench.commands") or m in ("quantbench.cli", "quantbench.__main__"))}
+    assert {m: ts for m, ts in upward.items() if ts} == {}
+
+
+def test_no_command_imports_another_command():
+    graph = import_graph()
+    cross = {m: sorted(t for t in ts if t.startswith("quantbench.commands.") and t != m)
+             for m, ts in graph.items() if m.startswith("quantbench.commands.")}
+    assert {m: ts for m, ts in cross.items() if ts} == {}
