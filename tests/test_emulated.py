@@ -17,6 +17,7 @@ from quantbench.errors import UserError
 from quantbench.hosts import emulated as E
 from quantbench.hosts import setup as S
 from quantbench.hosts import worker as W
+from quantbench.hosts.keys import local_ort_version
 from setup_required import missing_setup
 
 WORKER_DIR = Path(W.__file__).resolve().parent
@@ -140,7 +141,7 @@ def _check_arm_identity(name: str, fp: dict) -> None:
     """The guest's /proc/cpuinfo MIDR and HWCAP are the preset's (read by the worker's fingerprint)."""
     p = E.PRESETS[name]
     assert fp["arch"] == "aarch64"
-    assert fp["onnxruntime"]["version"] == E.local_ort_version()
+    assert fp["onnxruntime"]["version"] == local_ort_version()
     assert fp["cpu"]["cores"] == [{"CPU implementer": "0x41", "CPU architecture": "8", "CPU variant": f"0x{p.variant:x}",
                                    "CPU part": f"0x{p.part:03x}", "CPU revision": str(p.revision)}]
     hw = set(fp["cpu"]["hwcap"]) | set(fp["cpu"]["hwcap2"])

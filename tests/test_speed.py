@@ -6,8 +6,9 @@ import pytest
 from hosts_helpers import fixtures, make_corpus, matmul_model, variant
 from quantbench import tables
 from quantbench.hosts import fpcache, results
+from quantbench.hosts.keys import normalize_session
 from quantbench.hosts.registry import HostSpec, make_host
-from quantbench.hosts.runner import normalize_session, run_hosts
+from quantbench.hosts.runner import run_hosts
 from test_ssh_host import sshd  # noqa: F401  (the sshd fixture)
 
 

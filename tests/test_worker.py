@@ -135,7 +135,7 @@ def test_bad_session_option_and_unknown_request(tmp_path, client):
 
 
 def test_fingerprint_fields_and_id(client):
-    from quantbench.hosts.runner import fingerprint_request
+    from quantbench.hosts.keys import fingerprint_request
 
     session = W.normalize_session({"config_entries": {"session.x64quantprecision": "1"}})
     frames = [h for h, _ in client.request(*fingerprint_request("h1", session, False))]
@@ -198,7 +198,7 @@ def test_worker_runs_without_quantbench_on_the_path(tmp_path):
     import subprocess
     import sys
 
-    from quantbench.hosts.runner import fingerprint_request
+    from quantbench.hosts.keys import fingerprint_request
 
     src = tmp_path / "worker.py"
     src.write_bytes(open(W.__file__, "rb").read())

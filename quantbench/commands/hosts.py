@@ -67,7 +67,7 @@ def do_check(args) -> int:
     from quantbench.errors import UserError
     from quantbench.hosts import worker as W
     from quantbench.hosts.registry import make_host, resolve_hosts
-    from quantbench.hosts.runner import cpu_summary, fingerprint_request, normalize_session, probe_model
+    from quantbench.hosts.keys import cpu_summary, fingerprint_request, normalize_session, probe_model
 
     spec = resolve_hosts([args.name], args.hosts_file, option="hosts check")[0]
     host = make_host(spec)

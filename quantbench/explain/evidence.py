@@ -276,7 +276,7 @@ def collect(host_name: str, preset_name: str, model_path, fixtures, session: dic
 
     from quantbench.hosts import emulated as EM
     from quantbench.hosts import worker as W
-    from quantbench.hosts.runner import normalize_session
+    from quantbench.hosts.keys import normalize_session
     from quantbench.modelio import load_model, semantic_sha256
 
     preset = EM.preset(preset_name)
@@ -324,7 +324,7 @@ def table(evs: list[Evidence]) -> str:
 def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], list[str]]:
     """Instruction evidence on every emulated host among `hosts`; returns (evidence, notes on hosts skipped)."""
     from quantbench import tables
-    from quantbench.hosts.runner import hosts_row
+    from quantbench.hosts.keys import hosts_row
 
     evs, notes = [], []
     for h in hosts:

@@ -50,7 +50,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file=None, op
     (graph_optimization_level, intra_op_num_threads, ...) or an onnxruntime session
     config entry (session.x64quantprecision, session.set_denormal_as_zero, ...)."""
     from quantbench.hosts.registry import resolve_hosts
-    from quantbench.hosts.runner import normalize_session
+    from quantbench.hosts.keys import normalize_session
 
     out = []
     for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
@@ -77,7 +77,7 @@ class Worker:
 
     def __init__(self, host: HostRun, allow_fallback: bool = False):
         from quantbench.hosts.registry import make_host
-        from quantbench.hosts.runner import fingerprint_request
+        from quantbench.hosts.keys import fingerprint_request
 
         if host.spec.kind == "imported":
             raise UserError(f"host {host.label}: an imported host cannot run new jobs; name a local, emulated or ssh host")
@@ -433,7 +433,7 @@ def _table_check(host: HostRun, variant_id: str, fixture_id: str, explained: dic
     """Compare the explained run's output hashes with the host's rows in the outputs table, if any."""
     from quantbench.assets import TABLES_DIR
     from quantbench.hosts.results import load_outputs
-    from quantbench.hosts.runner import session_key
+    from quantbench.hosts.keys import session_key
 
     try:
         t = load_outputs(host=host.spec.name, variant_id=variant_id, fixture_id=fixture_id,

@@ -35,6 +35,7 @@ from typing import Sequence
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError
+from quantbench.hosts.keys import local_ort_version
 
 ROOT_SUITE = "bookworm"
 GUEST_PYTHON_VERSION = "3.11"  # bookworm's python3; the aarch64 wheels are fetched for it
@@ -132,16 +133,6 @@ def _stamp(folder: Path) -> Path:
 
 def root_stamp() -> Path:
     return _stamp(root_dir())
-
-
-def local_ort_version() -> str:
-    """The onnxruntime version of the running interpreter (the emulated one must match it)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("onnxruntime")
-    except PackageNotFoundError:
-        raise UserError("onnxruntime is not installed in this Python; install quantbench's dependencies first") from None
 
 
 def site_key(ort_version: str) -> str:

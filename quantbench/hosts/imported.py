@@ -156,7 +156,7 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
 
     Raises a one-line UserError naming the file and the first bad record.
     """
-    from quantbench.hosts.runner import hosts_row, run_key, session_key
+    from quantbench.hosts.keys import hosts_row, run_key, session_key
     from quantbench.hosts.worker import fingerprint_id
 
     def bad(where: str, why: str):
@@ -259,7 +259,7 @@ def _source(path, source_host: str | None):
 
 def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """(requested results the file holds, requested results, why not all) for the runner's context."""
-    from quantbench.hosts.runner import run_key
+    from quantbench.hosts.keys import run_key
 
     _, _, out = _source(host.options["file"], host.options.get("host"))
     keys = set(out.column("run_key").to_pylist())

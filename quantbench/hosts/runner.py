@@ -16,7 +16,6 @@ fixtures in flight.
 from __future__ import annotations
 
 import collections
-import hashlib
 import os
 import sys
 import threading
@@ -29,31 +28,12 @@ from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, sha256_file
 from quantbench.hosts import worker as W
+from quantbench.hosts.keys import (fingerprint_request, hosts_row, local_ort_version, normalize_session, run_key,
+                                   session_key)
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 
 FLUSH_SECONDS = 2.0
 FLUSH_ROWS = 512
-
-
-# --------------------------------------------------------------------------- keys
-
-
-def normalize_session(session: dict | None) -> dict:
-    """Session options with the worker's defaults filled in (a bad option is a UserError)."""
-    try:
-        return W.normalize_session(session)
-    except ValueError as exc:
-        raise UserError(f"session options: {exc}") from None
-
-
-def session_key(session: dict | None) -> str:
-    """SHA-256 of the canonical JSON of the normalised session options."""
-    return hashlib.sha256(canonical_json(normalize_session(session)).encode()).hexdigest()
-
-
-def run_key(variant_id: str, fixture_id: str, fingerprint_id: str, session_key: str) -> str:
-    """The cache key of one (variant, fixture) result on one fingerprint under one session."""
-    return hashlib.sha256("|".join((variant_id, fixture_id, fingerprint_id, session_key)).encode()).hexdigest()
 
 
 # --------------------------------------------------------------------------- inputs
@@ -99,66 +79,7 @@ def fixture_label(fx) -> str:
     return f"{fx.fixture_id[:12]} ({fx.source})" if getattr(fx, "source", "") else fx.fixture_id[:12]
 
 
-# --------------------------------------------------------------------------- probe
-
-
-_PROBE = None
-
-
-def probe_model() -> tuple[bytes, object]:
-    """A tiny MatMul+Add+Relu model and its input: resolves providers and smoke-tests a host."""
-    global _PROBE
-    if _PROBE is None:
-        import numpy as np
-        import onnx
-        from onnx import TensorProto, helper, numpy_helper
-
-        w = numpy_helper.from_array(np.linspace(-1, 1, 32, dtype=np.float32).reshape(8, 4), "w")
-        b = numpy_helper.from_array(np.linspace(-0.5, 0.5, 4, dtype=np.float32), "b")
-        g = helper.make_graph(
-            [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
-             helper.make_node("Relu", ["a"], ["y"])],
-            "quantbench-probe",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-            [w, b],
-        )
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="quantbench")
-        m.ir_version = 8
-        x = np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)
-        _PROBE = (m.SerializeToString(), x)
-    return _PROBE
-
-
-def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
-    data, x = probe_model()
-    xb = W.tensor_bytes(x)
-    header = {"type": "fingerprint", "host": host, "session": session, "allow_fallback": allow_fallback,
-              "model": {"offset": 0, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
-              "fixtures": [{"fixture_id": W.tensor_sha256(x), "input_name": "x", "dtype": x.dtype.str,
-                            "shape": list(x.shape), "offset": len(data), "nbytes": len(xb)}]}
-    return header, [data, xb]
-
-
-def cpu_summary(fp: dict) -> str:
-    cpu = fp["identity"].get("cpu", {})
-    if "cores" in cpu:
-        parts = []
-        for c in cpu["cores"]:
-            parts.append(" ".join(f"{k.split()[-1]} {c[k]}" for k in
-                                  ("CPU implementer", "CPU part", "CPU variant", "CPU revision") if k in c))
-        return "; ".join(parts) or "arm (no MIDR in /proc/cpuinfo)"
-    bits = [cpu.get("vendor_id", ""), f"family {cpu['cpu_family']}" if "cpu_family" in cpu else "",
-            f"model {cpu['model']}" if "model" in cpu else "", f"({cpu['model_name']})" if "model_name" in cpu else ""]
-    return " ".join(b for b in bits if b) or fp["identity"].get("arch", "")
-
-
-def hosts_row(host: str, kind: str, fp: dict, fid: str) -> dict:
-    ident = fp["identity"]
-    return {"fingerprint_id": fid, "host": host, "kind": kind, "arch": ident.get("arch", ""),
-            "cpu": cpu_summary(fp), "isa_flags": list(ident.get("isa_flags", [])),
-            "ort_version": ident.get("onnxruntime", {}).get("version", ""),
-            "fingerprint": canonical_json(dict(fp, kind=kind))}
+# --------------------------------------------------------------------------- cores
 
 
 def usable_cores() -> int:
@@ -167,17 +88,6 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def local_ort_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("onnxruntime")
-    except PackageNotFoundError:
-        import onnxruntime
-
-        return onnxruntime.__version__
 
 
 # --------------------------------------------------------------------------- summary

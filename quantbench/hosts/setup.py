@@ -31,6 +31,7 @@ from typing import Iterator, Sequence
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text
 from quantbench.hosts import emulated as E
+from quantbench.hosts.keys import local_ort_version
 
 QEMU_SUITE = "trixie"
 QEMU_PACKAGE = "qemu-user"
@@ -381,7 +382,7 @@ def _dist_version(site: Path, name: str) -> str:
 
 
 def ensure_site(progress: bool, actions: list[str]) -> dict:
-    ort_version = E.local_ort_version()
+    ort_version = local_ort_version()
     stamp = E.read_json(E.site_stamp(ort_version))
     if stamp is not None and E.site_dir(ort_version).exists():
         return stamp
@@ -563,7 +564,7 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> 
     version = E._fmt(E.qemu_version(binary))
     key = {"qemu": binary, "qemu_version": version, "qemu_cpu": p.qemu_cpu,
            "midr": p.midr_text, "root": E.read_json(E.root_stamp()) if p.arch == "aarch64" else None,
-           "site": E.site_key(E.local_ort_version()) if p.arch == "aarch64" else sys.executable}
+           "site": E.site_key(local_ort_version()) if p.arch == "aarch64" else sys.executable}
     stamp = E.read_json(E.prefix_stamp(name))
     if stamp is not None and {k: stamp.get(k) for k in key} == key and (E.prefix_dir(name) / "proc" / "cpuinfo").exists():
         return stamp
@@ -605,9 +606,9 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> 
         else:
             seen_features = (re.search(r"^flags\s*:\s*(.*)$", check["cpuinfo"], re.M) or [None, ""])[1].split()
         _check_seen(p, check["cpuinfo"], seen_features)
-        if p.arch == "aarch64" and check.get("onnxruntime") != E.local_ort_version():
+        if p.arch == "aarch64" and check.get("onnxruntime") != local_ort_version():
             raise SetupError(f"{name}: the guest imported onnxruntime {check.get('onnxruntime')}, "
-                             f"not {E.local_ort_version()}")
+                             f"not {local_ort_version()}")
         _replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

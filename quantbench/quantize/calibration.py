@@ -25,18 +25,15 @@ memory holds one chunk of activations and a few KiB of counts per tensor.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import sys
-import tempfile
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from quantbench.errors import UserError
+from quantbench.quantize import ort_api
 
 METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_PERCENTILE = 99.999
@@ -171,29 +168,11 @@ def _chunks(it: Iterable, size: int) -> Iterator[list]:
 
 def default_op_types() -> list[str]:
     """The op types quantize_static quantizes (and calibrates) by default, sorted."""
-    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
-
-    return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
+    return ort_api.static_op_types()
 
 
-def load_with_shape_infer(model_path: str | os.PathLike):
-    """onnxruntime's load_model_with_shape_infer on a private copy (it writes beside its input)."""
-    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
-
-    with tempfile.TemporaryDirectory(prefix="qb-shape-") as tmp:
-        import shutil
-
-        copy = Path(tmp) / "model.onnx"
-        shutil.copyfile(model_path, copy)
-        return load_model_with_shape_infer(copy)
-
-
-def tensors_to_calibrate(model, op_types: Sequence[str] | None) -> list[str]:
-    """The tensors onnxruntime's calibrators select (CalibraterBase.select_tensors_to_calibrate), sorted."""
-    from onnxruntime.quantization.calibrate import CalibraterBase
-
-    names, _ = CalibraterBase.select_tensors_to_calibrate(SimpleNamespace(op_types_to_calibrate=list(op_types or [])), model)
-    return sorted(names)
+load_with_shape_infer = ort_api.load_with_shape_infer
+tensors_to_calibrate = ort_api.tensors_to_calibrate
 
 
 def _session(model, providers=None):
@@ -371,8 +350,6 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
     model: an already shape-inferred ModelProto of model_path (skips reloading).
     plan: a dict that receives what was decided (mode, chunk, activation bytes per image, budget).
     """
-    from onnxruntime.quantization.calibrate import CalibrationMethod, HistogramCollector, TensorsData
-
     methods = list(dict.fromkeys(methods))
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -578,28 +555,21 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
         if method == "minmax":
             # onnxruntime's MinMaxCalibrater yields shape-(1,) arrays
             data = {t: (np.array([t_lo[t]]), np.array([t_hi[t]])) for t in names}
-            result[method] = TensorsData(CalibrationMethod.MinMax, data)
+            result[method] = ort_api.tensors_data("minmax", data)
             continue
+        bins = {"num_quantized_bins": entropy_quantized_bins, "percentile": percentile}
         if method == "percentile":
-            col = HistogramCollector(method="percentile", symmetric=True, num_bins=percentile_bins,
-                                     num_quantized_bins=entropy_quantized_bins, percentile=percentile, scenario="same")
-            for t in names:
-                if t not in empty:
-                    col.histogram_dict[t] = (pct[t].counts, pct[t].edges.astype(dtypes[t]), t_lo[t], t_hi[t])
-            with contextlib.redirect_stdout(io.StringIO()):
-                thresholds = col.compute_percentile() if col.histogram_dict else {}
-            thresholds.update(_empty_thresholds(empty, dtypes))
-            result[method] = TensorsData(CalibrationMethod.Percentile, thresholds)
+            thresholds = ort_api.percentile_thresholds(
+                {t: (pct[t].counts, pct[t].edges.astype(dtypes[t]), t_lo[t], t_hi[t]) for t in names if t not in empty},
+                num_bins=percentile_bins, **bins)
         elif method == "entropy":
-            col = HistogramCollector(method="entropy", symmetric=False, num_bins=entropy_bins,
-                                     num_quantized_bins=entropy_quantized_bins, percentile=percentile, scenario="same")
-            for t in names:
-                if t not in empty:
-                    col.histogram_dict[t] = (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t])
-            with contextlib.redirect_stdout(io.StringIO()):
-                thresholds = col.compute_entropy() if col.histogram_dict else {}
-            thresholds.update(_empty_thresholds(empty, dtypes))
-            result[method] = TensorsData(CalibrationMethod.Entropy, thresholds)
+            thresholds = ort_api.entropy_thresholds(
+                {t: (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t]) for t in names if t not in empty},
+                num_bins=entropy_bins, **bins)
+        else:
+            continue
+        thresholds.update(_empty_thresholds(empty, dtypes))
+        result[method] = ort_api.tensors_data(method, thresholds)
     return result
 
 
@@ -629,28 +599,19 @@ def load_ranges(path: str | os.PathLike):
     with other options (types, reduce_range, exclusions) without calibrating again."""
     import json
 
-    from onnxruntime.quantization.calibrate import CalibrationMethod, TensorsData
-
     try:
         saved = json.loads(Path(path).read_text())
         method = saved["method"]
         ranges = saved["ranges"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{path}: not a quantbench ranges file ({exc})") from None
-    cm = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-          "entropy": CalibrationMethod.Entropy}.get(method)
-    if cm is None:
+    if method not in METHODS:
         raise UserError(f"{path}: unknown calibration method {method!r}")
     if method == "minmax":  # shapes as onnxruntime's MinMaxCalibrater makes them
         data = {t: (np.array([lo], np.float32), np.array([hi], np.float32)) for t, (lo, hi) in ranges.items()}
     else:
         data = {t: (np.array(lo, np.float32), np.array(hi, np.float32), None, None) for t, (lo, hi) in ranges.items()}
-    return TensorsData(cm, data)
+    return ort_api.tensors_data(method, data)
 
 
-def method_name(tensors_data) -> str:
-    """'minmax' | 'percentile' | 'entropy' of a TensorsData (its onnxruntime CalibrationMethod)."""
-    from onnxruntime.quantization.calibrate import CalibrationMethod
-
-    return {CalibrationMethod.MinMax: "minmax", CalibrationMethod.Percentile: "percentile",
-            CalibrationMethod.Entropy: "entropy"}[tensors_data.calibration_method]
+method_name = ort_api.method_name

@@ -13,7 +13,7 @@ is recorded, so the recipe says what was done to the user's model:
 2. `Constant` tensors become initializers;
 3. an opset below 13 is converted to 13 with `onnx.version_converter` when
    per-channel weights are asked (or refused, naming the opset and the option);
-4. `quant_pre_process` runs in a private temporary folder (it writes
+4. `quant_pre_process` (ort_api.pre_process) runs in a private temporary folder (it writes
    `sym_shape_infer_temp.onnx` into the current one on failure); when symbolic
    shape inference fails it is retried without it (constant and BatchNorm
    folding still happen) and the fallback is reported.
@@ -21,13 +21,13 @@ is recorded, so the recipe says what was done to the user's model:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path
+from quantbench.quantize import ort_api
 
 # Domains onnxruntime's CPU provider runs without a custom-op library.
 RUNNABLE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.preview.training")
@@ -99,31 +99,6 @@ def convert_opset(model, model_path, target: int, why: str):
     return out
 
 
-@contextlib.contextmanager
-def _private_cwd():
-    """Run in a fresh temporary folder: onnxruntime's pre-processing writes temp files into the cwd."""
-    old = os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="qb-intake-") as td:
-        os.chdir(td)
-        try:
-            yield Path(td)
-        finally:
-            os.chdir(old)
-
-
-def _pre_process(src: Path, dst: Path, skip_symbolic: bool) -> None:
-    import logging
-
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
-    level = logging.getLogger().level
-    try:
-        with _private_cwd():
-            quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
-    finally:
-        logging.getLogger().setLevel(level)
-
-
 def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_process: bool = True,
             per_channel: bool = True) -> dict:
     """Write the float model to calibrate and quantize to `out_path`; returns the intake record.
@@ -165,13 +140,13 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
         else:
             try:
                 with atomic_path(out_path, suffix=".onnx") as tmp:
-                    _pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
+                    ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
                 record["symbolic_shape_inference"] = "done"
             except Exception as first:  # onnxruntime raises assorted errors (AssertionError, bare Exception)
                 reason = _first_line(first)
                 try:
                     with atomic_path(out_path, suffix=".onnx") as tmp:
-                        _pre_process(src, Path(tmp).resolve(), skip_symbolic=True)
+                        ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=True)
                 except Exception as exc:
                     raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({reason}; without symbolic "
                                     f"shape inference: {_first_line(exc)}); rerun with --no-pre-process") from None

@@ -11,7 +11,8 @@ Library API (used by `quantbench calibrate` and by the remedy matrix):
     make_fp32(model_path, out_path) -> Variant
 
 QDQ insertion is onnxruntime's own QDQQuantizer, called exactly as
-``quantize_static`` calls it (shape inference, opset update, argument checks);
+``quantize_static`` calls it (shape inference, opset update, argument checks)
+through quantbench.quantize.ort_api;
 only the ranges come from quantbench.quantize.calibration. Every file is
 written atomically; the recipe lists every option, the ranges' hash, the
 library versions and whatever the caller adds (calibration manifest hash, seed).
@@ -27,6 +28,7 @@ from typing import Mapping, Sequence
 
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
+from quantbench.quantize import ort_api
 from quantbench.variants import Variant
 
 TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
@@ -34,12 +36,10 @@ TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
 
 def quant_type(name: str):
     """'u8' | 's8' (| 'u16' | 's16') -> onnxruntime QuantType."""
-    from onnxruntime.quantization import QuantType
-
     key = str(name).lower().replace("uint", "u").replace("int", "s")
     if key not in TYPES:
         raise UserError(f"unknown quantization type {name!r}; use one of {sorted(TYPES)}")
-    return getattr(QuantType, TYPES[key])
+    return ort_api.quant_type(TYPES[key])
 
 
 def parse_types(spec: str) -> list[tuple[str, str]]:
@@ -99,9 +99,7 @@ def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
 
 
 def dynamic_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
-    from onnxruntime.quantization.registry import IntegerOpsRegistry
-
-    return sorted(set(IntegerOpsRegistry) - set(exclude_op_types))
+    return sorted(set(ort_api.dynamic_op_types()) - set(exclude_op_types))
 
 
 def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pre_process: bool = True,
@@ -144,9 +142,8 @@ def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, 
                  exclude_op_types: Sequence[str] = (), extra_options: Mapping | None = None,
                  name: str = "dynamic", model_name: str | None = None,
                  recipe_extra: Mapping | None = None) -> Variant:
-    """onnxruntime.quantization.quantize_dynamic with the given options (activations u8 at run time)."""
-    from onnxruntime.quantization import quantize_dynamic
-
+    """onnxruntime's quantize_dynamic (ort_api.dynamic_quantize) with the given options
+    (activations u8 at run time)."""
     from quantbench.modelio import load_model
 
     model = load_model(model_path, check=False)
@@ -157,9 +154,9 @@ def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, 
         src = Path(td) / "model.onnx"  # quantize_dynamic writes a shape-inferred copy beside its input
         shutil.copyfile(model_path, src)
         with atomic_path(out_path, suffix=".onnx") as tmp:
-            quantize_dynamic(src, tmp, op_types_to_quantize=op_types, per_channel=per_channel,
-                             reduce_range=reduce_range, weight_type=quant_type(weight_type),
-                             nodes_to_exclude=list(exclude_nodes), extra_options=dict(extra_options or {}))
+            ort_api.dynamic_quantize(src, tmp, op_types=op_types, per_channel=per_channel,
+                                     reduce_range=reduce_range, weight_type=quant_type(weight_type),
+                                     nodes_to_exclude=exclude_nodes, extra=extra_options or {})
     model_name = _model_name(model_path, model_name)
     recipe = {"variant": name, "model": model_name, "method": "dynamic", "quant_format": "QOperator",
               "activation_type": "u8", "weight_type": weight_type, "per_channel": per_channel,
@@ -187,11 +184,6 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
         has it: a copy is quantized, so one load serves calibration and every variant.
     Writes out_path, <stem>.ranges.json and <stem>.recipe.json beside it.
     """
-    from onnxruntime.quantization.calibrate import CalibrationMethod
-    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
-    from onnxruntime.quantization.quant_utils import QuantFormat, update_opset_version
-    from onnxruntime.quantization.quantize import check_static_quant_arguments
-
     from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, load_with_shape_infer,
                                                  ranges_dict, ranges_sha256)
 
@@ -199,7 +191,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     percentile = DEFAULT_PERCENTILE if percentile is None else percentile
     at, wt = quant_type(activation_type), quant_type(weight_type)
     try:
-        check_static_quant_arguments(QuantFormat.QDQ, at, wt)
+        ort_api.check_static_types(at, wt)
     except ValueError as exc:
         raise UserError(f"--types {activation_type}{weight_type}: {exc}") from None
     if model is None:
@@ -218,20 +210,15 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
             raise UserError("make_static: give `ranges` or calibration `inputs`")
         ranges = compute_ranges(model_path, inputs, [method], percentile=percentile, op_types=op_types,
                                 chunk_size=chunk_size, model=model, **calibration_options)[method]
-    expected = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-                "entropy": CalibrationMethod.Entropy}.get(method)
+    expected = ort_api.calibration_method(method) if method in ort_api.METHODS else None
     if expected is None or ranges.calibration_method != expected:
         raise UserError(f"make_static: ranges were computed with {ranges.calibration_method}, not {method!r}")
 
     extra = dict(extra_options or {})
-    qmodel = update_opset_version(model, wt, at, tensor_quant_overrides=extra.get("TensorQuantOverrides"),
-                                  block_size=extra.get("BlockSize", 0))
-    quantizer = QDQQuantizer(qmodel, per_channel, reduce_range, wt, at, ranges, [], list(exclude_nodes),
-                             op_types, extra)
-    quantizer.quantize_model()
+    quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra)
     out_path = Path(out_path)
     with atomic_path(out_path, suffix=".onnx") as tmp:
-        quantizer.model.save_model_to_file(str(tmp), False)
+        ort_api.save_quantized(quantized, tmp)
     rdict = ranges_dict(ranges)
     atomic_write_json(ranges_path(out_path), {"method": method, "ranges": rdict})
     model_name = _model_name(model_path, model_name)

@@ -1,0 +1,269 @@
+"""Every use of ``onnxruntime.quantization`` / ``onnxruntime.tools``, in one module.
+
+quantbench reuses onnxruntime's own quantization code so that its variants are
+byte-identical to stock ``quantize_static`` / ``quantize_dynamic``, but it
+replaces the collection of calibration statistics (bounded memory, independent
+of chunking and order). That needs a few of onnxruntime's *internals*
+(CalibraterBase, HistogramCollector, QDQQuantizer, ...), which are not a stable
+API and drift between releases. They are all called here and nowhere else, each
+through a small named function whose docstring says why it is used;
+tests/test_ort_api.py checks the signatures and attributes these functions rely
+on and names the function to fix when one drifts.
+
+Written against onnxruntime 1.32.0 (``WRITTEN_AGAINST``). onnxruntime is
+imported inside each function, so importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Mapping, Sequence
+
+WRITTEN_AGAINST = "1.32.0"
+
+METHODS = ("minmax", "percentile", "entropy")
+
+
+# --- types, methods, registries ---------------------------------------------------------------
+
+def quant_type(name: str):
+    """onnxruntime ``QuantType`` member by name ('QUInt8', 'QInt8', 'QUInt16', 'QInt16').
+
+    onnxruntime 1.32.0. Public API; the quantizers take these enum members.
+    """
+    from onnxruntime.quantization import QuantType
+
+    return getattr(QuantType, name)
+
+
+def calibration_method(name: str):
+    """'minmax' | 'percentile' | 'entropy' -> onnxruntime ``CalibrationMethod`` (KeyError otherwise).
+
+    onnxruntime 1.32.0. TensorsData carries the method, and QDQQuantizer reads it
+    (MinMax ranges are used as given, histogram methods' thresholds likewise).
+    """
+    from onnxruntime.quantization.calibrate import CalibrationMethod
+
+    return {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
+            "entropy": CalibrationMethod.Entropy}[name]
+
+
+def method_name(tensors_data) -> str:
+    """'minmax' | 'percentile' | 'entropy' of a TensorsData (its ``calibration_method``).
+
+    onnxruntime 1.32.0. Inverse of calibration_method, for ranges loaded from disk.
+    """
+    from onnxruntime.quantization.calibrate import CalibrationMethod
+
+    return {CalibrationMethod.MinMax: "minmax", CalibrationMethod.Percentile: "percentile",
+            CalibrationMethod.Entropy: "entropy"}[tensors_data.calibration_method]
+
+
+def static_op_types() -> list[str]:
+    """The op types quantize_static quantizes (and calibrates) by default, sorted:
+    ``QLinearOpsRegistry | QDQRegistry``.
+
+    onnxruntime 1.32.0. quantize_static with op_types_to_quantize=None uses exactly
+    this union; quantbench passes it explicitly so that it can be recorded and
+    narrowed by --exclude-op-types.
+    """
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
+
+
+def dynamic_op_types() -> list[str]:
+    """The op types quantize_dynamic quantizes by default (``IntegerOpsRegistry``), sorted.
+
+    onnxruntime 1.32.0. As static_op_types, for the dynamic variant.
+    """
+    from onnxruntime.quantization.registry import IntegerOpsRegistry
+
+    return sorted(set(IntegerOpsRegistry))
+
+
+# --- model preparation ------------------------------------------------------------------------
+
+def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: bool) -> None:
+    """onnxruntime's ``quant_pre_process`` (optimization + ONNX and symbolic shape inference)
+    from `src` to `dst`, in a private working folder, the root logger's level restored.
+
+    onnxruntime 1.32.0 (``onnxruntime.quantization.shape_inference``). Used because
+    quantize_static recommends it and its shape information decides which tensors
+    are calibrated; `skip_symbolic` is the fallback for models the symbolic shape
+    inference cannot handle. It writes temporary files into the cwd and changes the
+    root logger's level, hence the folder and the restore.
+    """
+    import logging
+
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    level = logging.getLogger().level
+    old = os.getcwd()
+    try:
+        with tempfile.TemporaryDirectory(prefix="qb-intake-") as td:
+            os.chdir(td)
+            try:
+                quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
+            finally:
+                os.chdir(old)
+    finally:
+        logging.getLogger().setLevel(level)
+
+
+def load_with_shape_infer(model_path: str | os.PathLike):
+    """onnxruntime's ``load_model_with_shape_infer`` on a private copy -> ModelProto.
+
+    onnxruntime 1.32.0 (``quant_utils``). quantize_static loads its input this way,
+    so calibrating and quantizing the same ModelProto gives its exact tensors and
+    bytes. It writes an '-inferred' file beside its input, hence the private copy.
+    """
+    from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
+
+    with tempfile.TemporaryDirectory(prefix="qb-shape-") as tmp:
+        copy = Path(tmp) / "model.onnx"
+        shutil.copyfile(model_path, copy)
+        return load_model_with_shape_infer(copy)
+
+
+# --- calibration --------------------------------------------------------------------------------
+
+def tensors_to_calibrate(model, op_types: Sequence[str] | None) -> list[str]:
+    """The tensors onnxruntime's calibrators would calibrate in `model`, sorted.
+
+    onnxruntime 1.32.0. Calls the unbound ``CalibraterBase.select_tensors_to_calibrate``
+    with a stand-in ``self`` holding only ``op_types_to_calibrate`` (the one attribute
+    it reads), so quantbench calibrates exactly the tensors stock calibrators do
+    without building a calibrator (which writes an augmented model to disk).
+    """
+    from onnxruntime.quantization.calibrate import CalibraterBase
+
+    names, _ = CalibraterBase.select_tensors_to_calibrate(
+        SimpleNamespace(op_types_to_calibrate=list(op_types or [])), model)
+    return sorted(names)
+
+
+def _histogram_collector(method: str, symmetric: bool, num_bins: int, num_quantized_bins: int,
+                         percentile: float):
+    from onnxruntime.quantization.calibrate import HistogramCollector
+
+    return HistogramCollector(method=method, symmetric=symmetric, num_bins=num_bins,
+                              num_quantized_bins=num_quantized_bins, percentile=percentile, scenario="same")
+
+
+def percentile_thresholds(histograms: Mapping[str, tuple], *, num_bins: int, num_quantized_bins: int,
+                          percentile: float) -> dict:
+    """Percentile thresholds from histograms of |x| -> {tensor: (lo, hi, hist, edges)}.
+
+    histograms: {tensor: (counts, edges, min, max)}, laid out as onnxruntime's
+    ``HistogramCollector.collect_absolute_value`` lays them out for the whole set.
+    onnxruntime 1.32.0. A ``HistogramCollector(method='percentile', symmetric=True)``
+    gets its ``histogram_dict`` filled and ``compute_percentile`` runs: the range
+    math is onnxruntime's own, only the collection is quantbench's (bounded
+    memory). Its progress prints are swallowed.
+    """
+    if not histograms:
+        return {}
+    col = _histogram_collector("percentile", True, num_bins, num_quantized_bins, percentile)
+    col.histogram_dict.update(histograms)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return col.compute_percentile()
+
+
+def entropy_thresholds(histograms: Mapping[str, tuple], *, num_bins: int, num_quantized_bins: int,
+                       percentile: float) -> dict:
+    """Entropy (KL) thresholds from histograms of x -> {tensor: (lo, hi, hist, edges)}.
+
+    histograms: {tensor: (counts, edges, min, max, threshold)}, laid out as
+    onnxruntime's ``HistogramCollector.collect_value`` lays them out for the whole set.
+    onnxruntime 1.32.0. As percentile_thresholds, with
+    ``HistogramCollector(method='entropy', symmetric=False).compute_entropy``.
+    """
+    if not histograms:
+        return {}
+    col = _histogram_collector("entropy", False, num_bins, num_quantized_bins, percentile)
+    col.histogram_dict.update(histograms)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return col.compute_entropy()
+
+
+def tensors_data(method: str, data: Mapping[str, tuple]):
+    """onnxruntime ``TensorsData`` for 'minmax' | 'percentile' | 'entropy'.
+
+    data: {tensor: (lowest, highest)} for minmax (shape-(1,) arrays, as
+    MinMaxCalibrater makes them), {tensor: (lowest, highest, hist, bins)} for the
+    histogram methods (what compute_percentile / compute_entropy return).
+    onnxruntime 1.32.0. QDQQuantizer takes its ranges as a TensorsData.
+    """
+    from onnxruntime.quantization.calibrate import TensorsData
+
+    return TensorsData(calibration_method(method), dict(data))
+
+
+# --- quantization -------------------------------------------------------------------------------
+
+def check_static_types(activation_type, weight_type) -> None:
+    """Raise ValueError for activation/weight QuantType pairs quantize_static refuses for QDQ.
+
+    onnxruntime 1.32.0 (``quantize.check_static_quant_arguments``): the check
+    quantize_static runs first, so quantbench refuses the same pairs.
+    """
+    from onnxruntime.quantization.quant_utils import QuantFormat
+    from onnxruntime.quantization.quantize import check_static_quant_arguments
+
+    check_static_quant_arguments(QuantFormat.QDQ, activation_type, weight_type)
+
+
+def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, activation_type, ranges,
+                 nodes_to_exclude: Sequence[str], op_types: Sequence[str], extra: Mapping):
+    """QDQ-quantize shape-inferred `model` with given `ranges` (TensorsData) -> the quantized
+    model (onnxruntime's ONNXModel wrapper; write it with save_quantized).
+
+    onnxruntime 1.32.0. Does what ``quantize_static`` (QDQ) does after calibrating:
+    ``update_opset_version`` then ``QDQQuantizer(model, per_channel, reduce_range,
+    weight_qType, activation_qType, tensors_range, nodes_to_quantize=[],
+    nodes_to_exclude, op_types_to_quantize, extra_options)``, positionally as
+    quantize_static calls it, and ``quantize_model()``. Used so that quantbench's
+    own ranges give models byte-identical to stock quantize_static. `extra` is
+    passed as is (not copied), as quantize_static passes extra_options.
+    """
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+    from onnxruntime.quantization.quant_utils import update_opset_version
+
+    qmodel = update_opset_version(model, weight_type, activation_type,
+                                  tensor_quant_overrides=extra.get("TensorQuantOverrides"),
+                                  block_size=extra.get("BlockSize", 0))
+    quantizer = QDQQuantizer(qmodel, per_channel, reduce_range, weight_type, activation_type, ranges, [],
+                             list(nodes_to_exclude), op_types, extra)
+    quantizer.quantize_model()
+    return quantizer.model
+
+
+def save_quantized(quantized, path: str | os.PathLike) -> None:
+    """Write qdq_quantize's result to `path` as quantize_static does
+    (``ONNXModel.save_model_to_file``: topological sort, initializer checks, no external data).
+
+    onnxruntime 1.32.0. Saving through the wrapper keeps the bytes identical to stock.
+    """
+    quantized.save_model_to_file(str(path), False)
+
+
+def dynamic_quantize(src: str | os.PathLike, dst: str | os.PathLike, *, op_types: Sequence[str],
+                     per_channel: bool, reduce_range: bool, weight_type, nodes_to_exclude: Sequence[str],
+                     extra: Mapping) -> None:
+    """onnxruntime's public ``quantize_dynamic`` from `src` to `dst`.
+
+    onnxruntime 1.32.0. The dynamic variant is stock quantize_dynamic; it writes a
+    shape-inferred copy beside `src`, so give it a private copy.
+    """
+    from onnxruntime.quantization import quantize_dynamic
+
+    quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
+                     reduce_range=reduce_range, weight_type=weight_type,
+                     nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra))
