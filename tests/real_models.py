@@ -102,8 +102,11 @@ LAYOUT = RealModel(
     },
     kind="detector",
     tile=(304, 400),
-    train_tiles=24,     # one group (no objects) x dark/bright x 12
-    eval_tiles=1,       # ~50 s per fp32 inference under the emulated A76
+    train_tiles=8,      # one group (no objects) x dark/bright x 4
+    eval_tiles=1,       # ~33 s per inference under the emulated A76
+    # the one non-default option: at 800x608 each calibration image costs ~6 s here, so 4 per cell
+    # (8 images) instead of 12 keeps the suite inside CI's budget; everything else is default
+    calibrate_args=("--per-cell", "4"),
     notes="PP-PicoDet layout detector, opset 13 + Paddle domain, Constant-held weights, 8 raw outputs",
 )
 

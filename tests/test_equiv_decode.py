@@ -173,3 +173,15 @@ def test_equiv_on_a_raw_yolo_head_and_with_a_decode_plugin(workdir, capsys):
     s = json.loads(capsys.readouterr().out)
     assert s["settings"]["decode_plugins"]["tiny-yolo"]["ref"] == "dec.py:best"
     assert len(s["settings"]["decode_plugins"]["tiny-yolo"]["sha256"]) == 64
+
+
+def test_a_bad_decode_block_fails_before_any_host_runs(workdir, capsys):
+    """Was: every host ran (tables written) before the sidecar's misspelt decode kind was noticed."""
+    vdir, labels = make_bench(workdir / "bench", n_images=2)
+    for name in ("fp32", "dynamic"):
+        recipe = json.loads((vdir / f"{name}.recipe.json").read_text())
+        recipe["sidecar"] = {**SIDE, "decode": {"kind": "clasifier-softmax"}}
+        (vdir / f"{name}.recipe.json").write_text(json.dumps(recipe))
+    code = main(["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress"])
+    assert code == 2 and "unknown decode kind" in capsys.readouterr().err
+    assert not (workdir / "results").exists()

@@ -305,3 +305,13 @@ def calibrate_cli_error(model, labels, flag, value, capsys) -> str:
     assert main(["calibrate", "--model", str(model), "--labels", str(labels), flag, value]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     return line.split(": error: ", 1)[1]
+
+
+def test_calibrate_refuses_a_decode_block_that_cannot_decode_the_model(workdir, corpus, capsys):
+    labels, _ = corpus
+    model = tiny_model(workdir / "m" / "tiny.onnx")
+    side = json.loads(model.with_suffix(".json").read_text())
+    model.with_suffix(".json").write_text(json.dumps({**side, "decode": {"kind": "clasifier-softmax"}}))
+    assert calibrate(model, labels) == 2
+    assert "unknown decode kind" in capsys.readouterr().err
+    assert not (workdir / "results").exists() and not (workdir / "calib_sets").exists()

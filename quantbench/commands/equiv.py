@@ -64,6 +64,21 @@ def _run_hint(args) -> str:
     return "".join(parts)
 
 
+def check_decoders(variants, override, kind, threshold) -> None:
+    """Every variant's decode spec (sidecar or --decode/--threshold) is valid and fits its outputs."""
+    from quantbench.analysis.decode import NONE_HINT, check_outputs, spec_from_sidecar
+    from quantbench.errors import UserError
+    from quantbench.modelio import load_model
+    from quantbench.variants import sidecar_for
+
+    for v in variants:
+        spec = spec_from_sidecar(sidecar_for(v, override), kind, threshold, source=f"model {v.model} sidecar")
+        try:
+            check_outputs(spec, [o.name for o in load_model(v.path, check=False).graph.output])
+        except UserError as exc:
+            raise UserError(f"model {v.model}: {exc}; or {NONE_HINT}") from None
+
+
 def prepare(args, held: contextlib.ExitStack | None = None):
     """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
 
@@ -91,6 +106,7 @@ def prepare(args, held: contextlib.ExitStack | None = None):
     root = results / "tables"
     variants = resolve_variants(args.variants)
     override = sidecar_from_args(args)
+    check_decoders(variants, override, args.decode, args.threshold)  # a bad decode block fails before any run
     fixtures = fixtures_from_args(args, variants, args.limit)
     session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
     from quantbench import tables

@@ -156,6 +156,11 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")
+    if sidecar and sidecar.get("decode"):  # a decode block that cannot decode this model fails now, not after runs
+        from quantbench.analysis.decode import check_outputs, spec_from_sidecar
+
+        where = str(opts.sidecar or model_path.with_suffix(".json"))
+        check_outputs(spec_from_sidecar(sidecar, source=where), [o.name for o in model.graph.output])
     elem = next(i for i in model.graph.input if i.name == in_name).type.tensor_type.elem_type
     np_type = helper.tensor_dtype_to_np_dtype(elem)
     if str(np_type) != spec.get("dtype", "float32"):
