@@ -414,3 +414,14 @@ def test_release_holds_only_the_analysed_runs_outputs(results, base_results, cap
     t = pq.read_table(results / "releases" / "v1" / rec["tables"]["outputs"]["files"][0]["path"])
     assert len(set(t.column("session_key").to_pylist())) == 1 and t.num_rows == 10   # 2 variants x 5 fixtures
     assert all(len(v["targets"]) == 1 for v in rec["variants"])
+
+
+def test_release_letters_follow_the_analysis_reference_first():
+    """Was: release.json said pi = A, x86 = B while the classes table of the same analysis said A = x86."""
+    from quantbench.release.record import _byte_classes
+
+    targets = [{"host": "pi", "_lines": [("f", "y", "1" * 64)]}, {"host": "x86", "_lines": [("f", "y", "2" * 64)]}]
+    _byte_classes(targets, ["x86", "x86", "pi"])
+    assert {t["host"]: t["byte_class"] for t in targets} == {"x86": "A", "pi": "B"}
+    _byte_classes(targets)  # no analysis: host order
+    assert {t["host"]: t["byte_class"] for t in targets} == {"pi": "A", "x86": "B"}

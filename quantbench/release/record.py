@@ -24,6 +24,7 @@ import shutil
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from quantbench import SCHEMA_VERSION, __version__
 from quantbench.errors import UserError
@@ -308,13 +309,18 @@ def _targets_of(tables_root: Path, variant_id: str, hosts: list[str] | None) -> 
     return targets
 
 
-def _byte_classes(targets: list[dict]) -> None:
-    """Label targets A, B, ... by identical output hashes over the fixtures all of them ran."""
+def _byte_classes(targets: list[dict], order: Sequence[str] = ()) -> None:
+    """Label targets A, B, ... by identical output hashes over the fixtures all of them ran.
+
+    Letters are given in `order` (the equiv analysis's reference first, then its hosts),
+    so a release says A where the analysis's classes table says A.
+    """
     if not targets:
         return
     common = set.intersection(*({(fx, on) for fx, on, _ in t["_lines"]} for t in targets))
+    rank = {h: i for i, h in enumerate(dict.fromkeys(h for h in order if h))}
     labels: dict = {}
-    for t in targets:
+    for t in sorted(targets, key=lambda t: (rank.get(t["host"], len(rank)), t["host"])):
         d = _digest(x for x in t["_lines"] if (x[0], x[1]) in common)
         t["byte_class"] = labels.setdefault(d, chr(ord("A") + len(labels)) if len(labels) < 26 else f"C{len(labels)}")
         t["byte_class_digest"] = d
@@ -470,7 +476,7 @@ def _measured(v, tables_root: Path, hosts) -> tuple:
     eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
     if eid:
         targets = _scope_to_analysis(targets, sem, esettings)
-    _byte_classes(targets)
+    _byte_classes(targets, [esettings.get("reference"), *esettings.get("hosts", [])] if eid else ())
     return hashes, targets, eid, eclasses, eflips
 
 
