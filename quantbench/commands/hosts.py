@@ -67,7 +67,8 @@ def do_check(args) -> int:
     from quantbench.errors import UserError
     from quantbench.hosts import worker as W
     from quantbench.hosts.registry import make_host, resolve_hosts
-    from quantbench.hosts.keys import cpu_summary, fingerprint_request, normalize_session, probe_model
+    from quantbench.hosts.keys import cpu_summary, normalize_session, probe_model
+    from quantbench.hosts.session import HostSession
 
     spec = resolve_hosts([args.name], args.hosts_file, option="hosts check")[0]
     host = make_host(spec)
@@ -78,26 +79,10 @@ def do_check(args) -> int:
         print(f"{spec.name}: {msg}")
         return 0
     session = normalize_session(session_from_args(args))
-    from quantbench.hosts.local import WorkerDied
-
     t0 = time.monotonic()
-    client = None
-    try:
-        client = host.start()  # sending the worker's source can already meet a dead connection
-        header, payload = fingerprint_request(spec.name, session, args.allow_fallback)
-        fp = None
-        for h, _ in client.request(header, payload):
-            if h["type"] == "error":
-                raise UserError(f"host {spec.name}: {h['message']}")
-            fp = h
-    except WorkerDied as exc:
-        raise UserError(host.died_message(exc)) from None
-    finally:
-        if client is not None:
-            client.close()
+    with HostSession(spec, session, args.allow_fallback) as hs:
+        fp = hs.frame
     seconds = time.monotonic() - t0
-    if fp is None:
-        raise UserError(f"host {spec.name}: the worker sent no fingerprint")
     expect = None
     try:
         import onnxruntime as ort

@@ -65,7 +65,7 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
     """One variant on one host; `host` is a localize.HostRun."""
     from pathlib import Path
 
-    from quantbench.explain.localize import Worker
+    from quantbench.explain.localize import open_session
     from quantbench.fsutil import canonical_json
     from quantbench.modelio import load_model, semantic_sha256
 
@@ -77,7 +77,7 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
     if warmup < 1:
         raise ParameterError("warmup", "must be at least 1", warmup)
     model = Path(model_path).read_bytes()
-    w = Worker(host, allow_fallback)
+    w = open_session(host, allow_fallback)
     try:
         res = w.run(model, [fixture], host.session, return_tensors=False, repeat=warmup + runs * repeats)
         rss = _vm_hwm_mb(w.client.pid) if host.spec.kind == "local" else None

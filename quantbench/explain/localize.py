@@ -72,77 +72,19 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file=None, op
     return out
 
 
-class Worker:
-    """One worker process of a host: fingerprint once, then run jobs (hashes, and tensors on request)."""
+def open_session(host: HostRun, allow_fallback: bool = False):
+    """A started, fingerprinted worker of `host` under its session (quantbench.hosts.session.HostSession)."""
+    from quantbench.hosts.session import HostSession
 
-    def __init__(self, host: HostRun, allow_fallback: bool = False):
-        from quantbench.hosts.registry import make_host
-        from quantbench.hosts.keys import fingerprint_request
-
-        if host.spec.kind == "imported":
-            raise UserError(f"host {host.label}: an imported host cannot run new jobs; name a local, emulated or ssh host")
-        self.host = host
-        self.allow_fallback = allow_fallback
-        self.client = make_host(host.spec).start()
-        header, payload = fingerprint_request(host.spec.name, host.session, allow_fallback)
-        self.fingerprint, self.fingerprint_id = None, ""
-        for h, _ in self._frames(header, payload):
-            if h.get("type") == "fingerprint":
-                self.fingerprint, self.fingerprint_id = h["fingerprint"], h["fingerprint_id"]
-
-    def _frames(self, header, payload):
-        from quantbench.hosts.local import WorkerDied
-
-        try:
-            for h, p in self.client.request(header, payload):
-                if h.get("type") == "error":
-                    raise UserError(f"host {self.host.label}: worker {h.get('stage')} error: {h.get('message')}")
-                yield h, p
-        except WorkerDied as exc:
-            raise UserError(f"host {self.host.label}: {exc}") from None
-
-    def run(self, model: bytes, fixtures, session: dict | None = None, output_names=None,
-            return_tensors=False, repeat: int = 1) -> list[dict]:
-        """One result per fixture (per repeat): {"fixture_id", "repeat", "outputs": {name: {sha256, dtype, shape, array?}}}."""
-        from quantbench.hosts import worker as W
-
-        parts, entries, off = [model], [], len(model)
-        for fx in fixtures:
-            b = W.tensor_bytes(fx.array)
-            entries.append({"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": W.canonical(fx.array).dtype.str,
-                            "shape": list(fx.array.shape), "offset": off, "nbytes": len(b)})
-            parts.append(b)
-            off += len(b)
-        header = {"type": "run", "host": self.host.spec.name, "session": session or self.host.session,
-                  "allow_fallback": self.allow_fallback,
-                  "model": {"offset": 0, "nbytes": len(model), "sha256": hashlib.sha256(model).hexdigest()},
-                  "fixtures": entries, "return_tensors": return_tensors, "repeat": int(repeat)}
-        if output_names:
-            header["output_names"] = list(output_names)
-        results = []
-        for h, p in self._frames(header, parts):
-            if h.get("type") != "result":
-                continue
-            outs = {}
-            for o in h["outputs"]:
-                d = {"sha256": o["sha256"], "dtype": o["dtype"], "shape": o["shape"]}
-                if "offset" in o:
-                    d["array"] = W.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"], o["shape"]).copy()
-                outs[o["name"]] = d
-            results.append({"fixture_id": h["fixture_id"], "repeat": h.get("repeat", 0), "outputs": outs,
-                            "seconds": h.get("seconds")})
-        return results
-
-    def close(self):
-        self.client.close()
+    return HostSession(host.spec, host.session, allow_fallback, label=host.label).open()
 
 
-def start_workers(hosts: list[HostRun], allow_fallback: bool = False) -> list[Worker]:
+def start_workers(hosts: list[HostRun], allow_fallback: bool = False) -> list:
     """Start (and fingerprint) every host's worker in parallel; close them all if one fails."""
     workers: list = [None] * len(hosts)
 
     def start(i):
-        workers[i] = Worker(hosts[i], allow_fallback)
+        workers[i] = open_session(hosts[i], allow_fallback)
 
     try:
         parallel(start, list(range(len(hosts))))

@@ -80,7 +80,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
     """The noise rows of one host (a localize.HostRun) for one variant; `spec` a DecodeSpec or None."""
     from pathlib import Path
 
-    from quantbench.explain.localize import Worker
+    from quantbench.explain.localize import open_session
     from quantbench.modelio import load_model, semantic_sha256
 
     bad = [f for f in factors if f not in FACTORS]
@@ -94,7 +94,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
     want = names or False
     base = dict(host.session)
     rows: list[NoiseRow] = []
-    w = Worker(host, allow_fallback)
+    w = open_session(host, allow_fallback)
     try:
         def row(factor, sa, sb, a, b, note=""):
             differ, flips, _ = _compare(spec, a, b, names)

@@ -28,7 +28,7 @@ from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, sha256_file
 from quantbench.hosts import worker as W
-from quantbench.hosts.keys import (fingerprint_request, hosts_row, local_ort_version, normalize_session, run_key,
+from quantbench.hosts.keys import (hosts_row, local_ort_version, normalize_session, run_key,
                                    session_key)
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 
@@ -341,18 +341,6 @@ class _HostRun:
 
     # -- worker side
 
-    def _fingerprint(self, client) -> tuple[dict, str, list]:
-        header, payload = fingerprint_request(self.spec.name, self.ctx.session, self.ctx.allow_fallback)
-        fp = None
-        for h, _ in client.request(header, payload):
-            if h["type"] == "fingerprint":
-                fp = h
-            elif h["type"] == "error":
-                raise UserError(f"host {self.spec.name}: {h['message']}")
-        if fp is None:
-            raise UserError(f"host {self.spec.name}: the worker sent no fingerprint")
-        return fp["fingerprint"], fp["fingerprint_id"], fp["fingerprint"]["identity"].get("resolved_providers", [])
-
     def _error(self, msg: str) -> None:
         with self.lock:
             self.summary.errors.append(msg)
@@ -486,26 +474,20 @@ class _HostRun:
             self.summary.seconds = time.monotonic() - t0
 
     def _start_and_fingerprint(self):
-        from quantbench.hosts.local import WorkerDied
+        """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted."""
+        from quantbench.hosts.session import HostSession
 
-        client = None
+        hs = HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback)
         try:
-            client = self.host.start()  # sending the worker's source can already meet a dead connection
-            with self.lock:
-                self.summary.workers += 1
-            self.clients.append(client)
-            if self.stop.is_set():
-                client.kill()
-            fp, fid, providers = self._fingerprint(client)
-        except WorkerDied as exc:
-            if client is not None:
-                client.kill()
-            raise UserError(self.host.died_message(exc)) from None
-        except BaseException:
-            if client is not None:
-                client.kill()
-            raise
-        return client, fp, fid
+            hs.open()
+        finally:
+            if hs.client is not None:
+                with self.lock:
+                    self.summary.workers += 1
+                self.clients.append(hs.client)
+        if self.stop.is_set():
+            hs.kill()
+        return hs.client, hs.fingerprint, hs.fingerprint_id
 
     def _adopt(self, fp: dict, fid: str) -> None:
         """Take `fid` as this host's fingerprint: version checks, the hosts row (written once)."""

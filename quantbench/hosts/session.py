@@ -1,0 +1,128 @@
+"""One worker of one host, as a session: open -> fingerprint -> run -> close.
+
+The one client of the worker protocol (quantbench/hosts/worker.py) for every
+caller: the runner's workers, the explain commands' workers, `hosts check`.
+Like Polygraphy's runners (activate / infer / deactivate), a HostSession is a
+context manager; the host kind it wraps (local, emulated, ssh) owns how its
+worker starts and how a dead worker is explained (`died_message`), so no caller
+branches on the kind or translates a dead connection itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from quantbench.errors import UserError
+
+
+class HostSession:
+    """A started, fingerprinted worker of `spec` (a quantbench.hosts.registry.HostSpec).
+
+    `session` is the normalised session the fingerprint is taken under; `label`
+    names the host in errors (the explain commands' NAME+KEY=VALUE).
+    """
+
+    def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None):
+        from quantbench.hosts.registry import make_host
+
+        if spec.kind == "imported":
+            raise UserError(f"host {label or spec.name}: an imported host cannot run new jobs; "
+                            "name a local, emulated or ssh host")
+        self.spec, self.session, self.allow_fallback = spec, dict(session or {}), allow_fallback
+        self.label = label or spec.name
+        self.host = make_host(spec)
+        self.client = None
+        self.fingerprint: dict | None = None
+        self.fingerprint_id = ""
+        self.providers: list = []
+        self.frame: dict | None = None  # the whole fingerprint frame (info, timings)
+
+    # -- lifecycle
+
+    def open(self) -> "HostSession":
+        """Start the worker and fingerprint it; a worker that dies on the way is one UserError."""
+        from quantbench.hosts.keys import fingerprint_request
+        from quantbench.hosts.local import WorkerDied
+
+        try:
+            self.client = self.host.start()  # sending the worker's source can already meet a dead connection
+            header, payload = fingerprint_request(self.spec.name, self.session, self.allow_fallback)
+            for h, _ in self.client.request(header, payload):
+                if h.get("type") == "fingerprint":
+                    self.frame = h
+                elif h.get("type") == "error":
+                    raise UserError(f"host {self.label}: {h.get('message')}")
+        except WorkerDied as exc:
+            self.kill()
+            raise UserError(self.host.died_message(exc)) from None
+        except BaseException:
+            self.kill()
+            raise
+        if self.frame is None:
+            self.kill()
+            raise UserError(f"host {self.label}: the worker sent no fingerprint")
+        self.fingerprint, self.fingerprint_id = self.frame["fingerprint"], self.frame["fingerprint_id"]
+        self.providers = self.fingerprint["identity"].get("resolved_providers", [])
+        return self
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+    def kill(self) -> None:
+        if self.client is not None:
+            self.client.kill()
+
+    def __enter__(self) -> "HostSession":
+        return self.open() if self.client is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- jobs
+
+    def frames(self, header: dict, payload):
+        """The worker's frames for one request; an error frame or a dead worker is one UserError."""
+        from quantbench.hosts.local import WorkerDied
+
+        try:
+            for h, p in self.client.request(header, payload):
+                if h.get("type") == "error":
+                    raise UserError(f"host {self.label}: worker {h.get('stage')} error: {h.get('message')}")
+                yield h, p
+        except WorkerDied as exc:
+            raise UserError(self.host.died_message(exc)) from None
+
+    def run(self, model: bytes, fixtures, session: dict | None = None, output_names=None,
+            return_tensors=False, repeat: int = 1) -> list[dict]:
+        """One result per fixture (per repeat): {"fixture_id", "repeat", "outputs": {name: {sha256, dtype, shape, array?}}}."""
+        from quantbench.hosts import worker as W
+
+        parts, entries, off = [model], [], len(model)
+        for fx in fixtures:
+            b = W.tensor_bytes(fx.array)
+            entries.append({"fixture_id": fx.fixture_id, "input_name": fx.input_name,
+                            "dtype": W.canonical(fx.array).dtype.str, "shape": list(fx.array.shape),
+                            "offset": off, "nbytes": len(b)})
+            parts.append(b)
+            off += len(b)
+        header = {"type": "run", "host": self.spec.name, "session": session or self.session,
+                  "allow_fallback": self.allow_fallback,
+                  "model": {"offset": 0, "nbytes": len(model), "sha256": hashlib.sha256(model).hexdigest()},
+                  "fixtures": entries, "return_tensors": return_tensors, "repeat": int(repeat)}
+        if output_names:
+            header["output_names"] = list(output_names)
+        results = []
+        for h, p in self.frames(header, parts):
+            if h.get("type") != "result":
+                continue
+            outs = {}
+            for o in h["outputs"]:
+                d = {"sha256": o["sha256"], "dtype": o["dtype"], "shape": o["shape"]}
+                if "offset" in o:
+                    d["array"] = W.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"],
+                                                     o["shape"]).copy()
+                outs[o["name"]] = d
+            results.append({"fixture_id": h["fixture_id"], "repeat": h.get("repeat", 0), "outputs": outs,
+                            "seconds": h.get("seconds")})
+        return results
