@@ -234,3 +234,13 @@ def test_local_and_arm_presets_on_the_demo_classifier(workdir):
     for name in ("pi", "pi4"):
         assert fps[name]["kind"] == "emulated"
         _check_arm_identity(name, json.loads(fps[name]["fingerprint"])["identity"])
+
+
+@pytest.mark.slow
+def test_hosts_setup_command_on_a_ready_preset_does_nothing(capsys):
+    """The command path scripts/setup.sh takes (it broke once while the setup code moved)."""
+    from quantbench.cli import main
+
+    _need("pi")
+    assert main(["hosts", "setup", "pi"]) == 0
+    assert "nothing to do" in capsys.readouterr().out

@@ -123,6 +123,7 @@ def do_setup(args) -> int:
     from quantbench.hosts.registry import known_hosts
 
     from quantbench.hosts import emulated as em
+    from quantbench.hosts.setup import setup_presets
 
     hosts = known_hosts(args.hosts_file)
     if args.all:
@@ -138,7 +139,7 @@ def do_setup(args) -> int:
             if spec.kind != "emulated":
                 raise UserError(f"hosts setup: host {name!r} is kind {spec.kind}; only emulated hosts need setup")
             presets.append(spec.options.get("preset", name))
-    done = em.setup(list(dict.fromkeys(presets)), progress=not args.no_progress)
+    done = setup_presets(list(dict.fromkeys(presets)), progress=not args.no_progress)
     for action in done:
         print(action)
     if not done:
