@@ -110,41 +110,9 @@ def twin_results(tmp_path_factory):
     """results/ with fp32, dynamic and dynamic-twin (a byte-identical copy of dynamic, so one variant_id
     for two records, like static-entropy = static-minmax) of a tiny classifier, run on x86 over 5
     images, plus a `quantbench equiv` analysis."""
-    import numpy as np
-    from PIL import Image
-    from test_release import SIDE, tiny_classifier
+    from test_release import make_release_results
 
-    from quantbench.quantize import variants as qv
-    from quantbench.variants import Variant, write_index, write_latest
-
-    root = tmp_path_factory.mktemp("hostile-release")
-    results = root / "results"
-    vdir = results / "variants" / "tiny"
-    vdir.mkdir(parents=True)
-    tiny_classifier(root / "src.onnx", doc="export.py(12): forward")
-    vs = [qv.make_fp32(root / "src.onnx", vdir / "fp32.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE}),
-          qv.make_dynamic(root / "src.onnx", vdir / "dynamic.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE})]
-    shutil.copyfile(vdir / "dynamic.onnx", vdir / "dynamic-twin.onnx")
-    shutil.copyfile(vdir / "dynamic.recipe.json", vdir / "dynamic-twin.recipe.json")
-    vs.append(Variant("dynamic-twin", vdir / "dynamic-twin.onnx", "tiny", vs[1].recipe))
-    write_index(vdir, vs)
-    write_latest(vdir, "tiny", results_dir=results)
-    (root / "images").mkdir()
-    rng = np.random.default_rng(3)
-    images = []
-    for i in range(5):
-        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(root / "images" / f"im{i}.png")
-        images.append({"id": i, "file_name": f"im{i}.png", "width": 8, "height": 8, "split": "eval"})
-    (root / "labels.json").write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
-    old = os.getcwd()
-    os.chdir(root)
-    try:
-        common = ["--hosts", "x86", "--fixtures", "labels.json", "--no-progress"]
-        assert main(["run", *common]) == 0
-        assert main(["equiv", "--no-run", "--no-plots", *common]) == 0
-    finally:
-        os.chdir(old)
-    return results
+    return make_release_results(tmp_path_factory.mktemp("hostile-release"), "export.py(12): forward", twin=True)
 
 
 @pytest.fixture

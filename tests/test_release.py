@@ -2,12 +2,12 @@
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_modelhash import make_model
 
 from quantbench.cli import main
 
@@ -44,24 +44,26 @@ def tiny_classifier(path, doc: str) -> None:
     onnx.save(m, str(path))
 
 
-@pytest.fixture(scope="module")
-def base_results(tmp_path_factory):
-    """results/ with fp32 + dynamic variants of a tiny classifier, run on the local host (x86) over
-    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md)."""
+def make_release_results(root: Path, doc: str, twin: bool = False) -> Path:
+    """root/results with fp32 + dynamic variants of a tiny classifier (and, with `twin`, a byte-identical
+    dynamic-twin: one variant_id for two records), run on x86 over 5 images, plus an equiv analysis."""
     import os
 
     from PIL import Image
 
     from quantbench.quantize import variants as qv
-    from quantbench.variants import write_index, write_latest
+    from quantbench.variants import Variant, write_index, write_latest
 
-    root = tmp_path_factory.mktemp("release")
     results = root / "results"
     vdir = results / "variants" / "tiny"
     vdir.mkdir(parents=True)
-    tiny_classifier(root / "src.onnx", doc="/home/alice/export.py(12): forward")
+    tiny_classifier(root / "src.onnx", doc=doc)
     vs = [qv.make_fp32(root / "src.onnx", vdir / "fp32.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE}),
           qv.make_dynamic(root / "src.onnx", vdir / "dynamic.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE})]
+    if twin:
+        shutil.copyfile(vdir / "dynamic.onnx", vdir / "dynamic-twin.onnx")
+        shutil.copyfile(vdir / "dynamic.recipe.json", vdir / "dynamic-twin.recipe.json")
+        vs.append(Variant("dynamic-twin", vdir / "dynamic-twin.onnx", "tiny", vs[1].recipe))
     write_index(vdir, vs)
     write_latest(vdir, "tiny", results_dir=results)
     (root / "images").mkdir()
@@ -80,6 +82,13 @@ def base_results(tmp_path_factory):
     finally:
         os.chdir(old)
     return results
+
+
+@pytest.fixture(scope="module")
+def base_results(tmp_path_factory):
+    """results/ with fp32 + dynamic variants of a tiny classifier, run on the local host (x86) over
+    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md)."""
+    return make_release_results(tmp_path_factory.mktemp("release"), "/home/alice/export.py(12): forward")
 
 
 @pytest.fixture
