@@ -40,16 +40,25 @@ def finite_float(text: str) -> float:
     return value
 
 
-def add_fixture_arguments(p, verb: str = "run") -> None:
-    """The evaluation-fixture argument group shared by run and equiv (one wording, one set of defaults)."""
+def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) -> None:
+    """The evaluation-fixture argument group shared by run, equiv and the explain commands (one wording)."""
     g = p.add_argument_group("evaluation fixtures")
     g.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of your evaluation images; default: the bundled corpus")
     g.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
     g.add_argument("--split", default="eval", help=f"image split to {verb} (train, val, eval, or 'all')")
-    g.add_argument("--sidecar", metavar="FILE",
-                   help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its input "
-                        "block must match the calibration recipe")
-    g.add_argument("--limit", type=int, help=f"{verb} only the first N images of the split (by file name)")
+    if sidecar_and_limit:
+        g.add_argument("--sidecar", metavar="FILE",
+                       help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its "
+                            "input block must match the calibration recipe")
+        g.add_argument("--limit", type=int, help=f"{verb} only the first N images of the split (by file name)")
+
+
+def add_session_arguments(p, whose: str = "") -> None:
+    """--session-config and --graph-opt: the onnxruntime session options every running command takes."""
+    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"onnxruntime session config entry{whose} (repeatable), e.g. session.x64quantprecision=1")
+    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
+                   help=f"onnxruntime graph optimization level{whose}")
 
 
 def session_config(items) -> dict:
@@ -109,19 +118,14 @@ def add_explain_arguments(p, hosts_default: str | None = None) -> None:
     p.add_argument("--hosts", required=hosts_default is None, default=hosts_default,
                    help="comma-separated hosts; NAME+KEY=VALUE sets a session option or config entry for that host, "
                         "e.g. x86,x86+session.x64quantprecision=1")
-    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of the evaluation images (default: the bundled corpus)")
-    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures")
-    p.add_argument("--split", default="eval", help="image split (train, val, eval, or 'all')")
-    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="session config entry for every host (repeatable)")
-    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
-                   help="graph optimization level of the run being explained")
+    add_fixture_arguments(p, "use", sidecar_and_limit=False)
+    add_session_arguments(p, " of the run being explained (every host)")
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def print_equiv(result, args, files, gates) -> int:
+def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
     """Print an equiv result (text, or --json) and the files written; a failed --gate raises GateFailed."""
     from pathlib import Path
 
@@ -136,8 +140,8 @@ def print_equiv(result, args, files, gates) -> int:
         summary["gates"] = {"checked": gates, "failures": failures}
         print(as_json(summary))
     else:
-        if getattr(args, "_run_line", None):
-            print(args._run_line)
+        if run_line:
+            print(run_line)
         print(equiv_summary_text(result))
         print("")
         thumbs = [f for f in files if Path(f).parent.name == "gallery"]
@@ -154,7 +158,7 @@ def print_equiv(result, args, files, gates) -> int:
     return 0
 
 
-def finish_equiv(result, args, results, root, gates=None) -> int:
+def finish_equiv(result, args, results, root, gates=None, run_line: str | None = None) -> int:
     """Write what the analysis leaves behind (quantbench.report.publish_equiv), then print it."""
     from quantbench.analysis.gates import parse_gates
     from quantbench.report import publish_equiv
@@ -163,4 +167,4 @@ def finish_equiv(result, args, results, root, gates=None) -> int:
     result.settings["gates"] = list(gates) if gates else checked   # what the verdict lines state
     files = publish_equiv(result, results, root, plots=not args.no_plots, fixtures=getattr(args, "fixtures", None),
                           images=getattr(args, "images", None))
-    return print_equiv(result, args, files, checked)
+    return print_equiv(result, args, files, checked, run_line)

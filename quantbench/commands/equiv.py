@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
@@ -12,7 +13,7 @@ HELP = ("Run (or reuse) every variant on every host, then report equivalence cla
 def add_arguments(p) -> None:
     from quantbench.analysis.decode import KINDS, NONE, decode_arg
     from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
-    from quantbench.commands import add_fixture_arguments, finite_float
+    from quantbench.commands import add_fixture_arguments, add_session_arguments, finite_float
 
     p.add_argument("--hosts", default="pi,x86",
                    help="comma-separated host names (built-ins, emulated presets, or names from the hosts file)")
@@ -34,10 +35,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     p.add_argument("--no-run", action="store_true",
                    help="use only results already in the tables (e.g. hosts run with other session options)")
-    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="onnxruntime session config entry for the runs (repeatable), e.g. session.x64quantprecision=1")
-    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
-                   help="onnxruntime graph optimization level for the runs")
+    add_session_arguments(p, " for the runs")
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count)")
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
@@ -79,15 +77,29 @@ def check_decoders(variants, override, kind, threshold) -> None:
             raise UserError(f"model {v.model}: {exc}; or {NONE_HINT}") from None
 
 
-def prepare(args, held: contextlib.ExitStack | None = None):
+@dataclass
+class Prepared:
+    """What an equiv invocation analyses, once its hosts have run (or with --no-run, from the tables)."""
+
+    hosts: list
+    refs: list
+    fixtures_for: dict
+    prefer: dict | None
+    results: Path
+    tables: Path
+    run_line: str
+    duplicates: list
+
+
+def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
     """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
 
     from quantbench.analysis.equiv import VariantRef
+    from quantbench import tables
     from quantbench.commands import fixtures_from_args, session_from_args, sidecar_from_args
-    from quantbench.variants import resolve_variants
-    from quantbench.modelio import fits
-    from quantbench.variants import sidecar_for
     from quantbench.errors import UserError
+    from quantbench.modelio import fits
+    from quantbench.variants import resolve_variants, sidecar_for
     from quantbench.hosts.registry import resolve_hosts
     from quantbench.hosts.runner import run_hosts, variant_info
 
@@ -109,12 +121,10 @@ def prepare(args, held: contextlib.ExitStack | None = None):
     check_decoders(variants, override, args.decode, args.threshold)  # a bad decode block fails before any run
     fixtures = fixtures_from_args(args, variants, args.limit)
     session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
-    from quantbench import tables
-
     if held is not None:  # held through the runs and the table writes of finish()
         held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
     prefer = None
-    args._run_line = "runs: none (--no-run: results from the tables)"
+    run_line = "runs: none (--no-run: results from the tables)"
     if args.no_run:
         infos = []
         for v in variants:
@@ -129,13 +139,13 @@ def prepare(args, held: contextlib.ExitStack | None = None):
             summary = run_hosts(specs, variants, fixtures, session=session, progress=not args.no_progress,
                                 tables_root=root, jobs=args.jobs)
         infos = summary.variants
-        args._run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
+        run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
         prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts
                   if h.fingerprint_id and h.kind != "imported"}
     by_id = {}
     for v in variants:
         by_id.setdefault(str(Path(v.path).resolve()), v)
-    args._duplicates = duplicate_variants(variants, infos)
+    duplicates = duplicate_variants(variants, infos)
     refs, fixtures_for = [], {}
     for vi in infos:
         v = by_id.get(str(Path(vi.path).resolve()), vi)
@@ -145,7 +155,7 @@ def prepare(args, held: contextlib.ExitStack | None = None):
                                               if fits(fx.input_name, list(fx.array.shape), vi.inputs)})
         if not fixtures_for[vi.variant_id]:
             raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) {vi.inputs}")
-    return names, refs, fixtures_for, prefer, results, root
+    return Prepared(names, refs, fixtures_for, prefer, results, root, run_line, duplicates)
 
 
 def duplicate_variants(variants, infos) -> list[dict]:
@@ -153,10 +163,10 @@ def duplicate_variants(variants, infos) -> list[dict]:
     from quantbench.hosts.runner import variant_info
 
     kept = {vi.variant_id: vi for vi in infos}
+    analysed = {str(Path(vi.path).resolve()) for vi in infos}
     out = []
     for v in variants:
-        paths = {str(Path(vi.path).resolve()) for vi in infos}
-        if str(Path(v.path).resolve()) in paths:
+        if str(Path(v.path).resolve()) in analysed:
             continue
         vi = variant_info(v)
         first = kept.get(vi.variant_id)
@@ -166,7 +176,9 @@ def duplicate_variants(variants, infos) -> list[dict]:
 
 
 def run(args) -> int:
+    from quantbench.analysis.equiv import analyze
     from quantbench.analysis.gates import parse_gates
+    from quantbench.commands import finish_equiv
     from quantbench.hosts.registry import announce_hosts_file
 
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
@@ -176,15 +188,8 @@ def run(args) -> int:
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
     announce_hosts_file(args.hosts_file, to_stderr=args.json)
     with contextlib.ExitStack() as held:  # prepare() takes the tables lock once its inputs are valid
-        return _run(args, held)
-
-
-def _run(args, held) -> int:
-    from quantbench.analysis.equiv import analyze
-    from quantbench.commands import finish_equiv
-
-    names, refs, fixtures_for, prefer, results, root = prepare(args, held)
-    result = analyze(names, refs, fixtures_for, reference=args.reference, decode_kind=args.decode,
-                     threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget, prefer=prefer,
-                     run_hint=_run_hint(args), tables_root=root, duplicates=getattr(args, "_duplicates", None))
-    return finish_equiv(result, args, results, root)
+        p = prepare(args, held)
+        result = analyze(p.hosts, p.refs, p.fixtures_for, reference=args.reference, decode_kind=args.decode,
+                         threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget,
+                         prefer=p.prefer, run_hint=_run_hint(args), tables_root=p.tables, duplicates=p.duplicates)
+        return finish_equiv(result, args, p.results, p.tables, run_line=p.run_line)

@@ -8,6 +8,8 @@ HELP = "List hosts and whether each is ready, check one with a smoke job, or set
 
 
 def add_arguments(p) -> None:
+    from quantbench.commands import add_session_arguments
+
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
@@ -16,10 +18,7 @@ def add_arguments(p) -> None:
     c = sub.add_parser("check", help="run a smoke job on a host and print its fingerprint",
                        description="Run a smoke job (fingerprint + a tiny model) on a host and print its fingerprint.")
     c.add_argument("name", help="host name")
-    c.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="onnxruntime session config entry (repeatable)")
-    c.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
-                   help="onnxruntime graph optimization level")
+    add_session_arguments(c)
     c.add_argument("--threads", type=int, default=1, help="intra-op threads")
     c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
     c.add_argument("--allow-fallback", action="store_true", help="accept an unresolved provider")

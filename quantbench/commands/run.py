@@ -10,7 +10,7 @@ HELP = "Run every model variant on every eval fixture on each host (local, emula
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands import add_fixture_arguments
+    from quantbench.commands import add_fixture_arguments, add_session_arguments
 
     p.add_argument("--hosts", default="x86",
                    help="comma-separated host names: built-ins (x86, local), emulated presets (pi, pi4, ...) "
@@ -19,10 +19,7 @@ def add_arguments(p) -> None:
                    help="variant folders (with index.json from calibrate) or .onnx files; default: the latest "
                         "calibrate output, else the bundled fp32 demo models")
     add_fixture_arguments(p, "run")
-    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="onnxruntime session config entry (repeatable), e.g. session.x64quantprecision=1")
-    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
-                   help="onnxruntime graph optimization level")
+    add_session_arguments(p)
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per session (inter-op is always 1)")
     p.add_argument("--providers", default="CPUExecutionProvider",
                    help="comma-separated execution providers to request, in priority order")
@@ -40,13 +37,6 @@ def add_arguments(p) -> None:
                    help="fail at once (exit 2) if another run/equiv holds the tables folder's lock, instead of waiting")
 
 
-def run(args) -> int:
-    from quantbench.hosts.registry import announce_hosts_file
-
-    announce_hosts_file(args.hosts_file)
-    return _run(args)
-
-
 def summary_json(summary, root, export, failure) -> dict:
     """The run's summary as plain data (--json): per host what ran, was reused or imported, and errors."""
     hosts = [{"host": h.name, "kind": h.kind, "fingerprint_id": h.fingerprint_id, "ran": h.ran, "cached": h.cached,
@@ -58,8 +48,9 @@ def summary_json(summary, root, export, failure) -> dict:
             "export": str(export) if export else None, "failed": str(failure) if failure else None}
 
 
-def _run(args) -> int:
+def run(args) -> int:
     from quantbench.commands import fixtures_from_args, session_from_args
+    from quantbench.hosts.registry import announce_hosts_file
     from quantbench.variants import resolve_variants
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
@@ -67,6 +58,7 @@ def _run(args) -> int:
     from quantbench.hosts.imported import export_results
     from quantbench.hosts.runner import RunFailed, run_hosts
 
+    announce_hosts_file(args.hosts_file)
     names = [h.strip() for h in args.hosts.split(",") if h.strip()]
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
