@@ -3,6 +3,7 @@ option defaults from quantbench.toml / pyproject.toml and `quantbench config`.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -65,13 +66,9 @@ def proj(tmp_path_factory):
     make_corpus(wd / "corpus", n_litter=12, n_negative=12, n_eval=4)
     tiny_model(wd / "models" / "tiny.onnx")
     tiny_model(wd / "models" / "other.onnx", seed=1)
-    old = os.getcwd()
-    os.chdir(wd)
-    try:
+    with contextlib.chdir(wd):  # module fixtures cannot use monkeypatch
         assert main(["calibrate", "--model", "models/tiny.onnx", "--labels", "corpus/labels.json", "--per-cell", "3",
                      "--methods", "dynamic", "--no-progress", "-q"]) == 0
-    finally:
-        os.chdir(old)
     return wd
 
 

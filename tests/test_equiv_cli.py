@@ -6,6 +6,7 @@ so int8 flips decisions) and two local hosts that differ by one session option
 The slow test runs the bundled demo models natively and on the emulated Pi.
 """
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -93,19 +94,14 @@ def make_bench(root: Path, n_images: int = 8) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def bench_dir(tmp_path_factory):
     """x86 (graph optimisation all) and x86b (disabled) results for fp32 + dynamic on 8 fixtures (run once)."""
-    import os
 
     d = tmp_path_factory.mktemp("equiv")
-    old = os.getcwd()
-    os.chdir(d)
-    try:
+    with contextlib.chdir(d):  # module fixtures cannot use monkeypatch
         vdir, labels = make_bench(d / "bench")
         (d / "quantbench.toml").write_text('x86b = { kind = "local" }\n')
         common = ["--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]
         assert main(["run", "--hosts", "x86", *common]) == 0
         assert main(["run", "--hosts", "x86b", "--graph-opt", "disabled", *common]) == 0
-    finally:
-        os.chdir(old)
     return d, common
 
 

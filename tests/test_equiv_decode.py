@@ -6,6 +6,7 @@ compared (never as zero flips), and `--gate decision` is refused. A decoder that
 does not fit the outputs stays an error, and says how to get the classes anyway.
 """
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -18,12 +19,9 @@ from test_equiv_cli import SIDE, make_bench
 @pytest.fixture(scope="module")
 def bench_nodecode(tmp_path_factory):
     """fp32 + dynamic of the tiny classifier whose sidecars carry no decode block, run once on x86."""
-    import os
 
     d = tmp_path_factory.mktemp("equiv-nodecode")
-    old = os.getcwd()
-    os.chdir(d)
-    try:
+    with contextlib.chdir(d):  # module fixtures cannot use monkeypatch
         vdir, labels = make_bench(d / "bench", n_images=4)
         side = {k: v for k, v in SIDE.items() if k != "decode"}
         for name in ("fp32", "dynamic"):
@@ -33,8 +31,6 @@ def bench_nodecode(tmp_path_factory):
             (vdir / f"{name}.recipe.json").write_text(json.dumps(r))
         common = ["--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]
         assert main(["run", "--hosts", "x86", *common]) == 0
-    finally:
-        os.chdir(old)
     return d, common
 
 

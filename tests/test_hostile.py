@@ -3,6 +3,7 @@ that nothing was written, nothing was lost and nothing landed outside the folder
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -261,13 +262,9 @@ def export_file(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile-import")
     model = image_model(root / "m.onnx")
     labels = make_corpus(root / "corpus")
-    old = os.getcwd()
-    os.chdir(root)
-    try:
+    with contextlib.chdir(root):  # module fixtures cannot use monkeypatch
         assert main(["run", "--hosts", "local", "--tables", "a", "--export", "pi.qbr", "--variants", str(model),
                      "--fixtures", str(labels), "--no-progress", "--jobs", "1"]) == 0
-    finally:
-        os.chdir(old)
     return root / "pi.qbr", model, labels
 
 

@@ -1,5 +1,6 @@
 """`quantbench release` and `quantbench verify` on a tiny model run on the local host."""
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -47,7 +48,6 @@ def tiny_classifier(path, doc: str) -> None:
 def make_release_results(root: Path, doc: str, twin: bool = False) -> Path:
     """root/results with fp32 + dynamic variants of a tiny classifier (and, with `twin`, a byte-identical
     dynamic-twin: one variant_id for two records), run on x86 over 5 images, plus an equiv analysis."""
-    import os
 
     from PIL import Image
 
@@ -73,14 +73,10 @@ def make_release_results(root: Path, doc: str, twin: bool = False) -> Path:
         Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(root / "images" / f"im{i}.png")
         images.append({"id": i, "file_name": f"im{i}.png", "width": 8, "height": 8, "split": "eval"})
     (root / "labels.json").write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
-    old = os.getcwd()
-    os.chdir(root)
-    try:
+    with contextlib.chdir(root):  # module fixtures cannot use monkeypatch
         common = ["--hosts", "x86", "--fixtures", "labels.json", "--no-progress"]
         assert main(["run", *common]) == 0
         assert main(["equiv", "--no-run", "--no-plots", *common]) == 0
-    finally:
-        os.chdir(old)
     return results
 
 

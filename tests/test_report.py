@@ -5,6 +5,7 @@ two-session bench of tests/test_equiv_cli.py (x86 and x86b differ by one session
 labels, and the browser test opens results/report.html in a real headless Chromium.
 """
 
+import contextlib
 import json
 import math
 import shutil
@@ -242,14 +243,11 @@ def test_gallery_thumbnails_are_the_same_bytes_for_the_same_inputs():
 @pytest.fixture(scope="module")
 def labelled_bench(tmp_path_factory):
     """The two-session bench of test_equiv_cli with one label per image, then `equiv --hosts x86,x86b`."""
-    import os
 
     from test_equiv_cli import make_bench
 
     d = tmp_path_factory.mktemp("report")
-    old = os.getcwd()
-    os.chdir(d)
-    try:
+    with contextlib.chdir(d):  # module fixtures cannot use monkeypatch
         vdir, labels = make_bench(d / "bench")
         coco = json.loads(labels.read_text())
         coco["categories"] = [{"id": i + 1, "name": n} for i, n in enumerate(["bottle", "can", "bag", "cup", "lid"])]
@@ -261,8 +259,6 @@ def labelled_bench(tmp_path_factory):
         assert main(["run", "--hosts", "x86", *common]) == 0
         assert main(["run", "--hosts", "x86b", "--graph-opt", "disabled", *common]) == 0
         assert main(["equiv", "--no-run", "--hosts", "x86,x86b", *common]) == 0
-    finally:
-        os.chdir(old)
     return d
 
 

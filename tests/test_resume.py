@@ -56,6 +56,18 @@ def _children(pid):
     return out
 
 
+def _finish(proc) -> str:
+    """The child run's stdout once it exits 0 (killed if it has not ended within 300 s)."""
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    return out
+
+
 def _paused_run(workdir, model, root, go: Path):
     """The run in a child process whose worker pauses after K results; returns (proc, worker pid)."""
     tests_dir = str(Path(__file__).resolve().parent)
@@ -83,12 +95,8 @@ def test_killed_worker_then_resume(workdir):
         workers = [p for p, cmd in _children(proc.pid) if "worker.py" in cmd]
         assert workers == [pid]
         os.kill(pid, signal.SIGKILL)  # paused after exactly K results: never resumed
-        out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+        out = _finish(proc)
     first = json.loads(out.strip().splitlines()[-1])
     assert first["ran"] == K, first
     assert len(first["errors"]) == 1
@@ -113,10 +121,6 @@ def test_paused_worker_goes_on_when_released(workdir):
     proc, _ = _paused_run(workdir, model, root, go)
     try:
         go.write_text("")
-        out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
+        out = _finish(proc)
     assert json.loads(out.strip().splitlines()[-1]) == {"ran": N, "errors": []}
