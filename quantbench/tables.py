@@ -708,7 +708,7 @@ def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
     return table.select(want)
 
 
-def _part_version(f: Path, part_schema: pa.Schema) -> int | None:
+def _part_version(part_schema: pa.Schema) -> int | None:
     meta = part_schema.metadata or {}
     v = meta.get(b"quantbench.schema_version")
     try:
@@ -723,18 +723,18 @@ def _read_part(name: str, f: Path, read_cols: list[str], filter) -> pa.Table:
     Version 1 parts lack run_id and created_at (read as null) and the typed columns, which
     are computed from the JSON columns they mirror. A part of a newer version is refused.
     """
-    ps = pq.read_schema(f)
-    version = _part_version(f, ps)
+    ps = _part_schema(f)
+    version = _part_version(ps)
     if version is not None and version > SCHEMA_VERSION:
         raise UserError(f"{f}: {name} table of schema version {version}, newer than this quantbench's "
                         f"{SCHEMA_VERSION}; upgrade quantbench to read it")
     missing = [c for c in read_cols if c not in ps.names]
     if not missing:
         return pq.read_table(f, columns=read_cols, filters=filter)
-    fillable = {"run_id", "created_at"} | {c for cols, _, _ in DERIVED.get(name, []) for c in cols}
-    if set(missing) - fillable:
+    unfillable = {c for c in missing if not _is_filled(name, c)}
+    if unfillable:
         raise UserError(f"{f}: {name} table of schema version {version or 'unknown'} lacks column(s) "
-                        f"{', '.join(sorted(set(missing) - fillable))} of schema version {SCHEMA_VERSION}; "
+                        f"{', '.join(sorted(unfillable))} of schema version {SCHEMA_VERSION}; "
                         "rewrite it with this quantbench (rerun the command that made it)")
     sources = [c for cols, src, _ in DERIVED.get(name, []) if set(cols) & set(missing) for c in src]
     cols = list(dict.fromkeys([c for c in read_cols if c in ps.names] + [c for c in sources if c in ps.names]))
@@ -745,20 +745,26 @@ def _read_part(name: str, f: Path, read_cols: list[str], filter) -> pa.Table:
     return t.select(read_cols)
 
 
-#: Schema version of each part read so far (part names are content hashes: a name's bytes never change).
-_PART_VERSIONS: dict[str, int | None] = {}
+#: Schema of each part read so far (part names are content hashes: a name's bytes never change),
+#: so a footer is read once per process, not once per read.
+_PART_SCHEMAS: dict[str, pa.Schema] = {}
+
+
+def _part_schema(f: Path) -> pa.Schema:
+    key = str(f)
+    ps = _PART_SCHEMAS.get(key)
+    if ps is None:
+        ps = _PART_SCHEMAS[key] = pq.read_schema(f)
+    return ps
 
 
 def _all_current(files: list[Path]) -> bool:
     """Whether every part is of this schema version (only then is one dataset read exact)."""
     for f in files:
-        key = str(f)
-        if key not in _PART_VERSIONS:
-            try:
-                _PART_VERSIONS[key] = _part_version(f, pq.read_schema(f))
-            except Exception:
+        try:
+            if _part_version(_part_schema(f)) != SCHEMA_VERSION:
                 return False
-        if _PART_VERSIONS[key] != SCHEMA_VERSION:
+        except Exception:
             return False
     return True
 

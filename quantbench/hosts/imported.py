@@ -91,6 +91,11 @@ _VERIFIED: dict[str, tuple[dict, dict]] = {}  # file SHA-256 -> checked (manifes
 def read_export(path) -> tuple[dict, dict[str, pa.Table]]:
     """(manifest, {table: arrow table}) of an export file whose every hash was recomputed and matched;
     a bad or forged file is a UserError naming it and its first bad record."""
+    return _verified(path)[1:]
+
+
+def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
+    """(file SHA-256, manifest, tables) of a checked export file (see read_export)."""
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: results file not found (write it with `quantbench run --export {path.name}` on the other machine)")
@@ -103,7 +108,7 @@ def read_export(path) -> tuple[dict, dict[str, pa.Table]]:
         check_export(path, manifest, out)
         _VERIFIED.clear()  # keep one: the runner reads the same file twice (ready, then merge)
         _VERIFIED[sha] = (manifest, out)
-    return _VERIFIED[sha]
+    return (sha, *_VERIFIED[sha])
 
 
 def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
@@ -227,9 +232,8 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
 
     Returns {"source_host", "run_keys", "rows", "fingerprint_ids"}.
     """
-    parts, source_host, out = _source(path, source_host)
+    sha, parts, source_host, out = _source(path, source_host)
     root = Path(tables_root)
-    sha = sha256_file(path)
     hrows = parts["hosts"].filter(pc.field("host") == source_host).to_pylist()
     for r in hrows:
         fp = json.loads(r["fingerprint"])
@@ -245,8 +249,8 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
 
 
 def _source(path, source_host: str | None):
-    """(checked tables, source host, its outputs rows) of an export file."""
-    manifest, parts = read_export(path)
+    """(file SHA-256, checked tables, source host, its outputs rows) of an export file."""
+    sha, manifest, parts = _verified(path)
     hosts = manifest.get("hosts", [])
     if source_host is None:
         if len(hosts) != 1:
@@ -254,14 +258,14 @@ def _source(path, source_host: str | None):
         source_host = hosts[0]
     elif source_host not in hosts:
         raise UserError(f"{path}: has no host {source_host!r}; it holds {', '.join(hosts)}")
-    return parts, source_host, parts["outputs"].filter(pc.field("host") == source_host)
+    return sha, parts, source_host, parts["outputs"].filter(pc.field("host") == source_host)
 
 
 def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """(requested results the file holds, requested results, why not all) for the runner's context."""
     from quantbench.hosts.keys import run_key
 
-    _, _, out = _source(host.options["file"], host.options.get("host"))
+    _, _, _, out = _source(host.options["file"], host.options.get("host"))
     keys = set(out.column("run_key").to_pylist())
     fps = sorted(set(out.column("fingerprint_id").to_pylist()))
     want = have = 0

@@ -175,6 +175,9 @@ class ProcessHost:
         write or read noticed it first."""
         return f"host {self.name}: {exc}"
 
+    def close_connection(self) -> None:
+        """Release what the host's workers shared once they are all done (nothing, but for ssh)."""
+
 
 @dataclass
 class LocalHost(ProcessHost):

@@ -98,6 +98,7 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
     # [defaults] holds option defaults (quantbench.config), never a host
     entries = {k: v for k, v in entries.items() if k != "defaults"}
     base = path.parent.resolve()
+    builtins = builtin_names()
     out = {}
     for name, entry in entries.items():
         where = f"{path}:{_line_of(text, name)}"
@@ -123,7 +124,7 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
         missing = [k for k in required if not opts.get(k)]
         if missing:
             raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")
-        if name in builtin_names() and not override:
+        if name in builtins and not override:
             raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
                             f"`override = true` in its table (or use another name)")
         if kind == "emulated":

@@ -556,8 +556,7 @@ class _HostRun:
             self._run_workers(key)
         finally:
             free_first_slot()
-            if hasattr(self.host, "close_connection"):
-                self.host.close_connection()
+            self.host.close_connection()
 
     def _run_workers(self, key) -> None:
         """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant)."""
