@@ -166,7 +166,7 @@ def plot_class_map(result, path: Path) -> Path | None:
     if not have_matplotlib():
         return None
     hosts = list(result.hosts)
-    variants = [v for v in result.variants]
+    variants = list(result.variants)
     key = _plot_key("class-map", [hosts, [[v["model"], v["variant"], [[c["label"], c["hosts"]] for c in v["classes"]]]
                                           for v in variants]])
     if _drawn(path, key):
@@ -366,7 +366,7 @@ def verdict_lines(result) -> list[str]:
                 if c is not None:
                     per[h] = c
             if not per:
-                flips = f"the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
+                flips = "the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
                     else "no comparison against fp32"
             else:
                 groups: dict = {}
@@ -646,6 +646,7 @@ def gates_lines(result) -> list[str]:
 
 def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
     from quantbench.analysis.decisions import band_labels
+    from quantbench.gallery import safe
 
     lines = ["### Margins", "",
              "Per variant and comparison kind, every flip counted once (a flip several hosts of one class show "
@@ -680,8 +681,6 @@ def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
     for v in result.variants:
         if not plots or not any(flips.get((v["model"], v["variant"], k)) for k in COMPARISON_ORDER):
             continue
-        from quantbench.gallery import safe
-
         name = safe(f"margins-{v['model']}-{v['variant']}" if multi else f"margins-{v['variant']}") + ".png"
         lines += _embed(plot_margins, result, rdir, name, f"flip margins of {v['variant']}", written,
                         variant=v, flips=flips)
@@ -714,8 +713,6 @@ def equiv_summary_text(result) -> str:
     out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
                f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
     out.append("")
-    from quantbench.report import verdict_lines
-
     out.append("Verdict")
     out += [ln.replace("**", "") for ln in verdict_lines(result)]
     out.append("")
