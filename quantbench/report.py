@@ -22,7 +22,7 @@ from pathlib import Path
 
 from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text
-from quantbench.textfmt import md_table
+from quantbench.textfmt import md_section, md_table
 
 SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
@@ -558,18 +558,12 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
 
 
 def hosts_lines(result) -> list[str]:
-    lines = ["### Hosts", ""]
-    lines += md_table(["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
+    return md_section("Hosts", None, ["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
                       [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
                        for h, i in result.hosts.items()])
-    lines.append("")
-    return lines
 
 
 def classes_lines(result) -> list[str]:
-    lines = ["### Equivalence classes", "",
-             "Hosts grouped by identical output hashes over every fixture; the separating features are the "
-             "smallest set of fingerprint features whose values tell the classes apart.", ""]
     rows = []
     for v in result.variants:
         cls = "; ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
@@ -578,9 +572,10 @@ def classes_lines(result) -> list[str]:
         agree = ", ".join(f"{a}~{b} {n}/{v['fixtures']}" for a, b, n in
                           ((x["a"], x["b"], x["fixtures_agree"]) for x in v["agreement"]))
         rows.append([v["model"], v["variant"], v["fixtures"], cls, sep_s, agree or "-"])
-    lines += md_table(["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
-    lines.append("")
-    return lines
+    return md_section("Equivalence classes",
+                      "Hosts grouped by identical output hashes over every fixture; the separating features are the "
+                      "smallest set of fingerprint features whose values tell the classes apart.",
+                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
 
 
 def distance_lines(result) -> list[str]:
@@ -589,13 +584,11 @@ def distance_lines(result) -> list[str]:
                  for v in result.variants for d in v["distances"]]
     if not dist_rows:
         return []
-    lines = ["### Numeric distance between classes", "",
-             "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
-             "or exponent differ).", ""]
-    lines += md_table(["variant", "class", "against", "output", "max abs delta", "mean abs delta",
-                       "bits mean", "bits min"], dist_rows)
-    lines.append("")
-    return lines
+    return md_section("Numeric distance between classes",
+                      "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
+                      "or exponent differ).",
+                      ["variant", "class", "against", "output", "max abs delta", "mean abs delta", "bits mean",
+                       "bits min"], dist_rows)
 
 
 def decisions_lines(result) -> list[str]:
