@@ -22,7 +22,7 @@ from pathlib import Path
 
 from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text
-from quantbench.textfmt import md_table
+from quantbench.textfmt import md_section, md_table
 
 SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
@@ -166,7 +166,7 @@ def plot_class_map(result, path: Path) -> Path | None:
     if not have_matplotlib():
         return None
     hosts = list(result.hosts)
-    variants = [v for v in result.variants]
+    variants = list(result.variants)
     key = _plot_key("class-map", [hosts, [[v["model"], v["variant"], [[c["label"], c["hosts"]] for c in v["classes"]]]
                                           for v in variants]])
     if _drawn(path, key):
@@ -366,7 +366,7 @@ def verdict_lines(result) -> list[str]:
                 if c is not None:
                     per[h] = c
             if not per:
-                flips = f"the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
+                flips = "the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
                     else "no comparison against fp32"
             else:
                 groups: dict = {}
@@ -558,18 +558,12 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
 
 
 def hosts_lines(result) -> list[str]:
-    lines = ["### Hosts", ""]
-    lines += md_table(["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
+    return md_section("Hosts", None, ["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
                       [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
                        for h, i in result.hosts.items()])
-    lines.append("")
-    return lines
 
 
 def classes_lines(result) -> list[str]:
-    lines = ["### Equivalence classes", "",
-             "Hosts grouped by identical output hashes over every fixture; the separating features are the "
-             "smallest set of fingerprint features whose values tell the classes apart.", ""]
     rows = []
     for v in result.variants:
         cls = "; ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
@@ -578,9 +572,10 @@ def classes_lines(result) -> list[str]:
         agree = ", ".join(f"{a}~{b} {n}/{v['fixtures']}" for a, b, n in
                           ((x["a"], x["b"], x["fixtures_agree"]) for x in v["agreement"]))
         rows.append([v["model"], v["variant"], v["fixtures"], cls, sep_s, agree or "-"])
-    lines += md_table(["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
-    lines.append("")
-    return lines
+    return md_section("Equivalence classes",
+                      "Hosts grouped by identical output hashes over every fixture; the separating features are the "
+                      "smallest set of fingerprint features whose values tell the classes apart.",
+                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
 
 
 def distance_lines(result) -> list[str]:
@@ -589,13 +584,11 @@ def distance_lines(result) -> list[str]:
                  for v in result.variants for d in v["distances"]]
     if not dist_rows:
         return []
-    lines = ["### Numeric distance between classes", "",
-             "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
-             "or exponent differ).", ""]
-    lines += md_table(["variant", "class", "against", "output", "max abs delta", "mean abs delta",
-                       "bits mean", "bits min"], dist_rows)
-    lines.append("")
-    return lines
+    return md_section("Numeric distance between classes",
+                      "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
+                      "or exponent differ).",
+                      ["variant", "class", "against", "output", "max abs delta", "mean abs delta", "bits mean",
+                       "bits min"], dist_rows)
 
 
 def decisions_lines(result) -> list[str]:
@@ -646,6 +639,7 @@ def gates_lines(result) -> list[str]:
 
 def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
     from quantbench.analysis.decisions import band_labels
+    from quantbench.gallery import safe
 
     lines = ["### Margins", "",
              "Per variant and comparison kind, every flip counted once (a flip several hosts of one class show "
@@ -680,8 +674,6 @@ def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
     for v in result.variants:
         if not plots or not any(flips.get((v["model"], v["variant"], k)) for k in COMPARISON_ORDER):
             continue
-        from quantbench.gallery import safe
-
         name = safe(f"margins-{v['model']}-{v['variant']}" if multi else f"margins-{v['variant']}") + ".png"
         lines += _embed(plot_margins, result, rdir, name, f"flip margins of {v['variant']}", written,
                         variant=v, flips=flips)
@@ -714,8 +706,6 @@ def equiv_summary_text(result) -> str:
     out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
                f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
     out.append("")
-    from quantbench.report import verdict_lines
-
     out.append("Verdict")
     out += [ln.replace("**", "") for ln in verdict_lines(result)]
     out.append("")

@@ -30,3 +30,8 @@ def md_table(headers, rows) -> list[str]:
     out = ["| " + " | ".join(esc(h) for h in headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
     return out
+
+
+def md_section(title: str, intro: str | None, headers, rows) -> list[str]:
+    """A report subsection as lines: '### title', its intro paragraph (if any), the table, each followed by a blank."""
+    return [f"### {title}", ""] + ([intro, ""] if intro else []) + md_table(headers, rows) + [""]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantbench.textfmt import md_table
+from quantbench.textfmt import md_section, md_table
 
 
 def _rows(name: str, root) -> list[dict]:
@@ -39,9 +39,6 @@ def render(tables_root) -> str:
 
 def _localize_lines(loc: list[dict]) -> list[str]:
     """First divergent node per localize run."""
-    lines = ["### First divergent node (`localize`)", "",
-             "Every intermediate hashed per host in topological order, a group of K at a time; only the first "
-             "divergent node's tensors and the outputs are fetched to measure remaining precision.", ""]
     rows = []
     for lid in sorted({r["localize_id"] for r in loc}):
         rs = [r for r in loc if r["localize_id"] == lid]
@@ -54,25 +51,24 @@ def _localize_lines(loc: list[dict]) -> list[str]:
                      _f(min((r["bits_min"] for r in first if r["bits_min"] is not None), default=None)),
                      ", ".join(f"{r['tensor']}: {'same' if r['same'] else 'differs'} "
                                f"(bits min {_f(r['bits_min'])})" for r in outs)])
-    lines += md_table(["variant", "hosts", "fixture", "level", "K", "not observable", "first divergent node",
+    return md_section("First divergent node (`localize`)",
+                      "Every intermediate hashed per host in topological order, a group of K at a time; only the "
+                      "first divergent node's tensors and the outputs are fetched to measure remaining precision.",
+                      ["variant", "hosts", "fixture", "level", "K", "not observable", "first divergent node",
                        "bits min there", "outputs"], rows)
-    lines.append("")
-    return lines
 
 
 def _evidence_lines(ev: list[dict]) -> list[str]:
     """Instruction families per emulated host."""
-    lines = ["### Kernel evidence (qemu `-d in_asm`)", "",
-             "Distinct instruction sites inside onnxruntime's code per family (translations, not executions).", ""]
     hosts = sorted({(r["host"], r["qemu_cpu"], r["variant"]) for r in ev})
     fams = sorted({r["family"] for r in ev})
     rows = []
     for h, cpu, v in hosts:
         counts = {r["family"]: r["sites"] for r in ev if (r["host"], r["qemu_cpu"], r["variant"]) == (h, cpu, v)}
         rows.append([h, cpu, v] + [counts.get(f, 0) for f in fams])
-    lines += md_table(["host", "qemu cpu", "variant"] + fams, rows)
-    lines.append("")
-    return lines
+    return md_section("Kernel evidence (qemu `-d in_asm`)",
+                      "Distinct instruction sites inside onnxruntime's code per family (translations, not executions).",
+                      ["host", "qemu cpu", "variant"] + fams, rows)
 
 
 def _lint_lines(lint: list[dict]) -> list[str]:
@@ -92,38 +88,33 @@ def _lint_lines(lint: list[dict]) -> list[str]:
 
 def _remedy_lines(rem: list[dict]) -> list[str]:
     """The remedy matrix."""
-    lines = ["### Remedy matrix", "", "Decision cost: flips against fp32 on the same host (sum over hosts / worst host).", ""]
-    lines += md_table(["remedy", "hosts", "classes", "one class", "flips vs fp32", "classes by host", "note"],
+    return md_section("Remedy matrix",
+                      "Decision cost: flips against fp32 on the same host (sum over hosts / worst host).",
+                      ["remedy", "hosts", "classes", "one class", "flips vs fp32", "classes by host", "note"],
                       [[r["remedy"], ", ".join(r["hosts"]), r["classes"],
                         None if r["one_class"] is None else ("**yes**" if r["one_class"] else "no"),
                         None if r["flips_total"] is None else f"{r['flips_total']}/{r['flips_max']}",
                         " ".join(f"{h}={c}" for h, c in json.loads(r["class_map"]).items()) if r["class_map"] else None,
                         r["note"]] for r in rem])
-    lines.append("")
-    return lines
 
 
 def _noise_lines(noise: list[dict]) -> list[str]:
     """Noise floors per host and factor."""
-    lines = ["### Noise floors per host", "",
-             "One factor at a time; repeated runs of one session must be bit-identical (else a harness fault).", ""]
-    lines += md_table(["host", "variant", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note"],
+    return md_section("Noise floors per host",
+                      "One factor at a time; repeated runs of one session must be bit-identical (else a harness fault).",
+                      ["host", "variant", "factor", "a", "b", "fixtures", "same bytes", "differ", "flips", "note"],
                       [[r["host"], r["variant"], r["factor"], r["setting_a"], r["setting_b"], r["fixtures"],
                         None if r["same_bytes"] is None else ("yes" if r["same_bytes"] else "**no**"),
                         r["differing_fixtures"], r["flips"], r["note"]] for r in noise])
-    lines.append("")
-    return lines
 
 
 def _latency_lines(lat: list[dict]) -> list[str]:
     """Latency and memory per host and variant."""
-    lines = ["### Latency and memory (local and ssh hosts only)", ""]
-    lines += md_table(["host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign"],
+    return md_section("Latency and memory (local and ssh hosts only)", None,
+                      ["host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign"],
                       [[r["host"], r["variant"], _f(r["median_ms"]), _f(r["spread_ms"]), _f(r["peak_rss_mb"]),
                         None if r["speedup_vs_fp32"] is None else f"{r['speedup_vs_fp32']:.2f}x", r["sign"] or None]
                        for r in lat])
-    lines.append("")
-    return lines
 
 
 _SECTIONS = (("localize", _localize_lines), ("evidence", _evidence_lines), ("lint", _lint_lines),
