@@ -25,6 +25,7 @@ from pathlib import Path
 from quantbench.errors import UserError
 
 _FILE_MODULES: dict = {}   # (resolved path, sha256) -> module
+_FILE_SHAS: dict = {}      # (resolved path, mtime_ns, size, inode) -> sha256
 
 
 def is_ref(text) -> bool:
@@ -57,6 +58,15 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _loaded_sha256(path: Path) -> str:
+    """_sha256 for the loader, re-read only when the file's stat changes (to_tensor loads per image)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    if key not in _FILE_SHAS:
+        _FILE_SHAS[key] = _sha256(path)
+    return _FILE_SHAS[key]
+
+
 def _file_path(mod: str, ref: str, where: str) -> Path:
     path = Path(mod).expanduser()
     path = path if path.is_absolute() else Path.cwd() / path
@@ -68,7 +78,7 @@ def _file_path(mod: str, ref: str, where: str) -> Path:
 def _import(mod: str, ref: str, where: str):
     if _is_path(mod):
         path = _file_path(mod, ref, where)
-        sha = _sha256(path)
+        sha = _loaded_sha256(path)
         key = (str(path), sha)
         if key not in _FILE_MODULES:
             name = f"_quantbench_plugin_{hashlib.sha256(str(path).encode()).hexdigest()[:12]}_{sha[:12]}"

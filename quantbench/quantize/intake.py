@@ -27,16 +27,12 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path
+from quantbench.plugins import one_line
 from quantbench.quantize import ort_api
 
 # Domains onnxruntime's CPU provider runs without a custom-op library.
 RUNNABLE_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc", "ai.onnx.preview.training")
 PER_CHANNEL_OPSET = 13  # DequantizeLinear's `axis` attribute
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 def default_opset(model) -> int:
@@ -94,7 +90,7 @@ def convert_opset(model, model_path, target: int, why: str):
         onnx.checker.check_model(out)
     except Exception as exc:
         raise UserError(f"{model_path}: opset {have} is too old for {why} (needs opset {target}+) and "
-                        f"onnx.version_converter could not convert it ({_first_line(exc)}); pass "
+                        f"onnx.version_converter could not convert it ({one_line(exc)}); pass "
                         f"--no-per-channel, or export the model with opset {target} or newer") from None
     return out
 
@@ -143,13 +139,13 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
                     ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
                 record["symbolic_shape_inference"] = "done"
             except Exception as first:  # onnxruntime raises assorted errors (AssertionError, bare Exception)
-                reason = _first_line(first)
+                reason = one_line(first)
                 try:
                     with atomic_path(out_path, suffix=".onnx") as tmp:
                         ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=True)
                 except Exception as exc:
                     raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({reason}; without symbolic "
-                                    f"shape inference: {_first_line(exc)}); rerun with --no-pre-process") from None
+                                    f"shape inference: {one_line(exc)}); rerun with --no-pre-process") from None
                 record["symbolic_shape_inference"] = f"failed, skipped ({reason})"
                 notes.append(f"symbolic shape inference failed ({reason}); pre-processed without it "
                              "(ONNX shape inference, constant and BatchNorm folding still done)")

@@ -157,6 +157,17 @@ def _histogram_collector(method: str, symmetric: bool, num_bins: int, num_quanti
                               num_quantized_bins=num_quantized_bins, percentile=percentile, scenario="same")
 
 
+def _thresholds(method: str, symmetric: bool, histograms: Mapping[str, tuple], num_bins: int,
+                num_quantized_bins: int, percentile: float) -> dict:
+    """A HistogramCollector(method, symmetric) given `histograms`; its compute_<method>(), prints swallowed."""
+    if not histograms:
+        return {}
+    col = _histogram_collector(method, symmetric, num_bins, num_quantized_bins, percentile)
+    col.histogram_dict.update(histograms)
+    with contextlib.redirect_stdout(io.StringIO()):
+        return getattr(col, f"compute_{method}")()
+
+
 def percentile_thresholds(histograms: Mapping[str, tuple], *, num_bins: int, num_quantized_bins: int,
                           percentile: float) -> dict:
     """Percentile thresholds from histograms of |x| -> {tensor: (lo, hi, hist, edges)}.
@@ -168,12 +179,7 @@ def percentile_thresholds(histograms: Mapping[str, tuple], *, num_bins: int, num
     math is onnxruntime's own, only the collection is quantbench's (bounded
     memory). Its progress prints are swallowed.
     """
-    if not histograms:
-        return {}
-    col = _histogram_collector("percentile", True, num_bins, num_quantized_bins, percentile)
-    col.histogram_dict.update(histograms)
-    with contextlib.redirect_stdout(io.StringIO()):
-        return col.compute_percentile()
+    return _thresholds("percentile", True, histograms, num_bins, num_quantized_bins, percentile)
 
 
 def entropy_thresholds(histograms: Mapping[str, tuple], *, num_bins: int, num_quantized_bins: int,
@@ -185,12 +191,7 @@ def entropy_thresholds(histograms: Mapping[str, tuple], *, num_bins: int, num_qu
     onnxruntime 1.32.0. As percentile_thresholds, with
     ``HistogramCollector(method='entropy', symmetric=False).compute_entropy``.
     """
-    if not histograms:
-        return {}
-    col = _histogram_collector("entropy", False, num_bins, num_quantized_bins, percentile)
-    col.histogram_dict.update(histograms)
-    with contextlib.redirect_stdout(io.StringIO()):
-        return col.compute_entropy()
+    return _thresholds("entropy", False, histograms, num_bins, num_quantized_bins, percentile)
 
 
 def tensors_data(method: str, data: Mapping[str, tuple]):
