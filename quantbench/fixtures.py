@@ -182,6 +182,10 @@ class TensorCache:
 
         self.enabled = os.environ.get("QUANTBENCH_TENSOR_CACHE", "1").lower() not in ("0", "no", "false", "off")
         code = hashlib.sha256(Path(preprocess.__file__).read_bytes()).hexdigest()
+        if spec.get("plugin"):  # the tensors are the plug-in's: an edited plug-in file makes other tensors
+            from quantbench.plugins import plugin_identity
+
+            code += f"|{plugin_identity(spec['plugin'])['sha256']}"
         self.salt = f"{code}|{canonical_json(spec)}|"
         self.dir = quantbench_home() / "tensors"
         self.wrote = 0

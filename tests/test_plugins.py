@@ -163,3 +163,22 @@ def test_preprocessing_plugin_and_its_checks(plugdir):
         to_tensor(rgb, {**spec, "plugin": "dec/my_decoders.py:wrong_dtype"})
     with pytest.raises(UserError, match="sidecar input 'plugin' dec/none.py:f: no such file"):
         to_tensor(rgb, {**spec, "plugin": "dec/none.py:f"})
+
+
+def test_cached_fixture_tensors_follow_an_edited_preprocessing_plugin(tmp_path, monkeypatch):
+    """The tensor cache is keyed by the plug-in file's hash too: an edit never serves the old tensors."""
+    from calib_helpers import make_corpus
+
+    from quantbench.fixtures import build_fixtures
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path / "home"))
+    labels, images = make_corpus(tmp_path / "corpus", n_litter=1, n_negative=1, n_eval=2)
+    src = "import numpy as np\ndef prep(rgb, spec):\n    return np.full((1, 3, 4, 4), {v}, np.float32)\n"
+    (tmp_path / "prep.py").write_text(src.format(v=1.0))
+    spec = {"name": "images", "shape": [1, 3, 4, 4], "dtype": "float32", "plugin": "prep.py:prep"}
+    first = build_fixtures(spec, labels, images)
+    assert all(float(fx.array.max()) == 1.0 for fx in first)
+    (tmp_path / "prep.py").write_text(src.format(v=2.0) + "# edited\n")
+    again = build_fixtures(spec, labels, images)
+    assert all(float(fx.array.max()) == 2.0 for fx in again)
