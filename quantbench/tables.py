@@ -882,7 +882,7 @@ def _type_text(t: pa.DataType) -> str:
 
 
 def markdown() -> str:
-    """The schema section of the README."""
+    """The schema section of docs/schema.md."""
     out = [f"Schema version {SCHEMA_VERSION}. Each table is `results/tables/<table>/part-*.parquet`.", ""]
     for name, cols in COLUMNS.items():
         out.append(f"### `{name}` (key: {', '.join(KEYS[name])})")

@@ -53,9 +53,9 @@ def do_list(args) -> int:
         if spec.kind == "local" and ok:
             detail = "this machine"
         rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", detail))
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    from quantbench.textfmt import text_table
+
+    print(text_table(rows[0], rows[1:]))
     return 0
 
 

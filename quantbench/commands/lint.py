@@ -30,9 +30,10 @@ def run(args) -> int:
     out = [head] + [(r.node, r.op_type, str(r.k), f"{r.act_type}/{r.weight_type}", str(r.x86_saturating_pairs),
                      str(r.neon_wrapping_pairs), "ok" if r.int32_ok else "OVERFLOW", ",".join(r.tiers) or "-")
                     for r in shown]
-    widths = [max(len(x[i]) for x in out) for i in range(len(head))]
     if shown:
-        print("\n".join("  ".join(c.ljust(w) for c, w in zip(x, widths)).rstrip() for x in out))
+        from quantbench.textfmt import text_table
+
+        print(text_table(out[0], out[1:]))
     for r in risky:
         print(f"{r.node}: {r.reason}")
     print(f"{len(rows)} int8 weight tensor(s), {len(risky)} that some host tier can diverge on"

@@ -34,9 +34,9 @@ def run(args) -> int:
             sizes = [p.stat().st_size for p in ps]
             rows.append((n, str(len(ps)), str(sum(1 for s in sizes if s < tables.SMALL_PART_BYTES)),
                          f"{sum(sizes) / 1e6:.1f}"))
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        from quantbench.textfmt import text_table
+
+        print(text_table(rows[0], rows[1:]))
         return 0
     names = args.names or present
     unknown = [n for n in names if n not in tables.COLUMNS]

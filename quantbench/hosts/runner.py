@@ -148,8 +148,9 @@ class RunSummary:
         for h in self.hosts:
             rows.append((h.name, h.kind, h.fingerprint_id[:12], str(h.ran), str(h.cached), str(h.imported),
                          str(len(h.errors)), f"{h.seconds:.1f}"))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+        from quantbench.textfmt import text_table
+
+        return text_table(rows[0], rows[1:])
 
 
 class RunFailed(UserError):
