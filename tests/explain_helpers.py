@@ -60,3 +60,18 @@ def classifier_fixtures(model_path, count):
     dims = [d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim]
     rng = np.random.default_rng(5)
     return [fixture(rng.uniform(0, 1, dims).astype(np.float32), inp.name) for _ in range(count)]
+
+
+def exact_int8_host() -> str:
+    """A host whose U8S8 int8 kernel is exact, to stand apart from the saturating AVX2 one: this machine
+    when it has VNNI/AMX, else the emulated SSE4.2 Nehalem (its SSE kernel uses exact pmaddwd)."""
+    from quantbench.hosts import emulated as EM
+    from setup_required import missing_setup
+
+    flags = open("/proc/cpuinfo").read().split()
+    if any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8")):
+        return "x86"
+    ok, msg = EM.ready("x86-sse4")
+    if not ok:
+        missing_setup(f"x86-sse4 not set up: {msg}")
+    return "x86-sse4"

@@ -90,18 +90,17 @@ def test_qdq_saturation_localised_between_local_and_avx2(workdir):
     DequantizeLinear/MatMul tensors inside the fused group are not observable (exposing
     them stops the QDQ fusion, which the fidelity check detects), and the first
     divergent observable tensor is the fused MatMul's quantized output."""
-    from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
+    from explain_helpers import exact_int8_host, fixture, saturating_inputs, saturating_matmul, static_qdq
     from quantbench.explain.localize import localize, parse_hosts, summary
     from quantbench.hosts import emulated as EM
 
     ok, msg = EM.ready("x86-avx2")
     if not ok:
         missing_setup(f"x86-avx2 not set up: {msg}")
-    if not any(f in open("/proc/cpuinfo").read().split() for f in ("avx512_vnni", "avx_vnni", "amx_int8")):
-        pytest.skip("the local CPU has no exact int8 kernel (VNNI/AMX)")
+    exact = exact_int8_host()  # this machine with VNNI/AMX, else the emulated SSE4.2 host
     fp32 = saturating_matmul(workdir / "fp32.onnx")
     qdq = static_qdq(fp32, workdir, "qdq", feeds=saturating_inputs(count=4, seed=7))
-    hosts = parse_hosts("x86,x86-avx2")
+    hosts = parse_hosts(f"{exact},x86-avx2")
     res = localize(qdq, hosts, fixture(saturating_inputs(count=1)[0]), group=8, progress=False,
                    tables_root=workdir / "t")
     print(summary(res))
