@@ -9,7 +9,7 @@ from explain_helpers import fixture, saturating_inputs, saturating_matmul, stati
 
 def test_latency_rows_and_speedup_sign(workdir):
     from quantbench.explain.latency import measure, table, with_speedups
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
 
     fp32 = saturating_matmul(workdir / "fp32.onnx")
     int8 = static_qdq(fp32, workdir, "int8")
@@ -30,15 +30,14 @@ def test_latency_rows_and_speedup_sign(workdir):
 def test_emulated_and_imported_hosts_are_refused(workdir):
     from quantbench.errors import UserError
     from quantbench.explain.latency import check_host, measure
-    from quantbench.explain.localize import HostRun
-    from quantbench.hosts.registry import HostSpec
+    from quantbench.hosts.registry import HostRequest, HostSpec
 
-    emu = HostRun("pi", HostSpec("pi", "emulated", {"preset": "pi"}), {})
+    emu = HostRequest("pi", HostSpec("pi", "emulated", {"preset": "pi"}), {})
     with pytest.raises(UserError, match="not a device latency"):
         check_host(emu)
     with pytest.raises(UserError, match="imported"):
-        check_host(HostRun("airgap", HostSpec("airgap", "imported", {"file": "x"}), {}))
-    [host] = __import__("quantbench.explain.localize", fromlist=["parse_hosts"]).parse_hosts("x86")
+        check_host(HostRequest("airgap", HostSpec("airgap", "imported", {"file": "x"}), {}))
+    [host] = __import__("quantbench.hosts.registry", fromlist=["parse_hosts"]).parse_hosts("x86")
     with pytest.raises(UserError, match="at least 10"):
         measure(saturating_matmul(workdir / "m.onnx"), host, fixture(saturating_inputs(count=1)[0]), runs=5)
 

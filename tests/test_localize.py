@@ -40,7 +40,8 @@ def _fixture():
 
 
 def test_first_divergent_node_is_the_denormal_multiply(workdir):
-    from quantbench.explain.localize import localize, parse_hosts
+    from quantbench.explain.localize import localize
+    from quantbench.hosts.registry import parse_hosts
 
     path = _model(workdir / "daz.onnx")
     hosts = parse_hosts("x86,x86+session.set_denormal_as_zero=1", {"graph_optimization_level": "basic"})
@@ -62,7 +63,8 @@ def test_first_divergent_node_is_the_denormal_multiply(workdir):
 
 
 def test_identical_hosts_report_no_divergence(workdir):
-    from quantbench.explain.localize import localize, parse_hosts
+    from quantbench.explain.localize import localize
+    from quantbench.hosts.registry import parse_hosts
 
     path = _model(workdir / "daz.onnx")
     hosts = parse_hosts("x86,local", {"graph_optimization_level": "basic"})
@@ -73,7 +75,7 @@ def test_identical_hosts_report_no_divergence(workdir):
 
 def test_host_override_syntax_errors():
     from quantbench.errors import UserError
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
 
     with pytest.raises(UserError, match="KEY=VALUE"):
         parse_hosts("x86+oops")
@@ -91,7 +93,8 @@ def test_qdq_saturation_localised_between_local_and_avx2(workdir):
     them stops the QDQ fusion, which the fidelity check detects), and the first
     divergent observable tensor is the fused MatMul's quantized output."""
     from explain_helpers import exact_int8_host, fixture, saturating_inputs, saturating_matmul, static_qdq
-    from quantbench.explain.localize import localize, parse_hosts, summary
+    from quantbench.explain.localize import localize, summary
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.hosts import emulated as EM
 
     ok, msg = EM.ready("x86-avx2")

@@ -14,7 +14,7 @@ def _spec():
 
 def test_noise_rows_on_local_host(workdir):
     from quantbench import tables
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.noise import noise_floor, table
 
     path = saturating_matmul(workdir / "m.onnx")
@@ -34,7 +34,7 @@ def test_noise_rows_on_local_host(workdir):
 
 
 def test_fixed_batch_axis_is_said(workdir):
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.noise import noise_floor
 
     path = saturating_matmul(workdir / "m.onnx")
@@ -49,7 +49,7 @@ def test_fixed_batch_axis_is_said(workdir):
 
 
 def test_nondeterministic_model_is_a_harness_fault(workdir):
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.noise import noise_floor
 
     g = helper.make_graph(

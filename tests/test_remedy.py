@@ -36,7 +36,7 @@ def test_build_remedies_offline(workdir):
 
 @pytest.mark.slow
 def test_remedy_matrix_closes_the_avx2_gap(workdir):
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.remedy import build_remedies, remedy_matrix, table
     from quantbench.hosts import emulated as EM
 

@@ -100,17 +100,14 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
     from quantbench.errors import UserError
     from quantbench.modelio import fits
     from quantbench.variants import resolve_variants, sidecar_for
-    from quantbench.hosts.registry import resolve_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.hosts.runner import run_hosts, variant_info
 
-    names = [h.strip() for h in args.hosts.split(",") if h.strip()]
-    if not names:
-        raise UserError("--hosts: name at least one host, e.g. --hosts pi,x86")
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
     if args.atol < 0 or args.rtol < 0:
         raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
-    specs = resolve_hosts(names, args.hosts_file)
+    specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     names = [s.name for s in specs]
     if args.reference and args.reference not in names:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(names)}")

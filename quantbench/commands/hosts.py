@@ -17,7 +17,8 @@ def add_arguments(p) -> None:
                    description="Presets and configured hosts, their kind, and whether each is ready.")
     c = sub.add_parser("check", help="run a smoke job on a host and print its fingerprint",
                        description="Run a smoke job (fingerprint + a tiny model) on a host and print its fingerprint.")
-    c.add_argument("name", help="host name")
+    c.add_argument("name", help="host name; NAME+KEY=VALUE sets a session option or config entry for the check, "
+                                "e.g. x86+session.x64quantprecision=1")
     add_session_arguments(c)
     c.add_argument("--threads", type=int, default=1, help="intra-op threads")
     c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
@@ -65,21 +66,24 @@ def do_check(args) -> int:
     from quantbench.commands import session_from_args
     from quantbench.errors import UserError
     from quantbench.hosts import worker as W
-    from quantbench.hosts.registry import make_host, resolve_hosts
-    from quantbench.hosts.keys import cpu_summary, normalize_session, probe_model
+    from quantbench.hosts.registry import make_host, parse_hosts
+    from quantbench.hosts.keys import cpu_summary, probe_model
     from quantbench.hosts.session import HostSession
 
-    spec = resolve_hosts([args.name], args.hosts_file, option="hosts check")[0]
+    requests = parse_hosts(args.name, session_from_args(args), args.hosts_file, option="hosts check")
+    if len(requests) != 1:
+        raise UserError(f"hosts check {args.name!r}: name one host (it checks one at a time)")
+    [req] = requests
+    spec, session = req.spec, req.session
     host = make_host(spec)
-    if spec.kind == "imported":
+    if not host.runs_workers:  # an imported file: checked (every hash), nothing to start
         ok, msg = host.ready()
         if not ok:
             raise UserError(f"host {spec.name}: {msg}")
         print(f"{spec.name}: {msg}")
         return 0
-    session = normalize_session(session_from_args(args))
     t0 = time.monotonic()
-    with HostSession(spec, session, args.allow_fallback) as hs:
+    with HostSession(spec, session, args.allow_fallback, label=req.label) as hs:
         fp = hs.frame
     seconds = time.monotonic() - t0
     expect = None
@@ -98,7 +102,7 @@ def do_check(args) -> int:
     ort_info = ident.get("onnxruntime", {})
     probe = (fp.get("probe_sha256") or [""])[0]
     lines = [
-        ("host", f"{spec.name} ({host.describe()})"),
+        ("host", f"{req.label} ({host.describe()})"),
         ("fingerprint", fp["fingerprint_id"]),
         ("os / arch", f"{ident.get('os')} {ident.get('arch')} ({ident.get('libc')})"),
         ("cpu", cpu_summary(f)),

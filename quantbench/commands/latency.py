@@ -35,7 +35,7 @@ def run(args) -> int:
     from quantbench.assets import TABLES_DIR
     from quantbench.commands import fixtures_from_args
     from quantbench.explain.latency import check_host, measure, table, with_speedups
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
 
     hosts = parse_hosts(args.hosts, {"intra_op_num_threads": args.threads}, args.hosts_file)
     for h in hosts:

@@ -28,7 +28,8 @@ def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
     from quantbench.commands import base_session_from_args, fixtures_from_args
-    from quantbench.explain.localize import localize, parse_hosts, summary
+    from quantbench.explain.localize import localize, summary
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.fixtures import pick_fixture
     from quantbench.variants import pick_variant
 

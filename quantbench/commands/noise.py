@@ -29,7 +29,7 @@ def run(args) -> int:
     from quantbench.analysis.decode import spec_for_variant
     from quantbench.commands import base_session_from_args, fixtures_from_args
     from quantbench.errors import UserError
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.noise import noise_floor, table
     from quantbench.variants import pick_variant
 

@@ -31,7 +31,7 @@ def run(args) -> int:
     from quantbench.variants import pick_variant
     from quantbench.analysis.decode import spec_for_variant
     from quantbench.errors import UserError
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.remedy import build_remedies, remedy_matrix, table
     from quantbench.modelio import load_model, semantic_sha256
 

@@ -59,13 +59,12 @@ def run(args) -> int:
     from quantbench.hosts.runner import RunFailed, run_hosts
 
     announce_hosts_file(args.hosts_file)
-    names = [h.strip() for h in args.hosts.split(",") if h.strip()]
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
     session = session_from_args(args)
-    from quantbench.hosts.registry import resolve_hosts
+    from quantbench.hosts.registry import parse_hosts
 
-    specs = resolve_hosts(names, args.hosts_file)
+    specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     variants = resolve_variants(args.variants)
     fixtures = fixtures_from_args(args, variants, args.limit)
     root = Path(args.tables) if args.tables else TABLES_DIR

@@ -62,7 +62,7 @@ def _vm_hwm_mb(pid: int) -> float | None:
 
 def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats: int = 3,
             variant_name: str = "", allow_fallback: bool = False) -> LatencyRow:
-    """One variant on one host; `host` is a localize.HostRun."""
+    """One variant on one host; `host` is a hosts.registry.HostRequest."""
     from pathlib import Path
 
     from quantbench.explain.localize import open_session

@@ -28,58 +28,24 @@ from pathlib import Path
 
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
+from quantbench.hosts.registry import HostRequest
 
 DEFAULT_GROUP = 8
-SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch")
 
 
 # --------------------------------------------------------------------------- hosts with sessions
+# Hosts arrive as quantbench.hosts.registry.HostRequest (label, spec, session): the one
+# `--hosts` parser, registry.parse_hosts, reads NAME+KEY=VALUE items for every command.
 
 
-@dataclass
-class HostRun:
-    """A host plus the session options of the run being explained on it."""
-
-    label: str          # as the user wrote it, e.g. "x86+session.x64quantprecision=1"
-    spec: object        # quantbench.hosts.registry.HostSpec
-    session: dict       # normalised session options
-
-
-def parse_hosts(text: str, base_session: dict | None = None, hosts_file=None, option: str = "--hosts") -> list[HostRun]:
-    """`NAME[+KEY=VALUE...]` items, comma-separated. KEY is a session option
-    (graph_optimization_level, intra_op_num_threads, ...) or an onnxruntime session
-    config entry (session.x64quantprecision, session.set_denormal_as_zero, ...)."""
-    from quantbench.hosts.registry import resolve_hosts
-    from quantbench.hosts.keys import normalize_session
-
-    out = []
-    for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
-        name, *overrides = item.split("+")
-        spec = resolve_hosts([name], hosts_file, option=option)[0]
-        session = normalize_session(base_session)
-        session["config_entries"] = dict(session["config_entries"])
-        for ov in overrides:
-            key, sep, value = ov.partition("=")
-            if not sep or not key:
-                raise UserError(f"{option} {item!r}: override {ov!r} must be KEY=VALUE, e.g. x86+session.x64quantprecision=1")
-            if key in SESSION_KEYS:
-                session[key] = value
-            else:
-                session["config_entries"][key] = value
-        out.append(HostRun(item, spec, normalize_session(session)))
-    if not out:
-        raise UserError(f"{option}: name hosts, e.g. {option} x86,pi")
-    return out
-
-
-def open_session(host: HostRun, allow_fallback: bool = False):
+def open_session(host: HostRequest, allow_fallback: bool = False):
     """A started, fingerprinted worker of `host` under its session (quantbench.hosts.session.HostSession)."""
     from quantbench.hosts.session import HostSession
 
     return HostSession(host.spec, host.session, allow_fallback, label=host.label).open()
 
 
-def start_workers(hosts: list[HostRun], allow_fallback: bool = False) -> list:
+def start_workers(hosts: list[HostRequest], allow_fallback: bool = False) -> list:
     """Start (and fingerprint) every host's worker in parallel; close them all if one fails."""
     workers: list = [None] * len(hosts)
 
@@ -236,7 +202,7 @@ def _check_two(hosts):
                         f"({', '.join(h.label for h in hosts)})")
 
 
-def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
+def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
              variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture."""
     from quantbench.modelio import load_model, semantic_sha256
@@ -371,7 +337,7 @@ def _add_distances(rows: list[TensorRow], got) -> None:
                     setattr(r, k, v)
 
 
-def _table_check(host: HostRun, variant_id: str, fixture_id: str, explained: dict, tables_root) -> str:
+def _table_check(host: HostRequest, variant_id: str, fixture_id: str, explained: dict, tables_root) -> str:
     """Compare the explained run's output hashes with the host's rows in the outputs table, if any."""
     from quantbench.assets import TABLES_DIR
     from quantbench.hosts.results import load_outputs

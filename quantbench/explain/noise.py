@@ -77,7 +77,7 @@ def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
 
 def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
                 factors=FACTORS, variant_name: str = "", allow_fallback: bool = False) -> list[NoiseRow]:
-    """The noise rows of one host (a localize.HostRun) for one variant; `spec` a DecodeSpec or None."""
+    """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None."""
     from pathlib import Path
 
     from quantbench.explain.localize import open_session

@@ -305,6 +305,8 @@ class ImportedHost:
     options: dict = field(default_factory=dict)
     kind: str = "imported"
     model_by_path: bool = False
+    #: its results are merged from the file (merge_imported), never run by a worker
+    runs_workers = False
 
     def ready(self) -> tuple[bool, str]:
         f = Path(self.options["file"])

@@ -152,6 +152,10 @@ class ProcessHost:
     options: dict = field(default_factory=dict)
     #: the worker can open the model file by path (same filesystem)
     model_by_path: bool = True
+    #: results come from workers this host starts (an imported host merges a file instead)
+    runs_workers = True
+    #: its workers run on this machine's cores, so each takes one of the runner's slots
+    uses_local_cores = True
 
     def command(self) -> tuple[list[str], dict | None, bytes]:
         """(argv, env or None, bytes to send before the first frame)."""
@@ -175,6 +179,21 @@ class ProcessHost:
         write or read noticed it first."""
         return f"host {self.name}: {exc}"
 
+    def job_death_message(self, exc: WorkerDied) -> str:
+        """Why a worker died in the middle of a job (the runner prefixes host, variant and fixture)."""
+        return str(exc)
+
+    def version_policy(self, remote: str, local: str, allow_mismatch: bool) -> str | None:
+        """A note when the host's onnxruntime version differs from the local one (None when equal):
+        its results still count, but a difference may come from the version."""
+        if remote == local:
+            return None
+        return f"host {self.name} runs onnxruntime {remote} (local: {local}); differences may come from the version"
+
+    def max_workers(self, fingerprint: dict) -> int:
+        """How many workers this host may run at once: unbounded here (the runner's slots bound local workers)."""
+        return 1 << 30
+
     def close_connection(self) -> None:
         """Release what the host's workers shared once they are all done (nothing, but for ssh)."""
 
@@ -196,6 +215,9 @@ class LocalHost(ProcessHost):
 @dataclass
 class EmulatedHost(ProcessHost):
     """qemu-user running an arm64 (or x86) Python on a CPU model; the internals live in quantbench.hosts.emulated."""
+
+    #: the model travels as bytes: no path lookups through qemu's -L prefix
+    model_by_path: bool = False
 
     @property
     def preset(self) -> str:
@@ -219,3 +241,12 @@ class EmulatedHost(ProcessHost):
 
     def describe(self) -> str:
         return f"emulated ({self.preset})"
+
+    def version_policy(self, remote: str, local: str, allow_mismatch: bool) -> str | None:
+        """`hosts setup` installs the local onnxruntime version under qemu, so a different one is a
+        stale setup and a confound: an error unless the caller allows it (then silently accepted)."""
+        if remote != local and not allow_mismatch:
+            raise UserError(f"host {self.name}: emulated onnxruntime {remote} differs from the local "
+                            f"{local} (a confound); rerun `quantbench hosts setup {self.name}` "
+                            f"or pass --allow-version-mismatch")
+        return None

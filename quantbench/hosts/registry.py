@@ -199,19 +199,76 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
     return out
 
 
+#: session option names an override sets directly; any other KEY is an onnxruntime session config entry
+SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch")
+#: the commands whose --hosts items may carry session overrides (the others run every host under one session)
+OVERRIDE_COMMANDS = "localize, noise, remedy, latency and hosts check"
+
+
+@dataclass
+class HostRequest:
+    """One `--hosts` item: the text as written (`label`), its host spec, the normalised session it runs under."""
+
+    label: str
+    spec: HostSpec
+    session: dict
+
+
+def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | os.PathLike | None = None,
+                option: str = "--hosts", overrides: bool = True) -> list[HostRequest]:
+    """The one parser of `--hosts`: comma-separated `NAME` or `NAME+KEY=VALUE[+KEY=VALUE...]` items.
+
+    KEY is a session option (SESSION_KEYS) or an onnxruntime session config entry
+    (session.x64quantprecision, ...); it overrides `base_session` for that item only.
+    Every command parses its hosts here, so one bad item reads the same everywhere;
+    `overrides=False` (run, equiv: one session for every host) refuses `+KEY=VALUE`
+    after the item parsed. Identical items (same host, same session) count once.
+    """
+    from quantbench.fsutil import canonical_json
+    from quantbench.hosts.keys import normalize_session
+
+    out, seen = [], set()
+    for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
+        name, *items = [part.strip() for part in item.split("+")]
+        spec = resolve_hosts([name], hosts_file, option=option)[0]
+        session = normalize_session(base_session)
+        session["config_entries"] = dict(session["config_entries"])
+        for ov in items:
+            key, sep, value = (x.strip() for x in ov.partition("="))
+            if not sep or not key:
+                raise UserError(f"{option} {item!r}: override {ov!r} must be KEY=VALUE, e.g. x86+session.x64quantprecision=1")
+            if key in SESSION_KEYS:
+                session[key] = value
+            else:
+                session["config_entries"][key] = value
+        if items and not overrides:
+            raise UserError(f"{option} {item!r}: per-host session overrides (NAME+KEY=VALUE) are taken by "
+                            f"{OVERRIDE_COMMANDS}; this command runs every host under one session: "
+                            f"name the host alone and set the session with --session-config KEY=VALUE / --graph-opt")
+        session = normalize_session(session)
+        if (spec.name, canonical_json(session)) not in seen:
+            seen.add((spec.name, canonical_json(session)))
+            out.append(HostRequest(item, spec, session))
+    if not out:
+        raise UserError(f"{option}: no host named; e.g. {option} x86,pi")
+    return out
+
+
+#: kind -> (module, class) of its host object; each class owns its kind's readiness, start-up,
+#: dead-worker explanation and version policy
+HOST_CLASSES = {
+    "local": ("quantbench.hosts.local", "LocalHost"),
+    "emulated": ("quantbench.hosts.local", "EmulatedHost"),
+    "ssh": ("quantbench.hosts.ssh", "SSHHost"),
+    "imported": ("quantbench.hosts.imported", "ImportedHost"),
+}
+
+
 def make_host(spec: HostSpec):
     """The host object for a spec (LocalHost, EmulatedHost, SSHHost or ImportedHost)."""
-    if spec.kind == "local":
-        from quantbench.hosts.local import LocalHost
-        return LocalHost(spec.name, "local", dict(spec.options))
-    if spec.kind == "emulated":
-        from quantbench.hosts.local import EmulatedHost
-        # the model travels as bytes: no path lookups through qemu's -L prefix
-        return EmulatedHost(spec.name, "emulated", dict(spec.options), model_by_path=False)
-    if spec.kind == "ssh":
-        from quantbench.hosts.ssh import SSHHost
-        return SSHHost(spec.name, "ssh", dict(spec.options), model_by_path=False)
-    if spec.kind == "imported":
-        from quantbench.hosts.imported import ImportedHost
-        return ImportedHost(spec.name, dict(spec.options))
-    raise UserError(f"host {spec.name}: unknown kind {spec.kind!r}; choose from {', '.join(KINDS)}")
+    import importlib
+
+    if spec.kind not in HOST_CLASSES:
+        raise UserError(f"host {spec.name}: unknown kind {spec.kind!r}; choose from {', '.join(KINDS)}")
+    module, cls = HOST_CLASSES[spec.kind]
+    return getattr(importlib.import_module(module), cls)(name=spec.name, kind=spec.kind, options=dict(spec.options))

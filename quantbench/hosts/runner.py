@@ -322,7 +322,7 @@ class _HostRun:
         self.bar = None
         self.lock = threading.Lock()
         self.clients: list = []
-        self.uses_local_slot = spec.kind != "ssh"
+        self.uses_local_slot = self.host.uses_local_cores
         self.tasks: _Tasks | None = None
         self.unclaimed = 0      # fixtures in tasks no worker has taken yet
         self.active = 0         # workers running tasks
@@ -449,9 +449,10 @@ class _HostRun:
             self.writer.flush()
             in_flight = next((f for f in order if f in pending), None)
             where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
-            msg = str(exc) if isinstance(exc, (WorkerDied, UserError)) else f"{type(exc).__name__}: {exc}"
-            if self.spec.kind == "ssh" and isinstance(exc, WorkerDied) and exc.returncode == 255:
-                msg = self.host.died_message(exc)  # the connection itself dropped (ssh's own exit code)
+            if isinstance(exc, WorkerDied):
+                msg = self.host.job_death_message(exc)
+            else:
+                msg = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
             self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
             self.stop.set()
             return False
@@ -464,10 +465,8 @@ class _HostRun:
         t0 = time.monotonic()
         try:
             self._run()
-        except UserError as exc:
-            self._error(str(exc) if str(exc).startswith("host ") else f"host {self.spec.name}: {exc}")
         except Exception as exc:  # keep the other hosts going; report this one
-            self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
+            self._error(_failure(self.spec.name, exc))
         finally:
             self.writer.flush()
             if self.bar is not None:
@@ -491,20 +490,14 @@ class _HostRun:
         return hs.client, hs.fingerprint, hs.fingerprint_id
 
     def _adopt(self, fp: dict, fid: str) -> None:
-        """Take `fid` as this host's fingerprint: version checks, the hosts row (written once)."""
+        """Take `fid` as this host's fingerprint: the host's version policy, the hosts row (written once)."""
         ctx = self.ctx
         self.fingerprint_id = fid
         self.summary.fingerprint_id = fid
         ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
-        if self.spec.kind == "emulated" and ort_v != ctx.local_ort and not ctx.allow_version_mismatch:
-            raise UserError(f"host {self.spec.name}: emulated onnxruntime {ort_v} differs from the local "
-                            f"{ctx.local_ort} (a confound); rerun `quantbench hosts setup {self.spec.name}` "
-                            f"or pass --allow-version-mismatch")
-        if self.spec.kind != "emulated" and ort_v != ctx.local_ort:
-            note = (f"host {self.spec.name} runs onnxruntime {ort_v} (local: {ctx.local_ort}); "
-                    f"differences may come from the version")
-            if note not in self.summary.notes:
-                self.summary.notes.append(note)
+        note = self.host.version_policy(ort_v, ctx.local_ort, ctx.allow_version_mismatch)
+        if note and note not in self.summary.notes:
+            self.summary.notes.append(note)
         tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root, ledger=True)
 
     def _plan(self, fid: str) -> list:
@@ -524,12 +517,6 @@ class _HostRun:
 
     def _run(self) -> None:
         ctx = self.ctx
-        if self.spec.kind == "imported":
-            from quantbench.hosts.imported import merge_imported
-
-            merged = merge_imported(self.host, ctx, self.summary)
-            self.fingerprint_id = merged
-            return
         from quantbench.hosts import fpcache
 
         try:
@@ -576,8 +563,7 @@ class _HostRun:
             total = self.summary.planned
             if not total:
                 return
-            if self.spec.kind == "ssh":  # the remote's cores bound its workers
-                self.max_workers = max(1, int(fp.get("info", {}).get("cpu_count") or 1))
+            self.max_workers = self.host.max_workers(fp)  # e.g. an ssh remote's cores
             # Tasks of a few fixtures per variant: enough of them that a worker started later
             # (a slot freed by another host) still finds work to share.
             per = max(1, -(-total // (8 * max(self.sched.slots, 1))))
@@ -673,6 +659,35 @@ class _HostRun:
             self.sched.release(self)
 
 
+class _ImportedRun:
+    """An imported host: its file is merged into the tables (imported.merge_imported); no worker, no slot."""
+
+    def __init__(self, host, ctx: "_Context"):
+        self.host, self.ctx = host, ctx
+        self.summary = HostSummary(host.name, host.kind)
+
+    def run(self) -> None:
+        from quantbench.hosts.imported import merge_imported
+
+        t0 = time.monotonic()
+        try:
+            merge_imported(self.host, self.ctx, self.summary)
+        except Exception as exc:  # keep the other hosts going; report this one
+            self.summary.errors.append(_failure(self.host.name, exc))
+        finally:
+            self.summary.seconds = time.monotonic() - t0
+
+    def kill(self) -> None:
+        """Nothing to stop: a merge is one table append per table."""
+
+
+def _failure(host: str, exc: Exception) -> str:
+    """One error line for a host that failed: a UserError as it reads (prefixed with the host), else the type."""
+    if isinstance(exc, UserError):
+        return str(exc) if str(exc).startswith("host ") else f"host {host}: {exc}"
+    return f"host {host}: {type(exc).__name__}: {exc}"
+
+
 class _Context:
     def __init__(self, variants, fixtures, session, root, allow_fallback, allow_version_mismatch, progress):
         self.variants = variants
@@ -738,54 +753,84 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     something fails, and then RunFailed (a UserError) is raised after all hosts ended
     (unless raise_on_error=False: the errors are in the summary).
     """
-    specs = [h if isinstance(h, HostSpec) else None for h in host_names]
+    specs = _host_specs(host_names, hosts_file)
+    ctx = _context(variants, fixtures, normalize_session(session), tables_root, allow_fallback,
+                   allow_version_mismatch, progress)
+    hosts = [make_host(spec) for spec in specs]
+    _check_hosts(hosts, ctx)
+    _write_inputs(ctx, preprocess)
+    summary = RunSummary(_run_all(specs, hosts, ctx, jobs), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
+                         ctx.session, ctx.skey, ctx.root)
+    if summary.errors and raise_on_error:
+        first = summary.errors[0]
+        more = f" (and {len(summary.errors) - 1} more)" if len(summary.errors) > 1 else ""
+        raise RunFailed(f"{first}{more}; finished results are kept in {ctx.root}, rerun to resume", summary)
+    return summary
+
+
+def _host_specs(host_names, hosts_file) -> list[HostSpec]:
+    """HostSpecs in the order given: specs as they are, names looked up (registry.resolve_hosts)."""
     names = [h for h in host_names if not isinstance(h, HostSpec)]
     resolved = iter(resolve_hosts(names, hosts_file) if names else [])
-    specs = [s if s is not None else next(resolved) for s in specs]
+    return [h if isinstance(h, HostSpec) else next(resolved) for h in host_names]
+
+
+def _context(variants, fixtures, session, tables_root, allow_fallback, allow_version_mismatch, progress) -> _Context:
+    """The run's context: each variant identified once, each fixture once, and every variant fits a fixture."""
     if not variants:
         raise UserError("no model variants to run; run `quantbench calibrate` first or pass --variants")
     if not fixtures:
         raise UserError("no fixtures to run; check --fixtures/--split/--limit")
-    sess = normalize_session(session)
-    infos = []
-    seen = set()
+    infos, seen = [], set()
     for v in variants:
         vi = variant_info(v)
         if vi.variant_id not in seen:
             seen.add(vi.variant_id)
             infos.append(vi)
     uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
-    ctx = _Context(infos, uniq, sess, tables_root, allow_fallback, allow_version_mismatch, progress)
+    ctx = _Context(infos, uniq, session, tables_root, allow_fallback, allow_version_mismatch, progress)
     for vi in infos:
         if not ctx.fixtures_for[vi.variant_id]:
             shapes = sorted({f"{fx.input_name}{list(fx.array.shape)}" for fx in uniq})
             raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) "
                             f"{vi.inputs}; fixtures are {', '.join(shapes[:4])}")
-    # Every host must be runnable before anything starts.
-    for spec in specs:
-        host = make_host(spec)
+    return ctx
+
+
+def _check_hosts(hosts, ctx: _Context) -> None:
+    """Every host must be runnable before anything starts; an imported file must hold some of this run
+    (one that holds none must not join a class unmeasured)."""
+    from quantbench.hosts.imported import check_coverage
+
+    for host in hosts:
         ok, msg = host.ready()
         if not ok:
-            raise UserError(f"host {spec.name}: {msg}")
-        if spec.kind == "imported":  # a file that holds none of this run must not join a class unmeasured
-            from quantbench.hosts.imported import check_coverage
-
+            raise UserError(f"host {host.name}: {msg}")
+        if not host.runs_workers:
             check_coverage(host, ctx)
-    root = Path(tables_root)
+
+
+def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
+    """The fixtures and models rows of this run (the outputs rows will refer to them)."""
     # Fixtures are keyed by their tensor hash: one already in the table is not written again
     # (its ~200 KB tensor would only make a duplicate part that readers drop).
-    have = set(tables.read("fixtures", root=root, columns=["fixture_id"]).column("fixture_id").to_pylist())
-    new = [fx for fx in uniq if fx.fixture_id not in have]
+    have = set(tables.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
+    new = [fx for fx in ctx.fixtures if fx.fixture_id not in have]
     if new:
         from quantbench.fixtures import fixtures_chunks
 
         tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
-                             root=root)
-    tables.append("models", [vi.row() for vi in infos], root=root, ledger=True)
+                             root=ctx.root)
+    tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
 
+
+def _run_all(specs, hosts, ctx: _Context, jobs) -> list[HostSummary]:
+    """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
+    slots; imported hosts merge their file. Returns the hosts' summaries in that order."""
     sched = _Scheduler(jobs or usable_cores())
-    runs = [_HostRun(spec, ctx, i, sched) for i, spec in enumerate(specs)]
-    sched.runs = [r for r in runs if r.spec.kind != "imported"]
+    runs = [_HostRun(spec, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
+            for i, (spec, host) in enumerate(zip(specs, hosts))]
+    sched.runs = [r for r in runs if isinstance(r, _HostRun)]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     try:
         for th in threads:
@@ -804,12 +849,7 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows
-                tables.maybe_compact(name, root)
+                tables.maybe_compact(name, ctx.root)
             except Exception:
                 pass
-    summary = RunSummary([r.summary for r in runs], infos, [fx.fixture_id for fx in uniq], sess, ctx.skey, root)
-    if summary.errors and raise_on_error:
-        first = summary.errors[0]
-        more = f" (and {len(summary.errors) - 1} more)" if len(summary.errors) > 1 else ""
-        raise RunFailed(f"{first}{more}; finished results are kept in {root}, rerun to resume", summary)
-    return summary
+    return [r.summary for r in runs]

@@ -41,6 +41,11 @@ class SSHHost(ProcessHost):
     """Options: address (user@host or an ssh config alias), python (default python3),
     ssh_options (extra arguments for ssh, e.g. ["-F", "cfg", "-p", "2222"]), ssh (the client binary)."""
 
+    #: models and inputs travel through the connection
+    model_by_path: bool = False
+    #: the workers run on the remote's cores: no local slot (max_workers bounds them)
+    uses_local_cores = False
+
     def control_path(self) -> str | None:
         """Where the shared connection's socket lives, or None when the user's options manage
         multiplexing themselves (ControlMaster / ControlPath / -S): theirs wins."""
@@ -96,6 +101,14 @@ class SSHHost(ProcessHost):
         """The host and ssh's own last words, the same whether the connection died while the
         worker's source was being sent, with the first request, or before the first answer."""
         return unreachable_message(self.name, self.options.get("address", ""), exc.stderr)
+
+    def job_death_message(self, exc) -> str:
+        """ssh's own exit code 255 means the connection dropped, not the worker: say so with ssh's last words."""
+        return self.died_message(exc) if exc.returncode == 255 else str(exc)
+
+    def max_workers(self, fingerprint: dict) -> int:
+        """The remote's cores bound its workers."""
+        return max(1, int(fingerprint.get("info", {}).get("cpu_count") or 1))
 
 
 def unreachable_message(host: str, address: str, stderr: str) -> str:
