@@ -115,3 +115,15 @@ def test_each_kind_owns_its_policies(workdir):
     assert emu.version_policy("1.19.2", "1.20.0", True) is None
     with pytest.raises(UserError, match="unknown kind 'ftp'"):
         make_host(HostSpec("x", "ftp"))
+
+
+def test_run_hosts_names_a_host_once(workdir):
+    """A host named twice (by name or spec) runs once, not twice over the same keys."""
+    from hosts_helpers import fixtures, variant
+    from quantbench.hosts.registry import resolve_hosts
+    from quantbench.hosts.runner import run_hosts
+
+    model = matmul_model(workdir / "m.onnx")
+    s = run_hosts(["x86", "x86", resolve_hosts(["x86"])[0]], [variant(model)], fixtures(1), progress=False,
+                  tables_root=workdir / "t", jobs=1)
+    assert [(h.name, h.ran) for h in s.hosts] == [("x86", 1)]

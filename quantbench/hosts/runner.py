@@ -769,10 +769,15 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
 
 
 def _host_specs(host_names, hosts_file) -> list[HostSpec]:
-    """HostSpecs in the order given: specs as they are, names looked up (registry.resolve_hosts)."""
+    """HostSpecs in the order given, each host once: specs as they are, names looked up (registry.resolve_hosts)."""
     names = [h for h in host_names if not isinstance(h, HostSpec)]
-    resolved = iter(resolve_hosts(names, hosts_file) if names else [])
-    return [h if isinstance(h, HostSpec) else next(resolved) for h in host_names]
+    by_name = {s.name: s for s in (resolve_hosts(names, hosts_file) if names else [])}
+    once: dict[str, HostSpec] = {}
+    for h in host_names:
+        if isinstance(h, HostSpec) or h.strip():
+            spec = h if isinstance(h, HostSpec) else by_name[h.strip()]
+            once.setdefault(spec.name, spec)
+    return list(once.values())
 
 
 def _context(variants, fixtures, session, tables_root, allow_fallback, allow_version_mismatch, progress) -> _Context:

@@ -25,12 +25,12 @@ class HostSession:
     def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None):
         from quantbench.hosts.registry import make_host
 
-        if spec.kind == "imported":
+        self.host = make_host(spec)
+        if not self.host.runs_workers:
             raise UserError(f"host {label or spec.name}: an imported host cannot run new jobs; "
                             "name a local, emulated or ssh host")
         self.spec, self.session, self.allow_fallback = spec, dict(session or {}), allow_fallback
         self.label = label or spec.name
-        self.host = make_host(spec)
         self.client = None
         self.fingerprint: dict | None = None
         self.fingerprint_id = ""
