@@ -155,3 +155,16 @@ def test_verdicts_use_the_decoder_family_names():
     assert "VNNI" in ev("x86_64", "VPDPBUSD", "VPMADDUBSW").verdict()
     assert "saturate" in ev("x86_64", "VPMADDUBSW", "PMADDWD").verdict()
     assert "exact" in ev("x86_64", "PMADDWD").verdict()
+
+
+def test_hosts_without_a_translation_log_are_skipped_with_a_note(tmp_path):
+    """The host says whether it can be traced: a local or ssh host is skipped (no worker starts, nothing written)."""
+    from quantbench.explain.evidence import run_evidence_for
+    from quantbench.hosts.registry import HostRequest, HostSpec, parse_hosts
+
+    lab = HostRequest("lab", HostSpec("lab", "ssh", {"address": "pi@lab.invalid"}), {})
+    evs, notes = run_evidence_for(None, parse_hosts("x86") + [lab], [], tmp_path / "t")
+    assert evs == []
+    assert notes == [f"evidence: {h} is a {k} host; instruction evidence needs qemu's translation log "
+                     f"(an emulated host), skipped" for h, k in (("x86", "local"), ("lab", "ssh"))]
+    assert not (tmp_path / "t").exists()

@@ -82,6 +82,68 @@ def test_fingerprint_cache_off_and_keys(workdir, home, monkeypatch):
     assert starts == ["x86", "x86"]
 
 
+def _version1_key(host, session, allow_fallback):
+    """The version-1 key as users' caches hold it, spelled out: any change to its material must bump
+    fpcache.VERSION (or every existing cache entry silently stops matching)."""
+    import hashlib
+    import os
+    import sys
+    from pathlib import Path
+
+    from quantbench.fsutil import canonical_json
+    from quantbench.hosts import emulated as em
+    from quantbench.hosts import worker as W
+
+    argv, env, preamble = host.command()
+    env = env if env is not None else dict(os.environ)
+    parts = {
+        "version": 1, "kind": host.kind, "name": host.name, "options": canonical_json(host.options),
+        "worker": hashlib.sha256(Path(W.__file__).read_bytes()).hexdigest(), "session": session,
+        "allow_fallback": bool(allow_fallback), "argv": list(argv),
+        "preamble": hashlib.sha256(preamble or b"").hexdigest(),
+        "env": {k: v for k, v in sorted(env.items()) if k.startswith(fpcache._ENV_PREFIXES)},
+        "files": [fpcache._stat(a) for a in argv if os.path.sep in a and os.path.exists(a)],
+        "local_cpu": fpcache._local_cpu(), "local_python": [sys.version, fpcache._stat(sys.executable)],
+        "packages": [fpcache._package_stats("onnxruntime"), fpcache._package_stats("numpy")],
+    }
+    if host.kind == "emulated":
+        def text(p):
+            return Path(p).read_text(errors="replace") if Path(p).exists() else ""
+
+        name = host.options.get("preset", host.name)
+        site = str(env.get("PYTHONPATH", ""))
+        parts["emulated"] = {
+            "preset": repr(em.PRESETS.get(name)), "cpuinfo": text(em.prefix_dir(name) / "proc" / "cpuinfo"),
+            "prefix_stamp": text(em.prefix_stamp(name)), "root_stamp": text(em.root_stamp()), "site": site,
+            "site_stamps": [text(Path(p).parent / f"{Path(p).name}.json") for p in site.split(os.pathsep) if p],
+        }
+    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+
+
+def test_fingerprint_cache_keys_keep_their_version_1_material(monkeypatch):
+    """Each host kind supplies its own key material now; the keys of local and emulated hosts stay
+    byte-identical, so users' caches stay valid (the real ~/.cache home: the preset's own files)."""
+    from quantbench.hosts import emulated as em
+    from setup_required import missing_setup
+
+    monkeypatch.delenv("QUANTBENCH_FINGERPRINT_CACHE", raising=False)
+    assert fpcache.VERSION == 1
+    sess = normalize_session(None)
+    hosts = [HostSpec("x86", "local", {})]
+    for name in ("pi", "x86-avx2"):
+        ok, msg = em.ready(name)
+        if not ok:
+            missing_setup(f"{name} not set up: {msg}")
+        hosts.append(HostSpec(name, "emulated", {"preset": name}))
+    hosts.append(HostSpec("lab", "emulated", {"preset": "pi4", "qemu_args": ["-d", "nochain"]}))
+    if not em.ready("pi4")[0]:
+        hosts.pop()
+    for spec in hosts:
+        host = make_host(spec)
+        for fallback in (False, True):
+            assert fpcache.cache_key(host, sess, fallback) == _version1_key(host, sess, fallback), spec
+
+
 def test_ledger_skips_serialising_stored_rows(tmp_path, monkeypatch):
     rows = [{"variant_id": f"v{i}", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p", "recipe": "{}"}
             for i in range(3)]

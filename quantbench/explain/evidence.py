@@ -325,15 +325,17 @@ def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], li
     """Instruction evidence on every emulated host among `hosts`; returns (evidence, notes on hosts skipped)."""
     from quantbench import tables
     from quantbench.hosts.keys import hosts_row
+    from quantbench.hosts.registry import make_host
 
     evs, notes = [], []
     for h in hosts:
-        if h.spec.kind != "emulated":
+        host = make_host(h.spec)
+        if not host.traces_instructions:
             notes.append(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
                          f"log (an emulated host), skipped")
             continue
-        ev = collect(h.label, h.spec.options.get("preset", h.spec.name), variant.path, fixtures, h.session, variant.name)
-        tables.append("hosts", [hosts_row(h.spec.name, "emulated", ev.fingerprint, ev.fingerprint_id)], root=root)
+        ev = collect(h.label, host.preset, variant.path, fixtures, h.session, variant.name)
+        tables.append("hosts", [hosts_row(h.spec.name, h.spec.kind, ev.fingerprint, ev.fingerprint_id)], root=root)
         tables.append("evidence", ev.rows(), root=root)
         evs.append(ev)
     return evs, notes

@@ -17,6 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from quantbench.errors import ParameterError, UserError
+from quantbench.hosts.registry import make_host
 from quantbench.textfmt import text_table
 
 
@@ -41,12 +42,10 @@ class LatencyRow:
 
 
 def check_host(host) -> None:
-    kind = host.spec.kind
-    if kind == "emulated":
-        raise UserError(f"host {host.label}: emulated; a time measured under qemu is emulation time, not a device "
-                        f"latency. Measure latency on a local or ssh host")
-    if kind == "imported":
-        raise UserError(f"host {host.label}: imported results carry no timings; measure on a local or ssh host")
+    """Refuse a host (a hosts.registry.HostRequest) whose times are no device latency; the host says why."""
+    why = make_host(host.spec).latency_refusal()
+    if why:
+        raise UserError(f"host {host.label}: {why}")
 
 
 def _vm_hwm_mb(pid: int) -> float | None:
@@ -80,7 +79,7 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
     w = open_session(host, allow_fallback)
     try:
         res = w.run(model, [fixture], host.session, return_tensors=False, repeat=warmup + runs * repeats)
-        rss = _vm_hwm_mb(w.client.pid) if host.spec.kind == "local" else None
+        rss = _vm_hwm_mb(w.client.pid) if w.host.local_pid_memory else None
     finally:
         w.close()
     secs = [r["seconds"] for r in sorted(res, key=lambda r: r["repeat"])][warmup:]

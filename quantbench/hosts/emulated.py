@@ -272,3 +272,25 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = ()) -> tuple[lis
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(dict(p.env))
     return argv, env
+
+
+def _text_or_empty(path: Path) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def fingerprint_identity(preset_name: str, env: dict) -> dict:
+    """What `hosts setup` installed for a preset and can change its fingerprint without changing its
+    command line: the preset itself, the prefix's cpuinfo and stamp, the arm64 root's stamp, the
+    wheel sets on the guest's PYTHONPATH (key material of quantbench.hosts.fpcache)."""
+    site = str(env.get("PYTHONPATH", ""))
+    return {
+        "preset": repr(PRESETS.get(preset_name)),
+        "cpuinfo": _text_or_empty(prefix_dir(preset_name) / "proc" / "cpuinfo"),
+        "prefix_stamp": _text_or_empty(prefix_stamp(preset_name)),
+        "root_stamp": _text_or_empty(root_stamp()),
+        "site": site,
+        "site_stamps": [_text_or_empty(_stamp(Path(p))) for p in site.split(os.pathsep) if p],
+    }

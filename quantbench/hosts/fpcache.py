@@ -22,8 +22,9 @@ The key is a SHA-256 over what determines the fingerprint's identity:
     the C library and the kernel release.
 Hosts whose numerics can change without any of these changing are never cached:
 ssh hosts (the remote machine), and local hosts with their own `python` (an
-interpreter whose packages we do not inspect). QUANTBENCH_FINGERPRINT_CACHE=0
-turns the cache off.
+interpreter whose packages we do not inspect). Each host class says which it is
+(`caches_fingerprint`) and adds its kind's own material (`fingerprint_cache_parts`:
+the emulated preset's files). QUANTBENCH_FINGERPRINT_CACHE=0 turns the cache off.
 """
 
 from __future__ import annotations
@@ -59,13 +60,6 @@ def _stat(path) -> list:
         return [str(path), None, None]
 
 
-def _read(path) -> str:
-    try:
-        return Path(path).read_text(errors="replace")
-    except OSError:
-        return ""
-
-
 def _package_stats(name: str) -> list:
     """Size/mtime of a package's entry files and compiled modules (a reinstall or upgrade changes them)."""
     import importlib.util
@@ -97,19 +91,28 @@ def _local_cpu() -> dict:
 
 
 def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
-    """The key of `host`'s fingerprint (a ProcessHost), or None when it must always be asked."""
-    if not enabled() or host.kind not in ("local", "emulated"):
-        return None
-    if host.kind == "local" and host.options.get("python"):
+    """The key of `host`'s fingerprint (a ProcessHost), or None when it must always be asked.
+
+    The host says whether its kind can be cached and adds its kind's own key material
+    (ProcessHost.caches_fingerprint / fingerprint_cache_parts); the rest is common to every kind.
+    """
+    if not enabled() or not host.caches_fingerprint:
         return None
     try:
         argv, env, preamble = host.command()
     except Exception:
         return None
+    env = env if env is not None else dict(os.environ)
+    parts = _common_parts(host, session, allow_fallback, argv, env, preamble)
+    parts.update(host.fingerprint_cache_parts(env))
+    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+
+
+def _common_parts(host, session: dict, allow_fallback: bool, argv, env: dict, preamble) -> dict:
+    """The key material every cacheable kind shares: identity, worker, session, command line, this machine."""
     from quantbench.hosts import worker as W
 
-    env = env if env is not None else dict(os.environ)
-    parts = {
+    return {
         "version": VERSION,
         "kind": host.kind,
         "name": host.name,
@@ -125,20 +128,6 @@ def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
         "local_python": [sys.version, _stat(sys.executable)],
         "packages": [_package_stats("onnxruntime"), _package_stats("numpy")],
     }
-    if host.kind == "emulated":
-        from quantbench.hosts import emulated as em
-
-        name = host.options.get("preset", host.name)
-        parts["emulated"] = {
-            "preset": repr(em.PRESETS.get(name)),
-            "cpuinfo": _read(em.prefix_dir(name) / "proc" / "cpuinfo"),
-            "prefix_stamp": _read(em.prefix_stamp(name)),
-            "root_stamp": _read(em.root_stamp()),
-            "site": str(env.get("PYTHONPATH", "")),
-            "site_stamps": [_read(Path(p).parent / f"{Path(p).name}.json")
-                            for p in str(env.get("PYTHONPATH", "")).split(os.pathsep) if p],
-        }
-    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
 
 
 def lookup(key: str | None) -> tuple[dict, str] | None:

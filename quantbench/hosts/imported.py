@@ -307,6 +307,10 @@ class ImportedHost:
     model_by_path: bool = False
     #: its results are merged from the file (merge_imported), never run by a worker
     runs_workers = False
+    #: no worker: nothing to trace, measure or fingerprint here (the ProcessHost attributes, all off)
+    traces_instructions = False
+    local_pid_memory = False
+    caches_fingerprint = False
 
     def ready(self) -> tuple[bool, str]:
         f = Path(self.options["file"])
@@ -320,6 +324,9 @@ class ImportedHost:
 
     def describe(self) -> str:
         return f"imported ({self.options['file']})"
+
+    def latency_refusal(self) -> str | None:
+        return "imported results carry no timings; measure on a local or ssh host"
 
 
 def merge_imported(host: ImportedHost, ctx, summary) -> str:

@@ -156,6 +156,12 @@ class ProcessHost:
     runs_workers = True
     #: its workers run on this machine's cores, so each takes one of the runner's slots
     uses_local_cores = True
+    #: the worker's local pid is the process running the model, so its peak RSS is the model's (latency)
+    local_pid_memory = False
+    #: its runs can be traced instruction by instruction (qemu's translation log: explain.evidence)
+    traces_instructions = False
+    #: hosts.fpcache may remember its fingerprint: everything that can change it is visible on this machine
+    caches_fingerprint = False
 
     def command(self) -> tuple[list[str], dict | None, bytes]:
         """(argv, env or None, bytes to send before the first frame)."""
@@ -190,6 +196,15 @@ class ProcessHost:
             return None
         return f"host {self.name} runs onnxruntime {remote} (local: {local}); differences may come from the version"
 
+    def fingerprint_cache_parts(self, env: dict) -> dict:
+        """This kind's own fingerprint-cache key material beyond the parts every kind shares (`env` is
+        the worker's environment); asked only when caches_fingerprint."""
+        return {}
+
+    def latency_refusal(self) -> str | None:
+        """Why a time measured on this host is not a device latency (None: it is)."""
+        return None
+
     def max_workers(self, fingerprint: dict) -> int:
         """How many workers this host may run at once: unbounded here (the runner's slots bound local workers)."""
         return 1 << 30
@@ -202,11 +217,18 @@ class ProcessHost:
 class LocalHost(ProcessHost):
     """This machine's onnxruntime, in a subprocess of this interpreter (or `python` from the hosts file)."""
 
+    local_pid_memory = True
+
     def command(self):
         python = self.options.get("python") or sys.executable
         env = dict(os.environ)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         return [python, "-u", str(WORKER_PATH)], env, b""
+
+    @property
+    def caches_fingerprint(self) -> bool:
+        """Not with its own `python`: an interpreter whose packages fpcache does not inspect."""
+        return not self.options.get("python")
 
     def describe(self) -> str:
         return f"local ({self.options.get('python') or sys.executable})"
@@ -218,6 +240,10 @@ class EmulatedHost(ProcessHost):
 
     #: the model travels as bytes: no path lookups through qemu's -L prefix
     model_by_path: bool = False
+    #: qemu's translation log shows the instructions the guest ran
+    traces_instructions = True
+    #: the preset, its prefix and the wheels `hosts setup` installed are all on this machine
+    caches_fingerprint = True
 
     @property
     def preset(self) -> str:
@@ -241,6 +267,16 @@ class EmulatedHost(ProcessHost):
 
     def describe(self) -> str:
         return f"emulated ({self.preset})"
+
+    def fingerprint_cache_parts(self, env: dict) -> dict:
+        """What `hosts setup` installed for the preset (prefix, root, wheels)."""
+        from quantbench.hosts import emulated as em
+
+        return {"emulated": em.fingerprint_identity(self.preset, env)}
+
+    def latency_refusal(self) -> str | None:
+        return ("emulated; a time measured under qemu is emulation time, not a device latency. "
+                "Measure latency on a local or ssh host")
 
     def version_policy(self, remote: str, local: str, allow_mismatch: bool) -> str | None:
         """`hosts setup` installs the local onnxruntime version under qemu, so a different one is a
