@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,20 +73,37 @@ def _line_of(text: str, name: str) -> int:
 
 def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec]:
     """Host specs defined in the hosts file (empty if the default file does not exist)."""
-    import tomllib
-
     explicit = path is not None
     path = Path(path) if explicit else DEFAULT_HOSTS_FILE
+    text = _read_hosts_file(path, explicit)
+    if text is None:
+        return {}
+    return hosts_from_text(path, text, path.parent.resolve())
+
+
+def _read_hosts_file(path: Path, explicit: bool) -> str | None:
+    """The file's text; None when the default file is absent (a named one must exist)."""
     if not path.exists():
         if explicit:
             raise UserError(f"{path}: hosts file not found")
-        return {}
+        return None
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read the hosts file ({exc})") from None
+
+
+def hosts_from_text(path: Path, text: str, base: Path) -> dict[str, HostSpec]:
+    """The checked host specs of a hosts file's text; `path` names it in errors, `base` anchors relative files."""
+    builtins = builtin_names()
+    return {name: _host_spec(name, entry, f"{path}:{_line_of(text, name)}", base, builtins)
+            for name, entry in _host_entries(_parse_toml(path, text)).items()}
+
+
+def _parse_toml(path: Path, text: str) -> dict:
+    """The TOML document; a syntax error names the line and shows it."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         msg = str(exc)
         m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
@@ -94,52 +112,73 @@ def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec
             src = text.splitlines()[line - 1].strip() if line <= len(text.splitlines()) else ""
             raise UserError(f"{path}:{line}: not valid TOML ({msg[:m.start()].strip()}, column {m.group(2)}): {src!r}") from None
         raise UserError(f"{path}: not valid TOML ({msg})") from None
+
+
+def _host_entries(data: dict) -> dict:
+    """name -> entry: the `[hosts]` table if there is one, else the top level; `[defaults]` holds option
+    defaults (quantbench.config), never a host."""
     entries = data.get("hosts") if isinstance(data.get("hosts"), dict) else data
-    # [defaults] holds option defaults (quantbench.config), never a host
-    entries = {k: v for k, v in entries.items() if k != "defaults"}
-    base = path.parent.resolve()
-    builtins = builtin_names()
-    out = {}
-    for name, entry in entries.items():
-        where = f"{path}:{_line_of(text, name)}"
-        if not isinstance(entry, dict):
-            raise UserError(f"{where}: host {name!r} must be a table like {{ kind = \"ssh\", address = \"user@host\" }}")
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in ("all",):
-            raise UserError(f"{where}: host name {name!r}: use letters, digits, '.', '_' or '-'")
-        kind = entry.get("kind")
-        if kind not in KINDS:
-            raise UserError(f"{where}: host {name!r}: kind {kind!r}; choose from {', '.join(KINDS)}")
-        override = entry.get("override", False)
-        if not isinstance(override, bool):
-            raise UserError(f"{where}: host {name!r}: override must be true or false")
-        required, optional = KIND_OPTIONS[kind]
-        opts = {k: v for k, v in entry.items() if k not in ("kind", "override")}
-        unknown = sorted(set(opts) - set(required) - set(optional))
-        if unknown:
-            raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
-                            f"known: {', '.join(required + optional) or 'none'}")
-        for key, value in opts.items():  # every option but the argument lists is one string
-            if key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
-                raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
-        missing = [k for k in required if not opts.get(k)]
-        if missing:
-            raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")
-        if name in builtins and not override:
-            raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
-                            f"`override = true` in its table (or use another name)")
-        if kind == "emulated":
-            opts.setdefault("preset", name)
-            presets = preset_names()
-            if opts["preset"] not in presets:
-                raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
-        if kind == "imported":
-            f = Path(opts["file"]).expanduser()
-            opts["file"] = str(f if f.is_absolute() else base / f)
-        for key in ("ssh_options", "qemu_args"):
-            if key in opts and not (isinstance(opts[key], list) and all(isinstance(a, str) for a in opts[key])):
-                raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
-        out[name] = HostSpec(name, kind, opts, where)
-    return out
+    return {k: v for k, v in entries.items() if k != "defaults"}
+
+
+def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> HostSpec:
+    """One entry checked in a fixed order (the first problem is the one reported) and completed."""
+    kind, override = _check_entry(name, entry, where)
+    opts = {k: v for k, v in entry.items() if k not in ("kind", "override")}
+    _check_options(name, kind, opts, where)
+    if name in builtins and not override:
+        raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
+                        f"`override = true` in its table (or use another name)")
+    opts = _kind_defaults(name, kind, opts, where, base)
+    for key in ("ssh_options", "qemu_args"):
+        if key in opts and not (isinstance(opts[key], list) and all(isinstance(a, str) for a in opts[key])):
+            raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
+    return HostSpec(name, kind, opts, where)
+
+
+def _check_entry(name: str, entry, where: str) -> tuple[str, bool]:
+    """(kind, override) of an entry that is a table with a usable name and a known kind."""
+    if not isinstance(entry, dict):
+        raise UserError(f"{where}: host {name!r} must be a table like {{ kind = \"ssh\", address = \"user@host\" }}")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in ("all",):
+        raise UserError(f"{where}: host name {name!r}: use letters, digits, '.', '_' or '-'")
+    kind = entry.get("kind")
+    if kind not in KINDS:
+        raise UserError(f"{where}: host {name!r}: kind {kind!r}; choose from {', '.join(KINDS)}")
+    override = entry.get("override", False)
+    if not isinstance(override, bool):
+        raise UserError(f"{where}: host {name!r}: override must be true or false")
+    return kind, override
+
+
+def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
+    """Only the kind's options, each a string (but the argument lists), the required ones present."""
+    required, optional = KIND_OPTIONS[kind]
+    unknown = sorted(set(opts) - set(required) - set(optional))
+    if unknown:
+        raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
+                        f"known: {', '.join(required + optional) or 'none'}")
+    for key, value in opts.items():
+        if key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
+            raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
+    missing = [k for k in required if not opts.get(k)]
+    if missing:
+        raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")
+
+
+def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> dict:
+    """The options completed: an emulated host's preset (default: its name, which must be a preset);
+    an imported host's file made absolute against the hosts file's folder."""
+    opts = dict(opts)
+    if kind == "emulated":
+        opts.setdefault("preset", name)
+        presets = preset_names()
+        if opts["preset"] not in presets:
+            raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
+    if kind == "imported":
+        f = Path(opts["file"]).expanduser()
+        opts["file"] = str(f if f.is_absolute() else base / f)
+    return opts
 
 
 def builtin_names() -> set[str]:
