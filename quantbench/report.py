@@ -20,9 +20,14 @@ import math
 import os
 from pathlib import Path
 
+from quantbench import gallery as GL
+from quantbench.analysis.accuracy import report_accuracy
+from quantbench.analysis.decisions import band_labels
+from quantbench.analysis.equiv import as_json, write_tables
 from quantbench.assets import RESULTS_DIR
-from quantbench.fsutil import atomic_path, atomic_write_text
-from quantbench.textfmt import md_section, md_table
+from quantbench.fsutil import atomic_path, atomic_write_text, canonical_json
+from quantbench.gallery import safe
+from quantbench.textfmt import md_section, md_table, text_table
 
 SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
@@ -124,8 +129,6 @@ PLOT_VERSION = 1
 def _plot_key(kind: str, data) -> str:
     """What a plot shows, hashed: the same key means the same picture."""
     import hashlib
-
-    from quantbench.fsutil import canonical_json
 
     return hashlib.sha256(canonical_json([PLOT_VERSION, kind, data]).encode()).hexdigest()
 
@@ -461,8 +464,6 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
 
 def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
     """A thumbnail per flipped image (at most PER_COMPARISON per comparison), and the Markdown showing them."""
-    from quantbench import gallery as GL
-
     lines = ["### Flip gallery", ""]
     comps = [c for c in result.comparisons if c.get("decisions_compared", True) and c["flips"]]
     if not comps:
@@ -638,9 +639,6 @@ def gates_lines(result) -> list[str]:
 
 
 def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
-    from quantbench.analysis.decisions import band_labels
-    from quantbench.gallery import safe
-
     lines = ["### Margins", "",
              "Per variant and comparison kind, every flip counted once (a flip several hosts of one class show "
              "alike is one flip), by its fp32 decision's distance to the boundary: the score minus the threshold, "
@@ -694,8 +692,6 @@ def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: boo
 
 def equiv_summary_text(result) -> str:
     """The ten-second summary: classes per variant, flips per variant and host, gates."""
-    from quantbench.textfmt import text_table
-
     s = result.settings
     ref = s["reference"]
     out = []
@@ -798,9 +794,6 @@ def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = Tr
     Accuracy is computed from the labels the fixtures were built from (`fixtures` COCO
     JSON, `images` folder; None: the bundled corpus). Returns the files written.
     """
-    from quantbench.analysis.accuracy import report_accuracy
-    from quantbench.analysis.equiv import as_json, write_tables
-
     labels = {"fixtures": fixtures, "images": images}
     acc = report_accuracy(result, tables_root, fixtures, images)
     files = write_tables(result, tables_root) + write_equiv(result, results_dir, plots=plots, accuracy=acc,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from quantbench.textfmt import text_table
+
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "
         "raw and semantic hashes and per-host behaviour) and register its release keys.")
@@ -26,7 +28,6 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from quantbench.textfmt import text_table
     from quantbench.release.record import build_release, flips_text
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None

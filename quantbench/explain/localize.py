@@ -26,8 +26,15 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from quantbench.analysis.decode import decode
+from quantbench.analysis.precision import distance
+from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
+from quantbench.hosts.keys import normalize_session, session_key
+from quantbench.hosts.registry import resolve_hosts
+from quantbench.hosts.session import HostSession
+from quantbench.modelio import load_model, semantic_sha256
 
 DEFAULT_GROUP = 8
 SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch")
@@ -49,9 +56,6 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file=None, op
     """`NAME[+KEY=VALUE...]` items, comma-separated. KEY is a session option
     (graph_optimization_level, intra_op_num_threads, ...) or an onnxruntime session
     config entry (session.x64quantprecision, session.set_denormal_as_zero, ...)."""
-    from quantbench.hosts.registry import resolve_hosts
-    from quantbench.hosts.keys import normalize_session
-
     out = []
     for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
         name, *overrides = item.split("+")
@@ -74,8 +78,6 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file=None, op
 
 def open_session(host: HostRun, allow_fallback: bool = False):
     """A started, fingerprinted worker of `host` under its session (quantbench.hosts.session.HostSession)."""
-    from quantbench.hosts.session import HostSession
-
     return HostSession(host.spec, host.session, allow_fallback, label=host.label).open()
 
 
@@ -119,8 +121,6 @@ def parallel(fn, items):
 
 def decode_runs(spec, results: list, names) -> dict:
     """{fixture_id: Decoded} of one worker run's results, decoded from the tensors of outputs `names`."""
-    from quantbench.analysis.decode import decode
-
     return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
 
 
@@ -223,8 +223,6 @@ class LocalizeResult:
 
 
 def _distance_fields(a, b) -> dict:
-    from quantbench.analysis.precision import distance
-
     d = distance(a, b)
     return {"bits_mean": d.bits_mean, "bits_min": None if d.bits_min is None else float(d.bits_min),
             "max_abs": d.max_abs}
@@ -239,8 +237,6 @@ def _check_two(hosts):
 def localize(model_path, hosts: list[HostRun], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
              variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture."""
-    from quantbench.modelio import load_model, semantic_sha256
-
     _check_two(hosts)
     if group < 1:
         raise ParameterError("group", "must be at least 1", group)
@@ -373,9 +369,7 @@ def _add_distances(rows: list[TensorRow], got) -> None:
 
 def _table_check(host: HostRun, variant_id: str, fixture_id: str, explained: dict, tables_root) -> str:
     """Compare the explained run's output hashes with the host's rows in the outputs table, if any."""
-    from quantbench.assets import TABLES_DIR
     from quantbench.hosts.results import load_outputs
-    from quantbench.hosts.keys import session_key
 
     try:
         t = load_outputs(host=host.spec.name, variant_id=variant_id, fixture_id=fixture_id,

@@ -37,6 +37,9 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.fsutil import atomic_write_text, canonical_json
+from quantbench.hosts import emulated as em
+from quantbench.hosts import worker as W
+from quantbench.hosts.worker import fingerprint_id
 
 VERSION = 1
 _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY")
@@ -86,8 +89,6 @@ def _package_stats(name: str) -> list:
 
 
 def _local_cpu() -> dict:
-    from quantbench.hosts import worker as W
-
     try:
         libc = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError, AttributeError):
@@ -106,7 +107,6 @@ def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
         argv, env, preamble = host.command()
     except Exception:
         return None
-    from quantbench.hosts import worker as W
 
     env = env if env is not None else dict(os.environ)
     parts = {
@@ -126,8 +126,6 @@ def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
         "packages": [_package_stats("onnxruntime"), _package_stats("numpy")],
     }
     if host.kind == "emulated":
-        from quantbench.hosts import emulated as em
-
         name = host.options.get("preset", host.name)
         parts["emulated"] = {
             "preset": repr(em.PRESETS.get(name)),
@@ -150,7 +148,6 @@ def lookup(key: str | None) -> tuple[dict, str] | None:
         fp, fid = data["fingerprint"], data["fingerprint_id"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    from quantbench.hosts.worker import fingerprint_id
 
     if not isinstance(fp, dict) or fingerprint_id(fp) != fid:
         return None

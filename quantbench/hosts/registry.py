@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.hosts import emulated
+from quantbench.hosts.local import EmulatedHost, LocalHost
+from quantbench.hosts.ssh import SSHHost
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
 KINDS = ("local", "emulated", "ssh", "imported")
@@ -47,8 +50,6 @@ class HostSpec:
 
 
 def preset_names() -> list[str]:
-    from quantbench.hosts import emulated
-
     return list(emulated.PRESETS)
 
 
@@ -202,14 +203,11 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
 def make_host(spec: HostSpec):
     """The host object for a spec (LocalHost, EmulatedHost, SSHHost or ImportedHost)."""
     if spec.kind == "local":
-        from quantbench.hosts.local import LocalHost
         return LocalHost(spec.name, "local", dict(spec.options))
     if spec.kind == "emulated":
-        from quantbench.hosts.local import EmulatedHost
         # the model travels as bytes: no path lookups through qemu's -L prefix
         return EmulatedHost(spec.name, "emulated", dict(spec.options), model_by_path=False)
     if spec.kind == "ssh":
-        from quantbench.hosts.ssh import SSHHost
         return SSHHost(spec.name, "ssh", dict(spec.options), model_by_path=False)
     if spec.kind == "imported":
         from quantbench.hosts.imported import ImportedHost

@@ -26,11 +26,17 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
+from quantbench.fixtures import fixtures_chunks
 from quantbench.fsutil import canonical_json, sha256_file
+from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
-from quantbench.hosts.keys import (hosts_row, local_ort_version, normalize_session, run_key,
-                                   session_key)
+from quantbench.hosts.imported import check_coverage, merge_imported
+from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_session, run_key, session_key
+from quantbench.hosts.local import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
+from quantbench.hosts.session import HostSession
+from quantbench.modelio import fits, graph_inputs, load_model, semantic_sha256
+from quantbench.textfmt import text_table
 
 FLUSH_SECONDS = 2.0
 FLUSH_ROWS = 512
@@ -58,8 +64,6 @@ class VariantInfo:
 
 def variant_info(v) -> VariantInfo:
     """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
-    from quantbench.modelio import graph_inputs, load_model, semantic_sha256
-
     path = Path(v.path)
     model = load_model(path, check=False)
     vid = getattr(v, "variant_id", None) or semantic_sha256(model)
@@ -70,8 +74,6 @@ def variant_info(v) -> VariantInfo:
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
-    from quantbench.modelio import fits
-
     return fits(fx.input_name, list(fx.array.shape), vi.inputs)
 
 
@@ -148,7 +150,6 @@ class RunSummary:
         for h in self.hosts:
             rows.append((h.name, h.kind, h.fingerprint_id[:12], str(h.ran), str(h.cached), str(h.imported),
                          str(len(h.errors)), f"{h.seconds:.1f}"))
-        from quantbench.textfmt import text_table
 
         return text_table(rows[0], rows[1:])
 
@@ -444,8 +445,6 @@ class _HostRun:
                     # the job stopped at the failing fixture: so does the host (results so far stand)
                     self.stop.set()
         except Exception as exc:
-            from quantbench.hosts.local import WorkerDied
-
             self.writer.flush()
             in_flight = next((f for f in order if f in pending), None)
             where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
@@ -476,8 +475,6 @@ class _HostRun:
 
     def _start_and_fingerprint(self):
         """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted."""
-        from quantbench.hosts.session import HostSession
-
         hs = HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback)
         try:
             hs.open()
@@ -525,12 +522,9 @@ class _HostRun:
     def _run(self) -> None:
         ctx = self.ctx
         if self.spec.kind == "imported":
-            from quantbench.hosts.imported import merge_imported
-
             merged = merge_imported(self.host, ctx, self.summary)
             self.fingerprint_id = merged
             return
-        from quantbench.hosts import fpcache
 
         try:
             key = fpcache.cache_key(self.host, ctx.session, ctx.allow_fallback)
@@ -561,8 +555,6 @@ class _HostRun:
 
     def _run_workers(self, key) -> None:
         """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant)."""
-        from quantbench.hosts import fpcache
-
         ctx = self.ctx
         t0 = time.monotonic()
         if self.host.model_by_path:  # same filesystem: write the input store while the worker starts
@@ -768,8 +760,6 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
         if not ok:
             raise UserError(f"host {spec.name}: {msg}")
         if spec.kind == "imported":  # a file that holds none of this run must not join a class unmeasured
-            from quantbench.hosts.imported import check_coverage
-
             check_coverage(host, ctx)
     root = Path(tables_root)
     # Fixtures are keyed by their tensor hash: one already in the table is not written again
@@ -777,8 +767,6 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     have = set(tables.read("fixtures", root=root, columns=["fixture_id"]).column("fixture_id").to_pylist())
     new = [fx for fx in uniq if fx.fixture_id not in have]
     if new:
-        from quantbench.fixtures import fixtures_chunks
-
         tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
                              root=root)
     tables.append("models", [vi.row() for vi in infos], root=root, ledger=True)

@@ -25,7 +25,12 @@ from pathlib import Path
 
 from quantbench import SCHEMA_VERSION
 from quantbench.errors import GateFailed, ParameterError, UserError
+from quantbench.fixtures import Fixture
 from quantbench.fsutil import read_json, sha256_file
+from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
+from quantbench.modelio import model_hashes
+from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, load_registry
+from quantbench.variants import Variant, inside
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
 
@@ -43,8 +48,6 @@ class Check:
 
 
 def load_record(folder: str | os.PathLike) -> dict:
-    from quantbench.release.record import RELEASE_FILE, RELEASE_FORMAT
-
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"{folder}: no such release folder; releases are under results/releases/<tag>/")
@@ -72,8 +75,6 @@ def load_record(folder: str | os.PathLike) -> dict:
 
 
 def _inside(folder: Path, rel) -> Path | None:
-    from quantbench.variants import inside
-
     p = inside(folder, rel)
     return None if p is None or ".." in Path(rel).parts else p
 
@@ -130,8 +131,6 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
 
 
 def check_artifacts(folder: Path, rec: dict) -> list[Check]:
-    from quantbench.modelio import model_hashes
-
     out = []
     for v in rec["variants"]:
         a = v["artifact"]
@@ -172,8 +171,6 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
 
 
 def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check]:
-    from quantbench.release.record import INDEX_FILE, load_registry
-
     idx = folder.parent / INDEX_FILE
     if not required:
         return [Check("registry", str(idx), SKIP, "not checked (--no-registry): release.json vouches only for itself")]
@@ -210,8 +207,6 @@ def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
     import pyarrow.compute as pc
 
     from quantbench import tables
-    from quantbench.fixtures import Fixture
-    from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
 
     t = tables.read("fixtures", root=folder / "tables", filter=pc.field("fixture_id").isin(ids)).to_pylist()
     out, bad = [], []
@@ -239,7 +234,6 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
 
     from quantbench import tables
     from quantbench.hosts.runner import run_hosts, variant_info
-    from quantbench.variants import Variant
 
     if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
         known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
