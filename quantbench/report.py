@@ -27,7 +27,7 @@ from quantbench.analysis.equiv import as_json, write_tables
 from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text, canonical_json
 from quantbench.gallery import safe
-from quantbench.textfmt import md_section, md_table, text_table
+from quantbench.textfmt import md_section, md_table, num, text_table
 
 SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
@@ -146,14 +146,6 @@ def _drawn(path: Path, key: str) -> bool:
 
 
 # --------------------------------------------------------------------------- equiv section
-
-
-def _fmt(x, digits=3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}"
-    return str(x)
 
 
 def _savefig(fig, path: Path, key: str | None = None) -> Path:
@@ -581,7 +573,7 @@ def classes_lines(result) -> list[str]:
 
 def distance_lines(result) -> list[str]:
     dist_rows = [[v["variant"], f"{d['class']} ({d['host']})", f"{d['ref_class']} ({d['ref_host']})", d["output"],
-                  _fmt(d["max_abs"]), _fmt(d["mean_abs"]), _fmt(d["bits_mean"]), _fmt(d["bits_min"])]
+                  num(d["max_abs"]), num(d["mean_abs"]), num(d["bits_mean"]), num(d["bits_min"])]
                  for v in result.variants for d in v["distances"]]
     if not dist_rows:
         return []
@@ -626,7 +618,7 @@ def gates_lines(result) -> list[str]:
              f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
     rows = [[c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}",
              "pass" if c["tensor_gate"]["passed"] else f"FAIL ({c['tensor_gate']['failing']}/{c['tensor_gate']['elements']})",
-             _fmt(c["tensor_gate"]["max_abs"]),
+             num(c["tensor_gate"]["max_abs"]),
              "n/a (decode none)" if c["decision_passed"] is None else "pass" if c["decision_passed"] else f"FAIL ({c['flips']})",
              c["gates_disagree"] or "agree"] for c in result.comparisons]
     if rows:

@@ -35,6 +35,7 @@ from quantbench.hosts.keys import normalize_session, session_key
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.modelio import load_model, semantic_sha256
+from quantbench.textfmt import num
 
 DEFAULT_GROUP = 8
 SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch")
@@ -421,15 +422,10 @@ def summary(res: LocalizeResult) -> str:
         f0 = res.first[0]
         lines.append(f"first divergent node: {f0.node} ({f0.op_type}, position {f0.position})")
         for r in res.first:
-            lines.append(f"  {r.tensor}: remaining bits mean {_fmt(r.bits_mean)}, min {_fmt(r.bits_min)}, max |delta| {_fmt(r.max_abs)}")
+            lines.append(f"  {r.tensor}: remaining bits mean {num(r.bits_mean, '.4g', None)}, "
+                         f"min {num(r.bits_min, '.4g', None)}, max |delta| {num(r.max_abs, '.4g', None)}")
     for r in res.outputs:
-        lines.append(f"output {r.tensor}: {'same' if r.same else 'differs'}; remaining bits mean {_fmt(r.bits_mean)}, "
-                     f"min {_fmt(r.bits_min)}, max |delta| {_fmt(r.max_abs)}")
+        lines.append(f"output {r.tensor}: {'same' if r.same else 'differs'}; remaining bits mean {num(r.bits_mean, '.4g', None)}, "
+                     f"min {num(r.bits_min, '.4g', None)}, max |delta| {num(r.max_abs, '.4g', None)}")
     lines.append(res.trend)
     return "\n".join(lines)
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
