@@ -684,20 +684,27 @@ def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: boo
 
 def equiv_summary_text(result) -> str:
     """The ten-second summary: classes per variant, flips per variant and host, gates."""
-    s = result.settings
-    ref = s["reference"]
-    out = []
+    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
+    out = _summary_head(result) + [""] + _summary_classes(result) + [""]
+    out += _summary_flips(result, compared) + _summary_concealed_and_margins(result, compared) + [""]
+    return "\n".join(out + _summary_gates(result, compared))
+
+
+def _summary_head(result) -> list[str]:
+    """The run line (hosts, fixtures, decoders) and the verdict."""
+    ref = result.settings["reference"]
     kinds = sorted({v["decode"]["kind"] for v in result.variants})
     thr = sorted({"top-1" if v["decode"]["threshold"] is None else f"threshold {v['decode']['threshold']:g}"
                   for v in result.variants if v["decode"]["kind"] != "none"})
     nfx = sorted({v["fixtures"] for v in result.variants})
-    out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
-               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
-    out.append("")
-    out.append("Verdict")
-    out += [ln.replace("**", "") for ln in verdict_lines(result)]
-    out.append("")
-    out.append("Equivalence classes (byte-identical outputs over every fixture)")
+    head = (f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
+            f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
+    return [head, "", "Verdict"] + [ln.replace("**", "") for ln in verdict_lines(result)]
+
+
+def _summary_classes(result) -> list[str]:
+    """Equivalence classes per variant, with the features separating them, and each class's distance to the reference."""
+    out = ["Equivalence classes (byte-identical outputs over every fixture)"]
     rows = [("model", "variant", "classes", "separated by")]
     for v in result.variants:
         sep = v["separating_features"]
@@ -717,12 +724,17 @@ def equiv_summary_text(result) -> str:
             rows.append((v["variant"], f"{d['class']} ({d['host']})", d["output"], f"{d['max_abs']:.3g}",
                          f"{d['mean_abs']:.3g}", bits))
         out += text_table(rows[0], rows[1:]).splitlines()
-    out.append("")
+    return out
+
+
+def _summary_flips(result, compared: list[dict]) -> list[str]:
+    """Which models' decisions were not compared, and the flips per variant and host against each reference."""
+    ref = result.settings["reference"]
+    out = []
     undecoded = {v["model"]: v["decode"].get("note", "") for v in result.variants if v["decode"]["kind"] == "none"}
     for model, note in sorted(undecoded.items()):
         out.append(f"decisions: not compared (decode none{': ' + note if note else ''})"
                    + (f" for model {model}" if len(undecoded) < len({v['model'] for v in result.variants}) else ""))
-    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
     if compared or not result.comparisons:
         out.append("Decision flips (flips, images disagreeing, totals ref->cand; ! = totals hide the flips)")
         cells: dict = {}
@@ -739,6 +751,12 @@ def equiv_summary_text(result) -> str:
                 rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
                              cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
         out += text_table(rows[0], rows[1:]).splitlines()
+    return out
+
+
+def _summary_concealed_and_margins(result, compared: list[dict]) -> list[str]:
+    """Where equal totals conceal flips, and how close to the threshold the flipped fp32 scores were."""
+    out = []
     conceal = [c for c in result.comparisons if c["concealed"]]
     if conceal:
         c = max(conceal, key=lambda c: c["flips"])
@@ -755,24 +773,29 @@ def equiv_summary_text(result) -> str:
                        f"(within {hw:.3g} of the threshold)")
         else:
             out.append(f"every flip against fp32 had an fp32 top-1/top-2 probability gap of at most {hw:.3g}")
+    return out
+
+
+def _summary_gates(result, compared: list[dict]) -> list[str]:
+    """The tensor and decision gates over every comparison, and the first comparisons where they disagree."""
+    s = result.settings
     n = len(result.comparisons)
     t_fail = sum(1 for c in result.comparisons if not c["tensor_gate"]["passed"])
     d_fail = sum(1 for c in compared if not c["decision_passed"])
     dis = [c for c in result.comparisons if c["gates_disagree"]]
-    out.append("")
     tensor = f"Gates over {n} comparisons: tensor (atol {s['atol']:g}, rtol {s['rtol']:g}) fails {t_fail}; "
     if not compared and result.comparisons:
-        out.append(tensor + "decision gate not applicable (decode none)")
+        out = [tensor + "decision gate not applicable (decode none)"]
     else:
         na = f" ({n - len(compared)} not applicable: decode none)" if len(compared) < n else ""
-        out.append(tensor + f"decision (flips <= {s['budget']}) fails {d_fail}{na}; they disagree on {len(dis)}")
+        out = [tensor + f"decision (flips <= {s['budget']}) fails {d_fail}{na}; they disagree on {len(dis)}"]
     for c in dis[:6]:
         out.append(f"  {c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']}: {c['gates_disagree']} "
                    f"({c['tensor_gate']['failing']} of {c['tensor_gate']['elements']} elements beyond tolerance, "
                    f"{c['flips']} flips)")
     if len(dis) > 6:
         out.append(f"  ... {len(dis) - 6} more in the report")
-    return "\n".join(out)
+    return out
 
 
 def _short(value, n: int = 24) -> str:
