@@ -230,16 +230,25 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
     (computed here from its bytes), never by the record's variant_id: two records
     that claim one id cannot lend each other their outputs.
     """
-    import pyarrow.compute as pc
-
-    from quantbench import tables
-    from quantbench.hosts.runner import run_hosts, variant_info
-
     if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
         known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
         raise ParameterError("host", f"the release has no results for it; recorded hosts: {', '.join(known)}", host)
+    out, jobs = _rerun_jobs(folder, rec, host, sample)
+    for job in jobs.values():
+        out += _rerun_job(folder, rec, host, job, hosts_file)
+    return out
+
+
+def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[Check], dict]:
+    """-> (checks of the variants that cannot re-run, the re-runs to do: session_key -> {"session": ..., "items":
+    [(variant record, target, VariantInfo, wanted hashes {(fixture_id, output): sha256})]})."""
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+    from quantbench.hosts.runner import variant_info
+
     out: list[Check] = []
-    jobs: dict = {}  # session_key -> {"session": ..., "items": [(variant record, target, VariantInfo, wanted hashes)]}
+    jobs: dict = {}
     for v in rec["variants"]:
         item = f"{v['name']} on {host}"
         targets = [t for t in v["targets"] if t["host"] == host]
@@ -270,24 +279,27 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
             want = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rows if r["fixture_id"] in ids}
             job = jobs.setdefault(t["session_key"], {"session": t["session_options"], "items": []})
             job["items"].append((v, t, vi, want))
-    for job in jobs.values():
-        ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
-        fixtures, bad = _fixtures(folder, rec, ids)
-        if bad:
-            for v, _, _, _ in job["items"]:
-                out.append(Check("re-run", f"{v['name']} on {host}", FAIL,
-                                 f"fixture {bad[0][:12]} is missing from the fixtures table or its tensor does not "
-                                 f"hash to its id ({len(bad)} such)"))
-            continue
-        with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
-            summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
-                                fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
-                                tables_root=Path(td), raise_on_error=False)
-            new = tables.read("outputs", root=Path(td),
-                              columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
-        for v, t, vi, want in job["items"]:
-            out.append(_compare(v, t, vi, want, new, summary, host))
-    return out
+    return out, jobs
+
+
+def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file) -> list[Check]:
+    """One recorded session's re-run on `host` (all its variants in one runner call), compared with the record."""
+    from quantbench import tables
+    from quantbench.hosts.runner import run_hosts
+
+    ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
+    fixtures, bad = _fixtures(folder, rec, ids)
+    if bad:
+        return [Check("re-run", f"{v['name']} on {host}", FAIL,
+                      f"fixture {bad[0][:12]} is missing from the fixtures table or its tensor does not "
+                      f"hash to its id ({len(bad)} such)") for v, _, _, _ in job["items"]]
+    with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
+        summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
+                            fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
+                            tables_root=Path(td), raise_on_error=False)
+        new = tables.read("outputs", root=Path(td),
+                          columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
+    return [_compare(v, t, vi, want, new, summary, host) for v, t, vi, want in job["items"]]
 
 
 def _compare(v: dict, t: dict, vi, want: dict, new: list[dict], summary, host: str) -> Check:
