@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.fsutil import read_json
+from quantbench.preprocess import check_input_block
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 DATA_DIR = PACKAGE_DIR / "data"
@@ -62,15 +64,12 @@ def load_sidecar_path(p: Path, required: bool = False) -> dict | None:
         if required:
             raise UserError(f"{p}: sidecar file not found")
         return None
-    from quantbench.fsutil import read_json
 
     data = read_json(p, "sidecar JSON")
     if not isinstance(data, dict):
         raise UserError(f"{p}: sidecar must be a JSON object like {{\"input\": {{...}}, \"decode\": {{...}}}}, "
                         f"not a {type(data).__name__}")
     if data.get("input") is not None:
-        from quantbench.preprocess import check_input_block
-
         check_input_block(data["input"], p)
     return data
 

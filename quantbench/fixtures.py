@@ -17,12 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+from quantbench import preprocess
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, read_json, sha256_file
 from quantbench.hosts.worker import canonical, tensor_sha256
-from quantbench.preprocess import load_rgb, to_tensor
+from quantbench.plugins import plugin_identity
+from quantbench.preprocess import check_input_block, load_rgb, to_tensor
 from quantbench.strata import density_label, single_label
+from quantbench.variants import input_spec_for
 
 
 @dataclass
@@ -177,14 +180,9 @@ class TensorCache:
     def __init__(self, spec: dict):
         import hashlib
 
-        from quantbench import preprocess
-        from quantbench.assets import quantbench_home
-
         self.enabled = os.environ.get("QUANTBENCH_TENSOR_CACHE", "1").lower() not in ("0", "no", "false", "off")
         code = hashlib.sha256(Path(preprocess.__file__).read_bytes()).hexdigest()
         if spec.get("plugin"):  # the tensors are the plug-in's: an edited plug-in file makes other tensors
-            from quantbench.plugins import plugin_identity
-
             code += f"|{plugin_identity(spec['plugin'])['sha256']}"
         self.salt = f"{code}|{canonical_json(spec)}|"
         self.dir = quantbench_home() / "tensors"
@@ -294,9 +292,6 @@ def fixtures_for_variants(variants, labels=None, images=None, split: str | None 
     calibration recipe, or the sidecar beside the file); `sidecar` overrides it
     where it agrees with the calibration. split "all" (or None) takes every image.
     """
-    from quantbench.preprocess import check_input_block
-    from quantbench.variants import input_spec_for
-
     specs = {}
     for v in variants:
         spec = check_input_block(input_spec_for(v, sidecar), v.path)

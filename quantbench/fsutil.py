@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from quantbench.errors import UserError
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
@@ -88,8 +90,6 @@ def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error
     file raises FileNotFoundError for the caller to word.
     """
     import json
-
-    from quantbench.errors import UserError
 
     path = Path(path)
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from quantbench.fsutil import atomic_path
+from quantbench.textfmt import num
 
 GALLERY = "report.d/gallery"
 PER_COMPARISON = 8
@@ -75,16 +76,12 @@ def _font(size: int = 11):
         return ImageFont.load_default()
 
 
-def _fmt(x) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
-
-
 def flip_line(r: dict) -> str:
-    ref = f"{r['ref_class'] or '-'} {_fmt(r['ref_score'])}" if r["ref_slot"] >= 0 else "not served"
-    cand = f"{r['class_name'] or '-'} {_fmt(r['score'])}" if r["slot"] >= 0 else "not served"
+    ref = f"{r['ref_class'] or '-'} {num(r['ref_score'], '.3f')}" if r["ref_slot"] >= 0 else "not served"
+    cand = f"{r['class_name'] or '-'} {num(r['score'], '.3f')}" if r["slot"] >= 0 else "not served"
     thr = r.get("threshold")
     edge = f"thr {thr:g}" if thr is not None and not (isinstance(thr, float) and math.isnan(thr)) else "top-1"
-    return f"{r['kind']}: {ref} -> {cand} ({edge}, fp32 margin {_fmt(r['margin'])})"
+    return f"{r['kind']}: {ref} -> {cand} ({edge}, fp32 margin {num(r['margin'], '.3f')})"
 
 
 def draw(rgb: np.ndarray, ref, cand, flips: list, frame: str | None, legend: str) -> "Image.Image":

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quantbench import plugins
 from quantbench.errors import UserError
 
 LUMA_709 = (0.2126, 0.7152, 0.0722)
@@ -285,8 +286,6 @@ def _resized(rgb: np.ndarray, h: int, w: int, spec: dict) -> np.ndarray:
 
 def _plugin_tensor(rgb: np.ndarray, spec: dict, ref: str) -> np.ndarray:
     """A preprocessing plug-in's tensor, checked against the spec's dtype and shape (errors name the plug-in)."""
-    from quantbench import plugins
-
     fn = plugins.load(ref, "sidecar input 'plugin'")
     try:
         x = fn(rgb, dict(spec))

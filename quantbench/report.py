@@ -20,9 +20,14 @@ import math
 import os
 from pathlib import Path
 
+from quantbench import gallery as GL
+from quantbench.analysis.accuracy import report_accuracy
+from quantbench.analysis.decisions import band_labels
+from quantbench.analysis.equiv import as_json, write_tables
 from quantbench.assets import RESULTS_DIR
-from quantbench.fsutil import atomic_path, atomic_write_text
-from quantbench.textfmt import md_section, md_table
+from quantbench.fsutil import atomic_path, atomic_write_text, canonical_json
+from quantbench.gallery import safe
+from quantbench.textfmt import md_section, md_table, num, text_table
 
 SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
@@ -125,8 +130,6 @@ def _plot_key(kind: str, data) -> str:
     """What a plot shows, hashed: the same key means the same picture."""
     import hashlib
 
-    from quantbench.fsutil import canonical_json
-
     return hashlib.sha256(canonical_json([PLOT_VERSION, kind, data]).encode()).hexdigest()
 
 
@@ -143,14 +146,6 @@ def _drawn(path: Path, key: str) -> bool:
 
 
 # --------------------------------------------------------------------------- equiv section
-
-
-def _fmt(x, digits=3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.{digits}g}"
-    return str(x)
 
 
 def _savefig(fig, path: Path, key: str | None = None) -> Path:
@@ -461,8 +456,6 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
 
 def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
     """A thumbnail per flipped image (at most PER_COMPARISON per comparison), and the Markdown showing them."""
-    from quantbench import gallery as GL
-
     lines = ["### Flip gallery", ""]
     comps = [c for c in result.comparisons if c.get("decisions_compared", True) and c["flips"]]
     if not comps:
@@ -580,7 +573,7 @@ def classes_lines(result) -> list[str]:
 
 def distance_lines(result) -> list[str]:
     dist_rows = [[v["variant"], f"{d['class']} ({d['host']})", f"{d['ref_class']} ({d['ref_host']})", d["output"],
-                  _fmt(d["max_abs"]), _fmt(d["mean_abs"]), _fmt(d["bits_mean"]), _fmt(d["bits_min"])]
+                  num(d["max_abs"]), num(d["mean_abs"]), num(d["bits_mean"]), num(d["bits_min"])]
                  for v in result.variants for d in v["distances"]]
     if not dist_rows:
         return []
@@ -625,7 +618,7 @@ def gates_lines(result) -> list[str]:
              f"(Polygraphy's rule). Decision gate: flips <= {s['budget']}.", ""]
     rows = [[c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}",
              "pass" if c["tensor_gate"]["passed"] else f"FAIL ({c['tensor_gate']['failing']}/{c['tensor_gate']['elements']})",
-             _fmt(c["tensor_gate"]["max_abs"]),
+             num(c["tensor_gate"]["max_abs"]),
              "n/a (decode none)" if c["decision_passed"] is None else "pass" if c["decision_passed"] else f"FAIL ({c['flips']})",
              c["gates_disagree"] or "agree"] for c in result.comparisons]
     if rows:
@@ -638,9 +631,6 @@ def gates_lines(result) -> list[str]:
 
 
 def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
-    from quantbench.analysis.decisions import band_labels
-    from quantbench.gallery import safe
-
     lines = ["### Margins", "",
              "Per variant and comparison kind, every flip counted once (a flip several hosts of one class show "
              "alike is one flip), by its fp32 decision's distance to the boundary: the score minus the threshold, "
@@ -694,22 +684,27 @@ def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: boo
 
 def equiv_summary_text(result) -> str:
     """The ten-second summary: classes per variant, flips per variant and host, gates."""
-    from quantbench.textfmt import text_table
+    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
+    out = _summary_head(result) + [""] + _summary_classes(result) + [""]
+    out += _summary_flips(result, compared) + _summary_concealed_and_margins(result, compared) + [""]
+    return "\n".join(out + _summary_gates(result, compared))
 
-    s = result.settings
-    ref = s["reference"]
-    out = []
+
+def _summary_head(result) -> list[str]:
+    """The run line (hosts, fixtures, decoders) and the verdict."""
+    ref = result.settings["reference"]
     kinds = sorted({v["decode"]["kind"] for v in result.variants})
     thr = sorted({"top-1" if v["decode"]["threshold"] is None else f"threshold {v['decode']['threshold']:g}"
                   for v in result.variants if v["decode"]["kind"] != "none"})
     nfx = sorted({v["fixtures"] for v in result.variants})
-    out.append(f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
-               f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
-    out.append("")
-    out.append("Verdict")
-    out += [ln.replace("**", "") for ln in verdict_lines(result)]
-    out.append("")
-    out.append("Equivalence classes (byte-identical outputs over every fixture)")
+    head = (f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
+            f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
+    return [head, "", "Verdict"] + [ln.replace("**", "") for ln in verdict_lines(result)]
+
+
+def _summary_classes(result) -> list[str]:
+    """Equivalence classes per variant, with the features separating them, and each class's distance to the reference."""
+    out = ["Equivalence classes (byte-identical outputs over every fixture)"]
     rows = [("model", "variant", "classes", "separated by")]
     for v in result.variants:
         sep = v["separating_features"]
@@ -729,12 +724,17 @@ def equiv_summary_text(result) -> str:
             rows.append((v["variant"], f"{d['class']} ({d['host']})", d["output"], f"{d['max_abs']:.3g}",
                          f"{d['mean_abs']:.3g}", bits))
         out += text_table(rows[0], rows[1:]).splitlines()
-    out.append("")
+    return out
+
+
+def _summary_flips(result, compared: list[dict]) -> list[str]:
+    """Which models' decisions were not compared, and the flips per variant and host against each reference."""
+    ref = result.settings["reference"]
+    out = []
     undecoded = {v["model"]: v["decode"].get("note", "") for v in result.variants if v["decode"]["kind"] == "none"}
     for model, note in sorted(undecoded.items()):
         out.append(f"decisions: not compared (decode none{': ' + note if note else ''})"
                    + (f" for model {model}" if len(undecoded) < len({v['model'] for v in result.variants}) else ""))
-    compared = [c for c in result.comparisons if c.get("decisions_compared", True)]
     if compared or not result.comparisons:
         out.append("Decision flips (flips, images disagreeing, totals ref->cand; ! = totals hide the flips)")
         cells: dict = {}
@@ -751,6 +751,12 @@ def equiv_summary_text(result) -> str:
                 rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
                              cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
         out += text_table(rows[0], rows[1:]).splitlines()
+    return out
+
+
+def _summary_concealed_and_margins(result, compared: list[dict]) -> list[str]:
+    """Where equal totals conceal flips, and how close to the threshold the flipped fp32 scores were."""
+    out = []
     conceal = [c for c in result.comparisons if c["concealed"]]
     if conceal:
         c = max(conceal, key=lambda c: c["flips"])
@@ -767,24 +773,29 @@ def equiv_summary_text(result) -> str:
                        f"(within {hw:.3g} of the threshold)")
         else:
             out.append(f"every flip against fp32 had an fp32 top-1/top-2 probability gap of at most {hw:.3g}")
+    return out
+
+
+def _summary_gates(result, compared: list[dict]) -> list[str]:
+    """The tensor and decision gates over every comparison, and the first comparisons where they disagree."""
+    s = result.settings
     n = len(result.comparisons)
     t_fail = sum(1 for c in result.comparisons if not c["tensor_gate"]["passed"])
     d_fail = sum(1 for c in compared if not c["decision_passed"])
     dis = [c for c in result.comparisons if c["gates_disagree"]]
-    out.append("")
     tensor = f"Gates over {n} comparisons: tensor (atol {s['atol']:g}, rtol {s['rtol']:g}) fails {t_fail}; "
     if not compared and result.comparisons:
-        out.append(tensor + "decision gate not applicable (decode none)")
+        out = [tensor + "decision gate not applicable (decode none)"]
     else:
         na = f" ({n - len(compared)} not applicable: decode none)" if len(compared) < n else ""
-        out.append(tensor + f"decision (flips <= {s['budget']}) fails {d_fail}{na}; they disagree on {len(dis)}")
+        out = [tensor + f"decision (flips <= {s['budget']}) fails {d_fail}{na}; they disagree on {len(dis)}"]
     for c in dis[:6]:
         out.append(f"  {c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']}: {c['gates_disagree']} "
                    f"({c['tensor_gate']['failing']} of {c['tensor_gate']['elements']} elements beyond tolerance, "
                    f"{c['flips']} flips)")
     if len(dis) > 6:
         out.append(f"  ... {len(dis) - 6} more in the report")
-    return "\n".join(out)
+    return out
 
 
 def _short(value, n: int = 24) -> str:
@@ -798,9 +809,6 @@ def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = Tr
     Accuracy is computed from the labels the fixtures were built from (`fixtures` COCO
     JSON, `images` folder; None: the bundled corpus). Returns the files written.
     """
-    from quantbench.analysis.accuracy import report_accuracy
-    from quantbench.analysis.equiv import as_json, write_tables
-
     labels = {"fixtures": fixtures, "images": images}
     acc = report_accuracy(result, tables_root, fixtures, images)
     files = write_tables(result, tables_root) + write_equiv(result, results_dir, plots=plots, accuracy=acc,

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from quantbench import SCHEMA_VERSION
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_path, sha256_bytes
+from quantbench.fsutil import atomic_path, canonical_json, sha256_bytes
 
 # (column, arrow type, meaning)
 _S = pa.string()
@@ -343,8 +343,6 @@ def _objects(row):
 
 
 def _preprocess_id(row):
-    from quantbench.fsutil import canonical_json
-
     p = row.get("preprocess")
     return {"preprocess_id": sha256_bytes(canonical_json(_json(p)).encode()) if p is not None else None}
 
@@ -397,8 +395,6 @@ def run_scope(run_id: str | None):
 
 def run_id_of(**parts) -> str:
     """A run's id: SHA-256 of what determines its rows (never a time)."""
-    from quantbench.fsutil import canonical_json
-
     return sha256_bytes(canonical_json(parts).encode())
 
 

@@ -1,9 +1,22 @@
-"""The two table formats quantbench prints: fixed-width text (terminal) and Markdown (report).
+"""The two table formats quantbench prints: fixed-width text (terminal) and Markdown (report), and their numbers.
 
 One owner for both, so every command and report section lines up the same way.
 """
 
 from __future__ import annotations
+
+import math
+
+
+def num(x, spec: str = ".3g", nan: str | None = "-") -> str:
+    """A number as a table cell or in a sentence: None as '-', a float per `spec` (NaN as `nan`, or as `spec`
+    gives it when `nan` is None), anything else as str(). One owner, so the report, the gallery and the explain
+    section print a value the same way."""
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return nan if nan is not None and math.isnan(x) else format(x, spec)
+    return str(x)
 
 
 def _cell(c) -> str:

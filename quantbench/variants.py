@@ -19,7 +19,12 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path
 from quantbench.errors import UserError
+from quantbench.fsutil import atomic_write_json, canonical_json, read_json, sha256_file
+from quantbench.modelio import graph_inputs, load_model
+from quantbench.plugins import plugin_identity
+from quantbench.preprocess import input_spec
 
 INDEX_FILE = "index.json"
 LATEST_FILE = "latest.json"
@@ -63,8 +68,6 @@ class Variant:
 
 
 def _read_json(path: Path):
-    from quantbench.fsutil import read_json
-
     try:
         return read_json(path, "JSON", "rerun `quantbench calibrate --force`")
     except FileNotFoundError:
@@ -119,8 +122,6 @@ def latest_variants(results_dir: str | os.PathLike = "results") -> list[Variant]
 
 def fp32_variant(model_path: str | os.PathLike) -> Variant:
     """A bare model as the fp32 variant (no calibrate run needed; its sidecar is the file beside it)."""
-    from quantbench.fsutil import sha256_file
-
     path = Path(model_path)
     if not path.exists():
         raise UserError(f"{path}: model file not found")
@@ -134,8 +135,6 @@ def fp32_variant(model_path: str | os.PathLike) -> Variant:
 
 def load_sidecar_file(path: str | os.PathLike) -> dict:
     """An explicit --sidecar FILE (must exist and be a JSON object)."""
-    from quantbench.assets import load_sidecar_path
-
     return load_sidecar_path(Path(path), required=True)
 
 
@@ -146,8 +145,6 @@ def sidecar_for(variant: Variant, override: dict | None = None) -> dict | None:
     variant's recipe; then the JSON beside the model file (x.onnx -> x.json).
     Never a guess by model name.
     """
-    from quantbench.assets import load_sidecar
-
     if override is not None:
         return override
     recipe = variant.recipe or {}
@@ -171,10 +168,6 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
     nothing meaningful), so a difference stops here. A model without either
     whose input dims are not all static is an error, never a 1x1 guess.
     """
-    from quantbench.fsutil import canonical_json
-    from quantbench.modelio import graph_inputs, load_model
-    from quantbench.preprocess import input_spec
-
     ins = graph_inputs(load_model(variant.path, check=False))
     if not ins:
         raise UserError(f"{variant.path}: the model has no input to feed")
@@ -192,8 +185,6 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
     if calibrated is not None:
         recorded = (variant.recipe or {}).get("preprocess_plugin")
         if calibrated.get("plugin") and isinstance(recorded, dict) and recorded.get("sha256"):
-            from quantbench.plugins import plugin_identity
-
             now = plugin_identity(calibrated["plugin"], f"{where}: preprocessing plug-in")
             if now["sha256"] != recorded["sha256"]:
                 raise UserError(f"{where}: preprocessing plug-in {calibrated['plugin']} changed since calibration "
@@ -208,8 +199,6 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
 def resolve_variants(items) -> list[Variant]:
     """Variant folders (index.json from calibrate), folders of .onnx files, or .onnx files -> variants;
     none given: the latest calibrate output, else the bundled fp32 demo models."""
-    from quantbench.assets import MODELS_DIR
-
     if not items:
         try:
             return latest_variants()
@@ -241,8 +230,6 @@ def resolve_variants(items) -> list[Variant]:
 
 def pick_variant(text: str) -> Variant:
     """A variant by name (from the last calibrate run) or by .onnx path."""
-    from quantbench.modelio import load_model
-
     p = Path(text)
     if p.suffix == ".onnx" or p.exists():
         v = resolve_variants([str(p)])[0]
@@ -266,8 +253,6 @@ def pick_variant(text: str) -> Variant:
 
 def write_index(folder: str | os.PathLike, variants: list[Variant]) -> Path:
     """folder/index.json, written last, so a folder with an index is complete."""
-    from quantbench.fsutil import atomic_write_json
-
     folder = Path(folder)
     entries = [{"name": v.name, "file": Path(v.path).name,
                 "recipe_file": Path(v.path).with_name(Path(v.path).stem + ".recipe.json").name} for v in variants]
@@ -276,8 +261,6 @@ def write_index(folder: str | os.PathLike, variants: list[Variant]) -> Path:
 
 def write_latest(folder: str | os.PathLike, model: str, results_dir: str | os.PathLike = "results") -> Path:
     """results/variants/latest.json -> `folder` (relative when it lies under results/variants)."""
-    from quantbench.fsutil import atomic_write_json
-
     vdir = Path(results_dir) / "variants"
     folder = Path(folder)
     try:
@@ -360,8 +343,6 @@ def staging_folder(dest: str | os.PathLike):
 
 
 def _folder_digest(folder: Path) -> dict[str, str]:
-    from quantbench.fsutil import sha256_file
-
     return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 

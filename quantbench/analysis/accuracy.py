@@ -35,7 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from quantbench.analysis.decode import NONE, is_plugin
+from quantbench.analysis.decode import NONE, DecodeSpec, is_plugin
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.errors import UserError
+from quantbench.fixtures import annotations_by_image, load_coco
+from quantbench.fsutil import sha256_file
+from quantbench.metrics import coco_ap
+from quantbench.preprocess import boxes_to_image, input_hw
 
 DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels"}
 BOX_FRAMES = ("normalized", "input-pixels")
@@ -88,10 +94,6 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
     import pyarrow.compute as pc
 
     from quantbench import tables
-    from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
-    from quantbench.errors import UserError
-    from quantbench.fixtures import annotations_by_image, load_coco
-    from quantbench.fsutil import sha256_file
 
     ids = sorted(set(fixture_ids))
     cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess"]
@@ -252,9 +254,6 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids) -> Plan |
 
 def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     """The plan's metric over `decoded` ({fixture_id: Decoded}): {"metric", "value", "ap50_95", "images"}."""
-    from quantbench.metrics import coco_ap
-    from quantbench.preprocess import boxes_to_image, input_hw
-
     if p.metric == "top-1":
         hits = [int(decoded[f].cls[0]) == p.labels[f] for f in p.fixtures]
         return {"metric": "top-1", "value": float(np.mean(hits)), "ap50_95": None, "images": len(hits),
@@ -285,8 +284,6 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None) -> dict:
 
     `sidecars`: model -> the fp32 variant's sidecar (classes, decode block, label_mode).
     """
-    from quantbench.analysis.decode import DecodeSpec
-
     out = {}
     for model in dict.fromkeys(v["model"] for v in result.variants):
         vs = [v for v in result.variants if v["model"] == model]
@@ -320,8 +317,6 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None) -> dict:
 def report_accuracy(result, root, fixtures=None, images=None) -> dict:
     """The report's accuracy per model x variant x host (quantbench.analysis.accuracy), from the
     labels the fixtures were built from: `fixtures` (COCO JSON; None: the bundled corpus) and `images`."""
-    from quantbench.errors import UserError
-
     ids = sorted({f for fx in result.settings["fixtures"].values() for f in fx})
     try:
         truth = load_truth(ids, root, fixtures, images)

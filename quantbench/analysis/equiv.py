@@ -32,7 +32,7 @@ import numpy as np
 from quantbench.analysis import classes as C
 from quantbench.analysis import decisions as D
 from quantbench.analysis import gates as G
-from quantbench.analysis.decode import (NONE, NONE_HINT, DecodeSpec, check_outputs, decode, is_plugin,
+from quantbench.analysis.decode import (NONE, NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.errors import ParameterError, UserError
@@ -499,8 +499,6 @@ def _decisions(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, flip_of:
 
 def _slim(d):
     """The decisions without a map's per-element arrays (a region's box stands for it)."""
-    from quantbench.analysis.decode import Decoded
-
     box = d.box
     if box is None and d.labels is not None and d.slot.size:
         planes = d.labels.reshape(-1, *d.labels.shape[-2:])

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from quantbench.errors import UserError
+
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5
 DEFAULT_BUDGET = 0
@@ -85,8 +87,6 @@ def disagreement(tensor_passed: bool, decision_ok: bool) -> str:
 
 def parse_gates(text: str | None) -> list[str]:
     """--gate tensor,decision,classes -> validated names (UserError on an unknown one)."""
-    from quantbench.errors import UserError
-
     if not text:
         return []
     names = [g.strip() for g in text.split(",") if g.strip()]

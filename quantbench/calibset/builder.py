@@ -36,7 +36,10 @@ import numpy as np
 from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import ParameterError, UserError
-from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
+from quantbench.fixtures import annotations_by_image, load_coco
+from quantbench.fsutil import atomic_path, atomic_write_json, sha256_bytes, sha256_file
+from quantbench.preprocess import load_rgb, luminance
+from quantbench.variants import publish_folder, staging_folder
 
 BUNDLED_IMAGES = "bundled:corpus/images"
 MANIFEST = "manifest.parquet"
@@ -119,8 +122,6 @@ def _read_csv(labels: Path, images_dir: Path) -> list[Candidate]:
 
 
 def _read_coco(labels: Path, images_dir: Path) -> list[Candidate]:
-    from quantbench.fixtures import annotations_by_image, load_coco
-
     coco = load_coco(labels, images_dir)
     anns = annotations_by_image(coco)
     names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
@@ -242,8 +243,6 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
 
     from tqdm import tqdm
 
-    from quantbench.preprocess import load_rgb, luminance
-
     skipped, seen, dup = [], {}, 0
     for c in tqdm(pool, desc="calibration set: measuring luminance", unit="img", disable=not progress,
                   file=sys.stderr, dynamic_ncols=True):
@@ -344,8 +343,6 @@ def manifest_bytes(rows: list[dict]) -> bytes:
 
 def write_files(calset: CalibSet, folder: Path) -> dict:
     """Write manifest.parquet then recipe.json (with the manifest's hash) into `folder`."""
-    from quantbench.fsutil import sha256_bytes
-
     data = manifest_bytes(calset.rows)
     with atomic_path(folder / MANIFEST) as tmp:
         tmp.write_bytes(data)
@@ -357,8 +354,6 @@ def write_files(calset: CalibSet, folder: Path) -> dict:
 
 def write(calset: CalibSet, root: str | os.PathLike = CALIB_SETS_DIR, force: bool = False) -> Path:
     """calib_sets/<name>/ written completely in a temporary folder, then moved into place."""
-    from quantbench.variants import publish_folder, staging_folder
-
     dest = Path(root) / calset.name
     with staging_folder(dest) as tmp:
         write_files(calset, tmp)

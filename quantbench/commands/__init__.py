@@ -6,6 +6,9 @@ imports every command module, so heavy imports (onnxruntime, torch) belong
 inside ``run``.
 """
 
+from quantbench.analysis.gates import parse_gates
+from quantbench.errors import GateFailed, UserError
+
 # Order in which `quantbench --help` lists the commands (pipeline order).
 COMMANDS = [
     "calibrate",
@@ -63,8 +66,6 @@ def add_session_arguments(p, whose: str = "") -> None:
 
 def session_config(items) -> dict:
     """`--session-config KEY=VALUE ...` -> the session's config entries."""
-    from quantbench.errors import UserError
-
     entries = {}
     for item in items or []:
         key, sep, value = item.partition("=")
@@ -77,8 +78,6 @@ def session_config(items) -> dict:
 def session_from_args(args) -> dict:
     """The run session from the session flags (--session-config, --graph-opt, and --threads/--providers where the
     command has them)."""
-    from quantbench.errors import UserError
-
     threads = getattr(args, "threads", 1)
     if threads < 1:
         raise UserError(f"--threads {threads}: must be at least 1")
@@ -130,7 +129,6 @@ def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
     from pathlib import Path
 
     from quantbench.analysis.equiv import as_json
-    from quantbench.errors import GateFailed
     from quantbench.report import equiv_summary_text
 
     failures = result.gate_failures(gates)
@@ -160,7 +158,6 @@ def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
 
 def finish_equiv(result, args, results, root, gates=None, run_line: str | None = None) -> int:
     """Write what the analysis leaves behind (quantbench.report.publish_equiv), then print it."""
-    from quantbench.analysis.gates import parse_gates
     from quantbench.report import publish_equiv
 
     checked = parse_gates(getattr(args, "gate", None))

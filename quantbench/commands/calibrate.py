@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import argparse
 
+from quantbench.commands import finite_float
+from quantbench.errors import UserError
+from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
+from quantbench.quantize.pipeline import CalibrateOptions, calibrate
+from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
+from quantbench.textfmt import text_table
+
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Build a calibration set balanced by your data's strata x lighting and make fp32, dynamic and "
         "static QDQ int8 variants (MinMax, Percentile, Entropy) with memory-bounded, order-independent calibration.")
@@ -21,10 +28,6 @@ def _csv(s: str) -> list[str]:
 
 
 def add_arguments(parser) -> None:
-    from quantbench.commands import finite_float
-    from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
-    from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
-
     g = parser.add_argument_group("inputs")
     g.add_argument("--model", default="litter-detr-tiny",
                    help="float ONNX model to quantize, with its sidecar JSON (x.onnx -> x.json) giving the input "
@@ -114,9 +117,7 @@ def _options(recipe: dict) -> str:
 
 def options_from_args(args):
     """The flags -> CalibrateOptions (flag syntax checked here; values are validated by the library)."""
-    from quantbench.errors import UserError
     from quantbench.quantize import variants as qv
-    from quantbench.quantize.pipeline import CalibrateOptions
 
     try:
         count_bins = [int(x) for x in _csv(args.count_bins)]
@@ -134,8 +135,6 @@ def options_from_args(args):
 
 
 def print_calset(calset) -> None:
-    from quantbench.textfmt import text_table
-
     r = calset.recipe
     st = r["strata"]
     print(f"calibration set {calset.name}: {len(calset.selected)} images, seed {r['seed']}, pool {r['pool']} "
@@ -176,9 +175,6 @@ def result_json(res) -> dict:
 def run(args) -> int:
     import json
     import sys
-
-    from quantbench.quantize.pipeline import calibrate
-    from quantbench.textfmt import text_table
 
     if getattr(args, "json", False):
         res = calibrate(options_from_args(args))

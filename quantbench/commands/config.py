@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from quantbench import config as C
+from quantbench.textfmt import text_table
+
 HELP = ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
         "each comes from: a flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in.")
 JSON_NATIVE = True
@@ -13,9 +16,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import json
-
-    from quantbench import config as C
-    from quantbench.textfmt import text_table
 
     parser = args._parser
     rows = C.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all)

@@ -6,15 +6,17 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, spec_from_sidecar
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
+from quantbench.commands import (add_fixture_arguments, add_session_arguments, finish_equiv, finite_float,
+                                 fixtures_from_args, session_from_args, sidecar_from_args)
+from quantbench.errors import UserError
+
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
 
 
 def add_arguments(p) -> None:
-    from quantbench.analysis.decode import KINDS, NONE, decode_arg
-    from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
-    from quantbench.commands import add_fixture_arguments, add_session_arguments, finite_float
-
     p.add_argument("--hosts", default="pi,x86",
                    help="comma-separated host names (built-ins, emulated presets, or names from the hosts file)")
     p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
@@ -64,8 +66,6 @@ def _run_hint(args) -> str:
 
 def check_decoders(variants, override, kind, threshold) -> None:
     """Every variant's decode spec (sidecar or --decode/--threshold) is valid and fits its outputs."""
-    from quantbench.analysis.decode import NONE_HINT, check_outputs, spec_from_sidecar
-    from quantbench.errors import UserError
     from quantbench.modelio import load_model
     from quantbench.variants import sidecar_for
 
@@ -96,8 +96,6 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
 
     from quantbench.analysis.equiv import VariantRef
     from quantbench import tables
-    from quantbench.commands import fixtures_from_args, session_from_args, sidecar_from_args
-    from quantbench.errors import UserError
     from quantbench.modelio import fits
     from quantbench.variants import resolve_variants, sidecar_for
     from quantbench.hosts.registry import parse_hosts
@@ -174,14 +172,10 @@ def duplicate_variants(variants, infos) -> list[dict]:
 
 def run(args) -> int:
     from quantbench.analysis.equiv import analyze
-    from quantbench.analysis.gates import parse_gates
-    from quantbench.commands import finish_equiv
     from quantbench.hosts.registry import announce_hosts_file
 
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
     if "decision" in gates and args.decode == "none":
-        from quantbench.errors import UserError
-
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
     announce_hosts_file(args.hosts_file, to_stderr=args.json)
     with contextlib.ExitStack() as held:  # prepare() takes the tables lock once its inputs are valid

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+from quantbench.commands import add_session_arguments, session_from_args
+from quantbench.errors import UserError
+from quantbench.textfmt import text_table
+
 HELP = "List hosts and whether each is ready, check one with a smoke job, or set up emulated hosts."
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands import add_session_arguments
-
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
@@ -32,7 +34,6 @@ def add_arguments(p) -> None:
 
 
 def _ready(spec) -> tuple[bool, str]:
-    from quantbench.errors import UserError
     from quantbench.hosts.registry import make_host
 
     try:
@@ -54,7 +55,6 @@ def do_list(args) -> int:
         if spec.kind == "local" and ok:
             detail = "this machine"
         rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", detail))
-    from quantbench.textfmt import text_table
 
     print(text_table(rows[0], rows[1:]))
     return 0
@@ -63,8 +63,6 @@ def do_list(args) -> int:
 def do_check(args) -> int:
     import time
 
-    from quantbench.commands import session_from_args
-    from quantbench.errors import UserError
     from quantbench.hosts import worker as W
     from quantbench.hosts.registry import make_host, parse_hosts
     from quantbench.hosts.keys import cpu_summary, probe_model
@@ -122,7 +120,6 @@ def do_check(args) -> int:
 
 
 def do_setup(args) -> int:
-    from quantbench.errors import UserError
     from quantbench.hosts.registry import known_hosts
 
     from quantbench.hosts import emulated as em

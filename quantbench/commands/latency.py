@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench.commands import fixtures_from_args
+from quantbench.explain import update_report
+
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."
 
 
@@ -33,7 +36,6 @@ def resolve(names: str):
 def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
-    from quantbench.commands import fixtures_from_args
     from quantbench.explain.latency import check_host, measure, table, with_speedups
     from quantbench.hosts.registry import parse_hosts
 
@@ -51,7 +53,6 @@ def run(args) -> int:
     tables.append("latency", [r.row() for r in rows], root=root)
     print(table(rows))
     print(f"latency table: {root / 'latency'}")
-    from quantbench.explain import update_report
 
     print(f"report: {update_report(root)}")
     return 0

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench.explain import update_report
+from quantbench.textfmt import text_table
+
 HELP = "Lint an int8 model's weights for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow, per layer."
 
 
@@ -31,14 +34,11 @@ def run(args) -> int:
                      str(r.neon_wrapping_pairs), "ok" if r.int32_ok else "OVERFLOW", ",".join(r.tiers) or "-")
                     for r in shown]
     if shown:
-        from quantbench.textfmt import text_table
-
         print(text_table(out[0], out[1:]))
     for r in risky:
         print(f"{r.node}: {r.reason}")
     print(f"{len(rows)} int8 weight tensor(s), {len(risky)} that some host tier can diverge on"
           + (f"; lint table: {part.parent}" if part else ""))
-    from quantbench.explain import update_report
 
     print(f"report: {update_report(root)}")
     return 0

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench.commands import add_explain_arguments, base_session_from_args, fixtures_from_args
+from quantbench.explain import update_report
+
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands import add_explain_arguments
-
     add_explain_arguments(p)
     p.add_argument("--fixture", metavar="ID_OR_IMAGE",
                    help="fixture to localise on: a fixture id (prefix) or image file name (default: the first eval fixture)")
@@ -27,7 +28,6 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
-    from quantbench.commands import base_session_from_args, fixtures_from_args
     from quantbench.explain.localize import localize, summary
     from quantbench.hosts.registry import parse_hosts
     from quantbench.fixtures import pick_fixture
@@ -53,7 +53,6 @@ def run(args) -> int:
             print("instruction families inside onnxruntime (distinct sites; qemu -d in_asm):")
             print(table(evs))
             print(f"evidence table: {root / 'evidence'}")
-    from quantbench.explain import update_report
 
     print(f"report: {update_report(root)}")
     return 0

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench.analysis.decode import decode_arg, spec_for_variant
+from quantbench.commands import add_explain_arguments, base_session_from_args, fixtures_from_args
+from quantbench.errors import UserError
+from quantbench.explain import update_report
+from quantbench.explain.noise import FACTORS, noise_floor, table
+
 HELP = "Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all."
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands import add_explain_arguments
-    from quantbench.explain.noise import FACTORS
-
     add_explain_arguments(p)
     p.add_argument("--limit", type=int, default=8, help="fixtures to use (batch composition needs 8)")
     p.add_argument("--threads", type=int, default=4, help="N of the threads 1 vs N comparison")
     p.add_argument("--batch", type=int, default=8, help="batch size of the batch-composition comparison")
     p.add_argument("--factors", default=",".join(FACTORS), help="comma-separated factors to measure")
-    from quantbench.analysis.decode import decode_arg
 
     p.add_argument("--decode", type=decode_arg, metavar="KIND",
                    help="decode kind for decision flips: a built-in kind, none, or a plug-in module:function "
@@ -26,11 +28,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
-    from quantbench.analysis.decode import spec_for_variant
-    from quantbench.commands import base_session_from_args, fixtures_from_args
-    from quantbench.errors import UserError
     from quantbench.hosts.registry import parse_hosts
-    from quantbench.explain.noise import noise_floor, table
     from quantbench.variants import pick_variant
 
     if args.limit < 1:
@@ -50,7 +48,6 @@ def run(args) -> int:
     if faults:
         print(f"HARNESS FAULT on {', '.join(sorted({r.host for r in faults}))}: repeated runs differ")
     print(f"noise table: {root / 'noise'}")
-    from quantbench.explain import update_report
 
     print(f"report: {update_report(root)}")
     return 1 if faults else 0

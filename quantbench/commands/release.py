@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from quantbench.textfmt import text_table
+
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "
         "raw and semantic hashes and per-host behaviour) and register its release keys.")
@@ -26,8 +28,7 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from quantbench.textfmt import text_table
-    from quantbench.release.record import build_release, flips_text
+    from quantbench.release.record import build_release
 
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
     variants = None
@@ -44,7 +45,6 @@ def run(args) -> int:
         print("A release key is (recipe, builder environment, target) without the artifact hash: the same recipe "
               "built again gave different bytes. Release the registered artifact, or change the recipe.")
         return 1
-    rec = res.record
     archive = None
     if args.archive is not None:
         from quantbench.release.archive import write_archive
@@ -53,17 +53,32 @@ def run(args) -> int:
     if getattr(args, "json", False):
         import json
 
-        print(json.dumps({"tag": args.tag, "folder": str(res.folder), "record": str(res.folder / "release.json"),
-                          "archive": None if archive is None else {"file": str(archive[0]), "sha256": archive[1]},
-                          "variants": [{"name": v["name"], "variant_id": v["variant_id"], "raw_sha256": v["raw_sha256"],
-                                        "targets": [{"host": t["host"], "fingerprint_id": t["fingerprint_id"],
-                                                     "byte_class": t["byte_class"], "release_key": t["release_key"],
-                                                     "flips_vs_fp32": t["flips_vs_fp32"]} for t in v["targets"]]}
-                                       for v in rec["variants"]],
-                          "hosts": rec["hosts"], "equiv_ids": rec["equiv_ids"],
-                          "tables": {k: v["rows"] for k, v in rec["tables"].items()},
-                          "notes": res.notes, "reused_keys": res.reused_keys}, indent=2, sort_keys=True))
+        print(json.dumps(_json_summary(args.tag, res, archive), indent=2, sort_keys=True))
         return 0
+    _print_release(args.tag, res, archive)
+    return 0
+
+
+def _json_summary(tag: str, res, archive) -> dict:
+    """The --json summary of a written release (`archive`: (file, sha256) or None)."""
+    rec = res.record
+    return {"tag": tag, "folder": str(res.folder), "record": str(res.folder / "release.json"),
+            "archive": None if archive is None else {"file": str(archive[0]), "sha256": archive[1]},
+            "variants": [{"name": v["name"], "variant_id": v["variant_id"], "raw_sha256": v["raw_sha256"],
+                          "targets": [{"host": t["host"], "fingerprint_id": t["fingerprint_id"],
+                                       "byte_class": t["byte_class"], "release_key": t["release_key"],
+                                       "flips_vs_fp32": t["flips_vs_fp32"]} for t in v["targets"]]}
+                         for v in rec["variants"]],
+            "hosts": rec["hosts"], "equiv_ids": rec["equiv_ids"],
+            "tables": {k: v["rows"] for k, v in rec["tables"].items()},
+            "notes": res.notes, "reused_keys": res.reused_keys}
+
+
+def _print_release(tag: str, res, archive) -> None:
+    """The text summary of a written release: one row per variant x host, then what was written where."""
+    from quantbench.release.record import flips_text
+
+    rec = res.record
     rows = []
     for v in rec["variants"]:
         for t in v["targets"]:
@@ -74,7 +89,7 @@ def run(args) -> int:
                       "release key"], rows, rule=True))
     n_rows = sum(t["rows"] for t in rec["tables"].values())
     print()
-    print(f"release {args.tag}: {len(rec['variants'])} variant(s) x {len(rec['hosts'])} host(s), "
+    print(f"release {tag}: {len(rec['variants'])} variant(s) x {len(rec['hosts'])} host(s), "
           f"{len(rec['tables'])} tables ({n_rows} rows), artifacts "
           f"{'retained' if rec['retain'] else 'NOT retained (deliberately)'}")
     for note in res.notes:
@@ -87,4 +102,3 @@ def run(args) -> int:
           f"registry: {res.folder.parent / 'index.json'}")
     if archive is not None:
         print(f"archive: {archive[0]} (SHA-256 {archive[1]}; publish this hash beside the file)")
-    return 0

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench.analysis.decode import decode_arg, spec_for_variant
+from quantbench.commands import add_explain_arguments, base_session_from_args, fixtures_from_args
+from quantbench.errors import UserError
+from quantbench.explain import update_report
+from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
+
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands import add_explain_arguments
-    from quantbench.explain.remedy import REMEDIES
-
     add_explain_arguments(p)
     p.add_argument("--fp32", metavar="MODEL",
                    help="the float model the variant was quantized from (default: the fp32 variant of the last calibrate run)")
     p.add_argument("--limit", type=int, default=8, help="fixtures to compare on")
     p.add_argument("--remedies", default=",".join(REMEDIES), help="comma-separated remedies to try")
-    from quantbench.analysis.decode import decode_arg
 
     p.add_argument("--decode", type=decode_arg, metavar="KIND",
                    help="decode kind for decision flips: a built-in kind, none, or a plug-in module:function "
@@ -27,12 +29,8 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.assets import RESULTS_DIR, TABLES_DIR
-    from quantbench.commands import base_session_from_args, fixtures_from_args
     from quantbench.variants import pick_variant
-    from quantbench.analysis.decode import spec_for_variant
-    from quantbench.errors import UserError
     from quantbench.hosts.registry import parse_hosts
-    from quantbench.explain.remedy import build_remedies, remedy_matrix, table
     from quantbench.modelio import load_model, semantic_sha256
 
     root = Path(args.tables) if args.tables else TABLES_DIR
@@ -62,7 +60,6 @@ def run(args) -> int:
     closing = [r.remedy for r in rows if r.one_class]
     print("remedies that bring every host into one class: " + (", ".join(closing) or "none"))
     print(f"remedies table: {root / 'remedies'}; remedy variants in {out}")
-    from quantbench.explain import update_report
 
     print(f"report: {update_report(root)}")
     return 0

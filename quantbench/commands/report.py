@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from quantbench.analysis import gates as G
+from quantbench.commands import finish_equiv
+from quantbench.errors import UserError
+
 HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
 
 
@@ -35,9 +39,7 @@ def last_equiv(results: Path) -> dict:
 def run(args) -> int:
     from quantbench import tables
     from quantbench.analysis.equiv import VariantRef, analyze
-    from quantbench.commands import finish_equiv
     from quantbench.variants import Variant, sidecar_for
-    from quantbench.errors import UserError
 
     results = Path(args.results)
     root = results / "tables"
@@ -70,7 +72,6 @@ def run(args) -> int:
     prefer = {h: tuple(x) for h, x in st["selections"].items()}
     # gate settings are not part of the analysis id: take the last run's when it is this analysis
     gs = (last.get("settings") or {}) if last.get("equiv_id") == eid else {}
-    from quantbench.analysis import gates as G
 
     result = analyze(st["hosts"], refs, st["fixtures"], reference=st["reference"], decode_kind=st["decode"],
                      threshold=st["threshold"], atol=gs.get("atol", G.DEFAULT_ATOL),

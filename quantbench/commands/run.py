@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from quantbench.commands import add_fixture_arguments, add_session_arguments, fixtures_from_args, session_from_args
+from quantbench.errors import UserError
+
 JSON_NATIVE = True  # prints its own --json summary
 HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."
 
 
 def add_arguments(p) -> None:
-    from quantbench.commands import add_fixture_arguments, add_session_arguments
-
     p.add_argument("--hosts", default="x86",
                    help="comma-separated host names: built-ins (x86, local), emulated presets (pi, pi4, ...) "
                         "or names from the hosts file; `quantbench hosts list` shows them")
@@ -49,12 +50,10 @@ def summary_json(summary, root, export, failure) -> dict:
 
 
 def run(args) -> int:
-    from quantbench.commands import fixtures_from_args, session_from_args
     from quantbench.hosts.registry import announce_hosts_file
     from quantbench.variants import resolve_variants
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
-    from quantbench.errors import UserError
     from quantbench.hosts.imported import export_results
     from quantbench.hosts.runner import RunFailed, run_hosts
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from quantbench.errors import UserError
+from quantbench.textfmt import text_table
+
 HELP = "Show the result tables' parts and rows, or compact small parts into sorted parts with statistics."
 
 
@@ -23,7 +26,6 @@ def run(args) -> int:
 
     from quantbench import tables
     from quantbench.assets import TABLES_DIR
-    from quantbench.errors import UserError
 
     root = Path(args.tables) if args.tables else TABLES_DIR
     present = [n for n in tables.COLUMNS if tables.parts(n, root)]
@@ -34,7 +36,6 @@ def run(args) -> int:
             sizes = [p.stat().st_size for p in ps]
             rows.append((n, str(len(ps)), str(sum(1 for s in sizes if s < tables.SMALL_PART_BYTES)),
                          f"{sum(sizes) / 1e6:.1f}"))
-        from quantbench.textfmt import text_table
 
         print(text_table(rows[0], rows[1:]))
         return 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from quantbench.errors import UserError
+from quantbench.textfmt import text_table
+
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Check a release folder or archive (.tar.gz from `release --archive`): re-hash retained artifacts, re-read every Parquet table against its recorded hash, "
         "and with --host re-run a sample of fixtures there and compare output hashes (exit 0 pass, 1 fail).")
@@ -21,14 +24,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from quantbench.textfmt import text_table
     from quantbench.release.verify import FAIL, NOT_RETAINED, verify
 
     from pathlib import Path
 
     if args.sample < 1:
-        from quantbench.errors import UserError
-
         raise UserError("--sample: must be at least 1")
     if Path(args.release).is_file():
         from quantbench.release.archive import verify_archive

@@ -12,19 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantbench.textfmt import md_section, md_table
+from quantbench.textfmt import md_section, md_table, num
 
 
 def _rows(name: str, root) -> list[dict]:
     from quantbench import tables
 
     return tables.read(name, root=root).to_pylist()
-
-
-def _f(v, d=4):
-    if v is None:
-        return "-"
-    return f"{v:.{d}g}" if isinstance(v, float) else str(v)
 
 
 def render(tables_root) -> str:
@@ -48,9 +42,9 @@ def _localize_lines(loc: list[dict]) -> list[str]:
         rows.append([r0["variant"], f"{r0['host_a']} vs {r0['host_b']}", r0["fixture_id"][:12], r0["opt_level"],
                      r0["group_size"], sum(1 for r in rs if not r["observable"]),
                      f"{first[0]['node']} ({first[0]['op_type']})" if first else "none",
-                     _f(min((r["bits_min"] for r in first if r["bits_min"] is not None), default=None)),
+                     num(min((r["bits_min"] for r in first if r["bits_min"] is not None), default=None), ".4g", None),
                      ", ".join(f"{r['tensor']}: {'same' if r['same'] else 'differs'} "
-                               f"(bits min {_f(r['bits_min'])})" for r in outs)])
+                               f"(bits min {num(r['bits_min'], '.4g', None)})" for r in outs)])
     return md_section("First divergent node (`localize`)",
                       "Every intermediate hashed per host in topological order, a group of K at a time; only the "
                       "first divergent node's tensors and the outputs are fetched to measure remaining precision.",
@@ -112,7 +106,8 @@ def _latency_lines(lat: list[dict]) -> list[str]:
     """Latency and memory per host and variant."""
     return md_section("Latency and memory (local and ssh hosts only)", None,
                       ["host", "variant", "median ms", "spread ms", "peak RSS MiB", "speed-up vs fp32", "sign"],
-                      [[r["host"], r["variant"], _f(r["median_ms"]), _f(r["spread_ms"]), _f(r["peak_rss_mb"]),
+                      [[r["host"], r["variant"], num(r["median_ms"], ".4g", None),
+                        num(r["spread_ms"], ".4g", None), num(r["peak_rss_mb"], ".4g", None),
                         None if r["speedup_vs_fp32"] is None else f"{r['speedup_vs_fp32']:.2f}x", r["sign"] or None]
                        for r in lat])
 

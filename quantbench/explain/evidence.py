@@ -43,6 +43,11 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
+from quantbench.hosts import emulated as EM
+from quantbench.hosts import worker as W
+from quantbench.hosts.keys import hosts_row, normalize_session
+from quantbench.hosts.registry import make_host
+from quantbench.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
 # (mask, value, family, kind); order matters only for overlapping encodings (none overlap)
@@ -274,11 +279,6 @@ def collect(host_name: str, preset_name: str, model_path, fixtures, session: dic
     """Run the model on `fixtures` under qemu with -d in_asm and count the instruction families."""
     import numpy as np
 
-    from quantbench.hosts import emulated as EM
-    from quantbench.hosts import worker as W
-    from quantbench.hosts.keys import normalize_session
-    from quantbench.modelio import load_model, semantic_sha256
-
     preset = EM.preset(preset_name)
     session = normalize_session(session)
     vid = semantic_sha256(load_model(model_path, check=False))
@@ -324,8 +324,6 @@ def table(evs: list[Evidence]) -> str:
 def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], list[str]]:
     """Instruction evidence on every emulated host among `hosts`; returns (evidence, notes on hosts skipped)."""
     from quantbench import tables
-    from quantbench.hosts.keys import hosts_row
-    from quantbench.hosts.registry import make_host
 
     evs, notes = [], []
     for h in hosts:

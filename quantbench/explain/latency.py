@@ -17,7 +17,10 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from quantbench.errors import ParameterError, UserError
+from quantbench.explain.localize import open_session
+from quantbench.fsutil import canonical_json
 from quantbench.hosts.registry import make_host
+from quantbench.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
 
@@ -63,10 +66,6 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
             variant_name: str = "", allow_fallback: bool = False) -> LatencyRow:
     """One variant on one host; `host` is a hosts.registry.HostRequest."""
     from pathlib import Path
-
-    from quantbench.explain.localize import open_session
-    from quantbench.fsutil import canonical_json
-    from quantbench.modelio import load_model, semantic_sha256
 
     check_host(host)
     if runs < 10:

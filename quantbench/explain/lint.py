@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from quantbench.modelio import load_model
+
 INT16_MAX = 32767
 INT32_LIMIT = 2**31
 GEMM_OPS = {"Conv", "MatMul", "Gemm"}
@@ -126,8 +128,6 @@ def lint_model(model_or_path) -> list[LayerLint]:
     from onnx import numpy_helper
 
     if isinstance(model_or_path, (str, os.PathLike)):
-        from quantbench.modelio import load_model
-
         model = load_model(model_or_path)
     else:
         model = model_or_path

@@ -26,9 +26,15 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from quantbench.analysis.decode import decode
+from quantbench.analysis.precision import distance
+from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
+from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
+from quantbench.hosts.session import HostSession
+from quantbench.modelio import load_model, semantic_sha256
 
 DEFAULT_GROUP = 8
 
@@ -40,8 +46,6 @@ DEFAULT_GROUP = 8
 
 def open_session(host: HostRequest, allow_fallback: bool = False):
     """A started, fingerprinted worker of `host` under its session (quantbench.hosts.session.HostSession)."""
-    from quantbench.hosts.session import HostSession
-
     return HostSession(host.spec, host.session, allow_fallback, label=host.label).open()
 
 
@@ -85,8 +89,6 @@ def parallel(fn, items):
 
 def decode_runs(spec, results: list, names) -> dict:
     """{fixture_id: Decoded} of one worker run's results, decoded from the tensors of outputs `names`."""
-    from quantbench.analysis.decode import decode
-
     return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
 
 
@@ -189,8 +191,6 @@ class LocalizeResult:
 
 
 def _distance_fields(a, b) -> dict:
-    from quantbench.analysis.precision import distance
-
     d = distance(a, b)
     return {"bits_mean": d.bits_mean, "bits_min": None if d.bits_min is None else float(d.bits_min),
             "max_abs": d.max_abs}
@@ -205,8 +205,6 @@ def _check_two(hosts):
 def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
              variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture."""
-    from quantbench.modelio import load_model, semantic_sha256
-
     _check_two(hosts)
     if group < 1:
         raise ParameterError("group", "must be at least 1", group)
@@ -339,9 +337,7 @@ def _add_distances(rows: list[TensorRow], got) -> None:
 
 def _table_check(host: HostRequest, variant_id: str, fixture_id: str, explained: dict, tables_root) -> str:
     """Compare the explained run's output hashes with the host's rows in the outputs table, if any."""
-    from quantbench.assets import TABLES_DIR
     from quantbench.hosts.results import load_outputs
-    from quantbench.hosts.keys import session_key
 
     try:
         t = load_outputs(host=host.spec.name, variant_id=variant_id, fixture_id=fixture_id,
@@ -393,15 +389,12 @@ def summary(res: LocalizeResult) -> str:
         f0 = res.first[0]
         lines.append(f"first divergent node: {f0.node} ({f0.op_type}, position {f0.position})")
         for r in res.first:
-            lines.append(f"  {r.tensor}: remaining bits mean {_fmt(r.bits_mean)}, min {_fmt(r.bits_min)}, max |delta| {_fmt(r.max_abs)}")
+            lines.append(f"  {r.tensor}: remaining bits mean {num(r.bits_mean, '.4g', None)}, "
+                         f"min {num(r.bits_min, '.4g', None)}, max |delta| {num(r.max_abs, '.4g', None)}")
     for r in res.outputs:
-        lines.append(f"output {r.tensor}: {'same' if r.same else 'differs'}; remaining bits mean {_fmt(r.bits_mean)}, "
-                     f"min {_fmt(r.bits_min)}, max |delta| {_fmt(r.max_abs)}")
+        lines.append(f"output {r.tensor}: {'same' if r.same else 'differs'}; remaining bits mean {num(r.bits_mean, '.4g', None)}, "
+                     f"min {num(r.bits_min, '.4g', None)}, max |delta| {num(r.max_abs, '.4g', None)}")
     lines.append(res.trend)
     return "\n".join(lines)
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -90,6 +90,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
         raise UserError("noise: no fixtures")
     model = Path(model_path).read_bytes()
     vid = semantic_sha256(load_model(model_path, check=False))
+    vname = variant_name or Path(model_path).stem
     names = list(spec.outputs.values()) if spec is not None else []
     want = names or False
     base = dict(host.session)
@@ -104,8 +105,8 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
                                                         "(check preprocessing, threads, the worker)")
             if spec is None:
                 note = (note + "; " if note else "") + "no decode spec: flips not counted"
-            rows.append(NoiseRow(host.label, w.fingerprint_id, vid, variant_name or Path(model_path).stem, factor, sa,
-                                 sb, len(a), differ == 0, differ, flips, fault, note))
+            rows.append(NoiseRow(host.label, w.fingerprint_id, vid, vname, factor, sa, sb, len(a), differ == 0, differ,
+                                 flips, fault, note))
 
         first = w.run(model, fixtures, base, return_tensors=want, repeat=2 if "repeat" in factors else 1)
         ref = [r for r in first if r["repeat"] == 0]
@@ -120,14 +121,11 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
             row("threads", f"threads={a_t}", f"threads={other}", ref, res)
         if "batch" in factors:
             axis = batch_axis(model_path)
-            if axis != "dynamic":
-                rows.append(NoiseRow(host.label, w.fingerprint_id, vid, variant_name or Path(model_path).stem, "batch",
-                                     "batch=1", f"batch={batch}", len(ref), None, None, None, False,
-                                     f"model batch axis is fixed ({axis}): batch composition not measurable"))
-            elif len(fixtures) < 2:
-                rows.append(NoiseRow(host.label, w.fingerprint_id, vid, variant_name or Path(model_path).stem, "batch",
-                                     "batch=1", f"batch={batch}", len(ref), None, None, None, False,
-                                     "needs at least 2 fixtures"))
+            unmeasurable = (f"model batch axis is fixed ({axis}): batch composition not measurable"
+                            if axis != "dynamic" else "needs at least 2 fixtures" if len(fixtures) < 2 else None)
+            if unmeasurable:
+                rows.append(NoiseRow(host.label, w.fingerprint_id, vid, vname, "batch", "batch=1", f"batch={batch}",
+                                     len(ref), None, None, None, False, unmeasurable))
             else:
                 b = min(int(batch), len(fixtures))
                 res = w.run(model, fixtures, dict(base, batch=b), return_tensors=want)

@@ -38,6 +38,8 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.fsutil import atomic_write_text, canonical_json
+from quantbench.hosts import worker as W
+from quantbench.hosts.worker import fingerprint_id
 
 VERSION = 1
 _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY")
@@ -80,8 +82,6 @@ def _package_stats(name: str) -> list:
 
 
 def _local_cpu() -> dict:
-    from quantbench.hosts import worker as W
-
     try:
         libc = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError, AttributeError):
@@ -110,8 +110,6 @@ def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
 
 def _common_parts(host, session: dict, allow_fallback: bool, argv, env: dict, preamble) -> dict:
     """The key material every cacheable kind shares: identity, worker, session, command line, this machine."""
-    from quantbench.hosts import worker as W
-
     return {
         "version": VERSION,
         "kind": host.kind,
@@ -139,7 +137,6 @@ def lookup(key: str | None) -> tuple[dict, str] | None:
         fp, fid = data["fingerprint"], data["fingerprint_id"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    from quantbench.hosts.worker import fingerprint_id
 
     if not isinstance(fp, dict) or fingerprint_id(fp) != fid:
         return None

@@ -31,6 +31,8 @@ from quantbench import SCHEMA_VERSION, tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
+from quantbench.hosts.keys import hosts_row, run_key, session_key
+from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
 
 FORMAT = "quantbench-results"
 TABLES = ("fixtures", "models", "hosts", "outputs")
@@ -140,8 +142,6 @@ class _Bad(Exception):
 
 
 def _tensor_hash(data, dtype, shape) -> str:
-    from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
-
     if data is None:
         raise _Bad("has no tensor, so its hash cannot be checked")
     try:
@@ -161,9 +161,6 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
 
     Raises a one-line UserError naming the file and the first bad record.
     """
-    from quantbench.hosts.keys import hosts_row, run_key, session_key
-    from quantbench.hosts.worker import fingerprint_id
-
     def bad(where: str, why: str):
         return UserError(f"{path}: {where}: {why}; the file was altered or damaged, nothing was imported")
 
@@ -263,8 +260,6 @@ def _source(path, source_host: str | None):
 
 def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """(requested results the file holds, requested results, why not all) for the runner's context."""
-    from quantbench.hosts.keys import run_key
-
     _, _, _, out = _source(host.options["file"], host.options.get("host"))
     keys = set(out.column("run_key").to_pylist())
     fps = sorted(set(out.column("fingerprint_id").to_pylist()))

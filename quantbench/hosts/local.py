@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.hosts import emulated as em
 from quantbench.hosts import worker as W
 
 WORKER_PATH = Path(W.__file__).resolve()
@@ -250,15 +251,11 @@ class EmulatedHost(ProcessHost):
         return self.options.get("preset", self.name)
 
     def ready(self):
-        from quantbench.hosts import emulated as em
-
         if self.preset not in em.PRESETS:
             return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(em.PRESETS))}"
         return em.ready(self.preset)
 
     def command(self):
-        from quantbench.hosts import emulated as em
-
         argv, env = em.python_command(self.preset, tuple(self.options.get("qemu_args", ())))
         # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
         full = dict(env) if env else {k: v for k, v in os.environ.items()
@@ -270,8 +267,6 @@ class EmulatedHost(ProcessHost):
 
     def fingerprint_cache_parts(self, env: dict) -> dict:
         """What `hosts setup` installed for the preset (prefix, root, wheels)."""
-        from quantbench.hosts import emulated as em
-
         return {"emulated": em.fingerprint_identity(self.preset, env)}
 
     def latency_refusal(self) -> str | None:

@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json
+from quantbench.hosts import emulated
+from quantbench.hosts.keys import normalize_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
 KINDS = ("local", "emulated", "ssh", "imported")
@@ -48,8 +51,6 @@ class HostSpec:
 
 
 def preset_names() -> list[str]:
-    from quantbench.hosts import emulated
-
     return list(emulated.PRESETS)
 
 
@@ -263,9 +264,6 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
     `overrides=False` (run, equiv: one session for every host) refuses `+KEY=VALUE`
     after the item parsed. Identical items (same host, same session) count once.
     """
-    from quantbench.fsutil import canonical_json
-    from quantbench.hosts.keys import normalize_session
-
     out, seen = [], set()
     for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
         name, *items = [part.strip() for part in item.split("+")]

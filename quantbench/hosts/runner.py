@@ -26,11 +26,17 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
+from quantbench.fixtures import fixtures_chunks
 from quantbench.fsutil import canonical_json, sha256_file
+from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
-from quantbench.hosts.keys import (hosts_row, local_ort_version, normalize_session, run_key,
-                                   session_key)
+from quantbench.hosts.imported import check_coverage, merge_imported
+from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_session, run_key, session_key
+from quantbench.hosts.local import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
+from quantbench.hosts.session import HostSession
+from quantbench.modelio import fits, graph_inputs, load_model, semantic_sha256
+from quantbench.textfmt import text_table
 
 FLUSH_SECONDS = 2.0
 FLUSH_ROWS = 512
@@ -58,8 +64,6 @@ class VariantInfo:
 
 def variant_info(v) -> VariantInfo:
     """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
-    from quantbench.modelio import graph_inputs, load_model, semantic_sha256
-
     path = Path(v.path)
     model = load_model(path, check=False)
     vid = getattr(v, "variant_id", None) or semantic_sha256(model)
@@ -70,8 +74,6 @@ def variant_info(v) -> VariantInfo:
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
-    from quantbench.modelio import fits
-
     return fits(fx.input_name, list(fx.array.shape), vi.inputs)
 
 
@@ -148,7 +150,6 @@ class RunSummary:
         for h in self.hosts:
             rows.append((h.name, h.kind, h.fingerprint_id[:12], str(h.ran), str(h.cached), str(h.imported),
                          str(len(h.errors)), f"{h.seconds:.1f}"))
-        from quantbench.textfmt import text_table
 
         return text_table(rows[0], rows[1:])
 
@@ -444,8 +445,6 @@ class _HostRun:
                     # the job stopped at the failing fixture: so does the host (results so far stand)
                     self.stop.set()
         except Exception as exc:
-            from quantbench.hosts.local import WorkerDied
-
             self.writer.flush()
             in_flight = next((f for f in order if f in pending), None)
             where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
@@ -475,8 +474,6 @@ class _HostRun:
 
     def _start_and_fingerprint(self):
         """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted."""
-        from quantbench.hosts.session import HostSession
-
         hs = HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback)
         try:
             hs.open()
@@ -517,7 +514,6 @@ class _HostRun:
 
     def _run(self) -> None:
         ctx = self.ctx
-        from quantbench.hosts import fpcache
 
         try:
             key = fpcache.cache_key(self.host, ctx.session, ctx.allow_fallback)
@@ -548,8 +544,6 @@ class _HostRun:
 
     def _run_workers(self, key) -> None:
         """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant)."""
-        from quantbench.hosts import fpcache
-
         ctx = self.ctx
         t0 = time.monotonic()
         if self.host.model_by_path:  # same filesystem: write the input store while the worker starts
@@ -667,8 +661,6 @@ class _ImportedRun:
         self.summary = HostSummary(host.name, host.kind)
 
     def run(self) -> None:
-        from quantbench.hosts.imported import merge_imported
-
         t0 = time.monotonic()
         try:
             merge_imported(self.host, self.ctx, self.summary)
@@ -805,8 +797,6 @@ def _context(variants, fixtures, session, tables_root, allow_fallback, allow_ver
 def _check_hosts(hosts, ctx: _Context) -> None:
     """Every host must be runnable before anything starts; an imported file must hold some of this run
     (one that holds none must not join a class unmeasured)."""
-    from quantbench.hosts.imported import check_coverage
-
     for host in hosts:
         ok, msg = host.ready()
         if not ok:
@@ -822,8 +812,6 @@ def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
     have = set(tables.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
     new = [fx for fx in ctx.fixtures if fx.fixture_id not in have]
     if new:
-        from quantbench.fixtures import fixtures_chunks
-
         tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
                              root=ctx.root)
     tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)

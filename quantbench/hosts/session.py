@@ -13,6 +13,10 @@ from __future__ import annotations
 import hashlib
 
 from quantbench.errors import UserError
+from quantbench.hosts import worker as W
+from quantbench.hosts.keys import fingerprint_request
+from quantbench.hosts.local import WorkerDied
+from quantbench.hosts.registry import make_host
 
 
 class HostSession:
@@ -23,8 +27,6 @@ class HostSession:
     """
 
     def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None):
-        from quantbench.hosts.registry import make_host
-
         self.host = make_host(spec)
         if not self.host.runs_workers:
             raise UserError(f"host {label or spec.name}: an imported host cannot run new jobs; "
@@ -41,9 +43,6 @@ class HostSession:
 
     def open(self) -> "HostSession":
         """Start the worker and fingerprint it; a worker that dies on the way is one UserError."""
-        from quantbench.hosts.keys import fingerprint_request
-        from quantbench.hosts.local import WorkerDied
-
         try:
             self.client = self.host.start()  # sending the worker's source can already meet a dead connection
             header, payload = fingerprint_request(self.spec.name, self.session, self.allow_fallback)
@@ -83,8 +82,6 @@ class HostSession:
 
     def frames(self, header: dict, payload):
         """The worker's frames for one request; an error frame or a dead worker is one UserError."""
-        from quantbench.hosts.local import WorkerDied
-
         try:
             for h, p in self.client.request(header, payload):
                 if h.get("type") == "error":
@@ -96,8 +93,6 @@ class HostSession:
     def run(self, model: bytes, fixtures, session: dict | None = None, output_names=None,
             return_tensors=False, repeat: int = 1) -> list[dict]:
         """One result per fixture (per repeat): {"fixture_id", "repeat", "outputs": {name: {sha256, dtype, shape, array?}}}."""
-        from quantbench.hosts import worker as W
-
         parts, entries, off = [model], [], len(model)
         for fx in fixtures:
             b = W.tensor_bytes(fx.array)

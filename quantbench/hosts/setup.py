@@ -32,6 +32,7 @@ from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text
 from quantbench.hosts import emulated as E
 from quantbench.hosts.keys import local_ort_version
+from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, decode_bits
 
 QEMU_SUITE = "trixie"
 QEMU_PACKAGE = "qemu-user"
@@ -509,8 +510,6 @@ def run_probe(argv_prefix: list[str], env: dict, import_ort: bool, timeout: floa
 
 def arm_features(hwcap: int, hwcap2: int) -> list[str]:
     """Feature names in the kernel's /proc/cpuinfo order (HWCAP bits, then HWCAP2 bits)."""
-    from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, decode_bits
-
     return decode_bits(hwcap, ARM64_HWCAP) + decode_bits(hwcap2, ARM64_HWCAP2)
 
 

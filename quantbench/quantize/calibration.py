@@ -33,6 +33,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.quantize import ort_api
 
 METHODS = ("minmax", "percentile", "entropy")
@@ -589,8 +590,6 @@ def ranges_dict(tensors_data) -> dict:
 
 
 def ranges_sha256(tensors_data) -> str:
-    from quantbench.fsutil import canonical_json, sha256_bytes
-
     return sha256_bytes(canonical_json(ranges_dict(tensors_data)).encode())
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path
+from quantbench.modelio import load_model
 from quantbench.plugins import one_line
 from quantbench.quantize import ort_api
 
@@ -103,8 +104,6 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
     `notes`, one line each, that calibrate prints.
     """
     import onnx
-
-    from quantbench.modelio import load_model
 
     model_path = Path(model_path).resolve()
     out_path = Path(out_path)

@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from quantbench import plugins
+from quantbench.analysis.decode import check_outputs, spec_from_sidecar
 from quantbench.errors import ParameterError, UserError
+from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
+                                             load_with_shape_infer, parse_memory)
 
 METHODS = ("dynamic", "minmax", "percentile", "entropy")
 STATIC = ("minmax", "percentile", "entropy")
@@ -102,8 +106,6 @@ def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     if opts.threads is not None and opts.threads < 1:
         raise ParameterError("threads", f"must be at least 1 (got {opts.threads})")
     if opts.max_memory is not None:
-        from quantbench.quantize.calibration import parse_memory
-
         try:
             parse_memory(opts.max_memory)  # a typo fails before any work
         except UserError as exc:
@@ -136,7 +138,6 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     """(preprocess spec, sidecar, plug-in identity) the model is calibrated with; checked against its input."""
     from onnx import helper
 
-    from quantbench import plugins
     from quantbench.assets import load_sidecar
     from quantbench.modelio import graph_inputs, load_model
     from quantbench.preprocess import check_input_block, input_spec
@@ -157,8 +158,6 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")
     if sidecar and sidecar.get("decode"):  # a decode block that cannot decode this model fails now, not after runs
-        from quantbench.analysis.decode import check_outputs, spec_from_sidecar
-
         where = str(opts.sidecar or model_path.with_suffix(".json"))
         check_outputs(spec_from_sidecar(sidecar, source=where), [o.name for o in model.graph.output])
     elem = next(i for i in model.graph.input if i.name == in_name).type.tensor_type.elem_type
@@ -174,7 +173,6 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     from quantbench.assets import CALIB_SETS_DIR, VARIANTS_DIR
     from quantbench.calibset import builder
     from quantbench.modelio import model_hashes
-    from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
     from quantbench.variants import check_plain_name, check_replaceable, write_latest
 
     t_start = time.perf_counter()
@@ -269,7 +267,6 @@ class _VariantMaker:
         from quantbench.preprocess import load_rgb, to_tensor
         from quantbench.quantize import smoke
         from quantbench.quantize import variants as qv
-        from quantbench.quantize.calibration import load_with_shape_infer
 
         o = self.opts
         prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
@@ -315,7 +312,6 @@ class _VariantMaker:
 
     def _calibrate(self, prepared, prep_model):
         from quantbench.quantize import variants as qv
-        from quantbench.quantize.calibration import ImageInputs, compute_ranges
         from quantbench.quantize.memory import PeakMeter
 
         o = self.opts

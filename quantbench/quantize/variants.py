@@ -26,9 +26,14 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
+from quantbench.modelio import load_model, semantic_sha256
 from quantbench.quantize import ort_api
+from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
+                                             load_with_shape_infer, ranges_dict, ranges_sha256)
+from quantbench.quantize.intake import prepare
 from quantbench.variants import Variant
 
 TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
@@ -58,8 +63,6 @@ def versions() -> dict:
     import numpy
     import onnx
     import onnxruntime
-
-    from quantbench import __version__
 
     return {"onnxruntime": onnxruntime.__version__, "onnx": onnx.__version__,
             "numpy": numpy.__version__, "quantbench": __version__}
@@ -93,8 +96,6 @@ def _check_nodes(model, exclude_nodes, exclude_op_types, model_path):
 
 
 def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
-    from quantbench.quantize.calibration import default_op_types
-
     return [t for t in default_op_types() if t not in set(exclude_op_types)]
 
 
@@ -111,14 +112,10 @@ def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pr
     onnxruntime's quant_pre_process (with a fallback without symbolic shape
     inference). Returns the intake record.
     """
-    from quantbench.quantize.intake import prepare
-
     return prepare(model_path, out_path, pre_process=pre_process, per_channel=per_channel)
 
 
 def _finish(name, out_path, model_name, recipe) -> Variant:
-    from quantbench.modelio import semantic_sha256
-
     recipe = dict(recipe)
     recipe["semantic_sha256"] = semantic_sha256(out_path)
     atomic_write_json(recipe_path(out_path), recipe)
@@ -144,8 +141,6 @@ def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, 
                  recipe_extra: Mapping | None = None) -> Variant:
     """onnxruntime's quantize_dynamic (ort_api.dynamic_quantize) with the given options
     (activations u8 at run time)."""
-    from quantbench.modelio import load_model
-
     model = load_model(model_path, check=False)
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = dynamic_op_types(exclude_op_types)
@@ -184,9 +179,6 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
         has it: a copy is quantized, so one load serves calibration and every variant.
     Writes out_path, <stem>.ranges.json and <stem>.recipe.json beside it.
     """
-    from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, load_with_shape_infer,
-                                                 ranges_dict, ranges_sha256)
-
     name = name or f"static-{method}"
     percentile = DEFAULT_PERCENTILE if percentile is None else percentile
     at, wt = quant_type(activation_type), quant_type(weight_type)

@@ -37,8 +37,10 @@ import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import GateFailed, ParameterError, UserError
 from quantbench.fsutil import atomic_path, sha256_file
+from quantbench.release.record import INDEX_FILE, RELEASE_FILE, load_registry
+from quantbench.release.verify import FAIL, PASS, Check, load_record, verify
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -72,8 +74,6 @@ def _tarinfo(name: str, size: int) -> tarfile.TarInfo:
 
 def _members(folder: Path, rec: dict) -> tuple[list[tuple[str, Path]], dict]:
     """(archive path, source file) for every file of the release, models deduplicated by raw hash."""
-    from quantbench.release.record import RELEASE_FILE
-
     artifacts = {}
     for v in rec["variants"]:
         a = v.get("artifact") or {}
@@ -101,9 +101,6 @@ def _members(folder: Path, rec: dict) -> tuple[list[tuple[str, Path]], dict]:
 
 def write_archive(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> tuple[Path, str]:
     """Write the release folder as one deterministic .tar.gz; returns (path, its SHA-256)."""
-    from quantbench.release.record import INDEX_FILE, load_registry
-    from quantbench.release.verify import load_record
-
     folder = Path(folder)
     rec = load_record(folder)
     tag = rec.get("tag") or folder.name
@@ -223,9 +220,6 @@ def _read_members(path: Path, dest: Path) -> tuple[dict, dict]:
 def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int = 4, hosts_file=None,
                    registry: bool = True):
     """Checks of an archive (member by member), then `verify` of its contents in a private temp folder."""
-    from quantbench.release.record import INDEX_FILE
-    from quantbench.release.verify import FAIL, PASS, Check, verify
-
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such release archive")
@@ -279,7 +273,6 @@ def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int
             checks.append(Check("registry", MANIFEST, FAIL, "the archive carries no registry entries (for a release "
                                                             "archived without its registry, pass --no-registry)"))
             registry = False
-        from quantbench.errors import GateFailed
 
         try:
             checks += verify(folder, host=host, sample=sample, hosts_file=hosts_file, registry=registry)

@@ -29,7 +29,9 @@ from typing import Sequence
 from quantbench import SCHEMA_VERSION, __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, read_json, sha256_file
+from quantbench.modelio import model_hashes
 from quantbench.textfmt import text_table
+from quantbench.variants import check_plain_name, inside, latest_variants, staging_folder
 
 RELEASE_FORMAT = 1
 INDEX_FILE = "index.json"
@@ -367,8 +369,6 @@ def _copy_attachments(report: str, results_dir: Path, stage: Path, notes: list |
     Only a link that resolves (symlinks followed) to a file inside results/ is copied, and only
     to a place inside the release; any other link is left as text and noted.
     """
-    from quantbench.variants import inside
-
     out = []
     for rel in sorted(set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))):
         if "://" in rel:
@@ -388,8 +388,6 @@ def _copy_attachments(report: str, results_dir: Path, stage: Path, notes: list |
 
 def _release_path(stage: Path, rel: str) -> Path:
     """stage/rel, refusing any path that would resolve outside the release folder."""
-    from quantbench.variants import inside
-
     p = inside(stage, rel)
     if p is None or ".." in Path(rel).parts:
         raise UserError(f"release path {rel!r} leads outside the release folder; refusing to write it")
@@ -399,8 +397,6 @@ def _release_path(stage: Path, rel: str) -> Path:
 def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts: list[str] | None = None,
                   retain: bool = True, variants=None) -> ReleaseResult:
     """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
-    from quantbench.variants import latest_variants, staging_folder
-
     if not TAG_RE.fullmatch(tag or ""):  # fullmatch: "$" alone lets "v1\n" through
         raise UserError(f"--tag {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
     results_dir = Path(results_dir)
@@ -446,8 +442,6 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
 
 def _check_names(variants) -> None:
     """Every name below becomes a path inside the release folder."""
-    from quantbench.variants import check_plain_name
-
     for v in variants:
         check_plain_name(v.name, f"{v.path}: variant name")
         calib = (v.recipe or {}).get("calibration_set") or {}
@@ -457,8 +451,6 @@ def _check_names(variants) -> None:
 
 def _measured(v, tables_root: Path, hosts) -> tuple:
     """What the results say of variant `v`: (its hashes, its targets with byte classes, equiv id, classes, flips)."""
-    from quantbench.modelio import model_hashes
-
     hashes = model_hashes(v.path)
     sem = hashes["semantic_sha256"]
     recorded = (v.recipe or {}).get("semantic_sha256")

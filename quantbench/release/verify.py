@@ -25,7 +25,12 @@ from pathlib import Path
 
 from quantbench import SCHEMA_VERSION
 from quantbench.errors import GateFailed, ParameterError, UserError
+from quantbench.fixtures import Fixture
 from quantbench.fsutil import read_json, sha256_file
+from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
+from quantbench.modelio import model_hashes
+from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, load_registry
+from quantbench.variants import Variant, inside
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
 
@@ -43,8 +48,6 @@ class Check:
 
 
 def load_record(folder: str | os.PathLike) -> dict:
-    from quantbench.release.record import RELEASE_FILE, RELEASE_FORMAT
-
     folder = Path(folder)
     if not folder.is_dir():
         raise UserError(f"{folder}: no such release folder; releases are under results/releases/<tag>/")
@@ -72,8 +75,6 @@ def load_record(folder: str | os.PathLike) -> dict:
 
 
 def _inside(folder: Path, rel) -> Path | None:
-    from quantbench.variants import inside
-
     p = inside(folder, rel)
     return None if p is None or ".." in Path(rel).parts else p
 
@@ -130,8 +131,6 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
 
 
 def check_artifacts(folder: Path, rec: dict) -> list[Check]:
-    from quantbench.modelio import model_hashes
-
     out = []
     for v in rec["variants"]:
         a = v["artifact"]
@@ -172,8 +171,6 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
 
 
 def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check]:
-    from quantbench.release.record import INDEX_FILE, load_registry
-
     idx = folder.parent / INDEX_FILE
     if not required:
         return [Check("registry", str(idx), SKIP, "not checked (--no-registry): release.json vouches only for itself")]
@@ -210,8 +207,6 @@ def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
     import pyarrow.compute as pc
 
     from quantbench import tables
-    from quantbench.fixtures import Fixture
-    from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
 
     t = tables.read("fixtures", root=folder / "tables", filter=pc.field("fixture_id").isin(ids)).to_pylist()
     out, bad = [], []
@@ -235,17 +230,25 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
     (computed here from its bytes), never by the record's variant_id: two records
     that claim one id cannot lend each other their outputs.
     """
-    import pyarrow.compute as pc
-
-    from quantbench import tables
-    from quantbench.hosts.runner import run_hosts, variant_info
-    from quantbench.variants import Variant
-
     if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
         known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
         raise ParameterError("host", f"the release has no results for it; recorded hosts: {', '.join(known)}", host)
+    out, jobs = _rerun_jobs(folder, rec, host, sample)
+    for job in jobs.values():
+        out += _rerun_job(folder, rec, host, job, hosts_file)
+    return out
+
+
+def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[Check], dict]:
+    """-> (checks of the variants that cannot re-run, the re-runs to do: session_key -> {"session": ..., "items":
+    [(variant record, target, VariantInfo, wanted hashes {(fixture_id, output): sha256})]})."""
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+    from quantbench.hosts.runner import variant_info
+
     out: list[Check] = []
-    jobs: dict = {}  # session_key -> {"session": ..., "items": [(variant record, target, VariantInfo, wanted hashes)]}
+    jobs: dict = {}
     for v in rec["variants"]:
         item = f"{v['name']} on {host}"
         targets = [t for t in v["targets"] if t["host"] == host]
@@ -276,24 +279,27 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
             want = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rows if r["fixture_id"] in ids}
             job = jobs.setdefault(t["session_key"], {"session": t["session_options"], "items": []})
             job["items"].append((v, t, vi, want))
-    for job in jobs.values():
-        ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
-        fixtures, bad = _fixtures(folder, rec, ids)
-        if bad:
-            for v, _, _, _ in job["items"]:
-                out.append(Check("re-run", f"{v['name']} on {host}", FAIL,
-                                 f"fixture {bad[0][:12]} is missing from the fixtures table or its tensor does not "
-                                 f"hash to its id ({len(bad)} such)"))
-            continue
-        with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
-            summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
-                                fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
-                                tables_root=Path(td), raise_on_error=False)
-            new = tables.read("outputs", root=Path(td),
-                              columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
-        for v, t, vi, want in job["items"]:
-            out.append(_compare(v, t, vi, want, new, summary, host))
-    return out
+    return out, jobs
+
+
+def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file) -> list[Check]:
+    """One recorded session's re-run on `host` (all its variants in one runner call), compared with the record."""
+    from quantbench import tables
+    from quantbench.hosts.runner import run_hosts
+
+    ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
+    fixtures, bad = _fixtures(folder, rec, ids)
+    if bad:
+        return [Check("re-run", f"{v['name']} on {host}", FAIL,
+                      f"fixture {bad[0][:12]} is missing from the fixtures table or its tensor does not "
+                      f"hash to its id ({len(bad)} such)") for v, _, _, _ in job["items"]]
+    with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
+        summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
+                            fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
+                            tables_root=Path(td), raise_on_error=False)
+        new = tables.read("outputs", root=Path(td),
+                          columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
+    return [_compare(v, t, vi, want, new, summary, host) for v, t, vi, want in job["items"]]
 
 
 def _compare(v: dict, t: dict, vi, want: dict, new: list[dict], summary, host: str) -> Check:
