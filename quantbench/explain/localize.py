@@ -33,6 +33,7 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
+from quantbench.textfmt import num
 from quantbench.hosts.session import HostSession
 from quantbench.modelio import load_model, semantic_sha256
 
