@@ -352,41 +352,13 @@ def _non_finite(where: str, t: str) -> UserError:
                      "or drop the image")
 
 
-class _Extremes:
-    """Per-tensor min, max and (for Percentile) min |x|, folded image by image.
+class _Packer:
+    """Runs of same-dtype arrays packed into reused 1-d buffers, for one numpy call per run."""
 
-    min/max are exact, so the fold is independent of order, of chunking and of who reduced
-    (onnxruntime's ReduceMin/ReduceMax in pass 1, numpy over held activations in one pass);
-    only the sign of a zero could differ, so zeros are read as +0.
-    """
+    def __init__(self):
+        self._buffers: dict = {}
 
-    def __init__(self, catalog: _Catalog, want_abs: bool):
-        self.names, self.want_abs = catalog.names, want_abs
-        self.index = {t: i for i, t in enumerate(self.names)}
-        self.inner_idx = np.array([self.index[t] for t in catalog.inner], np.intp)
-        k = len(self.names)
-        self.lo, self.hi = np.full(k, np.inf, np.float32), np.full(k, -np.inf, np.float32)
-        self.amin = np.full(k, np.inf, np.float32)
-        self._scratches: dict = {}
-
-    def fold_reduced(self, r_min, r_max, r_amin, where: str) -> None:
-        """One image's reductions of the inner tensors (pass 1's outputs, in catalog.inner order)."""
-        self._fold(self.inner_idx, r_min, r_max, r_amin, where)
-
-    def fold_image(self, acts: dict, where: str) -> None:
-        """One image's tensors {name: array}, reduced by numpy: tensors are packed into a reused buffer
-        in runs of up to GROUP elements and each run is reduced by one reduceat per statistic (a few
-        numpy calls per image instead of a few per tensor)."""
-        names = [t for t, a in acts.items() if a.size]
-        r_min, r_max, r_amin = (np.empty(len(names), np.float32) for _ in range(3))
-        for ks, buf, starts in self._runs([acts[t] for t in names]):
-            r_min[ks] = np.minimum.reduceat(buf, starts)
-            r_max[ks] = np.maximum.reduceat(buf, starts)
-            if self.want_abs:
-                r_amin[ks] = np.minimum.reduceat(np.abs(buf, out=self._scratch(1, buf.dtype, buf.size)), starts)
-        self._fold(np.array([self.index[t] for t in names], np.intp), r_min, r_max, r_amin, where)
-
-    def _runs(self, arrays: list) -> Iterator[tuple]:
+    def runs(self, arrays: list) -> Iterator[tuple]:
         """(positions, one 1-d buffer, segment starts) per run of same-dtype arrays of up to GROUP
         elements in all; an array of GROUP elements or more is a run of its own, not copied."""
         run, size = [], 0
@@ -404,16 +376,51 @@ class _Extremes:
         starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
         if len(run) == 1:
             return run, arrays[run[0]].reshape(-1), starts
-        buf = self._scratch(0, arrays[run[0]].dtype, size)
+        buf = self.scratch(0, arrays[run[0]].dtype, size)
         np.concatenate([arrays[k].reshape(-1) for k in run], out=buf)
         return run, buf, starts
 
-    def _scratch(self, slot: int, dtype, size: int) -> np.ndarray:
+    def scratch(self, slot: int, dtype, size: int) -> np.ndarray:
         """A reused buffer (a new one per image would cost its page faults every time)."""
-        have = self._scratches.get((slot, dtype))
+        have = self._buffers.get((slot, dtype))
         if have is None or have.size < size:
-            have = self._scratches[(slot, dtype)] = np.empty(size, dtype)
+            have = self._buffers[(slot, dtype)] = np.empty(size, dtype)
         return have[:size]
+
+
+class _Extremes:
+    """Per-tensor min, max and (for Percentile) min |x|, folded image by image.
+
+    min/max are exact, so the fold is independent of order, of chunking and of who reduced
+    (onnxruntime's ReduceMin/ReduceMax in pass 1, numpy over held activations in one pass);
+    only the sign of a zero could differ, so zeros are read as +0.
+    """
+
+    def __init__(self, catalog: _Catalog, want_abs: bool):
+        self.names, self.want_abs = catalog.names, want_abs
+        self.index = {t: i for i, t in enumerate(self.names)}
+        self.inner_idx = np.array([self.index[t] for t in catalog.inner], np.intp)
+        k = len(self.names)
+        self.lo, self.hi = np.full(k, np.inf, np.float32), np.full(k, -np.inf, np.float32)
+        self.amin = np.full(k, np.inf, np.float32)
+        self._packer = _Packer()
+
+    def fold_reduced(self, r_min, r_max, r_amin, where: str) -> None:
+        """One image's reductions of the inner tensors (pass 1's outputs, in catalog.inner order)."""
+        self._fold(self.inner_idx, r_min, r_max, r_amin, where)
+
+    def fold_image(self, acts: dict, where: str) -> None:
+        """One image's tensors {name: array}, reduced by numpy: tensors are packed into a reused buffer
+        in runs of up to GROUP elements and each run is reduced by one reduceat per statistic (a few
+        numpy calls per image instead of a few per tensor)."""
+        names = [t for t, a in acts.items() if a.size]
+        r_min, r_max, r_amin = (np.empty(len(names), np.float32) for _ in range(3))
+        for ks, buf, starts in self._packer.runs([acts[t] for t in names]):
+            r_min[ks] = np.minimum.reduceat(buf, starts)
+            r_max[ks] = np.maximum.reduceat(buf, starts)
+            if self.want_abs:
+                r_amin[ks] = np.minimum.reduceat(np.abs(buf, out=self._packer.scratch(1, buf.dtype, buf.size)), starts)
+        self._fold(np.array([self.index[t] for t in names], np.intp), r_min, r_max, r_amin, where)
 
     def _fold(self, i: np.ndarray, r_min, r_max, r_amin, where: str) -> None:
         # a zero-element tensor reduces to (+inf, -inf): no data, not a non-finite value
@@ -697,25 +704,31 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
     return _tensors_data(req, catalog, *decided["result"])
 
 
+def _plan(req: _Request, catalog: _Catalog, sessions: _Sessions, stream: _Stream, ext: _Extremes) -> tuple:
+    """-> (mode, chunk, activation bytes per image, measured?, activations held so far, session to go on
+    with). MinMax alone: "ranges"; else plan_chunks on the bytes from the inferred shapes, or measured
+    on the first image (folded, and held if one pass) when the shapes are not all static."""
+    if not req.want_hist:
+        return "ranges", None, None, False, None, None
+    if req.chunk_size is not None:
+        return "chunked", req.chunk_size, None, False, None, None
+    act_bytes = catalog.static_bytes()
+    if act_bytes is not None:
+        return (*plan_chunks(act_bytes, stream.n, req.budget), act_bytes, False, None, None)
+    act_bytes, first, sess = _measure(stream, sessions, ext)
+    mode, chunk = plan_chunks(act_bytes, stream.n, req.budget)
+    if mode != "single":
+        return mode, chunk, act_bytes, True, None, None  # the measuring session is not kept through pass 1
+    return mode, chunk, act_bytes, True, {t: [_to_hold(catalog, t, a)] for t, a in first.items()}, sess
+
+
 def _collect(req: _Request, catalog: _Catalog, sessions: _Sessions, inputs, n: int, progress: bool) -> dict:
     """Plan, then stream the images (one pass, or ranges then histograms) -> {"plan", "result"}."""
     from tqdm import tqdm
 
     ext = _Extremes(catalog, req.want_pct)
     stream = _Stream(inputs, n)
-    mode, chunk, act_bytes, measured, held, sess = "ranges", None, None, False, None, None
-    if req.want_hist and req.chunk_size is not None:
-        mode, chunk = "chunked", req.chunk_size
-    elif req.want_hist:
-        act_bytes = catalog.static_bytes()
-        if act_bytes is None:  # shapes not all static: the first image's activations size the plan
-            act_bytes, first, sess = _measure(stream, sessions, ext)
-            measured = True
-        mode, chunk = plan_chunks(act_bytes, n, req.budget)
-        if measured:
-            if mode == "single":
-                held = {t: [_to_hold(catalog, t, a)] for t, a in first.items()}
-            del first
+    mode, chunk, act_bytes, measured, held, sess = _plan(req, catalog, sessions, stream, ext)
     passes = 1 if mode in ("ranges", "single") else 2
     with tqdm(total=n * passes, initial=stream.seen, desc="calibrate", unit="img", file=sys.stderr,
               disable=not progress, dynamic_ncols=True) as bar:
@@ -724,7 +737,6 @@ def _collect(req: _Request, catalog: _Catalog, sessions: _Sessions, inputs, n: i
             held = held or {t: [] for t in catalog.names}
             _one_pass(stream, sess if sess is not None else sessions.activations(), catalog, ext, bar, held)
         else:
-            sess = None  # a measuring session is not kept through pass 1
             bar.set_description("calibrate pass 1/%d (ranges)" % passes)
             _ranges_pass(stream, sessions.reductions(arena=mode == "ranges"), sessions, ext, bar)
         sess = None
@@ -740,7 +752,8 @@ def _collect(req: _Request, catalog: _Catalog, sessions: _Sessions, inputs, n: i
             held = None
         elif mode == "chunked":
             bar.set_description("calibrate pass 2/2 (histograms, %d image(s) held)" % chunk)
-            _histogram_pass(inputs, sessions.activations(arena=False), catalog, chunk, pct, ent, empty, req.threads, bar)
+            _histogram_pass(inputs, sessions.activations(arena=False), catalog, chunk, pct, ent, empty,
+                            req.threads, bar)
     plan = dict(mode=mode, chunk=chunk, activation_bytes_per_image=act_bytes, measured=measured,
                 max_memory=req.budget, threads=req.threads, passes=passes)
     return {"plan": plan, "result": (t_lo, t_hi, empty, pct, ent, ent_thr)}
