@@ -37,10 +37,12 @@ def test_plan_follows_the_budget():
     # a large detector (58 MiB per image) under a 6 GiB budget: 8 images held, 200 one at a time
     assert C.plan_chunks(58 * mib, 8, 6 << 30) == ("single", 8)
     assert C.plan_chunks(58 * mib, 200, 6 << 30) == ("chunked", 1)
-    # a small model's 200 images (940 MiB of activations): held whole when half the budget holds them
-    # (one inference per image instead of two), chunked when it does not
-    assert C.plan_chunks(4.7 * mib, 200, 6 << 30) == ("single", 200)
+    # a small model's 200 images (940 MiB of activations) are not held whole, whatever the budget:
+    # peak memory must not grow with the calibration set
+    assert C.plan_chunks(4.7 * mib, 200, 64 << 30) == ("chunked", 7)
     assert C.plan_chunks(4.7 * mib, 200, 1 << 30) == ("chunked", 7)
+    # held whole below SINGLE_PASS_BYTES (one inference per image instead of two)
+    assert C.plan_chunks(4.7 * mib, 100, 64 << 30) == ("single", 100)
     # the boundary: all activations exactly half the budget
     assert C.plan_chunks(mib, 64, 128 * mib) == ("single", 64)
     assert C.plan_chunks(mib, 65, 128 * mib)[0] == "chunked"

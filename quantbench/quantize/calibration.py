@@ -57,6 +57,9 @@ MEMORY_FRACTION = 0.25
 #: activations binned per histogram call are sized to about this much (fewer, larger numpy calls);
 #: beyond it a bigger chunk only costs memory
 CHUNK_TARGET_BYTES = 32 << 20
+#: one pass holds every image's activations: only while they stay this small, so peak memory
+#: does not grow with the calibration set (the memory bound users rely on), whatever the budget
+SINGLE_PASS_BYTES = 512 << 20
 
 
 def available_memory() -> int | None:
@@ -99,7 +102,7 @@ def parse_memory(text) -> int:
 def plan_chunks(act_bytes: int, n: int, max_memory: int) -> tuple[str, int]:
     """How to hold activations, from one image's activation bytes and the budget (pure).
 
-    ("single", n): every image's activations fit in half the budget: one pass, min/max and
+    ("single", n): every image's activations fit in SINGLE_PASS_BYTES and in half the budget: one pass, min/max and
     histograms from the held activations (one inference per image, as onnxruntime's calibrators).
     ("chunked", k): two passes; pass 2 holds k images at a time, k sized to about
     CHUNK_TARGET_BYTES and never more than half the budget allows (at least 1).
@@ -107,7 +110,7 @@ def plan_chunks(act_bytes: int, n: int, max_memory: int) -> tuple[str, int]:
     come on top of what is held.
     """
     act_bytes = max(1, int(act_bytes))
-    if n * act_bytes <= max_memory // 2:
+    if n * act_bytes <= min(SINGLE_PASS_BYTES, max_memory // 2):
         return "single", n
     fit = max(1, max_memory // (2 * act_bytes))
     return "chunked", int(max(1, min(fit, -(-CHUNK_TARGET_BYTES // act_bytes), n)))
