@@ -42,17 +42,20 @@ sys.path.insert(0, str(ROOT))
 
 def sample_tiles(n: int, size: tuple[int, int], folder: Path) -> list[Path]:
     """n distinct PNG tiles (h x w) cut from scikit-learn's sample photos: shifted windows, mirrored
-    every other time; written once into `folder`."""
+    every other time; written once into `folder`. The parent writes them before any measurement, so
+    a measured child does not import scikit-learn (~140 MiB of RSS that is not calibration's)."""
+    h, w = size
+    paths = [folder / f"tile-{h}x{w}-{i:04d}.png" for i in range(n)]
+    if all(p.exists() for p in paths):
+        return paths
     import numpy as np
     from PIL import Image
     from sklearn.datasets import load_sample_images
 
-    h, w = size
     photos = load_sample_images().images
     folder.mkdir(parents=True, exist_ok=True)
     out = []
-    for i in range(n):
-        p = folder / f"tile-{h}x{w}-{i:04d}.png"
+    for i, p in enumerate(paths):
         if not p.exists():
             img = photos[i % len(photos)]
             H, W = img.shape[:2]
@@ -214,6 +217,10 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="qb-bench-") as td:
+        if args.sample_tiles:  # written here, outside the measured children
+            spec = spec_for(model, json.loads(args.input) if args.input else None)
+            hw = spec["shape"][2:4] if spec.get("layout", "NCHW") == "NCHW" else spec["shape"][1:3]
+            sample_tiles(max(sizes), tuple(hw), Path(td) / "tiles")
         for n in sizes:
             for kind in ("ours", "stock"):
                 row = measure(kind, n, model, args, args.stock_limit_gib if kind == "stock" else None, Path(td))

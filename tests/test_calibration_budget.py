@@ -37,8 +37,15 @@ def test_plan_follows_the_budget():
     # a large detector (58 MiB per image) under a 6 GiB budget: 8 images held, 200 one at a time
     assert C.plan_chunks(58 * mib, 8, 6 << 30) == ("single", 8)
     assert C.plan_chunks(58 * mib, 200, 6 << 30) == ("chunked", 1)
-    # a small model's 200 images (940 MiB of activations) are not held whole, whatever the budget
+    # a small model's 200 images (940 MiB of activations) are not held whole, whatever the budget:
+    # peak memory must not grow with the calibration set
     assert C.plan_chunks(4.7 * mib, 200, 64 << 30) == ("chunked", 7)
+    assert C.plan_chunks(4.7 * mib, 200, 1 << 30) == ("chunked", 7)
+    # held whole below SINGLE_PASS_BYTES (one inference per image instead of two)
+    assert C.plan_chunks(4.7 * mib, 100, 64 << 30) == ("single", 100)
+    # the boundary: all activations exactly half the budget
+    assert C.plan_chunks(mib, 64, 128 * mib) == ("single", 64)
+    assert C.plan_chunks(mib, 65, 128 * mib)[0] == "chunked"
     # small activations: chunks of about CHUNK_TARGET_BYTES
     assert C.plan_chunks(4 * mib, 1000, 1024 * mib) == ("chunked", 8)
     # a tight budget caps the chunk below the target, never below one image
@@ -127,3 +134,103 @@ def test_activation_bytes_measured_when_shapes_are_not_static(model, tmp_path):
     r_ref = compute_ranges(model, more, METHODS, chunk_size=12)
     for m_ in METHODS:
         assert ranges_dict(r_chunked[m_]) == ranges_dict(r_ref[m_]), m_
+
+
+def _zeros_model(path, empty_branch: bool):
+    """Relu then Mul by -1: tensors whose min or max is a zero of either sign; optionally an Add of a
+    zero-element Slice (a tensor with no element in any image)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    inits = [nh.from_array(np.array(-1.0, np.float32), "m1")]
+    nodes = [helper.make_node("Relu", ["images"], ["r"], name="relu"),
+             helper.make_node("Mul", ["r", "m1"], ["neg"], name="neg"),
+             helper.make_node("Add", ["neg", "images"], ["out"], name="add")]
+    outputs = [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 4, 4])]
+    if empty_branch:
+        inits += [nh.from_array(np.array([0], np.int64), n) for n in ("s0", "e0", "ax")]
+        nodes += [helper.make_node("Slice", ["images", "s0", "e0", "ax"], ["none"], name="slice"),
+                  helper.make_node("Add", ["none", "none"], ["none2"], name="add_empty")]
+        outputs.append(helper.make_tensor_value_info("none2", TensorProto.FLOAT, [0, 3, 4, 4]))
+    g = helper.make_graph(nodes, "zeros", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          outputs, inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def _zeros_feeds(n):
+    rng = np.random.default_rng(7)
+    feeds = []
+    for _ in range(n):
+        x = rng.normal(0, 1, (1, 3, 4, 4)).astype(np.float32)
+        x.flat[:4] = [0.0, -0.0, -0.0, 0.0]
+        feeds.append({"images": x})
+    return feeds
+
+
+def test_one_pass_and_two_passes_give_the_same_bytes_with_signed_and_empty_tensors(tmp_path):
+    """One pass (numpy min/max over held activations) and two passes (onnxruntime's ReduceMin/Max)
+    agree to the byte, zeros of either sign read as +0, a tensor without elements ranges [0, 0]."""
+    import json
+
+    model = _zeros_model(tmp_path / "zeros.onnx", empty_branch=True)
+    feeds = _zeros_feeds(6)
+    texts, plans = set(), []
+    for kw in ({"max_memory": "1GiB", "threads": 2}, {"chunk_size": 2, "threads": 1}, {"chunk_size": 6}):
+        plan = {}
+        r = compute_ranges(model, feeds, METHODS, plan=plan, **kw)
+        plans.append(plan["mode"])
+        texts.add(json.dumps({m: ranges_dict(r[m]) for m in METHODS}, sort_keys=True))
+    assert plans == ["single", "chunked", "chunked"]
+    assert len(texts) == 1
+    ranges = json.loads(texts.pop())
+    assert "-0.0" not in json.dumps(ranges)
+    assert ranges["minmax"]["r"][0] == 0.0 and ranges["minmax"]["neg"][1] == 0.0
+    assert all(ranges[m]["none2"] == [0.0, 0.0] for m in METHODS)
+
+
+def test_signed_zero_ranges_quantize_as_stock(tmp_path):
+    """Zeros read as +0 change no byte of the quantized model: identical to stock quantize_static."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from quantbench.quantize.variants import make_static
+
+    model = _zeros_model(tmp_path / "zeros.onnx", empty_branch=False)
+    feeds = _zeros_feeds(5)
+    for m, cm in [("minmax", CalibrationMethod.MinMax), ("percentile", CalibrationMethod.Percentile),
+                  ("entropy", CalibrationMethod.Entropy)]:
+        it = iter(feeds)
+
+        class Reader:
+            def get_next(self):
+                return next(it, None)
+
+        stock = tmp_path / f"stock-{m}.onnx"
+        quantize_static(str(model), str(stock), Reader(), calibrate_method=cm, quant_format=QuantFormat.QDQ,
+                        per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        for i, kw in enumerate(({"max_memory": "1GiB"}, {"chunk_size": 2})):
+            r = compute_ranges(model, feeds, [m], **kw)
+            v = make_static(model, tmp_path / f"ours-{m}-{i}.onnx", ranges=r[m], method=m)
+            assert sha256_file(v.path) == sha256_file(stock), (m, kw)
+
+
+def test_one_pass_exactly_when_half_the_budget_holds_every_image(tmp_path):
+    import json
+
+    model = tiny_model(tmp_path / "tiny64.onnx", hw=64)
+    feeds = random_feeds(8, hw=64, seed=11)
+    first = {}
+    compute_ranges(model, feeds, ["percentile"], max_memory="1GiB", plan=first)
+    act = first["activation_bytes_per_image"]
+    assert 8 * act * 2 > 1 << 20  # the boundary budget is above parse_memory's 1 MiB floor
+    texts = set()
+    for budget, mode in ((2 * 8 * act, "single"), (2 * 8 * act - 2, "chunked")):
+        for threads in (1, 3):
+            plan = {}
+            r = compute_ranges(model, feeds, METHODS, max_memory=budget, threads=threads, plan=plan)
+            assert (plan["mode"], plan["passes"]) == (mode, 1 if mode == "single" else 2), budget
+            texts.add(json.dumps({m: ranges_dict(r[m]) for m in METHODS}, sort_keys=True))
+    assert len(texts) == 1  # one pass or two, one thread or three: the same ranges to the byte

@@ -3,30 +3,42 @@
 onnxruntime's histogram calibrators keep every intermediate output of the whole
 calibration set in memory, and its chunked mode re-bins histograms as ranges
 grow, so the result depends on chunk size and image order. Here only the
-*collection* of statistics is replaced; the range math is onnxruntime's own:
+*collection* of statistics is replaced; the range math is onnxruntime's own.
 
-pass 1  The model, augmented with ReduceMin/ReduceMax (and ReduceMin(Abs) for
-        Percentile) on every tensor onnxruntime would calibrate, runs one image
-        at a time (batch 1). Per-tensor min/max are merged with min()/max():
-        exact, so independent of order and chunking.
-pass 2  (Percentile, Entropy) The model with every calibrated tensor as an
-        output runs one image at a time again; a chunk of images' activations
-        is binned into a histogram whose range and bin count were fixed by
-        pass 1, and integer counts are added. Integer sums do not depend on
-        order or chunking either.
+A plan (plan_chunks: the activation bytes per image against --max-memory) picks
+one of two ways to collect:
 
-The histograms are laid out exactly as onnxruntime lays out a histogram of
-the whole set collected at once (Percentile: |x| over [min|x|, max|x|],
-2048 bins; Entropy: x over [-T, T], T = max(|min|, |max|)), then handed to
-``HistogramCollector.compute_percentile`` / ``compute_entropy``. So the ranges
-equal those of stock ``quantize_static`` run on the whole set in one go, while
-memory holds one chunk of activations and a few KiB of counts per tensor.
+one pass    every image's activations fit in half the budget: the model with every
+            calibrated tensor as an output runs one image at a time (batch 1), the
+            activations are held, per-tensor min/max come from them, then they are
+            binned: as onnxruntime's own calibrators do, one inference per image.
+two passes  pass 1 runs the model augmented with ReduceMin/ReduceMax (and
+            ReduceMin(Abs) for Percentile) on every calibrated tensor, folding
+            min/max image by image; pass 2 runs the all-activations model again and
+            bins a chunk of images at a time into histograms whose range and bin
+            count pass 1 fixed, adding integer counts.
+
+min/max are exact (signed zeros read as +0), and integer counts over fixed ranges do
+not depend on order or chunking, so both ways give the same ranges. The histograms
+are laid out exactly as onnxruntime lays out a histogram of the whole set collected
+at once (Percentile: |x| over [min|x|, max|x|], 2048 bins; Entropy: x over [-T, T],
+T = max(|min|, |max|)), then handed to ``HistogramCollector.compute_percentile`` /
+``compute_entropy``. So the ranges equal those of stock ``quantize_static`` run on
+the whole set in one go, while memory holds at most the budget's share of
+activations and a few KiB of counts per tensor.
+
+The module is split by job: the plan (plan_chunks), the validated request
+(_Request) and the tensors to calibrate (_Catalog), pure reducers (_Extremes for
+min/max, _histograms + bin_tensors for counts, _tensors_data for onnxruntime's
+range math), and the I/O: augmented models and sessions (_Sessions) and the passes
+that stream images through them (_one_pass, _ranges_pass, _histogram_pass).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
@@ -46,8 +58,8 @@ MEMORY_FRACTION = 0.25
 #: activations binned per histogram call are sized to about this much (fewer, larger numpy calls);
 #: beyond it a bigger chunk only costs memory
 CHUNK_TARGET_BYTES = 32 << 20
-#: a calibration set whose activations all fit in this much (and in half the budget) is held whole
-#: and calibrated in one pass, as onnxruntime's own calibrators do; larger sets take two passes
+#: one pass holds every image's activations: only while they stay this small, so peak memory
+#: does not grow with the calibration set (the memory bound users rely on), whatever the budget
 SINGLE_PASS_BYTES = 512 << 20
 
 
@@ -89,34 +101,20 @@ def parse_memory(text) -> int:
 
 
 def plan_chunks(act_bytes: int, n: int, max_memory: int) -> tuple[str, int]:
-    """How to hold activations, from one image's activation bytes (measured) and the budget.
+    """How to hold activations, from one image's activation bytes and the budget (pure).
 
-    ("single", n): every image's activations fit in SINGLE_PASS_BYTES and in half the budget:
-    one pass, ranges and histograms from the held activations (no second inference pass).
+    ("single", n): every image's activations fit in SINGLE_PASS_BYTES and in half the budget: one pass, min/max and
+    histograms from the held activations (one inference per image, as onnxruntime's calibrators).
     ("chunked", k): two passes; pass 2 holds k images at a time, k sized to about
-    CHUNK_TARGET_BYTES and never more than the budget allows (at least 1).
+    CHUNK_TARGET_BYTES and never more than half the budget allows (at least 1).
+    Half: onnxruntime's buffers of the image being run and the binning's temporaries
+    come on top of what is held.
     """
     act_bytes = max(1, int(act_bytes))
     if n * act_bytes <= min(SINGLE_PASS_BYTES, max_memory // 2):
         return "single", n
     fit = max(1, max_memory // (2 * act_bytes))
     return "chunked", int(max(1, min(fit, -(-CHUNK_TARGET_BYTES // act_bytes), n)))
-
-
-def _static_activation_bytes(vi: dict, names, dtypes) -> int | None:
-    """Bytes of one image's calibrated tensors from the inferred shapes; None if any dim is not static."""
-    total = 0
-    for t in names:
-        dims = vi[t].type.tensor_type.shape.dim if t in vi and vi[t].type.tensor_type.HasField("shape") else None
-        if dims is None:
-            return None
-        size = 1
-        for d in dims:
-            if not d.HasField("dim_value") or d.dim_value < 0:
-                return None
-            size *= d.dim_value
-        total += size * dtypes[t].itemsize
-    return total
 
 
 def default_threads() -> int:
@@ -176,53 +174,6 @@ load_with_shape_infer = ort_api.load_with_shape_infer
 tensors_to_calibrate = ort_api.tensors_to_calibrate
 
 
-def _session(model, providers=None):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as onnxruntime's calibrators
-    so.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), sess_options=so,
-                                providers=providers or ["CPUExecutionProvider"])
-
-
-def _pass1_model(model, names: list[str], graph_inputs: set, want_abs: bool):
-    """Copy of `model` with three extra float32 outputs, one element per non-input tensor
-    in `names` order: __qb_min, __qb_max (and __qb_amin = min |x|)."""
-    import onnx
-    from onnx import TensorProto, helper
-    from onnx import numpy_helper as nh
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    vi = {v.name: v for v in list(m.graph.value_info) + list(m.graph.output) + list(m.graph.input)}
-    m.graph.initializer.append(nh.from_array(np.array([-1], np.int64), "__qb_flat"))
-    parts: dict[str, list[str]] = {"min": [], "max": [], "amin": []}
-    nodes = []
-    for i, t in enumerate(t for t in names if t not in graph_inputs):
-        et = vi[t].type.tensor_type.elem_type
-        todo = [("min", "ReduceMin", t), ("max", "ReduceMax", t)]
-        if want_abs:
-            nodes.append(helper.make_node("Abs", [t], [f"__qb_abs_{i}"], name=f"__qb_abs_{i}"))
-            todo.append(("amin", "ReduceMin", f"__qb_abs_{i}"))
-        for kind, op, src in todo:
-            r = f"__qb_{kind}_{i}"
-            nodes.append(helper.make_node(op, [src], [r + "_k"], keepdims=1, name=r + "_k"))
-            if et != TensorProto.FLOAT:  # exact: float16/bfloat16 -> float32
-                nodes.append(helper.make_node("Cast", [r + "_k"], [r + "_c"], to=TensorProto.FLOAT, name=r + "_c"))
-                r_in = r + "_c"
-            else:
-                r_in = r + "_k"
-            nodes.append(helper.make_node("Reshape", [r_in, "__qb_flat"], [r], name=r))
-            parts[kind].append(r)
-    for kind, items in parts.items():
-        if items:
-            nodes.append(helper.make_node("Concat", items, [f"__qb_{kind}"], axis=0, name=f"__qb_{kind}"))
-            m.graph.output.append(helper.make_tensor_value_info(f"__qb_{kind}", TensorProto.FLOAT, [len(items)]))
-    m.graph.node.extend(nodes)
-    return m
-
-
 class _FixedHistogram:
     """np.histogram(x, bins, range) for one fixed range, with the edges computed once.
 
@@ -232,7 +183,8 @@ class _FixedHistogram:
     edges on every call.
     """
 
-    BLOCK = 1 << 18
+    #: numpy's own block: its temporaries stay in cache (4x larger blocks bin about half as fast)
+    BLOCK = 1 << 16
 
     def __init__(self, bins: int, rng: tuple, dtype):
         from numpy.lib._histograms_impl import _get_bin_edges
@@ -258,19 +210,6 @@ class _FixedHistogram:
             idx[x < edges[idx]] -= 1
             idx[(x >= edges[idx + 1]) & (idx != n - 1)] += 1
             self.counts += np.bincount(idx, minlength=n)
-
-
-def _pass2_model(model, names: list[str], graph_inputs: set):
-    import onnx
-
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    vi = {v.name: v for v in list(m.graph.value_info) + list(m.graph.input)}
-    existing = {o.name for o in m.graph.output}
-    for t in names:
-        if t not in graph_inputs and t not in existing:
-            m.graph.output.append(vi[t])
-    return m
 
 
 def _batches(arrays: list, block: int) -> Iterator[np.ndarray]:
@@ -328,6 +267,408 @@ def bin_tensors(acts: dict, pct: dict, ent: dict, threads: int = 1) -> None:
             f.result()
 
 
+# --- the request and the tensors to calibrate ---------------------------------------------------
+
+@dataclass(frozen=True)
+class _Request:
+    """compute_ranges' parameters, validated (each error names its flag)."""
+
+    methods: tuple
+    percentile: float
+    percentile_bins: int
+    entropy_bins: int
+    entropy_quantized_bins: int
+    chunk_size: int | None
+    budget: int
+    threads: int
+
+    @property
+    def want_pct(self) -> bool:
+        return "percentile" in self.methods
+
+    @property
+    def want_ent(self) -> bool:
+        return "entropy" in self.methods
+
+    @property
+    def want_hist(self) -> bool:
+        return self.want_pct or self.want_ent
+
+
+def _request(methods, percentile, percentile_bins, entropy_bins, entropy_quantized_bins, chunk_size, max_memory,
+             threads) -> _Request:
+    methods = tuple(dict.fromkeys(methods))
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise UserError(f"--methods: unknown calibration method(s) {bad}; choose from {list(METHODS)}")
+    if chunk_size is not None and chunk_size < 1:
+        raise UserError(f"--chunk-size: must be at least 1 (got {chunk_size})")
+    if not 0 < percentile <= 100:
+        raise UserError(f"--percentile: must be in (0, 100] (got {percentile})")
+    budget = parse_memory(max_memory) if max_memory is not None else default_max_memory()
+    threads = int(threads) if threads else default_threads()
+    if threads < 1:
+        raise UserError(f"--threads: must be at least 1 (got {threads})")
+    return _Request(methods, percentile, percentile_bins, entropy_bins, entropy_quantized_bins, chunk_size,
+                    budget, threads)
+
+
+class _Catalog:
+    """The tensors onnxruntime would calibrate in a model: names (sorted), their dtypes, which are
+    graph inputs (`outer`: read from the feeds) and which the model computes (`inner`)."""
+
+    def __init__(self, model, op_types: Sequence[str] | None):
+        from onnx import helper
+
+        self.names = tensors_to_calibrate(model, op_types if op_types is not None else default_op_types())
+        self.graph_inputs = {i.name for i in model.graph.input}
+        self.vi = {v.name: v for v in list(model.graph.value_info) + list(model.graph.output)
+                   + list(model.graph.input)}
+        self.dtypes = {t: np.dtype(helper.tensor_dtype_to_np_dtype(self.vi[t].type.tensor_type.elem_type))
+                       for t in self.names}
+        self.inner = [t for t in self.names if t not in self.graph_inputs]
+        self.outer = [t for t in self.names if t in self.graph_inputs]
+
+    def static_bytes(self) -> int | None:
+        """Bytes of one image's calibrated tensors from the inferred shapes; None if any dim is not static."""
+        total = 0
+        for t in self.names:
+            tt = self.vi[t].type.tensor_type if t in self.vi else None
+            if tt is None or not tt.HasField("shape"):
+                return None
+            size = 1
+            for d in tt.shape.dim:
+                if not d.HasField("dim_value") or d.dim_value < 0:
+                    return None
+                size *= d.dim_value
+            total += size * self.dtypes[t].itemsize
+        return total
+
+
+# --- pure reducers: min/max, histograms, onnxruntime's range math --------------------------------
+
+#: elements packed per numpy reduction when a one-pass plan folds min/max from the activations
+GROUP = 1 << 20
+
+
+def _non_finite(where: str, t: str) -> UserError:
+    return UserError(f"{where}: tensor {t!r} has non-finite values; check the image and the preprocessing, "
+                     "or drop the image")
+
+
+class _Packer:
+    """Runs of same-dtype arrays packed into reused 1-d buffers, for one numpy call per run."""
+
+    def __init__(self):
+        self._buffers: dict = {}
+
+    def runs(self, arrays: list) -> Iterator[tuple]:
+        """(positions, one 1-d buffer, segment starts) per run of same-dtype arrays of up to GROUP
+        elements in all; an array of GROUP elements or more is a run of its own, not copied."""
+        run, size = [], 0
+        for k, a in enumerate(arrays):
+            if run and (a.dtype != arrays[run[0]].dtype or size + a.size > GROUP):
+                yield self._pack(arrays, run, size)
+                run, size = [], 0
+            run.append(k)
+            size += a.size
+        if run:
+            yield self._pack(arrays, run, size)
+
+    def _pack(self, arrays: list, run: list, size: int) -> tuple:
+        sizes = np.array([arrays[k].size for k in run], np.intp)
+        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.intp)
+        if len(run) == 1:
+            return run, arrays[run[0]].reshape(-1), starts
+        buf = self.scratch(0, arrays[run[0]].dtype, size)
+        np.concatenate([arrays[k].reshape(-1) for k in run], out=buf)
+        return run, buf, starts
+
+    def scratch(self, slot: int, dtype, size: int) -> np.ndarray:
+        """A reused buffer (a new one per image would cost its page faults every time)."""
+        have = self._buffers.get((slot, dtype))
+        if have is None or have.size < size:
+            have = self._buffers[(slot, dtype)] = np.empty(size, dtype)
+        return have[:size]
+
+
+class _Extremes:
+    """Per-tensor min, max and (for Percentile) min |x|, folded image by image.
+
+    min/max are exact, so the fold is independent of order, of chunking and of who reduced
+    (onnxruntime's ReduceMin/ReduceMax in pass 1, numpy over held activations in one pass);
+    only the sign of a zero could differ, so zeros are read as +0.
+    """
+
+    def __init__(self, catalog: _Catalog, want_abs: bool):
+        self.names, self.want_abs = catalog.names, want_abs
+        self.index = {t: i for i, t in enumerate(self.names)}
+        self.inner_idx = np.array([self.index[t] for t in catalog.inner], np.intp)
+        k = len(self.names)
+        self.lo, self.hi = np.full(k, np.inf, np.float32), np.full(k, -np.inf, np.float32)
+        self.amin = np.full(k, np.inf, np.float32)
+        self._packer = _Packer()
+
+    def fold_reduced(self, r_min, r_max, r_amin, where: str) -> None:
+        """One image's reductions of the inner tensors (pass 1's outputs, in catalog.inner order)."""
+        self._fold(self.inner_idx, r_min, r_max, r_amin, where)
+
+    def fold_image(self, acts: dict, where: str) -> None:
+        """One image's tensors {name: array}, reduced by numpy: tensors are packed into a reused buffer
+        in runs of up to GROUP elements and each run is reduced by one reduceat per statistic (a few
+        numpy calls per image instead of a few per tensor)."""
+        names = [t for t, a in acts.items() if a.size]
+        r_min, r_max, r_amin = (np.empty(len(names), np.float32) for _ in range(3))
+        for ks, buf, starts in self._packer.runs([acts[t] for t in names]):
+            r_min[ks] = np.minimum.reduceat(buf, starts)
+            r_max[ks] = np.maximum.reduceat(buf, starts)
+            if self.want_abs:
+                r_amin[ks] = np.minimum.reduceat(np.abs(buf, out=self._packer.scratch(1, buf.dtype, buf.size)), starts)
+        self._fold(np.array([self.index[t] for t in names], np.intp), r_min, r_max, r_amin, where)
+
+    def _fold(self, i: np.ndarray, r_min, r_max, r_amin, where: str) -> None:
+        # a zero-element tensor reduces to (+inf, -inf): no data, not a non-finite value
+        ok = (np.isfinite(r_min) & np.isfinite(r_max)) | ((r_min == np.inf) & (r_max == -np.inf))
+        if not ok.all():
+            raise _non_finite(where, self.names[i[np.flatnonzero(~ok)[0]]])
+        self.lo[i] = np.minimum(self.lo[i], r_min)
+        self.hi[i] = np.maximum(self.hi[i], r_max)
+        if self.want_abs:
+            self.amin[i] = np.minimum(self.amin[i], r_amin)
+
+    def result(self, dtypes: dict) -> tuple[dict, dict, dict, set]:
+        """(lowest, highest, lowest |x|) per tensor as scalars of its own dtype, as onnxruntime's
+        np.nanmin/np.nanmax give them, and the tensors without an element in any image
+        (range [0, 0], as onnxruntime's calibrators leave them)."""
+        empty_at = (self.lo == np.inf) & (self.hi == -np.inf)
+        lo, hi, amin = (np.where(empty_at, np.float32(0), v) + np.float32(0) for v in (self.lo, self.hi, self.amin))
+        t_lo = {t: dtypes[t].type(lo[i]) for t, i in self.index.items()}
+        t_hi = {t: dtypes[t].type(hi[i]) for t, i in self.index.items()}
+        t_amin = {t: dtypes[t].type(amin[i]) for t, i in self.index.items()} if self.want_abs else {}
+        return t_lo, t_hi, t_amin, {t for t, i in self.index.items() if empty_at[i]}
+
+
+def _histograms(req: _Request, names, dtypes, t_lo, t_hi, t_amin, empty) -> tuple[dict, dict, dict]:
+    """Empty count histograms laid out as onnxruntime lays out the whole set's -> (pct, ent, ent_thr)."""
+    pct: dict[str, _FixedHistogram] = {}
+    ent: dict[str, _FixedHistogram] = {}
+    ent_thr: dict[str, np.ndarray] = {}
+    for t in names:
+        if t in empty:
+            continue
+        if req.want_pct:
+            # onnxruntime: np.histogram(|x|, bins) over the data's own [min|x|, max|x|]
+            pct[t] = _FixedHistogram(req.percentile_bins, (t_amin[t], max(abs(t_lo[t]), abs(t_hi[t]))), dtypes[t])
+        if req.want_ent:
+            # onnxruntime: np.histogram(x, bins, range=(-T, T)), T = max(|min|, |max|)
+            thr = np.array(max(abs(t_lo[t]), abs(t_hi[t])), dtype=dtypes[t])
+            ent[t] = _FixedHistogram(req.entropy_bins, (-thr, thr), dtypes[t])
+            ent_thr[t] = thr
+    return pct, ent, ent_thr
+
+
+def _tensors_data(req: _Request, catalog: _Catalog, t_lo, t_hi, empty, pct, ent, ent_thr) -> dict:
+    """{method: TensorsData}: MinMax from the extremes, the histogram methods through onnxruntime's own
+    compute_percentile / compute_entropy."""
+    names, dtypes = catalog.names, catalog.dtypes
+    bins = {"num_quantized_bins": req.entropy_quantized_bins, "percentile": req.percentile}
+    result = {}
+    for method in req.methods:
+        if method == "minmax":
+            # onnxruntime's MinMaxCalibrater yields shape-(1,) arrays
+            data = {t: (np.array([t_lo[t]]), np.array([t_hi[t]])) for t in names}
+            result[method] = ort_api.tensors_data("minmax", data)
+            continue
+        if method == "percentile":
+            thresholds = ort_api.percentile_thresholds(
+                {t: (pct[t].counts, pct[t].edges.astype(dtypes[t]), t_lo[t], t_hi[t]) for t in names if t not in empty},
+                num_bins=req.percentile_bins, **bins)
+        else:
+            thresholds = ort_api.entropy_thresholds(
+                {t: (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t]) for t in names if t not in empty},
+                num_bins=req.entropy_bins, **bins)
+        thresholds.update(_empty_thresholds(empty, dtypes))
+        result[method] = ort_api.tensors_data(method, thresholds)
+    return result
+
+
+# --- I/O: augmented models and their sessions -----------------------------------------------------
+
+REDUCED = ("__qb_min", "__qb_max", "__qb_amin")
+
+
+class _Sessions:
+    """onnxruntime sessions of the two augmented models, built on demand from the calibrated model.
+
+    Each augmented model is built, serialized and dropped before its session starts, so no
+    copy of the model outlives the session. The two passes of a chunked plan run without the
+    memory arena and memory pattern (arena=False): a tensor is then freed as soon as it is
+    consumed or binned, instead of the arena keeping the largest image's worth reserved; that
+    costs page faults on every run (about a third slower on a 59 MB/image detector), which a
+    one-pass plan, whose activations fit the budget anyway, does not pay.
+    """
+
+    def __init__(self, model, catalog: _Catalog, want_abs: bool, providers=None):
+        self.model, self.catalog, self.want_abs = model, catalog, want_abs
+        self.providers = list(providers or ["CPUExecutionProvider"])
+        #: pass 1's outputs: one float32 vector per reduction, an element per inner tensor
+        self.reduced = [o for o in REDUCED if want_abs or o != "__qb_amin"] if catalog.inner else []
+
+    def _session(self, augmented, arena: bool = True):
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # as onnxruntime's calibrators
+        so.log_severity_level = 3
+        so.enable_cpu_mem_arena = so.enable_mem_pattern = arena
+        data = augmented.SerializeToString()
+        del augmented
+        return ort.InferenceSession(data, sess_options=so, providers=self.providers)
+
+    def activations(self, arena: bool = True):
+        """Session of the model with every calibrated inner tensor as an output."""
+        return self._session(_activations_model(self.model, self.catalog), arena)
+
+    def reductions(self, arena: bool = True):
+        """Session of the model whose outputs are self.reduced (pass 1)."""
+        return self._session(_reductions_model(self.model, self.catalog, self.want_abs), arena)
+
+
+def _activations_model(model, catalog: _Catalog):
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    existing = {o.name for o in m.graph.output}
+    m.graph.output.extend(catalog.vi[t] for t in catalog.inner if t not in existing)
+    return m
+
+
+def _reductions_model(model, catalog: _Catalog, want_abs: bool):
+    """Copy of `model` whose outputs are three float32 vectors, one element per inner tensor
+    in catalog.inner order: __qb_min, __qb_max (and __qb_amin = min |x|)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.initializer.append(nh.from_array(np.array([-1], np.int64), "__qb_flat"))
+    parts: dict[str, list[str]] = {"min": [], "max": [], "amin": []}
+    nodes = []
+    for i, t in enumerate(catalog.inner):
+        et = catalog.vi[t].type.tensor_type.elem_type
+        todo = [("min", "ReduceMin", t), ("max", "ReduceMax", t)]
+        if want_abs:
+            nodes.append(helper.make_node("Abs", [t], [f"__qb_abs_{i}"], name=f"__qb_abs_{i}"))
+            todo.append(("amin", "ReduceMin", f"__qb_abs_{i}"))
+        for kind, op, src in todo:
+            r = f"__qb_{kind}_{i}"
+            nodes.append(helper.make_node(op, [src], [r + "_k"], keepdims=1, name=r + "_k"))
+            if et != TensorProto.FLOAT:  # exact: float16/bfloat16 -> float32
+                nodes.append(helper.make_node("Cast", [r + "_k"], [r + "_c"], to=TensorProto.FLOAT, name=r + "_c"))
+                r_in = r + "_c"
+            else:
+                r_in = r + "_k"
+            nodes.append(helper.make_node("Reshape", [r_in, "__qb_flat"], [r], name=r))
+            parts[kind].append(r)
+    for kind, items in parts.items():
+        if items:
+            nodes.append(helper.make_node("Concat", items, [f"__qb_{kind}"], axis=0, name=f"__qb_{kind}"))
+            m.graph.output.append(helper.make_tensor_value_info(f"__qb_{kind}", TensorProto.FLOAT, [len(items)]))
+    m.graph.node.extend(nodes)
+    return m
+
+
+# --- I/O: the passes over the images --------------------------------------------------------------
+
+class _Stream:
+    """The calibration inputs read once, counted; `where()` names the current image for errors."""
+
+    def __init__(self, inputs, n: int):
+        self.inputs, self.n, self.seen = inputs, n, 0
+        self._it = iter(inputs)
+
+    def __iter__(self) -> Iterator[dict]:
+        for feeds in self._it:
+            self.seen += 1
+            yield feeds
+
+    def where(self) -> str:
+        return _label(self.inputs, self.seen - 1)
+
+    def check_count(self) -> None:
+        if self.seen != self.n:
+            raise UserError(f"calibration inputs yielded {self.seen} items but len() is {self.n}")
+
+
+def _activations(catalog: _Catalog, sess, feeds) -> dict:
+    """One image's calibrated tensors {name: array}: the session's outputs and the fed inputs."""
+    acts = dict(zip(catalog.inner, sess.run(catalog.inner, feeds))) if catalog.inner else {}
+    for t in catalog.outer:
+        acts[t] = np.asarray(feeds[t])
+    return acts
+
+
+def _to_hold(catalog: _Catalog, t: str, a: np.ndarray) -> np.ndarray:
+    """a as a 1-d array the binning may overwrite (|x| is taken in place): a copy of a fed input."""
+    return np.array(a).ravel() if t in catalog.graph_inputs else a.ravel()
+
+
+def _measure(stream: _Stream, sessions: _Sessions, ext: _Extremes):
+    """Run the first image through the all-activations model -> (its activation bytes, its activations,
+    the session); its min/max are folded. For models whose shapes are not all static."""
+    sess = sessions.activations()
+    first = next(iter(stream), None)
+    if first is None:
+        raise UserError(f"calibration inputs yielded 0 items but len() is {stream.n}")
+    acts = _activations(sessions.catalog, sess, first)
+    ext.fold_image(acts, stream.where())
+    return sum(a.nbytes for a in acts.values()), acts, sess
+
+
+def _one_pass(stream: _Stream, sess, catalog: _Catalog, ext: _Extremes, bar, held: dict) -> None:
+    """Every remaining image through the all-activations session; min/max folded, activations held."""
+    for feeds in stream:
+        acts = _activations(catalog, sess, feeds)
+        ext.fold_image(acts, stream.where())
+        for t, a in acts.items():
+            held[t].append(_to_hold(catalog, t, a))
+        del acts, feeds
+        bar.update(1)
+
+
+def _ranges_pass(stream: _Stream, sess, sessions: _Sessions, ext: _Extremes, bar) -> None:
+    """Pass 1: every remaining image through the reductions session; min/max folded."""
+    catalog, want = sessions.catalog, sessions.reduced
+    for feeds in stream:
+        where = stream.where()
+        if want:
+            red = dict(zip(want, sess.run(want, feeds)))
+            ext.fold_reduced(red["__qb_min"], red["__qb_max"], red.get("__qb_amin"), where)
+        if catalog.outer:
+            ext.fold_image({t: np.asarray(feeds[t]) for t in catalog.outer}, where)
+        del feeds
+        bar.update(1)
+
+
+def _histogram_pass(inputs, sess, catalog: _Catalog, chunk: int, pct: dict, ent: dict, empty: set, threads: int,
+                    bar) -> None:
+    """Pass 2: the images again, `chunk` at a time through the all-activations session, binned."""
+    for part in _chunks(iter(inputs), chunk):
+        held: dict[str, list] = {t: [] for t in catalog.names if t not in empty}
+        for feeds in part:
+            for t, a in _activations(catalog, sess, feeds).items():
+                if t in held:
+                    held[t].append(_to_hold(catalog, t, a))
+            bar.update(1)
+        del part, feeds
+        bin_tensors(held, pct, ent, threads)
+        del held
+
+
+# --- the whole: compute_ranges ------------------------------------------------------------------
+
 def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str] = ("minmax",), *,
                    percentile: float = DEFAULT_PERCENTILE, percentile_bins: int = PERCENTILE_BINS,
                    entropy_bins: int = ENTROPY_BINS, entropy_quantized_bins: int = ENTROPY_QUANTIZED_BINS,
@@ -341,9 +682,10 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
         ImageInputs; iterated once for MinMax, once or twice when a histogram method is asked.
     op_types: op types whose tensors are calibrated (default: all quantize_static quantizes).
     max_memory: the budget for held activations (bytes or '2GiB'; default MEMORY_FRACTION of
-        the available memory). With a histogram method, one image's activations are measured
-        and plan_chunks decides: every image held at once (one pass) when half the budget
-        holds them, else two passes holding a chunk sized from the budget.
+        the available memory). With a histogram method, one image's activations (from the
+        inferred shapes, else measured on the first image) and plan_chunks decide: every
+        image held at once (one pass) when half the budget holds them, else two passes
+        holding a chunk sized from the budget.
     chunk_size: force two passes with this many images' activations held at once.
     threads: histogram binning threads (default: the usable cores, at most 8).
     The result depends on none of these (nor on image order): min/max are exact and the
@@ -351,227 +693,74 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
     model: an already shape-inferred ModelProto of model_path (skips reloading).
     plan: a dict that receives what was decided (mode, chunk, activation bytes per image, budget).
     """
-    methods = list(dict.fromkeys(methods))
-    bad = [m for m in methods if m not in METHODS]
-    if bad:
-        raise UserError(f"--methods: unknown calibration method(s) {bad}; choose from {list(METHODS)}")
-    if chunk_size is not None and chunk_size < 1:
-        raise UserError(f"--chunk-size: must be at least 1 (got {chunk_size})")
-    if not 0 < percentile <= 100:
-        raise UserError(f"--percentile: must be in (0, 100] (got {percentile})")
-    budget = parse_memory(max_memory) if max_memory is not None else default_max_memory()
-    threads = int(threads) if threads else default_threads()
-    if threads < 1:
-        raise UserError(f"--threads: must be at least 1 (got {threads})")
+    req = _request(methods, percentile, percentile_bins, entropy_bins, entropy_quantized_bins, chunk_size,
+                   max_memory, threads)
     n = len(inputs)
     if n == 0:
         raise UserError("no calibration images: the calibration set is empty")
     if model is None:
         model = load_with_shape_infer(model_path)
-    names = tensors_to_calibrate(model, op_types if op_types is not None else default_op_types())
-    graph_inputs = {i.name for i in model.graph.input}
-    want_pct = "percentile" in methods
-    want_hist = want_pct or "entropy" in methods
+    catalog = _Catalog(model, op_types)
+    sessions = _Sessions(model, catalog, req.want_pct, providers)
+    decided = _collect(req, catalog, sessions, inputs, n, progress)
+    if plan is not None:
+        plan.update(decided["plan"])
+    return _tensors_data(req, catalog, *decided["result"])
 
+
+def _plan(req: _Request, catalog: _Catalog, sessions: _Sessions, stream: _Stream, ext: _Extremes) -> tuple:
+    """-> (mode, chunk, activation bytes per image, measured?, activations held so far, session to go on
+    with). MinMax alone: "ranges"; else plan_chunks on the bytes from the inferred shapes, or measured
+    on the first image (folded, and held if one pass) when the shapes are not all static."""
+    if not req.want_hist:
+        return "ranges", None, None, False, None, None
+    if req.chunk_size is not None:
+        return "chunked", req.chunk_size, None, False, None, None
+    act_bytes = catalog.static_bytes()
+    if act_bytes is not None:
+        return (*plan_chunks(act_bytes, stream.n, req.budget), act_bytes, False, None, None)
+    act_bytes, first, sess = _measure(stream, sessions, ext)
+    mode, chunk = plan_chunks(act_bytes, stream.n, req.budget)
+    if mode != "single":
+        return mode, chunk, act_bytes, True, None, None  # the measuring session is not kept through pass 1
+    return mode, chunk, act_bytes, True, {t: [_to_hold(catalog, t, a)] for t, a in first.items()}, sess
+
+
+def _collect(req: _Request, catalog: _Catalog, sessions: _Sessions, inputs, n: int, progress: bool) -> dict:
+    """Plan, then stream the images (one pass, or ranges then histograms) -> {"plan", "result"}."""
     from tqdm import tqdm
 
-    vi = {v.name: v for v in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input)}
-    from onnx import helper
-
-    dtypes = {t: np.dtype(helper.tensor_dtype_to_np_dtype(vi[t].type.tensor_type.elem_type)) for t in names}
-    inner = [t for t in names if t not in graph_inputs]
-    outer = [t for t in names if t in graph_inputs]
-    lo = np.full(len(inner), np.inf, np.float32)
-    hi = np.full(len(inner), -np.inf, np.float32)
-    amin = np.full(len(inner), np.inf, np.float32)
-    lo_in: dict[str, np.generic] = {}
-    hi_in: dict[str, np.generic] = {}
-    amin_in: dict[str, np.generic] = {}
-
-    def fold_outer(feeds, where):
-        for t in outer:
-            a = np.asarray(feeds[t])
-            if a.size == 0:
-                continue
-            t_lo, t_hi = np.min(a), np.max(a)
-            if not (np.isfinite(t_lo) and np.isfinite(t_hi)):
-                raise UserError(f"{where}: tensor {t!r} has non-finite values; check the image and "
-                                "the preprocessing, or drop the image")
-            lo_in[t] = min(lo_in.get(t, t_lo), t_lo)
-            hi_in[t] = max(hi_in.get(t, t_hi), t_hi)
-            if want_pct:
-                t_am = np.min(np.abs(a))
-                amin_in[t] = min(amin_in.get(t, t_am), t_am)
-
-    def fold_inner(r_min, r_max, r_amin, where):
-        # a zero-element tensor reduces to (+inf, -inf): no data, not a non-finite value
-        empty_now = (r_min == np.inf) & (r_max == -np.inf)
-        finite = np.isfinite(r_min) & np.isfinite(r_max)
-        if not (finite | empty_now).all():
-            bad = next(t for t, ok in zip(inner, finite | empty_now) if not ok)
-            raise UserError(f"{where}: tensor {bad!r} has non-finite values; check the image and "
-                            "the preprocessing, or drop the image")
-        np.minimum(lo, r_min, out=lo)
-        np.maximum(hi, r_max, out=hi)
-        if want_pct:
-            np.minimum(amin, r_amin, out=amin)
-
-    outs = list(inner)
-    mode, chunk, act_bytes = ("ranges", None, None)
-    sess = sess2 = held = None
-    bar = None
-    try:
-        want = [o for o in ("__qb_min", "__qb_max", "__qb_amin") if want_pct or o != "__qb_amin"] if inner else []
-        measured = False
-        if want_hist:
-            if chunk_size is not None:
-                mode, chunk = "chunked", chunk_size
-            else:
-                act_bytes = _static_activation_bytes(vi, names, dtypes)
-                # shapes not all static: measured on the first image (see below)
-                mode, chunk = plan_chunks(act_bytes, n, budget) if act_bytes is not None else ("measure", None)
-        bar = tqdm(total=n * (1 if mode in ("ranges", "single") else 2), desc="calibrate", unit="img",
-                   file=sys.stderr, disable=not progress, dynamic_ncols=True)
-        it = iter(inputs)
-        seen = 0
-
-        def take(feeds, res):
-            """Fold one image's reductions (onnxruntime's, as in pass 1); hold its activations if one pass."""
-            where = _label(inputs, seen)
-            if want:
-                red = dict(zip(want, res[:len(want)]))
-                fold_inner(red["__qb_min"], red["__qb_max"], red.get("__qb_amin"), where)
-            fold_outer(feeds, where)
-            if held is not None:
-                for t, a in zip(outs, res[len(want):]):
-                    held[t].append(a.ravel())
-                for t in outer:
-                    held[t].append(np.array(feeds[t]).ravel())
-            bar.update(1)
-
-        if mode in ("single", "measure"):
-            # every activation as an output plus pass 1's reductions (computed inside onnxruntime,
-            # so one pass folds exactly the values pass 1 would)
-            sess2 = _session(_pass2_model(_pass1_model(model, names, graph_inputs, want_pct), names,
-                                          graph_inputs), providers)
-            if mode == "measure":  # shapes not all static: the first image's activations size the plan
-                first = next(it, None)
-                if first is None:
-                    raise UserError(f"calibration inputs yielded 0 items but len() is {n}")
-                res = sess2.run(want + outs, first) if (want or outs) else []
-                act_bytes = sum(a.nbytes for a in res[len(want):]) + sum(np.asarray(first[t]).nbytes for t in outer)
-                measured = True
-                mode, chunk = plan_chunks(act_bytes, n, budget)
-                if mode == "single":
-                    bar.reset(total=n)
-                    held = {t: [] for t in names}
-                take(first, res)  # folded either way: pass 1 goes on from the next image
-                seen = 1
-                del res, first
-            if mode == "single":
-                bar.set_description("calibrate (one pass, %d images held)" % n)
-                if held is None:
-                    held = {t: [] for t in names}
-                for feeds in it:
-                    take(feeds, sess2.run(want + outs, feeds) if (want or outs) else [])
-                    seen += 1
-                    del feeds
-            sess2 = None
-        if mode in ("ranges", "chunked"):
-            # pass 1: exact streaming min / max (/ min |x|), reduced inside onnxruntime
-            sess = _session(_pass1_model(model, names, graph_inputs, want_pct), providers)
-            bar.set_description("calibrate pass 1/%d (ranges)" % (1 if mode == "ranges" else 2))
-            for feeds in it:
-                take(feeds, sess.run(want, feeds) if want else [])
-                seen += 1
-                del feeds
-            sess = None
-        if seen != n:
-            raise UserError(f"calibration inputs yielded {seen} items but len() is {n}")
-        # tensors with no element in any image: range [0, 0], as onnxruntime's calibrators leave them
-        empty = {t for t, a, b in zip(inner, lo, hi) if a == np.inf and b == -np.inf}
-        empty |= {t for t in outer if t not in lo_in}
-        for i, t in enumerate(inner):
-            if t in empty:
-                lo[i] = hi[i] = amin[i] = 0
-        # per-tensor scalars in the tensor's own dtype, as onnxruntime's np.nanmin/np.nanmax give them
-        zero = {t: dtypes[t].type(0) for t in outer if t in empty}
-        t_lo = {t: dtypes[t].type(v) for t, v in zip(inner, lo)} | lo_in | zero
-        t_hi = {t: dtypes[t].type(v) for t, v in zip(inner, hi)} | hi_in | zero
-        t_amin = ({t: dtypes[t].type(v) for t, v in zip(inner, amin)} | amin_in | zero) if want_pct else {}
-
-        pct: dict[str, _FixedHistogram] = {}
-        ent: dict[str, _FixedHistogram] = {}
-        ent_thr: dict[str, np.ndarray] = {}
-        if want_hist:
-            for t in names:
-                if t in empty:
-                    continue
-                if want_pct:
-                    # onnxruntime: np.histogram(|x|, bins) over the data's own [min|x|, max|x|]
-                    pct[t] = _FixedHistogram(percentile_bins, (t_amin[t], max(abs(t_lo[t]), abs(t_hi[t]))), dtypes[t])
-                if "entropy" in methods:
-                    # onnxruntime: np.histogram(x, bins, range=(-T, T)), T = max(|min|, |max|)
-                    thr = np.array(max(abs(t_lo[t]), abs(t_hi[t])), dtype=dtypes[t])
-                    ent[t] = _FixedHistogram(entropy_bins, (-thr, thr), dtypes[t])
-                    ent_thr[t] = thr
+    ext = _Extremes(catalog, req.want_pct)
+    stream = _Stream(inputs, n)
+    mode, chunk, act_bytes, measured, held, sess = _plan(req, catalog, sessions, stream, ext)
+    passes = 1 if mode in ("ranges", "single") else 2
+    with tqdm(total=n * passes, initial=stream.seen, desc="calibrate", unit="img", file=sys.stderr,
+              disable=not progress, dynamic_ncols=True) as bar:
+        if mode == "single":
+            bar.set_description("calibrate (one pass, %d images held)" % n)
+            held = held or {t: [] for t in catalog.names}
+            _one_pass(stream, sess if sess is not None else sessions.activations(), catalog, ext, bar, held)
+        else:
+            bar.set_description("calibrate pass 1/%d (ranges)" % passes)
+            _ranges_pass(stream, sessions.reductions(arena=mode == "ranges"), sessions, ext, bar)
+        sess = None
+        stream.check_count()
+        t_lo, t_hi, t_amin, empty = ext.result(catalog.dtypes)
+        pct, ent, ent_thr = _histograms(req, catalog.names, catalog.dtypes, t_lo, t_hi, t_amin, empty) \
+            if req.want_hist else ({}, {}, {})
         if mode == "single":
             bar.set_description("calibrate (histograms)")
             for t in empty:
                 held[t] = None
-            bin_tensors(held, pct, ent, threads)
+            bin_tensors(held, pct, ent, req.threads)
             held = None
         elif mode == "chunked":
-            # pass 2: integer-count histograms over the fixed ranges, `chunk` images at a time
-            if sess2 is None:
-                sess2 = _session(_pass2_model(model, names, graph_inputs), providers)
             bar.set_description("calibrate pass 2/2 (histograms, %d image(s) held)" % chunk)
-            for part in _chunks(iter(inputs), chunk):
-                acts: dict[str, list] = {t: [] for t in names if t not in empty}
-                for feeds in part:
-                    res = sess2.run(outs, feeds) if outs else []
-                    for t, a in zip(outs, res):
-                        if t in acts:
-                            acts[t].append(a.ravel())
-                    for t in outer:
-                        if t in acts:
-                            acts[t].append(np.array(feeds[t]).ravel())
-                    del res
-                    bar.update(1)
-                del part
-                bin_tensors(acts, pct, ent, threads)
-                del acts
-            sess2 = None
-    finally:
-        held = sess = sess2 = None
-        if bar is not None:
-            bar.close()
-    if plan is not None:
-        plan.update(mode=mode, chunk=chunk, activation_bytes_per_image=act_bytes, measured=measured,
-                    max_memory=budget,
-                    threads=threads, passes={"ranges": 1, "single": 1, "chunked": 2}[mode])
-
-    result = {}
-    for method in methods:
-        if method == "minmax":
-            # onnxruntime's MinMaxCalibrater yields shape-(1,) arrays
-            data = {t: (np.array([t_lo[t]]), np.array([t_hi[t]])) for t in names}
-            result[method] = ort_api.tensors_data("minmax", data)
-            continue
-        bins = {"num_quantized_bins": entropy_quantized_bins, "percentile": percentile}
-        if method == "percentile":
-            thresholds = ort_api.percentile_thresholds(
-                {t: (pct[t].counts, pct[t].edges.astype(dtypes[t]), t_lo[t], t_hi[t]) for t in names if t not in empty},
-                num_bins=percentile_bins, **bins)
-        elif method == "entropy":
-            thresholds = ort_api.entropy_thresholds(
-                {t: (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t]) for t in names if t not in empty},
-                num_bins=entropy_bins, **bins)
-        else:
-            continue
-        thresholds.update(_empty_thresholds(empty, dtypes))
-        result[method] = ort_api.tensors_data(method, thresholds)
-    return result
+            _histogram_pass(inputs, sessions.activations(arena=False), catalog, chunk, pct, ent, empty,
+                            req.threads, bar)
+    plan = dict(mode=mode, chunk=chunk, activation_bytes_per_image=act_bytes, measured=measured,
+                max_memory=req.budget, threads=req.threads, passes=passes)
+    return {"plan": plan, "result": (t_lo, t_hi, empty, pct, ent, ent_thr)}
 
 
 def _empty_thresholds(empty, dtypes) -> dict:
