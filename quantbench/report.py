@@ -29,6 +29,7 @@ FRAGMENTS = "report.d"
 PLOTS = "plots"
 TITLE = "# quantbench report\n"
 HTML_FILE = "report.html"
+HTML_VERSION = 1   # of render_html: a change of the page's markup bumps it
 
 
 def section_path(name: str, results_dir: str | os.PathLike = RESULTS_DIR) -> Path:
@@ -52,12 +53,16 @@ def sections(results_dir: str | os.PathLike = RESULTS_DIR) -> list[str]:
 
 def assemble(results_dir: str | os.PathLike = RESULTS_DIR) -> Path:
     """Concatenate every section into results/report.md, and render results/report.html from the
-    same text (both atomically); returns the Markdown's path."""
+    same text (both atomically; the page only when its key file names other text); returns the Markdown's path."""
     parts = [TITLE]
     for name in sections(results_dir):
         parts.append(section_path(name, results_dir).read_text(encoding="utf-8").rstrip() + "\n")
     text = "\n".join(parts)
-    atomic_write_text(Path(results_dir) / HTML_FILE, render_html(text))
+    html = Path(results_dir) / HTML_FILE
+    key = content_key([HTML_VERSION, text])
+    if not made_from(html, key):   # the same text renders the same page: not rendered again
+        atomic_write_text(html, render_html(text))
+        write_key(html, key)
     return atomic_write_text(Path(results_dir) / "report.md", text)
 
 

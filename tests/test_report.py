@@ -341,6 +341,7 @@ def test_equiv_rerun_scores_no_accuracy_and_draws_no_thumbnail(labelled_bench, m
     real_draw, real_score = GL.draw, A.score
     monkeypatch.setattr(GL, "draw", lambda *a: drawn.append(a[-1]) or real_draw(*a))
     monkeypatch.setattr(A, "score", lambda *a: scored.append(1) or real_score(*a))
+    monkeypatch.setattr(R, "render_html", lambda text: pytest.fail("report.html rendered again from the same text"))
     monkeypatch.chdir(labelled_bench)
     args = ["equiv", "--no-run", "--hosts", "x86,x86b", "--variants", str(labelled_bench / "bench" / "variants"),
             "--fixtures", str(labelled_bench / "bench" / "labels.json"), "--no-progress"]
