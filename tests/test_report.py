@@ -230,6 +230,11 @@ def test_accuracy_scored_once_per_content_and_found_again_under_the_results_fold
         {f: result.decoded[(h, "v1", f)] for f in ("f1", "f2")}) for h in ("x86", "pi")}   # only what is used
     path.write_text("not json")   # a damaged cache is recomputed, never trusted
     assert table() == (2, changed)
+    data = json.loads(path.read_text())
+    k = sorted(data["scores"])[0]
+    data["scores"][k]["value"] = "high"   # an entry of the wrong shape: recomputed, not shown
+    path.write_text(json.dumps(data))
+    assert table() == (1, changed)
 
 
 def test_boxes_to_image_inverts_letterbox_and_center_crop():

@@ -302,6 +302,18 @@ def score_key(plan_data: list, decoded: dict) -> str:
     return content_key([METRIC_VERSION, plan_data, [[f, d.digest()] for f, d in sorted(decoded.items())]])
 
 
+def _is_score(d) -> bool:
+    """`d` has the shape score() returns (a cache entry is checked before it is shown)."""
+    def num(x, none_ok=True):
+        return (x is None and none_ok) or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+    if not isinstance(d, dict) or d.get("metric") not in ("top-1", "AP"):
+        return False
+    if not (num(d.get("value")) and num(d.get("ap50_95")) and isinstance(d.get("images"), int)):
+        return False
+    return set(d) <= {"metric", "value", "ap50_95", "images", "correct"} and num(d.get("correct"))
+
+
 class ScoreCache:
     """Scores by content key: those of the last report (read from `path`), and those used now.
 
@@ -323,7 +335,7 @@ class ScoreCache:
     def get(self, key: str, compute):
         if key not in self.used:
             found = self.known.get(key)
-            if not isinstance(found, dict):
+            if not _is_score(found):   # absent, or a damaged file's entry: never trusted
                 found = compute()
                 self.computed += 1
             self.used[key] = found
