@@ -288,18 +288,21 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     return {"metric": "AP", "value": ap["ap50"], "ap50_95": ap["ap50_95"], "images": len(p.fixtures)}
 
 
-def plan_key(p: Plan, truth: Truth) -> list:
-    """What score() reads besides the decisions: the plan and each scored fixture's recipe and image size."""
-    return [p.metric, p.fixtures, p.labels, {f: g.tolist() for f, g in p.gt.items()},
-            sorted(p.category_of.items()), p.frame,
-            {f: [truth.fixtures[f].preprocess, truth.fixtures[f].size] for f in p.fixtures}]
+def plan_key(p: Plan, truth: Truth) -> str:
+    """What score() reads besides the decisions, hashed once per model: the plan and each scored
+    fixture's recipe and image size."""
+    from quantbench.fsutil import content_key
+
+    return content_key([p.metric, p.fixtures, p.labels, {f: g.tolist() for f, g in p.gt.items()},
+                        sorted(p.category_of.items()), p.frame,
+                        {f: [truth.fixtures[f].preprocess, truth.fixtures[f].size] for f in p.fixtures}])
 
 
-def score_key(plan_data: list, decoded: dict) -> str:
+def score_key(plan: str, decoded: dict) -> str:
     """The content key of one score: METRIC_VERSION, ``plan_key`` and every scored decision's digest."""
     from quantbench.fsutil import content_key
 
-    return content_key([METRIC_VERSION, plan_data, [[f, d.digest()] for f, d in sorted(decoded.items())]])
+    return content_key([METRIC_VERSION, plan, [[f, d.digest()] for f, d in sorted(decoded.items())]])
 
 
 def _is_score(d) -> bool:
