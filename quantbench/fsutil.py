@@ -68,6 +68,30 @@ def atomic_write_json(path: str | os.PathLike, obj, indent: int | None = 2) -> P
     return atomic_write_text(path, text)
 
 
+def content_key(data) -> str:
+    """What a derived file or figure is made from, hashed: the same key means the same result."""
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+def key_path(path: str | os.PathLike) -> Path:
+    """Where the key of the file at `path` is kept: a hidden file beside it."""
+    path = Path(path)
+    return path.parent / f".{path.name}.key"
+
+
+def made_from(path: str | os.PathLike, key: str) -> bool:
+    """The file at `path` was made from the data with `key` (its key file matches): no need to make it again."""
+    try:
+        return Path(path).exists() and key_path(path).read_text().strip() == key
+    except OSError:
+        return False
+
+
+def write_key(path: str | os.PathLike, key: str) -> Path:
+    """Record that the file at `path` (already written) was made from the data with `key`."""
+    return atomic_write_text(key_path(path), key + "\n")
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

@@ -11,7 +11,9 @@ flips had the largest fp32 |margin| (the most confident decisions that moved),
 ties by source name.
 
 Same inputs, same bytes: Pillow's built-in font, no timestamps or metadata, and
-a fixed PNG encoder setting.
+a fixed PNG encoder setting. So a thumbnail is keyed by what it is drawn from
+(``thumb_key``: the fixture's tensor hash and recipe, both runs' decisions, the
+flips, the caption, VERSION) and not drawn again while its key file matches.
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from quantbench.fsutil import atomic_path
+from quantbench.fsutil import atomic_path, content_key, key_path, write_key
 from quantbench.textfmt import num
 
 GALLERY = "report.d/gallery"
+VERSION = 1      # of the drawing below: a change of what a thumbnail looks like bumps it
 PER_COMPARISON = 8
 THUMB = 256
 REF_COLOR = (0, 200, 0)
@@ -132,10 +135,39 @@ def draw(rgb: np.ndarray, ref, cand, flips: list, frame: str | None, legend: str
     return canvas
 
 
-def save_png(img, path: Path) -> Path:
+def thumb_key(fixture_id: str, recipe: dict, ref, cand, flips: list, frame: str | None, legend: str) -> str:
+    """Everything ``draw`` is given, hashed; the pixels by the fixture id (the input tensor's hash) and recipe."""
+    return content_key([VERSION, THUMB, fixture_id, recipe, None if ref is None else ref.digest(),
+                        None if cand is None else cand.digest(), flips, frame, legend])
+
+
+def save_png(img, path: Path, key: str | None = None) -> Path:
+    """Write the thumbnail, and with `key` the key file saying what it was drawn from."""
     with atomic_path(path, suffix=".png") as tmp:
         img.save(tmp, format="PNG", optimize=False, compress_level=6)
+    if key is not None:
+        write_key(path, key)
     return path
+
+
+def fixture_recipes(fixture_ids, tables_root) -> dict:
+    """{fixture_id: preprocessing recipe} of the fixtures in the fixtures table (no tensor read)."""
+    import json
+
+    import pyarrow.compute as pc
+
+    from quantbench import tables
+
+    ids = sorted(set(fixture_ids))
+    if not ids:
+        return {}
+    t = tables.read("fixtures", root=tables_root, columns=["fixture_id", "preprocess"],
+                    filter=pc.field("fixture_id").isin(ids))
+    out = {}
+    for r in t.to_pylist():
+        spec = r["preprocess"]
+        out[r["fixture_id"]] = spec if isinstance(spec, dict) else json.loads(spec or "{}")   # as fixture_pixels: the last row
+    return out
 
 
 def fixture_pixels(fixture_ids, tables_root) -> dict:
@@ -163,11 +195,18 @@ def fixture_pixels(fixture_ids, tables_root) -> dict:
 
 
 def prune(folder: Path, keep: set) -> None:
-    """Remove the gallery's PNGs not written by this render (a stale thumbnail would mislead)."""
+    """Remove the gallery's PNGs (and their key files) not shown by this render (a stale thumbnail would mislead)."""
     if folder.is_dir():
         for p in folder.glob("*.png"):
             if p.name not in keep:
+                for q in (p, key_path(p)):
+                    try:
+                        os.unlink(q)
+                    except OSError:
+                        pass
+        for q in folder.glob(".*.png.key"):
+            if q.name[1:-len(".key")] not in keep:
                 try:
-                    os.unlink(p)
+                    os.unlink(q)
                 except OSError:
                     pass

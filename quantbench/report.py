@@ -25,7 +25,7 @@ from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.equiv import as_json, write_tables
 from quantbench.assets import RESULTS_DIR
-from quantbench.fsutil import atomic_path, atomic_write_text, canonical_json
+from quantbench.fsutil import atomic_path, atomic_write_text, content_key, made_from, write_key
 from quantbench.gallery import safe
 from quantbench.textfmt import md_section, md_table, num, text_table
 
@@ -34,6 +34,7 @@ FRAGMENTS = "report.d"
 PLOTS = "plots"
 TITLE = "# quantbench report\n"
 HTML_FILE = "report.html"
+HTML_VERSION = 1   # of render_html: a change of the page's markup bumps it
 
 
 def section_path(name: str, results_dir: str | os.PathLike = RESULTS_DIR) -> Path:
@@ -57,12 +58,16 @@ def sections(results_dir: str | os.PathLike = RESULTS_DIR) -> list[str]:
 
 def assemble(results_dir: str | os.PathLike = RESULTS_DIR) -> Path:
     """Concatenate every section into results/report.md, and render results/report.html from the
-    same text (both atomically); returns the Markdown's path."""
+    same text (both atomically; the page only when its key file names other text); returns the Markdown's path."""
     parts = [TITLE]
     for name in sections(results_dir):
         parts.append(section_path(name, results_dir).read_text(encoding="utf-8").rstrip() + "\n")
     text = "\n".join(parts)
-    atomic_write_text(Path(results_dir) / HTML_FILE, render_html(text))
+    html = Path(results_dir) / HTML_FILE
+    key = content_key([HTML_VERSION, text])
+    if not made_from(html, key):   # the same text renders the same page: not rendered again
+        atomic_write_text(html, render_html(text))
+        write_key(html, key)
     return atomic_write_text(Path(results_dir) / "report.md", text)
 
 
@@ -128,21 +133,12 @@ PLOT_VERSION = 1
 
 def _plot_key(kind: str, data) -> str:
     """What a plot shows, hashed: the same key means the same picture."""
-    import hashlib
-
-    return hashlib.sha256(canonical_json([PLOT_VERSION, kind, data]).encode()).hexdigest()
-
-
-def _key_path(path: Path) -> Path:
-    return path.parent / f".{path.name}.key"
+    return content_key([PLOT_VERSION, kind, data])
 
 
 def _drawn(path: Path, key: str) -> bool:
     """The PNG at `path` was drawn from the same data (its key file matches): no need to draw it again."""
-    try:
-        return path.exists() and _key_path(path).read_text().strip() == key
-    except OSError:
-        return False
+    return made_from(path, key)
 
 
 # --------------------------------------------------------------------------- equiv section
@@ -152,7 +148,7 @@ def _savefig(fig, path: Path, key: str | None = None) -> Path:
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=100, metadata={"Software": None})
     if key is not None:
-        atomic_write_text(_key_path(path), key + "\n")
+        write_key(path, key)
     return path
 
 
@@ -480,9 +476,9 @@ def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
 
         picks = sorted(per_fx.items(), key=key)[:GL.PER_COMPARISON]
         chosen.append((c, picks, len(per_fx)))
-    pixels = GL.fixture_pixels({f for _, picks, _ in chosen for f, _ in picks}, tables_root)
     folder = rdir / GL.GALLERY
-    keep = set()
+    recipes = GL.fixture_recipes({f for _, picks, _ in chosen for f, _ in picks}, tables_root)
+    shows = []   # per comparison: (title line, [(fixture, alt, name, key, draw arguments)])
     for c, picks, n_img in chosen:
         v = model_of.get(c["variant_id"], {})
         ref_vid = next((x["variant_id"] for x in result.variants
@@ -491,21 +487,32 @@ def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
         title = (f"{c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']} ({c['comparison']}): "
                  f"{c['flips']} flips on {c['images_disagree']} images")
         shown = f"; showing {len(picks)}" if len(picks) < n_img else ""
-        lines += [f"#### {title}{shown}", ""]
+        items = []
         for f, rows in picks:
             src = rows[0]["source"] or f[:12]
-            rgb = pixels.get(f)
-            alt = f"{src}: {len(rows)} flip(s)"
-            if rgb is None:
-                lines.append(f"- {alt} (no input tensor in the fixtures table to draw)")
-                continue
             legend = (f"{src}  green: {c['ref_variant']} on {c['ref_host']}  magenta: {c['variant']} on {c['host']}"
                       if frame else f"{src}  reference: {c['ref_variant']} on {c['ref_host']}  candidate: "
                       f"{c['variant']} on {c['host']}")
-            img = GL.draw(rgb, result.decoded.get((c["ref_host"], ref_vid, f)),
-                          result.decoded.get((c["host"], c["variant_id"], f)), rows, frame, legend)
+            ref, cand = result.decoded.get((c["ref_host"], ref_vid, f)), result.decoded.get((c["host"], c["variant_id"], f))
             name = GL.safe(f"{v.get('model', '')}-{c['variant']}-{c['host']}-{c['comparison']}-{f[:12]}") + ".png"
-            written.append(GL.save_png(img, folder / name))
+            key = GL.thumb_key(f, recipes[f], ref, cand, rows, frame, legend) if f in recipes else None
+            items.append((f, f"{src}: {len(rows)} flip(s)", name, key, (ref, cand, rows, frame, legend)))
+        shows.append((f"#### {title}{shown}", items))
+    # only the thumbnails not already drawn from the same inputs read their input tensors and are drawn
+    drawn = {name for _, items in shows for _, _, name, key, _ in items if key and made_from(folder / name, key)}
+    pixels = GL.fixture_pixels({f for _, items in shows for f, _, name, _, _ in items if name not in drawn}, tables_root)
+    keep = set()
+    for title, items in shows:
+        lines += [title, ""]
+        for f, alt, name, key, args in items:
+            if name not in drawn:
+                rgb = pixels.get(f)
+                if rgb is None:
+                    lines.append(f"- {alt} (no input tensor in the fixtures table to draw)")
+                    continue
+                written.append(GL.save_png(GL.draw(rgb, *args), folder / name, key))
+            else:
+                written.append(folder / name)
             keep.add(name)
             lines += [f"![{alt}]({GL.GALLERY}/{name})", ""]
         lines.append("")
@@ -810,7 +817,7 @@ def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = Tr
     JSON, `images` folder; None: the bundled corpus). Returns the files written.
     """
     labels = {"fixtures": fixtures, "images": images}
-    acc = report_accuracy(result, tables_root, fixtures, images)
+    acc = report_accuracy(result, tables_root, fixtures, images, results_dir=results_dir)
     files = write_tables(result, tables_root) + write_equiv(result, results_dir, plots=plots, accuracy=acc,
                                                             tables_root=tables_root)
     files.append(atomic_write_text(Path(results_dir) / "equiv.json", as_json({**result.summary(), "labels": labels}) + "\n"))

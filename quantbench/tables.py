@@ -603,13 +603,23 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
 
 
 def rows_digest(name: str, rows: Sequence[Mapping]) -> str:
-    """SHA-256 of the table name, schema version and the rows' values in schema order (repr is exact)."""
+    """SHA-256 of the table name, schema version and the rows' values in schema order.
+
+    Each column's values are pickled without the memo (``fast``): exact like repr (floats
+    by their bits, True apart from 1) and independent of which equal objects are shared,
+    at a fifth of repr's cost on a large equiv's decisions.
+    """
     import hashlib
+    import pickle
 
     cols = [c for c, _, _ in COLUMNS[name]]
-    h = hashlib.sha256(f"{name}|{SCHEMA_VERSION}|{cols}|{len(rows)}|".encode())
-    for c in cols:  # column by column: one repr of a list per column is much cheaper than one per row
-        h.update(repr([r.get(c) for r in rows]).encode())
+    h = hashlib.sha256(f"{name}|{SCHEMA_VERSION}|{cols}|{len(rows)}|pickle5|".encode())
+    for c in cols:  # column by column: one list per column is much cheaper than one per row
+        buf = io.BytesIO()
+        p = pickle.Pickler(buf, protocol=5)
+        p.fast = True
+        p.dump([r.get(c) for r in rows])
+        h.update(buf.getbuffer())
         h.update(b"\n")
     return h.hexdigest()
 

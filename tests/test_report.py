@@ -195,6 +195,48 @@ def test_detector_ap_with_the_coco_evaluator_and_boxes_mapped_to_image_pixels():
                                ["f1"])
 
 
+def test_accuracy_scored_once_per_content_and_found_again_under_the_results_folder(tmp_path, monkeypatch):
+    from quantbench.analysis import accuracy as A
+
+    truth = _truth({"f1": [{"image_id": 1, "category_id": 7}], "f2": [{"image_id": 2, "category_id": 8}]},
+                   categories={7: "cat", 8: "dog"})
+    result = hand_result()
+    result.variants = result.variants[:2]
+    for v in result.variants:
+        v["decode"]["classes"] = ["cat", "dog"]
+    same = {"f1": _dec([0]), "f2": _dec([0])}   # x86 and pi decide alike: one score serves both
+    result.decoded = {(h, vid, f): d for h in ("x86", "pi") for vid in ("v0", "v1") for f, d in same.items()}
+    result.decoded[("pi", "v1", "f2")] = _dec([1])
+    scored = []
+    monkeypatch.setattr(A, "score", lambda p, dec, t: scored.append(1) or score(p, dec, t))
+    path = tmp_path / A.CACHE_FILE
+
+    def table():
+        cache = A.ScoreCache(path)
+        out = A.accuracy_table(result, {}, truth, cache)
+        cache.save()
+        return cache.computed, {k: v["value"] for k, v in out["m"]["scores"].items()}
+
+    computed, first = table()
+    assert computed == len(scored) == 2   # {fp32, dynamic on x86} decide alike, dynamic on pi differs
+    assert first == {("fp32", "x86"): 0.5, ("fp32", "pi"): 0.5, ("dynamic", "x86"): 0.5, ("dynamic", "pi"): 1.0}
+    assert table() == (0, first) and len(scored) == 2   # the rerun scores nothing
+    # a changed decision is another content: scored again, the rest found
+    result.decoded[("pi", "v1", "f1")] = _dec([1])
+    computed, changed = table()
+    assert computed == 1 and changed == {**first, ("dynamic", "pi"): 0.5}
+    assert set(json.loads(path.read_text())["scores"]) == {A.score_key(A.plan_key(plan(
+        DecodeSpec(kind="classifier-softmax", outputs={}, classes=["cat", "dog"]), {}, truth, ["f1", "f2"]), truth),
+        {f: result.decoded[(h, "v1", f)] for f in ("f1", "f2")}) for h in ("x86", "pi")}   # only what is used
+    path.write_text("not json")   # a damaged cache is recomputed, never trusted
+    assert table() == (2, changed)
+    data = json.loads(path.read_text())
+    k = sorted(data["scores"])[0]
+    data["scores"][k]["value"] = "high"   # an entry of the wrong shape: recomputed, not shown
+    path.write_text(json.dumps(data))
+    assert table() == (1, changed)
+
+
 def test_boxes_to_image_inverts_letterbox_and_center_crop():
     from quantbench.preprocess import boxes_to_image
 
@@ -291,6 +333,31 @@ def test_equiv_report_opens_with_the_verdict_and_shows_accuracy_and_gallery(labe
     finally:
         os.chdir(cwd)
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_equiv_rerun_scores_no_accuracy_and_draws_no_thumbnail(labelled_bench, monkeypatch):
+    from quantbench import gallery as GL
+    from quantbench.analysis import accuracy as A
+
+    res = labelled_bench / "results"
+    files = sorted(p for p in res.rglob("*") if p.is_file() and ".cache" not in p.parts and not p.name.endswith(".key"))
+    before = {p: p.read_bytes() for p in files}
+    drawn, scored = [], []
+    real_draw, real_score = GL.draw, A.score
+    monkeypatch.setattr(GL, "draw", lambda *a: drawn.append(a[-1]) or real_draw(*a))
+    monkeypatch.setattr(A, "score", lambda *a: scored.append(1) or real_score(*a))
+    monkeypatch.setattr(R, "render_html", lambda text: pytest.fail("report.html rendered again from the same text"))
+    monkeypatch.chdir(labelled_bench)
+    args = ["equiv", "--no-run", "--hosts", "x86,x86b", "--variants", str(labelled_bench / "bench" / "variants"),
+            "--fixtures", str(labelled_bench / "bench" / "labels.json"), "--no-progress"]
+    assert main(args) == 0
+    assert (drawn, scored) == ([], [])
+    assert {p: p.read_bytes() for p in files} == before   # the same bytes as drawn and scored
+    # a thumbnail whose inputs changed (its key no longer matches) is drawn again, alone
+    thumb = sorted((res / GL.GALLERY).glob("*.png"))[0]
+    GL.key_path(thumb).write_text("0" * 64 + "\n")
+    assert main(args) == 0
+    assert len(drawn) == 1 and scored == [] and thumb.read_bytes() == before[thumb]
 
 
 def _chromium() -> str | None:

@@ -25,6 +25,12 @@ against the table's annotations before it is trusted.
 
 Whenever a figure cannot be computed honestly the answer is a reason, never a
 guess: ``{"computed": False, "why": ...}``.
+
+A score is a pure function of the plan (metric, fixtures, labels, boxes), the
+fixtures' recipes and image sizes, and the decisions scored, so it is keyed by
+their content (``score_key``, with METRIC_VERSION): byte-identical hosts are
+scored once, and ``ScoreCache`` keeps the scores of the last report under the
+results folder, so an unchanged rerun evaluates nothing.
 """
 
 from __future__ import annotations
@@ -39,10 +45,12 @@ from quantbench.analysis.decode import NONE, DecodeSpec, is_plugin
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
-from quantbench.fsutil import sha256_file
+from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.metrics import coco_ap
 from quantbench.preprocess import boxes_to_image, input_hw
 
+METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
+CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
 DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels"}
 BOX_FRAMES = ("normalized", "input-pixels")
 
@@ -279,11 +287,72 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     return {"metric": "AP", "value": ap["ap50"], "ap50_95": ap["ap50_95"], "images": len(p.fixtures)}
 
 
-def accuracy_table(result, sidecars: dict, truth: Truth | None) -> dict:
+def plan_key(p: Plan, truth: Truth) -> str:
+    """What score() reads besides the decisions, hashed once per model: the plan and each scored
+    fixture's recipe and image size."""
+    return content_key([p.metric, p.fixtures, p.labels, {f: g.tolist() for f, g in p.gt.items()},
+                        sorted(p.category_of.items()), p.frame,
+                        {f: [truth.fixtures[f].preprocess, truth.fixtures[f].size] for f in p.fixtures}])
+
+
+def score_key(plan: str, decoded: dict) -> str:
+    """The content key of one score: METRIC_VERSION, ``plan_key`` and every scored decision's digest."""
+    return content_key([METRIC_VERSION, plan, [[f, d.digest()] for f, d in sorted(decoded.items())]])
+
+
+def _is_score(d) -> bool:
+    """`d` has the shape score() returns (a cache entry is checked before it is shown)."""
+    def num(x, none_ok=True):
+        return (x is None and none_ok) or (isinstance(x, (int, float)) and not isinstance(x, bool))
+
+    if not isinstance(d, dict) or d.get("metric") not in ("top-1", "AP"):
+        return False
+    if not (num(d.get("value")) and num(d.get("ap50_95")) and isinstance(d.get("images"), int)):
+        return False
+    return set(d) <= {"metric", "value", "ap50_95", "images", "correct"} and num(d.get("correct"))
+
+
+class ScoreCache:
+    """Scores by content key: those of the last report (read from `path`), and those used now.
+
+    ``save`` keeps only the scores this report used, so the file stays the size of one report.
+    `computed` counts the scores evaluated rather than found.
+    """
+
+    def __init__(self, path=None):
+        self.path = Path(path) if path is not None else None
+        self.known, self.used, self.computed = {}, {}, 0
+        if self.path is not None:
+            try:
+                data = json.loads(self.path.read_text())
+                if isinstance(data, dict) and data.get("version") == METRIC_VERSION:
+                    self.known = dict(data.get("scores") or {})
+            except (OSError, ValueError):   # missing or damaged: every score is computed again
+                pass
+
+    def get(self, key: str, compute):
+        if key not in self.used:
+            found = self.known.get(key)
+            if not _is_score(found):   # absent, or a damaged file's entry: never trusted
+                found = compute()
+                self.computed += 1
+            self.used[key] = found
+        return dict(self.used[key])
+
+    def save(self) -> None:
+        if self.path is not None and self.used != self.known:
+            atomic_write_json(self.path, {"version": METRIC_VERSION, "scores": self.used}, indent=None)
+
+
+def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCache | None = None) -> dict:
     """Per model: {"plan": Plan | reason, "scores": {(variant, host): score dict}} from an EquivResult.
 
-    `sidecars`: model -> the fp32 variant's sidecar (classes, decode block, label_mode).
+    `sidecars`: model -> the fp32 variant's sidecar (classes, decode block, label_mode);
+    `cache`: where scores of the same content are found (None: a fresh one; hosts with
+    identical decisions are still scored once).
     """
+    cache = cache if cache is not None else ScoreCache()
+
     out = {}
     for model in dict.fromkeys(v["model"] for v in result.variants):
         vs = [v for v in result.variants if v["model"] == model]
@@ -297,13 +366,14 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None) -> dict:
             pl = f"labels not usable ({type(exc).__name__}: {exc})"
         scores = {}
         if isinstance(pl, Plan):
+            data = plan_key(pl, truth)
             for v in vs:
                 for h in result.hosts:
                     got = {f: result.decoded.get((h, v["variant_id"], f)) for f in pl.fixtures}
                     if any(d is None for d in got.values()):
                         continue
                     try:
-                        scores[(v["variant"], h)] = score(pl, got, truth)
+                        scores[(v["variant"], h)] = cache.get(score_key(data, got), lambda: score(pl, got, truth))
                     except ValueError as exc:
                         pl = f"boxes cannot be mapped back to the images ({exc})"
                         scores = {}
@@ -314,13 +384,18 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None) -> dict:
     return out
 
 
-def report_accuracy(result, root, fixtures=None, images=None) -> dict:
+def report_accuracy(result, root, fixtures=None, images=None, results_dir=None) -> dict:
     """The report's accuracy per model x variant x host (quantbench.analysis.accuracy), from the
-    labels the fixtures were built from: `fixtures` (COCO JSON; None: the bundled corpus) and `images`."""
+    labels the fixtures were built from: `fixtures` (COCO JSON; None: the bundled corpus) and `images`.
+
+    `results_dir`: the scores are kept in its CACHE_FILE and found there again (None: no cache)."""
     ids = sorted({f for fx in result.settings["fixtures"].values() for f in fx})
     try:
         truth = load_truth(ids, root, fixtures, images)
     except UserError as exc:
         return {m: {"plan": f"labels not readable ({exc})", "scores": {}}
                 for m in dict.fromkeys(v["model"] for v in result.variants)}
-    return accuracy_table(result, result.sidecars, truth)
+    cache = ScoreCache(Path(results_dir) / CACHE_FILE if results_dir is not None else None)
+    out = accuracy_table(result, result.sidecars, truth, cache)
+    cache.save()
+    return out

@@ -270,6 +270,22 @@ class Decoded:
     def total(self) -> int:
         return int(np.count_nonzero(self.kept))
 
+    def digest(self) -> str:
+        """The decisions' content, hashed (every array's dtype, shape and bytes): what a figure or a
+        picture made from them is keyed by, so an unchanged decision is never scored or drawn again."""
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in ("slot", "cls", "score", "kept", "margin", "box", "mask", "labels", "prob"):
+            a = getattr(self, name)
+            if a is None:
+                h.update(f"{name}:none;".encode())
+                continue
+            a = np.ascontiguousarray(a)
+            h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+            h.update(a.tobytes())
+        return h.hexdigest()
+
 
 def _squeeze_batch(a: np.ndarray, ndim: int, name: str, kind: str) -> np.ndarray:
     a = np.asarray(a)

@@ -480,19 +480,26 @@ def _flip_row(ctx: _Context, spec: DecodeSpec, v: VariantRef, comparison: dict, 
 def _decisions(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, flip_of: dict, out: _Rows) -> None:
     """Every decoded decision of `v` on every host: `decisions` table rows and the slim decoded decisions."""
     spec = run.spec
+    names: dict = {}   # class id -> name, asked of the spec once
     for h in ctx.hosts:
         for f in vfx:
             d = run.decoded(h, v.variant_id, f)
             out.decoded[(h, v.variant_id, f)] = _slim(d)
-            for i in range(d.slot.size):
-                q = int(d.slot[i])
+            # whole arrays to Python values at once: the same ints, floats and bools as int()/float()/bool()
+            slots, cls = np.asarray(d.slot, np.int64).tolist(), np.asarray(d.cls, np.int64).tolist()
+            score, margin = np.asarray(d.score, np.float64).tolist(), np.asarray(d.margin, np.float64).tolist()
+            kept = np.asarray(d.kept, bool).tolist()
+            boxes = None if getattr(d, "box", None) is None else np.asarray(d.box, np.float64).tolist()
+            src = ctx.source.get(f)
+            for i, q in enumerate(slots):
+                c = cls[i]
+                if c not in names:
+                    names[c] = spec.class_name(c)
                 out.decision_rows.append({
                     "equiv_id": ctx.equiv_id, "host": h, "fingerprint_id": ctx.sel[h][0],
-                    "variant_id": v.variant_id, "variant": v.name, "fixture_id": f, "source": ctx.source.get(f),
-                    "slot": q, "class_id": int(d.cls[i]),
-                    "box": None if getattr(d, "box", None) is None else [float(x) for x in d.box[i]],
-                    "class_name": spec.class_name(int(d.cls[i])), "score": float(d.score[i]),
-                    "kept": bool(d.kept[i]), "margin": float(d.margin[i]),
+                    "variant_id": v.variant_id, "variant": v.name, "fixture_id": f, "source": src,
+                    "slot": q, "class_id": c, "box": None if boxes is None else boxes[i],
+                    "class_name": names[c], "score": score[i], "kept": kept[i], "margin": margin[i],
                     "flip_own_fp32": flip_of.get(("own-fp32", h, f, q), ""),
                     "flip_ref_fp32": flip_of.get(("ref-fp32", h, f, q), "")})
 

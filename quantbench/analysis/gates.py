@@ -25,10 +25,16 @@ GATES = ("tensor", "decision", "classes")
 
 def tensor_failures(ref, cand, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL) -> int:
     """Number of elements of `cand` failing against `ref` under the element-wise rule."""
+    return _failures_and_max(ref, cand, atol, rtol)[0]
+
+
+def _failures_and_max(ref, cand, atol: float, rtol: float) -> tuple[int, float | None]:
+    """(failing elements, max |delta| over the elements finite on both sides, None if there is none),
+    from one float64 conversion of each side; shapes that differ: (every element, None)."""
     ref = np.asarray(ref)
     cand = np.asarray(cand)
     if ref.shape != cand.shape:
-        return max(ref.size, cand.size, 1)
+        return max(ref.size, cand.size, 1), None
     r = ref.astype(np.float64)
     c = cand.astype(np.float64)
     with np.errstate(invalid="ignore"):
@@ -37,7 +43,8 @@ def tensor_failures(ref, cand, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT
     nan_r, nan_c = np.isnan(r), np.isnan(c)
     inf_diff = (np.isinf(r) | np.isinf(c)) & (r != c) & ~nan_r & ~nan_c
     fail = fail | inf_diff | (nan_r ^ nan_c)
-    return int(np.count_nonzero(fail))
+    ok = np.isfinite(r) & np.isfinite(c)
+    return int(np.count_nonzero(fail)), (float(d[ok].max()) if ok.any() else None)
 
 
 @dataclass
@@ -58,13 +65,11 @@ class TensorGate:
             if c is None:
                 bad += max(np.size(r), 1)
                 continue
-            bad += tensor_failures(r, c, atol, rtol)
+            n_bad, biggest = _failures_and_max(r, c, atol, rtol)
+            bad += n_bad
             self.elements += int(np.size(r))
-            if np.shape(r) == np.shape(c) and np.size(r):
-                fr, fc = np.asarray(r, np.float64), np.asarray(c, np.float64)
-                ok = np.isfinite(fr) & np.isfinite(fc)
-                if ok.any():
-                    self.max_abs = max(self.max_abs, float(np.abs(fr[ok] - fc[ok]).max()))
+            if biggest is not None:
+                self.max_abs = max(self.max_abs, biggest)
         self.failing += bad
         self.fixtures_failing += int(bad > 0)
 
