@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "quantbench"
@@ -79,6 +81,22 @@ def test_no_command_imports_another_command():
              for m, ts in graph.items() if m.startswith("quantbench.commands.")}
     assert {m: ts for m, ts in cross.items() if ts} == {}
 
+
+# Third-party packages too heavy to load before a command needs them (`quantbench CMD --help` needs none).
+HEAVY = ("onnxruntime", "onnx", "pyarrow", "matplotlib", "PIL", "sklearn", "pycocotools", "tqdm", "pandas", "torch")
+
+
+def test_importing_every_module_loads_no_heavy_package():
+    """Internal imports sit at module top, so a heavy package must be imported where it is used (or bound with
+    quantbench.lazy), never at a module's top: otherwise every command, and its --help, pays for it."""
+    code = ("import importlib, pkgutil, sys, quantbench\n"
+            "for m in pkgutil.walk_packages(quantbench.__path__, 'quantbench.'):\n"
+            "    if not m.name.endswith('__main__'):\n"
+            "        importlib.import_module(m.name)\n"
+            f"print(sorted(h for h in {HEAVY!r} if h in sys.modules))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT.parent, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
 
 
 # Function-level quantbench imports that must stay lazy for a reason the hoisting script does not see:
