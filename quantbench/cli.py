@@ -6,8 +6,10 @@ import argparse
 import importlib
 import sys
 
-from quantbench import __version__
+from quantbench import __version__, console
+from quantbench import config as C
 from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
+from quantbench.console import add_common_arguments
 from quantbench.errors import GateFailed, ParameterError, UserError
 
 
@@ -55,9 +57,6 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
     key or table no command knows is an error whichever command runs (OPTION_KEYS, SUBCOMMANDS); a value is checked
     by the commands loaded that take it.
     """
-    from quantbench import config as C
-    from quantbench.console import add_common_arguments
-
     names = list(COMMANDS) if commands is None else [n for n in COMMANDS if n in commands]
     mods = _load_commands(names)
     if len(mods) < len(COMMANDS) and any(getattr(m, "NEEDS_EVERY_COMMAND", False) for m in mods.values()):
@@ -116,8 +115,6 @@ def _for_cli(exc: UserError, parser, args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from quantbench import console
-
     argv = sys.argv[1:] if argv is None else argv
     try:
         parser = build_parser(commands=[_command_of(argv)])

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quantbench import tables
 from quantbench.fsutil import atomic_path
 from quantbench.textfmt import num
 
@@ -143,8 +144,6 @@ def fixture_pixels(fixture_ids, tables_root) -> dict:
     import json
 
     import pyarrow.compute as pc
-
-    from quantbench import tables
 
     ids = sorted(set(fixture_ids))
     if not ids:
