@@ -6,8 +6,10 @@ import argparse
 import importlib
 import sys
 
-from quantbench import __version__
-from quantbench.commands import COMMANDS
+from quantbench import __version__, console
+from quantbench import config as C
+from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
+from quantbench.console import add_common_arguments
 from quantbench.errors import GateFailed, ParameterError, UserError
 
 
@@ -19,9 +21,14 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def _load_commands():
-    """Every listed command's module; one that fails to import is an error, never a silently missing command."""
-    return [(name, importlib.import_module(f"quantbench.commands.{name}")) for name in COMMANDS]
+def _load_commands(names) -> dict:
+    """The named commands' modules; one that fails to import is an error, never a silently missing command."""
+    return {name: importlib.import_module(f"quantbench.commands.{name}") for name in names}
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command argv runs: its first word (the top level has no option taking a value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -42,10 +49,18 @@ def _leaves(name: str, p: argparse.ArgumentParser):
     return [(f"{name} {act}", sp) for a in subs for act, sp in a.choices.items()]
 
 
-def build_parser(config: bool = True) -> argparse.ArgumentParser:
-    """The whole parser; with config, option defaults come from ./quantbench.toml and ./pyproject.toml."""
-    from quantbench import config as C
-    from quantbench.console import add_common_arguments
+def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
+    """The parser; with config, option defaults come from ./quantbench.toml and ./pyproject.toml.
+
+    Only the modules of `commands` (None: every command; all of them for a command that reads them all, `quantbench
+    config`) are imported and get their options and defaults; the others are listed from COMMAND_HELP. A defaults
+    key or table no command knows is an error whichever command runs (OPTION_KEYS, SUBCOMMANDS); a value is checked
+    by the commands loaded that take it.
+    """
+    names = list(COMMANDS) if commands is None else [n for n in COMMANDS if n in commands]
+    mods = _load_commands(names)
+    if len(mods) < len(COMMANDS) and any(getattr(m, "NEEDS_EVERY_COMMAND", False) for m in mods.values()):
+        mods = _load_commands(COMMANDS)
 
     parser = _Parser(
         prog="quantbench",
@@ -58,26 +73,29 @@ def build_parser(config: bool = True) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"quantbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, mod in _load_commands():
+    for name in COMMANDS:
+        mod = mods.get(name)
         p = sub.add_parser(
             name,
-            help=mod.HELP,
-            description=mod.HELP,
+            help=COMMAND_HELP[name],
+            description=COMMAND_HELP[name],
             formatter_class=_HelpFormatter,
         )
+        if mod is None:  # not run here: listed by `quantbench --help`, its module not imported
+            continue
         mod.add_arguments(p)
         p.set_defaults(_run=mod.run)
         if getattr(mod, "JSON_NATIVE", False):
             p.set_defaults(_json_native=True)
         for _, leaf in _leaves(name, p):
             add_common_arguments(leaf)
-    leaves = {n: lp for name, p in sub.choices.items() for n, lp in _leaves(name, p)}
+    leaves = {n: lp for name, p in sub.choices.items() if name in mods for n, lp in _leaves(name, p)}
     parser._qb_leaves = leaves
     parser._qb_builtin = {n: {d: a.default for d, a in C._actions(lp).items()} for n, lp in leaves.items()}
     parser._qb_sources = []
     if config:
-        sources = C.load_sources(".", commands=list(sub.choices) + list(leaves))
-        C.check_known(sources, leaves)
+        sources = C.load_sources(".", commands=list(COMMANDS) + list(SUBCOMMANDS))
+        C.check_known(sources, OPTION_KEYS)
         for n, lp in leaves.items():
             C.apply(lp, n, sources)
         parser._qb_sources = sources
@@ -97,10 +115,9 @@ def _for_cli(exc: UserError, parser, args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from quantbench import console
-
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        parser = build_parser()
+        parser = build_parser(commands=[_command_of(argv)])
     except UserError as exc:  # a bad [defaults] / [tool.quantbench] value
         sys.stderr.write(f"quantbench: error: {exc}\n")
         return exc.exit_code

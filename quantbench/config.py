@@ -17,7 +17,8 @@ per-command tables that win over them (`[defaults.equiv]` / `[tool.quantbench.eq
 
 A key is an option's long name (`no-progress` or `no_progress`). A value must suit the
 option (a number for --budget, one of the choices for --decode ...); a mistake is a
-one-line error naming the file, as for any flag. `quantbench config` shows every key,
+one-line error naming the file, as for any flag (a key no command has, whichever command
+runs; a value, when a command taking it runs). `quantbench config` shows every key,
 its value and where it came from. The defaults cannot define or override hosts: those
 trust rules stay with the hosts file (docs/trust.md).
 """
@@ -160,11 +161,8 @@ def _table(src: Source) -> str:
     return "tool.quantbench" if src.name == "pyproject.toml" else DEFAULTS_TABLE
 
 
-def check_known(sources: list[Source], parsers: dict) -> None:
-    """Every common key must be an option of at least one command."""
-    known = set()
-    for p in parsers.values():
-        known |= set(_actions(p))
+def check_known(sources: list[Source], known) -> None:
+    """Every common key must be an option of at least one command (`known`: every command's option dests)."""
     for src in sources:
         for key in src.common:
             if key not in known:

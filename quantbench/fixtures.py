@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantbench import preprocess
+from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, read_json, sha256_file
@@ -64,8 +64,6 @@ def fixtures_table(fixtures: list, spec_of) -> "pa.Table":
     machine. `spec_of(fx)` gives the fixture's preprocessing recipe.
     """
     import pyarrow as pa
-
-    from quantbench import tables
 
     raw = [canonical(fx.array).reshape(-1).view(np.uint8) for fx in fixtures]
     offsets = np.zeros(len(raw) + 1, dtype=np.int64)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quantbench import tables
 from quantbench.fsutil import atomic_path, content_key, key_path, write_key
 from quantbench.textfmt import num
 
@@ -156,8 +157,6 @@ def fixture_recipes(fixture_ids, tables_root) -> dict:
 
     import pyarrow.compute as pc
 
-    from quantbench import tables
-
     ids = sorted(set(fixture_ids))
     if not ids:
         return {}
@@ -175,8 +174,6 @@ def fixture_pixels(fixture_ids, tables_root) -> dict:
     import json
 
     import pyarrow.compute as pc
-
-    from quantbench import tables
 
     ids = sorted(set(fixture_ids))
     if not ids:

@@ -18,36 +18,57 @@ import contextlib
 import io
 import os
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from quantbench import SCHEMA_VERSION
+from quantbench import SCHEMA_VERSION, lazy
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, canonical_json, sha256_bytes
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+else:  # pyarrow loads on first use: importing this module (every command's does) stays cheap
+    pa, pq = lazy.module("pyarrow"), lazy.module("pyarrow.parquet")
+
+
+class ArrowType:
+    """An Arrow type named without importing pyarrow: `.arrow` makes it (once) when a table is built or read."""
+
+    def __init__(self, make):
+        self._make, self._arrow = make, None
+
+    @property
+    def arrow(self) -> pa.DataType:
+        if self._arrow is None:
+            self._arrow = self._make()
+        return self._arrow
+
+
+def _list(t: ArrowType) -> ArrowType:
+    return ArrowType(lambda: pa.list_(t.arrow))
+
+
 # (column, arrow type, meaning)
-_S = pa.string()
-_I = pa.int64()
-_F = pa.float64()
-_B = pa.bool_()
-_BIN = pa.large_binary()
-_TS = pa.timestamp("us", tz="UTC")
-_OBJ = pa.list_(pa.struct([("category_id", _I), ("bbox", pa.list_(_F))]))
+_S = ArrowType(lambda: pa.string())
+_I = ArrowType(lambda: pa.int64())
+_F = ArrowType(lambda: pa.float64())
+_B = ArrowType(lambda: pa.bool_())
+_BIN = ArrowType(lambda: pa.large_binary())
+_TS = ArrowType(lambda: pa.timestamp("us", tz="UTC"))
+_OBJ = ArrowType(lambda: pa.list_(pa.struct([("category_id", _I.arrow), ("bbox", pa.list_(_F.arrow))])))
 
 # every table ends with these two (created_at never enters a part name or any id: see append_chunks)
 _CREATED = ("created_at", _TS, "when the row was first written (UTC); not part of any hash or key")
 _RUN = ("run_id", _S, "the `run`/`equiv` invocation that first wrote the row: SHA-256 of its hosts, variants, "
         "fixtures and session (null: written outside one, or by schema version 1)")
 
-COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
+COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
     "fixtures": [
         ("fixture_id", _S, "SHA-256 of the canonical encoding of the input tensor (see docs/schema.md: tensor hash)"),
         ("input_name", _S, "model input the tensor feeds"),
         ("dtype", _S, "numpy dtype string of the input tensor, little-endian (e.g. <f4)"),
-        ("shape", pa.list_(_I), "input tensor shape"),
+        ("shape", _list(_I), "input tensor shape"),
         ("source", _S, "source image path, relative to the corpus or images folder"),
         ("image_sha256", _S, "SHA-256 of the source image file bytes"),
         ("labels", _S, "ground-truth labels as JSON (COCO annotations of the image)"),
@@ -80,14 +101,14 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("kind", _S, "local, emulated, ssh or imported"),
         ("arch", _S, "machine architecture (x86_64, aarch64)"),
         ("cpu", _S, "CPU identity: x86 vendor/family/model name, ARM implementer/part/variant"),
-        ("isa_flags", pa.list_(_S), "ISA feature flags relevant to kernel dispatch, sorted"),
+        ("isa_flags", _list(_S), "ISA feature flags relevant to kernel dispatch, sorted"),
         ("ort_version", _S, "onnxruntime version on the host"),
         ("fingerprint", _S, "the whole fingerprint as canonical JSON"),
         ("os", _S, "fingerprint: operating system"),
         ("libc", _S, "fingerprint: C library"),
         ("python_version", _S, "fingerprint: Python version"),
         ("numpy_version", _S, "fingerprint: numpy version"),
-        ("resolved_providers", pa.list_(_S), "fingerprint: execution providers the probe session resolved"),
+        ("resolved_providers", _list(_S), "fingerprint: execution providers the probe session resolved"),
     ],
     "outputs": [
         ("run_key", _S, "SHA-256 of (variant_id, fixture_id, fingerprint_id, session_key): the cache key"),
@@ -100,10 +121,10 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("fixture_id", _S, "fixture (input tensor hash)"),
         ("output_name", _S, "model output name"),
         ("dtype", _S, "numpy dtype string, little-endian"),
-        ("shape", pa.list_(_I), "output tensor shape"),
+        ("shape", _list(_I), "output tensor shape"),
         ("sha256", _S, "SHA-256 of the canonical encoding of the output tensor"),
         ("tensor", _BIN, "raw C-order little-endian bytes of the output tensor"),
-        ("providers", pa.list_(_S), "execution providers the session actually resolved"),
+        ("providers", _list(_S), "execution providers the session actually resolved"),
     ],
     "calib_manifest": [
         ("path", _S, "image path relative to the images folder named in the set's recipe.json (calib_sets/<name>/manifest.parquet, not under results/tables)"),
@@ -126,12 +147,12 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("variant", _S, "variant name"),
         ("model", _S, "source model name"),
         ("class_label", _S, "equivalence class (A, B, ...; A holds the first host named)"),
-        ("hosts", pa.list_(_S), "hosts whose output hashes are identical over every fixture"),
-        ("fingerprint_ids", pa.list_(_S), "fingerprint of each host, in the same order"),
+        ("hosts", _list(_S), "hosts whose output hashes are identical over every fixture"),
+        ("fingerprint_ids", _list(_S), "fingerprint of each host, in the same order"),
         ("digest", _S, "SHA-256 over the class's sorted (fixture, output, sha256) lines"),
         ("fixtures", _I, "fixtures compared"),
         ("reference", _B, "the class holds the reference host"),
-        ("separating_features", pa.list_(_S), "smallest fingerprint feature set telling this variant's classes apart (null: none found)"),
+        ("separating_features", _list(_S), "smallest fingerprint feature set telling this variant's classes apart (null: none found)"),
         ("agreement", _S, "JSON: per host pair, fixtures on which every output hash agrees"),
         ("distance", _S, "JSON: per output, |delta| max/mean and remaining precision bits against the reference class"),
         ("settings", _S, "the equiv settings as canonical JSON (hosts, reference, variants, fixtures, decode, gates)"),
@@ -150,7 +171,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("score", _F, "score the threshold applies to (sigmoid, softmax or map value), float64"),
         ("kept", _B, "served: score >= threshold (and within top-k)"),
         ("margin", _F, "signed distance to the decision boundary (score - threshold; classifier without threshold: top-1 minus top-2)"),
-        ("box", pa.list_(_F), "the decision's box or region as decoded, xyxy (null: the decoder has no boxes)"),
+        ("box", _list(_F), "the decision's box or region as decoded, xyxy (null: the decoder has no boxes)"),
         ("flip_own_fp32", _S, "flip kind against fp32 on the same host: threshold, class, box-shift, or empty"),
         ("flip_ref_fp32", _S, "flip kind against fp32 on the reference host, or empty"),
     ],
@@ -222,7 +243,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("node", _S, "GEMM-like node the weights feed"),
         ("op_type", _S, "Conv, MatMul, Gemm (QDQ) or QLinearConv, QLinearMatMul, MatMulInteger, ConvInteger"),
         ("weight", _S, "int8 weight initializer"),
-        ("shape", pa.list_(_I), "weight shape"),
+        ("shape", _list(_I), "weight shape"),
         ("act_type", _S, "activation integer type (uint8, int8, unknown)"),
         ("weight_type", _S, "weight integer type"),
         ("k", _I, "reduction length per output"),
@@ -230,7 +251,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("x86_saturating_pairs", _I, "pairs whose vpmaddubsw int16 sum can saturate (same sign, 255*(|wi|+|wj|) > 32767)"),
         ("neon_wrapping_pairs", _I, "pairs of -128 weights whose smull/smlal int16 sum can wrap (S8 activations)"),
         ("int32_ok", _B, "K*255*128 < 2^31"),
-        ("tiers", pa.list_(_S), "host tiers that can diverge: x86-avx2, arm-neon, all"),
+        ("tiers", _list(_S), "host tiers that can diverge: x86-avx2, arm-neon, all"),
         ("reason", _S, "why"),
     ],
     "remedies": [
@@ -239,7 +260,7 @@ COLUMNS: dict[str, list[tuple[str, pa.DataType, str]]] = {
         ("remedy", _S, "baseline, reduce_range, x64quantprecision, s8s8, u8u8"),
         ("variant_id", _S, "variant the remedy ran (the base one for session remedies)"),
         ("session_options", _S, "session options as canonical JSON"),
-        ("hosts", pa.list_(_S), "hosts compared"),
+        ("hosts", _list(_S), "hosts compared"),
         ("supported", _B, "false when the remedy could not be built or run (see note)"),
         ("classes", _I, "number of equivalence classes over the hosts"),
         ("one_class", _B, "all hosts byte-identical"),
@@ -312,7 +333,7 @@ def schema(name: str) -> pa.Schema:
     if name not in COLUMNS:
         raise KeyError(f"unknown table {name!r}; known: {', '.join(sorted(COLUMNS))}")
     return pa.schema(
-        [pa.field(c, t) for c, t, _ in COLUMNS[name]],
+        [pa.field(c, t.arrow) for c, t, _ in COLUMNS[name]],
         metadata={"quantbench.schema_version": str(SCHEMA_VERSION), "quantbench.table": name},
     )
 
@@ -419,9 +440,9 @@ def _complete(name: str, table: pa.Table) -> pa.Table:
     if name == "calib_manifest":
         return table
     if "run_id" not in have:
-        table = table.append_column("run_id", pa.array([_RUN_ID] * n, type=_S))
+        table = table.append_column("run_id", pa.array([_RUN_ID] * n, type=_S.arrow))
     if "created_at" not in have:
-        table = table.append_column("created_at", pa.array([_now()] * n, type=_TS))
+        table = table.append_column("created_at", pa.array([_now()] * n, type=_TS.arrow))
     return table
 
 
@@ -747,7 +768,7 @@ def _read_part(name: str, f: Path, read_cols: list[str], filter) -> pa.Table:
     t = pq.read_table(f, columns=cols, filters=filter)
     t = _complete(name, t)
     if "created_at" in missing:  # unknown for an old part: null, not "now"
-        t = t.set_column(t.column_names.index("created_at"), "created_at", pa.nulls(t.num_rows, _TS))
+        t = t.set_column(t.column_names.index("created_at"), "created_at", pa.nulls(t.num_rows, _TS.arrow))
     return t.select(read_cols)
 
 
@@ -896,7 +917,7 @@ def markdown() -> str:
         out.append("| column | type | meaning |")
         out.append("|---|---|---|")
         for c, t, meaning in cols:
-            out.append(f"| `{c}` | `{_type_text(t)}` | {meaning} |")
+            out.append(f"| `{c}` | `{_type_text(t.arrow)}` | {meaning} |")
         out.append("")
     return "\n".join(out)
 

@@ -2,14 +2,12 @@
 
 Why: issue 15 asks for internal imports at module top, so a module's dependencies read in
 one place and import errors surface at import, not deep inside a command. Lazy imports stay
-only where they buy something: heavy third-party modules (onnxruntime, pyarrow, ...) and
-`cli.py` importing the command modules. So an import stays lazy when hoisting it would cost at
-import time:
+only where they buy something: heavy third-party modules (onnxruntime, pyarrow, matplotlib: each
+loaded where it is used, or bound with quantbench.lazy) and `cli.py` importing the command modules
+(by name, with importlib: `quantbench CMD` imports CMD alone). So an internal import stays lazy when
 - the imported module pulls (through its own top-level imports) a heavy third-party package the
-  importer does not already pull (e.g. `quantbench.tables` -> pyarrow);
-- the importer is among the modules `quantbench --help` imports (cli.py, the command modules, what
-  their `add_*arguments` import, and all these import at top) and the imported module would add modules to that set: `--help` builds
-  every command's parser, so each such hoist would slow every invocation.
+  importer does not already pull (none does today: keep it so);
+- tests/test_architecture.py's LAZY_EXEMPT names it ("importer:imported module" -> why).
 
 Edits the source text by line ranges (formatting elsewhere untouched); idempotent, so it can be
 rerun after other branches merge:
@@ -33,10 +31,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "quantbench"
-# Third-party modules too heavy for `quantbench --help`: imported only where used.
-HEAVY = {"onnxruntime", "onnx", "pyarrow", "matplotlib", "pycocotools", "sklearn", "PIL", "tqdm", "pandas"}
-# Modules whose function-level imports are deliberate (cli.py imports the command modules lazily).
-SKIP = {"quantbench.cli"}
+# Third-party modules too heavy to load before a command needs them: imported only where used.
+HEAVY = {"onnxruntime", "pyarrow", "matplotlib"}
+EXEMPT_FROM = Path("tests") / "test_architecture.py"
 WIDTH = 120
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
@@ -105,18 +102,16 @@ def import_closures(mods: dict[str, Path], trees: dict[str, ast.Module]) -> tupl
     return closure, heavy
 
 
-def help_modules(mods: dict[str, Path], trees: dict[str, ast.Module], closure: dict[str, frozenset]) -> frozenset:
-    """The quantbench modules `quantbench --help` imports: cli.py (also inside its functions) and every command
-    module, with what their `add_*arguments` functions import (the parser's build runs them)."""
-    roots = {m for m in mods if m == "quantbench.cli" or m.startswith("quantbench.commands")}
-    for m in list(roots):
-        for fn in ast.walk(trees[m]):
-            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-                    m == "quantbench.cli" or fn.name.startswith("add_")):
-                for node in ast.walk(fn):
-                    if isinstance(node, (ast.Import, ast.ImportFrom)):
-                        roots |= {t for t in imported_modules(node, mods) if t in mods}
-    return frozenset().union(*(closure[m] for m in roots))
+def lazy_exempt(root: Path) -> dict[str, str]:
+    """LAZY_EXEMPT of tests/test_architecture.py ("importer:imported module" -> why), read without importing it."""
+    path = root / EXEMPT_FROM
+    if not path.is_file():
+        return {}
+    for node in ast.parse(path.read_text()).body:
+        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == "LAZY_EXEMPT" for t in targets):
+            return ast.literal_eval(node.value)
+    return {}
 
 
 class Scopes(ast.NodeVisitor):
@@ -210,9 +205,10 @@ def render_import(module: str, asname: str | None) -> list[str]:
 
 
 class Module:
-    def __init__(self, name: str, path: Path, mods: dict[str, Path], closure: dict, heavy: dict, help_set: frozenset):
+    def __init__(self, name: str, path: Path, mods: dict[str, Path], closure: dict, heavy: dict,
+                 exempt: dict[str, str] | None = None):
         self.name, self.path, self.mods = name, path, mods
-        self.closure, self.heavy, self.help_set = closure, heavy, help_set
+        self.closure, self.heavy, self.exempt = closure, heavy, exempt or {}
         self.text = path.read_text()
         self.lines = self.text.splitlines(keepends=True)
         self.tree = ast.parse(self.text)
@@ -227,16 +223,17 @@ class Module:
 
     def cost(self, node) -> str | None:
         """Why hoisting this import would cost at import time (None: it would not)."""
-        heavy, extra = set(), set()
+        heavy = set()
         for m in imported_modules(node, self.mods):
             heavy |= self.heavy.get(m, frozenset()) - self.heavy[self.name]
-            if self.name in self.help_set:
-                extra |= self.closure.get(m, frozenset()) - self.help_set
         if heavy:
             return f"would import {', '.join(sorted(heavy))} at top"
-        if extra:
-            return f"`quantbench --help` would import {len(extra)} more modules, e.g. {min(extra)}"
         return None
+
+    def exemption(self, node) -> str | None:
+        """LAZY_EXEMPT's reason for keeping this import lazy (None: not exempt)."""
+        keys = [f"{self.name}:{m}" for m in imported_modules(node, self.mods)]
+        return next((self.exempt[k] for k in keys if k in self.exempt), None)
 
     def plan(self):
         """-> (top imports to add {(kind, module): {bound name: imported name}}, lazy nodes to remove, renames)."""
@@ -251,7 +248,7 @@ class Module:
         remove, renames = [], []  # renames: (function scope, old name, new name)
         for node in sorted(self.lazy_imports(), key=lambda n: n.lineno):
             where = f"{self.path.relative_to(ROOT)}:{node.lineno}"
-            why = self.cost(node)
+            why = self.cost(node) or self.exemption(node)
             if why:
                 self.left_lazy.append(f"{where}: stays lazy ({why})")
                 continue
@@ -472,12 +469,10 @@ def main(argv=None) -> int:
     mods = module_files(root)
     trees = {m: ast.parse(p.read_text()) for m, p in mods.items()}
     closure, heavy = import_closures(mods, trees)
-    help_set = help_modules(mods, trees, closure)
+    exempt = lazy_exempt(root)
     moved, lazy = 0, []
     for name, path in mods.items():
-        if name in SKIP:
-            continue
-        mod = Module(name, path, mods, closure, heavy, help_set)
+        mod = Module(name, path, mods, closure, heavy, exempt)
         if args.check:
             adds, remove, _ = mod.plan()
             moved += len(remove)

@@ -1,13 +1,18 @@
 """The CLI's surface: help for every command, and user mistakes as one line + exit 2."""
 
+import importlib
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import quantbench.commands
 from quantbench.cli import build_parser, main
-from quantbench.commands import COMMANDS
+from quantbench import config as C
+from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
 
 
 def _err_lines(text):
@@ -21,6 +26,49 @@ def test_help_lists_every_command_with_a_sentence(capsys):
     out = capsys.readouterr().out
     for name in COMMANDS:
         assert f"    {name}" in out, name
+
+
+def test_the_command_table_lists_every_command_module_with_its_help():
+    """`quantbench --help` lists COMMAND_HELP without importing the modules; each listed module must still import (a
+    broken command is an error, never a silently missing one) and its HELP must be the sentence listed."""
+    on_disk = {p.stem for p in Path(quantbench.commands.__file__).parent.glob("*.py")} - {"__init__"}
+    assert set(COMMANDS) == on_disk
+    for name, text in COMMAND_HELP.items():
+        assert importlib.import_module(f"quantbench.commands.{name}").HELP == text, name
+
+
+def test_the_defaults_tables_names_match_the_whole_parser():
+    """A defaults table is checked against OPTION_KEYS and SUBCOMMANDS without importing every command: they must be
+    exactly every command's options and sub-actions."""
+    leaves = build_parser(config=False)._qb_leaves
+    assert OPTION_KEYS == {d for leaf in leaves.values() for d in C._actions(leaf)}
+    assert SUBCOMMANDS == tuple(n for n in leaves if " " in n)
+
+
+_LOADED = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+           "print('loaded:', sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('quantbench.commands.')))")
+
+
+@pytest.mark.parametrize("argv, loaded", [
+    (["--help"], []),
+    ([], []),
+    (["equiv", "--help"], ["equiv"]),
+    (["hosts", "list", "--help"], ["hosts"]),
+    (["config", "--help"], sorted(COMMANDS)),   # `quantbench config` lists every command's options
+])
+def test_a_command_line_imports_only_the_command_it_runs(tmp_path, argv, loaded):
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-c", _LOADED, *argv], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == f"loaded: {loaded}"
+    if argv[:1] == ["--help"]:
+        assert all(f"    {name}" in p.stdout for name in COMMANDS)
+    # a defaults table is checked against the command table, not by importing every command
+    (tmp_path / "quantbench.toml").write_text('[defaults]\nhosts = "x86"\nbudget = 3\n')
+    p = subprocess.run([sys.executable, "-c", _LOADED, *argv], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.stdout.splitlines()[-1] == f"loaded: {loaded}"
 
 
 @pytest.mark.parametrize("name", COMMANDS)

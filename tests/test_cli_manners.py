@@ -219,9 +219,44 @@ def test_defaults_do_not_weaken_the_hosts_file_rules(tmp_path, monkeypatch, caps
     ('[defaults.nosuchcommand]\nhosts = "x86"\n', ["nosuchcommand"]),
     ('[defaults]\nhosts = "x86"\nboard = { kind = "ssh", address = "a@b" }\n', ["board", "above it"]),
 ])
-def test_a_bad_default_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys, text, words):
+@pytest.mark.parametrize("argv", [["config"], ["equiv", "--help"]])   # every command / one that takes these options
+def test_a_bad_default_is_one_line_naming_the_file(tmp_path, monkeypatch, capsys, text, words, argv):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "quantbench.toml").write_text(text)
-    assert main(["config"]) == 2
+    assert main(argv) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "quantbench.toml" in err[0] and all(w in err[0] for w in words), err
+
+
+_UNKNOWN = [
+    ('[defaults]\nno_such_option = 1\n', ["no_such_option", "no command"]),
+    ('[defaults.nosuchcommand]\nhosts = "x86"\n', ["nosuchcommand", "hosts list"]),
+]
+
+
+@pytest.mark.parametrize("argv, text, words", [
+    *((["--help"], t, w) for t, w in _UNKNOWN),
+    *((["lint", "nowhere.onnx"], t, w) for t, w in _UNKNOWN),
+    (["lint", "nowhere.onnx"], '[defaults.lint]\nbudget = 2\n',
+     ["[defaults.lint] budget", "`quantbench lint` has no option --budget"]),
+])
+def test_an_unknown_default_is_an_error_whichever_command_runs(tmp_path, monkeypatch, capsys, argv, text, words):
+    """Only the command that runs is imported; a key or table no command knows is still refused, and the running
+    command checks its own table (`lint` has no --budget)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quantbench.toml").write_text(text)
+    assert main(argv) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "quantbench.toml" in err[0] and all(w in err[0] for w in words), err
+
+
+def test_a_default_is_checked_by_the_commands_taking_it(tmp_path, monkeypatch, capsys):
+    """A value is checked by the commands that take the option (only the running command is imported): a bad
+    --budget default stops equiv, not lint; `quantbench config` checks every command."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "quantbench.toml").write_text('[defaults]\nbudget = "many"\n')
+    assert main(["lint", "nowhere.onnx"]) == 2
+    assert "not found" in capsys.readouterr().err
+    for argv in (["equiv", "--no-run"], ["config"]):
+        assert main(argv) == 2
+        assert "budget" in capsys.readouterr().err

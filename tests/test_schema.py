@@ -42,7 +42,7 @@ def sample(t):
     raise SystemExit(f"no sample value for arrow type {t}")
 
 for name, cols in tables.COLUMNS.items():
-    tables.append(name, [{c: sample(t) for c, t, _ in cols}], root=sys.argv[1])
+    tables.append(name, [{c: sample(t.arrow) for c, t, _ in cols}], root=sys.argv[1])
 print(",".join(tables.COLUMNS))
 """
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from quantbench import tables
 from quantbench.analysis.decode import NONE, DecodeSpec, is_plugin
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
@@ -100,8 +101,6 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
     and `equiv` default); `images`: its images folder (None: images/ beside it).
     """
     import pyarrow.compute as pc
-
-    from quantbench import tables
 
     ids = sorted(set(fixture_ids))
     cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess"]

@@ -71,6 +71,8 @@ import numpy as np
 
 from quantbench import plugins
 from quantbench.errors import UserError
+from quantbench.modelio import load_model
+from quantbench.variants import sidecar_for
 
 KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo")
 NONE = "none"
@@ -622,9 +624,6 @@ def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
 
 def spec_for_variant(variant, kind: str | None = None) -> DecodeSpec | None:
     """The decode spec of a variant's sidecar (or `kind`), checked against its outputs; None under decode none."""
-    from quantbench.modelio import load_model
-    from quantbench.variants import sidecar_for
-
     spec = spec_from_sidecar(sidecar_for(variant), kind, source=str(variant.path))
     if spec.kind == NONE:
         return None

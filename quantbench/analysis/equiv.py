@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from quantbench import tables
 from quantbench.analysis import classes as C
 from quantbench.analysis import decisions as D
 from quantbench.analysis import gates as G
@@ -37,6 +38,7 @@ from quantbench.analysis.decode import (NONE, NONE_HINT, Decoded, DecodeSpec, ch
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
+from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 
 COMPARISONS = ("own-fp32", "ref-fp32", "ref-same")
 
@@ -114,8 +116,6 @@ def select_results(hosts, variants, fixtures_for, prefer=None, run_hint: str = "
     complete one. A host without complete results names the run that would
     produce them; a fixture present under another input hash is refused.
     """
-    from quantbench.hosts.results import load_outputs
-
     vids = [v.variant_id for v in variants]
     t = load_outputs(host=list(hosts), variant_id=vids, tensors=False, tables_root=tables_root)
     cols = {c: t.column(c).to_pylist() for c in ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id")}
@@ -158,8 +158,6 @@ def select_results(hosts, variants, fixtures_for, prefer=None, run_hint: str = "
 
 def _refuse_rehashed(host, missing, combos, tables_root) -> None:
     """A missing fixture whose image this host ran under another input hash: refuse, do not compare."""
-    from quantbench import tables
-
     if not missing:
         return
     ft = tables.read("fixtures", root=tables_root, columns=["fixture_id", "source", "image_sha256"])
@@ -178,8 +176,6 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
 
 def _load_arrays(hosts, sel, variant_ids, fixture_ids, tables_root) -> dict:
     """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read."""
-    from quantbench.hosts.results import load_outputs, tensor_from_row
-
     t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
                      tables_root=tables_root)
     out: dict = {(h, v): {} for h in hosts for v in variant_ids}
@@ -267,8 +263,6 @@ def _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, 
 
 def _host_identities(hosts, sel, tables_root) -> tuple[dict, dict]:
     """Per host, the selected fingerprint's summary and its fingerprint features (read from the hosts table)."""
-    from quantbench.hosts.results import load_hosts
-
     rows = {(r["host"], r["fingerprint_id"]): r for r in load_hosts(host=hosts, tables_root=tables_root).to_pylist()}
     host_info, features = {}, {}
     for h in hosts:
@@ -292,8 +286,6 @@ def _host_identity(r: dict, selected) -> tuple[dict, dict]:
 
 
 def _fixture_sources(tables_root) -> dict:
-    from quantbench import tables
-
     ft = tables.read("fixtures", root=tables_root, columns=["fixture_id", "source"])
     return dict(zip(ft.column("fixture_id").to_pylist(), ft.column("source").to_pylist()))
 
@@ -534,8 +526,6 @@ def _not_compared(comp, host, variant, ref_host, ref_variant, fixtures, variant_
 
 def write_tables(result: EquivResult, tables_root) -> list:
     """Append the classes, decisions and flips rows; returns the part paths (rows stored before are not rewritten)."""
-    from quantbench import tables
-
     paths = []
     for name, rows in (("classes", result.class_rows), ("decisions", result.decision_rows),
                        ("flips", result.flip_rows)):

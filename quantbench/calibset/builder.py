@@ -33,6 +33,7 @@ from typing import Sequence
 
 import numpy as np
 
+from quantbench import tables
 from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import ParameterError, UserError
@@ -332,8 +333,6 @@ def manifest_bytes(rows: list[dict]) -> bytes:
     import io
 
     import pyarrow.parquet as pq
-
-    from quantbench import tables
 
     table = tables.to_arrow("calib_manifest", rows)
     buf = io.BytesIO()

@@ -1,32 +1,64 @@
 """One module per subcommand.
 
-Each module defines ``HELP`` (one sentence), ``add_arguments(parser)`` and
-``run(args) -> int``. Keep module-level imports light: ``quantbench --help``
-imports every command module, so heavy imports (onnxruntime, torch) belong
-inside ``run``.
+Each module defines ``HELP`` (one sentence, also in COMMAND_HELP below),
+``add_arguments(parser)`` and ``run(args) -> int``. ``quantbench --help`` imports
+no command module and ``quantbench CMD`` only CMD's (cli.py), so a command module
+imports its library at top; heavy third-party packages (onnxruntime, pyarrow,
+matplotlib) still load only where they are used.
 """
 
 from quantbench.analysis.gates import parse_gates
 from quantbench.errors import GateFailed, UserError
 
-# Order in which `quantbench --help` lists the commands (pipeline order).
-COMMANDS = [
-    "calibrate",
-    "run",
-    "hosts",
-    "equiv",
-    "localize",
-    "lint",
-    "remedy",
-    "noise",
-    "latency",
-    "diff",
-    "release",
-    "verify",
-    "report",
-    "config",
-    "tables",
-]
+# `quantbench --help` lists the commands from this table, in this (pipeline) order, without importing their
+# modules; each entry is its module's HELP (a test checks they agree).
+COMMAND_HELP = {
+    "calibrate": ("Build a calibration set balanced by your data's strata x lighting and make fp32, dynamic and "
+                  "static QDQ int8 variants (MinMax, Percentile, Entropy) with memory-bounded, order-independent "
+                  "calibration."),
+    "run": ("Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash "
+            "every output."),
+    "hosts": "List hosts and whether each is ready, check one with a smoke job, or set up emulated hosts.",
+    "equiv": ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
+              "decision flips against fp32, count concealment, margins and the tensor vs decision gates."),
+    "localize": ("Find the first node whose output differs between two hosts, hashing every intermediate tensor in "
+                 "bounded memory."),
+    "lint": ("Lint an int8 model's weights for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow, per "
+             "layer."),
+    "remedy": ("Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all "
+               "hosts into one class, at what decision cost."),
+    "noise": ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic "
+              "vs all."),
+    "latency": ("Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never "
+                "under emulation."),
+    "diff": ("Compare two ONNX files: op types, initializers, interface, opset, producer, value_info and doc_strings, "
+             "ranked by semantic risk (not by bytes), with raw and semantic hashes of both."),
+    "release": ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, raw "
+                "and semantic hashes and per-host behaviour) and register its release keys."),
+    "verify": ("Check a release folder or archive (.tar.gz from `release --archive`): re-hash retained artifacts, "
+               "re-read every Parquet table against its recorded hash, and with --host re-run a sample of fixtures "
+               "there and compare output hashes (exit 0 pass, 1 fail)."),
+    "report": "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`.",
+    "config": ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
+               "each comes from: a flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in."),
+    "tables": "Show the result tables' parts and rows, or compact small parts into sorted parts with statistics.",
+}
+COMMANDS = list(COMMAND_HELP)
+
+# What a defaults table (config.py) may name, so it is checked without importing every command: each command's
+# options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
+OPTION_KEYS = frozenset({
+    "activation_type", "all", "allow_fallback", "allow_short", "allow_version_mismatch", "archive", "atol", "batch",
+    "budget", "chunk_size", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
+    "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
+    "graph_opt", "group", "host", "hosts", "hosts_file", "images", "jobs", "json", "labels", "limit", "max_memory",
+    "methods", "model", "name", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "opt_level", "out",
+    "per_cell", "per_channel", "percentile", "pre_process", "preprocess", "providers", "quiet", "reduce_range",
+    "reference", "remedies", "repeats", "results", "retain", "rtol", "runs", "sample", "seed", "session_config",
+    "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
+    "variants", "verbose", "warmup", "weight_type"
+})
+SUBCOMMANDS = ("hosts list", "hosts check", "hosts setup", "tables compact", "tables info")
 
 
 def finite_float(text: str) -> float:

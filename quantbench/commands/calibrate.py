@@ -13,6 +13,7 @@ import argparse
 
 from quantbench.commands import finite_float
 from quantbench.errors import UserError
+from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
 from quantbench.quantize.pipeline import CalibrateOptions, calibrate
 from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
@@ -117,8 +118,6 @@ def _options(recipe: dict) -> str:
 
 def options_from_args(args):
     """The flags -> CalibrateOptions (flag syntax checked here; values are validated by the library)."""
-    from quantbench.quantize import variants as qv
-
     try:
         count_bins = [int(x) for x in _csv(args.count_bins)]
     except ValueError:

@@ -8,6 +8,7 @@ from quantbench.textfmt import text_table
 HELP = ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
         "each comes from: a flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in.")
 JSON_NATIVE = True
+NEEDS_EVERY_COMMAND = True   # lists every command's options: cli.py builds the whole parser for it
 
 
 def add_arguments(parser) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from quantbench.errors import GateFailed
+from quantbench.modelio import parse_strip
+from quantbench.release.diff import SEMANTIC, diff_models, format_diff
 
 HELP = ("Compare two ONNX files: op types, initializers, interface, opset, producer, value_info and "
         "doc_strings, ranked by semantic risk (not by bytes), with raw and semantic hashes of both.")
@@ -21,9 +23,6 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import json
-
-    from quantbench.modelio import parse_strip
-    from quantbench.release.diff import SEMANTIC, diff_models, format_diff
 
     d = diff_models(args.a, args.b, parse_strip(args.strip))
     if args.json:

@@ -6,11 +6,17 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantbench import tables
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, spec_from_sidecar
+from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.commands import (add_fixture_arguments, add_session_arguments, finish_equiv, finite_float,
                                  fixtures_from_args, session_from_args, sidecar_from_args)
 from quantbench.errors import UserError
+from quantbench.hosts.registry import announce_hosts_file, parse_hosts
+from quantbench.hosts.runner import run_hosts, variant_info
+from quantbench.modelio import fits, load_model
+from quantbench.variants import resolve_variants, sidecar_for
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
@@ -66,9 +72,6 @@ def _run_hint(args) -> str:
 
 def check_decoders(variants, override, kind, threshold) -> None:
     """Every variant's decode spec (sidecar or --decode/--threshold) is valid and fits its outputs."""
-    from quantbench.modelio import load_model
-    from quantbench.variants import sidecar_for
-
     for v in variants:
         spec = spec_from_sidecar(sidecar_for(v, override), kind, threshold, source=f"model {v.model} sidecar")
         try:
@@ -93,13 +96,6 @@ class Prepared:
 
 def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
     """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
-
-    from quantbench.analysis.equiv import VariantRef
-    from quantbench import tables
-    from quantbench.modelio import fits
-    from quantbench.variants import resolve_variants, sidecar_for
-    from quantbench.hosts.registry import parse_hosts
-    from quantbench.hosts.runner import run_hosts, variant_info
 
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
@@ -155,8 +151,6 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
 
 def duplicate_variants(variants, infos) -> list[dict]:
     """Variants asked for whose model is semantically identical to an analysed one (run once, named in the report)."""
-    from quantbench.hosts.runner import variant_info
-
     kept = {vi.variant_id: vi for vi in infos}
     analysed = {str(Path(vi.path).resolve()) for vi in infos}
     out = []
@@ -171,9 +165,6 @@ def duplicate_variants(variants, infos) -> list[dict]:
 
 
 def run(args) -> int:
-    from quantbench.analysis.equiv import analyze
-    from quantbench.hosts.registry import announce_hosts_file
-
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
     if "decision" in gates and args.decode == "none":
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")

@@ -6,6 +6,12 @@ import json
 
 from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
+from quantbench.hosts import emulated as em
+from quantbench.hosts import worker as W
+from quantbench.hosts.keys import cpu_summary, probe_model
+from quantbench.hosts.registry import known_hosts, make_host, parse_hosts
+from quantbench.hosts.session import HostSession
+from quantbench.hosts.setup import setup_presets
 from quantbench.textfmt import text_table
 
 HELP = "List hosts and whether each is ready, check one with a smoke job, or set up emulated hosts."
@@ -34,8 +40,6 @@ def add_arguments(p) -> None:
 
 
 def _ready(spec) -> tuple[bool, str]:
-    from quantbench.hosts.registry import make_host
-
     try:
         return make_host(spec).ready()
     except UserError as exc:
@@ -43,8 +47,6 @@ def _ready(spec) -> tuple[bool, str]:
 
 
 def do_list(args) -> int:
-    from quantbench.hosts.registry import known_hosts
-
     hosts = known_hosts(args.hosts_file)
     rows = [("host", "kind", "defined", "ready", "detail")]
     for name, spec in hosts.items():
@@ -62,11 +64,6 @@ def do_list(args) -> int:
 
 def do_check(args) -> int:
     import time
-
-    from quantbench.hosts import worker as W
-    from quantbench.hosts.registry import make_host, parse_hosts
-    from quantbench.hosts.keys import cpu_summary, probe_model
-    from quantbench.hosts.session import HostSession
 
     requests = parse_hosts(args.name, session_from_args(args), args.hosts_file, option="hosts check")
     if len(requests) != 1:
@@ -120,10 +117,6 @@ def do_check(args) -> int:
 
 
 def do_setup(args) -> int:
-    from quantbench.hosts.registry import known_hosts
-
-    from quantbench.hosts import emulated as em
-    from quantbench.hosts.setup import setup_presets
 
     hosts = known_hosts(args.hosts_file)
     if args.all:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench import tables
+from quantbench.assets import TABLES_DIR
 from quantbench.commands import fixtures_from_args
 from quantbench.explain import update_report
+from quantbench.explain.latency import check_host, measure, table, with_speedups
+from quantbench.hosts.registry import parse_hosts
+from quantbench.variants import pick_variant, resolve_variants
 
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."
 
@@ -26,19 +31,12 @@ def add_arguments(p) -> None:
 
 
 def resolve(names: str):
-    from quantbench.variants import pick_variant, resolve_variants
-
     if names == "all":
         return resolve_variants(None)
     return [pick_variant(n.strip()) for n in names.split(",") if n.strip()]
 
 
 def run(args) -> int:
-    from quantbench import tables
-    from quantbench.assets import TABLES_DIR
-    from quantbench.explain.latency import check_host, measure, table, with_speedups
-    from quantbench.hosts.registry import parse_hosts
-
     hosts = parse_hosts(args.hosts, {"intra_op_num_threads": args.threads}, args.hosts_file)
     for h in hosts:
         check_host(h)

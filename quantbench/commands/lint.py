@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench import tables
+from quantbench.assets import TABLES_DIR
 from quantbench.explain import update_report
+from quantbench.explain.lint import lint_model
+from quantbench.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
 HELP = "Lint an int8 model's weights for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow, per layer."
@@ -17,11 +21,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from quantbench import tables
-    from quantbench.assets import TABLES_DIR
-    from quantbench.explain.lint import lint_model
-    from quantbench.modelio import load_model, semantic_sha256
-
     model = load_model(args.model)
     rows = lint_model(model)
     vid = semantic_sha256(model)

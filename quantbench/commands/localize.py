@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench import tables
+from quantbench.assets import TABLES_DIR
 from quantbench.commands import add_explain_arguments, base_session_from_args, fixtures_from_args
 from quantbench.explain import update_report
+from quantbench.explain.evidence import run_evidence_for, table
+from quantbench.explain.localize import localize, summary
+from quantbench.fixtures import pick_fixture
+from quantbench.hosts.registry import parse_hosts
+from quantbench.variants import pick_variant
 
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."
 
@@ -26,13 +33,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from quantbench import tables
-    from quantbench.assets import TABLES_DIR
-    from quantbench.explain.localize import localize, summary
-    from quantbench.hosts.registry import parse_hosts
-    from quantbench.fixtures import pick_fixture
-    from quantbench.variants import pick_variant
-
     root = Path(args.tables) if args.tables else TABLES_DIR
     variant = pick_variant(args.variant)
     hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
@@ -43,8 +43,6 @@ def run(args) -> int:
     print(summary(res))
     print(f"localize table: {part.parent if part else root / 'localize'}")
     if args.evidence:
-        from quantbench.explain.evidence import run_evidence_for, table
-
         evs, notes = run_evidence_for(variant, hosts, fixtures_from_args(args, [variant], max(1, args.evidence_fixtures)),
                                       root)
         for note in notes:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench import tables
 from quantbench.analysis.decode import decode_arg, spec_for_variant
+from quantbench.assets import TABLES_DIR
 from quantbench.commands import add_explain_arguments, base_session_from_args, fixtures_from_args
 from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
+from quantbench.hosts.registry import parse_hosts
+from quantbench.variants import pick_variant
 
 HELP = "Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all."
 
@@ -26,11 +30,6 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from quantbench import tables
-    from quantbench.assets import TABLES_DIR
-    from quantbench.hosts.registry import parse_hosts
-    from quantbench.variants import pick_variant
-
     if args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
     root = Path(args.tables) if args.tables else TABLES_DIR

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from quantbench.release.archive import write_archive
+from quantbench.release.record import build_release, flips_text
 from quantbench.textfmt import text_table
+from quantbench.variants import load_variants
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "
@@ -28,13 +31,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from quantbench.release.record import build_release
-
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
     variants = None
     if args.variants:
-        from quantbench.variants import load_variants
-
         variants = load_variants(args.variants)
     res = build_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants)
     if res.refused:
@@ -47,8 +46,6 @@ def run(args) -> int:
         return 1
     archive = None
     if args.archive is not None:
-        from quantbench.release.archive import write_archive
-
         archive = write_archive(res.folder, args.archive or None)
     if getattr(args, "json", False):
         import json
@@ -76,8 +73,6 @@ def _json_summary(tag: str, res, archive) -> dict:
 
 def _print_release(tag: str, res, archive) -> None:
     """The text summary of a written release: one row per variant x host, then what was written where."""
-    from quantbench.release.record import flips_text
-
     rec = res.record
     rows = []
     for v in rec["variants"]:

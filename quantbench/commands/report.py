@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from quantbench import tables
 from quantbench.analysis import gates as G
+from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.commands import finish_equiv
 from quantbench.errors import UserError
+from quantbench.variants import Variant, sidecar_for
 
 HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
 
@@ -37,10 +40,6 @@ def last_equiv(results: Path) -> dict:
 
 
 def run(args) -> int:
-    from quantbench import tables
-    from quantbench.analysis.equiv import VariantRef, analyze
-    from quantbench.variants import Variant, sidecar_for
-
     results = Path(args.results)
     root = results / "tables"
     ct = tables.read("classes", root=root, columns=["equiv_id", "settings"])

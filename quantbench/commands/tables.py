@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from quantbench import tables
+from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.textfmt import text_table
 
@@ -23,9 +25,6 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     from pathlib import Path
-
-    from quantbench import tables
-    from quantbench.assets import TABLES_DIR
 
     root = Path(args.tables) if args.tables else TABLES_DIR
     present = [n for n in tables.COLUMNS if tables.parts(n, root)]

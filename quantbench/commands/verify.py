@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from quantbench.errors import UserError
+from quantbench.release.archive import verify_archive
+from quantbench.release.verify import FAIL, NOT_RETAINED, verify
 from quantbench.textfmt import text_table
 
 JSON_NATIVE = True  # prints its own --json summary
@@ -24,15 +26,11 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    from quantbench.release.verify import FAIL, NOT_RETAINED, verify
-
     from pathlib import Path
 
     if args.sample < 1:
         raise UserError("--sample: must be at least 1")
     if Path(args.release).is_file():
-        from quantbench.release.archive import verify_archive
-
         checks = verify_archive(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
                                 registry=not args.no_registry)
     else:

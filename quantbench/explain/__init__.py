@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from quantbench import report, tables
 from quantbench.textfmt import md_section, md_table, num
 
 
 def _rows(name: str, root) -> list[dict]:
-    from quantbench import tables
-
     return tables.read(name, root=root).to_pylist()
 
 
@@ -118,8 +117,6 @@ _SECTIONS = (("localize", _localize_lines), ("evidence", _evidence_lines), ("lin
 
 def update_report(tables_root) -> Path:
     """Re-render the explain section from the tables and reassemble results/report.md beside them."""
-    from quantbench import report
-
     results_dir = Path(tables_root).parent
     report.write_section("explain", render(tables_root), results_dir)
     return report.assemble(results_dir)

@@ -41,6 +41,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from quantbench import tables
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
 from quantbench.hosts import emulated as EM
@@ -323,8 +324,6 @@ def table(evs: list[Evidence]) -> str:
 
 def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], list[str]]:
     """Instruction evidence on every emulated host among `hosts`; returns (evidence, notes on hosts skipped)."""
-    from quantbench import tables
-
     evs, notes = [], []
     for h in hosts:
         host = make_host(h.spec)

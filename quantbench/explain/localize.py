@@ -33,9 +33,10 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
-from quantbench.textfmt import num
+from quantbench.hosts.results import load_outputs
 from quantbench.hosts.session import HostSession
 from quantbench.modelio import load_model, semantic_sha256
+from quantbench.textfmt import num
 
 DEFAULT_GROUP = 8
 
@@ -338,8 +339,6 @@ def _add_distances(rows: list[TensorRow], got) -> None:
 
 def _table_check(host: HostRequest, variant_id: str, fixture_id: str, explained: dict, tables_root) -> str:
     """Compare the explained run's output hashes with the host's rows in the outputs table, if any."""
-    from quantbench.hosts.results import load_outputs
-
     try:
         t = load_outputs(host=host.spec.name, variant_id=variant_id, fixture_id=fixture_id,
                          session_key=session_key(host.session), tensors=False, tables_root=tables_root or TABLES_DIR)

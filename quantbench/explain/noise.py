@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
+from quantbench.explain.localize import decode_runs, open_session
+from quantbench.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
 FACTORS = ("repeat", "threads", "batch", "opt_level")
@@ -46,8 +49,6 @@ class NoiseRow:
 
 def batch_axis(model_path) -> str:
     """'dynamic', or the fixed leading dimension of the (single) input as text."""
-    from quantbench.modelio import load_model
-
     m = load_model(model_path, check=False)
     init = {i.name for i in m.graph.initializer}
     ins = [i for i in m.graph.input if i.name not in init]
@@ -62,9 +63,6 @@ def batch_axis(model_path) -> str:
 
 def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
     """(differing fixtures, decision flips or None, fixture ids that differ)."""
-    from quantbench.analysis.decisions import compare
-    from quantbench.explain.localize import decode_runs
-
     ha = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in a}
     hb = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in b}
     differ = {f for f in ha if ha[f] != hb.get(f)}
@@ -79,9 +77,6 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
                 factors=FACTORS, variant_name: str = "", allow_fallback: bool = False) -> list[NoiseRow]:
     """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None."""
     from pathlib import Path
-
-    from quantbench.explain.localize import open_session
-    from quantbench.modelio import load_model, semantic_sha256
 
     bad = [f for f in factors if f not in FACTORS]
     if bad:

@@ -27,8 +27,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from quantbench.analysis.classes import equivalence_classes
+from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
+from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json
+from quantbench.modelio import load_model, semantic_sha256
+from quantbench.quantize import variants as QV
 from quantbench.quantize.calibration import compute_ranges, load_ranges, method_name
 from quantbench.textfmt import text_table
 
@@ -68,8 +72,6 @@ class RemedyRow:
 def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, ranges_file=None, feeds=None,
                    remedies=REMEDIES) -> list[RemedyVariant]:
     """The remedy variants of a static QDQ variant, written under out_dir."""
-    from quantbench.quantize import variants as QV
-
     recipe = dict(recipe or {})
     bad = [r for r in remedies if r not in REMEDIES]
     if bad:
@@ -124,10 +126,6 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                   allow_fallback: bool = False, progress: bool = True) -> list[RemedyRow]:
     """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy."""
     from tqdm import tqdm
-
-    from quantbench.analysis.decisions import compare
-    from quantbench.explain.localize import decode_runs, parallel, start_workers
-    from quantbench.modelio import load_model, semantic_sha256
 
     names = list(spec.outputs.values())
     workers = start_workers(hosts, allow_fallback)

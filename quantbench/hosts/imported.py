@@ -22,17 +22,21 @@ import json
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
-from quantbench import SCHEMA_VERSION, tables
+from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+else:  # pyarrow loads on first use (lazy.py)
+    pa, pc, pq = lazy.module("pyarrow"), lazy.module("pyarrow.compute"), lazy.module("pyarrow.parquet")
 
 FORMAT = "quantbench-results"
 TABLES = ("fixtures", "models", "hosts", "outputs")

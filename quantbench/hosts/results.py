@@ -7,14 +7,19 @@ helpers, so the table layout can change in one place.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from quantbench import tables
+from quantbench import lazy, tables
 from quantbench.assets import TABLES_DIR
 from quantbench.hosts.worker import tensor_from_bytes
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+else:  # pyarrow loads on first use (lazy.py)
+    pa, pc = lazy.module("pyarrow"), lazy.module("pyarrow.compute")
 
 HASH_COLUMNS = ["host", "fingerprint_id", "session_key", "variant_id", "variant", "fixture_id", "output_name",
                 "dtype", "shape", "sha256"]

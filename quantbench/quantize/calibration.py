@@ -46,6 +46,7 @@ import numpy as np
 
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, sha256_bytes
+from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import ort_api
 
 METHODS = ("minmax", "percentile", "entropy")
@@ -143,8 +144,6 @@ class ImageInputs:
         return str(self.paths[i])
 
     def __iter__(self) -> Iterator[dict]:
-        from quantbench.preprocess import load_rgb, to_tensor
-
         for p in self.paths:
             yield {self.input_name: to_tensor(load_rgb(p), self.spec)}
 

@@ -17,9 +17,18 @@ from typing import Callable, Sequence
 
 from quantbench import plugins
 from quantbench.analysis.decode import check_outputs, spec_from_sidecar
+from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model, load_sidecar
+from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError
+from quantbench.modelio import graph_inputs, load_model, model_hashes
+from quantbench.preprocess import check_input_block, input_spec, load_rgb, to_tensor
+from quantbench.quantize import smoke
+from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
                                              load_with_shape_infer, parse_memory)
+from quantbench.quantize.memory import PeakMeter
+from quantbench.variants import (check_plain_name, check_replaceable, load_sidecar_file, publish_folder, staging_folder,
+                                 write_index, write_latest)
 
 METHODS = ("dynamic", "minmax", "percentile", "entropy")
 STATIC = ("minmax", "percentile", "entropy")
@@ -92,8 +101,6 @@ class CalibrateResult:
 
 def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     """Validate the parameters once; returns (methods, static methods)."""
-    from quantbench.quantize import variants as qv
-
     methods = list(dict.fromkeys(opts.methods))
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -117,8 +124,6 @@ def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
 
 def resolve_model(model) -> Path:
     """A bundled model name (litter-detr-tiny, litter-cnn) or a path."""
-    from quantbench.assets import demo_model
-
     text = str(model)
     if text and "/" not in text and not text.endswith(".onnx") and not Path(text).exists():
         return demo_model(text)
@@ -126,8 +131,6 @@ def resolve_model(model) -> Path:
 
 
 def _display_model(path: Path) -> str:
-    from quantbench.assets import MODELS_DIR
-
     p = os.path.abspath(path)
     if os.path.dirname(p) == str(MODELS_DIR.resolve()):
         return f"bundled:models/{os.path.basename(p)}"
@@ -137,11 +140,6 @@ def _display_model(path: Path) -> str:
 def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict | None, dict | None]:
     """(preprocess spec, sidecar, plug-in identity) the model is calibrated with; checked against its input."""
     from onnx import helper
-
-    from quantbench.assets import load_sidecar
-    from quantbench.modelio import graph_inputs, load_model
-    from quantbench.preprocess import check_input_block, input_spec
-    from quantbench.variants import load_sidecar_file
 
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     sidecar = load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path)
@@ -170,11 +168,6 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
 
 def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note: Callable | None = None) -> CalibrateResult:
     """The whole calibrate pipeline; `on_calset(calset)` and `on_note(text)` report progress as it happens."""
-    from quantbench.assets import CALIB_SETS_DIR, VARIANTS_DIR
-    from quantbench.calibset import builder
-    from quantbench.modelio import model_hashes
-    from quantbench.variants import check_plain_name, check_replaceable, write_latest
-
     t_start = time.perf_counter()
     methods, static_methods = _check(opts)
     percentile = DEFAULT_PERCENTILE if opts.percentile is None else opts.percentile
@@ -231,8 +224,6 @@ class _VariantMaker:
         self.published: list = []
 
     def publish(self, out: Path) -> str:
-        from quantbench.variants import publish_folder, staging_folder, write_index
-
         with staging_folder(out) as stage:
             self.make_all(stage)
             for name, _ in self.result.failed:  # not published: its files leave the stage
@@ -245,16 +236,12 @@ class _VariantMaker:
         return state
 
     def _timed(self, make, calib_images=None):
-        from quantbench.quantize.memory import PeakMeter
-
         with PeakMeter() as mem:
             t = time.perf_counter()
             v = make()
         return v, time.perf_counter() - t, mem.mib, calib_images
 
     def _accept(self, made, ref) -> None:
-        from quantbench.quantize import smoke
-
         v, secs, mib, n_img = made
         why = smoke.check(v.path, self.feeds, ref)
         if why is not None:
@@ -264,10 +251,6 @@ class _VariantMaker:
         self.result.reports.append(VariantReport(v, secs, mib, n_img))
 
     def make_all(self, stage: Path) -> None:
-        from quantbench.preprocess import load_rgb, to_tensor
-        from quantbench.quantize import smoke
-        from quantbench.quantize import variants as qv
-
         o = self.opts
         prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
         intake = qv.prepare_model(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel)
@@ -311,9 +294,6 @@ class _VariantMaker:
                     "weights were probably quantized as activations; see the notes above")
 
     def _calibrate(self, prepared, prep_model):
-        from quantbench.quantize import variants as qv
-        from quantbench.quantize.memory import PeakMeter
-
         o = self.opts
         hist = {"entropy_bins": self.entropy_bins} if "entropy" in self.static_methods else {}
         with PeakMeter() as mem:
@@ -326,8 +306,6 @@ class _VariantMaker:
         return ranges
 
     def _static(self, stage, prepared, prep_model, ranges, method, at, wt):
-        from quantbench.quantize import variants as qv
-
         o = self.opts
         vname = f"static-{method}" + ("" if (at, wt) == ("u8", "s8") else f"-{at}{wt}")
         copts = {"entropy_bins": self.entropy_bins} if method == "entropy" else {}

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from quantbench import SCHEMA_VERSION, __version__
+from quantbench import SCHEMA_VERSION, __version__, tables
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, read_json, sha256_file
+from quantbench.hosts.results import load_hosts, load_outputs
 from quantbench.modelio import model_hashes
 from quantbench.textfmt import text_table
 from quantbench.variants import check_plain_name, inside, latest_variants, staging_folder
@@ -172,8 +173,6 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
     """
     import pyarrow.compute as pc
 
-    from quantbench import tables
-
     if "classes" not in tables.COLUMNS or not tables.parts("classes", tables_root):
         return None, {}, {}, {}
     ct = tables.read("classes", root=tables_root, filter=pc.field("variant_id") == variant_id).to_pylist()
@@ -252,8 +251,6 @@ class ReleaseResult:
 def _filter_expr(name: str, sets: dict):
     import pyarrow.compute as pc
 
-    from quantbench import tables
-
     cols = {c for c, _, _ in tables.COLUMNS[name]}
     expr = None
     for col, values in sets.items():
@@ -265,8 +262,6 @@ def _filter_expr(name: str, sets: dict):
 
 def _copy_tables(tables_root: Path, dest: Path, sets: dict) -> dict:
     """Copy the release's rows of every table into dest/tables; {table: {"files": [...], "rows": n}}."""
-    from quantbench import tables
-
     out = {}
     for name in tables.COLUMNS:
         if not tables.parts(name, tables_root):
@@ -283,8 +278,6 @@ def _copy_tables(tables_root: Path, dest: Path, sets: dict) -> dict:
 
 def _targets_of(tables_root: Path, variant_id: str, hosts: list[str] | None) -> list[dict]:
     """One target per (host, fingerprint, session) with results for the variant."""
-    from quantbench.hosts.results import load_hosts, load_outputs
-
     t = load_outputs(variant_id=variant_id, host=hosts, tensors=False, tables_root=tables_root)
     groups: dict = defaultdict(list)
     meta = {}

@@ -23,10 +23,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench import SCHEMA_VERSION
+from quantbench import SCHEMA_VERSION, tables
 from quantbench.errors import GateFailed, ParameterError, UserError
 from quantbench.fixtures import Fixture
 from quantbench.fsutil import read_json, sha256_file
+from quantbench.hosts.runner import run_hosts, variant_info
 from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
 from quantbench.modelio import model_hashes
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, load_registry
@@ -93,8 +94,6 @@ def _check_file(folder: Path, rel: str, want: str | None, what: str) -> Check:
 
 def check_tables(folder: Path, rec: dict) -> list[Check]:
     import pyarrow.parquet as pq
-
-    from quantbench import tables
 
     out = []
     recorded = set()
@@ -206,8 +205,6 @@ def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check
 def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
     import pyarrow.compute as pc
 
-    from quantbench import tables
-
     t = tables.read("fixtures", root=folder / "tables", filter=pc.field("fixture_id").isin(ids)).to_pylist()
     out, bad = [], []
     for r in t:
@@ -243,9 +240,6 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
     """-> (checks of the variants that cannot re-run, the re-runs to do: session_key -> {"session": ..., "items":
     [(variant record, target, VariantInfo, wanted hashes {(fixture_id, output): sha256})]})."""
     import pyarrow.compute as pc
-
-    from quantbench import tables
-    from quantbench.hosts.runner import variant_info
 
     out: list[Check] = []
     jobs: dict = {}
@@ -284,9 +278,6 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
 
 def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file) -> list[Check]:
     """One recorded session's re-run on `host` (all its variants in one runner call), compared with the record."""
-    from quantbench import tables
-    from quantbench.hosts.runner import run_hosts
-
     ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
     fixtures, bad = _fixtures(folder, rec, ids)
     if bad:
