@@ -132,7 +132,7 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
         infos = summary.variants
         run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
         prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts
-                  if h.fingerprint_id and h.kind != "imported"}
+                  if h.fingerprint_id and h.measured}
     by_id = {}
     for v in variants:
         by_id.setdefault(str(Path(v.path).resolve()), v)

@@ -99,6 +99,8 @@ def usable_cores() -> int:
 class HostSummary:
     name: str
     kind: str
+    #: results measured by this run's own workers (False: merged from an imported file, under its session)
+    measured: bool = True
     fingerprint_id: str = ""
     ran: int = 0
     cached: int = 0
@@ -658,7 +660,7 @@ class _ImportedRun:
 
     def __init__(self, host, ctx: "_Context"):
         self.host, self.ctx = host, ctx
-        self.summary = HostSummary(host.name, host.kind)
+        self.summary = HostSummary(host.name, host.kind, measured=host.runs_workers)
 
     def run(self) -> None:
         t0 = time.monotonic()
