@@ -87,12 +87,17 @@ def test_forked_emulated_worker_is_indistinguishable_from_a_started_one(tmp_path
 
 
 @pytest.mark.slow
-def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir):
+def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch):
     """One host, two slots: the second worker is forked before the first runs anything, and the
     results are those of a single started worker, byte for byte."""
+    from quantbench.hosts import runner as R
+
     _need_pi()
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
     fxs = fixtures(8, n=64)
+    jobs = []
+    real_job = R._HostRun._job
+    monkeypatch.setattr(R._HostRun, "_job", lambda self, vi, f: jobs.append(real_job(self, vi, f)) or jobs[-1])
     one = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "one", jobs=1).hosts[0]
     two = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "two", jobs=2).hosts[0]
     assert (one.workers, one.forked) == (1, 0)
@@ -104,6 +109,9 @@ def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir):
         return sorted((r["run_key"], r["output_name"], r["sha256"], r["tensor"]) for r in t)
 
     assert rows(workdir / "two") == rows(workdir / "one") and len(rows(workdir / "one")) == 16
+    # the emulated workers map the run's input store (each input verified once per worker): a job carries
+    # the model bytes only
+    assert jobs and all(h.get("store") and len(parts) == 1 for h, parts in jobs)
 
 
 SCRIPT = """

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -850,24 +851,31 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
 
             check_coverage(host, ctx)
     root = Path(tables_root)
-    # Fixtures are keyed by their tensor hash: one already in the table is not written again
-    # (its ~200 KB tensor would only make a duplicate part that readers drop).
-    have = set(tables.read("fixtures", root=root, columns=["fixture_id"]).column("fixture_id").to_pylist())
-    new = [fx for fx in uniq if fx.fixture_id not in have]
-    if new:
-        from quantbench.fixtures import fixtures_chunks
 
-        tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
-                             root=root)
-    tables.append("models", [vi.row() for vi in infos], root=root, ledger=True)
+    def write_inputs():
+        # Fixtures are keyed by their tensor hash: one already in the table is not written again
+        # (its ~200 KB tensor would only make a duplicate part that readers drop).
+        have = set(tables.read("fixtures", root=root, columns=["fixture_id"]).column("fixture_id").to_pylist())
+        new = [fx for fx in uniq if fx.fixture_id not in have]
+        if new:
+            from quantbench.fixtures import fixtures_chunks
+
+            tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
+                                 root=root)
+        tables.append("models", [vi.row() for vi in infos], root=root, ledger=True)
 
     sched = _Scheduler(jobs or usable_cores())
     runs = [_HostRun(spec, ctx, i, sched) for i, spec in enumerate(specs)]
     sched.runs = [r for r in runs if r.spec.kind != "imported"]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
+    writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None
     try:
         for th in threads:
             th.start()
+        # Written while the first workers start (nothing reads these tables during the run; the run
+        # ends only once they are complete): a fresh run's fixtures table takes a good part of a second.
+        inputs_written = writing.submit(write_inputs)
+        writing.shutdown(wait=False)
         for th in threads:
             while th.is_alive():
                 th.join(timeout=0.2)
@@ -879,12 +887,15 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
             th.join(timeout=30)
         raise
     finally:
+        inputs_error = inputs_written.exception() if inputs_written else None  # (waits for the tables)
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows
                 tables.maybe_compact(name, root)
             except Exception:
                 pass
+    if inputs_error is not None:
+        raise inputs_error
     summary = RunSummary([r.summary for r in runs], infos, [fx.fixture_id for fx in uniq], sess, ctx.skey, root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
