@@ -93,10 +93,10 @@ class WorkerClient:
         self.host = host
         self.argv = list(argv)
         self._stderr = collections.deque(maxlen=200)
-        self._release = getattr(proc, "close", lambda: None)
-        if proc is not None:  # already running (a forked worker)
-            self.proc = proc
+        if proc is not None:  # already running: a forked worker (_ForkedProcess)
+            self.proc, self._release = proc, proc.close
         else:
+            self._release = lambda: None
             try:
                 # Own session: under the kernel's autogroup scheduling each worker then gets its own CPU
                 # share, so hosts run in parallel really do run in parallel; the parent stops them itself.
