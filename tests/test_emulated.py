@@ -164,6 +164,25 @@ def test_x86_avx2_guest_fingerprint():
     assert "Haswell" in fp["cpu"]["model_name"]
 
 
+@pytest.mark.slow
+def test_arm_guest_compiles_modules_once_outside_the_root(monkeypatch):
+    """The arm64 root ships no bytecode: the guest compiles a module once into QUANTBENCH_HOME's
+    pycache (even under PYTHONDONTWRITEBYTECODE, the cache being quantbench's own), never into the root."""
+    _need("pi")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    argv, env = E.python_command("pi")
+    code = "import decimal; print('CACHED ' + decimal.__cached__)"
+    stamps = []
+    for _ in range(2):
+        proc = subprocess.run(argv + ["-c", code], env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        cached = Path(next(ln for ln in proc.stdout.splitlines() if ln.startswith("CACHED "))[7:])
+        assert cached.is_file() and E.pycache_dir() in cached.parents
+        stamps.append(cached.stat().st_mtime_ns)
+    assert stamps[0] == stamps[1]  # read back, not compiled again
+    assert not (E.root_dir() / "usr" / "lib" / f"python{E.GUEST_PYTHON_VERSION}" / "__pycache__").exists()
+
+
 def _classifier_fixtures(model_path: Path, count: int):
     from quantbench import assets
     from quantbench.fixtures import build_fixtures

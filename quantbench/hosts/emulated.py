@@ -10,6 +10,7 @@ QUANTBENCH_HOME (see quantbench.hosts.setup, which builds it):
   arm64-root/bookworm/            the arm64 root (ROOT); arm64-root/bookworm.json its stamp
   wheels/<key>/                   aarch64 onnxruntime + numpy (SITE), keyed by the ORT version
   prefixes/<preset>/              qemu -L folder per preset: symlinks into ROOT + proc/cpuinfo
+  pycache/arm64-<suite>-python<v>/  the arm64 Python's compiled modules (written by the workers)
 
 Why a per-preset prefix: qemu resolves every absolute path the guest opens under
 `-L PREFIX` first. qemu 7.2 does not emulate /proc/cpuinfo for aarch64 guests, so
@@ -155,6 +156,11 @@ def prefix_stamp(preset_name: str) -> Path:
     return _stamp(prefix_dir(preset_name))
 
 
+def pycache_dir() -> Path:
+    """Where the arm64 guest's Python keeps its compiled modules (PYTHONPYCACHEPREFIX)."""
+    return home() / "pycache" / f"arm64-{ROOT_SUITE}-python{GUEST_PYTHON_VERSION}"
+
+
 def guest_python() -> Path:
     return root_dir() / "usr" / "bin" / f"python{GUEST_PYTHON_VERSION}"
 
@@ -265,11 +271,17 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = ()) -> tuple[lis
         env["PYTHONPATH"] = str(site_dir())
         # The host's user site holds x86 extension modules; the guest must never import them.
         env["PYTHONNOUSERSITE"] = "1"
+        # The root's standard library comes without bytecode (its packages were unpacked, not installed):
+        # it is compiled once into quantbench's own cache beside the root (never into the root, and
+        # whatever PYTHONDONTWRITEBYTECODE says), not again at every start under emulation (seconds of
+        # each worker's start-up).
+        env["PYTHONPYCACHEPREFIX"] = str(pycache_dir())
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         argv += [str(guest_python()), "-u"]
     else:
         # This machine's interpreter (a venv's python keeps its pyvenv.cfg: the path is not resolved).
         argv += [sys.executable, "-u"]
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(dict(p.env))
     return argv, env
 

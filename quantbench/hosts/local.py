@@ -43,22 +43,70 @@ def _grow_pipe(stream, size: int = 1 << 20) -> None:
         pass
 
 
+class _ForkedProcess:
+    """A worker forked by another worker (not a child of this process), seen through the Popen calls
+    WorkerClient makes: its two socket connections stand for the pipes, a pidfd for the process
+    (signalled and waited on without a pid reuse race). Its exit status goes to its parent worker,
+    so returncode is only known when this side killed it."""
+
+    def __init__(self, pid: int, pidfd: int, conn, err):
+        self.pid = pid
+        self.pidfd = pidfd
+        self.returncode = None
+        self._conn, self._err = conn, err
+        self.stdin = conn.makefile("wb")
+        self.stdout = conn.makefile("rb", buffering=0)
+        self.stderr = err.makefile("rb")
+
+    def poll(self):
+        """None while it runs (like Popen.poll); once it ended, -9 if this side killed it, else None still."""
+        return self.returncode if self.ended() else None
+
+    def ended(self, timeout: float | None = 0) -> bool:
+        import select
+
+        return self.pidfd < 0 or bool(select.select([self.pidfd], [], [], timeout)[0])
+
+    def wait(self, timeout=None):
+        if not self.ended(timeout):
+            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        import signal
+
+        if not self.ended():
+            signal_kill(self.pidfd)
+            self.returncode = -signal.SIGKILL
+
+    def close(self) -> None:
+        for s in (self._conn, self._err):
+            s.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
 class WorkerClient:
     """One worker process: send a request frame, iterate the answer frames up to "done"."""
 
-    def __init__(self, argv: list[str], env: dict | None, host: str, preamble: bytes = b""):
+    def __init__(self, argv: list[str], env: dict | None, host: str, preamble: bytes = b"", proc=None):
         self.host = host
         self.argv = list(argv)
         self._stderr = collections.deque(maxlen=200)
-        try:
-            # Own session: under the kernel's autogroup scheduling each worker then gets its own CPU
-            # share, so hosts run in parallel really do run in parallel; the parent stops them itself.
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, env=env, bufsize=0, start_new_session=True)
-        except OSError as exc:
-            raise UserError(f"host {host}: cannot start the worker ({argv[0]}: {exc.strerror or exc})") from None
-        _grow_pipe(self.proc.stdin)
-        _grow_pipe(self.proc.stdout)
+        if proc is not None:  # already running: a forked worker (_ForkedProcess)
+            self.proc, self._release = proc, proc.close
+        else:
+            self._release = lambda: None
+            try:
+                # Own session: under the kernel's autogroup scheduling each worker then gets its own CPU
+                # share, so hosts run in parallel really do run in parallel; the parent stops them itself.
+                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, env=env, bufsize=0, start_new_session=True)
+            except OSError as exc:
+                raise UserError(f"host {host}: cannot start the worker ({argv[0]}: {exc.strerror or exc})") from None
+            _grow_pipe(self.proc.stdin)
+            _grow_pipe(self.proc.stdout)
         self._drain = threading.Thread(target=self._read_stderr, daemon=True)
         self._drain.start()
         self._stdout = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)  # fewer syscalls per frame
@@ -78,15 +126,17 @@ class WorkerClient:
 
     def _died(self, what: str) -> WorkerDied:
         try:
-            rc = self.proc.wait(timeout=10)
+            rc, ended = self.proc.wait(timeout=10), True
         except subprocess.TimeoutExpired:
-            rc = None
+            rc, ended = None, False
         self._drain.join(timeout=2)
         tail = self.stderr_tail()
         if rc is not None and rc < 0:
             how = f"was killed by signal {-rc}"
         elif rc is not None:
             how = f"exited with code {rc}"
+        elif ended:  # a forked worker: its exit status went to the worker it was forked from
+            how = "ended"
         else:
             how = "stopped answering"
         last = tail.strip().splitlines()[-1] if tail.strip() else ""
@@ -137,11 +187,74 @@ class WorkerClient:
                 s.close()
             except Exception:
                 pass
+        self._release()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.close()
+
+    def fork(self, timeout: float = 120.0) -> "WorkerClient":
+        """Another worker, forked from this idle one: it starts warm (imports done, and under qemu-user
+        the parent's translated code copied), where a new process pays its whole start-up again.
+        Same machine only: the child connects back through a Unix socket in a private folder; a child
+        that has not connected within `timeout` seconds is killed."""
+        import select
+        import shutil
+        import socket
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="quantbench-fork-")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        pidfd, conns = -1, []
+        try:
+            path = os.path.join(folder, "worker.sock")
+            listener.bind(path)
+            listener.listen(2)
+            pid = None
+            for h, _ in self.request({"type": "fork", "socket": path, "host": self.host}):
+                if h.get("type") == "forked":
+                    pid = int(h["pid"])
+                elif h.get("type") == "error":
+                    raise UserError(f"host {self.host}: cannot fork a worker: {h.get('message')}")
+            if pid is None:
+                raise UserError(f"host {self.host}: the worker answered a fork without a process id")
+            pidfd = os.pidfd_open(pid)
+            while len(conns) < 2:  # the protocol stream, then stderr (the child connects in that order)
+                ready = select.select([listener, pidfd], [], [], timeout)[0]
+                if listener in ready:
+                    conns.append(listener.accept()[0])
+                elif ready:
+                    raise UserError(f"host {self.host}: the forked worker {pid} ended before it connected")
+                else:
+                    signal_kill(pidfd)
+                    raise UserError(f"host {self.host}: the forked worker {pid} did not connect within {timeout:.0f} s")
+            for c in conns:
+                try:  # like the pipes' size: megabytes of inputs cross in a few writes
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+                except OSError:
+                    pass
+            proc = _ForkedProcess(pid, pidfd, conns[0], conns[1])
+        except BaseException:
+            for c in conns:
+                c.close()
+            if pidfd >= 0:
+                os.close(pidfd)
+            raise
+        finally:
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        return WorkerClient(self.argv, None, self.host, proc=proc)
+
+
+def signal_kill(pidfd: int) -> None:
+    """SIGKILL the process behind a pidfd (gone already: nothing to do)."""
+    import signal
+
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @dataclass
@@ -212,6 +325,17 @@ class ProcessHost:
 
     def close_connection(self) -> None:
         """Release what the host's workers shared once they are all done (nothing, but for ssh)."""
+
+    def can_fork(self) -> bool:
+        """Whether a running worker can fork more (WorkerClient.fork): it runs on this machine, which
+        has pidfds (Linux) to watch a process that is not this one's child."""
+        return hasattr(os, "pidfd_open")
+
+    def reads_input_store(self) -> bool:
+        """Whether its workers read the run's input store (a file under a fresh temporary folder, a path
+        no qemu -L prefix holds): on this machine they map it and verify each input once, instead of
+        receiving and verifying every input with every job."""
+        return True
 
 
 @dataclass

@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,6 +121,8 @@ class HostSummary:
     providers: list = field(default_factory=list)
     #: worker processes started (0: every result was cached under the remembered fingerprint)
     workers: int = 0
+    #: of those, workers forked from the first one (warm) rather than started anew
+    forked: int = 0
     #: jobs that reused a session the worker had built for an earlier job (same variant and options)
     sessions_reused: int = 0
     #: the fingerprint came from the fingerprint cache and no worker was needed
@@ -252,7 +255,9 @@ class _Scheduler:
     A host's first worker takes a slot as soon as one is free (hosts in the order
     named). Every slot freed later (a host finished, or had nothing to run) goes to
     the host with the most work left, which starts another worker, as long as its
-    unclaimed work outlasts a worker's start-up. Work is split into tasks of a few
+    unclaimed work outlasts a worker's start-up (a local or emulated host forks its
+    first worker instead: that takes a fraction of a second, so such a host takes a
+    free slot as soon as its work is planned). Work is split into tasks of a few
     fixtures per variant that a host's workers take in turn; results are merged by
     content key, so who ran what does not matter. ssh workers run on the remote's
     cores: they take no local slot and are capped by the remote's core count.
@@ -309,6 +314,16 @@ class _Scheduler:
             r.grant()
 
 
+class _ForkRequest:
+    """An extra worker waiting for the first worker to fork it (between two of its tasks)."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.session = None     # the forked HostSession, not yet fingerprinted; None: start one instead
+        self.error = ""
+        self.t0 = 0.0
+
+
 class _HostRun:
     #: an extra worker pays when the work it would share outlasts this many of its start-ups
     STARTUP_FACTOR = 1.0
@@ -333,6 +348,10 @@ class _HostRun:
         self.max_workers = 1 << 30
         self.t_run = 0.0
         self.extra_threads: list = []
+        #: the first worker while it runs tasks, if it can fork extra ones (HostSession.fork); else None
+        self.origin = None
+        self.fork_requests: list = []
+        self.fork_seconds = 0.0  # the slowest fork so far, fingerprint included
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
@@ -359,7 +378,7 @@ class _HostRun:
             parts.append(data)
             offset = len(data)
         fx_headers = []
-        store = self.ctx.input_store() if self.host.model_by_path else None
+        store = self.ctx.input_store() if self.host.reads_input_store() else None
         for fx in fxs:
             arr = W.canonical(fx.array)
             entry = {"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": arr.dtype.str,
@@ -392,11 +411,14 @@ class _HostRun:
                          "tensor": tensor, "providers": providers})
         return rows
 
-    def _drive(self, client, tasks: "_Tasks") -> None:
-        """Run tasks on one worker until none are left (or the host stops)."""
+    def _drive(self, client, tasks: "_Tasks", origin=None) -> None:
+        """Run tasks on one worker until none are left (or the host stops); `origin` (the first worker's
+        HostSession) forks the extra workers asked for before each task."""
         last = None
         try:
             while not self.stop.is_set():
+                if origin is not None:
+                    self._serve_forks(origin)
                 got = tasks.take(last)
                 if got is None:
                     last = None  # take() already counted this worker off its last variant
@@ -409,6 +431,30 @@ class _HostRun:
                     return
         finally:
             tasks.done(last)
+            if origin is not None:
+                self._serve_forks(origin, last=True)
+
+    def _serve_forks(self, origin, last: bool = False) -> None:
+        """Fork the extra workers asked for (they fingerprint and run on their own threads); `last`:
+        this worker takes no more tasks, so later requests start a new worker instead."""
+        while True:
+            with self.lock:
+                if last:
+                    self.origin = None
+                if not self.fork_requests:
+                    return
+                req = self.fork_requests.pop(0)
+            try:
+                if not last and not self.stop.is_set():
+                    req.t0 = time.monotonic()
+                    req.session = origin.fork()
+                    self._track(req.session)
+                    if self.stop.is_set():  # interrupted meanwhile: kill() may have missed it
+                        req.session.kill()
+            except Exception as exc:  # e.g. the fork was refused: the extra worker starts anew
+                req.error = str(exc)
+            finally:
+                req.done.set()
 
     def _run_task(self, client, vi, fxs) -> bool:
         """One job on one worker; False when the worker (or the host) must stop."""
@@ -474,19 +520,24 @@ class _HostRun:
                 self.bar.close()
             self.summary.seconds = time.monotonic() - t0
 
-    def _start_and_fingerprint(self):
-        """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted."""
-        hs = HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback)
+    def _track(self, hs) -> None:
+        """Count a worker that exists and keep its client (killed on interrupt)."""
+        with self.lock:
+            self.summary.workers += 1
+            self.clients.append(hs.client)
+
+    def _start_and_fingerprint(self, forked=None):
+        """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
+        `forked` from the first one (already tracked)."""
+        hs = forked or HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback)
         try:
             hs.open()
         finally:
-            if hs.client is not None:
-                with self.lock:
-                    self.summary.workers += 1
-                self.clients.append(hs.client)
+            if forked is None and hs.client is not None:
+                self._track(hs)
         if self.stop.is_set():
             hs.kill()
-        return hs.client, hs.fingerprint, hs.fingerprint_id
+        return hs
 
     def _adopt(self, fp: dict, fid: str) -> None:
         """Take `fid` as this host's fingerprint: the host's version policy, the hosts row (written once)."""
@@ -548,9 +599,10 @@ class _HostRun:
         """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant)."""
         ctx = self.ctx
         t0 = time.monotonic()
-        if self.host.model_by_path:  # same filesystem: write the input store while the worker starts
+        if self.host.reads_input_store():  # same filesystem: write the input store while the worker starts
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
-        client, fp, fid = self._start_and_fingerprint()
+        hs = self._start_and_fingerprint()
+        client, fp, fid = hs.client, hs.fingerprint, hs.fingerprint_id
         fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
         try:
@@ -573,21 +625,23 @@ class _HostRun:
 
                 self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
                                 unit="fixture", file=sys.stderr, dynamic_ncols=True)
+            origin = hs if self.host.can_fork() else None
             with self.lock:
                 self.unclaimed = total
                 self.active = 1
                 self.t_run = time.monotonic()
                 self.tasks = tasks
+                self.origin = origin
             self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
-            self._drive(client, tasks)
+            self._drive(client, tasks, origin)
             with self.lock:
                 self.active -= 1
+            # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
+            self._free_first_slot()
         finally:
-            client.close()
-        # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
-        self._free_first_slot()
-        for th in list(self.extra_threads):
-            th.join()
+            for th in list(self.extra_threads):
+                th.join()
+            client.close()  # after the extra workers: the forked ones are its children
         self.writer.flush()
         self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0
 
@@ -608,29 +662,54 @@ class _HostRun:
             if workers >= self.max_workers or self.tasks.qsize() <= 0:
                 return False
             spf = self.seconds_per_fixture()
-            if spf is None:
-                return False
+            if spf is None:  # no result to measure yet: only a fork (warm, a fraction of a second) is worth it
+                return self.origin is not None and self.tasks.qsize() > workers
             left = self.unclaimed * spf  # one worker's seconds of work nobody has taken yet
-            return left / (workers + 1) > self.STARTUP_FACTOR * max(self.summary.startup_seconds, 1e-3)
+            startup = self.fork_seconds if self.origin is not None and self.fork_seconds else self.summary.startup_seconds
+            return left / (workers + 1) > self.STARTUP_FACTOR * max(startup, 1e-3)
 
     def work_left(self) -> float:
         spf = self.seconds_per_fixture() or 0.0
         return self.unclaimed * spf / max(1, self.active + self.starting)
 
     def grant(self) -> None:
-        """Start one more worker (a slot was given to this host); it runs tasks until none are left."""
-        th = threading.Thread(target=self._extra_worker, name=f"worker-{self.spec.name}", daemon=True)
+        """Start one more worker (a slot was given to this host); it runs tasks until none are left.
+        The first worker forks it before its next task when it can; else it starts anew."""
+        req = None
+        with self.lock:
+            if self.origin is not None:
+                req = _ForkRequest()
+                self.fork_requests.append(req)  # now: the first worker serves it before it takes a task
+        th = threading.Thread(target=self._extra_worker, args=(req,), name=f"worker-{self.spec.name}", daemon=True)
         with self.lock:
             self.extra_threads.append(th)
         th.start()
 
-    def _extra_worker(self) -> None:
+    def _extra_worker(self, req: "_ForkRequest | None" = None) -> None:
         client = None
         try:
             try:
+                forked = None
+                if req is not None:
+                    while not req.done.wait(0.5) and not self.stop.is_set():
+                        pass
+                    forked = req.session
+                    if forked is None and self.tasks.qsize() <= 0:  # the first worker ended: nothing to share
+                        return
+                    if req.error:
+                        with self.lock:
+                            self.summary.notes.append(f"host {self.spec.name}: a worker could not fork ({req.error}); "
+                                                      f"started a new one")
                 if self.stop.is_set():
+                    if forked is not None:
+                        forked.kill()
                     return
-                client, fp2, fid2 = self._start_and_fingerprint()
+                hs = self._start_and_fingerprint(forked)
+                client, fid2 = hs.client, hs.fingerprint_id
+                if forked is not None:
+                    with self.lock:
+                        self.summary.forked += 1
+                        self.fork_seconds = max(self.fork_seconds, time.monotonic() - req.t0)
             finally:
                 with self.lock:
                     self.starting -= 1
@@ -752,8 +831,7 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
                    allow_version_mismatch, progress)
     hosts = [make_host(spec) for spec in specs]
     _check_hosts(hosts, ctx)
-    _write_inputs(ctx, preprocess)
-    summary = RunSummary(_run_all(specs, hosts, ctx, jobs), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
+    summary = RunSummary(_run_all(specs, hosts, ctx, jobs, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
                          ctx.session, ctx.skey, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
@@ -819,17 +897,23 @@ def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
     tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
 
 
-def _run_all(specs, hosts, ctx: _Context, jobs) -> list[HostSummary]:
+def _run_all(specs, hosts, ctx: _Context, jobs, preprocess: dict | None) -> list[HostSummary]:
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
-    slots; imported hosts merge their file. Returns the hosts' summaries in that order."""
+    slots; imported hosts merge their file. The fixtures and models rows are written meanwhile.
+    Returns the hosts' summaries in that order."""
     sched = _Scheduler(jobs or usable_cores())
     runs = [_HostRun(spec, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
             for i, (spec, host) in enumerate(zip(specs, hosts))]
     sched.runs = [r for r in runs if isinstance(r, _HostRun)]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
+    writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None
     try:
         for th in threads:
             th.start()
+        # Written while the first workers start (nothing reads these tables during the run; the run
+        # ends only once they are complete): a fresh run's fixtures table takes a good part of a second.
+        inputs_written = writing.submit(_write_inputs, ctx, preprocess)
+        writing.shutdown(wait=False)
         for th in threads:
             while th.is_alive():
                 th.join(timeout=0.2)
@@ -841,10 +925,13 @@ def _run_all(specs, hosts, ctx: _Context, jobs) -> list[HostSummary]:
             th.join(timeout=30)
         raise
     finally:
+        inputs_error = inputs_written.exception() if inputs_written else None  # (waits for the tables)
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows
                 tables.maybe_compact(name, ctx.root)
             except Exception:
                 pass
+    if inputs_error is not None:
+        raise inputs_error
     return [r.summary for r in runs]

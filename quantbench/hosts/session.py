@@ -42,9 +42,10 @@ class HostSession:
     # -- lifecycle
 
     def open(self) -> "HostSession":
-        """Start the worker and fingerprint it; a worker that dies on the way is one UserError."""
+        """Start the worker (unless forked) and fingerprint it; a worker that dies on the way is one UserError."""
         try:
-            self.client = self.host.start()  # sending the worker's source can already meet a dead connection
+            if self.client is None:  # (a forked worker is already running)
+                self.client = self.host.start()  # sending the worker's source can already meet a dead connection
             header, payload = fingerprint_request(self.spec.name, self.session, self.allow_fallback)
             for h, _ in self.client.request(header, payload):
                 if h.get("type") == "fingerprint":
@@ -64,6 +65,16 @@ class HostSession:
         self.providers = self.fingerprint["identity"].get("resolved_providers", [])
         return self
 
+    def fork(self) -> "HostSession":
+        """Another worker of this host forked from this idle one (WorkerClient.fork: it starts warm);
+        open() then fingerprints it like a started one."""
+        child = HostSession(self.spec, self.session, self.allow_fallback, self.label)
+        try:
+            child.client = self.client.fork()
+        except WorkerDied as exc:
+            raise UserError(self.host.died_message(exc)) from None
+        return child
+
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
@@ -73,7 +84,7 @@ class HostSession:
             self.client.kill()
 
     def __enter__(self) -> "HostSession":
-        return self.open() if self.client is None else self
+        return self.open() if self.fingerprint is None else self
 
     def __exit__(self, *exc) -> None:
         self.close()

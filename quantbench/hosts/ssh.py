@@ -85,6 +85,14 @@ class SSHHost(ProcessHost):
         except (OSError, subprocess.SubprocessError):
             pass
 
+    def can_fork(self) -> bool:
+        """No: a forked worker connects back through a socket file on this machine."""
+        return False
+
+    def reads_input_store(self) -> bool:
+        """No: the store is a file on this machine; inputs travel with each job."""
+        return False
+
     def ready(self):
         ssh = self.options.get("ssh") or "ssh"
         if shutil.which(ssh) is None:

@@ -15,7 +15,7 @@ Protocol (both directions, over the worker's stdin/stdout):
 The header is UTF-8 JSON; tensors travel raw in the payload and the header locates
 them with {"offset", "nbytes"}, or in a read-only store file on the worker's own
 filesystem named by the run's "store" (or a fixture's "file"). Requests:
-{"type": "fingerprint", ...}, {"type": "run", ...}, {"type": "end"}. The worker reads
+{"type": "fingerprint", ...}, {"type": "run", ...}, {"type": "fork", ...}, {"type": "end"}. The worker reads
 a whole request before it writes anything (so the parent never deadlocks on full
 pipes) and answers with frames ending in {"type": "done"}. A run answers a "session"
 frame (its "reused" is true when the worker kept the session from an earlier job of the
@@ -23,6 +23,14 @@ same model bytes and session options), one "result" frame per fixture (written b
 of the result: a killed worker loses at most that much finished work) and a
 "verified" frame with the input hashing time; a failure is an "error" frame naming
 host, variant and fixture, after which the job stops and the results already sent stand.
+
+A fork ({"type": "fork", "socket": PATH}, same machine only) answers {"type": "forked",
+"pid"}: the worker forks, and the child (its own session, every import and, under
+qemu-user, every translated block of the parent already in place) connects twice to the
+Unix socket PATH, first the protocol stream then its stderr, and serves requests there
+until "end" or end of input. The parent ignores SIGCHLD from then on (the kernel reaps
+its children). Worker processes run without the helper threads of numpy's BLAS and
+onnxruntime's telemetry, so a fork between jobs copies the only thread there is.
 
 Test-only hook (never set in use; costs nothing when unset): with the environment variables
 QUANTBENCH_TEST_PAUSE_AFTER=K and QUANTBENCH_TEST_PAUSE_FILE=PATH, a worker process that
@@ -42,6 +50,10 @@ import struct
 import sys
 import time
 import traceback
+
+if __name__ == "__main__":  # a worker process: no helper threads to lose in a fork (see "fork" above)
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
 import numpy as np
 
@@ -745,6 +757,59 @@ def fingerprint_job(job, payload, out) -> None:
                       "probe_sha256": probe, "host": job.get("host", "")})
 
 
+def fork_job(job, out) -> None:
+    """Fork this worker (see the module docstring): the child serves the socket job["socket"] and never returns."""
+    import signal
+    import threading
+
+    for th in threading.enumerate():  # a job's helper threads end with it; a fork copies only this thread
+        if th is not threading.current_thread():
+            th.join(5)
+    if threading.active_count() > 1:
+        raise JobError("fork", "helper threads still running: %s" % [t.name for t in threading.enumerate()])
+    path = job["socket"]
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forked workers are reaped by the kernel, never zombies
+    out.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(_serve_forked(path, out))
+    write_frame(out, {"type": "forked", "pid": pid, "host": job.get("host", "")})
+
+
+def _serve_forked(path, out) -> int:
+    """The forked child: drop every descriptor of the parent's pipes, serve the socket's two connections."""
+    import signal
+    import socket
+
+    code = 1
+    try:
+        os.setsid()  # its own session, like a started worker (one CPU share each under autogroup scheduling)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+        err = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        err.connect(path)
+        # The parent's stdin, stdout (protocol) and stderr pipes must not stay open here: the runner would
+        # never see them end. The same descriptor numbers now name this child's connections.
+        os.dup2(err.fileno(), 2)
+        os.dup2(err.fileno(), 1)
+        os.dup2(conn.fileno(), 0)
+        os.dup2(conn.fileno(), out.fileno())
+        err.close()
+        conn.close()
+        code = serve(os.fdopen(os.dup(0), "rb"), out)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            out.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+    return code
+
+
 def serve(inp, out) -> int:
     """The worker loop: answer requests until "end" or end of input."""
     while True:
@@ -760,6 +825,8 @@ def serve(inp, out) -> int:
                 fingerprint_job(job, payload, out)
             elif kind == "run":
                 run_job(job, payload, out)
+            elif kind == "fork":
+                fork_job(job, out)
             else:
                 raise JobError("protocol", "unknown request type %r" % (kind,))
         except Exception as exc:
