@@ -115,7 +115,10 @@ def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch)
 
 
 SCRIPT = """
-import sys
+import signal, sys
+# Ctrl-C must raise KeyboardInterrupt even when this test runs as a shell's background job
+# (which starts with SIGINT ignored: Python then installs no handler of its own)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [{tests!r}, {repo!r}]
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.hosts.registry import HostSpec
