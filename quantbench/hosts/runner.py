@@ -573,10 +573,12 @@ class _HostRun:
         except Exception:  # the cache is an optimisation: never a reason to fail
             key = None
         hit = fpcache.lookup(key)
+        planned = None  # (fingerprint id, its plan) when the remembered fingerprint was adopted
         if hit is not None:
             # Every result cached under the remembered fingerprint: nothing to start.
             self._adopt(*hit)
-            if not self._plan(hit[1]):
+            planned = (hit[1], self._plan(hit[1]))
+            if not planned[1]:
                 self.summary.fingerprint_cached = True
                 return
         if not self.sched.first_slot(self):
@@ -590,13 +592,14 @@ class _HostRun:
 
         self._free_first_slot = free_first_slot
         try:
-            self._run_workers(key)
+            self._run_workers(key, planned)
         finally:
             free_first_slot()
             self.host.close_connection()
 
-    def _run_workers(self, key) -> None:
-        """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant)."""
+    def _run_workers(self, key, planned=None) -> None:
+        """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant).
+        `planned`: (fingerprint id, plan) already adopted from the fingerprint cache, kept if the worker agrees."""
         ctx = self.ctx
         t0 = time.monotonic()
         if self.host.reads_input_store():  # same filesystem: write the input store while the worker starts
@@ -606,8 +609,11 @@ class _HostRun:
         fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
         try:
-            self._adopt(fp, fid)
-            work = self._plan(fid)
+            if planned is not None and planned[0] == fid:
+                work = planned[1]  # the remembered fingerprint held: adopted and planned already
+            else:
+                self._adopt(fp, fid)
+                work = self._plan(fid)
             total = self.summary.planned
             if not total:
                 return
