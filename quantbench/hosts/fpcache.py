@@ -39,7 +39,6 @@ from pathlib import Path
 from quantbench.assets import quantbench_home
 from quantbench.fsutil import atomic_write_text, canonical_json
 from quantbench.hosts import worker as W
-from quantbench.hosts.worker import fingerprint_id
 
 VERSION = 1
 _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY")
@@ -137,8 +136,7 @@ def lookup(key: str | None) -> tuple[dict, str] | None:
         fp, fid = data["fingerprint"], data["fingerprint_id"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-    if not isinstance(fp, dict) or fingerprint_id(fp) != fid:
+    if not isinstance(fp, dict) or W.fingerprint_id(fp) != fid:
         return None
     return fp, fid
 
