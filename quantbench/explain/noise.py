@@ -47,9 +47,8 @@ class NoiseRow:
         return asdict(self)
 
 
-def batch_axis(model_path) -> str:
-    """'dynamic', or the fixed leading dimension of the (single) input as text."""
-    m = load_model(model_path, check=False)
+def batch_axis(m) -> str:
+    """'dynamic', or the fixed leading dimension of the (single) input of ModelProto `m` as text."""
     init = {i.name for i in m.graph.initializer}
     ins = [i for i in m.graph.input if i.name not in init]
     if len(ins) != 1:
@@ -84,7 +83,8 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
     if not fixtures:
         raise UserError("noise: no fixtures")
     model = Path(model_path).read_bytes()
-    vid = semantic_sha256(load_model(model_path, check=False))
+    proto = load_model(model_path, check=False)  # once: the variant id and the batch axis
+    vid = semantic_sha256(proto)
     vname = variant_name or Path(model_path).stem
     names = list(spec.outputs.values()) if spec is not None else []
     want = names or False
@@ -115,7 +115,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
             res = w.run(model, fixtures, dict(base, intra_op_num_threads=other), return_tensors=want)
             row("threads", f"threads={a_t}", f"threads={other}", ref, res)
         if "batch" in factors:
-            axis = batch_axis(model_path)
+            axis = batch_axis(proto)
             unmeasurable = (f"model batch axis is fixed ({axis}): batch composition not measurable"
                             if axis != "dynamic" else "needs at least 2 fixtures" if len(fixtures) < 2 else None)
             if unmeasurable:

@@ -33,7 +33,7 @@ from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json
 from quantbench.modelio import load_model, semantic_sha256
 from quantbench.quantize import variants as QV
-from quantbench.quantize.calibration import compute_ranges, load_ranges, method_name
+from quantbench.quantize.calibration import compute_ranges, load_ranges, load_with_shape_infer, method_name
 from quantbench.textfmt import text_table
 
 REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
@@ -94,7 +94,8 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
     else:
         prepared = out_dir / "prepared.onnx"
         QV.prepare_model(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)),
-                         per_channel=bool(recipe.get("per_channel", True)))
+                         per_channel=per_channel)
+    prep_model = load_with_shape_infer(prepared)  # once: calibration and every re-quantized variant
     ranges_file = Path(ranges_file) if ranges_file else None
     if ranges_file and ranges_file.exists():
         ranges = load_ranges(ranges_file)
@@ -104,7 +105,7 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
         if feeds is None:
             raise UserError(f"{base_path}: no ranges file beside the variant and no calibration inputs")
         method = recipe.get("calibration_method", "minmax")
-        ranges = compute_ranges(prepared, feeds, [method])[method]
+        ranges = compute_ranges(prepared, feeds, [method], model=prep_model)[method]
         how = f"calibrated here ({method}, {len(feeds)} inputs)"
     act = recipe.get("activation_type", "u8")
     wt = recipe.get("weight_type", "s8")
@@ -113,7 +114,7 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
         at, w, rr = options[r]
         try:
             QV.make_static(prepared, out_dir / f"{r}.onnx", ranges=ranges, method=method, activation_type=at,
-                           weight_type=w, per_channel=per_channel, reduce_range=rr, name=r)
+                           weight_type=w, per_channel=per_channel, reduce_range=rr, name=r, model=prep_model)
             out.append(RemedyVariant(r, out_dir / f"{r}.onnx", note=f"{at.upper()}{w.upper()}"
                                      f"{', reduce_range' if rr else ''}; {how}"))
         except Exception as exc:  # the quantizer refuses a combination: a row, not a crash

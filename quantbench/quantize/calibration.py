@@ -49,7 +49,7 @@ from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import ort_api
 
-METHODS = ("minmax", "percentile", "entropy")
+METHODS = ort_api.METHODS
 DEFAULT_PERCENTILE = 99.999
 PERCENTILE_BINS = 2048        # onnxruntime's create_calibrator default for Percentile
 ENTROPY_BINS = 128            # onnxruntime's default histogram bins for Entropy
@@ -332,8 +332,8 @@ class _Catalog:
         """Bytes of one image's calibrated tensors from the inferred shapes; None if any dim is not static."""
         total = 0
         for t in self.names:
-            tt = self.vi[t].type.tensor_type if t in self.vi else None
-            if tt is None or not tt.HasField("shape"):
+            tt = self.vi[t].type.tensor_type  # every name has one: __init__ read its dtype there
+            if not tt.HasField("shape"):
                 return None
             size = 1
             for d in tt.shape.dim:
@@ -400,7 +400,7 @@ class _Extremes:
     """
 
     def __init__(self, catalog: _Catalog, want_abs: bool):
-        self.names, self.want_abs = catalog.names, want_abs
+        self.names, self.dtypes, self.want_abs = catalog.names, catalog.dtypes, want_abs
         self.index = {t: i for i, t in enumerate(self.names)}
         self.inner_idx = np.array([self.index[t] for t in catalog.inner], np.intp)
         k = len(self.names)
@@ -435,32 +435,35 @@ class _Extremes:
         if self.want_abs:
             self.amin[i] = np.minimum(self.amin[i], r_amin)
 
-    def result(self, dtypes: dict) -> tuple[dict, dict, dict, set]:
+    def result(self) -> tuple[dict, dict, dict, set]:
         """(lowest, highest, lowest |x|) per tensor as scalars of its own dtype, as onnxruntime's
         np.nanmin/np.nanmax give them, and the tensors without an element in any image
         (range [0, 0], as onnxruntime's calibrators leave them)."""
         empty_at = (self.lo == np.inf) & (self.hi == -np.inf)
         lo, hi, amin = (np.where(empty_at, np.float32(0), v) + np.float32(0) for v in (self.lo, self.hi, self.amin))
+        dtypes = self.dtypes
         t_lo = {t: dtypes[t].type(lo[i]) for t, i in self.index.items()}
         t_hi = {t: dtypes[t].type(hi[i]) for t, i in self.index.items()}
         t_amin = {t: dtypes[t].type(amin[i]) for t, i in self.index.items()} if self.want_abs else {}
         return t_lo, t_hi, t_amin, {t for t, i in self.index.items() if empty_at[i]}
 
 
-def _histograms(req: _Request, names, dtypes, t_lo, t_hi, t_amin, empty) -> tuple[dict, dict, dict]:
+def _histograms(req: _Request, catalog: _Catalog, t_lo, t_hi, t_amin, empty) -> tuple[dict, dict, dict]:
     """Empty count histograms laid out as onnxruntime lays out the whole set's -> (pct, ent, ent_thr)."""
+    names, dtypes = catalog.names, catalog.dtypes
     pct: dict[str, _FixedHistogram] = {}
     ent: dict[str, _FixedHistogram] = {}
     ent_thr: dict[str, np.ndarray] = {}
     for t in names:
         if t in empty:
             continue
+        top = max(abs(t_lo[t]), abs(t_hi[t]))
         if req.want_pct:
             # onnxruntime: np.histogram(|x|, bins) over the data's own [min|x|, max|x|]
-            pct[t] = _FixedHistogram(req.percentile_bins, (t_amin[t], max(abs(t_lo[t]), abs(t_hi[t]))), dtypes[t])
+            pct[t] = _FixedHistogram(req.percentile_bins, (t_amin[t], top), dtypes[t])
         if req.want_ent:
             # onnxruntime: np.histogram(x, bins, range=(-T, T)), T = max(|min|, |max|)
-            thr = np.array(max(abs(t_lo[t]), abs(t_hi[t])), dtype=dtypes[t])
+            thr = np.array(top, dtype=dtypes[t])
             ent[t] = _FixedHistogram(req.entropy_bins, (-thr, thr), dtypes[t])
             ent_thr[t] = thr
     return pct, ent, ent_thr
@@ -744,8 +747,8 @@ def _collect(req: _Request, catalog: _Catalog, sessions: _Sessions, inputs, n: i
             _ranges_pass(stream, sessions.reductions(arena=mode == "ranges"), sessions, ext, bar)
         sess = None
         stream.check_count()
-        t_lo, t_hi, t_amin, empty = ext.result(catalog.dtypes)
-        pct, ent, ent_thr = _histograms(req, catalog.names, catalog.dtypes, t_lo, t_hi, t_amin, empty) \
+        t_lo, t_hi, t_amin, empty = ext.result()
+        pct, ent, ent_thr = _histograms(req, catalog, t_lo, t_hi, t_amin, empty) \
             if req.want_hist else ({}, {}, {})
         if mode == "single":
             bar.set_description("calibrate (histograms)")
