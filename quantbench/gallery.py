@@ -18,6 +18,7 @@ flips, the caption, VERSION) and not drawn again while its key file matches.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -151,10 +152,13 @@ def save_png(img, path: Path, key: str | None = None) -> Path:
     return path
 
 
+def _recipe(spec) -> dict:
+    """A fixtures row's preprocess column as a dict (stored as JSON text)."""
+    return spec if isinstance(spec, dict) else json.loads(spec or "{}")
+
+
 def fixture_recipes(fixture_ids, tables_root) -> dict:
     """{fixture_id: preprocessing recipe} of the fixtures in the fixtures table (no tensor read)."""
-    import json
-
     import pyarrow.compute as pc
 
     ids = sorted(set(fixture_ids))
@@ -164,15 +168,12 @@ def fixture_recipes(fixture_ids, tables_root) -> dict:
                     filter=pc.field("fixture_id").isin(ids))
     out = {}
     for r in t.to_pylist():
-        spec = r["preprocess"]
-        out[r["fixture_id"]] = spec if isinstance(spec, dict) else json.loads(spec or "{}")   # as fixture_pixels: the last row
+        out[r["fixture_id"]] = _recipe(r["preprocess"])   # as fixture_pixels: the last row
     return out
 
 
 def fixture_pixels(fixture_ids, tables_root) -> dict:
     """{fixture_id: HxWx3 uint8} of the fixtures' input tensors, read from the fixtures table."""
-    import json
-
     import pyarrow.compute as pc
 
     ids = sorted(set(fixture_ids))
@@ -185,9 +186,7 @@ def fixture_pixels(fixture_ids, tables_root) -> dict:
         if r["tensor"] is None:
             continue
         arr = np.frombuffer(r["tensor"], dtype=np.dtype(r["dtype"])).reshape(list(r["shape"]))
-        spec = r["preprocess"]
-        spec = spec if isinstance(spec, dict) else json.loads(spec or "{}")
-        out[r["fixture_id"]] = tensor_rgb(arr, spec)
+        out[r["fixture_id"]] = tensor_rgb(arr, _recipe(r["preprocess"]))
     return out
 
 

@@ -136,11 +136,6 @@ def _plot_key(kind: str, data) -> str:
     return content_key([PLOT_VERSION, kind, data])
 
 
-def _drawn(path: Path, key: str) -> bool:
-    """The PNG at `path` was drawn from the same data (its key file matches): no need to draw it again."""
-    return made_from(path, key)
-
-
 # --------------------------------------------------------------------------- equiv section
 
 
@@ -160,7 +155,7 @@ def plot_class_map(result, path: Path) -> Path | None:
     variants = list(result.variants)
     key = _plot_key("class-map", [hosts, [[v["model"], v["variant"], [[c["label"], c["hosts"]] for c in v["classes"]]]
                                           for v in variants]])
-    if _drawn(path, key):
+    if made_from(path, key):
         return path
     import matplotlib
 
@@ -241,7 +236,7 @@ def plot_margins(result, path: Path, variant: dict | None = None, flips: dict | 
         return None
     key = _plot_key("margins", [[v["model"], v["variant"], v["decode"]] for v in variants]
                     + [[kind, [repr(m) for m in ms]] for kind, ms in series])
-    if _drawn(path, key):
+    if made_from(path, key):
         return path
     import matplotlib
 

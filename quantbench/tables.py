@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 from quantbench import SCHEMA_VERSION, lazy
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_path, canonical_json, sha256_bytes
+from quantbench.fsutil import atomic_path, content_key, sha256_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -365,7 +365,7 @@ def _objects(row):
 
 def _preprocess_id(row):
     p = row.get("preprocess")
-    return {"preprocess_id": sha256_bytes(canonical_json(_json(p)).encode()) if p is not None else None}
+    return {"preprocess_id": content_key(_json(p)) if p is not None else None}
 
 
 def _recipe_cols(row):
@@ -416,7 +416,7 @@ def run_scope(run_id: str | None):
 
 def run_id_of(**parts) -> str:
     """A run's id: SHA-256 of what determines its rows (never a time)."""
-    return sha256_bytes(canonical_json(parts).encode())
+    return content_key(parts)
 
 
 def _now():

@@ -301,14 +301,14 @@ def score_key(plan: str, decoded: dict) -> str:
 
 def _is_score(d) -> bool:
     """`d` has the shape score() returns (a cache entry is checked before it is shown)."""
-    def num(x, none_ok=True):
-        return (x is None and none_ok) or (isinstance(x, (int, float)) and not isinstance(x, bool))
+    def real_or_none(x):
+        return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
 
     if not isinstance(d, dict) or d.get("metric") not in ("top-1", "AP"):
         return False
-    if not (num(d.get("value")) and num(d.get("ap50_95")) and isinstance(d.get("images"), int)):
+    if not (real_or_none(d.get("value")) and real_or_none(d.get("ap50_95")) and isinstance(d.get("images"), int)):
         return False
-    return set(d) <= {"metric", "value", "ap50_95", "images", "correct"} and num(d.get("correct"))
+    return set(d) <= {"metric", "value", "ap50_95", "images", "correct"} and real_or_none(d.get("correct"))
 
 
 class ScoreCache:

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from quantbench import SCHEMA_VERSION, __version__, tables
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text, canonical_json, read_json, sha256_file
+from quantbench.fsutil import atomic_write_json, atomic_write_text, content_key, read_json, sha256_file
 from quantbench.hosts.results import load_hosts, load_outputs
 from quantbench.modelio import model_hashes
 from quantbench.textfmt import text_table
@@ -78,7 +78,7 @@ def environment_of(recipe: dict) -> dict:
 def release_key(recipe: dict, environment: dict, target: dict) -> str:
     """SHA-256 of (recipe inputs, builder environment, target); the artifact hash is not part of it."""
     body = {"recipe": key_recipe(recipe), "environment": environment, "target": target}
-    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+    return content_key(body)
 
 
 # --- the registry -------------------------------------------------------------
