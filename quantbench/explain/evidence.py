@@ -31,7 +31,6 @@ length, so they are matched by mnemonic.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -43,7 +42,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.errors import UserError
-from quantbench.fsutil import canonical_json
+from quantbench.fsutil import content_key
 from quantbench.hosts import emulated as EM
 from quantbench.hosts import worker as W
 from quantbench.hosts.keys import hosts_row, normalize_session
@@ -245,7 +244,7 @@ class Evidence:
 
     @property
     def evidence_id(self) -> str:
-        return hashlib.sha256(canonical_json([self.fingerprint_id, self.variant_id, self.fixtures, self.qemu_cpu]).encode()).hexdigest()
+        return content_key([self.fingerprint_id, self.variant_id, self.fixtures, self.qemu_cpu])
 
     def rows(self) -> list[dict]:
         return [{"evidence_id": self.evidence_id, "host": self.host, "fingerprint_id": self.fingerprint_id,

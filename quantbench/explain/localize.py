@@ -21,7 +21,6 @@ localisation explains a different computation and the report says so.
 from __future__ import annotations
 
 import copy
-import hashlib
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from quantbench.analysis.decode import decode
 from quantbench.analysis.precision import distance
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError
-from quantbench.fsutil import canonical_json
+from quantbench.fsutil import content_key
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
 from quantbench.hosts.results import load_outputs
@@ -181,8 +180,8 @@ class LocalizeResult:
 
     @property
     def localize_id(self) -> str:
-        return hashlib.sha256(canonical_json([self.variant_id, self.fixture_id, self.fingerprints,
-                                              self.hosts, self.opt_level]).encode()).hexdigest()
+        return content_key([self.variant_id, self.fixture_id, self.fingerprints,
+                                              self.hosts, self.opt_level])
 
     def table_rows(self) -> list[dict]:
         base = {"localize_id": self.localize_id, "variant_id": self.variant_id, "variant": self.variant,

@@ -21,7 +21,6 @@ hosts (and the worst host).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ from quantbench.analysis.classes import equivalence_classes
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.localize import decode_runs, parallel, start_workers
-from quantbench.fsutil import canonical_json
+from quantbench.fsutil import canonical_json, content_key
 from quantbench.modelio import load_model, semantic_sha256
 from quantbench.quantize import variants as QV
 from quantbench.quantize.calibration import compute_ranges, load_ranges, load_with_shape_infer, method_name
@@ -153,7 +152,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
         bar = tqdm(remedies, desc="remedies", unit="remedy", disable=not progress, leave=False)
         for rv in bar:
             labels = [h.label for h in hosts]
-            rid = hashlib.sha256(canonical_json([base_variant_id, rv.remedy, labels, fx_ids]).encode()).hexdigest()
+            rid = content_key([base_variant_id, rv.remedy, labels, fx_ids])
             if rv.path is None:
                 rows.append(RemedyRow(rid, base_variant_id, rv.remedy, "", "", labels, False, None, None, "", None,
                                       None, len(fx_ids), rv.note))

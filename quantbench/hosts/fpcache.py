@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from quantbench.assets import quantbench_home
-from quantbench.fsutil import atomic_write_text, canonical_json
+from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts import worker as W
 
 VERSION = 1
@@ -104,7 +104,7 @@ def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
     env = env if env is not None else dict(os.environ)
     parts = _common_parts(host, session, allow_fallback, argv, env, preamble)
     parts.update(host.fingerprint_cache_parts(env))
-    return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
+    return content_key(parts)
 
 
 def _common_parts(host, session: dict, allow_fallback: bool, argv, env: dict, preamble) -> dict:

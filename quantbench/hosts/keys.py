@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 
 from quantbench.errors import UserError
-from quantbench.fsutil import canonical_json
+from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts import worker as W
 
 # --------------------------------------------------------------------------- keys
@@ -29,7 +29,7 @@ def normalize_session(session: dict | None) -> dict:
 
 def session_key(session: dict | None) -> str:
     """SHA-256 of the canonical JSON of the normalised session options."""
-    return hashlib.sha256(canonical_json(normalize_session(session)).encode()).hexdigest()
+    return content_key(normalize_session(session))
 
 
 def run_key(variant_id: str, fixture_id: str, fingerprint_id: str, session_key: str) -> str:
