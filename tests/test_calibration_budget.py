@@ -72,7 +72,7 @@ def test_chunk_size_derived_from_max_memory(model):
         assert ranges_dict(r_big[m]) == ranges_dict(r_small[m]) == ranges_dict(r_forced[m]), m
 
 
-def test_threaded_histograms_identical_to_one_thread(model):
+def test_threaded_histograms_identical_to_one_thread(model, monkeypatch):
     rs = np.random.RandomState(0)
     data = {f"t{i}": [rs.randn(int(n)).astype(np.float32) * (i + 1) for n in rs.randint(1, 300_000, 5)]
             for i in range(7)}
@@ -86,6 +86,8 @@ def test_threaded_histograms_identical_to_one_thread(model):
         return {t: (pct[t].counts.tobytes(), ent[t].counts.tobytes()) for t in data}
 
     one = counts(1)
+    assert counts(4) == one and counts(2) == one  # the largest tensors threaded, the rest on this thread
+    monkeypatch.setattr(C, "THREAD_MIN_ELEMENTS", 1)  # every tensor on the pool
     assert counts(4) == one and counts(2) == one
     # and the same counts as numpy's own histogram of all the data at once
     for i, t in enumerate(data):

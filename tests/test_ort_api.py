@@ -82,6 +82,49 @@ def test_onnx_model_save():
         "ONNXModel.save_model_to_file", "save_quantized", f"parameters {got}")
 
 
+def test_fast_lookups_replace_what_onnxruntime_defines(model):
+    """_fast_lookups swaps two onnxruntime internals for faster equals: they must still exist, be
+    reached the way it patches them, and do what onnxruntime's own do."""
+    import onnx
+    from onnxruntime.quantization import base_quantizer, qdq_quantizer, quant_utils
+    from onnxruntime.quantization.onnx_model import ONNXModel
+
+    for mod in (qdq_quantizer, base_quantizer):
+        assert getattr(mod, "find_by_name", None) is quant_utils.find_by_name, drifted(
+            f"{mod.__name__}.find_by_name", "_fast_lookups", "no longer imported from quant_utils by name")
+    assert params(quant_utils.find_by_name) == ["item_name", "item_list"], drifted(
+        "quant_utils.find_by_name", "_first_named", f"parameters {params(quant_utils.find_by_name)}")
+    items = [SimpleNamespace(name=n, k=k) for k, n in enumerate(["a", "b", "a", "c"])]
+    for name in ("a", "b", "c", "zz"):
+        assert ort_api._first_named(name, items) is quant_utils.find_by_name(name, items), name
+    assert params(ONNXModel.replace_input_of_all_nodes) == ["self", "old_input_name", "new_input_name"], drifted(
+        "ONNXModel.replace_input_of_all_nodes", "_replace_input_of_all_nodes",
+        f"parameters {params(ONNXModel.replace_input_of_all_nodes)}")
+    assert isinstance(inspect.getattr_static(ONNXModel, "replace_node_input"), staticmethod), drifted(
+        "ONNXModel.replace_node_input", "_replace_input_of_all_nodes", "no longer a staticmethod")
+    proto = onnx.load(str(model))
+    ours, theirs = ONNXModel(onnx.load(str(model))), ONNXModel(onnx.load(str(model)))
+    for node in proto.graph.node:
+        for name in list(node.input)[:1]:
+            theirs.replace_input_of_all_nodes(name, name + "_q")
+            ort_api._replace_input_of_all_nodes(ours, name, name + "_q")
+    assert ours.model.SerializeToString() == theirs.model.SerializeToString()
+
+
+def test_fast_lookups_restore_onnxruntime_even_on_error(model):
+    from onnxruntime.quantization import base_quantizer, qdq_quantizer, quant_utils
+    from onnxruntime.quantization.onnx_model import ONNXModel
+
+    stock = quant_utils.find_by_name
+    quantizer = SimpleNamespace(model=ONNXModel(ort_api.load_with_shape_infer(model)))
+    with pytest.raises(RuntimeError):
+        with ort_api._fast_lookups(quantizer):
+            assert qdq_quantizer.find_by_name is base_quantizer.find_by_name is ort_api._first_named
+            raise RuntimeError("boom")
+    assert qdq_quantizer.find_by_name is base_quantizer.find_by_name is stock
+    assert "replace_input_of_all_nodes" not in vars(quantizer.model)
+
+
 def test_histogram_collector():
     from onnxruntime.quantization.calibrate import HistogramCollector
 

@@ -198,3 +198,32 @@ def test_fixed_histogram_counts_equal_numpy():
             h.add(part)
         want, edges = np.histogram(data, bins=bins, range=rng_)
         assert np.array_equal(h.counts, want) and np.array_equal(h.edges, edges)
+
+def test_fixed_histogram_equals_numpy_on_edges_outliers_and_dtypes():
+    """The rewritten index corrections (clamp, boolean adds, +inf last edge) and the min/max shortcut
+    give numpy's counts exactly: values on every edge and one ulp either side, values outside the
+    range and NaNs (dropped, as numpy drops them), a zero-width range, float16/32/64 data."""
+    from quantbench.quantize.calibration import _FixedHistogram
+
+    rng = np.random.default_rng(7)
+    for dtype in (np.float32, np.float16, np.float64):
+        for bins, (lo, hi) in [(2048, (0.0, 7.3)), (128, (-3.1, 3.1)), (2048, (1000.0, 1000.25)), (5, (2.0, 2.0)),
+                               (2048, (1e-3, 1e-3 + 1e-4))]:
+            r = (dtype(lo), dtype(hi))
+            try:
+                _, edges = np.histogram(np.zeros(0, dtype), bins=bins, range=r)
+            except ValueError:  # numpy refuses bins narrower than the dtype resolves: so do we
+                with pytest.raises(ValueError):
+                    _FixedHistogram(bins, r, dtype)
+                continue
+            on = edges.astype(dtype)
+            near = np.concatenate([on, np.nextafter(on, dtype(-np.inf)), np.nextafter(on, dtype(np.inf))])
+            inside = rng.uniform(float(r[0]), float(r[1]), 50_000).astype(dtype)
+            for data, name in [(np.concatenate([inside, near[(near >= r[0]) & (near <= r[1])]]), "inside"),
+                               (np.concatenate([inside, near, np.array([np.nan, -np.inf, np.inf], dtype)]), "mixed")]:
+                rng.shuffle(data)
+                h = _FixedHistogram(bins, r, dtype)
+                for part in np.array_split(data, 3):
+                    h.add(part.copy())
+                want, _ = np.histogram(data, bins=bins, range=r)
+                assert np.array_equal(h.counts, want), (dtype, bins, r, name)
