@@ -236,3 +236,24 @@ def test_one_pass_exactly_when_half_the_budget_holds_every_image(tmp_path):
             assert (plan["mode"], plan["passes"]) == (mode, 1 if mode == "single" else 2), budget
             texts.add(json.dumps({m: ranges_dict(r[m]) for m in METHODS}, sort_keys=True))
     assert len(texts) == 1  # one pass or two, one thread or three: the same ranges to the byte
+
+
+def test_reshaped_and_transposed_copies_are_measured_once(model, monkeypatch):
+    """Outputs of Reshape/Transpose/... of a calibrated tensor hold its values: they are not run out of
+    the model, held or binned, and get exactly the ranges measuring them would give."""
+    m = C.load_with_shape_infer(model)
+    catalog = C._Catalog(m, None)
+    assert catalog.alias == {"kt": "k", "t": "a2", "tt": "a2"}  # tt = Transpose(t), t = Reshape(a2): a chain
+    assert not set(catalog.alias) & set(catalog.names)
+    outputs = {o.name for o in C._activations_model(m, catalog).graph.output}
+    assert not set(catalog.alias) & outputs and set(catalog.inner) <= outputs
+    feeds = random_feeds(6, seed=3)
+    kept = compute_ranges(model, feeds, C.METHODS)
+    small = compute_ranges(model, feeds, C.METHODS, chunk_size=2)  # two passes: the reductions model too
+    monkeypatch.setattr(C, "SAME_VALUES_OPS", frozenset())
+    assert C._Catalog(m, None).alias == {}
+    measured = compute_ranges(model, feeds, C.METHODS)
+    for method in C.METHODS:
+        assert ranges_dict(kept[method]) == ranges_dict(measured[method]) == ranges_dict(small[method]), method
+        got = ranges_dict(kept[method])
+        assert got["tt"] == got["t"] == got["a2"] and got["kt"] == got["k"]

@@ -324,19 +324,28 @@ def _request(methods, percentile, percentile_bins, entropy_bins, entropy_quantiz
                     budget, threads)
 
 
+#: ops whose output holds exactly the elements of their first input, moved (none added, dropped or
+#: changed): the output's min/max and histograms are the input's, so only the input is measured
+SAME_VALUES_OPS = frozenset({"Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
 class _Catalog:
-    """The tensors onnxruntime would calibrate in a model: names (sorted), their dtypes, which are
-    graph inputs (`outer`: read from the feeds) and which the model computes (`inner`)."""
+    """The tensors onnxruntime would calibrate in a model: `all_names` (sorted), their dtypes, and
+    the ones measured (`names`): all but the `alias`es, outputs of SAME_VALUES_OPS whose input is
+    calibrated too (a fifth of a transformer's activations), which take their source's statistics.
+    Of the measured, `outer` are graph inputs (read from the feeds) and `inner` the model computes."""
 
     def __init__(self, model, op_types: Sequence[str] | None):
         from onnx import helper
 
-        self.names = tensors_to_calibrate(model, op_types if op_types is not None else default_op_types())
+        self.all_names = tensors_to_calibrate(model, op_types if op_types is not None else default_op_types())
         self.graph_inputs = {i.name for i in model.graph.input}
         self.vi = {v.name: v for v in list(model.graph.value_info) + list(model.graph.output)
                    + list(model.graph.input)}
         self.dtypes = {t: np.dtype(helper.tensor_dtype_to_np_dtype(self.vi[t].type.tensor_type.elem_type))
-                       for t in self.names}
+                       for t in self.all_names}
+        self.alias = _aliases(model, self.all_names, self.dtypes)
+        self.names = [t for t in self.all_names if t not in self.alias]
         self.inner = [t for t in self.names if t not in self.graph_inputs]
         self.outer = [t for t in self.names if t in self.graph_inputs]
 
@@ -354,6 +363,25 @@ class _Catalog:
                 size *= d.dim_value
             total += size * self.dtypes[t].itemsize
         return total
+
+
+def _aliases(model, names: Sequence[str], dtypes: dict) -> dict:
+    """{calibrated tensor: the calibrated tensor whose values it holds} through chains of SAME_VALUES_OPS
+    (default domain only; main graph, where onnxruntime picks the tensors to calibrate)."""
+    calibrated = set(names)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    alias = {}
+    for t in names:
+        root = t
+        while True:
+            node = producer.get(root)
+            if (node is None or node.domain not in ("", "ai.onnx") or node.op_type not in SAME_VALUES_OPS
+                    or not node.input or node.input[0] not in calibrated or dtypes[node.input[0]] != dtypes[t]):
+                break
+            root = node.input[0]
+        if root != t:
+            alias[t] = root
+    return alias
 
 
 # --- pure reducers: min/max, histograms, onnxruntime's range math --------------------------------
@@ -482,15 +510,16 @@ def _histograms(req: _Request, catalog: _Catalog, t_lo, t_hi, t_amin, empty) -> 
 
 
 def _tensors_data(req: _Request, catalog: _Catalog, t_lo, t_hi, empty, pct, ent, ent_thr) -> dict:
-    """{method: TensorsData}: MinMax from the extremes, the histogram methods through onnxruntime's own
-    compute_percentile / compute_entropy."""
+    """{method: TensorsData} over every calibrated tensor (an alias gets its source's): MinMax from the
+    extremes, the histogram methods through onnxruntime's own compute_percentile / compute_entropy."""
     names, dtypes = catalog.names, catalog.dtypes
+    source = {t: catalog.alias.get(t, t) for t in catalog.all_names}
     bins = {"num_quantized_bins": req.entropy_quantized_bins, "percentile": req.percentile}
     result = {}
     for method in req.methods:
         if method == "minmax":
             # onnxruntime's MinMaxCalibrater yields shape-(1,) arrays
-            data = {t: (np.array([t_lo[t]]), np.array([t_hi[t]])) for t in names}
+            data = {t: (np.array([t_lo[s]]), np.array([t_hi[s]])) for t, s in source.items()}
             result[method] = ort_api.tensors_data("minmax", data)
             continue
         if method == "percentile":
@@ -502,7 +531,7 @@ def _tensors_data(req: _Request, catalog: _Catalog, t_lo, t_hi, empty, pct, ent,
                 {t: (ent[t].counts, ent[t].edges, t_lo[t], t_hi[t], ent_thr[t]) for t in names if t not in empty},
                 num_bins=req.entropy_bins, **bins)
         thresholds.update(_empty_thresholds(empty, dtypes))
-        result[method] = ort_api.tensors_data(method, thresholds)
+        result[method] = ort_api.tensors_data(method, {t: thresholds[s] for t, s in source.items()})
     return result
 
 
