@@ -257,3 +257,33 @@ def test_reshaped_and_transposed_copies_are_measured_once(model, monkeypatch):
         assert ranges_dict(kept[method]) == ranges_dict(measured[method]) == ranges_dict(small[method]), method
         got = ranges_dict(kept[method])
         assert got["tt"] == got["t"] == got["a2"] and got["kt"] == got["k"]
+
+
+def test_float16_tensors_reduce_exactly_in_both_plans(tmp_path):
+    """float16 activations go through pass 1's Cast to float32 (exact) and give the ranges a one-pass plan
+    gives, the grouped reductions included (tensors of two ranks)."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    w = nh.from_array(np.linspace(-2, 3, 12, dtype=np.float16).reshape(1, 3, 2, 2), "w")
+    b = nh.from_array(np.array([0.5, -1.0], np.float16), "b")
+    shape = nh.from_array(np.array([1, -1], np.int64), "shape")
+    nodes = [helper.make_node("Cast", ["x"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Mul", ["h", "w"], ["m"]), helper.make_node("Add", ["m", "m"], ["a"]),
+             helper.make_node("Reshape", ["a", "shape"], ["r"]), helper.make_node("Add", ["r", "r"], ["r2"]),
+             helper.make_node("Cast", ["r2"], ["y"], to=TensorProto.FLOAT)]
+    g = helper.make_graph(nodes, "f16", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 12])], [w, b, shape])
+    path = tmp_path / "f16.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    rs = np.random.RandomState(5)
+    feeds = [{"x": rs.randn(1, 3, 2, 2).astype(np.float32) * (k + 1)} for k in range(5)]
+    methods = ["minmax", "entropy"]  # float16 has too few values for Percentile's 2048 bins over these ranges
+    one = compute_ranges(path, feeds, methods, op_types=["Mul", "Add"])
+    two = compute_ranges(path, feeds, methods, op_types=["Mul", "Add"], chunk_size=2)
+    for method in methods:
+        assert ranges_dict(one[method]) == ranges_dict(two[method]), method
+    got = ranges_dict(one["minmax"])
+    assert C._Catalog(C.load_with_shape_infer(path), ["Mul", "Add"]).alias == {"r": "a"}
+    assert got["r"] == got["a"] and got["m"][0] < 0 < got["m"][1]

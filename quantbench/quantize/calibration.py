@@ -589,7 +589,12 @@ def _activations_model(model, catalog: _Catalog):
 
 def _reductions_model(model, catalog: _Catalog, want_abs: bool):
     """Copy of `model` whose outputs are three float32 vectors, one element per inner tensor
-    in catalog.inner order: __qb_min, __qb_max (and __qb_amin = min |x|)."""
+    in catalog.inner order: __qb_min, __qb_max (and __qb_amin = min |x|).
+
+    Each reduction keeps its dims (shape [1] * rank); the reductions of tensors of one rank are
+    concatenated as they are and flattened once, the groups concatenated and put in catalog.inner
+    order by one Gather: no Reshape per tensor (onnxruntime's cost per node is most of pass 1 on a
+    model of many small tensors). Tensors of unknown rank or rank 0 are reshaped each."""
     import onnx
     from onnx import TensorProto, helper
     from onnx import numpy_helper as nh
@@ -597,28 +602,44 @@ def _reductions_model(model, catalog: _Catalog, want_abs: bool):
     m = onnx.ModelProto()
     m.CopyFrom(model)
     m.graph.initializer.append(nh.from_array(np.array([-1], np.int64), "__qb_flat"))
-    parts: dict[str, list[str]] = {"min": [], "max": [], "amin": []}
+    groups: dict[object, list[int]] = {}  # rank (or "flat") -> positions in catalog.inner
+    for i, t in enumerate(catalog.inner):
+        tt = catalog.vi[t].type.tensor_type
+        rank = len(tt.shape.dim) if tt.HasField("shape") else 0
+        groups.setdefault(rank if rank > 0 else "flat", []).append(i)
+    order = [i for members in groups.values() for i in members]
+    m.graph.initializer.append(nh.from_array(np.argsort(np.array(order, np.int64)).astype(np.int64), "__qb_order"))
+    kinds = ["min", "max"] + (["amin"] if want_abs else [])
     nodes = []
     for i, t in enumerate(catalog.inner):
-        et = catalog.vi[t].type.tensor_type.elem_type
-        todo = [("min", "ReduceMin", t), ("max", "ReduceMax", t)]
         if want_abs:
             nodes.append(helper.make_node("Abs", [t], [f"__qb_abs_{i}"], name=f"__qb_abs_{i}"))
-            todo.append(("amin", "ReduceMin", f"__qb_abs_{i}"))
-        for kind, op, src in todo:
+        for kind in kinds:
             r = f"__qb_{kind}_{i}"
-            nodes.append(helper.make_node(op, [src], [r + "_k"], keepdims=1, name=r + "_k"))
-            if et != TensorProto.FLOAT:  # exact: float16/bfloat16 -> float32
+            src = f"__qb_abs_{i}" if kind == "amin" else t
+            nodes.append(helper.make_node("ReduceMax" if kind == "max" else "ReduceMin", [src], [r + "_k"],
+                                          keepdims=1, name=r + "_k"))
+            if catalog.vi[t].type.tensor_type.elem_type != TensorProto.FLOAT:  # exact: float16/bfloat16 -> float32
                 nodes.append(helper.make_node("Cast", [r + "_k"], [r + "_c"], to=TensorProto.FLOAT, name=r + "_c"))
-                r_in = r + "_c"
+    for kind in kinds:
+        flat = []
+        for g, members in groups.items():
+            items = [f"__qb_{kind}_{i}" + ("_c" if catalog.vi[catalog.inner[i]].type.tensor_type.elem_type
+                                             != TensorProto.FLOAT else "_k") for i in members]
+            name = f"__qb_{kind}_g{g}"
+            if g == "flat":
+                for k, item in enumerate(items):
+                    nodes.append(helper.make_node("Reshape", [item, "__qb_flat"], [f"{name}_{k}"], name=f"{name}_{k}"))
+                items = [f"{name}_{k}" for k in range(len(items))]
+                nodes.append(helper.make_node("Concat", items, [name], axis=0, name=name))
             else:
-                r_in = r + "_k"
-            nodes.append(helper.make_node("Reshape", [r_in, "__qb_flat"], [r], name=r))
-            parts[kind].append(r)
-    for kind, items in parts.items():
-        if items:
-            nodes.append(helper.make_node("Concat", items, [f"__qb_{kind}"], axis=0, name=f"__qb_{kind}"))
-            m.graph.output.append(helper.make_tensor_value_info(f"__qb_{kind}", TensorProto.FLOAT, [len(items)]))
+                nodes.append(helper.make_node("Concat", items, [name + "_c"], axis=0, name=name + "_c"))
+                nodes.append(helper.make_node("Reshape", [name + "_c", "__qb_flat"], [name], name=name))
+            flat.append(name)
+        nodes.append(helper.make_node("Concat", flat, [f"__qb_{kind}_grouped"], axis=0, name=f"__qb_{kind}_grouped"))
+        nodes.append(helper.make_node("Gather", [f"__qb_{kind}_grouped", "__qb_order"], [f"__qb_{kind}"], axis=0,
+                                      name=f"__qb_{kind}"))
+        m.graph.output.append(helper.make_tensor_value_info(f"__qb_{kind}", TensorProto.FLOAT, [len(catalog.inner)]))
     m.graph.node.extend(nodes)
     return m
 
