@@ -749,32 +749,36 @@ def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
 def _first_by_key(table: pa.Table, key: list[str]) -> pa.Table:
     """The first row (in table order: parts in name order) of each key, sorted by key.
 
-    A stable sort by key puts each key's rows together in table order; a row is kept when
-    its key differs from the previous row's (nulls equal each other, as in a group-by).
-    Compute kernels on Arrow data only: no pyarrow.acero (its import loads pyarrow.dataset
-    and pandas) and no Python value converted to Arrow (pyarrow imports pandas for that).
+    A stable sort of the key columns (in one chunk: sorting many chunks is slower) puts each
+    key's rows together in table order; a row is kept when its key
+    differs from the previous row's (nulls equal each other, as in a group-by). Compute
+    kernels on Arrow data only: no pyarrow.acero (its import loads pyarrow.dataset and
+    pandas) and no Python value converted to Arrow (pyarrow imports pandas for that).
     """
-    table = table.take(pc.sort_indices(table, sort_keys=[(k, "ascending") for k in key]))
+    keys = pa.Table.from_arrays([table.column(k) for k in key], names=list(key)).combine_chunks()
+    order = pc.sort_indices(keys, sort_keys=[(k, "ascending") for k in key])
     n = table.num_rows
     if n < 2:
-        return table
+        return table.take(order)
+    keys = keys.take(order)
     new = None
     for k in key:
-        col = table.column(k)
+        col = keys.column(k).combine_chunks()
         a, b = col.slice(1), col.slice(0, n - 1)
         ne = pc.not_equal(a, b)
         if ne.null_count:
             ne = pc.if_else(pc.is_null(ne), pc.invert(pc.and_(pc.is_null(a), pc.is_null(b))), ne)
         new = ne if new is None else pc.or_(new, ne)
-    return pa.concat_tables([table.slice(0, 1), table.slice(1).filter(new)])
+    return table.take(pa.concat_arrays([order.slice(0, 1), order.slice(1).filter(new)]))
 
 
 def _where(filter: Mapping) -> dict:
-    """A mapping filter as {column: [values], sorted}; one value stands for a list of one."""
+    """A mapping filter as {column: [values], sorted}; one value stands for a list of one. None matches
+    nothing (as `==` in an expression: a null equals nothing)."""
     out = {}
     for col, val in filter.items():
-        vals = sorted(set(val)) if isinstance(val, (list, tuple, set, frozenset)) else [val]
-        out[col] = vals
+        vals = val if isinstance(val, (list, tuple, set, frozenset)) else [val]
+        out[col] = sorted({v for v in vals if v is not None})
     return out
 
 
@@ -829,7 +833,7 @@ def _read_where(f: Path, cols: list[str], where: dict) -> pa.Table:
     for col, vals in where.items():
         if col not in names:
             continue
-        m = pc.is_in(t.column(col), value_set=_value_set(vals, sch.field(col).type))
+        m = pc.is_in(t.column(col), value_set=_value_set(vals, sch.field(col).type), skip_nulls=True)
         mask = m if mask is None else pc.and_(mask, m)
     if mask is not None:
         t = t.filter(mask)

@@ -133,7 +133,7 @@ _HASH_COLS = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id
 
 def _hash_rows(hosts, variants, tables_root) -> dict:
     """{column: values} of the outputs rows of these hosts and variants, hashes only (no tensor)."""
-    t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], tensors=False,
+    t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=_HASH_COLS,
                      tables_root=tables_root)
     return {c: t.column(c).to_pylist() for c in _HASH_COLS}
 
@@ -207,9 +207,7 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
 def _load_arrays(hosts, sel, variant_ids, fixture_ids, tables_root) -> dict:
     """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read."""
     t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
-                     tables_root=tables_root)
-    t = t.select(["host", "fingerprint_id", "session_key", "variant_id", "fixture_id", "output_name", "dtype", "shape",
-                  "sha256", "tensor"])   # (no created_at: a zoned timestamp to Python would import pandas)
+                     columns=[*_HASH_COLS, "tensor"], tables_root=tables_root)
     out: dict = {(h, v): {} for h in hosts for v in variant_ids}
     for r in t.to_pylist():
         h = r["host"]

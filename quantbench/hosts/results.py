@@ -33,15 +33,15 @@ def _filter(host=None, variant_id=None, fingerprint_id=None, session_key=None, f
 
 
 def load_outputs(host=None, variant_id=None, fingerprint_id=None, session_key=None, fixture_id=None,
-                 output_name=None, tensors: bool = True, tables_root=TABLES_DIR) -> pa.Table:
+                 output_name=None, tensors: bool = True, tables_root=TABLES_DIR, columns=None) -> pa.Table:
     """The outputs table, filtered; each filter is a value or a list of values (None: all).
 
     Columns: run_key, host, fingerprint_id, session_key, session_options, variant_id, variant,
     fixture_id, output_name, dtype, shape, sha256, providers, and `tensor` (raw canonical
     bytes) unless tensors=False (much lighter when only hashes are compared).
-    Sorted by (run_key, host, output_name): deterministic.
+    Sorted by (run_key, host, output_name): deterministic. `columns`: only these (overrides `tensors`).
     """
-    cols = [c for c, _, _ in tables.COLUMNS["outputs"] if tensors or c != "tensor"]
+    cols = list(columns) if columns else [c for c, _, _ in tables.COLUMNS["outputs"] if tensors or c != "tensor"]
     return tables.read("outputs", root=tables_root, columns=cols,
                        filter=_filter(host, variant_id, fingerprint_id, session_key, fixture_id, output_name))
 
