@@ -247,7 +247,8 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                    settings=settings, features=features, source=_fixture_sources(tables_root),
                    atol=atol, rtol=rtol, budget=budget)
     key = RC.key_of({"settings": settings, "selections": sel, "atol": atol, "rtol": rtol, "budget": budget,
-                     "hosts": host_info, "features": features, "sources": ctx.source,
+                     "hosts": host_info, "features": features,
+                     "sources": {f: ctx.source.get(f) for f in sorted({f for fs in fixtures_for.values() for f in fs})},
                      "variants": [dataclasses.asdict(v) for v in variants],
                      "specs": {m: sp.as_dict() for m, sp in specs.items()},
                      "outputs": _selected_hashes(cols, sel, fixtures_for)})
