@@ -369,10 +369,12 @@ def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeyp
     wrong_type = dict(payload, variants="not a list")
     bad_array = json.loads(body)
     bad_array["decoded"][0][4]["score"][2] = "AAAA"          # an array whose bytes do not fit its shape
+    bad_row = json.loads(body)
+    bad_row["flip_rows"][0]["score"] = "high"                # a row the flips table cannot hold
     damaged = [good[: len(good) // 2],                        # truncated
                good.replace(b'"flips"', b'"flipz"', 1),       # altered: the checksum no longer matches
                b"not json\n" + body]
-    for p in (wrong_type, bad_array):                         # well-formed JSON, checksum right, contents wrong
+    for p in (wrong_type, bad_array, bad_row):                # well-formed JSON, checksum right, contents wrong
         b = json.dumps(p).encode()
         damaged.append(json.dumps(dict(meta, sha256=hashlib.sha256(b).hexdigest())).encode() + b"\n" + b)
     for n, data in enumerate(damaged, start=2):

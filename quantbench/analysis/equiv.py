@@ -296,9 +296,10 @@ def _from_payload(payload, ctx: _Context, by_model: dict, fixtures_for: dict) ->
     try:
         if any(not isinstance(payload.get(k), t) for k, t in _PAYLOAD_TYPES.items()):
             return None
-        for k in ("variants", "comparisons", "class_rows", "flip_rows"):
-            if not all(isinstance(r, dict) for r in payload[k]):
-                return None
+        if not all(isinstance(r, dict) for k in ("variants", "comparisons") for r in payload[k]):
+            return None
+        if not (RC.rows_typed("classes", payload["class_rows"]) and RC.rows_typed("flips", payload["flip_rows"])):
+            return None
         if payload["equiv_id"] != ctx.equiv_id:
             return None
         decoded, boxed = {}, {}

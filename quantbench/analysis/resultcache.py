@@ -19,10 +19,17 @@ import hashlib
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from quantbench import lazy, tables
 from quantbench.fsutil import atomic_write_bytes, content_key
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = lazy.module("pyarrow")
 
 FORMAT = 1
 KEEP = 8  # entries kept per cache folder (the most recent)
@@ -120,6 +127,27 @@ def array_from_json(x) -> np.ndarray:
     if len(raw) != dt.itemsize * math.prod(x[1]):
         raise ValueError("array size does not match its shape")
     return np.frombuffer(raw, dtype=dt).reshape(x[1]).copy()
+
+
+def rows_typed(name: str, rows: list) -> bool:
+    """Every row is a dict whose values have the Python types of table `name`'s columns (None: null),
+    and no other keys: rows read from an entry that the table (and the report) can take."""
+    want = {}
+    for col, t, _ in tables.COLUMNS[name]:
+        at = t.arrow
+        want[col] = ((str,) if pa.types.is_string(at) else (bool,) if pa.types.is_boolean(at)
+                     else (int,) if pa.types.is_integer(at) else (float, int) if pa.types.is_floating(at)
+                     else (list,) if pa.types.is_list(at) else None)
+    for r in rows:
+        if not isinstance(r, dict) or not r.keys() <= want.keys():
+            return False
+        for k, v in r.items():
+            ok = want[k]
+            if v is None or ok is None:
+                continue
+            if not isinstance(v, ok) or (isinstance(v, bool) and bool not in ok):
+                return False
+    return True
 
 
 def key_of(parts: dict) -> str:
