@@ -368,7 +368,7 @@ def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeyp
     payload = json.loads(body)
     wrong_type = dict(payload, variants="not a list")
     bad_array = json.loads(body)
-    bad_array["decoded"][0][4]["score"][2] = "AAAA"          # an array whose bytes do not fit its shape
+    bad_array["decoded"]["arrays"]["score"][4] = "AAAA"      # arrays whose bytes do not fit their shapes
     bad_row = json.loads(body)
     bad_row["flip_rows"][0]["score"] = "high"                # a row the flips table cannot hold
     damaged = [good[: len(good) // 2],                        # truncated

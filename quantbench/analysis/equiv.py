@@ -279,14 +279,14 @@ def _payload(result: EquivResult, boxed: dict) -> dict:
     return {"equiv_id": result.equiv_id, "settings": result.settings, "hosts": result.hosts,
             "variants": result.variants, "comparisons": result.comparisons, "class_rows": result.class_rows,
             "flip_rows": result.flip_rows, "sidecars": result.sidecars,
-            "decoded": [[h, v, f, boxed[(h, v, f)], {k: None if getattr(d, k) is None else RC.array_to_json(getattr(d, k))
-                                                     for k in _SLIM_FIELDS}]
-                        for (h, v, f), d in result.decoded.items()]}
+            "decoded": {"keys": [[h, v, f, boxed[(h, v, f)]] for h, v, f in result.decoded],
+                        "arrays": {k: RC.arrays_to_json([getattr(d, k) for d in result.decoded.values()])
+                                   for k in _SLIM_FIELDS}}}
 
 
 _SLIM_FIELDS = ("slot", "cls", "score", "kept", "margin", "box")
 _PAYLOAD_TYPES = {"equiv_id": str, "settings": dict, "hosts": dict, "variants": list, "comparisons": list,
-                  "class_rows": list, "flip_rows": list, "sidecars": dict, "decoded": list}
+                  "class_rows": list, "flip_rows": list, "sidecars": dict, "decoded": dict}
 
 
 def _from_payload(payload, ctx: _Context, by_model: dict, fixtures_for: dict) -> EquivResult | None:
@@ -302,14 +302,17 @@ def _from_payload(payload, ctx: _Context, by_model: dict, fixtures_for: dict) ->
             return None
         if payload["equiv_id"] != ctx.equiv_id:
             return None
+        keys, arrays = payload["decoded"].get("keys"), payload["decoded"].get("arrays")
+        if not (isinstance(keys, list) and isinstance(arrays, dict) and set(arrays) == set(_SLIM_FIELDS)):
+            return None
+        cols = {k: RC.arrays_from_json(arrays[k], len(keys)) for k in _SLIM_FIELDS}
         decoded, boxed = {}, {}
-        for e in payload["decoded"]:
-            h, v, f, b, arrs = e
+        for i, e in enumerate(keys):
+            h, v, f, b = e
             if not (isinstance(h, str) and isinstance(v, str) and isinstance(f, str) and isinstance(b, bool)
-                    and isinstance(arrs, dict) and set(arrs) == set(_SLIM_FIELDS)):
+                    and all(cols[k][i] is not None for k in _SLIM_FIELDS[:-1])):   # only a box may be absent
                 return None
-            a = {k: (None if arrs[k] is None else RC.array_from_json(arrs[k])) for k in _SLIM_FIELDS}
-            decoded[(h, v, f)] = Decoded(**a)
+            decoded[(h, v, f)] = Decoded(**{k: cols[k][i] for k in _SLIM_FIELDS})
             boxed[(h, v, f)] = b
         variants = payload["variants"]
         rows = _StoredDecisions(lambda: _rebuild_decisions(ctx, by_model, fixtures_for, variants,

@@ -129,6 +129,38 @@ def array_from_json(x) -> np.ndarray:
     return np.frombuffer(raw, dtype=dt).reshape(x[1]).copy()
 
 
+def arrays_to_json(arrays: list) -> list:
+    """Many arrays (or None) as one entry: ["joined", dtype, trailing shape, first dims (-1: None), base64 of
+    all their bytes] when they share dtype and trailing shape (read back in one go), else ["each", [...]]."""
+    have = [np.ascontiguousarray(a) for a in arrays if a is not None]
+    if have and all(a.ndim >= 1 and a.dtype == have[0].dtype and a.shape[1:] == have[0].shape[1:] for a in have):
+        data = b"".join(a.tobytes() for a in have)
+        return ["joined", have[0].dtype.str, list(have[0].shape[1:]), [-1 if a is None else len(a) for a in arrays],
+                base64.b64encode(data).decode()]
+    return ["each", [None if a is None else array_to_json(a) for a in arrays]]
+
+
+def arrays_from_json(x, n: int) -> list:
+    """The `n` arrays `arrays_to_json` wrote; ValueError when `x` is not such an entry."""
+    if isinstance(x, list) and len(x) == 2 and x[0] == "each" and isinstance(x[1], list) and len(x[1]) == n:
+        return [None if a is None else array_from_json(a) for a in x[1]]
+    if not (isinstance(x, list) and len(x) == 5 and x[0] == "joined" and x[1] in _DTYPES and isinstance(x[2], list)
+            and all(isinstance(d, int) and d >= 0 for d in x[2]) and isinstance(x[3], list) and len(x[3]) == n
+            and all(isinstance(d, int) and d >= -1 for d in x[3]) and isinstance(x[4], str)):
+        raise ValueError("not an arrays entry")
+    dt, tail = np.dtype(x[1]), tuple(x[2])
+    raw = base64.b64decode(x[4], validate=True)
+    rows = sum(d for d in x[3] if d > 0)
+    if len(raw) != dt.itemsize * rows * math.prod(tail):
+        raise ValueError("arrays size does not match their shapes")
+    flat = np.frombuffer(raw, dtype=dt).reshape((rows, *tail)).copy()
+    out, at = [], 0
+    for d in x[3]:
+        out.append(None if d < 0 else flat[at:at + d])
+        at += max(d, 0)
+    return out
+
+
 def rows_typed(name: str, rows: list) -> bool:
     """Every row is a dict whose values have the Python types of table `name`'s columns (None: null),
     and no other keys: rows read from an entry that the table (and the report) can take."""
