@@ -159,13 +159,11 @@ def _recipe(spec) -> dict:
 
 def fixture_recipes(fixture_ids, tables_root) -> dict:
     """{fixture_id: preprocessing recipe} of the fixtures in the fixtures table (no tensor read)."""
-    import pyarrow.compute as pc
-
     ids = sorted(set(fixture_ids))
     if not ids:
         return {}
     t = tables.read("fixtures", root=tables_root, columns=["fixture_id", "preprocess"],
-                    filter=pc.field("fixture_id").isin(ids))
+                    filter={"fixture_id": ids})
     out = {}
     for r in t.to_pylist():
         out[r["fixture_id"]] = _recipe(r["preprocess"])   # as fixture_pixels: the last row
@@ -174,13 +172,11 @@ def fixture_recipes(fixture_ids, tables_root) -> dict:
 
 def fixture_pixels(fixture_ids, tables_root) -> dict:
     """{fixture_id: HxWx3 uint8} of the fixtures' input tensors, read from the fixtures table."""
-    import pyarrow.compute as pc
-
     ids = sorted(set(fixture_ids))
     if not ids:
         return {}
     t = tables.read("fixtures", root=tables_root, columns=["fixture_id", "dtype", "shape", "tensor", "preprocess"],
-                    filter=pc.field("fixture_id").isin(ids))
+                    filter={"fixture_id": ids})
     out = {}
     for r in t.to_pylist():
         if r["tensor"] is None:

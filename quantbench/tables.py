@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
@@ -27,9 +28,10 @@ from quantbench.fsutil import atomic_path, content_key, sha256_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 else:  # pyarrow loads on first use: importing this module (every command's does) stays cheap
-    pa, pq = lazy.module("pyarrow"), lazy.module("pyarrow.parquet")
+    pa, pc, pq = lazy.module("pyarrow"), lazy.module("pyarrow.compute"), lazy.module("pyarrow.parquet")
 
 
 class ArrowType:
@@ -526,19 +528,28 @@ def _serialize(chunks: Iterable[pa.Table], name_hash=None, row_group_rows: int |
 
 
 def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLike = TABLES_DIR,
-           ledger: bool = False) -> Path | None:
+           ledger: bool = False, made_from: str | None = None) -> Path | None:
     """Write rows as one new content-addressed part; returns its path (None if no rows).
 
     `ledger=True` (rows given as dicts): rows stored before are not serialised again. The
     table's ledger (``<table>/.ledger/<digest of the rows>``, naming the part that holds
     them) is checked first; a hit whose part is still there returns that part.
+    `made_from`: the content key of what the rows are computed from (same key, same rows);
+    the ledger is then keyed by it, and rows already stored are neither hashed nor even
+    looked at (a lazy sequence of rows is not built).
     """
     digest = None
     if ledger and not isinstance(rows, pa.Table):
+        if made_from is not None:
+            digest = content_key({"table": name, "schema": SCHEMA_VERSION, "made_from": made_from})
+            hit = _ledger_get(name, root, digest)
+            if hit is not None:
+                return hit
         rows = list(rows)
         if not rows:
             return None
-        digest = rows_digest(name, rows)
+        if digest is None:
+            digest = rows_digest(name, rows)
         hit = _ledger_get(name, root, digest)
         if hit is not None:
             return hit
@@ -675,10 +686,14 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
          filter=None) -> pa.Table:
     """All parts of a table, de-duplicated on its key, sorted by key (deterministic).
 
-    `filter` is a pyarrow compute expression applied while reading, so large
-    tables (outputs with tensors) can be read a slice at a time; row groups whose
-    statistics rule the filter out are not read. A part removed while reading
-    (compacted by another process: its rows are in the new part) restarts the read.
+    `filter` keeps some rows while reading, so large tables (outputs with tensors) can be
+    read a slice at a time: a mapping {column: value, or a list/set of values} (every
+    column must match; row groups whose min/max statistics rule it out are not read), or
+    a pyarrow compute expression (read as one dataset). Without a filter or with a mapping,
+    parts are read one by one with pyarrow.parquet: neither pyarrow.dataset nor pandas
+    (which it imports when installed) is loaded. A part removed
+    while reading (compacted by another process: its rows are in the new part) restarts
+    the read.
     """
     for attempt in range(5):
         try:
@@ -698,7 +713,9 @@ def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
         return pa.Table.from_pylist([], schema=pa.schema([sch.field(c) for c in read_cols])).select(want)
     target = pa.schema([sch.field(c) for c in read_cols])
     table = None
-    if _all_current(files):
+    if isinstance(filter, Mapping):
+        filter = _where(filter)  # read part by part below (no dataset)
+    elif filter is not None and _all_current(files):
         try:
             # one dataset over every part: files opened in parallel, row groups the filter's
             # statistics rule out skipped, no per-file set-up
@@ -709,30 +726,118 @@ def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
         except Exception:
             table = None  # name the part at fault (or notice one that went away) below
     if table is None:
-        tables = []
-        for f in files:
+        def one(f: Path) -> pa.Table:
             try:
-                t = _read_part(name, f, read_cols, filter)
+                return _read_part(name, f, read_cols, filter).cast(target)
             except (UserError, FileNotFoundError):
                 raise
             except Exception as exc:  # corrupt or foreign file: name it
                 if not f.exists():
                     raise FileNotFoundError(str(f)) from None
                 raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
-            tables.append(t.cast(target))
-        table = pa.concat_tables(tables)
-    if table.num_rows:
-        # keep the first occurrence of each key (parts are in name order)
-        import pyarrow.compute as pc
 
-        idx = pa.array(range(table.num_rows), pa.int64())
-        table = table.append_column("__i", idx)
-        first = table.group_by(key, use_threads=False).aggregate([("__i", "min")])
-        keep = pc.sort_indices(first["__i_min"])
-        rows = pc.take(first["__i_min"], keep)
-        table = table.take(rows).drop_columns(["__i"])
-        table = table.sort_by([(k, "ascending") for k in key])
+        if len(files) < 4:
+            table = pa.concat_tables([one(f) for f in files])
+        else:  # parts decoded in parallel (pyarrow releases the GIL), kept in name order
+            with ThreadPoolExecutor(min(READ_THREADS, len(files)), thread_name_prefix="read-parts") as pool:
+                table = pa.concat_tables(list(pool.map(one, files)))
+    if table.num_rows:
+        table = _first_by_key(table, key)
     return table.select(want)
+
+
+def _first_by_key(table: pa.Table, key: list[str]) -> pa.Table:
+    """The first row (in table order: parts in name order) of each key, sorted by key.
+
+    A stable sort of the key columns (in one chunk: sorting many chunks is slower) puts each
+    key's rows together in table order; a row is kept when its key
+    differs from the previous row's (nulls equal each other, as in a group-by). Compute
+    kernels on Arrow data only: no pyarrow.acero (its import loads pyarrow.dataset and
+    pandas) and no Python value converted to Arrow (pyarrow imports pandas for that).
+    """
+    keys = pa.Table.from_arrays([table.column(k) for k in key], names=list(key)).combine_chunks()
+    order = pc.sort_indices(keys, sort_keys=[(k, "ascending") for k in key])
+    n = table.num_rows
+    if n < 2:
+        return table.take(order)
+    keys = keys.take(order)
+    new = None
+    for k in key:
+        col = keys.column(k).combine_chunks()
+        a, b = col.slice(1), col.slice(0, n - 1)
+        ne = pc.not_equal(a, b)
+        if ne.null_count:
+            ne = pc.if_else(pc.is_null(ne), pc.invert(pc.and_(pc.is_null(a), pc.is_null(b))), ne)
+        new = ne if new is None else pc.or_(new, ne)
+    return table.take(pa.concat_arrays([order.slice(0, 1), order.slice(1).filter(new)]))
+
+
+def _where(filter: Mapping) -> dict:
+    """A mapping filter as {column: [values], sorted}; one value stands for a list of one. None matches
+    nothing (as `==` in an expression: a null equals nothing)."""
+    out = {}
+    for col, val in filter.items():
+        vals = val if isinstance(val, (list, tuple, set, frozenset)) else [val]
+        out[col] = sorted({v for v in vals if v is not None})
+    return out
+
+
+def _value_set(vals: list, typ: pa.DataType) -> pa.Array:
+    """`vals` as an Arrow array of type `typ`. Strings are laid into buffers directly: pa.array()
+    imports pandas (when installed) on its first call, ~0.4 s of a cached equiv."""
+    if pa.types.is_string(typ) and all(isinstance(v, str) for v in vals):
+        import numpy as np
+
+        data = [v.encode() for v in vals]
+        offsets = np.zeros(len(data) + 1, np.int32)
+        np.cumsum([len(d) for d in data], out=offsets[1:])
+        return pa.Array.from_buffers(typ, len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+    return pa.array(vals, type=typ)
+
+
+def _row_groups(meta, where: dict) -> list[int]:
+    """The row groups of a part whose min/max statistics do not rule `where` out (flat columns only)."""
+    leaf = {meta.schema.column(i).path: i for i in range(meta.num_columns)}  # a list column has its own path
+    idx = {c: leaf[c] for c in where if c in leaf}
+    keep = []
+    for g in range(meta.num_row_groups):
+        rg = meta.row_group(g)
+        ok = True
+        for col, i in idx.items():
+            st = rg.column(i).statistics
+            if st is None or not st.has_min_max:
+                continue
+            lo, hi = st.min, st.max
+            try:
+                if not any(lo <= v <= hi for v in where[col]):
+                    ok = False
+                    break
+            except TypeError:  # statistics of another type than the values: no pruning
+                continue
+        if ok:
+            keep.append(g)
+    return keep
+
+
+def _read_where(f: Path, cols: list[str], where: dict) -> pa.Table:
+    """The rows of one part that match `where` (pyarrow.parquet only: row groups pruned, then a mask)."""
+    meta, sch = _part_footer(f)
+    names = sch.names
+    groups = _row_groups(meta, where)
+    if not groups:
+        return pa.Table.from_batches([], schema=pa.schema([sch.field(c) for c in cols]))
+    need = list(dict.fromkeys(cols + [c for c in where if c in names]))
+    with pa.OSFile(str(f)) as fh:
+        t = pq.ParquetFile(fh, metadata=meta).read_row_groups(groups, columns=need)
+    mask = None
+    for col, vals in where.items():
+        if col not in names:
+            continue
+        m = pc.is_in(t.column(col), value_set=_value_set(vals, sch.field(col).type), skip_nulls=True)
+        mask = m if mask is None else pc.and_(mask, m)
+    if mask is not None:
+        t = t.filter(mask)
+    return t.select(cols)
 
 
 def _part_version(part_schema: pa.Schema) -> int | None:
@@ -757,7 +862,7 @@ def _read_part(name: str, f: Path, read_cols: list[str], filter) -> pa.Table:
                         f"{SCHEMA_VERSION}; upgrade quantbench to read it")
     missing = [c for c in read_cols if c not in ps.names]
     if not missing:
-        return pq.read_table(f, columns=read_cols, filters=filter)
+        return _read_table(f, read_cols, filter)
     unfillable = {c for c in missing if not _is_filled(name, c)}
     if unfillable:
         raise UserError(f"{f}: {name} table of schema version {version or 'unknown'} lacks column(s) "
@@ -765,24 +870,44 @@ def _read_part(name: str, f: Path, read_cols: list[str], filter) -> pa.Table:
                         "rewrite it with this quantbench (rerun the command that made it)")
     sources = [c for cols, src, _ in DERIVED.get(name, []) if set(cols) & set(missing) for c in src]
     cols = list(dict.fromkeys([c for c in read_cols if c in ps.names] + [c for c in sources if c in ps.names]))
-    t = pq.read_table(f, columns=cols, filters=filter)
+    t = _read_table(f, cols, filter)
     t = _complete(name, t)
     if "created_at" in missing:  # unknown for an old part: null, not "now"
         t = t.set_column(t.column_names.index("created_at"), "created_at", pa.nulls(t.num_rows, _TS.arrow))
     return t.select(read_cols)
 
 
-#: Schema of each part read so far (part names are content hashes: a name's bytes never change),
-#: so a footer is read once per process, not once per read.
-_PART_SCHEMAS: dict[str, pa.Schema] = {}
+def _read_table(f: Path, cols: list[str], filter) -> pa.Table:
+    if isinstance(filter, dict):
+        return _read_where(f, cols, filter)
+    if filter is None:
+        with pa.OSFile(str(f)) as fh:  # a native file: no filesystem resolution; the footer parsed once
+            return pq.ParquetFile(fh, metadata=_part_footer(f)[0]).read(columns=cols)
+    return pq.read_table(f, columns=cols, filters=filter)
+
+
+#: Threads that read a table's parts (each part is decoded with the GIL released).
+READ_THREADS = 4
+
+
+#: Footer (metadata and schema) of each part read so far (part names are content hashes: a
+#: name's bytes never change), so a footer is parsed once per process, not once per read.
+_PART_FOOTERS: dict[str, tuple] = {}
+
+
+def _part_footer(f: Path) -> tuple:
+    """(FileMetaData, Arrow schema) of a part."""
+    key = str(f)
+    ft = _PART_FOOTERS.get(key)
+    if ft is None:
+        with pa.OSFile(key) as fh:
+            meta = pq.read_metadata(fh)
+        ft = _PART_FOOTERS[key] = (meta, meta.schema.to_arrow_schema())
+    return ft
 
 
 def _part_schema(f: Path) -> pa.Schema:
-    key = str(f)
-    ps = _PART_SCHEMAS.get(key)
-    if ps is None:
-        ps = _PART_SCHEMAS[key] = pq.read_schema(f)
-    return ps
+    return _part_footer(f)[1]
 
 
 def _all_current(files: list[Path]) -> bool:

@@ -286,3 +286,101 @@ def test_equiv_demo_models_native_x86_and_emulated_pi(workdir, capsys, model, li
     dec = tables.read("decisions", columns=["host", "variant", "kept"]).to_pylist()
     served = sum(1 for r in dec if r["host"] == "pi" and r["variant"] == "dynamic" and r["kept"])
     assert served == comps[("dynamic", "pi", "own-fp32")]["total"]
+
+
+def _copy_bench(two_sessions, dest: Path) -> list:
+    """The module's runs copied to `dest` (this test's own results folder, no cache); equiv args for it."""
+    shutil.copytree(Path.cwd() / "results", dest / "results", ignore=shutil.ignore_patterns(".cache"))
+    shutil.copy(Path.cwd() / "quantbench.toml", dest / "quantbench.toml")
+    return ["equiv", "--no-run", "--hosts", "x86,x86b", *two_sessions, "--no-plots"]
+
+
+def _counting(monkeypatch) -> list:
+    """Counts the variants the equiv analysis computes (none when its result is reused)."""
+    from quantbench.analysis import equiv as E
+
+    calls = []
+    real = E._analyze_variant
+
+    def counted(*a, **k):
+        calls.append(a[2].name)
+        return real(*a, **k)
+
+    monkeypatch.setattr(E, "_analyze_variant", counted)
+    return calls
+
+
+def _outputs(results: Path) -> dict:
+    """What an equiv leaves in the results folder: report, summary, table parts (rows without created_at)."""
+    import pyarrow.parquet as pq
+
+    out = {n: (results / n).read_bytes() for n in ("report.md", "report.html", "equiv.json")}
+    for t in ("classes", "decisions", "flips"):
+        for p in sorted((results / "tables" / t).glob("part-*.parquet")):
+            rows = pq.read_table(p).drop_columns(["created_at"]).to_pylist()
+            out[f"{t}/{p.name}"] = json.dumps(rows, sort_keys=True)   # (NaN as a token: equal to itself)
+    return out
+
+
+def test_equiv_analysis_reused_while_its_inputs_are_unchanged(two_sessions, tmp_path, monkeypatch, capsys):
+    args = _copy_bench(two_sessions, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "results"
+    calls = _counting(monkeypatch)
+    assert main(args) == 0                       # computed, and kept under its content key
+    assert calls == ["fp32", "dynamic"]
+    first, text = _outputs(results), capsys.readouterr().out
+    assert len(list((results / ".cache" / "equiv").glob("*.json"))) == 1
+    assert main(args) == 0                       # same inputs: reused, same bytes out
+    assert calls == ["fp32", "dynamic"]
+    assert _outputs(results) == first and capsys.readouterr().out == text
+    # the reused result rebuilds its decisions rows when their part is gone: the same part again
+    dec = results / "tables" / "decisions"
+    for p in [*dec.glob("part-*.parquet"), *(dec / ".ledger").iterdir()]:
+        p.unlink()
+    assert main(args) == 0
+    assert calls == ["fp32", "dynamic"] and _outputs(results) == first
+    # one input changed (a tolerance of the tensor gate): computed again
+    assert main([*args, "--atol", "0.5"]) == 0
+    assert calls == ["fp32", "dynamic"] * 2
+    assert main(args) == 0                       # and back: the first entry is still there
+    assert calls == ["fp32", "dynamic"] * 2 and _outputs(results) == first
+    # an uncached analysis (no entry) writes the same bytes
+    shutil.rmtree(results / ".cache" / "equiv")
+    capsys.readouterr()
+    assert main(args) == 0
+    assert calls == ["fp32", "dynamic"] * 3 and _outputs(results) == first and capsys.readouterr().out == text
+
+
+def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeypatch, capsys):
+    import hashlib
+
+    args = _copy_bench(two_sessions, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    results = tmp_path / "results"
+    calls = _counting(monkeypatch)
+    assert main(args) == 0
+    first, text = _outputs(results), capsys.readouterr().out
+    (entry,) = (results / ".cache" / "equiv").glob("*.json")
+    good = entry.read_bytes()
+    head, body = good.split(b"\n", 1)
+    meta = json.loads(head)
+    payload = json.loads(body)
+    wrong_type = dict(payload, variants="not a list")
+    bad_array = json.loads(body)
+    bad_array["decoded"]["arrays"]["score"][4] = "AAAA"      # arrays whose bytes do not fit their shapes
+    bad_row = json.loads(body)
+    bad_row["flip_rows"][0]["score"] = "high"                # a row the flips table cannot hold
+    damaged = [good[: len(good) // 2],                        # truncated
+               good.replace(b'"flips"', b'"flipz"', 1),       # altered: the checksum no longer matches
+               b"not json\n" + body]
+    for p in (wrong_type, bad_array, bad_row):                # well-formed JSON, checksum right, contents wrong
+        b = json.dumps(p).encode()
+        damaged.append(json.dumps(dict(meta, sha256=hashlib.sha256(b).hexdigest())).encode() + b"\n" + b)
+    for n, data in enumerate(damaged, start=2):
+        entry.write_bytes(data)
+        assert main(args) == 0, n
+        assert calls == ["fp32", "dynamic"] * n, n          # computed again, never trusted
+        assert _outputs(results) == first and capsys.readouterr().out == text
+        assert "Traceback" not in capsys.readouterr().err
+        assert entry.read_bytes() == good                     # and the entry written anew

@@ -487,3 +487,65 @@ def test_tensor_cache_is_bounded(workdir, home, monkeypatch):
     F.build_fixtures(spec, labels, split=None)
     kept = list((home / "tensors").rglob("*.npy"))
     assert len(kept) == 2
+
+
+def test_mapping_filters_read_what_expressions_read(tmp_path, monkeypatch):
+    """A {column: values} filter (read part by part, row groups pruned by their statistics) keeps exactly the
+    rows an expression filter (one dataset) keeps: on many parts with duplicates, and on compacted parts of
+    many row groups, filtering columns that sit after a list column (whose leaves shift the column indices)."""
+    import pyarrow.compute as pc
+
+    root = tmp_path / "t"
+    batches = _outputs_rows(12, 9)
+    for rows in batches:
+        tables.append("outputs", rows, root=root)
+    tables.append("outputs", [dict(r, sha256="other") for r in batches[2]], root=root)  # same keys, later part
+    cases = [({"host": "pi"}, pc.field("host") == "pi"),
+             ({"host": ["pi", "pi4"], "variant_id": "v1"},
+              pc.field("host").isin(["pi", "pi4"]) & (pc.field("variant_id") == "v1")),
+             ({"sha256": ["h7", "h50", "h99", "other"]}, pc.field("sha256").isin(["h7", "h50", "h99", "other"])),
+             ({"fixture_id": "f0003", "output_name": "y"}, (pc.field("fixture_id") == "f0003")
+              & (pc.field("output_name") == "y")),
+             ({"host": "nowhere"}, pc.field("host") == "nowhere")]
+
+    def check():
+        for where, expr in cases:
+            got = tables.read("outputs", root, filter=where)
+            assert got.equals(tables.read("outputs", root, filter=expr)), where
+        assert tables.read("outputs", root, filter={}).equals(tables.read("outputs", root))
+
+    check()
+    monkeypatch.setitem(tables.ROW_GROUP_ROWS, "outputs", 8)
+    tables.compact("outputs", root)
+    assert tables._part_footer(tables.parts("outputs", root)[0])[0].num_row_groups > 10
+    check()
+    # fixtures: `objects` (a list of structs) has two leaf columns, so the ones after it shift by one
+    for p in range(3):
+        tables.append("fixtures", [{"fixture_id": f"f{p}{i}", "input_name": "x", "dtype": "<f4", "shape": [1],
+                                    "source": f"s{i}", "image_sha256": "i", "labels": "[]",
+                                    "objects": [{"category_id": i, "bbox": [0.0, 1.0, 2.0, 3.0]}],
+                                    "stratum": f"st{(p * 7 + i) % 5}", "split": ["train", "val", "eval"][i % 3],
+                                    "preprocess": "{}",
+                                    "tensor": b"\0\0\0\0"} for i in range(6)], root=root)
+    monkeypatch.setitem(tables.ROW_GROUP_ROWS, "fixtures", 2)
+    tables.compact("fixtures", root)
+    for col, v in (("stratum", "st0"), ("stratum", ["st1", "st4"]), ("split", "val"), ("split", ["eval", "train"])):
+        want = pc.field(col).isin(v if isinstance(v, list) else [v])
+        got = tables.read("fixtures", root, filter={col: v})
+        assert got.num_rows and got.equals(tables.read("fixtures", root, filter=want)), (col, v)
+
+
+def test_mapping_filter_read_loads_neither_dataset_nor_pandas(tmp_path):
+    import subprocess
+    import sys
+
+    root = tmp_path / "t"
+    for rows in _outputs_rows(6, 4):
+        tables.append("outputs", rows, root=root)
+    code = ("import sys\nfrom quantbench import tables\n"
+            f"t = tables.read('outputs', {str(root)!r}, columns=['run_key'], filter={{'host': ['pi', 'x86']}})\n"
+            "u = tables.read('outputs', " + repr(str(root)) + ")\n"
+            "print(t.num_rows, u.num_rows, sorted(m for m in ('pandas', 'pyarrow.dataset', 'pyarrow.acero') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["16", "24", "[]"]

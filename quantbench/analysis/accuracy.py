@@ -100,11 +100,9 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
     `labels`: the COCO JSON the fixtures were built from (None: the bundled corpus, as `run`
     and `equiv` default); `images`: its images folder (None: images/ beside it).
     """
-    import pyarrow.compute as pc
-
     ids = sorted(set(fixture_ids))
     cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess"]
-    t = tables.read("fixtures", root=tables_root, columns=cols, filter=pc.field("fixture_id").isin(ids))
+    t = tables.read("fixtures", root=tables_root, columns=cols, filter={"fixture_id": ids})
     fx = {}
     for r in t.to_pylist():
         fx[r["fixture_id"]] = FixtureTruth(

@@ -22,9 +22,11 @@ outputs stays an error (someone asked for it), naming ``--decode none``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +35,7 @@ from quantbench import tables
 from quantbench.analysis import classes as C
 from quantbench.analysis import decisions as D
 from quantbench.analysis import gates as G
+from quantbench.analysis import resultcache as RC
 from quantbench.analysis.decode import (NONE, NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
@@ -68,6 +71,10 @@ class EquivResult:
     # written to any table; the report's accuracy and flip gallery read them). Maps keep no mask.
     decoded: dict = field(default_factory=dict, repr=False)
     sidecars: dict = field(default_factory=dict, repr=False)   # model -> the fp32 variant's sidecar
+    # the content key of everything the analysis read (resultcache): same key, same rows; the
+    # tables' ledger finds the parts holding this result's rows by it
+    cache_key: str = ""
+    reused: bool = False        # taken from the analysis cache, not computed
 
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""
@@ -116,9 +123,32 @@ def select_results(hosts, variants, fixtures_for, prefer=None, run_hint: str = "
     complete one. A host without complete results names the run that would
     produce them; a fixture present under another input hash is refused.
     """
-    vids = [v.variant_id for v in variants]
-    t = load_outputs(host=list(hosts), variant_id=vids, tensors=False, tables_root=tables_root)
-    cols = {c: t.column(c).to_pylist() for c in ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id")}
+    return _select(_hash_rows(hosts, variants, tables_root), hosts, variants, fixtures_for, prefer, run_hint,
+                   tables_root)
+
+
+_HASH_COLS = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id", "output_name", "dtype", "shape",
+              "sha256")
+
+
+def _hash_rows(hosts, variants, tables_root) -> dict:
+    """{column: values} of the outputs rows of these hosts and variants, hashes only (no tensor)."""
+    t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=_HASH_COLS,
+                     tables_root=tables_root)
+    return {c: t.column(c).to_pylist() for c in _HASH_COLS}
+
+
+def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
+    """The selected rows the analysis reads, as sorted [host, variant, fixture, output, dtype, shape, sha256]."""
+    out = []
+    for h, fp, sk, v, f, o, dt, sh, sha in zip(*(cols[c] for c in _HASH_COLS)):
+        if h in sel and (fp, sk) == tuple(sel[h]) and v in fixtures_for:
+            out.append([h, v, f, o, dt, sh, sha])
+    want = {v: set(fs) for v, fs in fixtures_for.items()}
+    return sorted(r for r in out if r[2] in want[r[1]])
+
+
+def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_root) -> dict:
     have: dict = defaultdict(lambda: defaultdict(set))
     for h, fp, sk, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"], cols["variant_id"],
                                cols["fixture_id"]):
@@ -177,7 +207,7 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
 def _load_arrays(hosts, sel, variant_ids, fixture_ids, tables_root) -> dict:
     """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read."""
     t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
-                     tables_root=tables_root)
+                     columns=[*_HASH_COLS, "tensor"], tables_root=tables_root)
     out: dict = {(h, v): {} for h in hosts for v in variant_ids}
     for r in t.to_pylist():
         h = r["host"]
@@ -197,21 +227,36 @@ def equiv_id_of(settings: dict, selections: dict) -> str:
 def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, reference: str | None = None,
             decode_kind: str | None = None, threshold: float | None = None, atol: float = G.DEFAULT_ATOL,
             rtol: float = G.DEFAULT_RTOL, budget: int = G.DEFAULT_BUDGET, prefer: dict | None = None,
-            run_hint: str = "", tables_root=None, duplicates: list | None = None) -> EquivResult:
+            run_hint: str = "", tables_root=None, duplicates: list | None = None, cache_dir=None) -> EquivResult:
     """The whole equivalence analysis; see the module docstring.
 
     `duplicates`: variants asked for whose model is semantically identical to an analysed
     one ({name, model, path, duplicate_of}); they are not run twice, and the report names them.
+    `cache_dir`: where results are kept by the content key of everything the analysis reads
+    (quantbench.analysis.resultcache); a result found there is reused, not recomputed
+    (`EquivResult.reused`). None: always computed, nothing kept.
     """
     hosts, reference, by_model = _check_request(hosts, variants, reference, budget)
     specs = {model: spec_from_sidecar(_fp32_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
              for model, vs in by_model.items()}
-    sel = select_results(hosts, variants, fixtures_for, prefer, run_hint, tables_root)
+    cols = _hash_rows(hosts, variants, tables_root)
+    sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root)
     settings = _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs)
     host_info, features = _host_identities(hosts, sel, tables_root)
     ctx = _Context(equiv_id=equiv_id_of(settings, sel), hosts=hosts, reference=reference, sel=sel,
                    settings=settings, features=features, source=_fixture_sources(tables_root),
                    atol=atol, rtol=rtol, budget=budget)
+    key = RC.key_of({"settings": settings, "selections": sel, "atol": atol, "rtol": rtol, "budget": budget,
+                     "hosts": host_info, "features": features,
+                     "sources": {f: ctx.source.get(f) for f in sorted({f for fs in fixtures_for.values() for f in fs})},
+                     "variants": [dataclasses.asdict(v) for v in variants],
+                     "specs": {m: sp.as_dict() for m, sp in specs.items()},
+                     "outputs": _selected_hashes(cols, sel, fixtures_for)})
+    if cache_dir is not None:
+        found = _from_payload(RC.load(cache_dir, key), ctx, by_model, fixtures_for)
+        if found is not None:
+            found.cache_key = key
+            return found
     out = _Rows()
     for model, vs in by_model.items():
         run = _load_model(ctx, model, vs, specs[model], fixtures_for, tables_root)
@@ -219,10 +264,102 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
             _analyze_variant(ctx, run, v, sorted(fixtures_for[v.variant_id]), out)
         for vi in out.variants[-len(vs):]:
             vi["decode"] = run.spec.as_dict()
-    return EquivResult(equiv_id=ctx.equiv_id, settings={**settings, "atol": atol, "rtol": rtol, "budget": budget},
-                       hosts=host_info, variants=out.variants, comparisons=out.comparisons,
-                       class_rows=out.class_rows, decision_rows=out.decision_rows, flip_rows=out.flip_rows,
-                       decoded=out.decoded, sidecars={m: _fp32_of(vs).sidecar or {} for m, vs in by_model.items()})
+    result = EquivResult(equiv_id=ctx.equiv_id, settings={**settings, "atol": atol, "rtol": rtol, "budget": budget},
+                         hosts=host_info, variants=out.variants, comparisons=out.comparisons,
+                         class_rows=out.class_rows, decision_rows=out.decision_rows, flip_rows=out.flip_rows,
+                         decoded=out.decoded, sidecars={m: _fp32_of(vs).sidecar or {} for m, vs in by_model.items()},
+                         cache_key=key)
+    if cache_dir is not None:
+        RC.save(cache_dir, key, _payload(result, out.boxed))
+    return result
+
+
+def _payload(result: EquivResult, boxed: dict) -> dict:
+    """What the cache keeps of a result: all but the decisions rows (rebuilt from the decoded decisions)."""
+    return {"equiv_id": result.equiv_id, "settings": result.settings, "hosts": result.hosts,
+            "variants": result.variants, "comparisons": result.comparisons, "class_rows": result.class_rows,
+            "flip_rows": result.flip_rows, "sidecars": result.sidecars,
+            "decoded": {"keys": [[h, v, f, boxed[(h, v, f)]] for h, v, f in result.decoded],
+                        "arrays": {k: RC.arrays_to_json([getattr(d, k) for d in result.decoded.values()])
+                                   for k in _SLIM_FIELDS}}}
+
+
+_SLIM_FIELDS = ("slot", "cls", "score", "kept", "margin", "box")
+_PAYLOAD_TYPES = {"equiv_id": str, "settings": dict, "hosts": dict, "variants": list, "comparisons": list,
+                  "class_rows": list, "flip_rows": list, "sidecars": dict, "decoded": dict}
+
+
+def _from_payload(payload, ctx: _Context, by_model: dict, fixtures_for: dict) -> EquivResult | None:
+    """The result a cache payload holds, checked; None when it is not a well-formed one (then recomputed)."""
+    if payload is None:
+        return None
+    try:
+        if any(not isinstance(payload.get(k), t) for k, t in _PAYLOAD_TYPES.items()):
+            return None
+        if not all(isinstance(r, dict) for k in ("variants", "comparisons") for r in payload[k]):
+            return None
+        if not (RC.rows_typed("classes", payload["class_rows"]) and RC.rows_typed("flips", payload["flip_rows"])):
+            return None
+        if payload["equiv_id"] != ctx.equiv_id:
+            return None
+        keys, arrays = payload["decoded"].get("keys"), payload["decoded"].get("arrays")
+        if not (isinstance(keys, list) and isinstance(arrays, dict) and set(arrays) == set(_SLIM_FIELDS)):
+            return None
+        cols = {k: RC.arrays_from_json(arrays[k], len(keys)) for k in _SLIM_FIELDS}
+        decoded, boxed = {}, {}
+        for i, e in enumerate(keys):
+            h, v, f, b = e
+            if not (isinstance(h, str) and isinstance(v, str) and isinstance(f, str) and isinstance(b, bool)
+                    and all(cols[k][i] is not None for k in _SLIM_FIELDS[:-1])):   # only a box may be absent
+                return None
+            decoded[(h, v, f)] = Decoded(**{k: cols[k][i] for k in _SLIM_FIELDS})
+            boxed[(h, v, f)] = b
+        variants = payload["variants"]
+        rows = _StoredDecisions(lambda: _rebuild_decisions(ctx, by_model, fixtures_for, variants,
+                                                           payload["flip_rows"], decoded, boxed))
+        return EquivResult(equiv_id=payload["equiv_id"], settings=payload["settings"], hosts=payload["hosts"],
+                           variants=variants, comparisons=payload["comparisons"],
+                           class_rows=payload["class_rows"], decision_rows=rows, flip_rows=payload["flip_rows"],
+                           decoded=decoded, sidecars=payload["sidecars"], reused=True)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+class _StoredDecisions(Sequence):
+    """The decisions rows of a reused result, built on first use: writing the tables does not need them
+    when the part holding them is still there (tables.append's ledger, keyed by the analysis key)."""
+
+    def __init__(self, build):
+        self._build, self._rows = build, None
+
+    def _all(self) -> list:
+        if self._rows is None:
+            self._rows = self._build()
+        return self._rows
+
+    def __len__(self):
+        return len(self._all())
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+
+def _rebuild_decisions(ctx: _Context, by_model: dict, fixtures_for: dict, variants: list, flip_rows: list,
+                       decoded: dict, boxed: dict) -> list:
+    """The decisions rows of a reused result, in the order and with the values the analysis made them."""
+    rows: list = []
+    info = {v["variant_id"]: v for v in variants}
+    for model, vs in by_model.items():
+        for v in vs:
+            dd = info[v.variant_id].get("decode") or {}
+            if dd.get("kind") == NONE:
+                continue
+            spec = DecodeSpec(kind=dd["kind"], outputs=dd.get("outputs") or {}, threshold=dd.get("threshold"),
+                              classes=dd.get("classes") or [])
+            flip_of = {(r["comparison"], r["host"], r["fixture_id"], r["slot"]): r["kind"] for r in flip_rows
+                       if r["variant_id"] == v.variant_id and r["slot"] >= 0}
+            _decision_rows(ctx, spec, v, sorted(fixtures_for[v.variant_id]), flip_of, decoded, boxed, rows)
+    return rows
 
 
 def _fp32_of(vs: list[VariantRef]) -> VariantRef:
@@ -263,7 +400,9 @@ def _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, 
 
 def _host_identities(hosts, sel, tables_root) -> tuple[dict, dict]:
     """Per host, the selected fingerprint's summary and its fingerprint features (read from the hosts table)."""
-    rows = {(r["host"], r["fingerprint_id"]): r for r in load_hosts(host=hosts, tables_root=tables_root).to_pylist()}
+    cols = ["host", "fingerprint_id", "kind", "arch", "cpu", "isa_flags", "ort_version", "fingerprint"]
+    rows = {(r["host"], r["fingerprint_id"]): r
+            for r in load_hosts(host=hosts, tables_root=tables_root, columns=cols).to_pylist()}
     host_info, features = {}, {}
     for h in hosts:
         host_info[h], features[h] = _host_identity(rows.get((h, sel[h][0]), {}), sel[h])
@@ -316,6 +455,7 @@ class _Rows:
     decision_rows: list = field(default_factory=list)
     flip_rows: list = field(default_factory=list)
     decoded: dict = field(default_factory=dict)
+    boxed: dict = field(default_factory=dict)   # (host, variant_id, fixture_id) -> the decoder gave boxes
 
 
 @dataclass
@@ -470,24 +610,34 @@ def _flip_row(ctx: _Context, spec: DecodeSpec, v: VariantRef, comparison: dict, 
 
 
 def _decisions(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, flip_of: dict, out: _Rows) -> None:
-    """Every decoded decision of `v` on every host: `decisions` table rows and the slim decoded decisions."""
-    spec = run.spec
-    names: dict = {}   # class id -> name, asked of the spec once
+    """Every decoded decision of `v` on every host: the slim decoded decisions and `decisions` table rows."""
     for h in ctx.hosts:
         for f in vfx:
             d = run.decoded(h, v.variant_id, f)
             out.decoded[(h, v.variant_id, f)] = _slim(d)
+            out.boxed[(h, v.variant_id, f)] = getattr(d, "box", None) is not None
+    _decision_rows(ctx, run.spec, v, vfx, flip_of, out.decoded, out.boxed, out.decision_rows)
+
+
+def _decision_rows(ctx: _Context, spec: DecodeSpec, v: VariantRef, vfx: list, flip_of: dict, decoded: dict,
+                   boxed: dict, rows: list) -> None:
+    """The `decisions` rows of `v` on every host, from the slim decoded decisions (a region's box is not a row's:
+    `boxed` says which decisions had boxes of their own), appended to `rows`."""
+    names: dict = {}   # class id -> name, asked of the spec once
+    for h in ctx.hosts:
+        for f in vfx:
+            d = decoded[(h, v.variant_id, f)]
             # whole arrays to Python values at once: the same ints, floats and bools as int()/float()/bool()
             slots, cls = np.asarray(d.slot, np.int64).tolist(), np.asarray(d.cls, np.int64).tolist()
             score, margin = np.asarray(d.score, np.float64).tolist(), np.asarray(d.margin, np.float64).tolist()
             kept = np.asarray(d.kept, bool).tolist()
-            boxes = None if getattr(d, "box", None) is None else np.asarray(d.box, np.float64).tolist()
+            boxes = np.asarray(d.box, np.float64).tolist() if boxed[(h, v.variant_id, f)] else None
             src = ctx.source.get(f)
             for i, q in enumerate(slots):
                 c = cls[i]
                 if c not in names:
                     names[c] = spec.class_name(c)
-                out.decision_rows.append({
+                rows.append({
                     "equiv_id": ctx.equiv_id, "host": h, "fingerprint_id": ctx.sel[h][0],
                     "variant_id": v.variant_id, "variant": v.name, "fixture_id": f, "source": src,
                     "slot": q, "class_id": c, "box": None if boxes is None else boxes[i],
@@ -530,7 +680,7 @@ def write_tables(result: EquivResult, tables_root) -> list:
     for name, rows in (("classes", result.class_rows), ("decisions", result.decision_rows),
                        ("flips", result.flip_rows)):
         tables.maybe_compact(name, tables_root)  # before the append: the part named below stays
-        p = tables.append(name, rows, root=tables_root, ledger=True)
+        p = tables.append(name, rows, root=tables_root, ledger=True, made_from=result.cache_key or None)
         if p is not None:
             paths.append(p)
     return paths

@@ -9,6 +9,7 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
+from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.commands import (add_fixture_arguments, add_session_arguments, finish_equiv, finite_float,
                                  fixtures_from_args, session_from_args, sidecar_from_args)
@@ -173,5 +174,6 @@ def run(args) -> int:
         p = prepare(args, held)
         result = analyze(p.hosts, p.refs, p.fixtures_for, reference=args.reference, decode_kind=args.decode,
                          threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget,
-                         prefer=p.prefer, run_hint=_run_hint(args), tables_root=p.tables, duplicates=p.duplicates)
+                         prefer=p.prefer, run_hint=_run_hint(args), tables_root=p.tables, duplicates=p.duplicates,
+                         cache_dir=cache_dir_of(p.results))
         return finish_equiv(result, args, p.results, p.tables, run_line=p.run_line)

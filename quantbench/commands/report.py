@@ -8,6 +8,7 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.analysis import gates as G
 from quantbench.analysis.equiv import VariantRef, analyze
+from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.commands import finish_equiv
 from quantbench.errors import UserError
 from quantbench.variants import Variant, sidecar_for
@@ -75,7 +76,7 @@ def run(args) -> int:
     result = analyze(st["hosts"], refs, st["fixtures"], reference=st["reference"], decode_kind=st["decode"],
                      threshold=st["threshold"], atol=gs.get("atol", G.DEFAULT_ATOL),
                      rtol=gs.get("rtol", G.DEFAULT_RTOL), budget=gs.get("budget", G.DEFAULT_BUDGET),
-                     prefer=prefer, tables_root=root, duplicates=st.get("duplicates"))
+                     prefer=prefer, tables_root=root, duplicates=st.get("duplicates"), cache_dir=cache_dir_of(results))
     args.gate = None
     # the verdict states the gates that analysis was run with; the labels are the ones it read
     result.settings["gates"] = list(gs.get("gates") or [])

@@ -63,11 +63,11 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
     Returns the manifest. Same tables in, same bytes out.
     """
     root = Path(tables_root)
-    flt = pc.field("host").isin(list(hosts))
+    flt = {"host": list(hosts)}
     if variant_ids is not None:
-        flt = flt & pc.field("variant_id").isin(list(variant_ids))
+        flt["variant_id"] = list(variant_ids)
     if fixture_ids is not None:
-        flt = flt & pc.field("fixture_id").isin(list(fixture_ids))
+        flt["fixture_id"] = list(fixture_ids)
     outputs = tables.read("outputs", root=root, filter=flt)
     if outputs.num_rows == 0:
         raise UserError(f"--export {path}: no results for host(s) {', '.join(hosts)} in {root}; nothing to export")
@@ -75,9 +75,9 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
     vids = sorted(set(outputs.column("variant_id").to_pylist()))
     fps = sorted(set(outputs.column("fingerprint_id").to_pylist()))
     parts = {
-        "fixtures": tables.read("fixtures", root=root, filter=pc.field("fixture_id").isin(fids)),
-        "models": tables.read("models", root=root, filter=pc.field("variant_id").isin(vids)),
-        "hosts": tables.read("hosts", root=root, filter=pc.field("fingerprint_id").isin(fps) & pc.field("host").isin(list(hosts))),
+        "fixtures": tables.read("fixtures", root=root, filter={"fixture_id": fids}),
+        "models": tables.read("models", root=root, filter={"variant_id": vids}),
+        "hosts": tables.read("hosts", root=root, filter={"fingerprint_id": fps, "host": list(hosts)}),
         "outputs": outputs,
     }
     manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "hosts": sorted(set(outputs.column("host").to_pylist())),

@@ -17,35 +17,31 @@ from quantbench.hosts.worker import tensor_from_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.compute as pc
 else:  # pyarrow loads on first use (lazy.py)
-    pa, pc = lazy.module("pyarrow"), lazy.module("pyarrow.compute")
+    pa = lazy.module("pyarrow")
 
 HASH_COLUMNS = ["host", "fingerprint_id", "session_key", "variant_id", "variant", "fixture_id", "output_name",
                 "dtype", "shape", "sha256"]
 
 
-def _filter(host=None, variant_id=None, fingerprint_id=None, session_key=None, fixture_id=None, output_name=None):
-    expr = None
-    for col, val in (("host", host), ("variant_id", variant_id), ("fingerprint_id", fingerprint_id),
-                     ("session_key", session_key), ("fixture_id", fixture_id), ("output_name", output_name)):
-        if val is None:
-            continue
-        e = pc.field(col).isin(list(val)) if isinstance(val, (list, tuple, set, frozenset)) else pc.field(col) == val
-        expr = e if expr is None else expr & e
-    return expr
+def _filter(host=None, variant_id=None, fingerprint_id=None, session_key=None, fixture_id=None,
+            output_name=None) -> dict:
+    """A tables.read filter: {column: value or list of values} for the ones given."""
+    given = (("host", host), ("variant_id", variant_id), ("fingerprint_id", fingerprint_id),
+             ("session_key", session_key), ("fixture_id", fixture_id), ("output_name", output_name))
+    return {col: val for col, val in given if val is not None}
 
 
 def load_outputs(host=None, variant_id=None, fingerprint_id=None, session_key=None, fixture_id=None,
-                 output_name=None, tensors: bool = True, tables_root=TABLES_DIR) -> pa.Table:
+                 output_name=None, tensors: bool = True, tables_root=TABLES_DIR, columns=None) -> pa.Table:
     """The outputs table, filtered; each filter is a value or a list of values (None: all).
 
     Columns: run_key, host, fingerprint_id, session_key, session_options, variant_id, variant,
     fixture_id, output_name, dtype, shape, sha256, providers, and `tensor` (raw canonical
     bytes) unless tensors=False (much lighter when only hashes are compared).
-    Sorted by (run_key, host, output_name): deterministic.
+    Sorted by (run_key, host, output_name): deterministic. `columns`: only these (overrides `tensors`).
     """
-    cols = [c for c, _, _ in tables.COLUMNS["outputs"] if tensors or c != "tensor"]
+    cols = list(columns) if columns else [c for c, _, _ in tables.COLUMNS["outputs"] if tensors or c != "tensor"]
     return tables.read("outputs", root=tables_root, columns=cols,
                        filter=_filter(host, variant_id, fingerprint_id, session_key, fixture_id, output_name))
 
@@ -90,9 +86,9 @@ def arrays(host: str, variant_id: str, fixture_id: str, session_key=None, tables
     return {r["output_name"]: tensor_from_row(r) for r in t.to_pylist()}
 
 
-def load_hosts(host=None, tables_root=TABLES_DIR) -> pa.Table:
-    """The hosts table (fingerprint per host), optionally for some host name(s)."""
-    return tables.read("hosts", root=tables_root, filter=_filter(host=host))
+def load_hosts(host=None, tables_root=TABLES_DIR, columns=None) -> pa.Table:
+    """The hosts table (fingerprint per host), optionally for some host name(s) and some columns."""
+    return tables.read("hosts", root=tables_root, columns=columns, filter=_filter(host=host))
 
 
 def session_keys(tables_root=TABLES_DIR) -> dict:

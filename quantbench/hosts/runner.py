@@ -198,10 +198,8 @@ class _Writer:
 
 def done_run_keys(host: str, fingerprint_id: str, skey: str, root: Path) -> set[str]:
     """run_keys already in the outputs table for this host, fingerprint and session."""
-    import pyarrow.compute as pc
-
-    flt = (pc.field("host") == host) & (pc.field("fingerprint_id") == fingerprint_id) & (pc.field("session_key") == skey)
-    t = tables.read("outputs", root=root, columns=["run_key"], filter=flt)
+    t = tables.read("outputs", root=root, columns=["run_key"],
+                    filter={"host": host, "fingerprint_id": fingerprint_id, "session_key": skey})
     return set(t.column("run_key").to_pylist())
 
 

@@ -171,11 +171,9 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
     Of several analyses of this variant, the one covering most release hosts wins
     (ties: the smallest equiv_id, so the choice is deterministic).
     """
-    import pyarrow.compute as pc
-
     if "classes" not in tables.COLUMNS or not tables.parts("classes", tables_root):
         return None, {}, {}, {}
-    ct = tables.read("classes", root=tables_root, filter=pc.field("variant_id") == variant_id).to_pylist()
+    ct = tables.read("classes", root=tables_root, filter={"variant_id": variant_id}).to_pylist()
     cover = defaultdict(set)
     for r in ct:
         cover[r["equiv_id"]] |= set(r["hosts"] or []) & hosts
@@ -197,7 +195,7 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
     flips: dict = {}
     if "flips" in tables.COLUMNS and tables.parts("flips", tables_root):
         ft = tables.read("flips", root=tables_root, columns=["comparison", "host", "kind", "fixture_id"],
-                         filter=(pc.field("equiv_id") == eid) & (pc.field("variant_id") == variant_id)).to_pylist()
+                         filter={"equiv_id": eid, "variant_id": variant_id}).to_pylist()
         for r in ft:
             d = flips.setdefault(r["host"], {}).setdefault(r["comparison"], {"total": 0, "images": set()})
             d["total"] += 1
@@ -248,16 +246,10 @@ class ReleaseResult:
         return bool(self.collisions)
 
 
-def _filter_expr(name: str, sets: dict):
-    import pyarrow.compute as pc
-
+def _filter_of(name: str, sets: dict) -> dict:
+    """The tables.read filter of table `name`: the sets of the columns it has."""
     cols = {c for c, _, _ in tables.COLUMNS[name]}
-    expr = None
-    for col, values in sets.items():
-        if col in cols and values is not None:
-            e = pc.field(col).isin(sorted(values))
-            expr = e if expr is None else expr & e
-    return expr
+    return {col: sorted(values) for col, values in sets.items() if col in cols and values is not None}
 
 
 def _copy_tables(tables_root: Path, dest: Path, sets: dict) -> dict:
@@ -266,7 +258,7 @@ def _copy_tables(tables_root: Path, dest: Path, sets: dict) -> dict:
     for name in tables.COLUMNS:
         if not tables.parts(name, tables_root):
             continue
-        t = tables.read(name, root=tables_root, filter=_filter_expr(name, sets))
+        t = tables.read(name, root=tables_root, filter=_filter_of(name, sets))
         path = tables.append(name, t, root=dest / "tables")
         if path is None:
             continue

@@ -203,9 +203,7 @@ def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check
 
 
 def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
-    import pyarrow.compute as pc
-
-    t = tables.read("fixtures", root=folder / "tables", filter=pc.field("fixture_id").isin(ids)).to_pylist()
+    t = tables.read("fixtures", root=folder / "tables", filter={"fixture_id": ids}).to_pylist()
     out, bad = [], []
     for r in t:
         arr = tensor_from_bytes(r["tensor"], r["dtype"], r["shape"])
@@ -239,8 +237,6 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
 def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[Check], dict]:
     """-> (checks of the variants that cannot re-run, the re-runs to do: session_key -> {"session": ..., "items":
     [(variant record, target, VariantInfo, wanted hashes {(fixture_id, output): sha256})]})."""
-    import pyarrow.compute as pc
-
     out: list[Check] = []
     jobs: dict = {}
     for v in rec["variants"]:
@@ -262,9 +258,9 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
             continue
         for t in targets:
             rows = tables.read("outputs", root=folder / "tables", columns=["fixture_id", "output_name", "sha256"],
-                               filter=(pc.field("variant_id") == v["variant_id"]) & (pc.field("host") == host)
-                               & (pc.field("fingerprint_id") == t["fingerprint_id"])
-                               & (pc.field("session_key") == t["session_key"])).to_pylist()
+                               filter={"variant_id": v["variant_id"], "host": host,
+                                       "fingerprint_id": t["fingerprint_id"], "session_key": t["session_key"]}
+                               ).to_pylist()
             if not rows:
                 out.append(Check("re-run", item, FAIL, f"the release's outputs table holds no results of variant_id "
                                                        f"{str(v['variant_id'])[:16]} on {host} to compare with"))

@@ -1,0 +1,187 @@
+"""The equiv analysis' results kept by content key, so a rerun on unchanged inputs reuses them.
+
+An entry is one JSON file, ``<cache dir>/equiv/<key>.json``: a first line
+``{"format": ..., "key": ..., "sha256": ...}`` and then the payload's JSON text, whose
+SHA-256 the first line holds. Results folders travel (copied, imported, unpacked from
+a release), so an entry is never trusted: a missing, truncated, altered or
+wrongly-typed entry is a miss and the analysis runs again. Never pickle.
+
+The key (equiv.analysis_key) hashes everything the analysis reads: the request, the
+selected rows' output hashes, the hosts' identities, the fixtures' sources and the
+analysis code itself (`code_version`). A payload is saved only when JSON gives it back
+exactly (same types, same values), so a reused result renders the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from quantbench import lazy, tables
+from quantbench.fsutil import atomic_write_bytes, content_key
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = lazy.module("pyarrow")
+
+FORMAT = 1
+KEEP = 8  # entries kept per cache folder (the most recent)
+_DTYPES = {"<i8", "<i4", "<f8", "<f4", "|b1", "<u8", "<u4", "|u1", "|i1"}
+_CODE_VERSION = None
+
+
+def code_version() -> str:
+    """SHA-256 of the sources that compute the analysis (and numpy's version): new code, new keys."""
+    global _CODE_VERSION
+    if _CODE_VERSION is None:
+        here = Path(__file__).resolve().parent
+        files = sorted(here.glob("*.py")) + [here.parent / "hosts" / "results.py", here.parent / "hosts" / "worker.py"]
+        h = hashlib.sha256(f"numpy {np.__version__}|format {FORMAT}".encode())
+        for f in files:
+            h.update(f"|{f.name}|".encode())
+            h.update(f.read_bytes())
+        _CODE_VERSION = h.hexdigest()
+    return _CODE_VERSION
+
+
+def cache_dir_of(results) -> Path:
+    """The cache folder of a results folder (hidden, beside accuracy's: no release archive holds it)."""
+    return Path(results) / ".cache"
+
+
+def entry_path(cache_dir, key: str) -> Path:
+    return Path(cache_dir) / "equiv" / f"{key}.json"
+
+
+def load(cache_dir, key: str) -> dict | None:
+    """The payload stored under `key`, or None (absent or damaged: never an error)."""
+    try:
+        data = entry_path(cache_dir, key).read_bytes()
+        head, _, body = data.partition(b"\n")
+        meta = json.loads(head)
+        if not (isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("key") == key
+                and meta.get("sha256") == hashlib.sha256(body).hexdigest()):
+            return None
+        payload = json.loads(body)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def save(cache_dir, key: str, payload: dict) -> bool:
+    """Store `payload` under `key` when JSON gives it back exactly; keeps the KEEP newest entries."""
+    try:
+        body = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
+        if not same(json.loads(body), payload):
+            return False
+        head = json.dumps({"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}).encode()
+        path = atomic_write_bytes(entry_path(cache_dir, key), head + b"\n" + body)
+        _prune(path.parent, path)
+        return True
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    try:
+        entries = sorted((p for p in folder.glob("*.json") if p != keep), key=lambda p: p.stat().st_mtime)
+        for p in entries[: max(0, len(entries) - (KEEP - 1))]:
+            p.unlink()
+    except OSError:
+        pass
+
+
+def same(a, b) -> bool:
+    """a and b hold the same values of the same types (NaN equals NaN): a JSON round trip lost nothing."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def array_to_json(a: np.ndarray) -> list:
+    """[dtype, shape, base64 of the C-order bytes]: exact, and quick to read back."""
+    a = np.ascontiguousarray(a)
+    return [a.dtype.str, list(a.shape), base64.b64encode(a.tobytes()).decode()]
+
+
+def array_from_json(x) -> np.ndarray:
+    """The array `array_to_json` wrote; ValueError when `x` is not one."""
+    if not (isinstance(x, list) and len(x) == 3 and x[0] in _DTYPES and isinstance(x[1], list)
+            and all(isinstance(d, int) and d >= 0 for d in x[1]) and isinstance(x[2], str)):
+        raise ValueError("not an array entry")
+    dt = np.dtype(x[0])
+    raw = base64.b64decode(x[2], validate=True)
+    if len(raw) != dt.itemsize * math.prod(x[1]):
+        raise ValueError("array size does not match its shape")
+    return np.frombuffer(raw, dtype=dt).reshape(x[1]).copy()
+
+
+def arrays_to_json(arrays: list) -> list:
+    """Many arrays (or None) as one entry: ["joined", dtype, trailing shape, first dims (-1: None), base64 of
+    all their bytes] when they share dtype and trailing shape (read back in one go), else ["each", [...]]."""
+    have = [np.ascontiguousarray(a) for a in arrays if a is not None]
+    if have and all(a.ndim >= 1 and a.dtype == have[0].dtype and a.shape[1:] == have[0].shape[1:] for a in have):
+        data = b"".join(a.tobytes() for a in have)
+        return ["joined", have[0].dtype.str, list(have[0].shape[1:]), [-1 if a is None else len(a) for a in arrays],
+                base64.b64encode(data).decode()]
+    return ["each", [None if a is None else array_to_json(a) for a in arrays]]
+
+
+def arrays_from_json(x, n: int) -> list:
+    """The `n` arrays `arrays_to_json` wrote; ValueError when `x` is not such an entry."""
+    if isinstance(x, list) and len(x) == 2 and x[0] == "each" and isinstance(x[1], list) and len(x[1]) == n:
+        return [None if a is None else array_from_json(a) for a in x[1]]
+    if not (isinstance(x, list) and len(x) == 5 and x[0] == "joined" and x[1] in _DTYPES and isinstance(x[2], list)
+            and all(isinstance(d, int) and d >= 0 for d in x[2]) and isinstance(x[3], list) and len(x[3]) == n
+            and all(isinstance(d, int) and d >= -1 for d in x[3]) and isinstance(x[4], str)):
+        raise ValueError("not an arrays entry")
+    dt, tail = np.dtype(x[1]), tuple(x[2])
+    raw = base64.b64decode(x[4], validate=True)
+    rows = sum(d for d in x[3] if d > 0)
+    if len(raw) != dt.itemsize * rows * math.prod(tail):
+        raise ValueError("arrays size does not match their shapes")
+    flat = np.frombuffer(raw, dtype=dt).reshape((rows, *tail)).copy()
+    out, at = [], 0
+    for d in x[3]:
+        out.append(None if d < 0 else flat[at:at + d])
+        at += max(d, 0)
+    return out
+
+
+def rows_typed(name: str, rows: list) -> bool:
+    """Every row is a dict whose values have the Python types of table `name`'s columns (None: null),
+    and no other keys: rows read from an entry that the table (and the report) can take."""
+    want = {}
+    for col, t, _ in tables.COLUMNS[name]:
+        at = t.arrow
+        want[col] = ((str,) if pa.types.is_string(at) else (bool,) if pa.types.is_boolean(at)
+                     else (int,) if pa.types.is_integer(at) else (float, int) if pa.types.is_floating(at)
+                     else (list,) if pa.types.is_list(at) else None)
+    for r in rows:
+        if not isinstance(r, dict) or not r.keys() <= want.keys():
+            return False
+        for k, v in r.items():
+            ok = want[k]
+            if v is None or ok is None:
+                continue
+            if not isinstance(v, ok) or (isinstance(v, bool) and bool not in ok):
+                return False
+    return True
+
+
+def key_of(parts: dict) -> str:
+    """The analysis key of `parts` (with the code version)."""
+    return content_key({"format": FORMAT, "code": code_version(), **parts})
