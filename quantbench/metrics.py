@@ -86,6 +86,21 @@ def _match_image(dets: np.ndarray, gts: np.ndarray, iou_threshold: float) -> np.
     return tp
 
 
+def _only_reported(params) -> None:
+    """COCOeval's params cut to what coco_ap reads: area "all" and the most detections per image.
+
+    COCOeval evaluates each image x class x area range on its own, all with the last (largest)
+    maxDets, and accumulates each area x maxDets cell from those evaluations alone, so the
+    cell read is computed by the same arithmetic on the same values whether or not the small,
+    medium and large ranges and the 1 and 10 detection cells are computed beside it; they
+    were three quarters of the evaluation and eleven twelfths of the accumulation.
+    """
+    k = list(params.areaRngLbl).index("all")
+    params.areaRng = [params.areaRng[k]]
+    params.areaRngLbl = ["all"]
+    params.maxDets = [sorted(params.maxDets)[-1]]
+
+
 def coco_ap(detections: dict, gt: dict) -> dict:
     """AP50 and AP50:95 of `detections` against `gt` with pycocotools' COCOeval (bbox).
 
@@ -130,6 +145,7 @@ def coco_ap(detections: dict, gt: dict) -> dict:
         coco_dt.createIndex()
         ev = COCOeval(coco_gt, coco_dt, "bbox")
         ev.params.imgIds = [num[i] for i in ids]
+        _only_reported(ev.params)
         ev.evaluate()
         ev.accumulate()
     prec = ev.eval["precision"]            # [IoU thresholds, recall points, classes, areas, max dets]
