@@ -75,7 +75,10 @@ class Ahead:
             pass
         os.close(self.queue)
         pid, self.pid, self.queue = self.pid, None, None
-        _, status = os.waitpid(pid, 0)
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:   # reaped already (SIGCHLD ignored): its files are checked all the same
+            return False
         return os.waitstatus_to_exitcode(status) == 0
 
 

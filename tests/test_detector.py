@@ -258,7 +258,7 @@ def _full_cocoeval(detections, gt):
 def test_coco_ap_is_cocoeval_with_every_default_cell():
     # coco_ap evaluates only the cell it reports (area all, 100 detections); the figures are the bits of a
     # COCOeval run computing all 4 area ranges and 1/10/100 detections: boxes of every size, tied scores,
-    # more than 100 detections on an image, classes without ground truth
+    # more than 100 detections on an image, classes without ground truth, degenerate boxes
     rng = np.random.default_rng(7)
     for trial in range(6):
         gt, dets = {}, {}
@@ -269,6 +269,9 @@ def test_coco_ap_is_cocoeval_with_every_default_cell():
             dxy, dwh = rng.uniform(0, 300, (nd, 2)), rng.uniform(2, 200, (nd, 2))
             k = min(ng, nd)
             dxy[:k], dwh[:k] = xy[:k] + rng.normal(0, 2, (k, 2)), wh[:k]
+            if trial == 2:   # degenerate boxes: zero-width detections, a zero-width labelled box
+                dwh[: nd // 3, 0] = 0.0
+                gt[i][:1, 2] = gt[i][:1, 0]
             score = rng.random((nd, 1)).round(1 if trial % 2 else 6)
             dets[i] = np.concatenate([dxy, dxy + dwh, score, rng.integers(1, 5, (nd, 1))], 1)
         ap = metrics.coco_ap(dets, gt)
