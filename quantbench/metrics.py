@@ -102,6 +102,14 @@ def _only_reported(params) -> None:
     params.maxDets = [sorted(params.maxDets)[-1]]
 
 
+def _compute_iou(self, imgId, catId):
+    """``COCOeval.computeIoU``, answering an image x class without detections or without ground truth at once:
+    pycocotools' mask.iou is [] then, after COCOeval sorted the detections for it (most of a detector's pairs)."""
+    if self.params.useCats and not (self._gts[imgId, catId] and self._dts[imgId, catId]):
+        return []
+    return type(self).computeIoU(self, imgId, catId)
+
+
 def _evaluate_img(self, imgId, catId, aRng, maxDet):
     """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code), the greedy matching visiting only the
     detections that can match.
@@ -213,6 +221,7 @@ def coco_ap(detections: dict, gt: dict) -> dict:
         ev = COCOeval(coco_gt, coco_dt, "bbox")
         ev.params.imgIds = [num[i] for i in ids]
         _only_reported(ev.params)
+        ev.computeIoU = types.MethodType(_compute_iou, ev)
         ev.evaluateImg = types.MethodType(_evaluate_img, ev)
         ev.evaluate()
         ev.accumulate()
