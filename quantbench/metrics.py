@@ -25,6 +25,7 @@ import hashlib
 import io
 import json
 import os
+import types
 from pathlib import Path
 
 import numpy as np
@@ -86,6 +87,95 @@ def _match_image(dets: np.ndarray, gts: np.ndarray, iou_threshold: float) -> np.
     return tp
 
 
+def _only_reported(params) -> None:
+    """COCOeval's params cut to what coco_ap reads: area "all" and the most detections per image.
+
+    COCOeval evaluates each image x class x area range on its own, all with the last (largest)
+    maxDets, and accumulates each area x maxDets cell from those evaluations alone, so the
+    cell read is computed by the same arithmetic on the same values whether or not the small,
+    medium and large ranges and the 1 and 10 detection cells are computed beside it; they
+    were three quarters of the evaluation and eleven twelfths of the accumulation.
+    """
+    k = list(params.areaRngLbl).index("all")
+    params.areaRng = [params.areaRng[k]]
+    params.areaRngLbl = ["all"]
+    params.maxDets = [sorted(params.maxDets)[-1]]
+
+
+def _compute_iou(self, imgId, catId):
+    """``COCOeval.computeIoU``, answering an image x class without detections or without ground truth at once:
+    pycocotools' mask.iou is [] then, after COCOeval sorted the detections for it (most of a detector's pairs)."""
+    if self.params.useCats and not (self._gts[imgId, catId] and self._dts[imgId, catId]):
+        return []
+    return type(self).computeIoU(self, imgId, catId)
+
+
+def _evaluate_img(self, imgId, catId, aRng, maxDet):
+    """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code), the greedy matching visiting only the
+    detections that can match.
+
+    The matching walks every IoU threshold x detection x ground-truth box in Python, but a
+    detection whose every IoU is below the lowest threshold matches nothing at any threshold
+    (each box fails ``ious[dind, gind] < iou``) and changes no state: skipping it leaves every
+    array as the full walk leaves it. Most of a detector's decisions (every query, ranked by
+    score) overlap no labelled box, so the walk is a fraction of COCOeval's.
+    """
+    p = self.params
+    if p.useCats:
+        gt = self._gts[imgId, catId]
+        dt = self._dts[imgId, catId]
+    else:
+        gt = [_ for cId in p.catIds for _ in self._gts[imgId, cId]]
+        dt = [_ for cId in p.catIds for _ in self._dts[imgId, cId]]
+    if len(gt) == 0 and len(dt) == 0:
+        return None
+    for g in gt:
+        if g["ignore"] or (g["area"] < aRng[0] or g["area"] > aRng[1]):
+            g["_ignore"] = 1
+        else:
+            g["_ignore"] = 0
+    gtind = np.argsort([g["_ignore"] for g in gt], kind="mergesort")
+    gt = [gt[i] for i in gtind]
+    dtind = np.argsort([-d["score"] for d in dt], kind="mergesort")
+    dt = [dt[i] for i in dtind[0:maxDet]]
+    iscrowd = [int(o["iscrowd"]) for o in gt]
+    ious = self.ious[imgId, catId][:, gtind] if len(self.ious[imgId, catId]) > 0 else self.ious[imgId, catId]
+    T = len(p.iouThrs)
+    G = len(gt)
+    D = len(dt)
+    gtm = np.zeros((T, G))
+    dtm = np.zeros((T, D))
+    gtIg = np.array([g["_ignore"] for g in gt])
+    dtIg = np.zeros((T, D))
+    if not len(ious) == 0:
+        lowest = min(min(float(t) for t in p.iouThrs), 1 - 1e-10)
+        can = np.flatnonzero(~np.all(np.asarray(ious)[:D] < lowest, axis=1)).tolist()   # NaN IoUs stay in
+        for tind, t in enumerate(p.iouThrs):
+            for dind in can:
+                d = dt[dind]
+                iou = min([t, 1 - 1e-10])
+                m = -1
+                for gind, g in enumerate(gt):
+                    if gtm[tind, gind] > 0 and not iscrowd[gind]:
+                        continue
+                    if m > -1 and gtIg[m] == 0 and gtIg[gind] == 1:
+                        break
+                    if ious[dind, gind] < iou:
+                        continue
+                    iou = ious[dind, gind]
+                    m = gind
+                if m == -1:
+                    continue
+                dtIg[tind, dind] = gtIg[m]
+                dtm[tind, dind] = gt[m]["id"]
+                gtm[tind, m] = d["id"]
+    a = np.array([d["area"] < aRng[0] or d["area"] > aRng[1] for d in dt]).reshape((1, len(dt)))
+    dtIg = np.logical_or(dtIg, np.logical_and(dtm == 0, np.repeat(a, T, 0)))
+    return {"image_id": imgId, "category_id": catId, "aRng": aRng, "maxDet": maxDet,
+            "dtIds": [d["id"] for d in dt], "gtIds": [g["id"] for g in gt], "dtMatches": dtm, "gtMatches": gtm,
+            "dtScores": [d["score"] for d in dt], "gtIgnore": gtIg, "dtIgnore": dtIg}
+
+
 def coco_ap(detections: dict, gt: dict) -> dict:
     """AP50 and AP50:95 of `detections` against `gt` with pycocotools' COCOeval (bbox).
 
@@ -130,6 +220,9 @@ def coco_ap(detections: dict, gt: dict) -> dict:
         coco_dt.createIndex()
         ev = COCOeval(coco_gt, coco_dt, "bbox")
         ev.params.imgIds = [num[i] for i in ids]
+        _only_reported(ev.params)
+        ev.computeIoU = types.MethodType(_compute_iou, ev)
+        ev.evaluateImg = types.MethodType(_evaluate_img, ev)
         ev.evaluate()
         ev.accumulate()
     prec = ev.eval["precision"]            # [IoU thresholds, recall points, classes, areas, max dets]

@@ -16,11 +16,13 @@ histogram) from an EquivResult.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from pathlib import Path
 
 from quantbench import gallery as GL
+from quantbench.ahead import MAX_JOBS, Ahead
 from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.equiv import as_json, write_tables
@@ -147,14 +149,19 @@ def _savefig(fig, path: Path, key: str | None = None) -> Path:
     return path
 
 
+def _class_map_key(result) -> str:
+    return _plot_key("class-map", [list(result.hosts), [[v["model"], v["variant"], [[c["label"], c["hosts"]]
+                                                                                   for c in v["classes"]]]
+                                                        for v in result.variants]])
+
+
 def plot_class_map(result, path: Path) -> Path | None:
     """Host x variant grid, each cell coloured and lettered by its equivalence class."""
     if not have_matplotlib():
         return None
     hosts = list(result.hosts)
     variants = list(result.variants)
-    key = _plot_key("class-map", [hosts, [[v["model"], v["variant"], [[c["label"], c["hosts"]] for c in v["classes"]]]
-                                          for v in variants]])
+    key = _class_map_key(result)
     if made_from(path, key):
         return path
     import matplotlib
@@ -219,12 +226,8 @@ def distinct_flips(result) -> dict:
     return out
 
 
-def plot_margins(result, path: Path, variant: dict | None = None, flips: dict | None = None) -> Path | None:
-    """One variant's flip margins (each flip once per comparison kind); None without flips or matplotlib."""
-    if not have_matplotlib():
-        return None
-    flips = distinct_flips(result) if flips is None else flips
-    variants = [variant] if variant else result.variants
+def _margin_series(variants: list, flips: dict) -> tuple[list, str]:
+    """([(comparison kind, [margins])], the plot's key) of the variants' flips (distinct_flips)."""
     series = []
     for v in variants:
         for kind in COMPARISON_ORDER:
@@ -232,10 +235,20 @@ def plot_margins(result, path: Path, variant: dict | None = None, flips: dict | 
                   if r["margin"] is not None and not math.isnan(r["margin"])]
             if ms:
                 series.append((kind, ms))
-    if not series:
-        return None
     key = _plot_key("margins", [[v["model"], v["variant"], v["decode"]] for v in variants]
                     + [[kind, [repr(m) for m in ms]] for kind, ms in series])
+    return series, key
+
+
+def plot_margins(result, path: Path, variant: dict | None = None, flips: dict | None = None) -> Path | None:
+    """One variant's flip margins (each flip once per comparison kind); None without flips or matplotlib."""
+    if not have_matplotlib():
+        return None
+    flips = distinct_flips(result) if flips is None else flips
+    variants = [variant] if variant else result.variants
+    series, key = _margin_series(variants, flips)
+    if not series:
+        return None
     if made_from(path, key):
         return path
     import matplotlib
@@ -445,18 +458,15 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
 # --------------------------------------------------------------------------- gallery
 
 
-def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
-    """A thumbnail per flipped image (at most PER_COMPARISON per comparison), and the Markdown showing them."""
-    lines = ["### Flip gallery", ""]
-    comps = [c for c in result.comparisons if c.get("decisions_compared", True) and c["flips"]]
-    if not comps:
-        compared = any(c.get("decisions_compared", True) for c in result.comparisons)
-        lines += ["No comparison has flips: nothing to show." if compared
-                  else "Decisions not compared (decode none): no gallery.", ""]
-        return lines
-    lines += [f"For each comparison with flips, up to {GL.PER_COMPARISON} images whose flips had the largest fp32 "
-              "|margin|: the reference's served boxes in green, the candidate's in magenta, flipped decisions "
-              "thick; below, each flip: reference class and score -> candidate class and score.", ""]
+def _flipped(result) -> list[dict]:
+    """The comparisons the gallery shows: decisions compared, with flips."""
+    return [c for c in result.comparisons if c.get("decisions_compared", True) and c["flips"]]
+
+
+def gallery_shows(result, tables_root) -> list:
+    """Per comparison with flips: (title line, [(fixture, alt, name, key, draw arguments)]), the thumbnails
+    it shows (at most PER_COMPARISON); `key` is None for a fixture not in the fixtures table."""
+    comps = _flipped(result)
     by_comp: dict = {}
     for r in result.flip_rows:
         by_comp.setdefault((r["comparison"], r["host"], r["variant_id"]), {}).setdefault(r["fixture_id"], []).append(r)
@@ -471,7 +481,6 @@ def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
 
         picks = sorted(per_fx.items(), key=key)[:GL.PER_COMPARISON]
         chosen.append((c, picks, len(per_fx)))
-    folder = rdir / GL.GALLERY
     recipes = GL.fixture_recipes({f for _, picks, _ in chosen for f, _ in picks}, tables_root)
     shows = []   # per comparison: (title line, [(fixture, alt, name, key, draw arguments)])
     for c, picks, n_img in chosen:
@@ -493,6 +502,59 @@ def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
             key = GL.thumb_key(f, recipes[f], ref, cand, rows, frame, legend) if f in recipes else None
             items.append((f, f"{src}: {len(rows)} flip(s)", name, key, (ref, cand, rows, frame, legend)))
         shows.append((f"#### {title}{shown}", items))
+    return shows
+
+
+def thumbnails_to_draw(shows: list, folder: Path) -> list:
+    """[(fixture, name, key, draw arguments)] of the shown thumbnails not already drawn from the same inputs."""
+    return [(f, name, key, args) for _, items in shows for f, _, name, key, args in items
+            if key and not made_from(folder / name, key)]
+
+
+def draw_thumbnails(todo: list, pixels: dict, folder: Path) -> None:
+    """Draw and save `todo` (thumbnails_to_draw) from `pixels` ({fixture: HxWx3 uint8}), each with its key file."""
+    for f, name, key, args in todo:
+        rgb = pixels.get(f)
+        if rgb is not None:
+            GL.save_png(GL.draw(rgb, *args), folder / name, key)
+
+
+# a forked child joins in drawing the gallery only when there are this many thumbnails to draw: a fork and a
+# wait cost about as much as drawing one
+AHEAD_MIN_THUMBNAILS = 8
+
+
+def draw_ahead(result, rdir: Path, tables_root, plots: bool) -> tuple[list, Ahead]:
+    """(gallery_shows, an Ahead drawing the missing plots and gallery thumbnails): a forked child starts on them
+    while publish_equiv scores accuracy and writes the tables, then both draw what is left (Ahead.finish)."""
+    shows = gallery_shows(result, tables_root)
+    folder = rdir / GL.GALLERY
+    todo = thumbnails_to_draw(shows, folder)
+    jobs = []
+    if plots and plots_to_draw(result, rdir):
+        jobs.append(functools.partial(draw_plots, result, rdir))   # one job: one process imports matplotlib
+    if len(todo) >= AHEAD_MIN_THUMBNAILS:
+        pixels = GL.fixture_pixels({f for f, _, _, _ in todo}, tables_root)   # read here: the child reads no table
+        per = -(-len(todo) // (MAX_JOBS - 1))
+        jobs += [functools.partial(draw_thumbnails, todo[i:i + per], pixels, folder) for i in range(0, len(todo), per)]
+    return shows, Ahead(jobs)
+
+
+def gallery_lines(result, rdir: Path, tables_root, written: list, shows: list | None = None) -> list[str]:
+    """A thumbnail per flipped image (at most PER_COMPARISON per comparison), and the Markdown showing them.
+
+    `shows`: gallery_shows' answer (None: found here); the thumbnails not already drawn are drawn here."""
+    lines = ["### Flip gallery", ""]
+    if not _flipped(result):
+        compared = any(c.get("decisions_compared", True) for c in result.comparisons)
+        lines += ["No comparison has flips: nothing to show." if compared
+                  else "Decisions not compared (decode none): no gallery.", ""]
+        return lines
+    lines += [f"For each comparison with flips, up to {GL.PER_COMPARISON} images whose flips had the largest fp32 "
+              "|margin|: the reference's served boxes in green, the candidate's in magenta, flipped decisions "
+              "thick; below, each flip: reference class and score -> candidate class and score.", ""]
+    shows = gallery_shows(result, tables_root) if shows is None else shows
+    folder = rdir / GL.GALLERY
     # only the thumbnails not already drawn from the same inputs read their input tensors and are drawn
     drawn = {name for _, items in shows for _, _, name, key, _ in items if key and made_from(folder / name, key)}
     pixels = GL.fixture_pixels({f for _, items in shows for f, _, name, _, _ in items if name not in drawn}, tables_root)
@@ -519,12 +581,12 @@ def gallery_lines(result, rdir: Path, tables_root, written: list) -> list[str]:
 
 
 def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True, *,
-                 accuracy: dict | None = None, tables_root=None) -> tuple[str, list[Path]]:
+                 accuracy: dict | None = None, tables_root=None, shows: list | None = None) -> tuple[str, list[Path]]:
     """The equiv section's Markdown and the files written (plots, gallery thumbnails).
 
     `accuracy`: quantbench.analysis.accuracy.accuracy_table's answer (None: no labels given);
     `tables_root`: where the fixtures table is (the gallery draws the input tensors), default
-    results_dir/tables.
+    results_dir/tables; `shows`: gallery_shows' answer (None: found here).
     """
     s = result.settings
     rdir = Path(results_dir)
@@ -541,11 +603,11 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     lines += accuracy_lines(result, accuracy)
     lines += hosts_lines(result)
     if plots:
-        lines += _embed(plot_class_map, result, rdir, "equiv-classes.png", "class map", written)
+        lines += _embed(plot_class_map, result, rdir, CLASS_MAP, "class map", written)
     lines += classes_lines(result)
     lines += distance_lines(result)
     lines += decisions_lines(result)
-    lines += gallery_lines(result, rdir, tables_root, written)
+    lines += gallery_lines(result, rdir, tables_root, written, shows=shows)
     lines += gates_lines(result)
     lines += margins_lines(result, rdir, plots, written)
     lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
@@ -662,20 +724,49 @@ def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
     lines += md_table(["variant", "comparison", "hosts", "flips", "distance measured", *[f"|d| in {b}" for b in present]],
                       rows)
     lines.append("")
-    multi = len({v["model"] for v in result.variants}) > 1
-    for v in result.variants:
-        if not plots or not any(flips.get((v["model"], v["variant"], k)) for k in COMPARISON_ORDER):
-            continue
-        name = safe(f"margins-{v['model']}-{v['variant']}" if multi else f"margins-{v['variant']}") + ".png"
+    for v, name in margin_plots(result, flips) if plots else []:
         lines += _embed(plot_margins, result, rdir, name, f"flip margins of {v['variant']}", written,
                         variant=v, flips=flips)
     return lines
 
 
+def margin_plots(result, flips: dict) -> list[tuple[dict, str]]:
+    """[(variant, plot file name)] of the variants with flips (distinct_flips), each with a margins plot."""
+    multi = len({v["model"] for v in result.variants}) > 1
+    return [(v, safe(f"margins-{v['model']}-{v['variant']}" if multi else f"margins-{v['variant']}") + ".png")
+            for v in result.variants if any(flips.get((v["model"], v["variant"], k)) for k in COMPARISON_ORDER)]
+
+
+CLASS_MAP = "equiv-classes.png"
+
+
+def plots_to_draw(result, rdir: Path) -> bool:
+    """Whether a plot of the equiv section is not yet drawn from its data (its key file)."""
+    if not have_matplotlib():
+        return False
+    if not made_from(rdir / PLOTS / CLASS_MAP, _class_map_key(result)):
+        return True
+    flips = distinct_flips(result) if any(c.get("decisions_compared", True) for c in result.comparisons) else {}
+    for v, name in margin_plots(result, flips):
+        series, key = _margin_series([v], flips)
+        if series and not made_from(rdir / PLOTS / name, key):
+            return True
+    return False
+
+
+def draw_plots(result, rdir: Path) -> None:
+    """Draw the equiv section's plots (class map, margins) as render_equiv embeds them."""
+    plot_class_map(result, rdir / PLOTS / CLASS_MAP)
+    flips = distinct_flips(result) if any(c.get("decisions_compared", True) for c in result.comparisons) else {}
+    for v, name in margin_plots(result, flips):
+        plot_margins(result, rdir / PLOTS / name, variant=v, flips=flips)
+
+
 def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True, *,
-                accuracy: dict | None = None, tables_root=None) -> list[Path]:
+                accuracy: dict | None = None, tables_root=None, shows: list | None = None) -> list[Path]:
     """Render the equiv section, then reassemble the report (Markdown and HTML); returns every file written."""
-    text, written = render_equiv(result, results_dir, plots, accuracy=accuracy, tables_root=tables_root)
+    text, written = render_equiv(result, results_dir, plots, accuracy=accuracy, tables_root=tables_root,
+                                 shows=shows)
     sec = write_section("equiv", text, results_dir)
     md = assemble(results_dir)
     return [*written, sec, md, Path(results_dir) / HTML_FILE]
@@ -812,8 +903,13 @@ def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = Tr
     JSON, `images` folder; None: the bundled corpus). Returns the files written.
     """
     labels = {"fixtures": fixtures, "images": images}
-    acc = report_accuracy(result, tables_root, fixtures, images, results_dir=results_dir)
-    files = write_tables(result, tables_root) + write_equiv(result, results_dir, plots=plots, accuracy=acc,
-                                                            tables_root=tables_root)
+    shows, ahead = draw_ahead(result, Path(results_dir), tables_root, plots)   # a child starts drawing
+    try:
+        acc = report_accuracy(result, tables_root, fixtures, images, results_dir=results_dir)
+        files = write_tables(result, tables_root)
+        ahead.finish()   # draw what the child has not taken, and wait for it
+    finally:
+        ahead.close()    # (after an error: no child left writing files)
+    files += write_equiv(result, results_dir, plots=plots, accuracy=acc, tables_root=tables_root, shows=shows)
     files.append(atomic_write_text(Path(results_dir) / "equiv.json", as_json({**result.summary(), "labels": labels}) + "\n"))
     return files

@@ -220,3 +220,59 @@ def test_readme_reports_the_sidecar_figures(sidecar):
     row = f"| {m['eval_ap50']:.3f} | {m[f'eval_precision_at_{thr}']:.3f} | {m[f'eval_recall_at_{thr}']:.3f} |"
     assert row in section, row
     assert f"[1,{sidecar['training']['queries']},{len(sidecar['classes'])}]" in section
+
+
+def _full_cocoeval(detections, gt):
+    """AP50 and AP50:95 (area all, 100 detections) from pycocotools' COCOeval with every default cell computed."""
+    import contextlib
+    import io
+
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    ids = sorted(gt)
+    gts, dts = [], []
+    for n, i in enumerate(ids, 1):
+        for x1, y1, x2, y2, c in gt[i].tolist():
+            gts.append({"id": len(gts) + 1, "image_id": n, "category_id": int(c), "bbox": [x1, y1, x2 - x1, y2 - y1],
+                        "area": (x2 - x1) * (y2 - y1), "iscrowd": 0})
+        for x1, y1, x2, y2, s, c in detections[i].tolist():
+            dts.append({"id": len(dts) + 1, "image_id": n, "category_id": int(c), "bbox": [x1, y1, x2 - x1, y2 - y1],
+                        "area": (x2 - x1) * (y2 - y1), "score": s, "iscrowd": 0})
+    cats = [{"id": c} for c in sorted({a["category_id"] for a in gts + dts})]
+    images = [{"id": n} for n in range(1, len(ids) + 1)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        a, b = COCO(), COCO()
+        a.dataset = {"images": images, "annotations": gts, "categories": cats}
+        b.dataset = {"images": images, "annotations": dts, "categories": cats}
+        a.createIndex()
+        b.createIndex()
+        ev = COCOeval(a, b, "bbox")
+        ev.params.imgIds = [im["id"] for im in images]
+        ev.evaluate()
+        ev.accumulate()
+    p = ev.eval["precision"][:, :, :, 0, -1]
+    return float(np.mean(p[0][p[0] > -1])), float(np.mean(p[p > -1]))
+
+
+def test_coco_ap_is_cocoeval_with_every_default_cell():
+    # coco_ap evaluates only the cell it reports (area all, 100 detections); the figures are the bits of a
+    # COCOeval run computing all 4 area ranges and 1/10/100 detections: boxes of every size, tied scores,
+    # more than 100 detections on an image, classes without ground truth, degenerate boxes
+    rng = np.random.default_rng(7)
+    for trial in range(6):
+        gt, dets = {}, {}
+        for i in range(12):
+            ng, nd = int(rng.integers(0, 5)), int(rng.integers(0, 130))
+            xy, wh = rng.uniform(0, 300, (ng, 2)), rng.choice([8.0, 50.0, 150.0]) * rng.uniform(0.5, 1.5, (ng, 2))
+            gt[i] = np.concatenate([xy, xy + wh, rng.integers(1, 4, (ng, 1))], 1)
+            dxy, dwh = rng.uniform(0, 300, (nd, 2)), rng.uniform(2, 200, (nd, 2))
+            k = min(ng, nd)
+            dxy[:k], dwh[:k] = xy[:k] + rng.normal(0, 2, (k, 2)), wh[:k]
+            if trial == 2:   # degenerate boxes: zero-width detections, a zero-width labelled box
+                dwh[: nd // 3, 0] = 0.0
+                gt[i][:1, 2] = gt[i][:1, 0]
+            score = rng.random((nd, 1)).round(1 if trial % 2 else 6)
+            dets[i] = np.concatenate([dxy, dxy + dwh, score, rng.integers(1, 5, (nd, 1))], 1)
+        ap = metrics.coco_ap(dets, gt)
+        assert (ap["ap50"], ap["ap50_95"]) == _full_cocoeval(dets, gt)

@@ -8,6 +8,7 @@ labels, and the browser test opens results/report.html in a real headless Chromi
 import contextlib
 import json
 import math
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -395,3 +396,37 @@ def test_report_html_renders_in_a_headless_browser_with_every_image_loaded(label
     out = dom(broken)
     assert "plots/missing.png" in out[out.index("<body"):out.index(">", out.index("<body"))]
     broken.unlink()
+
+
+def _fresh_report(bench: Path, dest: Path, monkeypatch) -> dict:
+    """`equiv --no-run` into a copy of the bench's results without any report file: {relative path: bytes}."""
+    shutil.copytree(bench / "results" / "tables", dest / "tables")
+    monkeypatch.chdir(bench)
+    assert main(["equiv", "--no-run", "--hosts", "x86,x86b", "--variants", str(bench / "bench" / "variants"),
+                 "--fixtures", str(bench / "bench" / "labels.json"), "--results", str(dest), "--no-progress"]) == 0
+    return {str(p.relative_to(dest)): p.read_bytes() for p in sorted(dest.rglob("*"))
+            if p.is_file() and "tables" not in p.relative_to(dest).parts}
+
+
+def test_thumbnails_and_plots_drawn_by_a_forked_child_are_the_bytes_drawn_here(labelled_bench, tmp_path, monkeypatch):
+    from quantbench import gallery as GL
+
+    forked = _fresh_report(labelled_bench, tmp_path / "forked", monkeypatch)
+    assert len([p for p in forked if p.startswith(GL.GALLERY) and p.endswith(".png")]) == 24
+    assert any(p.startswith("plots/") for p in forked) == R.have_matplotlib()
+    # a child that dies on its first drawing: the parent draws what it took, and every other job
+    parent, real_draw, real_savefig = os.getpid(), GL.draw, R._savefig
+
+    def only_here(real):
+        def f(*a, **k):
+            if os.getpid() != parent:
+                raise RuntimeError("the child fails")
+            return real(*a, **k)
+        return f
+
+    monkeypatch.setattr(GL, "draw", only_here(real_draw))
+    monkeypatch.setattr(R, "_savefig", only_here(real_savefig))
+    assert _fresh_report(labelled_bench, tmp_path / "child-fails", monkeypatch) == forked
+    monkeypatch.undo()
+    monkeypatch.delattr(os, "fork")   # no child at all: everything drawn in this process
+    assert _fresh_report(labelled_bench, tmp_path / "no-fork", monkeypatch) == forked
