@@ -21,11 +21,17 @@ parent's exit handlers.
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import sys
+import time
 
 RECORD = struct.Struct("<I")
 MAX_JOBS = 1024   # job numbers fit a pipe's buffer on every platform (4 KiB): more work is grouped by the caller
+#: seconds the parent waits, once the queue is empty, for the child to finish the one job it holds;
+#: a child still alive then (stuck on a lock another thread held at the fork) is killed and the
+#: parent makes that job's files itself: waiting longer could only cost time, never a byte
+GRACE_S = 60.0
 
 
 class Ahead:
@@ -67,19 +73,28 @@ class Ahead:
         finally:
             self.close()
 
-    def close(self) -> bool:
-        """Leave the jobs not taken undone and wait for the child; whether it did all it took."""
+    def close(self, grace: float | None = None) -> bool:
+        """Leave the jobs not taken undone and wait for the child (at most `grace` seconds, default
+        GRACE_S, then kill it); whether it did all it took."""
         if self.pid is None:
             return False
         while self._take() is not None:   # empty the queue: the child stops after its current job
             pass
         os.close(self.queue)
         pid, self.pid, self.queue = self.pid, None, None
+        deadline = time.monotonic() + (GRACE_S if grace is None else grace)
         try:
-            _, status = os.waitpid(pid, 0)
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return os.waitstatus_to_exitcode(status) == 0
+                if time.monotonic() >= deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    return False
+                time.sleep(0.02)
         except ChildProcessError:   # reaped already (SIGCHLD ignored): its files are checked all the same
             return False
-        return os.waitstatus_to_exitcode(status) == 0
 
 
 def _child(jobs: list, queue: int) -> None:

@@ -64,3 +64,32 @@ def test_without_fork_nothing_runs_until_the_caller_does_it(tmp_path, monkeypatc
 def test_at_most_max_jobs():
     with pytest.raises(ValueError):
         Ahead([print] * (MAX_JOBS + 1))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_stuck_child_is_killed_and_its_job_left_to_the_parent(tmp_path):
+    """A child that never returns from its job (as one stuck on a lock held at the fork would) does not
+    hold the parent: after the grace it is killed, reported as not having done its jobs."""
+    log = tmp_path / "log"
+    parent = os.getpid()
+    started_r, started_w = os.pipe()
+    never_r, never_w = os.pipe()
+
+    def blocks_in_child():
+        if os.getpid() != parent:
+            os.write(started_w, b"x")
+            os.read(never_r, 1)   # nobody writes: blocked for good
+        _log_job(log, 0)()
+
+    ahead = Ahead([blocks_in_child] + [_log_job(log, i) for i in range(1, 5)])
+    assert os.read(started_r, 1) == b"x"   # the child holds job 0
+    pid = ahead.pid
+    for i in range(1, 5):                  # the parent does the rest
+        ahead.jobs[ahead._take()]()
+    assert ahead.close(grace=0.2) is False
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)        # killed and reaped: no process left behind
+    order, _ = _done(log)
+    assert order == [1, 2, 3, 4]           # job 0 undone: the caller makes its files, as after a failed child
+    for fd in (started_r, started_w, never_r, never_w):
+        os.close(fd)
