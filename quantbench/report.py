@@ -556,20 +556,18 @@ def gallery_lines(result, rdir: Path, tables_root, written: list, shows: list | 
     shows = gallery_shows(result, tables_root) if shows is None else shows
     folder = rdir / GL.GALLERY
     # only the thumbnails not already drawn from the same inputs read their input tensors and are drawn
-    drawn = {name for _, items in shows for _, _, name, key, _ in items if key and made_from(folder / name, key)}
-    pixels = GL.fixture_pixels({f for _, items in shows for f, _, name, _, _ in items if name not in drawn}, tables_root)
+    todo = thumbnails_to_draw(shows, folder)
+    pixels = GL.fixture_pixels({f for f, _, _, _ in todo}, tables_root)
+    draw_thumbnails(todo, pixels, folder)
+    undrawable = {name for f, name, _, _ in todo if f not in pixels}
     keep = set()
     for title, items in shows:
         lines += [title, ""]
         for f, alt, name, key, args in items:
-            if name not in drawn:
-                rgb = pixels.get(f)
-                if rgb is None:
-                    lines.append(f"- {alt} (no input tensor in the fixtures table to draw)")
-                    continue
-                written.append(GL.save_png(GL.draw(rgb, *args), folder / name, key))
-            else:
-                written.append(folder / name)
+            if key is None or name in undrawable:
+                lines.append(f"- {alt} (no input tensor in the fixtures table to draw)")
+                continue
+            written.append(folder / name)
             keep.add(name)
             lines += [f"![{alt}]({GL.GALLERY}/{name})", ""]
         lines.append("")
@@ -740,13 +738,18 @@ def margin_plots(result, flips: dict) -> list[tuple[dict, str]]:
 CLASS_MAP = "equiv-classes.png"
 
 
+def _plot_flips(result) -> dict:
+    """distinct_flips of a result whose decisions were compared (decode none: none to plot)."""
+    return distinct_flips(result) if any(c.get("decisions_compared", True) for c in result.comparisons) else {}
+
+
 def plots_to_draw(result, rdir: Path) -> bool:
     """Whether a plot of the equiv section is not yet drawn from its data (its key file)."""
     if not have_matplotlib():
         return False
     if not made_from(rdir / PLOTS / CLASS_MAP, _class_map_key(result)):
         return True
-    flips = distinct_flips(result) if any(c.get("decisions_compared", True) for c in result.comparisons) else {}
+    flips = _plot_flips(result)
     for v, name in margin_plots(result, flips):
         series, key = _margin_series([v], flips)
         if series and not made_from(rdir / PLOTS / name, key):
@@ -757,7 +760,7 @@ def plots_to_draw(result, rdir: Path) -> bool:
 def draw_plots(result, rdir: Path) -> None:
     """Draw the equiv section's plots (class map, margins) as render_equiv embeds them."""
     plot_class_map(result, rdir / PLOTS / CLASS_MAP)
-    flips = distinct_flips(result) if any(c.get("decisions_compared", True) for c in result.comparisons) else {}
+    flips = _plot_flips(result)
     for v, name in margin_plots(result, flips):
         plot_margins(result, rdir / PLOTS / name, variant=v, flips=flips)
 

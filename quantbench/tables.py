@@ -550,9 +550,9 @@ def append(name: str, rows: Iterable[Mapping] | pa.Table, root: str | os.PathLik
             return None
         if digest is None:
             digest = rows_digest(name, rows)
-        hit = _ledger_get(name, root, digest)
-        if hit is not None:
-            return hit
+            hit = _ledger_get(name, root, digest)
+            if hit is not None:
+                return hit
     path = append_chunks(name, [rows], root)
     if digest is not None and path is not None:
         _ledger_put(name, root, digest, path.name)

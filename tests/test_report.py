@@ -430,3 +430,28 @@ def test_thumbnails_and_plots_drawn_by_a_forked_child_are_the_bytes_drawn_here(l
     monkeypatch.undo()
     monkeypatch.delattr(os, "fork")   # no child at all: everything drawn in this process
     assert _fresh_report(labelled_bench, tmp_path / "no-fork", monkeypatch) == forked
+
+
+def test_a_flipped_image_without_its_input_tensor_is_named_not_drawn(labelled_bench, tmp_path, monkeypatch):
+    """The gallery names a flipped image whose input tensor the fixtures table does not hold (as for rows
+    written without tensors) instead of drawing it; the others are drawn as always."""
+    from quantbench import gallery as GL
+
+    real = GL.fixture_pixels
+    gone = []
+
+    def without_one(ids, root):
+        px = real(ids, root)
+        if px and not gone:
+            gone.append(min(px))   # the first image read loses its tensor, in every later read too
+        for f in gone:
+            px.pop(f, None)
+        return px
+
+    monkeypatch.setattr(GL, "fixture_pixels", without_one)
+    out = _fresh_report(labelled_bench, tmp_path / "one-gone", monkeypatch)
+    text = out["report.md"].decode()
+    named = [ln for ln in text.splitlines() if "(no input tensor in the fixtures table to draw)" in ln]
+    links = [ln for ln in text.splitlines() if ln.startswith("![") and "gallery/" in ln]
+    assert len(named) == 3 and len(links) == 21   # that image in each of the 3 comparisons; 21 of 24 drawn
+    assert len([p for p in out if p.startswith(GL.GALLERY) and p.endswith(".png")]) == 21

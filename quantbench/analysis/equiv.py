@@ -354,11 +354,10 @@ def _rebuild_decisions(ctx: _Context, by_model: dict, fixtures_for: dict, varian
             dd = info[v.variant_id].get("decode") or {}
             if dd.get("kind") == NONE:
                 continue
-            spec = DecodeSpec(kind=dd["kind"], outputs=dd.get("outputs") or {}, threshold=dd.get("threshold"),
-                              classes=dd.get("classes") or [])
+            class_name = DecodeSpec(kind=dd["kind"], outputs={}, classes=dd.get("classes") or []).class_name
             flip_of = {(r["comparison"], r["host"], r["fixture_id"], r["slot"]): r["kind"] for r in flip_rows
                        if r["variant_id"] == v.variant_id and r["slot"] >= 0}
-            _decision_rows(ctx, spec, v, sorted(fixtures_for[v.variant_id]), flip_of, decoded, boxed, rows)
+            _decision_rows(ctx, class_name, v, sorted(fixtures_for[v.variant_id]), flip_of, decoded, boxed, rows)
     return rows
 
 
@@ -616,13 +615,14 @@ def _decisions(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, flip_of:
             d = run.decoded(h, v.variant_id, f)
             out.decoded[(h, v.variant_id, f)] = _slim(d)
             out.boxed[(h, v.variant_id, f)] = getattr(d, "box", None) is not None
-    _decision_rows(ctx, run.spec, v, vfx, flip_of, out.decoded, out.boxed, out.decision_rows)
+    _decision_rows(ctx, run.spec.class_name, v, vfx, flip_of, out.decoded, out.boxed, out.decision_rows)
 
 
-def _decision_rows(ctx: _Context, spec: DecodeSpec, v: VariantRef, vfx: list, flip_of: dict, decoded: dict,
+def _decision_rows(ctx: _Context, class_name, v: VariantRef, vfx: list, flip_of: dict, decoded: dict,
                    boxed: dict, rows: list) -> None:
     """The `decisions` rows of `v` on every host, from the slim decoded decisions (a region's box is not a row's:
-    `boxed` says which decisions had boxes of their own), appended to `rows`."""
+    `boxed` says which decisions had boxes of their own), appended to `rows`; `class_name`: the decode
+    spec's (DecodeSpec.class_name)."""
     names: dict = {}   # class id -> name, asked of the spec once
     for h in ctx.hosts:
         for f in vfx:
@@ -636,7 +636,7 @@ def _decision_rows(ctx: _Context, spec: DecodeSpec, v: VariantRef, vfx: list, fl
             for i, q in enumerate(slots):
                 c = cls[i]
                 if c not in names:
-                    names[c] = spec.class_name(c)
+                    names[c] = class_name(c)
                 rows.append({
                     "equiv_id": ctx.equiv_id, "host": h, "fingerprint_id": ctx.sel[h][0],
                     "variant_id": v.variant_id, "variant": v.name, "fixture_id": f, "source": src,

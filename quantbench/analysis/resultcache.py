@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from quantbench import lazy, tables
-from quantbench.fsutil import atomic_write_bytes, content_key
+from quantbench.fsutil import atomic_write_bytes, content_key, sha256_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,7 +67,7 @@ def load(cache_dir, key: str) -> dict | None:
         head, _, body = data.partition(b"\n")
         meta = json.loads(head)
         if not (isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("key") == key
-                and meta.get("sha256") == hashlib.sha256(body).hexdigest()):
+                and meta.get("sha256") == sha256_bytes(body)):
             return None
         payload = json.loads(body)
     except (OSError, ValueError, UnicodeDecodeError):
@@ -81,7 +81,7 @@ def save(cache_dir, key: str, payload: dict) -> bool:
         body = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
         if not same(json.loads(body), payload):
             return False
-        head = json.dumps({"format": FORMAT, "key": key, "sha256": hashlib.sha256(body).hexdigest()}).encode()
+        head = json.dumps({"format": FORMAT, "key": key, "sha256": sha256_bytes(body)}).encode()
         path = atomic_write_bytes(entry_path(cache_dir, key), head + b"\n" + body)
         _prune(path.parent, path)
         return True

@@ -20,6 +20,7 @@ import contextlib
 import io
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -254,8 +255,6 @@ def _fast_lookups(quantizer):
     onnxruntime 1.32.0. Both return and change exactly what onnxruntime's own do (the
     quantized model's bytes equal stock quantize_static's: tests/test_ort_api.py), only
     without the quadratic scans. The modules are restored on exit, whatever happens."""
-    import sys
-
     from onnxruntime.quantization import quant_utils
 
     stock = quant_utils.find_by_name
