@@ -30,6 +30,7 @@ from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text, content_key, made_from, write_key
 from quantbench.gallery import safe
 from quantbench.textfmt import md_section, md_table, num, text_table
+from quantbench.variants import DEMO_NOTE, is_demo
 
 SECTION_ORDER = ("equiv", "explain", "release")
 FRAGMENTS = "report.d"
@@ -590,7 +591,10 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     rdir = Path(results_dir)
     tables_root = Path(tables_root) if tables_root is not None else rdir / "tables"
     written: list[Path] = []
-    lines = ["## Equivalence and decisions (`quantbench equiv`)", "", "### Verdict", ""]
+    lines = ["## Equivalence and decisions (`quantbench equiv`)", ""]
+    if is_demo(v.get("path", "") for v in s.get("variants", [])):
+        lines += [f"> {DEMO_NOTE}", ""]
+    lines += ["### Verdict", ""]
     lines += verdict_lines(result)
     lines.append("")
     lines.append(f"Analysis `{result.equiv_id[:12]}`: hosts {', '.join(result.hosts)} (reference "

@@ -22,7 +22,7 @@ from pathlib import Path
 from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, canonical_json, read_json, sha256_file
-from quantbench.modelio import graph_inputs, load_model
+from quantbench.modelio import graph_inputs, load_model, semantic_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import input_spec
 
@@ -65,6 +65,10 @@ class Variant:
     path: Path
     model: str
     recipe: dict = field(default_factory=dict)
+    #: the recipe file it was read from (None: a bare model)
+    recipe_path: Path | None = None
+    #: its semantic hash, once checked against the recipe (check_identity); None: not computed yet
+    variant_id: str | None = None
 
 
 def _read_json(path: Path):
@@ -98,7 +102,8 @@ def load_variants(folder: str | os.PathLike) -> list[Variant]:
         model = recipe.get("model", folder.name)
         if "model" in recipe:
             check_plain_name(model, f"{folder / e['recipe_file']}: model name")
-        out.append(Variant(name=e["name"], path=path, model=str(model), recipe=recipe))
+        out.append(Variant(name=e["name"], path=path, model=str(model), recipe=recipe,
+                           recipe_path=folder / e["recipe_file"]))
     return out
 
 
@@ -118,6 +123,39 @@ def latest_folder(results_dir: str | os.PathLike = "results") -> Path:
 def latest_variants(results_dir: str | os.PathLike = "results") -> list[Variant]:
     """The variants of the last `quantbench calibrate` run (via results/variants/latest.json)."""
     return load_variants(latest_folder(results_dir))
+
+
+#: the first line of a run on the bundled demo models (and a line of its report)
+DEMO_NOTE = ("demo: no calibrate output in results/variants, so this runs the bundled demo models "
+             "(litter-cnn, litter-detr-tiny) on the bundled demo images; `quantbench calibrate --model YOUR.onnx` "
+             "makes your own variants")
+
+
+def is_demo(paths) -> bool:
+    """Whether every one of the variant `paths` is a bundled demo model file."""
+    paths = [Path(p) for p in paths]
+    return bool(paths) and all(p.resolve().parent == MODELS_DIR.resolve() for p in paths)
+
+
+def default_variants(results_dir: str | os.PathLike = "results") -> list[Variant]:
+    """The latest calibrate output; the bundled demo models only when there is no calibrate output at all.
+
+    A damaged output (latest.json unreadable, a file of the folder missing, index.json
+    malformed, latest.json gone while a variants folder remains) is an error naming the
+    file, never a silent switch to the demo.
+    """
+    vdir = Path(results_dir) / "variants"
+    latest = vdir / LATEST_FILE
+    if os.path.lexists(latest):
+        return latest_variants(results_dir)
+    left = sorted(p.parent for p in vdir.glob(f"*/{INDEX_FILE}")) if vdir.is_dir() else []
+    if left:
+        raise UserError(f"{latest}: missing, though {left[0]} holds variants of a calibrate run; rerun "
+                        f"`quantbench calibrate`, or pass --variants {left[0]}")
+    models = sorted(MODELS_DIR.glob("*.onnx"))
+    if not models:
+        raise UserError("no variants: run `quantbench calibrate` or pass --variants FILE.onnx")
+    return [fp32_variant(m) for m in models]
 
 
 def fp32_variant(model_path: str | os.PathLike) -> Variant:
@@ -159,6 +197,23 @@ def calibrated_spec(variant: Variant) -> dict | None:
     return spec if isinstance(spec, dict) and "shape" in spec else None
 
 
+def check_identity(variant: Variant, model=None) -> str:
+    """The variant's semantic hash (computed once, kept on it); a model whose hash is not the one its
+    recipe records (edited, or another variant's file copied over it) is refused before anything runs it.
+
+    `model`: the loaded ModelProto of variant.path, when the caller has it (no second load).
+    """
+    if variant.variant_id is None:
+        variant.variant_id = semantic_sha256(model if model is not None else load_model(variant.path, check=False))
+    recorded = (variant.recipe or {}).get("semantic_sha256")
+    if isinstance(recorded, str) and recorded != variant.variant_id:
+        recipe = variant.recipe_path or Path(variant.path).with_name(Path(variant.path).stem + ".recipe.json")
+        raise UserError(f"{variant.path}: semantic hash {variant.variant_id[:12]} is not the {recorded[:12]} its "
+                        f"recipe {recipe} records (the model was edited or replaced since calibration); restore "
+                        "it, or recalibrate with `quantbench calibrate --force`")
+    return variant.variant_id
+
+
 def input_spec_for(variant: Variant, override: dict | None = None, override_source: str = "--sidecar") -> dict:
     """The exact input recipe (preprocess spec) to feed `variant`.
 
@@ -168,7 +223,9 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
     nothing meaningful), so a difference stops here. A model without either
     whose input dims are not all static is an error, never a 1x1 guess.
     """
-    ins = graph_inputs(load_model(variant.path, check=False))
+    model = load_model(variant.path, check=False)
+    check_identity(variant, model)
+    ins = graph_inputs(model)
     if not ins:
         raise UserError(f"{variant.path}: the model has no input to feed")
     name, dims = next(iter(ins.items()))
@@ -198,15 +255,9 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
 
 def resolve_variants(items) -> list[Variant]:
     """Variant folders (index.json from calibrate), folders of .onnx files, or .onnx files -> variants;
-    none given: the latest calibrate output, else the bundled fp32 demo models."""
+    none given: default_variants (the latest calibrate output; the demo models only without any)."""
     if not items:
-        try:
-            return latest_variants()
-        except UserError:
-            models = sorted(MODELS_DIR.glob("*.onnx"))
-            if not models:
-                raise UserError("no variants: run `quantbench calibrate` or pass --variants FILE.onnx") from None
-            return [fp32_variant(m) for m in models]
+        return default_variants()
     out = []
     for item in items:
         p = Path(item)

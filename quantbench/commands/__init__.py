@@ -134,6 +134,19 @@ def sidecar_from_args(args) -> dict | None:
     return None if not path else load_sidecar_file(path)
 
 
+def variants_from_args(args, to_stderr: bool = False) -> list:
+    """--variants -> the variants; a run on the bundled demo models says so in its first line
+    (on stderr when stdout is JSON)."""
+    import sys
+
+    from quantbench.variants import DEMO_NOTE, is_demo, resolve_variants
+
+    variants = resolve_variants(args.variants)
+    if not args.variants and is_demo(v.path for v in variants):
+        print(DEMO_NOTE, file=sys.stderr if to_stderr else sys.stdout, flush=True)
+    return variants
+
+
 def fixtures_from_args(args, variants, limit: int | None = None) -> list:
     """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select."""
     from quantbench.fixtures import fixtures_for_variants

@@ -12,12 +12,12 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.commands import (add_fixture_arguments, add_session_arguments, finish_equiv, finite_float,
-                                 fixtures_from_args, session_from_args, sidecar_from_args)
+                                 fixtures_from_args, session_from_args, sidecar_from_args, variants_from_args)
 from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import run_hosts, variant_info
 from quantbench.modelio import fits, load_model
-from quantbench.variants import resolve_variants, sidecar_for
+from quantbench.variants import sidecar_for
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
@@ -95,8 +95,9 @@ class Prepared:
     duplicates: list
 
 
-def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
-    """Hosts, variants and fixtures of an equiv invocation; runs the hosts unless --no-run."""
+def prepare(args, held: contextlib.ExitStack | None = None, variants: list | None = None) -> Prepared:
+    """Hosts, variants (`variants`, else --variants) and fixtures of an equiv invocation; runs the hosts unless
+    --no-run."""
 
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
@@ -108,7 +109,7 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(names)}")
     results = Path(args.results)
     root = results / "tables"
-    variants = resolve_variants(args.variants)
+    variants = variants if variants is not None else variants_from_args(args, to_stderr=args.json)
     override = sidecar_from_args(args)
     check_decoders(variants, override, args.decode, args.threshold)  # a bad decode block fails before any run
     fixtures = fixtures_from_args(args, variants, args.limit)
@@ -169,9 +170,10 @@ def run(args) -> int:
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
     if "decision" in gates and args.decode == "none":
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
+    variants = variants_from_args(args, to_stderr=args.json)  # the demo says so first
     announce_hosts_file(args.hosts_file, to_stderr=args.json)
     with contextlib.ExitStack() as held:  # prepare() takes the tables lock once its inputs are valid
-        p = prepare(args, held)
+        p = prepare(args, held, variants)
         result = analyze(p.hosts, p.refs, p.fixtures_for, reference=args.reference, decode_kind=args.decode,
                          threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget,
                          prefer=p.prefer, run_hint=_run_hint(args), tables_root=p.tables, duplicates=p.duplicates,

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_fixture_arguments, add_session_arguments, fixtures_from_args, session_from_args
+from quantbench.commands import (add_fixture_arguments, add_session_arguments, fixtures_from_args, session_from_args,
+                                 variants_from_args)
 from quantbench.errors import UserError
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import RunFailed, run_hosts
-from quantbench.variants import resolve_variants
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."
@@ -56,13 +56,13 @@ def summary_json(summary, root, export, failure) -> dict:
 
 
 def run(args) -> int:
+    variants = variants_from_args(args, to_stderr=getattr(args, "json", False))  # the demo says so first
     announce_hosts_file(args.hosts_file)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
     session = session_from_args(args)
 
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
-    variants = resolve_variants(args.variants)
     fixtures = fixtures_from_args(args, variants, args.limit)
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure = None
