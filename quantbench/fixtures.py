@@ -6,11 +6,19 @@ were fed byte-identical inputs.
 
 Labels are COCO JSON: ``images`` (id, file_name, width, height, and a
 ``split`` of train/val/eval), ``annotations`` (image_id, category_id,
-bbox = [x, y, w, h] in pixels), ``categories`` (id, name).
+bbox = [x, y, w, h] in pixels), ``categories`` (id, name); or CSV with an
+``image`` column, a ``density`` (object count, or empty/objects) or ``label``
+column, and an optional ``split`` (read_csv_labels). Every image a labels file
+names must resolve, symlinks followed, inside the images folder.
+
+Without labels given, a variant is evaluated on the eval split of the labels its
+recipe records (``eval_labels``: path, SHA-256, images folder; calibration_labels);
+the bundled corpus only for the bundled demo models.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,14 +26,18 @@ from pathlib import Path
 import numpy as np
 
 from quantbench import preprocess, tables
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR, quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, read_json, sha256_file
 from quantbench.hosts.worker import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import check_input_block, load_rgb, to_tensor
-from quantbench.strata import density_label, single_label
-from quantbench.variants import input_spec_for
+from quantbench.strata import clean_label, density_label, single_label
+from quantbench.variants import input_spec_for, inside, is_demo
+
+#: how recipes and calibration-set manifests name the bundled corpus
+BUNDLED_LABELS = "bundled:corpus/labels.json"
+BUNDLED_IMAGES = "bundled:corpus/images"
 
 
 @dataclass
@@ -82,12 +94,49 @@ def fixtures_chunks(fixtures: list, spec_of, size: int = 32):
         yield fixtures_table(fixtures[i:i + size], spec_of)
 
 
+def default_images_dir(labels_path: str | os.PathLike) -> Path:
+    """The images folder of a labels file when none is given: the bundled corpus's own, the CSV's
+    folder, or images/ beside a COCO JSON."""
+    labels_path = Path(labels_path)
+    if labels_path.resolve() == CORPUS_LABELS.resolve():
+        return CORPUS_IMAGES
+    return labels_path.parent if labels_path.suffix.lower() == ".csv" else labels_path.parent / "images"
+
+
+def image_file(labels_path, images_dir, name, where: str) -> Path:
+    """images_dir/name, if `name` resolves (symlinks followed) inside `images_dir`; else a UserError."""
+    path = inside(images_dir, name)
+    if path is None:
+        raise UserError(f"{labels_path}: {where}: {name!r} is not a file inside {images_dir}; labels may name "
+                        "only images inside the images folder")
+    return path
+
+
+def check_image_size(labels_path, path: Path, img: dict) -> None:
+    """COCO width/height (when given) must be the image file's: boxes are in the labelled image's pixels."""
+    from PIL import Image
+
+    w, h = img.get("width"), img.get("height")
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in (w, h)):
+        return
+    try:
+        with Image.open(path) as im:
+            size = im.size
+    except Exception:  # not decodable: load_rgb names that when the image is used
+        return
+    if size != (w, h):
+        raise UserError(f"{labels_path}: image {img['file_name']}: width x height {w}x{h} in the labels, but the "
+                        f"file is {size[0]}x{size[1]}; fix the labels (boxes are in the labelled image's pixels)")
+
+
 def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
               check_files: bool = True) -> dict:
-    """Read and validate COCO JSON; every referenced image must exist.
+    """Read and validate COCO JSON; every referenced image must lie inside `images_dir` (and, with
+    `check_files`, exist with the width and height the labels give).
 
     Refused (UserError naming the file and the entry): an image entry that is not an object
-    or lacks an integer/string 'id' or a 'file_name'; an image id used twice; 'annotations'
+    or lacks an integer/string 'id' or a 'file_name'; a file_name that leaves the images folder
+    ('../', absolute, a symlink out); an image id used twice; 'annotations'
     or 'categories' not a list; an annotation without 'image_id', or whose image_id is not
     an image; a category_id not in a non-empty 'categories'; a bbox that is not 4 finite
     numbers with non-negative width and height. Nothing is silently re-stratified.
@@ -98,28 +147,41 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     coco = read_json(labels_path, "labels JSON")
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
-    images_dir = Path(images_dir) if images_dir is not None else labels_path.parent / "images"
+    images_dir = Path(images_dir) if images_dir is not None else default_images_dir(labels_path)
     ids = set()
     for i, img in enumerate(coco["images"]):
-        if not isinstance(img, dict):
-            raise UserError(f"{labels_path}: image entry {i} is not an object: {img!r:.80}")
-        if "file_name" not in img or "id" not in img:
-            raise UserError(f"{labels_path}: image entry without 'id' and 'file_name': {img!r}")
-        if not _is_id(img["id"]):
-            raise UserError(f"{labels_path}: image entry {i}: 'id' must be an integer or a string (got {img['id']!r:.40})")
-        if not isinstance(img["file_name"], str) or not img["file_name"]:
-            raise UserError(f"{labels_path}: image entry {i}: 'file_name' must be a non-empty string")
-        if img["id"] in ids:
-            raise UserError(f"{labels_path}: image id {img['id']!r} appears twice (image entry {i}, "
-                            f"{img['file_name']}); image ids must be unique")
-        ids.add(img["id"])
-        if check_files and not (images_dir / img["file_name"]).exists():
-            raise UserError(f"{labels_path}: references missing image {images_dir / img['file_name']}")
+        _check_image_entry(labels_path, i, img, ids)
+        path = image_file(labels_path, images_dir, img["file_name"], f"image entry {i}")
+        if check_files:
+            if not path.exists():
+                raise UserError(f"{labels_path}: references missing image {path}")
+            check_image_size(labels_path, path, img)
     coco.setdefault("annotations", [])
     coco.setdefault("categories", [])
     for key in ("annotations", "categories"):
         if not isinstance(coco[key], list):
             raise UserError(f"{labels_path}: '{key}' must be a list (got {type(coco[key]).__name__})")
+    _check_annotations(labels_path, coco, ids)
+    coco["_images_dir"] = str(images_dir)
+    return coco
+
+
+def _check_image_entry(labels_path, i: int, img, ids: set) -> None:
+    if not isinstance(img, dict):
+        raise UserError(f"{labels_path}: image entry {i} is not an object: {img!r:.80}")
+    if "file_name" not in img or "id" not in img:
+        raise UserError(f"{labels_path}: image entry without 'id' and 'file_name': {img!r}")
+    if not _is_id(img["id"]):
+        raise UserError(f"{labels_path}: image entry {i}: 'id' must be an integer or a string (got {img['id']!r:.40})")
+    if not isinstance(img["file_name"], str) or not img["file_name"]:
+        raise UserError(f"{labels_path}: image entry {i}: 'file_name' must be a non-empty string")
+    if img["id"] in ids:
+        raise UserError(f"{labels_path}: image id {img['id']!r} appears twice (image entry {i}, "
+                        f"{img['file_name']}); image ids must be unique")
+    ids.add(img["id"])
+
+
+def _check_annotations(labels_path, coco: dict, ids: set) -> None:
     cats = set()
     for i, cat in enumerate(coco["categories"]):
         if not isinstance(cat, dict) or not _is_id(cat.get("id")):
@@ -138,8 +200,55 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
         if "bbox" in ann and not _is_bbox(ann["bbox"]):
             raise UserError(f"{labels_path}: annotation {i}: bbox must be 4 finite numbers [x, y, width, height] "
                             f"with width, height >= 0 (got {ann['bbox']!r:.60})")
-    coco["_images_dir"] = str(images_dir)
-    return coco
+
+
+_EMPTY = ("empty", "none", "negative", "neg", "hard-negative", "hard_negative")
+_OBJECTS = ("objects", "object", "positive", "litter")
+
+
+def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) -> list[dict]:
+    """CSV labels -> [{image, path, objects, split, label}] in file order (a UTF-8 byte-order mark is fine).
+
+    Columns: image (inside `images_dir`), density (an object count, or empty/objects words) and/or
+    label (the image's one class), split (optional). Every image must exist.
+    """
+    labels, images_dir = Path(labels), Path(images_dir)
+    try:
+        with open(labels, newline="", encoding="utf-8-sig") as fh:  # Excel's "CSV UTF-8" starts with a BOM
+            reader = csv.DictReader(fh)
+            fields = [f.strip() for f in (reader.fieldnames or [])]
+            if "image" not in fields or not ({"density", "label"} & set(fields)):
+                raise UserError(f"{labels}: CSV needs an 'image' column and a 'density' or 'label' column (has {fields})")
+            rows = list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise UserError(f"{labels}: not a readable CSV ({exc})") from None
+    out = []
+    for i, r in enumerate(rows, start=2):
+        r = {k.strip(): (v or "").strip() for k, v in r.items() if k}
+        label = clean_label(r["label"]) if r.get("label") else None
+        path = image_file(labels, images_dir, r.get("image", ""), f"line {i}")
+        if not path.exists():
+            raise UserError(f"{labels}: references missing image {path}")
+        out.append({"image": r["image"], "path": path, "objects": _density(labels, i, r.get("density", ""), label),
+                    "split": r.get("split", ""), "label": label})
+    return out
+
+
+def _density(labels, line: int, text: str, label) -> int:
+    d = text.lower()
+    if not d:
+        return 1 if label is not None else 0
+    if d in _EMPTY:
+        return 0
+    if d in _OBJECTS:
+        return 1
+    try:
+        n = int(d)
+    except ValueError:
+        raise UserError(f"{labels}:{line}: density {text!r} is not an object count or empty/objects") from None
+    if n < 0:
+        raise UserError(f"{labels}:{line}: density {n} is negative; give an object count >= 0")
+    return n
 
 
 def _is_id(x) -> bool:
@@ -245,41 +354,101 @@ class TensorCache:
                 pass
 
 
+def labelled_images(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
+                    split: str | None = "eval") -> list[dict]:
+    """The images of `split` (all if None) a labels file (COCO JSON or CSV) names, in file-name order:
+    [{file_name, path, split, labels (annotations), stratum}]."""
+    labels_path = Path(labels_path)
+    if images_dir is None:
+        images_dir = default_images_dir(labels_path)
+    if labels_path.suffix.lower() == ".csv":
+        if not labels_path.exists():
+            raise UserError(f"{labels_path}: labels file not found")
+        out = [{"file_name": r["image"], "path": r["path"], "split": r["split"],
+                "labels": [{"category_id": r["label"]}] if r["label"] is not None else [],
+                "stratum": r["label"] or density_label(r["objects"])}
+               for r in read_csv_labels(labels_path, images_dir)]
+    else:
+        coco = load_coco(labels_path, images_dir)
+        anns = annotations_by_image(coco)
+        names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
+        out = []
+        for im in coco["images"]:
+            mine = anns.get(im["id"], [])
+            out.append({"file_name": im["file_name"], "path": Path(coco["_images_dir"]) / im["file_name"],
+                        "split": im.get("split", ""), "labels": mine,
+                        "stratum": single_label(mine, names) or density_label(len(mine))})
+    return sorted((im for im in out if split is None or im["split"] == split), key=lambda im: im["file_name"])
+
+
 def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
                    images_dir: str | os.PathLike | None = None, split: str | None = "eval",
                    limit: int | None = None) -> list[Fixture]:
     """Fixtures for every image of `split` (all images if None), in file-name order."""
-    if images_dir is None and Path(labels_path) == CORPUS_LABELS:
-        images_dir = CORPUS_IMAGES
-    coco = load_coco(labels_path, images_dir)
-    anns = annotations_by_image(coco)
-    images = [im for im in coco["images"] if split is None or im.get("split") == split]
-    images.sort(key=lambda im: im["file_name"])
+    images = labelled_images(labels_path, images_dir, split)
     if limit is not None:
         images = images[:limit]
-    root = Path(coco["_images_dir"])
-    names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
     cache = TensorCache(spec)
     out = []
     for im in images:
-        path = root / im["file_name"]
-        image_sha = sha256_file(path)
+        image_sha = sha256_file(im["path"])
         arr = cache.get(image_sha)
         if arr is None:
-            arr = cache.put(image_sha, to_tensor(load_rgb(path), spec))
-        labels = anns.get(im["id"], [])
+            arr = cache.put(image_sha, to_tensor(load_rgb(im["path"]), spec))
         out.append(Fixture(
             fixture_id=tensor_sha256(arr),
             input_name=spec.get("name", "input"),
             array=arr,
             source=im["file_name"],
             image_sha256=image_sha,
-            labels=labels,
-            stratum=single_label(labels, names) or density_label(len(labels)),
-            split=im.get("split", ""),
+            labels=im["labels"],
+            stratum=im["stratum"],
+            split=im["split"],
         ))
     cache.trim()
     return out
+
+
+def _demo_model(v) -> bool:
+    """A bundled demo model: the bundled file itself, or variants calibrate made from it."""
+    source = ((v.recipe or {}).get("source_model") or {}).get("path", "")
+    return is_demo([v.path]) or (isinstance(source, str) and source.startswith("bundled:models/"))
+
+
+def calibration_labels(variants, images: str | os.PathLike | None = None) -> tuple[str | None, str | None]:
+    """(labels file, images folder) to evaluate `variants` on when no labels are given: the ones their
+    recipes record (checked unchanged by SHA-256); (None, None) for the bundled corpus, which only the
+    bundled demo models are evaluated on. `images` overrides the recorded folder."""
+    recorded = {}
+    for v in variants:
+        rec = (v.recipe or {}).get("eval_labels")
+        if isinstance(rec, dict) and isinstance(rec.get("path"), str):
+            recorded.setdefault((rec["path"], rec.get("sha256")), (v, rec))
+        elif not _demo_model(v):
+            raise UserError(f"{v.path}: no labels recorded with this model (not made by this version of "
+                            "`quantbench calibrate`), and the bundled demo images are only for the demo models; "
+                            "pass --fixtures LABELS --images DIR, or recalibrate")
+    if len(recorded) > 1:
+        (a, _), (b, _) = list(recorded.values())[:2]
+        raise UserError(f"variants {a.name} ({a.path}) and {b.name} ({b.path}) were calibrated with different "
+                        "labels; pass --fixtures LABELS --images DIR")
+    if not recorded:
+        return None, None
+    v, rec = next(iter(recorded.values()))
+    bundled = rec["path"] == BUNDLED_LABELS
+    path = CORPUS_LABELS if bundled else Path(rec["path"])
+    where = f"the labels variant {v.name} was calibrated with ({v.recipe_path or v.path})"
+    if not path.is_file():
+        raise UserError(f"{path}: not found: {where}; restore it, or pass --fixtures LABELS --images DIR")
+    now = sha256_file(path)
+    if now != rec.get("sha256"):
+        raise UserError(f"{path}: changed since calibration (SHA-256 {now[:12]}, recorded "
+                        f"{str(rec.get('sha256'))[:12]}): {where}; restore it, recalibrate, or pass "
+                        "--fixtures LABELS --images DIR")
+    if bundled and images is None:
+        return None, None
+    folder = images or rec.get("images") or default_images_dir(path)
+    return str(path), str(CORPUS_IMAGES if folder == BUNDLED_IMAGES else folder)
 
 
 def fixtures_for_variants(variants, labels=None, images=None, split: str | None = "eval", limit: int | None = None,

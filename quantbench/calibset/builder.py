@@ -24,7 +24,6 @@ on the image bytes, labels and seed, never on the order of the labels file.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 from dataclasses import dataclass, field
@@ -37,12 +36,12 @@ from quantbench import tables
 from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import ParameterError, UserError
-from quantbench.fixtures import annotations_by_image, load_coco
+from quantbench.fixtures import (BUNDLED_IMAGES, BUNDLED_LABELS, annotations_by_image, default_images_dir, load_coco,
+                                 read_csv_labels)
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_bytes, sha256_file
 from quantbench.preprocess import load_rgb, luminance
 from quantbench.variants import publish_folder, staging_folder
 
-BUNDLED_IMAGES = "bundled:corpus/images"
 MANIFEST = "manifest.parquet"
 RECIPE = "recipe.json"
 #: --per-cell above this is refused before any image is read (a cell is a few dozen images in practice);
@@ -88,38 +87,8 @@ def resolve_images_root(token: str) -> Path:
 
 
 def _read_csv(labels: Path, images_dir: Path) -> list[Candidate]:
-    try:
-        with open(labels, newline="") as fh:
-            reader = csv.DictReader(fh)
-            fields = [f.strip() for f in (reader.fieldnames or [])]
-            if "image" not in fields or not ({"density", "label"} & set(fields)):
-                raise UserError(f"{labels}: CSV needs an 'image' column and a 'density' or 'label' column (has {fields})")
-            rows = list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise UserError(f"{labels}: not a readable CSV ({exc})") from None
-    out = []
-    for i, r in enumerate(rows, start=2):
-        r = {k.strip(): (v or "").strip() for k, v in r.items() if k}
-        d = r.get("density", "").lower()
-        label = S.clean_label(r["label"]) if r.get("label") else None
-        if not d:
-            n = 1 if label is not None else 0
-        elif d in ("empty", "none", "negative", "neg", "hard-negative", "hard_negative"):
-            n = 0
-        elif d in ("objects", "object", "positive", "litter"):
-            n = 1
-        else:
-            try:
-                n = int(d)
-            except ValueError:
-                raise UserError(f"{labels}:{i}: density {r['density']!r} is not an object count or empty/objects") from None
-            if n < 0:
-                raise UserError(f"{labels}:{i}: density {n} is negative; give an object count >= 0")
-        path = images_dir / r["image"]
-        if not path.exists():
-            raise UserError(f"{labels}: references missing image {path}")
-        out.append(Candidate(image=r["image"], path=path, objects=n, split=r.get("split", ""), label=label))
-    return out
+    return [Candidate(image=r["image"], path=r["path"], objects=r["objects"], split=r["split"], label=r["label"])
+            for r in read_csv_labels(labels, images_dir)]
 
 
 def _read_coco(labels: Path, images_dir: Path) -> list[Candidate]:
@@ -132,7 +101,7 @@ def _read_coco(labels: Path, images_dir: Path) -> list[Candidate]:
         n = len(mine)
         if im.get("negative") is True and n:
             raise UserError(f"{labels}: image {im['file_name']} is marked negative but has {n} annotations")
-        out.append(Candidate(image=im["file_name"], path=images_dir / im["file_name"], objects=n,
+        out.append(Candidate(image=im["file_name"], path=Path(coco["_images_dir"]) / im["file_name"], objects=n,
                              split=str(im.get("split", "")), label=S.single_label(mine, names)))
     return out
 
@@ -142,14 +111,7 @@ def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLi
     labels_path = Path(labels) if labels is not None else CORPUS_LABELS
     if not labels_path.exists():
         raise UserError(f"{labels_path}: labels file not found")
-    if images is not None:
-        images_dir = Path(images)
-    elif labels_path.resolve() == CORPUS_LABELS.resolve():
-        images_dir = CORPUS_IMAGES
-    elif labels_path.suffix.lower() == ".csv":
-        images_dir = labels_path.parent
-    else:
-        images_dir = labels_path.parent / "images"
+    images_dir = Path(images) if images is not None else default_images_dir(labels_path)
     if not images_dir.is_dir():
         raise UserError(f"{images_dir}: images folder not found; pass --images")
     if labels_path.suffix.lower() == ".csv":
@@ -208,7 +170,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
 
     recipe = {
         "name": name,
-        "labels": str(labels_path) if labels_path.resolve() != CORPUS_LABELS.resolve() else "bundled:corpus/labels.json",
+        "labels": str(labels_path) if labels_path.resolve() != CORPUS_LABELS.resolve() else BUNDLED_LABELS,
         "labels_sha256": sha256_file(labels_path),
         "images_dir": images_root_token(images_dir),
         "per_cell": per_cell,

@@ -148,9 +148,14 @@ def variants_from_args(args, to_stderr: bool = False) -> list:
 
 
 def fixtures_from_args(args, variants, limit: int | None = None) -> list:
-    """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select."""
-    from quantbench.fixtures import fixtures_for_variants
+    """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select.
 
+    Without --fixtures: the labels the variants were calibrated with (fixtures.calibration_labels),
+    set on `args` as if given, so the report, equiv.json and the accuracy read the same labels."""
+    from quantbench.fixtures import calibration_labels, fixtures_for_variants
+
+    if not args.fixtures:
+        args.fixtures, args.images = calibration_labels(variants, args.images)
     fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit, sidecar_from_args(args))
     return fixtures
 

@@ -166,6 +166,14 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     return spec, sidecar, plugin
 
 
+def eval_labels(calset_recipe: dict) -> dict:
+    """The labels a variant was calibrated with, as its recipe records them: later commands evaluate it on
+    their eval split (quantbench.fixtures.calibration_labels) and check the file is unchanged."""
+    path = calset_recipe["labels"]
+    return {"path": path if path.startswith("bundled:") else os.path.abspath(path),
+            "sha256": calset_recipe["labels_sha256"], "images": calset_recipe["images_dir"]}
+
+
 def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note: Callable | None = None) -> CalibrateResult:
     """The whole calibrate pipeline; `on_calset(calset)` and `on_note(text)` report progress as it happens."""
     t_start = time.perf_counter()
@@ -196,7 +204,8 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
 
     # 2. variants
     common = {"source_model": {"path": _display_model(model_path), **model_hashes(model_path)}, "seed": opts.seed,
-              "preprocess": spec, "sidecar": sidecar, "pre_process": bool(opts.pre_process)}
+              "preprocess": spec, "sidecar": sidecar, "pre_process": bool(opts.pre_process),
+              "eval_labels": eval_labels(calset.recipe)}
     if plugin:
         common["preprocess_plugin"] = plugin
     calib_info = {"name": name, "folder": str(calib_root / name), "manifest_sha256": calset.recipe["manifest_sha256"],
