@@ -130,8 +130,11 @@ def test_localize_command_on_corpus_fixture(workdir, capsys):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     onnx.save(m, workdir / "cli.onnx")
+    from quantbench.assets import CORPUS_LABELS
+
+    # a bare model that is not the demo's runs on the bundled images only when they are asked for
     rc = main(["localize", "--variant", str(workdir / "cli.onnx"), "--hosts", "x86,x86+session.set_denormal_as_zero=1",
-               "--graph-opt", "basic", "--tables", str(workdir / "results" / "tables"), "--no-progress"])
+               "--fixtures", str(CORPUS_LABELS), "--graph-opt", "basic", "--tables", str(workdir / "results" / "tables"), "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "first divergent node: tiny (Mul, position 1)" in out

@@ -78,8 +78,11 @@ def finite_float(text: str) -> float:
 def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) -> None:
     """The evaluation-fixture argument group shared by run, equiv and the explain commands (one wording)."""
     g = p.add_argument_group("evaluation fixtures")
-    g.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of your evaluation images; default: the bundled corpus")
-    g.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
+    g.add_argument("--fixtures", metavar="LABELS", help="COCO JSON or CSV labels of your evaluation images; default: "
+                                                      "the labels the variants were calibrated with (the bundled "
+                                                      "corpus for the demo models)")
+    g.add_argument("--images", metavar="DIR", help="folder of the images named in the labels (default: the one "
+                                                   "calibrated with; images/ beside a COCO file, a CSV's own folder)")
     g.add_argument("--split", default="eval", help=f"image split to {verb} (train, val, eval, or 'all')")
     if sidecar_and_limit:
         g.add_argument("--sidecar", metavar="FILE",

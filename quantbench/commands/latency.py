@@ -10,7 +10,7 @@ from quantbench.commands import fixtures_from_args
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
-from quantbench.variants import pick_variant, resolve_variants
+from quantbench.variants import DEMO_NOTE, is_demo, pick_variant, resolve_variants
 
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."
 
@@ -23,7 +23,8 @@ def add_arguments(p) -> None:
     p.add_argument("--runs", type=int, default=10, help="timed runs per repeat (at least 10)")
     p.add_argument("--repeats", type=int, default=3, help="repeats; the spread of their medians is reported")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads")
-    p.add_argument("--fixtures", metavar="LABELS.json", help="COCO labels of the images (default: the bundled corpus)")
+    p.add_argument("--fixtures", metavar="LABELS", help="COCO JSON or CSV labels of the images (default: the labels "
+                                                      "the variants were calibrated with)")
     p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures")
     p.add_argument("--split", default="eval", help="image split the timed fixture comes from")
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
@@ -32,7 +33,10 @@ def add_arguments(p) -> None:
 
 def resolve(names: str):
     if names == "all":
-        return resolve_variants(None)
+        variants = resolve_variants(None)
+        if is_demo(v.path for v in variants):
+            print(DEMO_NOTE, flush=True)
+        return variants
     return [pick_variant(n.strip()) for n in names.split(",") if n.strip()]
 
 
