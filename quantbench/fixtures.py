@@ -357,16 +357,17 @@ class TensorCache:
 def labelled_images(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
                     split: str | None = "eval") -> list[dict]:
     """The images of `split` (all if None) a labels file (COCO JSON or CSV) names, in file-name order:
-    [{file_name, path, split, labels (annotations), stratum}]."""
+    [{file_name, path, split, labels (annotations), objects, label (its one class, or None)}].
+
+    A COCO image marked "negative" that has annotations is refused."""
     labels_path = Path(labels_path)
     if images_dir is None:
         images_dir = default_images_dir(labels_path)
     if labels_path.suffix.lower() == ".csv":
         if not labels_path.exists():
             raise UserError(f"{labels_path}: labels file not found")
-        out = [{"file_name": r["image"], "path": r["path"], "split": r["split"],
-                "labels": [{"category_id": r["label"]}] if r["label"] is not None else [],
-                "stratum": r["label"] or density_label(r["objects"])}
+        out = [{"file_name": r["image"], "path": r["path"], "split": r["split"], "objects": r["objects"],
+                "label": r["label"], "labels": [{"category_id": r["label"]}] if r["label"] is not None else []}
                for r in read_csv_labels(labels_path, images_dir)]
     else:
         coco = load_coco(labels_path, images_dir)
@@ -375,9 +376,12 @@ def labelled_images(labels_path: str | os.PathLike, images_dir: str | os.PathLik
         out = []
         for im in coco["images"]:
             mine = anns.get(im["id"], [])
+            if im.get("negative") is True and mine:
+                raise UserError(f"{labels_path}: image {im['file_name']} is marked negative but has {len(mine)} "
+                                "annotations")
             out.append({"file_name": im["file_name"], "path": Path(coco["_images_dir"]) / im["file_name"],
-                        "split": im.get("split", ""), "labels": mine,
-                        "stratum": single_label(mine, names) or density_label(len(mine))})
+                        "split": str(im.get("split", "")), "labels": mine, "objects": len(mine),
+                        "label": single_label(mine, names)})
     return sorted((im for im in out if split is None or im["split"] == split), key=lambda im: im["file_name"])
 
 
@@ -402,7 +406,7 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
             source=im["file_name"],
             image_sha256=image_sha,
             labels=im["labels"],
-            stratum=im["stratum"],
+            stratum=im["label"] or density_label(im["objects"]),
             split=im["split"],
         ))
     cache.trim()
@@ -417,7 +421,7 @@ def _demo_model(v) -> bool:
 
 def calibration_labels(variants, images: str | os.PathLike | None = None) -> tuple[str | None, str | None]:
     """(labels file, images folder) to evaluate `variants` on when no labels are given: the ones their
-    recipes record (checked unchanged by SHA-256); (None, None) for the bundled corpus, which only the
+    recipes record (checked unchanged by SHA-256); labels None for the bundled corpus, which only the
     bundled demo models are evaluated on. `images` overrides the recorded folder."""
     recorded = {}
     for v in variants:
@@ -433,7 +437,7 @@ def calibration_labels(variants, images: str | os.PathLike | None = None) -> tup
         raise UserError(f"variants {a.name} ({a.path}) and {b.name} ({b.path}) were calibrated with different "
                         "labels; pass --fixtures LABELS --images DIR")
     if not recorded:
-        return None, None
+        return None, (str(images) if images else None)
     v, rec = next(iter(recorded.values()))
     bundled = rec["path"] == BUNDLED_LABELS
     path = CORPUS_LABELS if bundled else Path(rec["path"])
@@ -445,7 +449,7 @@ def calibration_labels(variants, images: str | os.PathLike | None = None) -> tup
         raise UserError(f"{path}: changed since calibration (SHA-256 {now[:12]}, recorded "
                         f"{str(rec.get('sha256'))[:12]}): {where}; restore it, recalibrate, or pass "
                         "--fixtures LABELS --images DIR")
-    if bundled and images is None:
+    if bundled and not images:
         return None, None
     folder = images or rec.get("images") or default_images_dir(path)
     return str(path), str(CORPUS_IMAGES if folder == BUNDLED_IMAGES else folder)

@@ -49,10 +49,8 @@ def calibrated(tmp_path_factory):
 @pytest.fixture
 def wd(calibrated, tmp_path, monkeypatch):
     """A fresh copy of the calibrated working folder, as the current folder."""
-    dest = tmp_path / "w"
-    shutil.copytree(calibrated, dest, symlinks=True)
-    monkeypatch.chdir(dest)
-    return dest
+    monkeypatch.chdir(shutil.copytree(calibrated, tmp_path / "w", symlinks=True))
+    return tmp_path / "w"
 
 
 def _refused(capsys, wd: Path, args, *expect: str, command: str = "equiv") -> str:

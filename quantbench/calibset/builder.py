@@ -36,8 +36,7 @@ from quantbench import tables
 from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import ParameterError, UserError
-from quantbench.fixtures import (BUNDLED_IMAGES, BUNDLED_LABELS, annotations_by_image, default_images_dir, load_coco,
-                                 read_csv_labels)
+from quantbench.fixtures import BUNDLED_IMAGES, BUNDLED_LABELS, default_images_dir, labelled_images
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_bytes, sha256_file
 from quantbench.preprocess import load_rgb, luminance
 from quantbench.variants import publish_folder, staging_folder
@@ -86,26 +85,6 @@ def resolve_images_root(token: str) -> Path:
     return CORPUS_IMAGES if token == BUNDLED_IMAGES else Path(token)
 
 
-def _read_csv(labels: Path, images_dir: Path) -> list[Candidate]:
-    return [Candidate(image=r["image"], path=r["path"], objects=r["objects"], split=r["split"], label=r["label"])
-            for r in read_csv_labels(labels, images_dir)]
-
-
-def _read_coco(labels: Path, images_dir: Path) -> list[Candidate]:
-    coco = load_coco(labels, images_dir)
-    anns = annotations_by_image(coco)
-    names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
-    out = []
-    for im in coco["images"]:
-        mine = anns.get(im["id"], [])
-        n = len(mine)
-        if im.get("negative") is True and n:
-            raise UserError(f"{labels}: image {im['file_name']} is marked negative but has {n} annotations")
-        out.append(Candidate(image=im["file_name"], path=Path(coco["_images_dir"]) / im["file_name"], objects=n,
-                             split=str(im.get("split", "")), label=S.single_label(mine, names)))
-    return out
-
-
 def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLike | None = None) -> tuple[list[Candidate], Path, Path]:
     """(candidates, labels path, images folder): COCO JSON, or CSV with image and density columns."""
     labels_path = Path(labels) if labels is not None else CORPUS_LABELS
@@ -114,10 +93,8 @@ def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLi
     images_dir = Path(images) if images is not None else default_images_dir(labels_path)
     if not images_dir.is_dir():
         raise UserError(f"{images_dir}: images folder not found; pass --images")
-    if labels_path.suffix.lower() == ".csv":
-        cands = _read_csv(labels_path, images_dir)
-    else:
-        cands = _read_coco(labels_path, images_dir)
+    cands = [Candidate(image=im["file_name"], path=im["path"], objects=im["objects"], split=im["split"],
+                       label=im["label"]) for im in labelled_images(labels_path, images_dir, split=None)]
     if not cands:
         raise UserError(f"{labels_path}: lists no images")
     return cands, labels_path, images_dir
