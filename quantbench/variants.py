@@ -148,7 +148,8 @@ def default_variants(results_dir: str | os.PathLike = "results") -> list[Variant
     latest = vdir / LATEST_FILE
     if os.path.lexists(latest):
         return latest_variants(results_dir)
-    left = sorted(p.parent for p in vdir.glob(f"*/{INDEX_FILE}")) if vdir.is_dir() else []
+    left = sorted(p.parent for p in vdir.glob(f"*/{INDEX_FILE}")
+                  if not p.parent.name.startswith(".")) if vdir.is_dir() else []  # not a dead run's staging
     if left:
         raise UserError(f"{latest}: missing, though {left[0]} holds variants of a calibrate run; rerun "
                         f"`quantbench calibrate`, or pass --variants {left[0]}")
