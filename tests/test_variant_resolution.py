@@ -147,11 +147,16 @@ def test_explain_commands_check_the_variant_too(wd, capsys, command):
              "static-minmax.onnx", "semantic hash", command=command)
 
 
-def test_untouched_variants_still_run_and_hash_once(wd, capsys, monkeypatch):
+@pytest.mark.parametrize("args, hashed", [
+    (["run", "--hosts", "x86"], 3),  # fp32, dynamic, static-minmax: each hashed once, checked against its recipe
+    (["noise", "--variant", "static-minmax", "--hosts", "x86", "--limit", "1", "--factors", "repeat"], 1),
+    (["localize", "--variant", "static-minmax", "--hosts", "x86,x86+session.set_denormal_as_zero=1"], 1),
+])
+def test_untouched_variants_still_run_and_hash_once(wd, capsys, monkeypatch, args, hashed):
     from quantbench import modelio
 
     calls = []
     real = modelio.stripped_copy
     monkeypatch.setattr(modelio, "stripped_copy", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert main(["run", "--hosts", "x86", "--no-progress"]) == 0
-    assert len(calls) == 3  # fp32, dynamic, static-minmax: each hashed once, checked against its recipe
+    assert main([*args, "--no-progress"]) == 0, capsys.readouterr().err
+    assert len(calls) == hashed

@@ -38,7 +38,7 @@ def run(args) -> int:
     hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
     fixture = pick_fixture(fixtures_from_args(args, [variant]), args.fixture, args.split)
     res = localize(variant.path, hosts, fixture, args.opt_level, args.group, variant.name,
-                   progress=not args.no_progress, tables_root=root)
+                   progress=not args.no_progress, tables_root=root, variant_id=variant.variant_id)
     part = tables.append("localize", res.table_rows(), root=root)
     print(summary(res))
     print(f"localize table: {part.parent if part else root / 'localize'}")

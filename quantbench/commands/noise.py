@@ -40,7 +40,8 @@ def run(args) -> int:
     factors = [f.strip() for f in args.factors.split(",") if f.strip()]
     rows = []
     for h in hosts:
-        rows += noise_floor(variant.path, h, fixtures, spec, args.threads, args.batch, factors, variant.name)
+        rows += noise_floor(variant.path, h, fixtures, spec, args.threads, args.batch, factors, variant.name,
+                            variant_id=variant.variant_id)
     tables.append("noise", [r.row() for r in rows], root=root)
     print(table(rows))
     faults = [r for r in rows if r.harness_fault]

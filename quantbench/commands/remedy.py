@@ -12,8 +12,7 @@ from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
 from quantbench.hosts.registry import parse_hosts
-from quantbench.modelio import load_model, semantic_sha256
-from quantbench.variants import pick_variant
+from quantbench.variants import check_identity, pick_variant
 
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
 
@@ -52,7 +51,7 @@ def run(args) -> int:
     remedies = [r.strip() for r in args.remedies.split(",") if r.strip()]
     rvs = build_remedies(variant.path, fp32, out, variant.recipe, ranges if ranges.exists() else None,
                          [{fx.input_name: fx.array} for fx in fixtures], remedies)
-    rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, semantic_sha256(load_model(variant.path, check=False)),
+    rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, check_identity(variant),
                          progress=not args.no_progress)
     tables.append("remedies", [r.row() for r in rows], root=root)
     print(table(rows))

@@ -204,13 +204,15 @@ def _check_two(hosts):
 
 
 def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
-             variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False) -> LocalizeResult:
-    """Find the first node whose output differs between the two hosts on one fixture."""
+             variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False,
+             variant_id: str | None = None) -> LocalizeResult:
+    """Find the first node whose output differs between the two hosts on one fixture (`variant_id`: the
+    model's semantic hash when the caller has it)."""
     _check_two(hosts)
     if group < 1:
         raise ParameterError("group", "must be at least 1", group)
     model = load_model(model_path, check=False)
-    vid = semantic_sha256(model)
+    vid = variant_id or semantic_sha256(model)
     base_bytes = model.SerializeToString()
     cands = intermediates(model)
     types = value_types(model)

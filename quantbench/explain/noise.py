@@ -73,8 +73,10 @@ def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
 
 
 def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
-                factors=FACTORS, variant_name: str = "", allow_fallback: bool = False) -> list[NoiseRow]:
-    """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None."""
+                factors=FACTORS, variant_name: str = "", allow_fallback: bool = False,
+                variant_id: str | None = None) -> list[NoiseRow]:
+    """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None;
+    `variant_id` its semantic hash when the caller has it."""
     from pathlib import Path
 
     bad = [f for f in factors if f not in FACTORS]
@@ -84,7 +86,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
         raise UserError("noise: no fixtures")
     model = Path(model_path).read_bytes()
     proto = load_model(model_path, check=False)  # once: the variant id and the batch axis
-    vid = semantic_sha256(proto)
+    vid = variant_id or semantic_sha256(proto)
     vname = variant_name or Path(model_path).stem
     names = list(spec.outputs.values()) if spec is not None else []
     want = names or False
