@@ -234,6 +234,16 @@ def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) ->
     return out
 
 
+def csv_as_coco(rows: list[dict]) -> dict:
+    """read_csv_labels' rows as COCO: image ids 1..N in file order, a labelled row's class as one
+    annotation without a box (a classifier's label), categories named by the labels."""
+    images = [{"id": k, "file_name": r["image"], "split": r["split"]} for k, r in enumerate(rows, start=1)]
+    anns = [{"id": k, "image_id": k, "category_id": r["label"]} for k, r in enumerate(rows, start=1)
+            if r["label"] is not None]
+    cats = [{"id": lb, "name": lb} for lb in sorted({r["label"] for r in rows if r["label"] is not None})]
+    return {"images": images, "annotations": anns, "categories": cats}
+
+
 def _density(labels, line: int, text: str, label) -> int:
     d = text.lower()
     if not d:
@@ -366,9 +376,10 @@ def labelled_images(labels_path: str | os.PathLike, images_dir: str | os.PathLik
     if labels_path.suffix.lower() == ".csv":
         if not labels_path.exists():
             raise UserError(f"{labels_path}: labels file not found")
+        rows = read_csv_labels(labels_path, images_dir)
+        anns = annotations_by_image(csv_as_coco(rows))
         out = [{"file_name": r["image"], "path": r["path"], "split": r["split"], "objects": r["objects"],
-                "label": r["label"], "labels": [{"category_id": r["label"]}] if r["label"] is not None else []}
-               for r in read_csv_labels(labels_path, images_dir)]
+                "label": r["label"], "labels": anns.get(k, [])} for k, r in enumerate(rows, start=1)]
     else:
         coco = load_coco(labels_path, images_dir)
         anns = annotations_by_image(coco)

@@ -110,3 +110,26 @@ def test_calibration_with_csv_labels_gives_csv_fixtures(workdir, capsys):
     evals = sorted(im["file_name"] for im in coco["images"] if im["split"] == "eval")
     assert _sources() == evals
     assert main(["run", "--hosts", "x86", "--no-progress", "--fixtures", str(table), "--images", str(images)]) == 0
+
+
+def test_a_classifier_calibrated_on_csv_labels_is_scored_against_them(workdir, capsys):
+    from test_equiv_cli import SIDE, tiny_classifier
+
+    _, images = make_corpus(workdir / "data", n_litter=6, n_negative=6, n_eval=4)
+    model = workdir / "models" / "clf.onnx"
+    model.parent.mkdir(parents=True)
+    tiny_classifier(model)
+    model.with_suffix(".json").write_text(json.dumps(SIDE))
+    table = workdir / "data" / "labels.csv"
+    names = sorted(p.name for p in images.glob("*.png"))
+    with open(table, "w", newline="", encoding="utf-8-sig") as fh:
+        w = csv.writer(fh)
+        w.writerow(["image", "label", "split"])
+        for i, name in enumerate(names):
+            w.writerow([name, "bottle" if i % 2 else "can", "eval" if i >= len(names) - 4 else "train"])
+    assert main(["calibrate", "--model", str(model), "--labels", str(table), "--images", str(images), "--per-cell", "2",
+                 "--no-pre-process", "--methods", "minmax", "--no-progress"]) == 0
+    assert main(["equiv", "--hosts", "x86", "--no-progress", "--no-plots"]) == 0
+    report = (workdir / "results" / "report.md").read_text()
+    assert "Top-1 accuracy" in report and "on 4 labelled images" in report, report
+    assert "not readable" not in report
