@@ -125,10 +125,9 @@ def latest_variants(results_dir: str | os.PathLike = "results") -> list[Variant]
     return load_variants(latest_folder(results_dir))
 
 
-#: the first line of a run on the bundled demo models (and a line of its report)
-DEMO_NOTE = ("demo: no calibrate output in results/variants, so this runs the bundled demo models "
-             "(litter-cnn, litter-detr-tiny) on the bundled demo images; `quantbench calibrate --model YOUR.onnx` "
-             "makes your own variants")
+#: the first line of a run on the bundled demo models (when there is no calibrate output) and a line of its report
+DEMO_NOTE = ("demo: these are the bundled demo models (litter-cnn, litter-detr-tiny) on the bundled demo images, "
+             "not a model of yours; `quantbench calibrate --model YOUR.onnx --labels LABELS` makes your own variants")
 
 
 def is_demo(paths) -> bool:
