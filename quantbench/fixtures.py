@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from quantbench import preprocess, tables
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR, quantbench_home
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, read_json, sha256_file
 from quantbench.hosts.worker import canonical, tensor_sha256
