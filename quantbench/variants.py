@@ -290,10 +290,9 @@ def pick_variant(text: str) -> Variant:
                       "ConvInteger", "DynamicQuantizeLinear"}:
                 v.name = p.stem
         return v
-    try:
-        found = latest_variants()
-    except UserError:
-        raise UserError(f"--variant {text}: no calibrate run yet; run `quantbench calibrate` or pass an .onnx file") from None
+    if not os.path.lexists(Path("results") / "variants" / LATEST_FILE):
+        raise UserError(f"--variant {text}: no calibrate run yet; run `quantbench calibrate` or pass an .onnx file")
+    found = latest_variants()  # a damaged calibrate output is named as such
     for v in found:
         if v.name == text:
             return v

@@ -160,3 +160,12 @@ def test_untouched_variants_still_run_and_hash_once(wd, capsys, monkeypatch, arg
     monkeypatch.setattr(modelio, "stripped_copy", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert main([*args, "--no-progress"]) == 0, capsys.readouterr().err
     assert len(calls) == hashed
+
+
+@pytest.mark.parametrize("case", ["latest.json truncated", "recipe deleted"])
+def test_explain_commands_name_the_damage_not_a_missing_calibrate_run(wd, capsys, case):
+    damage, names, words = DAMAGE[case]
+    damage()
+    line = _refused(capsys, wd, ["noise", "--variant", "static-minmax", "--hosts", "x86", "--no-progress"], names,
+                    words, command="noise")
+    assert "no calibrate run yet" not in line
