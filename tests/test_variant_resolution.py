@@ -169,3 +169,10 @@ def test_explain_commands_name_the_damage_not_a_missing_calibrate_run(wd, capsys
     line = _refused(capsys, wd, ["noise", "--variant", "static-minmax", "--hosts", "x86", "--no-progress"], names,
                     words, command="noise")
     assert "no calibrate run yet" not in line
+
+
+def test_remedy_checks_its_fp32_reference_too(wd, capsys):
+    shutil.copyfile(VDIR / "dynamic.onnx", VDIR / "fp32.onnx")
+    _refused(capsys, wd, ["remedy", "--variant", "static-minmax", "--hosts", "x86,x86+session.x64quantprecision=1",
+                          "--decode", "none", "--no-progress"], "fp32.onnx", "semantic hash", "fp32.recipe.json",
+             command="remedy")

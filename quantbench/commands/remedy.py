@@ -39,7 +39,9 @@ def run(args) -> int:
     if args.fp32:
         fp32 = Path(args.fp32)
     else:
-        fp32 = Path(pick_variant("fp32").path)
+        reference = pick_variant("fp32")
+        check_identity(reference)  # the reference runs too: it must be the model its recipe names
+        fp32 = Path(reference.path)
     spec = spec_for_variant(variant, args.decode)
     if spec is None:
         raise UserError(f"{variant.path}: no decoder (--decode none, or no decode block in its sidecar); remedy "
