@@ -133,3 +133,14 @@ def test_a_classifier_calibrated_on_csv_labels_is_scored_against_them(workdir, c
     report = (workdir / "results" / "report.md").read_text()
     assert "Top-1 accuracy" in report and "on 4 labelled images" in report, report
     assert "not readable" not in report
+
+
+def test_calibration_labels_without_an_eval_split_are_named(workdir, capsys):
+    labels, images = make_corpus(workdir / "data", n_litter=4, n_negative=4, n_eval=0)
+    _calibrate(workdir, labels, images)
+    capsys.readouterr()
+    before = digest(workdir)
+    assert main(["equiv", "--hosts", "x86", "--no-progress"]) == 2
+    line = one_line(capsys.readouterr().err, "equiv")
+    assert os.path.abspath(labels) in line and "no image in split 'eval'" in line, line
+    assert digest(workdir) == before

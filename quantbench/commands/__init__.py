@@ -160,6 +160,9 @@ def fixtures_from_args(args, variants, limit: int | None = None) -> list:
     if not args.fixtures:
         args.fixtures, args.images = calibration_labels(variants, args.images)
     fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit, sidecar_from_args(args))
+    if not fixtures:
+        raise UserError(f"{args.fixtures or 'the bundled corpus'}: no image in split {args.split!r} to evaluate on; "
+                        "mark some with \"split\": \"eval\", or pass --split / --fixtures")
     return fixtures
 
 
