@@ -43,9 +43,10 @@ def tiny_classifier(path, doc: str) -> None:
     onnx.save(m, str(path))
 
 
-def make_release_results(root: Path, doc: str, twin: bool = False) -> Path:
+def make_release_results(root: Path, doc: str, twin: bool = False, labelled: bool = False) -> Path:
     """root/results with fp32 + dynamic variants of a tiny classifier (and, with `twin`, a byte-identical
-    dynamic-twin: one variant_id for two records), run on x86 over 5 images, plus an equiv analysis."""
+    dynamic-twin: one variant_id for two records), run on x86 over 5 images, plus an equiv analysis.
+    With `labelled`, each image has one class label (bottle or can), so the report shows a top-1 accuracy."""
 
     from PIL import Image
 
@@ -70,7 +71,9 @@ def make_release_results(root: Path, doc: str, twin: bool = False) -> Path:
     for i in range(5):
         Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(root / "images" / f"im{i}.png")
         images.append({"id": i, "file_name": f"im{i}.png", "width": 8, "height": 8, "split": "eval"})
-    (root / "labels.json").write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
+    anns = [{"id": i, "image_id": i, "category_id": 1 + i % 2} for i in range(5)] if labelled else []
+    cats = [{"id": 1, "name": "bottle"}, {"id": 2, "name": "can"}] if labelled else []
+    (root / "labels.json").write_text(json.dumps({"images": images, "annotations": anns, "categories": cats}))
     with contextlib.chdir(root):  # module fixtures cannot use monkeypatch
         common = ["--hosts", "x86", "--fixtures", "labels.json", "--no-progress"]
         assert main(["run", *common]) == 0

@@ -1,7 +1,6 @@
 """`quantbench release` and `quantbench verify` on a tiny model run on the local host."""
 
 import json
-import shutil
 
 import pyarrow as pa
 import pyarrow.parquet as pq
