@@ -100,3 +100,15 @@ def results(base_results, tmp_path, monkeypatch):
 
 def release(results, tag, *extra):
     return main(["release", "--tag", tag, "--results", str(results), *extra])
+
+
+def write_tar(path, members):
+    """A gzip'd tar from (TarInfo, bytes or None) pairs, with the gzip header quantbench writes."""
+    import gzip
+    import io
+    import tarfile
+
+    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for ti, data in members:
+            tar.addfile(ti, data if hasattr(data, "read") or data is None else io.BytesIO(data))

@@ -9,6 +9,7 @@ import pytest
 from quantbench.cli import main
 
 from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import write_tar as _tar
 
 
 def test_release_writes_record_and_verify_reruns_on_local_host(results, capsys):
@@ -257,18 +258,6 @@ def test_one_changed_byte_anywhere_fails_verify(results, capsys, where):
     assert main(["verify", str(archive)]) == 1
     out = capsys.readouterr().out
     assert _verify_rows(out) and "Traceback" not in out
-
-
-def _tar(path, members):
-    """A gzip'd tar from (TarInfo, bytes or None) pairs, with the gzip header quantbench writes."""
-    import gzip
-    import io
-    import tarfile
-
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for ti, data in members:
-            tar.addfile(ti, io.BytesIO(data) if data is not None else None)
 
 
 @pytest.mark.parametrize("bad", ["abs", "dotdot", "symlink", "hardlink", "outside-tag"])
