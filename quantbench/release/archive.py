@@ -272,7 +272,7 @@ def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such release archive")
-    with scratch_folder(results_dir, "verify-archive") as td:
+    with scratch_folder(results_dir, "verify") as td:
         work, stage = td / "releases", td / "members"
         work.mkdir()
         stage.mkdir()

@@ -164,7 +164,7 @@ def test_a_killed_verify_leaves_nothing_the_next_one_does_not_remove(archived, r
                        env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == -9
     left = _left_behind(results)
-    assert left and all(x.startswith(".staging/.verify-archive.") for x in left)
+    assert left and all(x.startswith(".staging/.verify.") for x in left)
     assert not list(tmp.iterdir())
     assert main(["verify", str(archived), "--results", str(results)]) == 0
     assert _left_behind(results) == []
