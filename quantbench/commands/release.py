@@ -25,9 +25,11 @@ def add_arguments(parser) -> None:
                         help="variants folder (with index.json); default: the latest `quantbench calibrate` output")
     parser.add_argument("--results", default="results", help="results folder (variants, tables, releases)")
     parser.add_argument("--archive", nargs="?", const="", default=None, metavar="FILE",
-                        help="also write the release as one deterministic .tar.gz (manifest, tables, models "
-                             "deduplicated by hash, report) to attach to a GitHub release; default FILE: "
-                             "results/releases/NAME.tar.gz. `quantbench verify FILE` checks it")
+                        help="also write the release as one .tar.gz (manifest, tables, models deduplicated by hash, "
+                             "report) to attach to a GitHub release; default FILE: results/releases/NAME.tar.gz. "
+                             "The same release folder always gives the same bytes; two releases of the same results "
+                             "differ only in their created_at time unless SOURCE_DATE_EPOCH is set (then they are "
+                             "byte-identical). `quantbench verify FILE` checks it")
 
 
 def run(args) -> int:

@@ -13,8 +13,8 @@ top folder named after the tag:
 
 The bytes are deterministic: members sorted, mtime 0, uid/gid 0, no user or group
 names, mode 0644, the gzip header without a name or a time. The same release
-folder gives the same archive, byte for byte (the record's own `created_at`
-timestamps are the only inputs that differ between two releases of the same run).
+folder gives the same archive, byte for byte; two releases of the same results differ
+only in the record's `created_at`, which SOURCE_DATE_EPOCH fixes (record.release_time).
 
 `verify_archive` never trusts the tar: it decompresses the whole stream first (the
 gzip CRC covers every byte, the header is compared with the one quantbench writes),

@@ -384,6 +384,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
     if not TAG_RE.fullmatch(tag or ""):  # fullmatch: "$" alone lets "v1\n" through
         raise UserError(f"--tag {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
+    created_at = release_time()
     results_dir = Path(results_dir)
     rdir = releases_dir(results_dir)
     dest = rdir / tag
@@ -401,10 +402,8 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
         vrecords.append(vr)
         entries += es
 
-    from datetime import datetime, timezone
-
     record = {"format": RELEASE_FORMAT, "schema_version": SCHEMA_VERSION, "quantbench_version": __version__,
-              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "tag": tag,
+              "created_at": created_at, "tag": tag,
               "retain": bool(retain), "hosts": sorted(scope["host"]), "equiv_ids": sorted(scope["equiv_id"]),
               "variants": vrecords}
     result = ReleaseResult(tag, dest, record)
@@ -423,6 +422,20 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
         reg.setdefault("releases", {})[tag] = {"release_json_sha256": sha256_file(dest / RELEASE_FILE)}
         atomic_write_json(rdir / INDEX_FILE, reg)
     return result
+
+
+def release_time() -> str:
+    """The time a release records (ISO 8601, UTC, seconds): SOURCE_DATE_EPOCH when it is set (the
+    reproducible-builds convention: the same results then give the same bytes), else now."""
+    from datetime import datetime, timezone
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if not epoch:
+        return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if not epoch.isascii() or not epoch.isdigit() or int(epoch) > 253402300799:   # (up to the year 9999)
+        raise UserError(f"SOURCE_DATE_EPOCH={epoch!r}: not a whole number of seconds since 1970-01-01 UTC "
+                        "(the reproducible-builds convention); unset it or fix it")
+    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds")
 
 
 def _check_names(variants) -> None:
