@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from quantbench.release.archive import write_archive
-from quantbench.release.record import build_release, flips_text
+from quantbench.release.publish import publish_release
+from quantbench.release.record import flips_text
 from quantbench.textfmt import text_table
 from quantbench.variants import load_variants
 
@@ -37,7 +37,8 @@ def run(args) -> int:
     variants = None
     if args.variants:
         variants = load_variants(args.variants)
-    res = build_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants)
+    res = publish_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants,
+                          archive=args.archive)
     if res.refused:
         print(f"release {args.tag} REFUSED: {len(res.collisions)} release key(s) already name another artifact; "
               "nothing was written.")
@@ -46,9 +47,7 @@ def run(args) -> int:
         print("A release key is (recipe, builder environment, target) without the artifact hash: the same recipe "
               "built again gave different bytes. Release the registered artifact, or change the recipe.")
         return 1
-    archive = None
-    if args.archive is not None:
-        archive = write_archive(res.folder, args.archive or None)
+    archive = res.archive
     if getattr(args, "json", False):
         import json
 

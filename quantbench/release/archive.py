@@ -133,6 +133,7 @@ def write_archive(folder: str | os.PathLike, out: str | os.PathLike | None = Non
             for rel, p in members:
                 with open(p, "rb") as fh:
                     tar.addfile(_tarinfo(f"{tag}/{rel}", p.stat().st_size), fh)
+        kill_point("archive-written")
     return out, sha256_file(out)
 
 

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from quantbench import SCHEMA_VERSION, __version__, tables
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text, content_key, read_json, sha256_file
+from quantbench.fsutil import atomic_write_json, atomic_write_text, content_key, kill_point, read_json, sha256_file
 from quantbench.hosts.results import load_hosts, load_outputs
 from quantbench.modelio import model_hashes
 from quantbench.textfmt import text_table
@@ -38,6 +38,7 @@ RELEASE_FORMAT = 1
 INDEX_FILE = "index.json"
 RELEASE_FILE = "release.json"
 REPORT_FILE = "report.md"
+UNFINISHED = ".unfinished"   # in a release folder until the registry names it (removed then)
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 
 # Recipe fields that are products of the build (or where it was written), not
@@ -240,6 +241,7 @@ class ReleaseResult:
     collisions: list[Collision] = field(default_factory=list)
     reused_keys: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    archive: tuple | None = None    # (path, SHA-256) of its archive, when one was written
 
     @property
     def refused(self) -> bool:
@@ -388,7 +390,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     results_dir = Path(results_dir)
     rdir = releases_dir(results_dir)
     dest = rdir / tag
-    if dest.exists():
+    if release_state(rdir, tag) == "finished":
         raise UserError(f"tag {tag}: {dest} already exists; releases are never overwritten, choose a new tag")
     tables_root = results_dir / "tables"
     variants = list(variants) if variants is not None else latest_variants(results_dir)
@@ -408,20 +410,47 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
               "variants": vrecords}
     result = ReleaseResult(tag, dest, record)
     with registry_lock(rdir):
-        if dest.exists():
+        state = release_state(rdir, tag)
+        if state == "finished":
             raise UserError(f"tag {tag}: {dest} was just written by another release command; choose a new tag")
         reg = load_registry(rdir)
         result.collisions = check_registry(reg, entries, tag)
         if result.collisions:
             return result
         result.reused_keys = sorted({e["release_key"] for e in entries if e["release_key"] in reg["keys"]})
+        if state == "unfinished":
+            _discard(dest)
+            result.notes.append(f"release {tag} was interrupted before it was registered; made it again")
         with staging_folder(dest) as stage:
+            atomic_write_text(stage / UNFINISHED, "this release is not registered yet\n")
             _stage_release(stage, record, variants, results_dir, scope, result.notes)
+            kill_point("release-staged")
             os.replace(stage, dest)
+        kill_point("release-published")
         reg = register(reg, entries, tag)
         reg.setdefault("releases", {})[tag] = {"release_json_sha256": sha256_file(dest / RELEASE_FILE)}
         atomic_write_json(rdir / INDEX_FILE, reg)
+        kill_point("release-registered")
+        (dest / UNFINISHED).unlink()
     return result
+
+
+def release_state(rdir: Path, tag: str) -> str:
+    """"absent", "unfinished" (published by a release that was killed before it registered it: its
+    marker file is there and the registry does not name the tag) or "finished"."""
+    dest = Path(rdir) / tag
+    if not dest.exists() and not dest.is_symlink():
+        return "absent"
+    if (dest / UNFINISHED).is_file() and tag not in (load_registry(rdir).get("releases") or {}):
+        return "unfinished"
+    return "finished"
+
+
+def _discard(dest: Path) -> None:
+    """Remove an unfinished release folder (moved into a staging folder first: a kill midway leaves only
+    a leftover the next run removes)."""
+    with staging_folder(dest) as trash:
+        os.replace(dest, trash / "unfinished")
 
 
 def release_time() -> str:

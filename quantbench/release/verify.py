@@ -30,7 +30,7 @@ from quantbench.fsutil import check_writable, read_json, sha256_file, staging_ar
 from quantbench.hosts.runner import run_hosts, variant_info
 from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
 from quantbench.modelio import model_hashes
-from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, load_registry
+from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, UNFINISHED, load_registry
 from quantbench.variants import Variant, inside, staging_folder
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
@@ -171,6 +171,10 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
 
 def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check]:
     idx = folder.parent / INDEX_FILE
+    if (folder / UNFINISHED).is_file() and required and not _registered(folder.parent, rec.get("tag")):
+        return [Check("registry", str(idx), FAIL, f"release {rec.get('tag')!r} is unfinished: its release command "
+                                                  "was interrupted before it registered the release; run the same "
+                                                  "`quantbench release` again to finish it")]
     if not required:
         return [Check("registry", str(idx), SKIP, "not checked (--no-registry): release.json vouches only for itself")]
     if not idx.exists():
@@ -200,6 +204,13 @@ def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check
     if bad:
         return out + [Check("registry", INDEX_FILE, FAIL, "; ".join(bad))]
     return out + [Check("registry", INDEX_FILE, PASS, f"{n} release key(s) map to the recorded artifacts")]
+
+
+def _registered(rdir: Path, tag) -> bool:
+    try:
+        return tag in (load_registry(rdir).get("releases") or {})
+    except UserError:
+        return False
 
 
 def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
