@@ -112,3 +112,32 @@ def write_tar(path, members):
             tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for ti, data in members:
             tar.addfile(ti, data if hasattr(data, "read") or data is None else io.BytesIO(data))
+
+
+def run_read_only(folder, argv, cwd):
+    """`quantbench ARGV` in a subprocess that sees `folder` read-only (non-root: chmod -R a-w; root, whom
+    permissions do not stop: a read-only bind mount in a private mount namespace, gone with the process)."""
+    import os
+    import subprocess
+    import sys
+
+    repo = str(Path(__file__).resolve().parents[1])
+    cmd = [sys.executable, "-m", "quantbench", *argv]
+    env = dict(os.environ, PYTHONPATH=repo)
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [Path(folder), *Path(folder).rglob("*")] if not p.is_symlink()}
+        for p, m in modes.items():
+            p.chmod(m & ~0o222)
+        try:
+            return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+        finally:
+            for p, m in modes.items():
+                p.chmod(m)
+    if not shutil.which("unshare"):
+        pytest.skip("needs unshare(1) to make a folder read-only for root")
+    script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; shift; exec "$@"'
+    p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(folder), *cmd],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    if p.returncode == 97:
+        pytest.skip(f"cannot bind-mount read-only here: {p.stderr.strip()}")
+    return p

@@ -28,7 +28,8 @@ from typing import Sequence
 
 from quantbench import SCHEMA_VERSION, __version__, tables
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text, content_key, kill_point, read_json, sha256_file
+from quantbench.fsutil import (atomic_write_json, atomic_write_text, check_writable, content_key, kill_point, read_json,
+                               sha256_file)
 from quantbench.hosts.results import load_hosts, load_outputs
 from quantbench.modelio import model_hashes
 from quantbench.textfmt import text_table
@@ -110,6 +111,9 @@ def registry_lock(rdir: Path):
     """An exclusive lock on the registry for check-then-write."""
     import fcntl
 
+    target = rdir if rdir.is_dir() else rdir.parent
+    if target.is_dir():  # a read-only results folder: one line, nothing written
+        check_writable(target, "a release is written into the results folder's releases/")
     rdir.mkdir(parents=True, exist_ok=True)
     with open(rdir / ".index.lock", "a+") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)

@@ -376,6 +376,6 @@ def scratch_folder(results_dir: str | os.PathLike, name: str):
     if not results_dir.exists() and results_dir.parent.is_dir():
         with contextlib.suppress(OSError):  # (check_writable words the failure)
             results_dir.mkdir()
-    check_writable(results_dir, "verify keeps its temporary files under the results folder (--results)")
+    check_writable(results_dir, "verify keeps its temporary files in the results folder's staging area")
     with staging_folder(staging_area(results_dir) / name) as td:
         yield td
