@@ -22,6 +22,15 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def _wait_until_paused(paused: Path, proc) -> None:
+    """Until the worker made `paused` (the bound is on a hang, not a synchronisation)."""
+    deadline = time.monotonic() + 300
+    while not paused.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"no worker paused (verify {'ended' if proc.poll() is not None else 'hangs'})")
+        time.sleep(0.02)
+
+
 def test_ctrl_c_in_verify_host_exits_130_in_one_line_and_leaves_nothing(results, tmp_path, capsys):
     assert release(results, "v1", "--archive") == 0
     capsys.readouterr()
@@ -35,11 +44,7 @@ def test_ctrl_c_in_verify_host_exits_130_in_one_line_and_leaves_nothing(results,
                                  "--results", str(results)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         try:
-            deadline = time.monotonic() + 300  # a bound on a hang, not a synchronisation
-            while not Path(f"{go}.paused").exists():
-                assert proc.poll() is None, f"verify ended before its worker paused: {proc.communicate()}"
-                assert time.monotonic() < deadline, "no worker paused"
-                time.sleep(0.02)
+            _wait_until_paused(Path(f"{go}.paused"), proc)
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=300)
         finally:
