@@ -43,10 +43,15 @@ def tiny_classifier(path, doc: str) -> None:
     onnx.save(m, str(path))
 
 
-def make_release_results(root: Path, doc: str, twin: bool = False, labelled: bool = False) -> Path:
+PRE_PY = "def prep(image, spec):\n    return image\n"   # a preprocessing plug-in file (root/pre.py)
+
+
+def make_release_results(root: Path, doc: str, twin: bool = False, labelled: bool = False,
+                         plugin: bool = False) -> Path:
     """root/results with fp32 + dynamic variants of a tiny classifier (and, with `twin`, a byte-identical
     dynamic-twin: one variant_id for two records), run on x86 over 5 images, plus an equiv analysis.
-    With `labelled`, each image has one class label (bottle or can), so the report shows a top-1 accuracy."""
+    With `labelled`, each image has one class label (bottle or can), so the report shows a top-1 accuracy.
+    With `plugin`, the recipes record the preprocessing plug-in pre.py:prep (root/pre.py; never run)."""
 
     from PIL import Image
 
@@ -57,8 +62,14 @@ def make_release_results(root: Path, doc: str, twin: bool = False, labelled: boo
     vdir = results / "variants" / "tiny"
     vdir.mkdir(parents=True)
     tiny_classifier(root / "src.onnx", doc=doc)
-    vs = [qv.make_fp32(root / "src.onnx", vdir / "fp32.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE}),
-          qv.make_dynamic(root / "src.onnx", vdir / "dynamic.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE})]
+    extra = {"sidecar": SIDE}
+    if plugin:
+        import hashlib
+
+        (root / "pre.py").write_text(PRE_PY)
+        extra["preprocess_plugin"] = {"ref": "pre.py:prep", "sha256": hashlib.sha256(PRE_PY.encode()).hexdigest()}
+    vs = [qv.make_fp32(root / "src.onnx", vdir / "fp32.onnx", model_name="tiny", recipe_extra=extra),
+          qv.make_dynamic(root / "src.onnx", vdir / "dynamic.onnx", model_name="tiny", recipe_extra=extra)]
     if twin:
         shutil.copyfile(vdir / "dynamic.onnx", vdir / "dynamic-twin.onnx")
         shutil.copyfile(vdir / "dynamic.recipe.json", vdir / "dynamic-twin.recipe.json")

@@ -32,6 +32,7 @@ from quantbench.fsutil import (atomic_write_json, atomic_write_text, check_writa
                                sha256_file)
 from quantbench.hosts.results import load_hosts, load_outputs
 from quantbench.modelio import model_hashes
+from quantbench.release.carried import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
 from quantbench.textfmt import text_table
 from quantbench.variants import check_plain_name, inside, latest_variants, staging_folder
 
@@ -354,29 +355,6 @@ def _report(record: dict, analysis_report: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _copy_attachments(report: str, results_dir: Path, stage: Path, notes: list | None = None) -> list[dict]:
-    """Copy the images report.md links to (relative paths under results/), so the links keep working.
-
-    Only a link that resolves (symlinks followed) to a file inside results/ is copied, and only
-    to a place inside the release; any other link is left as text and noted.
-    """
-    out = []
-    for rel in sorted(set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))):
-        if "://" in rel:
-            continue
-        src, dst = inside(results_dir, rel), inside(stage, rel)
-        if src is None or dst is None or ".." in Path(rel).parts:
-            if notes is not None:
-                notes.append(f"report image {rel!r} not copied: it leads outside {results_dir}")
-            continue
-        if not src.is_file():
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        out.append({"file": rel, "sha256": sha256_file(dst)})
-    return out
-
-
 def _release_path(stage: Path, rel: str) -> Path:
     """stage/rel, refusing any path that would resolve outside the release folder."""
     p = inside(stage, rel)
@@ -538,7 +516,8 @@ def _variant_record(v, hashes: dict, targets: list, eid, eclasses: dict, eflips,
 
 
 def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope: dict, notes: list) -> None:
-    """Fill the staging folder: tables, artifacts, calibration manifests, report, release.json (last)."""
+    """Fill the staging folder: tables, artifacts, calibration manifests, report (and report.html), sidecars,
+    plug-in files (quantbench.release.carried), release.json (last)."""
     record["tables"] = _copy_tables(results_dir / "tables", stage, scope)
     for v, vr in zip(variants, record["variants"]):
         if vr["artifact"]["retained"]:
@@ -550,7 +529,10 @@ def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope
     report = _report(record, text)
     atomic_write_text(stage / REPORT_FILE, report)
     record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE),
-                        "attachments": _copy_attachments(report, results_dir, stage, notes)}
+                        "attachments": copy_linked(markdown_images(report), results_dir, stage, notes),
+                        "html": copy_report_html(results_dir, stage, notes)}
+    copy_sidecars(stage, variants, record["variants"])
+    record["plugins"] = copy_plugins(stage, variants, notes)
     atomic_write_json(stage / RELEASE_FILE, record)
 
 

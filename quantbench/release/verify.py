@@ -129,6 +129,29 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
     return out
 
 
+def check_carried(folder: Path, rec: dict) -> list[Check]:
+    """report.md, report.html and their images, the sidecars and the plug-in files against their hashes."""
+    out, seen = [], set()
+    rep = rec.get("report") or {}
+    for r in (rep, rep.get("html") or {}):
+        if r.get("file"):
+            out.append(_check_file(folder, r["file"], r.get("sha256"), "report"))
+        for att in r.get("attachments", []):
+            if att["file"] not in seen:  # an image both reports show: checked once
+                seen.add(att["file"])
+                out.append(_check_file(folder, att["file"], att["sha256"], "report image"))
+    for v in rec["variants"]:
+        sc = v.get("sidecar")
+        if isinstance(sc, dict):
+            out.append(_check_file(folder, sc.get("file"), sc.get("sha256"), "sidecar"))
+    for p in rec.get("plugins") or []:
+        if isinstance(p, dict) and p.get("file"):
+            out.append(_check_file(folder, p["file"], p.get("sha256"), "plug-in"))
+        elif isinstance(p, dict):
+            out.append(Check("plug-in", str(p.get("ref")), SKIP, str(p.get("note") or "not carried")))
+    return out
+
+
 def check_artifacts(folder: Path, rec: dict) -> list[Check]:
     out = []
     for v in rec["variants"]:
@@ -347,11 +370,7 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
     if sample < 1:
         raise ParameterError("sample", "must be at least 1", sample)
     checks = check_tables(folder, rec)
-    rep = rec.get("report")
-    if rep:
-        checks.append(_check_file(folder, rep["file"], rep["sha256"], "report"))
-        for att in rep.get("attachments", []):
-            checks.append(_check_file(folder, att["file"], att["sha256"], "report image"))
+    checks += check_carried(folder, rec)
     for m in rec.get("calibration_manifests", []):
         if m.get("file"):
             c = _check_file(folder, m["file"], m.get("sha256"), "calibration manifest")
