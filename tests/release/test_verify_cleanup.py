@@ -40,9 +40,9 @@ def test_ctrl_c_in_verify_host_exits_130_in_one_line_and_leaves_nothing(results,
         go = tmp_path / f"go-{target.name}"
         env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(REPO), QUANTBENCH_TEST_PAUSE_AFTER="1",
                    QUANTBENCH_TEST_PAUSE_FILE=str(go))
-        proc = subprocess.Popen([sys.executable, "-c", SCRIPT, "verify", str(target), "--host", "x86", "--sample", "3",
-                                 "--results", str(results)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        # (--results: the default, results/ in the current folder, which the fixture made results' parent)
+        proc = subprocess.Popen([sys.executable, "-c", SCRIPT, "verify", str(target), "--host", "x86", "--sample", "3"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             _wait_until_paused(Path(f"{go}.paused"), proc)
             proc.send_signal(signal.SIGINT)
@@ -61,5 +61,5 @@ def test_ctrl_c_in_verify_host_exits_130_in_one_line_and_leaves_nothing(results,
         left = {p.relative_to(staging).parts[0] for p in staging.rglob("*")} if staging.exists() else set()
         assert left <= {n for n in left if n.startswith(f".verify.{proc.pid}@")}, left
         # ... which the next verify removes (its process is gone)
-        assert main(["verify", str(results / "releases" / "v1.tar.gz"), "--results", str(results)]) == 0
+        assert main(["verify", str(results / "releases" / "v1.tar.gz")]) == 0
         assert not list(staging.rglob("*"))
