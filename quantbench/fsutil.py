@@ -122,3 +122,37 @@ def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error
         raise
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise (error or UserError)(f"{path}: not a readable {what} ({exc}){'; ' + hint if hint else ''}") from None
+
+
+STAGING = ".staging"
+KILL_AT = "QUANTBENCH_TEST_KILL_AT"
+
+
+def kill_point(step: str) -> None:
+    """Test-only hook (costs nothing when unset): with the environment variable QUANTBENCH_TEST_KILL_AT=step,
+    the process SIGKILLs itself here, so tests see exactly what a kill at that step leaves (no timing)."""
+    if os.environ.get(KILL_AT) == step:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def staging_area(results_dir: str | os.PathLike) -> Path:
+    """Where commands keep their temporary files under a results folder (results/.staging/).
+
+    Each run works in its own folder there (quantbench.variants.staging_folder: named after its
+    pid, removed when it ends, and by the next run when it was killed): nothing goes to the
+    system's temporary folder, and nothing is archived (hidden)."""
+    return Path(results_dir) / STAGING
+
+
+def check_writable(folder: str | os.PathLike, why: str = "") -> Path:
+    """`folder` (an existing folder) takes a new file; else one UserError naming it (nothing is left)."""
+    folder = Path(folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".write-test.", dir=folder)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise UserError(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}") from None
+    return folder

@@ -14,3 +14,13 @@ def workdir(tmp_path, monkeypatch):
     """Run a test inside an empty working folder (results/, calib_sets/ land here)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+# Tests in subfolders (tests/release/, tests/analysis/, ...) import the shared helpers
+# (hosts_helpers, release_helpers, ...) as the flat tests do: tests/ is on sys.path.
+import sys as _sys
+from pathlib import Path as _Path
+
+_TESTS = str(_Path(__file__).resolve().parent)
+if _TESTS not in _sys.path:
+    _sys.path.insert(0, _TESTS)

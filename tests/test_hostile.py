@@ -111,7 +111,7 @@ def twin_results(tmp_path_factory):
     """results/ with fp32, dynamic and dynamic-twin (a byte-identical copy of dynamic, so one variant_id
     for two records, like static-entropy = static-minmax) of a tiny classifier, run on x86 over 5
     images, plus a `quantbench equiv` analysis."""
-    from test_release import make_release_results
+    from release_helpers import make_release_results
 
     return make_release_results(tmp_path_factory.mktemp("hostile-release"), "export.py(12): forward", twin=True)
 

@@ -1,104 +1,15 @@
 """`quantbench release` and `quantbench verify` on a tiny model run on the local host."""
 
-import contextlib
 import json
-import shutil
-from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from quantbench.cli import main
 
-
-SIDE = {"classes": ["bottle", "can", "bag", "cup", "lid"],
-        "input": {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
-                  "scale": 1 / 255, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
-        "decode": {"kind": "classifier-softmax", "logits": "logits", "threshold": None}}
-# (0..1 inputs: the range tiny_classifier's near-tied classes are built for)
-
-
-def tiny_classifier(path, doc: str) -> None:
-    """Conv + MatMul classifier with two nearly tied classes (int8 flips them); `doc` in every node."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(7)
-    w = rng.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32)
-    w2 = rng.normal(0, 1.0, (6, 5)).astype(np.float32)
-    w2[:, 1] = w2[:, 0] + rng.normal(0, 2e-3, 6).astype(np.float32)
-    b2 = np.zeros(5, np.float32)
-    b2[2:] = -3.0
-    inits = [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (w2, "w2"), (b2, "b2"))]
-    nodes = [helper.make_node("Conv", ["images", "w"], ["c"], pads=[1, 1, 1, 1], doc_string=doc),
-             helper.make_node("Relu", ["c"], ["r"], doc_string=doc),
-             helper.make_node("GlobalAveragePool", ["r"], ["g"], doc_string=doc),
-             helper.make_node("Flatten", ["g"], ["f"], doc_string=doc),
-             helper.make_node("MatMul", ["f", "w2"], ["mm"], doc_string=doc),
-             helper.make_node("Add", ["mm", "b2"], ["logits"], doc_string=doc)]
-    g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-
-
-def make_release_results(root: Path, doc: str, twin: bool = False) -> Path:
-    """root/results with fp32 + dynamic variants of a tiny classifier (and, with `twin`, a byte-identical
-    dynamic-twin: one variant_id for two records), run on x86 over 5 images, plus an equiv analysis."""
-
-    from PIL import Image
-
-    from quantbench.quantize import variants as qv
-    from quantbench.variants import Variant, write_index, write_latest
-
-    results = root / "results"
-    vdir = results / "variants" / "tiny"
-    vdir.mkdir(parents=True)
-    tiny_classifier(root / "src.onnx", doc=doc)
-    vs = [qv.make_fp32(root / "src.onnx", vdir / "fp32.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE}),
-          qv.make_dynamic(root / "src.onnx", vdir / "dynamic.onnx", model_name="tiny", recipe_extra={"sidecar": SIDE})]
-    if twin:
-        shutil.copyfile(vdir / "dynamic.onnx", vdir / "dynamic-twin.onnx")
-        shutil.copyfile(vdir / "dynamic.recipe.json", vdir / "dynamic-twin.recipe.json")
-        vs.append(Variant("dynamic-twin", vdir / "dynamic-twin.onnx", "tiny", vs[1].recipe))
-    write_index(vdir, vs)
-    write_latest(vdir, "tiny", results_dir=results)
-    (root / "images").mkdir()
-    rng = np.random.default_rng(3)
-    images = []
-    for i in range(5):
-        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(root / "images" / f"im{i}.png")
-        images.append({"id": i, "file_name": f"im{i}.png", "width": 8, "height": 8, "split": "eval"})
-    (root / "labels.json").write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
-    with contextlib.chdir(root):  # module fixtures cannot use monkeypatch
-        common = ["--hosts", "x86", "--fixtures", "labels.json", "--no-progress"]
-        assert main(["run", *common]) == 0
-        assert main(["equiv", "--no-run", "--no-plots", *common]) == 0
-    return results
-
-
-@pytest.fixture(scope="module")
-def base_results(tmp_path_factory):
-    """results/ with fp32 + dynamic variants of a tiny classifier, run on the local host (x86) over
-    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md)."""
-    return make_release_results(tmp_path_factory.mktemp("release"), "/home/alice/export.py(12): forward")
-
-
-@pytest.fixture
-def results(base_results, tmp_path, monkeypatch):
-    """A private copy of the base results (tests write releases into it)."""
-    dest = tmp_path / "results"
-    shutil.copytree(base_results, dest)
-    # latest.json points at the variants folder relative to results/variants: still valid in the copy
-    monkeypatch.chdir(tmp_path)
-    return dest
-
-
-def release(results, tag, *extra):
-    return main(["release", "--tag", tag, "--results", str(results), *extra])
+from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import write_tar as _tar
 
 
 def test_release_writes_record_and_verify_reruns_on_local_host(results, capsys):
@@ -347,18 +258,6 @@ def test_one_changed_byte_anywhere_fails_verify(results, capsys, where):
     assert main(["verify", str(archive)]) == 1
     out = capsys.readouterr().out
     assert _verify_rows(out) and "Traceback" not in out
-
-
-def _tar(path, members):
-    """A gzip'd tar from (TarInfo, bytes or None) pairs, with the gzip header quantbench writes."""
-    import gzip
-    import io
-    import tarfile
-
-    with open(path, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as gz, \
-            tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for ti, data in members:
-            tar.addfile(ti, io.BytesIO(data) if data is not None else None)
 
 
 @pytest.mark.parametrize("bad", ["abs", "dotdot", "symlink", "hardlink", "outside-tag"])

@@ -233,7 +233,7 @@ def test_accuracy_scored_once_per_content_and_found_again_under_the_results_fold
     assert table() == (2, changed)
     data = json.loads(path.read_text())
     k = sorted(data["scores"])[0]
-    data["scores"][k]["value"] = "high"   # an entry of the wrong shape: recomputed, not shown
+    data["scores"][k]["score"]["value"] = "high"   # an entry of the wrong shape: recomputed, not shown
     path.write_text(json.dumps(data))
     assert table() == (1, changed)
 

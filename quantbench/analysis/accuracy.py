@@ -30,7 +30,8 @@ A score is a pure function of the plan (metric, fixtures, labels, boxes), the
 fixtures' recipes and image sizes, and the decisions scored, so it is keyed by
 their content (``score_key``, with METRIC_VERSION): byte-identical hosts are
 scored once, and ``ScoreCache`` keeps the scores of the last report under the
-results folder, so an unchanged rerun evaluates nothing.
+results folder, so an unchanged rerun evaluates nothing. Its entries carry their key and
+the SHA-256 of their score: an edited or misfiled entry is scored again, never shown.
 """
 
 from __future__ import annotations
@@ -313,8 +314,13 @@ class ScoreCache:
     """Scores by content key: those of the last report (read from `path`), and those used now.
 
     ``save`` keeps only the scores this report used, so the file stays the size of one report.
-    `computed` counts the scores evaluated rather than found.
+    `computed` counts the scores evaluated rather than found. Each entry is
+    ``{"key": its content key, "sha256": content_key(score), "score": ...}`` (like the equiv
+    cache, quantbench.analysis.resultcache): results folders travel, so an entry filed under
+    another key, or whose score does not hash to its checksum, is a miss and scored again.
     """
+
+    FORMAT = 2
 
     def __init__(self, path=None):
         self.path = Path(path) if path is not None else None
@@ -322,9 +328,10 @@ class ScoreCache:
         if self.path is not None:
             try:
                 data = json.loads(self.path.read_text())
-                if isinstance(data, dict) and data.get("version") == METRIC_VERSION:
-                    self.known = dict(data.get("scores") or {})
-            except (OSError, ValueError):   # missing or damaged: every score is computed again
+                if isinstance(data, dict) and data.get("version") == METRIC_VERSION and data.get("format") == self.FORMAT:
+                    self.known = {k: e["score"] for k, e in dict(data.get("scores") or {}).items()
+                                  if _sealed(k, e)}
+            except (OSError, ValueError, TypeError, AttributeError):   # missing or damaged: computed again
                 pass
 
     def get(self, key: str, compute):
@@ -338,7 +345,15 @@ class ScoreCache:
 
     def save(self) -> None:
         if self.path is not None and self.used != self.known:
-            atomic_write_json(self.path, {"version": METRIC_VERSION, "scores": self.used}, indent=None)
+            scores = {k: {"key": k, "sha256": content_key(v), "score": v} for k, v in self.used.items()}
+            atomic_write_json(self.path, {"version": METRIC_VERSION, "format": self.FORMAT, "scores": scores},
+                              indent=None)
+
+
+def _sealed(key: str, entry) -> bool:
+    """A cache entry filed under `key` that says it is of `key` and whose score hashes to its checksum."""
+    return (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("score"), dict)
+            and entry.get("sha256") == content_key(entry["score"]))
 
 
 def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCache | None = None) -> dict:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from quantbench.release.archive import write_archive
-from quantbench.release.record import build_release, flips_text
+from quantbench.release.publish import publish_release
+from quantbench.release.record import flips_text
 from quantbench.textfmt import text_table
 from quantbench.variants import load_variants
 
@@ -25,9 +25,11 @@ def add_arguments(parser) -> None:
                         help="variants folder (with index.json); default: the latest `quantbench calibrate` output")
     parser.add_argument("--results", default="results", help="results folder (variants, tables, releases)")
     parser.add_argument("--archive", nargs="?", const="", default=None, metavar="FILE",
-                        help="also write the release as one deterministic .tar.gz (manifest, tables, models "
-                             "deduplicated by hash, report) to attach to a GitHub release; default FILE: "
-                             "results/releases/NAME.tar.gz. `quantbench verify FILE` checks it")
+                        help="also write the release as one .tar.gz (manifest, tables, models deduplicated by hash, "
+                             "report) to attach to a GitHub release; default FILE: results/releases/NAME.tar.gz. "
+                             "The same release folder always gives the same bytes; two releases of the same results "
+                             "differ only in their created_at time unless SOURCE_DATE_EPOCH is set (then they are "
+                             "byte-identical). `quantbench verify FILE` checks it")
 
 
 def run(args) -> int:
@@ -35,7 +37,8 @@ def run(args) -> int:
     variants = None
     if args.variants:
         variants = load_variants(args.variants)
-    res = build_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants)
+    res = publish_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants,
+                          archive=args.archive)
     if res.refused:
         print(f"release {args.tag} REFUSED: {len(res.collisions)} release key(s) already name another artifact; "
               "nothing was written.")
@@ -44,9 +47,7 @@ def run(args) -> int:
         print("A release key is (recipe, builder environment, target) without the artifact hash: the same recipe "
               "built again gave different bytes. Release the registered artifact, or change the recipe.")
         return 1
-    archive = None
-    if args.archive is not None:
-        archive = write_archive(res.folder, args.archive or None)
+    archive = res.archive
     if getattr(args, "json", False):
         import json
 

@@ -11,6 +11,7 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.commands import finish_equiv
 from quantbench.errors import UserError
+from quantbench.fsutil import check_writable
 from quantbench.variants import Variant, sidecar_for
 
 HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
@@ -73,6 +74,7 @@ def run(args) -> int:
     # gate settings are not part of the analysis id: take the last run's when it is this analysis
     gs = (last.get("settings") or {}) if last.get("equiv_id") == eid else {}
 
+    check_writable(results, "the report is written into the results folder")
     result = analyze(st["hosts"], refs, st["fixtures"], reference=st["reference"], decode_kind=st["decode"],
                      threshold=st["threshold"], atol=gs.get("atol", G.DEFAULT_ATOL),
                      rtol=gs.get("rtol", G.DEFAULT_RTOL), budget=gs.get("budget", G.DEFAULT_BUDGET),

@@ -20,6 +20,9 @@ def add_arguments(parser) -> None:
                         help="re-run a sample of fixtures on this host (one the release recorded) and compare hashes")
     parser.add_argument("--sample", type=int, default=4, help="fixtures per variant to re-run with --host")
     parser.add_argument("--hosts-file", default=None, help="hosts file naming ssh/emulated hosts (as for `quantbench run`)")
+    parser.add_argument("--results", default="results", metavar="DIR",
+                        help="results folder whose staging area (DIR/.staging/) holds an unpacked archive and the "
+                             "re-run's tables while verify runs (removed after; nothing goes to the system temp folder)")
     parser.add_argument("--no-registry", action="store_true",
                         help="the release was copied without results/releases/index.json: skip the registry checks "
                              "(then nothing vouches for release.json itself; see docs/trust.md)")
@@ -32,10 +35,10 @@ def run(args) -> int:
         raise UserError("--sample: must be at least 1")
     if Path(args.release).is_file():
         checks = verify_archive(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
-                                registry=not args.no_registry)
+                                registry=not args.no_registry, results_dir=args.results)
     else:
         checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
-                        registry=not args.no_registry)
+                        registry=not args.no_registry, results_dir=args.results)
     n_fail = sum(c.status == FAIL for c in checks)
     if getattr(args, "json", False):
         import json

@@ -13,8 +13,8 @@ top folder named after the tag:
 
 The bytes are deterministic: members sorted, mtime 0, uid/gid 0, no user or group
 names, mode 0644, the gzip header without a name or a time. The same release
-folder gives the same archive, byte for byte (the record's own `created_at`
-timestamps are the only inputs that differ between two releases of the same run).
+folder gives the same archive, byte for byte; two releases of the same results differ
+only in the record's `created_at`, which SOURCE_DATE_EPOCH fixes (record.release_time).
 
 `verify_archive` never trusts the tar: it decompresses the whole stream first (the
 gzip CRC covers every byte, the header is compared with the one quantbench writes),
@@ -33,14 +33,13 @@ import json
 import os
 import re
 import tarfile
-import tempfile
 import zlib
 from pathlib import Path, PurePosixPath
 
 from quantbench.errors import GateFailed, ParameterError, UserError
-from quantbench.fsutil import atomic_path, sha256_file
-from quantbench.release.record import INDEX_FILE, RELEASE_FILE, load_registry
-from quantbench.release.verify import FAIL, PASS, Check, load_record, verify
+from quantbench.fsutil import atomic_path, kill_point, sha256_file
+from quantbench.release.record import INDEX_FILE, RELEASE_FILE, TAG_RE, load_registry
+from quantbench.release.verify import FAIL, PASS, Check, load_record, scratch_folder, verify
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -48,6 +47,11 @@ SUFFIX = ".tar.gz"
 GZIP_LEVEL = 9
 MAX_MEMBERS = 100_000
 MAX_MEMBER_BYTES = 8 << 30
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_NAME_CHARS = 200       # one path part (a file system takes 255 bytes)
+MAX_PATH_CHARS = 1024      # a whole member name
+MAX_DEPTH = 16             # folders below the tag (a release's deepest path has 4)
+_HEADER_BYTES = 4 * 512    # a member's tar header with its pax extended header, at most
 _NAME_RE = re.compile(r"^[A-Za-z0-9._+-]+$")
 
 
@@ -129,6 +133,7 @@ def write_archive(folder: str | os.PathLike, out: str | os.PathLike | None = Non
             for rel, p in members:
                 with open(p, "rb") as fh:
                     tar.addfile(_tarinfo(f"{tag}/{rel}", p.stat().st_size), fh)
+        kill_point("archive-written")
     return out, sha256_file(out)
 
 
@@ -138,134 +143,155 @@ class ArchiveDamaged(Exception):
     pass
 
 
-def _stream_check(path: Path) -> None:
-    """Decompress the whole file (gzip CRC and length over every byte) and compare the header."""
+def _check_header(path: Path) -> None:
+    """The file starts with the gzip header quantbench writes."""
     with open(path, "rb") as fh:
         head = fh.read(10)
     if head[:2] != b"\x1f\x8b":
         raise ArchiveDamaged("not a gzip file")
     if head != _gzip_header():
         raise ArchiveDamaged("gzip header differs from the one quantbench writes (modified)")
+
+
+def _stream_check(path: Path, limit: int) -> None:
+    """Decompress the whole file (gzip CRC and length over every byte, so nothing hides after the tar).
+
+    Stops once more than `limit` bytes came out (what the manifest's members can take up as a tar):
+    a small file that inflates to far more than it declares is refused, not inflated."""
+    n = 0
     try:
         with gzip.open(path, "rb") as gz:
-            while gz.read(1 << 20):
-                pass
+            while block := gz.read(1 << 20):
+                n += len(block)
+                if n > limit:
+                    raise ArchiveDamaged(f"decompresses to more than the {limit} bytes its manifest accounts for")
     except (OSError, EOFError, zlib.error) as exc:
         raise ArchiveDamaged(f"compressed data damaged ({exc})") from None
+
+
+def _tar_bound(sizes) -> int:
+    """The most bytes a tar of members of these sizes can decompress to (headers, padding, end blocks)."""
+    sizes = list(sizes)
+    return sum(-(-n // 512) * 512 + _HEADER_BYTES for n in sizes) + 2 * tarfile.RECORDSIZE
 
 
 def _safe_rel(name: str, tag: str) -> str:
     """The member's path inside the top folder, or ArchiveDamaged for anything that could escape."""
     if not name or name.startswith("/") or "\\" in name or "\x00" in name:
-        raise ArchiveDamaged(f"member {name!r}: absolute or unusual path")
+        raise ArchiveDamaged(f"member {name[:80]!r}: absolute or unusual path")
+    if len(name) > MAX_PATH_CHARS:
+        raise ArchiveDamaged(f"member {name[:80]!r}...: path longer than {MAX_PATH_CHARS} characters")
     parts = PurePosixPath(name).parts
     if ".." in parts or "." in parts or len(parts) < 2 or parts[0] != tag:
         raise ArchiveDamaged(f"member {name!r}: not a plain path inside {tag}/")
-    if not all(_NAME_RE.fullmatch(p) and not p.startswith(".") for p in parts):
-        raise ArchiveDamaged(f"member {name!r}: path parts must be plain names ([A-Za-z0-9._+-], no leading '.')")
+    if len(parts) > MAX_DEPTH:
+        raise ArchiveDamaged(f"member {name[:80]!r}...: more than {MAX_DEPTH} folders deep")
+    if not all(_NAME_RE.fullmatch(p) and not p.startswith(".") and len(p) <= MAX_NAME_CHARS for p in parts):
+        raise ArchiveDamaged(f"member {name[:80]!r}: path parts must be plain names ([A-Za-z0-9._+-], no leading "
+                             f"'.', at most {MAX_NAME_CHARS} characters)")
     return "/".join(parts[1:])
 
 
-def _read_members(path: Path, dest: Path) -> tuple[dict, dict]:
-    """Stream the tar: check every member's type and name, write it under dest, hash it.
-
-    Returns (manifest, {rel: (size, sha256)}) for every member after the manifest.
-    """
-    got, manifest, tag = {}, None, None
+def _read_manifest(tar, m) -> tuple[str, dict, dict]:
+    """(tag, manifest, {path: size} it lists) from the first member, or ArchiveDamaged."""
+    tag = PurePosixPath(m.name).parts[0] if m.name else ""
+    if not TAG_RE.fullmatch(tag) or m.name != f"{tag}/{MANIFEST}" or not m.isreg():
+        raise ArchiveDamaged(f"first member is {m.name[:80]!r}, not <tag>/{MANIFEST} with a release tag")
+    if m.size > MAX_MANIFEST_BYTES:
+        raise ArchiveDamaged(f"{MANIFEST}: {m.size} bytes exceeds the {MAX_MANIFEST_BYTES} cap")
     try:
-        with tarfile.open(path, mode="r|gz") as tar:
-            for i, m in enumerate(tar):
-                if i > MAX_MEMBERS:
-                    raise ArchiveDamaged(f"more than {MAX_MEMBERS} members")
-                if not m.isreg():
-                    kind = "link" if (m.issym() or m.islnk()) else "directory" if m.isdir() else "special file"
-                    raise ArchiveDamaged(f"member {m.name!r} is a {kind}; only regular files are accepted")
-                if m.size > MAX_MEMBER_BYTES:
-                    raise ArchiveDamaged(f"member {m.name!r}: {m.size} bytes exceeds the {MAX_MEMBER_BYTES} cap")
-                if i == 0:
-                    tag = PurePosixPath(m.name).parts[0] if m.name else ""
-                    if not _NAME_RE.fullmatch(tag or "") or m.name != f"{tag}/{MANIFEST}":
-                        raise ArchiveDamaged(f"first member is {m.name!r}, not <tag>/{MANIFEST}")
-                    try:
-                        manifest = json.loads(tar.extractfile(m).read(64 << 20))
-                    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                        raise ArchiveDamaged(f"{MANIFEST}: not JSON ({exc})") from None
-                    continue
-                rel = _safe_rel(m.name, tag)
-                if rel in got or rel == MANIFEST:
-                    raise ArchiveDamaged(f"member {m.name!r} appears twice")
-                target = dest / rel
-                target.parent.mkdir(parents=True, exist_ok=True)
-                h, n = hashlib.sha256(), 0
-                src = tar.extractfile(m)
-                with open(target, "xb") as fh:
-                    while block := src.read(1 << 20):
-                        h.update(block)
-                        n += len(block)
-                        fh.write(block)
-                got[rel] = (n, h.hexdigest())
-    except tarfile.TarError as exc:
-        raise ArchiveDamaged(f"not a readable tar ({exc})") from None
-    if manifest is None:
-        raise ArchiveDamaged("empty archive")
+        manifest = json.loads(tar.extractfile(m).read(MAX_MANIFEST_BYTES))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ArchiveDamaged(f"{MANIFEST}: not JSON ({exc})") from None
     if not (isinstance(manifest, dict) and manifest.get("format") == ARCHIVE_FORMAT
             and manifest.get("tag") == tag and isinstance(manifest.get("members"), list)
             and isinstance(manifest.get("artifacts", {}), dict) and isinstance(manifest.get("registry", {}), dict)
             and all(isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str)
+                    and type(e.get("size")) is int and 0 <= e["size"] <= MAX_MEMBER_BYTES
                     for e in manifest["members"])):
         raise ArchiveDamaged(f"{MANIFEST}: not a quantbench archive manifest of format {ARCHIVE_FORMAT}")
+    listed = {e["path"]: e["size"] for e in manifest["members"]}
+    if len(listed) != len(manifest["members"]) or len(listed) > MAX_MEMBERS:
+        raise ArchiveDamaged(f"{MANIFEST}: lists a member twice, or more than {MAX_MEMBERS} members")
+    return tag, manifest, listed
+
+
+def _read_members(path: Path, dest: Path) -> tuple[dict, dict]:
+    """Stream the tar: check every member's type, name and size against the manifest, write it under
+    dest, hash it. Stops at the first member the manifest does not list at that size, so no more than
+    the manifest declares is ever written.
+
+    Returns (manifest, {rel: (size, sha256)}) for every member after the manifest.
+    """
+    got, manifest, tag, listed, manifest_size = {}, None, None, {}, 0
+    try:
+        with tarfile.open(path, mode="r|gz") as tar:
+            for i, m in enumerate(tar):
+                if i == 0:
+                    tag, manifest, listed = _read_manifest(tar, m)
+                    manifest_size = m.size
+                    continue
+                if not m.isreg():
+                    kind = "link" if (m.issym() or m.islnk()) else "directory" if m.isdir() else "special file"
+                    raise ArchiveDamaged(f"member {m.name[:80]!r} is a {kind}; only regular files are accepted")
+                rel = _safe_rel(m.name, tag)
+                if rel in got or rel == MANIFEST:
+                    raise ArchiveDamaged(f"member {m.name!r} appears twice")
+                if rel not in listed:
+                    raise ArchiveDamaged(f"member {m.name!r} is not in the manifest (added after archiving)")
+                if m.size != listed[rel]:
+                    raise ArchiveDamaged(f"member {m.name!r}: {m.size} bytes in the tar, the manifest says "
+                                         f"{listed[rel]} (modified); nothing after it was read")
+                got[rel] = _write_member(tar.extractfile(m), dest / rel, m.size)
+                kill_point("archive-member")
+    except tarfile.TarError as exc:
+        raise ArchiveDamaged(f"not a readable tar ({exc})") from None
+    if manifest is None:
+        raise ArchiveDamaged("empty archive")
+    _stream_check(path, _tar_bound([*listed.values(), manifest_size]))
     return manifest, got
 
 
+def _write_member(src, target: Path, size: int) -> tuple[int, str]:
+    """Copy at most `size` bytes of a member to `target` (a new file); (bytes, SHA-256)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    h, n = hashlib.sha256(), 0
+    with open(target, "xb") as fh:
+        while n < size and (block := src.read(min(1 << 20, size - n))):
+            h.update(block)
+            n += len(block)
+            fh.write(block)
+    return n, h.hexdigest()
+
+
 def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int = 4, hosts_file=None,
-                   registry: bool = True):
-    """Checks of an archive (member by member), then `verify` of its contents in a private temp folder."""
+                   registry: bool = True, results_dir: str | os.PathLike = "results"):
+    """Checks of an archive (member by member), then `verify` of its contents in a private folder.
+
+    The members are unpacked under `results_dir`'s staging area (results/.staging/, a folder named
+    after this process: removed when verify ends, and by the next verify if this one is killed)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such release archive")
-    checks = []
-    with tempfile.TemporaryDirectory(prefix="qb-archive-") as td:
-        work = Path(td) / "releases"
+    with scratch_folder(results_dir, "verify") as td:
+        work, stage = td / "releases", td / "members"
         work.mkdir()
-        stage = Path(td) / "members"
         stage.mkdir()
         try:
-            _stream_check(path)
+            _check_header(path)
             manifest, got = _read_members(path, stage)
         except ArchiveDamaged as exc:
             return [Check("archive", path.name, FAIL, str(exc))]
-        checks.append(Check("archive", path.name, PASS, f"gzip stream intact, {len(got)} members, SHA-256 "
-                                                        f"{sha256_file(path)[:16]}"))
-        listed = {}
-        for e in manifest["members"]:
-            listed[e["path"]] = e
-        bad = []
-        for rel in sorted(set(listed) | set(got)):
-            if rel not in got:
-                bad.append(Check("archive member", rel, FAIL, "listed in the manifest, missing from the archive"))
-            elif rel not in listed:
-                bad.append(Check("archive member", rel, FAIL, "not in the manifest (added after archiving)"))
-            elif got[rel] != (listed[rel].get("size"), listed[rel]["sha256"]):
-                bad.append(Check("archive member", rel, FAIL, f"SHA-256 {got[rel][1][:16]} != manifest "
-                                                              f"{listed[rel]['sha256'][:16]} (modified)"))
+        checks = [Check("archive", path.name, PASS, f"gzip stream intact, {len(got)} members, SHA-256 "
+                                                    f"{sha256_file(path)[:16]}")]
+        bad = _member_checks(manifest, got)
         checks += bad or [Check("archive member", f"{len(got)} members", PASS, "every member re-hashes to the manifest")]
+        if bad:  # a member that failed its hash is never read, let alone parsed
+            return checks + [Check("release", manifest["tag"], FAIL, f"not verified further: {len(bad)} member(s) "
+                                                                     "differ from the manifest")]
         folder = work / manifest["tag"]
         os.replace(stage, folder)
-        for file, model in manifest.get("artifacts", {}).items():  # models/<sha>.onnx -> artifacts/<name>.onnx
-            rel_ok = isinstance(file, str) and isinstance(model, str)
-            src = folder / model if rel_ok and model in got else None
-            try:
-                dst = folder / _safe_rel(f"{manifest['tag']}/{file}", manifest["tag"]) if rel_ok else None
-            except ArchiveDamaged:
-                dst = None
-            if src is None or dst is None or dst.exists():
-                checks.append(Check("archive member", str(file), FAIL, f"artifact mapping {file!r} -> {model!r} is "
-                                                                       "not to a model member of the archive"))
-                continue
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            with open(src, "rb") as a, open(dst, "xb") as b:
-                while block := a.read(1 << 20):
-                    b.write(block)
+        checks += _place_artifacts(folder, manifest, got)
         reg = manifest.get("registry") or {}
         if registry and reg:
             (work / INDEX_FILE).write_text(json.dumps({"format": 1, **reg}))
@@ -273,11 +299,47 @@ def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int
             checks.append(Check("registry", MANIFEST, FAIL, "the archive carries no registry entries (for a release "
                                                             "archived without its registry, pass --no-registry)"))
             registry = False
-
         try:
-            checks += verify(folder, host=host, sample=sample, hosts_file=hosts_file, registry=registry)
+            checks += verify(folder, host=host, sample=sample, hosts_file=hosts_file, registry=registry,
+                             results_dir=results_dir)
         except (UserError, GateFailed) as exc:
             checks.append(Check("record", "release.json", FAIL, str(exc)))
-        for c in checks:  # name paths as they are in the archive, not in the private temp folder
+        for c in checks:  # name paths as they are in the archive, not in the private folder
             c.item = c.item.replace(str(work / INDEX_FILE), f"{manifest['tag']}/{MANIFEST} (registry)")
     return checks
+
+
+def _member_checks(manifest: dict, got: dict) -> list[Check]:
+    """A FAIL per member missing, unlisted or not hashing to the manifest; [] when all match."""
+    listed = {e["path"]: e for e in manifest["members"]}
+    bad = []
+    for rel in sorted(set(listed) | set(got)):
+        if rel not in got:
+            bad.append(Check("archive member", rel, FAIL, "listed in the manifest, missing from the archive"))
+        elif rel not in listed:
+            bad.append(Check("archive member", rel, FAIL, "not in the manifest (added after archiving)"))
+        elif got[rel] != (listed[rel].get("size"), listed[rel]["sha256"]):
+            bad.append(Check("archive member", rel, FAIL, f"SHA-256 {got[rel][1][:16]} != manifest "
+                                                          f"{listed[rel]['sha256'][:16]} (modified)"))
+    return bad
+
+
+def _place_artifacts(folder: Path, manifest: dict, got: dict) -> list[Check]:
+    """Copy models/<sha>.onnx to the artifacts/<name>.onnx the record names; a FAIL per bad mapping."""
+    out = []
+    for file, model in manifest.get("artifacts", {}).items():
+        rel_ok = isinstance(file, str) and isinstance(model, str)
+        src = folder / model if rel_ok and model in got else None
+        try:
+            dst = folder / _safe_rel(f"{manifest['tag']}/{file}", manifest["tag"]) if rel_ok else None
+        except ArchiveDamaged:
+            dst = None
+        if src is None or dst is None or dst.exists():
+            out.append(Check("archive member", str(file), FAIL, f"artifact mapping {file!r} -> {model!r} is "
+                                                                "not to a model member of the archive"))
+            continue
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(src, "rb") as a, open(dst, "xb") as b:
+            while block := a.read(1 << 20):
+                b.write(block)
+    return out

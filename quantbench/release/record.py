@@ -28,9 +28,11 @@ from typing import Sequence
 
 from quantbench import SCHEMA_VERSION, __version__, tables
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text, content_key, read_json, sha256_file
+from quantbench.fsutil import (atomic_write_json, atomic_write_text, check_writable, content_key, kill_point, read_json,
+                               sha256_file)
 from quantbench.hosts.results import load_hosts, load_outputs
 from quantbench.modelio import model_hashes
+from quantbench.release.carried import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
 from quantbench.textfmt import text_table
 from quantbench.variants import check_plain_name, inside, latest_variants, staging_folder
 
@@ -38,6 +40,7 @@ RELEASE_FORMAT = 1
 INDEX_FILE = "index.json"
 RELEASE_FILE = "release.json"
 REPORT_FILE = "report.md"
+UNFINISHED = ".unfinished"   # in a release folder until the registry names it (removed then)
 TAG_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,99}$")
 
 # Recipe fields that are products of the build (or where it was written), not
@@ -109,6 +112,9 @@ def registry_lock(rdir: Path):
     """An exclusive lock on the registry for check-then-write."""
     import fcntl
 
+    target = rdir if rdir.is_dir() else rdir.parent
+    if target.is_dir():  # a read-only results folder: one line, nothing written
+        check_writable(target, "a release is written into the results folder's releases/")
     rdir.mkdir(parents=True, exist_ok=True)
     with open(rdir / ".index.lock", "a+") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
@@ -240,6 +246,7 @@ class ReleaseResult:
     collisions: list[Collision] = field(default_factory=list)
     reused_keys: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    archive: tuple | None = None    # (path, SHA-256) of its archive, when one was written
 
     @property
     def refused(self) -> bool:
@@ -348,29 +355,6 @@ def _report(record: dict, analysis_report: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _copy_attachments(report: str, results_dir: Path, stage: Path, notes: list | None = None) -> list[dict]:
-    """Copy the images report.md links to (relative paths under results/), so the links keep working.
-
-    Only a link that resolves (symlinks followed) to a file inside results/ is copied, and only
-    to a place inside the release; any other link is left as text and noted.
-    """
-    out = []
-    for rel in sorted(set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))):
-        if "://" in rel:
-            continue
-        src, dst = inside(results_dir, rel), inside(stage, rel)
-        if src is None or dst is None or ".." in Path(rel).parts:
-            if notes is not None:
-                notes.append(f"report image {rel!r} not copied: it leads outside {results_dir}")
-            continue
-        if not src.is_file():
-            continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, dst)
-        out.append({"file": rel, "sha256": sha256_file(dst)})
-    return out
-
-
 def _release_path(stage: Path, rel: str) -> Path:
     """stage/rel, refusing any path that would resolve outside the release folder."""
     p = inside(stage, rel)
@@ -384,10 +368,11 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
     """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
     if not TAG_RE.fullmatch(tag or ""):  # fullmatch: "$" alone lets "v1\n" through
         raise UserError(f"--tag {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
+    created_at = release_time()
     results_dir = Path(results_dir)
     rdir = releases_dir(results_dir)
     dest = rdir / tag
-    if dest.exists():
+    if release_state(rdir, tag) == "finished":
         raise UserError(f"tag {tag}: {dest} already exists; releases are never overwritten, choose a new tag")
     tables_root = results_dir / "tables"
     variants = list(variants) if variants is not None else latest_variants(results_dir)
@@ -401,28 +386,67 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
         vrecords.append(vr)
         entries += es
 
-    from datetime import datetime, timezone
-
     record = {"format": RELEASE_FORMAT, "schema_version": SCHEMA_VERSION, "quantbench_version": __version__,
-              "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "tag": tag,
+              "created_at": created_at, "tag": tag,
               "retain": bool(retain), "hosts": sorted(scope["host"]), "equiv_ids": sorted(scope["equiv_id"]),
               "variants": vrecords}
     result = ReleaseResult(tag, dest, record)
     with registry_lock(rdir):
-        if dest.exists():
+        state = release_state(rdir, tag)
+        if state == "finished":
             raise UserError(f"tag {tag}: {dest} was just written by another release command; choose a new tag")
         reg = load_registry(rdir)
         result.collisions = check_registry(reg, entries, tag)
         if result.collisions:
             return result
         result.reused_keys = sorted({e["release_key"] for e in entries if e["release_key"] in reg["keys"]})
+        if state == "unfinished":
+            _discard(dest)
+            result.notes.append(f"release {tag} was interrupted before it was registered; made it again")
         with staging_folder(dest) as stage:
+            atomic_write_text(stage / UNFINISHED, "this release is not registered yet\n")
             _stage_release(stage, record, variants, results_dir, scope, result.notes)
+            kill_point("release-staged")
             os.replace(stage, dest)
+        kill_point("release-published")
         reg = register(reg, entries, tag)
         reg.setdefault("releases", {})[tag] = {"release_json_sha256": sha256_file(dest / RELEASE_FILE)}
         atomic_write_json(rdir / INDEX_FILE, reg)
+        kill_point("release-registered")
+        (dest / UNFINISHED).unlink()
     return result
+
+
+def release_state(rdir: Path, tag: str) -> str:
+    """"absent", "unfinished" (published by a release that was killed before it registered it: its
+    marker file is there and the registry does not name the tag) or "finished"."""
+    dest = Path(rdir) / tag
+    if not dest.exists() and not dest.is_symlink():
+        return "absent"
+    if (dest / UNFINISHED).is_file() and tag not in (load_registry(rdir).get("releases") or {}):
+        return "unfinished"
+    return "finished"
+
+
+def _discard(dest: Path) -> None:
+    """Remove an unfinished release folder (moved into a staging folder first: a kill midway leaves only
+    a leftover the next run removes)."""
+    with staging_folder(dest) as trash:
+        os.replace(dest, trash / "unfinished")
+
+
+def release_time() -> str:
+    """The time a release records (ISO 8601, UTC, seconds): SOURCE_DATE_EPOCH when it is set (the
+    reproducible-builds convention: the same results then give the same bytes), else now."""
+    from datetime import datetime, timezone
+
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    if not epoch:
+        return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    if not epoch.isascii() or not epoch.isdigit() or int(epoch) > 253402300799:   # (up to the year 9999)
+        raise UserError(f"SOURCE_DATE_EPOCH={epoch!r}: not a whole number of seconds since 1970-01-01 UTC "
+                        "(the reproducible-builds convention); unset it or fix it")
+    return datetime.fromtimestamp(int(epoch), timezone.utc).isoformat(timespec="seconds")
 
 
 def _check_names(variants) -> None:
@@ -492,7 +516,8 @@ def _variant_record(v, hashes: dict, targets: list, eid, eclasses: dict, eflips,
 
 
 def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope: dict, notes: list) -> None:
-    """Fill the staging folder: tables, artifacts, calibration manifests, report, release.json (last)."""
+    """Fill the staging folder: tables, artifacts, calibration manifests, report (and report.html), sidecars,
+    plug-in files (quantbench.release.carried), release.json (last)."""
     record["tables"] = _copy_tables(results_dir / "tables", stage, scope)
     for v, vr in zip(variants, record["variants"]):
         if vr["artifact"]["retained"]:
@@ -504,7 +529,10 @@ def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope
     report = _report(record, text)
     atomic_write_text(stage / REPORT_FILE, report)
     record["report"] = {"file": REPORT_FILE, "sha256": sha256_file(stage / REPORT_FILE),
-                        "attachments": _copy_attachments(report, results_dir, stage, notes)}
+                        "attachments": copy_linked(markdown_images(report), results_dir, stage, notes),
+                        "html": copy_report_html(results_dir, stage, notes)}
+    copy_sidecars(stage, variants, record["variants"])
+    record["plugins"] = copy_plugins(stage, variants, notes)
     atomic_write_json(stage / RELEASE_FILE, record)
 
 

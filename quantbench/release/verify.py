@@ -17,21 +17,21 @@ Every path the record names must lie inside the release folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench import SCHEMA_VERSION, tables
 from quantbench.errors import GateFailed, ParameterError, UserError
 from quantbench.fixtures import Fixture
-from quantbench.fsutil import read_json, sha256_file
+from quantbench.fsutil import check_writable, read_json, sha256_file, staging_area
 from quantbench.hosts.runner import run_hosts, variant_info
 from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
 from quantbench.modelio import model_hashes
-from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, load_registry
-from quantbench.variants import Variant, inside
+from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, UNFINISHED, load_registry
+from quantbench.variants import Variant, inside, staging_folder
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
 
@@ -129,6 +129,29 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
     return out
 
 
+def check_carried(folder: Path, rec: dict) -> list[Check]:
+    """report.md, report.html and their images, the sidecars and the plug-in files against their hashes."""
+    out, seen = [], set()
+    rep = rec.get("report") or {}
+    for r in (rep, rep.get("html") or {}):
+        if r.get("file"):
+            out.append(_check_file(folder, r["file"], r.get("sha256"), "report"))
+        for att in r.get("attachments", []):
+            if att["file"] not in seen:  # an image both reports show: checked once
+                seen.add(att["file"])
+                out.append(_check_file(folder, att["file"], att["sha256"], "report image"))
+    for v in rec["variants"]:
+        sc = v.get("sidecar")
+        if isinstance(sc, dict):
+            out.append(_check_file(folder, sc.get("file"), sc.get("sha256"), "sidecar"))
+    for p in rec.get("plugins") or []:
+        if isinstance(p, dict) and p.get("file"):
+            out.append(_check_file(folder, p["file"], p.get("sha256"), "plug-in"))
+        elif isinstance(p, dict):
+            out.append(Check("plug-in", str(p.get("ref")), SKIP, str(p.get("note") or "not carried")))
+    return out
+
+
 def check_artifacts(folder: Path, rec: dict) -> list[Check]:
     out = []
     for v in rec["variants"]:
@@ -171,6 +194,10 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
 
 def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check]:
     idx = folder.parent / INDEX_FILE
+    if (folder / UNFINISHED).is_file() and required and not _registered(folder.parent, rec.get("tag")):
+        return [Check("registry", str(idx), FAIL, f"release {rec.get('tag')!r} is unfinished: its release command "
+                                                  "was interrupted before it registered the release; run the same "
+                                                  "`quantbench release` again to finish it")]
     if not required:
         return [Check("registry", str(idx), SKIP, "not checked (--no-registry): release.json vouches only for itself")]
     if not idx.exists():
@@ -202,6 +229,13 @@ def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check
     return out + [Check("registry", INDEX_FILE, PASS, f"{n} release key(s) map to the recorded artifacts")]
 
 
+def _registered(rdir: Path, tag) -> bool:
+    try:
+        return tag in (load_registry(rdir).get("releases") or {})
+    except UserError:
+        return False
+
+
 def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
     t = tables.read("fixtures", root=folder / "tables", filter={"fixture_id": ids}).to_pylist()
     out, bad = [], []
@@ -216,7 +250,7 @@ def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
     return out, bad
 
 
-def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> list[Check]:
+def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None, scratch: Path | None = None) -> list[Check]:
     """Re-run `sample` fixtures per variant on `host` and compare output hashes with the record.
 
     One runner call per recorded session (all variants together), so the host's
@@ -229,8 +263,8 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None) -> l
         known = sorted({t["host"] for v in rec["variants"] for t in v["targets"]})
         raise ParameterError("host", f"the release has no results for it; recorded hosts: {', '.join(known)}", host)
     out, jobs = _rerun_jobs(folder, rec, host, sample)
-    for job in jobs.values():
-        out += _rerun_job(folder, rec, host, job, hosts_file)
+    for i, job in enumerate(jobs.values()):
+        out += _rerun_job(folder, rec, host, job, hosts_file, Path(scratch or folder.parent) / f"rerun-{i}")
     return out
 
 
@@ -272,20 +306,21 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
     return out, jobs
 
 
-def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file) -> list[Check]:
-    """One recorded session's re-run on `host` (all its variants in one runner call), compared with the record."""
+def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file, td: Path) -> list[Check]:
+    """One recorded session's re-run on `host` (all its variants in one runner call, its tables in the new
+    folder `td`), compared with the record."""
     ids = sorted({fx for _, _, _, want in job["items"] for fx, _ in want})
     fixtures, bad = _fixtures(folder, rec, ids)
     if bad:
         return [Check("re-run", f"{v['name']} on {host}", FAIL,
                       f"fixture {bad[0][:12]} is missing from the fixtures table or its tensor does not "
                       f"hash to its id ({len(bad)} such)") for v, _, _, _ in job["items"]]
-    with tempfile.TemporaryDirectory(prefix="qb-verify-") as td:
-        summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
-                            fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
-                            tables_root=Path(td), raise_on_error=False)
-        new = tables.read("outputs", root=Path(td),
-                          columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
+    td.mkdir()
+    summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
+                        fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
+                        tables_root=td, raise_on_error=False)
+    new = tables.read("outputs", root=td,
+                      columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
     return [_compare(v, t, vi, want, new, summary, host) for v, t, vi, want in job["items"]]
 
 
@@ -328,17 +363,14 @@ def _compare(v: dict, t: dict, vi, want: dict, new: list[dict], summary, host: s
 
 
 def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, hosts_file=None,
-           registry: bool = True) -> list[Check]:
+           registry: bool = True, results_dir: str | os.PathLike = "results") -> list[Check]:
+    """The checks of a release folder; with `host`, its re-run writes only in `results_dir`'s staging area."""
     folder = Path(folder)
     rec = load_record(folder)
     if sample < 1:
         raise ParameterError("sample", "must be at least 1", sample)
     checks = check_tables(folder, rec)
-    rep = rec.get("report")
-    if rep:
-        checks.append(_check_file(folder, rep["file"], rep["sha256"], "report"))
-        for att in rep.get("attachments", []):
-            checks.append(_check_file(folder, att["file"], att["sha256"], "report image"))
+    checks += check_carried(folder, rec)
     for m in rec.get("calibration_manifests", []):
         if m.get("file"):
             c = _check_file(folder, m["file"], m.get("sha256"), "calibration manifest")
@@ -350,5 +382,19 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
     checks += check_artifacts(folder, rec)
     checks += check_registry(folder, rec, required=registry)
     if host:
-        checks += rerun(folder, rec, host, sample, hosts_file)
+        with scratch_folder(results_dir, "verify") as td:
+            checks += rerun(folder, rec, host, sample, hosts_file, td)
     return checks
+
+
+@contextlib.contextmanager
+def scratch_folder(results_dir: str | os.PathLike, name: str):
+    """A private folder in `results_dir`'s staging area for this run (removed after, or by the next run
+    once this one was killed); one UserError when the results folder takes no files."""
+    results_dir = Path(results_dir)
+    if not results_dir.exists() and results_dir.parent.is_dir():
+        with contextlib.suppress(OSError):  # (check_writable words the failure)
+            results_dir.mkdir()
+    check_writable(results_dir, "verify keeps its temporary files in the results folder's staging area")
+    with staging_folder(staging_area(results_dir) / name) as td:
+        yield td
