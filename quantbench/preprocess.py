@@ -27,7 +27,8 @@ Limits (checked before anything is allocated, each a UserError naming the file):
                       a model or sidecar declaring more is refused.
   MAX_IMAGE_PIXELS    an image is at most 100 megapixels (width x height), read from
                       the file's header before its pixels are decoded.
-Decoding: every image becomes 8-bit RGB. 16-bit samples are reduced to 8 bits by
+Decoding: every image becomes 8-bit RGB, upright: an EXIF orientation (phone photos) is
+applied first (PIL.ImageOps.exif_transpose), so the pixels are those a viewer shows. 16-bit samples are reduced to 8 bits by
 ``v >> 8`` (the high byte; Pillow does the same for 16-bit RGB PNGs, and an 8-bit
 image widened as ``v * 257`` comes back exactly); grayscale is replicated to R, G, B.
 """
@@ -66,7 +67,7 @@ def load_rgb(path: str | os.PathLike) -> np.ndarray:
             with Image.open(path) as im:
                 _check_pixels(path, *im.size)
                 im.load()
-                return _to_rgb8(im)
+                return _to_rgb8(_upright(im))
     except Image.DecompressionBombError as exc:  # Pillow refused in open() (over twice its own limit)
         import re
 
@@ -76,6 +77,15 @@ def load_rgb(path: str | os.PathLike) -> np.ndarray:
                         "megapixels; resize it first") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise UserError(f"{path}: not a readable image ({exc})") from None
+
+
+def _upright(im):
+    """The image as it is meant to be viewed: its EXIF orientation (phone photos) applied, else itself."""
+    from PIL import ImageOps
+
+    if im.getexif().get(0x0112, 1) in (1, None):   # 0x0112: Orientation; 1 is upright
+        return im
+    return ImageOps.exif_transpose(im)
 
 
 def _check_pixels(path, width: int, height: int) -> None:
@@ -95,24 +105,34 @@ def _to_rgb8(im) -> np.ndarray:
     return np.asarray(im.convert("RGB"), dtype=np.uint8)
 
 
+INPUT_KEYS = ("name", "shape", "layout", "color", "dtype", "scale", "mean", "std", "resize", "pad_value",
+              "crop_ratio", "plugin")
+LAYOUTS = ("NCHW", "NHWC")
+COLORS = ("RGB", "BGR")
+DTYPES = ("float32", "float16", "float64", "uint8", "int8", "uint16", "int16", "int32", "int64")
+
+
 def check_input_block(block, source) -> dict:
     """Validate a sidecar 'input' block or a full preprocessing spec (only the keys present); returns it.
 
-    Shape: positive integers, at most MAX_INPUT_ELEMENTS elements; mean and std: one finite
-    number per channel (3), std non-zero; scale: a finite non-zero number.
+    Every key must be one of INPUT_KEYS and every value one the preprocessing knows (layout,
+    color, dtype, resize, pad_value, crop_ratio). Shape: positive integers, at most
+    MAX_INPUT_ELEMENTS elements; mean and std: one finite number per channel (3), std
+    non-zero; scale: a finite non-zero number. An integer dtype takes integers: the
+    arithmetic must map every pixel value 0..255 to an integer in the dtype's range.
     """
     if not isinstance(block, dict):
         raise UserError(f"{source}: 'input' must be an object like {{\"shape\": [1, 3, 224, 224], ...}}, "
                         f"not {type(block).__name__}")
+    unknown = [k for k in block if k not in INPUT_KEYS]
+    if unknown:
+        raise UserError(f"{source}: unknown input key {unknown[0]!r}; the input block takes "
+                        f"{', '.join(map(repr, INPUT_KEYS))}")
     if "shape" in block:
-        shape = block["shape"]
-        if (not isinstance(shape, list) or not shape
-                or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
-            raise UserError(f"{source}: input 'shape' must be a list of positive integers (got {shape!r})")
-        n = math.prod(shape)
-        if n > MAX_INPUT_ELEMENTS:
-            raise UserError(f"{source}: input shape {shape} is {n} elements, more than the limit of "
-                            f"{MAX_INPUT_ELEMENTS} (2**28) one input tensor may hold")
+        _check_shape(block["shape"], source)
+    for key, allowed in (("layout", LAYOUTS), ("color", COLORS), ("dtype", DTYPES), ("resize", RESIZE_MODES)):
+        if key in block and block[key] not in allowed:
+            raise UserError(f"{source}: input {key!r} {block[key]!r}: use one of {', '.join(allowed)}")
     for key in ("mean", "std"):
         if key in block:
             val = block[key]
@@ -124,7 +144,55 @@ def check_input_block(block, source) -> dict:
         raise UserError(f"{source}: input 'std' must be non-zero in every channel (got {block['std']!r})")
     if "scale" in block and not (_finite_number(block["scale"]) and float(block["scale"]) != 0.0):
         raise UserError(f"{source}: input 'scale' must be a finite non-zero number (got {block['scale']!r})")
+    _check_geometry(block, source)
+    if not block.get("plugin") and np.issubdtype(np.dtype(block.get("dtype", "float32")), np.integer):
+        _check_integer(block, source)
     return block
+
+
+def _check_shape(shape, source) -> None:
+    if (not isinstance(shape, list) or not shape
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+        raise UserError(f"{source}: input 'shape' must be a list of positive integers (got {shape!r})")
+    n = math.prod(shape)
+    if n > MAX_INPUT_ELEMENTS:
+        raise UserError(f"{source}: input shape {shape} is {n} elements, more than the limit of "
+                        f"{MAX_INPUT_ELEMENTS} (2**28) one input tensor may hold")
+
+
+def _check_geometry(block: dict, source) -> None:
+    """pad_value, crop_ratio and plugin values (the resize mode itself is a choice checked above)."""
+    if "pad_value" in block:
+        v = block["pad_value"]
+        vals = v if isinstance(v, list) else [v] * 3
+        if len(vals) != 3 or not all(_finite_number(x) and 0 <= x <= 255 for x in vals):
+            raise UserError(f"{source}: input 'pad_value' {v!r}: use a pixel value 0..255 or [r, g, b]")
+    if "crop_ratio" in block:
+        r = block["crop_ratio"]
+        if not _finite_number(r) or not 0 < r <= 1:
+            raise UserError(f"{source}: input 'crop_ratio' {r!r}: use a number in (0, 1], e.g. 0.875")
+    if "plugin" in block and not (isinstance(block["plugin"], str) and block["plugin"]):
+        raise UserError(f"{source}: input 'plugin' {block['plugin']!r}: use \"module:function\" or "
+                        "\"path/to/file.py:function\"")
+
+
+def _check_integer(block: dict, source) -> None:
+    """An integer input: every pixel value 0..255 must become an integer of the dtype's range, exactly."""
+    dtype = np.dtype(block.get("dtype"))
+    scale = float(block.get("scale", 1.0))
+    mean = np.asarray(block.get("mean", [0.0, 0.0, 0.0]), np.float64)
+    std = np.asarray(block.get("std", [1.0, 1.0, 1.0]), np.float64)
+    v = (np.arange(256, dtype=np.float64)[:, None] * scale - mean) / std
+    bad = np.argwhere(v != np.rint(v))
+    if bad.size:
+        p, c = bad[0]
+        raise UserError(f"{source}: input 'dtype' {dtype} takes integers, but scale {scale:g}, mean "
+                        f"{block.get('mean', [0, 0, 0])} and std {block.get('std', [1, 1, 1])} make pixel {p} "
+                        f"{v[p, c]:g}; drop scale, mean and std to feed the raw pixels 0..255")
+    info = np.iinfo(dtype)
+    if v.min() < info.min or v.max() > info.max:
+        raise UserError(f"{source}: input 'dtype' {dtype}: scale, mean and std make values {v.min():g}..{v.max():g}, "
+                        f"out of the range of {dtype} ({info.min}..{info.max})")
 
 
 def _finite_number(x) -> bool:
@@ -170,7 +238,8 @@ def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: s
     spec.setdefault("layout", "NCHW")
     spec.setdefault("color", "RGB")
     spec.setdefault("dtype", "float32")
-    spec.setdefault("scale", 1.0 / 255.0)
+    integer = spec["dtype"] in DTYPES and np.issubdtype(np.dtype(spec["dtype"]), np.integer)
+    spec.setdefault("scale", 1.0 if integer else 1.0 / 255.0)  # an integer input takes the raw pixels
     spec.setdefault("mean", [0.0, 0.0, 0.0])
     spec.setdefault("std", [1.0, 1.0, 1.0])
     return spec
@@ -183,12 +252,8 @@ def _bilinear(rgb: np.ndarray, h: int, w: int) -> np.ndarray:
 
 
 def _pad_value(spec: dict) -> np.ndarray:
-    v = spec.get("pad_value", DEFAULT_PAD_VALUE)
-    vals = v if isinstance(v, (list, tuple)) else [v] * 3
-    if len(vals) != 3 or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x <= 255
-                                 for x in vals):
-        raise UserError(f"sidecar input 'pad_value' {v!r}: use a pixel value 0..255 or [r, g, b]")
-    return np.asarray(vals, dtype=np.uint8)
+    v = spec.get("pad_value", DEFAULT_PAD_VALUE)   # checked by check_input_block
+    return np.asarray(v if isinstance(v, (list, tuple)) else [v] * 3, dtype=np.uint8)
 
 
 def letterbox_geometry(ih: int, iw: int, h: int, w: int) -> tuple[int, int, int, int]:
@@ -272,16 +337,11 @@ def boxes_to_image(boxes: np.ndarray, spec: dict, image_hw: tuple[int, int]) -> 
 
 def _resized(rgb: np.ndarray, h: int, w: int, spec: dict) -> np.ndarray:
     mode = spec.get("resize", "stretch")
-    if mode == "stretch":
-        return _bilinear(rgb, h, w) if rgb.shape[:2] != (h, w) else rgb
     if mode == "letterbox":
         return letterbox(rgb, h, w, _pad_value(spec))
     if mode == "center-crop":
-        ratio = spec.get("crop_ratio", 1.0)
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-            raise UserError(f"sidecar input 'crop_ratio' {ratio!r}: use a number in (0, 1], e.g. 0.875")
-        return center_crop(rgb, h, w, float(ratio))
-    raise UserError(f"sidecar input 'resize' {mode!r}: use one of {', '.join(RESIZE_MODES)}")
+        return center_crop(rgb, h, w, float(spec.get("crop_ratio", 1.0)))
+    return _bilinear(rgb, h, w) if rgb.shape[:2] != (h, w) else rgb
 
 
 def _plugin_tensor(rgb: np.ndarray, spec: dict, ref: str) -> np.ndarray:
@@ -305,24 +365,33 @@ def _plugin_tensor(rgb: np.ndarray, spec: dict, ref: str) -> np.ndarray:
 
 
 def to_tensor(rgb: np.ndarray, spec: dict) -> np.ndarray:
-    """HxWx3 uint8 -> the model input tensor (batch 1) per `spec` (resize mode, or a plug-in)."""
+    """HxWx3 uint8 -> the model input tensor (batch 1) per `spec` (resize mode, or a plug-in).
+
+    Float inputs: ((pixels * scale) - mean) / std in float32. Integer inputs: the same
+    arithmetic in float64, exact by check_input_block (by default scale 1, mean 0, std 1:
+    the raw pixels), never a cast of normalised floats.
+    """
     if spec.get("plugin"):
         return _plugin_tensor(rgb, spec, spec["plugin"])
+    check_input_block(spec, "input spec")
     shape = list(spec["shape"])
     if spec["layout"] == "NCHW":
         _, c, h, w = shape
-    elif spec["layout"] == "NHWC":
-        _, h, w, c = shape
     else:
-        raise UserError(f"unsupported layout {spec['layout']!r}: use NCHW or NHWC")
+        _, h, w, c = shape
     if c != 3:
         raise UserError(f"model input has {c} channels; image preprocessing needs 3 (RGB)")
     rgb = _resized(rgb, h, w, spec)
     if spec.get("color", "RGB") == "BGR":
         rgb = rgb[..., ::-1]
-    x = rgb.astype(np.float32) * np.float32(spec["scale"])
-    x = (x - np.asarray(spec["mean"], np.float32)) / np.asarray(spec["std"], np.float32)
+    dtype = np.dtype(spec["dtype"])
+    if np.issubdtype(dtype, np.integer):
+        x = (rgb.astype(np.float64) * float(spec["scale"]) - np.asarray(spec["mean"], np.float64)) \
+            / np.asarray(spec["std"], np.float64)
+    else:
+        x = rgb.astype(np.float32) * np.float32(spec["scale"])
+        x = (x - np.asarray(spec["mean"], np.float32)) / np.asarray(spec["std"], np.float32)
     x = x[None]
     if spec["layout"] == "NCHW":
         x = x.transpose(0, 3, 1, 2)
-    return np.ascontiguousarray(x, dtype=np.dtype(spec["dtype"]))
+    return np.ascontiguousarray(x, dtype=dtype)

@@ -162,7 +162,7 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     np_type = helper.tensor_dtype_to_np_dtype(elem)
     if str(np_type) != spec.get("dtype", "float32"):
         raise UserError(f"{model_path}: input {in_name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
-                        "calibrate needs a float model")
+                        f"set \"dtype\": \"{np_type}\" in the sidecar's input block")
     return spec, sidecar, plugin
 
 

@@ -1,0 +1,188 @@
+"""The sidecar's input block: every key validated before anything is written, integer inputs fed
+raw pixels, EXIF orientation applied, and the block's options for common exports (GRAY, pad,
+dynamic width, transpose_hw), each through calibrate and equiv with real onnxruntime sessions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from quantbench import tables
+from quantbench.cli import main
+from quantbench.errors import UserError
+from quantbench.preprocess import input_spec, load_rgb, to_tensor
+
+CLASSES = ["a", "b", "c"]
+
+
+def conv_model(path: Path, channels: int = 3, hw=(8, 8), elem: str = "float32", name: str = "images") -> Path:
+    """Conv -> Relu -> GlobalAveragePool -> MatMul: a 3-class classifier; an int input is Cast to float first.
+
+    A dim given as None (or a string) is dynamic (symbolic).
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.5, (4, channels, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(0, 0.5, (4, 3)).astype(np.float32), "w2")]
+    nodes, x = [], name
+    ttype = {"float32": TensorProto.FLOAT, "uint8": TensorProto.UINT8, "int64": TensorProto.INT64}[elem]
+    if elem != "float32":
+        nodes.append(helper.make_node("Cast", [name], ["xf"], to=TensorProto.FLOAT))
+        x = "xf"
+    nodes += [helper.make_node("Conv", [x, "w"], ["c"], pads=[1, 1, 1, 1]),
+              helper.make_node("Relu", ["c"], ["r"]),
+              helper.make_node("GlobalAveragePool", ["r"], ["g"]),
+              helper.make_node("Flatten", ["g"], ["f"]),
+              helper.make_node("MatMul", ["f", "w2"], ["logits"])]
+    dims = [1, channels, *["W" if d is None else d for d in hw]]
+    g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info(name, ttype, dims)],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    return path
+
+
+def write_sidecar(model: Path, input_block: dict, **top) -> Path:
+    side = {"classes": CLASSES, "input": {"name": "images", **input_block},
+            "decode": {"kind": "classifier-softmax", "logits": "logits"}, **top}
+    p = model.with_suffix(".json")
+    p.write_text(json.dumps(side))
+    return p
+
+
+def corpus(root: Path, sizes, seed: int = 0, n: int = 12, ext: str = "png") -> Path:
+    """COCO labels for n images (sizes cycled as (h, w)); the last 3 are the eval split."""
+    images = root / "images"
+    images.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    coco = {"images": [], "annotations": [], "categories": [{"id": 1, "name": "a"}]}
+    for i in range(n):
+        h, w = sizes[i % len(sizes)]
+        level = 40 + 170 * (i % 5) / 4
+        px = np.clip(rng.normal(level, 40, (h, w, 3)), 0, 255).astype(np.uint8)
+        name = f"im{i:02d}.{ext}"
+        Image.fromarray(px).save(images / name)
+        coco["images"].append({"id": i + 1, "file_name": name, "width": w, "height": h,
+                               "split": "eval" if i >= n - 3 else "train"})
+        if i % 2:
+            coco["annotations"].append({"id": i + 1, "image_id": i + 1, "category_id": 1, "bbox": [0, 0, 2, 2]})
+    labels = root / "labels.json"
+    labels.write_text(json.dumps(coco))
+    return labels
+
+
+def calibrate(model: Path, labels: Path, *extra) -> int:
+    return main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--allow-short",
+                 "--methods", "dynamic,minmax", "--no-progress", *map(str, extra)])
+
+
+def equiv(labels: Path) -> int:
+    return main(["equiv", "--hosts", "x86", "--fixtures", str(labels), "--no-plots", "--no-progress"])
+
+
+def fixture_tensors() -> list[np.ndarray]:
+    rows = tables.read("fixtures", columns=["source", "dtype", "shape", "tensor"]).to_pylist()
+    rows.sort(key=lambda r: r["source"])
+    return [np.frombuffer(r["tensor"], dtype=np.dtype(r["dtype"])).reshape(r["shape"]) for r in rows]
+
+
+def nothing_written(wd: Path) -> bool:
+    return not any(p.is_file() for d in ("results", "calib_sets") for p in (wd / d).rglob("*"))
+
+
+def one_error_line(capsys) -> str:
+    raw = capsys.readouterr().err
+    lines = [ln for ln in raw.replace("\r", "\n").splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in raw, raw
+    return lines[0]
+
+
+# ---- integer inputs take raw pixels ---------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["uint8", "int64"])
+def test_integer_input_is_fed_raw_pixels(dtype):
+    rgb = np.random.default_rng(1).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    spec = input_spec({"input": {"shape": [1, 3, 8, 8], "dtype": dtype}})
+    x = to_tensor(rgb, spec)
+    assert x.dtype == np.dtype(dtype)
+    assert np.array_equal(x[0].transpose(1, 2, 0), rgb.astype(dtype))
+
+
+def test_integer_input_through_calibrate_and_equiv(workdir, capsys):
+    model = conv_model(workdir / "m" / "u8.onnx", elem="uint8")
+    write_sidecar(model, {"shape": [1, 3, 8, 8], "dtype": "uint8"})
+    labels = corpus(workdir / "c", [(8, 8)])
+    assert calibrate(model, labels) == 0
+    assert equiv(labels) == 0
+    got = fixture_tensors()
+    want = [np.asarray(Image.open(labels.parent / "images" / f"im{i:02d}.png"))[None].transpose(0, 3, 1, 2)
+            for i in (9, 10, 11)]
+    assert [g.dtype for g in got] == [np.uint8] * 3
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert max(int(g.max()) for g in got) > 100          # raw pixels, not a cast of 0..1 floats
+
+
+@pytest.mark.parametrize("block, expect", [
+    ({"dtype": "uint8", "scale": 1 / 255}, "input 'dtype' uint8 takes integers"),
+    ({"dtype": "uint8", "mean": [0.485, 0.456, 0.406]}, "input 'dtype' uint8 takes integers"),
+    ({"dtype": "uint8", "mean": [300, 0, 0], "scale": 1}, "out of the range of uint8"),
+])
+def test_integer_input_with_lossy_arithmetic_is_refused(workdir, capsys, block, expect):
+    elem = block["dtype"]
+    model = conv_model(workdir / "m" / "q.onnx", elem=elem)
+    side = write_sidecar(model, {"shape": [1, 3, 8, 8], **block})
+    labels = corpus(workdir / "c", [(8, 8)])
+    assert calibrate(model, labels) == 2
+    line = one_error_line(capsys)
+    assert str(side) in line and (expect in line or expect.replace("uint8", elem) in line), line
+    assert nothing_written(workdir)
+
+
+# ---- typos in a sidecar ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("edit, expect", [
+    ({"input": {"meen": [0, 0, 0]}}, "unknown input key 'meen'"),
+    ({"input": {"mena": [0, 0, 0]}}, "unknown input key 'mena'"),
+    ({"top": {"decdoe": {}}}, "unknown key 'decdoe'"),
+    ({"input": {"color": "CMYK"}}, "input 'color' 'CMYK'"),
+    ({"input": {"color": "rgb"}}, "input 'color' 'rgb'"),
+    ({"input": {"layout": "CHW"}}, "input 'layout' 'CHW'"),
+    ({"input": {"dtype": "float"}}, "input 'dtype' 'float'"),
+    ({"input": {"resize": "squash"}}, "input 'resize' 'squash'"),
+    ({"input": {"resize": "letterbox", "pad_value": 300}}, "input 'pad_value' 300"),
+    ({"input": {"resize": "center-crop", "crop_ratio": 1.5}}, "input 'crop_ratio' 1.5"),
+])
+def test_sidecar_typo_is_refused_before_anything_is_written(workdir, capsys, edit, expect):
+    model = conv_model(workdir / "m" / "t.onnx")
+    side = write_sidecar(model, {"shape": [1, 3, 8, 8], **edit.get("input", {})}, **edit.get("top", {}))
+    labels = corpus(workdir / "c", [(8, 8)])
+    assert calibrate(model, labels) == 2
+    line = one_error_line(capsys)
+    assert str(side) in line and expect in line, line
+    if "unknown" in expect:     # the valid ones are listed
+        assert ("'mean'" in line and "'std'" in line) if "input" in expect else ("'decode'" in line)
+    assert nothing_written(workdir)
+
+
+# ---- EXIF orientation -------------------------------------------------------------------------
+
+def test_exif_orientation_is_applied(tmp_path):
+    px = np.zeros((4, 8, 3), np.uint8)
+    px[:, :4] = 255                                   # left half white, as stored
+    exif = Image.Exif()
+    exif[0x0112] = 6                                  # "rotate 90 CW to view": a phone held upright
+    Image.fromarray(px).save(tmp_path / "p.jpg", quality=100, exif=exif)
+    Image.fromarray(px).save(tmp_path / "plain.jpg", quality=100)
+    rgb = load_rgb(tmp_path / "p.jpg")
+    assert rgb.shape == (8, 4, 3)                     # upright: the stored rows became columns
+    assert rgb[:4].mean() > 200 and rgb[4:].mean() < 50   # stored left half is now on top
+    assert load_rgb(tmp_path / "plain.jpg").shape == (4, 8, 3)
