@@ -186,3 +186,118 @@ def test_exif_orientation_is_applied(tmp_path):
     assert rgb.shape == (8, 4, 3)                     # upright: the stored rows became columns
     assert rgb[:4].mean() > 200 and rgb[4:].mean() < 50   # stored left half is now on top
     assert load_rgb(tmp_path / "plain.jpg").shape == (4, 8, 3)
+
+
+# ---- options for common exports: GRAY, pad, dynamic width, transpose_hw ------------------------
+
+def _px(labels: Path, i: int) -> np.ndarray:
+    return np.asarray(Image.open(labels.parent / "images" / f"im{i:02d}.png").convert("RGB"))
+
+
+def _gray(rgb: np.ndarray) -> np.ndarray:
+    return np.asarray(Image.fromarray(rgb).convert("L"), np.float32)
+
+
+def _want_gray(rgb):                       # 8x8 -> 8x8: no resize, ITU-R 601-2 luma / 255
+    return (_gray(rgb) * np.float32(1 / 255))[None, None]
+
+
+def _want_top_left(rgb):                   # 4x8 into 8x8: r = 1, image on rows 0..3, rows 4..7 padded with 0
+    x = np.zeros((8, 8, 3), np.float32)
+    x[:4] = rgb.astype(np.float32) * np.float32(1 / 255)
+    return x.transpose(2, 0, 1)[None]
+
+
+def _want_dynamic(rgb):                    # height 8, aspect kept, at most 16 wide, zeros on the right
+    h, w = rgb.shape[:2]
+    nw = min(-(-8 * w // h), 16)
+    small = np.asarray(Image.fromarray(rgb).resize((nw, 8), Image.BILINEAR)) if (h, w) != (8, nw) else rgb
+    x = np.zeros((8, 16), np.float32)
+    x[:, :nw] = _gray(small) * np.float32(1 / 255)
+    return x[None, None]
+
+
+def _want_transposed(rgb):                 # a 6x8 image fed as 8x6: tensor[c, i, j] = image[j, i, c]
+    return (rgb.astype(np.float32) * np.float32(1 / 255)).transpose(2, 1, 0)[None]
+
+
+OPTIONS = {
+    "gray": (dict(channels=1), {"shape": [1, 1, 8, 8], "color": "GRAY", "mean": [0], "std": [1]}, [(8, 8)],
+             _want_gray),
+    "pad-top-left": (dict(), {"shape": [1, 3, 8, 8], "resize": "letterbox", "pad": "top-left", "pad_value": 0},
+                     [(4, 8)], _want_top_left),
+    "dynamic-width": (dict(channels=1, hw=(8, None)),
+                      {"shape": [1, 1, 8, -1], "color": "GRAY", "max_width": 16}, [(8, 4), (16, 8), (8, 40)],
+                      _want_dynamic),
+    "dynamic-width-named": (dict(channels=1, hw=(8, None)),
+                            {"shape": [1, 1, 8, "W"], "color": "GRAY", "max_width": 16}, [(8, 4), (16, 8), (8, 40)],
+                            _want_dynamic),
+    "transpose-hw": (dict(hw=(8, 6)), {"shape": [1, 3, 8, 6], "transpose_hw": True}, [(6, 8)], _want_transposed),
+}
+
+
+@pytest.mark.parametrize("option", sorted(OPTIONS))
+def test_input_option_through_calibrate_and_equiv(workdir, capsys, option):
+    model_kw, block, sizes, want = OPTIONS[option]
+    model = conv_model(workdir / "m" / "opt.onnx", **model_kw)
+    write_sidecar(model, block)
+    labels = corpus(workdir / "c", sizes)
+    assert calibrate(model, labels) == 0, capsys.readouterr().err
+    assert equiv(labels) == 0, capsys.readouterr().err
+    got = fixture_tensors()
+    assert len(got) == 3
+    for g, i in zip(got, (9, 10, 11)):
+        w = want(_px(labels, i))
+        assert g.shape == w.shape and g.dtype == np.float32
+        assert np.array_equal(g, w), (option, i)
+
+
+def test_gray_is_pil_luma_and_dynamic_width_pads_right():
+    rgb = np.random.default_rng(2).integers(0, 256, (8, 4, 3), dtype=np.uint8)
+    spec = input_spec({"input": {"shape": [1, 1, 8, -1], "color": "GRAY", "max_width": 10}}, [1, 1, 8, None])
+    x = to_tensor(rgb, spec)
+    luma = (rgb[..., 0].astype(int) * 299 + rgb[..., 1].astype(int) * 587 + rgb[..., 2].astype(int) * 114) / 1000
+    assert x.shape == (1, 1, 8, 10) and (x[0, 0, :, 4:] == 0).all()
+    assert np.abs(x[0, 0, :, :4] * 255 - luma).max() <= 0.5 + 1e-4      # PIL's "L" rounds the same formula
+
+
+def test_boxes_map_back_through_each_geometry():
+    from quantbench.preprocess import boxes_to_image
+
+    spec = input_spec({"input": {"shape": [1, 3, 8, 8], "resize": "letterbox", "pad": "top-left"}})
+    assert boxes_to_image(np.array([[0, 0, 8, 4]]), spec, (4, 8)).tolist() == [[0, 0, 8, 4]]
+    spec = input_spec({"input": {"shape": [1, 1, 8, -1], "color": "GRAY", "max_width": 16}})
+    assert boxes_to_image(np.array([[0, 0, 4, 8]]), spec, (16, 8)).tolist() == [[0, 0, 8, 16]]
+    spec = input_spec({"input": {"shape": [1, 3, 8, 6], "transpose_hw": True}})
+    assert boxes_to_image(np.array([[1, 2, 3, 4]]), spec, (6, 8)).tolist() == [[2, 1, 4, 3]]
+
+
+@pytest.mark.parametrize("model_kw, block, expect", [
+    (dict(channels=1), {"shape": [1, 1, 8, 8]}, 'model input has 1 channel(s) ([1, 1, 8, 8]) but the input block '
+                                                'makes 3 (RGB); set "color": "GRAY"'),
+    (dict(channels=1), {}, 'set "color": "GRAY"'),
+    (dict(), {"shape": [1, 3, 8, 8], "color": "GRAY"}, 'set "color": "RGB"'),
+    (dict(channels=1), {"shape": [1, 1, 8, 8], "color": "GRAY", "mean": [0.5, 0.5, 0.5]},
+     "input 'mean' must be a list of 1 number, one per channel of GRAY"),
+    (dict(), {"shape": [1, 3, 8, 8], "resize": "letterbox", "pad": "bottom"}, "input 'pad' 'bottom': use one of "
+                                                                            "center, top-left"),
+    (dict(), {"shape": [1, 3, 8, 8], "pad": "top-left"}, "input 'pad' applies to \"resize\": \"letterbox\" only"),
+    (dict(channels=1, hw=(8, None)), {"shape": [1, 1, 8, -1], "color": "GRAY"}, "has a dynamic width: give "
+                                                                               "'max_width'"),
+    (dict(channels=1, hw=(8, None)), {"shape": [1, 1, 8, -1], "color": "GRAY", "max_width": 0},
+     "input 'max_width' 0"),
+    (dict(channels=1, hw=(None, 8)), {"shape": [1, 1, -1, 8], "color": "GRAY", "max_width": 16},
+     "only the image width dynamic"),
+    (dict(channels=1, hw=(8, None)), {"shape": [1, 1, 8, -1], "color": "GRAY", "max_width": 16, "resize": "letterbox"},
+     "a dynamic width keeps the aspect ratio"),
+    (dict(), {"shape": [1, 3, 8, 8], "max_width": 16}, "'max_width' applies to a dynamic width only"),
+    (dict(), {"shape": [1, 3, 8, 8], "transpose_hw": "yes"}, "input 'transpose_hw' 'yes': use one of true, false"),
+])
+def test_bad_input_option_is_refused_before_anything_is_written(workdir, capsys, model_kw, block, expect):
+    model = conv_model(workdir / "m" / "bad.onnx", **model_kw)
+    side = write_sidecar(model, block)
+    labels = corpus(workdir / "c", [(8, 8)])
+    assert calibrate(model, labels) == 2
+    line = one_error_line(capsys)
+    assert str(side) in line and expect in line, line
+    assert nothing_written(workdir)
