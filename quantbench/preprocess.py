@@ -204,7 +204,10 @@ def _check_shape(block: dict, source) -> None:
     if n > MAX_INPUT_ELEMENTS:
         raise UserError(f"{source}: input shape {full} is {n} elements, more than the limit of "
                         f"{MAX_INPUT_ELEMENTS} (2**28) one input tensor may hold")
-    if len(shape) == 4 and not block.get("plugin"):
+    if not block.get("plugin"):
+        if len(shape) != 4:
+            raise UserError(f"{source}: input 'shape' {shape}: image preprocessing makes 4 dims (N, C, H, W or "
+                            "N, H, W, C); for another input use a preprocessing plug-in")
         _check_channels(block, source)
 
 

@@ -160,6 +160,7 @@ def test_integer_input_with_lossy_arithmetic_is_refused(workdir, capsys, block, 
     ({"input": {"resize": "squash"}}, "input 'resize' 'squash'"),
     ({"input": {"resize": "letterbox", "pad_value": 300}}, "input 'pad_value' 300"),
     ({"input": {"resize": "center-crop", "crop_ratio": 1.5}}, "input 'crop_ratio' 1.5"),
+    ({"input": {"shape": [1, 3, 8]}}, "image preprocessing makes 4 dims"),
 ])
 def test_sidecar_typo_is_refused_before_anything_is_written(workdir, capsys, edit, expect):
     model = conv_model(workdir / "m" / "t.onnx")
@@ -301,3 +302,61 @@ def test_bad_input_option_is_refused_before_anything_is_written(workdir, capsys,
     line = one_error_line(capsys)
     assert str(side) in line and expect in line, line
     assert nothing_written(workdir)
+
+
+# ---- a real dynamic-width export: PaddleOCR's PP-OCRv4 recogniser from a wheel -----------------
+
+PPOCR_REC = dict(key="ppocr-rec", wheel="rapidocr-onnxruntime", version="1.4.4",
+                 member="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                 sha256="48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b")
+
+
+def _rapidocr_resize_norm_img(rgb: np.ndarray) -> np.ndarray:
+    """rapidocr_onnxruntime 1.4.4 ch_ppocr_rec/text_recognize.py resize_norm_img for one image (rec_img_shape
+    [3, 48, 320], so max_wh_ratio >= 320 / 48), its image loaded as BGR; PIL bilinear stands in for cv2.resize."""
+    import math
+
+    img = rgb[..., ::-1]
+    img_height, img_width = 48, int(48 * max(320 / 48, rgb.shape[1] / rgb.shape[0]))
+    ratio = img.shape[1] / float(img.shape[0])
+    resized_w = img_width if math.ceil(img_height * ratio) > img_width else int(math.ceil(img_height * ratio))
+    resized = np.asarray(Image.fromarray(rgb).resize((resized_w, img_height), Image.BILINEAR))[..., ::-1]
+    resized = resized.astype("float32").transpose((2, 0, 1)) / 255
+    resized -= 0.5
+    resized /= 0.5
+    padding_im = np.zeros((3, img_height, img_width), dtype=np.float32)
+    padding_im[:, :, 0:resized_w] = resized
+    return padding_im[None]
+
+
+@pytest.mark.slow
+def test_paddleocr_recogniser_dynamic_width_through_calibrate_and_equiv(workdir, capsys):
+    """PP-OCRv4 rec (input x [N, 3, ?, W]): fed as RapidOCR feeds it, aspect kept at height 48, padded to 320."""
+    import onnxruntime as ort
+    from real_models import FetchError, RealModel, fetch
+
+    try:
+        src = fetch(RealModel(**PPOCR_REC, sidecar={}, kind="recogniser", tile=(0, 0), train_tiles=0, eval_tiles=0))
+    except FetchError as exc:
+        pytest.skip(f"cannot fetch the wheel here: {exc}")
+    model = workdir / "m" / "ppocr-rec.onnx"
+    model.parent.mkdir(parents=True)
+    model.write_bytes(src.read_bytes())
+    side = {"input": {"name": "x", "shape": [1, 3, 48, -1], "max_width": 320, "color": "BGR", "scale": 1 / 255,
+                      "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]}, "decode": {"kind": "none"}}
+    model.with_suffix(".json").write_text(json.dumps(side))
+    labels = corpus(workdir / "c", [(32, 100), (40, 90), (24, 260)], n=8)   # 3 eval: the last one is capped at 320
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "1", "--allow-short",
+                 "--methods", "minmax", "--no-progress"]) == 0, capsys.readouterr().err
+    assert equiv(labels) == 0, capsys.readouterr().err
+    got = fixture_tensors()
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for g, i in zip(got, (5, 6, 7)):
+        rgb = _px(labels, i)
+        want = _rapidocr_resize_norm_img(rgb) if rgb.shape[1] / rgb.shape[0] <= 320 / 48 else None
+        assert g.shape == (1, 3, 48, 320)
+        if want is not None:        # RapidOCR widens past 320 for a wider image; max_width caps it
+            # same geometry and padding; x / 255 - 0.5 rounds a last bit unlike x * (1/255) - 0.5
+            assert np.abs(g - want).max() <= 1e-6
+        y = sess.run(None, {"x": g})[0]
+        assert y.shape == (1, 40, 6625) and np.isfinite(y).all()
