@@ -100,6 +100,15 @@ def _upright(im):
     return ImageOps.exif_transpose(im)
 
 
+def upright_size(path: str | os.PathLike) -> tuple[int, int]:
+    """(height, width) of the image load_rgb decodes from `path` (EXIF orientation applied), from its header."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        w, h = im.size
+        return (w, h) if im.getexif().get(0x0112, 1) in (5, 6, 7, 8) else (h, w)  # 5..8 turn by 90 degrees
+
+
 def _check_pixels(path, width: int, height: int) -> None:
     if width * height > MAX_IMAGE_PIXELS:
         raise UserError(f"{path}: image is {width * height / 1e6:.0f} megapixels ({width}x{height}), more than "

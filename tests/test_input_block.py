@@ -14,7 +14,7 @@ from PIL import Image
 from quantbench import tables
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.preprocess import input_spec, load_rgb, to_tensor
+from quantbench.preprocess import input_spec, load_rgb, to_tensor, upright_size
 
 CLASSES = ["a", "b", "c"]
 
@@ -187,6 +187,7 @@ def test_exif_orientation_is_applied(tmp_path):
     assert rgb.shape == (8, 4, 3)                     # upright: the stored rows became columns
     assert rgb[:4].mean() > 200 and rgb[4:].mean() < 50   # stored left half is now on top
     assert load_rgb(tmp_path / "plain.jpg").shape == (4, 8, 3)
+    assert upright_size(tmp_path / "p.jpg") == (8, 4) and upright_size(tmp_path / "plain.jpg") == (4, 8)
 
 
 # ---- options for common exports: GRAY, pad, dynamic width, transpose_hw ------------------------
