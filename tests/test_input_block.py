@@ -117,17 +117,18 @@ def test_integer_input_is_fed_raw_pixels(dtype):
     assert np.array_equal(x[0].transpose(1, 2, 0), rgb.astype(dtype))
 
 
-def test_integer_input_through_calibrate_and_equiv(workdir, capsys):
-    model = conv_model(workdir / "m" / "u8.onnx", elem="uint8")
-    write_sidecar(model, {"shape": [1, 3, 8, 8], "dtype": "uint8"})
+@pytest.mark.parametrize("dtype", ["uint8", "int64"])
+def test_integer_input_through_calibrate_and_equiv(workdir, capsys, dtype):
+    model = conv_model(workdir / "m" / "q.onnx", elem=dtype)
+    write_sidecar(model, {"shape": [1, 3, 8, 8], "dtype": dtype})
     labels = corpus(workdir / "c", [(8, 8)])
     assert calibrate(model, labels) == 0
     assert equiv(labels) == 0
     got = fixture_tensors()
     want = [np.asarray(Image.open(labels.parent / "images" / f"im{i:02d}.png"))[None].transpose(0, 3, 1, 2)
             for i in (9, 10, 11)]
-    assert [g.dtype for g in got] == [np.uint8] * 3
-    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert [g.dtype for g in got] == [np.dtype(dtype)] * 3
+    assert all(np.array_equal(g, w.astype(dtype)) for g, w in zip(got, want))
     assert max(int(g.max()) for g in got) > 100          # raw pixels, not a cast of 0..1 floats
 
 
@@ -261,6 +262,10 @@ def test_gray_is_pil_luma_and_dynamic_width_pads_right():
     luma = (rgb[..., 0].astype(int) * 299 + rgb[..., 1].astype(int) * 587 + rgb[..., 2].astype(int) * 114) / 1000
     assert x.shape == (1, 1, 8, 10) and (x[0, 0, :, 4:] == 0).all()
     assert np.abs(x[0, 0, :, :4] * 255 - luma).max() <= 0.5 + 1e-4      # PIL's "L" rounds the same formula
+    # transposed: the image's width runs along the model's H axis, padded at its end
+    t = to_tensor(rgb, input_spec({"input": {"shape": [1, 1, "W", 8], "color": "GRAY", "max_width": 10,
+                                             "transpose_hw": True}}, [1, 1, None, 8]))
+    assert t.shape == (1, 1, 10, 8) and np.array_equal(t[0, 0], x[0, 0].T)
 
 
 def test_boxes_map_back_through_each_geometry():
