@@ -52,6 +52,10 @@ def demo_model(name: str = DEMO_DETECTOR) -> Path:
     return path
 
 
+#: the top-level keys of a sidecar (docs/your-model.md); anything else is a typo, refused
+SIDECAR_KEYS = ("name", "classes", "input", "decode", "label", "label_mode", "metrics", "score_calibration", "training")
+
+
 def sidecar_path(model_path: str | os.PathLike) -> Path:
     """The sidecar JSON beside a model: `x.onnx` -> `x.json`."""
     p = Path(model_path)
@@ -69,6 +73,9 @@ def load_sidecar_path(p: Path, required: bool = False) -> dict | None:
     if not isinstance(data, dict):
         raise UserError(f"{p}: sidecar must be a JSON object like {{\"input\": {{...}}, \"decode\": {{...}}}}, "
                         f"not a {type(data).__name__}")
+    unknown = [k for k in data if k not in SIDECAR_KEYS]
+    if unknown:
+        raise UserError(f"{p}: unknown key {unknown[0]!r}; a sidecar takes {', '.join(map(repr, SIDECAR_KEYS))}")
     if data.get("input") is not None:
         check_input_block(data["input"], p)
     return data

@@ -49,7 +49,7 @@ from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.metrics import coco_ap
-from quantbench.preprocess import boxes_to_image, input_hw
+from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
@@ -133,10 +133,7 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
         if isinstance(im.get("width"), int) and isinstance(im.get("height"), int):
             f.size = (im["height"], im["width"])
         elif f.image_path:
-            from PIL import Image
-
-            with Image.open(f.image_path) as img:
-                f.size = (img.height, img.width)
+            f.size = upright_size(f.image_path)   # as load_rgb decoded it: EXIF orientation applied
     if truth.mismatched and len(truth.mismatched) == len(fx):
         truth.note = f"{labels_path} does not hold the fixtures' labels (another labels file made them)"
         truth.categories = None

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 
 from quantbench import plugins
 from quantbench.analysis.decode import check_outputs, spec_from_sidecar
-from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model, load_sidecar
+from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model, load_sidecar, sidecar_path
 from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError
 from quantbench.modelio import graph_inputs, load_model, model_hashes
@@ -151,18 +151,18 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     if opts.preprocess:
         spec["plugin"] = opts.preprocess
     plugin = plugins.plugin_identity(spec["plugin"], "preprocess") if spec.get("plugin") else None
-    check_input_block(spec, opts.sidecar or model_path)  # size cap before allocating
+    where = str(opts.sidecar or sidecar_path(model_path))
+    check_input_block(spec, where if sidecar else model_path)  # channels, size cap: before allocating
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")
     if sidecar and sidecar.get("decode"):  # a decode block that cannot decode this model fails now, not after runs
-        where = str(opts.sidecar or model_path.with_suffix(".json"))
         check_outputs(spec_from_sidecar(sidecar, source=where), [o.name for o in model.graph.output])
     elem = next(i for i in model.graph.input if i.name == in_name).type.tensor_type.elem_type
     np_type = helper.tensor_dtype_to_np_dtype(elem)
     if str(np_type) != spec.get("dtype", "float32"):
         raise UserError(f"{model_path}: input {in_name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
-                        "calibrate needs a float model")
+                        f"set \"dtype\": \"{np_type}\" in the sidecar's input block")
     return spec, sidecar, plugin
 
 
