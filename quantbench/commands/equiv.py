@@ -11,8 +11,9 @@ from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, de
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
-from quantbench.commands import (add_fixture_arguments, add_session_arguments, finish_equiv, finite_float,
-                                 fixtures_from_args, session_from_args, sidecar_from_args)
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, check_jobs,
+                                 finish_equiv, finite_float, fixtures_from_args, session_from_args,
+                                 sidecar_from_args)
 from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import run_hosts, variant_info
@@ -45,7 +46,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-run", action="store_true",
                    help="use only results already in the tables (e.g. hosts run with other session options)")
     add_session_arguments(p, " for the runs")
-    p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count)")
+    add_jobs_argument(p)
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
@@ -102,6 +103,7 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
         raise UserError(f"--limit {args.limit}: must be at least 1")
     if args.atol < 0 or args.rtol < 0:
         raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
+    check_jobs(args, to_stderr=getattr(args, "json", False))
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     names = [s.name for s in specs]
     if args.reference and args.reference not in names:
