@@ -70,12 +70,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from quantbench import plugins
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.modelio import load_model
 from quantbench.variants import sidecar_for
 
 KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo")
 NONE = "none"
+#: the decoders whose scores are probabilities: a threshold outside [0, 1] keeps or drops everything
+PROBABILITY_SCORES = ("detr-sigmoid", "classifier-softmax", "threshold-map", "yolo")
 
 # role -> default output name, per kind
 DEFAULT_OUTPUTS = {
@@ -218,6 +220,11 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
         raise UserError(f"{where} {thr!r}: must be a finite number (nan or inf would make every "
                         "comparison false)")
+    if thr is not None and kind in PROBABILITY_SCORES and not 0 <= thr <= 1:
+        problem = f"must be in [0, 1] ({kind} scores are probabilities; {thr:g} would keep or drop every decision)"
+        if threshold is not None:
+            raise ParameterError("threshold", problem, float(thr))
+        raise UserError(f"{source}: decode 'threshold' {thr!r}: {problem}")
     top_k = block.get("top_k") if own else None
     box_format = block.get("box_format", "cxcywh" if kind in ("detr-sigmoid", "yolo") else "xyxy")
     extra = _yolo_keys(block if own else {}, source) if kind == "yolo" else {}
