@@ -93,17 +93,6 @@ def add_jobs_argument(p) -> None:
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count; at most that)")
 
 
-def check_jobs(args, to_stderr: bool = False) -> None:
-    """--jobs checked before anything is written (a bad count writes nothing); a capped count is noted."""
-    import sys
-
-    from quantbench.hosts.runner import worker_slots
-
-    _, note = worker_slots(args.jobs)
-    if note:
-        print(f"note: {note}", file=sys.stderr if to_stderr else sys.stdout, flush=True)
-
-
 def add_session_arguments(p, whose: str = "") -> None:
     """--session-config and --graph-opt: the onnxruntime session options every running command takes."""
     p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",

@@ -11,12 +11,12 @@ from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, de
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, check_jobs,
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
                                  finish_equiv, finite_float, fixtures_from_args, session_from_args,
                                  sidecar_from_args)
 from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
-from quantbench.hosts.runner import run_hosts, variant_info
+from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
 from quantbench.modelio import fits, load_model
 from quantbench.variants import resolve_variants, sidecar_for
 
@@ -103,9 +103,11 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
         raise UserError(f"--limit {args.limit}: must be at least 1")
     if args.atol < 0 or args.rtol < 0:
         raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
-    check_jobs(args, to_stderr=getattr(args, "json", False))
+    announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     names = [s.name for s in specs]
+    if not args.no_run:
+        check_ready(specs)  # before the lock: a host that cannot run writes nothing
     if args.reference and args.reference not in names:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(names)}")
     results = Path(args.results)

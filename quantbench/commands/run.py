@@ -7,12 +7,12 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, check_jobs,
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
                                  fixtures_from_args, session_from_args)
 from quantbench.errors import UserError
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
-from quantbench.hosts.runner import RunFailed, run_hosts
+from quantbench.hosts.runner import RunFailed, announce_jobs, check_ready, run_hosts
 from quantbench.variants import resolve_variants
 
 JSON_NATIVE = True  # prints its own --json summary
@@ -60,10 +60,11 @@ def run(args) -> int:
     announce_hosts_file(args.hosts_file)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
-    check_jobs(args, to_stderr=getattr(args, "json", False))
+    announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
     session = session_from_args(args)
 
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
+    check_ready(specs)  # before the lock: a host that cannot run writes nothing
     variants = resolve_variants(args.variants)
     fixtures = fixtures_from_args(args, variants, args.limit)
     root = Path(args.tables) if args.tables else TABLES_DIR

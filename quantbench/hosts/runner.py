@@ -106,6 +106,13 @@ def worker_slots(jobs: int | None) -> tuple[int, str | None]:
     return jobs, None
 
 
+def announce_jobs(jobs: int | None, to_stderr: bool = False) -> None:
+    """Check `jobs` before anything is written (worker_slots) and print its note, if any."""
+    _, note = worker_slots(jobs)
+    if note:
+        print(f"note: {note}", file=sys.stderr if to_stderr else sys.stdout, flush=True)
+
+
 # --------------------------------------------------------------------------- summary
 
 
@@ -896,11 +903,22 @@ def _check_hosts(hosts, ctx: _Context) -> None:
     """Every host must be runnable before anything starts; an imported file must hold some of this run
     (one that holds none must not join a class unmeasured)."""
     for host in hosts:
-        ok, msg = host.ready()
-        if not ok:
-            raise UserError(f"host {host.name}: {msg}")
+        _ready(host)
         if not host.runs_workers:
             check_coverage(host, ctx)
+
+
+def _ready(host) -> None:
+    ok, msg = host.ready()
+    if not ok:
+        raise UserError(f"host {host.name}: {msg}")
+
+
+def check_ready(specs) -> None:
+    """Every host can run (an imported file read and checked): commands call it before they take the tables
+    lock, so a host that cannot run writes nothing."""
+    for spec in specs:
+        _ready(make_host(spec))
 
 
 def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
