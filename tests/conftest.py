@@ -14,3 +14,13 @@ def workdir(tmp_path, monkeypatch):
     """Run a test inside an empty working folder (results/, calib_sets/ land here)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def no_plugin_consent():
+    """Each test starts, like each command, with no plug-in allowed (quantbench.plugins keeps consent per process)."""
+    from quantbench import plugins
+
+    plugins.reset_consent()
+    yield
+    plugins.reset_consent()

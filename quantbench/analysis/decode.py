@@ -113,7 +113,7 @@ def decode_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown decode kind {text!r}; choose one of {', '.join(KINDS)}, "
                                          f"{NONE}, or a plug-in module:function (or path/to/file.py:function)")
     try:
-        plugins.load(text, "--decode")
+        plugins.check_ref(text, "--decode")   # found, not run: running waits for consent (plugins.require)
     except UserError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -198,7 +198,9 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         return DecodeSpec(kind=NONE, outputs={}, classes=classes, note=note)
     where = "--decode" if flag else f"{source} decode 'kind'"
     if is_plugin(kind):
-        plugins.load(kind, where)   # fail now, naming the reference, rather than on the first fixture
+        if flag:
+            plugins.allow(kind)     # the caller named it (--decode)
+        plugins.load(kind, where, asked_by=None if flag else f"{source}: decode 'kind'")  # fail (or refuse) now
         own = side_kind == kind or side_kind is None
         thr = threshold if threshold is not None else (block.get("threshold") if own else None)
         return DecodeSpec(kind=kind, outputs={}, threshold=None if thr is None else float(thr), classes=classes,

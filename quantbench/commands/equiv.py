@@ -18,7 +18,7 @@ from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
 from quantbench.modelio import fits, load_model
-from quantbench.variants import resolve_variants, sidecar_for
+from quantbench.variants import resolve_variants, sidecar_for, sidecar_source
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
@@ -72,10 +72,11 @@ def _run_hint(args) -> str:
     return "".join(parts)
 
 
-def check_decoders(variants, override, kind, threshold) -> None:
-    """Every variant's decode spec (sidecar or --decode/--threshold) is valid and fits its outputs."""
+def check_decoders(variants, override, kind, threshold, override_path=None) -> None:
+    """Every variant's decode spec (sidecar or --decode/--threshold) is valid, fits its outputs, and runs no
+    plug-in only a file names (quantbench.plugins.require)."""
     for v in variants:
-        spec = spec_from_sidecar(sidecar_for(v, override), kind, threshold, source=f"model {v.model} sidecar")
+        spec = spec_from_sidecar(sidecar_for(v, override), kind, threshold, source=sidecar_source(v, override_path))
         try:
             check_outputs(spec, [o.name for o in load_model(v.path, check=False).graph.output])
         except UserError as exc:
@@ -114,7 +115,7 @@ def prepare(args, held: contextlib.ExitStack | None = None) -> Prepared:
     root = results / "tables"
     variants = resolve_variants(args.variants)
     override = sidecar_from_args(args)
-    check_decoders(variants, override, args.decode, args.threshold)  # a bad decode block fails before any run
+    check_decoders(variants, override, args.decode, args.threshold, args.sidecar)  # a bad decode block fails before any run
     fixtures = fixtures_from_args(args, variants, args.limit)
     session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
     if held is not None:  # held through the runs and the table writes of finish()
