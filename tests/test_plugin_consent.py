@@ -117,6 +117,7 @@ def test_allowed_at_calibrate_recorded_and_run_later_unasked(proj, capsys, monke
     assert main(["equiv", "--hosts", "x86", "--fixtures", str(labels), "--no-progress", "--no-plots"]) == 0, \
         capsys.readouterr().err
     assert (workdir / "evil-ran").exists()
+    assert main(["report", "--no-plots"]) == 0, capsys.readouterr().err   # report re-decodes: recorded, allowed
     (workdir / "evil.py").write_text(PLUGIN.format(marker="evil-ran") + "# edited\n")
     capsys.readouterr()
     assert main(["run", "--hosts", "x86", "--fixtures", str(labels), "--no-progress"]) == 2
@@ -129,3 +130,18 @@ def test_named_on_the_command_line_runs(proj, capsys):
     assert _calibrate(model, labels, "--decode", "evil.py:dec") == 0, capsys.readouterr().err
     assert latest_variants()[0].recipe["decode_plugin"]["ref"] == "evil.py:dec"
     assert latest_variants()[0].recipe["sidecar"]["decode"] == {"kind": "evil.py:dec"}
+
+
+def test_report_asks_again_for_a_decode_plugin_read_from_the_tables(proj, capsys):
+    """equiv --decode F:fn names it; report reads that name back from a table (a file): it runs with consent."""
+    workdir, model, labels = proj
+    argv = ["--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--no-progress", "--no-plots"]
+    assert main(["equiv", *argv, "--decode", "evil.py:dec"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    before = sorted(os.listdir(workdir / "results"))
+    assert main(["report", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "classes (analysis " in err and \
+        "decode asks to run plug-in evil.py:dec" in err and err.endswith("pass --allow-plugins to run it\n"), err
+    assert sorted(os.listdir(workdir / "results")) == before
+    assert main(["report", "--no-plots", "--allow-plugins"]) == 0, capsys.readouterr().err

@@ -198,8 +198,6 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         return DecodeSpec(kind=NONE, outputs={}, classes=classes, note=note)
     where = "--decode" if flag else f"{source} decode 'kind'"
     if is_plugin(kind):
-        if flag:
-            plugins.allow(kind)     # the caller named it (--decode)
         plugins.load(kind, where, asked_by=None if flag else f"{source}: decode 'kind'")  # fail (or refuse) now
         own = side_kind == kind or side_kind is None
         thr = threshold if threshold is not None else (block.get("threshold") if own else None)
