@@ -30,6 +30,12 @@ def _csv(s: str) -> list[str]:
 
 
 def add_arguments(parser) -> None:
+    _add_input_arguments(parser)
+    _add_other_arguments(parser)
+
+
+def _add_input_arguments(parser) -> None:
+    """The model, its images and labels, and the code it may run (sidecar, plug-ins)."""
     g = parser.add_argument_group("inputs")
     g.add_argument("--model", default="litter-detr-tiny",
                    help="float ONNX model to quantize, with its sidecar JSON (x.onnx -> x.json) giving the input "
@@ -48,6 +54,9 @@ def add_arguments(parser) -> None:
                    help="the model's decoder instead of the sidecar's decode kind: a built-in kind, none, or a "
                         "plug-in module:function (a plug-in is recorded with its file's SHA-256 in every recipe)")
     add_plugin_arguments(parser)
+
+
+def _add_other_arguments(parser) -> None:
     g = parser.add_argument_group("calibration set")
     g.add_argument("--name", default=None, help="calibration set name: calib_sets/<name>/; if omitted: <model>-n<per-cell>-seed<seed>")
     g.add_argument("--per-cell", type=int, default=12,
