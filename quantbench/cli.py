@@ -6,11 +6,11 @@ import argparse
 import importlib
 import sys
 
-from quantbench import __version__, console
+from quantbench import __version__, console, plugins
 from quantbench import config as C
 from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
 from quantbench.console import add_common_arguments
-from quantbench.errors import GateFailed, ParameterError, UserError
+from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -103,15 +103,29 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
 
 
 def _for_cli(exc: UserError, parser, args) -> str:
-    """A library ParameterError names the parameter; on the command line, name its flag instead."""
-    if not isinstance(exc, ParameterError):
-        return str(exc)
+    """A library ParameterError names the parameter; on the command line, name its flag instead. A refused
+    plug-in gets the flag that allows it."""
     leaves = getattr(parser, "_qb_leaves", {})
     leaf = leaves.get(args.command) or next((p for n, p in leaves.items() if n.startswith(f"{args.command} ")), None)
+    if isinstance(exc, PluginNotAllowed) and any(a.dest == "allow_plugins" for a in getattr(leaf, "_actions", [])):
+        return f"{exc}: pass --allow-plugins to run it"
+    if not isinstance(exc, ParameterError):
+        return str(exc)
     for action in getattr(leaf, "_actions", []):
         if action.dest == exc.param and action.option_strings:
             return exc.for_flag(max(action.option_strings, key=len))
     return str(exc)
+
+
+def _consent(args) -> None:
+    """The plug-ins this command may run: the ones its command line names (--decode, --preprocess), or every
+    one with --allow-plugins; none that only a file names (a defaults table may name none, config.py)."""
+    plugins.reset_consent()
+    if getattr(args, "allow_plugins", False):
+        plugins.allow_all()
+    for ref in (getattr(args, "decode", None), getattr(args, "preprocess", None)):
+        if plugins.is_ref(ref):
+            plugins.allow(ref)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"quantbench: error: {exc}\n")
         return exc.exit_code
     args = parser.parse_args(argv)
+    _consent(args)
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2

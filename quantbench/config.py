@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.plugins import is_ref
 
 PYPROJECT = Path("pyproject.toml")
 QUANTBENCH_TOML = Path("quantbench.toml")
@@ -151,10 +152,18 @@ def apply(parser, command: str, sources: list[Source]) -> dict:
                                         f"option --{key.replace('_', '-')}")
                     continue
                 where = f"{src.path}: [{_table(src)}{scope}] {key}"
+                _no_code(key, value, where)
                 chosen[key] = (_coerce(acts[key], value, where), f"{src.name} [{_table(src)}{scope}]")
     if chosen:
         parser.set_defaults(**{k: v for k, (v, _) in chosen.items()})
     return chosen
+
+
+def _no_code(key: str, value, where: str) -> None:
+    """A defaults table is a file lying in a folder: it never allows or names a plug-in (quantbench.plugins)."""
+    if key == "allow_plugins" or (key in ("decode", "preprocess") and is_ref(value)):
+        raise UserError(f"{where}: a defaults table cannot name or allow plug-ins (code runs only when the command "
+                        "line asks for it); pass it on the command line")
 
 
 def _table(src: Source) -> str:

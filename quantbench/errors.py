@@ -31,3 +31,15 @@ class ParameterError(UserError):
 
     def for_flag(self, flag: str) -> str:
         return f"{flag} {self.value}: {self.problem}" if self.show_value else f"{flag}: {self.problem}"
+
+
+class PluginNotAllowed(UserError):
+    """A file (a sidecar, a recipe, a received archive) names code the user did not ask to run.
+
+    The library says which file asked for which code; the CLI adds how to allow it
+    (cli.py), since the library never names a flag.
+    """
+
+    def __init__(self, message: str, ref: str):
+        self.ref = ref
+        super().__init__(message)

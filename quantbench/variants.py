@@ -19,11 +19,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path
+from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path, sidecar_path
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, canonical_json, read_json, sha256_file
 from quantbench.modelio import graph_inputs, load_model, semantic_sha256
-from quantbench.plugins import plugin_identity
+from quantbench.plugins import allow, plugin_identity, require
 from quantbench.preprocess import input_spec
 
 INDEX_FILE = "index.json"
@@ -104,7 +104,16 @@ def load_variants(folder: str | os.PathLike) -> list[Variant]:
             check_plain_name(model, f"{folder / e['recipe_file']}: model name")
         out.append(Variant(name=e["name"], path=path, model=str(model), recipe=recipe,
                            recipe_path=folder / e["recipe_file"]))
+        allow_recorded(recipe)
     return out
+
+
+def allow_recorded(recipe: dict) -> None:
+    """The plug-ins calibrate ran (the user allowed them there) may run again while their files are unchanged."""
+    for key in ("preprocess_plugin", "decode_plugin"):
+        rec = recipe.get(key)
+        if isinstance(rec, dict) and isinstance(rec.get("ref"), str) and isinstance(rec.get("sha256"), str):
+            allow(rec["ref"], rec["sha256"])
 
 
 def latest_folder(results_dir: str | os.PathLike = "results") -> Path:
@@ -191,6 +200,16 @@ def sidecar_for(variant: Variant, override: dict | None = None) -> dict | None:
     return load_sidecar(variant.path)
 
 
+def sidecar_source(variant: Variant, override_path=None) -> str:
+    """Where sidecar_for(variant) reads (for messages): the --sidecar file, the recipe's copy, or the JSON beside."""
+    if override_path:
+        return str(override_path)
+    recipe = variant.recipe or {}
+    if isinstance(recipe.get("sidecar"), dict) and recipe["sidecar"]:
+        return f"{variant.path} (its recipe's sidecar)"
+    return str(sidecar_path(variant.path))
+
+
 def calibrated_spec(variant: Variant) -> dict | None:
     """The preprocessing the variant was calibrated with (its recipe's "preprocess"), if any."""
     spec = (variant.recipe or {}).get("preprocess")
@@ -233,6 +252,8 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
     calibrated = calibrated_spec(variant)
     if override is not None:
         spec = input_spec(override, dims, name, source=override_source)
+        if spec.get("plugin"):
+            require(spec["plugin"], f"{override_source}: input 'plugin'")
         if calibrated is not None and canonical_json(spec) != canonical_json(calibrated):
             differ = sorted(k for k in set(spec) | set(calibrated) if spec.get(k) != calibrated.get(k))
             raise UserError(f"{override_source}: its input block differs from the preprocessing variant {variant.name} "
@@ -247,8 +268,13 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
                 raise UserError(f"{where}: preprocessing plug-in {calibrated['plugin']} changed since calibration "
                                 f"(SHA-256 {str(now['sha256'])[:12]}, recorded {recorded['sha256'][:12]}); fixtures "
                                 "would not match the calibration recipe: restore it or recalibrate")
+        if calibrated.get("plugin"):
+            require(calibrated["plugin"], f"{where}: recipe preprocess 'plugin'")
         return input_spec({"input": calibrated}, dims, name, source=where)
-    return input_spec(sidecar_for(variant), dims, name, source=where)
+    spec = input_spec(sidecar_for(variant), dims, name, source=where)
+    if spec.get("plugin"):
+        require(spec["plugin"], f"{sidecar_source(variant)}: input 'plugin'")
+    return spec
 
 
 # ---- choosing variants (every command's --variants / --variant) ---------------------------

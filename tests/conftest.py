@@ -24,3 +24,11 @@ from pathlib import Path as _Path
 _TESTS = str(_Path(__file__).resolve().parent)
 if _TESTS not in _sys.path:
     _sys.path.insert(0, _TESTS)
+@pytest.fixture(autouse=True)
+def no_plugin_consent():
+    """Each test starts, like each command, with no plug-in allowed (quantbench.plugins keeps consent per process)."""
+    from quantbench import plugins
+
+    plugins.reset_consent()
+    yield
+    plugins.reset_consent()

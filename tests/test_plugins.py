@@ -63,6 +63,8 @@ def wrong_dtype(rgb, spec):
 
 @pytest.fixture
 def plugdir(workdir):
+    """The plug-ins below, allowed (what they do once allowed; tests/test_plugin_consent.py: when they may run)."""
+    plugins.allow_all()
     (workdir / "dec").mkdir()
     (workdir / "dec" / "my_decoders.py").write_text(DECODERS)
     return workdir
@@ -173,6 +175,7 @@ def test_cached_fixture_tensors_follow_an_edited_preprocessing_plugin(tmp_path, 
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path / "home"))
+    plugins.allow("prep.py:prep")
     labels, images = make_corpus(tmp_path / "corpus", n_litter=1, n_negative=1, n_eval=2)
     src = "import numpy as np\ndef prep(rgb, spec):\n    return np.full((1, 3, 4, 4), {v}, np.float32)\n"
     (tmp_path / "prep.py").write_text(src.format(v=1.0))

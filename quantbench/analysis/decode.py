@@ -70,12 +70,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from quantbench import plugins
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.modelio import load_model
 from quantbench.variants import sidecar_for
 
 KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo")
 NONE = "none"
+#: the decoders whose scores are probabilities: a threshold outside [0, 1] keeps or drops everything
+PROBABILITY_SCORES = ("detr-sigmoid", "classifier-softmax", "threshold-map", "yolo")
 
 # role -> default output name, per kind
 DEFAULT_OUTPUTS = {
@@ -111,7 +113,7 @@ def decode_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown decode kind {text!r}; choose one of {', '.join(KINDS)}, "
                                          f"{NONE}, or a plug-in module:function (or path/to/file.py:function)")
     try:
-        plugins.load(text, "--decode")
+        plugins.check_ref(text, "--decode")   # found, not run: running waits for consent (plugins.require)
     except UserError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -196,7 +198,7 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         return DecodeSpec(kind=NONE, outputs={}, classes=classes, note=note)
     where = "--decode" if flag else f"{source} decode 'kind'"
     if is_plugin(kind):
-        plugins.load(kind, where)   # fail now, naming the reference, rather than on the first fixture
+        plugins.load(kind, where, asked_by=None if flag else f"{source}: decode 'kind'")  # fail (or refuse) now
         own = side_kind == kind or side_kind is None
         thr = threshold if threshold is not None else (block.get("threshold") if own else None)
         return DecodeSpec(kind=kind, outputs={}, threshold=None if thr is None else float(thr), classes=classes,
@@ -218,6 +220,11 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
         raise UserError(f"{where} {thr!r}: must be a finite number (nan or inf would make every "
                         "comparison false)")
+    if thr is not None and kind in PROBABILITY_SCORES and not 0 <= thr <= 1:
+        problem = f"must be in [0, 1] ({kind} scores are probabilities; {thr:g} would keep or drop every decision)"
+        if threshold is not None:
+            raise ParameterError("threshold", problem, float(thr))
+        raise UserError(f"{source}: decode 'threshold' {thr!r}: {problem}")
     top_k = block.get("top_k") if own else None
     box_format = block.get("box_format", "cxcywh" if kind in ("detr-sigmoid", "yolo") else "xyxy")
     extra = _yolo_keys(block if own else {}, source) if kind == "yolo" else {}

@@ -48,7 +48,7 @@ COMMANDS = list(COMMAND_HELP)
 # What a defaults table (config.py) may name, so it is checked without importing every command: each command's
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
-    "activation_type", "all", "allow_fallback", "allow_short", "allow_version_mismatch", "archive", "atol", "batch",
+    "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "allow_version_mismatch", "archive", "atol", "batch",
     "budget", "chunk_size", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
     "graph_opt", "group", "host", "hosts", "hosts_file", "images", "jobs", "json", "labels", "limit", "max_memory",
@@ -75,6 +75,13 @@ def finite_float(text: str) -> float:
     return value
 
 
+def add_plugin_arguments(p) -> None:
+    """--allow-plugins: the one way to run the plug-ins a sidecar or received file names (quantbench.plugins)."""
+    p.add_argument("--allow-plugins", action="store_true",
+                   help="run the plug-ins (module:function) that sidecars and recipes name; without it only a "
+                        "plug-in named on the command line (--decode, --preprocess) or recorded by calibrate runs")
+
+
 def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) -> None:
     """The evaluation-fixture argument group shared by run, equiv and the explain commands (one wording)."""
     g = p.add_argument_group("evaluation fixtures")
@@ -89,6 +96,12 @@ def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) 
                        help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its "
                             "input block must match the calibration recipe")
         g.add_argument("--limit", type=int, help=f"{verb} only the first N images of the split (by file name)")
+    add_plugin_arguments(p)
+
+
+def add_jobs_argument(p) -> None:
+    """--jobs of the commands that run hosts (run, equiv)."""
+    p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count; at most that)")
 
 
 def add_session_arguments(p, whose: str = "") -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 
-from quantbench.commands import finite_float
+from quantbench.analysis.decode import decode_arg
+from quantbench.commands import add_plugin_arguments, finite_float
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
@@ -29,6 +30,12 @@ def _csv(s: str) -> list[str]:
 
 
 def add_arguments(parser) -> None:
+    _add_input_arguments(parser)
+    _add_other_arguments(parser)
+
+
+def _add_input_arguments(parser) -> None:
+    """The model, its images and labels, and the code it may run (sidecar, plug-ins)."""
     g = parser.add_argument_group("inputs")
     g.add_argument("--model", default="litter-detr-tiny",
                    help="float ONNX model to quantize, with its sidecar JSON (x.onnx -> x.json) giving the input "
@@ -43,6 +50,13 @@ def add_arguments(parser) -> None:
     g.add_argument("--preprocess", default=None, metavar="MODULE:FUNCTION",
                    help="preprocessing plug-in fn(rgb HxWx3 uint8, spec) -> input tensor, instead of the input block's "
                         "resize/scale/mean/std (recorded with its file's SHA-256 in every variant's recipe)")
+    g.add_argument("--decode", default=None, type=decode_arg, metavar="KIND",
+                   help="the model's decoder instead of the sidecar's decode kind: a built-in kind, none, or a "
+                        "plug-in module:function (a plug-in is recorded with its file's SHA-256 in every recipe)")
+    add_plugin_arguments(parser)
+
+
+def _add_other_arguments(parser) -> None:
     g = parser.add_argument_group("calibration set")
     g.add_argument("--name", default=None, help="calibration set name: calib_sets/<name>/; if omitted: <model>-n<per-cell>-seed<seed>")
     g.add_argument("--per-cell", type=int, default=12,
@@ -125,8 +139,8 @@ def options_from_args(args):
     types = qv.parse_types(args.types) if args.types else [(args.activation_type, args.weight_type)]
     return CalibrateOptions(
         model=args.model, labels=args.labels, images=args.images, sidecar=args.sidecar, preprocess=args.preprocess,
-        name=args.name, per_cell=args.per_cell, strata=args.strata, count_bins=count_bins, seed=args.seed,
-        allow_short=args.allow_short, skip_bad=args.skip_bad, methods=_csv(args.methods), out=args.out,
+        decode=args.decode, name=args.name, per_cell=args.per_cell, strata=args.strata, count_bins=count_bins,
+        seed=args.seed, allow_short=args.allow_short, skip_bad=args.skip_bad, methods=_csv(args.methods), out=args.out,
         percentile=args.percentile, entropy_bins=args.entropy_bins, per_channel=args.per_channel, types=types,
         weight_type=args.weight_type, reduce_range=args.reduce_range, exclude_nodes=_csv(args.exclude_nodes),
         exclude_op_types=_csv(args.exclude_op_types), pre_process=args.pre_process, chunk_size=args.chunk_size,

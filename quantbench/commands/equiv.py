@@ -11,13 +11,14 @@ from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, de
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
-from quantbench.commands import (add_fixture_arguments, add_session_arguments, finish_equiv, finite_float,
-                                 fixtures_from_args, session_from_args, sidecar_from_args, variants_from_args)
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
+                                 finish_equiv, finite_float, fixtures_from_args, session_from_args,
+                                 sidecar_from_args, variants_from_args)
 from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
-from quantbench.hosts.runner import run_hosts, variant_info
+from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
 from quantbench.modelio import fits, load_model
-from quantbench.variants import sidecar_for
+from quantbench.variants import sidecar_for, sidecar_source
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
@@ -45,7 +46,7 @@ def add_arguments(p) -> None:
     p.add_argument("--no-run", action="store_true",
                    help="use only results already in the tables (e.g. hosts run with other session options)")
     add_session_arguments(p, " for the runs")
-    p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count)")
+    add_jobs_argument(p)
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
@@ -71,10 +72,11 @@ def _run_hint(args) -> str:
     return "".join(parts)
 
 
-def check_decoders(variants, override, kind, threshold) -> None:
-    """Every variant's decode spec (sidecar or --decode/--threshold) is valid and fits its outputs."""
+def check_decoders(variants, override, kind, threshold, override_path=None) -> None:
+    """Every variant's decode spec (sidecar or --decode/--threshold) is valid, fits its outputs, and runs no
+    plug-in only a file names (quantbench.plugins.require)."""
     for v in variants:
-        spec = spec_from_sidecar(sidecar_for(v, override), kind, threshold, source=f"model {v.model} sidecar")
+        spec = spec_from_sidecar(sidecar_for(v, override), kind, threshold, source=sidecar_source(v, override_path))
         try:
             check_outputs(spec, [o.name for o in load_model(v.path, check=False).graph.output])
         except UserError as exc:
@@ -103,15 +105,18 @@ def prepare(args, held: contextlib.ExitStack | None = None, variants: list | Non
         raise UserError(f"--limit {args.limit}: must be at least 1")
     if args.atol < 0 or args.rtol < 0:
         raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
+    announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     names = [s.name for s in specs]
+    if not args.no_run:
+        check_ready(specs)  # before the lock: a host that cannot run writes nothing
     if args.reference and args.reference not in names:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(names)}")
     results = Path(args.results)
     root = results / "tables"
     variants = variants if variants is not None else variants_from_args(args, to_stderr=args.json)
     override = sidecar_from_args(args)
-    check_decoders(variants, override, args.decode, args.threshold)  # a bad decode block fails before any run
+    check_decoders(variants, override, args.decode, args.threshold, args.sidecar)  # a bad decode block fails before any run
     fixtures = fixtures_from_args(args, variants, args.limit)
     session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
     if held is not None:  # held through the runs and the table writes of finish()

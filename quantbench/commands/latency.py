@@ -6,7 +6,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import fixtures_from_args
+from quantbench.commands import add_plugin_arguments, fixtures_from_args
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
@@ -27,6 +27,7 @@ def add_arguments(p) -> None:
                                                       "the variants were calibrated with)")
     p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures")
     p.add_argument("--split", default="eval", help="image split the timed fixture comes from")
+    add_plugin_arguments(p)
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
 

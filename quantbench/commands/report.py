@@ -7,12 +7,14 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.analysis import gates as G
+from quantbench.analysis.decode import is_plugin
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
-from quantbench.commands import finish_equiv
+from quantbench.commands import add_plugin_arguments, finish_equiv
 from quantbench.errors import UserError
 from quantbench.fsutil import check_writable
-from quantbench.variants import Variant, sidecar_for
+from quantbench.plugins import require
+from quantbench.variants import Variant, allow_recorded, sidecar_for
 
 HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
 
@@ -27,6 +29,7 @@ def add_arguments(p) -> None:
     p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures (default: images/ beside it)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
     p.add_argument("--json", action="store_true", help="print the equiv summary as JSON instead of text")
+    add_plugin_arguments(p)
 
 
 def last_equiv(results: Path) -> dict:
@@ -67,9 +70,12 @@ def run(args) -> int:
     refs = []
     for v in st["variants"]:
         recipe = json.loads((models.get(v["variant_id"]) or {}).get("recipe") or "{}")
+        allow_recorded(recipe)   # the plug-ins calibrate ran, unchanged, run again
         sidecar = sidecar_for(Variant(name=v["name"], path=Path(v.get("path") or ""), model=v["model"], recipe=recipe))
         refs.append(VariantRef(name=v["name"], variant_id=v["variant_id"], model=v["model"], sidecar=sidecar,
                                path=v.get("path", "")))
+    if is_plugin(st["decode"]):   # named on that equiv's command line, read back from a table: ask again
+        require(st["decode"], f"{root}/classes (analysis {eid[:12]}): decode")
     prefer = {h: tuple(x) for h, x in st["selections"].items()}
     # gate settings are not part of the analysis id: take the last run's when it is this analysis
     gs = (last.get("settings") or {}) if last.get("equiv_id") == eid else {}

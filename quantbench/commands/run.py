@@ -7,12 +7,12 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import (add_fixture_arguments, add_session_arguments, fixtures_from_args, session_from_args,
-                                 variants_from_args)
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
+                                 fixtures_from_args, session_from_args, variants_from_args)
 from quantbench.errors import UserError
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
-from quantbench.hosts.runner import RunFailed, run_hosts
+from quantbench.hosts.runner import RunFailed, announce_jobs, check_ready, run_hosts
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."
@@ -34,7 +34,7 @@ def add_arguments(p) -> None:
                    help="accept a session that did not resolve every requested provider (default: error)")
     p.add_argument("--allow-version-mismatch", action="store_true",
                    help="run emulated hosts whose onnxruntime differs from the local one (a confound)")
-    p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count)")
+    add_jobs_argument(p)
     p.add_argument("--export", metavar="FILE",
                    help="also write the named hosts' results to FILE, for `kind = \"imported\"` on another machine")
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
@@ -60,9 +60,11 @@ def run(args) -> int:
     announce_hosts_file(args.hosts_file)
     if args.limit is not None and args.limit < 1:
         raise UserError(f"--limit {args.limit}: must be at least 1")
+    announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
     session = session_from_args(args)
 
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
+    check_ready(specs)  # before the lock: a host that cannot run writes nothing
     fixtures = fixtures_from_args(args, variants, args.limit)
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure = None

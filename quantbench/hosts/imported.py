@@ -125,7 +125,7 @@ def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
 def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
     try:
         with tarfile.open(path, "r:") as tar:
-            members = {m.name: m for m in tar.getmembers()}
+            members = _checked_members(path, tar.getmembers())
             if "manifest.json" not in members:
                 raise UserError(f"{path}: not a quantbench results export (no manifest.json)")
             manifest = json.loads(tar.extractfile(members["manifest.json"]).read())
@@ -144,6 +144,24 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
     except (tarfile.TarError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
         raise UserError(f"{path}: not a readable quantbench results export ({exc})") from None
     return manifest, out
+
+
+def _checked_members(path: Path, members: list) -> dict:
+    """name -> member of an export holding only what export_results writes: each name once, a regular file."""
+    allowed = {"manifest.json", *(f"{name}.parquet" for name in TABLES)}
+    fail = "; the file was not written by `quantbench run --export` as it is, nothing was imported"
+    seen: dict = {}
+    for m in members:
+        if not m.isfile():
+            raise UserError(f"{path}: member {m.name} is not a regular file{fail}")
+        if m.name in seen:
+            raise UserError(f"{path}: member {m.name} appears more than once{fail}")
+        seen[m.name] = m
+    extra = sorted(set(seen) - allowed)
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" (and {len(extra) - 5} more)" if len(extra) > 5 else "")
+        raise UserError(f"{path}: member(s) quantbench does not write: {shown}{fail}")
+    return seen
 
 
 class _Bad(Exception):

@@ -38,6 +38,10 @@ KIND_OPTIONS = {
     "imported": (("file",), ("host",)),
 }
 
+# Options that are one word passed to a program (never an option of it): what each names.
+WORD_OPTIONS = {"ssh": {"address": "the destination (user@host or an ssh config alias)",
+                        "python": "the remote interpreter"}}
+
 # Fallback preset names when quantbench.hosts.emulated is not importable (the contract's list).
 @dataclass(frozen=True)
 class HostSpec:
@@ -165,6 +169,10 @@ def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
     missing = [k for k in required if not opts.get(k)]
     if missing:
         raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")
+    for key in WORD_OPTIONS.get(kind, ()):
+        if str(opts.get(key, "")).startswith("-"):
+            raise UserError(f"{where}: host {name!r}: {key} {opts[key]!r} must not start with '-' ({key} names "
+                            f"{WORD_OPTIONS[kind][key]}, never an option; ssh options go in ssh_options)")
 
 
 def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> dict:

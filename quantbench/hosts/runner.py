@@ -26,7 +26,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.fixtures import fixtures_chunks
 from quantbench.fsutil import canonical_json, sha256_file
 from quantbench.hosts import fpcache
@@ -91,6 +91,26 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def worker_slots(jobs: int | None) -> tuple[int, str | None]:
+    """The local worker slots for `jobs` (None: one per usable core) and a note when it is capped: a worker
+    beyond the cores only competes for them (10000 jobs on 2 cores ran 4x slower)."""
+    cores = usable_cores()
+    if jobs is None:
+        return cores, None
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ParameterError("jobs", "must be at least 1 (leave it out for one worker per core)", jobs)
+    if jobs > cores:
+        return cores, f"using {cores} jobs: this machine has {cores} cores"
+    return jobs, None
+
+
+def announce_jobs(jobs: int | None, to_stderr: bool = False) -> None:
+    """Check `jobs` before anything is written (worker_slots) and print its note, if any."""
+    _, note = worker_slots(jobs)
+    if note:
+        print(f"note: {note}", file=sys.stderr if to_stderr else sys.stdout, flush=True)
 
 
 # --------------------------------------------------------------------------- summary
@@ -830,12 +850,13 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     something fails, and then RunFailed (a UserError) is raised after all hosts ended
     (unless raise_on_error=False: the errors are in the summary).
     """
+    slots, _ = worker_slots(jobs)
     specs = _host_specs(host_names, hosts_file)
     ctx = _context(variants, fixtures, normalize_session(session), tables_root, allow_fallback,
                    allow_version_mismatch, progress)
     hosts = [make_host(spec) for spec in specs]
     _check_hosts(hosts, ctx)
-    summary = RunSummary(_run_all(specs, hosts, ctx, jobs, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
+    summary = RunSummary(_run_all(specs, hosts, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
                          ctx.session, ctx.skey, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
@@ -882,11 +903,22 @@ def _check_hosts(hosts, ctx: _Context) -> None:
     """Every host must be runnable before anything starts; an imported file must hold some of this run
     (one that holds none must not join a class unmeasured)."""
     for host in hosts:
-        ok, msg = host.ready()
-        if not ok:
-            raise UserError(f"host {host.name}: {msg}")
+        _ready(host)
         if not host.runs_workers:
             check_coverage(host, ctx)
+
+
+def _ready(host) -> None:
+    ok, msg = host.ready()
+    if not ok:
+        raise UserError(f"host {host.name}: {msg}")
+
+
+def check_ready(specs) -> None:
+    """Every host can run (an imported file read and checked): commands call it before they take the tables
+    lock, so a host that cannot run writes nothing."""
+    for spec in specs:
+        _ready(make_host(spec))
 
 
 def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
@@ -901,11 +933,11 @@ def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
     tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
 
 
-def _run_all(specs, hosts, ctx: _Context, jobs, preprocess: dict | None) -> list[HostSummary]:
+def _run_all(specs, hosts, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
     slots; imported hosts merge their file. The fixtures and models rows are written meanwhile.
     Returns the hosts' summaries in that order."""
-    sched = _Scheduler(jobs or usable_cores())
+    sched = _Scheduler(slots)
     runs = [_HostRun(spec, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
             for i, (spec, host) in enumerate(zip(specs, hosts))]
     sched.runs = [r for r in runs if isinstance(r, _HostRun)]

@@ -38,8 +38,10 @@ def worker_preamble() -> bytes:
 
 @dataclass
 class SSHHost(ProcessHost):
-    """Options: address (user@host or an ssh config alias), python (default python3),
-    ssh_options (extra arguments for ssh, e.g. ["-F", "cfg", "-p", "2222"]), ssh (the client binary)."""
+    """Options: address (user@host or an ssh config alias), python (the remote interpreter, default python3),
+    ssh_options (extra arguments for ssh, e.g. ["-F", "cfg", "-p", "2222"]: the one place for ssh options),
+    ssh (the client binary). The command line ends ssh's options with `--`, so neither address nor python
+    can become an option."""
 
     #: models and inputs travel through the connection
     model_by_path: bool = False
@@ -70,8 +72,13 @@ class SSHHost(ProcessHost):
         cp = self.control_path()
         if cp:
             mux = ["-o", "ControlMaster=auto", "-o", f"ControlPath={cp}", "-o", "ControlPersist=10"]
-        return [ssh, *self.options.get("ssh_options", []), *mux, "-T", "-o", "BatchMode=yes",
-                self.options["address"], remote_command(self.options.get("python") or "python3")]
+        python = self.options.get("python") or "python3"
+        if python.startswith("-"):
+            raise UserError(f"host {self.name}: python {python!r} must name the remote interpreter, not an option")
+        # `--` ends ssh's options: the destination and the remote command (one quoted word) are never parsed as
+        # options, whatever they hold; ssh_options is the one place for options
+        return [ssh, *self.options.get("ssh_options", []), *mux, "-T", "-o", "BatchMode=yes", "--",
+                self.options["address"], remote_command(python)]
 
     def close_connection(self) -> None:
         """Stop the shared connection (the master) now rather than after ControlPersist."""
@@ -80,7 +87,7 @@ class SSHHost(ProcessHost):
             return
         ssh = self.options.get("ssh") or "ssh"
         try:
-            subprocess.run([ssh, *self.options.get("ssh_options", []), "-o", f"ControlPath={cp}", "-O", "exit",
+            subprocess.run([ssh, *self.options.get("ssh_options", []), "-o", f"ControlPath={cp}", "-O", "exit", "--",
                             self.options["address"]], capture_output=True, timeout=10)
         except (OSError, subprocess.SubprocessError):
             pass

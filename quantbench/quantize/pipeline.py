@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from quantbench import plugins
-from quantbench.analysis.decode import check_outputs, spec_from_sidecar
+from quantbench.analysis.decode import check_outputs, is_plugin, spec_from_sidecar
 from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model, load_sidecar, sidecar_path
 from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError
@@ -43,6 +43,7 @@ class CalibrateOptions:
     images: str | os.PathLike | None = None
     sidecar: str | os.PathLike | None = None       # a sidecar file instead of the one beside the model
     preprocess: str | None = None                  # module:function plug-in
+    decode: str | None = None                      # the model's decoder, instead of the sidecar's decode kind
     name: str | None = None                        # calibration set name
     per_cell: int = 12
     strata: str = "auto"
@@ -137,33 +138,50 @@ def _display_model(path: Path) -> str:
     return p
 
 
-def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict | None, dict | None]:
-    """(preprocess spec, sidecar, plug-in identity) the model is calibrated with; checked against its input."""
+def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict | None, dict]:
+    """(preprocess spec, sidecar, {"preprocess_plugin"/"decode_plugin": identity} of the plug-ins it runs) the model
+    is calibrated with; checked against its input. A plug-in only the sidecar names runs only if allowed
+    (quantbench.plugins.require); the recipe records the ones that ran, so later commands run them unasked."""
     from onnx import helper
 
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
-    sidecar = load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path)
+    sidecar = with_decode(load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path), opts.decode)
+    side_where = str(opts.sidecar or sidecar_path(model_path))
     ins = graph_inputs(model)
     if len(ins) != 1:
         raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
     (in_name, dims), = ins.items()
     spec = input_spec(sidecar, dims, in_name, source=str(opts.sidecar or model_path))
     if opts.preprocess:
+        plugins.allow(opts.preprocess)   # the caller named it
         spec["plugin"] = opts.preprocess
-    plugin = plugins.plugin_identity(spec["plugin"], "preprocess") if spec.get("plugin") else None
-    where = str(opts.sidecar or sidecar_path(model_path))
-    check_input_block(spec, where if sidecar else model_path)  # channels, size cap: before allocating
+    elif spec.get("plugin"):
+        plugins.require(spec["plugin"], f"{side_where}: input 'plugin'")
+    records = {"preprocess_plugin": plugins.plugin_identity(spec["plugin"], "preprocess")} if spec.get("plugin") else {}
+    check_input_block(spec, side_where if sidecar else model_path)  # channels, size cap: before allocating
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")
     if sidecar and sidecar.get("decode"):  # a decode block that cannot decode this model fails now, not after runs
-        check_outputs(spec_from_sidecar(sidecar, source=where), [o.name for o in model.graph.output])
+        decoder = check_outputs(spec_from_sidecar(sidecar, source=side_where), [o.name for o in model.graph.output])
+        if is_plugin(decoder.kind):
+            records["decode_plugin"] = plugins.plugin_identity(decoder.kind, "decode")
     elem = next(i for i in model.graph.input if i.name == in_name).type.tensor_type.elem_type
     np_type = helper.tensor_dtype_to_np_dtype(elem)
     if str(np_type) != spec.get("dtype", "float32"):
         raise UserError(f"{model_path}: input {in_name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
                         f"set \"dtype\": \"{np_type}\" in the sidecar's input block")
-    return spec, sidecar, plugin
+    return spec, sidecar, records
+
+
+def with_decode(sidecar: dict | None, kind: str | None) -> dict | None:
+    """The sidecar with `kind` as its decoder (its decode block kept when it is for that kind)."""
+    if kind is None:
+        return sidecar
+    if kind and is_plugin(kind):
+        plugins.allow(kind)   # the caller named it
+    block = dict((sidecar or {}).get("decode") or {})
+    return {**(sidecar or {}), "decode": block if block.get("kind") == kind else {"kind": kind}}
 
 
 def eval_labels(calset_recipe: dict) -> dict:
@@ -181,7 +199,7 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     percentile = DEFAULT_PERCENTILE if opts.percentile is None else opts.percentile
     entropy_bins = ENTROPY_BINS if opts.entropy_bins is None else opts.entropy_bins
     model_path = resolve_model(opts.model)
-    spec, sidecar, plugin = input_recipe(model_path, opts)
+    spec, sidecar, records = input_recipe(model_path, opts)
     model_name = model_path.stem
     calib_root = Path(opts.calib_sets_dir or CALIB_SETS_DIR)
     variants_root = Path(opts.variants_dir or VARIANTS_DIR)
@@ -205,9 +223,7 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     # 2. variants
     common = {"source_model": {"path": _display_model(model_path), **model_hashes(model_path)}, "seed": opts.seed,
               "preprocess": spec, "sidecar": sidecar, "pre_process": bool(opts.pre_process),
-              "eval_labels": eval_labels(calset.recipe)}
-    if plugin:
-        common["preprocess_plugin"] = plugin
+              "eval_labels": eval_labels(calset.recipe), **records}
     calib_info = {"name": name, "folder": str(calib_root / name), "manifest_sha256": calset.recipe["manifest_sha256"],
                   "images": len(paths), "seed": opts.seed}
     result = CalibrateResult(calset=calset, calib_dir=calib_dir, out=out, state="", latest=variants_root / "latest.json",

@@ -1,0 +1,68 @@
+"""An export file holds exactly what `run --export` writes (manifest.json and four Parquet tables, each once,
+each a regular file): anything else arriving from elsewhere is refused, naming it, and nothing is imported."""
+
+import io
+import os
+import tarfile
+
+import pytest
+
+from hosts_helpers import image_model, make_corpus
+from quantbench.cli import main
+
+
+@pytest.fixture
+def exported(workdir, capsys):
+    model = image_model(workdir / "m.onnx")
+    labels = make_corpus(workdir / "corpus", count=1)
+    common = ["--variants", str(model), "--fixtures", str(labels), "--no-progress", "--jobs", "1"]
+    assert main(["run", "--hosts", "local", "--tables", "a", "--export", "pi.qbr", *common]) == 0
+    capsys.readouterr()
+    (workdir / "hosts.toml").write_text('airgap = { kind = "imported", file = "pi.qbr" }\n')
+    return ["run", "--hosts", "airgap", "--tables", "b", "--hosts-file", "hosts.toml", *common]
+
+
+def _rewrite(path, extra):
+    """The export with `extra(tar)` members appended."""
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for m, data in members:
+            tar.addfile(m, io.BytesIO(data))
+        extra(tar)
+
+
+def _file(tar, name, data=b"payload"):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _link(tar, name):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    tar.addfile(info)
+
+
+CASES = {
+    "extra file": (lambda t: _file(t, "notes/evil.py"), "member(s) quantbench does not write: notes/evil.py"),
+    "duplicate": (lambda t: _file(t, "outputs.parquet"), "member outputs.parquet appears more than once"),
+    "link": (lambda t: _link(t, "readme"), "member readme is not a regular file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_unexpected_members_refused(workdir, exported, capsys, case):
+    add, words = CASES[case]
+    _rewrite(workdir / "pi.qbr", add)
+    assert main(exported) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("quantbench run: error: host airgap: ") and f"pi.qbr: {words}" in err, err
+    assert "nothing was imported" in err
+    assert not (workdir / "b").exists()  # nothing written
+
+
+def test_plain_export_still_imports(workdir, exported, capsys):
+    assert main(exported) == 0
+    assert os.path.isdir(workdir / "b")

@@ -1,0 +1,39 @@
+"""--jobs: a non-positive count is refused (it meant "all cores" or 1 by accident); a count above the usable
+cores is capped, with a note saying so (more workers than cores only made runs slower)."""
+
+import os
+
+import pytest
+
+from hosts_helpers import fixtures, matmul_model, variant
+from quantbench.cli import main
+from quantbench.errors import ParameterError
+from quantbench.hosts.runner import run_hosts, usable_cores, worker_slots
+
+
+@pytest.mark.parametrize("command", ["run", "equiv"])
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_non_positive_jobs_refused_before_anything(workdir, capsys, command, jobs):
+    assert main([command, "--hosts", "x86", "--jobs", jobs, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"quantbench {command}: error: --jobs {jobs}: must be at least 1 (leave it out for one worker per core)\n"
+    assert os.listdir(workdir) == []  # nothing written, not even the lock
+
+
+def test_library_refuses_non_positive_jobs(workdir):
+    model = matmul_model(workdir / "m.onnx")
+    with pytest.raises(ParameterError, match=r"^jobs=0: must be at least 1"):
+        run_hosts(["x86"], [variant(model)], fixtures(2), progress=False, tables_root=workdir / "t", jobs=0)
+    assert not (workdir / "t").exists()
+
+
+def test_jobs_above_cores_are_capped_with_a_note(workdir, capsys):
+    cores = usable_cores()
+    assert worker_slots(10000) == (cores, f"using {cores} jobs: this machine has {cores} cores")
+    assert worker_slots(cores) == (cores, None) and worker_slots(None) == (cores, None)
+    model = matmul_model(workdir / "m.onnx")
+    s = run_hosts(["x86"], [variant(model)], fixtures(8), progress=False, tables_root=workdir / "t", jobs=10000)
+    assert s.hosts[0].ran == 8 and s.hosts[0].workers <= cores
+    assert main(["run", "--hosts", "x86", "--limit", "1", "--jobs", "10000", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == f"note: using {cores} jobs: this machine has {cores} cores", out
