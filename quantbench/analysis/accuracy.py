@@ -204,8 +204,10 @@ def _classifier_labels(sidecar: dict, classes: list, truth: Truth, fids: list) -
     return out, "" if not skipped else f"{skipped} of {len(fids)} images without one label are left out"
 
 
-def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids) -> Plan | str:
-    """How to score one model's decisions against the labels, or the reason it cannot be done."""
+def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bool = True) -> Plan | str:
+    """How to score one model's decisions against the labels, or the reason it cannot be done.
+
+    `boxed`: the decisions carry boxes (a plug-in returning none is not asked for their frame)."""
     fids = sorted(fixture_ids)
     if spec.kind == NONE:
         return "decode none: no decisions to score"
@@ -224,6 +226,8 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids) -> Plan |
         return "a probability map (threshold-map): no rule turns COCO labels into map regions"
     block = dict((sidecar or {}).get("decode") or {})
     frame = block.get("box_frame") or DETECTOR_FRAMES.get(spec.kind)
+    if is_plugin(spec.kind) and not boxed:
+        return "a decode plug-in returning no boxes: no rule scores its decisions against the labels"
     if is_plugin(spec.kind) and not block.get("box_frame"):
         return "a decode plug-in: say its boxes' frame with 'box_frame' (normalized or input-pixels) in the decode block"
     if frame not in BOX_FRAMES:
@@ -357,8 +361,9 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCach
         spec = DecodeSpec(kind=dd["kind"], outputs=dd.get("outputs") or {}, threshold=dd.get("threshold"),
                           classes=dd.get("classes") or [])
         fids = result.settings["fixtures"].get(vs[0]["variant_id"], [])
+        boxed = any(d.box is not None for (_, vid, _), d in result.decoded.items() if vid == vs[0]["variant_id"])
         try:
-            pl = plan(spec, sidecars.get(model), truth, fids)
+            pl = plan(spec, sidecars.get(model), truth, fids, boxed=boxed)
         except (KeyError, TypeError, ValueError, IndexError) as exc:   # malformed labels: a reason, not a crash
             pl = f"labels not usable ({type(exc).__name__}: {exc})"
         scores = {}
