@@ -248,17 +248,18 @@ class TensorCache:
 def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
                    images_dir: str | os.PathLike | None = None, split: str | None = "eval",
                    limit: int | None = None) -> list[Fixture]:
-    """Fixtures for every image of `split` (all images if None), in file-name order."""
+    """Fixtures for every image of `split` (all images if None), in file-name order; `limit`: that many,
+    balanced over the strata (pick_balanced)."""
     if images_dir is None and Path(labels_path) == CORPUS_LABELS:
         images_dir = CORPUS_IMAGES
     coco = load_coco(labels_path, images_dir)
     anns = annotations_by_image(coco)
     images = [im for im in coco["images"] if split is None or im.get("split") == split]
     images.sort(key=lambda im: im["file_name"])
-    if limit is not None:
-        images = images[:limit]
     root = Path(coco["_images_dir"])
     names = {c.get("id"): c.get("name", c.get("id")) for c in coco["categories"] if isinstance(c, dict)}
+    if limit is not None:
+        images = pick_balanced(images, [_stratum(anns.get(im["id"], []), names) for im in images], limit)
     cache = TensorCache(spec)
     out = []
     for im in images:
@@ -275,11 +276,40 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
             source=im["file_name"],
             image_sha256=image_sha,
             labels=labels,
-            stratum=single_label(labels, names) or density_label(len(labels)),
+            stratum=_stratum(labels, names),
             split=im.get("split", ""),
         ))
     cache.trim()
     return out
+
+
+def _stratum(labels: list, names: dict) -> str:
+    return single_label(labels, names) or density_label(len(labels))
+
+
+def pick_balanced(images: list, strata: list, limit: int) -> list:
+    """`limit` of `images` (in file-name order) balanced over their `strata`: one image of each stratum in
+    turn (strata by name, images by file name within one), until `limit`; the picked ones in file-name order.
+    Same images, same limit: the same set."""
+    by: dict = {}
+    for im, s in zip(images, strata):
+        by.setdefault(s, []).append(im)
+    queues = [by[s] for s in sorted(by)]
+    picked, depth = [], 0
+    while len(picked) < min(limit, len(images)):
+        picked += [q[depth] for q in queues if depth < len(q)][:limit - len(picked)]
+        depth += 1
+    chosen = {id(im) for im in picked}
+    return [im for im in images if id(im) in chosen]
+
+
+def limit_note(fixtures: list) -> str:
+    """How a limit picked `fixtures` (pick_balanced), in one line: the rule and the count per stratum."""
+    counts: dict = {}
+    for fx in fixtures:
+        counts[fx.stratum] = counts.get(fx.stratum, 0) + 1
+    per = ", ".join(f"{s or 'unlabelled'} {n}" for s, n in sorted(counts.items()))
+    return f"{len(fixtures)} images taken in turn from each stratum (by file name within one): {per}"
 
 
 def fixtures_for_variants(variants, labels=None, images=None, split: str | None = "eval", limit: int | None = None,

@@ -7,6 +7,8 @@ imports its library at top; heavy third-party packages (onnxruntime, pyarrow,
 matplotlib) still load only where they are used.
 """
 
+import sys
+
 from quantbench.analysis.gates import parse_gates
 from quantbench.errors import GateFailed, UserError
 
@@ -85,7 +87,8 @@ def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) 
         g.add_argument("--sidecar", metavar="FILE",
                        help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its "
                             "input block must match the calibration recipe")
-        g.add_argument("--limit", type=int, help=f"{verb} only the first N images of the split (by file name)")
+        g.add_argument("--limit", type=int, help=f"{verb} only N images of the split, taken in turn from each "
+                                                 "stratum (by file name within one): same N, same images")
 
 
 def add_session_arguments(p, whose: str = "") -> None:
@@ -139,6 +142,10 @@ def fixtures_from_args(args, variants, limit: int | None = None) -> list:
     from quantbench.fixtures import fixtures_for_variants
 
     fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit, sidecar_from_args(args))
+    if limit is not None:
+        from quantbench.fixtures import limit_note
+
+        print(f"--limit {limit}: {limit_note(fixtures)}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     return fixtures
 
 
