@@ -36,7 +36,8 @@ PER_COMPARISON = 8
 THUMB = 256
 REF_COLOR = (0, 200, 0)
 CAND_COLOR = (230, 0, 200)
-BOX_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "threshold-map": "normalized"}
+BOX_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels",
+              "threshold-map": "normalized"}
 
 
 def safe(name: str) -> str:

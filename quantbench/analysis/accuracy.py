@@ -52,7 +52,7 @@ from quantbench.preprocess import boxes_to_image, input_hw
 
 METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
-DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels"}
+DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels"}
 BOX_FRAMES = ("normalized", "input-pixels")
 
 

@@ -28,7 +28,7 @@ from quantbench.analysis.decode import (IOU_MATCH, IOU_SHIFT, DecodeSpec, Decode
 from quantbench.errors import UserError
 
 FLIP_KINDS = ("threshold", "class", "box-shift")
-MATCHED_KINDS = ("nms-boxes", "yolo")   # decoders whose decisions compare by matching boxes
+MATCHED_KINDS = ("nms-boxes", "yolo", "yolox")   # decoders whose decisions compare by matching boxes
 # |margin| band edges (fp32 score distance to the threshold)
 BAND_EDGES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 CONCEAL_TOLERANCE = 1
