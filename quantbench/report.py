@@ -401,6 +401,9 @@ def _acc_cell(sc: dict | None, base: dict | None) -> str:
         return "-"
     if sc["metric"] == "top-1":
         text = f"{sc['value']:.3f} ({sc['correct']}/{sc['images']})"
+    elif sc["metric"] == "text":
+        cer = "-" if sc["cer"] is None else f"{sc['cer']:.3f}"
+        text = f"{sc['value']:.3f} ({sc['correct']}/{sc['images']}), CER {cer}"
     else:
         text = "-" if sc["value"] is None else f"{sc['value']:.3f} / {sc['ap50_95']:.3f}"
     if base is not None and base is not sc and sc["value"] is not None and base["value"] is not None:
@@ -423,7 +426,11 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
             lines += [f"Accuracy{who}: not computed (no decisions were decoded).", ""]
             continue
         hosts = list(result.hosts)
-        if pl.metric == "top-1":
+        if pl.metric == "text":
+            lines.append(f"Text accuracy{who} on {len(pl.fixtures)} labelled images (exact match of the decoded "
+                         "string with each image's \"text\" label; in brackets: matches/images; CER: character error "
+                         "rate, edits per label character; then the exact-match change against fp32 on the same host).")
+        elif pl.metric == "top-1":
             lines.append(f"Top-1 accuracy{who} on {len(pl.fixtures)} labelled images (argmax class against each "
                          "image's label; in brackets: correct/images, then the change against fp32 on the same host).")
         else:
@@ -662,7 +669,8 @@ def decisions_lines(result) -> list[str]:
         band = "-" if not m.get("band") else f"[{m['band'][0]:.4g}, {m['band'][1]:.4g}]"
         rows.append([c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}", c["comparison"],
                      f"{c['ref_total']} -> {c['total']}", c["flips"],
-                     f"{bk['threshold']}/{bk['class']}/{bk['box-shift']}", f"{c['images_disagree']}/{c['fixtures']}",
+                     f"{bk['threshold']}/{bk['class']}/{bk['box-shift']}" if "threshold" in bk else
+                     f"{bk.get('text', 0)} text", f"{c['images_disagree']}/{c['fixtures']}",
                      "**concealed**" if c["concealed"] else "no", band])
     if rows:
         lines += md_table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
@@ -790,8 +798,8 @@ def _summary_head(result) -> list[str]:
     """The run line (hosts, fixtures, decoders) and the verdict."""
     ref = result.settings["reference"]
     kinds = sorted({v["decode"]["kind"] for v in result.variants})
-    thr = sorted({"top-1" if v["decode"]["threshold"] is None else f"threshold {v['decode']['threshold']:g}"
-                  for v in result.variants if v["decode"]["kind"] != "none"})
+    thr = sorted({"greedy" if v["decode"]["kind"] == "ctc" else "top-1" if v["decode"]["threshold"] is None
+                  else f"threshold {v['decode']['threshold']:g}" for v in result.variants if v["decode"]["kind"] != "none"})
     nfx = sorted({v["fixtures"] for v in result.variants})
     head = (f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
             f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))

@@ -22,6 +22,9 @@ against the table's annotations before it is trusted.
   The box frame is normalised for detr-sigmoid and input pixels for yolo; for
   nms-boxes and plug-ins the sidecar decode block says it (``"box_frame":
   "normalized"`` or ``"input-pixels"``). Classes map to categories by name.
+- text recognisers (``ctc``): exact match of the decoded string and character
+  error rate, against a ``"text"`` field of each image entry of the labels file
+  (images without one are left out and counted in a note).
 
 Whenever a figure cannot be computed honestly the answer is a reason, never a
 guess: ``{"computed": False, "why": ...}``.
@@ -47,7 +50,7 @@ from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
-from quantbench.metrics import coco_ap
+from quantbench.metrics import coco_ap, text_accuracy
 from quantbench.preprocess import boxes_to_image, input_hw
 
 METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
@@ -67,6 +70,7 @@ class FixtureTruth:
     preprocess: dict
     size: tuple | None = None          # (height, width) of the source image, when known
     image_path: str | None = None      # the source image file, when found with the recorded hash
+    text: str | None = None            # the image's "text" label (a text recogniser's truth), when it has one
 
 
 @dataclass
@@ -126,6 +130,8 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
         if im is None or sorted(map(_ann_key, anns.get(im["id"], []))) != sorted(map(_ann_key, f.annotations)):
             truth.mismatched.append(f.fixture_id)
             continue
+        if isinstance(im.get("text"), str):
+            f.text = im["text"]
         path = images_dir / f.source
         if path.is_file() and sha256_file(path) == f.image_sha256:
             f.image_path = str(path)
@@ -149,9 +155,9 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
 class Plan:
     """What scoring a model needs, decided once per model: the metric and each fixture's truth."""
 
-    metric: str                         # "top-1" or "AP"
+    metric: str                         # "top-1", "AP" or "text"
     fixtures: list                      # fixture ids scored
-    labels: dict = field(default_factory=dict)       # top-1: fixture -> class index
+    labels: dict = field(default_factory=dict)       # top-1: fixture -> class index; text: fixture -> string
     gt: dict = field(default_factory=dict)           # AP: fixture -> [N,5] x1,y1,x2,y2,category_id (pixels)
     category_of: dict = field(default_factory=dict)  # AP: class index -> category id
     frame: str = ""
@@ -204,6 +210,20 @@ def _classifier_labels(sidecar: dict, classes: list, truth: Truth, fids: list) -
     return out, "" if not skipped else f"{skipped} of {len(fids)} images without one label are left out"
 
 
+def _text_plan(truth: Truth, fids: list) -> Plan | str:
+    """ctc: score against the "text" label of each image that has one."""
+    if truth.categories is None:
+        return (f"the labels file the fixtures came from was not read ({truth.note}); its images' \"text\" "
+                "fields are the truth; pass --fixtures LABELS.json to `quantbench report`")
+    labels = {f: truth.fixtures[f].text for f in fids
+              if f not in truth.mismatched and truth.fixtures[f].text is not None}
+    if not labels:
+        return f"no text labels: none of the {len(fids)} images has a \"text\" field in {truth.labels_file}"
+    left = len(fids) - len(labels)
+    return Plan(metric="text", fixtures=sorted(labels), labels=labels,
+                note=f"{left} of {len(fids)} images without a text label are left out" if left else "")
+
+
 def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bool = True) -> Plan | str:
     """How to score one model's decisions against the labels, or the reason it cannot be done.
 
@@ -222,6 +242,8 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bo
         if not labels:
             return why
         return Plan(metric="top-1", fixtures=sorted(labels), labels=labels, note=why)
+    if spec.kind == "ctc":
+        return _text_plan(truth, fids)
     if spec.kind == "threshold-map":
         return "a probability map (threshold-map): no rule turns COCO labels into map regions"
     block = dict((sidecar or {}).get("decode") or {})
@@ -263,6 +285,9 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bo
 
 def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     """The plan's metric over `decoded` ({fixture_id: Decoded}): {"metric", "value", "ap50_95", "images"}."""
+    if p.metric == "text":
+        got = text_accuracy({f: decoded[f].text[0] for f in p.fixtures}, p.labels)
+        return {"metric": "text", "ap50_95": None, **got}
     if p.metric == "top-1":
         hits = [int(decoded[f].cls[0]) == p.labels[f] for f in p.fixtures]
         return {"metric": "top-1", "value": float(np.mean(hits)), "ap50_95": None, "images": len(hits),
@@ -306,11 +331,12 @@ def _is_score(d) -> bool:
     def real_or_none(x):
         return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
 
-    if not isinstance(d, dict) or d.get("metric") not in ("top-1", "AP"):
+    if not isinstance(d, dict) or d.get("metric") not in ("top-1", "AP", "text"):
         return False
     if not (real_or_none(d.get("value")) and real_or_none(d.get("ap50_95")) and isinstance(d.get("images"), int)):
         return False
-    return set(d) <= {"metric", "value", "ap50_95", "images", "correct"} and real_or_none(d.get("correct"))
+    return (set(d) <= {"metric", "value", "ap50_95", "images", "correct", "cer"} and real_or_none(d.get("correct"))
+            and real_or_none(d.get("cer")))
 
 
 class ScoreCache:

@@ -24,6 +24,10 @@ Five built-in decoders, none, or a plug-in, all on one fixture (batch of one) at
                        tx, ty, tw, th, objectness, C class scores over the
                        grids of strides 8/16/32; decoded as below, class-aware
                        NMS as ``yolo``, compared by matching.
+``ctc``                greedy CTC of a text recogniser (CRNN, PaddleOCR rec):
+                       one output ``[T, N, C]`` or ``[N, T, C]`` (batch one);
+                       per time step the argmax, repeats collapsed, blanks
+                       dropped. One slot whose decision is the decoded string.
 ``none``               no decisions: ``equiv`` still gives classes, distances and
                        the tensor gate. A sidecar without a decode block means none.
 ``module:function``    a decode plug-in (below).
@@ -55,6 +59,20 @@ grid_x) * stride, cy = (ty + grid_y) * stride, w = exp(tw) * stride, h = exp(th)
 stride (input pixels), class = argmax of the class scores, score = objectness * class
 score (both as exported, already sigmoid); candidates, NMS, ``kept`` and ``margin``
 as ``yolo``; slot = row index.
+
+``ctc`` keys: ``output`` (the only output when there is one), ``blank`` (0, as
+PaddleOCR and CRNN exports use), ``alphabet`` (the characters of the non-blank
+classes in class order: a list, or the name of a text file beside the sidecar in
+the model's folder, one character per line as PaddleOCR's dicts; the sidecar
+reader inlines the file, so the recipe carries it), ``space`` (true or a one-character
+string: appended to the alphabet, PaddleOCR's use_space_char), ``layout`` ("TNC" or
+"NTC"; default: the one the run's actual output shape allows, [T, 1, C] or
+[1, T, C]; a declared shape is never read). C must be 1 + len(alphabet). Without
+an alphabet the string is the class ids joined by spaces. ``score`` = the mean
+top-1 probability over the time steps, ``margin`` = the smallest top-1 minus top-2
+gap of any step (how near the string is to changing), both of the softmax of each
+step (of the values as they are when each step already sums to 1); ``kept`` is
+always true. Two runs differ when their strings differ (a *text* flip).
 
 A decode plug-in is ``--decode module:function`` or ``"kind": "module:function"``
 in the sidecar decode block (``module`` an importable dotted module or a path to
@@ -89,7 +107,7 @@ from quantbench.errors import UserError
 from quantbench.modelio import load_model
 from quantbench.variants import sidecar_for
 
-KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo", "yolox")
+KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo", "yolox", "ctc")
 NONE = "none"
 
 # role -> default output name, per kind
@@ -100,9 +118,10 @@ DEFAULT_OUTPUTS = {
     "nms-boxes": {"boxes": "boxes", "scores": "scores", "labels": "labels"},
     "yolo": {"output": "output0"},
     "yolox": {"output": "output"},
+    "ctc": {"output": "output"},
 }
 DEFAULT_THRESHOLD = {"detr-sigmoid": 0.5, "classifier-softmax": None, "threshold-map": 0.5, "nms-boxes": 0.5,
-                     "yolo": 0.25, "yolox": 0.3}
+                     "yolo": 0.25, "yolox": 0.3, "ctc": None}
 IOU_MATCH = 0.5   # nms-boxes / regions: a detection matches when IoU >= this
 IOU_SHIFT = 0.9   # a matched (or same-query) box with IoU below this is a box shift
 YOLO_IOU = 0.45             # NMS suppresses a same-class box with IoU > this
@@ -111,6 +130,8 @@ YOLO_PRE_RATIO = 0.5        # default pre_threshold = threshold * this
 YOLO_LAYOUTS = ("channels-first", "channels-last")
 YOLOX_STRIDES = (8, 16, 32)
 NMS_KINDS = ("yolo", "yolox")   # raw heads decoded with candidates + class-aware NMS
+CTC_LAYOUTS = ("TNC", "NTC")
+ONE_OUTPUT_KINDS = ("threshold-map", *NMS_KINDS, "ctc")   # use the model's only output whatever the name
 NONE_HINT = "pass --decode none to get the equivalence classes without decisions"
 
 
@@ -150,6 +171,8 @@ class DecodeSpec:
     objectness: bool | None = None  # yolo: a 5th channel multiplies the class prob (None: auto)
     strides: tuple = YOLOX_STRIDES  # yolox: grid strides, in row order
     input_size: tuple | None = None  # yolox: (height, width) of the model input (None: from the row count)
+    blank: int = 0                  # ctc: the blank class
+    alphabet: tuple | None = None   # ctc: characters of the non-blank classes in class order (None: class ids)
     params: dict = field(default_factory=dict)   # plug-ins: the sidecar decode block
     note: str = ""                  # none: why there are no decisions
 
@@ -161,6 +184,9 @@ class DecodeSpec:
                        layout=self.layout, objectness=self.objectness)
         if self.kind == "yolox":
             out.update(strides=list(self.strides), input_size=None if self.input_size is None else list(self.input_size))
+        elif self.kind == "ctc":
+            out.update(blank=self.blank, alphabet=None if self.alphabet is None else list(self.alphabet),
+                       layout=self.layout)
         elif is_plugin(self.kind):
             out["plugin"] = plugins.plugin_identity(self.kind, "--decode")
         elif self.kind == NONE:
@@ -223,6 +249,32 @@ def _yolox_keys(block: dict, sidecar: dict | None, where: str) -> dict:
     return {**extra, "strides": tuple(strides), "input_size": None if size is None else tuple(size)}
 
 
+def _ctc_keys(block: dict, where: str) -> dict:
+    """The ctc keys (blank, alphabet + space, layout), checked; an alphabet file must have been inlined."""
+    blank = block.get("blank", 0)
+    if isinstance(blank, bool) or not isinstance(blank, int) or blank < 0:
+        raise UserError(f"{where}: decode 'blank' {blank!r} must be a class index >= 0")
+    alphabet = block.get("alphabet")
+    if isinstance(alphabet, str):
+        raise UserError(f"{where}: decode 'alphabet' {alphabet!r} names a file, which is read beside a sidecar "
+                        "file; give the sidecar as a file (beside the model or --sidecar FILE), or list the characters")
+    if alphabet is not None and not (isinstance(alphabet, list) and all(isinstance(c, str) and c for c in alphabet)):
+        raise UserError(f"{where}: decode 'alphabet' must be a list of non-empty strings (one per class) or a file name")
+    space = block.get("space", False)
+    if space is True:
+        space = " "
+    if space not in (False, None) and not (isinstance(space, str) and len(space) == 1):
+        raise UserError(f"{where}: decode 'space' {space!r} must be true, false or one character")
+    if space:
+        if alphabet is None:
+            raise UserError(f"{where}: decode 'space' needs an 'alphabet' to append the space to")
+        alphabet = [*alphabet, space]
+    layout = block.get("layout")
+    if layout not in (None, *CTC_LAYOUTS):
+        raise UserError(f"{where}: decode 'layout' {layout!r}: use TNC or NTC (or leave it out)")
+    return {"blank": blank, "alphabet": None if alphabet is None else tuple(alphabet), "layout": layout}
+
+
 def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: float | None = None,
                       source: str = "sidecar") -> DecodeSpec:
     """The decode spec: the sidecar's "decode" block, overridden by --decode / --threshold.
@@ -269,6 +321,8 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         extra = _yolo_keys(block if own else {}, source)
     elif kind == "yolox":
         extra = _yolox_keys(block if own else {}, sidecar, source)
+    elif kind == "ctc":
+        extra = _ctc_keys(block if own else {}, source)
     spec = DecodeSpec(kind=kind, outputs=outputs, threshold=None if thr is None else float(thr),
                       top_k=None if top_k is None else int(top_k), classes=classes, box_format=box_format, **extra)
     if kind in NMS_KINDS and spec.candidate_threshold > spec.threshold:
@@ -292,7 +346,7 @@ def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> Dec
     missing = [(r, n) for r, n in spec.outputs.items() if n not in found]
     unnamed = spec.outputs == DEFAULT_OUTPUTS.get(spec.kind)  # the sidecar named no output: the one there is
     if missing and len(spec.outputs) == 1 and single_output_ok and len(found) == 1 \
-            and (unnamed or spec.kind in ("threshold-map", *NMS_KINDS)):
+            and (unnamed or spec.kind in ONE_OUTPUT_KINDS):
         spec = replace(spec, outputs={next(iter(spec.outputs)): found[0]})
         missing = []
     if missing:
@@ -315,6 +369,7 @@ class Decoded:
     mask: np.ndarray | None = None   # threshold-map: the boolean mask
     labels: np.ndarray | None = None # threshold-map: region label per element (0 = background; slot = label - 1)
     prob: np.ndarray | None = None   # threshold-map: the map values, float64
+    text: list | None = None         # ctc: the decoded string of each slot
 
     @property
     def total(self) -> int:
@@ -334,6 +389,8 @@ class Decoded:
             a = np.ascontiguousarray(a)
             h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
             h.update(a.tobytes())
+        if self.text is not None:   # only then: the digests of decoders without text stay as they were
+            h.update(("text:" + "\x00".join(self.text) + f";{len(self.text)}").encode())
         return h.hexdigest()
 
 
@@ -631,6 +688,57 @@ def decode_yolox(spec: DecodeSpec, outputs: dict) -> Decoded:
     return _nms_decoded(replace(spec, box_format="cxcywh"), boxes, a[:, 5:] * a[:, 4:5])
 
 
+def _ctc_steps(spec: DecodeSpec, a: np.ndarray, name: str) -> np.ndarray:
+    """The [T, C] steps of one fixture's ctc output, by the layout the run's actual shape has."""
+    a = np.asarray(a)
+    if a.ndim == 2:
+        return a
+    if a.ndim != 3:
+        raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)}; expected [T, N, C] or [N, T, C] "
+                        "with a batch of one")
+    layout = spec.layout
+    if layout is None:
+        if (a.shape[0] == 1) == (a.shape[1] == 1):
+            raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)}: cannot tell time from batch; "
+                            "set 'layout' (TNC or NTC) in the sidecar decode block")
+        layout = "TNC" if a.shape[1] == 1 else "NTC"
+    n = a.shape[1] if layout == "TNC" else a.shape[0]
+    if n != 1:
+        raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)} ({layout}): batch {n}, "
+                        "expected one; fix 'layout' in the sidecar decode block")
+    return a[:, 0, :] if layout == "TNC" else a[0]
+
+
+def ctc_text(spec: DecodeSpec, ids) -> str:
+    """The string of collapsed, blank-free class ids: the alphabet's characters (class c > blank is entry c - 1)."""
+    if spec.alphabet is None:
+        return " ".join(str(int(c)) for c in ids)
+    return "".join(spec.alphabet[int(c) - (c > spec.blank)] for c in ids)
+
+
+def decode_ctc(spec: DecodeSpec, outputs: dict) -> Decoded:
+    name = spec.outputs["output"]
+    x = np.asarray(_ctc_steps(spec, outputs[name], name), dtype=np.float64)
+    t, c = x.shape
+    if spec.alphabet is not None and c != len(spec.alphabet) + 1:
+        raise UserError(f"--decode ctc: output {name!r} has {c} classes per step; the alphabet (with space) has "
+                        f"{len(spec.alphabet)} characters + 1 blank = {len(spec.alphabet) + 1}")
+    if not 0 <= spec.blank < c:
+        raise UserError(f"--decode ctc: blank {spec.blank} is not one of the {c} classes of output {name!r}")
+    if t and np.all(x >= 0) and np.allclose(x.sum(axis=1), 1.0, atol=1e-3):
+        p = x                                         # already probabilities (PaddleOCR exports a softmax)
+    else:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+    best = np.argmax(x, axis=1).tolist()
+    ids = [k for i, k in enumerate(best) if k != spec.blank and (i == 0 or k != best[i - 1])]
+    top2 = np.sort(np.concatenate([np.zeros((t, 1)), p], axis=1), axis=1)[:, -2:]
+    score = float(top2[:, 1].mean()) if t else 1.0
+    margin = float((top2[:, 1] - top2[:, 0]).min()) if t else math.nan
+    return Decoded(slot=np.zeros(1, np.int64), cls=np.zeros(1, np.int64), score=np.array([score]),
+                   kept=np.ones(1, bool), margin=np.array([margin]), text=[ctc_text(spec, ids)])
+
+
 PLUGIN_KEYS = ("cls", "score", "kept", "box", "slot", "margin")
 
 
@@ -706,7 +814,8 @@ def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
 
 
 _DECODERS = {"detr-sigmoid": decode_detr, "classifier-softmax": decode_classifier,
-             "threshold-map": decode_map, "nms-boxes": decode_nms, "yolo": decode_yolo, "yolox": decode_yolox}
+             "threshold-map": decode_map, "nms-boxes": decode_nms, "yolo": decode_yolo, "yolox": decode_yolox,
+             "ctc": decode_ctc}
 
 
 def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
