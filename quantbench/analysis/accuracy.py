@@ -55,6 +55,9 @@ from quantbench.preprocess import boxes_to_image, input_hw
 
 METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
+BOOTSTRAP_RESAMPLES = 1000   # paired bootstrap of an accuracy difference: resamples of the images,
+BOOTSTRAP_SEED = 0           # drawn with this seed (the same interval on every run),
+BOOTSTRAP_LEVEL = 0.95       # and the interval's coverage
 DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels"}
 BOX_FRAMES = ("normalized", "input-pixels")
 
@@ -313,6 +316,45 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     return {"metric": "AP", "value": ap["ap50"], "ap50_95": ap["ap50_95"], "images": len(p.fixtures)}
 
 
+def per_image(p: Plan, decoded: dict) -> np.ndarray | None:
+    """Each scored image's outcome, 1.0 or 0.0, in p.fixtures order (top-1 hit, exact text match); None for AP,
+    which is not a mean over images."""
+    if p.metric == "top-1":
+        return np.array([float(int(decoded[f].cls[0]) == p.labels[f]) for f in p.fixtures])
+    if p.metric == "text":
+        return np.array([float(decoded[f].text[0] == p.labels[f]) for f in p.fixtures])
+    return None
+
+
+def paired_interval(a: np.ndarray, b: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
+                    level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
+    """(mean(a - b), low, high): the percentile interval of the mean paired difference over the images,
+    resampled with replacement `resamples` times (seeded: the same interval every run)."""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    idx = np.random.default_rng(seed).integers(0, d.size, (resamples, d.size))
+    lo, hi = np.quantile(d[idx].mean(axis=1), [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(d.mean()), float(lo), float(hi)
+
+
+def differences(p: Plan, result, variants: list, reference: str) -> list[dict]:
+    """Accuracy differences with their bootstrap interval (None for AP): each variant on each other host against
+    it on the reference host, and each variant against fp32 on the same host."""
+    outcome = {}
+    for v in variants:
+        for h in result.hosts:
+            got = {f: result.decoded.get((h, v["variant_id"], f)) for f in p.fixtures}
+            if all(d is not None for d in got.values()):
+                outcome[(v["variant"], h)] = per_image(p, got)
+    pairs = [((v["variant"], h), (v["variant"], reference)) for v in variants for h in result.hosts if h != reference]
+    pairs += [((v["variant"], h), ("fp32", h)) for v in variants if v["variant"] != "fp32" for h in result.hosts]
+    out = []
+    for a, b in pairs:
+        if a in outcome and b in outcome and outcome[a] is not None and outcome[b] is not None:
+            diff, lo, hi = paired_interval(outcome[a], outcome[b])
+            out.append({"a": a, "b": b, "diff": diff, "low": lo, "high": hi, "images": len(p.fixtures)})
+    return out
+
+
 def plan_key(p: Plan, truth: Truth) -> str:
     """What score() reads besides the decisions, hashed once per model: the plan and each scored
     fixture's recipe and image size."""
@@ -408,7 +450,8 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCach
                         break
                 if not isinstance(pl, Plan):
                     break
-        out[model] = {"plan": pl, "scores": scores}
+        diffs = differences(pl, result, vs, result.settings["reference"]) if isinstance(pl, Plan) else []
+        out[model] = {"plan": pl, "scores": scores, "differences": diffs}
     return out
 
 
