@@ -44,37 +44,12 @@ def input_matmul_head(path: Path, base: np.ndarray, size: int, gain: float = 0.0
 
 def make_variants(root: Path, build, sidecar: dict, images: list[dict], size: int, annotations=(),
                   categories=()) -> tuple[Path, Path]:
-    """fp32 (built by `build(path)`) + dynamic int8 with `sidecar`, and COCO labels of `images`
-    (image entries without id/file_name/size: those are filled in); returns (variants folder, labels)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-    from PIL import Image
+    """fp32 (built by `build(path)`) + dynamic int8 with `sidecar`, and COCO labels of random `size` images
+    (one per entry of `images`, each entry's keys added to its image entry); returns (variants folder, labels)."""
+    from test_equiv_cli import fp32_and_dynamic, random_images
 
-    from quantbench.variants import Variant, write_index
-
-    vdir = root / "variants"
-    vdir.mkdir(parents=True)
-    build(vdir / "fp32.onnx")
-    quantize_dynamic(str(vdir / "fp32.onnx"), str(vdir / "dynamic.onnx"), weight_type=QuantType.QInt8,
-                     op_types_to_quantize=["MatMul"])
-    vs = []
-    for name in ("fp32", "dynamic"):
-        recipe = {"variant": name, "method": name, "model": "head", "sidecar": sidecar}
-        (vdir / f"{name}.recipe.json").write_text(json.dumps(recipe))
-        (vdir / f"{name}.json").write_text(json.dumps(sidecar))
-        vs.append(Variant(name=name, path=vdir / f"{name}.onnx", model="head", recipe=recipe))
-    write_index(vdir, vs)
-    img = root / "images"
-    img.mkdir()
-    rng = np.random.default_rng(3)
-    entries = []
-    for i, extra in enumerate(images):
-        Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(img / f"im{i:02d}.png")
-        entries.append({"id": i, "file_name": f"im{i:02d}.png", "width": size, "height": size, "split": "eval",
-                        **extra})
-    labels = root / "labels.json"
-    labels.write_text(json.dumps({"images": entries, "annotations": list(annotations),
-                                  "categories": list(categories)}))
-    return vdir, labels
+    vdir = fp32_and_dynamic(root / "variants", build, sidecar, "head", op_types=("MatMul",))
+    return vdir, random_images(root, images, size, annotations, categories)
 
 
 def sidecar(size: int, classes: list, decode: dict) -> dict:
