@@ -170,3 +170,28 @@ def test_equiv_decodes_a_text_recogniser_through_onnxruntime(ocr_bench, capsys):
         # the recipe carries the alphabet: the variants folder needs no keys.txt
         recipe = json.loads(next((d / "results" / "variants").rglob("fp32.recipe.json")).read_text())
         assert recipe["sidecar"]["decode"]["alphabet"] == ["a", "b"]
+
+
+def test_equiv_counts_a_changed_string_as_a_text_flip_in_the_tables(tmp_path, monkeypatch, capsys):
+    from decode_bench import make_variants, sidecar
+    from quantbench import tables
+
+    monkeypatch.chdir(tmp_path)
+    side = sidecar(SIZE, [], {"kind": "ctc", "alphabet": ["a", "b"], "space": True})
+    vdir, labels = make_variants(tmp_path, lambda p: input_matmul_head(p, steps(SEQ), SIZE), side,
+                                 [{"text": "ab a"}, {"text": "ab b"}], SIZE)
+    # the candidate says "ab b" on every image (a stand-in for an int8 file that reads the last letter wrong)
+    input_matmul_head(vdir / "dynamic.onnx", steps([1, 1, 0, 2, 3, 2]), SIZE)
+    assert main(["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress",
+                 "--json"]) == 0
+    own = next(c for c in json.loads(capsys.readouterr().out)["comparisons"] if c["comparison"] == "own-fp32")
+    assert own["flips"] == 2 and own["by_kind"] == {"text": 2} and own["images_disagree"] == 2
+    flips = tables.read("flips").to_pylist()
+    assert {(r["kind"], r["ref_class"], r["class_name"]) for r in flips} == {("text", "ab a", "ab b")}
+    dyn = [r for r in tables.read("decisions").to_pylist() if r["variant"] == "dynamic"]
+    assert {(r["class_name"], r["flip_own_fp32"]) for r in dyn} == {("ab b", "text")}
+    report = (tmp_path / "results" / "report.md").read_text()
+    assert "- **DO NOT SHIP** dynamic: 2 decision flips vs fp32" in report
+    assert "| dynamic | 0.500 (1/2), CER 0.125 (+0.000) |" in report      # right on the other image
+    # the gallery shows the two strings of each flipped image
+    assert "#### dynamic on x86 vs fp32 on x86 (own-fp32): 2 flips on 2 images" in report
