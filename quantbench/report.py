@@ -476,14 +476,14 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
 def _difference_text(d: dict) -> str:
     """One accuracy difference with its interval; 'no measurable difference' when the interval holds zero."""
     (va, ha), (vb, hb) = d["a"], d["b"]
-    who = f"{va} on {ha} vs {vb} on {hb}" if va != vb and ha != hb else \
-        (f"{va}: {ha} vs {hb}" if va == vb else f"{va} vs {vb} on {ha}")
-    text = f"{who} {d['diff']:+.3f} (95% interval [{d['low']:+.3f}, {d['high']:+.3f}] over {d['images']} images)"
+    who = f"{va}: {ha} vs {hb}" if va == vb else f"{va} vs {vb} on {ha}"
+    text = (f"{who} {d['figure']} {d['diff']:+.3f} (95% interval [{d['low']:+.3f}, {d['high']:+.3f}] over "
+            f"{d['images']} images)")
     if d["low"] <= 0 <= d["high"]:
         return text + ": no measurable difference"
-    better = f"{ha}" if va == vb else va
-    worse = f"{hb}" if va == vb else vb
-    return text + (f": {better} nearer the labels" if d["diff"] > 0 else f": {worse} nearer the labels")
+    first = (d["diff"] > 0) == d["higher_better"]
+    nearer = (ha if first else hb) if va == vb else (va if first else vb)
+    return text + f": {nearer} nearer the labels"
 
 
 def difference_lines(result, a: dict, names: list, hosts: list) -> list[str]:

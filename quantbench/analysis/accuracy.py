@@ -50,7 +50,7 @@ from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
-from quantbench.metrics import coco_ap, text_accuracy
+from quantbench.metrics import coco_ap, edit_distance, text_accuracy
 from quantbench.preprocess import boxes_to_image, input_hw
 
 METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
@@ -316,29 +316,42 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     return {"metric": "AP", "value": ap["ap50"], "ap50_95": ap["ap50_95"], "images": len(p.fixtures)}
 
 
-def per_image(p: Plan, decoded: dict) -> np.ndarray | None:
-    """Each scored image's outcome, 1.0 or 0.0, in p.fixtures order (top-1 hit, exact text match); None for AP,
-    which is not a mean over images."""
+def _mean(x: np.ndarray) -> np.ndarray:
+    return x.mean(axis=-1)
+
+
+def _edit_rate(x: np.ndarray) -> np.ndarray:
+    """Character error rate of per-image (edits, label characters) pairs: summed edits over summed characters."""
+    return x[..., 0].sum(axis=-1) / np.maximum(x[..., 1].sum(axis=-1), 1)
+
+
+def per_image(p: Plan, decoded: dict) -> dict:
+    """{figure: (per-image values in p.fixtures order, the statistic over images, higher is better)}: top-1 hits;
+    exact text matches and (edits, characters) for the CER; nothing for AP, which is not a figure over images."""
     if p.metric == "top-1":
-        return np.array([float(int(decoded[f].cls[0]) == p.labels[f]) for f in p.fixtures])
-    if p.metric == "text":
-        return np.array([float(decoded[f].text[0] == p.labels[f]) for f in p.fixtures])
-    return None
+        return {"top-1": (np.array([float(int(decoded[f].cls[0]) == p.labels[f]) for f in p.fixtures]), _mean, True)}
+    if p.metric != "text":
+        return {}
+    got = {f: decoded[f].text[0] for f in p.fixtures}
+    return {"exact match": (np.array([float(got[f] == p.labels[f]) for f in p.fixtures]), _mean, True),
+            "CER": (np.array([[edit_distance(got[f], p.labels[f]), len(p.labels[f])] for f in p.fixtures], np.float64),
+                    _edit_rate, False)}
 
 
-def paired_interval(a: np.ndarray, b: np.ndarray, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED,
-                    level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
-    """(mean(a - b), low, high): the percentile interval of the mean paired difference over the images,
-    resampled with replacement `resamples` times (seeded: the same interval every run)."""
-    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    idx = np.random.default_rng(seed).integers(0, d.size, (resamples, d.size))
-    lo, hi = np.quantile(d[idx].mean(axis=1), [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(d.mean()), float(lo), float(hi)
+def paired_interval(a: np.ndarray, b: np.ndarray, stat=_mean, resamples: int = BOOTSTRAP_RESAMPLES,
+                    seed: int = BOOTSTRAP_SEED, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
+    """(stat(a) - stat(b), low, high): the percentile interval of that difference over the images (the first
+    axis), resampled with replacement `resamples` times, the same images for both sides (seeded: the same
+    interval every run)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    idx = np.random.default_rng(seed).integers(0, a.shape[0], (resamples, a.shape[0]))
+    lo, hi = np.quantile(stat(a[idx]) - stat(b[idx]), [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(stat(a) - stat(b)), float(lo), float(hi)
 
 
 def differences(p: Plan, result, variants: list, reference: str) -> list[dict]:
-    """Accuracy differences with their bootstrap interval (None for AP): each variant on each other host against
-    it on the reference host, and each variant against fp32 on the same host."""
+    """Accuracy differences with their bootstrap interval, per figure over images (none for AP): each variant
+    on each other host against it on the reference host, and each variant against fp32 on the same host."""
     outcome = {}
     for v in variants:
         for h in result.hosts:
@@ -349,9 +362,10 @@ def differences(p: Plan, result, variants: list, reference: str) -> list[dict]:
     pairs += [((v["variant"], h), ("fp32", h)) for v in variants if v["variant"] != "fp32" for h in result.hosts]
     out = []
     for a, b in pairs:
-        if a in outcome and b in outcome and outcome[a] is not None and outcome[b] is not None:
-            diff, lo, hi = paired_interval(outcome[a], outcome[b])
-            out.append({"a": a, "b": b, "diff": diff, "low": lo, "high": hi, "images": len(p.fixtures)})
+        for figure, (va, stat, higher) in outcome.get(a, {}).items() if b in outcome else ():
+            diff, lo, hi = paired_interval(va, outcome[b][figure][0], stat)
+            out.append({"a": a, "b": b, "figure": figure, "higher_better": higher, "diff": diff, "low": lo,
+                        "high": hi, "images": len(p.fixtures)})
     return out
 
 

@@ -34,17 +34,17 @@ def test_a_difference_of_one_image_is_no_measurable_difference_and_names_no_winn
     text = _accuracy_text(result, truth)
     assert "nearer the labels" not in text
     line = next(ln for ln in text.splitlines() if ln.startswith("Between hosts"))
-    assert "fp32: pi vs x86 +0.050 (95% interval [+0.000, +0.150] over 20 images): no measurable difference" in line
-    assert "dynamic: pi vs x86 +0.000 (95% interval [+0.000, +0.000] over 20 images): no measurable difference" in line
+    assert "fp32: pi vs x86 top-1 +0.050 (95% interval [+0.000, +0.150] over 20 images): no measurable difference" in line
+    assert "dynamic: pi vs x86 top-1 +0.000 (95% interval [+0.000, +0.000] over 20 images): no measurable difference" in line
     assert _accuracy_text(result, truth) == text                      # fixed seed: the same interval every run
 
 
 def test_a_clear_difference_says_which_is_nearer_with_its_interval():
     result, truth = _result({("v0", "x86"): 10, ("v0", "pi"): 10, ("v1", "x86"): 0, ("v1", "pi"): 20})
     text = _accuracy_text(result, truth)
-    assert "dynamic: pi vs x86 +1.000 (95% interval [+1.000, +1.000] over 20 images): pi nearer the labels" in text
+    assert "dynamic: pi vs x86 top-1 +1.000 (95% interval [+1.000, +1.000] over 20 images): pi nearer the labels" in text
     fp32_line = next(ln for ln in text.splitlines() if ln.startswith("Against fp32 on the same host"))
-    assert "dynamic vs fp32 on x86 -0.500" in fp32_line and "fp32 nearer the labels" in fp32_line
+    assert "dynamic vs fp32 on x86 top-1 -0.500" in fp32_line and "fp32 nearer the labels" in fp32_line
 
 
 def test_paired_interval_is_seeded_and_paired():
@@ -60,3 +60,30 @@ def test_ap_differences_are_plain_and_name_no_winner():
     a = {"scores": {("fp32", "x86"): {"value": 0.5604}, ("fp32", "pi"): {"value": 0.5601}}, "differences": []}
     lines = R.difference_lines(r, a, ["fp32"], ["x86", "pi"])
     assert lines[0] == "Between hosts: fp32: pi vs x86 -0.0003 (AP is not a mean over images: no interval)."
+
+
+def test_text_differences_carry_exact_match_and_cer_intervals():
+    from quantbench.analysis.accuracy import FixtureTruth, Truth
+    from quantbench.analysis.decode import Decoded
+
+    def said(text):
+        return Decoded(slot=np.zeros(1, np.int64), cls=np.zeros(1, np.int64), score=np.ones(1), kept=np.ones(1, bool),
+                       margin=np.ones(1), text=[text])
+
+    result = hand_result()
+    result.variants = result.variants[:2]
+    for v in result.variants:
+        v["decode"] = {"kind": "ctc", "threshold": None, "classes": [], "outputs": {}}
+    result.settings["fixtures"] = {v["variant_id"]: FIX for v in result.variants}
+    result.decoded = {(h, vid, f): said("EXIT" if vid == "v0" else "") for h in ("x86", "pi") for vid in ("v0", "v1")
+                      for f in FIX}
+    truth = Truth(fixtures={f: FixtureTruth(fixture_id=f, source=f"{f}.png", image_sha256="", annotations=[],
+                                            stratum="", split="eval", preprocess={}, text="EXIT") for f in FIX},
+                  categories={})
+    text = _accuracy_text(result, truth)
+    assert "| fp32 | 1.000 (20/20), CER 0.000 | 1.000 (20/20), CER 0.000 |" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("Against fp32 on the same host"))
+    assert ("dynamic vs fp32 on x86 exact match -1.000 (95% interval [-1.000, -1.000] over 20 images): "
+            "fp32 nearer the labels") in line
+    assert ("dynamic vs fp32 on x86 CER +1.000 (95% interval [+1.000, +1.000] over 20 images): "
+            "fp32 nearer the labels") in line
