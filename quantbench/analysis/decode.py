@@ -1,6 +1,6 @@
 """Output tensors -> the decisions a product serves, as the model's sidecar says.
 
-Five built-in decoders, none, or a plug-in, all on one fixture (batch of one) at a time:
+Seven built-in decoders, none, or a plug-in, all on one fixture (batch of one) at a time:
 
 ``detr-sigmoid``       per query: argmax over the named class columns, sigmoid
                        score, kept when score >= threshold and the query is in
@@ -104,6 +104,7 @@ import numpy as np
 
 from quantbench import plugins
 from quantbench.errors import UserError
+from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.modelio import load_model
 from quantbench.variants import sidecar_for
 
@@ -185,8 +186,9 @@ class DecodeSpec:
         if self.kind == "yolox":
             out.update(strides=list(self.strides), input_size=None if self.input_size is None else list(self.input_size))
         elif self.kind == "ctc":
-            out.update(blank=self.blank, alphabet=None if self.alphabet is None else list(self.alphabet),
-                       layout=self.layout)
+            # the alphabet by content (a recogniser's runs to thousands of characters; the recipe holds them)
+            out.update(blank=self.blank, layout=self.layout, alphabet=None if self.alphabet is None else {
+                "characters": len(self.alphabet), "sha256": sha256_bytes(canonical_json(list(self.alphabet)).encode())})
         elif is_plugin(self.kind):
             out["plugin"] = plugins.plugin_identity(self.kind, "--decode")
         elif self.kind == NONE:

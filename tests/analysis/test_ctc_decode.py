@@ -195,3 +195,10 @@ def test_equiv_counts_a_changed_string_as_a_text_flip_in_the_tables(tmp_path, mo
     assert "| dynamic | 0.500 (1/2), CER 0.125 (+0.000) |" in report      # right on the other image
     # the gallery shows the two strings of each flipped image
     assert "#### dynamic on x86 vs fp32 on x86 (own-fp32): 2 flips on 2 images" in report
+
+
+def test_the_spec_names_the_alphabet_by_content():
+    a, b = ctc_spec().as_dict(), ctc_spec(alphabet=["a", "c"]).as_dict()
+    assert a["alphabet"]["characters"] == 3 and len(a["alphabet"]["sha256"]) == 64   # a, b and the space
+    assert a["alphabet"]["sha256"] != b["alphabet"]["sha256"]
+    assert a["blank"] == 0 and a["kind"] == "ctc"
