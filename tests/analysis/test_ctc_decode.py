@@ -195,6 +195,9 @@ def test_equiv_counts_a_changed_string_as_a_text_flip_in_the_tables(tmp_path, mo
     assert "| dynamic | 0.500 (1/2), CER 0.125 (+0.000) |" in report      # right on the other image
     # the gallery shows the two strings of each flipped image
     assert "#### dynamic on x86 vs fp32 on x86 (own-fp32): 2 flips on 2 images" in report
+    from quantbench.gallery import flip_line
+
+    assert flip_line(flips[0]).startswith("text: ab a 0.980 -> ab b 0.980 (greedy, fp32 margin 0.97")
 
 
 def test_the_spec_names_the_alphabet_by_content():
