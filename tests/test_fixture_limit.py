@@ -53,3 +53,22 @@ def test_limit_says_how_it_picked_in_one_line(tmp_path, monkeypatch):
     line = limit_note(picked)
     assert "\n" not in line
     assert line == "4 images taken in turn from each stratum (by file name within one): empty 2, objects 2"
+
+
+def test_run_says_how_the_limit_picked_in_one_line(tmp_path, monkeypatch, capsys):
+    import json as _json
+
+    from quantbench.cli import main
+    from test_equiv_cli import make_bench
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path / "home"))
+    vdir, labels = make_bench(tmp_path / "bench", n_images=4)
+    common = ["run", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--limit", "3",
+              "--no-progress", "--jobs", "1"]
+    assert main(common) == 0
+    out = capsys.readouterr().out
+    assert "--limit 3: 3 images taken in turn from each stratum (by file name within one): empty 3" in out.splitlines()
+    assert main([*common, "--json"]) == 0                        # --json: the line goes to stderr, stdout stays JSON
+    cap = capsys.readouterr()
+    assert isinstance(_json.loads(cap.out), dict) and "--limit 3: 3 images" in cap.err
