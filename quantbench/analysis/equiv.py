@@ -610,7 +610,8 @@ def _flip_row(ctx: _Context, spec: DecodeSpec, v: VariantRef, comparison: dict, 
             "ref_variant": comparison["ref_variant"], "fixture_id": f, "source": ctx.source.get(f, ""),
             "ref_slot": fl.ref_slot, "slot": fl.slot, "kind": fl.kind,
             "ref_class": spec.class_name(fl.ref_cls) if fl.ref_text is None else fl.ref_text,
-            "class_name": spec.class_name(fl.cls) if fl.text is None else fl.text, "ref_score": fl.ref_score, "score": fl.score, "iou": fl.iou,
+            "class_name": spec.class_name(fl.cls) if fl.text is None else fl.text, "ref_score": fl.ref_score,
+            "score": fl.score, "iou": fl.iou,
             "threshold": spec.threshold, "margin": fl.margin, "band": D.band_label(abs(fl.margin))}
 
 
@@ -648,7 +649,8 @@ def _decision_rows(ctx: _Context, class_name, v: VariantRef, vfx: list, flip_of:
                     "equiv_id": ctx.equiv_id, "host": h, "fingerprint_id": ctx.sel[h][0],
                     "variant_id": v.variant_id, "variant": v.name, "fixture_id": f, "source": src,
                     "slot": q, "class_id": c, "box": None if boxes is None else boxes[i],
-                    "class_name": names[c] if text is None else text[i], "score": score[i], "kept": kept[i], "margin": margin[i],
+                    "class_name": names[c] if text is None else text[i], "score": score[i], "kept": kept[i],
+                    "margin": margin[i],
                     "flip_own_fp32": flip_of.get(("own-fp32", h, f, q), ""),
                     "flip_ref_fp32": flip_of.get(("ref-fp32", h, f, q), "")})
 
