@@ -22,7 +22,7 @@ import os
 from pathlib import Path
 
 from quantbench.errors import UserError
-from quantbench.fsutil import read_json
+from quantbench.fsutil import read_json, sha256_bytes
 from quantbench.preprocess import check_input_block
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -78,7 +78,38 @@ def load_sidecar_path(p: Path, required: bool = False) -> dict | None:
         raise UserError(f"{p}: unknown key {unknown[0]!r}; a sidecar takes {', '.join(map(repr, SIDECAR_KEYS))}")
     if data.get("input") is not None:
         check_input_block(data["input"], p)
-    return data
+    return _inline_alphabet(data, p)
+
+
+def _inline_alphabet(data: dict, p: Path) -> dict:
+    """A decode block's "alphabet": "FILE" (a ctc alphabet, one character per line, in the sidecar's folder) read
+    into the list it holds, with "alphabet_file": {"file", "sha256"}: the recipe then carries the characters."""
+    block = data.get("decode")
+    name = block.get("alphabet") if isinstance(block, dict) else None
+    if not isinstance(name, str):
+        return data
+    if not name or "/" in name or "\\" in name or name.startswith("."):
+        raise UserError(f"{p}: decode 'alphabet' {name!r}: name a file in the sidecar's folder (no folders, no "
+                        "leading '.'), or list the characters")
+    path = p.parent / name
+    try:
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: alphabet file not readable ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: alphabet file is not UTF-8 text") from None
+    lines = text.split("\n")   # newlines only: an alphabet may hold any other character
+    if lines[-1] == "":
+        lines.pop()
+    chars = [c[:-1] if c.endswith("\r") else c for c in lines]
+    empty = [i + 1 for i, c in enumerate(chars) if not c]
+    if not chars or empty:
+        raise UserError(f"{path}: alphabet file needs one character per line"
+                        + (f"; line {empty[0]} is empty" if empty else "; it is empty"))
+    decode = {**block, "alphabet": chars,
+              "alphabet_file": {"file": name, "sha256": sha256_bytes(raw)}}
+    return {**data, "decode": decode}
 
 
 def load_sidecar(model_path: str | os.PathLike) -> dict | None:

@@ -399,10 +399,11 @@ def labelled_images(labels_path: str | os.PathLike, images_dir: str | os.PathLik
 def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
                    images_dir: str | os.PathLike | None = None, split: str | None = "eval",
                    limit: int | None = None) -> list[Fixture]:
-    """Fixtures for every image of `split` (all images if None), in file-name order."""
+    """Fixtures for every image of `split` (all images if None), in file-name order; `limit`: that many,
+    balanced over the strata (pick_balanced)."""
     images = labelled_images(labels_path, images_dir, split)
     if limit is not None:
-        images = images[:limit]
+        images = pick_balanced(images, [im["label"] or density_label(im["objects"]) for im in images], limit)
     cache = TensorCache(spec)
     out = []
     for im in images:
@@ -464,6 +465,31 @@ def calibration_labels(variants, images: str | os.PathLike | None = None) -> tup
         return None, None
     folder = images or rec.get("images") or default_images_dir(path)
     return str(path), str(CORPUS_IMAGES if folder == BUNDLED_IMAGES else folder)
+
+
+def pick_balanced(images: list, strata: list, limit: int) -> list:
+    """`limit` of `images` (in file-name order) balanced over their `strata`: one image of each stratum in
+    turn (strata by name, images by file name within one), until `limit`; the picked ones in file-name order.
+    Same images, same limit: the same set."""
+    by: dict = {}
+    for im, s in zip(images, strata):
+        by.setdefault(s, []).append(im)
+    queues = [by[s] for s in sorted(by)]
+    picked, depth = [], 0
+    while len(picked) < min(limit, len(images)):
+        picked += [q[depth] for q in queues if depth < len(q)][:limit - len(picked)]
+        depth += 1
+    chosen = {id(im) for im in picked}
+    return [im for im in images if id(im) in chosen]
+
+
+def limit_note(fixtures: list) -> str:
+    """How a limit picked `fixtures` (pick_balanced), in one line: the rule and the count per stratum."""
+    counts: dict = {}
+    for fx in fixtures:
+        counts[fx.stratum] = counts.get(fx.stratum, 0) + 1
+    per = ", ".join(f"{s or 'unlabelled'} {n}" for s, n in sorted(counts.items()))
+    return f"{len(fixtures)} images taken in turn from each stratum (by file name within one): {per}"
 
 
 def fixtures_for_variants(variants, labels=None, images=None, split: str | None = "eval", limit: int | None = None,

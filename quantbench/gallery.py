@@ -36,7 +36,8 @@ PER_COMPARISON = 8
 THUMB = 256
 REF_COLOR = (0, 200, 0)
 CAND_COLOR = (230, 0, 200)
-BOX_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "threshold-map": "normalized"}
+BOX_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels",
+              "threshold-map": "normalized"}
 
 
 def safe(name: str) -> str:
@@ -85,7 +86,8 @@ def flip_line(r: dict) -> str:
     ref = f"{r['ref_class'] or '-'} {num(r['ref_score'], '.3f')}" if r["ref_slot"] >= 0 else "not served"
     cand = f"{r['class_name'] or '-'} {num(r['score'], '.3f')}" if r["slot"] >= 0 else "not served"
     thr = r.get("threshold")
-    edge = f"thr {thr:g}" if thr is not None and not (isinstance(thr, float) and math.isnan(thr)) else "top-1"
+    edge = f"thr {thr:g}" if thr is not None and not (isinstance(thr, float) and math.isnan(thr)) else \
+        ("greedy" if r["kind"] == "text" else "top-1")
     return f"{r['kind']}: {ref} -> {cand} ({edge}, fp32 margin {num(r['margin'], '.3f')})"
 
 

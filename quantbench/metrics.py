@@ -1,4 +1,5 @@
-"""Detection quality against COCO labels: AP50, AP50:95, precision and recall at a threshold.
+"""Detection quality against COCO labels: AP50, AP50:95, precision and recall at a threshold; and
+recognised text against its labels (exact match, character error rate: ``text_accuracy``).
 
 Kept independent of any model: detections are plain arrays, one per image, of rows
 ``[x1, y1, x2, y2, score, class_id]`` in pixels (class_id = COCO category id), and
@@ -293,6 +294,28 @@ def decode_detr(logits: np.ndarray, boxes: np.ndarray, threshold: float, top_k: 
     box = d.box[keep] * np.array([w, h, w, h], np.float64)
     return np.concatenate([box, d.score[keep, None], ids[d.cls[keep]].astype(np.float64)[:, None]],
                           axis=1).reshape(-1, 6)
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance (insertions, deletions, substitutions of characters) between two strings."""
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def text_accuracy(predicted: dict, truth: dict) -> dict:
+    """Recognised strings against their labels ({image: str} each): exact-match fraction ("value"), matches
+    ("correct"), and character error rate ("cer": edit distance summed over images / label characters)."""
+    keys = sorted(truth)
+    hits = sum(predicted[k] == truth[k] for k in keys)
+    chars = sum(len(truth[k]) for k in keys)
+    edits = sum(edit_distance(predicted[k], truth[k]) for k in keys)
+    return {"value": hits / len(keys) if keys else None, "correct": hits, "images": len(keys),
+            "cer": edits / chars if chars else (0.0 if not edits else None)}
 
 
 def corpus_sha256(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None) -> str:

@@ -26,6 +26,7 @@ from quantbench.ahead import MAX_JOBS, Ahead
 from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.equiv import as_json, write_tables
+from quantbench.analysis.gates import ship_verdict
 from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text, content_key, made_from, write_key
 from quantbench.gallery import safe
@@ -342,10 +343,49 @@ def identical_outputs(result) -> dict:
     return out
 
 
-def verdict_lines(result) -> list[str]:
-    """One line per variant: where it ships, its classes, its flips against fp32, its gate."""
+def _flips_part(result, v: dict, hosts: list) -> tuple[str, list]:
+    """(the flips vs fp32 per host, in numbers; the flip counts): hosts with the same figures named together."""
     s = result.settings
-    ref = s["reference"]
+    per = {h: c for h in hosts if (c := _vs_fp32(result, v, h)) is not None}
+    if not per:
+        text = "the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
+            else "no comparison against fp32"
+        return text, []
+    groups: dict = {}
+    for h, c in per.items():
+        groups.setdefault((c["flips"], c["images_disagree"], c["fixtures"]), []).append(h)
+    rows = [(fl, ", ".join(hs), f"{img} of {nfx} images disagree" if fl else f"{nfx} images compared, none disagrees")
+            for (fl, img, nfx), hs in groups.items()]
+    against = f"vs fp32 (fp32 on {s['reference']})"
+    if len(rows) == 1:
+        fl, where, seen = rows[0]
+        text = f"{fl} decision flip{'s' if fl != 1 else ''} {against} on {where}, {seen}"
+    else:
+        text = f"decision flips {against}: " + "; ".join(f"{fl} on {where}, {seen}" for fl, where, seen in rows)
+    return f"{text} (budget {s['budget']})", [c["flips"] for c in per.values()]
+
+
+def _hosts_part(result, v: dict) -> tuple[str, bool | None]:
+    """(whether the hosts serve identical decisions, in words; True when some host serves other decisions than the
+    reference host, None with no other host) from the comparisons against the same variant on the reference."""
+    ref = result.settings["reference"]
+    same = [c for c in result.comparisons if c["variant_id"] == v["variant_id"] and c["ref_host"] == ref
+            and c["host"] != ref and c["ref_variant"] == v["variant"] and c.get("decisions_compared", True)]
+    if not same:
+        return "one host", None
+    differ = [c for c in same if c["flips"]]
+    if not differ:
+        return "the hosts serve identical decisions", False
+    return "the hosts serve different decisions: " + ", ".join(
+        f"{c['host']} vs {ref} {c['flips']} flip{'s' if c['flips'] != 1 else ''} on {c['images_disagree']} "
+        f"image{'s' if c['images_disagree'] != 1 else ''}" for c in differ), True
+
+
+def verdict_lines(result) -> list[str]:
+    """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP), then
+    why in numbers: flips vs fp32 per host against the budget, whether the hosts serve identical decisions, the
+    classes of bytes, the gate."""
+    s = result.settings
     hosts = list(result.hosts)
     gates = gates_checked(result)
     gate_name = ", ".join(f"{g} (budget {s['budget']})" if g == "decision" else g for g in gates)
@@ -355,38 +395,21 @@ def verdict_lines(result) -> list[str]:
     for v in result.variants:
         name = f"{v['model']} / {v['variant']}" if multi else v["variant"]
         n = len(v["classes"])
-        cls = "one class" if n == 1 else (f"{n} classes (" + " | ".join(
+        cls = "one class of bytes" if n == 1 else (f"{n} classes of bytes (" + " | ".join(
             f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"]) + ")")
-        if v["decode"]["kind"] == "none":
-            flips = "decisions not compared (decode none)"
+        compared = v["decode"]["kind"] != "none"
+        if compared:
+            flips, counts = _flips_part(result, v, hosts)
+            agree, differ = _hosts_part(result, v)
+            why = [flips, agree, cls]
         else:
-            per = {}
-            for h in hosts:
-                c = _vs_fp32(result, v, h)
-                if c is not None:
-                    per[h] = c
-            if not per:
-                flips = "the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
-                    else "no comparison against fp32"
-            else:
-                groups: dict = {}
-                for h, c in per.items():
-                    groups.setdefault((c["flips"], c["images_disagree"], c["fixtures"]), []).append(h)
-                parts = []
-                for (fl, img, nfx), hs in groups.items():
-                    where = "" if len(groups) == 1 and len(hs) == len(per) and len(per) > 1 else f" on {', '.join(hs)}"
-                    if len(groups) == 1 and len(per) > 1:
-                        where = f" on every host compared ({', '.join(hs)})"
-                    if fl:
-                        parts.append(f"{fl} decision flip{'s' if fl != 1 else ''} vs fp32 on {img} of {nfx} images{where}")
-                    else:
-                        parts.append(f"0 decision flips vs fp32: {nfx} images compared{where}, none disagrees")
-                flips = "; ".join(parts) + f" (fp32 on {ref})"
-        ok, why = variant_gate(result, v, gates)
-        gate = f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({why})")
+            counts, differ, why = [], None, ["decisions not compared (decode none)", cls]
+        ok, failed = variant_gate(result, v, gates)
+        answer = ship_verdict(ok, counts, differ, n, compared)
+        gate = f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})")
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""
-        lines.append(f"- **{name}** ships on {', '.join(hosts)}: {cls}; {flips}; {gate}.{extra}")
+        lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}")
     for d in s.get("duplicates") or []:
         name = f"{d['model']} / {d['name']}" if multi else d["name"]
         lines.append(f"- **{name}**: duplicate of **{d['duplicate_of']}** (the same model: identical semantic "
@@ -402,6 +425,9 @@ def _acc_cell(sc: dict | None, base: dict | None) -> str:
         return "-"
     if sc["metric"] == "top-1":
         text = f"{sc['value']:.3f} ({sc['correct']}/{sc['images']})"
+    elif sc["metric"] == "text":
+        cer = "-" if sc["cer"] is None else f"{sc['cer']:.3f}"
+        text = f"{sc['value']:.3f} ({sc['correct']}/{sc['images']}), CER {cer}"
     else:
         text = "-" if sc["value"] is None else f"{sc['value']:.3f} / {sc['ap50_95']:.3f}"
     if base is not None and base is not sc and sc["value"] is not None and base["value"] is not None:
@@ -424,7 +450,11 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
             lines += [f"Accuracy{who}: not computed (no decisions were decoded).", ""]
             continue
         hosts = list(result.hosts)
-        if pl.metric == "top-1":
+        if pl.metric == "text":
+            lines.append(f"Text accuracy{who} on {len(pl.fixtures)} labelled images (exact match of the decoded "
+                         "string with each image's \"text\" label; in brackets: matches/images; CER: character error "
+                         "rate, edits per label character; then the exact-match change against fp32 on the same host).")
+        elif pl.metric == "top-1":
             lines.append(f"Top-1 accuracy{who} on {len(pl.fixtures)} labelled images (argmax class against each "
                          "image's label; in brackets: correct/images, then the change against fp32 on the same host).")
         else:
@@ -440,20 +470,51 @@ def accuracy_lines(result, acc: dict | None) -> list[str]:
             rows.append([name] + [_acc_cell(a["scores"].get((name, h)), a["scores"].get(("fp32", h))) for h in hosts])
         lines += md_table(["variant", *hosts], rows)
         lines.append("")
-        near = []
-        for name in names:
-            vals = {h: a["scores"][(name, h)]["value"] for h in hosts if (name, h) in a["scores"]
-                    and a["scores"][(name, h)]["value"] is not None}
-            if len(set(vals.values())) > 1:
-                best = max(vals.values())
-                top = [h for h, x in vals.items() if x == best]
-                near.append(f"{name}: {', '.join(top)} nearer the labels ("
-                            + ", ".join(f"{h} {x:.3f}" for h, x in vals.items()) + ")")
-        if near:
-            lines += ["Which platform is nearer the truth: " + "; ".join(near) + ".", ""]
-        elif len(hosts) > 1:
-            lines += ["Every host scores the same against the labels, variant by variant.", ""]
+        lines += difference_lines(result, a, names, hosts)
     return lines
+
+
+def _difference_text(d: dict) -> str:
+    """One accuracy difference with its interval; 'no measurable difference' when the interval holds zero."""
+    (va, ha), (vb, hb) = d["a"], d["b"]
+    who = f"{va}: {ha} vs {hb}" if va == vb else f"{va} vs {vb} on {ha}"
+    text = (f"{who} {d['figure']} {d['diff']:+.3f} (95% interval [{d['low']:+.3f}, {d['high']:+.3f}] over "
+            f"{d['images']} images)")
+    if d["low"] <= 0 <= d["high"]:
+        return text + ": no measurable difference"
+    first = (d["diff"] > 0) == d["higher_better"]
+    nearer = (ha if first else hb) if va == vb else (va if first else vb)
+    return text + f": {nearer} nearer the labels"
+
+
+def difference_lines(result, a: dict, names: list, hosts: list) -> list[str]:
+    """Accuracy differences between hosts (and against fp32 on one host) with their paired bootstrap interval
+    (quantbench.analysis.accuracy.differences); AP, not a mean over images, as the plain difference."""
+    ref = result.settings["reference"]
+    diffs = a.get("differences") or []
+    if diffs:
+        between = [d for d in diffs if d["a"][0] == d["b"][0]]
+        vs_fp32 = [d for d in diffs if d["a"][0] != d["b"][0]]
+        out = []
+        if between:
+            out.append("Between hosts (paired bootstrap over the images: 1000 resamples, seed 0): "
+                       + "; ".join(map(_difference_text, between)) + ".")
+        if vs_fp32:
+            out.append("Against fp32 on the same host: " + "; ".join(map(_difference_text, vs_fp32)) + ".")
+        return [*out, ""]
+    plain = []
+    for name in names:
+        base = a["scores"].get((name, ref))
+        for h in hosts:
+            sc = a["scores"].get((name, h))
+            if h == ref or sc is None or base is None or sc["value"] is None or base["value"] is None:
+                continue
+            diff = sc["value"] - base["value"]
+            plain.append(f"{name}: {h} vs {ref} " + ("no difference" if diff == 0 else
+                                                     f"{diff:+.4f} (AP is not a mean over images: no interval)"))
+    if plain:
+        return ["Between hosts: " + "; ".join(plain) + ".", ""]
+    return []
 
 
 # --------------------------------------------------------------------------- gallery
@@ -666,7 +727,8 @@ def decisions_lines(result) -> list[str]:
         band = "-" if not m.get("band") else f"[{m['band'][0]:.4g}, {m['band'][1]:.4g}]"
         rows.append([c["variant"], c["host"], f"{c['ref_variant']} on {c['ref_host']}", c["comparison"],
                      f"{c['ref_total']} -> {c['total']}", c["flips"],
-                     f"{bk['threshold']}/{bk['class']}/{bk['box-shift']}", f"{c['images_disagree']}/{c['fixtures']}",
+                     f"{bk['threshold']}/{bk['class']}/{bk['box-shift']}" if "threshold" in bk else
+                     f"{bk.get('text', 0)} text", f"{c['images_disagree']}/{c['fixtures']}",
                      "**concealed**" if c["concealed"] else "no", band])
     if rows:
         lines += md_table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
@@ -794,8 +856,8 @@ def _summary_head(result) -> list[str]:
     """The run line (hosts, fixtures, decoders) and the verdict."""
     ref = result.settings["reference"]
     kinds = sorted({v["decode"]["kind"] for v in result.variants})
-    thr = sorted({"top-1" if v["decode"]["threshold"] is None else f"threshold {v['decode']['threshold']:g}"
-                  for v in result.variants if v["decode"]["kind"] != "none"})
+    thr = sorted({"greedy" if v["decode"]["kind"] == "ctc" else "top-1" if v["decode"]["threshold"] is None
+                  else f"threshold {v['decode']['threshold']:g}" for v in result.variants if v["decode"]["kind"] != "none"})
     nfx = sorted({v["fixtures"] for v in result.variants})
     head = (f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
             f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))

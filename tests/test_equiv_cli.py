@@ -60,35 +60,49 @@ def tiny_classifier(path: Path) -> None:
     onnx.save(m, path)
 
 
-def make_bench(root: Path, n_images: int = 8) -> tuple[Path, Path]:
-    """A variants folder (fp32 + dynamic int8) and COCO labels with n eval images; returns (variants, labels)."""
-    from PIL import Image
+def fp32_and_dynamic(vdir: Path, build, sidecar: dict, model: str, op_types=("MatMul", "Conv")) -> Path:
+    """A variants folder: fp32 (made by `build(path)`) and its dynamic int8, each with `sidecar` in its recipe
+    and beside it (preprocessing), and index.json."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     from quantbench.variants import Variant, write_index
 
-    vdir = root / "variants"
     vdir.mkdir(parents=True)
-    tiny_classifier(vdir / "fp32.onnx")
+    build(vdir / "fp32.onnx")
     quantize_dynamic(str(vdir / "fp32.onnx"), str(vdir / "dynamic.onnx"), weight_type=QuantType.QInt8,
-                     op_types_to_quantize=["MatMul", "Conv"])
+                     op_types_to_quantize=list(op_types))
     vs = []
     for name in ("fp32", "dynamic"):
-        recipe = {"variant": name, "method": name, "model": "tiny", "sidecar": SIDE}
+        recipe = {"variant": name, "method": name, "model": model, "sidecar": sidecar}
         (vdir / f"{name}.recipe.json").write_text(json.dumps(recipe))
-        (vdir / f"{name}.json").write_text(json.dumps(SIDE))   # the sidecar beside the model: preprocessing
-        vs.append(Variant(name=name, path=vdir / f"{name}.onnx", model="tiny", recipe=recipe))
+        (vdir / f"{name}.json").write_text(json.dumps(sidecar))
+        vs.append(Variant(name=name, path=vdir / f"{name}.onnx", model=model, recipe=recipe))
     write_index(vdir, vs)
+    return vdir
+
+
+def random_images(root: Path, extras: list, size: int = 8, annotations=(), categories=()) -> Path:
+    """One random PNG per entry of `extras` under root/images (seeded), and COCO labels.json of them in the eval
+    split (each image entry updated with its `extras` dict); returns the labels path."""
+    from PIL import Image
+
     img = root / "images"
     img.mkdir()
     rng = np.random.default_rng(3)
     images = []
-    for i in range(n_images):
-        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(img / f"im{i:02d}.png")
-        images.append({"id": i, "file_name": f"im{i:02d}.png", "width": 8, "height": 8, "split": "eval"})
+    for i, extra in enumerate(extras):
+        Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(img / f"im{i:02d}.png")
+        images.append({"id": i, "file_name": f"im{i:02d}.png", "width": size, "height": size, "split": "eval",
+                       **extra})
     labels = root / "labels.json"
-    labels.write_text(json.dumps({"images": images, "annotations": [], "categories": []}))
-    return vdir, labels
+    labels.write_text(json.dumps({"images": images, "annotations": list(annotations), "categories": list(categories)}))
+    return labels
+
+
+def make_bench(root: Path, n_images: int = 8) -> tuple[Path, Path]:
+    """A variants folder (fp32 + dynamic int8) and COCO labels with n eval images; returns (variants, labels)."""
+    vdir = fp32_and_dynamic(root / "variants", tiny_classifier, SIDE, "tiny")
+    return vdir, random_images(root, [{}] * n_images)
 
 
 @pytest.fixture(scope="module")

@@ -88,9 +88,11 @@ def test_verdict_lines_one_per_variant_with_classes_flips_and_gate():
                                                      "duplicate_of": "dynamic"}]))
     assert len(lines) == 4
     fp32, dyn, ent, dup = lines
-    assert fp32.startswith("- **fp32** ships on x86, pi: one class;")
-    assert "0 decision flips vs fp32: 10 images compared on pi, none disagrees" in fp32 and "pass" in fp32
-    assert dyn.startswith("- **dynamic** ships on x86, pi: one class; 3 decision flips vs fp32 on 2 of 10 images")
+    assert fp32.startswith("- **SHIP** fp32: 0 decision flips vs fp32 (fp32 on x86) on pi, 10 images compared, "
+                           "none disagrees")
+    assert "one class of bytes" in fp32 and "pass" in fp32
+    assert dyn.startswith("- **DO NOT SHIP** dynamic: 3 decision flips vs fp32 (fp32 on x86) on x86, pi, "
+                          "2 of 10 images disagree")
     assert "gate decision (budget 0): FAIL (decision: 3 of 4 comparisons over 0 flips)" in dyn
     # duplicates are named, not dropped: byte-identical outputs and an identical model
     assert "Outputs byte-identical to **dynamic** on every host and fixture" in ent
@@ -115,7 +117,7 @@ def test_no_flips_says_what_was_compared(tmp_path):
     md, written = R.render_equiv(r, tmp_path, plots=True, tables_root=tmp_path)
     assert "No flips: 9 comparisons over 10 images each, every decision the same." in md
     assert "No comparison has flips: nothing to show." in md
-    assert "0 decision flips vs fp32: 10 images compared on every host compared (x86, pi), none disagrees" in md
+    assert "0 decision flips vs fp32 (fp32 on x86) on x86, pi, 10 images compared, none disagrees" in md
     assert not any("margins" in p.name for p in written)   # no empty axes
 
 
@@ -310,8 +312,9 @@ def test_equiv_report_opens_with_the_verdict_and_shows_accuracy_and_gallery(labe
     text = (res / "report.md").read_text()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     assert lines[:3] == ["# quantbench report", "## Equivalence and decisions (`quantbench equiv`)", "### Verdict"]
-    assert lines[3].startswith("- **fp32** ships on x86, x86b: 2 classes")
-    assert lines[4].startswith("- **dynamic** ships on x86, x86b: one class; 8 decision flips vs fp32 on 8 of 8 images")
+    assert lines[3].startswith("- **SHIP** fp32: ") and "2 classes of bytes (A: x86 | B: x86b)" in lines[3]
+    assert lines[4].startswith("- **DO NOT SHIP** dynamic: 8 decision flips vs fp32 (fp32 on x86) on x86, x86b, "
+                               "8 of 8 images disagree")
     assert "gate decision (budget 0): FAIL" in lines[4]
     # accuracy per variant x host, from the same decisions
     assert "Top-1 accuracy on 8 labelled images" in text

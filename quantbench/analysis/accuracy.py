@@ -22,6 +22,9 @@ against the table's annotations before it is trusted.
   The box frame is normalised for detr-sigmoid and input pixels for yolo; for
   nms-boxes and plug-ins the sidecar decode block says it (``"box_frame":
   "normalized"`` or ``"input-pixels"``). Classes map to categories by name.
+- text recognisers (``ctc``): exact match of the decoded string and character
+  error rate, against a ``"text"`` field of each image entry of the labels file
+  (images without one are left out and counted in a note).
 
 Whenever a figure cannot be computed honestly the answer is a reason, never a
 guess: ``{"computed": False, "why": ...}``.
@@ -48,12 +51,15 @@ from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
-from quantbench.metrics import coco_ap
+from quantbench.metrics import coco_ap, edit_distance, text_accuracy
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
-DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels"}
+BOOTSTRAP_RESAMPLES = 1000   # paired bootstrap of an accuracy difference: resamples of the images,
+BOOTSTRAP_SEED = 0           # drawn with this seed (the same interval on every run),
+BOOTSTRAP_LEVEL = 0.95       # and the interval's coverage
+DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels"}
 BOX_FRAMES = ("normalized", "input-pixels")
 
 
@@ -68,6 +74,7 @@ class FixtureTruth:
     preprocess: dict
     size: tuple | None = None          # (height, width) of the source image, when known
     image_path: str | None = None      # the source image file, when found with the recorded hash
+    text: str | None = None            # the image's "text" label (a text recogniser's truth), when it has one
 
 
 @dataclass
@@ -127,6 +134,8 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
         if im is None or sorted(map(_ann_key, anns.get(im["id"], []))) != sorted(map(_ann_key, f.annotations)):
             truth.mismatched.append(f.fixture_id)
             continue
+        if isinstance(im.get("text"), str):
+            f.text = im["text"]
         path = images_dir / f.source
         if path.is_file() and sha256_file(path) == f.image_sha256:
             f.image_path = str(path)
@@ -147,9 +156,9 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
 class Plan:
     """What scoring a model needs, decided once per model: the metric and each fixture's truth."""
 
-    metric: str                         # "top-1" or "AP"
+    metric: str                         # "top-1", "AP" or "text"
     fixtures: list                      # fixture ids scored
-    labels: dict = field(default_factory=dict)       # top-1: fixture -> class index
+    labels: dict = field(default_factory=dict)       # top-1: fixture -> class index; text: fixture -> string
     gt: dict = field(default_factory=dict)           # AP: fixture -> [N,5] x1,y1,x2,y2,category_id (pixels)
     category_of: dict = field(default_factory=dict)  # AP: class index -> category id
     frame: str = ""
@@ -202,8 +211,24 @@ def _classifier_labels(sidecar: dict, classes: list, truth: Truth, fids: list) -
     return out, "" if not skipped else f"{skipped} of {len(fids)} images without one label are left out"
 
 
-def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids) -> Plan | str:
-    """How to score one model's decisions against the labels, or the reason it cannot be done."""
+def _text_plan(truth: Truth, fids: list) -> Plan | str:
+    """ctc: score against the "text" label of each image that has one."""
+    if truth.categories is None:
+        return (f"the labels file the fixtures came from was not read ({truth.note}); its images' \"text\" "
+                "fields are the truth; pass --fixtures LABELS.json to `quantbench report`")
+    labels = {f: truth.fixtures[f].text for f in fids
+              if f not in truth.mismatched and truth.fixtures[f].text is not None}
+    if not labels:
+        return f"no text labels: none of the {len(fids)} images has a \"text\" field in {truth.labels_file}"
+    left = len(fids) - len(labels)
+    return Plan(metric="text", fixtures=sorted(labels), labels=labels,
+                note=f"{left} of {len(fids)} images without a text label are left out" if left else "")
+
+
+def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bool = True) -> Plan | str:
+    """How to score one model's decisions against the labels, or the reason it cannot be done.
+
+    `boxed`: the decisions carry boxes (a plug-in returning none is not asked for their frame)."""
     fids = sorted(fixture_ids)
     if spec.kind == NONE:
         return "decode none: no decisions to score"
@@ -218,10 +243,14 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids) -> Plan |
         if not labels:
             return why
         return Plan(metric="top-1", fixtures=sorted(labels), labels=labels, note=why)
+    if spec.kind == "ctc":
+        return _text_plan(truth, fids)
     if spec.kind == "threshold-map":
         return "a probability map (threshold-map): no rule turns COCO labels into map regions"
     block = dict((sidecar or {}).get("decode") or {})
     frame = block.get("box_frame") or DETECTOR_FRAMES.get(spec.kind)
+    if is_plugin(spec.kind) and not boxed:
+        return "a decode plug-in returning no boxes: no rule scores its decisions against the labels"
     if is_plugin(spec.kind) and not block.get("box_frame"):
         return "a decode plug-in: say its boxes' frame with 'box_frame' (normalized or input-pixels) in the decode block"
     if frame not in BOX_FRAMES:
@@ -257,6 +286,9 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids) -> Plan |
 
 def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     """The plan's metric over `decoded` ({fixture_id: Decoded}): {"metric", "value", "ap50_95", "images"}."""
+    if p.metric == "text":
+        got = text_accuracy({f: decoded[f].text[0] for f in p.fixtures}, p.labels)
+        return {"metric": "text", "ap50_95": None, **got}
     if p.metric == "top-1":
         hits = [int(decoded[f].cls[0]) == p.labels[f] for f in p.fixtures]
         return {"metric": "top-1", "value": float(np.mean(hits)), "ap50_95": None, "images": len(hits),
@@ -282,6 +314,59 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
     return {"metric": "AP", "value": ap["ap50"], "ap50_95": ap["ap50_95"], "images": len(p.fixtures)}
 
 
+def _mean(x: np.ndarray) -> np.ndarray:
+    return x.mean(axis=-1)
+
+
+def _edit_rate(x: np.ndarray) -> np.ndarray:
+    """Character error rate of per-image (edits, label characters) pairs: summed edits over summed characters."""
+    return x[..., 0].sum(axis=-1) / np.maximum(x[..., 1].sum(axis=-1), 1)
+
+
+def per_image(p: Plan, decoded: dict) -> dict:
+    """{figure: (per-image values in p.fixtures order, the statistic over images, higher is better)}: top-1 hits;
+    exact text matches and (edits, characters) for the CER; nothing for AP, which is not a figure over images."""
+    if p.metric == "top-1":
+        return {"top-1": (np.array([float(int(decoded[f].cls[0]) == p.labels[f]) for f in p.fixtures]), _mean, True)}
+    if p.metric != "text":
+        return {}
+    got = {f: decoded[f].text[0] for f in p.fixtures}
+    return {"exact match": (np.array([float(got[f] == p.labels[f]) for f in p.fixtures]), _mean, True),
+            "CER": (np.array([[edit_distance(got[f], p.labels[f]), len(p.labels[f])] for f in p.fixtures], np.float64),
+                    _edit_rate, False)}
+
+
+def paired_interval(a: np.ndarray, b: np.ndarray, stat=_mean, resamples: int = BOOTSTRAP_RESAMPLES,
+                    seed: int = BOOTSTRAP_SEED, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
+    """(stat(a) - stat(b), low, high): the percentile interval of that difference over the images (the first
+    axis), resampled with replacement `resamples` times, the same images for both sides (seeded: the same
+    interval every run)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    idx = np.random.default_rng(seed).integers(0, a.shape[0], (resamples, a.shape[0]))
+    lo, hi = np.quantile(stat(a[idx]) - stat(b[idx]), [(1 - level) / 2, 1 - (1 - level) / 2])
+    return float(stat(a) - stat(b)), float(lo), float(hi)
+
+
+def differences(p: Plan, result, variants: list, reference: str) -> list[dict]:
+    """Accuracy differences with their bootstrap interval, per figure over images (none for AP): each variant
+    on each other host against it on the reference host, and each variant against fp32 on the same host."""
+    outcome = {}
+    for v in variants:
+        for h in result.hosts:
+            got = {f: result.decoded.get((h, v["variant_id"], f)) for f in p.fixtures}
+            if all(d is not None for d in got.values()):
+                outcome[(v["variant"], h)] = per_image(p, got)
+    pairs = [((v["variant"], h), (v["variant"], reference)) for v in variants for h in result.hosts if h != reference]
+    pairs += [((v["variant"], h), ("fp32", h)) for v in variants if v["variant"] != "fp32" for h in result.hosts]
+    out = []
+    for a, b in pairs:
+        for figure, (va, stat, higher) in outcome.get(a, {}).items() if b in outcome else ():
+            diff, lo, hi = paired_interval(va, outcome[b][figure][0], stat)
+            out.append({"a": a, "b": b, "figure": figure, "higher_better": higher, "diff": diff, "low": lo,
+                        "high": hi, "images": len(p.fixtures)})
+    return out
+
+
 def plan_key(p: Plan, truth: Truth) -> str:
     """What score() reads besides the decisions, hashed once per model: the plan and each scored
     fixture's recipe and image size."""
@@ -300,11 +385,12 @@ def _is_score(d) -> bool:
     def real_or_none(x):
         return x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
 
-    if not isinstance(d, dict) or d.get("metric") not in ("top-1", "AP"):
+    if not isinstance(d, dict) or d.get("metric") not in ("top-1", "AP", "text"):
         return False
     if not (real_or_none(d.get("value")) and real_or_none(d.get("ap50_95")) and isinstance(d.get("images"), int)):
         return False
-    return set(d) <= {"metric", "value", "ap50_95", "images", "correct"} and real_or_none(d.get("correct"))
+    return (set(d) <= {"metric", "value", "ap50_95", "images", "correct", "cer"} and real_or_none(d.get("correct"))
+            and real_or_none(d.get("cer")))
 
 
 class ScoreCache:
@@ -369,8 +455,9 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCach
         spec = DecodeSpec(kind=dd["kind"], outputs=dd.get("outputs") or {}, threshold=dd.get("threshold"),
                           classes=dd.get("classes") or [])
         fids = result.settings["fixtures"].get(vs[0]["variant_id"], [])
+        boxed = any(d.box is not None for (_, vid, _), d in result.decoded.items() if vid == vs[0]["variant_id"])
         try:
-            pl = plan(spec, sidecars.get(model), truth, fids)
+            pl = plan(spec, sidecars.get(model), truth, fids, boxed=boxed)
         except (KeyError, TypeError, ValueError, IndexError) as exc:   # malformed labels: a reason, not a crash
             pl = f"labels not usable ({type(exc).__name__}: {exc})"
         scores = {}
@@ -389,7 +476,8 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCach
                         break
                 if not isinstance(pl, Plan):
                     break
-        out[model] = {"plan": pl, "scores": scores}
+        diffs = differences(pl, result, vs, result.settings["reference"]) if isinstance(pl, Plan) else []
+        out[model] = {"plan": pl, "scores": scores, "differences": diffs}
     return out
 
 

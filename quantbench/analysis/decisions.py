@@ -3,7 +3,8 @@
 A *flip* is one served decision that differs:
   ``threshold``  kept on one side only;
   ``class``      kept on both sides with a different class;
-  ``box-shift``  kept on both, same class, but the box (or region) moved: IoU < 0.9.
+  ``box-shift``  kept on both, same class, but the box (or region) moved: IoU < 0.9;
+  ``text``       (``ctc``) the decoded string changed.
 Detector queries and classifier outputs compare slot by slot (the same graph,
 the same query); NMS'd boxes (``nms-boxes``, ``yolo``) and map regions compare
 by matching (IoU >= 0.5). A decode plug-in's decisions compare by matching when
@@ -28,7 +29,8 @@ from quantbench.analysis.decode import (IOU_MATCH, IOU_SHIFT, DecodeSpec, Decode
 from quantbench.errors import UserError
 
 FLIP_KINDS = ("threshold", "class", "box-shift")
-MATCHED_KINDS = ("nms-boxes", "yolo")   # decoders whose decisions compare by matching boxes
+TEXT_KINDS = ("text",)   # ctc: one decision, a string
+MATCHED_KINDS = ("nms-boxes", "yolo", "yolox")   # decoders whose decisions compare by matching boxes
 # |margin| band edges (fp32 score distance to the threshold)
 BAND_EDGES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 CONCEAL_TOLERANCE = 1
@@ -47,6 +49,8 @@ class Flip:
     kept: bool
     iou: float             # NaN when not applicable
     margin: float          # reference (fp32) signed distance to the decision boundary; NaN if unknown
+    ref_text: str | None = None   # ctc: the reference's decoded string
+    text: str | None = None       # ctc: the candidate's
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -209,8 +213,26 @@ def _compare_plugin(spec: DecodeSpec, ref: Decoded, cand: Decoded) -> list[Flip]
     return _compare_aligned(_on_slots(ref, slots), _on_slots(cand, slots))
 
 
+def flip_kinds(spec: DecodeSpec) -> tuple:
+    """The flip kinds a decoder's comparisons count."""
+    return TEXT_KINDS if spec.kind == "ctc" else FLIP_KINDS
+
+
+def _compare_text(ref: Decoded, cand: Decoded) -> list[Flip]:
+    """ctc: slot by slot, a text flip where the strings differ."""
+    flips = []
+    for i, (a, b) in enumerate(zip(ref.text, cand.text)):
+        if a != b:
+            f = _flip("text", ref, i, cand, i)
+            f.ref_text, f.text = a, b
+            flips.append(f)
+    return flips
+
+
 def compare(spec: DecodeSpec, ref: Decoded, cand: Decoded) -> FixtureComparison:
     """The flips of `cand` against `ref` on one fixture."""
+    if spec.kind == "ctc":
+        return FixtureComparison(ref_total=ref.total, total=cand.total, flips=_compare_text(ref, cand))
     if spec.kind == "threshold-map":
         return _compare_map(spec, ref, cand)
     if spec.kind in MATCHED_KINDS:
@@ -294,9 +316,10 @@ class ComparisonSummary:
 
 
 def summarize(comparison: str, host: str, variant: str, ref_host: str, ref_variant: str,
-              per_fixture: list[FixtureComparison], threshold: float | None) -> ComparisonSummary:
+              per_fixture: list[FixtureComparison], threshold: float | None,
+              kinds: tuple = FLIP_KINDS) -> ComparisonSummary:
     flips = [f for fc in per_fixture for f in fc.flips]
-    by_kind = {k: 0 for k in FLIP_KINDS}
+    by_kind = {k: 0 for k in kinds}
     for f in flips:
         by_kind[f.kind] += 1
     ref_total = sum(fc.ref_total for fc in per_fixture)

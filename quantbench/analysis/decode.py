@@ -1,6 +1,6 @@
 """Output tensors -> the decisions a product serves, as the model's sidecar says.
 
-Five built-in decoders, none, or a plug-in, all on one fixture (batch of one) at a time:
+Seven built-in decoders, none, or a plug-in, all on one fixture (batch of one) at a time:
 
 ``detr-sigmoid``       per query: argmax over the named class columns, sigmoid
                        score, kept when score >= threshold and the query is in
@@ -19,6 +19,15 @@ Five built-in decoders, none, or a plug-in, all on one fixture (batch of one) at
                        ``[1, N, 5+C]`` (YOLOv5: score = obj * class prob); boxes
                        cx,cy,w,h in input pixels. Decoded with class-aware greedy
                        NMS and compared by matching, like ``nms-boxes``.
+``yolox``              a raw anchor-free grid head, one output ``[1, N, 5+C]``
+                       (YOLOX exported without decode_in_inference): per row
+                       tx, ty, tw, th, objectness, C class scores over the
+                       grids of strides 8/16/32; decoded as below, class-aware
+                       NMS as ``yolo``, compared by matching.
+``ctc``                greedy CTC of a text recogniser (CRNN, PaddleOCR rec):
+                       one output ``[T, N, C]`` or ``[N, T, C]`` (batch one);
+                       per time step the argmax, repeats collapsed, blanks
+                       dropped. One slot whose decision is the decoded string.
 ``none``               no decisions: ``equiv`` still gives classes, distances and
                        the tensor gate. A sidecar without a decode block means none.
 ``module:function``    a decode plug-in (below).
@@ -40,6 +49,30 @@ the threshold serves (a box can only be suppressed by a higher, hence also kept,
 score), so a *threshold flip* means served on one side only; the extra
 candidates between pre_threshold and threshold let a detection that dropped just
 under the threshold match its fp32 twin and report a real fp32 margin.
+
+``yolox`` keys: those of ``yolo`` but ``objectness`` (always on), plus ``strides``
+([8, 16, 32]) and ``input_size`` ([height, width] of the model input; default: the
+sidecar's input shape when static, else the square size whose grids give N rows,
+e.g. 416 -> 52*52 + 26*26 + 13*13 = 3549). Rows run stride by stride, each grid row
+by row (x fastest), as YOLOX's demo_postprocess builds them. Per row: cx = (tx +
+grid_x) * stride, cy = (ty + grid_y) * stride, w = exp(tw) * stride, h = exp(th) *
+stride (input pixels), class = argmax of the class scores, score = objectness * class
+score (both as exported, already sigmoid); candidates, NMS, ``kept`` and ``margin``
+as ``yolo``; slot = row index.
+
+``ctc`` keys: ``output`` (the only output when there is one), ``blank`` (0, as
+PaddleOCR and CRNN exports use), ``alphabet`` (the characters of the non-blank
+classes in class order: a list, or the name of a text file beside the sidecar in
+the model's folder, one character per line as PaddleOCR's dicts; the sidecar
+reader inlines the file, so the recipe carries it), ``space`` (true or a one-character
+string: appended to the alphabet, PaddleOCR's use_space_char), ``layout`` ("TNC" or
+"NTC"; default: the one the run's actual output shape allows, [T, 1, C] or
+[1, T, C]; a declared shape is never read). C must be 1 + len(alphabet). Without
+an alphabet the string is the class ids joined by spaces. ``score`` = the mean
+top-1 probability over the time steps, ``margin`` = the smallest top-1 minus top-2
+gap of any step (how near the string is to changing), both of the softmax of each
+step (of the values as they are when each step already sums to 1); ``kept`` is
+always true. Two runs differ when their strings differ (a *text* flip).
 
 A decode plug-in is ``--decode module:function`` or ``"kind": "module:function"``
 in the sidecar decode block (``module`` an importable dotted module or a path to
@@ -71,10 +104,11 @@ import numpy as np
 
 from quantbench import plugins
 from quantbench.errors import ParameterError, UserError
+from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.modelio import load_model
 from quantbench.variants import sidecar_for
 
-KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo")
+KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo", "yolox", "ctc")
 NONE = "none"
 #: the decoders whose scores are probabilities: a threshold outside [0, 1] keeps or drops everything
 PROBABILITY_SCORES = ("detr-sigmoid", "classifier-softmax", "threshold-map", "yolo")
@@ -86,15 +120,21 @@ DEFAULT_OUTPUTS = {
     "threshold-map": {"map": "map"},
     "nms-boxes": {"boxes": "boxes", "scores": "scores", "labels": "labels"},
     "yolo": {"output": "output0"},
+    "yolox": {"output": "output"},
+    "ctc": {"output": "output"},
 }
 DEFAULT_THRESHOLD = {"detr-sigmoid": 0.5, "classifier-softmax": None, "threshold-map": 0.5, "nms-boxes": 0.5,
-                     "yolo": 0.25}
+                     "yolo": 0.25, "yolox": 0.3, "ctc": None}
 IOU_MATCH = 0.5   # nms-boxes / regions: a detection matches when IoU >= this
 IOU_SHIFT = 0.9   # a matched (or same-query) box with IoU below this is a box shift
 YOLO_IOU = 0.45             # NMS suppresses a same-class box with IoU > this
 YOLO_MAX_DET = 300
 YOLO_PRE_RATIO = 0.5        # default pre_threshold = threshold * this
 YOLO_LAYOUTS = ("channels-first", "channels-last")
+YOLOX_STRIDES = (8, 16, 32)
+NMS_KINDS = ("yolo", "yolox")   # raw heads decoded with candidates + class-aware NMS
+CTC_LAYOUTS = ("TNC", "NTC")
+ONE_OUTPUT_KINDS = ("threshold-map", *NMS_KINDS, "ctc")   # use the model's only output whatever the name
 NONE_HINT = "pass --decode none to get the equivalence classes without decisions"
 
 
@@ -132,15 +172,25 @@ class DecodeSpec:
     pre_threshold: float | None = None  # yolo: candidate score (None: threshold * YOLO_PRE_RATIO)
     layout: str | None = None       # yolo: channels-first | channels-last | None (auto)
     objectness: bool | None = None  # yolo: a 5th channel multiplies the class prob (None: auto)
+    strides: tuple = YOLOX_STRIDES  # yolox: grid strides, in row order
+    input_size: tuple | None = None  # yolox: (height, width) of the model input (None: from the row count)
+    blank: int = 0                  # ctc: the blank class
+    alphabet: tuple | None = None   # ctc: characters of the non-blank classes in class order (None: class ids)
     params: dict = field(default_factory=dict)   # plug-ins: the sidecar decode block
     note: str = ""                  # none: why there are no decisions
 
     def as_dict(self) -> dict:
         out = {"kind": self.kind, "outputs": dict(sorted(self.outputs.items())), "threshold": self.threshold,
                "top_k": self.top_k, "classes": list(self.classes), "box_format": self.box_format}
-        if self.kind == "yolo":
+        if self.kind in NMS_KINDS:
             out.update(iou=self.iou, max_det=self.max_det, pre_threshold=self.candidate_threshold,
                        layout=self.layout, objectness=self.objectness)
+        if self.kind == "yolox":
+            out.update(strides=list(self.strides), input_size=None if self.input_size is None else list(self.input_size))
+        elif self.kind == "ctc":
+            # the alphabet by content (a recogniser's runs to thousands of characters; the recipe holds them)
+            out.update(blank=self.blank, layout=self.layout, alphabet=None if self.alphabet is None else {
+                "characters": len(self.alphabet), "sha256": sha256_bytes(canonical_json(list(self.alphabet)).encode())})
         elif is_plugin(self.kind):
             out["plugin"] = plugins.plugin_identity(self.kind, "--decode")
         elif self.kind == NONE:
@@ -181,6 +231,54 @@ def _yolo_keys(block: dict, where: str) -> dict:
             "layout": layout, "objectness": obj}
 
 
+def _yolox_keys(block: dict, sidecar: dict | None, where: str) -> dict:
+    """The yolox keys (the yolo ones, objectness on, strides, input_size), checked."""
+    extra = _yolo_keys(block, where)
+    if extra["objectness"] is False:
+        raise UserError(f"{where}: decode 'objectness' false: a yolox head always has an objectness column")
+    extra["objectness"] = True
+    strides = block.get("strides", list(YOLOX_STRIDES))
+    if not (isinstance(strides, list) and strides and all(isinstance(x, int) and not isinstance(x, bool) and x > 0
+                                                          for x in strides)):
+        raise UserError(f"{where}: decode 'strides' {strides!r} must be a list of whole numbers > 0, e.g. [8, 16, 32]")
+    size = block.get("input_size")
+    if size is None:
+        inp = (sidecar or {}).get("input") or {}
+        shape = inp.get("shape")
+        if isinstance(shape, list) and len(shape) == 4 and all(isinstance(x, int) and x > 0 for x in shape):
+            size = shape[1:3] if inp.get("layout") == "NHWC" else shape[2:4]
+    elif not (isinstance(size, list) and len(size) == 2
+              and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in size)):
+        raise UserError(f"{where}: decode 'input_size' {size!r} must be [height, width] in pixels")
+    return {**extra, "strides": tuple(strides), "input_size": None if size is None else tuple(size)}
+
+
+def _ctc_keys(block: dict, where: str) -> dict:
+    """The ctc keys (blank, alphabet + space, layout), checked; an alphabet file must have been inlined."""
+    blank = block.get("blank", 0)
+    if isinstance(blank, bool) or not isinstance(blank, int) or blank < 0:
+        raise UserError(f"{where}: decode 'blank' {blank!r} must be a class index >= 0")
+    alphabet = block.get("alphabet")
+    if isinstance(alphabet, str):
+        raise UserError(f"{where}: decode 'alphabet' {alphabet!r} names a file, which is read beside a sidecar "
+                        "file; give the sidecar as a file (beside the model or --sidecar FILE), or list the characters")
+    if alphabet is not None and not (isinstance(alphabet, list) and all(isinstance(c, str) and c for c in alphabet)):
+        raise UserError(f"{where}: decode 'alphabet' must be a list of non-empty strings (one per class) or a file name")
+    space = block.get("space", False)
+    if space is True:
+        space = " "
+    if space not in (False, None) and not (isinstance(space, str) and len(space) == 1):
+        raise UserError(f"{where}: decode 'space' {space!r} must be true, false or one character")
+    if space:
+        if alphabet is None:
+            raise UserError(f"{where}: decode 'space' needs an 'alphabet' to append the space to")
+        alphabet = [*alphabet, space]
+    layout = block.get("layout")
+    if layout not in (None, *CTC_LAYOUTS):
+        raise UserError(f"{where}: decode 'layout' {layout!r}: use TNC or NTC (or leave it out)")
+    return {"blank": blank, "alphabet": None if alphabet is None else tuple(alphabet), "layout": layout}
+
+
 def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: float | None = None,
                       source: str = "sidecar") -> DecodeSpec:
     """The decode spec: the sidecar's "decode" block, overridden by --decode / --threshold.
@@ -214,7 +312,7 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
                 outputs[role] = block[role]
     thr = threshold if threshold is not None else (block.get("threshold", DEFAULT_THRESHOLD[kind])
                                                    if own else DEFAULT_THRESHOLD[kind])
-    if thr is None and kind in ("detr-sigmoid", "threshold-map", "nms-boxes", "yolo"):
+    if thr is None and kind in ("detr-sigmoid", "threshold-map", "nms-boxes", *NMS_KINDS):
         thr = DEFAULT_THRESHOLD[kind]
     if thr is not None and not (isinstance(thr, (int, float)) and not isinstance(thr, bool) and math.isfinite(thr)):
         where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
@@ -226,11 +324,17 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
             raise ParameterError("threshold", problem, float(thr))
         raise UserError(f"{source}: decode 'threshold' {thr!r}: {problem}")
     top_k = block.get("top_k") if own else None
-    box_format = block.get("box_format", "cxcywh" if kind in ("detr-sigmoid", "yolo") else "xyxy")
-    extra = _yolo_keys(block if own else {}, source) if kind == "yolo" else {}
+    box_format = block.get("box_format", "cxcywh" if kind in ("detr-sigmoid", *NMS_KINDS) else "xyxy")
+    extra = {}
+    if kind == "yolo":
+        extra = _yolo_keys(block if own else {}, source)
+    elif kind == "yolox":
+        extra = _yolox_keys(block if own else {}, sidecar, source)
+    elif kind == "ctc":
+        extra = _ctc_keys(block if own else {}, source)
     spec = DecodeSpec(kind=kind, outputs=outputs, threshold=None if thr is None else float(thr),
                       top_k=None if top_k is None else int(top_k), classes=classes, box_format=box_format, **extra)
-    if kind == "yolo" and spec.candidate_threshold > spec.threshold:
+    if kind in NMS_KINDS and spec.candidate_threshold > spec.threshold:
         raise UserError(f"{source}: decode 'pre_threshold' {spec.pre_threshold:g} is above the threshold "
                         f"{spec.threshold:g}; candidates must include every served box")
     return spec
@@ -251,7 +355,7 @@ def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> Dec
     missing = [(r, n) for r, n in spec.outputs.items() if n not in found]
     unnamed = spec.outputs == DEFAULT_OUTPUTS.get(spec.kind)  # the sidecar named no output: the one there is
     if missing and len(spec.outputs) == 1 and single_output_ok and len(found) == 1 \
-            and (unnamed or spec.kind in ("threshold-map", "yolo")):
+            and (unnamed or spec.kind in ONE_OUTPUT_KINDS):
         spec = replace(spec, outputs={next(iter(spec.outputs)): found[0]})
         missing = []
     if missing:
@@ -274,6 +378,7 @@ class Decoded:
     mask: np.ndarray | None = None   # threshold-map: the boolean mask
     labels: np.ndarray | None = None # threshold-map: region label per element (0 = background; slot = label - 1)
     prob: np.ndarray | None = None   # threshold-map: the map values, float64
+    text: list | None = None         # ctc: the decoded string of each slot
 
     @property
     def total(self) -> int:
@@ -293,6 +398,8 @@ class Decoded:
             a = np.ascontiguousarray(a)
             h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
             h.update(a.tobytes())
+        if self.text is not None:   # only then: the digests of decoders without text stay as they were
+            h.update(("text:" + "\x00".join(self.text) + f";{len(self.text)}").encode())
         return h.hexdigest()
 
 
@@ -530,16 +637,115 @@ def decode_yolo(spec: DecodeSpec, outputs: dict) -> Decoded:
     probs = a[:, 4 + int(obj):]
     if obj:
         probs = probs * a[:, 4:5]
+    return _nms_decoded(spec, a[:, :4], probs)
+
+
+def _nms_decoded(spec: DecodeSpec, boxes: np.ndarray, probs: np.ndarray) -> Decoded:
+    """Raw head rows -> decisions: class = argmax of `probs` ([N, C]), score its value; rows scoring at least the
+    candidate threshold enter class-aware NMS; the first max_det survivors, kept at the threshold. `boxes`: [N, 4]
+    in spec.box_format."""
+    n = probs.shape[0]
     cls = np.argmax(probs, axis=1).astype(np.int64)
     score = probs[np.arange(n), cls]
     cand = np.flatnonzero(score >= spec.candidate_threshold)   # NaN scores are never candidates
-    boxes = a[cand, :4]
-    box = cxcywh_to_xyxy(boxes) if spec.box_format.startswith("cxcywh") else boxes
+    box = boxes[cand]
+    box = cxcywh_to_xyxy(box) if spec.box_format.startswith("cxcywh") else box
     keep = nms(box, score[cand], cls[cand], spec.iou, spec.max_det)
     idx = cand[keep]
     sc = score[idx]
     return Decoded(slot=idx.astype(np.int64), cls=cls[idx], score=sc, kept=sc >= spec.threshold,
                    margin=sc - spec.threshold, box=box[keep])
+
+
+def yolox_grids(n_rows: int, strides, input_size) -> tuple[np.ndarray, np.ndarray]:
+    """(grid [N, 2] x, y; stride [N]) of a YOLOX head's rows; input_size None: the square size that gives n_rows.
+
+    ValueError when the rows do not fit."""
+    strides = list(strides)
+    if input_size is None:
+        side = int(round(math.sqrt(n_rows / sum(1.0 / (s * s) for s in strides))))
+        input_size = (side, side)
+    h, w = input_size
+    grids, steps = [], []
+    for s in strides:
+        ys, xs = np.meshgrid(np.arange(h // s), np.arange(w // s), indexing="ij")
+        grids.append(np.stack([xs.ravel(), ys.ravel()], axis=1))
+        steps.append(np.full(xs.size, s, np.float64))
+    grid = np.concatenate(grids).astype(np.float64)
+    if grid.shape[0] != n_rows:
+        raise ValueError(f"input {h}x{w} with strides {strides} gives {grid.shape[0]} grid rows")
+    return grid, np.concatenate(steps)
+
+
+def decode_yolox(spec: DecodeSpec, outputs: dict) -> Decoded:
+    name = spec.outputs["output"]
+    a = _squeeze_batch(outputs[name], 2, name, spec.kind)
+    layout = spec.layout or ("channels-first" if a.shape[0] < a.shape[1] else "channels-last")
+    a = np.asarray(a.T if layout == "channels-first" else a, dtype=np.float64)   # [N, 5 + C]
+    n, ch = a.shape
+    nc = len(spec.classes)
+    if ch < 6 or (nc and ch != 5 + nc):
+        raise UserError(f"--decode yolox: output {name!r} has {ch} channels ({layout}); expected 4 box + "
+                        f"1 objectness + {nc or 'C'} class channels; fix 'classes' or 'layout' in the sidecar")
+    try:
+        grid, stride = yolox_grids(n, spec.strides, spec.input_size)
+    except ValueError as exc:
+        raise UserError(f"--decode yolox: output {name!r} has {n} rows, but {exc}; set 'input_size' "
+                        f"[height, width] and 'strides' in the sidecar decode block") from None
+    with np.errstate(over="ignore"):
+        boxes = np.concatenate([(a[:, :2] + grid) * stride[:, None], np.exp(a[:, 2:4]) * stride[:, None]], axis=1)
+    return _nms_decoded(replace(spec, box_format="cxcywh"), boxes, a[:, 5:] * a[:, 4:5])
+
+
+def _ctc_steps(spec: DecodeSpec, a: np.ndarray, name: str) -> np.ndarray:
+    """The [T, C] steps of one fixture's ctc output, by the layout the run's actual shape has."""
+    a = np.asarray(a)
+    if a.ndim == 2:
+        return a
+    if a.ndim != 3:
+        raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)}; expected [T, N, C] or [N, T, C] "
+                        "with a batch of one")
+    layout = spec.layout
+    if layout is None:
+        if (a.shape[0] == 1) == (a.shape[1] == 1):
+            raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)}: cannot tell time from batch; "
+                            "set 'layout' (TNC or NTC) in the sidecar decode block")
+        layout = "TNC" if a.shape[1] == 1 else "NTC"
+    n = a.shape[1] if layout == "TNC" else a.shape[0]
+    if n != 1:
+        raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)} ({layout}): batch {n}, "
+                        "expected one; fix 'layout' in the sidecar decode block")
+    return a[:, 0, :] if layout == "TNC" else a[0]
+
+
+def ctc_text(spec: DecodeSpec, ids) -> str:
+    """The string of collapsed, blank-free class ids: the alphabet's characters (class c > blank is entry c - 1)."""
+    if spec.alphabet is None:
+        return " ".join(str(int(c)) for c in ids)
+    return "".join(spec.alphabet[int(c) - (c > spec.blank)] for c in ids)
+
+
+def decode_ctc(spec: DecodeSpec, outputs: dict) -> Decoded:
+    name = spec.outputs["output"]
+    x = np.asarray(_ctc_steps(spec, outputs[name], name), dtype=np.float64)
+    t, c = x.shape
+    if spec.alphabet is not None and c != len(spec.alphabet) + 1:
+        raise UserError(f"--decode ctc: output {name!r} has {c} classes per step; the alphabet (with space) has "
+                        f"{len(spec.alphabet)} characters + 1 blank = {len(spec.alphabet) + 1}")
+    if not 0 <= spec.blank < c:
+        raise UserError(f"--decode ctc: blank {spec.blank} is not one of the {c} classes of output {name!r}")
+    if t and np.all(x >= 0) and np.allclose(x.sum(axis=1), 1.0, atol=1e-3):
+        p = x                                         # already probabilities (PaddleOCR exports a softmax)
+    else:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+    best = np.argmax(x, axis=1).tolist()
+    ids = [k for i, k in enumerate(best) if k != spec.blank and (i == 0 or k != best[i - 1])]
+    top2 = np.sort(np.concatenate([np.zeros((t, 1)), p], axis=1), axis=1)[:, -2:]
+    score = float(top2[:, 1].mean()) if t else 1.0
+    margin = float((top2[:, 1] - top2[:, 0]).min()) if t else math.nan
+    return Decoded(slot=np.zeros(1, np.int64), cls=np.zeros(1, np.int64), score=np.array([score]),
+                   kept=np.ones(1, bool), margin=np.array([margin]), text=[ctc_text(spec, ids)])
 
 
 PLUGIN_KEYS = ("cls", "score", "kept", "box", "slot", "margin")
@@ -617,7 +823,8 @@ def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
 
 
 _DECODERS = {"detr-sigmoid": decode_detr, "classifier-softmax": decode_classifier,
-             "threshold-map": decode_map, "nms-boxes": decode_nms, "yolo": decode_yolo}
+             "threshold-map": decode_map, "nms-boxes": decode_nms, "yolo": decode_yolo, "yolox": decode_yolox,
+             "ctc": decode_ctc}
 
 
 def decode(spec: DecodeSpec, outputs: dict) -> Decoded:

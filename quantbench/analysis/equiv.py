@@ -281,7 +281,8 @@ def _payload(result: EquivResult, boxed: dict) -> dict:
             "flip_rows": result.flip_rows, "sidecars": result.sidecars,
             "decoded": {"keys": [[h, v, f, boxed[(h, v, f)]] for h, v, f in result.decoded],
                         "arrays": {k: RC.arrays_to_json([getattr(d, k) for d in result.decoded.values()])
-                                   for k in _SLIM_FIELDS}}}
+                                   for k in _SLIM_FIELDS},
+                        "text": [d.text for d in result.decoded.values()]}}
 
 
 _SLIM_FIELDS = ("slot", "cls", "score", "kept", "margin", "box")
@@ -306,13 +307,17 @@ def _from_payload(payload, ctx: _Context, by_model: dict, fixtures_for: dict) ->
         if not (isinstance(keys, list) and isinstance(arrays, dict) and set(arrays) == set(_SLIM_FIELDS)):
             return None
         cols = {k: RC.arrays_from_json(arrays[k], len(keys)) for k in _SLIM_FIELDS}
+        texts = payload["decoded"].get("text", [None] * len(keys))
+        if not (isinstance(texts, list) and len(texts) == len(keys) and all(
+                t is None or (isinstance(t, list) and all(isinstance(x, str) for x in t)) for t in texts)):
+            return None
         decoded, boxed = {}, {}
         for i, e in enumerate(keys):
             h, v, f, b = e
             if not (isinstance(h, str) and isinstance(v, str) and isinstance(f, str) and isinstance(b, bool)
                     and all(cols[k][i] is not None for k in _SLIM_FIELDS[:-1])):   # only a box may be absent
                 return None
-            decoded[(h, v, f)] = Decoded(**{k: cols[k][i] for k in _SLIM_FIELDS})
+            decoded[(h, v, f)] = Decoded(**{k: cols[k][i] for k in _SLIM_FIELDS}, text=texts[i])
             boxed[(h, v, f)] = b
         variants = payload["variants"]
         rows = _StoredDecisions(lambda: _rebuild_decisions(ctx, by_model, fixtures_for, variants,
@@ -591,7 +596,7 @@ def _compare(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, comp, h, r
         flips += [(f, fl) for fl in fc.flips]
     if not run.compared:
         return _not_compared(comp, h, v.name, rh, rname, len(vfx), v.variant_id, run.model, tgate), flips
-    s = D.summarize(comp, h, v.name, rh, rname, per_fx, run.spec.threshold)
+    s = D.summarize(comp, h, v.name, rh, rname, per_fx, run.spec.threshold, D.flip_kinds(run.spec))
     dec_ok = G.decision_passed(s.flips, ctx.budget)
     return {**s.as_dict(), "variant_id": v.variant_id, "model": run.model, "tensor_gate": tgate.as_dict(),
             "decision_passed": dec_ok, "gates_disagree": G.disagreement(tgate.passed, dec_ok),
@@ -603,8 +608,10 @@ def _flip_row(ctx: _Context, spec: DecodeSpec, v: VariantRef, comparison: dict, 
     return {"equiv_id": ctx.equiv_id, "comparison": comparison["comparison"], "host": comparison["host"],
             "variant_id": v.variant_id, "variant": v.name, "ref_host": comparison["ref_host"],
             "ref_variant": comparison["ref_variant"], "fixture_id": f, "source": ctx.source.get(f, ""),
-            "ref_slot": fl.ref_slot, "slot": fl.slot, "kind": fl.kind, "ref_class": spec.class_name(fl.ref_cls),
-            "class_name": spec.class_name(fl.cls), "ref_score": fl.ref_score, "score": fl.score, "iou": fl.iou,
+            "ref_slot": fl.ref_slot, "slot": fl.slot, "kind": fl.kind,
+            "ref_class": spec.class_name(fl.ref_cls) if fl.ref_text is None else fl.ref_text,
+            "class_name": spec.class_name(fl.cls) if fl.text is None else fl.text, "ref_score": fl.ref_score,
+            "score": fl.score, "iou": fl.iou,
             "threshold": spec.threshold, "margin": fl.margin, "band": D.band_label(abs(fl.margin))}
 
 
@@ -632,6 +639,7 @@ def _decision_rows(ctx: _Context, class_name, v: VariantRef, vfx: list, flip_of:
             score, margin = np.asarray(d.score, np.float64).tolist(), np.asarray(d.margin, np.float64).tolist()
             kept = np.asarray(d.kept, bool).tolist()
             boxes = np.asarray(d.box, np.float64).tolist() if boxed[(h, v.variant_id, f)] else None
+            text = getattr(d, "text", None)   # ctc: each decision's name is its string
             src = ctx.source.get(f)
             for i, q in enumerate(slots):
                 c = cls[i]
@@ -641,7 +649,8 @@ def _decision_rows(ctx: _Context, class_name, v: VariantRef, vfx: list, flip_of:
                     "equiv_id": ctx.equiv_id, "host": h, "fingerprint_id": ctx.sel[h][0],
                     "variant_id": v.variant_id, "variant": v.name, "fixture_id": f, "source": src,
                     "slot": q, "class_id": c, "box": None if boxes is None else boxes[i],
-                    "class_name": names[c], "score": score[i], "kept": kept[i], "margin": margin[i],
+                    "class_name": names[c] if text is None else text[i], "score": score[i], "kept": kept[i],
+                    "margin": margin[i],
                     "flip_own_fp32": flip_of.get(("own-fp32", h, f, q), ""),
                     "flip_ref_fp32": flip_of.get(("ref-fp32", h, f, q), "")})
 
@@ -662,7 +671,8 @@ def _slim(d):
         np.maximum.at(hi_x, lab, xs + 1)
         np.maximum.at(hi_y, lab, ys + 1)
         box = np.stack([lo_x / w, lo_y / h, hi_x / w, hi_y / h], axis=1)   # normalised to the map
-    return Decoded(slot=d.slot, cls=d.cls, score=d.score, kept=d.kept, margin=d.margin, box=box)
+    return Decoded(slot=d.slot, cls=d.cls, score=d.score, kept=d.kept, margin=d.margin, box=box,
+                   text=getattr(d, "text", None))
 
 
 def _not_compared(comp, host, variant, ref_host, ref_variant, fixtures, variant_id, model, tgate) -> dict:

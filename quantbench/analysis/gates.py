@@ -6,7 +6,8 @@ fails; an output whose shape or dtype differs fails whole). The decision gate
 passes when the flips are at most a budget. They answer different questions,
 and they disagree: a tensor gate can block an artifact whose served decisions
 barely move, and pass one whose decisions moved. Both verdicts are reported,
-and the disagreements are listed.
+and the disagreements are listed. ``ship_verdict`` turns a variant's gates, flips
+and host agreement into the answer its verdict line opens with.
 """
 
 from __future__ import annotations
@@ -88,6 +89,24 @@ def disagreement(tensor_passed: bool, decision_ok: bool) -> str:
     if decision_ok:
         return "tensor gate blocks, decisions within budget"
     return "tensor gate passes, decisions over budget"
+
+
+SHIP, SHIP_WITH_CARE, DO_NOT_SHIP = "SHIP", "SHIP WITH CARE", "DO NOT SHIP"
+
+
+def ship_verdict(gates_passed: bool, flips, hosts_differ: bool | None, classes: int, compared: bool) -> str:
+    """The answer a verdict line opens with (docs/equiv.md defines them).
+
+    DO NOT SHIP: a checked gate fails. SHIP: every checked gate passes, no decision flips against fp32 on any
+    host (`flips`: one count per host) and the hosts serve identical decisions (`hosts_differ` False, or None
+    with one host); under decode none (`compared` False), one class of bytes. SHIP WITH CARE: the gates pass,
+    but decisions flip within the budget, or the hosts serve different decisions (decode none: the hosts
+    compute different bytes, within the tensor tolerance)."""
+    if not gates_passed:
+        return DO_NOT_SHIP
+    if not compared:
+        return SHIP if classes <= 1 else SHIP_WITH_CARE
+    return SHIP if not any(flips) and not hosts_differ else SHIP_WITH_CARE
 
 
 def parse_gates(text: str | None) -> list[str]:

@@ -7,6 +7,8 @@ imports its library at top; heavy third-party packages (onnxruntime, pyarrow,
 matplotlib) still load only where they are used.
 """
 
+import sys
+
 from quantbench.analysis.gates import parse_gates
 from quantbench.errors import GateFailed, UserError
 
@@ -95,7 +97,8 @@ def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) 
         g.add_argument("--sidecar", metavar="FILE",
                        help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its "
                             "input block must match the calibration recipe")
-        g.add_argument("--limit", type=int, help=f"{verb} only the first N images of the split (by file name)")
+        g.add_argument("--limit", type=int, help=f"{verb} only N images of the split, taken in turn from each "
+                                                 "stratum (by file name within one): same N, same images")
     add_plugin_arguments(p)
 
 
@@ -176,6 +179,10 @@ def fixtures_from_args(args, variants, limit: int | None = None) -> list:
     if not fixtures:
         raise UserError(f"{args.fixtures or 'the bundled corpus'}: no image in split {args.split!r} to evaluate on; "
                         "mark some with \"split\": \"eval\", or pass --split / --fixtures")
+    if limit is not None:
+        from quantbench.fixtures import limit_note
+
+        print(f"--limit {limit}: {limit_note(fixtures)}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     return fixtures
 
 

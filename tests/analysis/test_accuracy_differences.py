@@ -1,0 +1,89 @@
+"""Accuracy differences between hosts or variants come with a paired bootstrap interval over the images, and a
+difference the interval cannot tell from zero names no host as nearer the labels."""
+
+import numpy as np
+
+from quantbench import report as R
+from quantbench.analysis.accuracy import accuracy_table, paired_interval
+from test_report import _dec, _truth, hand_result
+
+FIX = [f"f{i:02d}" for i in range(20)]
+
+
+def _result(correct: dict):
+    """hand_result over 20 images labelled cat; `correct[(variant_id, host)]` images decided cat, the rest dog."""
+    result = hand_result()
+    result.variants = result.variants[:2]
+    for v in result.variants:
+        v["decode"]["classes"] = ["cat", "dog"]
+    result.settings["fixtures"] = {v["variant_id"]: FIX for v in result.variants}
+    result.decoded = {(h, vid, f): _dec([0 if i < correct[(vid, h)] else 1])
+                      for (vid, h) in correct for i, f in enumerate(FIX)}
+    truth = _truth({f: [{"image_id": i, "category_id": 7}] for i, f in enumerate(FIX)}, categories={7: "cat", 8: "dog"})
+    return result, truth
+
+
+def _accuracy_text(result, truth) -> str:
+    acc = accuracy_table(result, {}, truth)
+    return "\n".join(R.accuracy_lines(result, acc))
+
+
+def test_a_difference_of_one_image_is_no_measurable_difference_and_names_no_winner():
+    # the old line: "Which platform is nearer the truth: fp32: pi nearer the labels (x86 0.500, pi 0.550)"
+    result, truth = _result({("v0", "x86"): 10, ("v0", "pi"): 11, ("v1", "x86"): 10, ("v1", "pi"): 10})
+    text = _accuracy_text(result, truth)
+    assert "nearer the labels" not in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("Between hosts"))
+    assert "fp32: pi vs x86 top-1 +0.050 (95% interval [+0.000, +0.150] over 20 images): no measurable difference" in line
+    assert "dynamic: pi vs x86 top-1 +0.000 (95% interval [+0.000, +0.000] over 20 images): no measurable difference" in line
+    assert _accuracy_text(result, truth) == text                      # fixed seed: the same interval every run
+
+
+def test_a_clear_difference_says_which_is_nearer_with_its_interval():
+    result, truth = _result({("v0", "x86"): 10, ("v0", "pi"): 10, ("v1", "x86"): 0, ("v1", "pi"): 20})
+    text = _accuracy_text(result, truth)
+    assert "dynamic: pi vs x86 top-1 +1.000 (95% interval [+1.000, +1.000] over 20 images): pi nearer the labels" in text
+    fp32_line = next(ln for ln in text.splitlines() if ln.startswith("Against fp32 on the same host"))
+    assert "dynamic vs fp32 on x86 top-1 -0.500" in fp32_line and "fp32 nearer the labels" in fp32_line
+
+
+def test_paired_interval_is_seeded_and_paired():
+    a = np.array([1.0, 0, 1, 1, 0, 1, 0, 1])
+    assert paired_interval(a, a) == (0.0, 0.0, 0.0)                  # paired: identical outcomes never differ
+    assert paired_interval(a, 1 - a) == paired_interval(a, 1 - a)
+    diff, lo, hi = paired_interval(a, np.zeros(8))
+    assert diff == 0.625 and lo < diff < hi
+
+
+def test_ap_differences_are_plain_and_name_no_winner():
+    r = hand_result()
+    a = {"scores": {("fp32", "x86"): {"value": 0.5604}, ("fp32", "pi"): {"value": 0.5601}}, "differences": []}
+    lines = R.difference_lines(r, a, ["fp32"], ["x86", "pi"])
+    assert lines[0] == "Between hosts: fp32: pi vs x86 -0.0003 (AP is not a mean over images: no interval)."
+
+
+def test_text_differences_carry_exact_match_and_cer_intervals():
+    from quantbench.analysis.accuracy import FixtureTruth, Truth
+    from quantbench.analysis.decode import Decoded
+
+    def said(text):
+        return Decoded(slot=np.zeros(1, np.int64), cls=np.zeros(1, np.int64), score=np.ones(1), kept=np.ones(1, bool),
+                       margin=np.ones(1), text=[text])
+
+    result = hand_result()
+    result.variants = result.variants[:2]
+    for v in result.variants:
+        v["decode"] = {"kind": "ctc", "threshold": None, "classes": [], "outputs": {}}
+    result.settings["fixtures"] = {v["variant_id"]: FIX for v in result.variants}
+    result.decoded = {(h, vid, f): said("EXIT" if vid == "v0" else "") for h in ("x86", "pi") for vid in ("v0", "v1")
+                      for f in FIX}
+    truth = Truth(fixtures={f: FixtureTruth(fixture_id=f, source=f"{f}.png", image_sha256="", annotations=[],
+                                            stratum="", split="eval", preprocess={}, text="EXIT") for f in FIX},
+                  categories={})
+    text = _accuracy_text(result, truth)
+    assert "| fp32 | 1.000 (20/20), CER 0.000 | 1.000 (20/20), CER 0.000 |" in text
+    line = next(ln for ln in text.splitlines() if ln.startswith("Against fp32 on the same host"))
+    assert ("dynamic vs fp32 on x86 exact match -1.000 (95% interval [-1.000, -1.000] over 20 images): "
+            "fp32 nearer the labels") in line
+    assert ("dynamic vs fp32 on x86 CER +1.000 (95% interval [+1.000, +1.000] over 20 images): "
+            "fp32 nearer the labels") in line
