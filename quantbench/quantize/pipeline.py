@@ -26,6 +26,7 @@ from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
                                              load_with_shape_infer, parse_memory)
+from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
 from quantbench.variants import (check_plain_name, check_replaceable, load_sidecar_file, publish_folder, staging_folder,
                                  write_index, write_latest)
@@ -142,6 +143,7 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     from onnx import helper
 
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
+    check_tensor_outputs(model, model_path)  # before anything is written: a ZipMap output has no tensor bytes
     sidecar = load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path)
     ins = graph_inputs(model)
     if len(ins) != 1:
