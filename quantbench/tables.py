@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 from quantbench import SCHEMA_VERSION, lazy
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_path, content_key, sha256_bytes
+from quantbench.fsutil import atomic_path, clean_stale_tmp, content_key, sha256_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -626,12 +626,24 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
             fh.truncate()
             fh.write(f"{os.getpid()}\n")
             fh.flush()
+            clean_stale_parts(root)
             yield path
         finally:
             fh.seek(0)
             fh.truncate()
             fh.flush()
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def clean_stale_parts(root: str | os.PathLike = TABLES_DIR) -> list[Path]:
+    """Remove the temporary part and ledger files of writers that died (a SIGKILLed run or equiv); returns them.
+
+    A live writer's file (its pid still runs) is never touched, even one of a command that does not take the lock.
+    """
+    removed = []
+    for d in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.is_symlink()):
+        removed += clean_stale_tmp(d) + clean_stale_tmp(d / ".ledger")
+    return removed
 
 
 def rows_digest(name: str, rows: Sequence[Mapping]) -> str:

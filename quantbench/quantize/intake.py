@@ -14,7 +14,9 @@ is recorded, so the recipe says what was done to the user's model:
 3. an opset below 13 is converted to 13 with `onnx.version_converter` when
    per-channel weights are asked (or refused, naming the opset and the option);
 4. `quant_pre_process` (ort_api.pre_process) runs in a private temporary folder (it writes
-   `sym_shape_infer_temp.onnx` into the current one on failure); when symbolic
+   `sym_shape_infer_temp.onnx` into the current one on failure), made beside `out_path` (calibrate's
+   staging folder, which the next run removes if this one is killed, never the system temp folder);
+   when symbolic
    shape inference fails it is retried without it (constant and BatchNorm
    folding still happen) and the fallback is reported.
 """
@@ -148,7 +150,7 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
         record["opset"]["used"] = PER_CHANNEL_OPSET
         notes.append(f"opset {opset} converted to {PER_CHANNEL_OPSET} with onnx.version_converter "
                      "(per-channel DequantizeLinear needs it)")
-    with tempfile.TemporaryDirectory(prefix="qb-intake-src-") as td:
+    with tempfile.TemporaryDirectory(prefix="qb-intake-src-", dir=out_path.resolve().parent) as td:  # in the stage: see below
         src = Path(td) / "model.onnx"
         onnx.save(model, str(src))
         if not pre_process:

@@ -260,7 +260,7 @@ class _VariantMaker:
             self.result.notes.append(note)
             self.on_note(note)
         self.common["intake"] = intake
-        prep_model = load_with_shape_infer(prepared)
+        prep_model = load_with_shape_infer(prepared, workdir=stage)
         missing = [n for n in o.exclude_nodes if n not in {x.name for x in prep_model.graph.node}]
         if missing:
             hint = " after pre-processing (pass --no-pre-process to use the original graph)" if o.pre_process else ""

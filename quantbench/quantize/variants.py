@@ -145,7 +145,7 @@ def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, 
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = dynamic_op_types(exclude_op_types)
     out_path = Path(out_path)
-    with tempfile.TemporaryDirectory(prefix="qb-dyn-") as td:
+    with tempfile.TemporaryDirectory(prefix="qb-dyn-", dir=out_path.parent) as td:  # beside the output
         src = Path(td) / "model.onnx"  # quantize_dynamic writes a shape-inferred copy beside its input
         shutil.copyfile(model_path, src)
         with atomic_path(out_path, suffix=".onnx") as tmp:
