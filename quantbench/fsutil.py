@@ -8,6 +8,7 @@ half-written file and a reader never sees one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -16,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from quantbench.errors import UserError
+from quantbench.errors import DiskFull, UserError
 
 
 @contextlib.contextmanager
@@ -27,9 +28,12 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     is removed if the block raises.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # named with its owner, so a SIGKILLed writer's leftover can be told from a live one's (clean_stale_tmp)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner_tag()}.", suffix=suffix + ".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # named with its owner, so a SIGKILLed writer's leftover can be told from a live one's (clean_stale_tmp)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner_tag()}.", suffix=suffix + ".tmp", dir=path.parent)
+    except OSError as exc:
+        raise (disk_full(path, exc) if no_space(exc) else exc) from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
     tmp_path = Path(tmp)
@@ -38,10 +42,26 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        if no_space(exc):  # a full disk is the user's to fix: one line naming the file, not a traceback
+            raise disk_full(path, exc) from None
         raise
+
+
+#: errno values that mean "the disk (or the user's quota) is full"
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE
+
+
+def disk_full(path: str | os.PathLike, exc: OSError, what: str = "it was not written") -> DiskFull:
+    """The one wording of a full disk: the file that could not be written, and what to do."""
+    return DiskFull(f"{path}: {exc.strerror or 'No space left on device'} (errno {exc.errno}); {what}: "
+                    "free some space and rerun", path)
 
 
 def owner_tag() -> str:

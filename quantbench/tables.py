@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from quantbench import SCHEMA_VERSION, lazy
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import UserError
+from quantbench.errors import DiskFull, UserError
 from quantbench.fsutil import atomic_path, clean_stale_tmp, content_key, sha256_bytes
 
 if TYPE_CHECKING:
@@ -685,7 +685,7 @@ def _ledger_put(name: str, root, digest: str, part: str) -> None:
     try:
         with atomic_path(_ledger_dir(name, root) / digest) as tmp:
             tmp.write_text(part + "\n")
-    except OSError:
+    except (OSError, DiskFull):
         pass  # the ledger only saves work
 
 

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path
-from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, canonical_json, clean_stale_tmp, owner_tag, read_json, sha256_file
+from quantbench.errors import DiskFull, UserError
+from quantbench.fsutil import (atomic_write_json, canonical_json, clean_stale_tmp, no_space, owner_tag, read_json,
+                               sha256_file)
 from quantbench.modelio import graph_inputs, load_model
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import input_spec
@@ -281,6 +282,13 @@ def clean_stale_staging(dest: str | os.PathLike) -> list[Path]:
     return clean_stale_tmp(dest.parent, dest.name)
 
 
+def _staged_disk_full(dest: Path, stage: Path, path) -> DiskFull:
+    inner = Path(path).absolute()
+    what = inner.relative_to(stage.absolute()).as_posix() if inner.is_relative_to(stage.absolute()) else inner
+    return DiskFull(f"{dest}: no space left on device while writing {what}; nothing of {dest.name} was written: "
+                    "free some space and rerun", dest)
+
+
 @contextlib.contextmanager
 def staging_folder(dest: str | os.PathLike):
     """A fresh temporary folder beside `dest`, removed afterwards whatever happens.
@@ -301,6 +309,12 @@ def staging_folder(dest: str | os.PathLike):
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the published folder gets normal permissions
     try:
         yield tmp
+    except DiskFull as exc:  # name what was being made, not the staging folder's private name
+        raise _staged_disk_full(dest, tmp, exc.path) from None
+    except OSError as exc:  # a library's own write into the stage (onnx.save, onnxruntime)
+        if not no_space(exc):
+            raise
+        raise _staged_disk_full(dest, tmp, exc.filename or "a file") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

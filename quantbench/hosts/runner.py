@@ -171,27 +171,42 @@ class RunFailed(UserError):
 
 
 class _Writer:
-    """Buffers output rows of finished fixtures and appends them as table parts."""
+    """Buffers output rows of finished fixtures and appends them as table parts.
 
-    def __init__(self, root: Path):
-        self.root = root
+    Nothing is appended before the run's fixtures and models rows are (`ctx.inputs_done`), and
+    nothing at all if writing them failed (a full disk): an outputs row never refers to a fixture
+    the tables lack. The first failed append is raised once; the rows after it are dropped (the
+    rerun computes them), so a full disk is one error, not one per result.
+    """
+
+    def __init__(self, ctx: "_Context"):
+        self.ctx, self.root = ctx, ctx.root
         self.rows: list[dict] = []
         self.last = time.monotonic()
         self.lock = threading.Lock()
+        self.failed = False
 
     def add(self, rows: list[dict]) -> None:
         with self.lock:
             self.rows.extend(rows)
-            if len(self.rows) >= FLUSH_ROWS or time.monotonic() - self.last >= FLUSH_SECONDS:
+            if self.ctx.inputs_done.is_set() and (len(self.rows) >= FLUSH_ROWS
+                                                  or time.monotonic() - self.last >= FLUSH_SECONDS):
                 self._flush()
 
     def _flush(self) -> None:
-        if self.rows:
-            tables.append("outputs", self.rows, root=self.root)
+        if self.failed or not self.ctx.inputs_ok:
             self.rows = []
+        if self.rows:
+            rows, self.rows = self.rows, []
+            try:
+                tables.append("outputs", rows, root=self.root)
+            except Exception:
+                self.failed = True
+                raise
         self.last = time.monotonic()
 
     def flush(self) -> None:
+        self.ctx.inputs_done.wait()
         with self.lock:
             self._flush()
 
@@ -333,7 +348,7 @@ class _HostRun:
         self.position = position
         self.sched = sched
         self.summary = HostSummary(spec.name, spec.kind)
-        self.writer = _Writer(ctx.root)
+        self.writer = _Writer(ctx)
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
@@ -782,6 +797,8 @@ class _Context:
         self._store = None
         self._lock = threading.Lock()
         self.fixtures_for = {vi.variant_id: [fx for fx in fixtures if _fits(fx, vi)] for vi in variants}
+        self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
+        self.inputs_ok = False
 
     def input_store(self) -> tuple[str, dict]:
         """(path, {fixture_id: offset}): every input tensor written once to a temporary file."""
@@ -890,15 +907,19 @@ def _check_hosts(hosts, ctx: _Context) -> None:
 
 
 def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
-    """The fixtures and models rows of this run (the outputs rows will refer to them)."""
+    """The fixtures and models rows of this run (the outputs rows will refer to them: see _Writer)."""
     # Fixtures are keyed by their tensor hash: one already in the table is not written again
     # (its ~200 KB tensor would only make a duplicate part that readers drop).
-    have = set(tables.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
-    new = [fx for fx in ctx.fixtures if fx.fixture_id not in have]
-    if new:
-        tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
-                             root=ctx.root)
-    tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
+    try:
+        have = set(tables.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
+        new = [fx for fx in ctx.fixtures if fx.fixture_id not in have]
+        if new:
+            tables.append_chunks("fixtures", fixtures_chunks(
+                new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}), root=ctx.root)
+        tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
+        ctx.inputs_ok = True
+    finally:
+        ctx.inputs_done.set()
 
 
 def _run_all(specs, hosts, ctx: _Context, jobs, preprocess: dict | None) -> list[HostSummary]:
@@ -930,6 +951,7 @@ def _run_all(specs, hosts, ctx: _Context, jobs, preprocess: dict | None) -> list
         raise
     finally:
         inputs_error = inputs_written.exception() if inputs_written else None  # (waits for the tables)
+        ctx.inputs_done.set()  # (interrupted before they were written: no writer waits for them)
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows

@@ -27,8 +27,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from quantbench.errors import UserError
-from quantbench.fsutil import atomic_path
+from quantbench.errors import DiskFull, UserError
+from quantbench.fsutil import atomic_path, no_space
 from quantbench.modelio import load_model
 from quantbench.plugins import one_line
 from quantbench.quantize import ort_api
@@ -167,6 +167,8 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
                     ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
                 record["symbolic_shape_inference"] = "done"
             except Exception as first:  # onnxruntime raises assorted errors (AssertionError, bare Exception)
+                if isinstance(first, DiskFull) or no_space(first):
+                    raise  # not a model problem: no retry without symbolic shape inference
                 reason = one_line(first)
                 try:
                     with atomic_path(out_path, suffix=".onnx") as tmp:
