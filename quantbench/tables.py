@@ -627,8 +627,10 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
             fh.write(f"{os.getpid()}\n")
             fh.flush()
             clean_stale_parts(root)
+            _HELD.add(_resolved(root))
             yield path
         finally:
+            _HELD.discard(_resolved(root))
             fh.seek(0)
             fh.truncate()
             fh.flush()
@@ -707,13 +709,58 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     while reading (compacted by another process: its rows are in the new part) restarts
     the read.
     """
-    for attempt in range(5):
+    gone = 0
+    while True:
         try:
             return _read(name, parts(name, root), columns, filter)
         except FileNotFoundError:
-            if attempt == 4:
+            gone += 1
+            if gone == 5:
                 raise
-    raise AssertionError("unreachable")
+        except CorruptPart as exc:
+            if _resolved(root) not in _HELD:
+                raise
+            quarantine(exc.path, root, exc.reason)
+
+
+class CorruptPart(UserError):
+    """A part that cannot be read (damaged on disk or not a Parquet file); `path` names it."""
+
+    def __init__(self, path: Path, name: str, reason: str):
+        super().__init__(f"{path}: damaged {name} table part ({reason}); move it out of {path.parent} (or delete it) "
+                         "and rerun: `quantbench run` and `equiv` set such a part aside themselves and recompute its rows")
+        self.path, self.reason = path, reason
+
+
+#: tables folders whose write lock (see lock) this process holds: a damaged part read there is set aside
+_HELD: set[str] = set()
+QUARANTINE_DIR = ".quarantine"
+
+
+def _resolved(root) -> str:
+    return str(Path(root).resolve())
+
+
+def quarantine(part: Path, root: str | os.PathLike, reason: str) -> Path:
+    """Move a damaged part to <root>/.quarantine/<table>/ (kept, never read again), saying so on stderr.
+
+    Its rows are missing from then on, so the run recomputes them; the ledger forgets it (a ledger
+    entry names a part only while that part is there).
+    """
+    import sys
+
+    dest_dir = Path(root) / QUARANTINE_DIR / part.parent.name
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / part.name
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = dest_dir / f"{part.stem}.{n}{part.suffix}"
+    os.replace(part, dest)
+    _PART_FOOTERS.pop(str(part), None)
+    sys.stderr.write(f"note: {part}: damaged ({reason}); moved to {dest}, its rows are recomputed\n")
+    sys.stderr.flush()
+    return dest
 
 
 def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
@@ -746,7 +793,8 @@ def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
             except Exception as exc:  # corrupt or foreign file: name it
                 if not f.exists():
                     raise FileNotFoundError(str(f)) from None
-                raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
+                reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+                raise CorruptPart(f, name, reason) from None
 
         if len(files) < 4:
             table = pa.concat_tables([one(f) for f in files])

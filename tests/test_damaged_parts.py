@@ -1,0 +1,79 @@
+"""A damaged Parquet part: run/equiv set it aside and recompute its rows; other readers name it.
+
+Was: "not a readable quantbench outputs table (...)" followed by "rerun to resume", but
+every rerun failed the same way until someone found and removed the part.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hosts_helpers import image_model
+from hosts_helpers import make_corpus as eval_corpus
+from quantbench import tables
+from quantbench.cli import main
+from quantbench.errors import UserError
+from quantbench.variants import Variant, write_index
+
+
+def _variants(folder: Path) -> Path:
+    side = {"input": {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB",
+                      "dtype": "float32", "scale": 1 / 255}}
+    folder.mkdir(parents=True)
+    image_model(folder / "fp32.onnx")
+    recipe = {"variant": "fp32", "method": "fp32", "model": "tiny", "sidecar": side}
+    (folder / "fp32.recipe.json").write_text(json.dumps(recipe))
+    (folder / "fp32.json").write_text(json.dumps(side))
+    write_index(folder, [Variant(name="fp32", path=folder / "fp32.onnx", model="tiny", recipe=recipe)])
+    return folder
+
+
+def _damage(part: Path) -> bytes:
+    """Overwrite the part's footer metadata (before its length and the closing PAR1), as a bad disk would."""
+    data = bytearray(part.read_bytes())
+    data[-72:-8] = b"\xff" * 64
+    part.write_bytes(bytes(data))
+    tables._PART_FOOTERS.clear()  # this process read the footers before: a new command would not have them
+    return bytes(data)
+
+
+@pytest.fixture
+def bench(workdir):
+    vdir, labels = _variants(workdir / "v"), eval_corpus(workdir / "corpus")
+    argv = ["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress",
+            "--decode", "none", "-q"]
+    assert main(argv) == 0
+    return workdir / "results" / "tables", argv
+
+
+def test_equiv_sets_a_damaged_outputs_part_aside_and_recomputes_its_rows(bench, capsys):
+    tdir, argv = bench
+    rows = tables.read("outputs", tdir, columns=["run_key", "output_name", "sha256"]).to_pylist()
+    part = tables.parts("outputs", tdir)[0]
+    damaged = _damage(part)
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "damaged" in line]
+    moved = tdir / ".quarantine" / "outputs" / part.name
+    assert notes == [f"note: {part.relative_to(tdir.parents[1])}: damaged "
+                     f"({notes[0].split('damaged (', 1)[1].split('); moved', 1)[0]}); moved to "
+                     f"{moved.relative_to(tdir.parents[1])}, its rows are recomputed"]
+    assert moved.read_bytes() == damaged  # kept, not deleted
+    assert tables.read("outputs", tdir, columns=["run_key", "output_name", "sha256"]).to_pylist() == rows
+    assert main(argv) == 0 and "damaged" not in capsys.readouterr().err
+
+
+def test_a_reader_without_the_lock_names_the_part_to_move(bench):
+    tdir, _ = bench
+    part = tables.parts("fixtures", tdir)[0]
+    damaged = _damage(part)
+    with pytest.raises(UserError) as exc:
+        tables.read("fixtures", tdir)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith(f"{part}: damaged fixtures table part (")
+    assert f"move it out of {part.parent} (or delete it) and rerun" in msg
+    assert part.read_bytes() == damaged  # a reader moves nothing
