@@ -29,17 +29,84 @@ def load_model(path: str | os.PathLike, check: bool = True, load_external_data: 
     if path.is_dir():
         raise UserError(f"{path}: is a folder, expected an .onnx file")
     try:
-        model = onnx.load(str(path), load_external_data=load_external_data)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise UserError(f"{path}: not an ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     if not model.graph.node and not model.graph.output:
         raise UserError(f"{path}: not an ONNX model (empty graph)")
+    if load_external_data:
+        _embed_external_data(model, path)
     if check:
         try:
             onnx.checker.check_model(model)
         except Exception as exc:
             raise UserError(f"{path}: fails onnx.checker ({str(exc).splitlines()[0]})") from None
     return model
+
+
+#: protobuf's limit: a model above it cannot be one file (its weights must stay external data)
+PROTO_LIMIT = 2 ** 31 - 1
+
+
+def external_data_files(path: str | os.PathLike) -> list[Path]:
+    """The external data files a model's tensors name (`onnx.save(..., save_as_external_data=True)`), sorted.
+
+    Each must be a regular file inside the model's own folder (the folder travels with the model);
+    a location outside it (absolute, `..`, a symbolic link leading out) or a missing file is a
+    UserError naming the model and the location.
+    """
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    path = Path(path)
+    model = load_model(path, check=False, load_external_data=False)
+    folder = path.resolve().parent
+    files = set()
+    for t in _get_all_tensors(model):
+        if not uses_external_data(t):
+            continue
+        loc = next((e.value for e in t.external_data if e.key == "location"), "")
+        target = (folder / loc).resolve()
+        if not loc or os.path.isabs(loc) or not target.is_relative_to(folder):
+            raise UserError(f"{path}: tensor {t.name!r} keeps its data in {loc!r}, outside the model's folder; "
+                            "keep the external data file beside the model (onnx.save ... location=<file name>)")
+        if not target.is_file():
+            raise UserError(f"{path}: tensor {t.name!r} keeps its data in {loc!r}, which is not a file in {folder}")
+        files.add(target)
+    return sorted(files)
+
+
+def self_contained_bytes(path: str | os.PathLike) -> bytes:
+    """The model's bytes with every external tensor embedded (the file's own bytes when it has none).
+
+    What travels to a host and what a variant is written as: one self-contained file. A model
+    that would exceed protobuf's 2 GiB this way is a UserError.
+    """
+    path = Path(path)
+    if not external_data_files(path):
+        return path.read_bytes()
+    model = load_model(path, check=False)
+    if model.ByteSize() > PROTO_LIMIT:
+        raise UserError(f"{path}: {model.ByteSize() / 2 ** 30:.1f} GiB with its external data, over protobuf's "
+                        "2 GiB for one model file; quantbench runs models with their data embedded")
+    return model.SerializeToString(deterministic=True)
+
+
+def _embed_external_data(model, path: Path) -> None:
+    """Read every external tensor's data into the model, which becomes exactly the model saved in one file
+    (no data_location field left behind), so both have one semantic hash."""
+    from onnx.external_data_helper import _get_all_tensors, load_external_data_for_tensor, uses_external_data
+
+    for t in _get_all_tensors(model):
+        if not uses_external_data(t):
+            continue
+        try:
+            load_external_data_for_tensor(t, str(path.parent))
+        except Exception as exc:
+            loc = next((e.value for e in t.external_data if e.key == "location"), "")
+            raise UserError(f"{path}: cannot read the external data of tensor {t.name!r} from {loc!r} "
+                            f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})") from None
+        del t.external_data[:]
+        t.ClearField("data_location")
 
 
 def _strip_graph(graph, strip: tuple) -> None:

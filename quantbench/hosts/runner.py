@@ -28,7 +28,7 @@ from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fixtures import fixtures_chunks
-from quantbench.fsutil import canonical_json, sha256_file
+from quantbench.fsutil import canonical_json, sha256_bytes, sha256_file
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
@@ -36,7 +36,7 @@ from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_sessio
 from quantbench.hosts.local import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
-from quantbench.modelio import fits, graph_inputs, load_model, semantic_sha256
+from quantbench.modelio import external_data_files, fits, graph_inputs, load_model, self_contained_bytes, semantic_sha256
 from quantbench.textfmt import text_table
 
 FLUSH_SECONDS = 2.0
@@ -57,6 +57,11 @@ class VariantInfo:
     variant_id: str
     raw_sha256: str
     inputs: dict  # input name -> shape (ints, or None for symbolic dims)
+    external_data: bool = False  # its tensors' data lie in files beside it: it travels with them embedded
+
+    def model_bytes(self) -> bytes:
+        """The bytes a worker runs: the file's, or with its external data embedded (modelio.self_contained_bytes)."""
+        return self_contained_bytes(self.path) if self.external_data else self.path.read_bytes()
 
     def row(self) -> dict:
         return {"variant_id": self.variant_id, "raw_sha256": self.raw_sha256, "model": self.model,
@@ -71,7 +76,7 @@ def variant_info(v) -> VariantInfo:
     inputs = graph_inputs(model)
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
-                       raw_sha256=sha256_file(path), inputs=inputs)
+                       raw_sha256=sha256_file(path), inputs=inputs, external_data=bool(external_data_files(path)))
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
@@ -383,11 +388,12 @@ class _HostRun:
 
     def _job(self, vi: VariantInfo, fxs: list) -> tuple[dict, list]:
         parts, offset = [], 0
-        if self.host.model_by_path:
+        if self.host.model_by_path and not vi.external_data:
             model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
-        else:
-            data = vi.path.read_bytes()
-            model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
+        else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
+            data = vi.model_bytes()
+            model = {"offset": 0, "nbytes": len(data),
+                     "sha256": sha256_bytes(data) if vi.external_data else vi.raw_sha256}
             parts.append(data)
             offset = len(data)
         fx_headers = []
