@@ -638,11 +638,11 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
 
 
 def clean_stale_parts(root: str | os.PathLike = TABLES_DIR) -> list[Path]:
-    """Remove the temporary part and ledger files of writers that died (a SIGKILLed run or equiv); returns them.
+    """Remove the temporary parts, ledger files and input stores of runs that died (SIGKILLed); returns them.
 
     A live writer's file (its pid still runs) is never touched, even one of a command that does not take the lock.
     """
-    removed = []
+    removed = clean_stale_tmp(root)  # a killed run's input store (hosts/runner.py)
     for d in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.is_symlink()):
         removed += clean_stale_tmp(d) + clean_stale_tmp(d / ".ledger")
     return removed

@@ -121,9 +121,12 @@ def test_part_file_of_a_killed_run_is_removed_by_the_next_run(workdir):
     vdir = _variants(workdir / "v")
     labels = eval_corpus(workdir / "corpus")
     argv = ["run", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]
-    _killed(KILL_WRITING_OUTPUTS.format(repo=REPO, argv=argv))
+    systmp = workdir / "systmp"
+    systmp.mkdir()
+    _killed(KILL_WRITING_OUTPUTS.format(repo=REPO, argv=argv), env={**os.environ, "TMPDIR": str(systmp)})
     tdir = workdir / "results" / "tables"
     assert [p for p in _leftovers(tdir) if p.startswith("outputs/.part-")] != []
+    assert _in_temp(systmp) == []  # the input store too is in the results folder, not the system temp folder
     assert main(argv) == 0
     assert _leftovers(tdir) == []
     assert tables.read("outputs", tdir).num_rows == 3

@@ -28,7 +28,7 @@ from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fixtures import fixtures_chunks
-from quantbench.fsutil import canonical_json, sha256_bytes, sha256_file
+from quantbench.fsutil import canonical_json, owner_tag, sha256_bytes, sha256_file
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
@@ -807,12 +807,14 @@ class _Context:
         self.inputs_ok = False
 
     def input_store(self) -> tuple[str, dict]:
-        """(path, {fixture_id: offset}): every input tensor written once to a temporary file."""
+        """(path, {fixture_id: offset}): every input tensor written once to a temporary file, in a folder of the
+        tables root named with its owner (a killed run's is removed by the next one: tables.clean_stale_parts)."""
         with self._lock:
             if self._store is None:
                 import tempfile
 
-                d = tempfile.mkdtemp(prefix="quantbench-inputs-")
+                self.root.mkdir(parents=True, exist_ok=True)
+                d = tempfile.mkdtemp(prefix=f".inputs.{owner_tag()}.", suffix=".tmp", dir=self.root.resolve())
                 path = Path(d) / "inputs.bin"
                 offsets, off = {}, 0
                 with open(path, "wb") as fh:

@@ -63,6 +63,12 @@ def test_calibrate_a_model_with_external_data_writes_self_contained_variants(wor
     want = ort.InferenceSession(str(plain), providers=["CPUExecutionProvider"]).run(None, {"images": x})
     got = ort.InferenceSession(str(vs["fp32"].path), providers=["CPUExecutionProvider"]).run(None, {"images": x})
     assert [tensor_sha256(a) for a in got] == [tensor_sha256(a) for a in want]
+    # and on through equiv, release and verify (which re-runs the retained artifacts)
+    assert main(["equiv", "--hosts", "x86", "--fixtures", str(labels), "--no-progress", "-q"]) == 0
+    assert main(["release", "--tag", "v1"]) == 0
+    capsys.readouterr()
+    assert main(["verify", "results/releases/v1", "--host", "x86", "--sample", "2"]) == 0
+    assert "FAIL" not in capsys.readouterr().out
 
 
 def test_external_data_outside_the_model_folder_is_refused_by_name(workdir, corpus, capsys):
