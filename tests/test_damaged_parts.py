@@ -6,29 +6,15 @@ every rerun failed the same way until someone found and removed the part.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from hosts_helpers import image_model
 from hosts_helpers import make_corpus as eval_corpus
+from run_helpers import variants_folder
 from quantbench import tables
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.variants import Variant, write_index
-
-
-def _variants(folder: Path) -> Path:
-    side = {"input": {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB",
-                      "dtype": "float32", "scale": 1 / 255}}
-    folder.mkdir(parents=True)
-    image_model(folder / "fp32.onnx")
-    recipe = {"variant": "fp32", "method": "fp32", "model": "tiny", "sidecar": side}
-    (folder / "fp32.recipe.json").write_text(json.dumps(recipe))
-    (folder / "fp32.json").write_text(json.dumps(side))
-    write_index(folder, [Variant(name="fp32", path=folder / "fp32.onnx", model="tiny", recipe=recipe)])
-    return folder
 
 
 def _damage(part: Path) -> bytes:
@@ -42,7 +28,7 @@ def _damage(part: Path) -> bytes:
 
 @pytest.fixture
 def bench(workdir):
-    vdir, labels = _variants(workdir / "v"), eval_corpus(workdir / "corpus")
+    vdir, labels = variants_folder(workdir / "v"), eval_corpus(workdir / "corpus")
     argv = ["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress",
             "--decode", "none", "-q"]
     assert main(argv) == 0

@@ -7,7 +7,6 @@ is the same on every machine.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -15,11 +14,10 @@ from pathlib import Path
 import pytest
 
 from calib_helpers import make_corpus, tiny_model
-from hosts_helpers import image_model
 from hosts_helpers import make_corpus as eval_corpus
+from run_helpers import variants_folder
 from quantbench import tables
 from quantbench.cli import main
-from quantbench.variants import Variant, write_index
 
 PAGE = 4096
 
@@ -74,22 +72,10 @@ def test_calibrate_on_a_full_disk_is_one_line_and_publishes_nothing(small_disk, 
     assert main(argv) == 0 and (disk / "results" / "variants" / "m" / "index.json").exists()
 
 
-def _variants(folder: Path, size: int) -> Path:
-    side = {"input": {"name": "images", "shape": [1, 3, size, size], "layout": "NCHW", "color": "RGB",
-                      "dtype": "float32", "scale": 1 / 255}}
-    folder.mkdir(parents=True)
-    image_model(folder / "fp32.onnx", size=size)
-    recipe = {"variant": "fp32", "method": "fp32", "model": "tiny", "sidecar": side}
-    (folder / "fp32.recipe.json").write_text(json.dumps(recipe))
-    (folder / "fp32.json").write_text(json.dumps(side))
-    write_index(folder, [Variant(name="fp32", path=folder / "fp32.onnx", model="tiny", recipe=recipe)])
-    return folder
-
-
 def test_equiv_on_a_full_disk_writes_no_outputs_without_their_fixtures(small_disk, tmp_path, monkeypatch, capsys):
     """Was: OSError [Errno 28] traceback, and outputs parts written while the fixtures table stayed empty."""
     disk, fill = small_disk
-    vdir = _variants(tmp_path / "v", size=64)         # 3 fixtures of 48 KiB each: the fixtures part is the big one
+    vdir = variants_folder(tmp_path / "v", size=64)         # 3 fixtures of 48 KiB each: the fixtures part is the big one
     labels = eval_corpus(tmp_path / "corpus", count=3, size=64)
     monkeypatch.chdir(disk)
     filler = fill(24 * PAGE)  # room for the lock, hosts, models and outputs parts, not for the fixtures

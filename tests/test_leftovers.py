@@ -9,7 +9,6 @@ kept the tables lock.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,12 +17,11 @@ import time
 from pathlib import Path
 
 from calib_helpers import make_corpus, tiny_model
-from hosts_helpers import image_model
 from hosts_helpers import make_corpus as eval_corpus
+from run_helpers import variants_folder
 from quantbench import tables
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.variants import Variant, write_index
 
 TESTS = str(Path(__file__).resolve().parent)
 REPO = str(Path(__file__).resolve().parents[1])
@@ -104,21 +102,9 @@ def test_killed_calibrate_leaves_no_intake_folder_in_the_system_temp_folder(work
     assert _leftovers(workdir / "results") == [] and _in_temp(systmp) == []
 
 
-def _variants(folder: Path) -> Path:
-    side = {"input": {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB",
-                      "dtype": "float32", "scale": 1 / 255}}
-    folder.mkdir(parents=True)
-    image_model(folder / "fp32.onnx")
-    recipe = {"variant": "fp32", "method": "fp32", "model": "tiny", "sidecar": side}
-    (folder / "fp32.recipe.json").write_text(json.dumps(recipe))
-    (folder / "fp32.json").write_text(json.dumps(side))
-    write_index(folder, [Variant(name="fp32", path=folder / "fp32.onnx", model="tiny", recipe=recipe)])
-    return folder
-
-
 def test_part_file_of_a_killed_run_is_removed_by_the_next_run(workdir):
     """Was: .part-*.tmp files under results/tables/* stayed after the successful rerun."""
-    vdir = _variants(workdir / "v")
+    vdir = variants_folder(workdir / "v")
     labels = eval_corpus(workdir / "corpus")
     argv = ["run", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]
     systmp = workdir / "systmp"
