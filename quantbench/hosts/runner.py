@@ -806,29 +806,37 @@ class _Context:
         self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
         self.inputs_ok = False
 
-    def input_store(self) -> tuple[str, dict]:
+    def input_store(self) -> tuple[str, dict] | None:
         """(path, {fixture_id: offset}): every input tensor written once to a temporary file, in a folder of the
-        tables root named with its owner (a killed run's is removed by the next one: tables.clean_stale_parts)."""
+        tables root named with its owner (a killed run's is removed by the next one: tables.clean_stale_parts).
+        None when it cannot be written (a full disk): the inputs then travel in each job's payload."""
         with self._lock:
             if self._store is None:
+                import shutil
                 import tempfile
 
-                self.root.mkdir(parents=True, exist_ok=True)
-                d = tempfile.mkdtemp(prefix=f".inputs.{owner_tag()}.", suffix=".tmp", dir=self.root.resolve())
-                path = Path(d) / "inputs.bin"
-                offsets, off = {}, 0
-                with open(path, "wb") as fh:
-                    for fx in self.fixtures:
-                        raw = W.tensor_bytes(fx.array)
-                        offsets[fx.fixture_id] = off
-                        fh.write(raw)
-                        off += len(raw)
-                self._store = (str(path), offsets)
-            return self._store
+                d = None
+                try:
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    d = tempfile.mkdtemp(prefix=f".inputs.{owner_tag()}.", suffix=".tmp", dir=self.root.resolve())
+                    path = Path(d) / "inputs.bin"
+                    offsets, off = {}, 0
+                    with open(path, "wb") as fh:
+                        for fx in self.fixtures:
+                            raw = W.tensor_bytes(fx.array)
+                            offsets[fx.fixture_id] = off
+                            fh.write(raw)
+                            off += len(raw)
+                    self._store = (str(path), offsets)
+                except OSError:
+                    if d is not None:
+                        shutil.rmtree(d, ignore_errors=True)
+                    self._store = False
+            return self._store or None
 
     def cleanup(self) -> None:
         with self._lock:  # waits for a store still being written while a worker started
-            if self._store is not None:
+            if self._store:
                 import shutil
 
                 shutil.rmtree(Path(self._store[0]).parent, ignore_errors=True)
