@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 from quantbench import SCHEMA_VERSION, lazy
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import DiskFull, UserError
-from quantbench.fsutil import atomic_path, clean_stale_tmp, content_key, sha256_bytes
+from quantbench.fsutil import atomic_path, clean_stale_tmp, content_key, disk_full, no_space, sha256_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -621,19 +621,18 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
             sys.stderr.write(f"waiting for the lock on {root} held by {holder} ...\n")
             sys.stderr.flush()
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"{os.getpid()}\n")
-            fh.flush()
+        try:  # unbuffered: a full disk fails here, once, never again when the file closes
+            os.ftruncate(fh.fileno(), 0)
+            try:
+                os.pwrite(fh.fileno(), f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:
+                raise (disk_full(path, exc, "the tables lock was not taken") if no_space(exc) else exc) from None
             clean_stale_parts(root)
             _HELD.add(_resolved(root))
             yield path
         finally:
             _HELD.discard(_resolved(root))
-            fh.seek(0)
-            fh.truncate()
-            fh.flush()
+            os.ftruncate(fh.fileno(), 0)
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 

@@ -92,3 +92,15 @@ def test_equiv_on_a_full_disk_writes_no_outputs_without_their_fixtures(small_dis
     filler.unlink()
     assert main(argv) == 0
     assert tables.read("outputs", tdir).num_rows == 3
+
+
+def test_equiv_on_a_disk_without_a_free_page_is_one_line(small_disk, tmp_path, monkeypatch, capsys):
+    disk, fill = small_disk
+    vdir = variants_folder(tmp_path / "v")
+    labels = eval_corpus(tmp_path / "corpus")
+    monkeypatch.chdir(disk)
+    fill(0)
+    rc = main(["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress",
+               "--decode", "none"])
+    line = _one_line(capsys.readouterr().err)
+    assert rc == 2 and "results/tables/.lock: No space left on device" in line and "free some space" in line
