@@ -760,6 +760,7 @@ def fingerprint_job(job, payload, out) -> None:
         if problem:
             raise JobError("providers", problem)
         if job.get("fixtures"):
+            _check_tensor_outputs(sess)
             fx, arr = _inputs(job, payload)[0]
             outs = sess.run(None, {fx["input_name"]: arr})
             probe = [tensor_sha256(o) for o in outs]
