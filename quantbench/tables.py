@@ -628,6 +628,7 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
             except OSError as exc:
                 raise (disk_full(path, exc, "the tables lock was not taken") if no_space(exc) else exc) from None
             clean_stale_parts(root)
+            quarantine_unreadable(root)
             _HELD.add(_resolved(root))
             yield path
         finally:
@@ -738,6 +739,19 @@ QUARANTINE_DIR = ".quarantine"
 
 def _resolved(root) -> str:
     return str(Path(root).resolve())
+
+
+def quarantine_unreadable(root: str | os.PathLike = TABLES_DIR) -> list[Path]:
+    """Set aside every part of every table whose footer cannot be read (see quarantine), also parts this command
+    would not read (an analysis reused from the cache): a later reader (release, report) then finds none."""
+    moved = []
+    for name in sorted(COLUMNS):
+        for f in parts(name, root):
+            try:
+                _part_footer(f)
+            except Exception as exc:  # damaged, truncated, not Parquet
+                moved.append(quarantine(f, root, f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"))
+    return moved
 
 
 def quarantine(part: Path, root: str | os.PathLike, reason: str) -> Path:

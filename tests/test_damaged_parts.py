@@ -53,6 +53,21 @@ def test_equiv_sets_a_damaged_outputs_part_aside_and_recomputes_its_rows(bench, 
     assert main(argv) == 0 and "damaged" not in capsys.readouterr().err
 
 
+def test_equiv_sets_aside_a_damaged_part_it_would_not_read(bench, capsys):
+    """An analysis reused from the cache reads no classes part: the damaged one is found all the same, so a
+    later reader (release, report) does not stop on it."""
+    tdir, argv = bench
+    part = tables.parts("classes", tdir)[0]
+    before = tables.read("classes", tdir).to_pylist()
+    _damage(part)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert f"{part.relative_to(tdir.parents[1])}: damaged" in capsys.readouterr().err
+    assert (tdir / ".quarantine" / "classes" / part.name).exists()
+    assert tables.read("classes", tdir, columns=["variant_id", "class_label"]).to_pylist() == \
+        [{k: r[k] for k in ("variant_id", "class_label")} for r in before]
+
+
 def test_a_reader_without_the_lock_names_the_part_to_move(bench):
     tdir, _ = bench
     part = tables.parts("fixtures", tdir)[0]
