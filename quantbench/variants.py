@@ -283,10 +283,14 @@ def clean_stale_staging(dest: str | os.PathLike) -> list[Path]:
 
 
 def _staged_disk_full(dest: Path, stage: Path, path) -> DiskFull:
-    inner = Path(path).absolute()
-    what = inner.relative_to(stage.absolute()).as_posix() if inner.is_relative_to(stage.absolute()) else inner
-    return DiskFull(f"{dest}: no space left on device while writing {what}; nothing of {dest.name} was written: "
-                    "free some space and rerun", dest)
+    """What a full disk stopped, named by the destination (`path`: the file being written, when known)."""
+    what = ""
+    if path:
+        inner = Path(path).absolute()
+        what = " " + (inner.relative_to(stage.absolute()).as_posix() if inner.is_relative_to(stage.absolute())
+                      else str(inner))
+    return DiskFull(f"{dest}: no space left on device while writing{what or ' it'}; nothing of {dest.name} was "
+                    "written: free some space and rerun", dest)
 
 
 @contextlib.contextmanager
@@ -314,7 +318,7 @@ def staging_folder(dest: str | os.PathLike):
     except OSError as exc:  # a library's own write into the stage (onnx.save, onnxruntime)
         if not no_space(exc):
             raise
-        raise _staged_disk_full(dest, tmp, exc.filename or "a file") from None
+        raise _staged_disk_full(dest, tmp, exc.filename) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
