@@ -28,7 +28,7 @@ from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.fixtures import fixtures_chunks
-from quantbench.fsutil import canonical_json, owner_tag, sha256_bytes, sha256_file
+from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
@@ -36,7 +36,7 @@ from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_sessio
 from quantbench.hosts.local import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
-from quantbench.modelio import external_data_files, fits, graph_inputs, load_model, self_contained_bytes, semantic_sha256
+from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256
 from quantbench.textfmt import text_table
 
 FLUSH_SECONDS = 2.0
@@ -71,12 +71,12 @@ class VariantInfo:
 def variant_info(v) -> VariantInfo:
     """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
     path = Path(v.path)
-    model = load_model(path, check=False)
+    model, files = load_with_data(path)
     vid = getattr(v, "variant_id", None) or semantic_sha256(model)
     inputs = graph_inputs(model)
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
-                       raw_sha256=sha256_file(path), inputs=inputs, external_data=bool(external_data_files(path)))
+                       raw_sha256=raw_sha256(path, files), inputs=inputs, external_data=bool(files))
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
@@ -392,8 +392,7 @@ class _HostRun:
             model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
         else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
             data = vi.model_bytes()
-            model = {"offset": 0, "nbytes": len(data),
-                     "sha256": sha256_bytes(data) if vi.external_data else vi.raw_sha256}
+            model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
             parts.append(data)
             offset = len(data)
         fx_headers = []

@@ -20,7 +20,7 @@ from quantbench.analysis.decode import check_outputs, spec_from_sidecar
 from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model, load_sidecar
 from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError
-from quantbench.modelio import external_data_files, graph_inputs, load_model, model_hashes
+from quantbench.modelio import graph_inputs, load_model, model_hashes
 from quantbench.preprocess import check_input_block, input_spec, load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
@@ -142,7 +142,6 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     """(preprocess spec, sidecar, plug-in identity) the model is calibrated with; checked against its input."""
     from onnx import helper
 
-    external_data_files(model_path)  # external data outside the model's folder, or missing: named before loading
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     check_tensor_outputs(model, model_path)  # before anything is written: a ZipMap output has no tensor bytes
     sidecar = load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path)

@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
-from quantbench.modelio import external_data_files, load_model, self_contained_bytes, semantic_sha256
+from quantbench.modelio import load_model, raw_sha256, semantic_sha256, write_self_contained
 from quantbench.quantize import ort_api
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
                                              load_with_shape_infer, ranges_dict, ranges_sha256)
@@ -127,13 +127,10 @@ def make_fp32(model_path: str | os.PathLike, out_path: str | os.PathLike, *, nam
     """The model as given (bytes copied; a model with external data as one file, its data embedded), with a recipe."""
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
-        if external_data_files(model_path):
-            tmp.write_bytes(self_contained_bytes(model_path))
-        else:
-            shutil.copyfile(model_path, tmp)
+        write_self_contained(model_path, tmp)
     model_name = _model_name(model_path, model_name)
     recipe = {"variant": name, "model": model_name, "method": "fp32", "quant_format": None,
-              "input_model_sha256": sha256_file(model_path), "versions": versions(), **(recipe_extra or {})}
+              "input_model_sha256": raw_sha256(model_path), "versions": versions(), **(recipe_extra or {})}
     return _finish(name, out_path, model_name, recipe)
 
 

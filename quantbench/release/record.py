@@ -30,7 +30,7 @@ from quantbench import SCHEMA_VERSION, __version__, tables
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text, content_key, read_json, sha256_file
 from quantbench.hosts.results import load_hosts, load_outputs
-from quantbench.modelio import model_hashes
+from quantbench.modelio import model_hashes, write_self_contained
 from quantbench.textfmt import text_table
 from quantbench.variants import check_plain_name, inside, latest_variants, staging_folder
 
@@ -497,7 +497,7 @@ def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope
     for v, vr in zip(variants, record["variants"]):
         if vr["artifact"]["retained"]:
             (stage / "artifacts").mkdir(exist_ok=True)
-            shutil.copyfile(v.path, _release_path(stage, vr["artifact"]["file"]))
+            write_self_contained(v.path, _release_path(stage, vr["artifact"]["file"]))  # with its external data
     record["calibration_manifests"] = _copy_manifests(stage, variants)
     analysis = results_dir / "report.md"
     text = analysis.read_text(encoding="utf-8") if analysis.exists() else None

@@ -20,12 +20,15 @@ import pytest
 
 from calib_helpers import make_corpus, tiny_model
 from hosts_helpers import fixtures, matmul_model, variant
+from hosts_helpers import make_corpus as eval_corpus
+from run_helpers import variants_folder
+from quantbench.fsutil import sha256_file
 from quantbench import tables
 from quantbench.cli import main
 from quantbench.hosts import results
 from quantbench.hosts.runner import run_hosts
 from quantbench.hosts.worker import tensor_sha256
-from quantbench.modelio import external_data_files, semantic_sha256
+from quantbench.modelio import external_data_files, raw_sha256, semantic_sha256
 from quantbench.variants import latest_variants
 from test_ssh_host import sshd  # noqa: F401 - the module's sshd fixture (a real OpenSSH server on 127.0.0.1)
 
@@ -134,3 +137,23 @@ def test_ssh_host_runs_a_model_with_external_data(workdir, sshd):
                   jobs=2)
     assert [(h.name, h.ran, h.errors) for h in s.hosts] == [("robot", 2, []), ("x86", 2, [])]
     assert _hashes(workdir / "t", "robot") == _hashes(workdir / "t", "x86") != []
+
+
+def test_release_retains_a_variant_with_external_data_as_one_file_and_verify_passes(workdir, capsys):
+    vdir = variants_folder(workdir / "v")
+    m = vdir / "fp32.onnx"
+    onnx.save(onnx.load(str(m)), str(m), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="fp32.weights", size_threshold=0)
+    assert external_data_files(m) == [(vdir / "fp32.weights").resolve()]
+    labels = eval_corpus(workdir / "corpus")
+    assert main(["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress",
+                 "--decode", "none", "-q"]) == 0
+    assert main(["release", "--tag", "v1", "--variants", str(vdir)]) == 0
+    folder = workdir / "results" / "releases" / "v1"
+    (v,) = json.loads((folder / "release.json").read_text())["variants"]
+    artifact = folder / v["artifact"]["file"]
+    assert external_data_files(artifact) == [] and sorted(p.name for p in artifact.parent.iterdir()) == ["fp32.onnx"]
+    assert v["raw_sha256"] == sha256_file(artifact) == raw_sha256(m) and v["semantic_sha256"] == semantic_sha256(m)
+    capsys.readouterr()
+    assert main(["verify", str(folder), "--host", "x86", "--sample", "2"]) == 0
+    assert "FAIL" not in capsys.readouterr().out
