@@ -15,7 +15,8 @@ failing child costs time, never a result.
 The child works on data the parent read (it reads no table), writes nothing but its
 files (stdout and stderr go to /dev/null: a lock another thread of the parent held at
 the fork stays held in the child), and leaves with ``os._exit``, running none of the
-parent's exit handlers.
+parent's exit handlers. It dies with its parent (``PR_SET_PDEATHSIG`` on Linux): a killed
+parent leaves no child running, holding the tables lock it inherited.
 """
 
 from __future__ import annotations
@@ -50,13 +51,14 @@ class Ahead:
             os.write(w, b"".join(RECORD.pack(i) for i in range(len(self.jobs))))
         finally:
             os.close(w)
+        parent = os.getpid()
         try:
             pid = os.fork()
         except OSError:   # no memory or process left for a child: the parent does the work
             os.close(r)
             return
         if pid == 0:
-            _child(self.jobs, r)
+            _child(self.jobs, r, parent)
         self.pid, self.queue = pid, r
 
     def _take(self) -> int | None:
@@ -97,9 +99,25 @@ class Ahead:
             return False
 
 
-def _child(jobs: list, queue: int) -> None:
+def _die_with(parent: int) -> None:
+    """Have the kernel SIGKILL this child when its parent dies (Linux prctl PR_SET_PDEATHSIG), so a killed
+    parent leaves no child behind holding what it inherited (the tables lock); exit now if it is gone already."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:   # the parent died before the prctl took effect
+        os._exit(1)
+
+
+def _child(jobs: list, queue: int, parent: int) -> None:
     code = 1
     try:
+        _die_with(parent)
         sink = open(os.devnull, "w")
         sys.stdout = sys.stderr = sink
         while data := os.read(queue, RECORD.size):

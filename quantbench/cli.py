@@ -11,6 +11,7 @@ from quantbench import config as C
 from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
 from quantbench.console import add_common_arguments
 from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError
+from quantbench.fsutil import disk_full, no_space
 
 
 class _Parser(argparse.ArgumentParser):
@@ -153,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     except GateFailed as exc:
         sys.stderr.write(f"quantbench {args.command}: gate failed: {exc}\n")
         return exc.exit_code
+    except OSError as exc:
+        if not no_space(exc):
+            raise
+        # a full disk outside fsutil.atomic_path (a library's own temporary file): still one line
+        sys.stderr.write(f"quantbench {args.command}: error: {disk_full(exc.filename or '(a temporary file)', exc)}\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write(f"quantbench {args.command}: interrupted; finished results are kept, rerun to resume\n")
         return 130

@@ -11,6 +11,14 @@ class UserError(Exception):
     exit_code = 2
 
 
+class DiskFull(UserError):
+    """A file could not be written: no space left on the device (or the quota is used up). `path` names it."""
+
+    def __init__(self, message: str, path):
+        super().__init__(message)
+        self.path = path
+
+
 class GateFailed(Exception):
     """A --gate condition failed; the CLI exits 1 after printing the summary."""
 

@@ -8,14 +8,16 @@ half-written file and a reader never sees one.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from quantbench.errors import UserError
+from quantbench.errors import DiskFull, UserError
 
 
 @contextlib.contextmanager
@@ -26,8 +28,12 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     is removed if the block raises.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix + ".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # named with its owner, so a SIGKILLed writer's leftover can be told from a live one's (clean_stale_tmp)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner_tag()}.", suffix=suffix + ".tmp", dir=path.parent)
+    except OSError as exc:
+        raise (disk_full(path, exc) if no_space(exc) else exc) from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
     tmp_path = Path(tmp)
@@ -36,10 +42,82 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        if no_space(exc):  # a full disk is the user's to fix: one line naming the file, not a traceback
+            raise disk_full(path, exc) from None
         raise
+
+
+#: errno values that mean "the disk (or the user's quota) is full"
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE
+
+
+def disk_full(path: str | os.PathLike, exc: OSError, what: str = "it was not written") -> DiskFull:
+    """The one wording of a full disk: the file that could not be written, and what to do."""
+    return DiskFull(f"{path}: {exc.strerror or 'No space left on device'} (errno {exc.errno}); {what}: "
+                    "free some space and rerun", path)
+
+
+def owner_tag() -> str:
+    """`<pid>@<8 hex of the host name>`: who owns a temporary file or folder (a pid means nothing elsewhere)."""
+    import socket
+
+    return f"{os.getpid()}@{hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]}"
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists (another user's), or cannot tell: keep its files
+    return True
+
+
+#: `.<name>.<pid>@<host>.<random>[.<suffix>].tmp`: atomic_path's files and variants.staging_folder's folders
+_OWNED_TMP = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)@(?P<host>[0-9a-f]{8})\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9]+)?\.tmp")
+
+
+def stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
+    """The temporary files and folders in `folder` left by writers that died (SIGKILL, power loss).
+
+    Only names made by atomic_path or staging_folder (for `name`'s destination only, when given),
+    owned by this machine and by a pid that no longer exists: a live writer's file is never listed.
+    """
+    me = owner_tag().split("@")[1]
+    try:
+        entries = sorted(Path(folder).iterdir())
+    except OSError:
+        return []
+    out = []
+    for p in entries:
+        m = _OWNED_TMP.fullmatch(p.name)
+        if not m or m["host"] != me or (name is not None and m["name"] != name) or p.is_symlink():
+            continue
+        if int(m["pid"]) != os.getpid() and not pid_alive(int(m["pid"])):
+            out.append(p)
+    return out
+
+
+def clean_stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
+    """Remove stale_tmp(folder, name); returns what was removed."""
+    import shutil
+
+    removed = stale_tmp(folder, name)
+    for p in removed:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    return removed
 
 
 def _umask() -> int:

@@ -29,17 +29,115 @@ def load_model(path: str | os.PathLike, check: bool = True, load_external_data: 
     if path.is_dir():
         raise UserError(f"{path}: is a folder, expected an .onnx file")
     try:
-        model = onnx.load(str(path), load_external_data=load_external_data)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:
         raise UserError(f"{path}: not an ONNX model ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
     if not model.graph.node and not model.graph.output:
         raise UserError(f"{path}: not an ONNX model (empty graph)")
+    if load_external_data and _external_files(model, path):  # located inside the model's folder, or refused
+        _embed_external_data(model, path)
     if check:
         try:
             onnx.checker.check_model(model)
         except Exception as exc:
             raise UserError(f"{path}: fails onnx.checker ({str(exc).splitlines()[0]})") from None
     return model
+
+
+#: protobuf's limit: a model above it cannot be one file (its weights must stay external data)
+PROTO_LIMIT = 2 ** 31 - 1
+
+
+def external_data_files(path: str | os.PathLike) -> list[Path]:
+    """The external data files a model's tensors name (`onnx.save(..., save_as_external_data=True)`), sorted.
+
+    Each must be a regular file inside the model's own folder (the folder travels with the model);
+    a location outside it (absolute, `..`, a symbolic link leading out) or a missing file is a
+    UserError naming the model and the location.
+    """
+    return _external_files(load_model(path, check=False, load_external_data=False), Path(path))
+
+
+def _external_files(model, path: Path) -> list[Path]:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    folder = path.resolve().parent
+    files = set()
+    for t in _get_all_tensors(model):
+        if not uses_external_data(t):
+            continue
+        loc = next((e.value for e in t.external_data if e.key == "location"), "")
+        target = (folder / loc).resolve()
+        if not loc or os.path.isabs(loc) or not target.is_relative_to(folder):
+            raise UserError(f"{path}: tensor {t.name!r} keeps its data in {loc!r}, outside the model's folder; "
+                            "keep the external data file beside the model (onnx.save ... location=<file name>)")
+        if not target.is_file():
+            raise UserError(f"{path}: tensor {t.name!r} keeps its data in {loc!r}, which is not a file in {folder}")
+        files.add(target)
+    return sorted(files)
+
+
+def load_with_data(path: str | os.PathLike) -> tuple:
+    """(model with its external data embedded, the external data files it came from: [] for a one-file model)."""
+    path = Path(path)
+    model = load_model(path, check=False, load_external_data=False)
+    files = _external_files(model, path)
+    if files:
+        _embed_external_data(model, path)
+    return model, files
+
+
+def _one_file_bytes(model, path: Path) -> bytes:
+    if model.ByteSize() > PROTO_LIMIT:
+        raise UserError(f"{path}: {model.ByteSize() / 2 ** 30:.1f} GiB with its external data, over protobuf's "
+                        "2 GiB for one model file; quantbench runs models with their data embedded")
+    return model.SerializeToString(deterministic=True)
+
+
+def self_contained_bytes(path: str | os.PathLike) -> bytes:
+    """The model's bytes with every external tensor embedded (the file's own bytes when it has none).
+
+    What travels to a host and what a variant or a release artifact is written as: one
+    self-contained file. A model that would exceed protobuf's 2 GiB this way is a UserError.
+    """
+    model, files = load_with_data(path)
+    return _one_file_bytes(model, Path(path)) if files else Path(path).read_bytes()
+
+
+def write_self_contained(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Copy a model to `dst` as one file (its bytes as they are; with external data, the data embedded)."""
+    import shutil
+
+    model, files = load_with_data(src)
+    if files:
+        Path(dst).write_bytes(_one_file_bytes(model, Path(src)))
+    else:
+        shutil.copyfile(src, dst)
+
+
+def raw_sha256(path: str | os.PathLike, files: list | None = None) -> str:
+    """SHA-256 of the file's bytes; of a model with external data (`files`, or looked up), of its self-contained
+    bytes: the .onnx alone does not hold the weights, and that is what a variant or an artifact is written as."""
+    files = external_data_files(path) if files is None else files
+    return sha256_bytes(self_contained_bytes(path)) if files else sha256_file(path)
+
+
+def _embed_external_data(model, path: Path) -> None:
+    """Read every external tensor's data into the model, which becomes exactly the model saved in one file
+    (no data_location field left behind), so both have one semantic hash."""
+    from onnx.external_data_helper import _get_all_tensors, load_external_data_for_tensor, uses_external_data
+
+    for t in _get_all_tensors(model):
+        if not uses_external_data(t):
+            continue
+        try:
+            load_external_data_for_tensor(t, str(path.parent))
+        except Exception as exc:
+            loc = next((e.value for e in t.external_data if e.key == "location"), "")
+            raise UserError(f"{path}: cannot read the external data of tensor {t.name!r} from {loc!r} "
+                            f"({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})") from None
+        del t.external_data[:]
+        t.ClearField("data_location")
 
 
 def _strip_graph(graph, strip: tuple) -> None:
@@ -111,7 +209,7 @@ def semantic_sha256(model_or_path, strip: tuple = STRIP_DEFAULT) -> str:
 
 def model_hashes(path: str | os.PathLike, strip: tuple = STRIP_DEFAULT) -> dict:
     """{"raw_sha256": file bytes, "semantic_sha256": ..., "semantic_strip": [...]}: always shown together."""
-    return {"raw_sha256": sha256_file(path), "semantic_sha256": semantic_sha256(path, strip),
+    return {"raw_sha256": raw_sha256(path), "semantic_sha256": semantic_sha256(path, strip),
             "semantic_strip": list(strip)}
 
 

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from quantbench import SCHEMA_VERSION, lazy
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import UserError
-from quantbench.fsutil import atomic_path, content_key, sha256_bytes
+from quantbench.errors import DiskFull, UserError
+from quantbench.fsutil import atomic_path, clean_stale_tmp, content_key, disk_full, no_space, sha256_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -622,17 +622,31 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
             sys.stderr.write(f"waiting for the lock on {root} held by {holder} ...\n")
             sys.stderr.flush()
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"{os.getpid()}\n")
-            fh.flush()
+        try:  # unbuffered: a full disk fails here, once, never again when the file closes
+            os.ftruncate(fh.fileno(), 0)
+            try:
+                os.pwrite(fh.fileno(), f"{os.getpid()}\n".encode(), 0)
+            except OSError as exc:
+                raise (disk_full(path, exc, "the tables lock was not taken") if no_space(exc) else exc) from None
+            clean_stale_parts(root)
+            quarantine_unreadable(root)
+            _HELD.add(_resolved(root))
             yield path
         finally:
-            fh.seek(0)
-            fh.truncate()
-            fh.flush()
+            _HELD.discard(_resolved(root))
+            os.ftruncate(fh.fileno(), 0)
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def clean_stale_parts(root: str | os.PathLike = TABLES_DIR) -> list[Path]:
+    """Remove the temporary parts, ledger files and input stores of runs that died (SIGKILLed); returns them.
+
+    A live writer's file (its pid still runs) is never touched, even one of a command that does not take the lock.
+    """
+    removed = clean_stale_tmp(root)  # a killed run's input store (hosts/runner.py)
+    for d in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.is_symlink()):
+        removed += clean_stale_tmp(d) + clean_stale_tmp(d / ".ledger")
+    return removed
 
 
 def rows_digest(name: str, rows: Sequence[Mapping]) -> str:
@@ -674,7 +688,7 @@ def _ledger_put(name: str, root, digest: str, part: str) -> None:
     try:
         with atomic_path(_ledger_dir(name, root) / digest) as tmp:
             tmp.write_text(part + "\n")
-    except OSError:
+    except (OSError, DiskFull):
         pass  # the ledger only saves work
 
 
@@ -696,13 +710,71 @@ def read(name: str, root: str | os.PathLike = TABLES_DIR, columns: Sequence[str]
     while reading (compacted by another process: its rows are in the new part) restarts
     the read.
     """
-    for attempt in range(5):
+    gone = 0
+    while True:
         try:
             return _read(name, parts(name, root), columns, filter)
         except FileNotFoundError:
-            if attempt == 4:
+            gone += 1
+            if gone == 5:
                 raise
-    raise AssertionError("unreachable")
+        except CorruptPart as exc:
+            if _resolved(root) not in _HELD:
+                raise
+            quarantine(exc.path, root, exc.reason)
+
+
+class CorruptPart(UserError):
+    """A part that cannot be read (damaged on disk or not a Parquet file); `path` names it."""
+
+    def __init__(self, path: Path, name: str, reason: str):
+        super().__init__(f"{path}: damaged {name} table part ({reason}); move it out of {path.parent} (or delete it) "
+                         "and rerun: `quantbench run` and `equiv` set such a part aside themselves and recompute its rows")
+        self.path, self.reason = path, reason
+
+
+#: tables folders whose write lock (see lock) this process holds: a damaged part read there is set aside
+_HELD: set[str] = set()
+QUARANTINE_DIR = ".quarantine"
+
+
+def _resolved(root) -> str:
+    return str(Path(root).resolve())
+
+
+def quarantine_unreadable(root: str | os.PathLike = TABLES_DIR) -> list[Path]:
+    """Set aside every part of every table whose footer cannot be read (see quarantine), also parts this command
+    would not read (an analysis reused from the cache): a later reader (release, report) then finds none."""
+    moved = []
+    for name in sorted(COLUMNS):
+        for f in parts(name, root):
+            try:
+                _part_footer(f)
+            except Exception as exc:  # damaged, truncated, not Parquet
+                moved.append(quarantine(f, root, f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"))
+    return moved
+
+
+def quarantine(part: Path, root: str | os.PathLike, reason: str) -> Path:
+    """Move a damaged part to <root>/.quarantine/<table>/ (kept, never read again), saying so on stderr.
+
+    Its rows are missing from then on, so the run recomputes them; the ledger forgets it (a ledger
+    entry names a part only while that part is there).
+    """
+    import sys
+
+    dest_dir = Path(root) / QUARANTINE_DIR / part.parent.name
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    dest = dest_dir / part.name
+    n = 1
+    while dest.exists():
+        n += 1
+        dest = dest_dir / f"{part.stem}.{n}{part.suffix}"
+    os.replace(part, dest)
+    _PART_FOOTERS.pop(str(part), None)
+    sys.stderr.write(f"note: {part}: damaged ({reason}); moved to {dest}, its rows are recomputed\n")
+    sys.stderr.flush()
+    return dest
 
 
 def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
@@ -735,7 +807,8 @@ def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
             except Exception as exc:  # corrupt or foreign file: name it
                 if not f.exists():
                     raise FileNotFoundError(str(f)) from None
-                raise UserError(f"{f}: not a readable quantbench {name} table ({exc})") from None
+                reason = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+                raise CorruptPart(f, name, reason) from None
 
         if len(files) < 4:
             table = pa.concat_tables([one(f) for f in files])

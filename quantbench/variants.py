@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path, sidecar_path
-from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, canonical_json, read_json, sha256_file
+from quantbench.errors import DiskFull, UserError
+from quantbench.fsutil import (atomic_write_json, canonical_json, clean_stale_tmp, no_space, owner_tag, read_json,
+                               sha256_file)
 from quantbench.modelio import graph_inputs, load_model, semantic_sha256
 from quantbench.plugins import allow, plugin_identity, require
 from quantbench.preprocess import input_spec
@@ -347,51 +348,25 @@ def write_latest(folder: str | os.PathLike, model: str, results_dir: str | os.Pa
     return atomic_write_json(vdir / LATEST_FILE, {"model": model, "folder": stored})
 
 
-def _owner_tag() -> str:
-    """`<pid>@<8 hex of the host name>`: who owns a staging folder (a pid means nothing on another machine)."""
-    import hashlib
-    import socket
-
-    return f"{os.getpid()}@{hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OSError):
-        return True  # exists (another user's), or cannot tell: keep the folder
-    return True
-
-
 def clean_stale_staging(dest: str | os.PathLike) -> list[Path]:
     """Remove the staging folders of `dest` left by runs that died (SIGKILL, power loss); returns them.
 
     Only folders named by staging_folder, owned by this machine and by a pid that no longer
     exists, are removed: a concurrent live run's folder (or another machine's) is never touched.
     """
-    import re
-    import shutil
-
     dest = Path(dest)
-    pid_re = re.compile(r"(\d+)@([0-9a-f]{8})\.[A-Za-z0-9_]+\.tmp")
-    me = _owner_tag().split("@")[1]
-    removed = []
-    try:
-        entries = list(dest.parent.iterdir())
-    except OSError:
-        return removed
-    for p in entries:
-        if not p.name.startswith(f".{dest.name}."):
-            continue
-        m = pid_re.fullmatch(p.name[len(dest.name) + 2:])
-        if not m or m.group(2) != me or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-    return removed
+    return clean_stale_tmp(dest.parent, dest.name)
+
+
+def _staged_disk_full(dest: Path, stage: Path, path) -> DiskFull:
+    """What a full disk stopped, named by the destination (`path`: the file being written, when known)."""
+    what = ""
+    if path:
+        inner = Path(path).absolute()
+        what = " " + (inner.relative_to(stage.absolute()).as_posix() if inner.is_relative_to(stage.absolute())
+                      else str(inner))
+    return DiskFull(f"{dest}: no space left on device while writing{what or ' it'}; nothing of {dest.name} was "
+                    "written: free some space and rerun", dest)
 
 
 @contextlib.contextmanager
@@ -408,12 +383,18 @@ def staging_folder(dest: str | os.PathLike):
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_staging(dest)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{_owner_tag()}.", suffix=".tmp", dir=dest.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.{owner_tag()}.", suffix=".tmp", dir=dest.parent))
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; the published folder gets normal permissions
     try:
         yield tmp
+    except DiskFull as exc:  # name what was being made, not the staging folder's private name
+        raise _staged_disk_full(dest, tmp, exc.path) from None
+    except OSError as exc:  # a library's own write into the stage (onnx.save, onnxruntime)
+        if not no_space(exc):
+            raise
+        raise _staged_disk_full(dest, tmp, exc.filename) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

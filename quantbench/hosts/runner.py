@@ -28,7 +28,7 @@ from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError
 from quantbench.fixtures import fixtures_chunks
-from quantbench.fsutil import canonical_json, sha256_file
+from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
@@ -36,7 +36,7 @@ from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_sessio
 from quantbench.hosts.local import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
-from quantbench.modelio import fits, graph_inputs, load_model, semantic_sha256
+from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256
 from quantbench.textfmt import text_table
 
 FLUSH_SECONDS = 2.0
@@ -57,6 +57,11 @@ class VariantInfo:
     variant_id: str
     raw_sha256: str
     inputs: dict  # input name -> shape (ints, or None for symbolic dims)
+    external_data: bool = False  # its tensors' data lie in files beside it: it travels with them embedded
+
+    def model_bytes(self) -> bytes:
+        """The bytes a worker runs: the file's, or with its external data embedded (modelio.self_contained_bytes)."""
+        return self_contained_bytes(self.path) if self.external_data else self.path.read_bytes()
 
     def row(self) -> dict:
         return {"variant_id": self.variant_id, "raw_sha256": self.raw_sha256, "model": self.model,
@@ -66,12 +71,12 @@ class VariantInfo:
 def variant_info(v) -> VariantInfo:
     """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
     path = Path(v.path)
-    model = load_model(path, check=False)
+    model, files = load_with_data(path)
     vid = getattr(v, "variant_id", None) or semantic_sha256(model)
     inputs = graph_inputs(model)
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
-                       raw_sha256=sha256_file(path), inputs=inputs)
+                       raw_sha256=raw_sha256(path, files), inputs=inputs, external_data=bool(files))
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
@@ -191,27 +196,42 @@ class RunFailed(UserError):
 
 
 class _Writer:
-    """Buffers output rows of finished fixtures and appends them as table parts."""
+    """Buffers output rows of finished fixtures and appends them as table parts.
 
-    def __init__(self, root: Path):
-        self.root = root
+    Nothing is appended before the run's fixtures and models rows are (`ctx.inputs_done`), and
+    nothing at all if writing them failed (a full disk): an outputs row never refers to a fixture
+    the tables lack. The first failed append is raised once; the rows after it are dropped (the
+    rerun computes them), so a full disk is one error, not one per result.
+    """
+
+    def __init__(self, ctx: "_Context"):
+        self.ctx, self.root = ctx, ctx.root
         self.rows: list[dict] = []
         self.last = time.monotonic()
         self.lock = threading.Lock()
+        self.failed = False
 
     def add(self, rows: list[dict]) -> None:
         with self.lock:
             self.rows.extend(rows)
-            if len(self.rows) >= FLUSH_ROWS or time.monotonic() - self.last >= FLUSH_SECONDS:
+            if self.ctx.inputs_done.is_set() and (len(self.rows) >= FLUSH_ROWS
+                                                  or time.monotonic() - self.last >= FLUSH_SECONDS):
                 self._flush()
 
     def _flush(self) -> None:
-        if self.rows:
-            tables.append("outputs", self.rows, root=self.root)
+        if self.failed or not self.ctx.inputs_ok:
             self.rows = []
+        if self.rows:
+            rows, self.rows = self.rows, []
+            try:
+                tables.append("outputs", rows, root=self.root)
+            except Exception:
+                self.failed = True
+                raise
         self.last = time.monotonic()
 
     def flush(self) -> None:
+        self.ctx.inputs_done.wait()
         with self.lock:
             self._flush()
 
@@ -353,7 +373,7 @@ class _HostRun:
         self.position = position
         self.sched = sched
         self.summary = HostSummary(spec.name, spec.kind)
-        self.writer = _Writer(ctx.root)
+        self.writer = _Writer(ctx)
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
@@ -388,10 +408,10 @@ class _HostRun:
 
     def _job(self, vi: VariantInfo, fxs: list) -> tuple[dict, list]:
         parts, offset = [], 0
-        if self.host.model_by_path:
+        if self.host.model_by_path and not vi.external_data:
             model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
-        else:
-            data = vi.path.read_bytes()
+        else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
+            data = vi.model_bytes()
             model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
             parts.append(data)
             offset = len(data)
@@ -802,28 +822,40 @@ class _Context:
         self._store = None
         self._lock = threading.Lock()
         self.fixtures_for = {vi.variant_id: [fx for fx in fixtures if _fits(fx, vi)] for vi in variants}
+        self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
+        self.inputs_ok = False
 
-    def input_store(self) -> tuple[str, dict]:
-        """(path, {fixture_id: offset}): every input tensor written once to a temporary file."""
+    def input_store(self) -> tuple[str, dict] | None:
+        """(path, {fixture_id: offset}): every input tensor written once to a temporary file, in a folder of the
+        tables root named with its owner (a killed run's is removed by the next one: tables.clean_stale_parts).
+        None when it cannot be written (a full disk): the inputs then travel in each job's payload."""
         with self._lock:
             if self._store is None:
+                import shutil
                 import tempfile
 
-                d = tempfile.mkdtemp(prefix="quantbench-inputs-")
-                path = Path(d) / "inputs.bin"
-                offsets, off = {}, 0
-                with open(path, "wb") as fh:
-                    for fx in self.fixtures:
-                        raw = W.tensor_bytes(fx.array)
-                        offsets[fx.fixture_id] = off
-                        fh.write(raw)
-                        off += len(raw)
-                self._store = (str(path), offsets)
-            return self._store
+                d = None
+                try:
+                    self.root.mkdir(parents=True, exist_ok=True)
+                    d = tempfile.mkdtemp(prefix=f".inputs.{owner_tag()}.", suffix=".tmp", dir=self.root.resolve())
+                    path = Path(d) / "inputs.bin"
+                    offsets, off = {}, 0
+                    with open(path, "wb") as fh:
+                        for fx in self.fixtures:
+                            raw = W.tensor_bytes(fx.array)
+                            offsets[fx.fixture_id] = off
+                            fh.write(raw)
+                            off += len(raw)
+                    self._store = (str(path), offsets)
+                except OSError:
+                    if d is not None:
+                        shutil.rmtree(d, ignore_errors=True)
+                    self._store = False
+            return self._store or None
 
     def cleanup(self) -> None:
         with self._lock:  # waits for a store still being written while a worker started
-            if self._store is not None:
+            if self._store:
                 import shutil
 
                 shutil.rmtree(Path(self._store[0]).parent, ignore_errors=True)
@@ -922,15 +954,19 @@ def check_ready(specs) -> None:
 
 
 def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
-    """The fixtures and models rows of this run (the outputs rows will refer to them)."""
+    """The fixtures and models rows of this run (the outputs rows will refer to them: see _Writer)."""
     # Fixtures are keyed by their tensor hash: one already in the table is not written again
     # (its ~200 KB tensor would only make a duplicate part that readers drop).
-    have = set(tables.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
-    new = [fx for fx in ctx.fixtures if fx.fixture_id not in have]
-    if new:
-        tables.append_chunks("fixtures", fixtures_chunks(new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}),
-                             root=ctx.root)
-    tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
+    try:
+        have = set(tables.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
+        new = [fx for fx in ctx.fixtures if fx.fixture_id not in have]
+        if new:
+            tables.append_chunks("fixtures", fixtures_chunks(
+                new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}), root=ctx.root)
+        tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
+        ctx.inputs_ok = True
+    finally:
+        ctx.inputs_done.set()
 
 
 def _run_all(specs, hosts, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
@@ -962,6 +998,7 @@ def _run_all(specs, hosts, ctx: _Context, slots: int, preprocess: dict | None) -
         raise
     finally:
         inputs_error = inputs_written.exception() if inputs_written else None  # (waits for the tables)
+        ctx.inputs_done.set()  # (interrupted before they were written: no writer waits for them)
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows

@@ -665,6 +665,16 @@ def _cached_session(data, session, sha256=None):
     return made + (False,)
 
 
+def _check_tensor_outputs(sess) -> None:
+    """Refuse outputs that are not numeric tensors: a ZipMap's list of dicts (or a string tensor) has no
+    tensor bytes, only object pointers, which must never be hashed. Same wording as quantize/intake.py."""
+    for o in sess.get_outputs():
+        if not o.type.startswith("tensor(") or o.type == "tensor(string)":
+            raise JobError("session", "output %r is %s, not a numeric tensor; quantbench hashes tensors only: export "
+                           "the classifier without ZipMap (skl2onnx: options={'zipmap': False}) and with integer "
+                           "class labels" % (o.name, o.type))
+
+
 def run_job(job, payload, out) -> None:
     """Run every fixture of `job`, streaming one result frame per fixture (per repeat)."""
     host, variant = job.get("host", ""), job.get("variant", "")
@@ -681,6 +691,7 @@ def run_job(job, payload, out) -> None:
         if problem:
             raise JobError("providers", problem)
         names = [o.name for o in sess.get_outputs()]
+        _check_tensor_outputs(sess)
         if job.get("output_names"):
             unknown = [n for n in job["output_names"] if n not in names]
             if unknown:
@@ -749,6 +760,7 @@ def fingerprint_job(job, payload, out) -> None:
         if problem:
             raise JobError("providers", problem)
         if job.get("fixtures"):
+            _check_tensor_outputs(sess)
             fx, arr = _inputs(job, payload)[0]
             outs = sess.run(None, {fx["input_name"]: arr})
             probe = [tensor_sha256(o) for o in outs]

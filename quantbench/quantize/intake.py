@@ -14,7 +14,9 @@ is recorded, so the recipe says what was done to the user's model:
 3. an opset below 13 is converted to 13 with `onnx.version_converter` when
    per-channel weights are asked (or refused, naming the opset and the option);
 4. `quant_pre_process` (ort_api.pre_process) runs in a private temporary folder (it writes
-   `sym_shape_infer_temp.onnx` into the current one on failure); when symbolic
+   `sym_shape_infer_temp.onnx` into the current one on failure), made beside `out_path` (calibrate's
+   staging folder, which the next run removes if this one is killed, never the system temp folder);
+   when symbolic
    shape inference fails it is retried without it (constant and BatchNorm
    folding still happen) and the fallback is reported.
 """
@@ -25,8 +27,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from quantbench.errors import UserError
-from quantbench.fsutil import atomic_path
+from quantbench.errors import DiskFull, UserError
+from quantbench.fsutil import atomic_path, no_space
 from quantbench.modelio import load_model
 from quantbench.plugins import one_line
 from quantbench.quantize import ort_api
@@ -55,6 +57,33 @@ def check_domains(model, model_path) -> list[str]:
         if o.domain not in RUNNABLE_DOMAINS and o.domain not in used:
             notes.append(f"opset import {o.domain!r} (version {o.version}) is used by no node: left as is")
     return notes
+
+
+#: what to tell the user about an output that is not a tensor (ZipMap is the common case)
+NON_TENSOR_HINT = ("quantbench hashes tensors only: export the classifier without ZipMap "
+                   "(skl2onnx: options={'zipmap': False}) and with integer class labels")
+
+
+def type_text(tp) -> str:
+    """An ONNX TypeProto in onnxruntime's notation: tensor(float), seq(map(int64,tensor(float)))."""
+    from onnx import TensorProto
+
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({TensorProto.DataType.Name(tp.tensor_type.elem_type).lower()})"
+    if kind == "sequence_type":
+        return f"seq({type_text(tp.sequence_type.elem_type)})"
+    if kind == "map_type":
+        return f"map({TensorProto.DataType.Name(tp.map_type.key_type).lower()},{type_text(tp.map_type.value_type)})"
+    return kind or "unknown"
+
+
+def check_tensor_outputs(model, model_path) -> None:
+    """Refuse outputs that are not numeric tensors (ZipMap's sequence of maps, strings): their bytes are pointers."""
+    for out in model.graph.output:
+        text = type_text(out.type)
+        if not text.startswith("tensor(") or text == "tensor(string)":
+            raise UserError(f"{model_path}: output {out.name!r} is {text}, not a numeric tensor; {NON_TENSOR_HINT}")
 
 
 def constants_to_initializers(model) -> int:
@@ -121,7 +150,7 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
         record["opset"]["used"] = PER_CHANNEL_OPSET
         notes.append(f"opset {opset} converted to {PER_CHANNEL_OPSET} with onnx.version_converter "
                      "(per-channel DequantizeLinear needs it)")
-    with tempfile.TemporaryDirectory(prefix="qb-intake-src-") as td:
+    with tempfile.TemporaryDirectory(prefix="qb-intake-src-", dir=out_path.resolve().parent) as td:  # in the stage: see below
         src = Path(td) / "model.onnx"
         onnx.save(model, str(src))
         if not pre_process:
@@ -138,6 +167,8 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
                     ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
                 record["symbolic_shape_inference"] = "done"
             except Exception as first:  # onnxruntime raises assorted errors (AssertionError, bare Exception)
+                if isinstance(first, DiskFull) or no_space(first):
+                    raise  # not a model problem: no retry without symbolic shape inference
                 reason = one_line(first)
                 try:
                     with atomic_path(out_path, suffix=".onnx") as tmp:

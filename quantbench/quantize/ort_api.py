@@ -108,7 +108,7 @@ def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: b
     level = logging.getLogger().level
     old = os.getcwd()
     try:
-        with tempfile.TemporaryDirectory(prefix="qb-intake-") as td:
+        with tempfile.TemporaryDirectory(prefix="qb-intake-", dir=Path(dst).resolve().parent) as td:  # beside the output
             os.chdir(td)
             try:
                 quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
@@ -118,16 +118,17 @@ def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: b
         logging.getLogger().setLevel(level)
 
 
-def load_with_shape_infer(model_path: str | os.PathLike):
+def load_with_shape_infer(model_path: str | os.PathLike, workdir: str | os.PathLike | None = None):
     """onnxruntime's ``load_model_with_shape_infer`` on a private copy -> ModelProto.
 
     onnxruntime 1.32.0 (``quant_utils``). quantize_static loads its input this way,
     so calibrating and quantizing the same ModelProto gives its exact tensors and
-    bytes. It writes an '-inferred' file beside its input, hence the private copy.
+    bytes. It writes an '-inferred' file beside its input, hence the private copy, made in
+    `workdir` (calibrate's staging folder) or the system temp folder.
     """
     from onnxruntime.quantization.quant_utils import load_model_with_shape_infer
 
-    with tempfile.TemporaryDirectory(prefix="qb-shape-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qb-shape-", dir=workdir) as tmp:
         copy = Path(tmp) / "model.onnx"
         shutil.copyfile(model_path, copy)
         return load_model_with_shape_infer(copy)

@@ -26,6 +26,7 @@ from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
                                              load_with_shape_infer, parse_memory)
+from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
 from quantbench.variants import (check_plain_name, check_replaceable, load_sidecar_file, publish_folder, staging_folder,
                                  write_index, write_latest)
@@ -145,6 +146,7 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     from onnx import helper
 
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
+    check_tensor_outputs(model, model_path)  # before anything is written: a ZipMap output has no tensor bytes
     sidecar = with_decode(load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path), opts.decode)
     side_where = str(opts.sidecar or sidecar_path(model_path))
     ins = graph_inputs(model)
@@ -283,7 +285,7 @@ class _VariantMaker:
             self.result.notes.append(note)
             self.on_note(note)
         self.common["intake"] = intake
-        prep_model = load_with_shape_infer(prepared)
+        prep_model = load_with_shape_infer(prepared, workdir=stage)
         missing = [n for n in o.exclude_nodes if n not in {x.name for x in prep_model.graph.node}]
         if missing:
             hint = " after pre-processing (pass --no-pre-process to use the original graph)" if o.pre_process else ""

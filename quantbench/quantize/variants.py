@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.modelio import load_model, raw_sha256, semantic_sha256, write_self_contained
 from quantbench.quantize import ort_api
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
                                              load_with_shape_infer, ranges_dict, ranges_sha256)
@@ -124,13 +124,13 @@ def _finish(name, out_path, model_name, recipe) -> Variant:
 
 def make_fp32(model_path: str | os.PathLike, out_path: str | os.PathLike, *, name: str = "fp32",
               model_name: str | None = None, recipe_extra: Mapping | None = None) -> Variant:
-    """The model as given (bytes copied), with a recipe."""
+    """The model as given (bytes copied; a model with external data as one file, its data embedded), with a recipe."""
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
-        shutil.copyfile(model_path, tmp)
+        write_self_contained(model_path, tmp)
     model_name = _model_name(model_path, model_name)
     recipe = {"variant": name, "model": model_name, "method": "fp32", "quant_format": None,
-              "input_model_sha256": sha256_file(model_path), "versions": versions(), **(recipe_extra or {})}
+              "input_model_sha256": raw_sha256(model_path), "versions": versions(), **(recipe_extra or {})}
     return _finish(name, out_path, model_name, recipe)
 
 
@@ -145,7 +145,7 @@ def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, 
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = dynamic_op_types(exclude_op_types)
     out_path = Path(out_path)
-    with tempfile.TemporaryDirectory(prefix="qb-dyn-") as td:
+    with tempfile.TemporaryDirectory(prefix="qb-dyn-", dir=out_path.parent) as td:  # beside the output
         src = Path(td) / "model.onnx"  # quantize_dynamic writes a shape-inferred copy beside its input
         shutil.copyfile(model_path, src)
         with atomic_path(out_path, suffix=".onnx") as tmp:

@@ -31,7 +31,7 @@ from quantbench.errors import UserError
 from quantbench.fsutil import (atomic_write_json, atomic_write_text, check_writable, content_key, kill_point, read_json,
                                sha256_file)
 from quantbench.hosts.results import load_hosts, load_outputs
-from quantbench.modelio import model_hashes
+from quantbench.modelio import model_hashes, write_self_contained
 from quantbench.release.carried import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
 from quantbench.textfmt import text_table
 from quantbench.variants import check_plain_name, inside, latest_variants, staging_folder
@@ -522,7 +522,7 @@ def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope
     for v, vr in zip(variants, record["variants"]):
         if vr["artifact"]["retained"]:
             (stage / "artifacts").mkdir(exist_ok=True)
-            shutil.copyfile(v.path, _release_path(stage, vr["artifact"]["file"]))
+            write_self_contained(v.path, _release_path(stage, vr["artifact"]["file"]))  # with its external data
     record["calibration_manifests"] = _copy_manifests(stage, variants)
     analysis = results_dir / "report.md"
     text = analysis.read_text(encoding="utf-8") if analysis.exists() else None
