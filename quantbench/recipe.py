@@ -4,7 +4,7 @@ Every command gets a sidecar and an input spec here: `calibrate` (calibration_si
 derive_spec, plugin_records) and every later command (sidecar_for, input_spec_for, and an
 explicit ``--sidecar FILE`` read once per command by load_sidecar_file). Only this module
 reads sidecar files; their "input" block is checked (preprocess.check_input_block) once
-when read, and a derived spec once when derived.
+when read, and a derived spec only for what the sidecar did not state (derive_spec).
 
 A sidecar (docs/your-model.md) is the JSON beside a model (``x.onnx`` -> ``x.json``):
 classes, input, decode, ... A decode block's ``"alphabet": "FILE"`` is read into the
@@ -33,6 +33,10 @@ PLUGIN_RECORDS = ("preprocess_plugin", "decode_plugin")
 
 # ---- reading a sidecar (the one reader) ---------------------------------------------------
 
+class CheckedInput(dict):
+    """A sidecar's "input" block as read_sidecar checked it (preprocess.check_input_block): derive_spec does not
+    check it again. Any copy (dict(...), a recipe file read back) is a plain dict, so it is checked where used."""
+
 def sidecar_path(model_path: str | os.PathLike) -> Path:
     """The sidecar JSON beside a model: `x.onnx` -> `x.json`."""
     p = Path(model_path)
@@ -54,7 +58,7 @@ def read_sidecar(p: Path, required: bool = False) -> dict | None:
     if unknown:
         raise UserError(f"{p}: unknown key {unknown[0]!r}; a sidecar takes {', '.join(map(repr, SIDECAR_KEYS))}")
     if data.get("input") is not None:
-        check_input_block(data["input"], p)
+        data = {**data, "input": CheckedInput(check_input_block(data["input"], p))}
     return _inline_alphabet(data, p)
 
 
@@ -128,15 +132,20 @@ def derive_spec(sidecar: dict | None, dims, name: str, source, asked_by: str, ch
 
     `plugin`: a preprocessing plug-in the caller named (allowed, it replaces the sidecar's); a plug-in
     only the sidecar names must be allowed (plugins.require: `asked_by` names the file and key). `source` names
-    the model or file in input_spec's errors, `check_source` in check_input_block's.
+    the model or file in input_spec's errors, `check_source` in check_input_block's. A block read_sidecar
+    checked that states the shape is not checked again (the defaults input_spec adds are valid); what the
+    sidecar left to the model (its shape: channels, size cap) or to the caller (`plugin`) is checked here.
     """
+    block = (sidecar or {}).get("input")
     spec = input_spec(sidecar, dims, name, source=source)
     if plugin:
         allow(plugin)   # the caller named it
         spec["plugin"] = plugin
     elif spec.get("plugin"):
         require(spec["plugin"], asked_by)
-    return check_input_block(spec, check_source)  # channels, size cap: before allocating
+    if plugin or not (isinstance(block, CheckedInput) and "shape" in block):
+        check_input_block(spec, check_source)  # channels, size cap: before allocating
+    return spec
 
 
 def plugin_records(spec: dict | None = None, decode_plugin: str | None = None) -> dict:
