@@ -172,15 +172,20 @@ def sidecar_for(variant, override: dict | None = None) -> dict | None:
     """The sidecar (classes, input, decode) a variant (quantbench.variants.Variant) runs with.
 
     An explicit override (--sidecar) wins; then the copy `calibrate` stored in the
-    variant's recipe; then the JSON beside the model file (x.onnx -> x.json).
-    Never a guess by model name.
+    variant's recipe; then the JSON beside the model file (x.onnx -> x.json), read
+    once per variant (kept on it). Never a guess by model name.
     """
     if override is not None:
         return override
     recipe = variant.recipe or {}
     if isinstance(recipe.get("sidecar"), dict) and recipe["sidecar"]:
         return recipe["sidecar"]
-    return load_sidecar(variant.path)
+    read = getattr(variant, "beside_sidecar", None)
+    if read is None:
+        read = (load_sidecar(variant.path),)
+        if hasattr(variant, "beside_sidecar"):
+            variant.beside_sidecar = read
+    return read[0]
 
 
 def sidecar_source(variant, override_path=None) -> str:

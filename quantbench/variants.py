@@ -69,6 +69,8 @@ class Variant:
     recipe_path: Path | None = None
     #: its semantic hash, once checked against the recipe (recipe.check_identity); None: not computed yet
     variant_id: str | None = None
+    #: (the sidecar beside its file,) once quantbench.recipe.sidecar_for read it; None: not read yet
+    beside_sidecar: tuple | None = field(default=None, repr=False, compare=False)
 
 
 def _read_json(path: Path):

@@ -47,6 +47,25 @@ def test_equiv_reads_its_sidecar_file_once(proj, spy, capsys):
     assert checks == {str(side): 1}   # the block it states is checked when read, not again for the spec
 
 
+def test_equiv_reads_the_sidecar_beside_a_bare_model_once(proj, spy, capsys):
+    """The decoders, the fixtures and the analysed variants all take the one sidecar read for the variant."""
+    workdir, model, labels = proj
+    rc = main(["equiv", "--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--decode", "none",
+               "--no-progress", "--no-plots"])
+    assert rc == 0, capsys.readouterr().err
+    side = str(model.with_suffix(".json"))
+    assert spy == ({side: 1}, {side: 1})
+
+
+def test_calibrate_reads_its_sidecar_file_once(proj, spy, capsys):
+    workdir, model, labels = proj
+    side = workdir / "side.json"
+    side.write_text(model.with_suffix(".json").read_text())
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--sidecar", str(side), "--per-cell",
+                 "2", "--methods", "dynamic", "--no-progress"]) == 0, capsys.readouterr().err
+    assert spy == ({str(side): 1}, {str(side): 1})
+
+
 def test_a_sidecar_block_is_checked_once_and_what_the_model_adds_once(proj, spy, capsys):
     """run on a bare model: its sidecar beside is read and checked once; a block without a shape (the model's
     dims fill it in) is checked again as the spec it makes, which is where a model's channels are caught."""
