@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from quantbench import tables
-from quantbench.analysis.decode import NONE, DecodeSpec, is_plugin
+from quantbench.analysis.decode import DecodeSpec
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
@@ -59,8 +59,6 @@ CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no rel
 BOOTSTRAP_RESAMPLES = 1000   # paired bootstrap of an accuracy difference: resamples of the images,
 BOOTSTRAP_SEED = 0           # drawn with this seed (the same interval on every run),
 BOOTSTRAP_LEVEL = 0.95       # and the interval's coverage
-DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels"}
-BOX_FRAMES = ("normalized", "input-pixels")
 
 
 @dataclass
@@ -211,7 +209,15 @@ def _classifier_labels(sidecar: dict, classes: list, truth: Truth, fids: list) -
     return out, "" if not skipped else f"{skipped} of {len(fids)} images without one label are left out"
 
 
-def _text_plan(truth: Truth, fids: list) -> Plan | str:
+def _top1_plan(spec, sidecar: dict | None, truth: Truth, fids: list, boxed: bool) -> Plan | str:
+    """classifier: top-1 against each image's one label (or the sidecar's label_mode)."""
+    labels, why = _classifier_labels(sidecar or {}, list(spec.classes), truth, fids)
+    if not labels:
+        return why
+    return Plan(metric="top-1", fixtures=sorted(labels), labels=labels, note=why)
+
+
+def _text_plan(spec, sidecar: dict | None, truth: Truth, fids: list, boxed: bool) -> Plan | str:
     """ctc: score against the "text" label of each image that has one."""
     if truth.categories is None:
         return (f"the labels file the fixtures came from was not read ({truth.note}); its images' \"text\" "
@@ -226,36 +232,30 @@ def _text_plan(truth: Truth, fids: list) -> Plan | str:
 
 
 def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bool = True) -> Plan | str:
-    """How to score one model's decisions against the labels, or the reason it cannot be done.
+    """How to score one model's decisions against the labels (the plan its decode kind names), or the reason
+    it cannot be done.
 
     `boxed`: the decisions carry boxes (a plug-in returning none is not asked for their frame)."""
     fids = sorted(fixture_ids)
-    if spec.kind == NONE:
-        return "decode none: no decisions to score"
+    kind = spec.decoder_kind
+    if not kind.decides:
+        return kind.unscored
     if truth is None:
         return "no labels were given to the report"
     missing = [f for f in fids if f not in truth.fixtures]
     if missing:
         return f"{len(missing)} fixtures are not in the fixtures table"
+    if kind.metric is None:
+        return kind.unscored
+    return PLANS[kind.metric](spec, sidecar, truth, fids, boxed)
+
+
+def _ap_plan(spec, sidecar: dict | None, truth: Truth, fids: list, boxed: bool) -> Plan | str:
+    """detectors: AP of the boxes, mapped back to the images' pixels, against the COCO boxes."""
     classes = list(spec.classes)
-    if spec.kind == "classifier-softmax":
-        labels, why = _classifier_labels(sidecar or {}, classes, truth, fids)
-        if not labels:
-            return why
-        return Plan(metric="top-1", fixtures=sorted(labels), labels=labels, note=why)
-    if spec.kind == "ctc":
-        return _text_plan(truth, fids)
-    if spec.kind == "threshold-map":
-        return "a probability map (threshold-map): no rule turns COCO labels into map regions"
-    block = dict((sidecar or {}).get("decode") or {})
-    frame = block.get("box_frame") or DETECTOR_FRAMES.get(spec.kind)
-    if is_plugin(spec.kind) and not boxed:
-        return "a decode plug-in returning no boxes: no rule scores its decisions against the labels"
-    if is_plugin(spec.kind) and not block.get("box_frame"):
-        return "a decode plug-in: say its boxes' frame with 'box_frame' (normalized or input-pixels) in the decode block"
-    if frame not in BOX_FRAMES:
-        return (f"the frame of {spec.kind} boxes is unknown: set 'box_frame' to normalized or input-pixels in the "
-                "sidecar decode block")
+    frame, why = spec.decoder_kind.ap_frame(dict((sidecar or {}).get("decode") or {}), boxed)
+    if frame is None:
+        return why
     if not any(truth.fixtures[f].annotations for f in fids):
         return f"no ground-truth boxes: none of the {len(fids)} images carries an annotation"
     if truth.categories is None:
@@ -282,6 +282,9 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bo
     unnamed = [str(c) for i, c in enumerate(classes) if i not in category_of]
     note = f"classes without a category of the same name, left out: {', '.join(unnamed[:5])}" if unnamed else ""
     return Plan(metric="AP", fixtures=fids, gt=gt, category_of=category_of, frame=frame, note=note)
+
+
+PLANS = {"top-1": _top1_plan, "text": _text_plan, "AP": _ap_plan}   # by DecoderKind.metric
 
 
 def score(p: Plan, decoded: dict, truth: Truth) -> dict:
