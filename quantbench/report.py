@@ -488,7 +488,7 @@ def _difference_text(d: dict) -> str:
 
 def difference_lines(result, a: dict, names: list, hosts: list) -> list[str]:
     """Accuracy differences between hosts (and against fp32 on one host) with their paired bootstrap interval
-    (quantbench.analysis.accuracy.differences); AP, not a mean over images, as the plain difference."""
+    (quantbench.analysis.accuracy.differences); without any (no resamples), the plain AP difference."""
     ref = result.settings["reference"]
     diffs = a.get("differences") or []
     if diffs:
