@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench import tables
-from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, spec_from_sidecar
+from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, kind_of, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
@@ -173,7 +173,7 @@ def duplicate_variants(variants, infos) -> list[dict]:
 
 def run(args) -> int:
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
-    if "decision" in gates and args.decode == "none":
+    if "decision" in gates and args.decode is not None and not kind_of(args.decode).decides:
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
     variants = variants_from_args(args, to_stderr=args.json)  # the demo says so first
     announce_hosts_file(args.hosts_file, to_stderr=args.json)
