@@ -15,7 +15,7 @@ against the table's annotations before it is trusted.
   ``dominant`` (the category of the largest box, classes[0] when none), the
   rules the bundled litter-cnn was trained with.
 - detectors (``detr-sigmoid``, ``yolo``, ``nms-boxes``, a plug-in returning
-  boxes): AP50 and AP50:95 from pycocotools' COCOeval (quantbench.metrics) over
+  boxes): AP50 and AP50:95 from pycocotools' COCOeval (quantbench.analysis.metrics) over
   every decoded decision ranked by score, served or not; boxes are mapped from
   the model input back to the image's pixels by the inverse of the fixture's
   resize (stretch, letterbox, center-crop: quantbench.preprocess.boxes_to_image).
@@ -51,7 +51,7 @@ from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
-from quantbench.metrics import coco_ap, edit_distance, text_accuracy
+from quantbench.analysis.metrics import coco_ap, edit_distance, text_accuracy
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
