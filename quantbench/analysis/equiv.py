@@ -105,13 +105,6 @@ class EquivResult:
                 "variants": self.variants, "comparisons": self.comparisons}
 
 
-def _fits(input_name: str, shape, inputs: dict) -> bool:
-    dims = inputs.get(input_name)
-    if dims is None or len(inputs) != 1:
-        return False
-    return len(dims) == len(shape) and all(d in (None, 0) or d == s for d, s in zip(dims, shape))
-
-
 def _run_hint(host: str, variant: VariantRef, hint: str) -> str:
     return f"`quantbench run --hosts {host} --variants {variant.path or variant.name}{hint}`"
 
