@@ -104,8 +104,6 @@ def test_importing_every_module_loads_no_heavy_package():
 LAZY_EXEMPT: dict[str, str] = {
     "quantbench.commands:quantbench.variants": "every invocation imports commands/__init__; only --sidecar needs it",
     "quantbench.commands:quantbench.fixtures": "every invocation imports commands/__init__; only fixture flags need it",
-    "quantbench.commands:quantbench.analysis.equiv": "every invocation imports commands/__init__; only equiv output",
-    "quantbench.commands:quantbench.report": "every invocation imports commands/__init__; only equiv output needs it",
 }
 
 

@@ -12,8 +12,9 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
-                                 finish_equiv, finite_float, fixtures_from_args, session_from_args,
+                                 finite_float, fixtures_from_args, session_from_args,
                                  sidecar_from_args, variants_from_args)
+from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
