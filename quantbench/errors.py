@@ -16,6 +16,15 @@ def render_params(text: str, name_of=lambda param: param) -> str:
     return "".join(name_of(p) if i % 2 else p for i, p in enumerate(parts))
 
 
+def marked(exc: Exception) -> str:
+    """`exc`'s message with its parameters still marked (flag(param)), for a message that wraps it: the CLI then
+    names their flags in the wrapping message too."""
+    if isinstance(exc, ParameterError):
+        head = f"{flag(exc.param)} {exc.value}" if exc.show_value else flag(exc.param)
+        return f"{head}: {exc.problem}"
+    return Exception.__str__(exc)
+
+
 class UserError(Exception):
     """A mistake the user can fix (bad file, bad option, missing setup).
 

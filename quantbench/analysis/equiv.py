@@ -39,7 +39,7 @@ from quantbench.analysis import resultcache as RC
 from quantbench.analysis.decode import (NONE, NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, marked
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 
@@ -476,7 +476,7 @@ class _ModelRun:
             try:
                 self.cache[key] = decode(self.spec, arrs)
             except UserError as exc:
-                raise UserError(f"model {self.model}: {exc}; or {NONE_HINT}") from None
+                raise UserError(f"model {self.model}: {marked(exc)}; or {NONE_HINT}") from None
         return self.cache[key]
 
 
@@ -491,7 +491,7 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
     try:
         spec = check_outputs(spec, sorted(first))
     except UserError as exc:
-        raise UserError(f"model {model}: {exc}; or {NONE_HINT}") from None
+        raise UserError(f"model {model}: {marked(exc)}; or {NONE_HINT}") from None
     run = _ModelRun(model=model, fp32=fp32, data=data, spec=spec, compared=compared)
     if compared:
         run.decoded(ctx.reference, fp32.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work
