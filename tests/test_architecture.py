@@ -225,7 +225,6 @@ FLAG_MESSAGES: dict[str, int] = {
     'analysis/equiv.py': 3,
     'analysis/gates.py': 1,
     'calibset/builder.py': 6,
-    'fixtures.py': 6,
     'hosts/imported.py': 2,
     'hosts/local.py': 1,
     'hosts/registry.py': 1,
