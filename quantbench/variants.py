@@ -22,7 +22,7 @@ from pathlib import Path
 from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path, sidecar_path
 from quantbench.errors import DiskFull, UserError
 from quantbench.fsutil import (atomic_write_json, canonical_json, clean_stale_tmp, no_space, owner_tag, read_json,
-                               sha256_file)
+                               replace_dir, sha256_file)
 from quantbench.modelio import graph_inputs, load_model, semantic_sha256
 from quantbench.plugins import allow, plugin_identity, require
 from quantbench.preprocess import input_spec
@@ -421,9 +421,6 @@ def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool 
     A dest holding different files is refused unless `force`, and even with `force`
     only a dest that is itself a variants folder or calibration set is replaced.
     """
-    import shutil
-    import tempfile
-
     tmp, dest = Path(tmp), Path(dest)
     check_replaceable(dest, what)
     if dest.is_dir() and any(dest.iterdir()):
@@ -435,12 +432,7 @@ def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool 
             raise UserError(f"{dest}: already holds different {what} ({', '.join(differ[:3])}"
                             f"{' ...' if len(differ) > 3 else ''} differ); pass --force to replace them, "
                             "or choose another --out / --name")
-        trash = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-        os.replace(dest, trash / "x")
-        os.replace(tmp, dest)
-        shutil.rmtree(trash, ignore_errors=True)
+        replace_dir(tmp, dest)
         return "replaced"
-    if dest.is_dir():
-        dest.rmdir()
-    os.replace(tmp, dest)
+    replace_dir(tmp, dest)  # an empty dest folder goes
     return "new"

@@ -109,6 +109,16 @@ def _eval_hashes(cands: list[Candidate]) -> dict[str, str]:
     return out
 
 
+def _check_cells(per_cell: int, count_bins: Sequence[int]) -> None:
+    """The cell parameters: images per cell within 1..MAX_PER_CELL, object-count edges distinct and >= 2."""
+    if per_cell < 1:
+        raise ParameterError("per_cell", "must be at least 1", per_cell)
+    if per_cell > MAX_PER_CELL:
+        raise ParameterError("per_cell", f"more than the maximum of {MAX_PER_CELL} images per cell", per_cell)
+    if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
+        raise ParameterError("count_bins", f"object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
+
+
 def build(name: str, labels: str | os.PathLike | None = None, images: str | os.PathLike | None = None,
           per_cell: int = 12, seed: int = 0, count_bins: Sequence[int] = (), allow_short: bool = False,
           skip_bad: bool = False, spec: dict | None = None, model: str | None = None,
@@ -117,12 +127,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
 
     strata: "objects", "label" or "auto" (quantbench.strata).
     """
-    if per_cell < 1:
-        raise ParameterError("per_cell", "must be at least 1", per_cell)
-    if per_cell > MAX_PER_CELL:
-        raise ParameterError("per_cell", f"more than the maximum of {MAX_PER_CELL} images per cell", per_cell)
-    if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
-        raise ParameterError("count_bins", f"object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
+    _check_cells(per_cell, count_bins)
     count_bins = sorted(count_bins)
     cands, labels_path, images_dir = read_labels(labels, images)
     eval_sha = _eval_hashes(cands)

@@ -162,6 +162,25 @@ def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, 
     return _finish(name, out_path, model_name, recipe)
 
 
+def _own_copy(model, model_path):
+    """A ModelProto of model_path this variant may change: a copy of the caller's shape-inferred `model`, else
+    model_path loaded with shape inference."""
+    if model is None:
+        return load_with_shape_infer(model_path)
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _check_ranges_method(ranges, method: str) -> None:
+    """`ranges` were computed with calibration `method` (ranges of another method make another variant)."""
+    expected = ort_api.calibration_method(method) if method in ort_api.METHODS else None
+    if expected is None or ranges.calibration_method != expected:
+        raise UserError(f"make_static: ranges were computed with {ranges.calibration_method}, not {method!r}")
+
+
 def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, ranges=None, inputs=None,
                 method: str = "minmax", percentile: float | None = None, activation_type: str = "u8",
                 weight_type: str = "s8", per_channel: bool = True, reduce_range: bool = False,
@@ -186,14 +205,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
         ort_api.check_static_types(at, wt)
     except ValueError as exc:
         raise UserError(f"--types {activation_type}{weight_type}: {exc}") from None
-    if model is None:
-        model = load_with_shape_infer(model_path)
-    else:
-        import onnx
-
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        model = copy
+    model = _own_copy(model, model_path)
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = static_op_types(exclude_op_types)
     calibration_options = dict(calibration_options or {})
@@ -202,9 +214,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
             raise UserError("make_static: give `ranges` or calibration `inputs`")
         ranges = compute_ranges(model_path, inputs, [method], percentile=percentile, op_types=op_types,
                                 chunk_size=chunk_size, model=model, **calibration_options)[method]
-    expected = ort_api.calibration_method(method) if method in ort_api.METHODS else None
-    if expected is None or ranges.calibration_method != expected:
-        raise UserError(f"make_static: ranges were computed with {ranges.calibration_method}, not {method!r}")
+    _check_ranges_method(ranges, method)
 
     extra = dict(extra_options or {})
     quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra)
