@@ -210,23 +210,14 @@ def test_no_function_over_60_lines():
 
 #: the CLI layer (cli.py names a ParameterError's flag; commands parse flags).
 CLI_MODULES = ("cli.py", "console.py", "config.py", "equivcli.py", "__main__.py", "commands/")
-#: library modules whose messages still name a flag (module -> how many literals); the list only shrinks.
+#: library modules whose messages still name a flag (module -> how many literals); the list only shrinks. The hosts'
+#: messages become text (a run's error list, an import's status line) before the CLI sees them; variants.py's two are
+#: in input_spec_for / sidecar_for, which move to recipe.py.
 FLAG_MESSAGES: dict[str, int] = {
-    'analysis/equiv.py': 3,
-    'analysis/gates.py': 1,
-    'calibset/builder.py': 6,
-    'hosts/imported.py': 2,
-    'hosts/local.py': 1,
-    'hosts/registry.py': 1,
-    'hosts/runner.py': 3,
-    'modelio.py': 1,
-    'preprocess.py': 1,
-    'quantize/intake.py': 2,
-    'quantize/variants.py': 5,
-    'release/record.py': 2,
-    'strata.py': 2,
-    'tables.py': 1,
-    'variants.py': 14,
+    "hosts/imported.py": 1,
+    "hosts/local.py": 1,
+    "hosts/runner.py": 1,
+    "variants.py": 2,
 }
 
 

@@ -39,7 +39,7 @@ from quantbench.analysis import resultcache as RC
 from quantbench.analysis.decode import (NONE, NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
-from quantbench.errors import ParameterError, UserError, marked
+from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 
@@ -82,8 +82,8 @@ class EquivResult:
         if "decision" in names:
             skipped = sorted({c["model"] for c in self.comparisons if not c.get("decisions_compared", True)})
             if skipped:
-                raise UserError(f"--gate decision: decisions are not compared for model {', '.join(skipped)} "
-                                f"(decode none); drop 'decision' from --gate, or give a decoder with --decode "
+                raise UserError(f"{flag('gate')} decision: decisions are not compared for model {', '.join(skipped)} "
+                                f"(decode none); drop 'decision' from {flag('gate')}, or give a decoder with {flag('decode')} "
                                 f"or the sidecar's 'decode' block")
         for g in names:
             if g == "classes":
@@ -164,7 +164,7 @@ def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_
             else:
                 raise UserError(f"host {h}: complete results under {len(full)} fingerprints/sessions "
                                 f"({', '.join(fp[:12] + '/' + sk[:8] for fp, sk in full)}); rerun `quantbench equiv` "
-                                f"without --no-run so this run's session decides")
+                                f"without {flag('no_run')} so this run's session decides")
         if pick is None:
             best = max(combos.values(), key=len, default=set())
             missing = sorted(need - best)

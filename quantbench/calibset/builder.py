@@ -35,7 +35,7 @@ import numpy as np
 from quantbench import tables
 from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fixtures import BUNDLED_IMAGES, BUNDLED_LABELS, default_images_dir, labelled_images
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_bytes, sha256_file
 from quantbench.preprocess import load_rgb, luminance
@@ -92,7 +92,7 @@ def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLi
         raise UserError(f"{labels_path}: labels file not found")
     images_dir = Path(images) if images is not None else default_images_dir(labels_path)
     if not images_dir.is_dir():
-        raise UserError(f"{images_dir}: images folder not found; pass --images")
+        raise UserError(f"{images_dir}: images folder not found; pass {flag('images')}")
     cands = [Candidate(image=im["file_name"], path=im["path"], objects=im["objects"], split=im["split"],
                        label=im["label"]) for im in labelled_images(labels_path, images_dir, split=None)]
     if not cands:
@@ -135,8 +135,8 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     if not pool:
         raise UserError(f"{labels_path}: every image is in the eval split; nothing left to calibrate on")
     if per_cell > len(pool):
-        raise UserError(f"--per-cell {per_cell}: more than the {len(pool)} images in the calibration pool of "
-                        f"{labels_path}; no cell could be filled, even with --allow-short")
+        raise UserError(f"{flag('per_cell')} {per_cell}: more than the {len(pool)} images in the calibration pool of "
+                        f"{labels_path}; no cell could be filled, even with {flag('allow_short')}")
     mode = S.resolve_mode(strata, [c.label for c in pool])
     usable, skipped, dup = _measure(pool, eval_sha, mode, count_bins, skip_bad, progress)
     classes, absent, medians, by_cell = _lighting_cells(usable, mode, count_bins)
@@ -146,7 +146,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     if short and not allow_short:
         detail = ", ".join(f"{cell} has {n}" for cell, n in short)
         raise UserError(f"{labels_path}: too few candidates for {per_cell} per cell ({detail}); "
-                        "lower --per-cell, add images, or pass --allow-short to record the shortfall")
+                        f"lower {flag('per_cell')}, add images, or pass {flag('allow_short')} to record the shortfall")
     for c in skipped:
         rows.append(_row(c, "", seed, "skipped", c.error, per_cell, 0))
 
@@ -195,7 +195,7 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
             c.sha256 = sha256_file(c.path)
         except OSError as exc:
             if not skip_bad:
-                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass --skip-bad") from None
+                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass {flag('skip_bad')}") from None
             c.error = f"not readable ({exc.strerror or exc})"
             skipped.append(c)
             continue
@@ -207,7 +207,7 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
             rgb = load_rgb(c.path)
         except UserError as exc:
             if not skip_bad:
-                raise UserError(f"{exc}; fix or remove it, or pass --skip-bad") from None
+                raise UserError(f"{marked(exc)}; fix or remove it, or pass {flag('skip_bad')}") from None
             c.error = str(exc).split(": ", 1)[-1]
             skipped.append(c)
             continue

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
@@ -70,7 +70,7 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
         flt["fixture_id"] = list(fixture_ids)
     outputs = tables.read("outputs", root=root, filter=flt)
     if outputs.num_rows == 0:
-        raise UserError(f"--export {path}: no results for host(s) {', '.join(hosts)} in {root}; nothing to export")
+        raise UserError(f"{flag('export')} {path}: no results for host(s) {', '.join(hosts)} in {root}; nothing to export")
     fids = sorted(set(outputs.column("fixture_id").to_pylist()))
     vids = sorted(set(outputs.column("variant_id").to_pylist()))
     fps = sorted(set(outputs.column("fingerprint_id").to_pylist()))

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from quantbench import __version__
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
 from quantbench.modelio import load_model, raw_sha256, semantic_sha256, write_self_contained
 from quantbench.quantize import ort_api
@@ -52,10 +52,10 @@ def parse_types(spec: str) -> list[tuple[str, str]]:
     out = []
     for item in [s.strip().lower() for s in str(spec).split(",") if s.strip()]:
         if len(item) != 4 or item[:2] not in TYPES or item[2:] not in TYPES:
-            raise UserError(f"--types: {item!r} is not an activation+weight pair like u8s8 or s8s8")
+            raise UserError(f"{flag('types')}: {item!r} is not an activation+weight pair like u8s8 or s8s8")
         out.append((item[:2], item[2:]))
     if not out:
-        raise UserError("--types: give at least one pair, e.g. u8s8")
+        raise UserError(f"{flag('types')}: give at least one pair, e.g. u8s8")
     return list(dict.fromkeys(out))
 
 
@@ -86,13 +86,13 @@ def _check_nodes(model, exclude_nodes, exclude_op_types, model_path):
     names = {n.name for n in model.graph.node}
     missing = [n for n in exclude_nodes if n not in names]
     if missing:
-        raise UserError(f"--exclude-nodes: {model_path} has no node named {', '.join(map(repr, missing))}")
+        raise UserError(f"{flag('exclude_nodes')}: {model_path} has no node named {', '.join(map(repr, missing))}")
     import onnx
 
     known = {s.name for s in onnx.defs.get_all_schemas()}
     unknown = [t for t in exclude_op_types if t not in known]
     if unknown:
-        raise UserError(f"--exclude-op-types: {', '.join(map(repr, unknown))} is not an ONNX op type")
+        raise UserError(f"{flag('exclude_op_types')}: {', '.join(map(repr, unknown))} is not an ONNX op type")
 
 
 def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
@@ -204,7 +204,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     try:
         ort_api.check_static_types(at, wt)
     except ValueError as exc:
-        raise UserError(f"--types {activation_type}{weight_type}: {exc}") from None
+        raise UserError(f"{flag('types')} {activation_type}{weight_type}: {exc}") from None
     model = _own_copy(model, model_path)
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = static_op_types(exclude_op_types)
