@@ -81,7 +81,7 @@ def test_nothing_below_the_cli_imports_a_command():
 LAYERS = [
     ("shared", ["quantbench", "quantbench.errors", "quantbench.fsutil", "quantbench.lazy", "quantbench.textfmt",
                 "quantbench.hosts.worker"]),
-    ("recipe", ["quantbench.assets", "quantbench.variants", "quantbench.preprocess", "quantbench.plugins",
+    ("recipe", ["quantbench.assets", "quantbench.recipe", "quantbench.variants", "quantbench.preprocess", "quantbench.plugins",
                 "quantbench.strata", "quantbench.modelio"]),
     ("tables", ["quantbench.tables"]),
     ("fixtures", ["quantbench.fixtures"]),
@@ -147,7 +147,8 @@ def test_importing_every_module_loads_no_heavy_package():
 # Function-level quantbench imports that must stay lazy for a reason the hoisting script does not see:
 # "module:imported module" -> why. Keep it tiny; scripts/hoist_imports.py reads it (a plain literal).
 LAZY_EXEMPT: dict[str, str] = {
-    "quantbench.commands:quantbench.variants": "every invocation imports commands/__init__; only --sidecar needs it",
+    "quantbench.commands:quantbench.variants": "every invocation imports commands/__init__; only --variants needs it",
+    "quantbench.commands:quantbench.recipe": "every invocation imports commands/__init__; only --sidecar needs it",
     "quantbench.commands:quantbench.fixtures": "every invocation imports commands/__init__; only fixture flags need it",
 }
 
@@ -211,13 +212,11 @@ def test_no_function_over_60_lines():
 #: the CLI layer (cli.py names a ParameterError's flag; commands parse flags).
 CLI_MODULES = ("cli.py", "console.py", "config.py", "equivcli.py", "__main__.py", "commands/")
 #: library modules whose messages still name a flag (module -> how many literals); the list only shrinks. The hosts'
-#: messages become text (a run's error list, an import's status line) before the CLI sees them; variants.py's two are
-#: in input_spec_for / sidecar_for, which move to recipe.py.
+#: messages become text (a run's error list, an import's status line) before the CLI sees them.
 FLAG_MESSAGES: dict[str, int] = {
     "hosts/imported.py": 1,
     "hosts/local.py": 1,
     "hosts/runner.py": 1,
-    "variants.py": 2,
 }
 
 
@@ -268,3 +267,52 @@ def test_no_library_message_names_a_flag():
     grown = {m: library_flag_messages()[m] for m, n in found.items() if n > FLAG_MESSAGES.get(m, 0)}
     assert grown == {}, "raise ParameterError(name, ...); the CLI adds the flag"
     assert found == FLAG_MESSAGES, "fewer now: lower FLAG_MESSAGES"
+
+
+# The one owner of sidecars and recipes (quantbench/recipe.py): only it reads a sidecar file and checks an input
+# block (preprocess.py defines check_input_block and guards to_tensor with it).
+RECIPE_OWNER = "quantbench/recipe.py"
+JSON_READERS = ("read_json", "json.load", "json.loads")
+
+
+def _called(node) -> str | None:
+    """The called function as written: `read_json`, `json.loads`, `preprocess.check_input_block` -> its last part
+    unless it is one of JSON_READERS."""
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id
+    if isinstance(f, ast.Attribute):
+        dotted = ast.unparse(f)
+        return dotted if dotted in JSON_READERS else f.attr
+    return None
+
+
+def recipe_owner_breaches(files) -> list[str]:
+    """`path:line` of each sidecar JSON read (a JSON reader whose arguments mention a sidecar, or that reads the
+    file beside a model: `.with_suffix(".json")`) or check_input_block call outside the recipe owner."""
+    out = []
+    for path, text in files:
+        if path == RECIPE_OWNER:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Call):
+                continue
+            name = _called(node)
+            args = " ".join(ast.unparse(a) for a in [*node.args, *(k.value for k in node.keywords)]).lower()
+            if name in JSON_READERS and ("sidecar" in args or 'with_suffix(".json")' in args.replace("'", '"')):
+                out.append(f"{path}:{node.lineno} reads a sidecar")
+            elif name == "check_input_block" and path != "quantbench/preprocess.py":
+                out.append(f"{path}:{node.lineno} checks an input block")
+    return out
+
+
+def test_only_the_recipe_module_reads_sidecars():
+    files = [(p.relative_to(ROOT.parent).as_posix(), p.read_text()) for p in sorted(ROOT.rglob("*.py"))]
+    assert recipe_owner_breaches(files) == []
+    # the rule sees a second reader
+    rogue = ('import json\nfrom quantbench.fsutil import read_json\nfrom quantbench.preprocess import check_input_block\n'
+             'def f(p, model):\n    side = read_json(p, "sidecar JSON")\n'
+             '    raw = json.loads(model.with_suffix(".json").read_text())\n    check_input_block(raw["input"], p)\n')
+    assert recipe_owner_breaches([("quantbench/rogue.py", rogue)]) == [
+        "quantbench/rogue.py:5 reads a sidecar", "quantbench/rogue.py:6 reads a sidecar",
+        "quantbench/rogue.py:7 checks an input block"]

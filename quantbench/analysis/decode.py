@@ -106,7 +106,7 @@ from quantbench import plugins
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.modelio import load_model
-from quantbench.variants import sidecar_for
+from quantbench.recipe import sidecar_for
 
 KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo", "yolox", "ctc")
 NONE = "none"

@@ -19,7 +19,7 @@ from quantbench.errors import UserError, marked
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
 from quantbench.modelio import fits, load_model
-from quantbench.variants import sidecar_for, sidecar_source
+from quantbench.recipe import sidecar_for, sidecar_source
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
@@ -118,7 +118,7 @@ def prepare(args, held: contextlib.ExitStack | None = None, variants: list | Non
     variants = variants if variants is not None else variants_from_args(args, to_stderr=args.json)
     override = sidecar_from_args(args)
     check_decoders(variants, override, args.decode, args.threshold, args.sidecar)  # a bad decode block fails before any run
-    fixtures = fixtures_from_args(args, variants, args.limit)
+    fixtures = fixtures_from_args(args, variants, args.limit, override)  # --sidecar read once
     session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
     if held is not None:  # held through the runs and the table writes of finish()
         held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
