@@ -10,7 +10,7 @@ from quantbench import __version__, console, plugins
 from quantbench import config as C
 from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
 from quantbench.console import add_common_arguments
-from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError
+from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError, render_params
 from quantbench.fsutil import disk_full, no_space
 
 
@@ -104,18 +104,22 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
 
 
 def _for_cli(exc: UserError, parser, args) -> str:
-    """A library ParameterError names the parameter; on the command line, name its flag instead. A refused
-    plug-in gets the flag that allows it."""
+    """A library ParameterError names the parameter; on the command line, name its flag instead (so too a
+    parameter a message points at, errors.flag). A refused plug-in gets the flag that allows it."""
     leaves = getattr(parser, "_qb_leaves", {})
     leaf = leaves.get(args.command) or next((p for n, p in leaves.items() if n.startswith(f"{args.command} ")), None)
-    if isinstance(exc, PluginNotAllowed) and any(a.dest == "allow_plugins" for a in getattr(leaf, "_actions", [])):
+    actions = getattr(leaf, "_actions", [])
+    if isinstance(exc, PluginNotAllowed) and any(a.dest == "allow_plugins" for a in actions):
         return f"{exc}: pass --allow-plugins to run it"
-    if not isinstance(exc, ParameterError):
-        return str(exc)
-    for action in getattr(leaf, "_actions", []):
-        if action.dest == exc.param and action.option_strings:
-            return exc.for_flag(max(action.option_strings, key=len))
-    return str(exc)
+
+    def flag_of(param: str) -> str | None:
+        mine = [max(a.option_strings, key=len) for a in actions if a.dest == param and a.option_strings]
+        return mine[0] if mine else "--" + param.replace("_", "-") if param in OPTION_KEYS else None
+
+    text = Exception.__str__(exc)
+    if isinstance(exc, ParameterError) and flag_of(exc.param):
+        text = exc.for_flag(flag_of(exc.param))
+    return render_params(text, lambda p: flag_of(p) or p)
 
 
 def _consent(args) -> None:

@@ -27,7 +27,7 @@ import numpy as np
 
 from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fsutil import canonical_json, read_json, sha256_file
 from quantbench.hosts.worker import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
@@ -39,6 +39,8 @@ from quantbench.variants import inside, is_demo
 #: how recipes and calibration-set manifests name the bundled corpus
 BUNDLED_LABELS = "bundled:corpus/labels.json"
 BUNDLED_IMAGES = "bundled:corpus/images"
+#: the labels a message asks for (the CLI names the flags)
+PASS_LABELS = f"{flag('fixtures')} LABELS {flag('images')} DIR"
 
 
 @dataclass
@@ -444,11 +446,11 @@ def calibration_labels(variants, images: str | os.PathLike | None = None) -> tup
         elif not _demo_model(v):
             raise UserError(f"{v.path}: no labels recorded with this model (not made by this version of "
                             "`quantbench calibrate`), and the bundled demo images are only for the demo models; "
-                            "pass --fixtures LABELS --images DIR, or recalibrate")
+                            f"pass {PASS_LABELS}, or recalibrate")
     if len(recorded) > 1:
         (a, _), (b, _) = list(recorded.values())[:2]
         raise UserError(f"variants {a.name} ({a.path}) and {b.name} ({b.path}) were calibrated with different "
-                        "labels; pass --fixtures LABELS --images DIR")
+                        f"labels; pass {PASS_LABELS}")
     if not recorded:
         return None, (str(images) if images else None)
     v, rec = next(iter(recorded.values()))
@@ -456,12 +458,12 @@ def calibration_labels(variants, images: str | os.PathLike | None = None) -> tup
     path = CORPUS_LABELS if bundled else Path(rec["path"])
     where = f"the labels variant {v.name} was calibrated with ({v.recipe_path or v.path})"
     if not path.is_file():
-        raise UserError(f"{path}: not found: {where}; restore it, or pass --fixtures LABELS --images DIR")
+        raise UserError(f"{path}: not found: {where}; restore it, or pass {PASS_LABELS}")
     now = sha256_file(path)
     if now != rec.get("sha256"):
         raise UserError(f"{path}: changed since calibration (SHA-256 {now[:12]}, recorded "
                         f"{str(rec.get('sha256'))[:12]}): {where}; restore it, recalibrate, or pass "
-                        "--fixtures LABELS --images DIR")
+                        f"{PASS_LABELS}")
     if bundled and not images:
         return None, None
     folder = images or rec.get("images") or default_images_dir(path)
@@ -518,10 +520,10 @@ def fixtures_for_variants(variants, labels=None, images=None, split: str | None 
 def pick_fixture(fixtures: list[Fixture], wanted: str | None, split: str = "eval") -> Fixture:
     """The fixture whose id starts with `wanted` or whose image is named `wanted` (the first one if None)."""
     if not fixtures:
-        raise UserError(f"--split {split}: no fixtures")
+        raise ParameterError("split", "no fixtures", split)
     if not wanted:
         return fixtures[0]
     for fx in fixtures:
         if fx.fixture_id.startswith(wanted) or Path(fx.source).name == wanted or fx.source == wanted:
             return fx
-    raise UserError(f"--fixture {wanted}: no fixture with that id prefix or image name in split {split}")
+    raise ParameterError("fixture", f"no fixture with that id prefix or image name in split {split}", wanted)

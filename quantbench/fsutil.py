@@ -106,6 +106,22 @@ def stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
     return out
 
 
+def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> Path:
+    """Move the finished folder `tmp` into place at `final` (the one owner of that step). An old `final` (folder,
+    file or link) is renamed aside first and removed after, so `final` is always either the old or the new one."""
+    import shutil
+
+    tmp, final = Path(tmp), Path(final)
+    if not (final.exists() or final.is_symlink()):
+        os.replace(tmp, final)
+        return final
+    trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".old", dir=final.parent))
+    os.replace(final, trash / "x")
+    os.replace(tmp, final)
+    shutil.rmtree(trash, ignore_errors=True)
+    return final
+
+
 def clean_stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
     """Remove stale_tmp(folder, name); returns what was removed."""
     import shutil

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import sha256_bytes, sha256_file
 
 STRIP_DEFAULT = ("doc_string",)
@@ -173,7 +173,7 @@ def parse_strip(spec: str | None) -> tuple:
     names = [s.strip() for s in (spec or "").split(",") if s.strip()]
     unknown = sorted(set(names) - set(STRIP_DEFAULT) - set(STRIP_OPTIONAL))
     if unknown:
-        raise UserError(f"--strip: unknown option(s) {', '.join(unknown)}; choose from {', '.join(STRIP_OPTIONAL)}")
+        raise UserError(f"{flag('strip')}: unknown option(s) {', '.join(unknown)}; choose from {', '.join(STRIP_OPTIONAL)}")
     return STRIP_DEFAULT + tuple(n for n in STRIP_OPTIONAL if n in names)
 
 

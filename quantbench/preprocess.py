@@ -55,7 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from quantbench import plugins
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 
 LUMA_709 = (0.2126, 0.7152, 0.0722)
 RESIZE_MODES = ("stretch", "letterbox", "center-crop")
@@ -306,7 +306,7 @@ def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: s
         if any(d is None for d in dims[1:]):
             shown = ["?" if d is None else d for d in dims]
             raise UserError(f"{source}: input {spec.get('name')!r} has dynamic dims {shown}; give the model a sidecar "
-                            "JSON with an 'input' block stating 'shape' (and mean, std), or pass --sidecar FILE")
+                            f"JSON with an 'input' block stating 'shape' (and mean, std), or pass {flag('sidecar')} FILE")
         spec["shape"] = [1 if d is None else d for d in dims]
     elif dims is not None:
         want = list(spec["shape"])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json, read_json, sha256_bytes
 from quantbench.modelio import graph_inputs, load_model, semantic_sha256
 from quantbench.plugins import allow, is_ref, plugin_identity, require
@@ -217,7 +217,7 @@ def check_identity(variant, model=None) -> str:
         recipe = variant.recipe_path or Path(variant.path).with_name(Path(variant.path).stem + ".recipe.json")
         raise UserError(f"{variant.path}: semantic hash {variant.variant_id[:12]} is not the {recorded[:12]} its "
                         f"recipe {recipe} records (the model was edited or replaced since calibration); restore "
-                        "it, or recalibrate with `quantbench calibrate --force`")
+                        f"it, or recalibrate with `quantbench calibrate {flag('force')}`")
     return variant.variant_id
 
 
@@ -244,7 +244,7 @@ def input_spec_for(variant, override: dict | None = None, override_source: str =
             differ = sorted(k for k in set(spec) | set(calibrated) if spec.get(k) != calibrated.get(k))
             raise UserError(f"{override_source}: its input block differs from the preprocessing variant {variant.name} "
                             f"({where}) was calibrated with ({', '.join(differ)}); fixtures made this way would not "
-                            "match the calibration recipe: drop --sidecar, or recalibrate with this sidecar")
+                            f"match the calibration recipe: drop {flag('sidecar')}, or recalibrate with this sidecar")
         return spec
     if calibrated is None:
         return derive_spec(sidecar_for(variant), dims, name, where, f"{sidecar_source(variant)}: input 'plugin'",

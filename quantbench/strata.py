@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 
 EMPTY = "empty"
 OBJECTS = "objects"
@@ -60,12 +60,12 @@ def single_label(annotations: list, category_names: dict) -> str | None:
 def resolve_mode(mode: str, labels: Sequence[str | None]) -> str:
     """'auto' -> 'label' when every image has a label, else 'objects'; an explicit mode is checked."""
     if mode not in MODES:
-        raise UserError(f"--strata {mode}: choose one of {', '.join(MODES)}")
+        raise UserError(f"{flag('strata')} {mode}: choose one of {', '.join(MODES)}")
     if mode == "auto":
         return "label" if labels and all(lb is not None for lb in labels) else "objects"
     if mode == "label" and any(lb is None for lb in labels):
-        raise UserError("--strata label: some images do not carry exactly one label (one annotation without a bbox, "
-                        "or a CSV 'label' value); use --strata objects")
+        raise UserError(f"{flag('strata')} label: some images do not carry exactly one label (one annotation without a bbox, "
+                        f"or a CSV 'label' value); use {flag('strata')} objects")
     return mode
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from quantbench import SCHEMA_VERSION, lazy
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import DiskFull, UserError
+from quantbench.errors import DiskFull, UserError, flag
 from quantbench.fsutil import atomic_path, clean_stale_tmp, content_key, disk_full, no_space, sha256_bytes
 
 if TYPE_CHECKING:
@@ -618,7 +618,7 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
             holder = _lock_holder(path)
             if not wait:
                 raise UserError(f"{root}: locked by {holder} (another quantbench run or equiv is writing these "
-                                "tables); retry when it ends, or drop --no-wait to wait for it") from None
+                                f"tables); retry when it ends, or drop {flag('no_wait')} to wait for it") from None
             sys.stderr.write(f"waiting for the lock on {root} held by {holder} ...\n")
             sys.stderr.flush()
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)

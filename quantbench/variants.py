@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.assets import MODELS_DIR
-from quantbench.errors import DiskFull, UserError
-from quantbench.fsutil import atomic_write_json, clean_stale_tmp, no_space, owner_tag, read_json, sha256_file
+from quantbench.errors import DiskFull, UserError, flag
+from quantbench.fsutil import atomic_write_json, clean_stale_tmp, no_space, owner_tag, read_json, replace_dir, sha256_file
 from quantbench.modelio import load_model
 from quantbench.recipe import allow_recorded
 
@@ -86,7 +86,7 @@ def load_variants(folder: str | os.PathLike) -> list[Variant]:
     index_path = folder / INDEX_FILE
     entries = _read_json(index_path)
     if not isinstance(entries, list):
-        raise UserError(f"{index_path}: expected a list of variants; rerun `quantbench calibrate --force`")
+        raise UserError(f"{index_path}: expected a list of variants; rerun `quantbench calibrate {flag('force')}`")
     out = []
     for e in entries:
         if not isinstance(e, dict) or not {"name", "file", "recipe_file"} <= set(e):
@@ -97,10 +97,10 @@ def load_variants(folder: str | os.PathLike) -> list[Variant]:
                 raise UserError(f"{index_path}: variant {e['name']!r}: {key} {e[key]!r} is not a file inside {folder}")
         path = folder / e["file"]
         if not path.exists():
-            raise UserError(f"{index_path}: variant {e['name']!r} file {path} is missing; rerun `quantbench calibrate --force`")
+            raise UserError(f"{index_path}: variant {e['name']!r} file {path} is missing; rerun `quantbench calibrate {flag('force')}`")
         recipe = _read_json(folder / e["recipe_file"])
         if not isinstance(recipe, dict):
-            raise UserError(f"{folder / e['recipe_file']}: expected a recipe object; rerun `quantbench calibrate --force`")
+            raise UserError(f"{folder / e['recipe_file']}: expected a recipe object; rerun `quantbench calibrate {flag('force')}`")
         model = recipe.get("model", folder.name)
         if "model" in recipe:
             check_plain_name(model, f"{folder / e['recipe_file']}: model name")
@@ -154,10 +154,10 @@ def default_variants(results_dir: str | os.PathLike = "results") -> list[Variant
                   if not p.parent.name.startswith(".")) if vdir.is_dir() else []  # not a dead run's staging
     if left:
         raise UserError(f"{latest}: missing, though {left[0]} holds variants of a calibrate run; rerun "
-                        f"`quantbench calibrate`, or pass --variants {left[0]}")
+                        f"`quantbench calibrate`, or pass {flag('variants')} {left[0]}")
     models = sorted(MODELS_DIR.glob("*.onnx"))
     if not models:
-        raise UserError("no variants: run `quantbench calibrate` or pass --variants FILE.onnx")
+        raise UserError(f"no variants: run `quantbench calibrate` or pass {flag('variants')} FILE.onnx")
     return [fp32_variant(m) for m in models]
 
 
@@ -188,7 +188,7 @@ def resolve_variants(items) -> list[Variant]:
             else:
                 files = sorted(p.glob("*.onnx"))
                 if not files:
-                    raise UserError(f"--variants {p}: folder has no index.json and no .onnx files")
+                    raise UserError(f"{flag('variants')} {p}: folder has no index.json and no .onnx files")
                 out.extend(fp32_variant(f) for f in files)
         elif p.suffix == ".onnx" or p.exists():
             found = None
@@ -196,7 +196,7 @@ def resolve_variants(items) -> list[Variant]:
                 found = next((v for v in load_variants(p.parent) if Path(v.path).resolve() == p.resolve()), None)
             out.append(found or fp32_variant(p))
         else:
-            raise UserError(f"--variants {p}: not found")
+            raise UserError(f"{flag('variants')} {p}: not found")
     return out
 
 
@@ -212,12 +212,12 @@ def pick_variant(text: str) -> Variant:
                 v.name = p.stem
         return v
     if not os.path.lexists(Path("results") / "variants" / LATEST_FILE):
-        raise UserError(f"--variant {text}: no calibrate run yet; run `quantbench calibrate` or pass an .onnx file")
+        raise UserError(f"{flag('variant')} {text}: no calibrate run yet; run `quantbench calibrate` or pass an .onnx file")
     found = latest_variants()  # a damaged calibrate output is named as such
     for v in found:
         if v.name == text:
             return v
-    raise UserError(f"--variant {text}: not among the latest variants ({', '.join(v.name for v in found)})")
+    raise UserError(f"{flag('variant')} {text}: not among the latest variants ({', '.join(v.name for v in found)})")
 
 
 # ---- writing (used by `quantbench calibrate`) -------------------------------------------
@@ -302,10 +302,10 @@ def check_replaceable(dest: str | os.PathLike, what: str = "variants") -> None:
     not itself a variants folder or calibration set (no index.json / recipe.json), e.g. results/."""
     dest = Path(dest)
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
-        raise UserError(f"{dest}: exists and is not a folder; remove it or choose another --out")
+        raise UserError(f"{dest}: exists and is not a folder; remove it or choose another {flag('out')}")
     if dest.is_dir() and any(dest.iterdir()) and not any((dest / m).is_file() for m in REPLACEABLE_MARKERS):
         raise UserError(f"{dest}: is not a {what} folder (no {' or '.join(REPLACEABLE_MARKERS)}) and is not "
-                        f"empty; quantbench never replaces it, even with --force: choose another --out / --name")
+                        f"empty; quantbench never replaces it, even with {flag('force')}: choose another {flag('out')} / {flag('name')}")
 
 
 def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool = False, what: str = "variants") -> str:
@@ -315,9 +315,6 @@ def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool 
     A dest holding different files is refused unless `force`, and even with `force`
     only a dest that is itself a variants folder or calibration set is replaced.
     """
-    import shutil
-    import tempfile
-
     tmp, dest = Path(tmp), Path(dest)
     check_replaceable(dest, what)
     if dest.is_dir() and any(dest.iterdir()):
@@ -327,14 +324,9 @@ def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool 
         if not force:
             differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise UserError(f"{dest}: already holds different {what} ({', '.join(differ[:3])}"
-                            f"{' ...' if len(differ) > 3 else ''} differ); pass --force to replace them, "
-                            "or choose another --out / --name")
-        trash = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent))
-        os.replace(dest, trash / "x")
-        os.replace(tmp, dest)
-        shutil.rmtree(trash, ignore_errors=True)
+                            f"{' ...' if len(differ) > 3 else ''} differ); pass {flag('force')} to replace them, "
+                            f"or choose another {flag('out')} / {flag('name')}")
+        replace_dir(tmp, dest)
         return "replaced"
-    if dest.is_dir():
-        dest.rmdir()
-    os.replace(tmp, dest)
+    replace_dir(tmp, dest)  # an empty dest folder goes
     return "new"

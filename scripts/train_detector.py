@@ -48,7 +48,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from quantbench import metrics  # noqa: E402
+from quantbench.analysis import metrics  # noqa: E402
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR  # noqa: E402
 from quantbench.fixtures import load_coco  # noqa: E402
 from quantbench.fsutil import atomic_path, atomic_write_json  # noqa: E402

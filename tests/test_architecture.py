@@ -75,6 +75,51 @@ def test_nothing_below_the_cli_imports_a_command():
     assert {m: ts for m, ts in upward.items() if ts} == {}
 
 
+# The layers, lowest first (docs/architecture.md): a module imports its own layer or a lower one. A module belongs to
+# the layer of the longest prefix naming it. hosts/worker.py is the standalone wire format (standard library and
+# numpy only, shipped alone to a host), so its tensor encoding sits below everything that hashes a tensor.
+LAYERS = [
+    ("shared", ["quantbench", "quantbench.errors", "quantbench.fsutil", "quantbench.lazy", "quantbench.textfmt",
+                "quantbench.hosts.worker"]),
+    ("recipe", ["quantbench.assets", "quantbench.recipe", "quantbench.variants", "quantbench.preprocess", "quantbench.plugins",
+                "quantbench.strata", "quantbench.modelio"]),
+    ("tables", ["quantbench.tables"]),
+    ("fixtures", ["quantbench.fixtures"]),
+    ("calibset", ["quantbench.calibset"]),
+    ("hosts", ["quantbench.hosts"]),
+    ("analysis", ["quantbench.analysis"]),
+    ("quantize", ["quantbench.quantize"]),
+    ("report", ["quantbench.report", "quantbench.gallery", "quantbench.ahead"]),
+    ("explain", ["quantbench.explain"]),
+    ("release", ["quantbench.release"]),
+    ("cli", ["quantbench.cli", "quantbench.__main__", "quantbench.console", "quantbench.config",
+             "quantbench.equivcli", "quantbench.commands"]),
+]
+
+
+def layer_of(module: str) -> int | None:
+    """The rank in LAYERS of `module` (the package itself, "quantbench", names only its __init__)."""
+    best = max(((len(p), rank) for rank, (_, prefixes) in enumerate(LAYERS) for p in prefixes
+                if module == p or (p != "quantbench" and module.startswith(p + "."))), default=None)
+    return None if best is None else best[1]
+
+
+def test_every_module_has_a_layer():
+    assert [m for m in import_graph() if layer_of(m) is None] == []
+
+
+def test_no_import_from_a_lower_layer_up():
+    graph = import_graph()
+    upward = sorted(f"{m} ({LAYERS[layer_of(m)][0]}) imports {t} ({LAYERS[layer_of(t)][0]})"
+                    for m, ts in graph.items() for t in ts if layer_of(t) > layer_of(m))
+    assert upward == []
+
+
+def test_the_worker_imports_nothing_of_quantbench():
+    """The worker runs alone on a bare host (the source is shipped over ssh), so it stays at the bottom."""
+    assert import_graph()["quantbench.hosts.worker"] == set()
+
+
 def test_no_command_imports_another_command():
     graph = import_graph()
     cross = {m: sorted(t for t in ts if t.startswith("quantbench.commands.") and t != m)
@@ -105,8 +150,6 @@ LAZY_EXEMPT: dict[str, str] = {
     "quantbench.commands:quantbench.variants": "every invocation imports commands/__init__; only --variants needs it",
     "quantbench.commands:quantbench.recipe": "every invocation imports commands/__init__; only --sidecar needs it",
     "quantbench.commands:quantbench.fixtures": "every invocation imports commands/__init__; only fixture flags need it",
-    "quantbench.commands:quantbench.analysis.equiv": "every invocation imports commands/__init__; only equiv output",
-    "quantbench.commands:quantbench.report": "every invocation imports commands/__init__; only equiv output needs it",
 }
 
 
@@ -137,6 +180,93 @@ def test_internal_imports_are_at_module_top():
             if mod.cost(node) is None and not any(f"{name}:{t}" in LAZY_EXEMPT for t in targets):
                 lazy.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {targets[0]} inside a function")
     assert lazy == [], "hoist them (python scripts/hoist_imports.py):\n" + "\n".join(lazy)
+
+
+# ---------------------------------------------------------------- functions stay short
+
+MAX_FUNCTION_LINES = 60
+#: functions still over the limit (name -> lines today); the list only shrinks.
+LONG_FUNCTIONS: dict[str, int] = {}
+
+
+def long_functions() -> dict[str, int]:
+    out = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out[f"{p.relative_to(ROOT.parent)}:{node.name}"] = lines
+    return out
+
+
+def test_no_function_over_60_lines():
+    found = long_functions()
+    grown = {k: v for k, v in found.items() if k not in LONG_FUNCTIONS or v > LONG_FUNCTIONS[k]}
+    assert grown == {}, "split them by meaning"
+    assert sorted(found) == sorted(LONG_FUNCTIONS), "a function got short: drop it from LONG_FUNCTIONS"
+
+
+# ---------------------------------------------------------------- the library speaks parameters, the CLI flags
+
+#: the CLI layer (cli.py names a ParameterError's flag; commands parse flags).
+CLI_MODULES = ("cli.py", "console.py", "config.py", "equivcli.py", "__main__.py", "commands/")
+#: library modules whose messages still name a flag (module -> how many literals); the list only shrinks. The hosts'
+#: messages become text (a run's error list, an import's status line) before the CLI sees them.
+FLAG_MESSAGES: dict[str, int] = {
+    "hosts/imported.py": 1,
+    "hosts/local.py": 1,
+    "hosts/runner.py": 1,
+}
+
+
+def option_strings() -> set[str]:
+    """Every long option any subcommand of the real parser defines."""
+    from quantbench import cli
+
+    parser = cli.build_parser(config=False)
+    return {o for leaf in parser._qb_leaves.values() for a in leaf._actions for o in a.option_strings
+            if o.startswith("--")}
+
+
+def _message_literals(node) -> list[str]:
+    """The string literals inside a raise's (or an error constructor's) arguments, f-string parts included."""
+    args = node.args + [k.value for k in node.keywords] if isinstance(node, ast.Call) else [node]
+    return [c.value for a in args for c in ast.walk(a) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+
+ERROR_NAMES = {"UserError", "ParameterError", "PluginNotAllowed", "DiskFull", "GateFailed"}
+
+
+def library_flag_messages() -> dict[str, list[str]]:
+    import re
+
+    pattern = re.compile(r"(?<![\w-])(" + "|".join(sorted(map(re.escape, option_strings()), key=len, reverse=True))
+                         + r")(?![\w-])")
+    out = {}
+    for p in sorted(ROOT.rglob("*.py")):
+        rel = p.relative_to(ROOT).as_posix()
+        if rel.startswith(CLI_MODULES):
+            continue
+        calls = {}
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                calls[id(node.exc)] = node.exc
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in ERROR_NAMES:
+                calls[id(node)] = node
+        hits = [s for call in calls.values() for s in _message_literals(call) if pattern.search(s)]
+        if hits:
+            out[rel] = hits
+    return out
+
+
+def test_no_library_message_names_a_flag():
+    """A library error says which parameter (ParameterError) and the CLI says which flag: argv built for pip, qemu
+    or ssh is no message, and neither is a comment or a docstring."""
+    found = {m: len(h) for m, h in library_flag_messages().items()}
+    grown = {m: library_flag_messages()[m] for m, n in found.items() if n > FLAG_MESSAGES.get(m, 0)}
+    assert grown == {}, "raise ParameterError(name, ...); the CLI adds the flag"
+    assert found == FLAG_MESSAGES, "fewer now: lower FLAG_MESSAGES"
 
 
 # The one owner of sidecars and recipes (quantbench/recipe.py): only it reads a sidecar file and checks an input

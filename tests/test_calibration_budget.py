@@ -26,7 +26,7 @@ def test_parse_memory():
     assert C.parse_memory("1.5g") == int(1.5 * (1 << 30))
     assert C.parse_memory(3 << 20) == 3 << 20
     for bad in ("lots", "12 parsecs", "100"):
-        with pytest.raises(UserError, match="--max-memory"):
+        with pytest.raises(UserError, match="max_memory"):
             C.parse_memory(bad)
 
 

@@ -81,7 +81,7 @@ def test_count_bins_split_objects(corpus):
 
 def test_short_cell_is_an_error_unless_allowed(corpus):
     labels, images = corpus
-    with pytest.raises(UserError, match=r"too few candidates for 20 per cell \(.*has \d+.*--allow-short"):
+    with pytest.raises(UserError, match=r"too few candidates for 20 per cell \(.*has \d+.*allow_short"):
         build(labels, images, per_cell=20)
     cs = build(labels, images, per_cell=20, allow_short=True)
     assert all(c["shortfall"] > 0 for c in cs.cells)
@@ -106,7 +106,7 @@ def test_corrupt_image_named_or_skipped(corpus, tmp_path):
     coco = json.loads(labels.read_text())
     victim = next(im for im in coco["images"] if im["split"] == "train")["file_name"]
     (images / victim).write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    with pytest.raises(UserError, match=f"{victim}: not a readable image.*--skip-bad"):
+    with pytest.raises(UserError, match=f"{victim}: not a readable image.*skip_bad"):
         build(labels, images)
     cs = build(labels, images, skip_bad=True)
     skipped = [r for r in cs.rows if r["status"] == "skipped"]
@@ -150,7 +150,7 @@ def test_write_refuses_a_different_set_unless_forced(corpus, tmp_path):
     root = tmp_path / "sets"
     builder.write(build(labels, images, seed=1), root)
     builder.write(build(labels, images, seed=1), root)  # identical: fine
-    with pytest.raises(UserError, match="already holds different calibration set.*--force"):
+    with pytest.raises(UserError, match="already holds different calibration set.*force"):
         builder.write(build(labels, images, seed=2), root)
     builder.write(build(labels, images, seed=2), root, force=True)
     assert json.loads((root / "t" / "recipe.json").read_text())["seed"] == 2
@@ -217,7 +217,7 @@ def test_csv_label_column(corpus, tmp_path):
     csv_path.write_text("\n".join(lines) + "\n")
     cs = build(csv_path, images, per_cell=2)
     assert {c["cell"] for c in cs.cells} == {"cat/bright", "cat/dark", "dog/bright", "dog/dark"}
-    with pytest.raises(UserError, match="--strata label: some images do not carry exactly one label"):
+    with pytest.raises(UserError, match="strata label: some images do not carry exactly one label"):
         build(labels, images, strata="label")
 
 

@@ -1,4 +1,4 @@
-"""The bundled detector litter-detr-tiny really detects, and quantbench.metrics counts right.
+"""The bundled detector litter-detr-tiny really detects, and quantbench.analysis.metrics counts right.
 
 The model tests run the committed ONNX in a real onnxruntime session over the whole
 eval split and hold it to the figures its sidecar (and docs/demo.md) report.
@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from quantbench import metrics
+from quantbench.analysis import metrics
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR
 from quantbench.recipe import load_sidecar
 from quantbench.fixtures import build_fixtures, load_coco

@@ -62,5 +62,5 @@ def test_optional_strips_are_named_and_off_by_default(tmp_path):
 
 
 def test_unknown_strip_option_is_a_user_error():
-    with pytest.raises(UserError, match="--strip: unknown option"):
+    with pytest.raises(UserError, match="strip: unknown option"):
         parse_strip("producer,weights")

@@ -147,9 +147,9 @@ def test_bad_options_are_user_errors(model, tmp_path):
         make_static(model, tmp_path / "x.onnx", ranges=r, method="minmax", exclude_nodes=["nope"])
     with pytest.raises(UserError, match="not 'percentile'"):
         make_static(model, tmp_path / "x.onnx", ranges=r, method="percentile")
-    with pytest.raises(UserError, match="--types s8u8"):
+    with pytest.raises(UserError, match="types s8u8"):
         make_static(model, tmp_path / "x.onnx", ranges=r, method="minmax", activation_type="s8", weight_type="u8")
-    with pytest.raises(UserError, match="--chunk-size"):
+    with pytest.raises(UserError, match="chunk_size"):
         compute_ranges(model, random_feeds(2), ["minmax"], chunk_size=0)
     assert not list(tmp_path.glob("x*"))
 

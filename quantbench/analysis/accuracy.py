@@ -15,7 +15,7 @@ against the table's annotations before it is trusted.
   ``dominant`` (the category of the largest box, classes[0] when none), the
   rules the bundled litter-cnn was trained with.
 - detectors (``detr-sigmoid``, ``yolo``, ``nms-boxes``, a plug-in returning
-  boxes): AP50 and AP50:95 from pycocotools' COCOeval (quantbench.metrics) over
+  boxes): AP50 and AP50:95 from pycocotools' COCOeval (quantbench.analysis.metrics) over
   every decoded decision ranked by score, served or not; boxes are mapped from
   the model input back to the image's pixels by the inverse of the fixture's
   resize (stretch, letterbox, center-crop: quantbench.preprocess.boxes_to_image).
@@ -29,7 +29,7 @@ against the table's annotations before it is trusted.
 Differences between hosts or variants carry a paired bootstrap interval over the
 images (``differences``; seeded): top-1, exact match and CER from per-image values,
 AP50 and AP50:95 recomputed from COCOeval's one matching for each resample
-(quantbench.metrics.weighted_ap), their resamples kept with the score.
+(quantbench.analysis.metrics.weighted_ap), their resamples kept with the score.
 
 Whenever a figure cannot be computed honestly the answer is a reason, never a
 guess: ``{"computed": False, "why": ...}``.
@@ -56,7 +56,7 @@ from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
-from quantbench.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
+from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 2   # of plan() and score(): a change of what a figure means bumps it

@@ -110,7 +110,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from quantbench import plugins
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.modelio import load_model
 from quantbench.recipe import sidecar_for
@@ -127,7 +127,7 @@ CTC_LAYOUTS = ("TNC", "NTC")
 FLIP_KINDS = ("threshold", "class", "box-shift")   # the flips of decisions with a class, a score and maybe a box
 TEXT_FLIPS = ("text",)                             # the flips of decisions that are strings
 BOX_FRAMES = ("normalized", "input-pixels")        # the frames a decoder's boxes can be in
-NONE_HINT = "pass --decode none to get the equivalence classes without decisions"
+NONE_HINT = f"pass {flag('decode')} none to get the equivalence classes without decisions"
 
 
 @dataclass(frozen=True)
@@ -397,7 +397,7 @@ def _ctc_keys(block: dict, where: str) -> dict:
     alphabet = block.get("alphabet")
     if isinstance(alphabet, str):
         raise UserError(f"{where}: decode 'alphabet' {alphabet!r} names a file, which is read beside a sidecar "
-                        "file; give the sidecar as a file (beside the model or --sidecar FILE), or list the characters")
+                        f"file; give the sidecar as a file (beside the model or {flag('sidecar')} FILE), or list the characters")
     if alphabet is not None and not (isinstance(alphabet, list) and all(isinstance(c, str) and c for c in alphabet)):
         raise UserError(f"{where}: decode 'alphabet' must be a list of non-empty strings (one per class) or a file name")
     space = block.get("space", False)
@@ -491,8 +491,8 @@ def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> Dec
         missing = []
     if missing:
         expected = ", ".join(f"{r}={n!r}" for r, n in spec.outputs.items())
-        raise UserError(f"--decode {spec.kind}: expects outputs {expected}; the model has "
-                        f"{', '.join(repr(f) for f in found) or 'none'}; pass another --decode or fix the sidecar 'decode' block")
+        raise ParameterError("decode", f"expects outputs {expected}; the model has "
+                                       f"{', '.join(repr(f) for f in found) or 'none'}; pass another {flag('decode')} or fix the sidecar 'decode' block", spec.kind)
     return spec
 
 
@@ -539,8 +539,8 @@ def _squeeze_batch(a: np.ndarray, ndim: int, name: str, kind: str) -> np.ndarray
     while a.ndim > ndim and a.shape[0] == 1:
         a = a[0]
     if a.ndim != ndim:
-        raise UserError(f"--decode {kind}: output {name!r} has shape {list(np.shape(a))}; expected {ndim} dims "
-                        f"after dropping a batch of one")
+        raise ParameterError("decode", f"output {name!r} has shape {list(np.shape(a))}; expected {ndim} dims "
+                                       f"after dropping a batch of one", kind)
     return a
 
 
@@ -584,11 +584,11 @@ def decode_detr(spec: DecodeSpec, outputs: dict) -> Decoded:
     q, c = logits.shape
     n_cls = len(spec.classes) or c
     if n_cls > c:
-        raise UserError(f"--decode {spec.kind}: output {spec.outputs['logits']!r} has {c} class columns; "
-                        f"the sidecar names {n_cls} classes")
+        raise ParameterError("decode", f"output {spec.outputs['logits']!r} has {c} class columns; "
+                                       f"the sidecar names {n_cls} classes", spec.kind)
     if boxes.shape != (q, 4):
-        raise UserError(f"--decode {spec.kind}: output {spec.outputs['boxes']!r} has shape {list(boxes.shape)}; "
-                        f"expected [{q}, 4] (one box per query)")
+        raise ParameterError("decode", f"output {spec.outputs['boxes']!r} has shape {list(boxes.shape)}; "
+                                       f"expected [{q}, 4] (one box per query)", spec.kind)
     cols = np.asarray(logits[:, :n_cls], dtype=np.float64)
     cls = np.argmax(cols, axis=1).astype(np.int64)
     score = _sigmoid(cols[np.arange(q), cls])
@@ -608,8 +608,8 @@ def decode_classifier(spec: DecodeSpec, outputs: dict) -> Decoded:
     x = np.asarray(logits, dtype=np.float64)
     n_cls = len(spec.classes) or x.size
     if n_cls > x.size:
-        raise UserError(f"--decode {spec.kind}: output {spec.outputs['logits']!r} has {x.size} classes; "
-                        f"the sidecar names {n_cls}")
+        raise ParameterError("decode", f"output {spec.outputs['logits']!r} has {x.size} classes; "
+                                       f"the sidecar names {n_cls}", spec.kind)
     x = x[:n_cls]
     p = np.exp(x - x.max())
     p /= p.sum()
@@ -684,8 +684,8 @@ def label_regions(mask: np.ndarray) -> tuple[np.ndarray, int]:
 def decode_map(spec: DecodeSpec, outputs: dict) -> Decoded:
     prob = np.asarray(outputs[spec.outputs["map"]], dtype=np.float64)
     if prob.ndim < 2:
-        raise UserError(f"--decode {spec.kind}: output {spec.outputs['map']!r} has shape {list(prob.shape)}; "
-                        f"expected a map of at least 2 dims")
+        raise ParameterError("decode", f"output {spec.outputs['map']!r} has shape {list(prob.shape)}; "
+                                       f"expected a map of at least 2 dims", spec.kind)
     mask = prob >= spec.threshold
     labels, n = label_regions(mask)
     score = np.full(n, -np.inf)
@@ -700,8 +700,8 @@ def decode_nms(spec: DecodeSpec, outputs: dict) -> Decoded:
     labels = _squeeze_batch(outputs[spec.outputs["labels"]], 1, spec.outputs["labels"], spec.kind)
     n = scores.shape[0]
     if boxes.shape != (n, 4) or labels.shape != (n,):
-        raise UserError(f"--decode {spec.kind}: boxes {list(boxes.shape)}, scores {list(scores.shape)}, "
-                        f"labels {list(labels.shape)} do not describe the same detections ([N,4], [N], [N])")
+        raise ParameterError("decode", f"boxes {list(boxes.shape)}, scores {list(scores.shape)}, "
+                                       f"labels {list(labels.shape)} do not describe the same detections ([N,4], [N], [N])", spec.kind)
     score = np.asarray(scores, dtype=np.float64)
     box = cxcywh_to_xyxy(boxes) if spec.box_format.startswith("cxcywh") else np.asarray(boxes, dtype=np.float64)
     return Decoded(slot=np.arange(n, dtype=np.int64), cls=np.asarray(labels).astype(np.int64), score=score,
@@ -720,13 +720,13 @@ def _yolo_layout(spec: DecodeSpec, shape, name: str) -> str:
         if first != last:
             return "channels-first" if first else "channels-last"
         if not first:
-            raise UserError(f"--decode yolo: output {name!r} has shape {list(shape)}: neither axis has "
-                            f"{' or '.join(map(str, sorted(want)))} channels for the sidecar's {nc} classes; "
-                            f"fix 'classes' or {hint}")
+            raise ParameterError("decode", f"output {name!r} has shape {list(shape)}: neither axis has "
+                                           f"{' or '.join(map(str, sorted(want)))} channels for the sidecar's {nc} classes; "
+                                           f"fix 'classes' or {hint}", "yolo")
     if shape[0] != shape[1]:   # both or no class count fits: boxes outnumber channels
         return "channels-first" if shape[0] < shape[1] else "channels-last"
-    raise UserError(f"--decode yolo: output {name!r} has shape {list(shape)}: cannot tell channels from boxes; "
-                    f"{hint}, or name the 'classes'")
+    raise ParameterError("decode", f"output {name!r} has shape {list(shape)}: cannot tell channels from boxes; "
+                                   f"{hint}, or name the 'classes'", "yolo")
 
 
 def nms(box: np.ndarray, score: np.ndarray, cls: np.ndarray, iou_threshold: float, max_det: int) -> np.ndarray:
@@ -762,9 +762,9 @@ def decode_yolo(spec: DecodeSpec, outputs: dict) -> Decoded:
     obj = spec.objectness if spec.objectness is not None else bool(nc) and ch == 5 + nc
     n_cls = ch - 4 - int(obj)
     if n_cls < 1 or (nc and n_cls != nc):
-        raise UserError(f"--decode yolo: output {name!r} has {ch} channels ({layout}); expected 4 box + "
-                        f"{'1 objectness + ' if obj else ''}{nc or 'C'} class channels; fix 'classes', 'layout' "
-                        f"or 'objectness' in the sidecar")
+        raise ParameterError("decode", f"output {name!r} has {ch} channels ({layout}); expected 4 box + "
+                                       f"{'1 objectness + ' if obj else ''}{nc or 'C'} class channels; fix 'classes', 'layout' "
+                                       f"or 'objectness' in the sidecar", "yolo")
     probs = a[:, 4 + int(obj):]
     if obj:
         probs = probs * a[:, 4:5]
@@ -816,13 +816,13 @@ def decode_yolox(spec: DecodeSpec, outputs: dict) -> Decoded:
     n, ch = a.shape
     nc = len(spec.classes)
     if ch < 6 or (nc and ch != 5 + nc):
-        raise UserError(f"--decode yolox: output {name!r} has {ch} channels ({layout}); expected 4 box + "
-                        f"1 objectness + {nc or 'C'} class channels; fix 'classes' or 'layout' in the sidecar")
+        raise ParameterError("decode", f"output {name!r} has {ch} channels ({layout}); expected 4 box + "
+                                       f"1 objectness + {nc or 'C'} class channels; fix 'classes' or 'layout' in the sidecar", "yolox")
     try:
         grid, stride = yolox_grids(n, spec.strides, spec.input_size)
     except ValueError as exc:
-        raise UserError(f"--decode yolox: output {name!r} has {n} rows, but {exc}; set 'input_size' "
-                        f"[height, width] and 'strides' in the sidecar decode block") from None
+        raise ParameterError("decode", f"output {name!r} has {n} rows, but {exc}; set 'input_size' "
+                                       f"[height, width] and 'strides' in the sidecar decode block", "yolox") from None
     with np.errstate(over="ignore"):
         boxes = np.concatenate([(a[:, :2] + grid) * stride[:, None], np.exp(a[:, 2:4]) * stride[:, None]], axis=1)
     return _nms_decoded(replace(spec, box_format="cxcywh"), boxes, a[:, 5:] * a[:, 4:5])
@@ -834,18 +834,18 @@ def _ctc_steps(spec: DecodeSpec, a: np.ndarray, name: str) -> np.ndarray:
     if a.ndim == 2:
         return a
     if a.ndim != 3:
-        raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)}; expected [T, N, C] or [N, T, C] "
-                        "with a batch of one")
+        raise ParameterError("decode", f"output {name!r} has shape {list(a.shape)}; expected [T, N, C] or [N, T, C] "
+                                       "with a batch of one", "ctc")
     layout = spec.layout
     if layout is None:
         if (a.shape[0] == 1) == (a.shape[1] == 1):
-            raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)}: cannot tell time from batch; "
-                            "set 'layout' (TNC or NTC) in the sidecar decode block")
+            raise ParameterError("decode", f"output {name!r} has shape {list(a.shape)}: cannot tell time from batch; "
+                                           "set 'layout' (TNC or NTC) in the sidecar decode block", "ctc")
         layout = "TNC" if a.shape[1] == 1 else "NTC"
     n = a.shape[1] if layout == "TNC" else a.shape[0]
     if n != 1:
-        raise UserError(f"--decode ctc: output {name!r} has shape {list(a.shape)} ({layout}): batch {n}, "
-                        "expected one; fix 'layout' in the sidecar decode block")
+        raise ParameterError("decode", f"output {name!r} has shape {list(a.shape)} ({layout}): batch {n}, "
+                                       "expected one; fix 'layout' in the sidecar decode block", "ctc")
     return a[:, 0, :] if layout == "TNC" else a[0]
 
 
@@ -861,10 +861,10 @@ def decode_ctc(spec: DecodeSpec, outputs: dict) -> Decoded:
     x = np.asarray(_ctc_steps(spec, outputs[name], name), dtype=np.float64)
     t, c = x.shape
     if spec.alphabet is not None and c != len(spec.alphabet) + 1:
-        raise UserError(f"--decode ctc: output {name!r} has {c} classes per step; the alphabet (with space) has "
-                        f"{len(spec.alphabet)} characters + 1 blank = {len(spec.alphabet) + 1}")
+        raise ParameterError("decode", f"output {name!r} has {c} classes per step; the alphabet (with space) has "
+                                       f"{len(spec.alphabet)} characters + 1 blank = {len(spec.alphabet) + 1}", "ctc")
     if not 0 <= spec.blank < c:
-        raise UserError(f"--decode ctc: blank {spec.blank} is not one of the {c} classes of output {name!r}")
+        raise ParameterError("decode", f"blank {spec.blank} is not one of the {c} classes of output {name!r}", "ctc")
     if t and np.all(x >= 0) and np.allclose(x.sum(axis=1), 1.0, atol=1e-3):
         p = x                                         # already probabilities (PaddleOCR exports a softmax)
     else:

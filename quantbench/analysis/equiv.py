@@ -39,7 +39,7 @@ from quantbench.analysis import resultcache as RC
 from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, kind_of,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 
@@ -82,8 +82,8 @@ class EquivResult:
         if "decision" in names:
             skipped = sorted({c["model"] for c in self.comparisons if not c.get("decisions_compared", True)})
             if skipped:
-                raise UserError(f"--gate decision: decisions are not compared for model {', '.join(skipped)} "
-                                f"(decode none); drop 'decision' from --gate, or give a decoder with --decode "
+                raise UserError(f"{flag('gate')} decision: decisions are not compared for model {', '.join(skipped)} "
+                                f"(decode none); drop 'decision' from {flag('gate')}, or give a decoder with {flag('decode')} "
                                 f"or the sidecar's 'decode' block")
         for g in names:
             if g == "classes":
@@ -103,13 +103,6 @@ class EquivResult:
     def summary(self) -> dict:
         return {"equiv_id": self.equiv_id, "settings": self.settings, "hosts": self.hosts,
                 "variants": self.variants, "comparisons": self.comparisons}
-
-
-def _fits(input_name: str, shape, inputs: dict) -> bool:
-    dims = inputs.get(input_name)
-    if dims is None or len(inputs) != 1:
-        return False
-    return len(dims) == len(shape) and all(d in (None, 0) or d == s for d, s in zip(dims, shape))
 
 
 def _run_hint(host: str, variant: VariantRef, hint: str) -> str:
@@ -171,7 +164,7 @@ def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_
             else:
                 raise UserError(f"host {h}: complete results under {len(full)} fingerprints/sessions "
                                 f"({', '.join(fp[:12] + '/' + sk[:8] for fp, sk in full)}); rerun `quantbench equiv` "
-                                f"without --no-run so this run's session decides")
+                                f"without {flag('no_run')} so this run's session decides")
         if pick is None:
             best = max(combos.values(), key=len, default=set())
             missing = sorted(need - best)
@@ -483,7 +476,7 @@ class _ModelRun:
             try:
                 self.cache[key] = decode(self.spec, arrs)
             except UserError as exc:
-                raise UserError(f"model {self.model}: {exc}; or {NONE_HINT}") from None
+                raise UserError(f"model {self.model}: {marked(exc)}; or {NONE_HINT}") from None
         return self.cache[key]
 
 
@@ -498,7 +491,7 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
     try:
         spec = check_outputs(spec, sorted(first))
     except UserError as exc:
-        raise UserError(f"model {model}: {exc}; or {NONE_HINT}") from None
+        raise UserError(f"model {model}: {marked(exc)}; or {NONE_HINT}") from None
     run = _ModelRun(model=model, fp32=fp32, data=data, spec=spec, compared=compared)
     if compared:
         run.decoded(ctx.reference, fp32.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work

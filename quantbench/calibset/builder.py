@@ -35,7 +35,7 @@ import numpy as np
 from quantbench import tables
 from quantbench import strata as S
 from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fixtures import BUNDLED_IMAGES, BUNDLED_LABELS, default_images_dir, labelled_images
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_bytes, sha256_file
 from quantbench.preprocess import load_rgb, luminance
@@ -92,7 +92,7 @@ def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLi
         raise UserError(f"{labels_path}: labels file not found")
     images_dir = Path(images) if images is not None else default_images_dir(labels_path)
     if not images_dir.is_dir():
-        raise UserError(f"{images_dir}: images folder not found; pass --images")
+        raise UserError(f"{images_dir}: images folder not found; pass {flag('images')}")
     cands = [Candidate(image=im["file_name"], path=im["path"], objects=im["objects"], split=im["split"],
                        label=im["label"]) for im in labelled_images(labels_path, images_dir, split=None)]
     if not cands:
@@ -109,6 +109,16 @@ def _eval_hashes(cands: list[Candidate]) -> dict[str, str]:
     return out
 
 
+def _check_cells(per_cell: int, count_bins: Sequence[int]) -> None:
+    """The cell parameters: images per cell within 1..MAX_PER_CELL, object-count edges distinct and >= 2."""
+    if per_cell < 1:
+        raise ParameterError("per_cell", "must be at least 1", per_cell)
+    if per_cell > MAX_PER_CELL:
+        raise ParameterError("per_cell", f"more than the maximum of {MAX_PER_CELL} images per cell", per_cell)
+    if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
+        raise ParameterError("count_bins", f"object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
+
+
 def build(name: str, labels: str | os.PathLike | None = None, images: str | os.PathLike | None = None,
           per_cell: int = 12, seed: int = 0, count_bins: Sequence[int] = (), allow_short: bool = False,
           skip_bad: bool = False, spec: dict | None = None, model: str | None = None,
@@ -117,12 +127,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
 
     strata: "objects", "label" or "auto" (quantbench.strata).
     """
-    if per_cell < 1:
-        raise ParameterError("per_cell", "must be at least 1", per_cell)
-    if per_cell > MAX_PER_CELL:
-        raise ParameterError("per_cell", f"more than the maximum of {MAX_PER_CELL} images per cell", per_cell)
-    if any(b < 2 for b in count_bins) or len(set(count_bins)) != len(count_bins):
-        raise ParameterError("count_bins", f"object-count edges must be distinct integers >= 2 (got {list(count_bins)})")
+    _check_cells(per_cell, count_bins)
     count_bins = sorted(count_bins)
     cands, labels_path, images_dir = read_labels(labels, images)
     eval_sha = _eval_hashes(cands)
@@ -130,8 +135,8 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     if not pool:
         raise UserError(f"{labels_path}: every image is in the eval split; nothing left to calibrate on")
     if per_cell > len(pool):
-        raise UserError(f"--per-cell {per_cell}: more than the {len(pool)} images in the calibration pool of "
-                        f"{labels_path}; no cell could be filled, even with --allow-short")
+        raise UserError(f"{flag('per_cell')} {per_cell}: more than the {len(pool)} images in the calibration pool of "
+                        f"{labels_path}; no cell could be filled, even with {flag('allow_short')}")
     mode = S.resolve_mode(strata, [c.label for c in pool])
     usable, skipped, dup = _measure(pool, eval_sha, mode, count_bins, skip_bad, progress)
     classes, absent, medians, by_cell = _lighting_cells(usable, mode, count_bins)
@@ -141,7 +146,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     if short and not allow_short:
         detail = ", ".join(f"{cell} has {n}" for cell, n in short)
         raise UserError(f"{labels_path}: too few candidates for {per_cell} per cell ({detail}); "
-                        "lower --per-cell, add images, or pass --allow-short to record the shortfall")
+                        f"lower {flag('per_cell')}, add images, or pass {flag('allow_short')} to record the shortfall")
     for c in skipped:
         rows.append(_row(c, "", seed, "skipped", c.error, per_cell, 0))
 
@@ -190,7 +195,7 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
             c.sha256 = sha256_file(c.path)
         except OSError as exc:
             if not skip_bad:
-                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass --skip-bad") from None
+                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass {flag('skip_bad')}") from None
             c.error = f"not readable ({exc.strerror or exc})"
             skipped.append(c)
             continue
@@ -202,7 +207,7 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
             rgb = load_rgb(c.path)
         except UserError as exc:
             if not skip_bad:
-                raise UserError(f"{exc}; fix or remove it, or pass --skip-bad") from None
+                raise UserError(f"{marked(exc)}; fix or remove it, or pass {flag('skip_bad')}") from None
             c.error = str(exc).split(": ", 1)[-1]
             skipped.append(c)
             continue

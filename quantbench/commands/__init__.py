@@ -9,8 +9,7 @@ matplotlib) still load only where they are used.
 
 import sys
 
-from quantbench.analysis.gates import parse_gates
-from quantbench.errors import GateFailed, UserError
+from quantbench.errors import UserError
 
 # `quantbench --help` lists the commands from this table, in this (pipeline) order, without importing their
 # modules; each entry is its module's HELP (a test checks they agree).
@@ -200,46 +199,3 @@ def add_explain_arguments(p, hosts_default: str | None = None) -> None:
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-
-
-def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
-    """Print an equiv result (text, or --json) and the files written; a failed --gate raises GateFailed."""
-    from pathlib import Path
-
-    from quantbench.analysis.equiv import as_json
-    from quantbench.report import equiv_summary_text
-
-    failures = result.gate_failures(gates)
-    if args.json:
-        summary = result.summary()
-        summary["files"] = [str(f) for f in files]
-        summary["gates"] = {"checked": gates, "failures": failures}
-        print(as_json(summary))
-    else:
-        if run_line:
-            print(run_line)
-        print(equiv_summary_text(result))
-        print("")
-        thumbs = [f for f in files if Path(f).parent.name == "gallery"]
-        for f in files:
-            if f not in thumbs:
-                print(f"wrote {f}")
-        if thumbs:
-            print(f"wrote {len(thumbs)} flip gallery thumbnails under {Path(thumbs[0]).parent}/")
-        if not result.flip_rows and any(c.get("decisions_compared", True) for c in result.comparisons):
-            print("flips table: no rows to add (no flips)")
-    if failures:
-        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-        raise GateFailed(f"{failures[0]}{more}")
-    return 0
-
-
-def finish_equiv(result, args, results, root, gates=None, run_line: str | None = None) -> int:
-    """Write what the analysis leaves behind (quantbench.report.publish_equiv), then print it."""
-    from quantbench.report import publish_equiv
-
-    checked = parse_gates(getattr(args, "gate", None))
-    result.settings["gates"] = list(gates) if gates else checked   # what the verdict lines state
-    files = publish_equiv(result, results, root, plots=not args.no_plots, fixtures=getattr(args, "fixtures", None),
-                          images=getattr(args, "images", None))
-    return print_equiv(result, args, files, checked, run_line)

@@ -12,9 +12,10 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
-                                 finish_equiv, finite_float, fixtures_from_args, session_from_args,
+                                 finite_float, fixtures_from_args, session_from_args,
                                  sidecar_from_args, variants_from_args)
-from quantbench.errors import UserError
+from quantbench.equivcli import finish_equiv
+from quantbench.errors import UserError, marked
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
 from quantbench.modelio import fits, load_model
@@ -80,7 +81,7 @@ def check_decoders(variants, override, kind, threshold, override_path=None) -> N
         try:
             check_outputs(spec, [o.name for o in load_model(v.path, check=False).graph.output])
         except UserError as exc:
-            raise UserError(f"model {v.model}: {exc}; or {NONE_HINT}") from None
+            raise UserError(f"model {v.model}: {marked(exc)}; or {NONE_HINT}") from None
 
 
 @dataclass

@@ -10,7 +10,8 @@ from quantbench.analysis import gates as G
 from quantbench.analysis.decode import is_plugin
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
-from quantbench.commands import add_plugin_arguments, finish_equiv
+from quantbench.commands import add_plugin_arguments
+from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError
 from quantbench.fsutil import check_writable
 from quantbench.plugins import require

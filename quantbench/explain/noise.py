@@ -72,6 +72,24 @@ def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
     return len(differ), flips, differ
 
 
+def _row_note(note: str, fault: bool, no_spec: bool) -> str:
+    """A noise row's note: its own, then a harness fault (one session, same inputs, different bytes) and a missing
+    decode spec."""
+    if fault:
+        note = (note + "; " if note else "") + ("HARNESS FAULT: one session, same inputs, different bytes "
+                                                "(check preprocessing, threads, the worker)")
+    if no_spec:
+        note = (note + "; " if note else "") + "no decode spec: flips not counted"
+    return note
+
+
+def _batch_unmeasurable(proto, fixtures) -> str | None:
+    """Why batch composition cannot be measured on this model and these fixtures (None: it can)."""
+    axis = batch_axis(proto)
+    return (f"model batch axis is fixed ({axis}): batch composition not measurable"
+            if axis != "dynamic" else "needs at least 2 fixtures" if len(fixtures) < 2 else None)
+
+
 def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
                 factors=FACTORS, variant_name: str = "", allow_fallback: bool = False,
                 variant_id: str | None = None) -> list[NoiseRow]:
@@ -97,11 +115,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
         def row(factor, sa, sb, a, b, note=""):
             differ, flips, _ = _compare(spec, a, b, names)
             fault = factor == "repeat" and differ > 0
-            if fault:
-                note = (note + "; " if note else "") + ("HARNESS FAULT: one session, same inputs, different bytes "
-                                                        "(check preprocessing, threads, the worker)")
-            if spec is None:
-                note = (note + "; " if note else "") + "no decode spec: flips not counted"
+            note = _row_note(note, fault, spec is None)
             rows.append(NoiseRow(host.label, w.fingerprint_id, vid, vname, factor, sa, sb, len(a), differ == 0, differ,
                                  flips, fault, note))
 
@@ -117,9 +131,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
             res = w.run(model, fixtures, dict(base, intra_op_num_threads=other), return_tensors=want)
             row("threads", f"threads={a_t}", f"threads={other}", ref, res)
         if "batch" in factors:
-            axis = batch_axis(proto)
-            unmeasurable = (f"model batch axis is fixed ({axis}): batch composition not measurable"
-                            if axis != "dynamic" else "needs at least 2 fixtures" if len(fixtures) < 2 else None)
+            unmeasurable = _batch_unmeasurable(proto, fixtures)
             if unmeasurable:
                 rows.append(NoiseRow(host.label, w.fingerprint_id, vid, vname, "batch", "batch=1", f"batch={batch}",
                                      len(ref), None, None, None, False, unmeasurable))

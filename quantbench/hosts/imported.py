@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
@@ -70,7 +70,7 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
         flt["fixture_id"] = list(fixture_ids)
     outputs = tables.read("outputs", root=root, filter=flt)
     if outputs.num_rows == 0:
-        raise UserError(f"--export {path}: no results for host(s) {', '.join(hosts)} in {root}; nothing to export")
+        raise UserError(f"{flag('export')} {path}: no results for host(s) {', '.join(hosts)} in {root}; nothing to export")
     fids = sorted(set(outputs.column("fixture_id").to_pylist()))
     vids = sorted(set(outputs.column("variant_id").to_pylist()))
     fps = sorted(set(outputs.column("fingerprint_id").to_pylist()))
@@ -191,7 +191,14 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
     def bad(where: str, why: str):
         return UserError(f"{path}: {where}: {why}; the file was altered or damaged, nothing was imported")
 
-    fx = parts["fixtures"]
+    fixture_ids = _check_fixtures(parts["fixtures"], bad)
+    variant_ids = set(parts["models"].column("variant_id").to_pylist())
+    fingerprints = _check_hosts(parts["hosts"], bad)
+    _check_outputs(parts["outputs"], fixture_ids, fingerprints, variant_ids, bad)
+
+
+def _check_fixtures(fx: pa.Table, bad) -> set:
+    """The fixture ids of the fixtures table, each the hash of its tensor; `bad(where, why)` makes the error."""
     fixture_ids = set()
     for i, (fid, dtype, shape, data) in enumerate(_rows(fx, ("fixture_id", "dtype", "shape", "tensor"))):
         try:
@@ -201,9 +208,13 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
         if got != fid:
             raise bad(f"fixtures row {i} (fixture {str(fid)[:12]})", f"input tensor hashes to {got[:12]}, not to its fixture_id")
         fixture_ids.add(fid)
-    variant_ids = set(parts["models"].column("variant_id").to_pylist())
+    return fixture_ids
+
+
+def _check_hosts(hosts: pa.Table, bad) -> set:
+    """(host, fingerprint id) of each hosts row, the id the hash of its fingerprint and the columns read from it."""
     fingerprints = set()
-    for i, row in enumerate(parts["hosts"].to_pylist()):
+    for i, row in enumerate(hosts.to_pylist()):
         where = f"hosts row {i} (host {row['host']}, fingerprint {str(row['fingerprint_id'])[:12]})"
         try:
             fp = json.loads(row["fingerprint"] or "")
@@ -217,11 +228,17 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
             if want[col] != row[col]:
                 raise bad(where, f"{col} {row[col]!r} disagrees with the fingerprint ({want[col]!r})")
         fingerprints.add((row["host"], got))
+    return fingerprints
+
+
+def _check_outputs(outputs: pa.Table, fixture_ids: set, fingerprints: set, variant_ids: set, bad) -> None:
+    """Each outputs row: its session and run keys recomputed, what it names present in the other tables, its
+    tensor hashing to its sha256."""
     cols = ("run_key", "host", "fingerprint_id", "session_key", "session_options", "variant_id", "fixture_id",
             "output_name", "dtype", "shape", "sha256", "tensor")
     skeys: dict = {}
     for i, (rk, host, fpid, skey, sopts, vid, fid, name, dtype, shape, sha, data) in enumerate(
-            _rows(parts["outputs"], cols)):
+            _rows(outputs, cols)):
         where = f"outputs row {i} (host {host}, fixture {str(fid)[:12]}, output {name})"
         if sopts not in skeys:
             try:

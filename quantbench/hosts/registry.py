@@ -22,7 +22,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json
 from quantbench.hosts import emulated
 from quantbench.hosts.keys import normalize_session
@@ -289,7 +289,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
         if items and not overrides:
             raise UserError(f"{option} {item!r}: per-host session overrides (NAME+KEY=VALUE) are taken by "
                             f"{OVERRIDE_COMMANDS}; this command runs every host under one session: "
-                            f"name the host alone and set the session with --session-config KEY=VALUE / --graph-opt")
+                            f"name the host alone and set the session with {flag('session_config')} KEY=VALUE / {flag('graph_opt')}")
         session = normalize_session(session)
         if (spec.name, canonical_json(session)) not in seen:
             seen.add((spec.name, canonical_json(session)))

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import fixtures_chunks
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
@@ -912,9 +912,9 @@ def _host_specs(host_names, hosts_file) -> list[HostSpec]:
 def _context(variants, fixtures, session, tables_root, allow_fallback, allow_version_mismatch, progress) -> _Context:
     """The run's context: each variant identified once, each fixture once, and every variant fits a fixture."""
     if not variants:
-        raise UserError("no model variants to run; run `quantbench calibrate` first or pass --variants")
+        raise UserError(f"no model variants to run; run `quantbench calibrate` first or pass {flag('variants')}")
     if not fixtures:
-        raise UserError("no fixtures to run; check --fixtures/--split/--limit")
+        raise UserError(f"no fixtures to run; check {flag('fixtures')}/{flag('split')}/{flag('limit')}")
     infos, seen = [], set()
     for v in variants:
         vi = variant_info(v)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text
+from quantbench.fsutil import atomic_write_json, atomic_write_text, replace_dir
 from quantbench.hosts import emulated as E
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, decode_bits
@@ -121,17 +121,6 @@ def _fresh_dir(path: Path) -> Path:
         shutil.rmtree(path)
     path.mkdir(parents=True)
     return path
-
-
-def _replace_dir(tmp: Path, final: Path) -> None:
-    """Move a finished folder into place (the old one, if any, is removed first)."""
-    if final.exists() or final.is_symlink():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, final)
 
 
 # --------------------------------------------------------------------------- Debian mirror
@@ -287,7 +276,7 @@ def fetch_trixie_qemu(progress: bool) -> dict:
         raise SetupError(f"{deb}: does not hold {', '.join(sorted(wanted))} as plain files")
     version = E.qemu_version(got["aarch64"])
     final = tools / f"qemu-{E._fmt(version)}"
-    _replace_dir(tmp, final)
+    replace_dir(tmp, final)
     deb.unlink()
     source = f"Debian {QEMU_SUITE} {QEMU_PACKAGE} {pkg_version} (unpacked into {final})"
     return {"version": list(version), "source": source,
@@ -361,7 +350,7 @@ def ensure_root(progress: bool, actions: list[str]) -> dict:
         if not python.exists():
             raise SetupError(f"{python}: missing after unpacking; {E.ROOT_SUITE}'s python3 is not "
                              f"{E.GUEST_PYTHON_VERSION}")
-        _replace_dir(tmp, final)
+        replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -415,7 +404,7 @@ def ensure_site(progress: bool, actions: list[str]) -> dict:
         got = _dist_version(tmp, "onnxruntime")
         if got != ort_version:
             raise SetupError(f"{tmp}: pip installed onnxruntime {got or 'nothing'}, not {ort_version}")
-        _replace_dir(tmp, final)
+        replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -557,6 +546,32 @@ def _check_seen(p: E.Preset, seen_cpuinfo: str, features: list[str]) -> None:
                          f"not 0x{p.part:03x}")
 
 
+def _probe_guest(name: str, p, binary: str, tmp: Path, env: dict, cpus: int, progress: bool) -> tuple[list, str, list]:
+    """The guest's argv under the prefix `tmp` (an arm64 prefix links the root in and points at its site; `env` is
+    adjusted), and the /proc/cpuinfo text and features qemu's CPU model shows, probed without onnxruntime."""
+    if p.arch == "aarch64":
+        root = E.root_dir()
+        for entry in sorted(root.iterdir()):
+            if entry.name not in PREFIX_SKIP:
+                os.symlink(entry, tmp / entry.name)
+        for k in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"):
+            env.pop(k, None)
+        env["PYTHONPATH"] = str(E.site_dir())
+        env["PYTHONNOUSERSITE"] = "1"
+        argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), str(E.guest_python())]
+        # First pass without onnxruntime (which would crash on qemu 7.2 without an ARM cpuinfo):
+        # the HWCAP bits qemu gives this CPU model become the cpuinfo Features line.
+        _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} ...")
+        seen = run_probe(argv, env, import_ort=False)
+        features = arm_features(seen.get("hwcap", 0), seen.get("hwcap2", 0))
+        return argv, arm_cpuinfo(p, features, cpus), features
+    argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), sys.executable]
+    _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} (CPUID) ...")
+    seen = run_probe(argv, env, import_ort=False)
+    text, features = x86_cpuinfo(seen["cpuid"], cpus)
+    return argv, text, features
+
+
 def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> dict:
     p = E.preset(name)
     binary = qemu[p.arch]["path"]
@@ -576,27 +591,7 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> 
         env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.update(dict(p.env))
-        if p.arch == "aarch64":
-            root = E.root_dir()
-            for entry in sorted(root.iterdir()):
-                if entry.name not in PREFIX_SKIP:
-                    os.symlink(entry, tmp / entry.name)
-            for k in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"):
-                env.pop(k, None)
-            env["PYTHONPATH"] = str(E.site_dir())
-            env["PYTHONNOUSERSITE"] = "1"
-            argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), str(E.guest_python())]
-            # First pass without onnxruntime (which would crash on qemu 7.2 without an ARM cpuinfo):
-            # the HWCAP bits qemu gives this CPU model become the cpuinfo Features line.
-            _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} ...")
-            seen = run_probe(argv, env, import_ort=False)
-            features = arm_features(seen.get("hwcap", 0), seen.get("hwcap2", 0))
-            text = arm_cpuinfo(p, features, cpus)
-        else:
-            argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), sys.executable]
-            _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} (CPUID) ...")
-            seen = run_probe(argv, env, import_ort=False)
-            text, features = x86_cpuinfo(seen["cpuid"], cpus)
+        argv, text, features = _probe_guest(name, p, binary, tmp, env, cpus, progress)
         atomic_write_text(tmp / "proc" / "cpuinfo", text)
         _say(progress, f"{name}: importing onnxruntime in the guest to verify ...")
         check = run_probe(argv, env, import_ort=True)
@@ -608,7 +603,7 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> 
         if p.arch == "aarch64" and check.get("onnxruntime") != local_ort_version():
             raise SetupError(f"{name}: the guest imported onnxruntime {check.get('onnxruntime')}, "
                              f"not {local_ort_version()}")
-        _replace_dir(tmp, final)
+        replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -300,18 +300,9 @@ def _libc() -> str:
         return ""
 
 
-def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, session_readback=None) -> dict:
-    """What can change the numbers on this host: {"identity": ..., "info": ...}.
-
-    `identity` holds only numerics-relevant fields (fingerprint_id hashes it, so two
-    identical machines share a fingerprint); `info` holds what identifies the machine
-    but not the arithmetic (hostname, kernel release, interpreter path).
-    """
-    import onnxruntime as ort
-
-    arch = platform.machine()
-    cpuinfo = read_cpuinfo()
-    auxv = read_auxv()
+def _cpu_identity(arch: str, cpuinfo: dict, auxv: dict) -> "tuple[dict, list]":
+    """The CPU as the kernel describes it (cores and HWCAP bits on ARM, cpuinfo fields and flags on x86) and its
+    ISA flags (the HWCAP names on ARM; empty on x86, where numpy's view is used)."""
     cpu = {}
     isa = []
     if arch.lower() in ("aarch64", "arm64", "armv8l", "armv7l"):
@@ -330,6 +321,21 @@ def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, 
         cpu["cpuinfo_flags"] = cpuinfo.get("flags", [])
         cpu["hwcap"] = "0x%x" % auxv["hwcap"] if "hwcap" in auxv else ""
         cpu["hwcap2"] = "0x%x" % auxv["hwcap2"] if "hwcap2" in auxv else ""
+    return cpu, isa
+
+
+def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, session_readback=None) -> dict:
+    """What can change the numbers on this host: {"identity": ..., "info": ...}.
+
+    `identity` holds only numerics-relevant fields (fingerprint_id hashes it, so two
+    identical machines share a fingerprint); `info` holds what identifies the machine
+    but not the arithmetic (hostname, kernel release, interpreter path).
+    """
+    import onnxruntime as ort
+
+    arch = platform.machine()
+    cpuinfo = read_cpuinfo()
+    cpu, isa = _cpu_identity(arch, cpuinfo, read_auxv())
     np_feats = numpy_cpu_features()
     if not isa:
         isa = sorted(f.lower() for f in np_feats) or cpuinfo.get("flags", [])

@@ -44,7 +44,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import ort_api
@@ -94,10 +94,10 @@ def parse_memory(text) -> int:
     else:
         m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?[bB])?\s*", str(text))
         if not m:
-            raise UserError(f"--max-memory {text!r}: expected a size like 2GiB, 512M or a number of bytes")
+            raise ParameterError("max_memory", "expected a size like 2GiB, 512M or a number of bytes", text)
         value = int(float(m.group(1)) * 1024 ** " KMGT".index((m.group(2) or " ").upper()))
     if value < 1 << 20:
-        raise UserError(f"--max-memory {text!r}: at least 1 MiB")
+        raise ParameterError("max_memory", "at least 1 MiB", text)
     return value
 
 
@@ -305,20 +305,27 @@ class _Request:
         return self.want_pct or self.want_ent
 
 
+def check_limits(chunk_size=None, threads=None, max_memory=None, percentile=None) -> None:
+    """The one check of calibration's size and precision parameters (None: the default, always valid)."""
+    if chunk_size is not None and chunk_size < 1:
+        raise ParameterError("chunk_size", f"must be at least 1 (got {chunk_size})")
+    if percentile is not None and not 0 < percentile <= 100:
+        raise ParameterError("percentile", f"must be in (0, 100] (got {percentile})")
+    if threads is not None and int(threads) < 1:
+        raise ParameterError("threads", f"must be at least 1 (got {threads})")
+    if max_memory is not None:
+        parse_memory(max_memory)
+
+
 def _request(methods, percentile, percentile_bins, entropy_bins, entropy_quantized_bins, chunk_size, max_memory,
              threads) -> _Request:
     methods = tuple(dict.fromkeys(methods))
     bad = [m for m in methods if m not in METHODS]
     if bad:
-        raise UserError(f"--methods: unknown calibration method(s) {bad}; choose from {list(METHODS)}")
-    if chunk_size is not None and chunk_size < 1:
-        raise UserError(f"--chunk-size: must be at least 1 (got {chunk_size})")
-    if not 0 < percentile <= 100:
-        raise UserError(f"--percentile: must be in (0, 100] (got {percentile})")
+        raise ParameterError("methods", f"unknown calibration method(s) {bad}; choose from {list(METHODS)}")
+    check_limits(chunk_size, threads or None, max_memory, percentile)  # threads 0: the default
     budget = parse_memory(max_memory) if max_memory is not None else default_max_memory()
     threads = int(threads) if threads else default_threads()
-    if threads < 1:
-        raise UserError(f"--threads: must be at least 1 (got {threads})")
     return _Request(methods, percentile, percentile_bins, entropy_bins, entropy_quantized_bins, chunk_size,
                     budget, threads)
 

@@ -27,7 +27,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from quantbench.errors import DiskFull, UserError
+from quantbench.errors import DiskFull, UserError, flag
 from quantbench.fsutil import atomic_path, no_space
 from quantbench.modelio import load_model
 from quantbench.plugins import one_line
@@ -121,8 +121,30 @@ def convert_opset(model, model_path, target: int, why: str):
     except Exception as exc:
         raise UserError(f"{model_path}: opset {have} is too old for {why} (needs opset {target}+) and "
                         f"onnx.version_converter could not convert it ({one_line(exc)}); pass "
-                        f"--no-per-channel, or export the model with opset {target} or newer") from None
+                        f"{flag('per_channel')}, or export the model with opset {target} or newer") from None
     return out
+
+
+def _pre_process(src: Path, out_path: Path, model_path: Path, notes: list) -> str:
+    """onnxruntime's quant_pre_process of `src` into `out_path`, retried without symbolic shape inference when that
+    fails (noted); returns what became of symbolic shape inference."""
+    try:
+        with atomic_path(out_path, suffix=".onnx") as tmp:
+            ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
+        return "done"
+    except Exception as first:  # onnxruntime raises assorted errors (AssertionError, bare Exception)
+        if isinstance(first, DiskFull) or no_space(first):
+            raise  # not a model problem: no retry without symbolic shape inference
+        reason = one_line(first)
+    try:
+        with atomic_path(out_path, suffix=".onnx") as tmp:
+            ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=True)
+    except Exception as exc:
+        raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({reason}; without symbolic "
+                        f"shape inference: {one_line(exc)}); rerun with {flag('pre_process')}") from None
+    notes.append(f"symbolic shape inference failed ({reason}); pre-processed without it "
+                 "(ONNX shape inference, constant and BatchNorm folding still done)")
+    return f"failed, skipped ({reason})"
 
 
 def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_process: bool = True,
@@ -162,23 +184,7 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
                 notes.append(f"--no-pre-process: {bn} BatchNormalization node(s) left unfolded (quantized as separate "
                              "ops, less accurate than folded into Conv)")
         else:
-            try:
-                with atomic_path(out_path, suffix=".onnx") as tmp:
-                    ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=False)
-                record["symbolic_shape_inference"] = "done"
-            except Exception as first:  # onnxruntime raises assorted errors (AssertionError, bare Exception)
-                if isinstance(first, DiskFull) or no_space(first):
-                    raise  # not a model problem: no retry without symbolic shape inference
-                reason = one_line(first)
-                try:
-                    with atomic_path(out_path, suffix=".onnx") as tmp:
-                        ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=True)
-                except Exception as exc:
-                    raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({reason}; without symbolic "
-                                    f"shape inference: {one_line(exc)}); rerun with --no-pre-process") from None
-                record["symbolic_shape_inference"] = f"failed, skipped ({reason})"
-                notes.append(f"symbolic shape inference failed ({reason}); pre-processed without it "
-                             "(ONNX shape inference, constant and BatchNorm folding still done)")
+            record["symbolic_shape_inference"] = _pre_process(src, out_path, model_path, notes)
             # the optimiser may fold new constants; keep weights as initializers
             prepared = load_model(out_path, check=False)
             if constants_to_initializers(prepared):

@@ -25,7 +25,7 @@ from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
-                                             load_with_shape_infer, parse_memory)
+                                             check_limits, load_with_shape_infer)
 from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
 from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,
@@ -110,15 +110,7 @@ def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     for at, wt in opts.types:
         qv.quant_type(at), qv.quant_type(wt)
     qv.quant_type(opts.weight_type)
-    if opts.chunk_size is not None and opts.chunk_size < 1:
-        raise ParameterError("chunk_size", f"must be at least 1 (got {opts.chunk_size})")
-    if opts.threads is not None and opts.threads < 1:
-        raise ParameterError("threads", f"must be at least 1 (got {opts.threads})")
-    if opts.max_memory is not None:
-        try:
-            parse_memory(opts.max_memory)  # a typo fails before any work
-        except UserError as exc:
-            raise ParameterError("max_memory", str(exc).split(": ", 1)[-1], opts.max_memory) from None
+    check_limits(opts.chunk_size, opts.threads, opts.max_memory)  # a typo fails before any work
     if opts.entropy_bins is not None and opts.entropy_bins < 2:
         raise ParameterError("entropy_bins", f"must be at least 2 (got {opts.entropy_bins})")
     return methods, [m for m in STATIC if m in methods]

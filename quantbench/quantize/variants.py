@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from quantbench import __version__
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
 from quantbench.modelio import load_model, raw_sha256, semantic_sha256, write_self_contained
 from quantbench.quantize import ort_api
@@ -52,10 +52,10 @@ def parse_types(spec: str) -> list[tuple[str, str]]:
     out = []
     for item in [s.strip().lower() for s in str(spec).split(",") if s.strip()]:
         if len(item) != 4 or item[:2] not in TYPES or item[2:] not in TYPES:
-            raise UserError(f"--types: {item!r} is not an activation+weight pair like u8s8 or s8s8")
+            raise UserError(f"{flag('types')}: {item!r} is not an activation+weight pair like u8s8 or s8s8")
         out.append((item[:2], item[2:]))
     if not out:
-        raise UserError("--types: give at least one pair, e.g. u8s8")
+        raise UserError(f"{flag('types')}: give at least one pair, e.g. u8s8")
     return list(dict.fromkeys(out))
 
 
@@ -86,13 +86,13 @@ def _check_nodes(model, exclude_nodes, exclude_op_types, model_path):
     names = {n.name for n in model.graph.node}
     missing = [n for n in exclude_nodes if n not in names]
     if missing:
-        raise UserError(f"--exclude-nodes: {model_path} has no node named {', '.join(map(repr, missing))}")
+        raise UserError(f"{flag('exclude_nodes')}: {model_path} has no node named {', '.join(map(repr, missing))}")
     import onnx
 
     known = {s.name for s in onnx.defs.get_all_schemas()}
     unknown = [t for t in exclude_op_types if t not in known]
     if unknown:
-        raise UserError(f"--exclude-op-types: {', '.join(map(repr, unknown))} is not an ONNX op type")
+        raise UserError(f"{flag('exclude_op_types')}: {', '.join(map(repr, unknown))} is not an ONNX op type")
 
 
 def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
@@ -162,6 +162,25 @@ def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, 
     return _finish(name, out_path, model_name, recipe)
 
 
+def _own_copy(model, model_path):
+    """A ModelProto of model_path this variant may change: a copy of the caller's shape-inferred `model`, else
+    model_path loaded with shape inference."""
+    if model is None:
+        return load_with_shape_infer(model_path)
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+def _check_ranges_method(ranges, method: str) -> None:
+    """`ranges` were computed with calibration `method` (ranges of another method make another variant)."""
+    expected = ort_api.calibration_method(method) if method in ort_api.METHODS else None
+    if expected is None or ranges.calibration_method != expected:
+        raise UserError(f"make_static: ranges were computed with {ranges.calibration_method}, not {method!r}")
+
+
 def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, ranges=None, inputs=None,
                 method: str = "minmax", percentile: float | None = None, activation_type: str = "u8",
                 weight_type: str = "s8", per_channel: bool = True, reduce_range: bool = False,
@@ -185,15 +204,8 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     try:
         ort_api.check_static_types(at, wt)
     except ValueError as exc:
-        raise UserError(f"--types {activation_type}{weight_type}: {exc}") from None
-    if model is None:
-        model = load_with_shape_infer(model_path)
-    else:
-        import onnx
-
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        model = copy
+        raise UserError(f"{flag('types')} {activation_type}{weight_type}: {exc}") from None
+    model = _own_copy(model, model_path)
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = static_op_types(exclude_op_types)
     calibration_options = dict(calibration_options or {})
@@ -202,9 +214,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
             raise UserError("make_static: give `ranges` or calibration `inputs`")
         ranges = compute_ranges(model_path, inputs, [method], percentile=percentile, op_types=op_types,
                                 chunk_size=chunk_size, model=model, **calibration_options)[method]
-    expected = ort_api.calibration_method(method) if method in ort_api.METHODS else None
-    if expected is None or ranges.calibration_method != expected:
-        raise UserError(f"make_static: ranges were computed with {ranges.calibration_method}, not {method!r}")
+    _check_ranges_method(ranges, method)
 
     extra = dict(extra_options or {})
     quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 
 from quantbench import SCHEMA_VERSION, __version__, tables
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.fsutil import (atomic_write_json, atomic_write_text, check_writable, content_key, kill_point, read_json,
                                sha256_file)
 from quantbench.hosts.results import load_hosts, load_outputs
@@ -367,7 +367,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
                   retain: bool = True, variants=None) -> ReleaseResult:
     """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
     if not TAG_RE.fullmatch(tag or ""):  # fullmatch: "$" alone lets "v1\n" through
-        raise UserError(f"--tag {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
+        raise UserError(f"{flag('tag')} {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
     created_at = release_time()
     results_dir = Path(results_dir)
     rdir = releases_dir(results_dir)
@@ -471,7 +471,7 @@ def _measured(v, tables_root: Path, hosts) -> tuple:
         missing = sorted(set(hosts) - {t["host"] for t in targets})
         if missing:
             raise UserError(f"hosts: no results of variant {v.name} on {', '.join(missing)}; run "
-                            f"`quantbench run --hosts {','.join(missing)}` first")
+                            f"`quantbench run {flag('hosts')} {','.join(missing)}` first")
     if not targets:
         raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
     eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})

@@ -107,7 +107,7 @@ def _random_detections(seed: int, images: int = 12):
 
 
 def test_ap_recomputed_from_one_matching_is_coco_ap_on_every_weighting_of_the_images():
-    from quantbench import metrics
+    from quantbench.analysis import metrics
 
     for seed in (0, 7):
         dets, gt = _random_detections(seed)

@@ -13,7 +13,7 @@ from quantbench.analysis.decode import check_outputs, decode, spec_from_sidecar
 from quantbench.recipe import load_sidecar
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.metrics import edit_distance, text_accuracy
+from quantbench.analysis.metrics import edit_distance, text_accuracy
 
 SEQ = [1, 1, 0, 2, 3, 1]    # a a _ b ' ' a -> "ab a" with alphabet a, b and the space
 

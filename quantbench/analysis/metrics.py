@@ -111,6 +111,32 @@ def _compute_iou(self, imgId, catId):
     return type(self).computeIoU(self, imgId, catId)
 
 
+def _match(thresholds, ious, dt, gt, iscrowd, gtIg, gtm, dtm, dtIg) -> None:
+    """COCOeval's greedy matching at each IoU threshold, filling gtm, dtm and dtIg in place, over only the
+    detections whose best IoU reaches the lowest threshold (see _evaluate_img)."""
+    lowest = min(min(float(t) for t in thresholds), 1 - 1e-10)
+    can = np.flatnonzero(~np.all(np.asarray(ious)[:len(dt)] < lowest, axis=1)).tolist()   # NaN IoUs stay in
+    for tind, t in enumerate(thresholds):
+        for dind in can:
+            d = dt[dind]
+            iou = min([t, 1 - 1e-10])
+            m = -1
+            for gind, g in enumerate(gt):
+                if gtm[tind, gind] > 0 and not iscrowd[gind]:
+                    continue
+                if m > -1 and gtIg[m] == 0 and gtIg[gind] == 1:
+                    break
+                if ious[dind, gind] < iou:
+                    continue
+                iou = ious[dind, gind]
+                m = gind
+            if m == -1:
+                continue
+            dtIg[tind, dind] = gtIg[m]
+            dtm[tind, dind] = gt[m]["id"]
+            gtm[tind, m] = d["id"]
+
+
 def _evaluate_img(self, imgId, catId, aRng, maxDet):
     """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code), the greedy matching visiting only the
     detections that can match.
@@ -149,32 +175,30 @@ def _evaluate_img(self, imgId, catId, aRng, maxDet):
     gtIg = np.array([g["_ignore"] for g in gt])
     dtIg = np.zeros((T, D))
     if not len(ious) == 0:
-        lowest = min(min(float(t) for t in p.iouThrs), 1 - 1e-10)
-        can = np.flatnonzero(~np.all(np.asarray(ious)[:D] < lowest, axis=1)).tolist()   # NaN IoUs stay in
-        for tind, t in enumerate(p.iouThrs):
-            for dind in can:
-                d = dt[dind]
-                iou = min([t, 1 - 1e-10])
-                m = -1
-                for gind, g in enumerate(gt):
-                    if gtm[tind, gind] > 0 and not iscrowd[gind]:
-                        continue
-                    if m > -1 and gtIg[m] == 0 and gtIg[gind] == 1:
-                        break
-                    if ious[dind, gind] < iou:
-                        continue
-                    iou = ious[dind, gind]
-                    m = gind
-                if m == -1:
-                    continue
-                dtIg[tind, dind] = gtIg[m]
-                dtm[tind, dind] = gt[m]["id"]
-                gtm[tind, m] = d["id"]
+        _match(p.iouThrs, ious, dt, gt, iscrowd, gtIg, gtm, dtm, dtIg)
     a = np.array([d["area"] < aRng[0] or d["area"] > aRng[1] for d in dt]).reshape((1, len(dt)))
     dtIg = np.logical_or(dtIg, np.logical_and(dtm == 0, np.repeat(a, T, 0)))
     return {"image_id": imgId, "category_id": catId, "aRng": aRng, "maxDet": maxDet,
             "dtIds": [d["id"] for d in dt], "gtIds": [g["id"] for g in gt], "dtMatches": dtm, "gtMatches": gtm,
             "dtScores": [d["score"] for d in dt], "gtIgnore": gtIg, "dtIgnore": dtIg}
+
+
+def _coco_annotations(detections: dict, gt: dict, num: dict) -> tuple[list, list, dict]:
+    """COCO annotation records of the ground truth and of the detections of the images in `num` (image id ->
+    COCOeval's numeric id), and the ground-truth box count per class."""
+    n_gt: dict[int, int] = {}
+    gt_anns, dt_anns = [], []
+    for i in num:
+        for x1, y1, x2, y2, c in np.asarray(gt[i], np.float64).reshape(-1, 5).tolist():
+            n_gt[int(c)] = n_gt.get(int(c), 0) + 1
+            w, h = x2 - x1, y2 - y1
+            gt_anns.append({"id": len(gt_anns) + 1, "image_id": num[i], "category_id": int(c),
+                            "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+        for x1, y1, x2, y2, s, c in _as_dets(detections.get(i, np.zeros((0, 6)))).tolist():
+            w, h = x2 - x1, y2 - y1
+            dt_anns.append({"id": len(dt_anns) + 1, "image_id": num[i], "category_id": int(c),
+                            "bbox": [x1, y1, w, h], "area": w * h, "score": s, "iscrowd": 0})
+    return gt_anns, dt_anns, n_gt
 
 
 def coco_ap(detections: dict, gt: dict) -> dict:
@@ -226,18 +250,7 @@ def _evaluated(detections: dict, gt: dict):
 
     ids = sorted(gt)
     num = {i: k + 1 for k, i in enumerate(ids)}   # COCOeval wants sortable ids: any hashable image id works
-    n_gt: dict[int, int] = {}
-    gt_anns, dt_anns = [], []
-    for i in ids:
-        for x1, y1, x2, y2, c in np.asarray(gt[i], np.float64).reshape(-1, 5).tolist():
-            n_gt[int(c)] = n_gt.get(int(c), 0) + 1
-            w, h = x2 - x1, y2 - y1
-            gt_anns.append({"id": len(gt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
-        for x1, y1, x2, y2, s, c in _as_dets(detections.get(i, np.zeros((0, 6)))).tolist():
-            w, h = x2 - x1, y2 - y1
-            dt_anns.append({"id": len(dt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "score": s, "iscrowd": 0})
+    gt_anns, dt_anns, n_gt = _coco_annotations(detections, gt, num)
     if not n_gt or not dt_anns:
         return None, n_gt
     cats = sorted(set(n_gt) | {a["category_id"] for a in dt_anns})
