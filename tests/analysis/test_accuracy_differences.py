@@ -5,7 +5,7 @@ import numpy as np
 
 from quantbench import report as R
 from quantbench.analysis.accuracy import accuracy_table, paired_interval
-from test_report import _dec, _truth, hand_result
+from report_helpers import _dec, _truth, hand_result
 
 FIX = [f"f{i:02d}" for i in range(20)]
 

@@ -126,7 +126,7 @@ def test_spec_from_sidecar_and_mismatch_names_outputs():
     assert m.outputs == {"map": "seg"}
 
 
-# --- yolo raw heads (issue 13) -------------------------------------------------------------------------------
+# --- yolo raw heads (third-party detectors) ------------------------------------------------------------------
 
 
 def yolo_head(dets, n=8, n_cls=3, channels_first=True, objectness=None):

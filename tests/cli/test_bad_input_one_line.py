@@ -1,4 +1,4 @@
-"""Hostile input (issue 14, items 7-9): absurd sizes, malformed labels and sidecars, dying hosts.
+"""Bad input is one line and writes nothing: absurd sizes, malformed labels and sidecars, dying hosts.
 
 Every refusal is checked the same way: the exit code, a stable substring of the one
 line the CLI prints, no "Traceback" on stderr, and nothing written (a digest of the
@@ -92,7 +92,7 @@ def _edit_json(path: Path, fn) -> None:
     path.write_text(json.dumps(data))
 
 
-# --------------------------------------------------------------------------- item 7: caps, decoding, thresholds
+# --------------------------------------------------------------------------- caps, decoding, thresholds
 
 
 def _limited(args, cwd, gib: int = 6):
@@ -193,7 +193,7 @@ def test_non_finite_percentile_is_refused(calib, capsys):
     assert_refused(capsys, wd, [*args, "--percentile", "nan"], "--percentile")
 
 
-# --------------------------------------------------------------------------- item 8: labels and sidecars
+# --------------------------------------------------------------------------- labels and sidecars
 
 
 def test_sidecar_that_is_a_json_list(calib, capsys):
@@ -406,7 +406,7 @@ def test_run_on_a_dying_ssh_host_names_host_and_ssh_message(workdir, monkeypatch
         assert str(err.value).startswith(f"host dead: ssh nowhere.invalid failed: {REFUSED};"), str(err.value)
 
 
-# --------------------------------------------------------------------------- item 8: leftovers and tags
+# --------------------------------------------------------------------------- leftovers and tags
 
 
 KILLED_IN_STAGING = """
@@ -421,7 +421,7 @@ with staging_folder({dest!r}) as tmp:
 
 
 def _killed_staging(dest: Path) -> Path:
-    repo = str(Path(__file__).resolve().parents[1])
+    repo = str(Path(__file__).resolve().parents[2])
     proc = subprocess.run([sys.executable, "-c", KILLED_IN_STAGING.format(repo=repo, dest=str(dest))],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == -9, proc.stderr

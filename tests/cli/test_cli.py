@@ -57,7 +57,7 @@ _LOADED = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(sys.argv
     (["config", "--help"], sorted(COMMANDS)),   # `quantbench config` lists every command's options
 ])
 def test_a_command_line_imports_only_the_command_it_runs(tmp_path, argv, loaded):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     p = subprocess.run([sys.executable, "-c", _LOADED, *argv], cwd=tmp_path, capture_output=True, text=True,
                        timeout=300, env={**os.environ, "PYTHONPATH": str(root)})
     assert p.returncode == 0, p.stderr

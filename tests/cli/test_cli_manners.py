@@ -16,7 +16,7 @@ from calib_helpers import make_corpus, tiny_model
 from quantbench.cli import build_parser, main
 from quantbench.commands import COMMANDS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 

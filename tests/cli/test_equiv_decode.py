@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from quantbench.cli import main
-from test_equiv_cli import SIDE, make_bench
+from bench_helpers import SIDE, make_bench
 
 
 @pytest.fixture(scope="module")

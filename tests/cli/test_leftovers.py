@@ -23,8 +23,8 @@ from quantbench import tables
 from quantbench.cli import main
 from quantbench.errors import UserError
 
-TESTS = str(Path(__file__).resolve().parent)
-REPO = str(Path(__file__).resolve().parents[1])
+TESTS = str(Path(__file__).resolve().parents[1])
+REPO = str(Path(__file__).resolve().parents[2])
 
 KILL_IN_PRE_PROCESS = """
 import os, signal, sys

@@ -1,5 +1,7 @@
-"""Hostile inputs (issue 14, items 1-6): each case asserts the exit code, the one-line message and
-that nothing was written, nothing was lost and nothing landed outside the folder it belongs to."""
+"""Results stay whole and where they belong, whatever the input: calibrate never replaces results/, release
+and verify keep to the folder and catch tampering, imports are re-hashed, a hosts file cannot take over a
+built-in, one writer per tables folder. Each case asserts the exit code, the one-line message and that
+nothing was written, nothing was lost and nothing landed outside the folder it belongs to."""
 
 from __future__ import annotations
 
@@ -14,39 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import LOCK_NAME, digest, one_line
 from quantbench.cli import main
-from quantbench.fsutil import sha256_file
 
-#: the one file a run/equiv may create before it fails: the advisory lock of the tables folder (item 6)
-LOCK_NAME = ".lock"
-
-
-def digest(root, skip_lock: bool = True) -> dict:
-    """{relative path: sha256 (or symlink target)} of every file under root: what "nothing changed" compares."""
-    root = Path(root)
-    if not root.exists():
-        return {}
-    out = {}
-    for p in sorted(root.rglob("*")):
-        if skip_lock and p.name == LOCK_NAME:
-            continue
-        if p.is_symlink():
-            out[p.relative_to(root).as_posix()] = "-> " + os.readlink(p)
-        elif p.is_file():
-            out[p.relative_to(root).as_posix()] = sha256_file(p)
-    return out
-
-
-def one_line(err: str, command: str) -> str:
-    """The single `quantbench <command>: error: ...` line of stderr (progress bars aside)."""
-    lines = [ln for ln in err.replace("\r", "\n").splitlines() if ln.startswith("quantbench")]
-    assert len(lines) == 1, err
-    assert lines[0].startswith(f"quantbench {command}: error: "), lines[0]
-    assert "Traceback" not in err
-    return lines[0]
-
-
-# ---------------------------------------------------------------- 1. calibrate --force never replaces results/
+# ---------------------------------------------------------------- calibrate --force never replaces results/
 
 
 @pytest.fixture
@@ -103,7 +76,7 @@ def test_calibrate_force_still_replaces_its_own_variants_folder(calib_setup, cap
     assert (wd / "v" / "index.json").exists() and (wd / "results" / "report.md").read_text() == "# report"
 
 
-# ---------------------------------------------------------------- 2-3. release and verify
+# ---------------------------------------------------------------- release and verify
 
 
 @pytest.fixture(scope="module")
@@ -251,7 +224,7 @@ def test_verify_fails_a_twin_resealed_with_its_new_variant_id(rel, capsys):
     assert "record edited" in capsys.readouterr().out
 
 
-# ---------------------------------------------------------------- 4. imported results are re-hashed
+# ---------------------------------------------------------------- imported results are re-hashed
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +339,7 @@ def test_genuine_export_still_imports(export_file, workdir, capsys):
     assert " air " in capsys.readouterr().out.replace("\n", " ")
 
 
-# ---------------------------------------------------------------- 5. a hosts file cannot silently take over built-ins
+# ---------------------------------------------------------------- a hosts file cannot silently take over built-ins
 
 
 @pytest.mark.parametrize("command", ["equiv", "run"])
@@ -411,7 +384,7 @@ def test_run_and_equiv_say_which_hosts_file_they_read(workdir, capsys):
     json.loads(cap.out)
 
 
-# ---------------------------------------------------------------- 6. one writer per tables folder
+# ---------------------------------------------------------------- one writer per tables folder
 
 
 @pytest.fixture
@@ -448,7 +421,7 @@ def test_second_run_waits_for_the_lock_then_proceeds(lock_setup):
 
     wd, common = lock_setup
     root = wd / "results" / "tables"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                        os.environ.get("PYTHONPATH", "")]))
     lines: queue.Queue = queue.Queue()
     with tables.lock(root):

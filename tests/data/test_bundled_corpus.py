@@ -14,7 +14,7 @@ from quantbench.assets import CORPUS_DIR, CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.preprocess import load_rgb, luminance
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

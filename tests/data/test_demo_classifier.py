@@ -15,7 +15,7 @@ from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR, load_sid
 from quantbench.fixtures import load_coco
 from quantbench.preprocess import input_spec, load_rgb, to_tensor
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODEL = MODELS_DIR / "litter-cnn.onnx"
 
 

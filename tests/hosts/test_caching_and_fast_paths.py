@@ -10,7 +10,7 @@ from quantbench.hosts import fpcache, results
 from quantbench.hosts.keys import normalize_session
 from quantbench.hosts.registry import HostSpec, make_host
 from quantbench.hosts.runner import run_hosts
-from test_ssh_host import sshd  # noqa: F401  (the sshd fixture)
+from ssh_helpers import sshd  # noqa: F401  (the sshd fixture)
 
 
 @pytest.fixture

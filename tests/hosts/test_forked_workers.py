@@ -150,7 +150,7 @@ def _descendants(pid: int) -> dict:
 def test_an_interrupt_kills_forked_workers(workdir):
     """Ctrl-C while a first worker and the worker forked from it are both paused: both are killed."""
     _need_pi()
-    tests_dir = str(Path(__file__).resolve().parent)
+    tests_dir = str(Path(__file__).resolve().parents[1])
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
     code = SCRIPT.format(tests=tests_dir, repo=str(Path(tests_dir).parent), model=str(model),
                          root=str(workdir / "t"))

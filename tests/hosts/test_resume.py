@@ -70,7 +70,7 @@ def _finish(proc) -> str:
 
 def _paused_run(workdir, model, root, go: Path):
     """The run in a child process whose worker pauses after K results; returns (proc, worker pid)."""
-    tests_dir = str(Path(__file__).resolve().parent)
+    tests_dir = str(Path(__file__).resolve().parents[1])
     code = SCRIPT.format(tests=tests_dir, repo=str(Path(tests_dir).parent), model=str(model), n=N, root=str(root))
     env = dict(os.environ, QUANTBENCH_TEST_PAUSE_AFTER=str(K), QUANTBENCH_TEST_PAUSE_FILE=str(go))
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -63,7 +63,7 @@ def wrong_dtype(rgb, spec):
 
 @pytest.fixture
 def plugdir(workdir):
-    """The plug-ins below, allowed (what they do once allowed; tests/test_plugin_consent.py: when they may run)."""
+    """The plug-ins below, allowed (what they do once allowed; tests/plugins/test_plugin_consent.py: when they may run)."""
     plugins.allow_all()
     (workdir / "dec").mkdir()
     (workdir / "dec" / "my_decoders.py").write_text(DECODERS)

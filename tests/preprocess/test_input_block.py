@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from model_helpers import save_model
 from quantbench import tables
 from quantbench.cli import main
 from quantbench.errors import UserError
@@ -24,7 +25,6 @@ def conv_model(path: Path, channels: int = 3, hw=(8, 8), elem: str = "float32", 
 
     A dim given as None (or a string) is dynamic (symbolic).
     """
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(5)
@@ -43,12 +43,7 @@ def conv_model(path: Path, channels: int = 3, hw=(8, 8), elem: str = "float32", 
     dims = [1, channels, *["W" if d is None else d for d in hw]]
     g = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info(name, ttype, dims)],
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 3])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
+    return save_model(g, path, opset=13)
 
 
 def write_sidecar(model: Path, input_block: dict, **top) -> Path:

@@ -1,7 +1,7 @@
 """A user's own model, end to end on small constructed exports with real-world quirks.
 
 Each test first reproduced a silent failure seen with real third-party models
-(issue "any real model"): wrong tensors fed to a model with dynamic H/W, a
+("any real model"): wrong tensors fed to a model with dynamic H/W, a
 batch dim of -1 rejected, Constant-held weights quantized as activations,
 old opsets, custom domains, empty tensors, variants published unloaded.
 """

@@ -6,7 +6,7 @@ when an onnxruntime upgrade changes it, fails saying which internal drifted and 
 ort_api function to fix. The behavioural check at the end quantizes a tiny model
 through ort_api and compares it with stock quantize_static byte for byte (all three
 calibration methods, through compute_ranges/make_static:
-tests/test_quantize.py::test_ranges_match_stock_quantize_static_byte_for_byte).
+tests/quantize/test_quantize.py::test_ranges_match_stock_quantize_static_byte_for_byte).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from calib_helpers import random_feeds, tiny_model
 from quantbench.fsutil import sha256_file
 from quantbench.quantize import ort_api
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def drifted(internal: str, fix: str, detail: str) -> str:
@@ -264,7 +264,7 @@ def test_only_ort_api_imports_onnxruntime_quantization():
 def test_ort_api_quantizes_byte_for_byte_as_quantize_static(model, tmp_path):
     """MinMax ranges computed by quantbench, QDQ through ort_api == stock quantize_static.
 
-    The three calibration methods: tests/test_quantize.py::test_ranges_match_stock_quantize_static_byte_for_byte.
+    The three calibration methods: tests/quantize/test_quantize.py::test_ranges_match_stock_quantize_static_byte_for_byte.
     """
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 

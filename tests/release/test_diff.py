@@ -2,7 +2,7 @@
 
 import json
 
-from test_modelhash import make_model
+from model_helpers import make_model
 
 from quantbench.cli import main
 from quantbench.release.diff import diff_models

@@ -21,7 +21,7 @@ import pytest
 
 from calib_helpers import make_corpus, tiny_model
 from quantbench.cli import main
-from test_hostile import digest, one_line
+from cli_helpers import digest, one_line
 
 
 @contextlib.contextmanager
