@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench import tables
-from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, spec_from_sidecar
+from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, kind_of, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
@@ -18,7 +18,7 @@ from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
 from quantbench.modelio import fits, load_model
-from quantbench.variants import sidecar_for, sidecar_source
+from quantbench.recipe import sidecar_for, sidecar_source
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
@@ -117,7 +117,7 @@ def prepare(args, held: contextlib.ExitStack | None = None, variants: list | Non
     variants = variants if variants is not None else variants_from_args(args, to_stderr=args.json)
     override = sidecar_from_args(args)
     check_decoders(variants, override, args.decode, args.threshold, args.sidecar)  # a bad decode block fails before any run
-    fixtures = fixtures_from_args(args, variants, args.limit)
+    fixtures = fixtures_from_args(args, variants, args.limit, override)  # --sidecar read once
     session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
     if held is not None:  # held through the runs and the table writes of finish()
         held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
@@ -173,7 +173,7 @@ def duplicate_variants(variants, infos) -> list[dict]:
 
 def run(args) -> int:
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
-    if "decision" in gates and args.decode == "none":
+    if "decision" in gates and args.decode is not None and not kind_of(args.decode).decides:
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
     variants = variants_from_args(args, to_stderr=args.json)  # the demo says so first
     announce_hosts_file(args.hosts_file, to_stderr=args.json)

@@ -14,7 +14,8 @@ from quantbench.commands import add_plugin_arguments, finish_equiv
 from quantbench.errors import UserError
 from quantbench.fsutil import check_writable
 from quantbench.plugins import require
-from quantbench.variants import Variant, allow_recorded, sidecar_for
+from quantbench.recipe import allow_recorded, sidecar_for
+from quantbench.variants import Variant
 
 HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
 

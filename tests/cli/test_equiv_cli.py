@@ -159,7 +159,8 @@ def demo_variants(root: Path, model: str) -> Path:
     """fp32 + dynamic int8 of a bundled demo model, sidecar beside each, as a variants folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from quantbench.assets import demo_model, load_sidecar
+    from quantbench.assets import demo_model
+    from quantbench.recipe import load_sidecar
     from quantbench.variants import Variant, write_index
 
     src = demo_model(model)
