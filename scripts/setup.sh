@@ -14,7 +14,7 @@ command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
-# a real headless browser for the report.html test (tests/test_report.py)
+# a real headless browser for the report.html test (tests/report/test_report.py)
 command -v chromium >/dev/null || need_apt+=(chromium)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then

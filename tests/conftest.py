@@ -16,8 +16,8 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-# Tests in subfolders (tests/release/, tests/analysis/, ...) import the shared helpers
-# (hosts_helpers, release_helpers, ...) as the flat tests do: tests/ is on sys.path.
+# Tests live in subfolders mirroring the package (tests/hosts/, tests/analysis/, ...) and import the shared helpers
+# (tests/hosts_helpers.py, tests/ssh_helpers.py, ...) from anywhere: tests/ is on sys.path.
 import sys as _sys
 from pathlib import Path as _Path
 

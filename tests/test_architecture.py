@@ -1,4 +1,5 @@
-"""The layering holds: no import loop inside quantbench, nothing below the CLI imports a command."""
+"""The layering holds: no import loop inside quantbench, nothing below the CLI imports a command; the tests
+mirror the package, one file per thing protected, sharing code only through helper modules."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "quantbench"
+TESTS = Path(__file__).resolve().parent
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -125,6 +127,35 @@ def test_no_command_imports_another_command():
     cross = {m: sorted(t for t in ts if t.startswith("quantbench.commands.") and t != m)
              for m, ts in graph.items() if m.startswith("quantbench.commands.")}
     assert {m: ts for m, ts in cross.items() if ts} == {}
+
+
+# Test files at tests/ top level: only those that protect no one module (docs and the package as a whole).
+CROSS_CUTTING = {"test_architecture.py", "test_schema.py", "test_tables_docs.py"}
+
+
+def test_tests_mirror_the_package():
+    """Every test file lives in the subfolder of what it protects (tests/hosts/, tests/analysis/, ...), except
+    CROSS_CUTTING; a subfolder holds test files only (shared code sits in tests/*_helpers.py, which conftest.py
+    puts on sys.path), and basenames are unique: the subfolders are not packages, pytest imports by basename."""
+    top = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert top == sorted(CROSS_CUTTING), "move them into the subfolder of what they protect"
+    nested = [p for p in TESTS.rglob("*.py") if p.parent != TESTS and "__pycache__" not in p.parts]
+    assert [str(p.relative_to(TESTS)) for p in nested if not p.name.startswith("test_")] == []
+    names = [p.name for p in TESTS.rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
+
+
+def test_no_test_module_imports_another():
+    """Fixtures and helpers two test files share live in a helper module (tests/ssh_helpers.py,
+    tests/cli_helpers.py, ...), never in a test module another one imports."""
+    found = []
+    for p in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{p.relative_to(TESTS)}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[-1].startswith("test_") or n.startswith("tests.")]
+    assert found == []
 
 
 # Third-party packages too heavy to load before a command needs them (`quantbench CMD --help` needs none).

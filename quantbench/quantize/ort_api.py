@@ -7,7 +7,7 @@ of chunking and order). That needs a few of onnxruntime's *internals*
 (CalibraterBase, HistogramCollector, QDQQuantizer, ...), which are not a stable
 API and drift between releases. They are all called here and nowhere else, each
 through a small named function whose docstring says why it is used;
-tests/test_ort_api.py checks the signatures and attributes these functions rely
+tests/quantize/test_ort_api.py checks the signatures and attributes these functions rely
 on and names the function to fix when one drifts.
 
 Written against onnxruntime 1.32.0 (``WRITTEN_AGAINST``). onnxruntime is
@@ -254,7 +254,7 @@ def _fast_lookups(quantizer):
     module that imported it, and _replace_input_of_all_nodes on this quantizer's model only.
 
     onnxruntime 1.32.0. Both return and change exactly what onnxruntime's own do (the
-    quantized model's bytes equal stock quantize_static's: tests/test_ort_api.py), only
+    quantized model's bytes equal stock quantize_static's: tests/quantize/test_ort_api.py), only
     without the quadratic scans. The modules are restored on exit, whatever happens."""
     from onnxruntime.quantization import quant_utils
 

@@ -6,7 +6,7 @@ import pytest
 
 from quantbench import report as R
 from quantbench.analysis.accuracy import accuracy_table, paired_interval
-from test_report import _dec, _truth, hand_result
+from report_helpers import _dec, _truth, hand_result
 
 FIX = [f"f{i:02d}" for i in range(20)]
 
@@ -127,7 +127,7 @@ def test_ap_recomputed_from_one_matching_is_coco_ap_on_every_weighting_of_the_im
 def _detector_result(box_of: dict):
     """hand_result as a detr-sigmoid detector over 20 images of one labelled cat; `box_of[(variant_id, host)]`
     (image index -> normalised box) decides each run's single cat detection."""
-    from test_report import _truth
+    from report_helpers import _truth
 
     result = hand_result()
     result.variants = result.variants[:2]

@@ -4,7 +4,7 @@ import numpy as np
 
 from quantbench.analysis.accuracy import accuracy_table
 from quantbench.analysis.decode import Decoded
-from test_report import _truth, hand_result
+from report_helpers import _truth, hand_result
 
 
 def _plugin_result(with_boxes: bool):

@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from decode_bench import input_matmul_head, save_model
+from decode_helpers import input_matmul_head
+from model_helpers import save_model
 from quantbench.analysis.decisions import compare, summarize
 from quantbench.analysis.decode import check_outputs, decode, spec_from_sidecar
 from quantbench.recipe import load_sidecar
@@ -173,7 +174,7 @@ def test_equiv_decodes_a_text_recogniser_through_onnxruntime(ocr_bench, capsys):
 
 
 def test_equiv_counts_a_changed_string_as_a_text_flip_in_the_tables(tmp_path, monkeypatch, capsys):
-    from decode_bench import make_variants, sidecar
+    from decode_helpers import make_variants, sidecar
     from quantbench import tables
 
     monkeypatch.chdir(tmp_path)

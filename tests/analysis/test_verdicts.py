@@ -3,7 +3,7 @@ then the numbers (flips vs fp32 per host, whether the hosts serve identical deci
 
 from quantbench import report as R
 from quantbench.analysis.gates import DO_NOT_SHIP, SHIP, SHIP_WITH_CARE, ship_verdict
-from test_report import _cls, hand_result
+from report_helpers import _cls, hand_result
 
 
 def test_a_failed_gate_never_reads_as_ships():

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from decode_bench import input_matmul_head, make_variants, sidecar
+from decode_helpers import input_matmul_head, make_variants, sidecar
 from quantbench.analysis.decode import check_outputs, decode, spec_from_sidecar, yolox_grids
 from quantbench.cli import main
 from quantbench.errors import UserError

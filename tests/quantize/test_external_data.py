@@ -30,7 +30,7 @@ from quantbench.hosts.runner import run_hosts
 from quantbench.hosts.worker import tensor_sha256
 from quantbench.modelio import external_data_files, raw_sha256, semantic_sha256
 from quantbench.variants import latest_variants
-from test_ssh_host import sshd  # noqa: F401 - the module's sshd fixture (a real OpenSSH server on 127.0.0.1)
+from ssh_helpers import sshd  # noqa: F401 - the module's sshd fixture (a real OpenSSH server on 127.0.0.1)
 
 
 def external(src: Path, folder: Path, location: str = "weights.bin") -> Path:

@@ -5,7 +5,7 @@ import os
 
 from quantbench import plugins
 from quantbench.cli import main
-from test_plugin_consent import _calibrate, _sidecar, proj  # noqa: F401  (the project fixture)
+from plugin_helpers import _calibrate, _sidecar, proj  # noqa: F401  (the project fixture)
 
 
 def test_verify_archive_runs_no_carried_plugin(proj, capsys, monkeypatch):  # noqa: F811

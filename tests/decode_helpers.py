@@ -1,0 +1,49 @@
+"""A variants folder (fp32 + dynamic int8) of a hand-built ONNX model, and COCO labels, for decoder tests
+that go through `quantbench equiv` on the local host (real onnxruntime, real quantization)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from model_helpers import save_model
+
+
+def input_matmul_head(path: Path, base: np.ndarray, size: int, gain: float = 0.02, seed: int = 5) -> Path:
+    """images[1,3,size,size] -> output = base + gain * (mean colour of the image) @ W, shaped like `base`.
+
+    `base` (batch first) fixes what the head says; the MatMul on the input makes int8 differ a little."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = list(base.shape)
+    width = int(np.prod(shape))
+    w = (np.random.default_rng(seed).normal(0, 1, (3, width)) * gain).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(base.astype(np.float32), "base"),
+             numpy_helper.from_array(np.asarray(shape, np.int64), "shape")]
+    nodes = [helper.make_node("GlobalAveragePool", ["images"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("MatMul", ["f", "w"], ["m"]),
+             helper.make_node("Reshape", ["m", "shape"], ["r"]),
+             helper.make_node("Add", ["r", "base"], ["output"])]
+    g = helper.make_graph(nodes, "head", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+                          [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)], inits)
+    return save_model(g, path)
+
+
+def make_variants(root: Path, build, sidecar: dict, images: list[dict], size: int, annotations=(),
+                  categories=()) -> tuple[Path, Path]:
+    """fp32 (built by `build(path)`) + dynamic int8 with `sidecar`, and COCO labels of random `size` images
+    (one per entry of `images`, each entry's keys added to its image entry); returns (variants folder, labels)."""
+    from bench_helpers import fp32_and_dynamic, random_images
+
+    vdir = fp32_and_dynamic(root / "variants", build, sidecar, "head", op_types=("MatMul",))
+    return vdir, random_images(root, images, size, annotations, categories)
+
+
+def sidecar(size: int, classes: list, decode: dict) -> dict:
+    return {"classes": classes,
+            "input": {"name": "images", "shape": [1, 3, size, size], "layout": "NCHW", "color": "RGB",
+                      "dtype": "float32", "scale": 1 / 255, "mean": [0, 0, 0], "std": [1, 1, 1]},
+            "decode": decode}
