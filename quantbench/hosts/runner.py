@@ -27,7 +27,7 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError
-from quantbench.fixtures import fixtures_chunks
+from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
@@ -58,6 +58,7 @@ class VariantInfo:
     raw_sha256: str
     inputs: dict  # input name -> shape (ints, or None for symbolic dims)
     external_data: bool = False  # its tensors' data lie in files beside it: it travels with them embedded
+    outputs: list = field(default_factory=list)  # the graph's output names, in order
 
     def model_bytes(self) -> bytes:
         """The bytes a worker runs: the file's, or with its external data embedded (modelio.self_contained_bytes)."""
@@ -68,19 +69,100 @@ class VariantInfo:
                 "variant": self.name, "path": str(self.path), "recipe": canonical_json(self.recipe or {})}
 
 
-def variant_info(v) -> VariantInfo:
-    """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
+def variant_info(v, loaded: tuple | None = None) -> VariantInfo:
+    """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo (a VariantInfo
+    as it is). `loaded`: (model, external data files) of v.path from modelio.load_with_data, when the caller
+    has them (the file is not parsed again)."""
+    if isinstance(v, VariantInfo):
+        return v
     path = Path(v.path)
-    model, files = load_with_data(path)
+    model, files = loaded if loaded is not None else load_with_data(path)
     vid = getattr(v, "variant_id", None) or semantic_sha256(model)
-    inputs = graph_inputs(model)
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
-                       raw_sha256=raw_sha256(path, files), inputs=inputs, external_data=bool(files))
+                       raw_sha256=raw_sha256(path, files, model), inputs=graph_inputs(model),
+                       external_data=bool(files), outputs=[o.name for o in model.graph.output])
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
     return fits(fx.input_name, list(fx.array.shape), vi.inputs)
+
+
+@dataclass
+class RunPlan:
+    """A run worked out once, before anything runs or is written (plan_run): its hosts, each variant's
+    identity, which fixtures fit which variant, its run id."""
+
+    specs: list            # HostSpecs, each host once, in the order named
+    hosts: list            # their host objects (registry.make_host), made once
+    asked: list            # [(variant as asked, its VariantInfo)]: every variant asked for
+    variants: list         # the distinct VariantInfos (by semantic id), in the order asked
+    fixtures: list         # each fixture once
+    fixtures_for: dict     # variant_id -> the fixtures that fit it
+    session: dict | None   # the session options as given
+    run_id: str | None = None
+    limit: int | None = None
+    labels: str | None = None   # the labels the fixtures were made from (None: the bundled corpus)
+    images: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+
+def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split: str | None = "eval",
+             limit: int | None = None, sidecar: dict | None = None, session: dict | None = None, hosts_file=None,
+             command: str | None = None, check_hosts: bool = True, check_variant=None) -> RunPlan:
+    """Everything a run needs, each model file parsed once: the hosts (made once; each ready, unless
+    `check_hosts` is False), each variant's info, the fixtures (given, or made from `labels`/`images`/`split`/
+    `limit`: without labels, the ones the variants were calibrated with) and which fit which variant, the run
+    id (`command` names the run; None: no id). `check_variant(variant, output_names)` runs on every variant
+    before its fixtures are made (e.g. a decoder check). Nothing is written."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ParameterError("limit", "must be at least 1", limit)
+    specs = _host_specs(hosts, hosts_file)
+    made = [make_host(spec) for spec in specs]
+    if check_hosts:
+        for host in made:
+            _ready(host)
+    if not variants:
+        raise UserError("no model variants to run; run `quantbench calibrate` first or pass --variants")
+    loaded = [None if isinstance(v, VariantInfo) else load_with_data(Path(v.path)) for v in variants]
+    if check_variant is not None:
+        for v, lw in zip(variants, loaded):
+            check_variant(v, v.outputs if lw is None else [o.name for o in lw[0].graph.output])
+    if fixtures is None:
+        if not labels:
+            labels, images = calibration_labels(variants, images)
+        fixtures, _ = fixtures_for_variants(variants, labels, images, split, limit, sidecar,
+                                            models=[lw[0] if lw else None for lw in loaded])
+        if not fixtures:
+            raise UserError(no_fixtures_message(labels, split))
+    asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
+    plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
+    plan.labels, plan.images = labels, images
+    if command is not None:
+        plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
+                                       variants=sorted(str(v.path) for v in variants),
+                                       fixtures=sorted(fx.fixture_id for fx in fixtures))
+    return plan
+
+
+def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:
+    """The plan's variants (each semantic id once) and fixtures (each once); every variant fits one."""
+    if not fixtures:
+        raise UserError("no fixtures to run; check --fixtures/--split/--limit")
+    infos: dict[str, VariantInfo] = {}
+    for _, vi in asked:
+        infos.setdefault(vi.variant_id, vi)
+    uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
+    fits_of = {vid: [fx for fx in uniq if _fits(fx, vi)] for vid, vi in infos.items()}
+    for vid, vi in infos.items():
+        if not fits_of[vid]:
+            shapes = sorted({f"{fx.input_name}{list(fx.array.shape)}" for fx in uniq})
+            raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) "
+                            f"{vi.inputs}; fixtures are {', '.join(shapes[:4])}")
+    return RunPlan(specs, made, asked, list(infos.values()), uniq, fits_of, session, limit=limit)
 
 
 def fixture_label(fx) -> str:
@@ -366,9 +448,9 @@ class _HostRun:
     #: an extra worker pays when the work it would share outlasts this many of its start-ups
     STARTUP_FACTOR = 1.0
 
-    def __init__(self, spec: HostSpec, ctx: "_Context", position: int, sched: "_Scheduler"):
+    def __init__(self, spec: HostSpec, host, ctx: "_Context", position: int, sched: "_Scheduler"):
         self.spec = spec
-        self.host = make_host(spec)
+        self.host = host
         self.ctx = ctx
         self.position = position
         self.sched = sched
@@ -567,7 +649,7 @@ class _HostRun:
     def _start_and_fingerprint(self, forked=None):
         """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
         `forked` from the first one (already tracked)."""
-        hs = forked or HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback)
+        hs = forked or HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback, host=self.host)
         try:
             hs.open()
         finally:
@@ -806,10 +888,10 @@ def _failure(host: str, exc: Exception) -> str:
 
 
 class _Context:
-    def __init__(self, variants, fixtures, session, root, allow_fallback, allow_version_mismatch, progress):
-        self.variants = variants
-        self.fixtures = fixtures
-        self.fixtures_by_id = {fx.fixture_id: fx for fx in fixtures}
+    def __init__(self, plan: RunPlan, session, root, allow_fallback, allow_version_mismatch, progress):
+        self.variants = plan.variants
+        self.fixtures = plan.fixtures
+        self.fixtures_by_id = {fx.fixture_id: fx for fx in plan.fixtures}
         self.session = session
         self.session_json = canonical_json(session)
         self.skey = session_key(session)
@@ -821,7 +903,7 @@ class _Context:
         self._bytes: dict[str, bytes] = {}
         self._store = None
         self._lock = threading.Lock()
-        self.fixtures_for = {vi.variant_id: [fx for fx in fixtures if _fits(fx, vi)] for vi in variants}
+        self.fixtures_for = plan.fixtures_for
         self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
         self.inputs_ok = False
 
@@ -875,20 +957,31 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
 
     `host_names`: names (see registry.resolve_hosts) or HostSpecs. `variants`: objects
-    with .name, .path, .model, .recipe. `fixtures`: quantbench.fixtures.Fixture list; a
-    variant runs the fixtures whose input name and shape match its single input.
-    Writes the fixtures, models, hosts and outputs tables under `tables_root`.
-    Finished work is skipped (cache by run_key); every finished result is kept when
-    something fails, and then RunFailed (a UserError) is raised after all hosts ended
-    (unless raise_on_error=False: the errors are in the summary).
+    with .name, .path, .model, .recipe (or VariantInfos). `fixtures`: quantbench.fixtures.Fixture
+    list; a variant runs the fixtures whose input name and shape match its single input.
+    plan_run, then run_plan (which see).
     """
+    worker_slots(jobs)  # a bad jobs fails before anything else
+    plan = plan_run(host_names, variants, fixtures=fixtures, session=session, hosts_file=hosts_file)
+    return run_plan(plan, allow_fallback=allow_fallback, allow_version_mismatch=allow_version_mismatch,
+                    progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
+                    raise_on_error=raise_on_error)
+
+
+def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, progress=True,
+             tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
+             raise_on_error: bool = True) -> RunSummary:
+    """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
+    Finished work is skipped (cache by run_key); every finished result is kept when something fails,
+    and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
+    errors are in the summary)."""
     slots, _ = worker_slots(jobs)
-    specs = _host_specs(host_names, hosts_file)
-    ctx = _context(variants, fixtures, normalize_session(session), tables_root, allow_fallback,
-                   allow_version_mismatch, progress)
-    hosts = [make_host(spec) for spec in specs]
-    _check_hosts(hosts, ctx)
-    summary = RunSummary(_run_all(specs, hosts, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
+    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, allow_version_mismatch,
+                   progress)
+    for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
+        if not host.runs_workers:  # join a class unmeasured)
+            check_coverage(host, ctx)
+    summary = RunSummary(_run_all(plan, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
                          ctx.session, ctx.skey, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
@@ -907,37 +1000,6 @@ def _host_specs(host_names, hosts_file) -> list[HostSpec]:
             spec = h if isinstance(h, HostSpec) else by_name[h.strip()]
             once.setdefault(spec.name, spec)
     return list(once.values())
-
-
-def _context(variants, fixtures, session, tables_root, allow_fallback, allow_version_mismatch, progress) -> _Context:
-    """The run's context: each variant identified once, each fixture once, and every variant fits a fixture."""
-    if not variants:
-        raise UserError("no model variants to run; run `quantbench calibrate` first or pass --variants")
-    if not fixtures:
-        raise UserError("no fixtures to run; check --fixtures/--split/--limit")
-    infos, seen = [], set()
-    for v in variants:
-        vi = variant_info(v)
-        if vi.variant_id not in seen:
-            seen.add(vi.variant_id)
-            infos.append(vi)
-    uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
-    ctx = _Context(infos, uniq, session, tables_root, allow_fallback, allow_version_mismatch, progress)
-    for vi in infos:
-        if not ctx.fixtures_for[vi.variant_id]:
-            shapes = sorted({f"{fx.input_name}{list(fx.array.shape)}" for fx in uniq})
-            raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) "
-                            f"{vi.inputs}; fixtures are {', '.join(shapes[:4])}")
-    return ctx
-
-
-def _check_hosts(hosts, ctx: _Context) -> None:
-    """Every host must be runnable before anything starts; an imported file must hold some of this run
-    (one that holds none must not join a class unmeasured)."""
-    for host in hosts:
-        _ready(host)
-        if not host.runs_workers:
-            check_coverage(host, ctx)
 
 
 def _ready(host) -> None:
@@ -969,13 +1031,13 @@ def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
         ctx.inputs_done.set()
 
 
-def _run_all(specs, hosts, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
+def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
     slots; imported hosts merge their file. The fixtures and models rows are written meanwhile.
     Returns the hosts' summaries in that order."""
     sched = _Scheduler(slots)
-    runs = [_HostRun(spec, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
-            for i, (spec, host) in enumerate(zip(specs, hosts))]
+    runs = [_HostRun(spec, host, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
+            for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
     sched.runs = [r for r in runs if isinstance(r, _HostRun)]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None

@@ -23,11 +23,13 @@ class HostSession:
     """A started, fingerprinted worker of `spec` (a quantbench.hosts.registry.HostSpec).
 
     `session` is the normalised session the fingerprint is taken under; `label`
-    names the host in errors (the explain commands' NAME+KEY=VALUE).
+    names the host in errors (the explain commands' NAME+KEY=VALUE); `host`: the host object of
+    `spec` when the caller made it already (registry.make_host; made here otherwise).
     """
 
-    def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None):
-        self.host = make_host(spec)
+    def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None,
+                 host=None):
+        self.host = host if host is not None else make_host(spec)
         if not self.host.runs_workers:
             raise UserError(f"host {label or spec.name}: an imported host cannot run new jobs; "
                             "name a local, emulated or ssh host")
@@ -68,7 +70,7 @@ class HostSession:
     def fork(self) -> "HostSession":
         """Another worker of this host forked from this idle one (WorkerClient.fork: it starts warm);
         open() then fingerprints it like a started one."""
-        child = HostSession(self.spec, self.session, self.allow_fallback, self.label)
+        child = HostSession(self.spec, self.session, self.allow_fallback, self.label, host=self.host)
         try:
             child.client = self.client.fork()
         except WorkerDied as exc:
