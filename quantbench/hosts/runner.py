@@ -33,7 +33,7 @@ from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
 from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_session, run_key, session_key
-from quantbench.hosts.local import WorkerDied
+from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256

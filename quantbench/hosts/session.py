@@ -15,7 +15,7 @@ import hashlib
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
 from quantbench.hosts.keys import fingerprint_request
-from quantbench.hosts.local import WorkerDied
+from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import make_host
 
 
