@@ -475,12 +475,11 @@ class _HostRun:
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
-        self.stop.set()
-        for c in list(self.clients):
-            try:
-                c.proc.kill()
-            except OSError:
-                pass
+        with self.lock:
+            self.stop.set()
+            clients = list(self.clients)
+        for c in clients:
+            _kill_client(c)
 
     # -- worker side
 
@@ -641,10 +640,13 @@ class _HostRun:
             self.summary.seconds = time.monotonic() - t0
 
     def _track(self, hs) -> None:
-        """Count a worker that exists and keep its client (killed on interrupt)."""
+        """Count a worker that exists and keep its client (killed on interrupt, or now if kill() came first)."""
         with self.lock:
             self.summary.workers += 1
             self.clients.append(hs.client)
+            stopped = self.stop.is_set()
+        if stopped:
+            _kill_client(hs.client)
 
     def _start_and_fingerprint(self, forked=None):
         """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
@@ -803,13 +805,27 @@ class _HostRun:
         The first worker forks it before its next task when it can; else it starts anew."""
         req = None
         with self.lock:
-            if self.origin is not None:
+            stopped = self.stop.is_set()  # (granted just before the host stopped: no thread after kill())
+            if stopped:
+                self.starting -= 1
+            elif self.origin is not None:
                 req = _ForkRequest()
                 self.fork_requests.append(req)  # now: the first worker serves it before it takes a task
-        th = threading.Thread(target=self._extra_worker, args=(req,), name=f"worker-{self.spec.name}", daemon=True)
+            if not stopped:
+                th = threading.Thread(target=self._extra_worker, args=(req,), name=f"worker-{self.spec.name}",
+                                      daemon=True)
+                self.extra_threads.append(th)
+                th.start()
+        if stopped:
+            self.sched.release(self)
+
+    def join_workers(self) -> bool:
+        """Wait for the extra workers' threads; False when none was left to wait for."""
         with self.lock:
-            self.extra_threads.append(th)
-        th.start()
+            alive = [th for th in self.extra_threads if th.is_alive()]
+        for th in alive:
+            th.join()
+        return bool(alive)
 
     def _extra_worker(self, req: "_ForkRequest | None" = None) -> None:
         client = None
@@ -858,6 +874,13 @@ class _HostRun:
             if client is not None:
                 client.close()
             self.sched.release(self)
+
+
+def _kill_client(client) -> None:
+    try:
+        client.proc.kill()
+    except OSError:
+        pass
 
 
 class _ImportedRun:
@@ -1031,6 +1054,15 @@ def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
         ctx.inputs_done.set()
 
 
+def _join_all(threads, runs) -> None:
+    """Wait for the hosts' threads, then for every extra worker any of them was granted (a worker ending
+    may grant another host one, so until none is left). After kill() each ends at its next step."""
+    for th in threads:
+        th.join()
+    while any([r.join_workers() for r in runs if isinstance(r, _HostRun)]):
+        pass
+
+
 def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
     slots; imported hosts merge their file. The fixtures and models rows are written meanwhile.
@@ -1055,12 +1087,11 @@ def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None) 
     except KeyboardInterrupt:
         for r in runs:
             r.kill()
-        for th in threads:
-            th.join(timeout=30)
         raise
     finally:
         inputs_error = inputs_written.exception() if inputs_written else None  # (waits for the tables)
         ctx.inputs_done.set()  # (interrupted before they were written: no writer waits for them)
+        _join_all(threads, runs)  # every worker thread ended: nothing writes once run_hosts returned or raised
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows
