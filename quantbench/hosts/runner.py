@@ -32,7 +32,7 @@ from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
-from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_session, run_key, session_key
+from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, normalize_session, run_key, session_key
 from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
@@ -488,6 +488,7 @@ class _HostRun:
             self.summary.errors.append(msg)
 
     def _job(self, vi: VariantInfo, fxs: list) -> tuple[dict, list]:
+        """(the request of one task, as HostSession.run_job takes it; its payload parts)."""
         parts, offset = [], 0
         if self.host.model_by_path and not vi.external_data:
             model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
@@ -496,26 +497,22 @@ class _HostRun:
             model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
             parts.append(data)
             offset = len(data)
-        fx_headers = []
+        entries = []
         store = self.ctx.input_store() if self.host.reads_input_store() else None
         for fx in fxs:
             arr = W.canonical(fx.array)
-            entry = {"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": arr.dtype.str,
-                     "shape": list(arr.shape)}
             if store is not None:  # same filesystem: the worker maps the inputs written once per run
-                entry.update(offset=store[1][fx.fixture_id], nbytes=arr.nbytes)
+                entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, store[1][fx.fixture_id], arr.nbytes))
             else:
                 raw = self.ctx.fixture_bytes(fx)
-                entry.update(offset=offset, nbytes=len(raw))
+                entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, offset, len(raw)))
                 parts.append(raw)
                 offset += len(raw)
-            fx_headers.append(entry)
-        header = {"type": "run", "host": self.spec.name, "variant": vi.name, "variant_id": vi.variant_id,
-                  "model": model, "session": self.ctx.session, "fixtures": fx_headers, "return_tensors": True,
-                  "allow_fallback": self.ctx.allow_fallback, "repeat": 1}
+        request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
+                   "return_tensors": True, "repeat": 1}
         if store is not None:
-            header["store"] = store[0]
-        return header, parts
+            request["store"] = store[0]
+        return request, parts
 
     def _rows(self, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
         fid = h["fixture_id"]
@@ -530,7 +527,7 @@ class _HostRun:
                          "tensor": tensor, "providers": providers})
         return rows
 
-    def _drive(self, client, tasks: "_Tasks", origin=None) -> None:
+    def _drive(self, hs, tasks: "_Tasks", origin=None) -> None:
         """Run tasks on one worker until none are left (or the host stops); `origin` (the first worker's
         HostSession) forks the extra workers asked for before each task."""
         last = None
@@ -546,7 +543,7 @@ class _HostRun:
                 last = vi.variant_id
                 with self.lock:
                     self.unclaimed -= len(fxs)
-                if not self._run_task(client, vi, fxs):
+                if not self._run_task(hs, vi, fxs):
                     return
         finally:
             tasks.done(last)
@@ -575,14 +572,14 @@ class _HostRun:
             finally:
                 req.done.set()
 
-    def _run_task(self, client, vi, fxs) -> bool:
-        """One job on one worker; False when the worker (or the host) must stop."""
-        header, payload = self._job(vi, fxs)
+    def _run_task(self, hs, vi, fxs) -> bool:
+        """One job on one worker (a HostSession); False when the worker (or the host) must stop."""
+        request, payload = self._job(vi, fxs)
         pending = {fx.fixture_id: fx for fx in fxs}
         order = [fx.fixture_id for fx in fxs]
         providers: list = []
         try:
-            for h, p in client.request(header, payload):
+            for h, p in hs.run_job(payload, **request):
                 t = h.get("type")
                 if t == "session":
                     providers = h["providers"]
@@ -727,7 +724,7 @@ class _HostRun:
         if self.host.reads_input_store():  # same filesystem: write the input store while the worker starts
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
         hs = self._start_and_fingerprint()
-        client, fp, fid = hs.client, hs.fingerprint, hs.fingerprint_id
+        fp, fid = hs.fingerprint, hs.fingerprint_id
         fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
         try:
@@ -761,7 +758,7 @@ class _HostRun:
                 self.tasks = tasks
                 self.origin = origin
             self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
-            self._drive(client, tasks, origin)
+            self._drive(hs, tasks, origin)
             with self.lock:
                 self.active -= 1
             # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
@@ -769,7 +766,7 @@ class _HostRun:
         finally:
             for th in list(self.extra_threads):
                 th.join()
-            client.close()  # after the extra workers: the forked ones are its children
+            hs.close()  # after the extra workers: the forked ones are its children
         self.writer.flush()
         self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0
 
@@ -828,7 +825,7 @@ class _HostRun:
         return bool(alive)
 
     def _extra_worker(self, req: "_ForkRequest | None" = None) -> None:
-        client = None
+        hs = None
         try:
             try:
                 forked = None
@@ -847,7 +844,7 @@ class _HostRun:
                         forked.kill()
                     return
                 hs = self._start_and_fingerprint(forked)
-                client, fid2 = hs.client, hs.fingerprint_id
+                fid2 = hs.fingerprint_id
                 if forked is not None:
                     with self.lock:
                         self.summary.forked += 1
@@ -862,7 +859,7 @@ class _HostRun:
             with self.lock:
                 self.active += 1
             try:
-                self._drive(client, self.tasks)
+                self._drive(hs, self.tasks)
             finally:
                 with self.lock:
                     self.active -= 1
@@ -871,8 +868,8 @@ class _HostRun:
         except Exception as exc:
             self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
         finally:
-            if client is not None:
-                client.close()
+            if hs is not None:
+                hs.close()
             self.sched.release(self)
 
 
