@@ -444,6 +444,159 @@ class _ForkRequest:
         self.t0 = 0.0
 
 
+def _task_request(host, ctx: "_Context", vi: VariantInfo, fxs: list) -> tuple[dict, list]:
+    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts)."""
+    parts, offset = [], 0
+    if host.model_by_path and not vi.external_data:
+        model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
+    else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
+        data = vi.model_bytes()
+        model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
+        parts.append(data)
+        offset = len(data)
+    entries = []
+    store = ctx.input_store() if host.reads_input_store() else None
+    for fx in fxs:
+        arr = W.canonical(fx.array)
+        if store is not None:  # same filesystem: the worker maps the inputs written once per run
+            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, store[1][fx.fixture_id], arr.nbytes))
+        else:
+            raw = ctx.fixture_bytes(fx)
+            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, offset, len(raw)))
+            parts.append(raw)
+            offset += len(raw)
+    request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
+               "return_tensors": True, "repeat": 1}
+    if store is not None:
+        request["store"] = store[0]
+    return request, parts
+
+
+def _result_rows(run, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
+    """The outputs rows of one result frame `h` of host run `run` (under its fingerprint and session)."""
+    fid = h["fixture_id"]
+    rk = run_key(vi.variant_id, fid, run.fingerprint_id, run.ctx.skey)
+    rows = []
+    for o in h["outputs"]:
+        tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
+        rows.append({"run_key": rk, "host": run.spec.name, "fingerprint_id": run.fingerprint_id,
+                     "session_key": run.ctx.skey, "session_options": run.ctx.session_json,
+                     "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
+                     "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
+                     "tensor": tensor, "providers": providers})
+    return rows
+
+
+class _TaskLoop:
+    """One worker's task loop: takes its host's tasks (_Tasks) in turn, sends each as one request through its
+    HostSession, turns the result frames into outputs rows for the host's writer; the first worker
+    (`origin`) also forks the extra workers asked for between two tasks."""
+
+    def __init__(self, run: "_HostRun", hs, tasks: "_Tasks", origin=None):
+        self.run, self.hs, self.tasks, self.origin = run, hs, tasks, origin
+
+    def drive(self) -> None:
+        """Run tasks until none are left (or the host stops); the first worker (`origin`) forks the extra
+        workers asked for before each task."""
+        last = None
+        try:
+            while not self.run.stop.is_set():
+                if self.origin is not None:
+                    self._serve_forks()
+                got = self.tasks.take(last)
+                if got is None:
+                    last = None  # take() already counted this worker off its last variant
+                    return
+                vi, fxs = got
+                last = vi.variant_id
+                with self.run.lock:
+                    self.run.unclaimed -= len(fxs)
+                if not self._run_task(vi, fxs):
+                    return
+        finally:
+            self.tasks.done(last)
+            if self.origin is not None:
+                self._serve_forks(last=True)
+
+    def _serve_forks(self, last: bool = False) -> None:
+        """Fork the extra workers asked for (they fingerprint and run on their own threads); `last`:
+        this worker takes no more tasks, so later requests start a new worker instead."""
+        while True:
+            with self.run.lock:
+                if last:
+                    self.run.origin = None
+                if not self.run.fork_requests:
+                    return
+                req = self.run.fork_requests.pop(0)
+            try:
+                if not last and not self.run.stop.is_set():
+                    req.t0 = time.monotonic()
+                    req.session = self.origin.fork()
+                    self.run._track(req.session)
+                    if self.run.stop.is_set():  # interrupted meanwhile: kill() may have missed it
+                        req.session.kill()
+            except Exception as exc:  # e.g. the fork was refused: the extra worker starts anew
+                req.error = str(exc)
+            finally:
+                req.done.set()
+
+    def _run_task(self, vi, fxs) -> bool:
+        """One job on this worker; False when the worker (or the host) must stop."""
+        request, payload = _task_request(self.run.host, self.run.ctx, vi, fxs)
+        pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
+        providers: list = []
+        try:
+            for h, p in self.hs.run_job(payload, **request):
+                providers = self._frame(vi, h, p, providers, pending)
+        except Exception as exc:
+            self._failed(vi, pending, exc)
+            return False
+        self.run.writer.flush()
+        return not self.run.stop.is_set()
+
+    def _frame(self, vi, h: dict, p: bytes, providers: list, pending: dict) -> list:
+        """Count one frame of a job, its results as outputs rows; returns the providers its session resolved."""
+        run, summary, t = self.run, self.run.summary, h.get("type")
+        if t == "session":
+            providers = h["providers"]
+            with run.lock:
+                summary.sessions_reused += 1 if h.get("reused") else 0
+                summary.session_seconds += h.get("session_seconds", 0.0)
+                if providers not in summary.providers:
+                    summary.providers.append(providers)
+        elif t == "verified":  # input hashing time, spent on the worker's helper thread
+            with run.lock:
+                summary.verify_seconds += h.get("verify_seconds", 0.0)
+        elif t == "result":
+            run.writer.add(_result_rows(run, vi, h, p, providers))
+            pending.pop(h["fixture_id"], None)
+            with run.lock:
+                summary.ran += 1
+                summary.infer_seconds += h.get("seconds", 0.0)
+                summary.infer_each.append(h.get("seconds", 0.0))
+            if run.bar is not None:
+                run.bar.update(1)
+        elif t == "error":
+            fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
+            where = f", fixture {fixture_label(fx)}" if fx else ""
+            run._error(f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
+            run.stop.set()  # the job stopped at the failing fixture: so does the host (results so far stand)
+        return providers
+
+    def _failed(self, vi, pending: dict, exc: Exception) -> None:
+        """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""
+        run = self.run
+        run.writer.flush()
+        in_flight = next(iter(pending.values()), None)
+        where = f", fixture {fixture_label(in_flight)}" if in_flight else ""
+        if isinstance(exc, WorkerDied):
+            msg = run.host.job_death_message(exc)
+        else:
+            msg = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        run._error(f"host {run.spec.name}, variant {vi.name}{where}: {msg}")
+        run.stop.set()
+
+
 class _HostRun:
     #: an extra worker pays when the work it would share outlasts this many of its start-ups
     STARTUP_FACTOR = 1.0
@@ -486,141 +639,6 @@ class _HostRun:
     def _error(self, msg: str) -> None:
         with self.lock:
             self.summary.errors.append(msg)
-
-    def _job(self, vi: VariantInfo, fxs: list) -> tuple[dict, list]:
-        """(the request of one task, as HostSession.run_job takes it; its payload parts)."""
-        parts, offset = [], 0
-        if self.host.model_by_path and not vi.external_data:
-            model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
-        else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
-            data = vi.model_bytes()
-            model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
-            parts.append(data)
-            offset = len(data)
-        entries = []
-        store = self.ctx.input_store() if self.host.reads_input_store() else None
-        for fx in fxs:
-            arr = W.canonical(fx.array)
-            if store is not None:  # same filesystem: the worker maps the inputs written once per run
-                entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, store[1][fx.fixture_id], arr.nbytes))
-            else:
-                raw = self.ctx.fixture_bytes(fx)
-                entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, offset, len(raw)))
-                parts.append(raw)
-                offset += len(raw)
-        request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
-                   "return_tensors": True, "repeat": 1}
-        if store is not None:
-            request["store"] = store[0]
-        return request, parts
-
-    def _rows(self, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
-        fid = h["fixture_id"]
-        rk = run_key(vi.variant_id, fid, self.fingerprint_id, self.ctx.skey)
-        rows = []
-        for o in h["outputs"]:
-            tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
-            rows.append({"run_key": rk, "host": self.spec.name, "fingerprint_id": self.fingerprint_id,
-                         "session_key": self.ctx.skey, "session_options": self.ctx.session_json,
-                         "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
-                         "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
-                         "tensor": tensor, "providers": providers})
-        return rows
-
-    def _drive(self, hs, tasks: "_Tasks", origin=None) -> None:
-        """Run tasks on one worker until none are left (or the host stops); `origin` (the first worker's
-        HostSession) forks the extra workers asked for before each task."""
-        last = None
-        try:
-            while not self.stop.is_set():
-                if origin is not None:
-                    self._serve_forks(origin)
-                got = tasks.take(last)
-                if got is None:
-                    last = None  # take() already counted this worker off its last variant
-                    return
-                vi, fxs = got
-                last = vi.variant_id
-                with self.lock:
-                    self.unclaimed -= len(fxs)
-                if not self._run_task(hs, vi, fxs):
-                    return
-        finally:
-            tasks.done(last)
-            if origin is not None:
-                self._serve_forks(origin, last=True)
-
-    def _serve_forks(self, origin, last: bool = False) -> None:
-        """Fork the extra workers asked for (they fingerprint and run on their own threads); `last`:
-        this worker takes no more tasks, so later requests start a new worker instead."""
-        while True:
-            with self.lock:
-                if last:
-                    self.origin = None
-                if not self.fork_requests:
-                    return
-                req = self.fork_requests.pop(0)
-            try:
-                if not last and not self.stop.is_set():
-                    req.t0 = time.monotonic()
-                    req.session = origin.fork()
-                    self._track(req.session)
-                    if self.stop.is_set():  # interrupted meanwhile: kill() may have missed it
-                        req.session.kill()
-            except Exception as exc:  # e.g. the fork was refused: the extra worker starts anew
-                req.error = str(exc)
-            finally:
-                req.done.set()
-
-    def _run_task(self, hs, vi, fxs) -> bool:
-        """One job on one worker (a HostSession); False when the worker (or the host) must stop."""
-        request, payload = self._job(vi, fxs)
-        pending = {fx.fixture_id: fx for fx in fxs}
-        order = [fx.fixture_id for fx in fxs]
-        providers: list = []
-        try:
-            for h, p in hs.run_job(payload, **request):
-                t = h.get("type")
-                if t == "session":
-                    providers = h["providers"]
-                    if h.get("reused"):
-                        with self.lock:
-                            self.summary.sessions_reused += 1
-                    with self.lock:
-                        self.summary.session_seconds += h.get("session_seconds", 0.0)
-                        if providers not in self.summary.providers:
-                            self.summary.providers.append(providers)
-                elif t == "verified":  # input hashing time, spent on the worker's helper thread
-                    with self.lock:
-                        self.summary.verify_seconds += h.get("verify_seconds", 0.0)
-                elif t == "result":
-                    self.writer.add(self._rows(vi, h, p, providers))
-                    pending.pop(h["fixture_id"], None)
-                    with self.lock:
-                        self.summary.ran += 1
-                        self.summary.infer_seconds += h.get("seconds", 0.0)
-                        self.summary.infer_each.append(h.get("seconds", 0.0))
-                    if self.bar is not None:
-                        self.bar.update(1)
-                elif t == "error":
-                    fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
-                    where = f", fixture {fixture_label(fx)}" if fx else ""
-                    self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
-                    # the job stopped at the failing fixture: so does the host (results so far stand)
-                    self.stop.set()
-        except Exception as exc:
-            self.writer.flush()
-            in_flight = next((f for f in order if f in pending), None)
-            where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
-            if isinstance(exc, WorkerDied):
-                msg = self.host.job_death_message(exc)
-            else:
-                msg = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
-            self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
-            self.stop.set()
-            return False
-        self.writer.flush()
-        return not self.stop.is_set()
 
     # -- host side
 
@@ -758,7 +776,7 @@ class _HostRun:
                 self.tasks = tasks
                 self.origin = origin
             self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
-            self._drive(hs, tasks, origin)
+            _TaskLoop(self, hs, tasks, origin).drive()
             with self.lock:
                 self.active -= 1
             # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
@@ -859,7 +877,7 @@ class _HostRun:
             with self.lock:
                 self.active += 1
             try:
-                self._drive(hs, self.tasks)
+                _TaskLoop(self, hs, self.tasks).drive()
             finally:
                 with self.lock:
                     self.active -= 1
