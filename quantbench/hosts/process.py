@@ -265,6 +265,9 @@ class ProcessHost:
     options: dict = field(default_factory=dict)
     #: the worker can open the model file by path (same filesystem)
     model_by_path: bool = True
+    #: ready() said yes to whoever made this object (a run checks its hosts once, before it starts): start()
+    #: does not ask again
+    ready_checked = False
     #: results come from workers this host starts (an imported host merges a file instead)
     runs_workers = True
     #: its workers run on this machine's cores, so each takes one of the runner's slots
@@ -284,9 +287,10 @@ class ProcessHost:
         return True, "ready"
 
     def start(self) -> WorkerClient:
-        ok, msg = self.ready()
-        if not ok:
-            raise UserError(f"host {self.name}: {msg}")
+        if not self.ready_checked:
+            ok, msg = self.ready()
+            if not ok:
+                raise UserError(f"host {self.name}: {msg}")
         argv, env, preamble = self.command()
         return WorkerClient(argv, env, self.name, preamble)
 

@@ -64,3 +64,27 @@ def test_plan_refuses_a_bad_limit_before_reading_anything(workdir, monkeypatch):
     with pytest.raises(ParameterError, match=r"^limit=0: must be at least 1"):
         plan_run(["x86"], [variant(matmul_model(workdir / "a.onnx"))], limit=0)
     assert not loads
+
+
+def test_a_run_makes_each_host_object_once_and_asks_it_ready_once(workdir, capsys, monkeypatch):
+    """The host object plan_run made is the one its workers start from (passed in, never made again)."""
+    from quantbench.hosts.local import LocalHost
+
+    seen = []
+    real_ready, real_start = LocalHost.ready, LocalHost.start
+
+    def ready(self):
+        seen.append(("ready", id(self)))
+        return real_ready(self)
+
+    def start(self):
+        seen.append(("start", id(self)))
+        return real_start(self)
+
+    monkeypatch.setattr(LocalHost, "ready", ready)
+    monkeypatch.setattr(LocalHost, "start", start)
+    model = matmul_model(workdir / "a.onnx")
+    run_plan(plan_run(["x86"], [variant(model)], fixtures=fixtures(2)), progress=False, tables_root=workdir / "t",
+             jobs=1)
+    hosts = {h for _, h in seen}
+    assert len(hosts) == 1 and sorted(k for k, _ in seen) == ["ready", "start"]
