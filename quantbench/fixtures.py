@@ -31,9 +31,10 @@ from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, read_json, sha256_file
 from quantbench.hosts.worker import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
-from quantbench.preprocess import check_input_block, load_rgb, to_tensor
+from quantbench.preprocess import load_rgb, to_tensor
+from quantbench.recipe import input_spec_for
 from quantbench.strata import clean_label, density_label, single_label
-from quantbench.variants import input_spec_for, inside, is_demo
+from quantbench.variants import inside, is_demo
 
 #: how recipes and calibration-set manifests name the bundled corpus
 BUNDLED_LABELS = "bundled:corpus/labels.json"
@@ -496,14 +497,14 @@ def fixtures_for_variants(variants, labels=None, images=None, split: str | None 
                           sidecar: dict | None = None, models: list | None = None) -> tuple[list[Fixture], dict]:
     """Fixtures for every distinct input recipe among `variants`; returns (fixtures, spec by fixture id).
 
-    Each variant's recipe comes from quantbench.variants.input_spec_for (its
+    Each variant's recipe comes from quantbench.recipe.input_spec_for (its
     calibration recipe, or the sidecar beside the file); `sidecar` overrides it
     where it agrees with the calibration. split "all" (or None) takes every image.
     `models`: each variant's loaded model, in the same order, when the caller has them (no second load).
     """
     specs = {}
     for v, model in zip(variants, models or [None] * len(variants)):
-        spec = check_input_block(input_spec_for(v, sidecar, model=model), v.path)
+        spec = input_spec_for(v, sidecar, model=model)   # checked there, once
         specs.setdefault(canonical_json(spec), spec)
     fixtures, spec_of = [], {}
     for spec in specs.values():

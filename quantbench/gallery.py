@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from quantbench import tables
+from quantbench.analysis.decode import NONE, kind_of
 from quantbench.fsutil import atomic_path, content_key, key_path, write_key
 from quantbench.textfmt import num
 
@@ -36,8 +37,6 @@ PER_COMPARISON = 8
 THUMB = 256
 REF_COLOR = (0, 200, 0)
 CAND_COLOR = (230, 0, 200)
-BOX_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels",
-              "threshold-map": "normalized"}
 
 
 def safe(name: str) -> str:
@@ -70,7 +69,7 @@ def tensor_rgb(arr: np.ndarray, spec: dict) -> np.ndarray:
 
 def box_frame(decode: dict, sidecar: dict | None) -> str | None:
     block = (sidecar or {}).get("decode") or {}
-    return block.get("box_frame") or BOX_FRAMES.get(decode.get("kind"))
+    return kind_of(decode.get("kind") or NONE).frame(block)
 
 
 def _font(size: int = 11):

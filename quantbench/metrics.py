@@ -187,44 +187,18 @@ def coco_ap(detections: dict, gt: dict) -> dict:
     truth (None when no image has a box), "per_class": {class_id: AP50},
     "per_class_50_95": {class_id: AP50:95}, "n_gt": {class_id: count}}.
     """
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    return _ap_figures(*_evaluated(detections, gt))
 
-    ids = sorted(gt)
-    num = {i: k + 1 for k, i in enumerate(ids)}   # COCOeval wants sortable ids: any hashable image id works
-    n_gt: dict[int, int] = {}
-    gt_anns, dt_anns = [], []
-    for i in ids:
-        for x1, y1, x2, y2, c in np.asarray(gt[i], np.float64).reshape(-1, 5).tolist():
-            n_gt[int(c)] = n_gt.get(int(c), 0) + 1
-            w, h = x2 - x1, y2 - y1
-            gt_anns.append({"id": len(gt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
-        for x1, y1, x2, y2, s, c in _as_dets(detections.get(i, np.zeros((0, 6)))).tolist():
-            w, h = x2 - x1, y2 - y1
-            dt_anns.append({"id": len(dt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "score": s, "iscrowd": 0})
-    cats = sorted(set(n_gt) | {a["category_id"] for a in dt_anns})
+
+def _ap_figures(ev, n_gt: dict) -> dict:
+    """coco_ap's figures from its evaluation (``_evaluated``)."""
     out = {"ap50": 0.0, "ap50_95": 0.0, "per_class": {c: 0.0 for c in sorted(n_gt)},
            "per_class_50_95": {c: 0.0 for c in sorted(n_gt)}, "n_gt": n_gt}
     if not n_gt:
         return {**out, "ap50": None, "ap50_95": None}
-    if not dt_anns:
+    if ev is None:
         return out
-    images = [{"id": num[i]} for i in ids]
-    quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet):   # pycocotools prints its progress
-        coco_gt, coco_dt = COCO(), COCO()
-        coco_gt.dataset = {"images": images, "annotations": gt_anns, "categories": [{"id": c} for c in cats]}
-        coco_dt.dataset = {"images": images, "annotations": dt_anns, "categories": [{"id": c} for c in cats]}
-        coco_gt.createIndex()
-        coco_dt.createIndex()
-        ev = COCOeval(coco_gt, coco_dt, "bbox")
-        ev.params.imgIds = [num[i] for i in ids]
-        _only_reported(ev.params)
-        ev.computeIoU = types.MethodType(_compute_iou, ev)
-        ev.evaluateImg = types.MethodType(_evaluate_img, ev)
-        ev.evaluate()
+    with contextlib.redirect_stdout(io.StringIO()):   # pycocotools prints its progress
         ev.accumulate()
     prec = ev.eval["precision"]            # [IoU thresholds, recall points, classes, areas, max dets]
     area_all = list(ev.params.areaRngLbl).index("all")
@@ -242,6 +216,128 @@ def coco_ap(detections: dict, gt: dict) -> dict:
     out["ap50"] = mean(p[0])
     out["ap50_95"] = mean(p)
     return out
+
+
+def _evaluated(detections: dict, gt: dict):
+    """(COCOeval of the images of `gt`, evaluated but not accumulated, or None when there is no ground-truth box
+    or no detection; {class_id: ground-truth boxes})."""
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    ids = sorted(gt)
+    num = {i: k + 1 for k, i in enumerate(ids)}   # COCOeval wants sortable ids: any hashable image id works
+    n_gt: dict[int, int] = {}
+    gt_anns, dt_anns = [], []
+    for i in ids:
+        for x1, y1, x2, y2, c in np.asarray(gt[i], np.float64).reshape(-1, 5).tolist():
+            n_gt[int(c)] = n_gt.get(int(c), 0) + 1
+            w, h = x2 - x1, y2 - y1
+            gt_anns.append({"id": len(gt_anns) + 1, "image_id": num[i], "category_id": int(c),
+                            "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
+        for x1, y1, x2, y2, s, c in _as_dets(detections.get(i, np.zeros((0, 6)))).tolist():
+            w, h = x2 - x1, y2 - y1
+            dt_anns.append({"id": len(dt_anns) + 1, "image_id": num[i], "category_id": int(c),
+                            "bbox": [x1, y1, w, h], "area": w * h, "score": s, "iscrowd": 0})
+    if not n_gt or not dt_anns:
+        return None, n_gt
+    cats = sorted(set(n_gt) | {a["category_id"] for a in dt_anns})
+    images = [{"id": num[i]} for i in ids]
+    with contextlib.redirect_stdout(io.StringIO()):   # pycocotools prints its progress
+        coco_gt, coco_dt = COCO(), COCO()
+        coco_gt.dataset = {"images": images, "annotations": gt_anns, "categories": [{"id": c} for c in cats]}
+        coco_dt.dataset = {"images": images, "annotations": dt_anns, "categories": [{"id": c} for c in cats]}
+        coco_gt.createIndex()
+        coco_dt.createIndex()
+        ev = COCOeval(coco_gt, coco_dt, "bbox")
+        ev.params.imgIds = [num[i] for i in ids]
+        _only_reported(ev.params)
+        ev.computeIoU = types.MethodType(_compute_iou, ev)
+        ev.evaluateImg = types.MethodType(_evaluate_img, ev)
+        ev.evaluate()
+    return ev, n_gt
+
+
+def coco_matches(detections: dict, gt: dict) -> dict:
+    """coco_ap's matching (COCOeval's, run once), kept so that its AP50 and AP50:95 can be recomputed for any
+    weighting of the images without matching again (``weighted_ap``: a bootstrap resample weights each image
+    by how often it is drawn).
+
+    For each class with ground truth and each IoU threshold, over that class's true positives in the order
+    COCOeval's accumulation ranks the detections: (``tp`` [P, n], the true positives of each image ranked at or
+    above each one; ``fp`` [P, n], the false positives of each image ranked above it). ``gt`` [n, K]: the
+    counted ground-truth boxes per image and class; n the images of `gt` in sorted order. ``ap``: coco_ap's
+    figures, from the same evaluation.
+    """
+    from pycocotools.cocoeval import Params
+
+    ev, n_gt = _evaluated(detections, gt)
+    params = ev.params if ev is not None else Params(iouType="bbox")
+    n, classes = len(gt), sorted(n_gt)
+    counts = np.zeros((n, len(classes)))   # without detections: every box (AP 0, as coco_ap says)
+    for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
+        for j, c in enumerate(classes):
+            counts[i, j] = np.count_nonzero(g[:, 4] == c)
+    matches = [[(np.zeros((0, n)), np.zeros((0, n)))] * len(params.iouThrs) for _ in classes]
+    if ev is not None:
+        for j, c in enumerate(classes):
+            k = list(ev.params.catIds).index(c)
+            evals = [(i, e) for i, e in enumerate(ev.evalImgs[k * n:(k + 1) * n]) if e is not None]
+            for i, e in evals:
+                counts[i, j] = np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)
+            matches[j] = _class_matches(evals, n)
+    return {"matches": matches, "gt": counts, "recall": np.asarray(params.recThrs, np.float64),
+            "ap": _ap_figures(ev, n_gt)}
+
+
+def _class_matches(evals: list, n: int) -> list:
+    """One class's (tp, fp) per IoU threshold (``coco_matches``) from its COCOeval image evaluations."""
+    if not any(len(e["dtScores"]) for _, e in evals):
+        return [(np.zeros((0, n)), np.zeros((0, n)))] * len(evals[0][1]["dtMatches"])
+    score = np.concatenate([np.asarray(e["dtScores"], np.float64) for _, e in evals])
+    image = np.concatenate([np.full(len(e["dtScores"]), i) for i, e in evals])
+    order = np.argsort(-score, kind="mergesort")   # as COCOeval.accumulate ranks them
+    dtm = np.concatenate([e["dtMatches"] for _, e in evals], axis=1)[:, order]
+    dtig = np.concatenate([e["dtIgnore"] for _, e in evals], axis=1)[:, order].astype(bool)
+    image = image[order]
+    out = []
+    for tp, fp in zip((dtm != 0) & ~dtig, (dtm == 0) & ~dtig):
+        pos, neg = np.flatnonzero(tp), np.flatnonzero(fp)
+        a = np.zeros((pos.size, n))
+        a[np.arange(pos.size), image[pos]] = 1
+        b = np.zeros((pos.size + 1, n))
+        np.add.at(b, (np.searchsorted(pos, neg), image[neg]), 1)
+        out.append((np.cumsum(a, axis=0), np.cumsum(b, axis=0)[:pos.size]))
+    return out
+
+
+def weighted_ap(m: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(AP50, AP50:95) of ``coco_matches`` `m` with image i counted weights[r, i] times, per row r of `weights`
+    ([R, n]); all ones gives coco_ap's figures (to rounding), NaN where no weighted image has a box.
+
+    COCOeval's interpolated precision at recall point x is the best precision of any true positive reaching
+    recall >= x (precision peaks at true positives), so only the true positives are visited. Tied scores of one
+    image drawn twice count as one step (COCOeval would rank the copies one after the other)."""
+    w = np.asarray(weights, np.float64)
+    npig = w @ m["gt"]
+    valid = npig > 0
+    recall = m["recall"]
+    total = np.zeros((w.shape[0], len(m["matches"][0]) if m["matches"] else 1))
+    for k, per_t in enumerate(m["matches"]):
+        for t, (a, b) in enumerate(per_t):
+            if not a.shape[0]:
+                continue
+            tp, fp = w @ a.T, w @ b.T
+            with np.errstate(divide="ignore", invalid="ignore"):
+                rc = tp / npig[:, k:k + 1]
+            pr = tp / (fp + tp + np.spacing(1))
+            best = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
+            reach = np.diff(np.searchsorted(recall, rc, side="right"), axis=1, prepend=0)
+            total[:, t] += np.where(valid[:, k], (best * reach).sum(axis=1), 0.0)
+    nv = valid.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ap50 = np.where(nv > 0, total[:, 0] / (nv * recall.size), np.nan)
+        ap = np.where(nv > 0, total.sum(axis=1) / (nv * recall.size * total.shape[1]), np.nan)
+    return ap50, ap
 
 
 def ap50(detections: dict, gt: dict) -> dict:

@@ -25,6 +25,7 @@ from quantbench import gallery as GL
 from quantbench.ahead import MAX_JOBS, Ahead
 from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
+from quantbench.analysis.decode import kind_of
 from quantbench.analysis.equiv import as_json, write_tables
 from quantbench.analysis.gates import ship_verdict
 from quantbench.assets import RESULTS_DIR
@@ -196,9 +197,7 @@ def plot_class_map(result, path: Path) -> Path | None:
 
 def margin_axis(decode: dict) -> str:
     """The x-axis of a variant's flip margins, as its decoder defines the decision boundary."""
-    if decode.get("kind") == "classifier-softmax" and decode.get("threshold") is None:
-        return "fp32 top-1 minus top-2 probability"
-    return "fp32 score minus threshold"
+    return kind_of(decode["kind"]).margin_axis(decode.get("threshold"))
 
 
 KIND_TITLES = {"own-fp32": "vs fp32, same host", "ref-fp32": "vs fp32 on the reference host",
@@ -397,7 +396,7 @@ def verdict_lines(result) -> list[str]:
         n = len(v["classes"])
         cls = "one class of bytes" if n == 1 else (f"{n} classes of bytes (" + " | ".join(
             f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"]) + ")")
-        compared = v["decode"]["kind"] != "none"
+        compared = kind_of(v["decode"]["kind"]).decides
         if compared:
             flips, counts = _flips_part(result, v, hosts)
             agree, differ = _hosts_part(result, v)
@@ -489,7 +488,7 @@ def _difference_text(d: dict) -> str:
 
 def difference_lines(result, a: dict, names: list, hosts: list) -> list[str]:
     """Accuracy differences between hosts (and against fp32 on one host) with their paired bootstrap interval
-    (quantbench.analysis.accuracy.differences); AP, not a mean over images, as the plain difference."""
+    (quantbench.analysis.accuracy.differences); without any (no resamples), the plain AP difference."""
     ref = result.settings["reference"]
     diffs = a.get("differences") or []
     if diffs:
@@ -856,8 +855,8 @@ def _summary_head(result) -> list[str]:
     """The run line (hosts, fixtures, decoders) and the verdict."""
     ref = result.settings["reference"]
     kinds = sorted({v["decode"]["kind"] for v in result.variants})
-    thr = sorted({"greedy" if v["decode"]["kind"] == "ctc" else "top-1" if v["decode"]["threshold"] is None
-                  else f"threshold {v['decode']['threshold']:g}" for v in result.variants if v["decode"]["kind"] != "none"})
+    thr = sorted({kind_of(v["decode"]["kind"]).rule(v["decode"]["threshold"]) for v in result.variants
+                  if kind_of(v["decode"]["kind"]).decides})
     nfx = sorted({v["fixtures"] for v in result.variants})
     head = (f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
             f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
@@ -893,7 +892,8 @@ def _summary_flips(result, compared: list[dict]) -> list[str]:
     """Which models' decisions were not compared, and the flips per variant and host against each reference."""
     ref = result.settings["reference"]
     out = []
-    undecoded = {v["model"]: v["decode"].get("note", "") for v in result.variants if v["decode"]["kind"] == "none"}
+    undecoded = {v["model"]: v["decode"].get("note", "") for v in result.variants
+                 if not kind_of(v["decode"]["kind"]).decides}
     for model, note in sorted(undecoded.items()):
         out.append(f"decisions: not compared (decode none{': ' + note if note else ''})"
                    + (f" for model {model}" if len(undecoded) < len({v['model'] for v in result.variants}) else ""))

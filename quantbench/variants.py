@@ -8,7 +8,8 @@ per variant, its recipe JSON beside it, and ``index.json`` written last::
 ``results/variants/latest.json`` points at the folder of the last calibrate
 run: ``{"model": "<model>", "folder": "<path>"}``, where a relative folder is
 relative to ``<results_dir>/variants``. Later stages (hosts, equiv, explain,
-release) read variants only through this module.
+release) read variants only through this module, and the sidecar and input spec a
+variant runs with only through quantbench.recipe.
 """
 
 from __future__ import annotations
@@ -19,13 +20,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path, sidecar_path
+from quantbench.assets import MODELS_DIR
 from quantbench.errors import DiskFull, UserError
-from quantbench.fsutil import (atomic_write_json, canonical_json, clean_stale_tmp, no_space, owner_tag, read_json,
-                               sha256_file)
-from quantbench.modelio import graph_inputs, load_model, semantic_sha256
-from quantbench.plugins import allow, plugin_identity, require
-from quantbench.preprocess import input_spec
+from quantbench.fsutil import atomic_write_json, clean_stale_tmp, no_space, owner_tag, read_json, sha256_file
+from quantbench.modelio import load_model
+from quantbench.recipe import allow_recorded
 
 INDEX_FILE = "index.json"
 LATEST_FILE = "latest.json"
@@ -68,8 +67,10 @@ class Variant:
     recipe: dict = field(default_factory=dict)
     #: the recipe file it was read from (None: a bare model)
     recipe_path: Path | None = None
-    #: its semantic hash, once checked against the recipe (check_identity); None: not computed yet
+    #: its semantic hash, once checked against the recipe (recipe.check_identity); None: not computed yet
     variant_id: str | None = None
+    #: (the sidecar beside its file,) once quantbench.recipe.sidecar_for read it; None: not read yet
+    beside_sidecar: tuple | None = field(default=None, repr=False, compare=False)
 
 
 def _read_json(path: Path):
@@ -107,14 +108,6 @@ def load_variants(folder: str | os.PathLike) -> list[Variant]:
                            recipe_path=folder / e["recipe_file"]))
         allow_recorded(recipe)
     return out
-
-
-def allow_recorded(recipe: dict) -> None:
-    """The plug-ins calibrate ran (the user allowed them there) may run again while their files are unchanged."""
-    for key in ("preprocess_plugin", "decode_plugin"):
-        rec = recipe.get(key)
-        if isinstance(rec, dict) and isinstance(rec.get("ref"), str) and isinstance(rec.get("sha256"), str):
-            allow(rec["ref"], rec["sha256"])
 
 
 def latest_folder(results_dir: str | os.PathLike = "results") -> Path:
@@ -177,107 +170,6 @@ def fp32_variant(model_path: str | os.PathLike) -> Variant:
     return Variant(name="fp32", path=path, model=model,
                    recipe={"variant": "fp32", "method": "fp32", "model": model,
                            "source_model": {"path": str(path), "raw_sha256": sha256_file(path)}})
-
-
-# ---- the input recipe a variant runs with (one owner for every command) -------------------
-
-def load_sidecar_file(path: str | os.PathLike) -> dict:
-    """An explicit --sidecar FILE (must exist and be a JSON object)."""
-    return load_sidecar_path(Path(path), required=True)
-
-
-def sidecar_for(variant: Variant, override: dict | None = None) -> dict | None:
-    """The sidecar (classes, input, decode) a variant runs with.
-
-    An explicit override (--sidecar) wins; then the copy `calibrate` stored in the
-    variant's recipe; then the JSON beside the model file (x.onnx -> x.json).
-    Never a guess by model name.
-    """
-    if override is not None:
-        return override
-    recipe = variant.recipe or {}
-    if isinstance(recipe.get("sidecar"), dict) and recipe["sidecar"]:
-        return recipe["sidecar"]
-    return load_sidecar(variant.path)
-
-
-def sidecar_source(variant: Variant, override_path=None) -> str:
-    """Where sidecar_for(variant) reads (for messages): the --sidecar file, the recipe's copy, or the JSON beside."""
-    if override_path:
-        return str(override_path)
-    recipe = variant.recipe or {}
-    if isinstance(recipe.get("sidecar"), dict) and recipe["sidecar"]:
-        return f"{variant.path} (its recipe's sidecar)"
-    return str(sidecar_path(variant.path))
-
-
-def calibrated_spec(variant: Variant) -> dict | None:
-    """The preprocessing the variant was calibrated with (its recipe's "preprocess"), if any."""
-    spec = (variant.recipe or {}).get("preprocess")
-    return spec if isinstance(spec, dict) and "shape" in spec else None
-
-
-def check_identity(variant: Variant, model=None) -> str:
-    """The variant's semantic hash (computed once, kept on it); a model whose hash is not the one its
-    recipe records (edited, or another variant's file copied over it) is refused before anything runs it.
-
-    `model`: the loaded ModelProto of variant.path, when the caller has it (no second load).
-    """
-    if variant.variant_id is None:
-        variant.variant_id = semantic_sha256(model if model is not None else load_model(variant.path, check=False))
-    recorded = (variant.recipe or {}).get("semantic_sha256")
-    if isinstance(recorded, str) and recorded != variant.variant_id:
-        recipe = variant.recipe_path or Path(variant.path).with_name(Path(variant.path).stem + ".recipe.json")
-        raise UserError(f"{variant.path}: semantic hash {variant.variant_id[:12]} is not the {recorded[:12]} its "
-                        f"recipe {recipe} records (the model was edited or replaced since calibration); restore "
-                        "it, or recalibrate with `quantbench calibrate --force`")
-    return variant.variant_id
-
-
-def input_spec_for(variant: Variant, override: dict | None = None, override_source: str = "--sidecar",
-                   model=None) -> dict:
-    """The exact input recipe (preprocess spec) to feed `variant`.
-
-    The recipe's calibrated preprocessing, else the sidecar beside the file; a
-    sidecar given as `override` must make the same tensors as the calibration
-    recipe (eval fixtures preprocessed unlike the calibration set compare
-    nothing meaningful), so a difference stops here. A model without either
-    whose input dims are not all static is an error, never a 1x1 guess.
-    `model`: the loaded ModelProto of variant.path, when the caller has it (no second load).
-    """
-    model = model if model is not None else load_model(variant.path, check=False)
-    check_identity(variant, model)
-    ins = graph_inputs(model)
-    if not ins:
-        raise UserError(f"{variant.path}: the model has no input to feed")
-    name, dims = next(iter(ins.items()))
-    where = f"{variant.path}"
-    calibrated = calibrated_spec(variant)
-    if override is not None:
-        spec = input_spec(override, dims, name, source=override_source)
-        if spec.get("plugin"):
-            require(spec["plugin"], f"{override_source}: input 'plugin'")
-        if calibrated is not None and canonical_json(spec) != canonical_json(calibrated):
-            differ = sorted(k for k in set(spec) | set(calibrated) if spec.get(k) != calibrated.get(k))
-            raise UserError(f"{override_source}: its input block differs from the preprocessing variant {variant.name} "
-                            f"({where}) was calibrated with ({', '.join(differ)}); fixtures made this way would not "
-                            "match the calibration recipe: drop --sidecar, or recalibrate with this sidecar")
-        return spec
-    if calibrated is not None:
-        recorded = (variant.recipe or {}).get("preprocess_plugin")
-        if calibrated.get("plugin") and isinstance(recorded, dict) and recorded.get("sha256"):
-            now = plugin_identity(calibrated["plugin"], f"{where}: preprocessing plug-in")
-            if now["sha256"] != recorded["sha256"]:
-                raise UserError(f"{where}: preprocessing plug-in {calibrated['plugin']} changed since calibration "
-                                f"(SHA-256 {str(now['sha256'])[:12]}, recorded {recorded['sha256'][:12]}); fixtures "
-                                "would not match the calibration recipe: restore it or recalibrate")
-        if calibrated.get("plugin"):
-            require(calibrated["plugin"], f"{where}: recipe preprocess 'plugin'")
-        return input_spec({"input": calibrated}, dims, name, source=where)
-    spec = input_spec(sidecar_for(variant), dims, name, source=where)
-    if spec.get("plugin"):
-        require(spec["plugin"], f"{sidecar_source(variant)}: input 'plugin'")
-    return spec
 
 
 # ---- choosing variants (every command's --variants / --variant) ---------------------------

@@ -84,7 +84,7 @@ def calibration_images(n: int, tiles: Path | None = None, size=None) -> list[Pat
 
 
 def spec_for(model_path: Path, input_block: dict | None = None) -> dict:
-    from quantbench.assets import load_sidecar
+    from quantbench.recipe import load_sidecar
     from quantbench.modelio import load_model
     from quantbench.preprocess import input_spec
 

@@ -102,7 +102,8 @@ def test_importing_every_module_loads_no_heavy_package():
 # Function-level quantbench imports that must stay lazy for a reason the hoisting script does not see:
 # "module:imported module" -> why. Keep it tiny; scripts/hoist_imports.py reads it (a plain literal).
 LAZY_EXEMPT: dict[str, str] = {
-    "quantbench.commands:quantbench.variants": "every invocation imports commands/__init__; only --sidecar needs it",
+    "quantbench.commands:quantbench.variants": "every invocation imports commands/__init__; only --variants needs it",
+    "quantbench.commands:quantbench.recipe": "every invocation imports commands/__init__; only --sidecar needs it",
     "quantbench.commands:quantbench.fixtures": "every invocation imports commands/__init__; only fixture flags need it",
     "quantbench.commands:quantbench.analysis.equiv": "every invocation imports commands/__init__; only equiv output",
     "quantbench.commands:quantbench.report": "every invocation imports commands/__init__; only equiv output needs it",
@@ -136,3 +137,52 @@ def test_internal_imports_are_at_module_top():
             if mod.cost(node) is None and not any(f"{name}:{t}" in LAZY_EXEMPT for t in targets):
                 lazy.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {targets[0]} inside a function")
     assert lazy == [], "hoist them (python scripts/hoist_imports.py):\n" + "\n".join(lazy)
+
+
+# The one owner of sidecars and recipes (quantbench/recipe.py): only it reads a sidecar file and checks an input
+# block (preprocess.py defines check_input_block and guards to_tensor with it).
+RECIPE_OWNER = "quantbench/recipe.py"
+JSON_READERS = ("read_json", "json.load", "json.loads")
+
+
+def _called(node) -> str | None:
+    """The called function as written: `read_json`, `json.loads`, `preprocess.check_input_block` -> its last part
+    unless it is one of JSON_READERS."""
+    f = node.func
+    if isinstance(f, ast.Name):
+        return f.id
+    if isinstance(f, ast.Attribute):
+        dotted = ast.unparse(f)
+        return dotted if dotted in JSON_READERS else f.attr
+    return None
+
+
+def recipe_owner_breaches(files) -> list[str]:
+    """`path:line` of each sidecar JSON read (a JSON reader whose arguments mention a sidecar, or that reads the
+    file beside a model: `.with_suffix(".json")`) or check_input_block call outside the recipe owner."""
+    out = []
+    for path, text in files:
+        if path == RECIPE_OWNER:
+            continue
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.Call):
+                continue
+            name = _called(node)
+            args = " ".join(ast.unparse(a) for a in [*node.args, *(k.value for k in node.keywords)]).lower()
+            if name in JSON_READERS and ("sidecar" in args or 'with_suffix(".json")' in args.replace("'", '"')):
+                out.append(f"{path}:{node.lineno} reads a sidecar")
+            elif name == "check_input_block" and path != "quantbench/preprocess.py":
+                out.append(f"{path}:{node.lineno} checks an input block")
+    return out
+
+
+def test_only_the_recipe_module_reads_sidecars():
+    files = [(p.relative_to(ROOT.parent).as_posix(), p.read_text()) for p in sorted(ROOT.rglob("*.py"))]
+    assert recipe_owner_breaches(files) == []
+    # the rule sees a second reader
+    rogue = ('import json\nfrom quantbench.fsutil import read_json\nfrom quantbench.preprocess import check_input_block\n'
+             'def f(p, model):\n    side = read_json(p, "sidecar JSON")\n'
+             '    raw = json.loads(model.with_suffix(".json").read_text())\n    check_input_block(raw["input"], p)\n')
+    assert recipe_owner_breaches([("quantbench/rogue.py", rogue)]) == [
+        "quantbench/rogue.py:5 reads a sidecar", "quantbench/rogue.py:6 reads a sidecar",
+        "quantbench/rogue.py:7 checks an input block"]

@@ -11,7 +11,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR, load_sidecar
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR
+from quantbench.recipe import load_sidecar
 from quantbench.fixtures import load_coco
 from quantbench.preprocess import input_spec, load_rgb, to_tensor
 

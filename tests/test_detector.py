@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from quantbench import metrics
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR, load_sidecar
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR
+from quantbench.recipe import load_sidecar
 from quantbench.fixtures import build_fixtures, load_coco
 from quantbench.preprocess import input_spec
 

@@ -184,14 +184,14 @@ def test_arm_guest_compiles_modules_once_outside_the_root(monkeypatch):
 
 
 def _classifier_fixtures(model_path: Path, count: int):
-    from quantbench import assets
+    from quantbench import recipe
     from quantbench.fixtures import build_fixtures
     from quantbench.modelio import load_model
     from quantbench.preprocess import input_spec
 
     first = load_model(model_path).graph.input[0]
     shape = [d.dim_value or 1 for d in first.type.tensor_type.shape.dim]
-    spec = input_spec(assets.load_sidecar(model_path), shape, first.name)
+    spec = input_spec(recipe.load_sidecar(model_path), shape, first.name)
     return build_fixtures(spec, split="eval", limit=count)
 
 

@@ -247,7 +247,8 @@ def demo_variants(root: Path, model: str) -> Path:
     """fp32 + dynamic int8 of a bundled demo model, sidecar beside each, as a variants folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from quantbench.assets import demo_model, load_sidecar
+    from quantbench.assets import demo_model
+    from quantbench.recipe import load_sidecar
     from quantbench.variants import Variant, write_index
 
     src = demo_model(model)
@@ -258,7 +259,9 @@ def demo_variants(root: Path, model: str) -> Path:
     quantize_dynamic(str(src), str(vdir / "dynamic.onnx"), weight_type=QuantType.QInt8)
     vs = []
     for name in ("fp32", "dynamic"):
-        recipe = {"variant": name, "method": name, "model": model, "sidecar": side}
+        # made from the bundled demo model, as a calibrate recipe says: evaluated on the bundled corpus
+        recipe = {"variant": name, "method": name, "model": model, "sidecar": side,
+                  "source_model": {"path": f"bundled:models/{src.name}"}}
         (vdir / f"{name}.recipe.json").write_text(json.dumps(recipe))
         (vdir / f"{name}.json").write_text(json.dumps(side))
         vs.append(Variant(name=name, path=vdir / f"{name}.onnx", model=model, recipe=recipe))

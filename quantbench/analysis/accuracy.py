@@ -26,6 +26,11 @@ against the table's annotations before it is trusted.
   error rate, against a ``"text"`` field of each image entry of the labels file
   (images without one are left out and counted in a note).
 
+Differences between hosts or variants carry a paired bootstrap interval over the
+images (``differences``; seeded): top-1, exact match and CER from per-image values,
+AP50 and AP50:95 recomputed from COCOeval's one matching for each resample
+(quantbench.metrics.weighted_ap), their resamples kept with the score.
+
 Whenever a figure cannot be computed honestly the answer is a reason, never a
 guess: ``{"computed": False, "why": ...}``.
 
@@ -46,21 +51,19 @@ from pathlib import Path
 import numpy as np
 
 from quantbench import tables
-from quantbench.analysis.decode import NONE, DecodeSpec, is_plugin
+from quantbench.analysis.decode import DecodeSpec
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, load_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
-from quantbench.metrics import coco_ap, edit_distance, text_accuracy
+from quantbench.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 
-METRIC_VERSION = 1   # of plan() and score(): a change of what a figure means bumps it
+METRIC_VERSION = 2   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
 BOOTSTRAP_RESAMPLES = 1000   # paired bootstrap of an accuracy difference: resamples of the images,
 BOOTSTRAP_SEED = 0           # drawn with this seed (the same interval on every run),
 BOOTSTRAP_LEVEL = 0.95       # and the interval's coverage
-DETECTOR_FRAMES = {"detr-sigmoid": "normalized", "yolo": "input-pixels", "yolox": "input-pixels"}
-BOX_FRAMES = ("normalized", "input-pixels")
 
 
 @dataclass
@@ -211,7 +214,15 @@ def _classifier_labels(sidecar: dict, classes: list, truth: Truth, fids: list) -
     return out, "" if not skipped else f"{skipped} of {len(fids)} images without one label are left out"
 
 
-def _text_plan(truth: Truth, fids: list) -> Plan | str:
+def _top1_plan(spec, sidecar: dict | None, truth: Truth, fids: list, boxed: bool) -> Plan | str:
+    """classifier: top-1 against each image's one label (or the sidecar's label_mode)."""
+    labels, why = _classifier_labels(sidecar or {}, list(spec.classes), truth, fids)
+    if not labels:
+        return why
+    return Plan(metric="top-1", fixtures=sorted(labels), labels=labels, note=why)
+
+
+def _text_plan(spec, sidecar: dict | None, truth: Truth, fids: list, boxed: bool) -> Plan | str:
     """ctc: score against the "text" label of each image that has one."""
     if truth.categories is None:
         return (f"the labels file the fixtures came from was not read ({truth.note}); its images' \"text\" "
@@ -226,36 +237,30 @@ def _text_plan(truth: Truth, fids: list) -> Plan | str:
 
 
 def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bool = True) -> Plan | str:
-    """How to score one model's decisions against the labels, or the reason it cannot be done.
+    """How to score one model's decisions against the labels (the plan its decode kind names), or the reason
+    it cannot be done.
 
     `boxed`: the decisions carry boxes (a plug-in returning none is not asked for their frame)."""
     fids = sorted(fixture_ids)
-    if spec.kind == NONE:
-        return "decode none: no decisions to score"
+    kind = spec.decoder_kind
+    if not kind.decides:
+        return kind.unscored
     if truth is None:
         return "no labels were given to the report"
     missing = [f for f in fids if f not in truth.fixtures]
     if missing:
         return f"{len(missing)} fixtures are not in the fixtures table"
+    if kind.metric is None:
+        return kind.unscored
+    return PLANS[kind.metric](spec, sidecar, truth, fids, boxed)
+
+
+def _ap_plan(spec, sidecar: dict | None, truth: Truth, fids: list, boxed: bool) -> Plan | str:
+    """detectors: AP of the boxes, mapped back to the images' pixels, against the COCO boxes."""
     classes = list(spec.classes)
-    if spec.kind == "classifier-softmax":
-        labels, why = _classifier_labels(sidecar or {}, classes, truth, fids)
-        if not labels:
-            return why
-        return Plan(metric="top-1", fixtures=sorted(labels), labels=labels, note=why)
-    if spec.kind == "ctc":
-        return _text_plan(truth, fids)
-    if spec.kind == "threshold-map":
-        return "a probability map (threshold-map): no rule turns COCO labels into map regions"
-    block = dict((sidecar or {}).get("decode") or {})
-    frame = block.get("box_frame") or DETECTOR_FRAMES.get(spec.kind)
-    if is_plugin(spec.kind) and not boxed:
-        return "a decode plug-in returning no boxes: no rule scores its decisions against the labels"
-    if is_plugin(spec.kind) and not block.get("box_frame"):
-        return "a decode plug-in: say its boxes' frame with 'box_frame' (normalized or input-pixels) in the decode block"
-    if frame not in BOX_FRAMES:
-        return (f"the frame of {spec.kind} boxes is unknown: set 'box_frame' to normalized or input-pixels in the "
-                "sidecar decode block")
+    frame, why = spec.decoder_kind.ap_frame(dict((sidecar or {}).get("decode") or {}), boxed)
+    if frame is None:
+        return why
     if not any(truth.fixtures[f].annotations for f in fids):
         return f"no ground-truth boxes: none of the {len(fids)} images carries an annotation"
     if truth.categories is None:
@@ -284,8 +289,13 @@ def plan(spec, sidecar: dict | None, truth: Truth | None, fixture_ids, boxed: bo
     return Plan(metric="AP", fixtures=fids, gt=gt, category_of=category_of, frame=frame, note=note)
 
 
+PLANS = {"top-1": _top1_plan, "text": _text_plan, "AP": _ap_plan}   # by DecoderKind.metric
+
+
 def score(p: Plan, decoded: dict, truth: Truth) -> dict:
-    """The plan's metric over `decoded` ({fixture_id: Decoded}): {"metric", "value", "ap50_95", "images"}."""
+    """The plan's metric over `decoded` ({fixture_id: Decoded}): {"metric", "value", "ap50_95", "images"}; for AP
+    also "resampled": AP50 and AP50:95 on each bootstrap resample of the images (``resample_weights``; None where
+    a resample holds no box), which ``differences`` pairs."""
     if p.metric == "text":
         got = text_accuracy({f: decoded[f].text[0] for f in p.fixtures}, p.labels)
         return {"metric": "text", "ap50_95": None, **got}
@@ -293,6 +303,16 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
         hits = [int(decoded[f].cls[0]) == p.labels[f] for f in p.fixtures]
         return {"metric": "top-1", "value": float(np.mean(hits)), "ap50_95": None, "images": len(hits),
                 "correct": int(sum(hits))}
+    m = coco_matches(_detections(p, decoded, truth), p.gt)
+    ap50, ap = weighted_ap(m, resample_weights(len(p.fixtures)))
+    resampled = {fig: [None if np.isnan(x) else float(x) for x in v.tolist()]
+                 for fig, v in (("AP50", ap50), ("AP50:95", ap))}
+    return {"metric": "AP", "value": m["ap"]["ap50"], "ap50_95": m["ap"]["ap50_95"], "images": len(p.fixtures),
+            "resampled": resampled}
+
+
+def _detections(p: Plan, decoded: dict, truth: Truth) -> dict:
+    """AP: each fixture's decisions as coco_ap's [M, 6] rows (x1, y1, x2, y2 in image pixels, score, category)."""
     dets = {}
     cats = np.array([p.category_of.get(i, -1) for i in range(max(p.category_of) + 1)])
     for f in p.fixtures:
@@ -310,8 +330,7 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
         ok = (cls >= 0) & (cls < cats.size) & np.isfinite(d.score)
         ok[ok] = cats[cls[ok]] >= 0
         dets[f] = np.concatenate([box[ok], d.score[ok, None], cats[cls[ok]].astype(np.float64)[:, None]], axis=1)
-    ap = coco_ap(dets, p.gt)
-    return {"metric": "AP", "value": ap["ap50"], "ap50_95": ap["ap50_95"], "images": len(p.fixtures)}
+    return dets
 
 
 def _mean(x: np.ndarray) -> np.ndarray:
@@ -325,7 +344,8 @@ def _edit_rate(x: np.ndarray) -> np.ndarray:
 
 def per_image(p: Plan, decoded: dict) -> dict:
     """{figure: (per-image values in p.fixtures order, the statistic over images, higher is better)}: top-1 hits;
-    exact text matches and (edits, characters) for the CER; nothing for AP, which is not a figure over images."""
+    exact text matches and (edits, characters) for the CER; nothing for AP, which is not a figure over images
+    (its resamples come from the matching: ``score``)."""
     if p.metric == "top-1":
         return {"top-1": (np.array([float(int(decoded[f].cls[0]) == p.labels[f]) for f in p.fixtures]), _mean, True)}
     if p.metric != "text":
@@ -336,32 +356,64 @@ def per_image(p: Plan, decoded: dict) -> dict:
                     _edit_rate, False)}
 
 
+def resample_images(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """The bootstrap's resamples of n images: [resamples, n] positions drawn with replacement (seeded)."""
+    return np.random.default_rng(seed).integers(0, n, (resamples, n))
+
+
+def resample_weights(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
+    """``resample_images`` as counts: [resamples, n], how often each resample draws each image."""
+    w = np.zeros((resamples, n))
+    np.add.at(w, (np.arange(resamples)[:, None], resample_images(n, resamples, seed)), 1)
+    return w
+
+
+def _interval(a: float, ra, b: float, rb, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
+    """(a - b, low, high): the percentile interval of the paired resamples' differences (NaN ones left out)."""
+    d = np.asarray(ra, np.float64) - np.asarray(rb, np.float64)
+    d = d[~np.isnan(d)]
+    lo, hi = np.quantile(d, [(1 - level) / 2, 1 - (1 - level) / 2]) if d.size else (np.nan, np.nan)
+    return float(a - b), float(lo), float(hi)
+
+
 def paired_interval(a: np.ndarray, b: np.ndarray, stat=_mean, resamples: int = BOOTSTRAP_RESAMPLES,
                     seed: int = BOOTSTRAP_SEED, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
     """(stat(a) - stat(b), low, high): the percentile interval of that difference over the images (the first
     axis), resampled with replacement `resamples` times, the same images for both sides (seeded: the same
     interval every run)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    idx = np.random.default_rng(seed).integers(0, a.shape[0], (resamples, a.shape[0]))
-    lo, hi = np.quantile(stat(a[idx]) - stat(b[idx]), [(1 - level) / 2, 1 - (1 - level) / 2])
-    return float(stat(a) - stat(b)), float(lo), float(hi)
+    idx = resample_images(a.shape[0], resamples, seed)
+    return _interval(stat(a), stat(a[idx]), stat(b), stat(b[idx]), level)
 
 
-def differences(p: Plan, result, variants: list, reference: str) -> list[dict]:
-    """Accuracy differences with their bootstrap interval, per figure over images (none for AP): each variant
-    on each other host against it on the reference host, and each variant against fp32 on the same host."""
+def _figures(p: Plan, decoded: dict, sc: dict | None) -> dict:
+    """{figure: (value, its value on each resample, higher is better)} of one variant x host; AP from its score."""
+    if p.metric == "AP":
+        got = (sc or {}).get("resampled")
+        if not isinstance(got, dict):
+            return {}
+        return {fig: (sc[key], np.array([np.nan if x is None else x for x in got[fig]], np.float64), True)
+                for fig, key in (("AP50", "value"), ("AP50:95", "ap50_95"))}
+    idx = resample_images(len(p.fixtures))
+    return {fig: (stat(v), stat(v[idx]), higher) for fig, (v, stat, higher) in per_image(p, decoded).items()}
+
+
+def differences(p: Plan, result, variants: list, reference: str, scores: dict | None = None) -> list[dict]:
+    """Accuracy differences with their paired bootstrap interval over the images, per figure (AP's from the
+    resamples of `scores`, {(variant, host): score}): each variant on each other host against it on the reference
+    host, and each variant against fp32 on the same host."""
     outcome = {}
     for v in variants:
         for h in result.hosts:
             got = {f: result.decoded.get((h, v["variant_id"], f)) for f in p.fixtures}
             if all(d is not None for d in got.values()):
-                outcome[(v["variant"], h)] = per_image(p, got)
+                outcome[(v["variant"], h)] = _figures(p, got, (scores or {}).get((v["variant"], h)))
     pairs = [((v["variant"], h), (v["variant"], reference)) for v in variants for h in result.hosts if h != reference]
     pairs += [((v["variant"], h), ("fp32", h)) for v in variants if v["variant"] != "fp32" for h in result.hosts]
     out = []
     for a, b in pairs:
-        for figure, (va, stat, higher) in outcome.get(a, {}).items() if b in outcome else ():
-            diff, lo, hi = paired_interval(va, outcome[b][figure][0], stat)
+        for figure, (va, ra, higher) in outcome.get(a, {}).items() if outcome.get(b) else ():
+            diff, lo, hi = _interval(va, ra, *outcome[b][figure][:2])
             out.append({"a": a, "b": b, "figure": figure, "higher_better": higher, "diff": diff, "low": lo,
                         "high": hi, "images": len(p.fixtures)})
     return out
@@ -389,8 +441,15 @@ def _is_score(d) -> bool:
         return False
     if not (real_or_none(d.get("value")) and real_or_none(d.get("ap50_95")) and isinstance(d.get("images"), int)):
         return False
-    return (set(d) <= {"metric", "value", "ap50_95", "images", "correct", "cer"} and real_or_none(d.get("correct"))
-            and real_or_none(d.get("cer")))
+    return (set(d) <= {"metric", "value", "ap50_95", "images", "correct", "cer", "resampled"}
+            and real_or_none(d.get("correct")) and real_or_none(d.get("cer")) and _is_resampled(d.get("resampled")))
+
+
+def _is_resampled(r) -> bool:
+    """None, or AP50 and AP50:95 on each of the bootstrap's resamples (numbers, or None: no box drawn)."""
+    return r is None or (isinstance(r, dict) and set(r) == {"AP50", "AP50:95"} and all(
+        isinstance(v, list) and len(v) == BOOTSTRAP_RESAMPLES
+        and all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in v) for v in r.values()))
 
 
 class ScoreCache:
@@ -476,7 +535,7 @@ def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCach
                         break
                 if not isinstance(pl, Plan):
                     break
-        diffs = differences(pl, result, vs, result.settings["reference"]) if isinstance(pl, Plan) else []
+        diffs = differences(pl, result, vs, result.settings["reference"], scores) if isinstance(pl, Plan) else []
         out[model] = {"plan": pl, "scores": scores, "differences": diffs}
     return out
 

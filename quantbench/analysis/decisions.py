@@ -24,13 +24,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from quantbench.analysis.decode import (IOU_MATCH, IOU_SHIFT, DecodeSpec, Decoded, iou, is_plugin,
+from quantbench.analysis.decode import (FLIP_KINDS, IOU_MATCH, IOU_SHIFT, DecodeSpec, Decoded, iou,
                                         label_regions)
 from quantbench.errors import UserError
 
-FLIP_KINDS = ("threshold", "class", "box-shift")
-TEXT_KINDS = ("text",)   # ctc: one decision, a string
-MATCHED_KINDS = ("nms-boxes", "yolo", "yolox")   # decoders whose decisions compare by matching boxes
 # |margin| band edges (fp32 score distance to the threshold)
 BAND_EDGES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 CONCEAL_TOLERANCE = 1
@@ -215,7 +212,7 @@ def _compare_plugin(spec: DecodeSpec, ref: Decoded, cand: Decoded) -> list[Flip]
 
 def flip_kinds(spec: DecodeSpec) -> tuple:
     """The flip kinds a decoder's comparisons count."""
-    return TEXT_KINDS if spec.kind == "ctc" else FLIP_KINDS
+    return spec.decoder_kind.flips
 
 
 def _compare_text(ref: Decoded, cand: Decoded) -> list[Flip]:
@@ -229,19 +226,21 @@ def _compare_text(ref: Decoded, cand: Decoded) -> list[Flip]:
     return flips
 
 
+# how two runs' decisions compare, by the name a decode kind carries (DecoderKind.compare): the flips, or
+# (map) the whole fixture comparison
+COMPARERS = {"aligned": lambda spec, ref, cand: _compare_aligned(ref, cand),
+             "matched": lambda spec, ref, cand: _compare_nms(ref, cand),
+             "text": lambda spec, ref, cand: _compare_text(ref, cand),
+             "plugin": _compare_plugin,
+             "map": _compare_map}
+
+
 def compare(spec: DecodeSpec, ref: Decoded, cand: Decoded) -> FixtureComparison:
-    """The flips of `cand` against `ref` on one fixture."""
-    if spec.kind == "ctc":
-        return FixtureComparison(ref_total=ref.total, total=cand.total, flips=_compare_text(ref, cand))
-    if spec.kind == "threshold-map":
-        return _compare_map(spec, ref, cand)
-    if spec.kind in MATCHED_KINDS:
-        flips = _compare_nms(ref, cand)
-    elif is_plugin(spec.kind):
-        flips = _compare_plugin(spec, ref, cand)
-    else:
-        flips = _compare_aligned(ref, cand)
-    return FixtureComparison(ref_total=ref.total, total=cand.total, flips=flips)
+    """The flips of `cand` against `ref` on one fixture, compared as the decode kind says."""
+    got = COMPARERS[spec.decoder_kind.compare](spec, ref, cand)
+    if isinstance(got, FixtureComparison):
+        return got
+    return FixtureComparison(ref_total=ref.total, total=cand.total, flips=got)
 
 
 def concealed(ref_total: int, total: int, flips: int, tolerance: int = CONCEAL_TOLERANCE) -> bool:

@@ -88,6 +88,13 @@ returns 1-D arrays of equal length: ``cls`` (int), ``score`` (finite float),
 like ``nms-boxes``; without it, compared slot by slot), ``slot`` (unique int
 ids, default 0..n-1) and ``margin`` (default score - threshold, else NaN).
 
+Each kind is one object (``DecoderKind``, found by ``kind_of(name)``, the built-ins in
+``_BUILTIN``) carrying its whole policy: its decoder and sidecar keys, default outputs and
+threshold, whether its scores are probabilities, how two runs' decisions compare
+(quantbench.analysis.decisions), which accuracy plan scores it and the frame of its boxes
+(quantbench.analysis.accuracy), and how the report words its margins. Other modules ask the
+kind; none compares kind names.
+
 Scores are computed in float64 from the raw outputs, so the decoder adds no
 rounding of its own. ``Decoded.margin`` is the signed distance to the decision
 boundary: score - threshold, or (classifier without a threshold) the gap between
@@ -97,7 +104,7 @@ the top-1 and top-2 probabilities.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -106,25 +113,9 @@ from quantbench import plugins
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.modelio import load_model
-from quantbench.variants import sidecar_for
+from quantbench.recipe import sidecar_for
 
-KINDS = ("detr-sigmoid", "classifier-softmax", "threshold-map", "nms-boxes", "yolo", "yolox", "ctc")
 NONE = "none"
-#: the decoders whose scores are probabilities: a threshold outside [0, 1] keeps or drops everything
-PROBABILITY_SCORES = ("detr-sigmoid", "classifier-softmax", "threshold-map", "yolo")
-
-# role -> default output name, per kind
-DEFAULT_OUTPUTS = {
-    "detr-sigmoid": {"logits": "pred_logits", "boxes": "pred_boxes"},
-    "classifier-softmax": {"logits": "logits"},
-    "threshold-map": {"map": "map"},
-    "nms-boxes": {"boxes": "boxes", "scores": "scores", "labels": "labels"},
-    "yolo": {"output": "output0"},
-    "yolox": {"output": "output"},
-    "ctc": {"output": "output"},
-}
-DEFAULT_THRESHOLD = {"detr-sigmoid": 0.5, "classifier-softmax": None, "threshold-map": 0.5, "nms-boxes": 0.5,
-                     "yolo": 0.25, "yolox": 0.3, "ctc": None}
 IOU_MATCH = 0.5   # nms-boxes / regions: a detection matches when IoU >= this
 IOU_SHIFT = 0.9   # a matched (or same-query) box with IoU below this is a box shift
 YOLO_IOU = 0.45             # NMS suppresses a same-class box with IoU > this
@@ -132,10 +123,163 @@ YOLO_MAX_DET = 300
 YOLO_PRE_RATIO = 0.5        # default pre_threshold = threshold * this
 YOLO_LAYOUTS = ("channels-first", "channels-last")
 YOLOX_STRIDES = (8, 16, 32)
-NMS_KINDS = ("yolo", "yolox")   # raw heads decoded with candidates + class-aware NMS
 CTC_LAYOUTS = ("TNC", "NTC")
-ONE_OUTPUT_KINDS = ("threshold-map", *NMS_KINDS, "ctc")   # use the model's only output whatever the name
+FLIP_KINDS = ("threshold", "class", "box-shift")   # the flips of decisions with a class, a score and maybe a box
+TEXT_FLIPS = ("text",)                             # the flips of decisions that are strings
+BOX_FRAMES = ("normalized", "input-pixels")        # the frames a decoder's boxes can be in
 NONE_HINT = "pass --decode none to get the equivalence classes without decisions"
+
+
+@dataclass(frozen=True)
+class DecoderKind:
+    """One decode kind and its whole policy: how it decodes, how two runs' decisions compare, how they are
+    scored against labels, and its sidecar defaults. Everything that differs between kinds is asked of the
+    kind object (``kind_of``), never decided by comparing kind names elsewhere.
+
+    ``compare`` names the comparison quantbench.analysis.decisions makes (aligned: slot by slot; matched: by
+    box matching; map: by region matching; text: string against string; plugin: by boxes when returned, else
+    by slot id); ``metric`` the plan quantbench.analysis.accuracy scores with (top-1, AP, text; None: not
+    scored, ``unscored`` says why).
+    """
+
+    name: str
+    decoder: Callable | None = None     # (spec, outputs) -> Decoded; None: no decisions
+    outputs: Mapping = field(default_factory=dict)   # role -> default output name
+    threshold: float | None = None      # the default threshold (also when the sidecar gives null)
+    probability: bool = False           # scores are probabilities: a threshold outside [0, 1] is refused
+    nms: bool = False                   # a raw head: candidates + class-aware NMS (the yolo keys)
+    one_output: bool = False            # uses the model's only output whatever the sidecar names
+    box_format: str = "xyxy"            # the default 'box_format'
+    compare: str = "aligned"
+    flips: tuple = FLIP_KINDS           # the flip kinds its comparisons count
+    metric: str | None = None
+    box_frame: str | None = None        # the frame of its boxes, when the sidecar's 'box_frame' does not say
+    unscored: str = ""
+    plugin: bool = False                # user code (module:function), loaded only with consent (quantbench.plugins)
+    greedy: bool = False                # serves without a threshold by a greedy rule (ctc)
+    no_threshold_margin: str = "fp32 score minus threshold"   # what a margin is when there is no threshold
+
+    @property
+    def decides(self) -> bool:
+        """It serves decisions (``none`` does not)."""
+        return self.decoder is not None
+
+    def keys(self, block: dict, sidecar: dict | None, where: str) -> dict:
+        """The kind's own DecodeSpec fields from its sidecar decode block, checked."""
+        return {}
+
+    def describe(self, spec: DecodeSpec) -> dict:
+        """The kind's own fields of ``DecodeSpec.as_dict``."""
+        return {}
+
+    def frame(self, block: dict) -> str | None:
+        """The frame of its boxes: the decode block's 'box_frame', else the kind's."""
+        return block.get("box_frame") or self.box_frame
+
+    def ap_frame(self, block: dict, boxed: bool) -> tuple[str | None, str]:
+        """(frame, "") for scoring its boxes, or (None, why not)."""
+        frame = self.frame(block)
+        if frame not in BOX_FRAMES:
+            return None, (f"the frame of {self.name} boxes is unknown: set 'box_frame' to normalized or "
+                          "input-pixels in the sidecar decode block")
+        return frame, ""
+
+    def margin_axis(self, threshold: float | None) -> str:
+        """What a flip's fp32 margin measures."""
+        return self.no_threshold_margin if threshold is None else "fp32 score minus threshold"
+
+    def rule(self, threshold: float | None) -> str:
+        """How it serves, in a word: greedy, top-1 or the threshold."""
+        return "greedy" if self.greedy else "top-1" if threshold is None else f"threshold {threshold:g}"
+
+
+@dataclass(frozen=True)
+class NmsKind(DecoderKind):
+    """A raw detection head (yolo, yolox): candidates, class-aware NMS, compared by matching, scored by AP."""
+
+    nms: bool = True
+    one_output: bool = True
+    box_format: str = "cxcywh"
+    compare: str = "matched"
+    metric: str | None = "AP"
+    box_frame: str | None = "input-pixels"
+
+    def keys(self, block, sidecar, where):
+        return _yolo_keys(block, where)
+
+    def describe(self, spec):
+        return {"iou": spec.iou, "max_det": spec.max_det, "pre_threshold": spec.candidate_threshold,
+                "layout": spec.layout, "objectness": spec.objectness}
+
+
+@dataclass(frozen=True)
+class YoloxKind(NmsKind):
+    def keys(self, block, sidecar, where):
+        return _yolox_keys(block, sidecar, where)
+
+    def describe(self, spec):
+        return {**super().describe(spec), "strides": list(spec.strides),
+                "input_size": None if spec.input_size is None else list(spec.input_size)}
+
+
+@dataclass(frozen=True)
+class CtcKind(DecoderKind):
+    """A text recogniser: one decision, a string; text flips; exact match and CER."""
+
+    one_output: bool = True
+    compare: str = "text"
+    flips: tuple = TEXT_FLIPS
+    metric: str | None = "text"
+    greedy: bool = True
+
+    def keys(self, block, sidecar, where):
+        return _ctc_keys(block, where)
+
+    def describe(self, spec):
+        # the alphabet by content (a recogniser's runs to thousands of characters; the recipe holds them)
+        return {"blank": spec.blank, "layout": spec.layout, "alphabet": None if spec.alphabet is None else {
+            "characters": len(spec.alphabet), "sha256": sha256_bytes(canonical_json(list(spec.alphabet)).encode())}}
+
+
+@dataclass(frozen=True)
+class PluginKind(DecoderKind):
+    """A decode plug-in (module:function): its boxes, when it returns them, in the frame its block names."""
+
+    compare: str = "plugin"
+    metric: str | None = "AP"
+    plugin: bool = True
+
+    def describe(self, spec):
+        return {"plugin": plugins.plugin_identity(self.name, "--decode")}
+
+    def ap_frame(self, block, boxed):
+        if not boxed:
+            return None, "a decode plug-in returning no boxes: no rule scores its decisions against the labels"
+        if not block.get("box_frame"):
+            return None, ("a decode plug-in: say its boxes' frame with 'box_frame' (normalized or input-pixels) "
+                          "in the decode block")
+        return super().ap_frame(block, boxed)
+
+
+@dataclass(frozen=True)
+class NoneKind(DecoderKind):
+    """No decisions: equiv still gives classes, distances and the tensor gate."""
+
+    unscored: str = "decode none: no decisions to score"
+
+    def describe(self, spec):
+        return {"note": spec.note}
+
+
+def kind_of(name: str) -> DecoderKind:
+    """The kind object of a decode kind name: a built-in, none, or a plug-in (module:function)."""
+    if name in _BUILTIN:
+        return _BUILTIN[name]
+    if name == NONE:
+        return NONE_KIND
+    if plugins.is_ref(name):
+        return PluginKind(name, decoder=decode_plugin)
+    raise ValueError(f"unknown decode kind {name!r}")
 
 
 def is_plugin(kind) -> bool:
@@ -182,20 +326,12 @@ class DecodeSpec:
     def as_dict(self) -> dict:
         out = {"kind": self.kind, "outputs": dict(sorted(self.outputs.items())), "threshold": self.threshold,
                "top_k": self.top_k, "classes": list(self.classes), "box_format": self.box_format}
-        if self.kind in NMS_KINDS:
-            out.update(iou=self.iou, max_det=self.max_det, pre_threshold=self.candidate_threshold,
-                       layout=self.layout, objectness=self.objectness)
-        if self.kind == "yolox":
-            out.update(strides=list(self.strides), input_size=None if self.input_size is None else list(self.input_size))
-        elif self.kind == "ctc":
-            # the alphabet by content (a recogniser's runs to thousands of characters; the recipe holds them)
-            out.update(blank=self.blank, layout=self.layout, alphabet=None if self.alphabet is None else {
-                "characters": len(self.alphabet), "sha256": sha256_bytes(canonical_json(list(self.alphabet)).encode())})
-        elif is_plugin(self.kind):
-            out["plugin"] = plugins.plugin_identity(self.kind, "--decode")
-        elif self.kind == NONE:
-            out["note"] = self.note
-        return out
+        return {**out, **self.decoder_kind.describe(self)}
+
+    @property
+    def decoder_kind(self) -> DecoderKind:
+        """The kind object: what this decoder does, compares and scores."""
+        return kind_of(self.kind)
 
     @property
     def candidate_threshold(self) -> float | None:
@@ -305,36 +441,30 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         raise UserError(f"{where} {kind}: unknown decode kind; choose one of {', '.join(KINDS)}, {NONE}, "
                         f"or a plug-in module:function")
     own = side_kind in (kind, None)
-    outputs = dict(DEFAULT_OUTPUTS[kind])
+    k = kind_of(kind)
+    outputs = dict(k.outputs)
     if own:
         for role in outputs:
             if isinstance(block.get(role), str):
                 outputs[role] = block[role]
-    thr = threshold if threshold is not None else (block.get("threshold", DEFAULT_THRESHOLD[kind])
-                                                   if own else DEFAULT_THRESHOLD[kind])
-    if thr is None and kind in ("detr-sigmoid", "threshold-map", "nms-boxes", *NMS_KINDS):
-        thr = DEFAULT_THRESHOLD[kind]
+    thr = threshold if threshold is not None else (block.get("threshold", k.threshold) if own else k.threshold)
+    if thr is None:   # a kind with a default threshold always has one (a null in the sidecar means the default)
+        thr = k.threshold
     if thr is not None and not (isinstance(thr, (int, float)) and not isinstance(thr, bool) and math.isfinite(thr)):
         where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
         raise UserError(f"{where} {thr!r}: must be a finite number (nan or inf would make every "
                         "comparison false)")
-    if thr is not None and kind in PROBABILITY_SCORES and not 0 <= thr <= 1:
+    if thr is not None and k.probability and not 0 <= thr <= 1:
         problem = f"must be in [0, 1] ({kind} scores are probabilities; {thr:g} would keep or drop every decision)"
         if threshold is not None:
             raise ParameterError("threshold", problem, float(thr))
         raise UserError(f"{source}: decode 'threshold' {thr!r}: {problem}")
     top_k = block.get("top_k") if own else None
-    box_format = block.get("box_format", "cxcywh" if kind in ("detr-sigmoid", *NMS_KINDS) else "xyxy")
-    extra = {}
-    if kind == "yolo":
-        extra = _yolo_keys(block if own else {}, source)
-    elif kind == "yolox":
-        extra = _yolox_keys(block if own else {}, sidecar, source)
-    elif kind == "ctc":
-        extra = _ctc_keys(block if own else {}, source)
+    box_format = block.get("box_format", k.box_format)
+    extra = k.keys(block if own else {}, sidecar, source)
     spec = DecodeSpec(kind=kind, outputs=outputs, threshold=None if thr is None else float(thr),
                       top_k=None if top_k is None else int(top_k), classes=classes, box_format=box_format, **extra)
-    if kind in NMS_KINDS and spec.candidate_threshold > spec.threshold:
+    if k.nms and spec.candidate_threshold > spec.threshold:
         raise UserError(f"{source}: decode 'pre_threshold' {spec.pre_threshold:g} is above the threshold "
                         f"{spec.threshold:g}; candidates must include every served box")
     return spec
@@ -348,14 +478,15 @@ def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> Dec
     a plug-in receives every output.
     """
     found = list(found)
-    if spec.kind == NONE:
+    k = spec.decoder_kind
+    if not k.decides:
         return spec
-    if is_plugin(spec.kind):
+    if k.plugin:
         return replace(spec, outputs={n: n for n in found})
     missing = [(r, n) for r, n in spec.outputs.items() if n not in found]
-    unnamed = spec.outputs == DEFAULT_OUTPUTS.get(spec.kind)  # the sidecar named no output: the one there is
+    unnamed = spec.outputs == dict(k.outputs)  # the sidecar named no output: the one there is
     if missing and len(spec.outputs) == 1 and single_output_ok and len(found) == 1 \
-            and (unnamed or spec.kind in ONE_OUTPUT_KINDS):
+            and (unnamed or k.one_output):
         spec = replace(spec, outputs={next(iter(spec.outputs)): found[0]})
         missing = []
     if missing:
@@ -822,23 +953,35 @@ def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
     return plugin_decoded(spec.kind, result, spec.threshold)
 
 
-_DECODERS = {"detr-sigmoid": decode_detr, "classifier-softmax": decode_classifier,
-             "threshold-map": decode_map, "nms-boxes": decode_nms, "yolo": decode_yolo, "yolox": decode_yolox,
-             "ctc": decode_ctc}
+_BUILTIN = {k.name: k for k in (
+    DecoderKind("detr-sigmoid", decode_detr, {"logits": "pred_logits", "boxes": "pred_boxes"}, threshold=0.5,
+                probability=True, box_format="cxcywh", metric="AP", box_frame="normalized"),
+    DecoderKind("classifier-softmax", decode_classifier, {"logits": "logits"}, probability=True, metric="top-1",
+                no_threshold_margin="fp32 top-1 minus top-2 probability"),
+    DecoderKind("threshold-map", decode_map, {"map": "map"}, threshold=0.5, probability=True, one_output=True,
+                compare="map", box_frame="normalized",
+                unscored="a probability map (threshold-map): no rule turns COCO labels into map regions"),
+    DecoderKind("nms-boxes", decode_nms, {"boxes": "boxes", "scores": "scores", "labels": "labels"}, threshold=0.5,
+                compare="matched", metric="AP"),
+    NmsKind("yolo", decode_yolo, {"output": "output0"}, threshold=0.25, probability=True),
+    YoloxKind("yolox", decode_yolox, {"output": "output"}, threshold=0.3),
+    CtcKind("ctc", decode_ctc, {"output": "output"}),
+)}
+NONE_KIND = NoneKind(NONE)
+KINDS = tuple(_BUILTIN)   # the built-in decoders, in the order help and errors list them
 
 
 def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
     """Decode one fixture's outputs (name -> array)."""
-    if spec.kind == NONE:
-        raise ValueError("decode none has no decisions; callers check spec.kind first")
-    if is_plugin(spec.kind):
-        return decode_plugin(spec, outputs)
-    return _DECODERS[spec.kind](spec, outputs)
+    kind = spec.decoder_kind
+    if not kind.decides:
+        raise ValueError("decode none has no decisions; callers check spec.decoder_kind.decides first")
+    return kind.decoder(spec, outputs)
 
 
 def spec_for_variant(variant, kind: str | None = None) -> DecodeSpec | None:
     """The decode spec of a variant's sidecar (or `kind`), checked against its outputs; None under decode none."""
     spec = spec_from_sidecar(sidecar_for(variant), kind, source=str(variant.path))
-    if spec.kind == NONE:
+    if not spec.decoder_kind.decides:
         return None
     return check_outputs(spec, [o.name for o in load_model(variant.path, check=False).graph.output])

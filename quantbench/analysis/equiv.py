@@ -37,14 +37,15 @@ from quantbench.analysis import classes as C
 from quantbench.analysis import decisions as D
 from quantbench.analysis import gates as G
 from quantbench.analysis import resultcache as RC
-from quantbench.analysis.decode import (NONE, NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin,
+from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin, kind_of,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json, check_writable
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 from quantbench.plugins import require
-from quantbench.variants import Variant, allow_recorded, sidecar_for
+from quantbench.recipe import allow_recorded, sidecar_for
+from quantbench.variants import Variant
 
 COMPARISONS = ("own-fp32", "ref-fp32", "ref-same")
 
@@ -360,7 +361,7 @@ def _rebuild_decisions(ctx: _Context, by_model: dict, fixtures_for: dict, varian
     for model, vs in by_model.items():
         for v in vs:
             dd = info[v.variant_id].get("decode") or {}
-            if dd.get("kind") == NONE:
+            if not kind_of(dd["kind"]).decides:
                 continue
             class_name = DecodeSpec(kind=dd["kind"], outputs={}, classes=dd.get("classes") or []).class_name
             flip_of = {(r["comparison"], r["host"], r["fixture_id"], r["slot"]): r["kind"] for r in flip_rows
@@ -399,7 +400,7 @@ def _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, 
                 "fixtures": {v.variant_id: sorted(fixtures_for[v.variant_id]) for v in variants}}
     if duplicates:   # only when there are some: an analysis without duplicates keeps its id
         settings["duplicates"] = sorted((dict(d) for d in duplicates), key=lambda d: (d["model"], d["name"]))
-    plugin_ids = {m: sp.as_dict()["plugin"] for m, sp in specs.items() if is_plugin(sp.kind)}
+    plugin_ids = {m: sp.as_dict()["plugin"] for m, sp in specs.items() if sp.decoder_kind.plugin}
     if plugin_ids:   # the plug-in's code decides the rows: its file hash is part of the analysis id
         settings["decode_plugins"] = plugin_ids
     return settings
@@ -497,7 +498,7 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
     data = _load_arrays(ctx.hosts, ctx.sel, [v.variant_id for v in vs],
                         {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
     first = data[(ctx.reference, fp32.variant_id)][fx_ids[0]][0]
-    compared = spec.kind != NONE
+    compared = spec.decoder_kind.decides
     try:
         spec = check_outputs(spec, sorted(first))
     except UserError as exc:

@@ -146,8 +146,8 @@ def base_session_from_args(args) -> dict:
 
 
 def sidecar_from_args(args) -> dict | None:
-    """--sidecar FILE -> the sidecar dict (None when not given)."""
-    from quantbench.variants import load_sidecar_file
+    """--sidecar FILE -> the sidecar dict (None when not given); a command reads it once and passes it on."""
+    from quantbench.recipe import load_sidecar_file
 
     path = getattr(args, "sidecar", None)
     return None if not path else load_sidecar_file(path)
@@ -166,8 +166,9 @@ def variants_from_args(args, to_stderr: bool = False) -> list:
     return variants
 
 
-def fixtures_from_args(args, variants, limit: int | None = None) -> list:
-    """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select.
+def fixtures_from_args(args, variants, limit: int | None = None, sidecar: dict | None = None) -> list:
+    """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select;
+    `sidecar`: the --sidecar file the command already read (sidecar_from_args), else it is read here.
 
     Without --fixtures: the labels the variants were calibrated with (fixtures.calibration_labels),
     set on `args` as if given, so the report, equiv.json and the accuracy read the same labels."""
@@ -175,7 +176,8 @@ def fixtures_from_args(args, variants, limit: int | None = None) -> list:
 
     if not args.fixtures:
         args.fixtures, args.images = calibration_labels(variants, args.images)
-    fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit, sidecar_from_args(args))
+    fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit,
+                                        sidecar if sidecar is not None else sidecar_from_args(args))
     if not fixtures:
         raise UserError(no_fixtures_message(args.fixtures, args.split))
     if limit is not None:

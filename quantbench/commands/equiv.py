@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench import tables
-from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, spec_from_sidecar
+from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, kind_of, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
@@ -16,7 +16,7 @@ from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_s
 from quantbench.errors import UserError
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
-from quantbench.variants import sidecar_for, sidecar_source
+from quantbench.recipe import sidecar_for, sidecar_source
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")
@@ -147,7 +147,7 @@ def duplicate_variants(plan) -> list[dict]:
 
 def run(args) -> int:
     gates = parse_gates(args.gate)  # a typo in --gate fails before any work
-    if "decision" in gates and args.decode == "none":
+    if "decision" in gates and args.decode is not None and not kind_of(args.decode).decides:
         raise UserError("--gate decision with --decode none: no decisions are compared; drop one of them")
     variants = variants_from_args(args, to_stderr=args.json)  # the demo says so first
     announce_hosts_file(args.hosts_file, to_stderr=args.json)

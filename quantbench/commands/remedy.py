@@ -12,7 +12,8 @@ from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
 from quantbench.hosts.registry import parse_hosts
-from quantbench.variants import check_identity, pick_variant
+from quantbench.recipe import check_identity
+from quantbench.variants import pick_variant
 
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
 

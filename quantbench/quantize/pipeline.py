@@ -15,21 +15,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from quantbench import plugins
+from quantbench import recipe
 from quantbench.analysis.decode import check_outputs, is_plugin, spec_from_sidecar
-from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model, load_sidecar, sidecar_path
+from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model
 from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError
 from quantbench.modelio import graph_inputs, load_model, model_hashes
-from quantbench.preprocess import check_input_block, input_spec, load_rgb, to_tensor
+from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
                                              load_with_shape_infer, parse_memory)
 from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
-from quantbench.variants import (check_plain_name, check_replaceable, load_sidecar_file, publish_folder, staging_folder,
-                                 write_index, write_latest)
+from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,
+                                 write_latest)
 
 METHODS = ("dynamic", "minmax", "percentile", "entropy")
 STATIC = ("minmax", "percentile", "entropy")
@@ -141,49 +141,34 @@ def _display_model(path: Path) -> str:
 
 def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict | None, dict]:
     """(preprocess spec, sidecar, {"preprocess_plugin"/"decode_plugin": identity} of the plug-ins it runs) the model
-    is calibrated with; checked against its input. A plug-in only the sidecar names runs only if allowed
+    is calibrated with (quantbench.recipe: the sidecar read once, the spec derived and checked once); checked
+    against the model's input and outputs. A plug-in only the sidecar names runs only if allowed
     (quantbench.plugins.require); the recipe records the ones that ran, so later commands run them unasked."""
     from onnx import helper
 
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     check_tensor_outputs(model, model_path)  # before anything is written: a ZipMap output has no tensor bytes
-    sidecar = with_decode(load_sidecar_file(opts.sidecar) if opts.sidecar else load_sidecar(model_path), opts.decode)
-    side_where = str(opts.sidecar or sidecar_path(model_path))
+    sidecar, side_where = recipe.calibration_sidecar(model_path, opts.sidecar, opts.decode)
     ins = graph_inputs(model)
     if len(ins) != 1:
         raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
     (in_name, dims), = ins.items()
-    spec = input_spec(sidecar, dims, in_name, source=str(opts.sidecar or model_path))
-    if opts.preprocess:
-        plugins.allow(opts.preprocess)   # the caller named it
-        spec["plugin"] = opts.preprocess
-    elif spec.get("plugin"):
-        plugins.require(spec["plugin"], f"{side_where}: input 'plugin'")
-    records = {"preprocess_plugin": plugins.plugin_identity(spec["plugin"], "preprocess")} if spec.get("plugin") else {}
-    check_input_block(spec, side_where if sidecar else model_path)  # channels, size cap: before allocating
+    spec = recipe.derive_spec(sidecar, dims, in_name, str(opts.sidecar or model_path), f"{side_where}: input 'plugin'",
+                              side_where if sidecar else model_path, plugin=opts.preprocess)
+    records = recipe.plugin_records(spec)
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")
     if sidecar and sidecar.get("decode"):  # a decode block that cannot decode this model fails now, not after runs
         decoder = check_outputs(spec_from_sidecar(sidecar, source=side_where), [o.name for o in model.graph.output])
         if is_plugin(decoder.kind):
-            records["decode_plugin"] = plugins.plugin_identity(decoder.kind, "decode")
+            records.update(recipe.plugin_records(decode_plugin=decoder.kind))
     elem = next(i for i in model.graph.input if i.name == in_name).type.tensor_type.elem_type
     np_type = helper.tensor_dtype_to_np_dtype(elem)
     if str(np_type) != spec.get("dtype", "float32"):
         raise UserError(f"{model_path}: input {in_name!r} is {np_type}, the preprocessing makes {spec.get('dtype')}; "
                         f"set \"dtype\": \"{np_type}\" in the sidecar's input block")
     return spec, sidecar, records
-
-
-def with_decode(sidecar: dict | None, kind: str | None) -> dict | None:
-    """The sidecar with `kind` as its decoder (its decode block kept when it is for that kind)."""
-    if kind is None:
-        return sidecar
-    if kind and is_plugin(kind):
-        plugins.allow(kind)   # the caller named it
-    block = dict((sidecar or {}).get("decode") or {})
-    return {**(sidecar or {}), "decode": block if block.get("kind") == kind else {"kind": kind}}
 
 
 def eval_labels(calset_recipe: dict) -> dict:

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from quantbench.fsutil import atomic_write_json, sha256_file
 from quantbench.plugins import is_ref
-from quantbench.variants import inside, sidecar_for
+from quantbench.recipe import sidecar_for
+from quantbench.variants import inside
 
 HTML_FILE = "report.html"
 _MD_IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")

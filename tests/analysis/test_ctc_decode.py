@@ -10,7 +10,7 @@ import pytest
 from decode_bench import input_matmul_head, save_model
 from quantbench.analysis.decisions import compare, summarize
 from quantbench.analysis.decode import check_outputs, decode, spec_from_sidecar
-from quantbench.assets import load_sidecar
+from quantbench.recipe import load_sidecar
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.metrics import edit_distance, text_accuracy
