@@ -496,16 +496,17 @@ def limit_note(fixtures: list) -> str:
 
 
 def fixtures_for_variants(variants, labels=None, images=None, split: str | None = "eval", limit: int | None = None,
-                          sidecar: dict | None = None) -> tuple[list[Fixture], dict]:
+                          sidecar: dict | None = None, models: list | None = None) -> tuple[list[Fixture], dict]:
     """Fixtures for every distinct input recipe among `variants`; returns (fixtures, spec by fixture id).
 
     Each variant's recipe comes from quantbench.recipe.input_spec_for (its
     calibration recipe, or the sidecar beside the file); `sidecar` overrides it
     where it agrees with the calibration. split "all" (or None) takes every image.
+    `models`: each variant's loaded model, in the same order, when the caller has them (no second load).
     """
     specs = {}
-    for v in variants:
-        spec = input_spec_for(v, sidecar)   # checked there, once
+    for v, model in zip(variants, models or [None] * len(variants)):
+        spec = input_spec_for(v, sidecar, model=model)   # checked there, once
         specs.setdefault(canonical_json(spec), spec)
     fixtures, spec_of = [], {}
     for spec in specs.values():
@@ -515,6 +516,12 @@ def fixtures_for_variants(variants, labels=None, images=None, split: str | None 
                 fx.preprocess = spec
                 fixtures.append(fx)
     return fixtures, spec_of
+
+
+def no_fixtures_message(labels, split) -> str:
+    """Why fixtures_for_variants found nothing to evaluate on (one wording for every caller)."""
+    return (f"{labels or 'the bundled corpus'}: no image in split {split!r} to evaluate on; "
+            "mark some with \"split\": \"eval\", or pass --split / --fixtures")
 
 
 def pick_fixture(fixtures: list[Fixture], wanted: str | None, split: str = "eval") -> Fixture:

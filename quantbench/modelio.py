@@ -115,10 +115,13 @@ def write_self_contained(src: str | os.PathLike, dst: str | os.PathLike) -> None
         shutil.copyfile(src, dst)
 
 
-def raw_sha256(path: str | os.PathLike, files: list | None = None) -> str:
+def raw_sha256(path: str | os.PathLike, files: list | None = None, model=None) -> str:
     """SHA-256 of the file's bytes; of a model with external data (`files`, or looked up), of its self-contained
-    bytes: the .onnx alone does not hold the weights, and that is what a variant or an artifact is written as."""
+    bytes: the .onnx alone does not hold the weights, and that is what a variant or an artifact is written as.
+    `model`: the model of `path` with its data embedded (load_with_data), when the caller has it."""
     files = external_data_files(path) if files is None else files
+    if files and model is not None:
+        return sha256_bytes(_one_file_bytes(model, Path(path)))
     return sha256_bytes(self_contained_bytes(path)) if files else sha256_file(path)
 
 

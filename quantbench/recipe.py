@@ -221,7 +221,7 @@ def check_identity(variant, model=None) -> str:
     return variant.variant_id
 
 
-def input_spec_for(variant, override: dict | None = None, override_source: str = "--sidecar") -> dict:
+def input_spec_for(variant, override: dict | None = None, override_source: str = "--sidecar", model=None) -> dict:
     """The exact input recipe (preprocess spec) to feed `variant`, checked (check_input_block) once.
 
     The recipe's calibrated preprocessing, else the sidecar beside the file; a
@@ -229,8 +229,9 @@ def input_spec_for(variant, override: dict | None = None, override_source: str =
     recipe (eval fixtures preprocessed unlike the calibration set compare
     nothing meaningful), so a difference stops here. A model without either
     whose input dims are not all static is an error, never a 1x1 guess.
+    `model`: the loaded ModelProto of variant.path, when the caller has it (no second load).
     """
-    model = load_model(variant.path, check=False)
+    model = model if model is not None else load_model(variant.path, check=False)
     check_identity(variant, model)
     ins = graph_inputs(model)
     if not ins:

@@ -28,6 +28,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -36,12 +37,15 @@ from quantbench.analysis import classes as C
 from quantbench.analysis import decisions as D
 from quantbench.analysis import gates as G
 from quantbench.analysis import resultcache as RC
-from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, kind_of,
+from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin, kind_of,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.errors import ParameterError, UserError, flag, marked
-from quantbench.fsutil import canonical_json
+from quantbench.fsutil import canonical_json, check_writable
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
+from quantbench.plugins import require
+from quantbench.recipe import allow_recorded, sidecar_for
+from quantbench.variants import Variant
 
 COMPARISONS = ("own-fp32", "ref-fp32", "ref-same")
 
@@ -675,6 +679,85 @@ def _not_compared(comp, host, variant, ref_host, ref_variant, fixtures, variant_
             "ref_variant": ref_variant, "fixtures": fixtures, "concealed": False, "margins": {}, "variant_id": variant_id,
             "model": model, "tensor_gate": tgate.as_dict(), "decision_passed": None, "gates_disagree": "",
             "decisions_compared": False}
+
+
+# --------------------------------------------------------------------------- re-analysis
+
+
+def last_equiv(results) -> dict:
+    """The summary the last `quantbench equiv` wrote into `results` (equiv.json: its id, settings, labels), or {}."""
+    p = Path(results) / "equiv.json"
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@dataclass
+class Reanalysis:
+    """An earlier analysis computed again from the tables: the result (its settings["gates"]: the gates that
+    analysis was run with) and the labels it read ({"fixtures", "images"}; {} unless it was the last equiv)."""
+
+    result: EquivResult
+    labels: dict
+
+
+def _pick_analysis(root: Path, want: str | None) -> tuple[str, dict]:
+    """(equiv id, its settings) of the analysis whose id starts with `want` (None: the only one)."""
+    ct = tables.read("classes", root=root, columns=["equiv_id", "settings"])
+    settings_of = dict(zip(ct.column("equiv_id").to_pylist(), ct.column("settings").to_pylist()))
+    if not settings_of:
+        raise UserError(f"{root}/classes: no equiv results; run `quantbench equiv --hosts pi,x86` first")
+    ids = sorted(settings_of)
+    if want:
+        match = [i for i in ids if i.startswith(want)]
+        if len(match) != 1:
+            raise ParameterError("equiv_id", f"{'no' if not match else 'several'} analyses match; "
+                                             f"known: {', '.join(i[:12] for i in ids)}", want)
+        return match[0], json.loads(settings_of[match[0]])
+    if len(ids) == 1:
+        return ids[0], json.loads(settings_of[ids[0]])
+    raise UserError(f"{root}/classes: {len(ids)} equiv analyses; pick one with {flag('equiv_id')} "
+                    f"({', '.join(i[:12] for i in ids)})")
+
+
+def _recorded_refs(st: dict, root: Path) -> list[VariantRef]:
+    """The analysed variants as the models table records them, each with the sidecar its recipe carries."""
+    models = {r["variant_id"]: r for r in tables.read("models", root=root).to_pylist()}
+    refs = []
+    for v in st["variants"]:
+        recipe = json.loads((models.get(v["variant_id"]) or {}).get("recipe") or "{}")
+        allow_recorded(recipe)   # the plug-ins calibrate ran, unchanged, run again
+        sidecar = sidecar_for(Variant(name=v["name"], path=Path(v.get("path") or ""), model=v["model"], recipe=recipe))
+        refs.append(VariantRef(name=v["name"], variant_id=v["variant_id"], model=v["model"], sidecar=sidecar,
+                               path=v.get("path", "")))
+    return refs
+
+
+def reanalyze(results, equiv_id: str | None = None) -> Reanalysis:
+    """The analysis `equiv_id` (a prefix; None: the last equiv's, else the only one) computed again from the
+    tables under `results`/tables, with the settings it was run with (its gates too when it was the last equiv)."""
+    results = Path(results)
+    root = results / "tables"
+    last = last_equiv(results)
+    eid, st = _pick_analysis(root, equiv_id or last.get("equiv_id"))
+    refs = _recorded_refs(st, root)
+    if is_plugin(st["decode"]):   # named on that equiv's command line, read back from a table: ask again
+        require(st["decode"], f"{root}/classes (analysis {eid[:12]}): decode")
+    prefer = {h: tuple(x) for h, x in st["selections"].items()}
+    # gate settings are not part of the analysis id: take the last run's when it is this analysis
+    gs = (last.get("settings") or {}) if last.get("equiv_id") == eid else {}
+    check_writable(results, "the report is written into the results folder")
+    result = analyze(st["hosts"], refs, st["fixtures"], reference=st["reference"], decode_kind=st["decode"],
+                     threshold=st["threshold"], atol=gs.get("atol", G.DEFAULT_ATOL),
+                     rtol=gs.get("rtol", G.DEFAULT_RTOL), budget=gs.get("budget", G.DEFAULT_BUDGET),
+                     prefer=prefer, tables_root=root, duplicates=st.get("duplicates"),
+                     cache_dir=RC.cache_dir_of(results))
+    result.settings["gates"] = list(gs.get("gates") or [])   # the verdict states the gates that analysis was run with
+    return Reanalysis(result, (last.get("labels") or {}) if last.get("equiv_id") == eid else {})
 
 
 def write_tables(result: EquivResult, tables_root) -> list:

@@ -171,20 +171,36 @@ def fixtures_from_args(args, variants, limit: int | None = None, sidecar: dict |
 
     Without --fixtures: the labels the variants were calibrated with (fixtures.calibration_labels),
     set on `args` as if given, so the report, equiv.json and the accuracy read the same labels."""
-    from quantbench.fixtures import calibration_labels, fixtures_for_variants
+    from quantbench.fixtures import calibration_labels, fixtures_for_variants, no_fixtures_message
 
     if not args.fixtures:
         args.fixtures, args.images = calibration_labels(variants, args.images)
     fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit,
                                         sidecar if sidecar is not None else sidecar_from_args(args))
     if not fixtures:
-        raise UserError(f"{args.fixtures or 'the bundled corpus'}: no image in split {args.split!r} to evaluate on; "
-                        "mark some with \"split\": \"eval\", or pass --split / --fixtures")
+        raise UserError(no_fixtures_message(args.fixtures, args.split))
     if limit is not None:
         from quantbench.fixtures import limit_note
 
         print(f"--limit {limit}: {limit_note(fixtures)}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     return fixtures
+
+
+def fixture_params(args) -> dict:
+    """The fixture flags (--fixtures, --images, --split, --limit, --sidecar) as hosts.runner.plan_run parameters."""
+    return {"labels": args.fixtures, "images": args.images, "split": args.split, "limit": args.limit,
+            "sidecar": sidecar_from_args(args)}
+
+
+def note_plan(args, plan) -> None:
+    """After plan_run: the labels it read are set on `args` as if given (the report, equiv.json and the accuracy
+    read the same labels), and a --limit says which images it took."""
+    from quantbench.fixtures import limit_note
+
+    args.fixtures, args.images = plan.labels, plan.images
+    if plan.limit is not None:
+        print(f"--limit {plan.limit}: {limit_note(plan.fixtures)}",
+              file=sys.stderr if getattr(args, "json", False) else sys.stdout)
 
 
 def add_explain_arguments(p, hosts_default: str | None = None) -> None:

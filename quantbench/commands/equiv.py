@@ -12,13 +12,11 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
-                                 finite_float, fixtures_from_args, session_from_args,
-                                 sidecar_from_args, variants_from_args)
+                                 finite_float, fixture_params, note_plan, session_from_args, variants_from_args)
 from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError, marked
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
-from quantbench.hosts.runner import announce_jobs, check_ready, run_hosts, variant_info
-from quantbench.modelio import fits, load_model
+from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
 from quantbench.recipe import sidecar_for, sidecar_source
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
@@ -73,15 +71,15 @@ def _run_hint(args) -> str:
     return "".join(parts)
 
 
-def check_decoders(variants, override, kind, threshold, override_path=None) -> None:
-    """Every variant's decode spec (sidecar or --decode/--threshold) is valid, fits its outputs, and runs no
+def check_decoder(variant, outputs, override, kind, threshold, override_path=None) -> None:
+    """A variant's decode spec (sidecar or --decode/--threshold) is valid, fits its `outputs`, and runs no
     plug-in only a file names (quantbench.plugins.require)."""
-    for v in variants:
-        spec = spec_from_sidecar(sidecar_for(v, override), kind, threshold, source=sidecar_source(v, override_path))
-        try:
-            check_outputs(spec, [o.name for o in load_model(v.path, check=False).graph.output])
-        except UserError as exc:
-            raise UserError(f"model {v.model}: {marked(exc)}; or {NONE_HINT}") from None
+    spec = spec_from_sidecar(sidecar_for(variant, override), kind, threshold,
+                             source=sidecar_source(variant, override_path))
+    try:
+        check_outputs(spec, outputs)
+    except UserError as exc:
+        raise UserError(f"model {variant.model}: {marked(exc)}; or {NONE_HINT}") from None
 
 
 @dataclass
@@ -98,74 +96,50 @@ class Prepared:
     duplicates: list
 
 
-def prepare(args, held: contextlib.ExitStack | None = None, variants: list | None = None) -> Prepared:
-    """Hosts, variants (`variants`, else --variants) and fixtures of an equiv invocation; runs the hosts unless
-    --no-run."""
-
-    if args.limit is not None and args.limit < 1:
-        raise UserError(f"--limit {args.limit}: must be at least 1")
+def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
+    """Hosts, variants and fixtures of an equiv invocation (hosts.runner.plan_run); runs the hosts unless
+    --no-run, holding the tables lock in `held` through the runs and the table writes of finish()."""
     if args.atol < 0 or args.rtol < 0:
         raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
     announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
-    names = [s.name for s in specs]
-    if not args.no_run:
-        check_ready(specs)  # before the lock: a host that cannot run writes nothing
-    if args.reference and args.reference not in names:
-        raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(names)}")
+    if args.reference and args.reference not in [s.name for s in specs]:
+        raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(s.name for s in specs)}")
+    params = fixture_params(args)
+
+    def decoder_fits(v, outputs):  # a bad decode block fails before any run
+        check_decoder(v, outputs, params["sidecar"], args.decode, args.threshold, args.sidecar)
+
+    # equiv runs 1 thread on the CPU provider (no such flags); a host that cannot run writes nothing
+    plan = plan_run(specs, variants, **params, session=session_from_args(args), command="equiv",
+                    check_hosts=not args.no_run, check_variant=decoder_fits)
+    note_plan(args, plan)
     results = Path(args.results)
     root = results / "tables"
-    variants = variants if variants is not None else variants_from_args(args, to_stderr=args.json)
-    override = sidecar_from_args(args)
-    check_decoders(variants, override, args.decode, args.threshold, args.sidecar)  # a bad decode block fails before any run
-    fixtures = fixtures_from_args(args, variants, args.limit, override)  # --sidecar read once
-    session = session_from_args(args)  # equiv runs 1 thread on the CPU provider (no such flags)
-    if held is not None:  # held through the runs and the table writes of finish()
-        held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
+    held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
     prefer = None
     run_line = "runs: none (--no-run: results from the tables)"
-    if args.no_run:
-        infos = []
-        for v in variants:
-            vi = variant_info(v)
-            if vi.variant_id not in {i.variant_id for i in infos}:
-                infos.append(vi)
-    else:
-        run_id = tables.run_id_of(command="equiv", hosts=names, session=session,
-                                  variants=sorted(str(v.path) for v in variants),
-                                  fixtures=sorted(fx.fixture_id for fx in fixtures))
-        with tables.run_scope(run_id):
-            summary = run_hosts(specs, variants, fixtures, session=session, progress=not args.no_progress,
-                                tables_root=root, jobs=args.jobs)
-        infos = summary.variants
+    if not args.no_run:
+        with tables.run_scope(plan.run_id):
+            summary = run_plan(plan, progress=not args.no_progress, tables_root=root, jobs=args.jobs)
         run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
         prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts
                   if h.fingerprint_id and h.measured}
-    by_id = {}
-    for v in variants:
-        by_id.setdefault(str(Path(v.path).resolve()), v)
-    duplicates = duplicate_variants(variants, infos)
-    refs, fixtures_for = [], {}
-    for vi in infos:
-        v = by_id.get(str(Path(vi.path).resolve()), vi)
-        refs.append(VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, sidecar=sidecar_for(v, override),
-                               path=str(vi.path)))
-        fixtures_for[vi.variant_id] = sorted({fx.fixture_id for fx in fixtures
-                                              if fits(fx.input_name, list(fx.array.shape), vi.inputs)})
-        if not fixtures_for[vi.variant_id]:
-            raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) {vi.inputs}")
-    return Prepared(names, refs, fixtures_for, prefer, results, root, run_line, duplicates)
+    asked = {str(vi.path.resolve()): v for v, vi in reversed(plan.asked)}  # the first variant asked of each file
+    refs = [VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, path=str(vi.path),
+                       sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"])) for vi in plan.variants]
+    fixtures_for = {vid: sorted({fx.fixture_id for fx in fxs}) for vid, fxs in plan.fixtures_for.items()}
+    return Prepared(plan.names, refs, fixtures_for, prefer, results, root, run_line, duplicate_variants(plan))
 
 
-def duplicate_variants(variants, infos) -> list[dict]:
+def duplicate_variants(plan) -> list[dict]:
     """Variants asked for whose model is semantically identical to an analysed one (run once, named in the report)."""
-    kept = {vi.variant_id: vi for vi in infos}
-    analysed = {str(Path(vi.path).resolve()) for vi in infos}
+    kept = {vi.variant_id: vi for vi in plan.variants}
+    analysed = {str(vi.path.resolve()) for vi in plan.variants}
     out = []
-    for v in variants:
+    for v, vi in plan.asked:
         if str(Path(v.path).resolve()) in analysed:
             continue
-        vi = variant_info(v)
         first = kept.get(vi.variant_id)
         if first is not None and first.name != v.name:
             out.append({"name": v.name, "model": v.model, "path": str(v.path), "duplicate_of": first.name})

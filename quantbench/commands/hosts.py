@@ -7,8 +7,7 @@ import json
 from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
 from quantbench.hosts import emulated as em
-from quantbench.hosts import worker as W
-from quantbench.hosts.keys import cpu_summary, probe_model
+from quantbench.hosts.keys import cpu_summary, local_probe_sha256
 from quantbench.hosts.registry import known_hosts, make_host, parse_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.setup import setup_presets
@@ -78,17 +77,10 @@ def do_check(args) -> int:
         print(f"{spec.name}: {msg}")
         return 0
     t0 = time.monotonic()
-    with HostSession(spec, session, args.allow_fallback, label=req.label) as hs:
+    with HostSession(spec, session, args.allow_fallback, label=req.label, host=host) as hs:
         fp = hs.frame
     seconds = time.monotonic() - t0
-    expect = None
-    try:
-        import onnxruntime as ort
-
-        data, x = probe_model()
-        expect = W.tensor_sha256(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
-    except Exception:
-        expect = None
+    expect = local_probe_sha256()
     f = fp["fingerprint"]
     ident = f["identity"]
     if args.json:

@@ -7,12 +7,11 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
-                                 fixtures_from_args, session_from_args, variants_from_args)
-from quantbench.errors import UserError
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, fixture_params,
+                                 note_plan, session_from_args, variants_from_args)
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
-from quantbench.hosts.runner import RunFailed, announce_jobs, check_ready, run_hosts
+from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."
@@ -58,30 +57,24 @@ def summary_json(summary, root, export, failure) -> dict:
 def run(args) -> int:
     variants = variants_from_args(args, to_stderr=getattr(args, "json", False))  # the demo says so first
     announce_hosts_file(args.hosts_file)
-    if args.limit is not None and args.limit < 1:
-        raise UserError(f"--limit {args.limit}: must be at least 1")
     announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
     session = session_from_args(args)
-
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
-    check_ready(specs)  # before the lock: a host that cannot run writes nothing
-    fixtures = fixtures_from_args(args, variants, args.limit)
+    # every host ready, every model read once, before the lock: a refused command writes nothing, not even the lock
+    plan = plan_run(specs, variants, **fixture_params(args), session=session, command="run")
+    note_plan(args, plan)
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure = None
-    # the lock is taken once the inputs are valid, so a refused command writes nothing, not even the lock file
-    run_id = tables.run_id_of(command="run", hosts=[s.name for s in specs], session=session,
-                              variants=sorted(str(v.path) for v in variants),
-                              fixtures=sorted(fx.fixture_id for fx in fixtures))
-    with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(run_id):
+    with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
         try:
-            summary = run_hosts(specs, variants, fixtures, session=session, allow_fallback=args.allow_fallback,
-                                allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
-                                tables_root=root, jobs=args.jobs)
+            summary = run_plan(plan, allow_fallback=args.allow_fallback,
+                               allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
+                               tables_root=root, jobs=args.jobs)
         except RunFailed as exc:
             failure, summary = exc, exc.summary
     manifest = None
     if args.export and failure is None:
-        manifest = export_results(args.export, [s.name for s in specs],
+        manifest = export_results(args.export, plan.names,
                                   [v.variant_id for v in summary.variants], summary.fixture_ids, root)
     if getattr(args, "json", False):
         print(json.dumps(summary_json(summary, root, args.export if manifest else None, failure), indent=2,

@@ -43,7 +43,6 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.errors import UserError
 from quantbench.fsutil import content_key
-from quantbench.hosts import emulated as EM
 from quantbench.hosts import worker as W
 from quantbench.hosts.keys import hosts_row, normalize_session
 from quantbench.hosts.registry import make_host
@@ -274,12 +273,13 @@ class Evidence:
         return "no int8 GEMM instructions seen" + (" (fp32 FMA kernels)" if "VFMADD" in f else "")
 
 
-def collect(host_name: str, preset_name: str, model_path, fixtures, session: dict | None = None,
+def collect(host_name: str, host, model_path, fixtures, session: dict | None = None,
             variant_name: str = "", keep_log: str | None = None, timeout: float | None = None) -> Evidence:
-    """Run the model on `fixtures` under qemu with -d in_asm and count the instruction families."""
+    """Run the model on `fixtures` on `host` (one that traces instructions: EmulatedHost.trace_command) under
+    qemu's -d in_asm and count the instruction families."""
     import numpy as np
 
-    preset = EM.preset(preset_name)
+    preset = host.trace_target()
     session = normalize_session(session)
     vid = semantic_sha256(load_model(model_path, check=False))
     with tempfile.TemporaryDirectory(prefix="qb-evidence-") as tmp:
@@ -294,7 +294,7 @@ def collect(host_name: str, preset_name: str, model_path, fixtures, session: dic
                 "model": str(Path(model_path).resolve()), "inputs": inputs, "out": str(tmp / "probe.json")}
         (tmp / "spec.json").write_text(json.dumps(spec))
         (tmp / "probe.py").write_text(PROBE)
-        argv, env = EM.python_command(preset_name, ["-d", "in_asm", "-D", str(log)])
+        argv, env = host.trace_command(log)
         proc = subprocess.run(argv + [str(tmp / "probe.py"), str(tmp / "spec.json")], env=env,
                               capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0 or not (tmp / "probe.json").exists():
@@ -306,7 +306,7 @@ def collect(host_name: str, preset_name: str, model_path, fixtures, session: dic
             raise UserError(f"host {host_name}: onnxruntime's code was not found in the guest's memory map")
         families = scan_log(log, preset.arch, ranges)
         size = log.stat().st_size
-    return Evidence(host=host_name, preset=preset_name, qemu_cpu=preset.qemu_cpu, arch=preset.arch,
+    return Evidence(host=host_name, preset=preset.name, qemu_cpu=preset.qemu_cpu, arch=preset.arch,
                     variant=variant_name or Path(model_path).stem, variant_id=vid,
                     fingerprint_id=info["fingerprint_id"], fingerprint=info["fingerprint"],
                     fixtures=[o["fixture_id"] for o in info["outputs"]], families=families, log_bytes=size,
@@ -330,7 +330,7 @@ def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], li
             notes.append(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
                          f"log (an emulated host), skipped")
             continue
-        ev = collect(h.label, host.preset, variant.path, fixtures, h.session, variant.name)
+        ev = collect(h.label, host, variant.path, fixtures, h.session, variant.name)
         tables.append("hosts", [hosts_row(h.spec.name, h.spec.kind, ev.fingerprint, ev.fingerprint_id)], root=root)
         tables.append("evidence", ev.rows(), root=root)
         evs.append(ev)

@@ -37,6 +37,7 @@ from typing import Sequence
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError
 from quantbench.hosts.keys import local_ort_version
+from quantbench.hosts.process import WORKER_PATH, ProcessHost
 
 ROOT_SUITE = "bookworm"
 GUEST_PYTHON_VERSION = "3.11"  # bookworm's python3; the aarch64 wheels are fetched for it
@@ -306,3 +307,63 @@ def fingerprint_identity(preset_name: str, env: dict) -> dict:
         "site": site,
         "site_stamps": [_text_or_empty(_stamp(Path(p))) for p in site.split(os.pathsep) if p],
     }
+
+
+# --------------------------------------------------------------------------- the host
+
+
+@dataclass
+class EmulatedHost(ProcessHost):
+    """qemu-user running an arm64 (or x86) Python on a CPU model; its presets, prefixes and qemu above."""
+
+    #: the model travels as bytes: no path lookups through qemu's -L prefix
+    model_by_path: bool = False
+    #: qemu's translation log shows the instructions the guest ran
+    traces_instructions = True
+    #: the preset, its prefix and the wheels `hosts setup` installed are all on this machine
+    caches_fingerprint = True
+
+    @property
+    def preset(self) -> str:
+        return self.options.get("preset", self.name)
+
+    def ready(self):
+        if self.preset not in PRESETS:
+            return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}"
+        return ready(self.preset)
+
+    def command(self):
+        argv, env = python_command(self.preset, tuple(self.options.get("qemu_args", ())))
+        # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
+        full = dict(env) if env else {k: v for k, v in os.environ.items()
+                                      if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+        return list(argv) + [str(WORKER_PATH)], full, b""
+
+    def describe(self) -> str:
+        return f"emulated ({self.preset})"
+
+    def trace_target(self) -> Preset:
+        """The CPU model an instruction trace runs on (its arch and qemu cpu name)."""
+        return preset(self.preset)
+
+    def trace_command(self, log) -> tuple[list[str], dict]:
+        """(argv, env) of this host's guest Python under qemu's translation log (-d in_asm) written to `log`:
+        the instructions it ran (quantbench.explain.evidence)."""
+        return python_command(self.preset, ["-d", "in_asm", "-D", str(log)])
+
+    def fingerprint_cache_parts(self, env: dict) -> dict:
+        """What `hosts setup` installed for the preset (prefix, root, wheels)."""
+        return {"emulated": fingerprint_identity(self.preset, env)}
+
+    def latency_refusal(self) -> str | None:
+        return ("emulated; a time measured under qemu is emulation time, not a device latency. "
+                "Measure latency on a local or ssh host")
+
+    def version_policy(self, remote: str, local: str, allow_mismatch: bool) -> str | None:
+        """`hosts setup` installs the local onnxruntime version under qemu, so a different one is a
+        stale setup and a confound: an error unless the caller allows it (then silently accepted)."""
+        if remote != local and not allow_mismatch:
+            raise UserError(f"host {self.name}: emulated onnxruntime {remote} differs from the local "
+                            f"{local} (a confound); rerun `quantbench hosts setup {self.name}` "
+                            f"or pass --allow-version-mismatch")
+        return None

@@ -67,14 +67,49 @@ def probe_model() -> tuple[bytes, object]:
     return _PROBE
 
 
-def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
+def request_header(kind: str, host: str, session: dict, allow_fallback: bool, model: dict, fixtures: list,
+                   **fields) -> dict:
+    """The header of one worker request ("run" or "fingerprint", read by worker.py): the one place a request
+    is encoded. `model`: where its bytes are (model_entry, or {"path", "sha256"}); `fixtures`: fixture_entry
+    each; `fields`: the rest (return_tensors, repeat, output_names, store, variant names)."""
+    return {"type": kind, "host": host, "session": session, "allow_fallback": allow_fallback, "model": model,
+            "fixtures": fixtures, **fields}
+
+
+def model_entry(data: bytes, offset: int = 0) -> dict:
+    """A model travelling as bytes at `offset` of the payload."""
+    return {"offset": offset, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def fixture_entry(fixture_id: str, input_name: str, array, offset: int, nbytes: int) -> dict:
+    """One input of a request: its tensor's `nbytes` at `offset` (of the payload, or of the run's input store)."""
+    return {"fixture_id": fixture_id, "input_name": input_name, "dtype": W.canonical(array).dtype.str,
+            "shape": list(array.shape), "offset": offset, "nbytes": nbytes}
+
+
+def probe_job() -> tuple[dict, list, list[bytes]]:
+    """(model, fixtures, payload parts) of the fingerprint request: the probe model on its input."""
     data, x = probe_model()
     xb = W.tensor_bytes(x)
-    header = {"type": "fingerprint", "host": host, "session": session, "allow_fallback": allow_fallback,
-              "model": {"offset": 0, "nbytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
-              "fixtures": [{"fixture_id": W.tensor_sha256(x), "input_name": "x", "dtype": x.dtype.str,
-                            "shape": list(x.shape), "offset": len(data), "nbytes": len(xb)}]}
-    return header, [data, xb]
+    return model_entry(data), [fixture_entry(W.tensor_sha256(x), "x", x, len(data), len(xb))], [data, xb]
+
+
+def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
+    """The fingerprint request's header and payload parts (HostSession.open sends it)."""
+    model, fixtures, parts = probe_job()
+    return request_header("fingerprint", host, session, allow_fallback, model, fixtures), parts
+
+
+def local_probe_sha256() -> str | None:
+    """The probe's output hash on this interpreter's onnxruntime (what a host's smoke job is compared with);
+    None when it cannot run here."""
+    try:
+        import onnxruntime as ort
+
+        data, x = probe_model()
+        return W.tensor_sha256(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
+    except Exception:
+        return None
 
 
 def cpu_summary(fp: dict) -> str:

@@ -303,7 +303,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
 #: dead-worker explanation and version policy
 HOST_CLASSES = {
     "local": ("quantbench.hosts.local", "LocalHost"),
-    "emulated": ("quantbench.hosts.local", "EmulatedHost"),
+    "emulated": ("quantbench.hosts.emulated", "EmulatedHost"),
     "ssh": ("quantbench.hosts.ssh", "SSHHost"),
     "imported": ("quantbench.hosts.imported", "ImportedHost"),
 }

@@ -27,13 +27,13 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fixtures import fixtures_chunks
+from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
-from quantbench.hosts.keys import hosts_row, local_ort_version, normalize_session, run_key, session_key
-from quantbench.hosts.local import WorkerDied
+from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, normalize_session, run_key, session_key
+from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256
@@ -58,6 +58,7 @@ class VariantInfo:
     raw_sha256: str
     inputs: dict  # input name -> shape (ints, or None for symbolic dims)
     external_data: bool = False  # its tensors' data lie in files beside it: it travels with them embedded
+    outputs: list = field(default_factory=list)  # the graph's output names, in order
 
     def model_bytes(self) -> bytes:
         """The bytes a worker runs: the file's, or with its external data embedded (modelio.self_contained_bytes)."""
@@ -68,19 +69,100 @@ class VariantInfo:
                 "variant": self.name, "path": str(self.path), "recipe": canonical_json(self.recipe or {})}
 
 
-def variant_info(v) -> VariantInfo:
-    """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo."""
+def variant_info(v, loaded: tuple | None = None) -> VariantInfo:
+    """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo (a VariantInfo
+    as it is). `loaded`: (model, external data files) of v.path from modelio.load_with_data, when the caller
+    has them (the file is not parsed again)."""
+    if isinstance(v, VariantInfo):
+        return v
     path = Path(v.path)
-    model, files = load_with_data(path)
+    model, files = loaded if loaded is not None else load_with_data(path)
     vid = getattr(v, "variant_id", None) or semantic_sha256(model)
-    inputs = graph_inputs(model)
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
-                       raw_sha256=raw_sha256(path, files), inputs=inputs, external_data=bool(files))
+                       raw_sha256=raw_sha256(path, files, model), inputs=graph_inputs(model),
+                       external_data=bool(files), outputs=[o.name for o in model.graph.output])
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
     return fits(fx.input_name, list(fx.array.shape), vi.inputs)
+
+
+@dataclass
+class RunPlan:
+    """A run worked out once, before anything runs or is written (plan_run): its hosts, each variant's
+    identity, which fixtures fit which variant, its run id."""
+
+    specs: list            # HostSpecs, each host once, in the order named
+    hosts: list            # their host objects (registry.make_host), made once
+    asked: list            # [(variant as asked, its VariantInfo)]: every variant asked for
+    variants: list         # the distinct VariantInfos (by semantic id), in the order asked
+    fixtures: list         # each fixture once
+    fixtures_for: dict     # variant_id -> the fixtures that fit it
+    session: dict | None   # the session options as given
+    run_id: str | None = None
+    limit: int | None = None
+    labels: str | None = None   # the labels the fixtures were made from (None: the bundled corpus)
+    images: str | None = None
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.specs]
+
+
+def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split: str | None = "eval",
+             limit: int | None = None, sidecar: dict | None = None, session: dict | None = None, hosts_file=None,
+             command: str | None = None, check_hosts: bool = True, check_variant=None) -> RunPlan:
+    """Everything a run needs, each model file parsed once: the hosts (made once; each ready, unless
+    `check_hosts` is False), each variant's info, the fixtures (given, or made from `labels`/`images`/`split`/
+    `limit`: without labels, the ones the variants were calibrated with) and which fit which variant, the run
+    id (`command` names the run; None: no id). `check_variant(variant, output_names)` runs on every variant
+    before its fixtures are made (e.g. a decoder check). Nothing is written."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ParameterError("limit", "must be at least 1", limit)
+    specs = _host_specs(hosts, hosts_file)
+    made = [make_host(spec) for spec in specs]
+    if check_hosts:
+        for host in made:
+            _ready(host)
+    if not variants:
+        raise UserError(f"no model variants to run; run `quantbench calibrate` first or pass {flag('variants')}")
+    loaded = [None if isinstance(v, VariantInfo) else load_with_data(Path(v.path)) for v in variants]
+    if check_variant is not None:
+        for v, lw in zip(variants, loaded):
+            check_variant(v, v.outputs if lw is None else [o.name for o in lw[0].graph.output])
+    if fixtures is None:
+        if not labels:
+            labels, images = calibration_labels(variants, images)
+        fixtures, _ = fixtures_for_variants(variants, labels, images, split, limit, sidecar,
+                                            models=[lw[0] if lw else None for lw in loaded])
+        if not fixtures:
+            raise UserError(no_fixtures_message(labels, split))
+    asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
+    plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
+    plan.labels, plan.images = labels, images
+    if command is not None:
+        plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
+                                       variants=sorted(str(v.path) for v in variants),
+                                       fixtures=sorted(fx.fixture_id for fx in fixtures))
+    return plan
+
+
+def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:
+    """The plan's variants (each semantic id once) and fixtures (each once); every variant fits one."""
+    if not fixtures:
+        raise UserError(f"no fixtures to run; check {flag('fixtures')}/{flag('split')}/{flag('limit')}")
+    infos: dict[str, VariantInfo] = {}
+    for _, vi in asked:
+        infos.setdefault(vi.variant_id, vi)
+    uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
+    fits_of = {vid: [fx for fx in uniq if _fits(fx, vi)] for vid, vi in infos.items()}
+    for vid, vi in infos.items():
+        if not fits_of[vid]:
+            shapes = sorted({f"{fx.input_name}{list(fx.array.shape)}" for fx in uniq})
+            raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) "
+                            f"{vi.inputs}; fixtures are {', '.join(shapes[:4])}")
+    return RunPlan(specs, made, asked, list(infos.values()), uniq, fits_of, session, limit=limit)
 
 
 def fixture_label(fx) -> str:
@@ -362,13 +444,166 @@ class _ForkRequest:
         self.t0 = 0.0
 
 
+def _task_request(host, ctx: "_Context", vi: VariantInfo, fxs: list) -> tuple[dict, list]:
+    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts)."""
+    parts, offset = [], 0
+    if host.model_by_path and not vi.external_data:
+        model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
+    else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
+        data = vi.model_bytes()
+        model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
+        parts.append(data)
+        offset = len(data)
+    entries = []
+    store = ctx.input_store() if host.reads_input_store() else None
+    for fx in fxs:
+        arr = W.canonical(fx.array)
+        if store is not None:  # same filesystem: the worker maps the inputs written once per run
+            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, store[1][fx.fixture_id], arr.nbytes))
+        else:
+            raw = ctx.fixture_bytes(fx)
+            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, offset, len(raw)))
+            parts.append(raw)
+            offset += len(raw)
+    request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
+               "return_tensors": True, "repeat": 1}
+    if store is not None:
+        request["store"] = store[0]
+    return request, parts
+
+
+def _result_rows(run, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
+    """The outputs rows of one result frame `h` of host run `run` (under its fingerprint and session)."""
+    fid = h["fixture_id"]
+    rk = run_key(vi.variant_id, fid, run.fingerprint_id, run.ctx.skey)
+    rows = []
+    for o in h["outputs"]:
+        tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
+        rows.append({"run_key": rk, "host": run.spec.name, "fingerprint_id": run.fingerprint_id,
+                     "session_key": run.ctx.skey, "session_options": run.ctx.session_json,
+                     "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
+                     "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
+                     "tensor": tensor, "providers": providers})
+    return rows
+
+
+class _TaskLoop:
+    """One worker's task loop: takes its host's tasks (_Tasks) in turn, sends each as one request through its
+    HostSession, turns the result frames into outputs rows for the host's writer; the first worker
+    (`origin`) also forks the extra workers asked for between two tasks."""
+
+    def __init__(self, run: "_HostRun", hs, tasks: "_Tasks", origin=None):
+        self.run, self.hs, self.tasks, self.origin = run, hs, tasks, origin
+
+    def drive(self) -> None:
+        """Run tasks until none are left (or the host stops); the first worker (`origin`) forks the extra
+        workers asked for before each task."""
+        last = None
+        try:
+            while not self.run.stop.is_set():
+                if self.origin is not None:
+                    self._serve_forks()
+                got = self.tasks.take(last)
+                if got is None:
+                    last = None  # take() already counted this worker off its last variant
+                    return
+                vi, fxs = got
+                last = vi.variant_id
+                with self.run.lock:
+                    self.run.unclaimed -= len(fxs)
+                if not self._run_task(vi, fxs):
+                    return
+        finally:
+            self.tasks.done(last)
+            if self.origin is not None:
+                self._serve_forks(last=True)
+
+    def _serve_forks(self, last: bool = False) -> None:
+        """Fork the extra workers asked for (they fingerprint and run on their own threads); `last`:
+        this worker takes no more tasks, so later requests start a new worker instead."""
+        while True:
+            with self.run.lock:
+                if last:
+                    self.run.origin = None
+                if not self.run.fork_requests:
+                    return
+                req = self.run.fork_requests.pop(0)
+            try:
+                if not last and not self.run.stop.is_set():
+                    req.t0 = time.monotonic()
+                    req.session = self.origin.fork()
+                    self.run._track(req.session)
+                    if self.run.stop.is_set():  # interrupted meanwhile: kill() may have missed it
+                        req.session.kill()
+            except Exception as exc:  # e.g. the fork was refused: the extra worker starts anew
+                req.error = str(exc)
+            finally:
+                req.done.set()
+
+    def _run_task(self, vi, fxs) -> bool:
+        """One job on this worker; False when the worker (or the host) must stop."""
+        request, payload = _task_request(self.run.host, self.run.ctx, vi, fxs)
+        pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
+        providers: list = []
+        try:
+            for h, p in self.hs.run_job(payload, **request):
+                providers = self._frame(vi, h, p, providers, pending)
+        except Exception as exc:
+            self._failed(vi, pending, exc)
+            return False
+        self.run.writer.flush()
+        return not self.run.stop.is_set()
+
+    def _frame(self, vi, h: dict, p: bytes, providers: list, pending: dict) -> list:
+        """Count one frame of a job, its results as outputs rows; returns the providers its session resolved."""
+        run, summary, t = self.run, self.run.summary, h.get("type")
+        if t == "session":
+            providers = h["providers"]
+            with run.lock:
+                summary.sessions_reused += 1 if h.get("reused") else 0
+                summary.session_seconds += h.get("session_seconds", 0.0)
+                if providers not in summary.providers:
+                    summary.providers.append(providers)
+        elif t == "verified":  # input hashing time, spent on the worker's helper thread
+            with run.lock:
+                summary.verify_seconds += h.get("verify_seconds", 0.0)
+        elif t == "result":
+            run.writer.add(_result_rows(run, vi, h, p, providers))
+            pending.pop(h["fixture_id"], None)
+            with run.lock:
+                summary.ran += 1
+                summary.infer_seconds += h.get("seconds", 0.0)
+                summary.infer_each.append(h.get("seconds", 0.0))
+            if run.bar is not None:
+                run.bar.update(1)
+        elif t == "error":
+            fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
+            where = f", fixture {fixture_label(fx)}" if fx else ""
+            run._error(f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
+            run.stop.set()  # the job stopped at the failing fixture: so does the host (results so far stand)
+        return providers
+
+    def _failed(self, vi, pending: dict, exc: Exception) -> None:
+        """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""
+        run = self.run
+        run.writer.flush()
+        in_flight = next(iter(pending.values()), None)
+        where = f", fixture {fixture_label(in_flight)}" if in_flight else ""
+        if isinstance(exc, WorkerDied):
+            msg = run.host.job_death_message(exc)
+        else:
+            msg = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        run._error(f"host {run.spec.name}, variant {vi.name}{where}: {msg}")
+        run.stop.set()
+
+
 class _HostRun:
     #: an extra worker pays when the work it would share outlasts this many of its start-ups
     STARTUP_FACTOR = 1.0
 
-    def __init__(self, spec: HostSpec, ctx: "_Context", position: int, sched: "_Scheduler"):
+    def __init__(self, spec: HostSpec, host, ctx: "_Context", position: int, sched: "_Scheduler"):
         self.spec = spec
-        self.host = make_host(spec)
+        self.host = host
         self.ctx = ctx
         self.position = position
         self.sched = sched
@@ -393,156 +628,17 @@ class _HostRun:
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
-        self.stop.set()
-        for c in list(self.clients):
-            try:
-                c.proc.kill()
-            except OSError:
-                pass
+        with self.lock:
+            self.stop.set()
+            clients = list(self.clients)
+        for c in clients:
+            _kill_client(c)
 
     # -- worker side
 
     def _error(self, msg: str) -> None:
         with self.lock:
             self.summary.errors.append(msg)
-
-    def _job(self, vi: VariantInfo, fxs: list) -> tuple[dict, list]:
-        parts, offset = [], 0
-        if self.host.model_by_path and not vi.external_data:
-            model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
-        else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
-            data = vi.model_bytes()
-            model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
-            parts.append(data)
-            offset = len(data)
-        fx_headers = []
-        store = self.ctx.input_store() if self.host.reads_input_store() else None
-        for fx in fxs:
-            arr = W.canonical(fx.array)
-            entry = {"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": arr.dtype.str,
-                     "shape": list(arr.shape)}
-            if store is not None:  # same filesystem: the worker maps the inputs written once per run
-                entry.update(offset=store[1][fx.fixture_id], nbytes=arr.nbytes)
-            else:
-                raw = self.ctx.fixture_bytes(fx)
-                entry.update(offset=offset, nbytes=len(raw))
-                parts.append(raw)
-                offset += len(raw)
-            fx_headers.append(entry)
-        header = {"type": "run", "host": self.spec.name, "variant": vi.name, "variant_id": vi.variant_id,
-                  "model": model, "session": self.ctx.session, "fixtures": fx_headers, "return_tensors": True,
-                  "allow_fallback": self.ctx.allow_fallback, "repeat": 1}
-        if store is not None:
-            header["store"] = store[0]
-        return header, parts
-
-    def _rows(self, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
-        fid = h["fixture_id"]
-        rk = run_key(vi.variant_id, fid, self.fingerprint_id, self.ctx.skey)
-        rows = []
-        for o in h["outputs"]:
-            tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
-            rows.append({"run_key": rk, "host": self.spec.name, "fingerprint_id": self.fingerprint_id,
-                         "session_key": self.ctx.skey, "session_options": self.ctx.session_json,
-                         "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
-                         "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
-                         "tensor": tensor, "providers": providers})
-        return rows
-
-    def _drive(self, client, tasks: "_Tasks", origin=None) -> None:
-        """Run tasks on one worker until none are left (or the host stops); `origin` (the first worker's
-        HostSession) forks the extra workers asked for before each task."""
-        last = None
-        try:
-            while not self.stop.is_set():
-                if origin is not None:
-                    self._serve_forks(origin)
-                got = tasks.take(last)
-                if got is None:
-                    last = None  # take() already counted this worker off its last variant
-                    return
-                vi, fxs = got
-                last = vi.variant_id
-                with self.lock:
-                    self.unclaimed -= len(fxs)
-                if not self._run_task(client, vi, fxs):
-                    return
-        finally:
-            tasks.done(last)
-            if origin is not None:
-                self._serve_forks(origin, last=True)
-
-    def _serve_forks(self, origin, last: bool = False) -> None:
-        """Fork the extra workers asked for (they fingerprint and run on their own threads); `last`:
-        this worker takes no more tasks, so later requests start a new worker instead."""
-        while True:
-            with self.lock:
-                if last:
-                    self.origin = None
-                if not self.fork_requests:
-                    return
-                req = self.fork_requests.pop(0)
-            try:
-                if not last and not self.stop.is_set():
-                    req.t0 = time.monotonic()
-                    req.session = origin.fork()
-                    self._track(req.session)
-                    if self.stop.is_set():  # interrupted meanwhile: kill() may have missed it
-                        req.session.kill()
-            except Exception as exc:  # e.g. the fork was refused: the extra worker starts anew
-                req.error = str(exc)
-            finally:
-                req.done.set()
-
-    def _run_task(self, client, vi, fxs) -> bool:
-        """One job on one worker; False when the worker (or the host) must stop."""
-        header, payload = self._job(vi, fxs)
-        pending = {fx.fixture_id: fx for fx in fxs}
-        order = [fx.fixture_id for fx in fxs]
-        providers: list = []
-        try:
-            for h, p in client.request(header, payload):
-                t = h.get("type")
-                if t == "session":
-                    providers = h["providers"]
-                    if h.get("reused"):
-                        with self.lock:
-                            self.summary.sessions_reused += 1
-                    with self.lock:
-                        self.summary.session_seconds += h.get("session_seconds", 0.0)
-                        if providers not in self.summary.providers:
-                            self.summary.providers.append(providers)
-                elif t == "verified":  # input hashing time, spent on the worker's helper thread
-                    with self.lock:
-                        self.summary.verify_seconds += h.get("verify_seconds", 0.0)
-                elif t == "result":
-                    self.writer.add(self._rows(vi, h, p, providers))
-                    pending.pop(h["fixture_id"], None)
-                    with self.lock:
-                        self.summary.ran += 1
-                        self.summary.infer_seconds += h.get("seconds", 0.0)
-                        self.summary.infer_each.append(h.get("seconds", 0.0))
-                    if self.bar is not None:
-                        self.bar.update(1)
-                elif t == "error":
-                    fx = self.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
-                    where = f", fixture {fixture_label(fx)}" if fx else ""
-                    self._error(f"host {self.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
-                    # the job stopped at the failing fixture: so does the host (results so far stand)
-                    self.stop.set()
-        except Exception as exc:
-            self.writer.flush()
-            in_flight = next((f for f in order if f in pending), None)
-            where = f", fixture {fixture_label(pending[in_flight])}" if in_flight else ""
-            if isinstance(exc, WorkerDied):
-                msg = self.host.job_death_message(exc)
-            else:
-                msg = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
-            self._error(f"host {self.spec.name}, variant {vi.name}{where}: {msg}")
-            self.stop.set()
-            return False
-        self.writer.flush()
-        return not self.stop.is_set()
 
     # -- host side
 
@@ -559,15 +655,18 @@ class _HostRun:
             self.summary.seconds = time.monotonic() - t0
 
     def _track(self, hs) -> None:
-        """Count a worker that exists and keep its client (killed on interrupt)."""
+        """Count a worker that exists and keep its client (killed on interrupt, or now if kill() came first)."""
         with self.lock:
             self.summary.workers += 1
             self.clients.append(hs.client)
+            stopped = self.stop.is_set()
+        if stopped:
+            _kill_client(hs.client)
 
     def _start_and_fingerprint(self, forked=None):
         """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
         `forked` from the first one (already tracked)."""
-        hs = forked or HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback)
+        hs = forked or HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback, host=self.host)
         try:
             hs.open()
         finally:
@@ -643,7 +742,7 @@ class _HostRun:
         if self.host.reads_input_store():  # same filesystem: write the input store while the worker starts
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
         hs = self._start_and_fingerprint()
-        client, fp, fid = hs.client, hs.fingerprint, hs.fingerprint_id
+        fp, fid = hs.fingerprint, hs.fingerprint_id
         fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
         try:
@@ -677,7 +776,7 @@ class _HostRun:
                 self.tasks = tasks
                 self.origin = origin
             self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
-            self._drive(client, tasks, origin)
+            _TaskLoop(self, hs, tasks, origin).drive()
             with self.lock:
                 self.active -= 1
             # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
@@ -685,7 +784,7 @@ class _HostRun:
         finally:
             for th in list(self.extra_threads):
                 th.join()
-            client.close()  # after the extra workers: the forked ones are its children
+            hs.close()  # after the extra workers: the forked ones are its children
         self.writer.flush()
         self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0
 
@@ -721,16 +820,30 @@ class _HostRun:
         The first worker forks it before its next task when it can; else it starts anew."""
         req = None
         with self.lock:
-            if self.origin is not None:
+            stopped = self.stop.is_set()  # (granted just before the host stopped: no thread after kill())
+            if stopped:
+                self.starting -= 1
+            elif self.origin is not None:
                 req = _ForkRequest()
                 self.fork_requests.append(req)  # now: the first worker serves it before it takes a task
-        th = threading.Thread(target=self._extra_worker, args=(req,), name=f"worker-{self.spec.name}", daemon=True)
+            if not stopped:
+                th = threading.Thread(target=self._extra_worker, args=(req,), name=f"worker-{self.spec.name}",
+                                      daemon=True)
+                self.extra_threads.append(th)
+                th.start()
+        if stopped:
+            self.sched.release(self)
+
+    def join_workers(self) -> bool:
+        """Wait for the extra workers' threads; False when none was left to wait for."""
         with self.lock:
-            self.extra_threads.append(th)
-        th.start()
+            alive = [th for th in self.extra_threads if th.is_alive()]
+        for th in alive:
+            th.join()
+        return bool(alive)
 
     def _extra_worker(self, req: "_ForkRequest | None" = None) -> None:
-        client = None
+        hs = None
         try:
             try:
                 forked = None
@@ -749,7 +862,7 @@ class _HostRun:
                         forked.kill()
                     return
                 hs = self._start_and_fingerprint(forked)
-                client, fid2 = hs.client, hs.fingerprint_id
+                fid2 = hs.fingerprint_id
                 if forked is not None:
                     with self.lock:
                         self.summary.forked += 1
@@ -764,7 +877,7 @@ class _HostRun:
             with self.lock:
                 self.active += 1
             try:
-                self._drive(client, self.tasks)
+                _TaskLoop(self, hs, self.tasks).drive()
             finally:
                 with self.lock:
                     self.active -= 1
@@ -773,9 +886,16 @@ class _HostRun:
         except Exception as exc:
             self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
         finally:
-            if client is not None:
-                client.close()
+            if hs is not None:
+                hs.close()
             self.sched.release(self)
+
+
+def _kill_client(client) -> None:
+    try:
+        client.proc.kill()
+    except OSError:
+        pass
 
 
 class _ImportedRun:
@@ -806,10 +926,10 @@ def _failure(host: str, exc: Exception) -> str:
 
 
 class _Context:
-    def __init__(self, variants, fixtures, session, root, allow_fallback, allow_version_mismatch, progress):
-        self.variants = variants
-        self.fixtures = fixtures
-        self.fixtures_by_id = {fx.fixture_id: fx for fx in fixtures}
+    def __init__(self, plan: RunPlan, session, root, allow_fallback, allow_version_mismatch, progress):
+        self.variants = plan.variants
+        self.fixtures = plan.fixtures
+        self.fixtures_by_id = {fx.fixture_id: fx for fx in plan.fixtures}
         self.session = session
         self.session_json = canonical_json(session)
         self.skey = session_key(session)
@@ -821,7 +941,7 @@ class _Context:
         self._bytes: dict[str, bytes] = {}
         self._store = None
         self._lock = threading.Lock()
-        self.fixtures_for = {vi.variant_id: [fx for fx in fixtures if _fits(fx, vi)] for vi in variants}
+        self.fixtures_for = plan.fixtures_for
         self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
         self.inputs_ok = False
 
@@ -875,20 +995,31 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
 
     `host_names`: names (see registry.resolve_hosts) or HostSpecs. `variants`: objects
-    with .name, .path, .model, .recipe. `fixtures`: quantbench.fixtures.Fixture list; a
-    variant runs the fixtures whose input name and shape match its single input.
-    Writes the fixtures, models, hosts and outputs tables under `tables_root`.
-    Finished work is skipped (cache by run_key); every finished result is kept when
-    something fails, and then RunFailed (a UserError) is raised after all hosts ended
-    (unless raise_on_error=False: the errors are in the summary).
+    with .name, .path, .model, .recipe (or VariantInfos). `fixtures`: quantbench.fixtures.Fixture
+    list; a variant runs the fixtures whose input name and shape match its single input.
+    plan_run, then run_plan (which see).
     """
+    worker_slots(jobs)  # a bad jobs fails before anything else
+    plan = plan_run(host_names, variants, fixtures=fixtures, session=session, hosts_file=hosts_file)
+    return run_plan(plan, allow_fallback=allow_fallback, allow_version_mismatch=allow_version_mismatch,
+                    progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
+                    raise_on_error=raise_on_error)
+
+
+def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, progress=True,
+             tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
+             raise_on_error: bool = True) -> RunSummary:
+    """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
+    Finished work is skipped (cache by run_key); every finished result is kept when something fails,
+    and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
+    errors are in the summary)."""
     slots, _ = worker_slots(jobs)
-    specs = _host_specs(host_names, hosts_file)
-    ctx = _context(variants, fixtures, normalize_session(session), tables_root, allow_fallback,
-                   allow_version_mismatch, progress)
-    hosts = [make_host(spec) for spec in specs]
-    _check_hosts(hosts, ctx)
-    summary = RunSummary(_run_all(specs, hosts, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
+    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, allow_version_mismatch,
+                   progress)
+    for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
+        if not host.runs_workers:  # join a class unmeasured)
+            check_coverage(host, ctx)
+    summary = RunSummary(_run_all(plan, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
                          ctx.session, ctx.skey, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
@@ -909,48 +1040,11 @@ def _host_specs(host_names, hosts_file) -> list[HostSpec]:
     return list(once.values())
 
 
-def _context(variants, fixtures, session, tables_root, allow_fallback, allow_version_mismatch, progress) -> _Context:
-    """The run's context: each variant identified once, each fixture once, and every variant fits a fixture."""
-    if not variants:
-        raise UserError(f"no model variants to run; run `quantbench calibrate` first or pass {flag('variants')}")
-    if not fixtures:
-        raise UserError(f"no fixtures to run; check {flag('fixtures')}/{flag('split')}/{flag('limit')}")
-    infos, seen = [], set()
-    for v in variants:
-        vi = variant_info(v)
-        if vi.variant_id not in seen:
-            seen.add(vi.variant_id)
-            infos.append(vi)
-    uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
-    ctx = _Context(infos, uniq, session, tables_root, allow_fallback, allow_version_mismatch, progress)
-    for vi in infos:
-        if not ctx.fixtures_for[vi.variant_id]:
-            shapes = sorted({f"{fx.input_name}{list(fx.array.shape)}" for fx in uniq})
-            raise UserError(f"variant {vi.name} ({vi.path}): no fixture fits its input(s) "
-                            f"{vi.inputs}; fixtures are {', '.join(shapes[:4])}")
-    return ctx
-
-
-def _check_hosts(hosts, ctx: _Context) -> None:
-    """Every host must be runnable before anything starts; an imported file must hold some of this run
-    (one that holds none must not join a class unmeasured)."""
-    for host in hosts:
-        _ready(host)
-        if not host.runs_workers:
-            check_coverage(host, ctx)
-
-
 def _ready(host) -> None:
     ok, msg = host.ready()
     if not ok:
         raise UserError(f"host {host.name}: {msg}")
-
-
-def check_ready(specs) -> None:
-    """Every host can run (an imported file read and checked): commands call it before they take the tables
-    lock, so a host that cannot run writes nothing."""
-    for spec in specs:
-        _ready(make_host(spec))
+    host.ready_checked = True  # its workers start from this object without asking again
 
 
 def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
@@ -969,13 +1063,22 @@ def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
         ctx.inputs_done.set()
 
 
-def _run_all(specs, hosts, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
+def _join_all(threads, runs) -> None:
+    """Wait for the hosts' threads, then for every extra worker any of them was granted (a worker ending
+    may grant another host one, so until none is left). After kill() each ends at its next step."""
+    for th in threads:
+        th.join()
+    while any([r.join_workers() for r in runs if isinstance(r, _HostRun)]):
+        pass
+
+
+def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
     slots; imported hosts merge their file. The fixtures and models rows are written meanwhile.
     Returns the hosts' summaries in that order."""
     sched = _Scheduler(slots)
-    runs = [_HostRun(spec, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
-            for i, (spec, host) in enumerate(zip(specs, hosts))]
+    runs = [_HostRun(spec, host, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
+            for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
     sched.runs = [r for r in runs if isinstance(r, _HostRun)]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None
@@ -993,12 +1096,11 @@ def _run_all(specs, hosts, ctx: _Context, slots: int, preprocess: dict | None) -
     except KeyboardInterrupt:
         for r in runs:
             r.kill()
-        for th in threads:
-            th.join(timeout=30)
         raise
     finally:
         inputs_error = inputs_written.exception() if inputs_written else None  # (waits for the tables)
         ctx.inputs_done.set()  # (interrupted before they were written: no writer waits for them)
+        _join_all(threads, runs)  # every worker thread ended: nothing writes once run_hosts returned or raised
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows

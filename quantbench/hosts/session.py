@@ -10,12 +10,10 @@ branches on the kind or translates a dead connection itself.
 
 from __future__ import annotations
 
-import hashlib
-
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
-from quantbench.hosts.keys import fingerprint_request
-from quantbench.hosts.local import WorkerDied
+from quantbench.hosts.keys import fixture_entry, model_entry, probe_job, request_header
+from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import make_host
 
 
@@ -23,11 +21,13 @@ class HostSession:
     """A started, fingerprinted worker of `spec` (a quantbench.hosts.registry.HostSpec).
 
     `session` is the normalised session the fingerprint is taken under; `label`
-    names the host in errors (the explain commands' NAME+KEY=VALUE).
+    names the host in errors (the explain commands' NAME+KEY=VALUE); `host`: the host object of
+    `spec` when the caller made it already (registry.make_host; made here otherwise).
     """
 
-    def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None):
-        self.host = make_host(spec)
+    def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None,
+                 host=None):
+        self.host = host if host is not None else make_host(spec)
         if not self.host.runs_workers:
             raise UserError(f"host {label or spec.name}: an imported host cannot run new jobs; "
                             "name a local, emulated or ssh host")
@@ -46,8 +46,8 @@ class HostSession:
         try:
             if self.client is None:  # (a forked worker is already running)
                 self.client = self.host.start()  # sending the worker's source can already meet a dead connection
-            header, payload = fingerprint_request(self.spec.name, self.session, self.allow_fallback)
-            for h, _ in self.client.request(header, payload):
+            model, fixtures, parts = probe_job()
+            for h, _ in self.run_job(parts, model=model, fixtures=fixtures, kind="fingerprint"):
                 if h.get("type") == "fingerprint":
                     self.frame = h
                 elif h.get("type") == "error":
@@ -68,7 +68,7 @@ class HostSession:
     def fork(self) -> "HostSession":
         """Another worker of this host forked from this idle one (WorkerClient.fork: it starts warm);
         open() then fingerprints it like a started one."""
-        child = HostSession(self.spec, self.session, self.allow_fallback, self.label)
+        child = HostSession(self.spec, self.session, self.allow_fallback, self.label, host=self.host)
         try:
             child.client = self.client.fork()
         except WorkerDied as exc:
@@ -91,10 +91,21 @@ class HostSession:
 
     # -- jobs
 
-    def frames(self, header: dict, payload):
-        """The worker's frames for one request; an error frame or a dead worker is one UserError."""
+    def run_job(self, parts, *, model: dict, fixtures: list, kind: str = "run", session: dict | None = None,
+                allow_fallback: bool | None = None, **fields):
+        """One request to this worker (keys.request_header: `model`, `fixtures` and `fields` as it takes them;
+        the session and fallback are this session's unless given), its frames as they come. The one way
+        every caller (the runner's tasks, the explain commands, the fingerprint) talks to a worker; a dead
+        worker raises WorkerDied (the caller knows which job it was)."""
+        header = request_header(kind, self.spec.name, self.session if session is None else session,
+                                self.allow_fallback if allow_fallback is None else allow_fallback, model, fixtures,
+                                **fields)
+        return self.client.request(header, parts)
+
+    def frames(self, parts, **request):
+        """The worker's frames for one request (run_job); an error frame or a dead worker is one UserError."""
         try:
-            for h, p in self.client.request(header, payload):
+            for h, p in self.run_job(parts, **request):
                 if h.get("type") == "error":
                     raise UserError(f"host {self.label}: worker {h.get('stage')} error: {h.get('message')}")
                 yield h, p
@@ -107,19 +118,14 @@ class HostSession:
         parts, entries, off = [model], [], len(model)
         for fx in fixtures:
             b = W.tensor_bytes(fx.array)
-            entries.append({"fixture_id": fx.fixture_id, "input_name": fx.input_name,
-                            "dtype": W.canonical(fx.array).dtype.str, "shape": list(fx.array.shape),
-                            "offset": off, "nbytes": len(b)})
+            entries.append(fixture_entry(fx.fixture_id, fx.input_name, fx.array, off, len(b)))
             parts.append(b)
             off += len(b)
-        header = {"type": "run", "host": self.spec.name, "session": session or self.session,
-                  "allow_fallback": self.allow_fallback,
-                  "model": {"offset": 0, "nbytes": len(model), "sha256": hashlib.sha256(model).hexdigest()},
-                  "fixtures": entries, "return_tensors": return_tensors, "repeat": int(repeat)}
-        if output_names:
-            header["output_names"] = list(output_names)
+        extra = {"output_names": list(output_names)} if output_names else {}
+        request = dict(model=model_entry(model), fixtures=entries, session=session or None,
+                       return_tensors=return_tensors, repeat=int(repeat), **extra)
         results = []
-        for h, p in self.frames(header, parts):
+        for h, p in self.frames(parts, **request):
             if h.get("type") != "result":
                 continue
             outs = {}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench.errors import UserError
-from quantbench.hosts.local import WORKER_PATH, ProcessHost
+from quantbench.hosts.process import WORKER_PATH, ProcessHost
 
 BOOTSTRAP = (
     "import sys;b=sys.stdin.buffer;n=int(b.readline());"

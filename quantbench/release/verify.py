@@ -316,7 +316,7 @@ def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file, td: Pa
                       f"fixture {bad[0][:12]} is missing from the fixtures table or its tensor does not "
                       f"hash to its id ({len(bad)} such)") for v, _, _, _ in job["items"]]
     td.mkdir()
-    summary = run_hosts([host], [Variant(vi.name, vi.path, vi.model, vi.recipe) for _, _, vi, _ in job["items"]],
+    summary = run_hosts([host], [vi for _, _, vi, _ in job["items"]],  # identities computed once (above)
                         fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
                         tables_root=td, raise_on_error=False)
     new = tables.read("outputs", root=td,

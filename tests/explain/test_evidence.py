@@ -7,6 +7,14 @@ import pytest
 from quantbench.explain.evidence import decode_arm64, scan_log, x86_family
 from setup_required import missing_setup
 
+
+def emulated_host(name: str):
+    """The host object of a built-in emulated host (registry.make_host)."""
+    from quantbench.hosts.registry import make_host, resolve_hosts
+
+    return make_host(resolve_hosts([name])[0])
+
+
 # word (as the little-endian bytes LLVM prints, read as uint32) -> expected family
 KNOWN = {
     0x2E829420: "UDOT (vector)",             # udot v0.2s, v1.8b, v2.8b
@@ -106,7 +114,7 @@ def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
     from quantbench.explain.evidence import collect
     from quantbench.explain.localize import parallel
 
-    pi, pi4 = parallel(lambda p: collect(p, p, model, fx), ["pi", "pi4"])  # two qemu processes at once
+    pi, pi4 = parallel(lambda p: collect(p, emulated_host(p), model, fx), ["pi", "pi4"])  # two qemu processes at once
     dot = ("UDOT (by element)", "SDOT (by element)", "UDOT (vector)", "SDOT (vector)")
     neon = ("SMULL (8-bit)", "SMLAL (8-bit)", "UMULL (8-bit)", "UMLAL (8-bit)", "SADALP", "UADALP")
     assert pi.has(dot), pi.families
@@ -129,7 +137,7 @@ def test_avx2_shows_vpmaddubsw(workdir):
     if not ok:
         missing_setup(f"x86-avx2 not set up: {msg}")
     qdq = static_qdq(saturating_matmul(workdir / "fp32.onnx"), workdir, "qdq", feeds=saturating_inputs(count=4, seed=7))
-    ev = collect("x86-avx2", "x86-avx2", qdq, [fixture(saturating_inputs(count=1)[0])])
+    ev = collect("x86-avx2", emulated_host("x86-avx2"), qdq, [fixture(saturating_inputs(count=1)[0])])
     assert ev.arch == "x86_64" and ev.qemu_cpu == "Haswell"
     assert ev.families["VPMADDUBSW"].sites > 0
     assert "VPDPBUSD" not in ev.families  # no VNNI on Haswell

@@ -21,7 +21,7 @@ def home(tmp_path, monkeypatch):
 
 
 def _count_starts(monkeypatch):
-    from quantbench.hosts.local import ProcessHost
+    from quantbench.hosts.process import ProcessHost
 
     starts = []
     real = ProcessHost.start

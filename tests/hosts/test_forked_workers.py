@@ -96,8 +96,9 @@ def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch)
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
     fxs = fixtures(8, n=64)
     jobs = []
-    real_job = R._HostRun._job
-    monkeypatch.setattr(R._HostRun, "_job", lambda self, vi, f: jobs.append(real_job(self, vi, f)) or jobs[-1])
+    real_job = R._task_request
+    monkeypatch.setattr(R, "_task_request",
+                        lambda host, ctx, vi, f: jobs.append(real_job(host, ctx, vi, f)) or jobs[-1])
     one = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "one", jobs=1).hosts[0]
     two = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "two", jobs=2).hosts[0]
     assert (one.workers, one.forked) == (1, 0)

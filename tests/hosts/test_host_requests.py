@@ -86,7 +86,7 @@ def test_hosts_check_takes_an_override(workdir, capsys):
 
 def test_each_kind_owns_its_policies(workdir):
     """Start-up transport, slots, worker bound, dead-worker wording and version policy come from the host class."""
-    from quantbench.hosts.local import WorkerDied
+    from quantbench.hosts.process import WorkerDied
 
     local = make_host(HostSpec("x86", "local"))
     emu = make_host(HostSpec("pi", "emulated", {"preset": "pi"}))

@@ -1,0 +1,341 @@
+"""The process transport of the worker protocol: a worker is a process (local python, qemu-user, the OpenSSH
+client) this machine starts; `WorkerClient` speaks the worker's framed protocol over its pipes, `ProcessHost`
+is the base of every host kind that starts one (local, emulated, ssh), `WorkerDied` says a worker ended.
+
+The worker always runs in a subprocess, so a crash in onnxruntime (or qemu) cannot take
+the workbench down.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench.errors import UserError
+from quantbench.hosts import worker as W
+
+WORKER_PATH = Path(W.__file__).resolve()
+
+
+class WorkerDied(Exception):
+    """The worker process ended without finishing its request (killed, crashed, unreachable)."""
+
+    def __init__(self, message: str, returncode=None, stderr: str = ""):
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def _grow_pipe(stream, size: int = 1 << 20) -> None:
+    """Raise a pipe's capacity (Linux F_SETPIPE_SZ): megabytes of input tensors then cross in a few
+    context switches instead of hundreds, which matters on a loaded machine."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(stream.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except (OSError, ValueError, ImportError):
+        pass
+
+
+class _ForkedProcess:
+    """A worker forked by another worker (not a child of this process), seen through the Popen calls
+    WorkerClient makes: its two socket connections stand for the pipes, a pidfd for the process
+    (signalled and waited on without a pid reuse race). Its exit status goes to its parent worker,
+    so returncode is only known when this side killed it."""
+
+    def __init__(self, pid: int, pidfd: int, conn, err):
+        self.pid = pid
+        self.pidfd = pidfd
+        self.returncode = None
+        self._conn, self._err = conn, err
+        self.stdin = conn.makefile("wb")
+        self.stdout = conn.makefile("rb", buffering=0)
+        self.stderr = err.makefile("rb")
+
+    def poll(self):
+        """None while it runs (like Popen.poll); once it ended, -9 if this side killed it, else None still."""
+        return self.returncode if self.ended() else None
+
+    def ended(self, timeout: float | None = 0) -> bool:
+        import select
+
+        return self.pidfd < 0 or bool(select.select([self.pidfd], [], [], timeout)[0])
+
+    def wait(self, timeout=None):
+        if not self.ended(timeout):
+            raise subprocess.TimeoutExpired(f"forked worker {self.pid}", timeout)
+        return self.returncode
+
+    def kill(self) -> None:
+        import signal
+
+        if not self.ended():
+            signal_kill(self.pidfd)
+            self.returncode = -signal.SIGKILL
+
+    def close(self) -> None:
+        for s in (self._conn, self._err):
+            s.close()
+        if self.pidfd >= 0:
+            os.close(self.pidfd)
+            self.pidfd = -1
+
+
+class WorkerClient:
+    """One worker process: send a request frame, iterate the answer frames up to "done"."""
+
+    def __init__(self, argv: list[str], env: dict | None, host: str, preamble: bytes = b"", proc=None):
+        self.host = host
+        self.argv = list(argv)
+        self._stderr = collections.deque(maxlen=200)
+        if proc is not None:  # already running: a forked worker (_ForkedProcess)
+            self.proc, self._release = proc, proc.close
+        else:
+            self._release = lambda: None
+            try:
+                # Own session: under the kernel's autogroup scheduling each worker then gets its own CPU
+                # share, so hosts run in parallel really do run in parallel; the parent stops them itself.
+                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, env=env, bufsize=0, start_new_session=True)
+            except OSError as exc:
+                raise UserError(f"host {host}: cannot start the worker ({argv[0]}: {exc.strerror or exc})") from None
+            _grow_pipe(self.proc.stdin)
+            _grow_pipe(self.proc.stdout)
+        self._drain = threading.Thread(target=self._read_stderr, daemon=True)
+        self._drain.start()
+        self._stdout = io.BufferedReader(self.proc.stdout, buffer_size=1 << 20)  # fewer syscalls per frame
+        if preamble:
+            self._send_raw(preamble)
+
+    def _read_stderr(self):
+        for line in iter(self.proc.stderr.readline, b""):
+            self._stderr.append(line.decode("utf-8", "replace").rstrip())
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr_tail(self, lines: int = 20) -> str:
+        return "\n".join(list(self._stderr)[-lines:])
+
+    def _died(self, what: str) -> WorkerDied:
+        try:
+            rc, ended = self.proc.wait(timeout=10), True
+        except subprocess.TimeoutExpired:
+            rc, ended = None, False
+        self._drain.join(timeout=2)
+        tail = self.stderr_tail()
+        if rc is not None and rc < 0:
+            how = f"was killed by signal {-rc}"
+        elif rc is not None:
+            how = f"exited with code {rc}"
+        elif ended:  # a forked worker: its exit status went to the worker it was forked from
+            how = "ended"
+        else:
+            how = "stopped answering"
+        last = tail.strip().splitlines()[-1] if tail.strip() else ""
+        return WorkerDied(f"worker {how} {what}" + (f" ({last})" if last else ""), rc, tail)
+
+    def _send_raw(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:  # an unbuffered pipe write is short when the reader goes away mid-write
+                n = self.proc.stdin.write(view)
+                view = view[n or 0:]
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died("while receiving its job") from None
+
+    def request(self, header: dict, payload: list[bytes] | bytes = b""):
+        """Send one request; yield every answer frame (header, payload) before "done"."""
+        try:
+            W.write_frame(self.proc.stdin, header, payload)
+        except (BrokenPipeError, OSError):
+            raise self._died("while receiving its job") from None
+        while True:
+            try:
+                frame = W.read_frame(self._stdout)
+            except (EOFError, ValueError, OSError):
+                frame = None
+            if frame is None:
+                raise self._died("before finishing")
+            if frame[0].get("type") == "done":
+                return
+            yield frame
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                W.write_frame(self.proc.stdin, {"type": "end"})
+                self.proc.stdin.close()
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._drain.join(timeout=2)
+        for s in (self.proc.stdout, self.proc.stderr, self.proc.stdin):
+            try:
+                s.close()
+            except Exception:
+                pass
+        self._release()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.close()
+
+    def fork(self, timeout: float = 120.0) -> "WorkerClient":
+        """Another worker, forked from this idle one: it starts warm (imports done, and under qemu-user
+        the parent's translated code copied), where a new process pays its whole start-up again.
+        Same machine only: the child connects back through a Unix socket in a private folder; a child
+        that has not connected within `timeout` seconds is killed."""
+        import select
+        import shutil
+        import socket
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="quantbench-fork-")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        pidfd, conns = -1, []
+        try:
+            path = os.path.join(folder, "worker.sock")
+            listener.bind(path)
+            listener.listen(2)
+            pid = None
+            for h, _ in self.request({"type": "fork", "socket": path, "host": self.host}):
+                if h.get("type") == "forked":
+                    pid = int(h["pid"])
+                elif h.get("type") == "error":
+                    raise UserError(f"host {self.host}: cannot fork a worker: {h.get('message')}")
+            if pid is None:
+                raise UserError(f"host {self.host}: the worker answered a fork without a process id")
+            pidfd = os.pidfd_open(pid)
+            while len(conns) < 2:  # the protocol stream, then stderr (the child connects in that order)
+                ready = select.select([listener, pidfd], [], [], timeout)[0]
+                if listener in ready:
+                    conns.append(listener.accept()[0])
+                elif ready:
+                    raise UserError(f"host {self.host}: the forked worker {pid} ended before it connected")
+                else:
+                    signal_kill(pidfd)
+                    raise UserError(f"host {self.host}: the forked worker {pid} did not connect within {timeout:.0f} s")
+            for c in conns:
+                try:  # like the pipes' size: megabytes of inputs cross in a few writes
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+                except OSError:
+                    pass
+            proc = _ForkedProcess(pid, pidfd, conns[0], conns[1])
+        except BaseException:
+            for c in conns:
+                c.close()
+            if pidfd >= 0:
+                os.close(pidfd)
+            raise
+        finally:
+            listener.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        return WorkerClient(self.argv, None, self.host, proc=proc)
+
+
+def signal_kill(pidfd: int) -> None:
+    """SIGKILL the process behind a pidfd (gone already: nothing to do)."""
+    import signal
+
+    try:
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@dataclass
+class ProcessHost:
+    """A host reached by starting a process that runs worker.py (local python, qemu, ssh)."""
+
+    name: str
+    kind: str
+    options: dict = field(default_factory=dict)
+    #: the worker can open the model file by path (same filesystem)
+    model_by_path: bool = True
+    #: ready() said yes to whoever made this object (a run checks its hosts once, before it starts): start()
+    #: does not ask again
+    ready_checked = False
+    #: results come from workers this host starts (an imported host merges a file instead)
+    runs_workers = True
+    #: its workers run on this machine's cores, so each takes one of the runner's slots
+    uses_local_cores = True
+    #: the worker's local pid is the process running the model, so its peak RSS is the model's (latency)
+    local_pid_memory = False
+    #: its runs can be traced instruction by instruction (qemu's translation log: explain.evidence)
+    traces_instructions = False
+    #: hosts.fpcache may remember its fingerprint: everything that can change it is visible on this machine
+    caches_fingerprint = False
+
+    def command(self) -> tuple[list[str], dict | None, bytes]:
+        """(argv, env or None, bytes to send before the first frame)."""
+        raise UserError(f"host {self.name}: kind {self.kind} has no worker command")
+
+    def ready(self) -> tuple[bool, str]:
+        return True, "ready"
+
+    def start(self) -> WorkerClient:
+        if not self.ready_checked:
+            ok, msg = self.ready()
+            if not ok:
+                raise UserError(f"host {self.name}: {msg}")
+        argv, env, preamble = self.command()
+        return WorkerClient(argv, env, self.name, preamble)
+
+    def describe(self) -> str:
+        return self.kind
+
+    def died_message(self, exc: WorkerDied) -> str:
+        """One line for a worker that died before answering (start-up or fingerprint), whichever
+        write or read noticed it first."""
+        return f"host {self.name}: {exc}"
+
+    def job_death_message(self, exc: WorkerDied) -> str:
+        """Why a worker died in the middle of a job (the runner prefixes host, variant and fixture)."""
+        return str(exc)
+
+    def version_policy(self, remote: str, local: str, allow_mismatch: bool) -> str | None:
+        """A note when the host's onnxruntime version differs from the local one (None when equal):
+        its results still count, but a difference may come from the version."""
+        if remote == local:
+            return None
+        return f"host {self.name} runs onnxruntime {remote} (local: {local}); differences may come from the version"
+
+    def fingerprint_cache_parts(self, env: dict) -> dict:
+        """This kind's own fingerprint-cache key material beyond the parts every kind shares (`env` is
+        the worker's environment); asked only when caches_fingerprint."""
+        return {}
+
+    def latency_refusal(self) -> str | None:
+        """Why a time measured on this host is not a device latency (None: it is)."""
+        return None
+
+    def max_workers(self, fingerprint: dict) -> int:
+        """How many workers this host may run at once: unbounded here (the runner's slots bound local workers)."""
+        return 1 << 30
+
+    def close_connection(self) -> None:
+        """Release what the host's workers shared once they are all done (nothing, but for ssh)."""
+
+    def can_fork(self) -> bool:
+        """Whether a running worker can fork more (WorkerClient.fork): it runs on this machine, which
+        has pidfds (Linux) to watch a process that is not this one's child."""
+        return hasattr(os, "pidfd_open")
+
+    def reads_input_store(self) -> bool:
+        """Whether its workers read the run's input store (a file under a fresh temporary folder, a path
+        no qemu -L prefix holds): on this machine they map it and verify each input once, instead of
+        receiving and verifying every input with every job."""
+        return True

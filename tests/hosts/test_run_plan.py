@@ -1,0 +1,90 @@
+"""A run is planned once (hosts.runner.plan_run): before any host starts, each model file is parsed once,
+whatever checks the command runs on it (decoder outputs, input recipe, identity, which fixtures fit)."""
+
+import collections
+from pathlib import Path
+
+import onnx
+import pytest
+
+from hosts_helpers import fixtures, matmul_model, variant
+from quantbench.cli import main
+from quantbench.errors import ParameterError
+from quantbench.hosts import runner
+from quantbench.hosts.runner import plan_run, run_plan
+
+
+def count_loads(monkeypatch):
+    """Every onnx.load in this process, by resolved path; and the counts when the hosts started (runner._run_all)."""
+    loads, at_start = collections.Counter(), []
+    real_load, real_run_all = onnx.load, runner._run_all
+
+    def load(f, *a, **kw):
+        loads[str(Path(f).resolve())] += 1
+        return real_load(f, *a, **kw)
+
+    def run_all(*a, **kw):
+        at_start.append(dict(loads))
+        return real_run_all(*a, **kw)
+
+    monkeypatch.setattr(onnx, "load", load)
+    monkeypatch.setattr(runner, "_run_all", run_all)
+    return loads, at_start
+
+
+@pytest.mark.parametrize("command", ["equiv", "run"])
+def test_fresh_demo_run_parses_each_model_once_before_the_hosts_start(workdir, capsys, monkeypatch, command):
+    loads, at_start = count_loads(monkeypatch)
+    args = [command, "--hosts", "x86", "--limit", "2", "--no-progress"] + (["--no-plots"] if command == "equiv" else [])
+    assert main(args) == 0, capsys.readouterr()
+    assert len(at_start) == 1  # the hosts started once
+    models = {p: n for p, n in at_start[0].items() if p.endswith(".onnx")}
+    assert len(models) >= 2  # the demo's models (every variant is one file)
+    assert models == {p: 1 for p in models}
+
+
+def test_plan_knows_which_fixtures_fit_which_variant(workdir):
+    a = matmul_model(workdir / "a.onnx")
+    plan = plan_run(["x86"], [variant(a, name="fp32"), variant(a, name="again")], fixtures=fixtures(3),
+                    command="run")
+    assert [vi.name for vi in plan.variants] == ["fp32"]  # the same model is one variant
+    assert [vi.name for _, vi in plan.asked] == ["fp32", "again"]
+    vid = plan.variants[0].variant_id
+    assert [fx.fixture_id for fx in plan.fixtures_for[vid]] == [fx.fixture_id for fx in fixtures(3)]
+    assert plan.names == ["x86"] and plan.run_id and len(plan.hosts) == 1
+    again = plan_run(["x86"], [variant(a, name="fp32"), variant(a, name="again")], fixtures=fixtures(3),
+                     command="run")
+    assert again.run_id == plan.run_id  # same inputs, same id
+    summary = run_plan(plan, progress=False, tables_root=workdir / "t", jobs=1)
+    assert summary.hosts[0].ran == 3 and not (workdir / "results").exists()
+
+
+def test_plan_refuses_a_bad_limit_before_reading_anything(workdir, monkeypatch):
+    loads, _ = count_loads(monkeypatch)
+    with pytest.raises(ParameterError, match=r"^limit=0: must be at least 1"):
+        plan_run(["x86"], [variant(matmul_model(workdir / "a.onnx"))], limit=0)
+    assert not loads
+
+
+def test_a_run_makes_each_host_object_once_and_asks_it_ready_once(workdir, capsys, monkeypatch):
+    """The host object plan_run made is the one its workers start from (passed in, never made again)."""
+    from quantbench.hosts.local import LocalHost
+
+    seen = []
+    real_ready, real_start = LocalHost.ready, LocalHost.start
+
+    def ready(self):
+        seen.append(("ready", id(self)))
+        return real_ready(self)
+
+    def start(self):
+        seen.append(("start", id(self)))
+        return real_start(self)
+
+    monkeypatch.setattr(LocalHost, "ready", ready)
+    monkeypatch.setattr(LocalHost, "start", start)
+    model = matmul_model(workdir / "a.onnx")
+    run_plan(plan_run(["x86"], [variant(model)], fixtures=fixtures(2)), progress=False, tables_root=workdir / "t",
+             jobs=1)
+    hosts = {h for _, h in seen}
+    assert len(hosts) == 1 and sorted(k for k, _ in seen) == ["ready", "start"]
