@@ -246,7 +246,7 @@ CLI_MODULES = ("cli.py", "console.py", "config.py", "equivcli.py", "__main__.py"
 #: messages become text (a run's error list, an import's status line) before the CLI sees them.
 FLAG_MESSAGES: dict[str, int] = {
     "hosts/imported.py": 1,
-    "hosts/local.py": 1,
+    "hosts/emulated.py": 1,
     "hosts/runner.py": 1,
 }
 

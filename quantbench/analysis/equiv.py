@@ -710,7 +710,7 @@ def _pick_analysis(root: Path, want: str | None) -> tuple[str, dict]:
     ct = tables.read("classes", root=root, columns=["equiv_id", "settings"])
     settings_of = dict(zip(ct.column("equiv_id").to_pylist(), ct.column("settings").to_pylist()))
     if not settings_of:
-        raise UserError(f"{root}/classes: no equiv results; run `quantbench equiv --hosts pi,x86` first")
+        raise UserError(f"{root}/classes: no equiv results; run `quantbench equiv {flag('hosts')} pi,x86` first")
     ids = sorted(settings_of)
     if want:
         match = [i for i in ids if i.startswith(want)]
