@@ -103,19 +103,35 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
     return parser
 
 
-def _for_cli(exc: UserError, parser, args) -> str:
-    """A library ParameterError names the parameter; on the command line, name its flag instead (so too a
-    parameter a message points at, errors.flag). A refused plug-in gets the flag that allows it."""
+def _actions(parser, args) -> list:
+    """The argparse actions of the command (leaf parser) that runs."""
     leaves = getattr(parser, "_qb_leaves", {})
     leaf = leaves.get(args.command) or next((p for n, p in leaves.items() if n.startswith(f"{args.command} ")), None)
-    actions = getattr(leaf, "_actions", [])
-    if isinstance(exc, PluginNotAllowed) and any(a.dest == "allow_plugins" for a in actions):
-        return f"{exc}: pass --allow-plugins to run it"
+    return getattr(leaf, "_actions", [])
 
+
+def _flag_namer(actions):
+    """param -> its flag on this command line (the command's own option, else any command's), or None."""
     def flag_of(param: str) -> str | None:
         mine = [max(a.option_strings, key=len) for a in actions if a.dest == param and a.option_strings]
         return mine[0] if mine else "--" + param.replace("_", "-") if param in OPTION_KEYS else None
+    return flag_of
 
+
+def _renderer(parser, args):
+    """text -> text with each errors.flag(param) mark shown as the flag: for library messages a command prints
+    itself (a run summary's errors), the same way _for_cli shows an error's."""
+    flag_of = _flag_namer(_actions(parser, args))
+    return lambda text: render_params(text, lambda p: flag_of(p) or p)
+
+
+def _for_cli(exc: UserError, parser, args) -> str:
+    """A library ParameterError names the parameter; on the command line, name its flag instead (so too a
+    parameter a message points at, errors.flag). A refused plug-in gets the flag that allows it."""
+    actions = _actions(parser, args)
+    if isinstance(exc, PluginNotAllowed) and any(a.dest == "allow_plugins" for a in actions):
+        return f"{exc}: pass --allow-plugins to run it"
+    flag_of = _flag_namer(actions)
     text = Exception.__str__(exc)
     if isinstance(exc, ParameterError) and flag_of(exc.param):
         text = exc.for_flag(flag_of(exc.param))
@@ -146,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     args._parser = parser
+    args._render = _renderer(parser, args)
     if hasattr(args, "no_progress"):
         args.no_progress = not console.progress_enabled(args)
     try:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
+from quantbench.errors import render_params
 from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, fixture_params,
                                  note_plan, session_from_args, variants_from_args)
 from quantbench.hosts.imported import export_results
@@ -43,15 +44,16 @@ def add_arguments(p) -> None:
                    help="fail at once (exit 2) if another run/equiv holds the tables folder's lock, instead of waiting")
 
 
-def summary_json(summary, root, export, failure) -> dict:
-    """The run's summary as plain data (--json): per host what ran, was reused or imported, and errors."""
+def summary_json(summary, root, export, failure, render=render_params) -> dict:
+    """The run's summary as plain data (--json): per host what ran, was reused or imported, and errors (their
+    flag marks shown by `render`, the CLI's flags)."""
     hosts = [{"host": h.name, "kind": h.kind, "fingerprint_id": h.fingerprint_id, "ran": h.ran, "cached": h.cached,
-              "imported": h.imported, "workers": h.workers, "seconds": round(h.seconds, 3), "errors": h.errors,
+              "imported": h.imported, "workers": h.workers, "seconds": round(h.seconds, 3), "errors": [render(e) for e in h.errors],
               "notes": h.notes} for h in summary.hosts]
     return {"hosts": hosts, "variants": [{"name": v.name, "variant_id": v.variant_id, "path": str(v.path)}
                                          for v in summary.variants],
             "fixtures": len(summary.fixture_ids), "session_key": summary.session_key, "tables": str(root),
-            "export": str(export) if export else None, "failed": str(failure) if failure else None}
+            "export": str(export) if export else None, "failed": render(Exception.__str__(failure)) if failure else None}
 
 
 def run(args) -> int:
@@ -64,7 +66,7 @@ def run(args) -> int:
     plan = plan_run(specs, variants, **fixture_params(args), session=session, command="run")
     note_plan(args, plan)
     root = Path(args.tables) if args.tables else TABLES_DIR
-    failure = None
+    failure, render = None, getattr(args, "_render", render_params)
     with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
         try:
             summary = run_plan(plan, allow_fallback=args.allow_fallback,
@@ -77,7 +79,7 @@ def run(args) -> int:
         manifest = export_results(args.export, plan.names,
                                   [v.variant_id for v in summary.variants], summary.fixture_ids, root)
     if getattr(args, "json", False):
-        print(json.dumps(summary_json(summary, root, args.export if manifest else None, failure), indent=2,
+        print(json.dumps(summary_json(summary, root, args.export if manifest else None, failure, render), indent=2,
                          sort_keys=True))
     else:
         print(summary.table())
@@ -91,6 +93,6 @@ def run(args) -> int:
                   f"to {args.export}")
     if failure is not None:
         for e in summary.errors[1:]:
-            print(f"error: {e}")
+            print(f"error: {render(e)}")
         raise failure
     return 0

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Sequence
 
 from quantbench.assets import quantbench_home
-from quantbench.errors import UserError
+from quantbench.errors import UserError, flag
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WORKER_PATH, ProcessHost
 
@@ -365,5 +365,5 @@ class EmulatedHost(ProcessHost):
         if remote != local and not allow_mismatch:
             raise UserError(f"host {self.name}: emulated onnxruntime {remote} differs from the local "
                             f"{local} (a confound); rerun `quantbench hosts setup {self.name}` "
-                            f"or pass --allow-version-mismatch")
+                            f"or pass {flag('allow_version_mismatch')}")
         return None

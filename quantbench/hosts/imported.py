@@ -106,7 +106,7 @@ def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
     """(file SHA-256, manifest, tables) of a checked export file (see read_export)."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path}: results file not found (write it with `quantbench run --export {path.name}` on the other machine)")
+        raise UserError(f"{path}: results file not found (write it with `quantbench run {flag('export')} {path.name}` on the other machine)")
     try:
         st = path.stat()
         key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)

@@ -592,7 +592,7 @@ class _TaskLoop:
         if isinstance(exc, WorkerDied):
             msg = run.host.job_death_message(exc)
         else:
-            msg = str(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+            msg = _kept(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
         run._error(f"host {run.spec.name}, variant {vi.name}{where}: {msg}")
         run.stop.set()
 
@@ -873,7 +873,7 @@ class _HostRun:
             if fid2 != self.fingerprint_id:
                 self.stop.set()
                 raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
-                                f"({self.fingerprint_id[:12]} vs {fid2[:12]}); run with --jobs 1")
+                                f"({self.fingerprint_id[:12]} vs {fid2[:12]}); run with {flag('jobs')} 1")
             with self.lock:
                 self.active += 1
             try:
@@ -882,7 +882,7 @@ class _HostRun:
                 with self.lock:
                     self.active -= 1
         except UserError as exc:
-            self._error(str(exc) if str(exc).startswith("host ") else f"host {self.spec.name}: {exc}")
+            self._error(_failure(self.spec.name, exc))
         except Exception as exc:
             self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
         finally:
@@ -921,8 +921,14 @@ class _ImportedRun:
 def _failure(host: str, exc: Exception) -> str:
     """One error line for a host that failed: a UserError as it reads (prefixed with the host), else the type."""
     if isinstance(exc, UserError):
-        return str(exc) if str(exc).startswith("host ") else f"host {host}: {exc}"
+        return _kept(exc) if str(exc).startswith("host ") else f"host {host}: {_kept(exc)}"
     return f"host {host}: {type(exc).__name__}: {exc}"
+
+
+def _kept(exc: UserError) -> str:
+    """A UserError's message for a run summary, its flag(param) marks kept: str(RunFailed) shows the parameters'
+    names, the CLI their flags (a command prints summary errors through args._render)."""
+    return str(exc) if isinstance(exc, ParameterError) else Exception.__str__(exc)
 
 
 class _Context:

@@ -1,5 +1,6 @@
 """The local host through the runner: tables, cache, fingerprint changes, bad input, failures."""
 
+import json
 import sys
 import textwrap
 
@@ -7,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from hosts_helpers import fixtures, gather_model, matmul_model, variant
+from hosts_helpers import fixtures, gather_model, image_model, make_corpus, matmul_model, variant
 from quantbench import tables
 from quantbench.errors import UserError
 from quantbench.hosts import results
@@ -180,20 +181,28 @@ def test_hosts_commands(workdir, capsys):
     assert "hosts check: unknown host 'nowhere'; known hosts:" in capsys.readouterr().err
 
 
-def test_emulated_version_mismatch_is_refused(workdir, monkeypatch):
+def test_emulated_version_mismatch_is_refused(workdir, monkeypatch, capsys):
     """The emulated onnxruntime must equal the local one. qemu start-up is not the point here, so the
-    preset's command is this interpreter, and the *local* version is faked (a version that is not installed)."""
+    preset's command is this interpreter, and the *local* version is faked (a version that is not installed).
+    The library names the parameter that allows it, the command line its flag."""
     import quantbench.hosts.emulated as EM
     import quantbench.hosts.runner as R
+    from quantbench.cli import main
 
     monkeypatch.setattr(EM, "ready", lambda name: (True, "ready"))
     monkeypatch.setattr(EM, "python_command", lambda name, qemu_args=(): ([sys.executable, "-u"], None))
     monkeypatch.setattr(R, "local_ort_version", lambda: "1.31.0")
     model = matmul_model(workdir / "m.onnx")
     root = workdir / "t"
-    with pytest.raises(RunFailed, match=r"host pi: emulated onnxruntime .* differs from the local 1\.31\.0.*--allow-version-mismatch"):
+    with pytest.raises(RunFailed, match=r"host pi: emulated onnxruntime .* differs from the local 1\.31\.0.*or pass allow_version_mismatch;"):
         run_hosts(["pi"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1)
     assert results.load_outputs(tables_root=root).num_rows == 0
+    argv = ["run", "--hosts", "pi", "--variants", str(image_model(workdir / "i.onnx")), "--fixtures",
+            str(make_corpus(workdir / "corpus")), "--no-progress", "--jobs", "1", "--tables", "c"]
+    assert main(argv) == 2
+    assert "or pass --allow-version-mismatch; finished results are kept" in capsys.readouterr().err
+    assert main([*argv, "--json"]) == 2
+    assert "or pass --allow-version-mismatch;" in json.loads(capsys.readouterr().out)["failed"]
     s = run_hosts(["pi"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1,
                   allow_version_mismatch=True)
     assert s.hosts[0].ran == 1 and s.hosts[0].kind == "emulated"
