@@ -7,8 +7,6 @@ imports its library at top; heavy third-party packages (onnxruntime, pyarrow,
 matplotlib) still load only where they are used.
 """
 
-import sys
-
 from quantbench.errors import UserError
 
 # `quantbench --help` lists the commands from this table, in this (pipeline) order, without importing their
@@ -142,65 +140,6 @@ def session_from_args(args) -> dict:
 def base_session_from_args(args) -> dict:
     """The session options the explain commands vary from (graph optimisation, config entries)."""
     return {"graph_optimization_level": args.graph_opt, "config_entries": session_config(args.session_config)}
-
-
-def sidecar_from_args(args) -> dict | None:
-    """--sidecar FILE -> the sidecar dict (None when not given); a command reads it once and passes it on."""
-    from quantbench.recipe import load_sidecar_file
-
-    path = getattr(args, "sidecar", None)
-    return None if not path else load_sidecar_file(path)
-
-
-def variants_from_args(args, to_stderr: bool = False) -> list:
-    """--variants -> the variants; a run on the bundled demo models says so in its first line
-    (on stderr when stdout is JSON)."""
-    import sys
-
-    from quantbench.variants import DEMO_NOTE, is_demo, resolve_variants
-
-    variants = resolve_variants(args.variants)
-    if not args.variants and is_demo(v.path for v in variants):
-        print(DEMO_NOTE, file=sys.stderr if to_stderr else sys.stdout, flush=True)
-    return variants
-
-
-def fixtures_from_args(args, variants, limit: int | None = None, sidecar: dict | None = None) -> list:
-    """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select;
-    `sidecar`: the --sidecar file the command already read (sidecar_from_args), else it is read here.
-
-    Without --fixtures: the labels the variants were calibrated with (fixtures.calibration_labels),
-    set on `args` as if given, so the report, equiv.json and the accuracy read the same labels."""
-    from quantbench.fixtures import calibration_labels, fixtures_for_variants, no_fixtures_message
-
-    if not args.fixtures:
-        args.fixtures, args.images = calibration_labels(variants, args.images)
-    fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit,
-                                        sidecar if sidecar is not None else sidecar_from_args(args))
-    if not fixtures:
-        raise UserError(no_fixtures_message(args.fixtures, args.split))
-    if limit is not None:
-        from quantbench.fixtures import limit_note
-
-        print(f"--limit {limit}: {limit_note(fixtures)}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
-    return fixtures
-
-
-def fixture_params(args) -> dict:
-    """The fixture flags (--fixtures, --images, --split, --limit, --sidecar) as hosts.runner.plan_run parameters."""
-    return {"labels": args.fixtures, "images": args.images, "split": args.split, "limit": args.limit,
-            "sidecar": sidecar_from_args(args)}
-
-
-def note_plan(args, plan) -> None:
-    """After plan_run: the labels it read are set on `args` as if given (the report, equiv.json and the accuracy
-    read the same labels), and a --limit says which images it took."""
-    from quantbench.fixtures import limit_note
-
-    args.fixtures, args.images = plan.labels, plan.images
-    if plan.limit is not None:
-        print(f"--limit {plan.limit}: {limit_note(plan.fixtures)}",
-              file=sys.stderr if getattr(args, "json", False) else sys.stdout)
 
 
 def add_explain_arguments(p, hosts_default: str | None = None) -> None:

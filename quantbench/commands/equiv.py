@@ -11,13 +11,14 @@ from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, de
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments,
-                                 finite_float, fixture_params, note_plan, session_from_args, variants_from_args)
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, finite_float,
+                                 session_from_args)
 from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError, marked
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
 from quantbench.recipe import sidecar_for, sidecar_source
+from quantbench.runargs import fixture_params, note_plan, variants_from_args
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")

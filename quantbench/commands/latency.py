@@ -6,10 +6,11 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_plugin_arguments, fixtures_from_args
+from quantbench.commands import add_plugin_arguments
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
+from quantbench.runargs import fixtures_from_args
 from quantbench.variants import DEMO_NOTE, is_demo, pick_variant, resolve_variants
 
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."

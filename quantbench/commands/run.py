@@ -7,12 +7,12 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
+from quantbench.commands import add_fixture_arguments, add_jobs_argument, add_session_arguments, session_from_args
 from quantbench.errors import render_params
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, fixture_params,
-                                 note_plan, session_from_args, variants_from_args)
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
+from quantbench.runargs import fixture_params, note_plan, variants_from_args
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."

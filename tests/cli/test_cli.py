@@ -71,6 +71,19 @@ def test_a_command_line_imports_only_the_command_it_runs(tmp_path, argv, loaded)
     assert p.stdout.splitlines()[-1] == f"loaded: {loaded}"
 
 
+def test_help_loads_no_numpy(tmp_path):
+    """`quantbench --help` (every invocation's first step) loads neither numpy nor the variants, fixtures or
+    recipe modules: only the commands that run hosts import them (quantbench/runargs.py)."""
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('loaded:', sorted(m for m in ('numpy', 'quantbench.variants', 'quantbench.fixtures',"
+            " 'quantbench.recipe', 'quantbench.runargs') if m in sys.modules))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[-1] == "loaded: []"
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_each_command_help_shows_options_with_defaults(name, capsys):
     with pytest.raises(SystemExit) as exc:
