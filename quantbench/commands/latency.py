@@ -10,7 +10,8 @@ from quantbench.commands import add_plugin_arguments
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
-from quantbench.runargs import fixtures_from_args
+from quantbench.hosts.runner import plan_run
+from quantbench.runargs import note_plan
 from quantbench.variants import DEMO_NOTE, is_demo, pick_variant, resolve_variants
 
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."
@@ -49,10 +50,14 @@ def run(args) -> int:
     variants = resolve(args.variants)
     root = Path(args.tables) if args.tables else TABLES_DIR
     rows = []
-    for v in variants:
-        fx = fixtures_from_args(args, [v], 1)[0]
+    for v in variants:  # the run plan: the model parsed once, its identity and the timed fixture
+        plan = plan_run([h.spec for h in hosts], [v], labels=args.fixtures, images=args.images, split=args.split,
+                        limit=1, check_hosts=False)
+        note_plan(args, plan)
+        (vi,) = plan.variants
+        fx = plan.fixtures_for[vi.variant_id][0]
         for h in hosts:
-            rows.append(measure(v.path, h, fx, args.warmup, args.runs, args.repeats, v.name))
+            rows.append(measure(v.path, h, fx, args.warmup, args.runs, args.repeats, v.name, variant_id=vi.variant_id))
     with_speedups(rows)
     tables.append("latency", [r.row() for r in rows], root=root)
     print(table(rows))

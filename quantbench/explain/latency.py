@@ -63,8 +63,9 @@ def _vm_hwm_mb(pid: int) -> float | None:
 
 
 def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats: int = 3,
-            variant_name: str = "", allow_fallback: bool = False) -> LatencyRow:
-    """One variant on one host; `host` is a hosts.registry.HostRequest."""
+            variant_name: str = "", allow_fallback: bool = False, variant_id: str | None = None) -> LatencyRow:
+    """One variant on one host; `host` is a hosts.registry.HostRequest; `variant_id` its semantic hash when the
+    caller has it (a run plan), else the model is parsed for it."""
     from pathlib import Path
 
     check_host(host)
@@ -83,7 +84,8 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
         w.close()
     secs = [r["seconds"] for r in sorted(res, key=lambda r: r["repeat"])][warmup:]
     medians = [statistics.median(secs[i * runs:(i + 1) * runs]) * 1000.0 for i in range(repeats)]
-    return LatencyRow(host.label, w.fingerprint_id, semantic_sha256(load_model(model_path, check=False)),
+    vid = variant_id or semantic_sha256(load_model(model_path, check=False))
+    return LatencyRow(host.label, w.fingerprint_id, vid,
                       variant_name or Path(model_path).stem, canonical_json(host.session), warmup, runs, repeats,
                       statistics.median(medians), max(medians) - min(medians), rss)
 

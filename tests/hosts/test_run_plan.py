@@ -43,6 +43,16 @@ def test_fresh_demo_run_parses_each_model_once_before_the_hosts_start(workdir, c
     assert models == {p: 1 for p in models}
 
 
+def test_latency_parses_each_model_once(workdir, capsys, monkeypatch):
+    """An explain command that runs hosts plans its run too (latency: the timed fixture and the variant id)."""
+    loads, _ = count_loads(monkeypatch)
+    assert main(["latency", "--hosts", "local", "--runs", "10", "--repeats", "3", "--warmup", "1"]) == 0, \
+        capsys.readouterr()
+    models = {p: n for p, n in loads.items() if p.endswith(".onnx")}
+    assert len(models) >= 2  # the demo's models
+    assert models == {p: 1 for p in models}
+
+
 def test_plan_knows_which_fixtures_fit_which_variant(workdir):
     a = matmul_model(workdir / "a.onnx")
     plan = plan_run(["x86"], [variant(a, name="fp32"), variant(a, name="again")], fixtures=fixtures(3),
