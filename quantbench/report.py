@@ -348,9 +348,12 @@ def _flips_part(result, v: dict, hosts: list) -> tuple[str, list]:
     s = result.settings
     per = {h: c for h in hosts if (c := _vs_fp32(result, v, h)) is not None}
     if not per:
-        text = "the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
-            else "no comparison against fp32"
-        return text, []
+        if v["variant"] == "fp32":
+            return "the reference itself: no other host to compare fp32 with", []
+        if not any(x["model"] == v["model"] and x["variant"] == "fp32" for x in result.variants):
+            return (f"no fp32 comparison was possible (no fp32 model given: pass --fp32 FILE); flips count against "
+                    f"the same file on {s['reference']}"), []
+        return "no comparison against fp32", []
     groups: dict = {}
     for h, c in per.items():
         groups.setdefault((c["flips"], c["images_disagree"], c["fixtures"]), []).append(h)

@@ -23,7 +23,7 @@ from quantbench.assets import MODELS_DIR, load_sidecar, load_sidecar_path, sidec
 from quantbench.errors import DiskFull, UserError
 from quantbench.fsutil import (atomic_write_json, canonical_json, clean_stale_tmp, no_space, owner_tag, read_json,
                                sha256_file)
-from quantbench.modelio import graph_inputs, load_model, semantic_sha256
+from quantbench.modelio import graph_inputs, load_model, quantized_ops, semantic_sha256
 from quantbench.plugins import allow, plugin_identity, require
 from quantbench.preprocess import input_spec
 
@@ -280,9 +280,34 @@ def input_spec_for(variant: Variant, override: dict | None = None, override_sour
 
 # ---- choosing variants (every command's --variants / --variant) ---------------------------
 
-def resolve_variants(items) -> list[Variant]:
+def bare_variant(model_path: str | os.PathLike) -> Variant:
+    """A bare .onnx file: a float one as its model's fp32, a quantized one named by its stem (never an fp32)."""
+    v = fp32_variant(model_path)
+    if quantized_ops(load_model(v.path, check=False)):
+        v.name = v.recipe["variant"] = Path(model_path).stem
+        v.recipe["method"] = "as-given"
+    return v
+
+
+def with_fp32(variants: list[Variant], fp32: str | os.PathLike) -> list[Variant]:
+    """`variants` with the float model `fp32` as the fp32 reference of their one model (--fp32 FILE)."""
+    models = sorted({v.model for v in variants})
+    ref = fp32_variant(fp32)
+    if quantized_ops(load_model(ref.path, check=False)):
+        raise UserError(f"{fp32}: is quantized itself; the fp32 reference must be the float model")
+    if len(models) != 1 or any(v.name == "fp32" for v in variants):
+        raise UserError(f"{fp32}: the fp32 reference is for the variants of one model without an fp32 "
+                        f"(given: {', '.join(f'{v.model}/{v.name}' for v in variants)})")
+    ref.model = ref.recipe["model"] = models[0]
+    return [ref, *variants]
+
+
+def resolve_variants(items, fp32: str | os.PathLike | None = None) -> list[Variant]:
     """Variant folders (index.json from calibrate), folders of .onnx files, or .onnx files -> variants;
-    none given: default_variants (the latest calibrate output; the demo models only without any)."""
+    none given: default_variants (the latest calibrate output; the demo models only without any). `fp32`: the
+    float model that is their fp32 reference (with_fp32)."""
+    if fp32 is not None:
+        return with_fp32(resolve_variants(items), fp32)
     if not items:
         return default_variants()
     out = []
@@ -295,12 +320,12 @@ def resolve_variants(items) -> list[Variant]:
                 files = sorted(p.glob("*.onnx"))
                 if not files:
                     raise UserError(f"--variants {p}: folder has no index.json and no .onnx files")
-                out.extend(fp32_variant(f) for f in files)
+                out.extend(bare_variant(f) for f in files)
         elif p.suffix == ".onnx" or p.exists():
             found = None
             if (p.parent / INDEX_FILE).exists():
                 found = next((v for v in load_variants(p.parent) if Path(v.path).resolve() == p.resolve()), None)
-            out.append(found or fp32_variant(p))
+            out.append(found or bare_variant(p))
         else:
             raise UserError(f"--variants {p}: not found")
     return out
@@ -310,13 +335,7 @@ def pick_variant(text: str) -> Variant:
     """A variant by name (from the last calibrate run) or by .onnx path."""
     p = Path(text)
     if p.suffix == ".onnx" or p.exists():
-        v = resolve_variants([str(p)])[0]
-        if v.name == "fp32" and p.stem != "fp32":  # a bare file: name a quantized one after the file, not "fp32"
-            ops = {n.op_type for n in load_model(v.path, check=False).graph.node}
-            if ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
-                      "ConvInteger", "DynamicQuantizeLinear"}:
-                v.name = p.stem
-        return v
+        return resolve_variants([str(p)])[0]   # a bare quantized file is named after the file, not "fp32"
     if not os.path.lexists(Path("results") / "variants" / LATEST_FILE):
         raise UserError(f"--variant {text}: no calibrate run yet; run `quantbench calibrate` or pass an .onnx file")
     found = latest_variants()  # a damaged calibrate output is named as such
