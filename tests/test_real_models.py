@@ -215,6 +215,12 @@ def test_fixtures_table_holds_the_recipe_shape(pipeline):
 
 def test_classes_equal_an_independent_recomputation(pipeline, tmp_path):
     """quantbench's classes per variant == partition of {x86, pi} by plain-onnxruntime output hashes."""
+    check_classes_independently(pipeline, tmp_path)
+
+
+def check_classes_independently(pipeline, tmp_path):
+    """quantbench's classes per variant == partition of {x86, pi} by plain-onnxruntime output hashes (also used
+    by tests/test_real_ocr_models.py)."""
     from quantbench.hosts import emulated as E
 
     pipeline.need("equiv")
