@@ -242,7 +242,7 @@ QUANTIZED_OPS = {"QuantizeLinear": "QDQ", "DequantizeLinear": "QDQ", "QLinearCon
                  "QLinearMatMul": "QOperator", "QLinearAdd": "QOperator", "QLinearMul": "QOperator",
                  "QGemm": "QOperator", "QAttention": "QOperator", "ConvInteger": "integer",
                  "MatMulInteger": "integer", "DynamicQuantizeLinear": "integer",
-                 "DynamicQuantizeMatMul": "integer"}
+                 "DynamicQuantizeMatMul": "integer", "DynamicQuantizeLSTM": "integer"}
 
 
 def quantized_ops(model) -> dict:
