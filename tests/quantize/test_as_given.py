@@ -67,6 +67,9 @@ def test_equiv_without_fp32_counts_flips_against_the_same_file(int8, workdir, ca
     assert "no fp32 comparison was possible" in verdict and "against the same file on x86" in verdict
     comps = json.loads((workdir / "results" / "equiv.json").read_text())["comparisons"]
     assert [(c["comparison"], c["host"], c["ref_variant"]) for c in comps] == [("ref-same", "x86-avx2", "as-given")]
+    capsys.readouterr()
+    assert main(["release", "--tag", "v1"]) == 0 and main(["verify", "results/releases/v1"]) == 0
+    assert "verify results/releases/v1: PASS" in capsys.readouterr().out
     # the float original named afterwards: fed with the as-given recipe's preprocessing, the reference of its flips
     assert main(["equiv", "--fp32", str(FP32), "--hosts", "x86", "--limit", "2", "--no-progress", "--no-plots"]) == 0
     comps = json.loads((workdir / "results" / "equiv.json").read_text())["comparisons"]
