@@ -212,6 +212,9 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     found = quantized_ops(load_model(model_path, check=False))
     if found:   # already quantized: published as given, nothing re-quantized, no calibration set
         return calibrate_as_given(opts, model_path, spec, sidecar, records, found, variants_root, t_start, on_note)
+    if opts.fp32:
+        raise ParameterError("fp32", f"{model_path} is a float model, itself the fp32 variant; a float original is "
+                                     "named only for an already-quantized model", str(opts.fp32))
 
     # neither output folder may be one quantbench must not replace (e.g. results/)
     check_plain_name(model_name, f"--model {opts.model}: model name")

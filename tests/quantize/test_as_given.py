@@ -56,6 +56,9 @@ def test_calibrate_fp32_names_the_float_original(int8, workdir, capsys):
     # a quantized --fp32 is refused, nothing written
     assert main(["calibrate", "--model", str(int8), "--fp32", str(int8), "--out", "other", "--no-progress"]) == 2
     assert "is itself quantized" in capsys.readouterr().err and not (workdir / "other").exists()
+    # a float --model has no float original to name
+    assert main(["calibrate", "--model", str(FP32), "--fp32", str(FP32), "--out", "other", "--no-progress"]) == 2
+    assert "is a float model" in capsys.readouterr().err and not (workdir / "other").exists()
 
 
 def test_equiv_without_fp32_counts_flips_against_the_same_file(int8, workdir, capsys):
