@@ -159,7 +159,7 @@ def variants_from_args(args, to_stderr: bool = False) -> list:
 
     from quantbench.variants import DEMO_NOTE, is_demo, resolve_variants
 
-    variants = resolve_variants(args.variants)
+    variants = resolve_variants(args.variants, getattr(args, "fp32", None))
     if not args.variants and is_demo(v.path for v in variants):
         print(DEMO_NOTE, file=sys.stderr if to_stderr else sys.stdout, flush=True)
     return variants
