@@ -60,24 +60,16 @@ def test_whole_path(ocr_pipeline):
         assert list(fx["shape"]) == want, (fx["source"], fx["shape"])
 
 
-def test_the_detector_serves_text_regions(ocr_pipeline):
-    if ocr_pipeline.spec is not R.DDDDOCR_DET:
-        pytest.skip("not the detector")
+def test_served_decisions(ocr_pipeline):
+    """What each model serves: a detector's text regions (boxes of class text), a recogniser's strings."""
     ocr_pipeline.need("equiv")
     import pyarrow.dataset as ds
 
     rows = ds.dataset(str(ocr_pipeline.results / "tables" / "decisions"), format="parquet").to_table().to_pylist()
-    kept = [r for r in rows if r["variant"] == "fp32" and r["host"] == "x86" and r["kept"]]
-    assert kept and all(r["class_name"] == "text" and len(r["box"]) == 4 for r in kept), kept
-
-
-def test_recognisers_read_text(ocr_pipeline):
     if ocr_pipeline.spec.kind != "recogniser":
-        pytest.skip("a detector")
-    ocr_pipeline.need("equiv")
-    import pyarrow.dataset as ds
-
-    rows = ds.dataset(str(ocr_pipeline.results / "tables" / "decisions"), format="parquet").to_table().to_pylist()
+        kept = [r for r in rows if r["variant"] == "fp32" and r["host"] == "x86" and r["kept"]]
+        assert kept and all(r["class_name"] == "text" and len(r["box"]) == 4 for r in kept), kept
+        return
     first = sorted(rows, key=lambda r: r["variant"])[0]["variant"]
     texts = {r["class_name"] for r in rows if r["host"] == "x86" and r["variant"] == first}
     assert texts and any(t.strip() for t in texts), texts
