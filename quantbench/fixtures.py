@@ -220,8 +220,9 @@ def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) ->
         with open(labels, newline="", encoding="utf-8-sig") as fh:  # Excel's "CSV UTF-8" starts with a BOM
             reader = csv.DictReader(fh)
             fields = [f.strip() for f in (reader.fieldnames or [])]
-            if "image" not in fields or not ({"density", "label"} & set(fields)):
-                raise UserError(f"{labels}: CSV needs an 'image' column and a 'density' or 'label' column (has {fields})")
+            if "image" not in fields or not ({"density", "label", "text"} & set(fields)):
+                raise UserError(f"{labels}: CSV needs an 'image' column and a 'density', 'label' or 'text' column "
+                                f"(has {fields})")
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UserError(f"{labels}: not a readable CSV ({exc})") from None
@@ -233,14 +234,27 @@ def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) ->
         if not path.exists():
             raise UserError(f"{labels}: references missing image {path}")
         out.append({"image": r["image"], "path": path, "objects": _density(labels, i, r.get("density", ""), label),
-                    "split": r.get("split", ""), "label": label})
+                    "split": r.get("split", ""), "label": label, **({"text": r["text"]} if "text" in fields else {})})
     return out
+
+
+def labels_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
+                check_files: bool = True) -> dict:
+    """The labels file as COCO: load_coco for JSON, csv_as_coco(read_csv_labels) for CSV."""
+    labels_path = Path(labels_path)
+    if labels_path.suffix.lower() != ".csv":
+        return load_coco(labels_path, images_dir, check_files=check_files)
+    if not labels_path.exists():
+        raise UserError(f"{labels_path}: labels file not found")
+    return csv_as_coco(read_csv_labels(labels_path, images_dir if images_dir is not None
+                                       else default_images_dir(labels_path)))
 
 
 def csv_as_coco(rows: list[dict]) -> dict:
     """read_csv_labels' rows as COCO: image ids 1..N in file order, a labelled row's class as one
     annotation without a box (a classifier's label), categories named by the labels."""
-    images = [{"id": k, "file_name": r["image"], "split": r["split"]} for k, r in enumerate(rows, start=1)]
+    images = [{"id": k, "file_name": r["image"], "split": r["split"], **({"text": r["text"]} if "text" in r else {})}
+              for k, r in enumerate(rows, start=1)]   # a 'text' column: a text recogniser's truth, as COCO's field
     anns = [{"id": k, "image_id": k, "category_id": r["label"]} for k, r in enumerate(rows, start=1)
             if r["label"] is not None]
     cats = [{"id": lb, "name": lb} for lb in sorted({r["label"] for r in rows if r["label"] is not None})]

@@ -52,6 +52,8 @@ def tensor_rgb(arr: np.ndarray, spec: dict) -> np.ndarray:
         x = x.reshape(x.shape[-2], x.shape[-1])[..., None].repeat(3, axis=2)
     elif spec.get("layout", "NCHW") == "NCHW" or (x.shape[0] in (1, 3) and x.shape[-1] not in (1, 3)):
         x = x.transpose(1, 2, 0)
+    if spec.get("transpose_hw"):   # the tensor holds the image with H and W swapped (preprocess.to_tensor)
+        x = x.transpose(1, 0, 2)
     if x.shape[-1] == 1:
         x = x.repeat(3, axis=2)
     x = x[..., :3]

@@ -238,3 +238,20 @@ def fits(input_name: str, shape, inputs: dict) -> bool:
     if dims is None or len(inputs) != 1:
         return False
     return len(dims) == len(shape) and all(d is None or d == s for d, s in zip(dims, shape))
+
+
+#: op types that only a quantized graph holds: QDQ pairs, QOperator kernels, integer dynamic quantization
+QUANTIZED_OPS = {"QuantizeLinear": "QDQ", "DequantizeLinear": "QDQ", "QLinearConv": "QOperator",
+                 "QLinearMatMul": "QOperator", "QLinearAdd": "QOperator", "QLinearMul": "QOperator",
+                 "QGemm": "QOperator", "QAttention": "QOperator", "ConvInteger": "integer",
+                 "MatMulInteger": "integer", "DynamicQuantizeLinear": "integer",
+                 "DynamicQuantizeMatMul": "integer", "DynamicQuantizeLSTM": "integer"}
+
+
+def quantized_ops(model) -> dict:
+    """{op type: count} of the quantized ops in the graph (QUANTIZED_OPS); empty for a float model."""
+    found: dict = {}
+    for node in model.graph.node:
+        if node.op_type in QUANTIZED_OPS:
+            found[node.op_type] = found.get(node.op_type, 0) + 1
+    return dict(sorted(found.items()))

@@ -305,8 +305,10 @@ def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: s
             raise UserError(f"{source}: no input shape: give the model a sidecar JSON with an 'input' block")
         if any(d is None for d in dims[1:]):
             shown = ["?" if d is None else d for d in dims]
-            raise UserError(f"{source}: input {spec.get('name')!r} has dynamic dims {shown}; give the model a sidecar "
-                            f"JSON with an 'input' block stating 'shape' (and mean, std), or pass {flag('sidecar')} FILE")
+            fix = ("its 'input' block states no 'shape': add one (and mean, std)" if sidecar is not None else
+                   "give the model a sidecar JSON with an 'input' block stating 'shape' (and mean, std), or pass "
+                   f"{flag('sidecar')} FILE")
+            raise UserError(f"{source}: input {spec.get('name')!r} has dynamic dims {shown}; {fix}")
         spec["shape"] = [1 if d is None else d for d in dims]
     elif dims is not None:
         want = list(spec["shape"])

@@ -347,9 +347,12 @@ def _flips_part(result, v: dict, hosts: list) -> tuple[str, list]:
     s = result.settings
     per = {h: c for h in hosts if (c := _vs_fp32(result, v, h)) is not None}
     if not per:
-        text = "the reference itself: no other host to compare fp32 with" if v["variant"] == "fp32" \
-            else "no comparison against fp32"
-        return text, []
+        if v["variant"] == "fp32":
+            return "the reference itself: no other host to compare fp32 with", []
+        if not any(x["model"] == v["model"] and x["variant"] == "fp32" for x in result.variants):
+            return (f"no fp32 comparison was possible (no fp32 model given: pass --fp32 FILE); flips count against "
+                    f"the same file on {s['reference']}"), []
+        return "no comparison against fp32", []
     groups: dict = {}
     for h, c in per.items():
         groups.setdefault((c["flips"], c["images_disagree"], c["fixtures"]), []).append(h)
@@ -678,7 +681,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
 
 def hosts_lines(result) -> list[str]:
     return md_section("Hosts", None, ["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
-                      [[h, i["kind"], i["arch"], i["cpu"][:60], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
+                      [[h, i["kind"], i["arch"], i["cpu"], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
                        for h, i in result.hosts.items()])
 
 
@@ -854,9 +857,9 @@ def equiv_summary_text(result) -> str:
 def _summary_head(result) -> list[str]:
     """The run line (hosts, fixtures, decoders) and the verdict."""
     ref = result.settings["reference"]
-    kinds = sorted({v["decode"]["kind"] for v in result.variants})
+    kinds = sorted({f"plug-in {k}" if kind_of(k := v["decode"]["kind"]).plugin else k for v in result.variants})
     thr = sorted({kind_of(v["decode"]["kind"]).rule(v["decode"]["threshold"]) for v in result.variants
-                  if kind_of(v["decode"]["kind"]).decides})
+                  if kind_of(v["decode"]["kind"]).decides and not kind_of(v["decode"]["kind"]).plugin})  # a plug-in decides its own
     nfx = sorted({v["fixtures"] for v in result.variants})
     head = (f"equiv {result.equiv_id[:12]}: hosts {', '.join(result.hosts)} (reference {ref}); "
             f"{'/'.join(map(str, nfx))} fixtures; decode {', '.join(kinds)}" + "".join(f", {t}" for t in thr))
@@ -870,7 +873,7 @@ def _summary_classes(result) -> list[str]:
     for v in result.variants:
         sep = v["separating_features"]
         sep_s = "-" if sep == [] else ("(not by fingerprint)" if sep is None else ", ".join(
-            f"{k} ({' / '.join(_short(v['feature_values'][c['hosts'][0]].get(k)) for c in v['classes'])})"
+            f"{k} ({' / '.join(_distinct_short([v['feature_values'][c['hosts'][0]].get(k) for c in v['classes']]))})"
             for k in sep))
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
@@ -961,8 +964,18 @@ def _summary_gates(result, compared: list[dict]) -> list[str]:
 
 
 def _short(value, n: int = 24) -> str:
+    """`value` in at most about `n` characters, cut at a word boundary (never mid-word)."""
     text = str(value)
-    return text if len(text) <= n else text[: n - 3] + "..."
+    if len(text) <= n:
+        return text
+    cut = text[:n - 3].rsplit(" ", 1)[0] if " " in text[:n - 3] else text[:n - 3]
+    return cut.rstrip(" (,;/") + "..."
+
+
+def _distinct_short(values: list, n: int = 24) -> list[str]:
+    """Each value shortened (_short), or all of them in full when shortening would make different values read alike."""
+    short = [_short(x, n) for x in values]
+    return short if len(set(short)) == len({str(x) for x in values}) else [str(x) for x in values]
 
 
 def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = True, fixtures=None, images=None) -> list:

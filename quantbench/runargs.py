@@ -21,7 +21,7 @@ def sidecar_from_args(args) -> dict | None:
 def variants_from_args(args, to_stderr: bool = False) -> list:
     """--variants -> the variants; a run on the bundled demo models says so in its first line
     (on stderr when stdout is JSON)."""
-    variants = resolve_variants(args.variants)
+    variants = resolve_variants(args.variants, getattr(args, "fp32", None))
     if not args.variants and is_demo(v.path for v in variants):
         print(DEMO_NOTE, file=sys.stderr if to_stderr else sys.stdout, flush=True)
     return variants

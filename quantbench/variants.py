@@ -23,7 +23,7 @@ from pathlib import Path
 from quantbench.assets import MODELS_DIR
 from quantbench.errors import DiskFull, UserError, flag
 from quantbench.fsutil import atomic_write_json, clean_stale_tmp, no_space, owner_tag, read_json, replace_dir, sha256_file
-from quantbench.modelio import load_model
+from quantbench.modelio import load_model, quantized_ops
 from quantbench.recipe import allow_recorded
 
 INDEX_FILE = "index.json"
@@ -174,9 +174,37 @@ def fp32_variant(model_path: str | os.PathLike) -> Variant:
 
 # ---- choosing variants (every command's --variants / --variant) ---------------------------
 
-def resolve_variants(items) -> list[Variant]:
+def bare_variant(model_path: str | os.PathLike) -> Variant:
+    """A bare .onnx file: a float one as its model's fp32, a quantized one named by its stem (never an fp32)."""
+    v = fp32_variant(model_path)
+    if quantized_ops(load_model(v.path, check=False)):
+        v.name = v.recipe["variant"] = Path(model_path).stem
+        v.recipe["method"] = "as-given"
+    return v
+
+
+def with_fp32(variants: list[Variant], fp32: str | os.PathLike) -> list[Variant]:
+    """`variants` with the float model `fp32` as the fp32 reference of their one model (--fp32 FILE)."""
+    models = sorted({v.model for v in variants})
+    ref = fp32_variant(fp32)
+    if quantized_ops(load_model(ref.path, check=False)):
+        raise UserError(f"{fp32}: is quantized itself; the fp32 reference must be the float model")
+    if len(models) != 1 or any(v.name == "fp32" for v in variants):
+        raise UserError(f"{fp32}: the fp32 reference is for the variants of one model without an fp32 "
+                        f"(given: {', '.join(f'{v.model}/{v.name}' for v in variants)})")
+    ref.model = ref.recipe["model"] = models[0]
+    for key in ("preprocess", "sidecar", "eval_labels"):   # fed and evaluated exactly as the variants it judges
+        if key in (variants[0].recipe or {}):
+            ref.recipe[key] = variants[0].recipe[key]
+    return [ref, *variants]
+
+
+def resolve_variants(items, fp32: str | os.PathLike | None = None) -> list[Variant]:
     """Variant folders (index.json from calibrate), folders of .onnx files, or .onnx files -> variants;
-    none given: default_variants (the latest calibrate output; the demo models only without any)."""
+    none given: default_variants (the latest calibrate output; the demo models only without any). `fp32`: the
+    float model that is their fp32 reference (with_fp32)."""
+    if fp32 is not None:
+        return with_fp32(resolve_variants(items), fp32)
     if not items:
         return default_variants()
     out = []
@@ -189,12 +217,12 @@ def resolve_variants(items) -> list[Variant]:
                 files = sorted(p.glob("*.onnx"))
                 if not files:
                     raise UserError(f"{flag('variants')} {p}: folder has no index.json and no .onnx files")
-                out.extend(fp32_variant(f) for f in files)
+                out.extend(bare_variant(f) for f in files)
         elif p.suffix == ".onnx" or p.exists():
             found = None
             if (p.parent / INDEX_FILE).exists():
                 found = next((v for v in load_variants(p.parent) if Path(v.path).resolve() == p.resolve()), None)
-            out.append(found or fp32_variant(p))
+            out.append(found or bare_variant(p))
         else:
             raise UserError(f"{flag('variants')} {p}: not found")
     return out
@@ -204,13 +232,7 @@ def pick_variant(text: str) -> Variant:
     """A variant by name (from the last calibrate run) or by .onnx path."""
     p = Path(text)
     if p.suffix == ".onnx" or p.exists():
-        v = resolve_variants([str(p)])[0]
-        if v.name == "fp32" and p.stem != "fp32":  # a bare file: name a quantized one after the file, not "fp32"
-            ops = {n.op_type for n in load_model(v.path, check=False).graph.node}
-            if ops & {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger",
-                      "ConvInteger", "DynamicQuantizeLinear"}:
-                v.name = p.stem
-        return v
+        return resolve_variants([str(p)])[0]   # a bare quantized file is named after the file, not "fp32"
     if not os.path.lexists(Path("results") / "variants" / LATEST_FILE):
         raise UserError(f"{flag('variant')} {text}: no calibrate run yet; run `quantbench calibrate` or pass an .onnx file")
     found = latest_variants()  # a damaged calibrate output is named as such

@@ -383,3 +383,131 @@ def partition(per_host: dict) -> list:
         key = json.dumps(table, sort_keys=True)
         groups.setdefault(key, []).append(host)
     return sorted(sorted(g) for g in groups.values())
+
+
+# --------------------------------------------------------------------------- text recognisers, YOLOX, int8 as given
+
+# rapidocr_onnxruntime 1.4.4 ch_ppocr_rec (text_recognize.py resize_norm_img): BGR, height 48 with the aspect
+# kept, (x / 255 - 0.5) / 0.5, zero-padded right to the batch width (320 here: max_width); output softmax
+# [1, T, 6625]: blank, the 6623 characters of the model's 'character' metadata, the space (use_space_char).
+PPOCR_REC_DYN = RealModel(
+    key="ppocr-rec-dyn", wheel="rapidocr-onnxruntime", version="1.4.4",
+    member="rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+    sha256="48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+    sidecar={"name": "ppocr-rec-dyn",
+             "input": {"name": "x", "shape": [1, 3, 48, -1], "max_width": 320, "layout": "NCHW", "color": "BGR",
+                       "dtype": "float32", "scale": 1.0 / 255.0, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5]},
+             "decode": {"kind": "ctc", "alphabet": "ppocr-rec-dyn_keys.txt", "space": True, "blank": 0,
+                        "layout": "NTC"}},
+    kind="recogniser", tile=(0, 48), train_tiles=6, eval_tiles=2,
+    calibrate_args=("--methods", "dynamic,minmax", "--per-cell", "3"),
+    notes="PaddleOCR PP-OCRv4 rec (CRNN-style, CTC head), dynamic width, Paddle export")
+
+# ddddocr 1.6.1 core/detection_engine.py preproc: BGR (cv2.imdecode), scale to fit 416x416 keeping the aspect,
+# pasted top-left on a 114-grey canvas, raw 0..255 values, CHW; output [1, 3549, 6] is YOLOX's raw grid
+# (demo_postprocess with strides 8/16/32), score = objectness * class score, NMS 0.45, score >= 0.1.
+DDDDOCR_DET = RealModel(
+    key="ddddocr-det", wheel="ddddocr", version="1.6.1", member="ddddocr/common_det.onnx",
+    sha256="6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6",
+    sidecar={"name": "ddddocr-det", "classes": ["text"],
+             "input": {"name": "images", "shape": [1, 3, 416, 416], "layout": "NCHW", "color": "BGR",
+                       "dtype": "float32", "scale": 1.0, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0],
+                       "resize": "letterbox", "pad": "top-left", "pad_value": 114},
+             "decode": {"kind": "yolox", "output": "output", "threshold": 0.1, "iou": 0.45}},
+    kind="detector", tile=(416, 312), train_tiles=6, eval_tiles=1,
+    calibrate_args=("--methods", "dynamic,minmax", "--per-cell", "3"),
+    notes="YOLOX-style text-region detector, opset 11, raw grid head [1, 3549, 6]")
+
+# ddddocr 1.6.1's default model (DdddOcr() loads common_old.onnx; core/ocr_engine.py): int8 as shipped
+# (ConvInteger + DynamicQuantizeLinear, a DynamicQuantizeLSTM), grey, height 64 with the aspect kept, x / 255;
+# output [T, 1, 8210] decoded greedily over charsets.CHARSET_OLD (index 0 is the blank '').
+DDDDOCR_OCR = RealModel(
+    key="ddddocr-ocr", wheel="ddddocr", version="1.6.1", member="ddddocr/common_old.onnx",
+    sha256="b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
+    sidecar={"name": "ddddocr-ocr",
+             "input": {"name": "input1", "shape": [1, 1, 64, -1], "max_width": 256, "layout": "NCHW",
+                       "color": "GRAY", "dtype": "float32", "scale": 1.0 / 255.0, "mean": [0.0], "std": [1.0]},
+             "decode": {"kind": "ctc", "blank": 0, "layout": "TNC"}},   # alphabet: CHARSET_OLD[1:], set by the writer
+    kind="recogniser", tile=(0, 64), train_tiles=2, eval_tiles=2,
+    notes="int8 as shipped: ConvInteger + DynamicQuantizeLinear, dynamic width, grey")
+DDDDOCR_CHARSETS = RealModel(
+    key="ddddocr-charsets", wheel="ddddocr", version="1.6.1", member="ddddocr/charsets.py",
+    sha256="ae99cf71e1dd738d50d2c2d2bf8544c16a7d23452e9b64346d3ac4dbff83510f", sidecar={}, kind="data", tile=(0, 0), train_tiles=0, eval_tiles=0)
+
+OCR_MODELS = {m.key: m for m in (PPOCR_REC_DYN, DDDDOCR_DET, DDDDOCR_OCR)}
+WORDS = ["calibrate", "onnx runtime", "Raspberry Pi 5", "x86 AVX2", "release v1", "int8 QDQ", "MinMax",
+         "Percentile", "Entropy", "equivalence", "decision flips", "fp32 reference"]
+EVAL_WORDS = ["HELLO", "EXIT 12", "quantbench 2026"]
+
+
+def text_tile(word: str, height: int) -> np.ndarray:
+    """`word` in black on white, `height` pixels high and as wide as the text (a real font, PIL's own)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default(size=int(height * 0.6))
+    width = int(font.getlength(word)) + 16
+    img = Image.new("RGB", (width, height), "white")
+    ImageDraw.Draw(img).text((8, height // 8), word, fill="black", font=font)
+    return np.asarray(img, dtype=np.uint8)
+
+
+def ocr_alphabet(spec: RealModel, model_file: Path) -> list[str]:
+    """The characters of the non-blank classes: the model's 'character' metadata (Paddle), or ddddocr's list."""
+    import ast
+
+    import onnx
+
+    if spec.wheel == "ddddocr":
+        src = fetch(DDDDOCR_CHARSETS).read_text(encoding="utf-8")
+        tree = ast.parse(src)
+        node = next(n for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "CHARSET_OLD")
+        return list(ast.literal_eval(node.value))[1:]
+    meta = {p.key: p.value for p in onnx.load(str(model_file), load_external_data=False).metadata_props}
+    return meta["character"].splitlines()
+
+
+def write_text_workdir(spec: RealModel, model_file: Path, folder: Path) -> dict:
+    """A recogniser's workdir: the model, its sidecar (and alphabet), word tiles and COCO labels whose eval
+    images carry their "text"."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = folder / f"{spec.key}.onnx"
+    shutil.copyfile(model_file, model)
+    chars = ocr_alphabet(spec, model_file)
+    side = json.loads(json.dumps(spec.sidecar))
+    if isinstance(side["decode"].get("alphabet"), str):
+        (folder / side["decode"]["alphabet"]).write_text("\n".join(chars) + "\n", encoding="utf-8")
+    else:
+        side["decode"]["alphabet"] = chars
+    (folder / f"{spec.key}.json").write_text(json.dumps(side, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    images = folder / "images"
+    images.mkdir(exist_ok=True)
+    words = [(w, "train") for w in WORDS[:spec.train_tiles]] + [(w, "eval") for w in EVAL_WORDS[:spec.eval_tiles]]
+    coco = {"images": [], "annotations": [], "categories": []}
+    for i, (word, split) in enumerate(words, start=1):
+        rgb = text_tile(word, spec.tile[1])
+        save_png(images / f"w{i:02d}.png", rgb)
+        coco["images"].append({"id": i, "file_name": f"w{i:02d}.png", "width": rgb.shape[1], "height": rgb.shape[0],
+                               "split": split, **({"text": word} if split == "eval" else {})})
+    (folder / "labels.json").write_text(json.dumps(coco, indent=1) + "\n")
+    return {"model": model, "labels": folder / "labels.json", "images": images, "alphabet": chars,
+            "n_eval": spec.eval_tiles, "n_train": spec.train_tiles}
+
+
+def write_scene_workdir(spec: RealModel, model_file: Path, folder: Path) -> dict:
+    """write_workdir's photo tiles with a few large words drawn on each (a text-region detector has something to
+    find; no labelled objects)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    files = write_workdir(spec, model_file, folder)
+    font = ImageFont.load_default(size=spec.tile[1] // 8)
+    for k, png in enumerate(sorted(files["images"].glob("*.png"))):
+        with Image.open(png) as im:
+            img = im.convert("RGB")
+        d = ImageDraw.Draw(img)
+        for j in range(2):
+            word = WORDS[(2 * k + j) % len(WORDS)]
+            xy = (spec.tile[0] // 10, spec.tile[1] // 5 + j * spec.tile[1] // 3)
+            d.rectangle(d.textbbox(xy, word, font=font), fill="white")
+            d.text(xy, word, fill="black", font=font)
+        img.save(png, format="PNG", optimize=False)
+    return files

@@ -54,7 +54,7 @@ from quantbench import tables
 from quantbench.analysis.decode import DecodeSpec
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
-from quantbench.fixtures import annotations_by_image, load_coco
+from quantbench.fixtures import annotations_by_image, default_images_dir, labels_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
@@ -122,10 +122,10 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
             preprocess=dict(_json_value(r["preprocess"], {})))
     labels_path = Path(labels) if labels else CORPUS_LABELS
     images_dir = Path(images) if images else (CORPUS_IMAGES if labels_path == CORPUS_LABELS
-                                              else labels_path.parent / "images")
+                                              else default_images_dir(labels_path))
     truth = Truth(fixtures=fx, labels_file=str(labels_path))
     try:
-        coco = load_coco(labels_path, images_dir, check_files=False)
+        coco = labels_coco(labels_path, images_dir, check_files=False)
     except UserError as exc:
         truth.note = str(exc)
         return truth

@@ -341,7 +341,10 @@ class DecodeSpec:
         return None if self.threshold is None else self.threshold * YOLO_PRE_RATIO
 
     def class_name(self, c: int) -> str:
-        return str(self.classes[c]) if 0 <= c < len(self.classes) else ("" if c < 0 else str(c))
+        """The sidecar's name of class `c`; a plug-in's class index as it is (its classes are its own)."""
+        if 0 <= c < len(self.classes) and not is_plugin(self.kind):
+            return str(self.classes[c])
+        return "" if c < 0 else str(c)
 
 
 def _yolo_keys(block: dict, where: str) -> dict:

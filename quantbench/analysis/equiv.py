@@ -234,7 +234,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     (`EquivResult.reused`). None: always computed, nothing kept.
     """
     hosts, reference, by_model = _check_request(hosts, variants, reference, budget)
-    specs = {model: spec_from_sidecar(_fp32_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
+    specs = {model: spec_from_sidecar(_base_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
              for model, vs in by_model.items()}
     cols = _hash_rows(hosts, variants, tables_root)
     sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root)
@@ -264,7 +264,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     result = EquivResult(equiv_id=ctx.equiv_id, settings={**settings, "atol": atol, "rtol": rtol, "budget": budget},
                          hosts=host_info, variants=out.variants, comparisons=out.comparisons,
                          class_rows=out.class_rows, decision_rows=out.decision_rows, flip_rows=out.flip_rows,
-                         decoded=out.decoded, sidecars={m: _fp32_of(vs).sidecar or {} for m, vs in by_model.items()},
+                         decoded=out.decoded, sidecars={m: _base_of(vs).sidecar or {} for m, vs in by_model.items()},
                          cache_key=key)
     if cache_dir is not None:
         RC.save(cache_dir, key, _payload(result, out.boxed))
@@ -363,8 +363,14 @@ def _rebuild_decisions(ctx: _Context, by_model: dict, fixtures_for: dict, varian
     return rows
 
 
-def _fp32_of(vs: list[VariantRef]) -> VariantRef:
-    return next(v for v in vs if v.name == "fp32")
+def _fp32_of(vs: list[VariantRef]) -> VariantRef | None:
+    """The model's fp32 reference; None when none was given (an already-quantized model alone)."""
+    return next((v for v in vs if v.name == "fp32"), None)
+
+
+def _base_of(vs: list[VariantRef]) -> VariantRef:
+    """The variant whose sidecar and fixtures stand for the model: its fp32, else its first variant."""
+    return _fp32_of(vs) or vs[0]
 
 
 def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]:
@@ -378,11 +384,7 @@ def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]
     by_model: dict = defaultdict(list)
     for v in variants:
         by_model[v.model].append(v)
-    for model, vs in by_model.items():
-        if not any(v.name == "fp32" for v in vs):
-            raise UserError(f"model {model}: no fp32 variant among variants ({', '.join(v.name for v in vs)}); "
-                            f"decisions flip against fp32, so pass the fp32 model too")
-    return hosts, reference, by_model
+    return hosts, reference, by_model   # a model without fp32: flips count against it on the reference host
 
 
 def _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs) -> dict:
@@ -464,7 +466,7 @@ class _ModelRun:
     """One model's loaded outputs and its decoder; decoded decisions are cached by output hashes."""
 
     model: str
-    fp32: VariantRef
+    fp32: VariantRef | None   # None: no fp32 given; each variant compares with itself on the reference host
     data: dict           # (host, variant_id) -> {fixture_id: ({output: array}, {output: sha256})}
     spec: DecodeSpec
     compared: bool       # False under decode none: classes, distances and the tensor gate only
@@ -486,11 +488,11 @@ class _ModelRun:
 
 def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _ModelRun:
     """Read one model's selected outputs and fit its decoder to them; a decoder that does not fit fails here."""
-    fp32 = _fp32_of(vs)
-    fx_ids = sorted(fixtures_for[fp32.variant_id])
+    fp32, base = _fp32_of(vs), _base_of(vs)
+    fx_ids = sorted(fixtures_for[base.variant_id])
     data = _load_arrays(ctx.hosts, ctx.sel, [v.variant_id for v in vs],
                         {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
-    first = data[(ctx.reference, fp32.variant_id)][fx_ids[0]][0]
+    first = data[(ctx.reference, base.variant_id)][fx_ids[0]][0]
     compared = spec.decoder_kind.decides
     try:
         spec = check_outputs(spec, sorted(first))
@@ -498,7 +500,7 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
         raise UserError(f"model {model}: {marked(exc)}; or {NONE_HINT}") from None
     run = _ModelRun(model=model, fp32=fp32, data=data, spec=spec, compared=compared)
     if compared:
-        run.decoded(ctx.reference, fp32.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work
+        run.decoded(ctx.reference, base.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work
     return run
 
 
@@ -569,7 +571,9 @@ def _class_rows(ctx: _Context, model: str, v: VariantRef, eq: list, vinfo: dict)
 
 
 def _comparison_pairs(reference: str, fp32: VariantRef, v: VariantRef, h: str) -> list[tuple[str, str, str]]:
-    """(comparison, reference host, reference variant_id) for variant `v` on host `h`."""
+    """(comparison, reference host, reference variant_id) for variant `v` on host `h` (without fp32: ref-same only)."""
+    if fp32 is None:
+        return [("ref-same", reference, v.variant_id)] if h != reference else []
     pairs = []
     if v.name != "fp32":
         pairs.append(("own-fp32", h, fp32.variant_id))
@@ -582,7 +586,7 @@ def _comparison_pairs(reference: str, fp32: VariantRef, v: VariantRef, h: str) -
 
 def _compare(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, comp, h, rh, rvid) -> tuple[dict, list]:
     """One comparison of `v` on `h` against `rvid` on `rh`: (its summary with both gates, [(fixture, Flip)])."""
-    rname = "fp32" if rvid == run.fp32.variant_id else v.name
+    rname = "fp32" if run.fp32 is not None and rvid == run.fp32.variant_id else v.name
     per_fx, flips, tgate = [], [], G.TensorGate()
     for f in vfx:
         tgate.add_fixture(run.arrays(rh, rvid, f), run.arrays(h, v.variant_id, f), ctx.atol, ctx.rtol)

@@ -47,6 +47,9 @@ def _add_input_arguments(parser) -> None:
                         "empty/objects) or 'label' columns; if omitted: the bundled corpus")
     g.add_argument("--sidecar", default=None, metavar="FILE",
                    help="sidecar JSON (input, classes, decode); if omitted: the JSON beside --model (x.onnx -> x.json)")
+    g.add_argument("--fp32", default=None, metavar="FILE",
+                   help="the float original of an already-quantized --model: published beside it as fp32, so "
+                        "flips count against it (an already-quantized model is never re-quantized)")
     g.add_argument("--preprocess", default=None, metavar="MODULE:FUNCTION",
                    help="preprocessing plug-in fn(rgb HxWx3 uint8, spec) -> input tensor, instead of the input block's "
                         "resize/scale/mean/std (recorded with its file's SHA-256 in every variant's recipe)")
@@ -111,6 +114,8 @@ def _options(recipe: dict) -> str:
     m = recipe.get("method")
     if m == "fp32":
         return "as given"
+    if m == qv.AS_GIVEN:
+        return f"{recipe.get('quant_format')}, not made by quantbench"
     parts = []
     if m == "dynamic":
         parts.append(f"w={recipe['weight_type']}")
@@ -138,7 +143,7 @@ def options_from_args(args):
         raise UserError(f"--count-bins: {args.count_bins!r} is not a comma-separated list of integers") from None
     types = qv.parse_types(args.types) if args.types else [(args.activation_type, args.weight_type)]
     return CalibrateOptions(
-        model=args.model, labels=args.labels, images=args.images, sidecar=args.sidecar, preprocess=args.preprocess,
+        model=args.model, labels=args.labels, images=args.images, sidecar=args.sidecar, fp32=args.fp32, preprocess=args.preprocess,
         decode=args.decode, name=args.name, per_cell=args.per_cell, strata=args.strata, count_bins=count_bins,
         seed=args.seed, allow_short=args.allow_short, skip_bad=args.skip_bad, methods=_csv(args.methods), out=args.out,
         percentile=args.percentile, entropy_bins=args.entropy_bins, per_channel=args.per_channel, types=types,
@@ -170,11 +175,12 @@ def print_calset(calset) -> None:
 
 def result_json(res) -> dict:
     """The calibrate result as plain data (--json)."""
-    r = res.calset.recipe
+    r = res.calset.recipe if res.calset is not None else None
     return {
-        "calibration_set": {"name": res.calset.name, "folder": str(res.calib_dir), "images": len(res.calset.selected),
-                            "seed": r["seed"], "strata": r["strata"], "cells": r["cells"],
-                            "manifest_sha256": r["manifest_sha256"]},
+        "calibration_set": None if r is None else {
+            "name": res.calset.name, "folder": str(res.calib_dir), "images": len(res.calset.selected),
+            "seed": r["seed"], "strata": r["strata"], "cells": r["cells"], "manifest_sha256": r["manifest_sha256"]},
+        "as_given": res.as_given,
         "variants": [{"name": x.variant.name, "file": str(x.variant.path), "method": x.variant.recipe["method"],
                       "options": _options(x.variant.recipe), "semantic_sha256": x.variant.recipe["semantic_sha256"],
                       "bytes": x.variant.path.stat().st_size, "seconds": round(x.seconds, 3),
@@ -215,7 +221,8 @@ def run(args) -> int:
         print(f"calibration ({', '.join(res.static_methods)}): {res.calib_images} images, {how}{budget}, "
               f"{res.calib_seconds:.1f} s, peak memory {res.calib_peak_mib:.0f} MiB")
     print()
-    print(f"calibration set: {res.calib_dir}/ (manifest.parquet, recipe.json)")
+    if res.calib_dir is not None:   # an already-quantized model has none
+        print(f"calibration set: {res.calib_dir}/ (manifest.parquet, recipe.json)")
     verb = {"new": "written", "unchanged": "unchanged (identical files already there)",
             "replaced": "replaced (--force)"}[res.state]
     print(f"variants:        {res.out}/ ({len(res.reports)} models + recipes, index.json) {verb}")

@@ -29,6 +29,9 @@ def add_arguments(p) -> None:
                    help="comma-separated host names (built-ins, emulated presets, or names from the hosts file)")
     p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
                    help="variant folders or .onnx files (one of them the fp32 model); default: the latest calibrate output")
+    p.add_argument("--fp32", metavar="FILE",
+                   help="the float model the --variants (an already-quantized file) flip against; without an fp32 "
+                        "model, flips count against the same file on the reference host")
     add_fixture_arguments(p, "compare")
     p.add_argument("--reference", help="reference host for cross-host comparisons (default: the first of --hosts)")
     p.add_argument("--decode", type=decode_arg, metavar="KIND",

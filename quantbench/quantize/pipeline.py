@@ -20,7 +20,9 @@ from quantbench.analysis.decode import check_outputs, is_plugin, spec_from_sidec
 from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model
 from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError
-from quantbench.modelio import graph_inputs, load_model, model_hashes
+from quantbench.fixtures import BUNDLED_LABELS
+from quantbench.fsutil import sha256_file
+from quantbench.modelio import graph_inputs, load_model, model_hashes, quantized_ops
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
@@ -43,6 +45,7 @@ class CalibrateOptions:
     labels: str | os.PathLike | None = None
     images: str | os.PathLike | None = None
     sidecar: str | os.PathLike | None = None       # a sidecar file instead of the one beside the model
+    fp32: str | os.PathLike | None = None          # an already-quantized model's float original (published as fp32)
     preprocess: str | None = None                  # module:function plug-in
     decode: str | None = None                      # the model's decoder, instead of the sidecar's decode kind
     name: str | None = None                        # calibration set name
@@ -99,6 +102,7 @@ class CalibrateResult:
     calib_peak_mib: float = 0.0
     plan: dict = field(default_factory=dict)        # how calibration held activations (compute_ranges' plan)
     seconds: float = 0.0
+    as_given: dict | None = None                    # an already-quantized model: {op type: count}, nothing re-quantized
 
 
 def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
@@ -182,6 +186,12 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     model_name = model_path.stem
     calib_root = Path(opts.calib_sets_dir or CALIB_SETS_DIR)
     variants_root = Path(opts.variants_dir or VARIANTS_DIR)
+    found = quantized_ops(load_model(model_path, check=False))
+    if found:   # already quantized: published as given, nothing re-quantized, no calibration set
+        return calibrate_as_given(opts, model_path, spec, sidecar, records, found, variants_root, t_start, on_note)
+    if opts.fp32:
+        raise ParameterError("fp32", f"{model_path} is a float model, itself the fp32 variant; a float original is "
+                                     "named only for an already-quantized model", str(opts.fp32))
 
     # neither output folder may be one quantbench must not replace (e.g. results/)
     check_plain_name(model_name, f"--model {opts.model}: model name")
@@ -319,3 +329,58 @@ class _VariantMaker:
                               exclude_op_types=o.exclude_op_types, calibration_options=copts, name=vname,
                               model_name=self.model_name, model=prep_model,
                               recipe_extra={**self.common, "calibration_set": self.calib_info})
+
+
+def as_given_note(found: dict) -> str:
+    """The one line calibrate says about an already-quantized model."""
+    ops = ", ".join(f"{n} x{k}" for n, k in found.items())
+    return (f"the model is already quantized ({ops}): nothing is re-quantized; it is published as the variant "
+            f"{qv.AS_GIVEN!r}")
+
+
+def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sidecar, records: dict, found: dict,
+                       variants_root: Path, t_start: float, on_note: Callable | None) -> CalibrateResult:
+    """An already-quantized model: a variants folder holding it as `as-given` (and its float original as fp32 when
+    `opts.fp32` names one), each smoke-tested on the first labelled image; no calibration set is written."""
+    model_name = check_plain_name(model_path.stem, f"--model {opts.model}: model name")
+    fp32_path = Path(opts.fp32) if opts.fp32 else None
+    if fp32_path is not None:
+        fp32_model = load_model(fp32_path)   # missing / not ONNX -> UserError naming the file
+        if quantized_ops(fp32_model):
+            raise ParameterError("fp32", f"{fp32_path} is itself quantized ({', '.join(quantized_ops(fp32_model))}); "
+                                         "name the float model", str(fp32_path))
+    out = Path(opts.out) if opts.out else variants_root / model_name
+    check_replaceable(out, "variants")
+    cands, labels_path, images_dir = builder.read_labels(opts.labels, opts.images)
+    labels = {"labels": str(labels_path) if opts.labels else BUNDLED_LABELS, "labels_sha256": sha256_file(labels_path),
+              "images_dir": builder.images_root_token(images_dir)}
+    common = {"source_model": {"path": _display_model(model_path), **model_hashes(model_path)}, "preprocess": spec,
+              "sidecar": sidecar, "eval_labels": eval_labels(labels), **records}
+    note = as_given_note(found)
+    result = CalibrateResult(calset=None, calib_dir=None, out=out, state="", latest=variants_root / "latest.json",
+                             notes=[note], as_given=found)
+    if on_note:
+        on_note(note)
+    feeds = {spec["name"]: to_tensor(load_rgb(cands[0].path), spec)}
+    with staging_folder(out) as stage:
+        made = [qv.make_as_given(model_path, stage / f"{qv.AS_GIVEN}.onnx", found, model_name=model_name,
+                                 recipe_extra=common)]
+        if fp32_path is not None:
+            made.insert(0, qv.make_fp32(fp32_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common))
+        try:
+            ref = smoke.reference(made[0].path, feeds)
+        except Exception as exc:  # onnxruntime's own exception types
+            raise UserError(f"{made[0].path.name}: does not run on image {cands[0].path} "
+                            f"({smoke.first_line(exc)}); check the sidecar's input block") from None
+        for v in made[1:]:
+            why = smoke.check(v.path, feeds, ref)
+            if why is not None:
+                raise UserError(f"{fp32_path} and {model_path} do not make the same outputs: {v.name} {why}")
+        write_index(stage, made)
+        result.state = publish_folder(stage, out, force=opts.force, what="variants")
+    for v in made:
+        v.path = out / Path(v.path).name
+        result.reports.append(VariantReport(v, 0.0, 0.0, None))
+    write_latest(out, model_name, results_dir=variants_root.parent)
+    result.seconds = time.perf_counter() - t_start
+    return result

@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 from quantbench import __version__
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
-from quantbench.modelio import load_model, raw_sha256, semantic_sha256, write_self_contained
+from quantbench.modelio import QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained
 from quantbench.quantize import ort_api
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
                                              load_with_shape_infer, ranges_dict, ranges_sha256)
@@ -132,6 +132,31 @@ def make_fp32(model_path: str | os.PathLike, out_path: str | os.PathLike, *, nam
     recipe = {"variant": name, "model": model_name, "method": "fp32", "quant_format": None,
               "input_model_sha256": raw_sha256(model_path), "versions": versions(), **(recipe_extra or {})}
     return _finish(name, out_path, model_name, recipe)
+
+
+#: the variant name of a model that arrived already quantized (published as it is, not made by quantbench)
+AS_GIVEN = "as-given"
+
+
+def make_as_given(model_path: str | os.PathLike, out_path: str | os.PathLike, found: Mapping, *,
+                  model_name: str | None = None, recipe_extra: Mapping | None = None) -> Variant:
+    """An already-quantized model as it is (its bytes, external data embedded); the recipe says quantbench did not
+    quantize it, with the file's hashes and the quantized ops found in it."""
+    out_path = Path(out_path)
+    with atomic_path(out_path) as tmp:
+        write_self_contained(model_path, tmp)
+    model_name = _model_name(model_path, model_name)
+    formats = sorted({quant_format_of(op) for op in found})
+    recipe = {"variant": AS_GIVEN, "model": model_name, "method": AS_GIVEN, "quant_format": "+".join(formats),
+              "made_by": "not quantbench: the model as given, already quantized; nothing re-quantized",
+              "quantized_ops": dict(found), "input_model_sha256": raw_sha256(model_path),
+              "input_model_file_sha256": sha256_file(model_path), "versions": versions(), **(recipe_extra or {})}
+    return _finish(AS_GIVEN, out_path, model_name, recipe)
+
+
+def quant_format_of(op: str) -> str:
+    """QDQ | QOperator | integer: how an op of modelio.QUANTIZED_OPS quantizes."""
+    return QUANTIZED_OPS[op]
 
 
 def make_dynamic(model_path: str | os.PathLike, out_path: str | os.PathLike, *, weight_type: str = "s8",

@@ -7,8 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from decode_helpers import input_matmul_head
-from model_helpers import save_model
+from decode_helpers import SEQ, SIZE, input_matmul_head, ocr_model, steps
 from quantbench.analysis.decisions import compare, summarize
 from quantbench.analysis.decode import check_outputs, decode, spec_from_sidecar
 from quantbench.recipe import load_sidecar
@@ -16,15 +15,8 @@ from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.analysis.metrics import edit_distance, text_accuracy
 
-SEQ = [1, 1, 0, 2, 3, 1]    # a a _ b ' ' a -> "ab a" with alphabet a, b and the space
 
 
-def steps(seq, classes=4, high=5.0) -> np.ndarray:
-    """[T, 1, C] logits whose per-step argmax is `seq`."""
-    x = np.zeros((len(seq), 1, classes), np.float32)
-    for t, k in enumerate(seq):
-        x[t, 0, k] = high
-    return x
 
 
 def ctc_spec(**decode_keys):
@@ -108,26 +100,8 @@ def test_exact_match_and_character_error_rate():
     assert got["cer"] == pytest.approx((0 + 1 + 2) / (4 + 4 + 3))
 
 
-T, C, SIZE = 6, 4, 16
 
 
-def ocr_model(folder) -> None:
-    """images[1,3,16,16] -> output [T, 1, C] (declared [1, 'seqlen'], as one real export does), "ab a" on any image;
-    its sidecar and alphabet file beside it."""
-    from onnx import helper
-
-    input_matmul_head(folder / "ocr.onnx", steps(SEQ), SIZE)
-    import onnx
-
-    m = onnx.load(str(folder / "ocr.onnx"))
-    out = m.graph.output[0]
-    out.CopyFrom(helper.make_tensor_value_info("output", onnx.TensorProto.FLOAT, [1, "seqlen"]))
-    save_model(m.graph, folder / "ocr.onnx")
-    side = {"input": {"name": "images", "shape": [1, 3, SIZE, SIZE], "layout": "NCHW", "color": "RGB",
-                      "dtype": "float32", "scale": 1 / 255, "mean": [0, 0, 0], "std": [1, 1, 1]},
-            "decode": {"kind": "ctc", "alphabet": "keys.txt", "space": True}}
-    (folder / "ocr.json").write_text(json.dumps(side))
-    (folder / "keys.txt").write_text("a\nb\n")
 
 
 @pytest.fixture(scope="module")

