@@ -105,7 +105,7 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
     --no-run, holding the tables lock in `held` through the runs and the table writes of finish()."""
     if args.atol < 0 or args.rtol < 0:
         raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
-    announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
+    args.jobs = announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))  # capped at the cores
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     if args.reference and args.reference not in [s.name for s in specs]:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(s.name for s in specs)}")

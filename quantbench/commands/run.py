@@ -59,7 +59,7 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
 def run(args) -> int:
     variants = variants_from_args(args, to_stderr=getattr(args, "json", False))  # the demo says so first
     announce_hosts_file(args.hosts_file)
-    announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))
+    jobs = announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))  # capped at the cores
     session = session_from_args(args)
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     # every host ready, every model read once, before the lock: a refused command writes nothing, not even the lock
@@ -71,7 +71,7 @@ def run(args) -> int:
         try:
             summary = run_plan(plan, allow_fallback=args.allow_fallback,
                                allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
-                               tables_root=root, jobs=args.jobs)
+                               tables_root=root, jobs=jobs)
         except RunFailed as exc:
             failure, summary = exc, exc.summary
     manifest = None

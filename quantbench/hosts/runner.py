@@ -180,24 +180,34 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def worker_slots(jobs: int | None) -> tuple[int, str | None]:
-    """The local worker slots for `jobs` (None: one per usable core) and a note when it is capped: a worker
-    beyond the cores only competes for them (10000 jobs on 2 cores ran 4x slower)."""
-    cores = usable_cores()
+def worker_slots(jobs: int | None) -> int:
+    """The local worker slots for `jobs` (None: one per usable core), validated. An explicit count is taken as
+    given (a caller that asks for two workers on one core gets two); the command line caps its --jobs first
+    (capped_jobs)."""
     if jobs is None:
-        return cores, None
+        return usable_cores()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ParameterError("jobs", "must be at least 1 (leave it out for one worker per core)", jobs)
-    if jobs > cores:
+    return jobs
+
+
+def capped_jobs(jobs: int | None) -> tuple[int | None, str | None]:
+    """`jobs` validated and capped at the usable cores, with a note when it was: a worker beyond the cores only
+    competes for them (10000 jobs on 2 cores ran 4x slower)."""
+    worker_slots(jobs)
+    cores = usable_cores()
+    if jobs is not None and jobs > cores:
         return cores, f"using {cores} jobs: this machine has {cores} cores"
     return jobs, None
 
 
-def announce_jobs(jobs: int | None, to_stderr: bool = False) -> None:
-    """Check `jobs` before anything is written (worker_slots) and print its note, if any."""
-    _, note = worker_slots(jobs)
+def announce_jobs(jobs: int | None, to_stderr: bool = False) -> int | None:
+    """The worker count a command runs with (capped_jobs), checked before anything is written; prints the
+    note, if any."""
+    jobs, note = capped_jobs(jobs)
     if note:
         print(f"note: {note}", file=sys.stderr if to_stderr else sys.stdout, flush=True)
+    return jobs
 
 
 # --------------------------------------------------------------------------- summary
@@ -1019,7 +1029,7 @@ def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, 
     Finished work is skipped (cache by run_key); every finished result is kept when something fails,
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
     errors are in the summary)."""
-    slots, _ = worker_slots(jobs)
+    slots = worker_slots(jobs)
     ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, allow_version_mismatch,
                    progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not

@@ -8,14 +8,13 @@ import pytest
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench import tables
 from quantbench.hosts import runner as R
-from quantbench.hosts.runner import run_hosts, usable_cores
+from quantbench.hosts.runner import run_hosts
 
 
 def _worker_threads():
     return [t for t in threading.enumerate() if t.name.startswith("worker-")]
 
 
-@pytest.mark.skipif(usable_cores() < 2, reason="an extra worker needs a second slot")
 def test_ctrl_c_stops_the_extra_workers_before_run_hosts_raises(workdir, monkeypatch):
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
     root = workdir / "t"
@@ -53,7 +52,6 @@ def test_ctrl_c_stops_the_extra_workers_before_run_hosts_raises(workdir, monkeyp
     assert sorted(p.name for p in (root / "outputs").glob("*.parquet")) == parts
 
 
-@pytest.mark.skipif(usable_cores() < 2, reason="an extra worker needs a second slot")
 def test_a_worker_granted_as_ctrl_c_comes_never_outlives_run_hosts(workdir, monkeypatch):
     """A slot granted just before Ctrl-C (the grant was decided, the thread not yet started): no worker thread
     runs once run_hosts has raised (it used to start anyway and outlive run_hosts, writing a part later)."""
