@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from quantbench.cli import main
+from setup_required import missing_setup
 
 
 SIDE = {"classes": ["bottle", "can", "bag", "cup", "lid"],
@@ -145,10 +146,10 @@ def run_read_only(folder, argv, cwd):
             for p, m in modes.items():
                 p.chmod(m)
     if not shutil.which("unshare"):
-        pytest.skip("needs unshare(1) to make a folder read-only for root")
+        missing_setup("needs unshare(1) to make a folder read-only for root")
     script = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; shift; exec "$@"'
     p = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", str(folder), *cmd],
                        cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     if p.returncode == 97:
-        pytest.skip(f"cannot bind-mount read-only here: {p.stderr.strip()}")
+        missing_setup(f"cannot bind-mount read-only here: {p.stderr.strip()}")
     return p

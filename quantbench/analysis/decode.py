@@ -427,15 +427,15 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
     """
     block = dict((sidecar or {}).get("decode") or {})
     side_kind = block.get("kind")
-    flag = kind is not None
+    given = kind is not None   # by the caller (the command line's --decode), not the sidecar
     kind = kind or side_kind
     classes = list((sidecar or {}).get("classes") or [])
     if not kind or kind == NONE:
         note = "" if kind == NONE else f"{source} has no decode block; pass --decode KIND to compare decisions"
         return DecodeSpec(kind=NONE, outputs={}, classes=classes, note=note)
-    where = "--decode" if flag else f"{source} decode 'kind'"
+    where = flag("decode") if given else f"{source} decode 'kind'"
     if is_plugin(kind):
-        plugins.load(kind, where, asked_by=None if flag else f"{source}: decode 'kind'")  # fail (or refuse) now
+        plugins.load(kind, where, asked_by=None if given else f"{source}: decode 'kind'")  # fail (or refuse) now
         own = side_kind == kind or side_kind is None
         thr = threshold if threshold is not None else (block.get("threshold") if own else None)
         return DecodeSpec(kind=kind, outputs={}, threshold=None if thr is None else float(thr), classes=classes,

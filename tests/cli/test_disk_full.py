@@ -16,6 +16,7 @@ import pytest
 from calib_helpers import make_corpus, tiny_model
 from hosts_helpers import make_corpus as eval_corpus
 from run_helpers import variants_folder
+from setup_required import missing_setup
 from quantbench import tables
 from quantbench.cli import main
 
@@ -29,7 +30,7 @@ def small_disk(tmp_path):
     disk.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(disk)],
                                            capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
+        missing_setup("needs root to mount a small tmpfs (CI runs as root)")
 
     def fill(free: int) -> Path:
         st = os.statvfs(disk)
