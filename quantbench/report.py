@@ -689,14 +689,16 @@ def classes_lines(result) -> list[str]:
     rows = []
     for v in result.variants:
         cls = "; ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
-        sep = v["separating_features"]
-        sep_s = "-" if sep == [] else ("not separable by the fingerprint" if sep is None else ", ".join(sep))
+        sep_s = separation_text(v, "not separable by the fingerprint")
         agree = ", ".join(f"{a}~{b} {n}/{v['fixtures']}" for a, b, n in
                           ((x["a"], x["b"], x["fixtures_agree"]) for x in v["agreement"]))
         rows.append([v["model"], v["variant"], v["fixtures"], cls, sep_s, agree or "-"])
     return md_section("Equivalence classes",
-                      "Hosts grouped by identical output hashes over every fixture; the separating features are the "
-                      "smallest set of fingerprint features whose values tell the classes apart.",
+                      "Hosts grouped by identical output hashes over every fixture; separated by: the ISA flags "
+                      "onnxruntime's kernel dispatch reads that differ between the classes (in MLAS's order), then "
+                      "the rest of the smallest set of fingerprint features whose values tell the classes apart, "
+                      "how many other features differ, and the flags the kernels used where qemu kernel evidence "
+                      "(`localize --evidence`) was taken.",
                       ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
 
 
@@ -871,10 +873,7 @@ def _summary_classes(result) -> list[str]:
     out = ["Equivalence classes (byte-identical outputs over every fixture)"]
     rows = [("model", "variant", "classes", "separated by")]
     for v in result.variants:
-        sep = v["separating_features"]
-        sep_s = "-" if sep == [] else ("(not by fingerprint)" if sep is None else ", ".join(
-            f"{k} ({' / '.join(_distinct_short([v['feature_values'][c['hosts'][0]].get(k) for c in v['classes']]))})"
-            for k in sep))
+        sep_s = separation_text(v, "(not by fingerprint)", values=True)
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
     out += text_table(rows[0], rows[1:]).splitlines()
@@ -970,6 +969,28 @@ def _short(value, n: int = 24) -> str:
         return text
     cut = text[:n - 3].rsplit(" ", 1)[0] if " " in text[:n - 3] else text[:n - 3]
     return cut.rstrip(" (,;/") + "..."
+
+
+def separation_text(v: dict, none: str, values: bool = False) -> str:
+    """What separates a variant's classes, in words: the features (dispatch-read ISA flags first; with `values`,
+    the smallest set's per class), "and N others differ", and the flags the kernels used (qemu evidence).
+    `none`: the words for classes no fingerprint feature tells apart."""
+    sep = v["separating_features"]
+    if sep == []:
+        return "-"
+    if sep is None:
+        return none
+    shown = v.get("separation") or {"features": sep, "others": 0, "kernels": []}
+
+    def named(k):
+        if not values or k not in sep:
+            return k
+        return f"{k} ({' / '.join(_distinct_short([v['feature_values'][c['hosts'][0]].get(k) for c in v['classes']]))})"
+    text = ", ".join(named(k) for k in shown["features"])
+    if shown["others"]:
+        text += f" and {shown['others']} other{'s' if shown['others'] > 1 else ''} differ{'' if shown['others'] > 1 else 's'}"
+    used = "; ".join(f"{k['feature']} ({', '.join(k['families'])} on {', '.join(k['hosts'])})" for k in shown["kernels"])
+    return text + (f"; kernels used {used} (qemu evidence)" if used else "")
 
 
 def _distinct_short(values: list, n: int = 24) -> list[str]:

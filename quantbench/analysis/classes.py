@@ -4,7 +4,11 @@ Equality is decided by the output hashes only (a tolerance never decides
 equality). Per variant: the classes, how many fixtures each pair of hosts
 agrees on, and the smallest set of fingerprint features (ISA flags,
 onnxruntime version, session options, architecture, CPU identity) whose values
-tell the classes apart: an exhaustive search over small subsets, smallest first.
+tell the classes apart: an exhaustive search over small subsets, smallest first,
+preferring the ISA flags onnxruntime's kernel dispatch reads (analysis/tiers.py). Besides
+that smallest set, `separation` names every feature that differs between the classes
+(the same value within each class): the dispatch-read ones first, in MLAS's order, the
+count of the others, and which of them the kernels used where qemu kernel evidence says.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import hashlib
 import itertools
 import json
 from dataclasses import asdict, dataclass
+
+from quantbench.analysis.tiers import DISPATCH, canonical_flag, dispatch_rank
 
 # lower rank = preferred when several feature sets of the same size separate: a session
 # option or library version explains more than hardware; across architectures the
@@ -98,14 +104,14 @@ def fingerprint_features(arch=None, cpu=None, isa_flags=(), ort_version=None, se
                          fingerprint=None) -> dict:
     """A flat {feature: value} view of what can change a host's numbers.
 
-    ISA flags become one boolean feature each (``isa:avx2``) so that the search
-    can name the single flag that matters; session options are flattened under
+    ISA flags become one boolean feature each (``isa:avx2``, under its /proc/cpuinfo
+    name: tiers.canonical_flag) so that the search can name the single flag that matters; session options are flattened under
     ``session.``; the remaining fingerprint keys (minus identity noise such as
     host names) under ``fp.``, as a last resort.
     """
     feats: dict = {"arch": arch, "cpu": cpu, "ort_version": ort_version}
     for flag in isa_flags or ():
-        feats[f"isa:{flag}"] = True
+        feats[f"isa:{canonical_flag(flag)}"] = True
     flat: dict = {}
     _flatten(session_options or {}, "", flat)
     for k, v in flat.items():
@@ -119,27 +125,41 @@ def fingerprint_features(arch=None, cpu=None, isa_flags=(), ort_version=None, se
 
 
 def _rank(feature: str) -> tuple:
+    """Search and listing order: by _PRIORITY, ISA flags the kernel dispatch reads first (in its order)."""
     for i, p in enumerate(_PRIORITY):
         if feature.startswith(p):
-            return (i, feature)
-    return (len(_PRIORITY), feature)
+            d = dispatch_rank(feature[4:]) if p == "isa:" else None
+            return (i, len(DISPATCH) if d is None else d, feature)   # a flag it does not read: after them
+    return (len(_PRIORITY), 0, feature)
 
 
-def separating_features(features: dict, class_of: dict, max_size: int = 4, max_candidates: int = 60):
+def _values(features: dict, hosts: list) -> tuple[list, dict]:
+    """(every feature in _rank order, host -> {feature: value}); an ISA flag a host lacks is False."""
+    all_keys = sorted({k for h in hosts for k in features.get(h, {})}, key=_rank)
+    return all_keys, {h: {k: features.get(h, {}).get(k, False if k.startswith("isa:") else None) for k in all_keys}
+                      for h in hosts}
+
+
+def _key(v) -> str:
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def separating_features(features: dict, class_of: dict, max_size: int = 4, max_candidates: int = 60,
+                        prefer=()):
     """The smallest feature set whose values differ between every two hosts of different classes.
 
-    `features`: host -> {feature: value}; `class_of`: host -> class label.
-    Returns [] for a single class, a sorted list of feature names, or None when
+    `features`: host -> {feature: value}; `class_of`: host -> class label; `prefer`: features tried
+    first among sets of one size (the ones the kernels used, by qemu evidence).
+    Returns [] for a single class, a list of feature names (in _rank order), or None when
     no set of at most `max_size` features separates them (e.g. two hosts with
     identical fingerprints in different classes).
     """
     hosts = list(class_of)
     if len(set(class_of.values())) <= 1:
         return []
-    all_keys = sorted({k for h in hosts for k in features.get(h, {})}, key=_rank)
-    isa_keys = [k for k in all_keys if k.startswith("isa:")]
-    value = {h: {k: features.get(h, {}).get(k, False if k in isa_keys else None) for k in all_keys} for h in hosts}
-    varying = [k for k in all_keys if len({json.dumps(value[h][k], sort_keys=True, default=str) for h in hosts}) > 1]
+    all_keys, value = _values(features, hosts)
+    all_keys = [k for k in prefer if k in all_keys] + [k for k in all_keys if k not in prefer]
+    varying = [k for k in all_keys if len({_key(value[h][k]) for h in hosts}) > 1]
     varying = varying[:max_candidates]
     pairs = [(a, b) for a, b in itertools.combinations(hosts, 2) if class_of[a] != class_of[b]]
     if not varying:
@@ -159,5 +179,50 @@ def separating_features(features: dict, class_of: dict, max_size: int = 4, max_c
             for k in combo:
                 acc |= masks[k]
             if acc == full:
-                return list(combo)
+                return sorted(combo, key=_rank)
     return None
+
+
+def differing_features(features: dict, class_of: dict) -> list[str]:
+    """Every feature with one value within each class and different values between classes, in _rank order
+    (the ISA flags the kernel dispatch reads first). When the architecture differs, no ISA flag is listed:
+    x86 and ARM flag names do not compare."""
+    hosts = list(class_of)
+    if len(set(class_of.values())) <= 1:
+        return []
+    all_keys, value = _values(features, hosts)
+    out = []
+    for k in all_keys:
+        per_class: dict = {}
+        for h in hosts:
+            per_class.setdefault(class_of[h], set()).add(_key(value[h][k]))
+        if all(len(v) == 1 for v in per_class.values()) and len(set.union(*per_class.values())) > 1:
+            out.append(k)
+    return [k for k in out if not k.startswith("isa:")] if "arch" in out else out
+
+
+def separation(features: dict, class_of: dict, used: dict | None = None) -> dict:
+    """What tells the classes apart, as the report names it.
+
+    `used`: host -> {ISA flag: [instruction families]} the host's kernels used (qemu evidence;
+    tiers.used_features). Returns {"smallest": the smallest separating set (None: none; []: one
+    class), "features": the differing ISA flags the dispatch reads (in its order), then the rest of the
+    smallest set, "others": how many other features differ, "kernels": [{"feature", "families",
+    "hosts"}] for each listed flag the kernels used}.
+    """
+    used = used or {}
+    differ = differing_features(features, class_of)
+    kernels: dict = {}
+    for h in class_of:
+        for flag, fams in sorted(used.get(h, {}).items()):
+            k = f"isa:{flag}"
+            if k in differ:
+                entry = kernels.setdefault(k, {"feature": k, "families": set(), "hosts": []})
+                entry["families"].update(fams)
+                entry["hosts"].append(h)
+    smallest = separating_features(features, class_of, prefer=sorted(kernels, key=_rank))
+    shown = [k for k in differ if k.startswith("isa:") and dispatch_rank(k[4:]) is not None]
+    shown += [k for k in smallest or [] if k not in shown]
+    return {"smallest": smallest, "features": shown, "others": len([k for k in differ if k not in shown]),
+            "kernels": [dict(e, families=sorted(e["families"])) for _, e in sorted(kernels.items(),
+                                                                                    key=lambda kv: _rank(kv[0]))]}

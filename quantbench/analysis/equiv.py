@@ -40,6 +40,7 @@ from quantbench.analysis import resultcache as RC
 from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin, kind_of,
                                         spec_from_sidecar)
 from quantbench.analysis.precision import DistanceAccumulator
+from quantbench.analysis.tiers import used_features
 from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import canonical_json, check_writable
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
@@ -242,9 +243,10 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     host_info, features = _host_identities(hosts, sel, tables_root)
     ctx = _Context(equiv_id=equiv_id_of(settings, sel), hosts=hosts, reference=reference, sel=sel,
                    settings=settings, features=features, source=_fixture_sources(tables_root),
-                   atol=atol, rtol=rtol, budget=budget)
+                   atol=atol, rtol=rtol, budget=budget,
+                   used=_kernels_used(hosts, sel, host_info, [v.variant_id for v in variants], tables_root))
     key = RC.key_of({"settings": settings, "selections": sel, "atol": atol, "rtol": rtol, "budget": budget,
-                     "hosts": host_info, "features": features,
+                     "hosts": host_info, "features": features, "kernels_used": ctx.used,
                      "sources": {f: ctx.source.get(f) for f in sorted({f for fs in fixtures_for.values() for f in fs})},
                      "variants": [dataclasses.asdict(v) for v in variants],
                      "specs": {m: sp.as_dict() for m, sp in specs.items()},
@@ -427,6 +429,19 @@ def _host_identity(r: dict, selected) -> tuple[dict, dict]:
                                         r.get("ort_version"), sess, rest)
 
 
+def _kernels_used(hosts, sel, host_info, variant_ids, tables_root) -> dict:
+    """{variant_id: {host: {ISA flag: [families]}}}: the dispatch features each host's kernels used running the
+    variant, from the qemu kernel evidence (`localize --evidence`) taken under the selected fingerprint."""
+    cols = ["host", "fingerprint_id", "variant_id", "family", "sites"]
+    t = tables.read("evidence", root=tables_root, columns=cols)
+    seen: dict = defaultdict(lambda: defaultdict(set))
+    for h, fp, vid, fam, sites in zip(*(t.column(c).to_pylist() for c in cols)):
+        if h in sel and fp == sel[h][0] and vid in variant_ids and sites:
+            seen[vid][h].add(fam)
+    return {vid: {h: used_features(fams, host_info[h]["isa_flags"]) for h, fams in sorted(by_host.items())}
+            for vid, by_host in sorted(seen.items())}
+
+
 def _fixture_sources(tables_root) -> dict:
     ft = tables.read("fixtures", root=tables_root, columns=["fixture_id", "source"])
     return dict(zip(ft.column("fixture_id").to_pylist(), ft.column("source").to_pylist()))
@@ -446,6 +461,7 @@ class _Context:
     atol: float
     rtol: float
     budget: int
+    used: dict = field(default_factory=dict)   # variant_id -> host -> {ISA flag: [families]} (qemu evidence)
 
 
 @dataclass
@@ -529,13 +545,16 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
     eq = C.equivalence_classes(hh)
     class_of = {h: c.label for c in eq for h in c.hosts}
     agree = C.fixture_agreement(hh)
-    sep = C.separating_features({h: ctx.features[h] for h in hosts}, class_of)
+    separation = C.separation({h: ctx.features[h] for h in hosts}, class_of, ctx.used.get(v.variant_id))
+    sep = separation.pop("smallest")
     vinfo = {"variant": v.name, "variant_id": v.variant_id, "model": run.model, "fixtures": len(vfx),
              "classes": [c.as_dict() for c in eq],
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
-             "separating_features": sep, "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
+             "separating_features": sep, "separation": separation,
+             "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
              "feature_values": {h: {k: ctx.features[h].get(k, False if k.startswith("isa:") else None)
-                                    for k in (sep or [])} for h in hosts}}
+                                    for k in dict.fromkeys([*(sep or []), *separation["features"]])}
+                                for h in hosts}}
     return eq, vinfo
 
 
