@@ -8,6 +8,7 @@ import sys
 
 from quantbench.errors import UserError
 from quantbench.fixtures import calibration_labels, fixtures_for_variants, limit_note, no_fixtures_message
+from quantbench.hosts.registry import parse_hosts
 from quantbench.recipe import load_sidecar_file
 from quantbench.variants import DEMO_NOTE, is_demo, resolve_variants
 
@@ -57,3 +58,8 @@ def note_plan(args, plan) -> None:
     if plan.limit is not None:
         print(f"--limit {plan.limit}: {limit_note(plan.fixtures)}",
               file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+
+
+def fleet_from_args(args) -> list:
+    """--hosts, --hosts-file -> the fleet's host requests (hosts.registry.parse_hosts); [] when no --hosts."""
+    return parse_hosts(args.hosts, None, args.hosts_file) if args.hosts else []

@@ -206,8 +206,8 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
 
     `used`: host -> {ISA flag: [instruction families]} the host's kernels used (qemu evidence;
     tiers.used_features). Returns {"smallest": the smallest separating set (None: none; []: one
-    class), "features": the differing ISA flags the dispatch reads (in its order), then the rest of the
-    smallest set, "others": how many other features differ, "kernels": [{"feature", "families",
+    class), "features": the ISA flags the dispatch reads among the differing features and the smallest
+    set (in the dispatch's order), then the rest of the smallest set, "others": how many other features differ, "kernels": [{"feature", "families",
     "hosts"}] for each listed flag the kernels used}.
     """
     used = used or {}
@@ -221,7 +221,8 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
                 entry["families"].update(fams)
                 entry["hosts"].append(h)
     smallest = separating_features(features, class_of, prefer=sorted(kernels, key=_rank))
-    shown = [k for k in differ if k.startswith("isa:") and dispatch_rank(k[4:]) is not None]
+    shown = sorted({k for k in [*differ, *(smallest or [])] if k.startswith("isa:") and dispatch_rank(k[4:]) is not None},
+                   key=_rank)
     shown += [k for k in smallest or [] if k not in shown]
     return {"smallest": smallest, "features": shown, "others": len([k for k in differ if k not in shown]),
             "kernels": [dict(e, families=sorted(e["families"])) for _, e in sorted(kernels.items(),

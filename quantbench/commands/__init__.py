@@ -142,6 +142,14 @@ def base_session_from_args(args) -> dict:
     return {"graph_optimization_level": args.graph_opt, "config_entries": session_config(args.session_config)}
 
 
+def add_fleet_arguments(p) -> None:
+    """--hosts (optional) and --hosts-file of a command that reads the hosts' fingerprints but runs no model (lint)."""
+    p.add_argument("--hosts", metavar="HOSTS",
+                   help="comma-separated hosts of your fleet (e.g. x86,x86-avx2,pi4): each one's int8 path is read "
+                        "from its fingerprint and every layer names the hosts it affects")
+    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
+
+
 def add_explain_arguments(p, hosts_default: str | None = None) -> None:
     """Options shared by the explain commands (variant, hosts, fixtures, session, tables)."""
     p.add_argument("--variant", required=True,

@@ -6,9 +6,11 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
+from quantbench.commands import add_fleet_arguments
 from quantbench.explain import update_report
-from quantbench.explain.lint import lint_model
+from quantbench.explain.lint import fleet_note, fleet_of, lint_model
 from quantbench.modelio import load_model, semantic_sha256
+from quantbench.runargs import fleet_from_args
 from quantbench.textfmt import text_table
 
 HELP = "Lint an int8 model's weights for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow, per layer."
@@ -18,11 +20,14 @@ def add_arguments(p) -> None:
     p.add_argument("model", help="a quantized ONNX model (static QDQ, or QLinear/MatMulInteger/ConvInteger ops)")
     p.add_argument("--all", action="store_true", help="list every int8 layer, not only the ones some tier can diverge on")
     p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
+    add_fleet_arguments(p)
 
 
 def run(args) -> int:
     model = load_model(args.model)
-    rows = lint_model(model)
+    requests = fleet_from_args(args)
+    fleet = fleet_of(requests) if requests else None
+    rows = lint_model(model, fleet)
     vid = semantic_sha256(model)
     root = Path(args.tables) if args.tables else TABLES_DIR
     part = tables.append("lint", [dict(r.row(), variant_id=vid, model=str(args.model)) for r in rows], root=root)
@@ -36,6 +41,8 @@ def run(args) -> int:
         print(text_table(out[0], out[1:]))
     for r in risky:
         print(f"{r.node}: {r.reason}")
+    if fleet:
+        print(fleet_note(fleet, rows))
     print(f"{len(rows)} int8 weight tensor(s), {len(risky)} that some host tier can diverge on"
           + (f"; lint table: {part.parent}" if part else ""))
 

@@ -21,6 +21,11 @@ summed before they reach the int32 accumulator.
   Dot-product (UDOT/SDOT) and i8mm (UMMLA/SMMLA) kernels are exact.
 * Everywhere: the int32 accumulator is safe iff K x 255 x 128 < 2^31.
 
+Given a fleet (the hosts named), each host's path is read from its fingerprint's ISA flags
+(analysis/tiers.int8_path: avx2/avx512bw without avx512_vnni/avx_vnni/amx_int8 saturates;
+VNNI/AMX and the SSE kernel are exact; NEON without asimddp/i8mm wraps), and every layer
+that can diverge names the hosts of the fleet it affects.
+
 "Adjacent" is how MLAS packs the reduction axis: K indices (2i, 2i+1) of the
 flattened reduction, an odd K padded with a zero. The reduction order is
 MatMul/Gemm B: rows of B (per output column); Conv: QLinearConv reorders the
@@ -36,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from quantbench.analysis.tiers import Int8Path, int8_path
+from quantbench.explain.localize import start_workers
 from quantbench.modelio import load_model
 
 INT16_MAX = 32767
@@ -122,8 +129,9 @@ def _dtype_name(elem_type: int) -> str:
         return "unknown"
 
 
-def lint_model(model_or_path) -> list[LayerLint]:
-    """Lint every int8 weight tensor feeding Conv/MatMul/Gemm (QDQ) or an integer op."""
+def lint_model(model_or_path, fleet: list[Int8Path] | None = None) -> list[LayerLint]:
+    """Lint every int8 weight tensor feeding Conv/MatMul/Gemm (QDQ) or an integer op; with a `fleet`
+    (fleet_paths), each layer's reason names the hosts of the fleet it can make diverge."""
     import onnx
     from onnx import numpy_helper
 
@@ -143,7 +151,57 @@ def lint_model(model_or_path) -> list[LayerLint]:
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         out.append(_lint_layer(node, node.name or f"{node.op_type}_{idx}", weight_name, w, act, attrs))
+    for layer in out if fleet else ():
+        hit = affected(layer, fleet)
+        if layer.tiers:
+            layer.reason += f"; in this fleet: {', '.join(p.host for p in hit) or 'no host'} affected"
     return out
+
+
+def affected(layer: LayerLint, fleet: list[Int8Path]) -> list[Int8Path]:
+    """The hosts of `fleet` whose int8 path this layer can make diverge."""
+    if "all" in layer.tiers:
+        return list(fleet)
+    kinds = {"saturates"} if "x86-avx2" in layer.tiers else set()
+    kinds |= {"wraps"} if "arm-neon" in layer.tiers else set()
+    return [p for p in fleet if p.kind in kinds]
+
+
+def fleet_paths(workers) -> list[Int8Path]:
+    """Each started worker's int8 path (quantbench.hosts.session.HostSession), from the fingerprint it sent."""
+    out = []
+    for w in workers:
+        ident = w.fingerprint.get("identity", {})
+        out.append(int8_path(w.label, ident.get("arch", ""), ident.get("isa_flags") or []))
+    return out
+
+
+def fleet_of(requests, allow_fallback: bool = False) -> list[Int8Path]:
+    """The int8 path of each requested host (hosts.registry.HostRequest): its worker is started for its
+    fingerprint only (no model runs), then closed."""
+    workers = start_workers(requests, allow_fallback)
+    try:
+        return fleet_paths(workers)
+    finally:
+        for w in workers:
+            w.close()
+
+
+def fleet_note(fleet: list[Int8Path], layers: list[LayerLint] | None) -> str:
+    """One line: which hosts of the fleet take which U8S8 path, and which of them the model's layers affect
+    (None: no model linted)."""
+    parts = []
+    for kind, words in (("saturates", "saturating VPMADDUBSW path"), ("wraps", "NEON int16 pair path"),
+                        ("exact", "exact")):
+        hosts = [p.describe() for p in fleet if p.kind == kind]
+        if hosts:
+            parts.append(f"{words}: {', '.join(hosts)}")
+    text = f"int8 paths of the fleet: {'; '.join(parts)}"
+    if layers is None:
+        return text
+    hit = [p.host for p in fleet if any(p in affected(layer, fleet) for layer in layers)]
+    risky = sum(1 for layer in layers if layer.tiers)
+    return f"{text}. {risky} of {len(layers)} int8 layer(s) can diverge; hosts affected: {', '.join(hit) or 'none'}"
 
 
 def _graph_index(model) -> tuple[dict, dict, dict]:

@@ -16,7 +16,9 @@ Re-quantized remedies use the variant's own calibration ranges (its
 beside the variants when calibrate kept it, else prepared again from the fp32
 model), so only the remedy changes; without a ranges file they are calibrated on the given feeds. A remedy's
 decision cost is the decision flips against fp32 on the same host, summed over
-hosts (and the worst host).
+hosts (and the worst host). The first row's note names each host's U8S8 path, read from
+its worker's fingerprint (explain/lint.fleet_note): which hosts take the saturating
+VPMADDUBSW path, which accumulate exactly, and which the shipped variant's layers affect.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from quantbench.analysis.classes import equivalence_classes
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
+from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
 from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.modelio import load_model, semantic_sha256
@@ -170,6 +173,9 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                                   len(set(cmap.values())), len(set(cmap.values())) == 1, canonical_json(cmap),
                                   sum(flips), max(flips), len(fx_ids), rv.note))
         bar.close()
+        if rows:   # which hosts take the saturating U8S8 path, and whether the shipped variant's layers reach it
+            shipped = next((rv.path for rv in remedies if rv.remedy == "baseline"), None)
+            rows[0].note += "; " + fleet_note(fleet_paths(workers), lint_model(shipped) if shipped else None)
     finally:
         for w in workers:
             w.close()
