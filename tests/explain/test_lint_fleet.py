@@ -1,0 +1,80 @@
+"""`lint --hosts`: every layer that can diverge names the hosts of the fleet it affects, each host's int8
+path read from its worker's fingerprint (the saturating VPMADDUBSW path on AVX2 without VNNI; exact on
+VNNI/AMX)."""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from quantbench.analysis.tiers import int8_path
+from quantbench.explain.lint import fleet_note, lint_model
+from setup_required import missing_setup
+
+
+def _u8s8_matmul(w):
+    inits = [numpy_helper.from_array(w, "w_q"), numpy_helper.from_array(np.array(0.01, np.float32), "w_s"),
+             numpy_helper.from_array(np.array(0, np.int8), "w_zp"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "x_s"),
+             numpy_helper.from_array(np.array(0, np.uint8), "x_zp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_zp"], ["x_q"]),
+             helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_zp"], ["x_dq"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["w_dq"]),
+             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"], name="fc")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, w.shape[0]])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, w.shape[1]])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _saturating():
+    w = np.zeros((4, 2), np.int8)
+    w[0, 0], w[1, 0] = 120, 100    # one pair that saturates vpmaddubsw's int16 sum
+    return _u8s8_matmul(w)
+
+
+FLEET = [int8_path("haswell", "x86_64", ["avx", "avx2", "fma", "sse4_1"]),
+         int8_path("skylake", "x86_64", ["avx2", "fma", "avx512f", "avx512bw"]),
+         int8_path("cascadelake", "x86_64", ["avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"]),
+         int8_path("alderlake", "x86_64", ["avx2", "fma", "avx_vnni"]),
+         int8_path("nehalem", "x86_64", ["sse4_1", "sse4_2"]),
+         int8_path("pi4", "aarch64", ["asimd"])]
+
+
+def test_layers_name_the_saturating_hosts_of_the_fleet():
+    [row] = lint_model(_saturating(), FLEET)
+    assert row.tiers == ["x86-avx2"]
+    assert row.reason.endswith("in this fleet: haswell, skylake affected")
+    note = fleet_note(FLEET, [row])
+    assert note.startswith("int8 paths of the fleet: saturating VPMADDUBSW path: haswell (avx2 without")
+    assert "skylake (avx512bw without avx512_vnni/avx_vnni/amx_int8" in note
+    assert "NEON int16 pair path: pi4" in note and "exact: cascadelake (avx512_vnni" in note
+    assert "alderlake (avx_vnni" in note and "nehalem (no avx2" in note
+    assert note.endswith("1 of 1 int8 layer(s) can diverge; hosts affected: haswell, skylake")
+    assert fleet_note(FLEET, [row]) == note   # same inputs, same words
+
+
+def test_clean_layers_affect_no_host():
+    [row] = lint_model(_u8s8_matmul(np.ones((4, 2), np.int8)), FLEET)
+    assert row.tiers == [] and "fleet" not in row.reason
+    assert fleet_note(FLEET, [row]).endswith("0 of 1 int8 layer(s) can diverge; hosts affected: none")
+
+
+def test_lint_command_reads_the_hosts_fingerprints(workdir, capsys):
+    """Real workers: this machine (VNNI here: exact) and the emulated Haswell (saturating)."""
+    from quantbench.cli import main
+    from quantbench.hosts import emulated as EM
+
+    ok, msg = EM.ready("x86-avx2")
+    if not ok:
+        missing_setup(f"x86-avx2 not set up: {msg}")
+    onnx.save(_saturating(), workdir / "m.onnx")
+    assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t"), "--hosts", "x86,x86-avx2"]) == 0
+    out = capsys.readouterr().out
+    assert "fc: " in out and "in this fleet: x86-avx2 affected" in out
+    assert "saturating VPMADDUBSW path: x86-avx2 (avx2 without avx512_vnni/avx_vnni/amx_int8" in out
+    flags = open("/proc/cpuinfo").read().split()
+    if any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8")):
+        assert "exact: x86 (" in out
+    assert out.count("hosts affected: x86-avx2") == 1
+    assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t"), "--hosts", "nosuch"]) == 2
