@@ -154,7 +154,9 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("digest", _S, "SHA-256 over the class's sorted (fixture, output, sha256) lines"),
         ("fixtures", _I, "fixtures compared"),
         ("reference", _B, "the class holds the reference host"),
-        ("separating_features", _list(_S), "smallest fingerprint feature set telling this variant's classes apart (null: none found)"),
+        ("separating_features", _list(_S), "smallest fingerprint feature set telling this variant's classes apart, "
+                                           "preferring the ISA flags onnxruntime's kernel dispatch reads, in MLAS's "
+                                           "order (isa:avx512f, isa:avx512_vnni, isa:i8mm, ...; null: none found)"),
         ("agreement", _S, "JSON: per host pair, fixtures on which every output hash agrees"),
         ("distance", _S, "JSON: per output, |delta| max/mean and remaining precision bits against the reference class"),
         ("settings", _S, "the equiv settings as canonical JSON (hosts, reference, variants, fixtures, decode, gates)"),
