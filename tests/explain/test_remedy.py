@@ -59,6 +59,10 @@ def test_remedy_matrix_closes_the_avx2_gap(workdir):
     cmap = json.loads(by["baseline"].class_map)
     assert cmap[exact] != cmap["x86-avx2"]
     assert by["x64quantprecision"].one_class
+    # the first row names each host's int8 path (from its fingerprint) and the hosts the shipped layers affect
+    note = rows[0].note
+    assert "saturating VPMADDUBSW path: x86-avx2 (avx2 without" in note and f"exact: {exact} (" in note
+    assert note.endswith("hosts affected: x86-avx2")
     assert by["reduce_range"].one_class
     for r in rows:
         if r.supported:
