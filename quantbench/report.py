@@ -989,8 +989,10 @@ def separation_text(v: dict, none: str, values: bool = False) -> str:
     text = ", ".join(named(k) for k in shown["features"])
     if shown["others"]:
         text += f" and {shown['others']} other{'s' if shown['others'] > 1 else ''} differ{'' if shown['others'] > 1 else 's'}"
-    used = "; ".join(f"{k['feature']} ({', '.join(k['families'])} on {', '.join(k['hosts'])})" for k in shown["kernels"])
-    return text + (f"; kernels used {used} (qemu evidence)" if used else "")
+    used = "; ".join(f"{k['feature']} ({', '.join(k['families'])} on {', '.join(k['hosts'])}"
+                     f"{'' if k.get('separates', True) else ': not what tells the classes apart'})"
+                     for k in shown["kernels"])
+    return text + (f"; kernels used (qemu evidence): {used}" if used else "")
 
 
 def _distinct_short(values: list, n: int = 24) -> list[str]:

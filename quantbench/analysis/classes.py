@@ -208,7 +208,7 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
     tiers.used_features). Returns {"smallest": the smallest separating set (None: none; []: one
     class), "features": the ISA flags the dispatch reads among the differing features and the smallest
     set (in the dispatch's order), then the rest of the smallest set, "others": how many other features differ, "kernels": [{"feature", "families",
-    "hosts"}] for each listed flag the kernels used}.
+    "hosts", "separates"}] for each flag the kernels used (separates: it is one of the differing features)}.
     """
     used = used or {}
     differ = differing_features(features, class_of)
@@ -216,14 +216,13 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
     for h in class_of:
         for flag, fams in sorted(used.get(h, {}).items()):
             k = f"isa:{flag}"
-            if k in differ:
-                entry = kernels.setdefault(k, {"feature": k, "families": set(), "hosts": []})
-                entry["families"].update(fams)
-                entry["hosts"].append(h)
-    smallest = separating_features(features, class_of, prefer=sorted(kernels, key=_rank))
+            entry = kernels.setdefault(k, {"feature": k, "families": set(), "hosts": [], "separates": k in differ})
+            entry["families"].update(fams)
+            entry["hosts"].append(h)
+    smallest = separating_features(features, class_of, prefer=sorted((k for k in kernels if k in differ), key=_rank))
     shown = sorted({k for k in [*differ, *(smallest or [])] if k.startswith("isa:") and dispatch_rank(k[4:]) is not None},
                    key=_rank)
     shown += [k for k in smallest or [] if k not in shown]
     return {"smallest": smallest, "features": shown, "others": len([k for k in differ if k not in shown]),
-            "kernels": [dict(e, families=sorted(e["families"])) for _, e in sorted(kernels.items(),
-                                                                                    key=lambda kv: _rank(kv[0]))]}
+            "kernels": [dict(e, families=sorted(e["families"]))
+                        for _, e in sorted(kernels.items(), key=lambda kv: (not kv[1]["separates"], _rank(kv[0])))]}

@@ -38,7 +38,7 @@ ALIASES = {"avx512vnni": "avx512_vnni", "avxvnni": "avx_vnni", "fma3": "fma", "s
 FAMILY_FEATURES = {
     "UDOT (vector)": ("asimddp",), "SDOT (vector)": ("asimddp",), "UDOT (by element)": ("asimddp",),
     "SDOT (by element)": ("asimddp",), "USDOT (vector)": ("i8mm",), "USDOT (by element)": ("i8mm",),
-    "SUDOT (by element)": ("i8mm",), "SMMLA": ("i8mm",), "UMMLA": ("i8mm",), "USMMLA": ("i8mm",),
+    "SUDOT (by element)": ("i8mm",), "SMMLA": ("i8mm",), "UMMLA": ("i8mm",), "USMMLA": ("i8mm",), "SVE": ("sve",),
     "VPMADDUBSW": ("avx512bw", "avx2"), "VPDPBUSD": ("avx512_vnni", "avx_vnni"),
     "VPDPB (AVX-VNNI-INT8)": ("avx_vnni_int8",), "TDPBUSD (AMX)": ("amx_int8",), "VFMADD": ("fma",),
 }

@@ -23,6 +23,7 @@ too. Encodings (Arm ARM, Advanced SIMD; checked against LLVM's MC test vectors):
   SADALP/UADALP           0 Q U 01110 sz 10000 0011010 Rn Rd  mask 0x9f3ffc00 == 0x0e206800
   FMLA (vector)           0 Q 0 01110 0 sz 1 Rm 110011 Rn Rd  mask 0xbfa0fc00 == 0x0e20cc00
   FMLA (by element)       0 Q 0 01111 1 sz L M Rm 0001 H 0     mask 0xbf80f400 == 0x0f801000
+  SVE (any)               bits 28:25 = 0010, the SVE encoding group  mask 0x1e000000 == 0x04000000
 
 (U is bit 29.) The 8-bit SMULL/SMLAL forms (size 00) are the int16 pair path of
 NEON-only cores; wider forms are listed apart. x86 instructions are variable
@@ -63,6 +64,7 @@ ARM_PATTERNS = [
     (0x9F3FFC00, 0x0E206800, "ADALP", "pairwise-accumulate"),
     (0xBFA0FC00, 0x0E20CC00, "FMLA (vector)", "fp32-fma"),
     (0xBF80F400, 0x0F801000, "FMLA (by element)", "fp32-fma"),
+    (0x1E000000, 0x04000000, "SVE", "sve"),   # the whole SVE group: MLAS's SVE kernels (erf, logistic, softmax)
 ]
 
 X86_FAMILIES = [

@@ -90,8 +90,10 @@ def test_kernel_evidence_names_the_flag_the_kernels_used():
             "pi": used_features(["UDOT (by element)"], ARM["pi"])}
     assert used == {"graviton3": {"i8mm": ["SMMLA", "UMMLA"]}, "pi": {"asimddp": ["UDOT (by element)"]}}
     s = separation(f, cls, used)
-    # the dot product pi used is not what separates these classes; i8mm is
-    assert s["kernels"] == [{"feature": "isa:i8mm", "families": ["SMMLA", "UMMLA"], "hosts": ["graviton3"]}]
+    # i8mm separates these classes; the dot product pi used does not (pi3, without it, is in pi's class)
+    assert s["kernels"] == [
+        {"feature": "isa:i8mm", "families": ["SMMLA", "UMMLA"], "hosts": ["graviton3"], "separates": True},
+        {"feature": "isa:asimddp", "families": ["UDOT (by element)"], "hosts": ["pi"], "separates": False}]
 
 
 def test_evidence_decides_between_flags_that_separate_alike():
@@ -101,7 +103,7 @@ def test_evidence_decides_between_flags_that_separate_alike():
     # VPMADDUBSW on a host with avx512bw: the AVX-512 core U8S8 kernel (MLAS selects it under avx512bw)
     s = separation(f, cls, {"a": used_features(["VPMADDUBSW"], AVX512)})
     assert s["smallest"] == ["isa:avx512bw"]
-    assert s["kernels"] == [{"feature": "isa:avx512bw", "families": ["VPMADDUBSW"], "hosts": ["a"]}]
+    assert s["kernels"] == [{"feature": "isa:avx512bw", "families": ["VPMADDUBSW"], "hosts": ["a"], "separates": True}]
 
 
 def test_numpy_and_cpuinfo_names_are_one_feature():

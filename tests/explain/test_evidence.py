@@ -37,6 +37,10 @@ KNOWN = {
     0x6E206820: "UADALP",                    # uadalp v0.8h, v1.16b
     0x4E22CC20: "FMLA (vector)",             # fmla v0.4s, v1.4s, v2.4s
     0x4F821020: "FMLA (by element)",         # fmla v0.4s, v1.4s, v2.s[0]
+    0x65A20020: "SVE",                       # fmla z0.s, p0/m, z1.s, z2.s
+    0x2518E3EF: "SVE",                       # ptrue p15.b
+    0x2559E145: "SVE",                       # ptrues p5.h, vl32
+    0xA540A000: "SVE",                       # ld1w {z0.s}, p0/z, [x0]
 }
 NOT_TRACKED = [
     0x0E22E020,  # pmull v0.8h, v1.8b, v2.8b (same group as smull, opcode 1110)
