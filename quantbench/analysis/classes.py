@@ -105,8 +105,8 @@ def fingerprint_features(arch=None, cpu=None, isa_flags=(), ort_version=None, se
     """A flat {feature: value} view of what can change a host's numbers.
 
     ISA flags become one boolean feature each (``isa:avx2``, under its /proc/cpuinfo
-    name: tiers.canonical_flag) so that the search can name the single flag that matters; session options are flattened under
-    ``session.``; the remaining fingerprint keys (minus identity noise such as
+    name: tiers.canonical_flag) so that the search can name the single flag that
+    matters; session options are flattened under ``session.``; the remaining fingerprint keys (minus identity noise such as
     host names) under ``fp.``, as a last resort.
     """
     feats: dict = {"arch": arch, "cpu": cpu, "ort_version": ort_version}
@@ -206,9 +206,10 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
 
     `used`: host -> {ISA flag: [instruction families]} the host's kernels used (qemu evidence;
     tiers.used_features). Returns {"smallest": the smallest separating set (None: none; []: one
-    class), "features": the ISA flags the dispatch reads among the differing features and the smallest
-    set (in the dispatch's order), then the rest of the smallest set, "others": how many other features differ, "kernels": [{"feature", "families",
-    "hosts", "separates"}] for each flag the kernels used (separates: it is one of the differing features)}.
+    class), "features": the ISA flags the dispatch reads among the differing features and the
+    smallest set (in the dispatch's order), then the rest of the smallest set, "others": how many
+    other features differ, "kernels": [{"feature", "families", "hosts", "separates"}] for each flag
+    the kernels used (separates: it is one of the differing features)}.
     """
     used = used or {}
     differ = differing_features(features, class_of)
@@ -220,8 +221,8 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
             entry["families"].update(fams)
             entry["hosts"].append(h)
     smallest = separating_features(features, class_of, prefer=sorted((k for k in kernels if k in differ), key=_rank))
-    shown = sorted({k for k in [*differ, *(smallest or [])] if k.startswith("isa:") and dispatch_rank(k[4:]) is not None},
-                   key=_rank)
+    dispatch = {k for k in [*differ, *(smallest or [])] if k.startswith("isa:") and dispatch_rank(k[4:]) is not None}
+    shown = sorted(dispatch, key=_rank)
     shown += [k for k in smallest or [] if k not in shown]
     return {"smallest": smallest, "features": shown, "others": len([k for k in differ if k not in shown]),
             "kernels": [dict(e, families=sorted(e["families"]))
