@@ -152,9 +152,9 @@ def lint_model(model_or_path, fleet: list[Int8Path] | None = None) -> list[Layer
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         out.append(_lint_layer(node, node.name or f"{node.op_type}_{idx}", weight_name, w, act, attrs))
     for layer in out if fleet else ():
-        hit = affected(layer, fleet)
         if layer.tiers:
-            layer.reason += f"; in this fleet: {', '.join(p.host for p in hit) or 'no host'} affected"
+            hit = ", ".join(p.host for p in affected(layer, fleet))
+            layer.reason += f"; in this fleet: {hit or 'no host'} affected"
     return out
 
 
