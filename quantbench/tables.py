@@ -237,7 +237,7 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("variant", _S, "variant name"),
         ("arch", _S, "aarch64 or x86_64"),
         ("family", _S, "instruction family (e.g. UDOT/SDOT (by element), SMULL/SMLAL, VPMADDUBSW)"),
-        ("kind", _S, "int8-dot, int8-matmul, int8-widening, int8-saturating-pair, int16-pair, fp32-fma"),
+        ("kind", _S, "int8-dot, int8-matmul, int8-widening, int8-saturating-pair, int16-pair, fp32-fma, sve (any SVE instruction)"),
         ("sites", _I, "distinct instruction addresses of the family inside onnxruntime's code"),
         ("translations", _I, "times qemu translated one of them (-d in_asm lines; not executions)"),
         ("from_bytes", _I, "of those, lines the disassembler printed as .byte/.inst, decoded from the word"),
