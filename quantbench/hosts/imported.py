@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import UserError, flag
+from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
+from quantbench.hosts.shards import check_files, files_of
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
 
 if TYPE_CHECKING:
@@ -57,11 +58,16 @@ def _parquet(table: pa.Table) -> bytes:
 
 
 def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
-                   fixture_ids: list[str] | None = None, tables_root=TABLES_DIR) -> dict:
+                   fixture_ids: list[str] | None = None, tables_root=TABLES_DIR, shard: dict | None = None,
+                   as_host: str | None = None) -> dict:
     """Write the named hosts' results (and the fixtures/models/hosts rows they need) to one file, atomically.
 
+    `shard`: the run's shard record (shards.select), carried in the manifest; `as_host`: the name the one
+    host's results are exported under (the local host of an arm64 machine need not be called x86).
     Returns the manifest. Same tables in, same bytes out.
     """
+    if as_host is not None and len(hosts) != 1:
+        raise ParameterError("as_host", f"names one host, and the run has {len(hosts)} ({', '.join(hosts)})", as_host)
     root = Path(tables_root)
     flt = {"host": list(hosts)}
     if variant_ids is not None:
@@ -80,8 +86,13 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
         "hosts": tables.read("hosts", root=root, filter={"fingerprint_id": fps, "host": list(hosts)}),
         "outputs": outputs,
     }
+    if as_host is not None:
+        parts["hosts"], parts["outputs"] = _set_column(parts["hosts"], "host", as_host), _set_column(outputs, "host", as_host)
+        outputs = parts["outputs"]
     manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "hosts": sorted(set(outputs.column("host").to_pylist())),
                 "rows": {k: v.num_rows for k, v in parts.items()}, "variants": vids, "fixtures": len(fids)}
+    if shard is not None:
+        manifest["shard"] = shard
     path = Path(path)
     with atomic_path(path) as tmp:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -304,9 +315,11 @@ def _source(path, source_host: str | None):
 
 def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """(requested results the file holds, requested results, why not all) for the runner's context."""
-    _, _, _, out = _source(host.options["file"], host.options.get("host"))
-    keys = set(out.column("run_key").to_pylist())
-    fps = sorted(set(out.column("fingerprint_id").to_pylist()))
+    outs = [_source(f, host.options.get("host"))[3] for f in files_of(host.options)]
+    keys = {k for out in outs for k in out.column("run_key").to_pylist()}
+    fps = sorted({f for out in outs for f in out.column("fingerprint_id").to_pylist()})
+    skeys = {k for out in outs for k in out.column("session_key").to_pylist()}
+    vids = {v for out in outs for v in out.column("variant_id").to_pylist()}
     want = have = 0
     for vi in ctx.variants:
         for fx in ctx.fixtures_for[vi.variant_id]:
@@ -314,9 +327,9 @@ def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
             if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey) in keys for f in fps):
                 have += 1
     why = ""
-    if ctx.skey not in set(out.column("session_key").to_pylist()):
+    if ctx.skey not in skeys:
         why = " (the export was made under other session options)"
-    elif not {vi.variant_id for vi in ctx.variants} & set(out.column("variant_id").to_pylist()):
+    elif not {vi.variant_id for vi in ctx.variants} & vids:
         why = " (it holds none of the requested variants)"
     return have, want, why
 
@@ -326,7 +339,7 @@ def check_coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     would otherwise sit in an equivalence class without a single measurement."""
     have, want, why = coverage(host, ctx)
     if want and not have:
-        raise UserError(f"host {host.name}: {host.options['file']}: its results cover none of the {want} requested "
+        raise UserError(f"host {host.name}: {', '.join(files_of(host.options))}: its results cover none of the {want} requested "
                         f"runs{why}; export the same variants and fixtures on the other machine")
     return have, want, why
 
@@ -352,17 +365,25 @@ class ImportedHost:
     caches_fingerprint = False
 
     def ready(self) -> tuple[bool, str]:
-        f = Path(self.options["file"])
-        if not f.exists():
-            return False, f"{f}: results file not found (write it with `quantbench run --export` on the other machine)"
+        files, said = files_of(self.options), []
+        for f in map(Path, files):
+            if not f.exists():
+                return False, f"{f}: results file not found (write it with `quantbench run --export` on the other machine)"
+            try:
+                manifest, _ = read_export(f)
+            except UserError as exc:
+                return False, str(exc)
+            shard = manifest.get("shard")
+            said.append(f"{f.name}{' (shard ' + str(shard.get('k')) + '/' + str(shard.get('n')) + ')' if isinstance(shard, dict) else ''}: "
+                        f"host(s) {', '.join(manifest.get('hosts', []))}, {tables_rows(manifest)} output rows")
         try:
-            manifest, _ = read_export(f)
+            check_files(files, read_export)
         except UserError as exc:
             return False, str(exc)
-        return True, f"imported {f.name}: host(s) {', '.join(manifest.get('hosts', []))}, {tables_rows(manifest)} output rows"
+        return True, "imported " + "; ".join(said)
 
     def describe(self) -> str:
-        return f"imported ({self.options['file']})"
+        return f"imported ({', '.join(files_of(self.options))})"
 
     def latency_refusal(self) -> str | None:
         return "imported results carry no timings; measure on a local or ssh host"
@@ -370,9 +391,14 @@ class ImportedHost:
 
 def merge_imported(host: ImportedHost, ctx, summary) -> str:
     """Runner hook: merge the file, count how much of the requested run it covers."""
+    files = files_of(host.options)
+    check_files(files, read_export)
     have, want, why = check_coverage(host, ctx)
-    res = import_results(host.options["file"], host.name, host.options.get("host"), ctx.root)
-    fid = res["fingerprint_ids"][0] if res["fingerprint_ids"] else ""
+    fids: list = []
+    for f in files:
+        res = import_results(f, host.name, host.options.get("host"), ctx.root)
+        fids += [x for x in res["fingerprint_ids"] if x not in fids]
+    fid = fids[0] if fids else ""
     summary.fingerprint_id = fid
     summary.imported = have
     summary.planned = want
