@@ -19,7 +19,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, flag
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def check_files(files: list, read) -> None:
         manifest, parts = read(f)
         rec = _record(f, manifest, set(parts["outputs"].column("fixture_id").to_pylist()))
         if rec is None:
-            raise UserError(f"{f}: not a shard (exported without --shard K/N), so it cannot be merged with "
+            raise UserError(f"{f}: not a shard (exported without {flag('shard')} K/N), so it cannot be merged with "
                             f"{', '.join(Path(x).name for x in files if x != f)}; give it its own imported host")
         recs.append((f, rec))
     _check_set(recs)
