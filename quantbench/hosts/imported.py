@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import ParameterError, UserError, flag
+from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, files_of
@@ -379,7 +379,7 @@ class ImportedHost:
         try:
             check_files(files, read_export)
         except UserError as exc:
-            return False, str(exc)
+            return False, marked(exc)
         return True, "imported " + "; ".join(said)
 
     def describe(self) -> str:
