@@ -17,6 +17,7 @@ the file. A file whose results cover none of the requested runs is an error too.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -105,6 +106,7 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
 #: (path, size, mtime, inode) -> (file SHA-256, checked manifest, tables): the runner reads one file up to
 #: four times (ready, check, merge's check, import); it is hashed and checked once while unchanged
 _VERIFIED: dict[tuple, tuple[str, dict, dict]] = {}
+_KEEP = 8
 
 
 def read_export(path) -> tuple[dict, dict[str, pa.Table]]:
@@ -128,7 +130,8 @@ def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
     if key not in _VERIFIED:
         manifest, out = _read_export(path)
         check_export(path, manifest, out)
-        _VERIFIED.clear()  # keep one
+        while len(_VERIFIED) >= _KEEP:  # the files of one host (its shards) stay checked; the oldest goes first
+            _VERIFIED.pop(next(iter(_VERIFIED)))
         _VERIFIED[key] = (sha, manifest, out)
     return _VERIFIED[key]
 
@@ -279,8 +282,10 @@ def _set_column(t: pa.Table, name: str, value) -> pa.Table:
     return t.set_column(i, t.schema.field(i), pa.array([value] * t.num_rows, t.schema.field(i).type))
 
 
-def import_results(path, as_host: str, source_host: str | None = None, tables_root=TABLES_DIR) -> dict:
-    """Merge one host's results from an export file into the local tables under the name `as_host`.
+def import_results(path, as_host: str, source_host: str | None = None, tables_root=TABLES_DIR,
+                   entry: str | None = None) -> dict:
+    """Merge one host's results from an export file into the local tables under the name `as_host`
+    (`entry`: the imported host it was split from, when its files ran on several CPU models).
 
     Returns {"source_host", "run_keys", "rows", "fingerprint_ids"}.
     """
@@ -289,7 +294,8 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
     hrows = parts["hosts"].filter(pc.field("host") == source_host).to_pylist()
     for r in hrows:
         fp = json.loads(r["fingerprint"])
-        fp["imported_from"] = {"host": r["host"], "kind": r["kind"], "file_sha256": sha}
+        fp["imported_from"] = {"host": r["host"], "kind": r["kind"], "file_sha256": sha,
+                               **({"split_from": entry} if entry else {})}
         r.update(host=as_host, kind="imported", fingerprint=canonical_json(fp))
     tables.append("fixtures", parts["fixtures"], root=root)
     tables.append("models", parts["models"], root=root)
@@ -365,6 +371,13 @@ class ImportedHost:
     caches_fingerprint = False
 
     def ready(self) -> tuple[bool, str]:
+        ok, msg = self._ready()
+        if not ok and self.options.get("split_from"):
+            msg = (f"{self.options['split_from']} ran on several CPU models, one host each; this one, "
+                   f"{self.options['cpu']}: {msg}")
+        return ok, msg
+
+    def _ready(self) -> tuple[bool, str]:
         files, said = files_of(self.options), []
         for f in map(Path, files):
             if not f.exists():
@@ -396,7 +409,7 @@ def merge_imported(host: ImportedHost, ctx, summary) -> str:
     have, want, why = check_coverage(host, ctx)
     fids: list = []
     for f in files:
-        res = import_results(f, host.name, host.options.get("host"), ctx.root)
+        res = import_results(f, host.name, host.options.get("host"), ctx.root, host.options.get("split_from"))
         fids += [x for x in res["fingerprint_ids"] if x not in fids]
     fid = fids[0] if fids else ""
     summary.fingerprint_id = fid
@@ -405,3 +418,40 @@ def merge_imported(host: ImportedHost, ctx, summary) -> str:
     if have < want:
         summary.notes.append(f"host {host.name}: the imported file covers {have} of {want} requested results{why}")
     return fid
+
+
+def _fingerprint_groups(host: ImportedHost) -> list[tuple[str, list]]:
+    """[(CPU summary, files)] of an imported host's files grouped by the fingerprint(s) of their source host,
+    sorted; [] when a file cannot be read (ready() says why)."""
+    groups: dict = {}
+    try:
+        for f in files_of(host.options):
+            _, parts, source, out = _source(f, host.options.get("host"))
+            fps = tuple(sorted(set(out.column("fingerprint_id").to_pylist())))
+            cpus = parts["hosts"].filter(pc.field("host") == source).column("cpu").to_pylist()
+            groups.setdefault(fps, (" / ".join(sorted(set(cpus))), []))[1].append(f)
+    except UserError:
+        return []
+    return sorted(((cpu, files) for fps, (cpu, files) in groups.items()), key=lambda g: (g[0], g[1]))
+
+
+def split_by_fingerprint(specs: list, hosts: list) -> tuple[list, list, list]:
+    """(specs, hosts, notes): an imported host whose files ran on more than one CPU model (fingerprint; a runner
+    label can be Intel one time and AMD the next) becomes one host per fingerprint, NAME.1, NAME.2, ... (by CPU),
+    each with its files: one host is one fingerprint, and each such host is checked (its shards) on its own."""
+    out_specs, out_hosts, notes = [], [], []
+    for spec, host in zip(specs, hosts):
+        groups = _fingerprint_groups(host) if isinstance(host, ImportedHost) else []
+        if len(groups) < 2:
+            out_specs.append(spec)
+            out_hosts.append(host)
+            continue
+        said = []
+        for i, (cpu, files) in enumerate(groups, 1):
+            opts = dict(spec.options, file=files, split_from=spec.name, cpu=cpu)
+            out_specs.append(dataclasses.replace(spec, name=f"{spec.name}.{i}", options=opts))
+            out_hosts.append(ImportedHost(f"{spec.name}.{i}", opts))
+            said.append(f"{spec.name}.{i} = {cpu} ({', '.join(Path(f).name for f in files)})")
+        notes.append(f"host {spec.name}: its files ran on {len(groups)} CPU models, so it is {len(groups)} hosts: "
+                     + "; ".join(said))
+    return out_specs, out_hosts, notes

@@ -31,7 +31,7 @@ from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_fo
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache, shards
 from quantbench.hosts import worker as W
-from quantbench.hosts.imported import check_coverage, merge_imported
+from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
 from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, normalize_session, run_key, session_key
 from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
@@ -105,6 +105,7 @@ class RunPlan:
     labels: str | None = None   # the labels the fixtures were made from (None: the bundled corpus)
     images: str | None = None
     shard: dict | None = None   # the shard this run is (shards.select): K, N, fixture set, its fixture ids
+    notes: list = field(default_factory=list)  # e.g. an imported host split by fingerprint
 
     @property
     def names(self) -> list[str]:
@@ -124,7 +125,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
         raise ParameterError("limit", "must be at least 1", limit)
     shard = shards.parse_shard(shard)
     specs = _host_specs(hosts, hosts_file)
-    made = [make_host(spec) for spec in specs]
+    specs, made, notes = split_by_fingerprint(specs, [make_host(spec) for spec in specs])
     if check_hosts:
         for host in made:
             _ready(host)
@@ -144,7 +145,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
     asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
     fixtures, shard_record = shards.select(fixtures, shard)
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
-    plan.labels, plan.images, plan.shard = labels, images, shard_record
+    plan.labels, plan.images, plan.shard, plan.notes = labels, images, shard_record, notes
     if command is not None:
         plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
                                        variants=sorted(str(v.path) for v in variants),

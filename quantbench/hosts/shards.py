@@ -10,7 +10,9 @@ within a group shard sizes differ by at most one.
 An export of a sharded run carries its shard in the manifest: K, N, the fixture set (SHA-256 of every fixture
 id of the whole run, sorted) and the shard's own fixture ids. An imported host takes several files
 (`file = ["a.qbr", "b.qbr"]`); check_files refuses files of different fixture sets, a shard given twice and a
-shard missing, in one line naming them, before anything is merged.
+shard missing, in one line naming them, before anything is merged. Files of whole runs (no shard) may be given
+together too (the same run repeated); imported.split_by_fingerprint makes files that ran on different CPU models
+separate hosts first.
 """
 
 from __future__ import annotations
@@ -117,20 +119,19 @@ def _record(path, manifest: dict, outputs_fixtures: set) -> dict | None:
 
 
 def check_files(files: list, read) -> None:
-    """Several files of one imported host are the shards of one run: the same fixture set and N, each K once,
-    none missing, their fixtures together the whole set. `read(path) -> (manifest, tables)` is the checked
-    reader (imported.read_export). One file stands alone, sharded or not. A one-line UserError otherwise."""
-    if len(files) < 2:
-        return
-    recs = []
+    """The files of one imported host are whole runs, or the shards of one run: the same fixture set and N, each
+    K once, none missing, their fixtures together the whole set. `read(path) -> (manifest, tables)` is the checked
+    reader (imported.read_export). A one-line UserError otherwise."""
+    recs, whole = [], []
     for f in files:
         manifest, parts = read(f)
         rec = _record(f, manifest, set(parts["outputs"].column("fixture_id").to_pylist()))
-        if rec is None:
-            raise UserError(f"{f}: not a shard (exported without {flag('shard')} K/N), so it cannot be merged with "
-                            f"{', '.join(Path(x).name for x in files if x != f)}; give it its own imported host")
-        recs.append((f, rec))
-    _check_set(recs)
+        (whole.append(f) if rec is None else recs.append((f, rec)))
+    if recs and whole:
+        raise UserError(f"{whole[0]}: not a shard (exported without {flag('shard')} K/N), so it cannot be merged "
+                        f"with {', '.join(Path(f).name for f, _ in recs)}; give it its own imported host")
+    if recs:
+        _check_set(recs)
 
 
 def _check_set(recs: list) -> None:

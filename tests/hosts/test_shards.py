@@ -136,3 +136,74 @@ def test_bad_shard_and_as_are_one_line_errors(workdir, capsys):
     assert not (workdir / "results").exists() and not (workdir / "a.qbr").exists()
     assert main(["run", "--hosts", "x86", "--limit", "6", "--export", "a.qbr", "--as", "gh-arm64", *COMMON]) == 0
     assert _manifest(workdir / "a.qbr")["hosts"] == ["gh-arm64"]
+
+
+def _as_another_cpu(src, dst) -> None:
+    """Export `src` as a runner with another CPU model would have written it (an Intel machine cannot exist
+    here): its fingerprint names that CPU, and every id and key that depends on it is recomputed, so the file
+    passes every check an import makes."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from quantbench.hosts.imported import read_export
+    from quantbench.hosts.keys import hosts_row, run_key
+    from quantbench.hosts.worker import fingerprint_id
+
+    manifest, parts = read_export(src)
+    rows = parts["hosts"].to_pylist()
+    fids = {}
+    for r in rows:
+        fp = json.loads(r["fingerprint"])
+        fp["identity"]["cpu"].update(vendor_id="GenuineIntel", model_name="Intel(R) Xeon(R) Platinum 8370C")
+        fid = fingerprint_id(fp)
+        fids[r["fingerprint_id"]] = fid
+        r.update(hosts_row(r["host"], r["kind"], fp, fid))
+    out = parts["outputs"].to_pylist()
+    for r in out:
+        r["fingerprint_id"] = fids[r["fingerprint_id"]]
+        r["run_key"] = run_key(r["variant_id"], r["fixture_id"], r["fingerprint_id"], r["session_key"])
+    tables_ = {**parts, "hosts": pa.Table.from_pylist(rows, schema=parts["hosts"].schema),
+               "outputs": pa.Table.from_pylist(out, schema=parts["outputs"].schema)}
+    with tarfile.open(dst, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in [("manifest.json", json.dumps(manifest).encode())] + [
+                (f"{t}.parquet", _parquet_bytes(pq, tables_[t])) for t in ("fixtures", "models", "hosts", "outputs")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _parquet_bytes(pq, table) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    pq.write_table(table, buf)
+    return buf.getvalue()
+
+
+def test_files_from_two_cpu_models_are_two_hosts_and_the_report_says_so(workdir, capsys):
+    assert main(["run", "--hosts", "x86", "--limit", "6", "--tables", "amd/tables", "--export", "amd.qbr",
+                 "--as", "gh-x86", *COMMON]) == 0
+    _as_another_cpu(workdir / "amd.qbr", workdir / "intel.qbr")
+    (workdir / "hosts.toml").write_text(imported_hosts_toml("gh-x86", ["amd.qbr", "intel.qbr"], override=False))
+    capsys.readouterr()
+    assert main(["equiv", "--hosts", "gh-x86", "--hosts-file", "hosts.toml", "--limit", "6", "--results", "r",
+                 "--no-plots", *COMMON]) == 0
+    out = capsys.readouterr().out
+    assert "note: host gh-x86: its files ran on 2 CPU models, so it is 2 hosts: gh-x86.1 = " in out
+    assert "Intel(R) Xeon(R) Platinum 8370C" in out
+    report = (workdir / "r" / "report.md").read_text()
+    assert "Imported host **gh-x86** ran on 2 CPU models" in report and "gh-x86.2 (GenuineIntel" in report
+    hosts = {r["host"]: r["fingerprint_id"] for r in tables.read("hosts", root=workdir / "r" / "tables").to_pylist()}
+    assert sorted(hosts) == ["gh-x86.1", "gh-x86.2"] and len(set(hosts.values())) == 2
+    # shards that ran on two CPU models leave each CPU's host short of shards: refused, naming the CPU
+    files = _shard_runs(3, ["--limit", "6"])
+    _as_another_cpu(workdir / files[1], workdir / "intel-2of3.qbr")
+    (workdir / "hosts.toml").write_text(imported_hosts_toml("x86", [files[0], "intel-2of3.qbr", files[2]]))
+    capsys.readouterr()
+    assert main(["equiv", "--hosts", "x86", "--hosts-file", "hosts.toml", "--limit", "6", "--results", "s",
+                 "--no-plots", *COMMON]) == 2
+    err = capsys.readouterr().err
+    assert "x86 ran on several CPU models, one host each" in err and "shard(s)" in err and "missing" in err, err
+    assert len(err.strip().splitlines()) == 1 and not (workdir / "s").exists()
