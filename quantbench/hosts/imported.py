@@ -30,7 +30,7 @@ from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
-from quantbench.hosts.shards import check_files, files_of
+from quantbench.hosts.shards import check_files, check_fixture_set, files_of
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
 
 if TYPE_CHECKING:
@@ -342,7 +342,12 @@ def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
 
 def check_coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """coverage(), but an imported host holding none of the requested results is an error: it
-    would otherwise sit in an equivalence class without a single measurement."""
+    would otherwise sit in an equivalence class without a single measurement. Shards of other fixtures than the
+    run's are an error too (shards.check_fixture_set)."""
+    try:
+        check_fixture_set(files_of(host.options), read_export, [fx.fixture_id for fx in ctx.fixtures])
+    except UserError as exc:
+        raise UserError(f"host {host.name}: {marked(exc)}") from None
     have, want, why = coverage(host, ctx)
     if want and not have:
         raise UserError(f"host {host.name}: {', '.join(files_of(host.options))}: its results cover none of the {want} requested "

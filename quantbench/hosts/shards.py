@@ -159,3 +159,16 @@ def _check_set(recs: list) -> None:
     if len(ids) != len(set(ids)) or fixture_set_id(ids) != rec0["fixture_set"]:
         raise UserError(f"{', '.join(str(f) for f, _ in recs)}: the shards' fixtures do not make up their fixture set "
                         f"{rec0['fixture_set'][:12]}; the files were altered or damaged, nothing was imported")
+
+
+def check_fixture_set(files: list, read, fixture_ids) -> None:
+    """Shard files merged into a run over other fixtures (e.g. without the shard jobs' --limit) would leave the
+    host short of results: a one-line UserError naming both fixture sets."""
+    mine = fixture_set_id(fixture_ids)
+    for f in files:
+        rec = read(f)[0].get("shard")
+        if isinstance(rec, dict) and rec.get("fixture_set") != mine:
+            n = sum(len(read(x)[0].get("shard", {}).get("fixture_ids", [])) for x in files)
+            raise UserError(f"{f}: a shard of fixture set {str(rec.get('fixture_set'))[:12]} ({n} fixtures in these "
+                            f"files), and this run's {len(set(fixture_ids))} fixtures are set {mine[:12]}; select the "
+                            f"fixtures the shard jobs ran ({flag('fixtures')}, {flag('split')}, {flag('limit')})")

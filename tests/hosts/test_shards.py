@@ -95,6 +95,13 @@ def test_overlapping_missing_and_foreign_shards_are_refused(workdir, capsys):
         assert rc == 2 and words in err and "host x86" in err, (name, err)
         assert len(err.strip().splitlines()) == 1, err
         assert not (workdir / name).exists(), f"{name}: a refused merge wrote something"
+    # shards merged into a run over other fixtures (the shard jobs' --limit forgotten)
+    (workdir / "hosts.toml").write_text(imported_hosts_toml("x86", files))
+    assert main(["equiv", "--hosts", "x86", "--hosts-file", "hosts.toml", "--results", "other", "--limit", "9",
+                 "--no-plots", *COMMON]) == 2
+    err = capsys.readouterr().err
+    assert "host x86: " in err and "a shard of fixture set" in err and "--limit" in err, err
+    assert not list((workdir / "other").rglob("*.parquet")), "a refused merge wrote table parts"
     # a whole-run export is no shard of a set
     assert main(["run", "--hosts", "x86", "--limit", "6", "--tables", "whole/tables", "--export", "whole.qbr",
                  *COMMON]) == 0
