@@ -18,7 +18,10 @@ def add_arguments(p) -> None:
     p.add_argument("--shards", type=int, default=3, help="jobs per emulated host (default 3)")
     p.add_argument("--runners", default=",".join(f"{k}={v}" for k, v in GITHUB_RUNNERS.items()),
                    help="comma-separated LABEL=NAME: native runner labels whose local host is exported as NAME")
-    p.add_argument("--native-shards", type=int, default=1, help="jobs per native runner label (default 1)")
+    p.add_argument("--native-shards", type=int, default=1, help="shard jobs per native runner label (default 1)")
+    p.add_argument("--native-runs", type=int, default=1,
+                   help="whole-run jobs per native runner label (default 1): runners of one label can differ (Intel "
+                        "or AMD), and each CPU model that ran becomes its own host")
     p.add_argument("--variants", metavar="DIR", help="committed variants folder (default: the bundled demo models)")
     p.add_argument("--calibrate", metavar="ARGS", help="calibrate in the first job with these quantbench calibrate "
                                                         "arguments (one quoted string) instead of --variants")
@@ -54,7 +57,8 @@ def run(args) -> int:
     extra = (["--limit", str(args.limit)] if args.limit else []) + (["--split", args.split] if args.split else [])
     params = CIParams(onnxruntime=args.onnxruntime or local_ort_version(), python=args.python,
                       emulated=[h.strip() for h in args.hosts.split(",") if h.strip()], shards=args.shards,
-                      runners=_runners(args.runners), native_shards=args.native_shards, variants=args.variants,
+                      runners=_runners(args.runners), native_shards=args.native_shards,
+                      native_runs=args.native_runs, variants=args.variants,
                       calibrate=shlex.split(args.calibrate) if args.calibrate else None, labels=args.fixtures,
                       images=args.images, extra=extra, gate=args.gate, install=args.install)
     for path in write_ci(params, args.out, force=args.force):

@@ -48,6 +48,7 @@ class CIParams:
     shards: int = 3
     runners: dict = field(default_factory=lambda: dict(GITHUB_RUNNERS))
     native_shards: int = 1
+    native_runs: int = 1   # whole runs per native label: a label whose runners differ shows up as one host per CPU
     variants: str | None = None
     calibrate: list | None = None
     labels: str | None = None
@@ -58,7 +59,7 @@ class CIParams:
     emulated_runner: str = "ubuntu-24.04"
 
     def check(self) -> None:
-        for name in ("shards", "native_shards"):
+        for name in ("shards", "native_shards", "native_runs"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ParameterError(name, "must be at least 1", v)
@@ -70,6 +71,9 @@ class CIParams:
         if bad or len(set(names)) != len(names) or not names:
             raise ParameterError("runners", "host names must be distinct, lower-case letters, digits and '-'",
                                  ",".join(bad or names))
+        if self.native_runs > 1 and self.native_shards > 1:
+            raise ParameterError("native_runs", "repeats whole runs; shard them or repeat them, not both",
+                                 self.native_runs)
         if self.variants and self.calibrate:
             raise ParameterError("calibrate", "calibrates variants, and variants names committed ones: give one",
                                  " ".join(self.calibrate))
@@ -81,6 +85,10 @@ def jobs(p: CIParams) -> list[dict]:
     """The shard jobs: [{id, runner, host (run here), name (exported as), k, n, emulated}] in a fixed order."""
     out = []
     for label, name in p.runners.items():
+        if p.native_runs > 1:  # whole runs, each on whichever machine of the label the job gets
+            out += [{"id": f"{name}-run{r}", "runner": label, "host": "local", "name": name, "k": None, "n": None,
+                     "emulated": False} for r in range(1, p.native_runs + 1)]
+            continue
         out += [{"id": f"{name}-{k}of{p.native_shards}", "runner": label, "host": "local", "name": name, "k": k,
                  "n": p.native_shards, "emulated": False} for k in range(1, p.native_shards + 1)]
     for host in p.emulated:
@@ -122,8 +130,9 @@ def _prepare_script(p: CIParams) -> str:
 
 def shard_command(p: CIParams, job: dict) -> str:
     """The quantbench command of one shard job."""
-    words = ["quantbench", "run", "--hosts", job["host"], "--shard", f"{job['k']}/{job['n']}",
-             "--export", f"{SHARDS}/{job['id']}.qbr", *_input_args(p), "--no-progress"]
+    shard = ["--shard", f"{job['k']}/{job['n']}"] if job["k"] is not None else []
+    words = ["quantbench", "run", "--hosts", job["host"], *shard, "--export", f"{SHARDS}/{job['id']}.qbr",
+             *_input_args(p), "--no-progress"]
     if not job["emulated"]:
         words[-1:-1] = ["--as", job["name"]]
     return f"mkdir -p {SHARDS}\n" + _sh(words) + "\n"
@@ -182,11 +191,12 @@ def _github_shard_job(p: CIParams, job: dict) -> dict:
     if job["emulated"]:
         steps += [
             {"uses": "actions/cache@v4", "with": {"path": HOME, "key": cache_key(p, job["host"], "${{ runner.arch }}")}},
-            {"name": f"set up emulated host {job['host']}",
-             "run": f'sudo -E env "PATH=$PATH" quantbench hosts setup {job["host"]}\nsudo chown -R "$(id -u)" {HOME}\n'},
+            {"name": f"set up emulated host {job['host']}", "env": {"QUANTBENCH_DEBIAN_MIRROR": MIRROR_VAR},
+             "run": SETUP_SCRIPT.format(host=job["host"], home=HOME)},
         ]
     steps += [
-        {"name": f"run {job['host']} shard {job['k']}/{job['n']} as {job['name']}", "run": shard_command(p, job)},
+        {"name": f"run {job['host']} {'shard ' + str(job['k']) + '/' + str(job['n']) if job['k'] else 'whole'} as "
+                 f"{job['name']}", "run": shard_command(p, job)},
         {"uses": "actions/upload-artifact@v4", "with": {"name": f"qb-shard-{job['id']}",
                                                        "path": f"{SHARDS}/{job['id']}.qbr"}},
     ]
@@ -223,6 +233,14 @@ def github_workflow(p: CIParams) -> str:
     return HEADER + to_yaml(doc)
 
 
+#: a Debian mirror for `hosts setup` on Ubuntu runners (their apt sources name no Debian archive): a repository
+#: variable the user sets (Settings > Variables), never a host written here
+MIRROR_VAR = "${{ vars.QUANTBENCH_DEBIAN_MIRROR }}"
+SETUP_SCRIPT = ("sudo apt-get update -qq\n"
+                "sudo apt-get install -y -qq debootstrap debian-archive-keyring\n"
+                'sudo -E env "PATH=$PATH" quantbench hosts setup {host}\n'
+                'sudo chown -R "$(id -u)" {home}\n')
+
 HEADER = ("# Written by `quantbench ci`: a release check on real ARM and x86 runners and emulated hosts.\n"
           "# Copy it to .github/workflows/; docs/hosts.md (Scale-out: shards and CI) explains the jobs.\n")
 
@@ -249,7 +267,8 @@ def gitlab_ci(p: CIParams, runners: dict | None = None) -> str:
         if j["emulated"]:
             job["cache"] = {"key": f"quantbench-hosts-{j['host']}-ort{gl.onnxruntime}-py{gl.python}",
                             "paths": [HOME]}
-            job["script"] = install + ["apt-get update -qq", f"quantbench hosts setup {j['host']}"] + \
+            job["script"] = install + ["apt-get update -qq", "apt-get install -y -qq debootstrap",
+                                       f"quantbench hosts setup {j['host']}"] + \
                 shard_command(gl, j).splitlines()
         else:
             job["tags"] = [j["runner"]]

@@ -89,3 +89,22 @@ def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
     assert single["classes"] and single["decisions"]
     assert analysis_rows(merged / "results") == single
     assert gitlab_ci(REAL).count("--shard") == 6
+
+
+def test_demo_workflow_with_repeated_native_runs_gives_the_single_run(workdir):
+    """The bundled demo (no inputs to pass on), two whole runs per native label: repeated runs on one CPU model
+    merge into one host per label, the same rows as one machine's equiv."""
+    p = CIParams(onnxruntime=local_ort_version(), emulated=[], native_runs=2, extra=["--limit", "6"])
+    text = github_workflow(p)
+    (workdir / "wf.yml").write_text(text)
+    assert actionlint(workdir / "wf.yml") == []
+    assert sorted(yaml.safe_load(text)["jobs"]) == sorted(["prepare", "gh-x86-run1", "gh-x86-run2", "gh-arm64-run1",
+                                                           "gh-arm64-run2", "merge"])
+    (workdir / "repo").mkdir()  # the user's checkout: nothing in it but the workflow's quantbench
+    folders = run_workflow(text, workdir / "repo", workdir / "ci")
+    (workdir / "local.toml").write_text('gh-x86 = { kind = "local" }\ngh-arm64 = { kind = "local" }\n')
+    assert main(["equiv", "--hosts", "gh-x86,gh-arm64", "--hosts-file", "local.toml", "--limit", "6",
+                 "--results", "single", "--no-progress", "--jobs", "1"]) == 0
+    single = analysis_rows(workdir / "single")
+    assert single["classes"] and single["decisions"]
+    assert analysis_rows(folders["merge"] / "results") == single
