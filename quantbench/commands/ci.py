@@ -14,7 +14,8 @@ HELP = ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--hosts", default="pi", help="comma-separated emulated hosts, each run in --shards jobs (default pi)")
+    p.add_argument("--hosts", default="pi",
+                   help="comma-separated emulated hosts, each run in --shards jobs (default pi)")
     p.add_argument("--shards", type=int, default=3, help="jobs per emulated host (default 3)")
     p.add_argument("--runners", default=",".join(f"{k}={v}" for k, v in GITHUB_RUNNERS.items()),
                    help="comma-separated LABEL=NAME: native runner labels whose local host is exported as NAME")

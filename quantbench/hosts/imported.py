@@ -88,8 +88,8 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
         "outputs": outputs,
     }
     if as_host is not None:
-        parts["hosts"], parts["outputs"] = _set_column(parts["hosts"], "host", as_host), _set_column(outputs, "host", as_host)
-        outputs = parts["outputs"]
+        outputs = parts["outputs"] = _set_column(outputs, "host", as_host)
+        parts["hosts"] = _set_column(parts["hosts"], "host", as_host)
     manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "hosts": sorted(set(outputs.column("host").to_pylist())),
                 "rows": {k: v.num_rows for k, v in parts.items()}, "variants": vids, "fixtures": len(fids)}
     if shard is not None:
@@ -350,8 +350,8 @@ def check_coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
         raise UserError(f"host {host.name}: {marked(exc)}") from None
     have, want, why = coverage(host, ctx)
     if want and not have:
-        raise UserError(f"host {host.name}: {', '.join(files_of(host.options))}: its results cover none of the {want} requested "
-                        f"runs{why}; export the same variants and fixtures on the other machine")
+        raise UserError(f"host {host.name}: {', '.join(files_of(host.options))}: its results cover none of the {want} "
+                        f"requested runs{why}; export the same variants and fixtures on the other machine")
     return have, want, why
 
 
@@ -392,8 +392,8 @@ class ImportedHost:
             except UserError as exc:
                 return False, str(exc)
             shard = manifest.get("shard")
-            said.append(f"{f.name}{' (shard ' + str(shard.get('k')) + '/' + str(shard.get('n')) + ')' if isinstance(shard, dict) else ''}: "
-                        f"host(s) {', '.join(manifest.get('hosts', []))}, {tables_rows(manifest)} output rows")
+            part = f" (shard {shard.get('k')}/{shard.get('n')})" if isinstance(shard, dict) else ""
+            said.append(f"{f.name}{part}: host(s) {', '.join(manifest.get('hosts', []))}, {tables_rows(manifest)} output rows")
         try:
             check_files(files, read_export)
         except UserError as exc:

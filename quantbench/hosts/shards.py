@@ -153,8 +153,9 @@ def _check_set(recs: list) -> None:
                         "give each shard once")
     missing = [k for k in range(1, n + 1) if k not in by_k]
     if missing:
+        held = ", ".join(f"{k}/{n}" for k in sorted(by_k))
         raise UserError(f"shard(s) {', '.join(f'{k}/{n}' for k in missing)} missing: the imported files "
-                        f"({', '.join(str(f) for f, _ in recs)}) hold shards {', '.join(f'{k}/{n}' for k in sorted(by_k))}")
+                        f"({', '.join(str(f) for f, _ in recs)}) hold shards {held}")
     ids = [i for _, rec in recs for i in rec["fixture_ids"]]
     if len(ids) != len(set(ids)) or fixture_set_id(ids) != rec0["fixture_set"]:
         raise UserError(f"{', '.join(str(f) for f, _ in recs)}: the shards' fixtures do not make up their fixture set "

@@ -190,7 +190,8 @@ def _github_shard_job(p: CIParams, job: dict) -> dict:
         steps.append({"uses": "actions/download-artifact@v4", "with": {"name": "qb-inputs", "path": INPUTS}})
     if job["emulated"]:
         steps += [
-            {"uses": "actions/cache@v4", "with": {"path": HOME, "key": cache_key(p, job["host"], "${{ runner.arch }}")}},
+            {"uses": "actions/cache@v4",
+             "with": {"path": HOME, "key": cache_key(p, job["host"], "${{ runner.arch }}")}},
             {"name": f"set up emulated host {job['host']}", "env": {"QUANTBENCH_DEBIAN_MIRROR": MIRROR_VAR},
              "run": SETUP_SCRIPT.format(host=job["host"], home=HOME)},
         ]
