@@ -214,3 +214,12 @@ def test_files_from_two_cpu_models_are_two_hosts_and_the_report_says_so(workdir,
     err = capsys.readouterr().err
     assert "x86 ran on several CPU models, one host each" in err and "shard(s)" in err and "missing" in err, err
     assert len(err.strip().splitlines()) == 1 and not (workdir / "s").exists()
+
+
+def test_a_bad_file_list_is_a_one_line_error(workdir, capsys):
+    for value in ("[]", "[1, 2]"):
+        (workdir / "hosts.toml").write_text(f'gh = {{ kind = "imported", file = {value} }}\n')
+        assert main(["run", "--hosts", "gh", "--hosts-file", "hosts.toml", "--limit", "6", *COMMON]) == 2
+        err = capsys.readouterr().err
+        assert "hosts.toml:1: host 'gh': file must be a path or a list of paths" in err, err
+        assert len(err.strip().splitlines()) == 1

