@@ -680,7 +680,14 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
 
 
 def hosts_lines(result) -> list[str]:
-    return md_section("Hosts", None, ["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
+    split: dict = {}
+    for h, i in result.hosts.items():
+        if i.get("split_from"):
+            split.setdefault(i["split_from"], []).append(h)
+    said = {name: ", ".join(f"{h} ({result.hosts[h]['cpu']})" for h in hs) for name, hs in split.items()}
+    intro = " ".join(f"Imported host **{name}** ran on {len(hs)} CPU models (its runners differ), so its results "
+                     f"are {len(hs)} hosts, one per fingerprint: {said[name]}." for name, hs in split.items()) or None
+    return md_section("Hosts", intro, ["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
                       [[h, i["kind"], i["arch"], i["cpu"], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
                        for h, i in result.hosts.items()])
 

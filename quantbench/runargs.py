@@ -55,6 +55,11 @@ def note_plan(args, plan) -> None:
     """After plan_run: the labels it read are set on `args` as if given (the report, equiv.json and the accuracy
     read the same labels), and a --limit says which images it took."""
     args.fixtures, args.images = plan.labels, plan.images
+    if plan.shard is not None:
+        print(f"--shard {plan.shard['k']}/{plan.shard['n']}: {len(plan.fixtures)} of the run's fixtures (fixture set "
+              f"{plan.shard['fixture_set'][:12]})", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
+    for note in plan.notes:
+        print(f"note: {note}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     if plan.limit is not None:
         print(f"--limit {plan.limit}: {limit_note(plan.fixtures)}",
               file=sys.stderr if getattr(args, "json", False) else sys.stdout)

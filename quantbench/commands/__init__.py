@@ -37,6 +37,8 @@ COMMAND_HELP = {
     "verify": ("Check a release folder or archive (.tar.gz from `release --archive`): re-hash retained artifacts, "
                "re-read every Parquet table against its recorded hash, and with --host re-run a sample of fixtures "
                "there and compare output hashes (exit 0 pass, 1 fail)."),
+    "ci": ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners and emulated hosts in "
+           "shards, one job merging them, equiv with your gate and the release archive."),
     "report": "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`.",
     "config": ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
                "each comes from: a flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in."),
@@ -47,14 +49,14 @@ COMMANDS = list(COMMAND_HELP)
 # What a defaults table (config.py) may name, so it is checked without importing every command: each command's
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
-    "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "allow_version_mismatch", "archive", "atol", "batch",
-    "budget", "chunk_size", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
+    "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "allow_version_mismatch", "archive", "as_host", "atol", "batch",
+    "budget", "calibrate", "chunk_size", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
-    "graph_opt", "group", "host", "hosts", "hosts_file", "images", "jobs", "json", "labels", "limit", "max_memory",
-    "methods", "model", "name", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "opt_level", "out",
-    "per_cell", "per_channel", "percentile", "pre_process", "preprocess", "providers", "quiet", "reduce_range",
-    "reference", "remedies", "repeats", "results", "retain", "rtol", "runs", "sample", "seed", "session_config",
-    "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
+    "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",
+    "methods", "model", "name", "native_runs", "native_shards", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "onnxruntime", "opt_level", "out",
+    "per_cell", "per_channel", "percentile", "pre_process", "preprocess", "providers", "python", "quiet", "reduce_range",
+    "reference", "remedies", "repeats", "results", "retain", "rtol", "runners", "runs", "sample", "seed", "session_config",
+    "shard", "shards", "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
     "variants", "verbose", "warmup", "weight_type"
 })
 SUBCOMMANDS = ("hosts list", "hosts check", "hosts setup", "tables compact", "tables info")
@@ -102,6 +104,13 @@ def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) 
 def add_jobs_argument(p) -> None:
     """--jobs of the commands that run hosts (run, equiv)."""
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count; at most that)")
+
+
+def add_shard_argument(p) -> None:
+    """--shard K/N of the commands that run hosts (run, equiv): one deterministic part of the fixtures."""
+    p.add_argument("--shard", metavar="K/N",
+                   help="run only shard K of N of the fixtures (balanced over strata, by content id); export each "
+                        "shard and give the files to one imported host to merge them")
 
 
 def add_session_arguments(p, whose: str = "") -> None:

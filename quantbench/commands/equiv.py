@@ -11,8 +11,8 @@ from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, de
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, finite_float,
-                                 session_from_args)
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, add_shard_argument,
+                                 finite_float, session_from_args)
 from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError, marked
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
@@ -50,6 +50,7 @@ def add_arguments(p) -> None:
                    help="use only results already in the tables (e.g. hosts run with other session options)")
     add_session_arguments(p, " for the runs")
     add_jobs_argument(p)
+    add_shard_argument(p)
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--results", default="results", metavar="DIR", help="results folder (tables under DIR/tables)")
     p.add_argument("--no-plots", action="store_true", help="no PNG plots in the report")
@@ -116,7 +117,7 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
 
     # equiv runs 1 thread on the CPU provider (no such flags); a host that cannot run writes nothing
     plan = plan_run(specs, variants, **params, session=session_from_args(args), command="equiv",
-                    check_hosts=not args.no_run, check_variant=decoder_fits)
+                    check_hosts=not args.no_run, check_variant=decoder_fits, shard=args.shard)
     note_plan(args, plan)
     results = Path(args.results)
     root = results / "tables"

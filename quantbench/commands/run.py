@@ -7,8 +7,9 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_fixture_arguments, add_jobs_argument, add_session_arguments, session_from_args
-from quantbench.errors import render_params
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, add_shard_argument,
+                                 session_from_args)
+from quantbench.errors import UserError, render_params
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
@@ -37,6 +38,10 @@ def add_arguments(p) -> None:
     add_jobs_argument(p)
     p.add_argument("--export", metavar="FILE",
                    help="also write the named hosts' results to FILE, for `kind = \"imported\"` on another machine")
+    p.add_argument("--as", dest="as_host", metavar="NAME",
+                   help="with --export and one host: export its results under NAME (e.g. arm64 for the local host "
+                        "of an arm64 machine)")
+    add_shard_argument(p)
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--tables", default=None, metavar="DIR", help="result tables folder (default: results/tables)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -63,7 +68,11 @@ def run(args) -> int:
     session = session_from_args(args)
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
     # every host ready, every model read once, before the lock: a refused command writes nothing, not even the lock
-    plan = plan_run(specs, variants, **fixture_params(args), session=session, command="run")
+    if args.as_host is not None and not args.export:
+        raise UserError("--as names the host of an --export; add --export FILE")
+    if args.as_host is not None and len(specs) != 1:
+        raise UserError(f"--as {args.as_host}: names one host, and --hosts has {len(specs)}")
+    plan = plan_run(specs, variants, **fixture_params(args), session=session, command="run", shard=args.shard)
     note_plan(args, plan)
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure, render = None, getattr(args, "_render", render_params)
@@ -76,8 +85,8 @@ def run(args) -> int:
             failure, summary = exc, exc.summary
     manifest = None
     if args.export and failure is None:
-        manifest = export_results(args.export, plan.names,
-                                  [v.variant_id for v in summary.variants], summary.fixture_ids, root)
+        manifest = export_results(args.export, plan.names, [v.variant_id for v in summary.variants],
+                                  summary.fixture_ids, root, shard=plan.shard, as_host=args.as_host)
     if getattr(args, "json", False):
         print(json.dumps(summary_json(summary, root, args.export if manifest else None, failure, render), indent=2,
                          sort_keys=True))
@@ -89,8 +98,9 @@ def run(args) -> int:
         print(f"{len(summary.variants)} variant(s) x {len(summary.fixture_ids)} fixture(s); tables in {root}/ "
               f"(fixtures, models, hosts, outputs)")
         if manifest:
+            shard = f" (shard {plan.shard['k']}/{plan.shard['n']})" if plan.shard else ""
             print(f"exported {manifest['rows']['outputs']} output rows of host(s) {', '.join(manifest['hosts'])} "
-                  f"to {args.export}")
+                  f"to {args.export}{shard}")
     if failure is not None:
         for e in summary.errors[1:]:
             print(f"error: {render(e)}")

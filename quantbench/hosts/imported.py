@@ -17,6 +17,7 @@ the file. A file whose results cover none of the requested runs is an error too.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -26,9 +27,10 @@ from typing import TYPE_CHECKING
 
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
-from quantbench.errors import UserError, flag
+from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import atomic_path, canonical_json, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
+from quantbench.hosts.shards import check_files, check_fixture_set, files_of
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
 
 if TYPE_CHECKING:
@@ -57,11 +59,16 @@ def _parquet(table: pa.Table) -> bytes:
 
 
 def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
-                   fixture_ids: list[str] | None = None, tables_root=TABLES_DIR) -> dict:
+                   fixture_ids: list[str] | None = None, tables_root=TABLES_DIR, shard: dict | None = None,
+                   as_host: str | None = None) -> dict:
     """Write the named hosts' results (and the fixtures/models/hosts rows they need) to one file, atomically.
 
+    `shard`: the run's shard record (shards.select), carried in the manifest; `as_host`: the name the one
+    host's results are exported under (the local host of an arm64 machine need not be called x86).
     Returns the manifest. Same tables in, same bytes out.
     """
+    if as_host is not None and len(hosts) != 1:
+        raise ParameterError("as_host", f"names one host, and the run has {len(hosts)} ({', '.join(hosts)})", as_host)
     root = Path(tables_root)
     flt = {"host": list(hosts)}
     if variant_ids is not None:
@@ -80,8 +87,13 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
         "hosts": tables.read("hosts", root=root, filter={"fingerprint_id": fps, "host": list(hosts)}),
         "outputs": outputs,
     }
+    if as_host is not None:
+        outputs = parts["outputs"] = _set_column(outputs, "host", as_host)
+        parts["hosts"] = _set_column(parts["hosts"], "host", as_host)
     manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "hosts": sorted(set(outputs.column("host").to_pylist())),
                 "rows": {k: v.num_rows for k, v in parts.items()}, "variants": vids, "fixtures": len(fids)}
+    if shard is not None:
+        manifest["shard"] = shard
     path = Path(path)
     with atomic_path(path) as tmp:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
@@ -94,6 +106,7 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
 #: (path, size, mtime, inode) -> (file SHA-256, checked manifest, tables): the runner reads one file up to
 #: four times (ready, check, merge's check, import); it is hashed and checked once while unchanged
 _VERIFIED: dict[tuple, tuple[str, dict, dict]] = {}
+_KEEP = 8
 
 
 def read_export(path) -> tuple[dict, dict[str, pa.Table]]:
@@ -117,7 +130,8 @@ def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
     if key not in _VERIFIED:
         manifest, out = _read_export(path)
         check_export(path, manifest, out)
-        _VERIFIED.clear()  # keep one
+        while len(_VERIFIED) >= _KEEP:  # the files of one host (its shards) stay checked; the oldest goes first
+            _VERIFIED.pop(next(iter(_VERIFIED)))
         _VERIFIED[key] = (sha, manifest, out)
     return _VERIFIED[key]
 
@@ -268,8 +282,10 @@ def _set_column(t: pa.Table, name: str, value) -> pa.Table:
     return t.set_column(i, t.schema.field(i), pa.array([value] * t.num_rows, t.schema.field(i).type))
 
 
-def import_results(path, as_host: str, source_host: str | None = None, tables_root=TABLES_DIR) -> dict:
-    """Merge one host's results from an export file into the local tables under the name `as_host`.
+def import_results(path, as_host: str, source_host: str | None = None, tables_root=TABLES_DIR,
+                   entry: str | None = None) -> dict:
+    """Merge one host's results from an export file into the local tables under the name `as_host`
+    (`entry`: the imported host it was split from, when its files ran on several CPU models).
 
     Returns {"source_host", "run_keys", "rows", "fingerprint_ids"}.
     """
@@ -278,7 +294,8 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
     hrows = parts["hosts"].filter(pc.field("host") == source_host).to_pylist()
     for r in hrows:
         fp = json.loads(r["fingerprint"])
-        fp["imported_from"] = {"host": r["host"], "kind": r["kind"], "file_sha256": sha}
+        fp["imported_from"] = {"host": r["host"], "kind": r["kind"], "file_sha256": sha,
+                               **({"split_from": entry} if entry else {})}
         r.update(host=as_host, kind="imported", fingerprint=canonical_json(fp))
     tables.append("fixtures", parts["fixtures"], root=root)
     tables.append("models", parts["models"], root=root)
@@ -304,9 +321,11 @@ def _source(path, source_host: str | None):
 
 def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """(requested results the file holds, requested results, why not all) for the runner's context."""
-    _, _, _, out = _source(host.options["file"], host.options.get("host"))
-    keys = set(out.column("run_key").to_pylist())
-    fps = sorted(set(out.column("fingerprint_id").to_pylist()))
+    outs = [_source(f, host.options.get("host"))[3] for f in files_of(host.options)]
+    keys = {k for out in outs for k in out.column("run_key").to_pylist()}
+    fps = sorted({f for out in outs for f in out.column("fingerprint_id").to_pylist()})
+    skeys = {k for out in outs for k in out.column("session_key").to_pylist()}
+    vids = {v for out in outs for v in out.column("variant_id").to_pylist()}
     want = have = 0
     for vi in ctx.variants:
         for fx in ctx.fixtures_for[vi.variant_id]:
@@ -314,20 +333,25 @@ def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
             if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey) in keys for f in fps):
                 have += 1
     why = ""
-    if ctx.skey not in set(out.column("session_key").to_pylist()):
+    if ctx.skey not in skeys:
         why = " (the export was made under other session options)"
-    elif not {vi.variant_id for vi in ctx.variants} & set(out.column("variant_id").to_pylist()):
+    elif not {vi.variant_id for vi in ctx.variants} & vids:
         why = " (it holds none of the requested variants)"
     return have, want, why
 
 
 def check_coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """coverage(), but an imported host holding none of the requested results is an error: it
-    would otherwise sit in an equivalence class without a single measurement."""
+    would otherwise sit in an equivalence class without a single measurement. Shards of other fixtures than the
+    run's are an error too (shards.check_fixture_set)."""
+    try:
+        check_fixture_set(files_of(host.options), read_export, [fx.fixture_id for fx in ctx.fixtures])
+    except UserError as exc:
+        raise UserError(f"host {host.name}: {marked(exc)}") from None
     have, want, why = coverage(host, ctx)
     if want and not have:
-        raise UserError(f"host {host.name}: {host.options['file']}: its results cover none of the {want} requested "
-                        f"runs{why}; export the same variants and fixtures on the other machine")
+        raise UserError(f"host {host.name}: {', '.join(files_of(host.options))}: its results cover none of the {want} "
+                        f"requested runs{why}; export the same variants and fixtures on the other machine")
     return have, want, why
 
 
@@ -352,17 +376,32 @@ class ImportedHost:
     caches_fingerprint = False
 
     def ready(self) -> tuple[bool, str]:
-        f = Path(self.options["file"])
-        if not f.exists():
-            return False, f"{f}: results file not found (write it with `quantbench run --export` on the other machine)"
+        ok, msg = self._ready()
+        if not ok and self.options.get("split_from"):
+            msg = (f"{self.options['split_from']} ran on several CPU models, one host each; this one, "
+                   f"{self.options['cpu']}: {msg}")
+        return ok, msg
+
+    def _ready(self) -> tuple[bool, str]:
+        files, said = files_of(self.options), []
+        for f in map(Path, files):
+            if not f.exists():
+                return False, f"{f}: results file not found (write it with `quantbench run --export` on the other machine)"
+            try:
+                manifest, _ = read_export(f)
+            except UserError as exc:
+                return False, str(exc)
+            shard = manifest.get("shard")
+            part = f" (shard {shard.get('k')}/{shard.get('n')})" if isinstance(shard, dict) else ""
+            said.append(f"{f.name}{part}: host(s) {', '.join(manifest.get('hosts', []))}, {tables_rows(manifest)} output rows")
         try:
-            manifest, _ = read_export(f)
+            check_files(files, read_export)
         except UserError as exc:
-            return False, str(exc)
-        return True, f"imported {f.name}: host(s) {', '.join(manifest.get('hosts', []))}, {tables_rows(manifest)} output rows"
+            return False, marked(exc)
+        return True, "imported " + "; ".join(said)
 
     def describe(self) -> str:
-        return f"imported ({self.options['file']})"
+        return f"imported ({', '.join(files_of(self.options))})"
 
     def latency_refusal(self) -> str | None:
         return "imported results carry no timings; measure on a local or ssh host"
@@ -370,12 +409,54 @@ class ImportedHost:
 
 def merge_imported(host: ImportedHost, ctx, summary) -> str:
     """Runner hook: merge the file, count how much of the requested run it covers."""
+    files = files_of(host.options)
+    check_files(files, read_export)
     have, want, why = check_coverage(host, ctx)
-    res = import_results(host.options["file"], host.name, host.options.get("host"), ctx.root)
-    fid = res["fingerprint_ids"][0] if res["fingerprint_ids"] else ""
+    fids: list = []
+    for f in files:
+        res = import_results(f, host.name, host.options.get("host"), ctx.root, host.options.get("split_from"))
+        fids += [x for x in res["fingerprint_ids"] if x not in fids]
+    fid = fids[0] if fids else ""
     summary.fingerprint_id = fid
     summary.imported = have
     summary.planned = want
     if have < want:
         summary.notes.append(f"host {host.name}: the imported file covers {have} of {want} requested results{why}")
     return fid
+
+
+def _fingerprint_groups(host: ImportedHost) -> list[tuple[str, list]]:
+    """[(CPU summary, files)] of an imported host's files grouped by the fingerprint(s) of their source host,
+    sorted; [] when a file cannot be read (ready() says why)."""
+    groups: dict = {}
+    try:
+        for f in files_of(host.options):
+            _, parts, source, out = _source(f, host.options.get("host"))
+            fps = tuple(sorted(set(out.column("fingerprint_id").to_pylist())))
+            cpus = parts["hosts"].filter(pc.field("host") == source).column("cpu").to_pylist()
+            groups.setdefault(fps, (" / ".join(sorted(set(cpus))), []))[1].append(f)
+    except UserError:
+        return []
+    return sorted(((cpu, files) for fps, (cpu, files) in groups.items()), key=lambda g: (g[0], g[1]))
+
+
+def split_by_fingerprint(specs: list, hosts: list) -> tuple[list, list, list]:
+    """(specs, hosts, notes): an imported host whose files ran on more than one CPU model (fingerprint; a runner
+    label can be Intel one time and AMD the next) becomes one host per fingerprint, NAME.1, NAME.2, ... (by CPU),
+    each with its files: one host is one fingerprint, and each such host is checked (its shards) on its own."""
+    out_specs, out_hosts, notes = [], [], []
+    for spec, host in zip(specs, hosts):
+        groups = _fingerprint_groups(host) if isinstance(host, ImportedHost) else []
+        if len(groups) < 2:
+            out_specs.append(spec)
+            out_hosts.append(host)
+            continue
+        said = []
+        for i, (cpu, files) in enumerate(groups, 1):
+            opts = dict(spec.options, file=files, split_from=spec.name, cpu=cpu)
+            out_specs.append(dataclasses.replace(spec, name=f"{spec.name}.{i}", options=opts))
+            out_hosts.append(ImportedHost(f"{spec.name}.{i}", opts))
+            said.append(f"{spec.name}.{i} = {cpu} ({', '.join(Path(f).name for f in files)})")
+        notes.append(f"host {spec.name}: its files ran on {len(groups)} CPU models, so it is {len(groups)} hosts: "
+                     + "; ".join(said))
+    return out_specs, out_hosts, notes

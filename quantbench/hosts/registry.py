@@ -164,7 +164,10 @@ def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
         raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
                         f"known: {', '.join(required + optional) or 'none'}")
     for key, value in opts.items():
-        if key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
+        if kind == "imported" and key == "file" and isinstance(value, list):  # the shards of one run
+            if not value or not all(isinstance(v, str) and v for v in value):
+                raise UserError(f"{where}: host {name!r}: file must be a path or a list of paths (got {value!r:.40})")
+        elif key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
             raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
     missing = [k for k in required if not opts.get(k)]
     if missing:
@@ -185,8 +188,9 @@ def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> 
         if opts["preset"] not in presets:
             raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
     if kind == "imported":
-        f = Path(opts["file"]).expanduser()
-        opts["file"] = str(f if f.is_absolute() else base / f)
+        files = [Path(f).expanduser() for f in (opts["file"] if isinstance(opts["file"], list) else [opts["file"]])]
+        files = [str(f if f.is_absolute() else base / f) for f in files]
+        opts["file"] = files if isinstance(opts["file"], list) else files[0]
     return opts
 
 

@@ -29,9 +29,9 @@ from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
 from quantbench.fsutil import canonical_json, owner_tag
-from quantbench.hosts import fpcache
+from quantbench.hosts import fpcache, shards
 from quantbench.hosts import worker as W
-from quantbench.hosts.imported import check_coverage, merge_imported
+from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
 from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, normalize_session, run_key, session_key
 from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
@@ -104,6 +104,8 @@ class RunPlan:
     limit: int | None = None
     labels: str | None = None   # the labels the fixtures were made from (None: the bundled corpus)
     images: str | None = None
+    shard: dict | None = None   # the shard this run is (shards.select): K, N, fixture set, its fixture ids
+    notes: list = field(default_factory=list)  # e.g. an imported host split by fingerprint
 
     @property
     def names(self) -> list[str]:
@@ -112,16 +114,18 @@ class RunPlan:
 
 def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split: str | None = "eval",
              limit: int | None = None, sidecar: dict | None = None, session: dict | None = None, hosts_file=None,
-             command: str | None = None, check_hosts: bool = True, check_variant=None) -> RunPlan:
+             command: str | None = None, check_hosts: bool = True, check_variant=None, shard=None) -> RunPlan:
     """Everything a run needs, each model file parsed once: the hosts (made once; each ready, unless
     `check_hosts` is False), each variant's info, the fixtures (given, or made from `labels`/`images`/`split`/
     `limit`: without labels, the ones the variants were calibrated with) and which fit which variant, the run
     id (`command` names the run; None: no id). `check_variant(variant, output_names)` runs on every variant
-    before its fixtures are made (e.g. a decoder check). Nothing is written."""
+    before its fixtures are made (e.g. a decoder check); `shard` ('K/N' or shards.Shard): only that shard of the
+    fixtures (hosts/shards.py). Nothing is written."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ParameterError("limit", "must be at least 1", limit)
+    shard = shards.parse_shard(shard)
     specs = _host_specs(hosts, hosts_file)
-    made = [make_host(spec) for spec in specs]
+    specs, made, notes = split_by_fingerprint(specs, [make_host(spec) for spec in specs])
     if check_hosts:
         for host in made:
             _ready(host)
@@ -139,8 +143,9 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
         if not fixtures:
             raise UserError(no_fixtures_message(labels, split))
     asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
+    fixtures, shard_record = shards.select(fixtures, shard)
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
-    plan.labels, plan.images = labels, images
+    plan.labels, plan.images, plan.shard, plan.notes = labels, images, shard_record, notes
     if command is not None:
         plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
                                        variants=sorted(str(v.path) for v in variants),
