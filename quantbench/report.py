@@ -23,6 +23,7 @@ from pathlib import Path
 
 from quantbench import gallery as GL
 from quantbench.ahead import MAX_JOBS, Ahead
+from quantbench.analysis import classes as C
 from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.decode import kind_of
@@ -697,7 +698,17 @@ def classes_lines(result) -> list[str]:
     return md_section("Equivalence classes",
                       "Hosts grouped by identical output hashes over every fixture; the separating features are the "
                       "smallest set of fingerprint features whose values tell the classes apart.",
-                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
+                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"],
+                      rows) + [f"- {line}" for line in runtime_lines(result)] + ([""] if runtime_lines(result) else [])
+
+
+def runtime_lines(result) -> list[str]:
+    """Hosts whose runtime does not start on their CPU, and per variant the hosts that differ in their
+    onnxruntime version only (quantbench.analysis.classes.version_findings)."""
+    out = [f"{h}: {why}" for h, why in sorted(getattr(result, "not_started", {}).items())]
+    for v in result.variants:
+        out += [f"{v['variant']}: {C.version_text(f)}" for f in v.get("versions", [])]
+    return out
 
 
 def distance_lines(result) -> list[str]:
@@ -877,7 +888,7 @@ def _summary_classes(result) -> list[str]:
             for k in sep))
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
-    out += text_table(rows[0], rows[1:]).splitlines()
+    out += text_table(rows[0], rows[1:]).splitlines() + runtime_lines(result)
     dists = [(v, d) for v in result.variants for d in v["distances"]]
     if dists:
         out.append("")

@@ -79,6 +79,8 @@ class EquivResult:
     # tables' ledger finds the parts holding this result's rows by it
     cache_key: str = ""
     reused: bool = False        # taken from the analysis cache, not computed
+    #: host -> why its runtime does not start on its CPU (left out of the classes: it has no outputs)
+    not_started: dict = field(default_factory=dict)
 
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""
@@ -106,7 +108,7 @@ class EquivResult:
 
     def summary(self) -> dict:
         return {"equiv_id": self.equiv_id, "settings": self.settings, "hosts": self.hosts,
-                "variants": self.variants, "comparisons": self.comparisons}
+                "variants": self.variants, "comparisons": self.comparisons, "not_started": self.not_started}
 
 
 def _run_hint(host: str, variant: VariantRef, hint: str) -> str:
@@ -534,6 +536,7 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
              "classes": [c.as_dict() for c in eq],
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
              "separating_features": sep, "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
+             "versions": C.version_findings({h: ctx.features[h] for h in hosts}, class_of),
              "feature_values": {h: {k: ctx.features[h].get(k, False if k.startswith("isa:") else None)
                                     for k in (sep or [])} for h in hosts}}
     return eq, vinfo

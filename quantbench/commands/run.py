@@ -32,8 +32,6 @@ def add_arguments(p) -> None:
                    help="comma-separated execution providers to request, in priority order")
     p.add_argument("--allow-fallback", action="store_true",
                    help="accept a session that did not resolve every requested provider (default: error)")
-    p.add_argument("--allow-version-mismatch", action="store_true",
-                   help="run emulated hosts whose onnxruntime differs from the local one (a confound)")
     add_jobs_argument(p)
     p.add_argument("--export", metavar="FILE",
                    help="also write the named hosts' results to FILE, for `kind = \"imported\"` on another machine")
@@ -69,8 +67,7 @@ def run(args) -> int:
     failure, render = None, getattr(args, "_render", render_params)
     with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
         try:
-            summary = run_plan(plan, allow_fallback=args.allow_fallback,
-                               allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
+            summary = run_plan(plan, allow_fallback=args.allow_fallback, progress=not args.no_progress,
                                tables_root=root, jobs=jobs)
         except RunFailed as exc:
             failure, summary = exc, exc.summary

@@ -32,8 +32,10 @@ from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
-from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, normalize_session, run_key, session_key
-from quantbench.hosts.process import WorkerDied
+from quantbench.hosts.keys import (fixture_entry, hosts_row, local_ort_version, normalize_session, not_started_row,
+                                   run_key, session_key)
+from quantbench.hosts.process import DoesNotStart, WorkerDied
+from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256
@@ -246,6 +248,8 @@ class HostSummary:
     fingerprint_cached: bool = False
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    #: why the host's runtime cannot start on its CPU (a result, recorded in the hosts table; "": it started)
+    does_not_start: str = ""
 
 
 @dataclass
@@ -656,6 +660,11 @@ class _HostRun:
         t0 = time.monotonic()
         try:
             self._run()
+        except DoesNotStart as exc:  # a result for this host, not a failure
+            self.summary.does_not_start = exc.reason
+            self.summary.notes.append(str(exc))
+            tables.append("hosts", [not_started_row(self.spec.name, self.spec.kind, exc.reason, self.host.describe())],
+                          root=self.ctx.root, ledger=True)
         except Exception as exc:  # keep the other hosts going; report this one
             self._error(_failure(self.spec.name, exc))
         finally:
@@ -692,7 +701,7 @@ class _HostRun:
         self.fingerprint_id = fid
         self.summary.fingerprint_id = fid
         ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
-        note = self.host.version_policy(ort_v, ctx.local_ort, ctx.allow_version_mismatch)
+        note = self.host.version_policy(ort_v, ctx.local_ort)
         if note and note not in self.summary.notes:
             self.summary.notes.append(note)
         tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root, ledger=True)
@@ -942,7 +951,7 @@ def _kept(exc: UserError) -> str:
 
 
 class _Context:
-    def __init__(self, plan: RunPlan, session, root, allow_fallback, allow_version_mismatch, progress):
+    def __init__(self, plan: RunPlan, session, root, allow_fallback, progress):
         self.variants = plan.variants
         self.fixtures = plan.fixtures
         self.fixtures_by_id = {fx.fixture_id: fx for fx in plan.fixtures}
@@ -951,7 +960,6 @@ class _Context:
         self.skey = session_key(session)
         self.root = Path(root)
         self.allow_fallback = allow_fallback
-        self.allow_version_mismatch = allow_version_mismatch
         self.progress = progress
         self.local_ort = local_ort_version()
         self._bytes: dict[str, bytes] = {}
@@ -1006,7 +1014,7 @@ class _Context:
 
 
 def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, allow_fallback=False,
-              allow_version_mismatch=False, progress=True, tables_root=TABLES_DIR, jobs=None,
+              progress=True, tables_root=TABLES_DIR, jobs=None,
               preprocess: dict | None = None, raise_on_error: bool = True) -> RunSummary:
     """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
 
@@ -1017,12 +1025,11 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     """
     worker_slots(jobs)  # a bad jobs fails before anything else
     plan = plan_run(host_names, variants, fixtures=fixtures, session=session, hosts_file=hosts_file)
-    return run_plan(plan, allow_fallback=allow_fallback, allow_version_mismatch=allow_version_mismatch,
-                    progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
+    return run_plan(plan, allow_fallback=allow_fallback, progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
                     raise_on_error=raise_on_error)
 
 
-def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, progress=True,
+def run_plan(plan: RunPlan, allow_fallback=False, progress=True,
              tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
              raise_on_error: bool = True) -> RunSummary:
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
@@ -1030,8 +1037,7 @@ def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, 
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
     errors are in the summary)."""
     slots = worker_slots(jobs)
-    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, allow_version_mismatch,
-                   progress)
+    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)
             check_coverage(host, ctx)
@@ -1058,6 +1064,8 @@ def _host_specs(host_names, hosts_file) -> list[HostSpec]:
 
 def _ready(host) -> None:
     ok, msg = host.ready()
+    if not ok and first_use_setup(host):  # a runtime of its own, set up at its first use
+        ok, msg = host.ready()
     if not ok:
         raise UserError(f"host {host.name}: {msg}")
     host.ready_checked = True  # its workers start from this object without asking again

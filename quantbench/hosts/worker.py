@@ -411,7 +411,13 @@ def make_session(model, session: dict):
         "graph_optimization_level": str(so.graph_optimization_level),
         "config_entries": {k: so.get_session_config_entry(k) for k in session["config_entries"]},
     }
-    sess = ort.InferenceSession(model, sess_options=so, providers=list(session["providers"]))
+    # a host's own providers (its preset: quantbench.hosts.runtimes.providers_env), else the session's
+    providers = [p for p in os.environ.get("QUANTBENCH_PROVIDERS", "").split(",") if p] or list(session["providers"])
+    unknown = [p for p in providers if p not in ort.get_all_providers()]
+    if unknown:
+        raise ValueError("unknown execution provider %s; this onnxruntime %s has %s" % (
+            ", ".join(unknown), ort.__version__, ", ".join(ort.get_available_providers())))
+    sess = ort.InferenceSession(model, sess_options=so, providers=providers)
     return sess, list(sess.get_providers()), readback
 
 
