@@ -435,6 +435,11 @@ class EmulatedHost(ProcessHost):
         than the one set up for it (a stale setup) is an error."""
         return runtimes.version_check(self.name, self.runtime, remote)
 
+    def can_fork(self) -> bool:
+        """Not with a Debian runtime: its worker holds a second thread once onnxruntime is loaded, and a child
+        forked from it hung in a futex wait (measured on x86-dnnl): each worker starts anew instead."""
+        return not self.runtime.debian and super().can_fork()
+
     def start_failure(self, exc) -> str | None:
         """A runtime that cannot start on this CPU (an illegal instruction at import) is this host's result."""
         return runtimes.start_failure(self.runtime, cpu_name(self.preset), exc)

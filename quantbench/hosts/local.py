@@ -75,6 +75,11 @@ class LocalHost(ProcessHost):
             return super().version_policy(remote, local)
         return runtimes.version_check(self.name, self.runtime, remote)
 
+    def can_fork(self) -> bool:
+        """Not with a Debian runtime: its worker holds a second thread once onnxruntime is loaded, and a child
+        forked from it hung in a futex wait (measured on x86-dnnl): each worker starts anew instead."""
+        return not self.runtime.debian and super().can_fork()
+
     def start_failure(self, exc) -> str | None:
         return runtimes.start_failure(self.runtime, platform.processor() or platform.machine(), exc)
 

@@ -438,6 +438,8 @@ def _dist_version(site: Path, name: str) -> str:
     return ""
 
 
+#: site keys pip had a wheel for (this process asked already)
+_HAVE_WHEEL: set = set()
 AARCH64_PLATFORMS = ("--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64")
 
 
@@ -445,6 +447,8 @@ def check_wheel(version: str, arch: str, python: str, platform_args=()) -> None:
     """A one-line error when pip has no onnxruntime `version` wheel for `arch` and CPython `python`, naming the
     versions that have one (pip's own list); a version found missing is remembered (wheels/missing.json)."""
     key = R.site_key(version, arch, python)
+    if key in _HAVE_WHEEL:
+        return
     missing = E.read_json(R.missing_wheels_path()) or {}
     if key in missing:
         raise SetupError(missing[key])
@@ -457,6 +461,7 @@ def check_wheel(version: str, arch: str, python: str, platform_args=()) -> None:
         except subprocess.TimeoutExpired:
             raise SetupError(f"pip download onnxruntime=={version}: no answer within 600 s") from None
     if proc.returncode == 0:
+        _HAVE_WHEEL.add(key)
         return
     found = re.search(r"\(from versions: ([^)]*)\)", proc.stderr)
     if found is None or found.group(1).strip() == "none":  # offline, or no index: not a fact about the version
@@ -852,6 +857,10 @@ def setup_emulated(pairs: list, progress: bool = True) -> list[str]:
     if not presets:
         return []
     actions: list[str] = []
+    for p, rt in presets:  # a version without a wheel fails before anything is fetched
+        if rt.version:
+            check_wheel(rt.version, p.arch, E.GUEST_PYTHON_VERSION if p.arch == "aarch64" else
+                        R.local_python_version(), AARCH64_PLATFORMS if p.arch == "aarch64" else ())
     with _lock(E.home() / ".setup.lock"):
         qemu = ensure_qemu(max(p.min_qemu for p, _ in presets), progress, actions)
         _ensure_runtimes(presets, progress, actions)
