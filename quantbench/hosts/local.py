@@ -64,8 +64,11 @@ class LocalHost(ProcessHost):
         return not self.options.get("python")
 
     def fingerprint_cache_parts(self, env: dict) -> dict:
-        """The runtime's stamp (a site folder or Debian root set up again changes the key)."""
+        """The runtime's stamp (a site folder or Debian root set up again changes the key); nothing for this
+        interpreter's own onnxruntime (the common parts cover it)."""
         rt = self.runtime
+        if not (rt.debian or rt.version):
+            return {}
         folder = runtimes.debian_root(rt.suite, platform.machine()) if rt.debian else self._site()
         return {"runtime": rt.tag, "stamp": runtimes.read_stamp(folder) if folder is not None else None}
 
