@@ -56,7 +56,7 @@ def do_list(args) -> int:
         if spec.kind == "emulated" and spec.options.get("preset", name) != name:
             detail = f"preset {spec.options['preset']}; {msg}"
         if spec.kind == "local" and ok:
-            detail = "this machine"
+            detail = "this machine" + (f"; {msg}" if msg != "ready" else "")
         rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", detail))
 
     print(text_table(rows[0], rows[1:]))

@@ -400,7 +400,9 @@ class EmulatedHost(ProcessHost):
     def ready(self):
         if self.preset not in PRESETS:
             return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}"
-        return ready(self.preset, self.runtime, self.name)
+        ok, msg = ready(self.preset, self.runtime, self.name)
+        rt = self.runtime
+        return ok, msg + (f"; {rt.describe()}" if ok and (rt.debian or rt.version) else "")
 
     def command(self):
         argv, env = python_command(self.preset, tuple(self.options.get("qemu_args", ())), self.runtime)
