@@ -47,7 +47,7 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
     flag marks shown by `render`, the CLI's flags)."""
     hosts = [{"host": h.name, "kind": h.kind, "fingerprint_id": h.fingerprint_id, "ran": h.ran, "cached": h.cached,
               "imported": h.imported, "workers": h.workers, "seconds": round(h.seconds, 3), "errors": [render(e) for e in h.errors],
-              "notes": h.notes} for h in summary.hosts]
+              "notes": h.notes, "does_not_start": h.does_not_start or None} for h in summary.hosts]
     return {"hosts": hosts, "variants": [{"name": v.name, "variant_id": v.variant_id, "path": str(v.path)}
                                          for v in summary.variants],
             "fixtures": len(summary.fixture_ids), "session_key": summary.session_key, "tables": str(root),
@@ -56,7 +56,7 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
 
 def run(args) -> int:
     variants = variants_from_args(args, to_stderr=getattr(args, "json", False))  # the demo says so first
-    announce_hosts_file(args.hosts_file)
+    announce_hosts_file(args.hosts_file, to_stderr=getattr(args, "json", False))  # stdout is the JSON
     jobs = announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))  # capped at the cores
     session = session_from_args(args)
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]

@@ -165,8 +165,13 @@ def test_debian_onnxruntime_does_not_start_on_a_cortex_a72(workdir, capsys):
     assert s.hosts[1].ran == 1 and f"host pi4-debian: {A72_SIGILL}" in s.hosts[0].notes
     assert _hosts_rows(root)["pi4-debian"]["does_not_start"] == A72_SIGILL
     assert _hosts_rows(root)["x86"]["does_not_start"] is None
-    assert main(["equiv", "--hosts", "x86,pi4-debian", "--variants", str(image_model(workdir / "i.onnx")), "--fixtures",
-                 str(make_corpus(workdir / "corpus")), "--no-progress", "--results", str(workdir / "r"),
+    corpus = make_corpus(workdir / "corpus")
+    assert main(["run", "--hosts", "pi4-debian,x86", "--variants", str(image_model(workdir / "i.onnx")),
+                 "--fixtures", str(corpus), "--no-progress", "--tables", str(workdir / "c"), "--json"]) == 0
+    by_host = {h["host"]: h for h in json.loads(capsys.readouterr().out)["hosts"]}
+    assert (by_host["pi4-debian"]["does_not_start"], by_host["x86"]["does_not_start"]) == (A72_SIGILL, None)
+    assert main(["equiv", "--hosts", "x86,pi4-debian", "--variants", str(workdir / "i.onnx"), "--fixtures",
+                 str(corpus), "--no-progress", "--results", str(workdir / "r"),
                  "--decode", "none"]) == 0
     out = capsys.readouterr().out
     assert f"pi4-debian: {A72_SIGILL}" in out
