@@ -706,6 +706,8 @@ def runtime_lines(result) -> list[str]:
     """Hosts whose runtime does not start on their CPU, and per variant the hosts that differ in their
     onnxruntime version only (quantbench.analysis.classes.version_findings)."""
     out = [f"{h}: {why}" for h, why in sorted(getattr(result, "not_started", {}).items())]
+    out += [f"{h} cannot run {name}: {why}" for h, by in sorted(getattr(result, "cannot_run", {}).items())
+            for name, why in by.items()]
     for v in result.variants:
         out += [f"{v['variant']}: {C.version_text(f)}" for f in v.get("versions", [])]
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import threading
 import time
@@ -250,6 +251,8 @@ class HostSummary:
     notes: list = field(default_factory=list)
     #: why the host's runtime cannot start on its CPU (a result, recorded in the hosts table; "": it started)
     does_not_start: str = ""
+    #: variant_id -> why this host's runtime cannot run that variant (no kernel for an op, a provider failing on it)
+    cannot_run: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -590,6 +593,12 @@ class _TaskLoop:
                 summary.infer_each.append(h.get("seconds", 0.0))
             if run.bar is not None:
                 run.bar.update(1)
+        elif t == "error" and h.get("stage") == "unsupported":  # a result for this host and variant
+            why = _reason(h["message"])
+            with run.lock:
+                if vi.variant_id not in summary.cannot_run:
+                    summary.cannot_run[vi.variant_id] = why
+                    summary.notes.append(f"host {run.spec.name} cannot run variant {vi.name}: {why}")
         elif t == "error":
             fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
             where = f", fixture {fixture_label(fx)}" if fx else ""
@@ -935,6 +944,12 @@ class _ImportedRun:
 
     def kill(self) -> None:
         """Nothing to stop: a merge is one table append per table."""
+
+
+def _reason(message: str, limit: int = 240) -> str:
+    """onnxruntime's error in one short line: its status and message, without the wrappers before them."""
+    text = " ".join(re.sub(r"^.*?\[ONNXRuntimeError\] : \d+ : ", "", message, count=1).split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
 
 
 def _failure(host: str, exc: Exception) -> str:

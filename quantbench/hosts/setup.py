@@ -463,8 +463,8 @@ def check_wheel(version: str, arch: str, python: str, platform_args=()) -> None:
     if proc.returncode == 0:
         _HAVE_WHEEL.add(key)
         return
-    found = re.search(r"\(from versions: ([^)]*)\)", proc.stderr)
-    if found is None or found.group(1).strip() == "none":  # offline, or no index: not a fact about the version
+    found = re.search(r"\(from versions: (?!none\))([^)]*)\)", proc.stderr)  # pip's list of what it found
+    if found is None:  # offline, or no index ("from versions: none"): not a fact about the version
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise SetupError(f"pip download onnxruntime=={version} ({arch}, CPython {python}) failed: {tail}")
     msg = (f"onnxruntime {version}: no wheel for {arch} CPython {python}; versions with one: "

@@ -176,3 +176,34 @@ def test_debian_onnxruntime_does_not_start_on_a_cortex_a72(workdir, capsys):
     out = capsys.readouterr().out
     assert f"pi4-debian: {A72_SIGILL}" in out
     assert f"- pi4-debian: {A72_SIGILL}" in (workdir / "r" / "report.md").read_text()
+
+
+def test_a_variant_the_runtime_cannot_run_is_that_hosts_result(workdir, capsys):
+    """Debian's 1.21 has no ConvInteger kernel for int8 weights (uint8 ones run): a dynamic-quantized convolution with
+    int8 weights does not run on x86-dnnl. The run
+    goes on (a note), and equiv leaves the host out of that variant's classes and names why."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    _need("x86-dnnl")
+    w = numpy_helper.from_array(np.random.RandomState(0).randn(4, 3, 3, 3).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["images", "w"], ["c"], pads=[1, 1, 1, 1]),
+                           helper.make_node("ReduceMean", ["c"], ["logits"], axes=[2, 3], keepdims=0)], "conv",
+                          [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 4])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    fp32 = workdir / "fp32.onnx"
+    fp32.write_bytes(model.SerializeToString())
+    quantize_dynamic(str(fp32), str(workdir / "dynamic.onnx"), weight_type=QuantType.QInt8,
+                     op_types_to_quantize=["Conv"])
+    assert main(["equiv", "--hosts", "x86,x86-dnnl", "--variants", str(fp32), str(workdir / "dynamic.onnx"),
+                 "--fixtures", str(make_corpus(workdir / "corpus")), "--no-progress", "--results", str(workdir / "r"),
+                 "--decode", "none", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    classes = {v["variant"]: [c["hosts"] for c in v["classes"]] for v in out["variants"]}
+    assert classes["dynamic"] == [["x86"]] and sorted(h for c in classes["fp32"] for h in c) == ["x86", "x86-dnnl"]
+    why = out["cannot_run"]["x86-dnnl"]["dynamic"]
+    assert why.startswith("NOT_IMPLEMENTED : Could not find an implementation for ConvInteger")
+    assert f"- x86-dnnl cannot run dynamic: {why}" in (workdir / "r" / "report.md").read_text()
