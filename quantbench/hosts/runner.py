@@ -946,7 +946,7 @@ class _ImportedRun:
         """Nothing to stop: a merge is one table append per table."""
 
 
-def _reason(message: str, limit: int = 240) -> str:
+def _reason(message: str, limit: int = 360) -> str:
     """onnxruntime's error in one short line: its status and message, without the wrappers before them."""
     text = " ".join(re.sub(r"^.*?\[ONNXRuntimeError\] : \d+ : ", "", message, count=1).split())
     return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
