@@ -23,6 +23,7 @@ from pathlib import Path
 
 from quantbench import gallery as GL
 from quantbench.ahead import MAX_JOBS, Ahead
+from quantbench.analysis import classes as C
 from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.decode import kind_of
@@ -706,7 +707,19 @@ def classes_lines(result) -> list[str]:
                       "the rest of the smallest set of fingerprint features whose values tell the classes apart, "
                       "how many other features differ, and the flags the kernels used where qemu kernel evidence "
                       "(`localize --evidence`) was taken.",
-                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"], rows)
+                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"],
+                      rows) + [f"- {line}" for line in runtime_lines(result)] + ([""] if runtime_lines(result) else [])
+
+
+def runtime_lines(result) -> list[str]:
+    """Hosts whose runtime does not start on their CPU, and per variant the hosts that differ in their
+    onnxruntime version only (quantbench.analysis.classes.version_findings)."""
+    out = [f"{h}: {why}" for h, why in sorted(getattr(result, "not_started", {}).items())]
+    out += [f"{h} cannot run {name}: {why}" for h, by in sorted(getattr(result, "cannot_run", {}).items())
+            for name, why in by.items()]
+    for v in result.variants:
+        out += [f"{v['variant']}: {C.version_text(f)}" for f in v.get("versions", [])]
+    return out
 
 
 def distance_lines(result) -> list[str]:
@@ -883,7 +896,7 @@ def _summary_classes(result) -> list[str]:
         sep_s = separation_text(v, "(not by fingerprint)", values=True)
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
-    out += text_table(rows[0], rows[1:]).splitlines()
+    out += text_table(rows[0], rows[1:]).splitlines() + runtime_lines(result)
     dists = [(v, d) for v in result.variants for d in v["distances"]]
     if dists:
         out.append("")

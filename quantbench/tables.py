@@ -111,6 +111,8 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("python_version", _S, "fingerprint: Python version"),
         ("numpy_version", _S, "fingerprint: numpy version"),
         ("resolved_providers", _list(_S), "fingerprint: execution providers the probe session resolved"),
+        ("does_not_start", _S, "fingerprint: why the host's runtime cannot start on its CPU, e.g. 'onnxruntime "
+         "1.21.0 does not start on Cortex-A72: SIGILL at import' (null: it started)"),
     ],
     "outputs": [
         ("run_key", _S, "SHA-256 of (variant_id, fixture_id, fingerprint_id, session_key): the cache key"),
@@ -393,7 +395,8 @@ def _fingerprint_cols(row):
     prov = ident.get("resolved_providers")
     s = lambda k: ident.get(k) if isinstance(ident.get(k), str) else None  # noqa: E731
     return {"os": s("os"), "libc": s("libc"), "python_version": s("python"), "numpy_version": s("numpy"),
-            "resolved_providers": [p for p in prov if isinstance(p, str)] if isinstance(prov, list) else None}
+            "resolved_providers": [p for p in prov if isinstance(p, str)] if isinstance(prov, list) else None,
+            "does_not_start": s("does_not_start")}
 
 
 # table -> [(derived columns, source columns, function row -> {column: value})]
@@ -401,7 +404,8 @@ DERIVED = {
     "fixtures": [(("objects",), ("labels",), _objects), (("preprocess_id",), ("preprocess",), _preprocess_id)],
     "models": [(("method", "activation_type", "weight_type", "per_channel", "reduce_range", "percentile",
                  "entropy_bins", "calibration_set"), ("recipe",), _recipe_cols)],
-    "hosts": [(("os", "libc", "python_version", "numpy_version", "resolved_providers"), ("fingerprint",),
+    "hosts": [(("os", "libc", "python_version", "numpy_version", "resolved_providers", "does_not_start"),
+               ("fingerprint",),
                _fingerprint_cols)],
 }
 

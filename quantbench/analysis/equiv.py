@@ -80,6 +80,10 @@ class EquivResult:
     # tables' ledger finds the parts holding this result's rows by it
     cache_key: str = ""
     reused: bool = False        # taken from the analysis cache, not computed
+    #: host -> why its runtime does not start on its CPU (left out of the classes: it has no outputs)
+    not_started: dict = field(default_factory=dict)
+    #: host -> {variant: why its runtime cannot run it} (left out of that variant's classes)
+    cannot_run: dict = field(default_factory=dict)
 
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""
@@ -107,7 +111,8 @@ class EquivResult:
 
     def summary(self) -> dict:
         return {"equiv_id": self.equiv_id, "settings": self.settings, "hosts": self.hosts,
-                "variants": self.variants, "comparisons": self.comparisons}
+                "variants": self.variants, "comparisons": self.comparisons, "not_started": self.not_started,
+                "cannot_run": self.cannot_run}
 
 
 def _run_hint(host: str, variant: VariantRef, hint: str) -> str:
@@ -146,14 +151,15 @@ def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
     return sorted(r for r in out if r[2] in want[r[1]])
 
 
-def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_root) -> dict:
+def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot=None) -> dict:
     have: dict = defaultdict(lambda: defaultdict(set))
     for h, fp, sk, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"], cols["variant_id"],
                                cols["fixture_id"]):
         have[h][(fp, sk)].add((v, f))
-    need = {(v.variant_id, f) for v in variants for f in fixtures_for[v.variant_id]}
     chosen = {}
     for h in hosts:
+        need = {(v.variant_id, f) for v in variants if (h, v.variant_id) not in (cannot or {})
+                for f in fixtures_for[v.variant_id]}
         combos = have.get(h, {})
         full = sorted(k for k, got in combos.items() if need <= got)
         pick = None
@@ -225,7 +231,8 @@ def equiv_id_of(settings: dict, selections: dict) -> str:
 def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, reference: str | None = None,
             decode_kind: str | None = None, threshold: float | None = None, atol: float = G.DEFAULT_ATOL,
             rtol: float = G.DEFAULT_RTOL, budget: int = G.DEFAULT_BUDGET, prefer: dict | None = None,
-            run_hint: str = "", tables_root=None, duplicates: list | None = None, cache_dir=None) -> EquivResult:
+            run_hint: str = "", tables_root=None, duplicates: list | None = None, cache_dir=None,
+            cannot_run: dict | None = None) -> EquivResult:
     """The whole equivalence analysis; see the module docstring.
 
     `duplicates`: variants asked for whose model is semantically identical to an analysed
@@ -233,28 +240,32 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     `cache_dir`: where results are kept by the content key of everything the analysis reads
     (quantbench.analysis.resultcache); a result found there is reused, not recomputed
     (`EquivResult.reused`). None: always computed, nothing kept.
+    `cannot_run`: {(host, variant_id): why} the host's runtime cannot run that variant (the run's result); the host
+    is left out of that variant's classes and comparisons, and the result names it.
     """
     hosts, reference, by_model = _check_request(hosts, variants, reference, budget)
+    cannot = _check_cannot_run(cannot_run or {}, reference, variants)
     specs = {model: spec_from_sidecar(_base_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
              for model, vs in by_model.items()}
     cols = _hash_rows(hosts, variants, tables_root)
-    sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root)
+    sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot)
     settings = _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs)
     host_info, features = _host_identities(hosts, sel, tables_root)
     ctx = _Context(equiv_id=equiv_id_of(settings, sel), hosts=hosts, reference=reference, sel=sel,
                    settings=settings, features=features, source=_fixture_sources(tables_root),
-                   atol=atol, rtol=rtol, budget=budget,
+                   atol=atol, rtol=rtol, budget=budget, cannot=cannot,
                    used=_kernels_used(hosts, sel, host_info, [v.variant_id for v in variants], tables_root))
     key = RC.key_of({"settings": settings, "selections": sel, "atol": atol, "rtol": rtol, "budget": budget,
                      "hosts": host_info, "features": features, "kernels_used": ctx.used,
                      "sources": {f: ctx.source.get(f) for f in sorted({f for fs in fixtures_for.values() for f in fs})},
                      "variants": [dataclasses.asdict(v) for v in variants],
                      "specs": {m: sp.as_dict() for m, sp in specs.items()},
-                     "outputs": _selected_hashes(cols, sel, fixtures_for)})
+                     "outputs": _selected_hashes(cols, sel, fixtures_for),
+                     "cannot_run": sorted([h, v, why] for (h, v), why in cannot.items())})
     if cache_dir is not None:
         found = _from_payload(RC.load(cache_dir, key), ctx, by_model, fixtures_for)
         if found is not None:
-            found.cache_key = key
+            found.cache_key, found.cannot_run = key, _named_cannot(cannot, variants)
             return found
     out = _Rows()
     for model, vs in by_model.items():
@@ -267,10 +278,28 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                          hosts=host_info, variants=out.variants, comparisons=out.comparisons,
                          class_rows=out.class_rows, decision_rows=out.decision_rows, flip_rows=out.flip_rows,
                          decoded=out.decoded, sidecars={m: _base_of(vs).sidecar or {} for m, vs in by_model.items()},
-                         cache_key=key)
+                         cache_key=key, cannot_run=_named_cannot(cannot, variants))
     if cache_dir is not None:
         RC.save(cache_dir, key, _payload(result, out.boxed))
     return result
+
+
+def _check_cannot_run(cannot: dict, reference: str, variants: list) -> dict:
+    """The (host, variant_id) pairs a runtime cannot run; the reference host must run every variant."""
+    for v in variants:
+        if (reference, v.variant_id) in cannot:
+            raise UserError(f"reference host {reference} cannot run variant {v.name} "
+                            f"({cannot[(reference, v.variant_id)]}); name another with {flag('reference')}")
+    return dict(cannot)
+
+
+def _named_cannot(cannot: dict, variants: list) -> dict:
+    """{host: {variant name: why}} for the result and the report."""
+    names = {v.variant_id: v.name for v in variants}
+    out: dict = {}
+    for (h, vid), why in sorted(cannot.items()):
+        out.setdefault(h, {})[names.get(vid, vid)] = why
+    return out
 
 
 def _payload(result: EquivResult, boxed: dict) -> dict:
@@ -465,6 +494,7 @@ class _Context:
     rtol: float
     budget: int
     used: dict = field(default_factory=dict)   # variant_id -> host -> {ISA flag: [families]} (qemu evidence)
+    cannot: dict = field(default_factory=dict)   # (host, variant_id) -> why its runtime cannot run it
 
 
 @dataclass
@@ -524,13 +554,17 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
 
 
 def _analyze_variant(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, out: _Rows) -> None:
-    """Classes, distances, comparisons and decisions of one variant, appended to `out`."""
+    """Classes, distances, comparisons and decisions of one variant, appended to `out` (over the hosts whose
+    runtime can run it)."""
+    ctx = dataclasses.replace(ctx, hosts=[h for h in ctx.hosts if (h, v.variant_id) not in ctx.cannot])
     eq, vinfo = _classes_and_distances(ctx, run, v, vfx)
     out.variants.append(vinfo)
     out.class_rows += _class_rows(ctx, run.model, v, eq, vinfo)
     flip_of = {}  # (comparison, host, fixture, slot) -> kind, for the decisions table
     for h in ctx.hosts:
         for comp, rh, rvid in _comparison_pairs(ctx.reference, run.fp32, v, h):
+            if (rh, rvid) in ctx.cannot:   # its own fp32 does not run there: nothing to compare with
+                continue
             comparison, flips = _compare(ctx, run, v, vfx, comp, h, rh, rvid)
             out.comparisons.append(comparison)
             for f, fl in flips:
@@ -555,6 +589,7 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
              "separating_features": sep, "separation": separation,
              "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
+             "versions": C.version_findings({h: ctx.features[h] for h in hosts}, class_of),
              "feature_values": {h: {k: ctx.features[h].get(k, False if k.startswith("isa:") else None)
                                     for k in dict.fromkeys([*(sep or []), *separation["features"]])}
                                 for h in hosts}}

@@ -49,7 +49,7 @@ COMMANDS = list(COMMAND_HELP)
 # What a defaults table (config.py) may name, so it is checked without importing every command: each command's
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
-    "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "allow_version_mismatch", "archive", "as_host", "atol", "batch",
+    "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "archive", "as_host", "atol", "batch",
     "budget", "calibrate", "chunk_size", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
     "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",

@@ -6,11 +6,10 @@ import json
 
 from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
-from quantbench.hosts import emulated as em
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
-from quantbench.hosts.registry import known_hosts, make_host, parse_hosts
+from quantbench.hosts.registry import known_hosts, make_host, parse_hosts, resolve_hosts
 from quantbench.hosts.session import HostSession
-from quantbench.hosts.setup import setup_presets
+from quantbench.hosts.setup import setup_hosts
 from quantbench.textfmt import text_table
 
 HELP = "List hosts and whether each is ready, check one with a smoke job, or set up emulated hosts."
@@ -31,11 +30,14 @@ def add_arguments(p) -> None:
     c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
     c.add_argument("--allow-fallback", action="store_true", help="accept an unresolved provider")
     c.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
-    s = sub.add_parser("setup", help="prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels (idempotent)",
-                       description="Prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels of the "
-                                   "local onnxruntime version. Idempotent; prints what it did.")
-    s.add_argument("names", nargs="*", help="emulated host names (presets or hosts-file entries)")
-    s.add_argument("--all", action="store_true", help="every emulated preset")
+    s = sub.add_parser("setup", help="prepare hosts: qemu-user, an arm64 Python root, the runtime each carries "
+                                     "(idempotent)",
+                       description="Prepare emulated hosts and local hosts with another runtime: qemu-user, an arm64 "
+                                   "Python root, onnxruntime wheels of the host's version (NAME@VERSION; default: the "
+                                   "local one) or a Debian root (pi-xnnpack, pi-debian, x86-dnnl). Idempotent; prints "
+                                   "what it did and the time it took.")
+    s.add_argument("names", nargs="*", help="host names (presets, NAME@VERSION, or hosts-file entries)")
+    s.add_argument("--all", action="store_true", help="every preset")
 
 
 def _ready(spec) -> tuple[bool, str]:
@@ -54,7 +56,7 @@ def do_list(args) -> int:
         if spec.kind == "emulated" and spec.options.get("preset", name) != name:
             detail = f"preset {spec.options['preset']}; {msg}"
         if spec.kind == "local" and ok:
-            detail = "this machine"
+            detail = "this machine" + (f"; {msg}" if msg != "ready" else "")
         rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", detail))
 
     print(text_table(rows[0], rows[1:]))
@@ -109,26 +111,19 @@ def do_check(args) -> int:
 
 
 def do_setup(args) -> int:
+    import time
 
-    hosts = known_hosts(args.hosts_file)
     if args.all:
-        presets = list(em.PRESETS)
+        specs = [spec for spec in known_hosts(args.hosts_file).values() if spec.origin == "preset"]
+    elif not args.names:
+        raise UserError("hosts setup: name at least one emulated host, or pass --all")
     else:
-        if not args.names:
-            raise UserError("hosts setup: name at least one emulated host, or pass --all")
-        presets = []
-        for name in args.names:
-            spec = hosts.get(name)
-            if spec is None:
-                raise UserError(f"hosts setup: unknown host {name!r}; known hosts: {', '.join(sorted(hosts))}")
-            if spec.kind != "emulated":
-                raise UserError(f"hosts setup: host {name!r} is kind {spec.kind}; only emulated hosts need setup")
-            presets.append(spec.options.get("preset", name))
-    done = setup_presets(list(dict.fromkeys(presets)), progress=not args.no_progress)
+        specs = resolve_hosts(args.names, args.hosts_file, option="hosts setup")
+    t0 = time.monotonic()
+    done = setup_hosts(specs, progress=not args.no_progress)
     for action in done:
         print(action)
-    if not done:
-        print("nothing to do: already set up")
+    print(f"set up in {time.monotonic() - t0:.0f} s" if done else "nothing to do: already set up")
     return 0
 
 

@@ -33,8 +33,6 @@ def add_arguments(p) -> None:
                    help="comma-separated execution providers to request, in priority order")
     p.add_argument("--allow-fallback", action="store_true",
                    help="accept a session that did not resolve every requested provider (default: error)")
-    p.add_argument("--allow-version-mismatch", action="store_true",
-                   help="run emulated hosts whose onnxruntime differs from the local one (a confound)")
     add_jobs_argument(p)
     p.add_argument("--export", metavar="FILE",
                    help="also write the named hosts' results to FILE, for `kind = \"imported\"` on another machine")
@@ -54,7 +52,7 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
     flag marks shown by `render`, the CLI's flags)."""
     hosts = [{"host": h.name, "kind": h.kind, "fingerprint_id": h.fingerprint_id, "ran": h.ran, "cached": h.cached,
               "imported": h.imported, "workers": h.workers, "seconds": round(h.seconds, 3), "errors": [render(e) for e in h.errors],
-              "notes": h.notes} for h in summary.hosts]
+              "notes": h.notes, "does_not_start": h.does_not_start or None} for h in summary.hosts]
     return {"hosts": hosts, "variants": [{"name": v.name, "variant_id": v.variant_id, "path": str(v.path)}
                                          for v in summary.variants],
             "fixtures": len(summary.fixture_ids), "session_key": summary.session_key, "tables": str(root),
@@ -63,7 +61,7 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
 
 def run(args) -> int:
     variants = variants_from_args(args, to_stderr=getattr(args, "json", False))  # the demo says so first
-    announce_hosts_file(args.hosts_file)
+    announce_hosts_file(args.hosts_file, to_stderr=getattr(args, "json", False))  # stdout is the JSON
     jobs = announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))  # capped at the cores
     session = session_from_args(args)
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
@@ -78,8 +76,7 @@ def run(args) -> int:
     failure, render = None, getattr(args, "_render", render_params)
     with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
         try:
-            summary = run_plan(plan, allow_fallback=args.allow_fallback,
-                               allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
+            summary = run_plan(plan, allow_fallback=args.allow_fallback, progress=not args.no_progress,
                                tables_root=root, jobs=jobs)
         except RunFailed as exc:
             failure, summary = exc, exc.summary

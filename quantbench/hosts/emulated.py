@@ -23,6 +23,7 @@ instead of the host's (the ISA onnxruntime dispatches on comes from CPUID either
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -35,7 +36,8 @@ from pathlib import Path
 from typing import Sequence
 
 from quantbench.assets import quantbench_home
-from quantbench.errors import UserError, flag
+from quantbench.errors import UserError
+from quantbench.hosts import runtimes
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WORKER_PATH, ProcessHost
 
@@ -63,6 +65,10 @@ class Preset:
     absent_features: tuple[str, ...] = field(default=())
     #: extra environment for the guest process
     env: tuple[tuple[str, str], ...] = field(default=())
+    #: where its onnxruntime comes from (quantbench.hosts.runtimes): "pypi" or "debian:SUITE"
+    runtime: str = "pypi"
+    #: execution providers in order (empty: the run's)
+    providers: tuple[str, ...] = field(default=())
 
     @property
     def midr_text(self) -> str:
@@ -99,6 +105,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
          0x4, 0xd0c, 1, ("asimd", "asimddp"), ("sve", "i8mm")),
     _arm("graviton3", "neoverse-v1", "AWS Graviton3 (Neoverse-V1): SVE, int8 matrix multiply, bf16",
          0x1, 0xd40, 2, ("asimd", "asimddp", "sve", "i8mm", "bf16"), (), min_qemu=(8, 1, 0)),
+    dataclasses.replace(_arm("pi-xnnpack", "cortex-a76", "Raspberry Pi 5 (Cortex-A76), Debian trixie's onnxruntime "
+                             "1.21.0: XNNPACK, then the CPU provider", 0x4, 0xd0b, 1, ("asimd", "asimddp"),
+                             ("sve", "i8mm")),
+                        runtime="debian:trixie", providers=("XnnpackExecutionProvider", "CPUExecutionProvider")),
+    dataclasses.replace(_arm("pi-debian", "cortex-a76", "Raspberry Pi 5 (Cortex-A76), Debian trixie's onnxruntime "
+                             "1.21.0: the CPU provider", 0x4, 0xd0b, 1, ("asimd", "asimddp"), ("sve", "i8mm")),
+                        runtime="debian:trixie"),
     _x86("x86-avx2", "Haswell", "x86-64 with AVX2 + FMA3, no AVX-512 (Haswell)",
          ("avx2", "fma"), ("avx512f", "avx512_vnni")),
     _x86("x86-sse4", "Nehalem", "x86-64 with SSE4.2, no AVX (Nehalem)",
@@ -138,31 +151,52 @@ def root_stamp() -> Path:
 
 
 def site_key(ort_version: str) -> str:
-    return f"cp{GUEST_PYTHON_VERSION.replace('.', '')}-aarch64-onnxruntime-{ort_version}"
+    return runtimes.site_key(ort_version, "aarch64", GUEST_PYTHON_VERSION)
 
 
 def site_dir(ort_version: str | None = None) -> Path:
-    return home() / "wheels" / site_key(ort_version or local_ort_version())
+    return runtimes.site_dir(ort_version or local_ort_version(), "aarch64", GUEST_PYTHON_VERSION)
 
 
 def site_stamp(ort_version: str | None = None) -> Path:
     return _stamp(site_dir(ort_version))
 
 
-def prefix_dir(preset_name: str) -> Path:
-    return home() / "prefixes" / preset_name
+def runtime_of(preset_name: str, options: dict | None = None) -> runtimes.Runtime:
+    """The runtime a host of this preset carries (its options, else the preset's own)."""
+    return runtimes.runtime_of(options or {}, preset(preset_name).runtime, f"host {preset_name}")
 
 
-def prefix_stamp(preset_name: str) -> Path:
-    return _stamp(prefix_dir(preset_name))
+def _root_tag(rt: runtimes.Runtime) -> str:
+    return rt.tag if rt.debian else ROOT_SUITE
 
 
-def pycache_dir() -> Path:
+def prefix_dir(preset_name: str, rt: runtimes.Runtime | None = None) -> Path:
+    """prefixes/<preset> for the preset's own root; prefixes/<preset>+<runtime> for another root."""
+    own = _root_tag(runtime_of(preset_name))
+    tag = own if rt is None else _root_tag(rt)
+    return home() / "prefixes" / (preset_name if tag == own else f"{preset_name}+{tag}")
+
+
+def prefix_stamp(preset_name: str, rt: runtimes.Runtime | None = None) -> Path:
+    return _stamp(prefix_dir(preset_name, rt))
+
+
+def guest_root(rt: runtimes.Runtime | None = None) -> Path:
+    """The arm64 root a guest runs from: bookworm (pip wheels on its PYTHONPATH) or a Debian runtime's root."""
+    return runtimes.debian_root(rt.suite, "aarch64") if rt is not None and rt.debian else root_dir()
+
+
+def pycache_dir(rt: runtimes.Runtime | None = None) -> Path:
     """Where the arm64 guest's Python keeps its compiled modules (PYTHONPYCACHEPREFIX)."""
+    if rt is not None and rt.debian:
+        return home() / "pycache" / f"arm64-{rt.suite}-python{guest_python(rt).name[len('python'):]}"
     return home() / "pycache" / f"arm64-{ROOT_SUITE}-python{GUEST_PYTHON_VERSION}"
 
 
-def guest_python() -> Path:
+def guest_python(rt: runtimes.Runtime | None = None) -> Path:
+    if rt is not None and rt.debian:
+        return runtimes.debian_python(rt.suite, "aarch64")
     return root_dir() / "usr" / "bin" / f"python{GUEST_PYTHON_VERSION}"
 
 
@@ -217,10 +251,11 @@ def _fmt(v: Sequence[int]) -> str:
 # --------------------------------------------------------------------------- readiness
 
 
-def ready(preset_name: str) -> tuple[bool, str]:
-    """Whether qemu, the arm64 root and the wheels are in place for a preset; if not, what is missing."""
+def ready(preset_name: str, rt: runtimes.Runtime | None = None, name: str | None = None) -> tuple[bool, str]:
+    """Whether qemu, the arm64 root and the runtime (wheels or a Debian root) are in place for a preset under
+    runtime `rt` (None: the preset's own); if not, what is missing. `name`: the host the fix names."""
     p = preset(preset_name)
-    fix = f"run `quantbench hosts setup {preset_name}`"
+    fix = f"run `quantbench hosts setup {name or preset_name}`"
     qemu, source = qemu_binary(p.arch)
     if qemu is None:
         return False, f"qemu-{p.arch} not found (no {tools_record_path()} and none on PATH); {fix}"
@@ -231,23 +266,36 @@ def ready(preset_name: str) -> tuple[bool, str]:
     if version < p.min_qemu:
         return False, (f"{p.qemu_cpu} needs qemu >= {_fmt(p.min_qemu)}, but {qemu} is {_fmt(version)}; {fix} "
                        f"(it fetches qemu-user 10 into {home() / 'tools'})")
+    rt = rt or runtime_of(preset_name)
     if p.arch == "aarch64":
-        if read_json(root_stamp()) is None or not guest_python().exists():
-            return False, f"the arm64 root is missing ({root_dir()}); {fix}"
-        ort_version = local_ort_version()
-        if read_json(site_stamp(ort_version)) is None:
-            return False, (f"aarch64 wheels of onnxruntime {ort_version} are missing ({site_dir(ort_version)}); {fix}")
-    stamp = read_json(prefix_stamp(preset_name))
-    if stamp is None or not (prefix_dir(preset_name) / "proc" / "cpuinfo").exists():
-        return False, f"the CPU prefix for {preset_name} is missing ({prefix_dir(preset_name)}); {fix}"
+        missing = _runtime_missing(rt)
+        if missing:
+            return False, f"{missing}; {fix}"
+    prefix = prefix_dir(preset_name, rt)
+    stamp = read_json(_stamp(prefix))
+    if stamp is None or not (prefix / "proc" / "cpuinfo").exists():
+        return False, f"the CPU prefix for {preset_name} is missing ({prefix}); {fix}"
     if stamp.get("qemu") != str(qemu) or stamp.get("qemu_version") != _fmt(version):
         return False, (f"the CPU prefix for {preset_name} was made for another qemu "
                        f"({stamp.get('qemu')} {stamp.get('qemu_version')}); {fix}")
     return True, f"ready: qemu {_fmt(version)} -cpu {p.qemu_cpu}" + (f" ({p.midr_text})" if p.part is not None else "")
 
 
-def require_ready(preset_name: str) -> None:
-    ok, msg = ready(preset_name)
+def _runtime_missing(rt: runtimes.Runtime) -> str:
+    """What an arm64 guest of runtime `rt` lacks ("" when nothing)."""
+    if rt.debian:
+        ok, msg = runtimes.debian_ready(rt.suite, "aarch64")
+        return "" if ok else msg
+    if read_json(root_stamp()) is None or not guest_python().exists():
+        return f"the arm64 root is missing ({root_dir()})"
+    ort_version = rt.ort_version()
+    if read_json(site_stamp(ort_version)) is None:
+        return f"aarch64 wheels of onnxruntime {ort_version} are missing ({site_dir(ort_version)})"
+    return ""
+
+
+def require_ready(preset_name: str, rt: runtimes.Runtime | None = None) -> None:
+    ok, msg = ready(preset_name, rt)
     if not ok:
         raise UserError(f"emulated host {preset_name}: {msg}")
 
@@ -255,34 +303,42 @@ def require_ready(preset_name: str) -> None:
 # --------------------------------------------------------------------------- commands
 
 
-def python_command(preset_name: str, qemu_args: Sequence[str] = ()) -> tuple[list[str], dict[str, str]]:
+def python_command(preset_name: str, qemu_args: Sequence[str] = (),
+                   rt: runtimes.Runtime | None = None) -> tuple[list[str], dict[str, str]]:
     """argv starting a Python under qemu-user for the preset (append the script and its args), and its env.
 
     `qemu_args` are extra qemu options (e.g. `-d in_asm,nochain -D LOG`); they go
-    before the guest program. The env is a full environment for subprocess.
+    before the guest program; `rt`: the runtime (None: the preset's own). The env is a
+    full environment for subprocess.
     """
-    require_ready(preset_name)
+    rt = rt or runtime_of(preset_name)
+    require_ready(preset_name, rt)
     p = preset(preset_name)
     qemu, _ = qemu_binary(p.arch)
     env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
-    argv = [str(qemu), "-cpu", p.qemu_cpu, "-L", str(prefix_dir(preset_name)), *map(str, qemu_args)]
+    argv = [str(qemu), "-cpu", p.qemu_cpu, "-L", str(prefix_dir(preset_name, rt)), *map(str, qemu_args)]
     if p.arch == "aarch64":
-        for key in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"):
+        for key in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV", "PYTHONPATH"):
             env.pop(key, None)
-        env["PYTHONPATH"] = str(site_dir())
+        if not rt.debian:  # a Debian runtime's packages are in its root
+            env["PYTHONPATH"] = str(site_dir(rt.ort_version()))
         # The host's user site holds x86 extension modules; the guest must never import them.
         env["PYTHONNOUSERSITE"] = "1"
         # The root's standard library comes without bytecode (its packages were unpacked, not installed):
         # it is compiled once into quantbench's own cache beside the root (never into the root, and
         # whatever PYTHONDONTWRITEBYTECODE says), not again at every start under emulation (seconds of
         # each worker's start-up).
-        env["PYTHONPYCACHEPREFIX"] = str(pycache_dir())
+        env["PYTHONPYCACHEPREFIX"] = str(pycache_dir(rt))
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        argv += [str(guest_python()), "-u"]
+        argv += [str(guest_python(rt)), "-u"]
     else:
         # This machine's interpreter (a venv's python keeps its pyvenv.cfg: the path is not resolved).
         argv += [sys.executable, "-u"]
         env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if rt.version:  # another onnxruntime version first on the path
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(runtimes.site_dir(rt.version, "x86_64", runtimes.local_python_version()))]
+                + [x for x in [env.get("PYTHONPATH", "")] if x])
     env.update(dict(p.env))
     return argv, env
 
@@ -294,19 +350,24 @@ def _text_or_empty(path: Path) -> str:
         return ""
 
 
-def fingerprint_identity(preset_name: str, env: dict) -> dict:
+def fingerprint_identity(preset_name: str, env: dict, rt: runtimes.Runtime | None = None) -> dict:
     """What `hosts setup` installed for a preset and can change its fingerprint without changing its
     command line: the preset itself, the prefix's cpuinfo and stamp, the arm64 root's stamp, the
     wheel sets on the guest's PYTHONPATH (key material of quantbench.hosts.fpcache)."""
     site = str(env.get("PYTHONPATH", ""))
     return {
         "preset": repr(PRESETS.get(preset_name)),
-        "cpuinfo": _text_or_empty(prefix_dir(preset_name) / "proc" / "cpuinfo"),
-        "prefix_stamp": _text_or_empty(prefix_stamp(preset_name)),
-        "root_stamp": _text_or_empty(root_stamp()),
+        "cpuinfo": _text_or_empty(prefix_dir(preset_name, rt) / "proc" / "cpuinfo"),
+        "prefix_stamp": _text_or_empty(prefix_stamp(preset_name, rt)),
+        "root_stamp": _text_or_empty(_stamp(guest_root(rt))),
         "site": site,
         "site_stamps": [_text_or_empty(_stamp(Path(p))) for p in site.split(os.pathsep) if p],
     }
+
+
+def cpu_name(preset_name: str) -> str:
+    """The emulated core as people name it (cortex-a72 -> Cortex-A72, neoverse-n1 -> Neoverse-N1)."""
+    return "-".join(w.capitalize() if w.isalpha() else w.upper() for w in preset(preset_name).qemu_cpu.split("-"))
 
 
 # --------------------------------------------------------------------------- the host
@@ -327,20 +388,32 @@ class EmulatedHost(ProcessHost):
     def preset(self) -> str:
         return self.options.get("preset", self.name)
 
+    @property
+    def runtime(self) -> runtimes.Runtime:
+        """The onnxruntime this host carries (its options, else its preset's)."""
+        return runtime_of(self.preset, self.options)
+
+    @property
+    def providers(self) -> list:
+        return list(self.options.get("providers") or preset(self.preset).providers)
+
     def ready(self):
         if self.preset not in PRESETS:
             return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}"
-        return ready(self.preset)
+        ok, msg = ready(self.preset, self.runtime, self.name)
+        rt = self.runtime
+        return ok, msg + (f"; {rt.describe()}" if ok and (rt.debian or rt.version) else "")
 
     def command(self):
-        argv, env = python_command(self.preset, tuple(self.options.get("qemu_args", ())))
+        argv, env = python_command(self.preset, tuple(self.options.get("qemu_args", ())), self.runtime)
         # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
         full = dict(env) if env else {k: v for k, v in os.environ.items()
                                       if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
+        full.update(runtimes.providers_env(self.providers))
         return list(argv) + [str(WORKER_PATH)], full, b""
 
     def describe(self) -> str:
-        return f"emulated ({self.preset})"
+        return f"emulated ({self.preset}{', ' + self.runtime.describe() if self.options.get('onnxruntime') or self.runtime.debian else ''})"
 
     def trace_target(self) -> Preset:
         """The CPU model an instruction trace runs on (its arch and qemu cpu name)."""
@@ -349,21 +422,26 @@ class EmulatedHost(ProcessHost):
     def trace_command(self, log) -> tuple[list[str], dict]:
         """(argv, env) of this host's guest Python under qemu's translation log (-d in_asm) written to `log`:
         the instructions it ran (quantbench.explain.evidence)."""
-        return python_command(self.preset, ["-d", "in_asm", "-D", str(log)])
+        return python_command(self.preset, ["-d", "in_asm", "-D", str(log)], self.runtime)
 
     def fingerprint_cache_parts(self, env: dict) -> dict:
         """What `hosts setup` installed for the preset (prefix, root, wheels)."""
-        return {"emulated": fingerprint_identity(self.preset, env)}
+        return {"emulated": fingerprint_identity(self.preset, env, self.runtime)}
 
     def latency_refusal(self) -> str | None:
         return ("emulated; a time measured under qemu is emulation time, not a device latency. "
                 "Measure latency on a local or ssh host")
 
-    def version_policy(self, remote: str, local: str, allow_mismatch: bool) -> str | None:
-        """`hosts setup` installs the local onnxruntime version under qemu, so a different one is a
-        stale setup and a confound: an error unless the caller allows it (then silently accepted)."""
-        if remote != local and not allow_mismatch:
-            raise UserError(f"host {self.name}: emulated onnxruntime {remote} differs from the local "
-                            f"{local} (a confound); rerun `quantbench hosts setup {self.name}` "
-                            f"or pass {flag('allow_version_mismatch')}")
-        return None
+    def version_policy(self, remote: str, local: str) -> str | None:
+        """The version is the host's own (a fingerprint field): only a worker that imported another version
+        than the one set up for it (a stale setup) is an error."""
+        return runtimes.version_check(self.name, self.runtime, remote)
+
+    def can_fork(self) -> bool:
+        """Not with a Debian runtime: its worker holds a second thread once onnxruntime is loaded, and a child
+        forked from it hung in a futex wait (measured on x86-dnnl): each worker starts anew instead."""
+        return not self.runtime.debian and super().can_fork()
+
+    def start_failure(self, exc) -> str | None:
+        """A runtime that cannot start on this CPU (an illegal instruction at import) is this host's result."""
+        return runtimes.start_failure(self.runtime, cpu_name(self.preset), exc)

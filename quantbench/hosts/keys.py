@@ -133,6 +133,15 @@ def hosts_row(host: str, kind: str, fp: dict, fid: str) -> dict:
             "fingerprint": canonical_json(dict(fp, kind=kind))}
 
 
+def not_started_row(host: str, kind: str, reason: str, runtime: str) -> dict:
+    """The hosts row of a host whose runtime does not start on its CPU (`reason`; `runtime`: the host as
+    described): its fingerprint is what is known without a worker, so the row is found by its host name."""
+    fp = {"identity": {"does_not_start": reason, "runtime": runtime}, "info": {}}
+    version = (reason.split() + ["", ""])[1] if reason.startswith("onnxruntime ") else ""
+    return {"fingerprint_id": W.fingerprint_id(fp), "host": host, "kind": kind, "arch": "", "cpu": "",
+            "isa_flags": [], "ort_version": version, "fingerprint": canonical_json(dict(fp, kind=kind))}
+
+
 def local_ort_version() -> str:
     """The onnxruntime version of this interpreter (package metadata, else the module's own);
     emulated hosts must match it and their wheel folder is keyed by it."""

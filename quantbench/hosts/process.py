@@ -31,6 +31,15 @@ class WorkerDied(Exception):
         self.stderr = stderr
 
 
+class DoesNotStart(UserError):
+    """A host's runtime cannot start on its CPU (its worker died of an illegal instruction before answering):
+    a result for that host (`reason`), not a failed run."""
+
+    def __init__(self, host: str, reason: str):
+        super().__init__(f"host {host}: {reason}")
+        self.reason = reason
+
+
 def _grow_pipe(stream, size: int = 1 << 20) -> None:
     """Raise a pipe's capacity (Linux F_SETPIPE_SZ): megabytes of input tensors then cross in a few
     context switches instead of hundreds, which matters on a loaded machine."""
@@ -306,12 +315,17 @@ class ProcessHost:
         """Why a worker died in the middle of a job (the runner prefixes host, variant and fixture)."""
         return str(exc)
 
-    def version_policy(self, remote: str, local: str, allow_mismatch: bool) -> str | None:
+    def version_policy(self, remote: str, local: str) -> str | None:
         """A note when the host's onnxruntime version differs from the local one (None when equal):
         its results still count, but a difference may come from the version."""
         if remote == local:
             return None
         return f"host {self.name} runs onnxruntime {remote} (local: {local}); differences may come from the version"
+
+    def start_failure(self, exc: WorkerDied) -> str | None:
+        """Why this host's runtime cannot start on its CPU, when the worker's death says so (a result for the
+        host, not a failed run: quantbench.hosts.runtimes.start_failure); None: a failure."""
+        return None
 
     def fingerprint_cache_parts(self, env: dict) -> dict:
         """This kind's own fingerprint-cache key material beyond the parts every kind shares (`env` is

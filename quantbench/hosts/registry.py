@@ -24,7 +24,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json
-from quantbench.hosts import emulated
+from quantbench.hosts import emulated, runtimes
 from quantbench.hosts.keys import normalize_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
@@ -32,8 +32,8 @@ KINDS = ("local", "emulated", "ssh", "imported")
 
 # Options each kind accepts (required ones first).
 KIND_OPTIONS = {
-    "local": ((), ("python",)),
-    "emulated": ((), ("preset", "qemu_args")),
+    "local": ((), ("python", "onnxruntime", "runtime")),
+    "emulated": ((), ("preset", "qemu_args", "onnxruntime", "runtime")),
     "ssh": (("address",), ("python", "ssh_options", "ssh")),
     "imported": (("file",), ("host",)),
 }
@@ -65,6 +65,8 @@ def builtin_hosts() -> dict[str, HostSpec]:
     }
     for name in preset_names():
         out[name] = HostSpec(name, "emulated", {"preset": name}, "preset")
+    for name, options in runtimes.NATIVE_PRESETS.items():
+        out[name] = HostSpec(name, "local", dict(options), "preset")
     return out
 
 
@@ -187,6 +189,9 @@ def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> 
         presets = preset_names()
         if opts["preset"] not in presets:
             raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
+    if kind in ("local", "emulated"):
+        default = emulated.PRESETS[opts["preset"]].runtime if kind == "emulated" else "pypi"
+        runtimes.runtime_of(opts, default, f"{where}: host {name!r}")
     if kind == "imported":
         files = [Path(f).expanduser() for f in (opts["file"] if isinstance(opts["file"], list) else [opts["file"]])]
         files = [str(f if f.is_absolute() else base / f) for f in files]
@@ -241,14 +246,39 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
         name = raw.strip()
         if not name or name in seen:
             continue
-        if name not in hosts:
-            raise UserError(f"{option}: unknown host {name!r}; known hosts: {', '.join(sorted(hosts))} "
+        base, version = split_version(name, option)
+        if base not in hosts:
+            raise UserError(f"{option}: unknown host {base!r}; known hosts: {', '.join(sorted(hosts))} "
                             f"(define others in {hosts_file or DEFAULT_HOSTS_FILE})")
         seen.add(name)
-        out.append(hosts[name])
+        out.append(with_version(hosts[base], version, name, option))
     if not out:
         raise UserError(f"{option}: no host named; e.g. {option} x86,pi")
     return out
+
+
+def split_version(name: str, option: str = "--hosts") -> tuple[str, str | None]:
+    """`NAME@VERSION` -> (NAME, VERSION): the onnxruntime version a host runs (None: its own)."""
+    base, sep, version = name.partition("@")
+    if not sep:
+        return name, None
+    return base, runtimes.check_version(version, f"{option} {name!r}")
+
+
+def with_version(spec: HostSpec, version: str | None, label: str, option: str = "--hosts") -> HostSpec:
+    """`spec` running onnxruntime `version` under the name `label` (its results are kept apart from the
+    host's own): only hosts quantbench installs onnxruntime for (local, emulated) carry another version."""
+    if version is None:
+        return spec
+    where = f"{option} {label!r}"
+    if spec.kind not in ("local", "emulated") or spec.options.get("python"):
+        raise UserError(f"{where}: host {spec.name!r} runs its own onnxruntime (kind {spec.kind}"
+                        f"{', python ' + spec.options['python'] if spec.options.get('python') else ''}); "
+                        "a version can be put on local and emulated hosts only")
+    options = dict(spec.options, onnxruntime=version)
+    default = emulated.PRESETS[options["preset"]].runtime if spec.kind == "emulated" else "pypi"
+    runtimes.runtime_of(options, default, where)
+    return HostSpec(label, spec.kind, options, spec.origin)
 
 
 #: session option names an override sets directly; any other KEY is an onnxruntime session config entry

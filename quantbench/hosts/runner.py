@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import sys
 import threading
 import time
@@ -32,8 +33,10 @@ from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache, shards
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
-from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, normalize_session, run_key, session_key
-from quantbench.hosts.process import WorkerDied
+from quantbench.hosts.keys import (fixture_entry, hosts_row, local_ort_version, normalize_session, not_started_row,
+                                   run_key, session_key)
+from quantbench.hosts.process import DoesNotStart, WorkerDied
+from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256
@@ -251,6 +254,10 @@ class HostSummary:
     fingerprint_cached: bool = False
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
+    #: why the host's runtime cannot start on its CPU (a result, recorded in the hosts table; "": it started)
+    does_not_start: str = ""
+    #: variant_id -> why this host's runtime cannot run that variant (no kernel for an op, a provider failing on it)
+    cannot_run: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -591,6 +598,12 @@ class _TaskLoop:
                 summary.infer_each.append(h.get("seconds", 0.0))
             if run.bar is not None:
                 run.bar.update(1)
+        elif t == "error" and h.get("stage") == "unsupported":  # a result for this host and variant
+            why = _reason(h["message"])
+            with run.lock:
+                if vi.variant_id not in summary.cannot_run:
+                    summary.cannot_run[vi.variant_id] = why
+                    summary.notes.append(f"host {run.spec.name} cannot run variant {vi.name}: {why}")
         elif t == "error":
             fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
             where = f", fixture {fixture_label(fx)}" if fx else ""
@@ -661,6 +674,11 @@ class _HostRun:
         t0 = time.monotonic()
         try:
             self._run()
+        except DoesNotStart as exc:  # a result for this host, not a failure
+            self.summary.does_not_start = exc.reason
+            self.summary.notes.append(str(exc))
+            tables.append("hosts", [not_started_row(self.spec.name, self.spec.kind, exc.reason, self.host.describe())],
+                          root=self.ctx.root, ledger=True)
         except Exception as exc:  # keep the other hosts going; report this one
             self._error(_failure(self.spec.name, exc))
         finally:
@@ -697,7 +715,7 @@ class _HostRun:
         self.fingerprint_id = fid
         self.summary.fingerprint_id = fid
         ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
-        note = self.host.version_policy(ort_v, ctx.local_ort, ctx.allow_version_mismatch)
+        note = self.host.version_policy(ort_v, ctx.local_ort)
         if note and note not in self.summary.notes:
             self.summary.notes.append(note)
         tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root, ledger=True)
@@ -933,6 +951,12 @@ class _ImportedRun:
         """Nothing to stop: a merge is one table append per table."""
 
 
+def _reason(message: str, limit: int = 360) -> str:
+    """onnxruntime's error in one short line: its status and message, without the wrappers before them."""
+    text = " ".join(re.sub(r"^.*?\[ONNXRuntimeError\] : \d+ : ", "", message, count=1).split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
+
+
 def _failure(host: str, exc: Exception) -> str:
     """One error line for a host that failed: a UserError as it reads (prefixed with the host), else the type."""
     if isinstance(exc, UserError):
@@ -947,7 +971,7 @@ def _kept(exc: UserError) -> str:
 
 
 class _Context:
-    def __init__(self, plan: RunPlan, session, root, allow_fallback, allow_version_mismatch, progress):
+    def __init__(self, plan: RunPlan, session, root, allow_fallback, progress):
         self.variants = plan.variants
         self.fixtures = plan.fixtures
         self.fixtures_by_id = {fx.fixture_id: fx for fx in plan.fixtures}
@@ -956,7 +980,6 @@ class _Context:
         self.skey = session_key(session)
         self.root = Path(root)
         self.allow_fallback = allow_fallback
-        self.allow_version_mismatch = allow_version_mismatch
         self.progress = progress
         self.local_ort = local_ort_version()
         self._bytes: dict[str, bytes] = {}
@@ -1011,7 +1034,7 @@ class _Context:
 
 
 def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, allow_fallback=False,
-              allow_version_mismatch=False, progress=True, tables_root=TABLES_DIR, jobs=None,
+              progress=True, tables_root=TABLES_DIR, jobs=None,
               preprocess: dict | None = None, raise_on_error: bool = True) -> RunSummary:
     """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
 
@@ -1022,12 +1045,11 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     """
     worker_slots(jobs)  # a bad jobs fails before anything else
     plan = plan_run(host_names, variants, fixtures=fixtures, session=session, hosts_file=hosts_file)
-    return run_plan(plan, allow_fallback=allow_fallback, allow_version_mismatch=allow_version_mismatch,
-                    progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
+    return run_plan(plan, allow_fallback=allow_fallback, progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
                     raise_on_error=raise_on_error)
 
 
-def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, progress=True,
+def run_plan(plan: RunPlan, allow_fallback=False, progress=True,
              tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
              raise_on_error: bool = True) -> RunSummary:
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
@@ -1035,8 +1057,7 @@ def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, 
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
     errors are in the summary)."""
     slots = worker_slots(jobs)
-    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, allow_version_mismatch,
-                   progress)
+    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)
             check_coverage(host, ctx)
@@ -1063,6 +1084,8 @@ def _host_specs(host_names, hosts_file) -> list[HostSpec]:
 
 def _ready(host) -> None:
     ok, msg = host.ready()
+    if not ok and first_use_setup(host):  # a runtime of its own, set up at its first use
+        ok, msg = host.ready()
     if not ok:
         raise UserError(f"host {host.name}: {msg}")
     host.ready_checked = True  # its workers start from this object without asking again

@@ -13,7 +13,7 @@ from __future__ import annotations
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
 from quantbench.hosts.keys import fixture_entry, model_entry, probe_job, request_header
-from quantbench.hosts.process import WorkerDied
+from quantbench.hosts.process import DoesNotStart, WorkerDied
 from quantbench.hosts.registry import make_host
 
 
@@ -42,7 +42,8 @@ class HostSession:
     # -- lifecycle
 
     def open(self) -> "HostSession":
-        """Start the worker (unless forked) and fingerprint it; a worker that dies on the way is one UserError."""
+        """Start the worker (unless forked) and fingerprint it; a worker that dies on the way is one UserError
+        (DoesNotStart when its runtime cannot start on the host's CPU)."""
         try:
             if self.client is None:  # (a forked worker is already running)
                 self.client = self.host.start()  # sending the worker's source can already meet a dead connection
@@ -54,6 +55,9 @@ class HostSession:
                     raise UserError(f"host {self.label}: {h.get('message')}")
         except WorkerDied as exc:
             self.kill()
+            reason = self.host.start_failure(exc)
+            if reason:
+                raise DoesNotStart(self.label, reason) from None
             raise UserError(self.host.died_message(exc)) from None
         except BaseException:
             self.kill()

@@ -21,9 +21,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import platform
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, Sequence
@@ -31,6 +34,7 @@ from typing import Iterator, Sequence
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text, replace_dir
 from quantbench.hosts import emulated as E
+from quantbench.hosts import runtimes as R
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, decode_bits
 
@@ -48,6 +52,14 @@ BOGOMIPS = "108.00"  # what a Raspberry Pi 4/5 kernel reports; informational onl
 
 class SetupError(UserError):
     pass
+
+
+class ProbeDied(SetupError):
+    """The guest probe ended without its answer (`returncode`: negative for a signal)."""
+
+    def __init__(self, message: str, returncode: int):
+        super().__init__(message)
+        self.returncode = returncode
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -321,45 +333,100 @@ def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) 
 
 
 def ensure_root(progress: bool, actions: list[str]) -> dict:
+    """The bookworm arm64 root the pip runtimes' guests run from (python3.11; wheels come on PYTHONPATH)."""
     stamp = E.read_json(E.root_stamp())
     if stamp is not None and E.guest_python().exists():
         return stamp
+    return build_root(E.root_dir(), "arm64", E.ROOT_SUITE, ("python3",), progress, actions,
+                      python=E.GUEST_PYTHON_VERSION, what="arm64 root")
+
+
+def ensure_debian_runtime(suite: str, arch: str, progress: bool, actions: list[str]) -> dict:
+    """A Debian suite's python3-onnxruntime in its own root (quantbench.hosts.runtimes.debian_root)."""
+    final = R.debian_root(suite, arch)
+    stamp = R.read_stamp(final)
+    if stamp is not None and R.debian_python(suite, arch).exists():
+        return stamp
+    return build_root(final, R.DEBIAN_ARCH[arch], suite, R.DEBIAN_PACKAGES, progress, actions,
+                      what=f"Debian {suite} onnxruntime ({R.DEBIAN_ARCH[arch]})",
+                      fixup=lambda tmp: _alternatives_links(tmp, R.MULTIARCH[arch][0]))
+
+
+def _alternatives_links(root: Path, multiarch: str) -> None:
+    """The libblas.so.3 / liblapack.so.3 links the skipped maintainer scripts would make (update-alternatives);
+    without them numpy fails to import with a misleading message about its source directory."""
+    lib = root / "usr" / "lib" / multiarch
+    for name, sub in (("libblas.so.3", "blas"), ("liblapack.so.3", "lapack")):
+        if not (lib / name).exists() and (lib / sub / name).exists():
+            os.symlink(f"{sub}/{name}", lib / name)
+
+
+def _root_python(root: Path) -> str:
+    """The X.Y of the root's python3.X (the highest one unpacked)."""
+    found = sorted((p.name[len("python"):] for p in (root / "usr" / "bin").glob("python3.*")
+                    if re.fullmatch(r"python3\.\d+", p.name)), key=lambda v: int(v.split(".")[1]))
+    if not found:
+        raise SetupError(f"{root}: no python3.X after unpacking")
+    return found[-1]
+
+
+def build_root(final: Path, deb_arch: str, suite: str, include, progress: bool, actions: list[str],
+               python: str | None = None, what: str = "root", fixup=None) -> dict:
+    """`debootstrap --foreign --variant=minbase --include=...` into `final` (the second stage needs binfmt_misc,
+    which sandboxes lack, so every downloaded .deb is unpacked with `dpkg -x`), then `fixup(tmp)`; stamped."""
     if shutil.which("debootstrap") is None:
         raise SetupError("debootstrap not found; install it (Debian: apt-get install debootstrap)")
     mirror, _ = debian_mirror()
-    final = E.root_dir()
     tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
     t0 = time.monotonic()
     try:
-        _say(progress, f"debootstrap --foreign arm64 {E.ROOT_SUITE} into {final} (~20 s to minutes, ~230 MB) ...")
-        _run_streamed(["debootstrap", "--foreign", "--arch=arm64", "--variant=minbase", "--include=python3",
-                       E.ROOT_SUITE, str(tmp), mirror], "debootstrap", "arm64 root: debootstrap", progress,
-                      total=None, count=re.compile(r"^I: (Retrieving|Extracting)"))
-        archives = sorted((tmp / "var" / "cache" / "apt" / "archives").glob("*.deb"))
-        if not archives:
-            raise SetupError(f"{tmp}: debootstrap downloaded no packages")
-        from tqdm import tqdm
-
-        # The second stage would configure these; without binfmt_misc we only unpack them.
-        for deb in tqdm(archives, desc="arm64 root: dpkg -x", unit="deb", disable=not progress, file=sys.stderr,
-                        leave=False):
-            _run(["dpkg", "-x", str(deb), str(tmp)], f"dpkg -x {deb.name}")
-        for deb in archives:
-            deb.unlink()
-        python = tmp / "usr" / "bin" / f"python{E.GUEST_PYTHON_VERSION}"
-        if not python.exists():
-            raise SetupError(f"{python}: missing after unpacking; {E.ROOT_SUITE}'s python3 is not "
-                             f"{E.GUEST_PYTHON_VERSION}")
+        _say(progress, f"debootstrap --foreign {deb_arch} {suite} ({', '.join(include)}) into {final} "
+                       f"(~20 s to minutes, 230-400 MB) ...")
+        _run_streamed(["debootstrap", "--foreign", f"--arch={deb_arch}", "--variant=minbase",
+                       f"--include={','.join(include)}", suite, str(tmp), mirror], "debootstrap",
+                      f"{what}: debootstrap", progress, total=None, count=re.compile(r"^I: (Retrieving|Extracting)"))
+        archives = _unpack_archives(tmp, what, progress)
+        if fixup is not None:
+            fixup(tmp)
+        got = _root_python(tmp)
+        if python is not None and got != python:
+            raise SetupError(f"{tmp}: {suite}'s python3 is {got}, not {python}")
         replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    stamp = {"suite": E.ROOT_SUITE, "arch": "arm64", "mirror": mirror, "packages": len(archives),
-             "python": E.GUEST_PYTHON_VERSION, "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    atomic_write_json(E.root_stamp(), stamp)
-    actions.append(f"arm64 root: debootstrap {E.ROOT_SUITE} + {len(archives)} packages unpacked into {final} "
-                   f"({time.monotonic() - t0:.0f} s)")
+    stamp = {"suite": suite, "arch": deb_arch, "mirror": mirror, "packages": len(archives), "python": got,
+             "include": list(include), "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    atomic_write_json(R.stamp_of(final), stamp)
+    actions.append(f"{what}: debootstrap {suite} + {len(archives)} packages unpacked into {final} "
+                   f"({time.monotonic() - t0:.0f} s, {_size_mb(final)} MB)")
     return stamp
+
+
+def _unpack_archives(tmp: Path, what: str, progress: bool) -> list:
+    """dpkg -x every .deb debootstrap downloaded into the root (then removed): the packages, unconfigured."""
+    from tqdm import tqdm
+
+    archives = sorted((tmp / "var" / "cache" / "apt" / "archives").glob("*.deb"))
+    if not archives:
+        raise SetupError(f"{tmp}: debootstrap downloaded no packages")
+    for deb in tqdm(archives, desc=f"{what}: dpkg -x", unit="deb", disable=not progress, file=sys.stderr,
+                    leave=False):
+        _run(["dpkg", "-x", str(deb), str(tmp)], f"dpkg -x {deb.name}")
+    for deb in archives:
+        deb.unlink()
+    return archives
+
+
+def _size_mb(folder: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return round(total / 1e6)
 
 
 # --------------------------------------------------------------------------- 3. wheels
@@ -371,11 +438,48 @@ def _dist_version(site: Path, name: str) -> str:
     return ""
 
 
-def ensure_site(progress: bool, actions: list[str]) -> dict:
-    ort_version = local_ort_version()
+#: site keys pip had a wheel for (this process asked already)
+_HAVE_WHEEL: set = set()
+AARCH64_PLATFORMS = ("--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64")
+
+
+def check_wheel(version: str, arch: str, python: str, platform_args=()) -> None:
+    """A one-line error when pip has no onnxruntime `version` wheel for `arch` and CPython `python`, naming the
+    versions that have one (pip's own list); a version found missing is remembered (wheels/missing.json)."""
+    key = R.site_key(version, arch, python)
+    if key in _HAVE_WHEEL:
+        return
+    missing = E.read_json(R.missing_wheels_path()) or {}
+    if key in missing:
+        raise SetupError(missing[key])
+    with tempfile.TemporaryDirectory(prefix="quantbench-wheel-") as tmp:
+        argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+                "--only-binary=:all:", "--dest", tmp, *platform_args, "--python-version", python,
+                "--implementation", "cp", f"onnxruntime=={version}"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            raise SetupError(f"pip download onnxruntime=={version}: no answer within 600 s") from None
+    if proc.returncode == 0:
+        _HAVE_WHEEL.add(key)
+        return
+    found = re.search(r"\(from versions: (?!none\))([^)]*)\)", proc.stderr)  # pip's list of what it found
+    if found is None:  # offline, or no index ("from versions: none"): not a fact about the version
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise SetupError(f"pip download onnxruntime=={version} ({arch}, CPython {python}) failed: {tail}")
+    msg = (f"onnxruntime {version}: no wheel for {arch} CPython {python}; versions with one: "
+           f"{found.group(1).strip()}")
+    atomic_write_json(R.missing_wheels_path(), dict(missing, **{key: msg}))
+    raise SetupError(msg)
+
+
+def ensure_site(progress: bool, actions: list[str], ort_version: str | None = None) -> dict:
+    """aarch64 wheels of onnxruntime `ort_version` (None: the local version) and numpy for the arm64 guest."""
+    ort_version = ort_version or local_ort_version()
     stamp = E.read_json(E.site_stamp(ort_version))
     if stamp is not None and E.site_dir(ort_version).exists():
         return stamp
+    check_wheel(ort_version, "aarch64", E.GUEST_PYTHON_VERSION, AARCH64_PLATFORMS)
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -383,24 +487,57 @@ def ensure_site(progress: bool, actions: list[str]) -> dict:
     except PackageNotFoundError:
         np_version = ""
     final = E.site_dir(ort_version)
-    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
-    base = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-warn-script-location",
-            "--target", str(tmp), "--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64",
+    base = ["--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64",
             "--python-version", E.GUEST_PYTHON_VERSION, "--implementation", "cp", "--only-binary=:all:",
             f"onnxruntime=={ort_version}"]
     t0 = time.monotonic()
     _say(progress, f"pip: aarch64 wheels onnxruntime=={ort_version}, numpy"
                    f"{'==' + np_version if np_version else ''} into {final} ...")
+    # The same numpy as the local one where a wheel exists, so hashing code is the same.
+    tries = [base + [f"numpy=={np_version}"], base + ["numpy"]] if np_version else [base + ["numpy"]]
+    _pip_into(final, ort_version, tries, "pip install (aarch64 wheels)", progress)
+    stamp = {"onnxruntime": ort_version, "numpy": _dist_version(final, "numpy"),
+             "python": E.GUEST_PYTHON_VERSION, "platform": "manylinux aarch64"}
+    atomic_write_json(E.site_stamp(ort_version), stamp)
+    actions.append(f"wheels: onnxruntime {ort_version} + numpy {stamp['numpy']} (aarch64) into {final} "
+                   f"({time.monotonic() - t0:.0f} s)")
+    return stamp
+
+
+def ensure_local_site(ort_version: str, progress: bool, actions: list[str]) -> dict:
+    """onnxruntime `ort_version` alone (--no-deps) for this interpreter, in its own folder that a local host
+    puts first on its PYTHONPATH (this interpreter's numpy and the rest stay)."""
+    arch, python = platform.machine(), R.local_python_version()
+    final = R.site_dir(ort_version, arch, python)
+    stamp = R.read_stamp(final)
+    if stamp is not None and final.exists():
+        return stamp
+    check_wheel(ort_version, arch, python)
+    t0 = time.monotonic()
+    _say(progress, f"pip: onnxruntime=={ort_version} ({arch}, CPython {python}) into {final} ...")
+    _pip_into(final, ort_version, [["--no-deps", "--only-binary=:all:", f"onnxruntime=={ort_version}"]],
+              "pip install (onnxruntime)", progress)
+    stamp = {"onnxruntime": ort_version, "python": python, "platform": arch}
+    atomic_write_json(R.stamp_of(final), stamp)
+    actions.append(f"wheels: onnxruntime {ort_version} ({arch}) into {final} ({time.monotonic() - t0:.0f} s)")
+    return stamp
+
+
+def _pip_into(final: Path, ort_version: str, tries: list, what: str, progress: bool) -> None:
+    """`pip install --target` each argument list in turn until one works, into a fresh folder renamed to
+    `final` once it holds onnxruntime `ort_version`."""
+    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
+    base = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-warn-script-location",
+            "--target", str(tmp)]
     try:
-        try:
-            # The same numpy as the local one where a wheel exists, so hashing code is the same.
-            _run_visible(base + ([f"numpy=={np_version}"] if np_version else ["numpy"]), "pip install (aarch64 wheels)",
-                         progress)
-        except UserError:
-            if not np_version:
-                raise
-            _fresh_dir(tmp)
-            _run_visible(base + ["numpy"], "pip install (aarch64 wheels)", progress)
+        for i, args in enumerate(tries):
+            try:
+                _run_visible(base + args, what, progress)
+                break
+            except UserError:
+                if i == len(tries) - 1:
+                    raise
+                _fresh_dir(tmp)
         got = _dist_version(tmp, "onnxruntime")
         if got != ort_version:
             raise SetupError(f"{tmp}: pip installed onnxruntime {got or 'nothing'}, not {ort_version}")
@@ -408,12 +545,6 @@ def ensure_site(progress: bool, actions: list[str]) -> dict:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    stamp = {"onnxruntime": ort_version, "numpy": _dist_version(final, "numpy"),
-             "python": E.GUEST_PYTHON_VERSION, "platform": "manylinux aarch64"}
-    atomic_write_json(E.site_stamp(ort_version), stamp)
-    actions.append(f"wheels: onnxruntime {ort_version} + numpy {stamp['numpy']} (aarch64) into {final} "
-                   f"({time.monotonic() - t0:.0f} s)")
-    return stamp
 
 
 # --------------------------------------------------------------------------- 4. prefixes
@@ -493,7 +624,8 @@ def run_probe(argv_prefix: list[str], env: dict, import_ort: bool, timeout: floa
     if proc.returncode != 0 or line is None:
         how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
-        raise SetupError(f"guest probe `{' '.join(argv_prefix[:3])} ...` failed ({how}){': ' + tail if tail else ''}")
+        raise ProbeDied(f"guest probe `{' '.join(argv_prefix[:3])} ...` failed ({how}){': ' + tail if tail else ''}",
+                        proc.returncode)
     return json.loads(line[len("PROBE "):])
 
 
@@ -546,19 +678,22 @@ def _check_seen(p: E.Preset, seen_cpuinfo: str, features: list[str]) -> None:
                          f"not 0x{p.part:03x}")
 
 
-def _probe_guest(name: str, p, binary: str, tmp: Path, env: dict, cpus: int, progress: bool) -> tuple[list, str, list]:
-    """The guest's argv under the prefix `tmp` (an arm64 prefix links the root in and points at its site; `env` is
-    adjusted), and the /proc/cpuinfo text and features qemu's CPU model shows, probed without onnxruntime."""
+def _probe_guest(name: str, p, binary: str, tmp: Path, env: dict, cpus: int, progress: bool,
+                 rt: R.Runtime | None = None) -> tuple[list, str, list]:
+    """The guest's argv under the prefix `tmp` (an arm64 prefix links the root of runtime `rt` in and points at
+    its site; `env` is adjusted), and the /proc/cpuinfo text and features qemu's CPU model shows, probed without
+    onnxruntime."""
     if p.arch == "aarch64":
-        root = E.root_dir()
+        root = E.guest_root(rt)
         for entry in sorted(root.iterdir()):
             if entry.name not in PREFIX_SKIP:
                 os.symlink(entry, tmp / entry.name)
-        for k in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"):
+        for k in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV", "PYTHONPATH"):
             env.pop(k, None)
-        env["PYTHONPATH"] = str(E.site_dir())
+        if rt is None:
+            env["PYTHONPATH"] = str(E.site_dir())
         env["PYTHONNOUSERSITE"] = "1"
-        argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), str(E.guest_python())]
+        argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), str(E.guest_python(rt))]
         # First pass without onnxruntime (which would crash on qemu 7.2 without an ARM cpuinfo):
         # the HWCAP bits qemu gives this CPU model become the cpuinfo Features line.
         _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} ...")
@@ -572,74 +707,172 @@ def _probe_guest(name: str, p, binary: str, tmp: Path, env: dict, cpus: int, pro
     return argv, text, features
 
 
-def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str]) -> dict:
+def _prefix_key(p: E.Preset, binary: str, version: str, rt: R.Runtime | None) -> dict:
+    """What a prefix is made from (a change remakes it): qemu, the CPU model, the root (and the default site)."""
+    key = {"qemu": binary, "qemu_version": version, "qemu_cpu": p.qemu_cpu, "midr": p.midr_text}
+    if p.arch != "aarch64":
+        return dict(key, root=None, site=sys.executable)
+    if rt is not None and rt.debian:
+        return dict(key, root=R.read_stamp(E.guest_root(rt)), site=rt.tag)
+    return dict(key, root=E.read_json(E.root_stamp()), site=E.site_key(local_ort_version()))
+
+
+def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str], rt: R.Runtime | None = None) -> dict:
+    """The qemu -L prefix of preset `name` over the root of runtime `rt` (None or a pip runtime: the preset's
+    own root), verified by importing onnxruntime in the guest."""
     p = E.preset(name)
+    full = rt or E.runtime_of(name)
+    rt = full if full.debian else None  # a pip runtime of any version runs on the preset's bookworm root
     binary = qemu[p.arch]["path"]
     version = E._fmt(E.qemu_version(binary))
-    key = {"qemu": binary, "qemu_version": version, "qemu_cpu": p.qemu_cpu,
-           "midr": p.midr_text, "root": E.read_json(E.root_stamp()) if p.arch == "aarch64" else None,
-           "site": E.site_key(local_ort_version()) if p.arch == "aarch64" else sys.executable}
-    stamp = E.read_json(E.prefix_stamp(name))
-    if stamp is not None and {k: stamp.get(k) for k in key} == key and (E.prefix_dir(name) / "proc" / "cpuinfo").exists():
+    key = _prefix_key(p, binary, version, rt)
+    final = E.prefix_dir(name, full)
+    stamp = E.read_json(E._stamp(final))
+    if stamp is not None and {k: stamp.get(k) for k in key} == key and (final / "proc" / "cpuinfo").exists():
         return stamp
-    final = E.prefix_dir(name)
     tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
     t0 = time.monotonic()
-    cpus = os.cpu_count() or 1
     try:
         (tmp / "proc").mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.update(dict(p.env))
-        argv, text, features = _probe_guest(name, p, binary, tmp, env, cpus, progress)
+        argv, text, features = _probe_guest(name, p, binary, tmp, env, os.cpu_count() or 1, progress, rt)
         atomic_write_text(tmp / "proc" / "cpuinfo", text)
-        _say(progress, f"{name}: importing onnxruntime in the guest to verify ...")
-        check = run_probe(argv, env, import_ort=True)
-        if p.arch == "aarch64":
-            seen_features = arm_features(check.get("hwcap", 0), check.get("hwcap2", 0))
-        else:
-            seen_features = (re.search(r"^flags\s*:\s*(.*)$", check["cpuinfo"], re.M) or [None, ""])[1].split()
-        _check_seen(p, check["cpuinfo"], seen_features)
-        if p.arch == "aarch64" and check.get("onnxruntime") != local_ort_version():
-            raise SetupError(f"{name}: the guest imported onnxruntime {check.get('onnxruntime')}, "
-                             f"not {local_ort_version()}")
+        check = _verify_import(name, p, argv, env, rt, progress)
         replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     cpuinfo_source = "prefix" if check["cpuinfo"] == text else "qemu (emulated /proc/cpuinfo)"
-    stamp = dict(key, features=features, cpuinfo_source=cpuinfo_source,
-                 guest_onnxruntime=check.get("onnxruntime"), guest_numpy=check.get("numpy"))
-    atomic_write_json(E.prefix_stamp(name), stamp)
+    stamp = dict(key, features=features, cpuinfo_source=cpuinfo_source, guest_onnxruntime=check.get("onnxruntime"),
+                 guest_numpy=check.get("numpy"), import_failure=check.get("import_failure"))
+    atomic_write_json(E._stamp(final), stamp)
+    failure = f"; onnxruntime does not start there ({check['import_failure']})" if check.get("import_failure") else ""
     actions.append(f"{name}: prefix {final} for qemu {version} -cpu {p.qemu_cpu}; guest /proc/cpuinfo from "
-                   f"{cpuinfo_source}; features {' '.join(features)} ({time.monotonic() - t0:.0f} s)")
+                   f"{cpuinfo_source}; features {' '.join(features)}{failure} ({time.monotonic() - t0:.0f} s)")
     return stamp
+
+
+def _verify_import(name: str, p: E.Preset, argv: list, env: dict, rt: R.Runtime | None, progress: bool) -> dict:
+    """The guest's view with onnxruntime imported, checked against the preset. A Debian runtime that dies of
+    SIGILL on this CPU is kept (its hosts report that it does not start), with `import_failure` saying so."""
+    _say(progress, f"{name}: importing onnxruntime in the guest to verify ...")
+    try:
+        check = run_probe(argv, env, import_ort=True)
+    except ProbeDied as exc:
+        if rt is None or exc.returncode != -signal.SIGILL:
+            raise
+        check = dict(run_probe(argv, env, import_ort=False), import_failure="SIGILL at import")
+    if p.arch == "aarch64":
+        seen_features = arm_features(check.get("hwcap", 0), check.get("hwcap2", 0))
+    else:
+        seen_features = (re.search(r"^flags\s*:\s*(.*)$", check["cpuinfo"], re.M) or [None, ""])[1].split()
+    _check_seen(p, check["cpuinfo"], seen_features)
+    want = rt.ort_version() if rt is not None else local_ort_version()
+    if p.arch == "aarch64" and not check.get("import_failure") and not R.same_version(check.get("onnxruntime"), want):
+        raise SetupError(f"{name}: the guest imported onnxruntime {check.get('onnxruntime')}, not {want}")
+    return check
 
 
 # --------------------------------------------------------------------------- entry point
 
 
 def setup_presets(names: Sequence[str], progress: bool = True) -> list[str]:
-    """Make the named presets ready (idempotent); returns what was done, [] when nothing was needed."""
-    presets = [E.preset(n) for n in dict.fromkeys(names)]
+    """Make the named presets ready with their own runtimes (idempotent); returns what was done, [] when
+    nothing was needed."""
+    return setup_emulated([(n, None) for n in dict.fromkeys(names)], progress)
+
+
+def setup_hosts(specs, progress: bool = True) -> list[str]:
+    """Make the named hosts (registry.HostSpec) ready, idempotently: emulated hosts with the runtime each
+    carries (a version's wheels, a Debian root), local hosts with another runtime; returns what was done."""
+    pairs, local = [], []
+    for spec in specs:
+        if spec.kind == "emulated":
+            name = spec.options.get("preset", spec.name)
+            pairs.append((name, E.runtime_of(name, spec.options)))
+        elif spec.kind == "local" and not spec.options.get("python") and R.runtime_of(spec.options).tag != "pypi-local":
+            local.append(R.runtime_of(spec.options, where=f"host {spec.name}"))
+        else:
+            raise UserError(f"hosts setup: host {spec.name!r} is kind {spec.kind} with its own onnxruntime; only "
+                            "emulated hosts and local hosts with another runtime need setup")
+    actions = setup_emulated(pairs, progress) if pairs else []
+    with _lock(E.home() / ".setup.lock"):
+        for rt in dict.fromkeys(local):
+            _ensure_local_runtime(rt, progress, actions)
+    return actions
+
+
+def first_use_setup(host) -> bool:
+    """Set up a host (a host object: name, kind, options) carrying a runtime other than the default (a
+    version, a Debian root) at its first use, progress on stderr; False for a host on the default runtime
+    (`quantbench hosts setup` prepares those)."""
+    rt = getattr(host, "runtime", None)
+    if rt is None or not (rt.debian or rt.version):
+        return False
+    for action in setup_hosts([host]):
+        print(f"setup: {action}", file=sys.stderr, flush=True)
+    return True
+
+
+def _ensure_local_runtime(rt: R.Runtime, progress: bool, actions: list[str]) -> None:
+    """Another pip version for this interpreter, or a Debian root checked by importing its onnxruntime here."""
+    if not rt.debian:
+        ensure_local_site(rt.version, progress, actions)
+        return
+    made = not R.debian_ready(rt.suite, platform.machine())[0]
+    ensure_debian_runtime(rt.suite, platform.machine(), progress, actions)
+    if made:
+        argv, changes = R.native_debian_command(rt.suite)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        check = run_probe(argv, dict(env, **changes), import_ort=True)
+        if not R.same_version(check.get("onnxruntime"), rt.ort_version()):
+            raise SetupError(f"{R.debian_root(rt.suite, platform.machine())}: its python3 imported onnxruntime "
+                             f"{check.get('onnxruntime')}, not {rt.ort_version()}")
+        actions.append(f"Debian {rt.suite} onnxruntime {check['onnxruntime']} starts here (numpy {check['numpy']})")
+
+
+def _ensure_runtimes(presets: list, progress: bool, actions: list[str]) -> None:
+    """The roots and wheel folders the (preset, runtime) pairs run from."""
+    arm = [rt for p, rt in presets if p.arch == "aarch64"]
+    if any(not rt.debian for rt in arm):
+        ensure_root(progress, actions)
+        ensure_site(progress, actions)  # the default prefixes are verified with the local version
+    for p, rt in dict.fromkeys(presets):
+        if p.arch == "aarch64" and rt.debian:
+            ensure_debian_runtime(rt.suite, "aarch64", progress, actions)
+        elif p.arch == "aarch64" and rt.version:
+            ensure_site(progress, actions, rt.version)
+        elif rt.debian:
+            raise SetupError(f"{p.name}: a Debian runtime runs on ARM presets and on local hosts, not under "
+                             f"qemu-{p.arch}")
+        elif rt.version:
+            ensure_local_site(rt.version, progress, actions)
+
+
+def setup_emulated(pairs: list, progress: bool = True) -> list[str]:
+    """Make each (preset name, runtime or None: its own) ready (idempotent); returns what was done."""
+    presets = list(dict.fromkeys((E.preset(n), rt or E.runtime_of(n)) for n, rt in pairs))
     if not presets:
         return []
     actions: list[str] = []
+    for p, rt in presets:  # a version without a wheel fails before anything is fetched
+        if rt.version:
+            check_wheel(rt.version, p.arch, E.GUEST_PYTHON_VERSION if p.arch == "aarch64" else
+                        R.local_python_version(), AARCH64_PLATFORMS if p.arch == "aarch64" else ())
     with _lock(E.home() / ".setup.lock"):
-        need = max(p.min_qemu for p in presets)
-        qemu = ensure_qemu(need, progress, actions)
-        if any(p.arch == "aarch64" for p in presets):
-            ensure_root(progress, actions)
-            ensure_site(progress, actions)
+        qemu = ensure_qemu(max(p.min_qemu for p, _ in presets), progress, actions)
+        _ensure_runtimes(presets, progress, actions)
         failed = []
-        for p in presets:
+        for p, rt in presets:
             if tuple(qemu["version"]) < p.min_qemu:
                 # Not an error: the other presets work; `hosts list` shows why this one is not ready.
                 actions.append(f"{p.name}: not ready: {p.qemu_cpu} needs qemu >= {E._fmt(p.min_qemu)}, "
                                f"the qemu in use is {E._fmt(qemu['version'])} ({qemu['source']})")
                 continue
             try:
-                ensure_prefix(p.name, qemu, progress, actions)
+                ensure_prefix(p.name, qemu, progress, actions, rt)
             except UserError as exc:  # the other presets still get set up
                 failed.append(str(exc))
         if failed:

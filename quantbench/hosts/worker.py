@@ -411,7 +411,13 @@ def make_session(model, session: dict):
         "graph_optimization_level": str(so.graph_optimization_level),
         "config_entries": {k: so.get_session_config_entry(k) for k in session["config_entries"]},
     }
-    sess = ort.InferenceSession(model, sess_options=so, providers=list(session["providers"]))
+    # a host's own providers (its preset: quantbench.hosts.runtimes.providers_env), else the session's
+    providers = [p for p in os.environ.get("QUANTBENCH_PROVIDERS", "").split(",") if p] or list(session["providers"])
+    unknown = [p for p in providers if p not in ort.get_all_providers()]
+    if unknown:
+        raise ValueError("unknown execution provider %s; this onnxruntime %s has %s" % (
+            ", ".join(unknown), ort.__version__, ", ".join(ort.get_available_providers())))
+    sess = ort.InferenceSession(model, sess_options=so, providers=providers)
     return sess, list(sess.get_providers()), readback
 
 
@@ -421,6 +427,16 @@ def check_providers(requested, resolved, allow_fallback: bool) -> "str | None":
         return ("requested execution provider(s) %s not resolved by the session (resolved: %s); "
                 "silent fallback is refused, pass --allow-fallback to accept it" % (", ".join(missing), ", ".join(resolved)))
     return None
+
+
+def _unsupported(exc, running: bool) -> bool:
+    """Whether onnxruntime's error says this runtime cannot run the model (the host's result, stage
+    "unsupported"): no kernel for an op or a provider failing as the session is made; while running, a
+    provider's own fused node failing (an error in the model or its inputs fails on every host instead)."""
+    text = str(exc)
+    if running:
+        return "RUNTIME_EXCEPTION" in text and "ExecutionProvider_" in text
+    return "NOT_IMPLEMENTED" in text or "RUNTIME_EXCEPTION" in text
 
 
 class JobError(Exception):
@@ -692,7 +708,8 @@ def run_job(job, payload, out) -> None:
         try:
             sess, resolved, readback, reused = _cached_session(data, session, job["model"].get("sha256"))
         except Exception as exc:
-            raise JobError("session", "could not create the session: %s: %s" % (type(exc).__name__, exc))
+            raise JobError("unsupported" if _unsupported(exc, False) else "session",
+                           "could not create the session: %s: %s" % (type(exc).__name__, exc))
         problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
         if problem:
             raise JobError("providers", problem)
@@ -736,7 +753,8 @@ def _run_fixtures(sess, names, n, verifier, sender, batch, repeat) -> None:
             try:
                 outputs = sess.run(names, feed)
             except Exception as exc:
-                raise JobError("run", "%s: %s" % (type(exc).__name__, exc), ids[0] if len(ids) == 1 else ids)
+                raise JobError("unsupported" if _unsupported(exc, True) else "run", "%s: %s" % (type(exc).__name__, exc),
+                               ids[0] if len(ids) == 1 else ids)
             seconds = time.perf_counter() - t0
             if len(group) == 1:
                 sender.put(ids[0], outputs, seconds, rep)

@@ -106,13 +106,18 @@ def test_each_kind_owns_its_policies(workdir):
     assert ssh.job_death_message(dropped) == ("host robot: ssh pi@robot.local failed: "
                                               "ssh: connect to host robot.local port 22: Connection refused")
     assert ssh.job_death_message(crashed) == str(crashed) and local.job_death_message(dropped) == str(dropped)
-    # onnxruntime versions: equal is silent; a local or ssh host notes a difference; emulated refuses it
-    assert local.version_policy("1.20.0", "1.20.0", False) is None
-    assert ssh.version_policy("1.19.2", "1.20.0", False) == ("host robot runs onnxruntime 1.19.2 (local: 1.20.0); "
-                                                           "differences may come from the version")
-    with pytest.raises(UserError, match=r"host pi: emulated onnxruntime 1\.19\.2 differs from the local 1\.20\.0"):
-        emu.version_policy("1.19.2", "1.20.0", False)
-    assert emu.version_policy("1.19.2", "1.20.0", True) is None
+    # onnxruntime versions: an ssh host notes a difference; a local or emulated host runs the version of its
+    # runtime (the local one, or NAME@VERSION), and only a worker importing another one (a stale setup) is refused
+    from quantbench.hosts.keys import local_ort_version
+
+    here = local_ort_version()
+    assert local.version_policy(here, here) is None and emu.version_policy(here, "1.0.0") is None
+    assert ssh.version_policy("1.19.2", "1.20.0") == ("host robot runs onnxruntime 1.19.2 (local: 1.20.0); "
+                                                    "differences may come from the version")
+    with pytest.raises(UserError, match=rf"host pi: its worker imported onnxruntime 1\.19\.2, not the {here} of"):
+        emu.version_policy("1.19.2", here)
+    pinned = make_host(HostSpec("pi4@1.20.1", "emulated", {"preset": "pi4", "onnxruntime": "1.20.1"}))
+    assert pinned.version_policy("1.20.1", here) is None
     with pytest.raises(UserError, match="unknown kind 'ftp'"):
         make_host(HostSpec("x", "ftp"))
 
