@@ -48,7 +48,7 @@ COMMANDS = list(COMMAND_HELP)
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
     "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "allow_version_mismatch", "archive", "atol", "batch",
-    "budget", "chunk_size", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
+    "budget", "chunk_size", "cluster", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
     "graph_opt", "group", "host", "hosts", "hosts_file", "images", "jobs", "json", "labels", "limit", "max_memory",
     "methods", "model", "name", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "opt_level", "out",
@@ -102,6 +102,9 @@ def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) 
 def add_jobs_argument(p) -> None:
     """--jobs of the commands that run hosts (run, equiv)."""
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count; at most that)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run the emulated hosts on the Dask cluster whose scheduler is at ADDRESS (tcp://HOST:8786; "
+                        "quantbench[cluster] and `hosts setup` on every worker); other hosts run here")
 
 
 def add_session_arguments(p, whose: str = "") -> None:

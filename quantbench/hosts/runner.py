@@ -29,6 +29,7 @@ from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
+from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
 from quantbench.hosts.hostrows import HostRows, failure
@@ -623,18 +624,18 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
 
 def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, progress=True,
              tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
-             raise_on_error: bool = True) -> RunSummary:
+             raise_on_error: bool = True, cluster=None) -> RunSummary:
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
     Finished work is skipped (cache by run_key); every finished result is kept when something fails,
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
-    errors are in the summary)."""
+    errors are in the summary). `cluster`: a hosts.cluster.Cluster (connect) that runs the hosts it takes."""
     slots = worker_slots(jobs)
     ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, allow_version_mismatch,
                    progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)
             check_coverage(host, ctx)
-    summary = RunSummary(_run_all(plan, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
+    summary = RunSummary(_run_all(plan, ctx, slots, preprocess, cluster), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
                          ctx.session, ctx.skey, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
@@ -687,13 +688,19 @@ def _join_all(threads, runs) -> None:
         pass
 
 
-def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
+def _host_run(spec, host, ctx: _Context, i: int, sched: _Scheduler, cluster):
+    """The run of one host: on the cluster (the ones it takes), with local workers, or an imported file merged."""
+    if cluster is not None and takes_host(host):
+        return ClusterHostRun(spec, host, ctx, HostSummary(spec.name, spec.kind), cluster)
+    return _HostRun(spec, host, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
+
+
+def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None, cluster=None) -> list[HostSummary]:
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
-    slots; imported hosts merge their file. The fixtures and models rows are written meanwhile.
-    Returns the hosts' summaries in that order."""
+    slots (or run on the `cluster`); imported hosts merge their file. The fixtures and models rows are
+    written meanwhile. Returns the hosts' summaries in that order."""
     sched = _Scheduler(slots)
-    runs = [_HostRun(spec, host, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
-            for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
+    runs = [_host_run(spec, host, ctx, i, sched, cluster) for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
     sched.runs = [r for r in runs if isinstance(r, _HostRun)]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None

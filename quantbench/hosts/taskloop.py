@@ -72,10 +72,11 @@ def chunks(work: list, per: int) -> list:
     return out
 
 
-def task_request(host, ctx, vi, fxs: list) -> tuple[dict, list]:
-    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts)."""
+def task_request(host, ctx, vi, fxs: list, remote: bool = False) -> tuple[dict, list]:
+    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts). `remote`: the
+    worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it."""
     parts, offset = [], 0
-    if host.model_by_path and not vi.external_data:
+    if host.model_by_path and not vi.external_data and not remote:
         model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
     else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
         data = vi.model_bytes()
@@ -83,7 +84,7 @@ def task_request(host, ctx, vi, fxs: list) -> tuple[dict, list]:
         parts.append(data)
         offset = len(data)
     entries = []
-    store = ctx.input_store() if host.reads_input_store() else None
+    store = ctx.input_store() if host.reads_input_store() and not remote else None
     for fx in fxs:
         arr = W.canonical(fx.array)
         if store is not None:  # same filesystem: the worker maps the inputs written once per run
