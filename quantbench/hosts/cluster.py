@@ -105,6 +105,12 @@ def fingerprint(spec, session: dict, allow_fallback: bool) -> tuple[dict, str]:
     return hs.fingerprint, hs.fingerprint_id
 
 
+def model_bytes(data: bytes) -> bytes:
+    """A model's bytes as the result of a task of their own, which the tasks of its variant take: every worker
+    fetches them once, and Dask makes them again if the worker holding them is lost (scattered data is not)."""
+    return data
+
+
 def run_task(spec, session: dict, allow_fallback: bool, model: bytes, request: dict, parts: list):
     """One task on this cluster worker: (the fingerprint id it ran under, its frames [(header, payload)])."""
     hs = _lease(spec, session, allow_fallback)
@@ -265,12 +271,13 @@ class ClusterHostRun:
         self.summary.run_seconds = time.monotonic() - t1
 
     def _submit(self, tasks: list, fid: str) -> dict:
-        """Submit every task (the models scattered once each); {future key: (variant, fixtures)}."""
+        """Submit every task (each model once, as a task of its own: model_bytes); {future key: (variant, fixtures)}."""
         client, ctx = self.cluster.client, self.ctx
         models, by_key = {}, {}
         for vi, fxs in tasks:
-            if vi.variant_id not in models:
-                models[vi.variant_id] = client.scatter(vi.model_bytes(), hash=True)
+            if vi.variant_id not in models:  # a task, not scattered data: a lost worker's copy is made again
+                models[vi.variant_id] = client.submit(model_bytes, vi.model_bytes(), pure=False,
+                                                      key=f"quantbench-model-{vi.raw_sha256}")
             request, parts = task_request(self.host, ctx, vi, fxs, remote=True)
             key = "quantbench-task-" + content_key([self.spec.name, fid, ctx.skey, vi.variant_id,
                                                     [fx.fixture_id for fx in fxs]])
