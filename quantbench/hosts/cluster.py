@@ -43,6 +43,9 @@ from quantbench.hosts.taskloop import chunks, error_line, task_request
 CONNECT_SECONDS = 10
 #: tasks per cluster thread a host's work is split into (enough to balance, few enough to keep sessions)
 TASKS_PER_THREAD = 4
+#: at most this many fixtures per task: the last task to finish bounds the run's tail (8 x 33 s for a real
+#: detector under emulation), and a lost worker loses at most this much
+MAX_TASK_FIXTURES = 8
 
 
 def _distributed():
@@ -77,6 +80,7 @@ def facts(specs=()) -> dict:
 # --------------------------------------------------------------------------- on each cluster worker
 
 _IDLE: dict = {}   # (host, session, fallback) key -> opened HostSessions no task is using
+_MADE: dict = {}   # the same key -> how many workers this process made for it (started or forked)
 _IDLE_LOCK = threading.Lock()
 
 
@@ -90,18 +94,60 @@ def _lease(spec, session: dict, allow_fallback: bool) -> HostSession:
         idle = _IDLE.get(_pool_key(spec, session, allow_fallback))
         if idle:
             return idle.pop()
-    return HostSession(spec, session, allow_fallback).open()
+    hs = HostSession(spec, session, allow_fallback).open()
+    _count(hs, 1)
+    return hs
+
+
+def _count(hs: HostSession, n: int) -> None:
+    """Count a worker made (n=1) or killed (n=-1) for its key on this process."""
+    with _IDLE_LOCK:
+        key = _pool_key(hs.spec, hs.session, hs.allow_fallback)
+        _MADE[key] = _MADE.get(key, 0) + n
 
 
 def _give_back(hs: HostSession) -> None:
     with _IDLE_LOCK:
-        _IDLE.setdefault(_pool_key(hs.spec, hs.session, hs.allow_fallback), []).append(hs)
+        key = _pool_key(hs.spec, hs.session, hs.allow_fallback)
+        if hs not in _IDLE.setdefault(key, []):
+            _IDLE[key].append(hs)
+
+
+def _threads() -> int:
+    """The Dask threads of this cluster worker (1 outside one)."""
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):
+        return 1
 
 
 def fingerprint(spec, session: dict, allow_fallback: bool) -> tuple[dict, str]:
-    """(fingerprint, fingerprint id) of `spec` on this cluster worker (its worker is kept for the tasks)."""
+    """(fingerprint, fingerprint id) of `spec` on this cluster worker. Its worker is kept for the tasks, with as
+    many more as the cluster worker has threads, forked from it (warm, like a local run's extra workers; each
+    fingerprinted, and they must agree)."""
     hs = _lease(spec, session, allow_fallback)
-    _give_back(hs)
+    kept_ = [hs]
+    try:
+        key = _pool_key(spec, hs.session, allow_fallback)
+        with _IDLE_LOCK:
+            missing = _threads() - _MADE.get(key, 0)
+        for _ in range(max(0, missing) if hs.host.can_fork() else 0):
+            child = hs.fork().open()
+            kept_.append(child)
+            _count(child, 1)
+            if child.fingerprint_id != hs.fingerprint_id:
+                raise UserError(f"host {spec.name}: two workers on one cluster machine report different "
+                                f"fingerprints ({hs.fingerprint_id[:12]} vs {child.fingerprint_id[:12]})")
+    except BaseException:
+        for k in kept_[1:]:
+            k.kill()
+            _count(k, -1)
+        _give_back(hs)
+        raise
+    for k in kept_:
+        _give_back(k)
     return hs.fingerprint, hs.fingerprint_id
 
 
@@ -118,9 +164,11 @@ def run_task(spec, session: dict, allow_fallback: bool, model: bytes, request: d
         frames = [(h, bytes(p)) for h, p in hs.run_job([model, *parts], **request)]
     except WorkerDied as exc:
         hs.kill()
+        _count(hs, -1)
         raise UserError(hs.host.job_death_message(exc)) from None
     except BaseException:
         hs.kill()
+        _count(hs, -1)
         raise
     _give_back(hs)
     return hs.fingerprint_id, frames
@@ -259,7 +307,8 @@ class ClusterHostRun:
         total = self.summary.planned
         if not total or self.stop.is_set():
             return
-        tasks = chunks(work, max(1, -(-total // (TASKS_PER_THREAD * self.cluster.threads))))
+        per = min(MAX_TASK_FIXTURES, max(1, -(-total // (TASKS_PER_THREAD * self.cluster.threads))))
+        tasks = chunks(work, per)
         if ctx.progress:
             from tqdm import tqdm
 
