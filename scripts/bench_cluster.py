@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "cluster.json"))
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    started, before = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), uptime()
     rounds = []
     try:
         for i in range(args.rounds):
@@ -99,7 +99,7 @@ def main() -> int:
     result = {
         "started": started, "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": f"equiv --hosts pi,x86 --limit {args.limit} (demo fp32 models)", "cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)), "uptime_before_after": [uptime()],
+        "usable_cores": len(os.sched_getaffinity(0)), "uptime_before_after": [before],
         "cluster": "distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True): one machine, as `dask worker --nthreads 2` runs it",
         "rounds": [{k: round(v, 3) for k, v in r.items()} for r in rounds],
         "median_seconds": {k: round(v, 3) for k, v in med.items()},

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
-from quantbench.hosts.hostrows import HostRows, failure, kept
+from quantbench.hosts.hostrows import HostRows, kept, run_host
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WORKER_PATH, WorkerDied
 from quantbench.hosts.registry import make_host
@@ -215,7 +215,11 @@ def connect(address: str, hosts=(), timeout: float = CONNECT_SECONDS) -> Cluster
         raise UserError(f"cluster {address}: cannot reach the scheduler ({_first_line(exc)})") from None
     try:
         specs = [h.spec if hasattr(h, "spec") else h for h in hosts]
-        seen = client.run(facts, specs)
+        try:
+            seen = client.run(facts, specs)
+        except Exception as exc:  # e.g. a worker without quantbench cannot even load the question
+            raise UserError(f"cluster {address}: a worker cannot run quantbench's check ({type(exc).__name__}: "
+                            f"{_first_line(exc)}); install quantbench[cluster] on every worker") from None
         if not seen:
             raise UserError(f"cluster {address}: the scheduler has no workers; start some with "
                             f"`dask worker {address}`")
@@ -280,16 +284,7 @@ class ClusterHostRun:
         self.bar = None
 
     def run(self) -> None:
-        t0 = time.monotonic()
-        try:
-            self._run()
-        except Exception as exc:  # keep the other hosts going; report this one
-            self.rows.error(failure(self.spec.name, exc))
-        finally:
-            self.rows.writer.flush()
-            if self.bar is not None:
-                self.bar.close()
-            self.summary.seconds = time.monotonic() - t0
+        run_host(self)
 
     def kill(self) -> None:
         """Stop now (interrupt): the tasks not finished are cancelled; finished results are already buffered."""

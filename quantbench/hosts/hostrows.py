@@ -146,6 +146,21 @@ class HostRows:
             self.summary.errors.append(msg)
 
 
+def run_host(run) -> None:
+    """What every executor of a host does around its work (`run._run()`): a failure becomes the host's one error
+    line (the other hosts go on), its rows are flushed, its progress bar closed and its seconds counted."""
+    t0 = time.monotonic()
+    try:
+        run._run()
+    except Exception as exc:  # keep the other hosts going; report this one
+        run.rows.error(failure(run.spec.name, exc))
+    finally:
+        run.rows.writer.flush()
+        if run.bar is not None:
+            run.bar.close()
+        run.summary.seconds = time.monotonic() - t0
+
+
 def failure(host: str, exc: Exception) -> str:
     """One error line for a host that failed: a UserError as it reads (prefixed with the host), else the type."""
     if isinstance(exc, UserError):

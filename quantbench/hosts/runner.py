@@ -32,7 +32,7 @@ from quantbench.hosts import fpcache
 from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
-from quantbench.hosts.hostrows import HostRows, failure
+from quantbench.hosts.hostrows import HostRows, failure, run_host
 from quantbench.hosts.keys import local_ort_version, normalize_session, session_key
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
@@ -395,16 +395,7 @@ class _HostRun:
     # -- the host's thread
 
     def run(self) -> None:
-        t0 = time.monotonic()
-        try:
-            self._run()
-        except Exception as exc:  # keep the other hosts going; report this one
-            self.rows.error(failure(self.spec.name, exc))
-        finally:
-            self.rows.writer.flush()
-            if self.bar is not None:
-                self.bar.close()
-            self.summary.seconds = time.monotonic() - t0
+        run_host(self)
 
     def _run(self) -> None:
         ctx = self.ctx

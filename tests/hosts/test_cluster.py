@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[2]
 STAMPS = ("run_id", "created_at")
 
 
-def _local_cluster(tmp_path, **env):
-    """A LocalCluster of two single-threaded worker processes, `env` set in them (the pause hook); its scratch
-    folder beside the working folder `tmp_path`, never in it."""
+def _local_cluster(tmp_path, workers: int = 2, threads: int = 1, **env):
+    """A LocalCluster of two single-threaded worker processes (or `workers` x `threads`), `env` set in them (the
+    pause hook); its scratch folder beside the working folder `tmp_path`, never in it."""
     try:
         from distributed import LocalCluster
     except ImportError:
@@ -43,7 +43,7 @@ def _local_cluster(tmp_path, **env):
     ok, msg = E.ready("pi")
     if not ok:
         missing_setup(f"pi not set up: {msg}")
-    return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    return LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None,
                         local_directory=str(tmp_path.parent / f"{tmp_path.name}-dask"), env={k: str(v) for k, v in env.items()})
 
 
@@ -79,6 +79,23 @@ def test_a_cluster_run_writes_the_tables_of_a_local_run(workdir, tmp_path):
         assert main(args + ["--results", "cluster", "--cluster", lc.scheduler_address]) == 0
     _same_tables(workdir / "local" / "tables", workdir / "cluster" / "tables",
                  ("fixtures", "models", "hosts", "outputs", "classes", "decisions"))
+
+
+def _kept_workers() -> list:
+    """On a cluster worker: how each host worker it keeps came to be (Popen: started; _ForkedProcess: forked)."""
+    return sorted(type(hs.client.proc).__name__ for idle in C._IDLE.values() for hs in idle)
+
+
+def test_a_cluster_worker_with_two_threads_forks_its_second_host_worker(workdir, tmp_path):
+    """One cluster worker process with two threads (one machine, `dask worker --nthreads 2`): the host's second
+    worker is forked from the first, and the rows are a local run's."""
+    plan = _demo_plan(["pi"])
+    run_plan(plan, progress=False, tables_root=workdir / "local")
+    with _local_cluster(tmp_path, workers=1, threads=2) as lc, C.connect_plan(lc.scheduler_address, plan) as cluster:
+        s = run_plan(plan, progress=False, tables_root=workdir / "cluster", cluster=cluster)
+        kept = cluster.client.run(_kept_workers)
+    assert s.errors == [] and list(kept.values()) == [["Popen", "_ForkedProcess"]]
+    _same_tables(workdir / "local", workdir / "cluster", ("hosts", "outputs"))
 
 
 def test_a_cluster_worker_killed_mid_run_is_survived(workdir, tmp_path):
