@@ -159,6 +159,66 @@ def test_a_killed_client_resumes_without_running_again_what_it_wrote(workdir, tm
     assert local.hosts[0].ran == total
 
 
+def test_ctrl_c_during_a_cluster_run_cancels_its_tasks_and_writes_nothing_after(workdir, tmp_path, monkeypatch):
+    """Ctrl-C while the cluster's emulated workers are mid-task: run_plan raises once the host's thread ended
+    (its tasks cancelled), and nothing is written after it, not even when the paused tasks then finish."""
+    from quantbench.hosts import runner as R
+
+    pause, root = tmp_path / "go", workdir / "t"
+    real_rebalance = R._Scheduler.rebalance
+
+    def rebalance(self):  # the user presses Ctrl-C once a cluster worker is paused in a task
+        if threading.current_thread() is threading.main_thread() and Path(f"{pause}.paused").exists():
+            raise KeyboardInterrupt
+        real_rebalance(self)
+
+    plan = _demo_plan(["pi"])
+    with _local_cluster(tmp_path, QUANTBENCH_TEST_PAUSE_AFTER=1, QUANTBENCH_TEST_PAUSE_FILE=pause) as lc, \
+            C.connect_plan(lc.scheduler_address, plan) as cluster:
+        monkeypatch.setattr(R._Scheduler, "rebalance", rebalance)
+        before = set(threading.enumerate())
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run_plan(plan, progress=False, tables_root=root, cluster=cluster)
+            left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+            assert [n for n in left if not n.startswith("Dask-")] == []  # (Dask's own pools live with its client)
+            parts = sorted(p.name for p in (root / "outputs").glob("*.parquet"))
+        finally:
+            pause.write_text("")
+        total = sum(len(f) for f in plan.fixtures_for.values())
+        assert cluster.submitted == total  # one fixture per task, all cancelled before any finished
+        while any(cluster.client.processing().values()):  # the paused tasks end (their results unused)
+            time.sleep(0.05)
+    assert sorted(p.name for p in (root / "outputs").glob("*.parquet")) == parts == []
+
+
+def _another_machine() -> None:
+    """On one cluster worker: stand for a machine whose CPU differs (two such machines cannot exist here), so
+    the host's fingerprint taken there differs."""
+    real = C.fingerprint
+
+    def fingerprint(spec, session, allow_fallback):
+        fp, fid = real(spec, session, allow_fallback)
+        return fp, "f" * 64
+
+    C.fingerprint = fingerprint
+
+
+def test_cluster_machines_that_differ_are_not_one_host(workdir, tmp_path):
+    """A host whose fingerprint differs between two cluster workers is refused before any of its tasks runs."""
+    plan = _demo_plan(["pi"], limit=1)
+    with _local_cluster(tmp_path) as lc, C.connect_plan(lc.scheduler_address, plan) as cluster:
+        cluster.client.run(_another_machine, workers=sorted(cluster.workers)[1:])
+        s = run_plan(plan, progress=False, raise_on_error=False, tables_root=workdir / "t", cluster=cluster)
+        assert cluster.submitted == 0
+    (error,) = s.errors
+    a, b = sorted(cluster.workers)
+    assert error.startswith(f"host pi: cluster workers {a} and {b} report different fingerprints (")
+    assert error.endswith("the machines differ, so they cannot run one host: start the cluster on identical "
+                          "machines or run the host elsewhere")
+    assert s.hosts[0].ran == 0 and not (workdir / "t" / "outputs").exists()
+
+
 def _refused(workdir, capsys, address: str) -> str:
     before = digest(workdir, skip_lock=False)
     rc = main(["run", "--hosts", "pi,x86", "--limit", "1", "--no-progress", "--cluster", address])
