@@ -33,7 +33,7 @@ want=$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: installing quantbench and its dependencies into .venv"
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e '.[test,plots]'
+  .venv/bin/python -m pip install -q -e '.[test,plots,cluster]'
   echo "$want" > "$stamp"
 fi
 

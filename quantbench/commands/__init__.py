@@ -50,7 +50,7 @@ COMMANDS = list(COMMAND_HELP)
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
     "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "archive", "as_host", "atol", "batch",
-    "budget", "calibrate", "chunk_size", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
+    "budget", "calibrate", "chunk_size", "cluster", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
     "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",
     "methods", "model", "name", "native_runs", "native_shards", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "onnxruntime", "opt_level", "out",
@@ -104,6 +104,9 @@ def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) 
 def add_jobs_argument(p) -> None:
     """--jobs of the commands that run hosts (run, equiv)."""
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count; at most that)")
+    p.add_argument("--cluster", metavar="ADDRESS",
+                   help="run the emulated hosts on the Dask cluster whose scheduler is at ADDRESS (tcp://HOST:8786; "
+                        "quantbench[cluster] and `hosts setup` on every worker); other hosts run here")
 
 
 def add_shard_argument(p) -> None:

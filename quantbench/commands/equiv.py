@@ -15,6 +15,7 @@ from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_s
                                  finite_float, session_from_args)
 from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError, marked
+from quantbench.hosts.cluster import connect_plan
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
 from quantbench.recipe import sidecar_for, sidecar_source
@@ -123,6 +124,7 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
     plan = plan_run(specs, variants, **params, session=session_from_args(args), command="equiv",
                     check_hosts=not args.no_run, check_variant=decoder_fits, shard=args.shard)
     note_plan(args, plan)
+    cluster = held.enter_context(connect_plan(args.cluster, plan)) if args.cluster and not args.no_run else None
     results = Path(args.results)
     root = results / "tables"
     held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
@@ -130,7 +132,7 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
     run_line = "runs: none (--no-run: results from the tables)"
     if not args.no_run:
         with tables.run_scope(plan.run_id):
-            summary = run_plan(plan, progress=not args.no_progress, tables_root=root, jobs=args.jobs)
+            summary = run_plan(plan, progress=not args.no_progress, tables_root=root, jobs=args.jobs, cluster=cluster)
         run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
         prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts
                   if h.fingerprint_id and h.measured}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from quantbench.assets import TABLES_DIR
 from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, add_shard_argument,
                                  session_from_args)
 from quantbench.errors import UserError, render_params
+from quantbench.hosts.cluster import connect_plan
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
@@ -74,10 +76,11 @@ def run(args) -> int:
     note_plan(args, plan)
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure, render = None, getattr(args, "_render", render_params)
-    with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
+    cluster = connect_plan(args.cluster, plan) if args.cluster else contextlib.nullcontext()  # checked first
+    with cluster, tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
         try:
             summary = run_plan(plan, allow_fallback=args.allow_fallback, progress=not args.no_progress,
-                               tables_root=root, jobs=jobs)
+                               tables_root=root, jobs=jobs, cluster=cluster if args.cluster else None)
         except RunFailed as exc:
             failure, summary = exc, exc.summary
     manifest = None

@@ -383,6 +383,8 @@ class EmulatedHost(ProcessHost):
     traces_instructions = True
     #: the preset, its prefix and the wheels `hosts setup` installed are all on this machine
     caches_fingerprint = True
+    #: qemu emulates the CPU on any x86 machine with `hosts setup` done: `--cluster` runs it there
+    runs_on_cluster = True
 
     @property
     def preset(self) -> str:

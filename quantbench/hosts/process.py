@@ -287,6 +287,9 @@ class ProcessHost:
     traces_instructions = False
     #: hosts.fpcache may remember its fingerprint: everything that can change it is visible on this machine
     caches_fingerprint = False
+    #: `--cluster` runs its workers on a cluster's machines (hosts/cluster.py): its results do not depend on
+    #: which machine runs it (the fingerprint is checked on each)
+    runs_on_cluster = False
 
     def command(self) -> tuple[list[str], dict | None, bytes]:
         """(argv, env or None, bytes to send before the first frame)."""

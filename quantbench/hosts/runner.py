@@ -15,9 +15,7 @@ fixtures in flight.
 
 from __future__ import annotations
 
-import collections
 import os
-import re
 import sys
 import threading
 import time
@@ -31,20 +29,17 @@ from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache, shards
+from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
-from quantbench.hosts.keys import (fixture_entry, hosts_row, local_ort_version, normalize_session, not_started_row,
-                                   run_key, session_key)
-from quantbench.hosts.process import DoesNotStart, WorkerDied
-from quantbench.hosts.setup import first_use_setup
+from quantbench.hosts.hostrows import HostRows, failure, run_host
+from quantbench.hosts.keys import local_ort_version, normalize_session, session_key
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.setup import first_use_setup
+from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
+from quantbench.hosts.workerpool import HostWorkers
 from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256
 from quantbench.textfmt import text_table
-
-FLUSH_SECONDS = 2.0
-FLUSH_ROWS = 512
-
 
 # --------------------------------------------------------------------------- inputs
 
@@ -173,10 +168,6 @@ def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:
     return RunPlan(specs, made, asked, list(infos.values()), uniq, fits_of, session, limit=limit)
 
 
-def fixture_label(fx) -> str:
-    return f"{fx.fixture_id[:12]} ({fx.source})" if getattr(fx, "source", "") else fx.fixture_id[:12]
-
-
 # --------------------------------------------------------------------------- cores
 
 
@@ -248,16 +239,16 @@ class HostSummary:
     workers: int = 0
     #: of those, workers forked from the first one (warm) rather than started anew
     forked: int = 0
+    #: why the host's runtime cannot start on its CPU (a result, recorded in the hosts table; "": it started)
+    does_not_start: str = ""
+    #: variant_id -> why this host's runtime cannot run that variant (no kernel for an op, a provider failing on it)
+    cannot_run: dict = field(default_factory=dict)
     #: jobs that reused a session the worker had built for an earlier job (same variant and options)
     sessions_reused: int = 0
     #: the fingerprint came from the fingerprint cache and no worker was needed
     fingerprint_cached: bool = False
     errors: list = field(default_factory=list)
     notes: list = field(default_factory=list)
-    #: why the host's runtime cannot start on its CPU (a result, recorded in the hosts table; "": it started)
-    does_not_start: str = ""
-    #: variant_id -> why this host's runtime cannot run that variant (no kernel for an op, a provider failing on it)
-    cannot_run: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -297,98 +288,6 @@ class RunFailed(UserError):
 
 
 # --------------------------------------------------------------------------- the run
-
-
-class _Writer:
-    """Buffers output rows of finished fixtures and appends them as table parts.
-
-    Nothing is appended before the run's fixtures and models rows are (`ctx.inputs_done`), and
-    nothing at all if writing them failed (a full disk): an outputs row never refers to a fixture
-    the tables lack. The first failed append is raised once; the rows after it are dropped (the
-    rerun computes them), so a full disk is one error, not one per result.
-    """
-
-    def __init__(self, ctx: "_Context"):
-        self.ctx, self.root = ctx, ctx.root
-        self.rows: list[dict] = []
-        self.last = time.monotonic()
-        self.lock = threading.Lock()
-        self.failed = False
-
-    def add(self, rows: list[dict]) -> None:
-        with self.lock:
-            self.rows.extend(rows)
-            if self.ctx.inputs_done.is_set() and (len(self.rows) >= FLUSH_ROWS
-                                                  or time.monotonic() - self.last >= FLUSH_SECONDS):
-                self._flush()
-
-    def _flush(self) -> None:
-        if self.failed or not self.ctx.inputs_ok:
-            self.rows = []
-        if self.rows:
-            rows, self.rows = self.rows, []
-            try:
-                tables.append("outputs", rows, root=self.root)
-            except Exception:
-                self.failed = True
-                raise
-        self.last = time.monotonic()
-
-    def flush(self) -> None:
-        self.ctx.inputs_done.wait()
-        with self.lock:
-            self._flush()
-
-
-def done_run_keys(host: str, fingerprint_id: str, skey: str, root: Path) -> set[str]:
-    """run_keys already in the outputs table for this host, fingerprint and session."""
-    t = tables.read("outputs", root=root, columns=["run_key"],
-                    filter={"host": host, "fingerprint_id": fingerprint_id, "session_key": skey})
-    return set(t.column("run_key").to_pylist())
-
-
-class _Tasks:
-    """A host's unclaimed tasks, by variant, handed out so that workers build few sessions.
-
-    A worker keeps taking tasks of the variant it ran last (its session is kept); when
-    that variant has none left it moves to the variant with the fewest workers on it
-    (then the most fixtures left), so two workers start on different variants rather
-    than both building every variant's session.
-    """
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.by_variant: dict = {}
-        self.workers_on: dict = {}
-
-    def put(self, vi, fxs) -> None:
-        with self.lock:
-            self.by_variant.setdefault(vi.variant_id, collections.deque()).append((vi, fxs))
-            self.workers_on.setdefault(vi.variant_id, 0)
-
-    def qsize(self) -> int:
-        with self.lock:
-            return sum(len(q) for q in self.by_variant.values())
-
-    def take(self, last: str | None):
-        """(variant, fixtures) for a worker whose last task was of variant `last`; None when none are left."""
-        with self.lock:
-            if last is not None:
-                self.workers_on[last] -= 1
-            if last is not None and self.by_variant.get(last):
-                vid = last
-            else:
-                left = [v for v, q in self.by_variant.items() if q]
-                if not left:
-                    return None
-                vid = min(left, key=lambda v: (self.workers_on[v], -sum(len(f) for _, f in self.by_variant[v])))
-            self.workers_on[vid] += 1
-            return self.by_variant[vid].popleft()
-
-    def done(self, last: str | None) -> None:
-        if last is not None:
-            with self.lock:
-                self.workers_on[last] -= 1
 
 
 class _Scheduler:
@@ -456,176 +355,10 @@ class _Scheduler:
             r.grant()
 
 
-class _ForkRequest:
-    """An extra worker waiting for the first worker to fork it (between two of its tasks)."""
-
-    def __init__(self):
-        self.done = threading.Event()
-        self.session = None     # the forked HostSession, not yet fingerprinted; None: start one instead
-        self.error = ""
-        self.t0 = 0.0
-
-
-def _task_request(host, ctx: "_Context", vi: VariantInfo, fxs: list) -> tuple[dict, list]:
-    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts)."""
-    parts, offset = [], 0
-    if host.model_by_path and not vi.external_data:
-        model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
-    else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
-        data = vi.model_bytes()
-        model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
-        parts.append(data)
-        offset = len(data)
-    entries = []
-    store = ctx.input_store() if host.reads_input_store() else None
-    for fx in fxs:
-        arr = W.canonical(fx.array)
-        if store is not None:  # same filesystem: the worker maps the inputs written once per run
-            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, store[1][fx.fixture_id], arr.nbytes))
-        else:
-            raw = ctx.fixture_bytes(fx)
-            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, offset, len(raw)))
-            parts.append(raw)
-            offset += len(raw)
-    request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
-               "return_tensors": True, "repeat": 1}
-    if store is not None:
-        request["store"] = store[0]
-    return request, parts
-
-
-def _result_rows(run, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
-    """The outputs rows of one result frame `h` of host run `run` (under its fingerprint and session)."""
-    fid = h["fixture_id"]
-    rk = run_key(vi.variant_id, fid, run.fingerprint_id, run.ctx.skey)
-    rows = []
-    for o in h["outputs"]:
-        tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
-        rows.append({"run_key": rk, "host": run.spec.name, "fingerprint_id": run.fingerprint_id,
-                     "session_key": run.ctx.skey, "session_options": run.ctx.session_json,
-                     "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
-                     "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
-                     "tensor": tensor, "providers": providers})
-    return rows
-
-
-class _TaskLoop:
-    """One worker's task loop: takes its host's tasks (_Tasks) in turn, sends each as one request through its
-    HostSession, turns the result frames into outputs rows for the host's writer; the first worker
-    (`origin`) also forks the extra workers asked for between two tasks."""
-
-    def __init__(self, run: "_HostRun", hs, tasks: "_Tasks", origin=None):
-        self.run, self.hs, self.tasks, self.origin = run, hs, tasks, origin
-
-    def drive(self) -> None:
-        """Run tasks until none are left (or the host stops); the first worker (`origin`) forks the extra
-        workers asked for before each task."""
-        last = None
-        try:
-            while not self.run.stop.is_set():
-                if self.origin is not None:
-                    self._serve_forks()
-                got = self.tasks.take(last)
-                if got is None:
-                    last = None  # take() already counted this worker off its last variant
-                    return
-                vi, fxs = got
-                last = vi.variant_id
-                with self.run.lock:
-                    self.run.unclaimed -= len(fxs)
-                if not self._run_task(vi, fxs):
-                    return
-        finally:
-            self.tasks.done(last)
-            if self.origin is not None:
-                self._serve_forks(last=True)
-
-    def _serve_forks(self, last: bool = False) -> None:
-        """Fork the extra workers asked for (they fingerprint and run on their own threads); `last`:
-        this worker takes no more tasks, so later requests start a new worker instead."""
-        while True:
-            with self.run.lock:
-                if last:
-                    self.run.origin = None
-                if not self.run.fork_requests:
-                    return
-                req = self.run.fork_requests.pop(0)
-            try:
-                if not last and not self.run.stop.is_set():
-                    req.t0 = time.monotonic()
-                    req.session = self.origin.fork()
-                    self.run._track(req.session)
-                    if self.run.stop.is_set():  # interrupted meanwhile: kill() may have missed it
-                        req.session.kill()
-            except Exception as exc:  # e.g. the fork was refused: the extra worker starts anew
-                req.error = str(exc)
-            finally:
-                req.done.set()
-
-    def _run_task(self, vi, fxs) -> bool:
-        """One job on this worker; False when the worker (or the host) must stop."""
-        request, payload = _task_request(self.run.host, self.run.ctx, vi, fxs)
-        pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
-        providers: list = []
-        try:
-            for h, p in self.hs.run_job(payload, **request):
-                providers = self._frame(vi, h, p, providers, pending)
-        except Exception as exc:
-            self._failed(vi, pending, exc)
-            return False
-        self.run.writer.flush()
-        return not self.run.stop.is_set()
-
-    def _frame(self, vi, h: dict, p: bytes, providers: list, pending: dict) -> list:
-        """Count one frame of a job, its results as outputs rows; returns the providers its session resolved."""
-        run, summary, t = self.run, self.run.summary, h.get("type")
-        if t == "session":
-            providers = h["providers"]
-            with run.lock:
-                summary.sessions_reused += 1 if h.get("reused") else 0
-                summary.session_seconds += h.get("session_seconds", 0.0)
-                if providers not in summary.providers:
-                    summary.providers.append(providers)
-        elif t == "verified":  # input hashing time, spent on the worker's helper thread
-            with run.lock:
-                summary.verify_seconds += h.get("verify_seconds", 0.0)
-        elif t == "result":
-            run.writer.add(_result_rows(run, vi, h, p, providers))
-            pending.pop(h["fixture_id"], None)
-            with run.lock:
-                summary.ran += 1
-                summary.infer_seconds += h.get("seconds", 0.0)
-                summary.infer_each.append(h.get("seconds", 0.0))
-            if run.bar is not None:
-                run.bar.update(1)
-        elif t == "error" and h.get("stage") == "unsupported":  # a result for this host and variant
-            why = _reason(h["message"])
-            with run.lock:
-                if vi.variant_id not in summary.cannot_run:
-                    summary.cannot_run[vi.variant_id] = why
-                    summary.notes.append(f"host {run.spec.name} cannot run variant {vi.name}: {why}")
-        elif t == "error":
-            fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
-            where = f", fixture {fixture_label(fx)}" if fx else ""
-            run._error(f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
-            run.stop.set()  # the job stopped at the failing fixture: so does the host (results so far stand)
-        return providers
-
-    def _failed(self, vi, pending: dict, exc: Exception) -> None:
-        """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""
-        run = self.run
-        run.writer.flush()
-        in_flight = next(iter(pending.values()), None)
-        where = f", fixture {fixture_label(in_flight)}" if in_flight else ""
-        if isinstance(exc, WorkerDied):
-            msg = run.host.job_death_message(exc)
-        else:
-            msg = _kept(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
-        run._error(f"host {run.spec.name}, variant {vi.name}{where}: {msg}")
-        run.stop.set()
-
-
 class _HostRun:
+    """One host that runs workers: its fingerprint and plan (hostrows.HostRows), its tasks, the scheduling
+    figures the scheduler asks (work left, workers wanted), its worker processes (workerpool.HostWorkers)."""
+
     #: an extra worker pays when the work it would share outlasts this many of its start-ups
     STARTUP_FACTOR = 1.0
 
@@ -636,104 +369,43 @@ class _HostRun:
         self.position = position
         self.sched = sched
         self.summary = HostSummary(spec.name, spec.kind)
-        self.writer = _Writer(ctx)
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
-        self.clients: list = []
+        self.rows = HostRows(spec, host, ctx, self.summary, self.lock)
+        self.workers = HostWorkers(self)
         self.uses_local_slot = self.host.uses_local_cores
-        self.tasks: _Tasks | None = None
+        self.tasks: Tasks | None = None
         self.unclaimed = 0      # fixtures in tasks no worker has taken yet
         self.active = 0         # workers running tasks
         self.starting = 0       # workers granted and starting
         self.max_workers = 1 << 30
         self.t_run = 0.0
-        self.extra_threads: list = []
-        #: the first worker while it runs tasks, if it can fork extra ones (HostSession.fork); else None
-        self.origin = None
-        self.fork_requests: list = []
-        self.fork_seconds = 0.0  # the slowest fork so far, fingerprint included
+
+    @property
+    def fingerprint_id(self) -> str:
+        return self.rows.fingerprint_id
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
-        with self.lock:
-            self.stop.set()
-            clients = list(self.clients)
-        for c in clients:
-            _kill_client(c)
+        self.workers.kill()
 
-    # -- worker side
+    def grant(self) -> None:
+        """Start one more worker (the scheduler gave this host a slot): HostWorkers.grant."""
+        self.workers.grant()
 
-    def _error(self, msg: str) -> None:
-        with self.lock:
-            self.summary.errors.append(msg)
-
-    # -- host side
-
-    def run(self) -> None:
-        t0 = time.monotonic()
-        try:
-            self._run()
-        except DoesNotStart as exc:  # a result for this host, not a failure
-            self.summary.does_not_start = exc.reason
-            self.summary.notes.append(str(exc))
-            tables.append("hosts", [not_started_row(self.spec.name, self.spec.kind, exc.reason, self.host.describe())],
-                          root=self.ctx.root, ledger=True)
-        except Exception as exc:  # keep the other hosts going; report this one
-            self._error(_failure(self.spec.name, exc))
-        finally:
-            self.writer.flush()
-            if self.bar is not None:
-                self.bar.close()
-            self.summary.seconds = time.monotonic() - t0
-
-    def _track(self, hs) -> None:
-        """Count a worker that exists and keep its client (killed on interrupt, or now if kill() came first)."""
-        with self.lock:
-            self.summary.workers += 1
-            self.clients.append(hs.client)
-            stopped = self.stop.is_set()
-        if stopped:
-            _kill_client(hs.client)
-
-    def _start_and_fingerprint(self, forked=None):
-        """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
-        `forked` from the first one (already tracked)."""
-        hs = forked or HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback, host=self.host)
-        try:
-            hs.open()
-        finally:
-            if forked is None and hs.client is not None:
-                self._track(hs)
-        if self.stop.is_set():
-            hs.kill()
-        return hs
-
-    def _adopt(self, fp: dict, fid: str) -> None:
-        """Take `fid` as this host's fingerprint: the host's version policy, the hosts row (written once)."""
-        ctx = self.ctx
-        self.fingerprint_id = fid
-        self.summary.fingerprint_id = fid
-        ort_v = fp["identity"].get("onnxruntime", {}).get("version", "")
-        note = self.host.version_policy(ort_v, ctx.local_ort)
-        if note and note not in self.summary.notes:
-            self.summary.notes.append(note)
-        tables.append("hosts", [hosts_row(self.spec.name, self.spec.kind, fp, fid)], root=ctx.root, ledger=True)
+    def join_workers(self) -> bool:
+        """Wait for the extra workers' threads; False when none was left to wait for."""
+        return self.workers.join()
 
     def _plan(self, fid: str) -> list:
-        """[(variant, fixtures not yet in the tables under fid)]; counts the cached ones."""
-        ctx = self.ctx
-        done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
-        work, cached = [], 0
-        for vi in ctx.variants:
-            todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
-                    if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
-            cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
-            if todo:
-                work.append((vi, todo))
-        self.summary.cached = cached
-        self.summary.planned = sum(len(t) for _, t in work)
-        return work
+        """[(variant, fixtures not yet in the tables under fid)]; counts the cached ones (HostRows.plan)."""
+        return self.rows.plan(fid)
+
+    # -- the host's thread
+
+    def run(self) -> None:
+        run_host(self)
 
     def _run(self) -> None:
         ctx = self.ctx
@@ -746,7 +418,7 @@ class _HostRun:
         planned = None  # (fingerprint id, its plan) when the remembered fingerprint was adopted
         if hit is not None:
             # Every result cached under the remembered fingerprint: nothing to start.
-            self._adopt(*hit)
+            self.rows.adopt(*hit)
             planned = (hit[1], self._plan(hit[1]))
             if not planned[1]:
                 self.summary.fingerprint_cached = True
@@ -774,7 +446,7 @@ class _HostRun:
         t0 = time.monotonic()
         if self.host.reads_input_store():  # same filesystem: write the input store while the worker starts
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
-        hs = self._start_and_fingerprint()
+        hs = self.workers.start_and_fingerprint()
         fp, fid = hs.fingerprint, hs.fingerprint_id
         fpcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
@@ -782,44 +454,44 @@ class _HostRun:
             if planned is not None and planned[0] == fid:
                 work = planned[1]  # the remembered fingerprint held: adopted and planned already
             else:
-                self._adopt(fp, fid)
+                self.rows.adopt(fp, fid)
                 work = self._plan(fid)
-            total = self.summary.planned
-            if not total:
-                return
-            self.max_workers = self.host.max_workers(fp)  # e.g. an ssh remote's cores
-            # Tasks of a few fixtures per variant: enough of them that a worker started later
-            # (a slot freed by another host) still finds work to share.
-            per = max(1, -(-total // (8 * max(self.sched.slots, 1))))
-            tasks = _Tasks()
-            for vi, todo in work:
-                size = max(1, min(per, len(todo)))
-                for i in range(0, len(todo), size):
-                    tasks.put(vi, todo[i:i + size])
-            if ctx.progress:
-                from tqdm import tqdm
-
-                self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
-                                unit="fixture", file=sys.stderr, dynamic_ncols=True)
-            origin = hs if self.host.can_fork() else None
-            with self.lock:
-                self.unclaimed = total
-                self.active = 1
-                self.t_run = time.monotonic()
-                self.tasks = tasks
-                self.origin = origin
-            self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
-            _TaskLoop(self, hs, tasks, origin).drive()
-            with self.lock:
-                self.active -= 1
-            # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
-            self._free_first_slot()
+            if self.summary.planned:
+                self.max_workers = self.host.max_workers(fp)  # e.g. an ssh remote's cores
+                self._drive_first(hs, work)
         finally:
-            for th in list(self.extra_threads):
+            for th in list(self.workers.extra_threads):
                 th.join()
             hs.close()  # after the extra workers: the forked ones are its children
-        self.writer.flush()
+        self.rows.writer.flush()
         self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0
+
+    def _drive_first(self, hs, work: list) -> None:
+        """The first worker runs the host's tasks (`work`, split in tasks); free slots start more meanwhile."""
+        total = self.summary.planned
+        # Tasks of a few fixtures per variant: enough of them that a worker started later
+        # (a slot freed by another host) still finds work to share.
+        tasks = Tasks()
+        for vi, fxs in chunks(work, max(1, -(-total // (8 * max(self.sched.slots, 1))))):
+            tasks.put(vi, fxs)
+        if self.ctx.progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
+                            unit="fixture", file=sys.stderr, dynamic_ncols=True)
+        origin = hs if self.host.can_fork() else None
+        with self.lock:
+            self.unclaimed = total
+            self.active = 1
+            self.t_run = time.monotonic()
+            self.tasks = tasks
+            self.workers.origin = origin
+        self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
+        TaskLoop(self, hs, tasks, origin).drive()
+        with self.lock:
+            self.active -= 1
+        # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
+        self._free_first_slot()
 
     # -- scheduling
 
@@ -837,98 +509,17 @@ class _HostRun:
             workers = self.active + self.starting
             if workers >= self.max_workers or self.tasks.qsize() <= 0:
                 return False
+            origin, fork_seconds = self.workers.origin, self.workers.fork_seconds
             spf = self.seconds_per_fixture()
             if spf is None:  # no result to measure yet: only a fork (warm, a fraction of a second) is worth it
-                return self.origin is not None and self.tasks.qsize() > workers
+                return origin is not None and self.tasks.qsize() > workers
             left = self.unclaimed * spf  # one worker's seconds of work nobody has taken yet
-            startup = self.fork_seconds if self.origin is not None and self.fork_seconds else self.summary.startup_seconds
+            startup = fork_seconds if origin is not None and fork_seconds else self.summary.startup_seconds
             return left / (workers + 1) > self.STARTUP_FACTOR * max(startup, 1e-3)
 
     def work_left(self) -> float:
         spf = self.seconds_per_fixture() or 0.0
         return self.unclaimed * spf / max(1, self.active + self.starting)
-
-    def grant(self) -> None:
-        """Start one more worker (a slot was given to this host); it runs tasks until none are left.
-        The first worker forks it before its next task when it can; else it starts anew."""
-        req = None
-        with self.lock:
-            stopped = self.stop.is_set()  # (granted just before the host stopped: no thread after kill())
-            if stopped:
-                self.starting -= 1
-            elif self.origin is not None:
-                req = _ForkRequest()
-                self.fork_requests.append(req)  # now: the first worker serves it before it takes a task
-            if not stopped:
-                th = threading.Thread(target=self._extra_worker, args=(req,), name=f"worker-{self.spec.name}",
-                                      daemon=True)
-                self.extra_threads.append(th)
-                th.start()
-        if stopped:
-            self.sched.release(self)
-
-    def join_workers(self) -> bool:
-        """Wait for the extra workers' threads; False when none was left to wait for."""
-        with self.lock:
-            alive = [th for th in self.extra_threads if th.is_alive()]
-        for th in alive:
-            th.join()
-        return bool(alive)
-
-    def _extra_worker(self, req: "_ForkRequest | None" = None) -> None:
-        hs = None
-        try:
-            try:
-                forked = None
-                if req is not None:
-                    while not req.done.wait(0.5) and not self.stop.is_set():
-                        pass
-                    forked = req.session
-                    if forked is None and self.tasks.qsize() <= 0:  # the first worker ended: nothing to share
-                        return
-                    if req.error:
-                        with self.lock:
-                            self.summary.notes.append(f"host {self.spec.name}: a worker could not fork ({req.error}); "
-                                                      f"started a new one")
-                if self.stop.is_set():
-                    if forked is not None:
-                        forked.kill()
-                    return
-                hs = self._start_and_fingerprint(forked)
-                fid2 = hs.fingerprint_id
-                if forked is not None:
-                    with self.lock:
-                        self.summary.forked += 1
-                        self.fork_seconds = max(self.fork_seconds, time.monotonic() - req.t0)
-            finally:
-                with self.lock:
-                    self.starting -= 1
-            if fid2 != self.fingerprint_id:
-                self.stop.set()
-                raise UserError(f"host {self.spec.name}: two workers report different fingerprints "
-                                f"({self.fingerprint_id[:12]} vs {fid2[:12]}); run with {flag('jobs')} 1")
-            with self.lock:
-                self.active += 1
-            try:
-                _TaskLoop(self, hs, self.tasks).drive()
-            finally:
-                with self.lock:
-                    self.active -= 1
-        except UserError as exc:
-            self._error(_failure(self.spec.name, exc))
-        except Exception as exc:
-            self._error(f"host {self.spec.name}: {type(exc).__name__}: {exc}")
-        finally:
-            if hs is not None:
-                hs.close()
-            self.sched.release(self)
-
-
-def _kill_client(client) -> None:
-    try:
-        client.proc.kill()
-    except OSError:
-        pass
 
 
 class _ImportedRun:
@@ -943,31 +534,12 @@ class _ImportedRun:
         try:
             merge_imported(self.host, self.ctx, self.summary)
         except Exception as exc:  # keep the other hosts going; report this one
-            self.summary.errors.append(_failure(self.host.name, exc))
+            self.summary.errors.append(failure(self.host.name, exc))
         finally:
             self.summary.seconds = time.monotonic() - t0
 
     def kill(self) -> None:
         """Nothing to stop: a merge is one table append per table."""
-
-
-def _reason(message: str, limit: int = 360) -> str:
-    """onnxruntime's error in one short line: its status and message, without the wrappers before them."""
-    text = " ".join(re.sub(r"^.*?\[ONNXRuntimeError\] : \d+ : ", "", message, count=1).split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " ..."
-
-
-def _failure(host: str, exc: Exception) -> str:
-    """One error line for a host that failed: a UserError as it reads (prefixed with the host), else the type."""
-    if isinstance(exc, UserError):
-        return _kept(exc) if str(exc).startswith("host ") else f"host {host}: {_kept(exc)}"
-    return f"host {host}: {type(exc).__name__}: {exc}"
-
-
-def _kept(exc: UserError) -> str:
-    """A UserError's message for a run summary, its flag(param) marks kept: str(RunFailed) shows the parameters'
-    names, the CLI their flags (a command prints summary errors through args._render)."""
-    return str(exc) if isinstance(exc, ParameterError) else Exception.__str__(exc)
 
 
 class _Context:
@@ -1051,17 +623,17 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
 
 def run_plan(plan: RunPlan, allow_fallback=False, progress=True,
              tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
-             raise_on_error: bool = True) -> RunSummary:
+             raise_on_error: bool = True, cluster=None) -> RunSummary:
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
     Finished work is skipped (cache by run_key); every finished result is kept when something fails,
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
-    errors are in the summary)."""
+    errors are in the summary). `cluster`: a hosts.cluster.Cluster (connect) that runs the hosts it takes."""
     slots = worker_slots(jobs)
     ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)
             check_coverage(host, ctx)
-    summary = RunSummary(_run_all(plan, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
+    summary = RunSummary(_run_all(plan, ctx, slots, preprocess, cluster), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
                          ctx.session, ctx.skey, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
@@ -1092,7 +664,7 @@ def _ready(host) -> None:
 
 
 def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
-    """The fixtures and models rows of this run (the outputs rows will refer to them: see _Writer)."""
+    """The fixtures and models rows of this run (the outputs rows will refer to them: see hostrows.Writer)."""
     # Fixtures are keyed by their tensor hash: one already in the table is not written again
     # (its ~200 KB tensor would only make a duplicate part that readers drop).
     try:
@@ -1116,13 +688,19 @@ def _join_all(threads, runs) -> None:
         pass
 
 
-def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None) -> list[HostSummary]:
+def _host_run(spec, host, ctx: _Context, i: int, sched: _Scheduler, cluster):
+    """The run of one host: on the cluster (the ones it takes), with local workers, or an imported file merged."""
+    if cluster is not None and takes_host(host):
+        return ClusterHostRun(spec, host, ctx, HostSummary(spec.name, spec.kind), cluster)
+    return _HostRun(spec, host, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
+
+
+def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None, cluster=None) -> list[HostSummary]:
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
-    slots; imported hosts merge their file. The fixtures and models rows are written meanwhile.
-    Returns the hosts' summaries in that order."""
+    slots (or run on the `cluster`); imported hosts merge their file. The fixtures and models rows are
+    written meanwhile. Returns the hosts' summaries in that order."""
     sched = _Scheduler(slots)
-    runs = [_HostRun(spec, host, ctx, i, sched) if host.runs_workers else _ImportedRun(host, ctx)
-            for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
+    runs = [_host_run(spec, host, ctx, i, sched, cluster) for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
     sched.runs = [r for r in runs if isinstance(r, _HostRun)]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None

@@ -461,9 +461,9 @@ def test_ssh_host_grows_workers_over_one_connection(workdir, home, monkeypatch, 
 def test_workers_stay_on_their_variant_and_start_on_different_ones():
     from types import SimpleNamespace
 
-    from quantbench.hosts.runner import _Tasks
+    from quantbench.hosts.taskloop import Tasks
 
-    t = _Tasks()
+    t = Tasks()
     va, vb = SimpleNamespace(variant_id="A"), SimpleNamespace(variant_id="B")
     for v in (va, vb):
         for i in range(3):

@@ -90,14 +90,14 @@ def test_forked_emulated_worker_is_indistinguishable_from_a_started_one(tmp_path
 def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch):
     """One host, two slots: the second worker is forked before the first runs anything, and the
     results are those of a single started worker, byte for byte."""
-    from quantbench.hosts import runner as R
+    from quantbench.hosts import taskloop
 
     _need_pi()
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
     fxs = fixtures(8, n=64)
     jobs = []
-    real_job = R._task_request
-    monkeypatch.setattr(R, "_task_request",
+    real_job = taskloop.task_request
+    monkeypatch.setattr(taskloop, "task_request",
                         lambda host, ctx, vi, f: jobs.append(real_job(host, ctx, vi, f)) or jobs[-1])
     one = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "one", jobs=1).hosts[0]
     two = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "two", jobs=2).hosts[0]

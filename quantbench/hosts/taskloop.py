@@ -1,0 +1,182 @@
+"""A host's tasks and one worker's loop over them: the unclaimed tasks of a host (a few fixtures of one
+variant each, handed out so that workers build few sessions), the request one task sends, and the loop
+that sends each through the worker's HostSession and hands its result frames to the host's rows
+(hosts/hostrows.py)."""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from quantbench.errors import UserError
+from quantbench.hosts import worker as W
+from quantbench.hosts.hostrows import kept
+from quantbench.hosts.keys import fixture_entry
+from quantbench.hosts.process import WorkerDied
+
+
+def fixture_label(fx) -> str:
+    return f"{fx.fixture_id[:12]} ({fx.source})" if getattr(fx, "source", "") else fx.fixture_id[:12]
+
+
+class Tasks:
+    """A host's unclaimed tasks, by variant, handed out so that workers build few sessions.
+
+    A worker keeps taking tasks of the variant it ran last (its session is kept); when
+    that variant has none left it moves to the variant with the fewest workers on it
+    (then the most fixtures left), so two workers start on different variants rather
+    than both building every variant's session.
+    """
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.by_variant: dict = {}
+        self.workers_on: dict = {}
+
+    def put(self, vi, fxs) -> None:
+        with self.lock:
+            self.by_variant.setdefault(vi.variant_id, collections.deque()).append((vi, fxs))
+            self.workers_on.setdefault(vi.variant_id, 0)
+
+    def qsize(self) -> int:
+        with self.lock:
+            return sum(len(q) for q in self.by_variant.values())
+
+    def take(self, last: str | None):
+        """(variant, fixtures) for a worker whose last task was of variant `last`; None when none are left."""
+        with self.lock:
+            if last is not None:
+                self.workers_on[last] -= 1
+            if last is not None and self.by_variant.get(last):
+                vid = last
+            else:
+                left = [v for v, q in self.by_variant.items() if q]
+                if not left:
+                    return None
+                vid = min(left, key=lambda v: (self.workers_on[v], -sum(len(f) for _, f in self.by_variant[v])))
+            self.workers_on[vid] += 1
+            return self.by_variant[vid].popleft()
+
+    def done(self, last: str | None) -> None:
+        if last is not None:
+            with self.lock:
+                self.workers_on[last] -= 1
+
+
+def chunks(work: list, per: int) -> list:
+    """[(variant, fixtures)] of `work` ([(variant, fixtures to run)]) in tasks of at most `per` fixtures."""
+    out = []
+    for vi, todo in work:
+        size = max(1, min(per, len(todo)))
+        out += [(vi, todo[i:i + size]) for i in range(0, len(todo), size)]
+    return out
+
+
+def task_request(host, ctx, vi, fxs: list, remote: bool = False) -> tuple[dict, list]:
+    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts). `remote`: the
+    worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it."""
+    parts, offset = [], 0
+    if host.model_by_path and not vi.external_data and not remote:
+        model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
+    else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
+        data = vi.model_bytes()
+        model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
+        parts.append(data)
+        offset = len(data)
+    entries = []
+    store = ctx.input_store() if host.reads_input_store() and not remote else None
+    for fx in fxs:
+        arr = W.canonical(fx.array)
+        if store is not None:  # same filesystem: the worker maps the inputs written once per run
+            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, store[1][fx.fixture_id], arr.nbytes))
+        else:
+            raw = ctx.fixture_bytes(fx)
+            entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, offset, len(raw)))
+            parts.append(raw)
+            offset += len(raw)
+    request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
+               "return_tensors": True, "repeat": 1}
+    if store is not None:
+        request["store"] = store[0]
+    return request, parts
+
+
+def error_line(run, vi, h: dict) -> str:
+    """The summary line of a job's "error" frame `h` (host, variant, the fixture it stopped at)."""
+    fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
+    where = f", fixture {fixture_label(fx)}" if fx else ""
+    return f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}"
+
+
+class TaskLoop:
+    """One worker's task loop: takes its host's tasks (Tasks) in turn, sends each as one request through its
+    HostSession, hands the result frames to the host's rows; the first worker (`origin`) also forks the
+    extra workers asked for between two tasks (the host's workers: hosts/workerpool.py)."""
+
+    def __init__(self, run, hs, tasks: Tasks, origin=None):
+        self.run, self.hs, self.tasks, self.origin = run, hs, tasks, origin
+
+    def drive(self) -> None:
+        """Run tasks until none are left (or the host stops); the first worker (`origin`) forks the extra
+        workers asked for before each task."""
+        last = None
+        try:
+            while not self.run.stop.is_set():
+                if self.origin is not None:
+                    self.run.workers.serve_forks(self.origin)
+                got = self.tasks.take(last)
+                if got is None:
+                    last = None  # take() already counted this worker off its last variant
+                    return
+                vi, fxs = got
+                last = vi.variant_id
+                with self.run.lock:
+                    self.run.unclaimed -= len(fxs)
+                if not self._run_task(vi, fxs):
+                    return
+        finally:
+            self.tasks.done(last)
+            if self.origin is not None:
+                self.run.workers.serve_forks(self.origin, last=True)
+
+    def _run_task(self, vi, fxs) -> bool:
+        """One job on this worker; False when the worker (or the host) must stop."""
+        request, payload = task_request(self.run.host, self.run.ctx, vi, fxs)
+        pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
+        providers: list = []
+        try:
+            for h, p in self.hs.run_job(payload, **request):
+                providers = self._frame(vi, h, p, providers, pending)
+        except Exception as exc:
+            self._failed(vi, pending, exc)
+            return False
+        self.run.rows.writer.flush()
+        return not self.run.stop.is_set()
+
+    def _frame(self, vi, h: dict, p: bytes, providers: list, pending: dict) -> list:
+        """Count one frame of a job, its results as outputs rows; returns the providers its session resolved."""
+        run, t = self.run, h.get("type")
+        providers = run.rows.frame(vi, h, p, providers)
+        if t == "result":
+            pending.pop(h["fixture_id"], None)
+            if run.bar is not None:
+                run.bar.update(1)
+        elif t == "error" and h.get("stage") == "unsupported":  # a result for this host and variant
+            run.rows.cannot_run(vi, h["message"])
+        elif t == "error":
+            run.rows.error(error_line(run, vi, h))
+            run.stop.set()  # the job stopped at the failing fixture: so does the host (results so far stand)
+        return providers
+
+    def _failed(self, vi, pending: dict, exc: Exception) -> None:
+        """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""
+        run = self.run
+        run.rows.writer.flush()
+        in_flight = next(iter(pending.values()), None)
+        where = f", fixture {fixture_label(in_flight)}" if in_flight else ""
+        if isinstance(exc, WorkerDied):
+            msg = run.host.job_death_message(exc)
+        else:
+            msg = kept(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+        run.rows.error(f"host {run.spec.name}, variant {vi.name}{where}: {msg}")
+        run.stop.set()
