@@ -420,7 +420,7 @@ def _ctc_keys(block: dict, where: str) -> dict:
 
 def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: float | None = None,
                       source: str = "sidecar") -> DecodeSpec:
-    """The decode spec: the sidecar's "decode" block, overridden by --decode / --threshold.
+    """The decode spec: the sidecar's "decode" block, overridden by `kind` / `threshold` (the caller's).
 
     No kind at all (no --decode, no decode block) is kind ``none``: a model
     without a decoder still has equivalence classes.
@@ -454,9 +454,10 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
     if thr is None:   # a kind with a default threshold always has one (a null in the sidecar means the default)
         thr = k.threshold
     if thr is not None and not (isinstance(thr, (int, float)) and not isinstance(thr, bool) and math.isfinite(thr)):
-        where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
-        raise UserError(f"{where} {thr!r}: must be a finite number (nan or inf would make every "
-                        "comparison false)")
+        problem = "must be a finite number (nan or inf would make every comparison false)"
+        if threshold is not None:
+            raise ParameterError("threshold", problem, thr)
+        raise UserError(f"{source}: decode 'threshold' {thr!r}: {problem}")
     if thr is not None and k.probability and not 0 <= thr <= 1:
         problem = f"must be in [0, 1] ({kind} scores are probabilities; {thr:g} would keep or drop every decision)"
         if threshold is not None:
