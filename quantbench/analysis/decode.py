@@ -983,9 +983,12 @@ def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
     return kind.decoder(spec, outputs)
 
 
-def spec_for_variant(variant, kind: str | None = None) -> DecodeSpec | None:
-    """The decode spec of a variant's sidecar (or `kind`), checked against its outputs; None under decode none."""
+def spec_for_variant(variant, kind: str | None = None, outputs: list | None = None) -> DecodeSpec | None:
+    """The decode spec of a variant's sidecar (or `kind`), checked against its outputs (`outputs`: the graph's
+    output names when the caller has them, else the model is read); None under decode none."""
     spec = spec_from_sidecar(sidecar_for(variant), kind, source=str(variant.path))
     if not spec.decoder_kind.decides:
         return None
-    return check_outputs(spec, [o.name for o in load_model(variant.path, check=False).graph.output])
+    if outputs is None:
+        outputs = [o.name for o in load_model(variant.path, check=False).graph.output]
+    return check_outputs(spec, outputs)

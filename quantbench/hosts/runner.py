@@ -104,6 +104,7 @@ class RunPlan:
     limit: int | None = None
     labels: str | None = None   # the labels the fixtures were made from (None: the bundled corpus)
     images: str | None = None
+    models: dict = field(default_factory=dict)  # variant_id -> its parsed ModelProto (plan_run(keep_models=True))
 
     @property
     def names(self) -> list[str]:
@@ -112,12 +113,14 @@ class RunPlan:
 
 def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split: str | None = "eval",
              limit: int | None = None, sidecar: dict | None = None, session: dict | None = None, hosts_file=None,
-             command: str | None = None, check_hosts: bool = True, check_variant=None) -> RunPlan:
+             command: str | None = None, check_hosts: bool = True, check_variant=None,
+             keep_models: bool = False) -> RunPlan:
     """Everything a run needs, each model file parsed once: the hosts (made once; each ready, unless
     `check_hosts` is False), each variant's info, the fixtures (given, or made from `labels`/`images`/`split`/
     `limit`: without labels, the ones the variants were calibrated with) and which fit which variant, the run
     id (`command` names the run; None: no id). `check_variant(variant, output_names)` runs on every variant
-    before its fixtures are made (e.g. a decoder check). Nothing is written."""
+    before its fixtures are made (e.g. a decoder check); `keep_models`: the parsed models stay on the plan
+    (`models`, for a caller that reads the graph itself: the explain commands). Nothing is written."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ParameterError("limit", "must be at least 1", limit)
     specs = _host_specs(hosts, hosts_file)
@@ -141,6 +144,8 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
     asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
     plan.labels, plan.images = labels, images
+    if keep_models:
+        plan.models = {vi.variant_id: lw[0] for (_, vi), lw in zip(asked, loaded) if lw is not None}
     if command is not None:
         plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
                                        variants=sorted(str(v.path) for v in variants),
