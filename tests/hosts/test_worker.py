@@ -9,6 +9,7 @@ import pytest
 
 from hosts_helpers import gather_model, matmul_model
 from quantbench.hosts import worker as W
+from quantbench.hosts.keys import probe_job, request_header
 from quantbench.hosts.local import LocalHost
 
 
@@ -17,6 +18,13 @@ def client():
     c = LocalHost("local", "local").start()
     yield c
     c.close()
+
+
+def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
+    """A fingerprint request as HostSession.open sends it (keys.request_header over keys.probe_job), for the
+    tests that speak the protocol to a worker directly."""
+    model, fixtures, parts = probe_job()
+    return request_header("fingerprint", host, session, allow_fallback, model, fixtures), parts
 
 
 def _job(model_path, arrays, session=None, sha=None, **extra):
@@ -135,8 +143,6 @@ def test_bad_session_option_and_unknown_request(tmp_path, client):
 
 
 def test_fingerprint_fields_and_id(client):
-    from quantbench.hosts.keys import fingerprint_request
-
     session = W.normalize_session({"config_entries": {"session.x64quantprecision": "1"}})
     frames = [h for h, _ in client.request(*fingerprint_request("h1", session, False))]
     fp = frames[0]
@@ -197,8 +203,6 @@ def test_worker_runs_without_quantbench_on_the_path(tmp_path):
     """The worker source alone (as shipped to a bare host) answers a fingerprint request."""
     import subprocess
     import sys
-
-    from quantbench.hosts.keys import fingerprint_request
 
     src = tmp_path / "worker.py"
     src.write_bytes(open(W.__file__, "rb").read())
