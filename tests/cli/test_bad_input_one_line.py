@@ -373,8 +373,8 @@ sys.exit(255)
 DIES_AFTER_REQUEST = f"""
 import struct, sys
 b = sys.stdin.buffer
-n = int(b.readline())
-b.read(n)
+for _ in range(2):  # the bootstrap's two sources (hosts.ssh.worker_preamble): the tensor encoding, the worker
+    b.read(int(b.readline()))
 magic, hlen, plen = struct.unpack(">4sIQ", b.read(16))
 b.read(hlen + plen)
 sys.stderr.write({REFUSED!r} + "\\n")
