@@ -250,7 +250,7 @@ class PluginKind(DecoderKind):
     plugin: bool = True
 
     def describe(self, spec):
-        return {"plugin": plugins.plugin_identity(self.name, "--decode")}
+        return {"plugin": plugins.plugin_identity(self.name, flag("decode"))}
 
     def ap_frame(self, block, boxed):
         if not boxed:
@@ -947,7 +947,7 @@ def plugin_decoded(ref: str, result, threshold: float | None) -> Decoded:
 
 
 def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
-    fn = plugins.load(spec.kind, "--decode")
+    fn = plugins.load(spec.kind, flag("decode"))
     try:
         result = fn(dict(outputs), spec)
     except UserError:

@@ -53,3 +53,13 @@ def test_a_wrapped_parameter_error_keeps_its_flag():
     assert str(outer) == "model m: decode yolo: output 'x' has shape [3]; pass another decode; or decode none"
     assert cli_text(outer, "equiv") == ("model m: --decode yolo: output 'x' has shape [3]; pass another --decode; "
                                         "or --decode none")
+
+
+def test_a_refused_plugin_names_the_flag_that_asked_for_it():
+    """A plug-in refused for want of consent, asked for by a parameter (errors.flag), names that parameter's flag
+    on the command line, not the bare parameter, next to the flag that allows it."""
+    from quantbench.errors import PluginNotAllowed
+
+    exc = PluginNotAllowed(f"{flag('decode')} asks to run plug-in m.py:f (the file m.py)", "m.py:f")
+    assert str(exc).startswith("decode asks")
+    assert cli_text(exc, "equiv") == "--decode asks to run plug-in m.py:f (the file m.py): pass --allow-plugins to run it"
