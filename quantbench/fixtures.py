@@ -535,7 +535,7 @@ def fixtures_for_variants(variants, labels=None, images=None, split: str | None 
 def no_fixtures_message(labels, split) -> str:
     """Why fixtures_for_variants found nothing to evaluate on (one wording for every caller)."""
     return (f"{labels or 'the bundled corpus'}: no image in split {split!r} to evaluate on; "
-            "mark some with \"split\": \"eval\", or pass --split / --fixtures")
+            f"mark some with \"split\": \"eval\", or pass {flag('split')} / {flag('fixtures')}")
 
 
 def pick_fixture(fixtures: list[Fixture], wanted: str | None, split: str = "eval") -> Fixture:

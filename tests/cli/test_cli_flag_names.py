@@ -63,3 +63,11 @@ def test_a_refused_plugin_names_the_flag_that_asked_for_it():
     exc = PluginNotAllowed(f"{flag('decode')} asks to run plug-in m.py:f (the file m.py)", "m.py:f")
     assert str(exc).startswith("decode asks")
     assert cli_text(exc, "equiv") == "--decode asks to run plug-in m.py:f (the file m.py): pass --allow-plugins to run it"
+
+
+def test_no_fixtures_to_run_points_at_the_fixture_parameters():
+    from quantbench.fixtures import no_fixtures_message
+
+    exc = UserError(no_fixtures_message("l.json", "eval"))
+    assert "--" not in str(exc)
+    assert cli_text(exc, "equiv").endswith('mark some with "split": "eval", or pass --split / --fixtures')
