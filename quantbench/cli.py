@@ -129,10 +129,10 @@ def _for_cli(exc: UserError, parser, args) -> str:
     """A library ParameterError names the parameter; on the command line, name its flag instead (so too a
     parameter a message points at, errors.flag). A refused plug-in gets the flag that allows it."""
     actions = _actions(parser, args)
-    if isinstance(exc, PluginNotAllowed) and any(a.dest == "allow_plugins" for a in actions):
-        return f"{exc}: pass --allow-plugins to run it"
     flag_of = _flag_namer(actions)
     text = Exception.__str__(exc)
+    if isinstance(exc, PluginNotAllowed) and any(a.dest == "allow_plugins" for a in actions):
+        return render_params(f"{text}: pass --allow-plugins to run it", lambda p: flag_of(p) or p)
     if isinstance(exc, ParameterError) and flag_of(exc.param):
         text = exc.for_flag(flag_of(exc.param))
     return render_params(text, lambda p: flag_of(p) or p)

@@ -1,7 +1,7 @@
 """Evaluation fixtures: images + labels -> input tensors keyed by their hash.
 
 A fixture's id is the SHA-256 of its input tensor's canonical encoding
-(quantbench.hosts.worker.tensor_sha256), so two hosts compare only when they
+(quantbench.tensorcode.tensor_sha256), so two hosts compare only when they
 were fed byte-identical inputs.
 
 Labels are COCO JSON: ``images`` (id, file_name, width, height, and a
@@ -29,7 +29,7 @@ from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fsutil import canonical_json, read_json, sha256_file
-from quantbench.hosts.worker import canonical, tensor_sha256
+from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.recipe import input_spec_for
@@ -535,7 +535,7 @@ def fixtures_for_variants(variants, labels=None, images=None, split: str | None 
 def no_fixtures_message(labels, split) -> str:
     """Why fixtures_for_variants found nothing to evaluate on (one wording for every caller)."""
     return (f"{labels or 'the bundled corpus'}: no image in split {split!r} to evaluate on; "
-            "mark some with \"split\": \"eval\", or pass --split / --fixtures")
+            f"mark some with \"split\": \"eval\", or pass {flag('split')} / {flag('fixtures')}")
 
 
 def pick_fixture(fixtures: list[Fixture], wanted: str | None, split: str = "eval") -> Fixture:

@@ -221,7 +221,7 @@ def check_identity(variant, model=None) -> str:
     return variant.variant_id
 
 
-def input_spec_for(variant, override: dict | None = None, override_source: str = "--sidecar", model=None) -> dict:
+def input_spec_for(variant, override: dict | None = None, override_source: str = flag("sidecar"), model=None) -> dict:
     """The exact input recipe (preprocess spec) to feed `variant`, checked (check_input_block) once.
 
     The recipe's calibrated preprocessing, else the sidecar beside the file; a

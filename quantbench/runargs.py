@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import sys
 
-from quantbench.errors import UserError
-from quantbench.fixtures import calibration_labels, fixtures_for_variants, limit_note, no_fixtures_message
+from quantbench.fixtures import limit_note
 from quantbench.hosts.registry import parse_hosts
+from quantbench.hosts.runner import plan_run
 from quantbench.recipe import load_sidecar_file
 from quantbench.variants import DEMO_NOTE, is_demo, resolve_variants
 
@@ -28,27 +28,20 @@ def variants_from_args(args, to_stderr: bool = False) -> list:
     return variants
 
 
-def fixtures_from_args(args, variants, limit: int | None = None, sidecar: dict | None = None) -> list:
-    """The evaluation fixtures the fixture flags (--fixtures, --images, --split, --sidecar, --limit) select;
-    `sidecar`: the --sidecar file the command already read (sidecar_from_args), else it is read here.
-
-    Without --fixtures: the labels the variants were calibrated with (fixtures.calibration_labels),
-    set on `args` as if given, so the report, equiv.json and the accuracy read the same labels."""
-    if not args.fixtures:
-        args.fixtures, args.images = calibration_labels(variants, args.images)
-    fixtures, _ = fixtures_for_variants(variants, args.fixtures, args.images, args.split, limit,
-                                        sidecar if sidecar is not None else sidecar_from_args(args))
-    if not fixtures:
-        raise UserError(no_fixtures_message(args.fixtures, args.split))
-    if limit is not None:
-        print(f"--limit {limit}: {limit_note(fixtures)}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
-    return fixtures
-
-
 def fixture_params(args) -> dict:
     """The fixture flags (--fixtures, --images, --split, --limit, --sidecar) as hosts.runner.plan_run parameters."""
     return {"labels": args.fixtures, "images": args.images, "split": args.split, "limit": args.limit,
             "sidecar": sidecar_from_args(args)}
+
+
+def explain_plan(args, hosts, variants, limit: int | None = None):
+    """The run plan of an explain command (hosts.runner.plan_run) from its fixture flags: each model parsed once
+    and kept on the plan (`models`) for the commands that read its graph; `hosts` its --hosts items, each
+    started later under its own session (explain.localize.start_workers), so they are not asked ready here."""
+    plan = plan_run([h.spec for h in hosts], variants, labels=args.fixtures, images=args.images, split=args.split,
+                    limit=limit, check_hosts=False, keep_models=True)
+    note_plan(args, plan)
+    return plan
 
 
 def note_plan(args, plan) -> None:

@@ -19,6 +19,11 @@ the chunk size derived from it, unless --chunk-size / --max-memory are given; th
 tiles of scikit-learn's two sample photos (load_sample_images) at the model's input size,
 shifted and mirrored, instead of the bundled corpus.
 
+--base REV also measures the calibration of revision REV's quantbench (its package extracted with
+`git archive`, as scripts/bench_speed.py does; the same child code, imported from that tree) at each
+size, between ours and stock in the same run: "base" rows, and the ratios ours / base of wall and peak
+RSS (the code before a change against after, side by side).
+
 Targets: ours@max <= 1.25 x ours@min; ours@48 <= 0.5 x stock@48 and ours@max <= 0.1 x stock@48
 (peak RSS); ours wall <= 1.0 x stock wall wherever stock finishes.
 Writes results/bench/calibration.json.
@@ -84,7 +89,10 @@ def calibration_images(n: int, tiles: Path | None = None, size=None) -> list[Pat
 
 
 def spec_for(model_path: Path, input_block: dict | None = None) -> dict:
-    from quantbench.recipe import load_sidecar
+    try:
+        from quantbench.recipe import load_sidecar
+    except ImportError:  # a --base tree from before quantbench/recipe.py
+        from quantbench.assets import load_sidecar
     from quantbench.modelio import load_model
     from quantbench.preprocess import input_spec
 
@@ -106,7 +114,7 @@ def child(kind: str, n: int, model: Path, out: Path, chunk_size, args) -> dict:
     paths = calibration_images(n, tiles, (h, w))
     inputs = ImageInputs(paths, spec)
     plan: dict = {}
-    if kind == "ours":
+    if kind in ("ours", "base"):  # base: the same code path, imported from the --base tree (measure: --tree)
         from quantbench.quantize.calibration import compute_ranges, load_with_shape_infer
         from quantbench.quantize.variants import make_static
 
@@ -136,14 +144,27 @@ def child(kind: str, n: int, model: Path, out: Path, chunk_size, args) -> dict:
                             quant_format=QuantFormat.QDQ, per_channel=True,
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         wall = time.perf_counter() - t
-    return {"wall_s": wall, "plan": plan}
+    import quantbench
+
+    return {"wall_s": wall, "plan": plan, "package": str(Path(quantbench.__file__).parent)}
 
 
-def measure(kind: str, n: int, model: Path, args, limit_gib: float | None, workdir: Path) -> dict:
+def base_tree(rev: str, dest: Path) -> Path:
+    """Revision `rev`'s quantbench package, extracted from git (no checkout touched)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    arch = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "quantbench"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
+    return dest
+
+
+def measure(kind: str, n: int, model: Path, args, limit_gib: float | None, workdir: Path,
+            tree: Path | None = None) -> dict:
     out = workdir / f"{kind}-{n}.onnx"
     res_file = workdir / f"{kind}-{n}.json"
     cmd = [sys.executable, __file__, "--child", kind, "--n", str(n), "--model", str(model),
            "--child-out", str(out), "--child-result", str(res_file), "--tiles-dir", str(workdir / "tiles")]
+    if tree is not None:
+        cmd += ["--tree", str(tree)]
     for flag, value in (("--chunk-size", args.chunk_size), ("--max-memory", args.max_memory),
                         ("--threads", args.threads), ("--input", args.input)):
         if value is not None:
@@ -178,7 +199,7 @@ def measure(kind: str, n: int, model: Path, args, limit_gib: float | None, workd
         row.update(status=f"failed (exit {proc.returncode}): {last[0][:200]}", wall_s=None)
     else:
         res = json.loads(res_file.read_text())
-        row.update(status="ok", wall_s=round(res["wall_s"], 2))
+        row.update(status="ok", wall_s=round(res["wall_s"], 2), package=res.get("package"))
         if res.get("plan"):
             row["plan"] = res["plan"]
         from quantbench.fsutil import sha256_file
@@ -198,14 +219,19 @@ def main() -> int:
     ap.add_argument("--sample-tiles", action="store_true", help="calibrate on tiles of scikit-learn's sample photos")
     ap.add_argument("--tiles-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--stock-limit-gib", type=float, default=8.0, help="kill a stock run whose RSS passes this")
+    ap.add_argument("--base", default=None, metavar="REV",
+                    help="also measure revision REV's calibration, side by side (ours / base ratios)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench" / "calibration.json"))
-    ap.add_argument("--child", choices=["ours", "stock"], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=["ours", "base", "stock"], help=argparse.SUPPRESS)
+    ap.add_argument("--tree", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     ap.add_argument("--child-result", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     if args.child:
+        if args.tree:  # the --base tree's quantbench, ahead of this one
+            sys.path.insert(0, args.tree)
         res = child(args.child, args.n, Path(args.model), Path(args.child_out), args.chunk_size, args)
         Path(args.child_result).write_text(json.dumps(res))
         return 0
@@ -221,9 +247,12 @@ def main() -> int:
             spec = spec_for(model, json.loads(args.input) if args.input else None)
             hw = spec["shape"][2:4] if spec.get("layout", "NCHW") == "NCHW" else spec["shape"][1:3]
             sample_tiles(max(sizes), tuple(hw), Path(td) / "tiles")
+        tree = base_tree(args.base, Path(td) / "base") if args.base else None
+        kinds = ("ours", "base", "stock") if args.base else ("ours", "stock")
         for n in sizes:
-            for kind in ("ours", "stock"):
-                row = measure(kind, n, model, args, args.stock_limit_gib if kind == "stock" else None, Path(td))
+            for kind in kinds:
+                row = measure(kind, n, model, args, args.stock_limit_gib if kind == "stock" else None, Path(td),
+                              tree if kind == "base" else None)
                 rows.append(row)
                 print(f"  {kind:5s} {n:4d} images: peak RSS {row['peak_rss_mib']:8.1f} MiB, "
                       f"wall {row['wall_s'] if row['wall_s'] is not None else '-'} s, {row['status']}", flush=True)
@@ -256,6 +285,14 @@ def main() -> int:
         if s["status"] == "ok" and o["status"] == "ok":
             targets.append({"target": f"ours wall @{n} <= 1.0 x stock wall @{n}",
                             "ratio": round(o["wall_s"] / s["wall_s"], 3), "limit": 1.0})
+    for n in sizes if args.base else ():
+        o, b = get("ours", n), get("base", n)
+        if b["status"] == o["status"] == "ok":
+            o["identical_to_base"] = o["model_sha256"] == b["model_sha256"]
+            targets.append({"target": f"ours wall @{n} <= 1.0 x base ({args.base}) wall @{n}",
+                            "ratio": round(o["wall_s"] / b["wall_s"], 3), "limit": 1.0})
+            targets.append({"target": f"ours peak RSS @{n} <= 1.0 x base ({args.base}) peak RSS @{n}",
+                            "ratio": round(o["peak_rss_mib"] / b["peak_rss_mib"], 3), "limit": 1.0})
     for t in targets:
         t["met"] = t["ratio"] <= t["limit"]
 
@@ -263,11 +300,15 @@ def main() -> int:
     plans = sorted({f"{r['images']}: {r['plan']['mode']} x{r['plan']['chunk']}" for r in rows if r.get("plan")})
     print(f"model: {model.name}   plan {'; '.join(plans) or '-'}   Percentile 99.999, U8S8 per-channel QDQ")
     print(f"{'images':>6}  {'ours RSS MiB':>12}  {'stock RSS MiB':>13}  {'ours s':>7}  {'stock s':>7}  identical  stock status")
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"
     for n in sizes:
         o, s = get("ours", n), get("stock", n)
-        fmt = lambda v: "-" if v is None else f"{v:.1f}"
         print(f"{n:>6}  {o['peak_rss_mib']:>12.1f}  {s['peak_rss_mib']:>13.1f}  {fmt(o['wall_s']):>7}  "
               f"{fmt(s['wall_s']):>7}  {str(o.get('identical_to_stock', '-')):>9}  {s['status']}")
+    for n in sizes if args.base else ():
+        b = get("base", n)
+        print(f"{n:>6}  base {args.base}: RSS {b['peak_rss_mib']:.1f} MiB, {fmt(b['wall_s'])} s, {b['status']}; "
+              f"ours identical to base: {get('ours', n).get('identical_to_base', '-')}")
     print()
     for t in targets:
         print(f"{'MET ' if t['met'] else 'MISS'}  {t['target']}: {t['ratio']}")
@@ -285,6 +326,7 @@ def main() -> int:
         "images": "sklearn sample-photo tiles" if args.sample_tiles else "bundled corpus (non-eval)",
         "loadavg_at_end": [round(x, 2) for x in os.getloadavg()],
         "stock_limit_gib": args.stock_limit_gib,
+        "base": args.base,
         "rows": rows,
         "targets": targets,
         "machine": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),

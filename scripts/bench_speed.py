@@ -13,7 +13,9 @@ fresh `python -m quantbench` process timed from start to exit:
            <= 0.6. Needs a machine with 4 usable cores; recorded as not measurable
            otherwise.
 3. cached  `equiv --hosts pi,x86` again on the fresh run's results, against
-           `equiv --no-run` on the same results. Targets: < 2 s and <= 1.2x.
+           `equiv --no-run` on the same results. Targets: < 2 s and <= 1.2x. In the
+           same rounds, the baseline tree's cached `equiv` on its own fresh results
+           (ratio_base: this tree against the code before, side by side).
 4. tables  cached `equiv` after 100 simulated runs against the same rows in one
            part. The simulation appends the real outputs rows of the fresh run and
            99 copies under other session keys (as 99 other session settings would),
@@ -130,17 +132,22 @@ def part_cores(args, work, vdir, out):
     out["cores"] = {"measured": True, "four_seconds": a, "two_seconds": b, "ratio": ratio(a, b), "target": 0.6}
 
 
-def part_cached(args, work, vdir, results, out):
-    cached, norun = [], []
+def part_cached(args, work, vdir, results, base, out):
+    cached, norun, based = [], [], []
+    base_results = work / f"fresh-base-{args.rounds - 1}"  # the fresh part's last baseline folder, else made here
     qb(ROOT, equiv_args(args.hosts, vdir, results, args.limit), work)  # warm: every cache in place
+    qb(base, equiv_args(args.hosts, vdir, base_results, args.limit), work)  # the baseline's own, warm too
+    runs = [("cached", ROOT, results, [], cached), ("no-run", ROOT, results, ["--no-run"], norun),
+            ("base", base, base_results, [], based)]
     for r in range(args.rounds):
-        for name, extra, acc in ([("cached", [], cached), ("no-run", ["--no-run"], norun)][::(-1 if r % 2 else 1)]):
-            wall, line = qb(ROOT, equiv_args(args.hosts, vdir, results, args.limit, extra), work)
+        for name, tree, res, extra, acc in runs[r % 3:] + runs[:r % 3]:
+            wall, line = qb(tree, equiv_args(args.hosts, vdir, res, args.limit, extra), work)
             acc.append(wall)
             print(f"  {name:7s} round {r}: {wall:6.2f} s   {line}", flush=True)
-    a, b = summarize(cached), summarize(norun)
+    a, b, c = summarize(cached), summarize(norun), summarize(based)
     out["cached"] = {"command": " ".join(map(str, equiv_args(args.hosts, "VARIANTS", "RESULTS", args.limit))),
                      "cached_seconds": a, "no_run_seconds": b, "ratio": ratio(a, b),
+                     "base_cached_seconds": c, "ratio_base": ratio(a, c),
                      "targets": {"seconds": 2.0, "ratio": 1.2}, "uptime_after": uptime()}
 
 
@@ -252,7 +259,7 @@ def main() -> int:
             results = work / "fresh-new-only"
             qb(ROOT, equiv_args(args.hosts, vdir, results, args.limit), work)
         if "cached" in parts:
-            part_cached(args, work, vdir, results, out)
+            part_cached(args, work, vdir, results, base, out)
         if "tables" in parts:
             part_tables(args, work, vdir, base, results, out)
     finally:
@@ -278,6 +285,9 @@ def main() -> int:
         print(f"{'cached equiv vs --no-run':<44} {c['cached_seconds']['median']:>8.2f}s "
               f"{c['no_run_seconds']['median']:>8.2f}s {c['ratio']['median']:>11.3f} / {c['ratio']['min']:<8.3f} "
               f"< 2 s, <= 1.2")
+        print(f"{'cached equiv vs base':<44} {c['cached_seconds']['median']:>8.2f}s "
+              f"{c['base_cached_seconds']['median']:>8.2f}s {c['ratio_base']['median']:>11.3f} / "
+              f"{c['ratio_base']['min']:<8.3f} no slower")
     if "tables" in out:
         t = out["tables"]
         s = t["seconds"]

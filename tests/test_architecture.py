@@ -78,11 +78,11 @@ def test_nothing_below_the_cli_imports_a_command():
 
 
 # The layers, lowest first (docs/architecture.md): a module imports its own layer or a lower one. A module belongs to
-# the layer of the longest prefix naming it. hosts/worker.py is the standalone wire format (standard library and
-# numpy only, shipped alone to a host), so its tensor encoding sits below everything that hashes a tensor.
+# the layer of the longest prefix naming it. tensorcode.py, the canonical tensor encoding, travels with the worker
+# (standard library and numpy only), below everything that hashes a tensor; the worker itself is a hosts module.
 LAYERS = [
     ("shared", ["quantbench", "quantbench.errors", "quantbench.fsutil", "quantbench.lazy", "quantbench.textfmt",
-                "quantbench.hosts.worker"]),
+                "quantbench.tensorcode"]),
     ("recipe", ["quantbench.assets", "quantbench.recipe", "quantbench.variants", "quantbench.preprocess", "quantbench.plugins",
                 "quantbench.strata", "quantbench.modelio"]),
     ("tables", ["quantbench.tables"]),
@@ -117,9 +117,12 @@ def test_no_import_from_a_lower_layer_up():
     assert upward == []
 
 
-def test_the_worker_imports_nothing_of_quantbench():
-    """The worker runs alone on a bare host (the source is shipped over ssh), so it stays at the bottom."""
-    assert import_graph()["quantbench.hosts.worker"] == set()
+def test_the_worker_imports_only_the_tensor_encoding():
+    """The worker runs on a bare host (started by path, or sent as source over ssh) with the one module that
+    travels with it, the tensor encoding, which imports nothing of quantbench."""
+    graph = import_graph()
+    assert graph["quantbench.hosts.worker"] == {"quantbench.tensorcode"}
+    assert graph["quantbench.tensorcode"] == set()
 
 
 def test_no_command_imports_another_command():

@@ -250,7 +250,7 @@ class PluginKind(DecoderKind):
     plugin: bool = True
 
     def describe(self, spec):
-        return {"plugin": plugins.plugin_identity(self.name, "--decode")}
+        return {"plugin": plugins.plugin_identity(self.name, flag("decode"))}
 
     def ap_frame(self, block, boxed):
         if not boxed:
@@ -420,7 +420,7 @@ def _ctc_keys(block: dict, where: str) -> dict:
 
 def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: float | None = None,
                       source: str = "sidecar") -> DecodeSpec:
-    """The decode spec: the sidecar's "decode" block, overridden by --decode / --threshold.
+    """The decode spec: the sidecar's "decode" block, overridden by `kind` / `threshold` (the caller's).
 
     No kind at all (no --decode, no decode block) is kind ``none``: a model
     without a decoder still has equivalence classes.
@@ -454,9 +454,10 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
     if thr is None:   # a kind with a default threshold always has one (a null in the sidecar means the default)
         thr = k.threshold
     if thr is not None and not (isinstance(thr, (int, float)) and not isinstance(thr, bool) and math.isfinite(thr)):
-        where = "--threshold" if threshold is not None else f"{source}: decode 'threshold'"
-        raise UserError(f"{where} {thr!r}: must be a finite number (nan or inf would make every "
-                        "comparison false)")
+        problem = "must be a finite number (nan or inf would make every comparison false)"
+        if threshold is not None:
+            raise ParameterError("threshold", problem, thr)
+        raise UserError(f"{source}: decode 'threshold' {thr!r}: {problem}")
     if thr is not None and k.probability and not 0 <= thr <= 1:
         problem = f"must be in [0, 1] ({kind} scores are probabilities; {thr:g} would keep or drop every decision)"
         if threshold is not None:
@@ -946,7 +947,7 @@ def plugin_decoded(ref: str, result, threshold: float | None) -> Decoded:
 
 
 def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
-    fn = plugins.load(spec.kind, "--decode")
+    fn = plugins.load(spec.kind, flag("decode"))
     try:
         result = fn(dict(outputs), spec)
     except UserError:
@@ -982,9 +983,12 @@ def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
     return kind.decoder(spec, outputs)
 
 
-def spec_for_variant(variant, kind: str | None = None) -> DecodeSpec | None:
-    """The decode spec of a variant's sidecar (or `kind`), checked against its outputs; None under decode none."""
+def spec_for_variant(variant, kind: str | None = None, outputs: list | None = None) -> DecodeSpec | None:
+    """The decode spec of a variant's sidecar (or `kind`), checked against its outputs (`outputs`: the graph's
+    output names when the caller has them, else the model is read); None under decode none."""
     spec = spec_from_sidecar(sidecar_for(variant), kind, source=str(variant.path))
     if not spec.decoder_kind.decides:
         return None
-    return check_outputs(spec, [o.name for o in load_model(variant.path, check=False).graph.output])
+    if outputs is None:
+        outputs = [o.name for o in load_model(variant.path, check=False).graph.output]
+    return check_outputs(spec, outputs)

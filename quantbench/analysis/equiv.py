@@ -119,17 +119,6 @@ def _run_hint(host: str, variant: VariantRef, hint: str) -> str:
     return f"`quantbench run --hosts {host} --variants {variant.path or variant.name}{hint}`"
 
 
-def select_results(hosts, variants, fixtures_for, prefer=None, run_hint: str = "", tables_root=None) -> dict:
-    """Per host, the (fingerprint_id, session_key) whose results cover every variant x fixture.
-
-    Preference: the combination this run produced (`prefer`), else the only
-    complete one. A host without complete results names the run that would
-    produce them; a fixture present under another input hash is refused.
-    """
-    return _select(_hash_rows(hosts, variants, tables_root), hosts, variants, fixtures_for, prefer, run_hint,
-                   tables_root)
-
-
 _HASH_COLS = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id", "output_name", "dtype", "shape",
               "sha256")
 
@@ -152,6 +141,10 @@ def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
 
 
 def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot=None) -> dict:
+    """Per host, the (fingerprint_id, session_key) whose results (`cols`: _hash_rows) cover every variant x
+    fixture. Preference: the combination this run produced (`prefer`), else the only complete one. A host without
+    complete results names the run that would produce them; a fixture present under another input hash is
+    refused."""
     have: dict = defaultdict(lambda: defaultdict(set))
     for h, fp, sk, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"], cols["variant_id"],
                                cols["fixture_id"]):

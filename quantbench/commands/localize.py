@@ -10,9 +10,9 @@ from quantbench.commands import add_explain_arguments, base_session_from_args
 from quantbench.explain import update_report
 from quantbench.explain.evidence import run_evidence_for, table
 from quantbench.explain.localize import localize, summary
-from quantbench.fixtures import pick_fixture
+from quantbench.fixtures import limit_note, pick_balanced, pick_fixture
 from quantbench.hosts.registry import parse_hosts
-from quantbench.runargs import fixtures_from_args
+from quantbench.runargs import explain_plan
 from quantbench.variants import pick_variant
 
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."
@@ -37,15 +37,20 @@ def run(args) -> int:
     root = Path(args.tables) if args.tables else TABLES_DIR
     variant = pick_variant(args.variant)
     hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
-    fixture = pick_fixture(fixtures_from_args(args, [variant]), args.fixture, args.split)
+    plan = explain_plan(args, hosts, [variant])  # the model parsed once: its id, its graph, its fixtures
+    (vi,) = plan.variants
+    fixtures = plan.fixtures_for[vi.variant_id]
+    fixture = pick_fixture(fixtures, args.fixture, args.split)
     res = localize(variant.path, hosts, fixture, args.opt_level, args.group, variant.name,
-                   progress=not args.no_progress, tables_root=root, variant_id=variant.variant_id)
+                   progress=not args.no_progress, tables_root=root, variant_id=vi.variant_id,
+                   model=plan.models[vi.variant_id])
     part = tables.append("localize", res.table_rows(), root=root)
     print(summary(res))
     print(f"localize table: {part.parent if part else root / 'localize'}")
     if args.evidence:
-        evs, notes = run_evidence_for(variant, hosts, fixtures_from_args(args, [variant], max(1, args.evidence_fixtures)),
-                                      root)
+        picked = pick_balanced(fixtures, [fx.stratum for fx in fixtures], max(1, args.evidence_fixtures))
+        print(f"--evidence-fixtures {len(picked)}: {limit_note(picked)}")
+        evs, notes = run_evidence_for(variant, hosts, picked, root, vi.variant_id)
         for note in notes:
             print(note)
         if evs:

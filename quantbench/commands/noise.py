@@ -8,11 +8,10 @@ from quantbench import tables
 from quantbench.analysis.decode import decode_arg, spec_for_variant
 from quantbench.assets import TABLES_DIR
 from quantbench.commands import add_explain_arguments, base_session_from_args
-from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
 from quantbench.hosts.registry import parse_hosts
-from quantbench.runargs import fixtures_from_args
+from quantbench.runargs import explain_plan
 from quantbench.variants import pick_variant
 
 HELP = "Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all."
@@ -31,18 +30,18 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    if args.limit < 1:
-        raise UserError(f"--limit {args.limit}: must be at least 1")
     root = Path(args.tables) if args.tables else TABLES_DIR
     variant = pick_variant(args.variant)
     hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
-    fixtures = fixtures_from_args(args, [variant], args.limit)
-    spec = spec_for_variant(variant, args.decode)
+    plan = explain_plan(args, hosts, [variant], args.limit)  # the model parsed once, the limit checked
+    (vi,) = plan.variants
+    fixtures = plan.fixtures_for[vi.variant_id]
+    spec = spec_for_variant(variant, args.decode, vi.outputs)
     factors = [f.strip() for f in args.factors.split(",") if f.strip()]
     rows = []
     for h in hosts:
         rows += noise_floor(variant.path, h, fixtures, spec, args.threads, args.batch, factors, variant.name,
-                            variant_id=variant.variant_id)
+                            variant_id=vi.variant_id, model=plan.models[vi.variant_id])
     tables.append("noise", [r.row() for r in rows], root=root)
     print(table(rows))
     faults = [r for r in rows if r.harness_fault]

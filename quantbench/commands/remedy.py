@@ -13,7 +13,7 @@ from quantbench.explain import update_report
 from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
 from quantbench.hosts.registry import parse_hosts
 from quantbench.recipe import check_identity
-from quantbench.runargs import fixtures_from_args
+from quantbench.runargs import explain_plan
 from quantbench.variants import pick_variant
 
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
@@ -38,24 +38,26 @@ def run(args) -> int:
     hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
     if len(hosts) < 2:
         raise UserError("--hosts: name at least two hosts to compare")
+    plan = explain_plan(args, hosts, [variant], args.limit)  # the model parsed once, its identity checked
+    (vi,) = plan.variants
     if args.fp32:
         fp32 = Path(args.fp32)
     else:
         reference = pick_variant("fp32")
         check_identity(reference)  # the reference runs too: it must be the model its recipe names
         fp32 = Path(reference.path)
-    spec = spec_for_variant(variant, args.decode)
+    spec = spec_for_variant(variant, args.decode, vi.outputs)
     if spec is None:
         raise UserError(f"{variant.path}: no decoder (--decode none, or no decode block in its sidecar); remedy "
                         f"counts decision flips, so pass --decode KIND")
-    fixtures = fixtures_from_args(args, [variant], args.limit)
+    fixtures = plan.fixtures_for[vi.variant_id]
     stem = Path(variant.path)
     ranges = stem.with_name(stem.stem + ".ranges.json")
     out = Path(args.out) if args.out else RESULTS_DIR / "remedies" / variant.name
     remedies = [r.strip() for r in args.remedies.split(",") if r.strip()]
     rvs = build_remedies(variant.path, fp32, out, variant.recipe, ranges if ranges.exists() else None,
                          [{fx.input_name: fx.array} for fx in fixtures], remedies)
-    rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, check_identity(variant),
+    rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, vi.variant_id,
                          progress=not args.no_progress)
     tables.append("remedies", [r.row() for r in rows], root=root)
     print(table(rows))

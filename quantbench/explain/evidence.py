@@ -32,19 +32,15 @@ length, so they are matched by mnemonic.
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
 import tempfile
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from quantbench import tables
-from quantbench.errors import UserError
 from quantbench.fsutil import content_key
-from quantbench.hosts import worker as W
 from quantbench.hosts.keys import hosts_row, normalize_session
 from quantbench.hosts.registry import make_host
 from quantbench.modelio import load_model, semantic_sha256
@@ -198,35 +194,7 @@ def scan_log(lines, arch: str, ranges=None) -> dict[str, FamilyCount]:
     return dict(sorted(counts.items()))
 
 
-# --------------------------------------------------------------------------- the run under qemu
-
-PROBE = r'''
-import json, sys, time
-spec = json.load(open(sys.argv[1]))
-sys.path.insert(0, spec["worker_dir"])
-import numpy as np
-import worker as W
-session = W.normalize_session(spec["session"])
-with open(spec["model"], "rb") as fh:
-    sess, resolved, readback = W.make_session(fh.read(), session)
-ranges = []
-with open("/proc/self/maps") as fh:
-    for line in fh:
-        parts = line.split()
-        if len(parts) >= 6 and "x" in parts[1] and "onnxruntime" in parts[5].rsplit("/", 1)[-1]:
-            lo, hi = parts[0].split("-")
-            ranges.append([int(lo, 16), int(hi, 16), parts[5]])
-outs = []
-for item in spec["inputs"]:
-    arr = np.load(item["path"])
-    res = sess.run(None, {item["input_name"]: arr})
-    outs.append({"fixture_id": item["fixture_id"], "sha256": [W.tensor_sha256(o) for o in res]})
-fp = W.collect_fingerprint(session, resolved, readback)
-with open(spec["out"], "w") as fh:
-    json.dump({"ranges": ranges, "outputs": outs, "fingerprint": fp, "fingerprint_id": W.fingerprint_id(fp),
-               "providers": resolved}, fh)
-'''
-
+# --------------------------------------------------------------------------- the run under qemu (the host's trace)
 
 @dataclass
 class Evidence:
@@ -276,37 +244,18 @@ class Evidence:
 
 
 def collect(host_name: str, host, model_path, fixtures, session: dict | None = None,
-            variant_name: str = "", keep_log: str | None = None, timeout: float | None = None) -> Evidence:
-    """Run the model on `fixtures` on `host` (one that traces instructions: EmulatedHost.trace_command) under
-    qemu's -d in_asm and count the instruction families."""
-    import numpy as np
-
+            variant_name: str = "", keep_log: str | None = None, timeout: float | None = None,
+            variant_id: str | None = None) -> Evidence:
+    """Run the model on `fixtures` on `host` (one that traces instructions: EmulatedHost.trace_run) under
+    qemu's -d in_asm and count the instruction families (`variant_id`: the model's semantic hash when the
+    caller has it; else the model is read for it)."""
     preset = host.trace_target()
     session = normalize_session(session)
-    vid = semantic_sha256(load_model(model_path, check=False))
+    vid = variant_id or semantic_sha256(load_model(model_path, check=False))
     with tempfile.TemporaryDirectory(prefix="qb-evidence-") as tmp:
-        tmp = Path(tmp)
-        log = Path(keep_log) if keep_log else tmp / "in_asm.log"
-        inputs = []
-        for i, fx in enumerate(fixtures):
-            p = tmp / f"in{i}.npy"
-            np.save(p, W.canonical(fx.array))
-            inputs.append({"path": str(p), "input_name": fx.input_name, "fixture_id": fx.fixture_id})
-        spec = {"worker_dir": str(Path(W.__file__).resolve().parent), "session": session,
-                "model": str(Path(model_path).resolve()), "inputs": inputs, "out": str(tmp / "probe.json")}
-        (tmp / "spec.json").write_text(json.dumps(spec))
-        (tmp / "probe.py").write_text(PROBE)
-        argv, env = host.trace_command(log)
-        proc = subprocess.run(argv + [str(tmp / "probe.py"), str(tmp / "spec.json")], env=env,
-                              capture_output=True, text=True, timeout=timeout)
-        if proc.returncode != 0 or not (tmp / "probe.json").exists():
-            tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
-            raise UserError(f"host {host_name}: the evidence run failed under qemu ({tail[0]})")
-        info = json.loads((tmp / "probe.json").read_text())
-        ranges = [(lo, hi) for lo, hi, _ in info["ranges"]]
-        if not ranges:
-            raise UserError(f"host {host_name}: onnxruntime's code was not found in the guest's memory map")
-        families = scan_log(log, preset.arch, ranges)
+        log = Path(keep_log) if keep_log else Path(tmp) / "in_asm.log"
+        info = host.trace_run(host_name, model_path, fixtures, session, log, timeout)
+        families = scan_log(log, preset.arch, [(lo, hi) for lo, hi, _ in info["ranges"]])
         size = log.stat().st_size
     return Evidence(host=host_name, preset=preset.name, qemu_cpu=preset.qemu_cpu, arch=preset.arch,
                     variant=variant_name or Path(model_path).stem, variant_id=vid,
@@ -323,8 +272,9 @@ def table(evs: list[Evidence]) -> str:
     return "\n".join(lines)
 
 
-def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], list[str]]:
-    """Instruction evidence on every emulated host among `hosts`; returns (evidence, notes on hosts skipped)."""
+def run_evidence_for(variant, hosts, fixtures, root, variant_id: str | None = None) -> tuple[list[Evidence], list[str]]:
+    """Instruction evidence on every emulated host among `hosts`; returns (evidence, notes on hosts skipped).
+    `variant_id`: the variant's semantic hash when the caller has it (the run plan)."""
     evs, notes = [], []
     for h in hosts:
         host = make_host(h.spec)
@@ -332,7 +282,7 @@ def run_evidence_for(variant, hosts, fixtures, root) -> tuple[list[Evidence], li
             notes.append(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
                          f"log (an emulated host), skipped")
             continue
-        ev = collect(h.label, host, variant.path, fixtures, h.session, variant.name)
+        ev = collect(h.label, host, variant.path, fixtures, h.session, variant.name, variant_id=variant_id)
         tables.append("hosts", [hosts_row(h.spec.name, h.spec.kind, ev.fingerprint, ev.fingerprint_id)], root=root)
         tables.append("evidence", ev.rows(), root=root)
         evs.append(ev)

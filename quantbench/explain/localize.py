@@ -205,13 +205,13 @@ def _check_two(hosts):
 
 def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
              variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False,
-             variant_id: str | None = None) -> LocalizeResult:
+             variant_id: str | None = None, model=None) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture (`variant_id`: the
-    model's semantic hash when the caller has it)."""
+    model's semantic hash, `model` its parsed ModelProto, when the caller has them: the run plan)."""
     _check_two(hosts)
     if group < 1:
         raise ParameterError("group", "must be at least 1", group)
-    model = load_model(model_path, check=False)
+    model = model if model is not None else load_model(model_path, check=False)
     vid = variant_id or semantic_sha256(model)
     base_bytes = model.SerializeToString()
     cands = intermediates(model)

@@ -17,6 +17,7 @@ decision flips between the two settings (decoded as the model's sidecar says).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
@@ -92,18 +93,17 @@ def _batch_unmeasurable(proto, fixtures) -> str | None:
 
 def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
                 factors=FACTORS, variant_name: str = "", allow_fallback: bool = False,
-                variant_id: str | None = None) -> list[NoiseRow]:
+                variant_id: str | None = None, model=None) -> list[NoiseRow]:
     """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None;
-    `variant_id` its semantic hash when the caller has it."""
-    from pathlib import Path
-
+    `variant_id` its semantic hash and `model` its parsed ModelProto when the caller has them (the run plan:
+    the file is not parsed again)."""
     bad = [f for f in factors if f not in FACTORS]
     if bad:
         raise ParameterError("factors", f"unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
     if not fixtures:
         raise UserError("noise: no fixtures")
-    model = Path(model_path).read_bytes()
-    proto = load_model(model_path, check=False)  # once: the variant id and the batch axis
+    proto = model if model is not None else load_model(model_path, check=False)  # the variant id, the batch axis
+    data = Path(model_path).read_bytes()   # the bytes each run sends
     vid = variant_id or semantic_sha256(proto)
     vname = variant_name or Path(model_path).stem
     names = list(spec.outputs.values()) if spec is not None else []
@@ -119,7 +119,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
             rows.append(NoiseRow(host.label, w.fingerprint_id, vid, vname, factor, sa, sb, len(a), differ == 0, differ,
                                  flips, fault, note))
 
-        first = w.run(model, fixtures, base, return_tensors=want, repeat=2 if "repeat" in factors else 1)
+        first = w.run(data, fixtures, base, return_tensors=want, repeat=2 if "repeat" in factors else 1)
         ref = [r for r in first if r["repeat"] == 0]
         if "repeat" in factors:
             again = [r for r in first if r["repeat"] == 1]
@@ -128,7 +128,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
             n = max(2, int(threads))
             a_t = base["intra_op_num_threads"]
             other = n if a_t == 1 else 1
-            res = w.run(model, fixtures, dict(base, intra_op_num_threads=other), return_tensors=want)
+            res = w.run(data, fixtures, dict(base, intra_op_num_threads=other), return_tensors=want)
             row("threads", f"threads={a_t}", f"threads={other}", ref, res)
         if "batch" in factors:
             unmeasurable = _batch_unmeasurable(proto, fixtures)
@@ -137,12 +137,12 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
                                      len(ref), None, None, None, False, unmeasurable))
             else:
                 b = min(int(batch), len(fixtures))
-                res = w.run(model, fixtures, dict(base, batch=b), return_tensors=want)
+                res = w.run(data, fixtures, dict(base, batch=b), return_tensors=want)
                 row("batch", "batch=1", f"batch={b}", ref, res)
         if "opt_level" in factors:
             lvl = base["graph_optimization_level"]
             other = "basic" if lvl != "basic" else "all"
-            res = w.run(model, fixtures, dict(base, graph_optimization_level=other), return_tensors=want)
+            res = w.run(data, fixtures, dict(base, graph_optimization_level=other), return_tensors=want)
             row("opt_level", f"graph_opt={lvl}", f"graph_opt={other}", ref, res)
     finally:
         w.close()

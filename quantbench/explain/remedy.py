@@ -39,6 +39,8 @@ from quantbench.quantize.calibration import compute_ranges, load_ranges, load_wi
 from quantbench.textfmt import text_table
 
 REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
+#: the remedies that run the variant's own file (its id is the base variant's)
+SAME_MODEL = ("baseline", "x64quantprecision")
 X64_ENTRY = "session.x64quantprecision"
 
 
@@ -160,7 +162,8 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                 rows.append(RemedyRow(rid, base_variant_id, rv.remedy, "", "", labels, False, None, None, "", None,
                                       None, len(fx_ids), rv.note))
                 continue
-            vid = semantic_sha256(load_model(rv.path, check=False))
+            vid = base_variant_id if base_variant_id and rv.remedy in SAME_MODEL else \
+                semantic_sha256(load_model(rv.path, check=False))
             runs, sess = run_on_all(rv.path, rv.config_entries)
             hashes = {hosts[i].label: {(r["fixture_id"], k): v["sha256"] for r in runs[i] for k, v in r["outputs"].items()}
                       for i in range(len(hosts))}

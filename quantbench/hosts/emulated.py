@@ -40,6 +40,7 @@ from quantbench.errors import UserError
 from quantbench.hosts import runtimes
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WORKER_PATH, ProcessHost
+from quantbench.hosts.trace import run_probe
 
 ROOT_SUITE = "bookworm"
 GUEST_PYTHON_VERSION = "3.11"  # bookworm's python3; the aarch64 wheels are fetched for it
@@ -421,10 +422,14 @@ class EmulatedHost(ProcessHost):
         """The CPU model an instruction trace runs on (its arch and qemu cpu name)."""
         return preset(self.preset)
 
-    def trace_command(self, log) -> tuple[list[str], dict]:
-        """(argv, env) of this host's guest Python under qemu's translation log (-d in_asm) written to `log`:
-        the instructions it ran (quantbench.explain.evidence)."""
-        return python_command(self.preset, ["-d", "in_asm", "-D", str(log)], self.runtime)
+    def trace_run(self, label: str, model_path, fixtures, session: dict, log, timeout: float | None = None) -> dict:
+        """Run the model on `fixtures` in this host's guest Python under qemu's translation log (-d in_asm,
+        written to `log`): the instructions it ran, and where onnxruntime's code lies in the guest
+        (hosts.trace.run_probe; read by quantbench.explain.evidence)."""
+        def command(script):
+            argv, env = python_command(self.preset, ["-d", "in_asm", "-D", str(log)], self.runtime)
+            return argv + list(script), env
+        return run_probe(label, command, model_path, fixtures, session, timeout)
 
     def fingerprint_cache_parts(self, env: dict) -> dict:
         """What `hosts setup` installed for the preset (prefix, root, wheels)."""

@@ -94,12 +94,6 @@ def probe_job() -> tuple[dict, list, list[bytes]]:
     return model_entry(data), [fixture_entry(W.tensor_sha256(x), "x", x, len(data), len(xb))], [data, xb]
 
 
-def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
-    """The fingerprint request's header and payload parts (HostSession.open sends it)."""
-    model, fixtures, parts = probe_job()
-    return request_header("fingerprint", host, session, allow_fallback, model, fixtures), parts
-
-
 def local_probe_sha256() -> str | None:
     """The probe's output hash on this interpreter's onnxruntime (what a host's smoke job is compared with);
     None when it cannot run here."""

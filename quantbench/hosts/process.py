@@ -20,6 +20,13 @@ from quantbench.errors import UserError
 from quantbench.hosts import worker as W
 
 WORKER_PATH = Path(W.__file__).resolve()
+TENSORCODE_PATH = WORKER_PATH.parents[1] / "tensorcode.py"   # travels with the worker (worker.py's docstring)
+
+
+def worker_source() -> tuple[bytes, bytes]:
+    """(tensorcode.py's source, worker.py's source): the worker as a host that receives it as source gets it
+    (ssh: the encoding first, then the worker run with it in its globals as `_TENSORCODE`)."""
+    return TENSORCODE_PATH.read_bytes(), WORKER_PATH.read_bytes()
 
 
 class WorkerDied(Exception):

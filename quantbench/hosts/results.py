@@ -89,9 +89,3 @@ def arrays(host: str, variant_id: str, fixture_id: str, session_key=None, tables
 def load_hosts(host=None, tables_root=TABLES_DIR, columns=None) -> pa.Table:
     """The hosts table (fingerprint per host), optionally for some host name(s) and some columns."""
     return tables.read("hosts", root=tables_root, columns=columns, filter=_filter(host=host))
-
-
-def session_keys(tables_root=TABLES_DIR) -> dict:
-    """{session_key: session options JSON} present in the outputs table."""
-    t = tables.read("outputs", root=tables_root, columns=["session_key", "session_options"])
-    return dict(zip(t.column("session_key").to_pylist(), t.column("session_options").to_pylist()))

@@ -104,6 +104,7 @@ class RunPlan:
     images: str | None = None
     shard: dict | None = None   # the shard this run is (shards.select): K, N, fixture set, its fixture ids
     notes: list = field(default_factory=list)  # e.g. an imported host split by fingerprint
+    models: dict = field(default_factory=dict)  # variant_id -> its parsed ModelProto (plan_run(keep_models=True))
 
     @property
     def names(self) -> list[str]:
@@ -112,13 +113,15 @@ class RunPlan:
 
 def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split: str | None = "eval",
              limit: int | None = None, sidecar: dict | None = None, session: dict | None = None, hosts_file=None,
-             command: str | None = None, check_hosts: bool = True, check_variant=None, shard=None) -> RunPlan:
+             command: str | None = None, check_hosts: bool = True, check_variant=None, shard=None,
+             keep_models: bool = False) -> RunPlan:
     """Everything a run needs, each model file parsed once: the hosts (made once; each ready, unless
     `check_hosts` is False), each variant's info, the fixtures (given, or made from `labels`/`images`/`split`/
     `limit`: without labels, the ones the variants were calibrated with) and which fit which variant, the run
     id (`command` names the run; None: no id). `check_variant(variant, output_names)` runs on every variant
     before its fixtures are made (e.g. a decoder check); `shard` ('K/N' or shards.Shard): only that shard of the
-    fixtures (hosts/shards.py). Nothing is written."""
+    fixtures (hosts/shards.py); `keep_models`: the parsed models stay on the plan (`models`, for a caller that
+    reads the graph itself: the explain commands). Nothing is written."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise ParameterError("limit", "must be at least 1", limit)
     shard = shards.parse_shard(shard)
@@ -144,6 +147,8 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
     fixtures, shard_record = shards.select(fixtures, shard)
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
     plan.labels, plan.images, plan.shard, plan.notes = labels, images, shard_record, notes
+    if keep_models:
+        plan.models = {vi.variant_id: lw[0] for (_, vi), lw in zip(asked, loaded) if lw is not None}
     if command is not None:
         plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
                                        variants=sorted(str(v.path) for v in variants),

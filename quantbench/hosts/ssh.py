@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench.errors import UserError
-from quantbench.hosts.process import WORKER_PATH, ProcessHost
+from quantbench.hosts.process import ProcessHost, worker_source
 
 BOOTSTRAP = (
-    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
-    "exec(compile(b.read(n),'quantbench-worker.py','exec'),{'__name__':'__main__'})"
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());t=b.read(n);n=int(b.readline());"
+    "exec(compile(b.read(n),'quantbench-worker.py','exec'),{'__name__':'__main__','_TENSORCODE':t})"
 )
 
 
@@ -32,8 +32,8 @@ def remote_command(python: str = "python3") -> str:
 
 
 def worker_preamble() -> bytes:
-    src = WORKER_PATH.read_bytes()
-    return f"{len(src)}\n".encode("ascii") + src
+    """What BOOTSTRAP reads: the tensor encoding's source, then the worker's, each after its length."""
+    return b"".join(f"{len(src)}\n".encode("ascii") + src for src in worker_source())
 
 
 @dataclass

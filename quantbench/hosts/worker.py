@@ -1,14 +1,10 @@
 """The worker: runs on every host, needs only the standard library, numpy and onnxruntime.
 
-This file must stay self-contained (no quantbench imports, Python 3.9+), because it
-travels as source to bare hosts (an emulated arm64 root, a Raspberry Pi over ssh).
-onnxruntime is imported lazily so the rest of quantbench can import the canonical
-tensor hash from here without loading onnxruntime.
-
-Canonical tensor encoding (the input to every SHA-256 of a tensor):
-    ascii(dtype.str) + b"|" + ascii(",".join(shape)) + b"|" + C-order little-endian bytes
-where dtype.str is numpy's little-endian type string ("<f4", "|u1", "<i8", ...) and
-a 0-d tensor has an empty shape string.
+This file must stay self-contained (Python 3.9+; of quantbench only the canonical tensor encoding,
+quantbench/tensorcode.py, which travels with it), because it runs on bare hosts (an emulated arm64
+root, a Raspberry Pi over ssh): started by path, it loads tensorcode.py from its package folder; sent
+as source, it receives that file's source first (hosts.process.worker_source). onnxruntime is imported
+lazily, so the rest of quantbench imports the protocol from here without loading onnxruntime.
 
 Protocol (both directions, over the worker's stdin/stdout):
     frame = b"QBW1" + uint32_be(len(header)) + uint64_be(len(payload)) + header + payload
@@ -84,37 +80,15 @@ def _test_pause_from_env():
 
 _TEST_PAUSE = _test_pause_from_env()
 
-
-def canonical(arr: "np.ndarray") -> "np.ndarray":
-    """The array as C-contiguous little-endian (the byte order every host hashes)."""
-    arr = np.asarray(arr)
-    # astype keeps 0-d arrays 0-d (np.ascontiguousarray would make them 1-d)
-    return arr.astype(arr.dtype.newbyteorder("<"), order="C", copy=False)
-
-
-def tensor_header(arr: "np.ndarray") -> bytes:
-    arr = canonical(arr)
-    return arr.dtype.str.encode("ascii") + b"|" + ",".join(str(int(d)) for d in arr.shape).encode("ascii") + b"|"
-
-
-def tensor_sha256(arr: "np.ndarray") -> str:
-    """SHA-256 of the canonical encoding (dtype, shape, C-order little-endian bytes)."""
-    arr = canonical(arr)
-    h = hashlib.sha256(tensor_header(arr))
-    h.update(memoryview(arr).cast("B") if arr.size else b"")
-    return h.hexdigest()
-
-
-def tensor_bytes(arr: "np.ndarray") -> bytes:
-    """Raw C-order little-endian bytes of the canonical encoding (no header)."""
-    return canonical(arr).tobytes()
-
-
-def tensor_from_bytes(data, dtype: str, shape) -> "np.ndarray":
-    """Inverse of tensor_bytes: a (read-only) array of `dtype` and `shape` over `data`."""
-    dt = np.dtype(dtype)
-    arr = np.frombuffer(data, dtype=dt) if len(data) else np.zeros(0, dtype=dt)
-    return arr.reshape([int(d) for d in shape])
+# The canonical tensor encoding (quantbench/tensorcode.py: standard library and numpy only) travels with this file.
+if globals().get("__package__"):  # imported as quantbench.hosts.worker
+    from quantbench.tensorcode import canonical, tensor_bytes, tensor_from_bytes, tensor_header, tensor_sha256
+elif "_TENSORCODE" in globals():  # sent as source (hosts.process.worker_source): its source came first
+    exec(compile(_TENSORCODE, "tensorcode.py", "exec"))  # noqa: F821
+else:  # started by path (a local or emulated worker, the trace probe): the file in this worker's package
+    _CODE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tensorcode.py")
+    with open(_CODE, "rb") as _fh:
+        exec(compile(_fh.read(), _CODE, "exec"))
 
 
 def normalize_session(session: "dict | None") -> dict:

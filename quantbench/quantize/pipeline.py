@@ -19,7 +19,7 @@ from quantbench import recipe
 from quantbench.analysis.decode import check_outputs, is_plugin, spec_from_sidecar
 from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model
 from quantbench.calibset import builder
-from quantbench.errors import ParameterError, UserError
+from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import BUNDLED_LABELS
 from quantbench.fsutil import sha256_file
 from quantbench.modelio import graph_inputs, load_model, model_hashes, quantized_ops
@@ -194,8 +194,8 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
                                      "named only for an already-quantized model", str(opts.fp32))
 
     # neither output folder may be one quantbench must not replace (e.g. results/)
-    check_plain_name(model_name, f"--model {opts.model}: model name")
-    name = check_plain_name(opts.name or f"{model_name}-n{opts.per_cell}-seed{opts.seed}", "--name:")
+    check_plain_name(model_name, f"{flag('model')} {opts.model}: model name")
+    name = check_plain_name(opts.name or f"{model_name}-n{opts.per_cell}-seed{opts.seed}", f"{flag('name')}:")
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
@@ -342,7 +342,7 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
                        variants_root: Path, t_start: float, on_note: Callable | None) -> CalibrateResult:
     """An already-quantized model: a variants folder holding it as `as-given` (and its float original as fp32 when
     `opts.fp32` names one), each smoke-tested on the first labelled image; no calibration set is written."""
-    model_name = check_plain_name(model_path.stem, f"--model {opts.model}: model name")
+    model_name = check_plain_name(model_path.stem, f"{flag('model')} {opts.model}: model name")
     fp32_path = Path(opts.fp32) if opts.fp32 else None
     if fp32_path is not None:
         fp32_model = load_model(fp32_path)   # missing / not ONNX -> UserError naming the file

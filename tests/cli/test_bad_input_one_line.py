@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import struct
 import subprocess
@@ -179,13 +180,23 @@ def test_non_finite_tolerance_is_refused(workdir, capsys, option):
 
 
 def test_non_finite_threshold_in_a_sidecar_is_refused():
+    """From a sidecar the message names the file; from the caller the library names the parameter
+    (ParameterError) and the command line renders it as --threshold."""
+    import types
+
+    from quantbench import cli
     from quantbench.analysis.decode import spec_from_sidecar
+    from quantbench.errors import ParameterError
 
     for bad in (float("nan"), float("inf")):
-        with pytest.raises(UserError, match="threshold.*finite"):
+        with pytest.raises(UserError, match=r"^m.json: decode 'threshold' .*finite"):
             spec_from_sidecar({"decode": {"kind": "detr-sigmoid", "threshold": bad}}, source="m.json")
-        with pytest.raises(UserError, match="--threshold.*finite"):
+        with pytest.raises(ParameterError, match=r"^threshold=.*finite") as e:
             spec_from_sidecar({"decode": {"kind": "detr-sigmoid"}}, threshold=bad)
+        assert e.value.param == "threshold" and "--" not in str(e.value)
+        shown = cli._for_cli(e.value, cli.build_parser(commands=["equiv"], config=False),
+                             types.SimpleNamespace(command="equiv"))
+        assert re.match(r"--threshold.*finite", shown), shown
 
 
 def test_non_finite_percentile_is_refused(calib, capsys):
@@ -362,8 +373,8 @@ sys.exit(255)
 DIES_AFTER_REQUEST = f"""
 import struct, sys
 b = sys.stdin.buffer
-n = int(b.readline())
-b.read(n)
+for _ in range(2):  # the bootstrap's two sources (hosts.ssh.worker_preamble): the tensor encoding, the worker
+    b.read(int(b.readline()))
 magic, hlen, plen = struct.unpack(">4sIQ", b.read(16))
 b.read(hlen + plen)
 sys.stderr.write({REFUSED!r} + "\\n")

@@ -53,3 +53,21 @@ def test_a_wrapped_parameter_error_keeps_its_flag():
     assert str(outer) == "model m: decode yolo: output 'x' has shape [3]; pass another decode; or decode none"
     assert cli_text(outer, "equiv") == ("model m: --decode yolo: output 'x' has shape [3]; pass another --decode; "
                                         "or --decode none")
+
+
+def test_a_refused_plugin_names_the_flag_that_asked_for_it():
+    """A plug-in refused for want of consent, asked for by a parameter (errors.flag), names that parameter's flag
+    on the command line, not the bare parameter, next to the flag that allows it."""
+    from quantbench.errors import PluginNotAllowed
+
+    exc = PluginNotAllowed(f"{flag('decode')} asks to run plug-in m.py:f (the file m.py)", "m.py:f")
+    assert str(exc).startswith("decode asks")
+    assert cli_text(exc, "equiv") == "--decode asks to run plug-in m.py:f (the file m.py): pass --allow-plugins to run it"
+
+
+def test_no_fixtures_to_run_points_at_the_fixture_parameters():
+    from quantbench.fixtures import no_fixtures_message
+
+    exc = UserError(no_fixtures_message("l.json", "eval"))
+    assert "--" not in str(exc)
+    assert cli_text(exc, "equiv").endswith('mark some with "split": "eval", or pass --split / --fixtures')

@@ -7,17 +7,20 @@ from pathlib import Path
 import onnx
 import pytest
 
+from calib_helpers import make_corpus, tiny_model
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.cli import main
 from quantbench.errors import ParameterError
 from quantbench.hosts import runner
 from quantbench.hosts.runner import plan_run, run_plan
+from quantbench.hosts.session import HostSession
 
 
-def count_loads(monkeypatch):
-    """Every onnx.load in this process, by resolved path; and the counts when the hosts started (runner._run_all)."""
+def count_loads(monkeypatch, sessions: bool = False):
+    """Every onnx.load in this process, by resolved path; and the counts when the hosts started (runner._run_all;
+    `sessions`: each worker an explain command opens, session.HostSession.open)."""
     loads, at_start = collections.Counter(), []
-    real_load, real_run_all = onnx.load, runner._run_all
+    real_load, real_run_all, real_open = onnx.load, runner._run_all, HostSession.open
 
     def load(f, *a, **kw):
         loads[str(Path(f).resolve())] += 1
@@ -27,8 +30,14 @@ def count_loads(monkeypatch):
         at_start.append(dict(loads))
         return real_run_all(*a, **kw)
 
+    def open_session(self, *a, **kw):
+        at_start.append(dict(loads))
+        return real_open(self, *a, **kw)
+
     monkeypatch.setattr(onnx, "load", load)
     monkeypatch.setattr(runner, "_run_all", run_all)
+    if sessions:
+        monkeypatch.setattr(HostSession, "open", open_session)
     return loads, at_start
 
 
@@ -51,6 +60,33 @@ def test_latency_parses_each_model_once(workdir, capsys, monkeypatch):
     models = {p: n for p, n in loads.items() if p.endswith(".onnx")}
     assert len(models) >= 2  # the demo's models
     assert models == {p: 1 for p in models}
+
+
+TWO_HOSTS = "x86,x86+session.set_denormal_as_zero=1"
+EXPLAIN = {
+    "localize": ["--hosts", TWO_HOSTS],
+    "noise": ["--hosts", "x86", "--limit", "2", "--factors", "repeat,threads", "--decode", "threshold-map"],
+    "remedy": ["--hosts", TWO_HOSTS, "--limit", "2", "--remedies", "baseline,x64quantprecision",
+               "--decode", "threshold-map"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(EXPLAIN))
+def test_an_explain_command_parses_its_model_once(workdir, capsys, monkeypatch, command):
+    """localize, noise and remedy plan their run too (plan_run): the variant's file is parsed once, before any
+    host starts, for its id, its fixtures, its decoder's outputs and its graph (remedy also checks the fp32
+    reference it runs against its recipe: parsed once too)."""
+    labels, _ = make_corpus(workdir / "corpus", n_litter=6, n_negative=6, n_eval=2)
+    model = tiny_model(workdir / "models" / "tiny.onnx")
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--no-pre-process",
+                 "--methods", "minmax", "--no-progress"]) == 0, capsys.readouterr()
+    loads, at_start = count_loads(monkeypatch, sessions=True)
+    assert main([command, "--variant", "static-minmax", "--no-progress", *EXPLAIN[command]]) == 0, \
+        capsys.readouterr()
+    models = {Path(p).name: n for p, n in loads.items() if p.endswith(".onnx")}
+    expected = {"static-minmax.onnx": 1, **({"fp32.onnx": 1} if command == "remedy" else {})}
+    assert models == expected
+    assert at_start and {Path(p).name: n for p, n in at_start[0].items() if p.endswith(".onnx")} == expected
 
 
 def test_plan_knows_which_fixtures_fit_which_variant(workdir):

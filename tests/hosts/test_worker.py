@@ -9,6 +9,7 @@ import pytest
 
 from hosts_helpers import gather_model, matmul_model
 from quantbench.hosts import worker as W
+from quantbench.hosts.keys import probe_job, request_header
 from quantbench.hosts.local import LocalHost
 
 
@@ -17,6 +18,13 @@ def client():
     c = LocalHost("local", "local").start()
     yield c
     c.close()
+
+
+def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
+    """A fingerprint request as HostSession.open sends it (keys.request_header over keys.probe_job), for the
+    tests that speak the protocol to a worker directly."""
+    model, fixtures, parts = probe_job()
+    return request_header("fingerprint", host, session, allow_fallback, model, fixtures), parts
 
 
 def _job(model_path, arrays, session=None, sha=None, **extra):
@@ -135,8 +143,6 @@ def test_bad_session_option_and_unknown_request(tmp_path, client):
 
 
 def test_fingerprint_fields_and_id(client):
-    from quantbench.hosts.keys import fingerprint_request
-
     session = W.normalize_session({"config_entries": {"session.x64quantprecision": "1"}})
     frames = [h for h, _ in client.request(*fingerprint_request("h1", session, False))]
     fp = frames[0]
@@ -194,26 +200,31 @@ def test_cpuinfo_and_auxv_decoding(tmp_path):
 
 
 def test_worker_runs_without_quantbench_on_the_path(tmp_path):
-    """The worker source alone (as shipped to a bare host) answers a fingerprint request."""
+    """The worker as it reaches a bare host answers a fingerprint request without quantbench importable: sent as
+    source (ssh's bootstrap reading worker_preamble: the tensor encoding, then the worker), and started by path
+    from its two files alone (worker.py and, beside its folder, tensorcode.py)."""
+    import io
     import subprocess
     import sys
 
-    from quantbench.hosts.keys import fingerprint_request
+    from quantbench.hosts.process import TENSORCODE_PATH, WORKER_PATH
+    from quantbench.hosts.ssh import BOOTSTRAP, worker_preamble
 
-    src = tmp_path / "worker.py"
-    src.write_bytes(open(W.__file__, "rb").read())
     header, payload = fingerprint_request("bare", W.normalize_session(None), False)
-    import io
-
     buf = io.BytesIO()
     W.write_frame(buf, header, payload)
     W.write_frame(buf, {"type": "end"})
-    p = subprocess.run([sys.executable, "-I", str(src)], input=buf.getvalue(), capture_output=True, cwd=tmp_path, timeout=300)
-    assert p.returncode == 0, p.stderr.decode()
-    out = io.BytesIO(p.stdout)
-    first = W.read_frame(out)[0]
-    assert first["type"] == "fingerprint" and first["fingerprint"]["identity"]["arch"]
-    assert W.read_frame(out)[0]["type"] == "done"
+    (tmp_path / "pkg" / "hosts").mkdir(parents=True)
+    (tmp_path / "pkg" / "hosts" / "worker.py").write_bytes(WORKER_PATH.read_bytes())
+    (tmp_path / "pkg" / "tensorcode.py").write_bytes(TENSORCODE_PATH.read_bytes())
+    for argv, stdin in (([sys.executable, "-I", "-c", BOOTSTRAP], worker_preamble() + buf.getvalue()),
+                        ([sys.executable, "-I", str(tmp_path / "pkg" / "hosts" / "worker.py")], buf.getvalue())):
+        p = subprocess.run(argv, input=stdin, capture_output=True, cwd=tmp_path, timeout=300)
+        assert p.returncode == 0, p.stderr.decode()
+        out = io.BytesIO(p.stdout)
+        first = W.read_frame(out)[0]
+        assert first["type"] == "fingerprint" and first["fingerprint"]["identity"]["arch"]
+        assert W.read_frame(out)[0]["type"] == "done"
 
 
 def test_inputs_from_a_store_file(tmp_path, client):

@@ -91,6 +91,7 @@ def test_sidecar_override_that_differs_from_the_calibration_recipe_stops(workdir
     rc = main(["run", "--hosts", "x86", "--sidecar", str(other), "--fixtures", str(labels), "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "differs from the preprocessing variant" in err and "(mean)" in err
+    assert "error: --sidecar: its input block differs" in err  # the library marks the parameter, the CLI its flag
 
 
 def test_batch_dim_minus_one_is_dynamic(workdir, corpus, capsys):
