@@ -26,7 +26,6 @@ CPU) runs on the cluster's workers; local and ssh hosts stay on this machine and
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.hostrows import HostRows, kept, run_host
 from quantbench.hosts.keys import local_ort_version
-from quantbench.hosts.process import WORKER_PATH, WorkerDied
+from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.taskloop import chunks, error_line, task_request
@@ -74,7 +73,7 @@ def facts(specs=()) -> dict:
         except Exception as exc:  # an unknown preset, a broken setup: the host is not ready here
             ready[spec.name] = [False, f"{type(exc).__name__}: {exc}"]
     return {"quantbench": quantbench_version(), "onnxruntime": local_ort_version(),
-            "worker": hashlib.sha256(WORKER_PATH.read_bytes()).hexdigest(), "ready": ready}
+            "worker": worker_code_sha256(), "ready": ready}
 
 
 # --------------------------------------------------------------------------- on each cluster worker

@@ -39,8 +39,9 @@ from pathlib import Path
 from quantbench.assets import quantbench_home
 from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts import worker as W
+from quantbench.hosts.process import worker_code_sha256
 
-VERSION = 1
+VERSION = 2
 _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY")
 
 
@@ -114,7 +115,7 @@ def _common_parts(host, session: dict, allow_fallback: bool, argv, env: dict, pr
         "kind": host.kind,
         "name": host.name,
         "options": canonical_json(host.options),
-        "worker": hashlib.sha256(Path(W.__file__).read_bytes()).hexdigest(),
+        "worker": worker_code_sha256(),
         "session": session,
         "allow_fallback": bool(allow_fallback),
         "argv": list(argv),

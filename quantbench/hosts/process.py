@@ -8,6 +8,8 @@ the workbench down.
 
 from __future__ import annotations
 
+import hashlib
+
 import collections
 import io
 import os
@@ -27,6 +29,15 @@ def worker_source() -> tuple[bytes, bytes]:
     """(tensorcode.py's source, worker.py's source): the worker as a host that receives it as source gets it
     (ssh: the encoding first, then the worker run with it in its globals as `_TENSORCODE`)."""
     return TENSORCODE_PATH.read_bytes(), WORKER_PATH.read_bytes()
+
+
+def worker_code_sha256() -> str:
+    """The hash of the code a worker runs (tensorcode.py then worker.py, as worker_source sends them): what
+    a cached fingerprint and a cluster worker's version check compare."""
+    h = hashlib.sha256()
+    for part in worker_source():
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
 
 
 class WorkerDied(Exception):

@@ -84,8 +84,21 @@ def test_fingerprint_cache_off_and_keys(workdir, home, monkeypatch):
     assert starts == ["x86", "x86"]
 
 
-def _version1_key(host, session, allow_fallback):
-    """The version-1 key as users' caches hold it, spelled out: any change to its material must bump
+def _worker_code() -> str:
+    """tensorcode.py's and worker.py's sources, each hashed, hashed together (what a worker runs)."""
+    import hashlib
+    from pathlib import Path
+
+    from quantbench.hosts import worker as W
+
+    h = hashlib.sha256()
+    for p in (Path(W.__file__).resolve().parents[1] / "tensorcode.py", Path(W.__file__).resolve()):
+        h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _version2_key(host, session, allow_fallback):
+    """The version-2 key as users' caches hold it, spelled out: any change to its material must bump
     fpcache.VERSION (or every existing cache entry silently stops matching)."""
     import hashlib
     import os
@@ -94,13 +107,12 @@ def _version1_key(host, session, allow_fallback):
 
     from quantbench.fsutil import canonical_json
     from quantbench.hosts import emulated as em
-    from quantbench.hosts import worker as W
 
     argv, env, preamble = host.command()
     env = env if env is not None else dict(os.environ)
     parts = {
-        "version": 1, "kind": host.kind, "name": host.name, "options": canonical_json(host.options),
-        "worker": hashlib.sha256(Path(W.__file__).read_bytes()).hexdigest(), "session": session,
+        "version": 2, "kind": host.kind, "name": host.name, "options": canonical_json(host.options),
+        "worker": _worker_code(), "session": session,
         "allow_fallback": bool(allow_fallback), "argv": list(argv),
         "preamble": hashlib.sha256(preamble or b"").hexdigest(),
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(fpcache._ENV_PREFIXES)},
@@ -122,14 +134,15 @@ def _version1_key(host, session, allow_fallback):
     return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
 
 
-def test_fingerprint_cache_keys_keep_their_version_1_material(monkeypatch):
-    """Each host kind supplies its own key material now; the keys of local and emulated hosts stay
-    byte-identical, so users' caches stay valid (the real ~/.cache home: the preset's own files)."""
+def test_fingerprint_cache_keys_keep_their_version_2_material(monkeypatch):
+    """Each host kind supplies its own key material; the keys of local and emulated hosts are the spelled-out
+    version-2 material (version 2: the worker's code is tensorcode.py and worker.py), so a change to it must
+    bump fpcache.VERSION (the real ~/.cache home: the preset's own files)."""
     from quantbench.hosts import emulated as em
     from setup_required import missing_setup
 
     monkeypatch.delenv("QUANTBENCH_FINGERPRINT_CACHE", raising=False)
-    assert fpcache.VERSION == 1
+    assert fpcache.VERSION == 2
     sess = normalize_session(None)
     hosts = [HostSpec("x86", "local", {})]
     for name in ("pi", "x86-avx2"):
@@ -143,7 +156,7 @@ def test_fingerprint_cache_keys_keep_their_version_1_material(monkeypatch):
     for spec in hosts:
         host = make_host(spec)
         for fallback in (False, True):
-            assert fpcache.cache_key(host, sess, fallback) == _version1_key(host, sess, fallback), spec
+            assert fpcache.cache_key(host, sess, fallback) == _version2_key(host, sess, fallback), spec
 
 
 def test_ledger_skips_serialising_stored_rows(tmp_path, monkeypatch):
