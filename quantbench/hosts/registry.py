@@ -24,11 +24,11 @@ from pathlib import Path
 
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json
-from quantbench.hosts import emulated
+from quantbench.hosts import cpuprofiles, emulated, masked
 from quantbench.hosts.keys import normalize_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
-KINDS = ("local", "emulated", "ssh", "imported")
+KINDS = ("local", "emulated", "ssh", "imported", "masked")
 
 # Options each kind accepts (required ones first).
 KIND_OPTIONS = {
@@ -36,6 +36,7 @@ KIND_OPTIONS = {
     "emulated": ((), ("preset", "qemu_args")),
     "ssh": (("address",), ("python", "ssh_options", "ssh")),
     "imported": (("file",), ("host",)),
+    "masked": ((), ("profile", "mechanism")),
 }
 
 # Options that are one word passed to a program (never an option of it): what each names.
@@ -65,7 +66,30 @@ def builtin_hosts() -> dict[str, HostSpec]:
     }
     for name in preset_names():
         out[name] = HostSpec(name, "emulated", {"preset": name}, "preset")
+    for name in cpuprofiles.PROFILES:  # x86 tiers: masked natively where that works, else qemu (hosts.masked)
+        kind, opts = masked.tier_choice(name, None)
+        out[name] = HostSpec(name, kind, opts, "preset")
     return out
+
+
+def split_mechanism(name: str) -> tuple[str, str | None]:
+    """`NAME[:MECH]` -> (NAME, MECH or None): how an x86 tier runs, `masked` or `qemu`."""
+    base, sep, mech = name.partition(":")
+    if not sep:
+        return name, None
+    if mech not in masked.MECHANISMS:
+        raise UserError(f"host {name!r}: mechanism {mech!r}; choose from {', '.join(masked.MECHANISMS)}")
+    return base, mech
+
+
+def _with_mechanism(spec: HostSpec, label: str, mech: str | None) -> HostSpec:
+    """The spec of a tier host run the named way (`label` is its name, e.g. x86-avx2:qemu)."""
+    profile = spec.options.get("profile") or (spec.name if spec.name in cpuprofiles.PROFILES else None)
+    if profile not in cpuprofiles.PROFILES or spec.kind not in ("masked", "emulated"):
+        raise UserError(f"host {label!r}: a mechanism suffix applies only to the x86 tiers "
+                        f"({', '.join(cpuprofiles.PROFILES)})")
+    kind, opts = masked.tier_choice(profile, mech)
+    return HostSpec(label, kind, opts, spec.origin)
 
 
 def _line_of(text: str, name: str) -> int:
@@ -135,6 +159,8 @@ def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> 
         raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
                         f"`override = true` in its table (or use another name)")
     opts = _kind_defaults(name, kind, opts, where, base)
+    if kind == "masked":  # an x86 tier: masked, or its qemu preset (the `mechanism` key, else what works here)
+        kind, opts = masked.tier_choice(opts["profile"], opts.get("mechanism"))
     for key in ("ssh_options", "qemu_args"):
         if key in opts and not (isinstance(opts[key], list) and all(isinstance(a, str) for a in opts[key])):
             raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
@@ -184,6 +210,14 @@ def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> 
         presets = preset_names()
         if opts["preset"] not in presets:
             raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
+    if kind == "masked":
+        opts.setdefault("profile", name)
+        if opts["profile"] not in cpuprofiles.PROFILES:
+            raise UserError(f"{where}: host {name!r}: unknown x86 tier profile {opts['profile']!r}; profiles: "
+                            f"{', '.join(cpuprofiles.PROFILES)}")
+        if opts.get("mechanism", "masked") not in masked.MECHANISMS:
+            raise UserError(f"{where}: host {name!r}: mechanism {opts['mechanism']!r}; choose from "
+                            f"{', '.join(masked.MECHANISMS)}")
     if kind == "imported":
         f = Path(opts["file"]).expanduser()
         opts["file"] = str(f if f.is_absolute() else base / f)
@@ -237,11 +271,12 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
         name = raw.strip()
         if not name or name in seen:
             continue
-        if name not in hosts:
-            raise UserError(f"{option}: unknown host {name!r}; known hosts: {', '.join(sorted(hosts))} "
+        base, mech = split_mechanism(name)
+        if base not in hosts:
+            raise UserError(f"{option}: unknown host {base!r}; known hosts: {', '.join(sorted(hosts))} "
                             f"(define others in {hosts_file or DEFAULT_HOSTS_FILE})")
         seen.add(name)
-        out.append(hosts[name])
+        out.append(_with_mechanism(hosts[base], name, mech) if mech else hosts[base])
     if not out:
         raise UserError(f"{option}: no host named; e.g. {option} x86,pi")
     return out
@@ -306,6 +341,7 @@ HOST_CLASSES = {
     "emulated": ("quantbench.hosts.emulated", "EmulatedHost"),
     "ssh": ("quantbench.hosts.ssh", "SSHHost"),
     "imported": ("quantbench.hosts.imported", "ImportedHost"),
+    "masked": ("quantbench.hosts.masked", "MaskedHost"),
 }
 
 
