@@ -2,7 +2,8 @@
 # Sets up everything quantbench needs on a Debian machine (run as root), idempotently:
 #   Debian packages (qemu-user, debootstrap, OpenSSH), a virtualenv in .venv with
 #   quantbench installed editable, and the emulated hosts (arm64 root + aarch64 wheels
-#   of the local onnxruntime version, qemu CPU prefixes). Fast when already done.
+#   of the local onnxruntime version, qemu CPU prefixes) and the masked x86 tiers (CPUID shim, masked copy of
+#   onnxruntime + numpy). Fast when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,9 @@ need_apt=()
 command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
 command -v qemu-x86_64 >/dev/null || need_apt+=(qemu-user)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+# masked x86 tiers: gcc builds the CPUID shim, objdump finds the cpuid instructions to patch
+command -v gcc >/dev/null || need_apt+=(gcc)
+command -v objdump >/dev/null || need_apt+=(binutils)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
@@ -37,6 +41,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# Emulated hosts: qemu tools, the arm64 root and the aarch64 wheels (idempotent).
+# Emulated hosts: qemu tools, the arm64 root and the aarch64 wheels; masked x86 tiers: the CPUID shim and the
+# masked copy of onnxruntime + numpy (idempotent).
 .venv/bin/python -m quantbench hosts setup --all
 echo "setup: ready (.venv/bin/quantbench)"

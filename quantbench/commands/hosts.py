@@ -8,7 +8,8 @@ from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
 from quantbench.hosts import emulated as em
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
-from quantbench.hosts.registry import known_hosts, make_host, parse_hosts
+from quantbench.hosts.masked import masked_unavailable, setup_masked
+from quantbench.hosts.registry import known_hosts, make_host, parse_hosts, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.setup import setup_presets
 from quantbench.textfmt import text_table
@@ -110,26 +111,32 @@ def do_check(args) -> int:
 
 def do_setup(args) -> int:
 
-    hosts = known_hosts(args.hosts_file)
     if args.all:
-        presets = list(em.PRESETS)
+        presets, masked = list(em.PRESETS), _masked_works_here()
     else:
         if not args.names:
             raise UserError("hosts setup: name at least one emulated host, or pass --all")
-        presets = []
-        for name in args.names:
-            spec = hosts.get(name)
-            if spec is None:
-                raise UserError(f"hosts setup: unknown host {name!r}; known hosts: {', '.join(sorted(hosts))}")
-            if spec.kind != "emulated":
-                raise UserError(f"hosts setup: host {name!r} is kind {spec.kind}; only emulated hosts need setup")
-            presets.append(spec.options.get("preset", name))
-    done = setup_presets(list(dict.fromkeys(presets)), progress=not args.no_progress)
+        specs = resolve_hosts(args.names, args.hosts_file, option="hosts setup")
+        for spec in specs:
+            if spec.kind not in ("emulated", "masked"):
+                raise UserError(f"hosts setup: host {spec.name!r} is kind {spec.kind}; only emulated and masked "
+                                f"hosts need setup")
+        presets = [s.options.get("preset", s.name) for s in specs if s.kind == "emulated"]
+        masked = any(s.kind == "masked" for s in specs)
+    progress = not args.no_progress
+    done = setup_presets(list(dict.fromkeys(presets)), progress=progress) + (setup_masked(progress) if masked else [])
     for action in done:
         print(action)
     if not done:
         print("nothing to do: already set up")
     return 0
+
+
+def _masked_works_here() -> bool:
+    """Whether masked x86 tiers can run on this machine (`--all` then builds the masked copy and the shim)."""
+    from quantbench.hosts import cpuprofiles
+
+    return any(masked_unavailable(p) is None for p in cpuprofiles.PROFILES.values())
 
 
 def run(args) -> int:
