@@ -6,6 +6,7 @@ import json
 
 from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
+from quantbench.hosts import cpuprofiles
 from quantbench.hosts import emulated as em
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
 from quantbench.hosts.masked import masked_unavailable, setup_masked
@@ -134,8 +135,6 @@ def do_setup(args) -> int:
 
 def _masked_works_here() -> bool:
     """Whether masked x86 tiers can run on this machine (`--all` then builds the masked copy and the shim)."""
-    from quantbench.hosts import cpuprofiles
-
     return any(masked_unavailable(p) is None for p in cpuprofiles.PROFILES.values())
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from quantbench.hosts import cpuidpatch
 from quantbench.hosts import cpuprofiles as P
+from quantbench.hosts import worker as W
 from quantbench.hosts.process import WORKER_PATH, ProcessHost
 
 MECHANISMS = ("masked", "qemu")
@@ -34,8 +35,6 @@ def here_features() -> tuple[str, ...]:
     """This CPU's features as CPUID reports them to an unmasked process (empty off x86-64)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return ()
-    from quantbench.hosts import worker as W
-
     cpuid, _ = W.cpuid_function()
     return tuple(W.x86_identity(W.cpuid_leaves(cpuid))["flags"])
 
