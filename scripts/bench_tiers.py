@@ -97,10 +97,11 @@ def equiv_fresh(limit: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         _qb(["calibrate", "--no-progress"], work, env)
-        out = {"fixtures": limit}
+        out = {"fixtures": limit or "all (the demo's eval split)"}
         for mech in ("masked", "qemu"):
             hosts = f"x86-avx2:{mech},x86-sse4:{mech}"
-            out[f"{mech}_s"] = round(_qb(["equiv", "--hosts", hosts, "--limit", str(limit), "--results", f"r-{mech}",
+            limit_args = ["--limit", str(limit)] if limit else []
+            out[f"{mech}_s"] = round(_qb(["equiv", "--hosts", hosts, *limit_args, "--results", f"r-{mech}",
                                           "--no-progress", "--no-plots"], work, env), 1)
             out[f"{mech}_digests"] = _digests(work / f"r-{mech}")
         out["same_outputs"] = out.pop("masked_digests") == out.pop("qemu_digests")
@@ -149,7 +150,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--parts", default="inference,equiv,nudenet")
     ap.add_argument("--repeat", type=int, default=10, help="masked repeats per fixture (qemu runs each once)")
-    ap.add_argument("--limit", type=int, default=12, help="demo fixtures of the fresh equiv")
+    ap.add_argument("--limit", type=int, default=0, help="demo fixtures of the fresh equiv (0: all, as a user runs it)")
     ap.add_argument("--fixtures", type=int, default=48, help="nudenet eval fixtures")
     args = ap.parse_args()
     parts = args.parts.split(",")

@@ -53,7 +53,7 @@ static void masked_cpuid(uint32_t leaf, uint32_t sub, uint32_t r[4]) {
 
 /* Whether ip lies in an executable mapping of a file under root (looked up in /proc/self/maps with
  * async-signal-safe calls only, then cached). Returns the range index or -1. */
-static int patched_range(uintptr_t ip) {
+static int lookup_range(uintptr_t ip) {
     static char buf[1 << 18];
     for (int i = 0; i < nranges; i++) if (ip >= ranges[i].lo && ip < ranges[i].hi) return i;
     int fd = open("/proc/self/maps", O_RDONLY), n = 0, k;
@@ -75,6 +75,14 @@ static int patched_range(uintptr_t ip) {
     return -1;
 }
 
+static int patched_range(uintptr_t ip) { /* one thread at a time: the cache and buf are shared */
+    static volatile int lock;
+    while (__atomic_exchange_n(&lock, 1, __ATOMIC_ACQUIRE)) ;
+    int r = lookup_range(ip);
+    __atomic_store_n(&lock, 0, __ATOMIC_RELEASE);
+    return r;
+}
+
 static void on_sigill(int sig, siginfo_t *si, void *ucv) {
     greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
     unsigned char *ip = (unsigned char *)g[REG_RIP];
@@ -84,7 +92,7 @@ static void on_sigill(int sig, siginfo_t *si, void *ucv) {
         masked_cpuid((uint32_t)g[REG_RAX], (uint32_t)g[REG_RCX], r);
         g[REG_RAX] = r[0]; g[REG_RBX] = r[1]; g[REG_RCX] = r[2]; g[REG_RDX] = r[3];
         g[REG_RIP] += 2;
-        if (range >= 0) ranges[range].traps++;
+        if (range >= 0) __atomic_fetch_add(&ranges[range].traps, 1, __ATOMIC_RELAXED);
         return;
     }
     if (next_ill.sa_flags & SA_SIGINFO) next_ill.sa_sigaction(sig, si, ucv);

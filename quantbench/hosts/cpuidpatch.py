@@ -10,8 +10,8 @@ SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOM
   masked/<ort-version>-<key>.json      its stamp: every patched file with its sites and SHA-256
   masked/shim-<key>.so                 the compiled shim
 
-<key> hashes what the copy is made from (each source file's path, size and mtime, and this module's and
-the shim's source), so another onnxruntime or numpy install gets another copy; a rebuild is idempotent.
+<key> hashes what the copy is made from (each source file's path, size and mtime, and this module's
+source), so another onnxruntime or numpy install gets another copy; a rebuild is idempotent.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def _source_files(dirs: list[Path]):
 
 
 def content_key() -> str:
-    """What the masked copy is made from: every source file (path, size, mtime), the patcher and the shim."""
-    h = hashlib.sha256(Path(__file__).read_bytes() + SHIM_SOURCE.read_bytes())
+    """What the masked copy is made from: every source file (path, size, mtime) and the patcher."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
     for d, path in _source_files(_package_dirs()):
         st = path.stat()
         h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
@@ -76,7 +76,8 @@ def site_dir(key: str | None = None) -> Path:
 
 
 def stamp_path(key: str | None = None) -> Path:
-    return site_dir(key).parent.with_suffix(".json")
+    folder = site_dir(key).parent
+    return folder.with_name(f"{folder.name}.json")  # not with_suffix: the folder's name holds version dots
 
 
 def shim_path() -> Path:

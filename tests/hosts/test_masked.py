@@ -118,6 +118,11 @@ def test_patching_replaces_each_cpuid_instruction_and_nothing_else(tmp_path):
     assert "changed since it was patched" in C.verify(tmp_path, stamp)
 
 
+def test_each_masked_copy_has_its_own_stamp():
+    a, b = C.stamp_path("aaaa"), C.stamp_path("bbbb")
+    assert a != b and a.name.endswith("-aaaa.json") and a.parent == C.site_dir("aaaa").parent.parent
+
+
 def test_the_masked_copy_and_the_shim_are_built_once():
     _need_masked()
     assert M.setup_masked(progress=False) == []  # idempotent: nothing to do the second time
