@@ -33,11 +33,13 @@ def add_arguments(p) -> None:
     c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
     c.add_argument("--allow-fallback", action="store_true", help="accept an unresolved provider")
     c.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
-    s = sub.add_parser("setup", help="prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels (idempotent)",
+    s = sub.add_parser("setup", help="prepare emulated hosts (qemu-user, an arm64 Python root, aarch64 wheels) and "
+                                     "masked x86 tiers (CPUID shim, masked onnxruntime + numpy); idempotent",
                        description="Prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels of the "
-                                   "local onnxruntime version. Idempotent; prints what it did.")
-    s.add_argument("names", nargs="*", help="emulated host names (presets or hosts-file entries)")
-    s.add_argument("--all", action="store_true", help="every emulated preset")
+                                   "local onnxruntime version; and masked x86 tiers: the CPUID shim and the masked "
+                                   "copy of onnxruntime + numpy. Idempotent; prints what it did.")
+    s.add_argument("names", nargs="*", help="emulated or masked host names (presets, tiers or hosts-file entries)")
+    s.add_argument("--all", action="store_true", help="every emulated preset, and the masked tiers where they work")
 
 
 def _ready(spec) -> tuple[bool, str]:

@@ -1,9 +1,10 @@
 """Host names -> host specs: built-ins, emulated presets, and the user's hosts file.
 
 Built-ins: `local` and `x86` are this machine; every emulated preset (pi, pi4, pi3,
-graviton2, graviton3, x86-avx2, x86-sse4, from quantbench.hosts.emulated.PRESETS) is
-an emulated host of that name. The hosts file (`quantbench.toml` in the working
-folder, or --hosts-file) adds names, either at top level or under a `[hosts]` table;
+graviton2, graviton3, from quantbench.hosts.emulated.PRESETS) is an emulated host of that name;
+every x86 tier (x86-sse4 ... x86-zen4, quantbench.hosts.cpuprofiles.PROFILES) is a masked host where
+that works here, else its qemu preset (`NAME:masked` / `NAME:qemu` force one: split_mechanism).
+The hosts file (`quantbench.toml` in the working folder, or --hosts-file) adds names, either at top level or under a `[hosts]` table;
 it redefines a built-in name only with `override = true` in that host's table, so
 a hosts file lying in a working folder cannot silently take over `x86` or `pi`:
 
