@@ -84,9 +84,10 @@ def test_tier_names_choose_and_force_a_mechanism(tmp_path):
 def test_a_tier_this_cpu_cannot_show_is_not_available_with_the_reason():
     amx = P.PROFILES["x86-amx"]
     missing = P.missing_here(amx, M.here_features())
-    if not missing:
-        pytest.skip("this CPU has AMX: x86-amx runs masked here")
     ok, msg = make_host(resolve_hosts(["x86-amx"])[0]).ready()
+    if not missing:  # a Sapphire Rapids (or later) machine shows it
+        assert ok or "this CPU lacks" not in msg
+        return
     assert not ok and msg.startswith("not available here: this CPU lacks") and "amx_int8" in msg
 
 
@@ -149,15 +150,13 @@ def test_a_masked_worker_sees_only_the_profile():
 
 def test_a_mask_that_does_not_take_fails_with_one_clear_line(monkeypatch, tmp_path):
     """The masked copy not on sys.path: numpy and onnxruntime load unpatched, and the fingerprint refuses."""
-    _need_masked("x86-avx2")
-    if "avx512f" not in M.here_features():
-        pytest.skip("this CPU has no AVX-512 for the mask to hide")
+    _need_masked("x86-sse4")  # any CPU that can run it has AVX or more for the mask to hide
     real = M.worker_env
     monkeypatch.setattr(M, "worker_env", lambda p, site, shim: real(p, tmp_path, shim))
     with pytest.raises(UserError) as exc:
-        HostSession(resolve_hosts(["x86-avx2:masked"])[0]).open()
+        HostSession(resolve_hosts(["x86-sse4:masked"])[0]).open()
     msg = str(exc.value)
-    assert "\n" not in msg and "the CPUID mask did not take: numpy still sees AVX512" in msg
+    assert "\n" not in msg and "the CPUID mask did not take: numpy still sees AVX" in msg
     assert masked_problem(["avx2"], ["AVX2"], 0).startswith("onnxruntime's library never executed")
 
 
