@@ -207,3 +207,16 @@ def test_a_worker_that_crashes_is_reported_as_a_crash(tmp_path):
         list(client.request({"type": "fingerprint"}))
     assert "killed by signal 4" in str(exc.value) and p.name == "x86-avx2"
     client.close()
+
+
+def test_hosts_setup_takes_masked_tiers_and_lists_them(capsys):
+    from quantbench.cli import main
+
+    _need_masked("x86-avx2")
+    assert main(["hosts", "setup", "x86-avx2:masked", "--no-progress"]) == 0
+    assert "nothing to do: already set up" in capsys.readouterr().out
+    assert main(["hosts", "setup", "x86"]) == 2
+    assert "host 'x86' is kind local; only emulated and masked hosts need setup" in capsys.readouterr().err
+    assert main(["hosts", "list"]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("x86-")}
+    assert "masked" in rows["x86-avx2"] and "native-masked: AVX2 + FMA3" in rows["x86-avx2"]
