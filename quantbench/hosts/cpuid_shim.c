@@ -11,7 +11,7 @@
  * QUANTBENCH_CPUID_PROFILE = "VENDOR12CHARS,SIG,M1C,M1D,M7B,M7C,M7D,M71A,MXCR0,M81C,M81D" (hex):
  * leaf 0 vendor, leaf 1 EAX signature, then AND-masks of leaf 1 ECX/EDX, 7.0 EBX/ECX/EDX, 7.1 EAX,
  * 0xD.0 EAX (XSAVE components; a cleared component's 0xD subleaf reads as zeros), 0x80000001 ECX/EDX.
- * QUANTBENCH_CPUID_BRAND = the 0x80000002-4 brand string (optional).
+ * QUANTBENCH_CPUID_BRAND = the 0x80000002-4 brand string (optional); QUANTBENCH_CPUID_SITES: see sites[] below.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -30,8 +30,13 @@ static struct sigaction next_ill; /* the SIGILL handler to chain to (SIG_DFL unt
 static int active;
 static char vendor[12], brand[48], root[1024];
 static uint32_t sig1, m[10];
-static struct { uintptr_t lo, hi; unsigned long traps; char path[200]; } ranges[64];
+static struct { uintptr_t lo, hi, mapoff; unsigned long traps; int path_id; char path[200]; } ranges[64];
 static int nranges;
+/* QUANTBENCH_CPUID_SITES: "PATH<TAB>HEX-FILE-OFFSET" lines, every patched site; a ud2 elsewhere in the copy
+ * (a compiler's trap that was there before patching) is a real SIGILL. */
+static struct { int path_id; unsigned long off; } sites[8192];
+static char site_paths[32][200];
+static int nsites, npaths;
 extern char qb_trap_site[]; /* the ud2 in qb_cpuid: CPUID through the trap path, for the worker */
 
 static void real_cpuid(uint32_t leaf, uint32_t sub, uint32_t r[4]) {
@@ -67,9 +72,11 @@ static int lookup_range(uintptr_t ip) {
         uintptr_t lo = strtoul(p, &p, 16), hi = strtoul(p + 1, &p, 16);
         if (ip < lo || ip >= hi) continue;
         if (p[3] != 'x' || !path || path > end || strncmp(path, root, strlen(root)) || nranges == 64) return -1;
-        ranges[nranges].lo = lo; ranges[nranges].hi = hi;
+        ranges[nranges].lo = lo; ranges[nranges].hi = hi; ranges[nranges].mapoff = strtoul(p + 6, NULL, 16);
         size_t len = (size_t)(end - path) < sizeof ranges[0].path - 1 ? (size_t)(end - path) : sizeof ranges[0].path - 1;
         memcpy(ranges[nranges].path, path, len);
+        ranges[nranges].path_id = -1;
+        for (int j = 0; j < npaths; j++) if (!strcmp(site_paths[j], ranges[nranges].path)) ranges[nranges].path_id = j;
         return nranges++;
     }
     return -1;
@@ -83,11 +90,18 @@ static int patched_range(uintptr_t ip) { /* one thread at a time: the cache and 
     return r;
 }
 
+static int patched_site(int range, uintptr_t ip) {
+    if (!nsites) return 1; /* no list: every ud2 in the copy is a patched cpuid */
+    unsigned long off = ip - ranges[range].lo + ranges[range].mapoff;
+    for (int k = 0; k < nsites; k++) if (sites[k].path_id == ranges[range].path_id && sites[k].off == off) return 1;
+    return 0;
+}
+
 static void on_sigill(int sig, siginfo_t *si, void *ucv) {
     greg_t *g = ((ucontext_t *)ucv)->uc_mcontext.gregs;
     unsigned char *ip = (unsigned char *)g[REG_RIP];
     int range = -2;
-    if (ip[0] == 0x0f && ip[1] == 0x0b && (ip == (unsigned char *)qb_trap_site || (range = patched_range((uintptr_t)ip)) >= 0)) {
+    if (ip[0] == 0x0f && ip[1] == 0x0b && (ip == (unsigned char *)qb_trap_site || ((range = patched_range((uintptr_t)ip)) >= 0 && patched_site(range, (uintptr_t)ip)))) {
         uint32_t r[4];
         masked_cpuid((uint32_t)g[REG_RAX], (uint32_t)g[REG_RCX], r);
         g[REG_RAX] = r[0]; g[REG_RBX] = r[1]; g[REG_RCX] = r[2]; g[REG_RDX] = r[3];
@@ -145,6 +159,16 @@ __attribute__((constructor)) static void qb_init(void) {
     }
     strcpy(root, r);
     if (b) strncpy(brand, b, sizeof brand);
+    FILE *f = getenv("QUANTBENCH_CPUID_SITES") ? fopen(getenv("QUANTBENCH_CPUID_SITES"), "r") : NULL;
+    char path[200];
+    unsigned long off;
+    while (f && nsites < 8192 && fscanf(f, "%199[^\t]\t%lx\n", path, &off) == 2) {
+        int j = 0;
+        while (j < npaths && strcmp(site_paths[j], path)) j++;
+        if (j == npaths && npaths < 32) strcpy(site_paths[npaths++], path);
+        if (j < 32) { sites[nsites].path_id = j; sites[nsites++].off = off; }
+    }
+    if (f) fclose(f);
     struct sigaction act = {0};
     act.sa_sigaction = on_sigill;
     act.sa_flags = SA_SIGINFO | SA_NODEFER;

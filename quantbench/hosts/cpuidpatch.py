@@ -7,6 +7,7 @@ and overwritten with `ud2` (0F 0B). The C shim (cpuid_shim.c, LD_PRELOADed into 
 SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOME:
 
   masked/<ort-version>-<key>/site/     onnxruntime/, numpy/, numpy.libs/ (patched)
+  masked/<ort-version>-<key>/cpuid-sites.tsv  every patched site (path, file offset): the shim's list
   masked/<ort-version>-<key>.json      its stamp: every patched file with its sites and SHA-256
   masked/shim-<key>.so                 the compiled shim
 
@@ -78,6 +79,19 @@ def site_dir(key: str | None = None) -> Path:
 def stamp_path(key: str | None = None) -> Path:
     folder = site_dir(key).parent
     return folder.with_name(f"{folder.name}.json")  # not with_suffix: the folder's name holds version dots
+
+
+def sites_path(key: str | None = None) -> Path:
+    """Every patched site of the copy, one `REALPATH<TAB>hex file offset` line each (the shim's list)."""
+    return site_dir(key).parent / "cpuid-sites.tsv"
+
+
+def write_sites(site: Path, stamp: dict, out: Path) -> None:
+    lines = [f"{os.path.realpath(site / rel)}\t{off:x}\n" for rel, entry in sorted(stamp["files"].items())
+             for off in entry["offsets"]]
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, out)
 
 
 def shim_path() -> Path:
@@ -169,7 +183,7 @@ def ensure_site(progress: bool = False) -> tuple[Path, dict, bool]:
     key = content_key()
     site, stamp_file = site_dir(key), stamp_path(key)
     stamp = _read_json(stamp_file)
-    if stamp is not None and site.is_dir() and verify(site, stamp) is None:
+    if stamp is not None and site.is_dir() and sites_path(key).exists() and verify(site, stamp) is None:
         return site, stamp, False
     dirs = _package_dirs()
     if progress:
@@ -188,6 +202,7 @@ def ensure_site(progress: bool = False) -> tuple[Path, dict, bool]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    write_sites(site, stamp, sites_path(key))
     atomic_write_json(stamp_file, stamp)
     return site, stamp, True
 

@@ -21,6 +21,7 @@ import platform
 import shutil
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from quantbench.hosts import cpuidpatch
 from quantbench.hosts import cpuprofiles as P
@@ -73,6 +74,7 @@ def worker_env(p: P.Profile, site, shim) -> dict:
     env["QUANTBENCH_CPUID_PROFILE_NAME"] = p.name
     env["QUANTBENCH_CPUID_BRAND"] = p.brand
     env["QUANTBENCH_CPUID_ROOT"] = str(site) + os.sep
+    env["QUANTBENCH_CPUID_SITES"] = str(Path(site).parent / "cpuid-sites.tsv")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("OPENBLAS_CORETYPE", None)  # OpenBLAS reads the masked CPUID itself
     hwcaps = P.glibc_hwcaps(p)

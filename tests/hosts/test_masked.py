@@ -193,6 +193,27 @@ def test_a_real_crash_stays_a_crash_and_faulthandler_chains(what, signal, messag
     assert message in proc.stderr
 
 
+def test_a_trap_that_was_in_a_patched_library_stays_a_crash(tmp_path):
+    """A ud2 the compiler put in a library (__builtin_trap) is not a patched cpuid: it still ends the process."""
+    p = _need_masked("x86-avx2")
+    root = tmp_path / "site"
+    root.mkdir()
+    src = tmp_path / "lib.c"
+    src.write_text("unsigned vendor(void) { unsigned a = 0, b, c = 0, d; __asm__ volatile(\"cpuid\" : \"+a\"(a), "
+                   "\"=b\"(b), \"+c\"(c), \"=d\"(d)); return b; }\nvoid trap(void) { __builtin_trap(); }\n")
+    lib = root / "lib.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    stamp = {"files": {"lib.so": C.patch_file(lib)}}
+    assert stamp["files"]["lib.so"]["cpuid_sites"] == 1 and lib.read_bytes().count(C.UD2) >= 2
+    C.write_sites(root, stamp, tmp_path / "cpuid-sites.tsv")
+    env = M.worker_env(p, root, C.shim_path())
+    code = (f"import ctypes; lib = ctypes.CDLL({str(lib)!r}); print('EBX', hex(lib.vendor()), flush=True); "
+            "lib.trap()")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "EBX 0x756e6547" in proc.stdout  # "Genu": the patched cpuid answered with the profile's vendor
+    assert proc.returncode == -4, proc.stderr[-1000:]
+
+
 def test_a_worker_that_crashes_is_reported_as_a_crash(tmp_path):
     """Through the host: a worker killed by a real SIGILL ends with the signal in the message."""
     p = _need_masked("x86-avx2")
