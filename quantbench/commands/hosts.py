@@ -6,8 +6,11 @@ import json
 
 from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
+from quantbench.hosts import cpuprofiles
+from quantbench.hosts import emulated as em
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
-from quantbench.hosts.registry import known_hosts, make_host, parse_hosts, resolve_hosts
+from quantbench.hosts.masked import masked_unavailable, setup_masked
+from quantbench.hosts.registry import HostSpec, known_hosts, make_host, parse_hosts, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.setup import setup_hosts
 from quantbench.textfmt import text_table
@@ -30,14 +33,15 @@ def add_arguments(p) -> None:
     c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
     c.add_argument("--allow-fallback", action="store_true", help="accept an unresolved provider")
     c.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
-    s = sub.add_parser("setup", help="prepare hosts: qemu-user, an arm64 Python root, the runtime each carries "
-                                     "(idempotent)",
+    s = sub.add_parser("setup", help="prepare hosts: qemu-user, an arm64 Python root, the runtime each carries, "
+                                     "the masked x86 tiers (idempotent)",
                        description="Prepare emulated hosts and local hosts with another runtime: qemu-user, an arm64 "
                                    "Python root, onnxruntime wheels of the host's version (NAME@VERSION; default: the "
-                                   "local one) or a Debian root (pi-xnnpack, pi-debian, x86-dnnl). Idempotent; prints "
-                                   "what it did and the time it took.")
-    s.add_argument("names", nargs="*", help="host names (presets, NAME@VERSION, or hosts-file entries)")
-    s.add_argument("--all", action="store_true", help="every preset")
+                                   "local one) or a Debian root (pi-xnnpack, pi-debian, x86-dnnl); and masked x86 "
+                                   "tiers: the CPUID shim and the masked copy of onnxruntime + numpy. Idempotent; "
+                                   "prints what it did and the time it took.")
+    s.add_argument("names", nargs="*", help="host names (presets, x86 tiers, NAME@VERSION, or hosts-file entries)")
+    s.add_argument("--all", action="store_true", help="every preset, and the masked tiers where they work")
 
 
 def _ready(spec) -> tuple[bool, str]:
@@ -114,17 +118,28 @@ def do_setup(args) -> int:
     import time
 
     if args.all:
-        specs = [spec for spec in known_hosts(args.hosts_file).values() if spec.origin == "preset"]
+        specs = [spec for spec in known_hosts(args.hosts_file).values()
+                 if spec.origin == "preset" and spec.kind != "masked"]
+        specs += [HostSpec(n, "emulated", {"preset": n}, "preset") for n in em.PRESETS  # an x86 tier's qemu way
+                  if n not in {s.name for s in specs}]
+        masked = _masked_works_here()
     elif not args.names:
         raise UserError("hosts setup: name at least one emulated host, or pass --all")
     else:
-        specs = resolve_hosts(args.names, args.hosts_file, option="hosts setup")
+        named = resolve_hosts(args.names, args.hosts_file, option="hosts setup")
+        specs, masked = [s for s in named if s.kind != "masked"], any(s.kind == "masked" for s in named)
     t0 = time.monotonic()
-    done = setup_hosts(specs, progress=not args.no_progress)
+    progress = not args.no_progress
+    done = (setup_hosts(specs, progress=progress) if specs else []) + (setup_masked(progress) if masked else [])
     for action in done:
         print(action)
     print(f"set up in {time.monotonic() - t0:.0f} s" if done else "nothing to do: already set up")
     return 0
+
+
+def _masked_works_here() -> bool:
+    """Whether masked x86 tiers can run on this machine (`--all` then builds the masked copy and the shim)."""
+    return any(masked_unavailable(p) is None for p in cpuprofiles.PROFILES.values())
 
 
 def run(args) -> int:

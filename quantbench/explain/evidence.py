@@ -279,8 +279,9 @@ def run_evidence_for(variant, hosts, fixtures, root, variant_id: str | None = No
     for h in hosts:
         host = make_host(h.spec)
         if not host.traces_instructions:
+            hint = f" (name it {h.spec.name}:qemu)" if h.spec.kind == "masked" else ""
             notes.append(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
-                         f"log (an emulated host), skipped")
+                         f"log (an emulated host{hint}), skipped")
             continue
         ev = collect(h.label, host, variant.path, fixtures, h.session, variant.name, variant_id=variant_id)
         tables.append("hosts", [hosts_row(h.spec.name, h.spec.kind, ev.fingerprint, ev.fingerprint_id)], root=root)

@@ -115,6 +115,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
                         runtime="debian:trixie"),
     _x86("x86-avx2", "Haswell", "x86-64 with AVX2 + FMA3, no AVX-512 (Haswell)",
          ("avx2", "fma"), ("avx512f", "avx512_vnni")),
+    _x86("x86-avx", "SandyBridge", "x86-64 with AVX, no AVX2/FMA3 (Sandy Bridge)",
+         ("avx",), ("avx2", "fma", "avx512f")),
     _x86("x86-sse4", "Nehalem", "x86-64 with SSE4.2, no AVX (Nehalem)",
          ("sse4_2",), ("avx", "avx2", "avx512f")),
 )}
@@ -341,6 +343,7 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = (),
                 [str(runtimes.site_dir(rt.version, "x86_64", runtimes.local_python_version()))]
                 + [x for x in [env.get("PYTHONPATH", "")] if x])
     env.update(dict(p.env))
+    env["QUANTBENCH_CPU_MECHANISM"] = "qemu"  # the worker's fingerprint says how the CPU was made
     return argv, env
 
 

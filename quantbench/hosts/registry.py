@@ -1,9 +1,10 @@
 """Host names -> host specs: built-ins, emulated presets, and the user's hosts file.
 
 Built-ins: `local` and `x86` are this machine; every emulated preset (pi, pi4, pi3,
-graviton2, graviton3, x86-avx2, x86-sse4, from quantbench.hosts.emulated.PRESETS) is
-an emulated host of that name. The hosts file (`quantbench.toml` in the working
-folder, or --hosts-file) adds names, either at top level or under a `[hosts]` table;
+graviton2, graviton3, from quantbench.hosts.emulated.PRESETS) is an emulated host of that name;
+every x86 tier (x86-sse4 ... x86-zen4, quantbench.hosts.cpuprofiles.PROFILES) is a masked host where
+that works here, else its qemu preset (`NAME:masked` / `NAME:qemu` force one: split_mechanism).
+The hosts file (`quantbench.toml` in the working folder, or --hosts-file) adds names, either at top level or under a `[hosts]` table;
 it redefines a built-in name only with `override = true` in that host's table, so
 a hosts file lying in a working folder cannot silently take over `x86` or `pi`:
 
@@ -24,11 +25,11 @@ from pathlib import Path
 
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json
-from quantbench.hosts import emulated, runtimes
+from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
 from quantbench.hosts.keys import normalize_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
-KINDS = ("local", "emulated", "ssh", "imported")
+KINDS = ("local", "emulated", "ssh", "imported", "masked")
 
 # Options each kind accepts (required ones first).
 KIND_OPTIONS = {
@@ -36,6 +37,7 @@ KIND_OPTIONS = {
     "emulated": ((), ("preset", "qemu_args", "onnxruntime", "runtime")),
     "ssh": (("address",), ("python", "ssh_options", "ssh")),
     "imported": (("file",), ("host",)),
+    "masked": ((), ("profile", "mechanism")),
 }
 
 # Options that are one word passed to a program (never an option of it): what each names.
@@ -67,7 +69,30 @@ def builtin_hosts() -> dict[str, HostSpec]:
         out[name] = HostSpec(name, "emulated", {"preset": name}, "preset")
     for name, options in runtimes.NATIVE_PRESETS.items():
         out[name] = HostSpec(name, "local", dict(options), "preset")
+    for name in cpuprofiles.PROFILES:  # x86 tiers: masked natively where that works, else qemu (hosts.masked)
+        kind, opts = masked.tier_choice(name, None)
+        out[name] = HostSpec(name, kind, opts, "preset")
     return out
+
+
+def split_mechanism(name: str) -> tuple[str, str | None]:
+    """`NAME[:MECH]` -> (NAME, MECH or None): how an x86 tier runs, `masked` or `qemu`."""
+    base, sep, mech = name.partition(":")
+    if not sep:
+        return name, None
+    if mech not in masked.MECHANISMS:
+        raise UserError(f"host {name!r}: mechanism {mech!r}; choose from {', '.join(masked.MECHANISMS)}")
+    return base, mech
+
+
+def _with_mechanism(spec: HostSpec, label: str, mech: str | None) -> HostSpec:
+    """The spec of a tier host run the named way (`label` is its name, e.g. x86-avx2:qemu)."""
+    profile = spec.options.get("profile") or (spec.name if spec.name in cpuprofiles.PROFILES else None)
+    if profile not in cpuprofiles.PROFILES or spec.kind not in ("masked", "emulated"):
+        raise UserError(f"host {label!r}: a mechanism suffix applies only to the x86 tiers "
+                        f"({', '.join(cpuprofiles.PROFILES)})")
+    kind, opts = masked.tier_choice(profile, mech)
+    return HostSpec(label, kind, opts, spec.origin)
 
 
 def _line_of(text: str, name: str) -> int:
@@ -137,6 +162,8 @@ def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> 
         raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
                         f"`override = true` in its table (or use another name)")
     opts = _kind_defaults(name, kind, opts, where, base)
+    if kind == "masked":  # an x86 tier: masked, or its qemu preset (the `mechanism` key, else what works here)
+        kind, opts = masked.tier_choice(opts["profile"], opts.get("mechanism"))
     for key in ("ssh_options", "qemu_args"):
         if key in opts and not (isinstance(opts[key], list) and all(isinstance(a, str) for a in opts[key])):
             raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
@@ -192,6 +219,14 @@ def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> 
     if kind in ("local", "emulated"):
         default = emulated.PRESETS[opts["preset"]].runtime if kind == "emulated" else "pypi"
         runtimes.runtime_of(opts, default, f"{where}: host {name!r}")
+    if kind == "masked":
+        opts.setdefault("profile", name)
+        if opts["profile"] not in cpuprofiles.PROFILES:
+            raise UserError(f"{where}: host {name!r}: unknown x86 tier profile {opts['profile']!r}; profiles: "
+                            f"{', '.join(cpuprofiles.PROFILES)}")
+        if opts.get("mechanism", "masked") not in masked.MECHANISMS:
+            raise UserError(f"{where}: host {name!r}: mechanism {opts['mechanism']!r}; choose from "
+                            f"{', '.join(masked.MECHANISMS)}")
     if kind == "imported":
         files = [Path(f).expanduser() for f in (opts["file"] if isinstance(opts["file"], list) else [opts["file"]])]
         files = [str(f if f.is_absolute() else base / f) for f in files]
@@ -247,11 +282,13 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
         if not name or name in seen:
             continue
         base, version = split_version(name, option)
+        base, mech = split_mechanism(base)
         if base not in hosts:
             raise UserError(f"{option}: unknown host {base!r}; known hosts: {', '.join(sorted(hosts))} "
                             f"(define others in {hosts_file or DEFAULT_HOSTS_FILE})")
         seen.add(name)
-        out.append(with_version(hosts[base], version, name, option))
+        spec = _with_mechanism(hosts[base], base + ':' + mech, mech) if mech else hosts[base]
+        out.append(with_version(spec, version, name, option))
     if not out:
         raise UserError(f"{option}: no host named; e.g. {option} x86,pi")
     return out
@@ -340,6 +377,7 @@ HOST_CLASSES = {
     "emulated": ("quantbench.hosts.emulated", "EmulatedHost"),
     "ssh": ("quantbench.hosts.ssh", "SSHHost"),
     "imported": ("quantbench.hosts.imported", "ImportedHost"),
+    "masked": ("quantbench.hosts.masked", "MaskedHost"),
 }
 
 

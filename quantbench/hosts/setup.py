@@ -36,7 +36,7 @@ from quantbench.fsutil import atomic_write_json, atomic_write_text, replace_dir
 from quantbench.hosts import emulated as E
 from quantbench.hosts import runtimes as R
 from quantbench.hosts.keys import local_ort_version
-from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, decode_bits
+from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, X86_FLAGS, decode_bits, x86_identity
 
 QEMU_SUITE = "trixie"
 QEMU_PACKAGE = "qemu-user"
@@ -593,27 +593,6 @@ if "--import" in sys.argv:
 print("PROBE " + json.dumps(out))
 '''
 
-# Linux /proc/cpuinfo flag names for CPUID bits: (leaf.sub, register index eax=0 ebx=1 ecx=2 edx=3, bit, name).
-X86_FLAGS = [
-    ("1.0", 3, 0, "fpu"), ("1.0", 3, 4, "tsc"), ("1.0", 3, 8, "cx8"), ("1.0", 3, 15, "cmov"), ("1.0", 3, 23, "mmx"),
-    ("1.0", 3, 24, "fxsr"), ("1.0", 3, 25, "sse"), ("1.0", 3, 26, "sse2"), ("1.0", 2, 0, "pni"),
-    ("1.0", 2, 1, "pclmulqdq"), ("1.0", 2, 9, "ssse3"), ("1.0", 2, 12, "fma"), ("1.0", 2, 13, "cx16"),
-    ("1.0", 2, 19, "sse4_1"), ("1.0", 2, 20, "sse4_2"), ("1.0", 2, 22, "movbe"), ("1.0", 2, 23, "popcnt"),
-    ("1.0", 2, 25, "aes"), ("1.0", 2, 26, "xsave"), ("1.0", 2, 27, "osxsave"), ("1.0", 2, 28, "avx"),
-    ("1.0", 2, 29, "f16c"), ("1.0", 2, 30, "rdrand"), ("80000001.0", 3, 11, "syscall"),
-    ("80000001.0", 3, 20, "nx"), ("80000001.0", 3, 29, "lm"), ("80000001.0", 2, 0, "lahf_lm"),
-    ("80000001.0", 2, 5, "abm"), ("7.0", 1, 3, "bmi1"), ("7.0", 1, 5, "avx2"), ("7.0", 1, 8, "bmi2"),
-    ("7.0", 1, 9, "erms"), ("7.0", 1, 16, "avx512f"), ("7.0", 1, 17, "avx512dq"), ("7.0", 1, 18, "rdseed"),
-    ("7.0", 1, 19, "adx"), ("7.0", 1, 21, "avx512ifma"), ("7.0", 1, 28, "avx512cd"), ("7.0", 1, 29, "sha_ni"),
-    ("7.0", 1, 30, "avx512bw"), ("7.0", 1, 31, "avx512vl"), ("7.0", 2, 1, "avx512vbmi"),
-    ("7.0", 2, 6, "avx512_vbmi2"), ("7.0", 2, 8, "gfni"), ("7.0", 2, 9, "vaes"), ("7.0", 2, 10, "vpclmulqdq"),
-    ("7.0", 2, 11, "avx512_vnni"), ("7.0", 2, 12, "avx512_bitalg"), ("7.0", 2, 14, "avx512_vpopcntdq"),
-    ("7.0", 3, 22, "amx_bf16"), ("7.0", 3, 23, "avx512_fp16"), ("7.0", 3, 24, "amx_tile"),
-    ("7.0", 3, 25, "amx_int8"), ("7.1", 0, 4, "avx_vnni"), ("7.1", 0, 5, "avx512_bf16"),
-    ("d.1", 0, 0, "xsaveopt"),
-]
-
-
 def run_probe(argv_prefix: list[str], env: dict, import_ort: bool, timeout: float = 600) -> dict:
     argv = argv_prefix + ["-c", PROBE] + (["--import"] if import_ort else [])
     try:
@@ -641,27 +620,12 @@ def arm_cpuinfo(p: E.Preset, features: list[str], cpus: int) -> str:
     return "".join(f"processor\t: {i}\n{block}\n" for i in range(cpus))
 
 
-def _cpuid_string(regs_list: list[list[int]], order: tuple[int, ...]) -> str:
-    raw = b"".join(int(r[i]).to_bytes(4, "little") for r in regs_list for i in order)
-    return raw.split(b"\0", 1)[0].decode("ascii", "replace").strip()
-
-
 def x86_cpuinfo(cpuid: dict, cpus: int) -> tuple[str, list[str]]:
     """A /proc/cpuinfo naming the emulated model, with the flags its CPUID reports."""
-    flags = []
-    for leaf, reg, bit, name in X86_FLAGS:
-        regs = cpuid.get(leaf)
-        if regs is not None and (regs[reg] >> bit) & 1:
-            flags.append(name)
-    vendor = _cpuid_string([cpuid["0.0"]], (1, 3, 2))
-    eax = cpuid["1.0"][0]
-    base_family, base_model = (eax >> 8) & 0xF, (eax >> 4) & 0xF
-    family = base_family + ((eax >> 20) & 0xFF if base_family == 0xF else 0)
-    model = base_model + (((eax >> 16) & 0xF) << 4 if base_family in (6, 0xF) else 0)
-    brand = [cpuid[k] for k in ("80000002.0", "80000003.0", "80000004.0") if k in cpuid]
-    name = _cpuid_string(brand, (0, 1, 2, 3)) if len(brand) == 3 else "unknown"
-    block = (f"vendor_id\t: {vendor}\ncpu family\t: {family}\nmodel\t\t: {model}\nmodel name\t: {name}\n"
-             f"stepping\t: {eax & 0xF}\nflags\t\t: {' '.join(flags)}\n")
+    ident = x86_identity(cpuid)
+    flags = [name for leaf, reg, bit, name in X86_FLAGS if name in ident["flags"]]
+    block = (f"vendor_id\t: {ident['vendor_id']}\ncpu family\t: {ident['cpu_family']}\nmodel\t\t: {ident['model']}\n"
+             f"model name\t: {ident['model_name']}\nstepping\t: {ident['stepping']}\nflags\t\t: {' '.join(flags)}\n")
     return "".join(f"processor\t: {i}\n{block}\n" for i in range(cpus)), flags
 
 

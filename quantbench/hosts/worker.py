@@ -266,6 +266,112 @@ def numpy_cpu_features() -> list:
     return []
 
 
+# Linux /proc/cpuinfo flag names for CPUID bits: (leaf.sub, register index eax=0 ebx=1 ecx=2 edx=3, bit, name).
+X86_FLAGS = [
+    ("1.0", 3, 0, "fpu"), ("1.0", 3, 4, "tsc"), ("1.0", 3, 8, "cx8"), ("1.0", 3, 15, "cmov"), ("1.0", 3, 23, "mmx"),
+    ("1.0", 3, 24, "fxsr"), ("1.0", 3, 25, "sse"), ("1.0", 3, 26, "sse2"), ("1.0", 2, 0, "pni"),
+    ("1.0", 2, 1, "pclmulqdq"), ("1.0", 2, 9, "ssse3"), ("1.0", 2, 12, "fma"), ("1.0", 2, 13, "cx16"),
+    ("1.0", 2, 19, "sse4_1"), ("1.0", 2, 20, "sse4_2"), ("1.0", 2, 22, "movbe"), ("1.0", 2, 23, "popcnt"),
+    ("1.0", 2, 25, "aes"), ("1.0", 2, 26, "xsave"), ("1.0", 2, 27, "osxsave"), ("1.0", 2, 28, "avx"),
+    ("1.0", 2, 29, "f16c"), ("1.0", 2, 30, "rdrand"), ("80000001.0", 3, 11, "syscall"),
+    ("80000001.0", 3, 20, "nx"), ("80000001.0", 3, 29, "lm"), ("80000001.0", 2, 0, "lahf_lm"),
+    ("80000001.0", 2, 5, "abm"), ("80000001.0", 2, 6, "sse4a"), ("80000001.0", 2, 11, "xop"),
+    ("80000001.0", 2, 16, "fma4"), ("7.0", 1, 3, "bmi1"), ("7.0", 1, 5, "avx2"), ("7.0", 1, 8, "bmi2"),
+    ("7.0", 1, 9, "erms"), ("7.0", 1, 16, "avx512f"), ("7.0", 1, 17, "avx512dq"), ("7.0", 1, 18, "rdseed"),
+    ("7.0", 1, 19, "adx"), ("7.0", 1, 21, "avx512ifma"), ("7.0", 1, 28, "avx512cd"), ("7.0", 1, 29, "sha_ni"),
+    ("7.0", 1, 30, "avx512bw"), ("7.0", 1, 31, "avx512vl"), ("7.0", 2, 1, "avx512vbmi"),
+    ("7.0", 2, 6, "avx512_vbmi2"), ("7.0", 2, 8, "gfni"), ("7.0", 2, 9, "vaes"), ("7.0", 2, 10, "vpclmulqdq"),
+    ("7.0", 2, 11, "avx512_vnni"), ("7.0", 2, 12, "avx512_bitalg"), ("7.0", 2, 14, "avx512_vpopcntdq"),
+    ("7.0", 3, 8, "avx512_vp2intersect"), ("7.0", 3, 22, "amx_bf16"), ("7.0", 3, 23, "avx512_fp16"),
+    ("7.0", 3, 24, "amx_tile"), ("7.0", 3, 25, "amx_int8"), ("7.1", 0, 4, "avx_vnni"), ("7.1", 0, 5, "avx512_bf16"),
+    ("d.1", 0, 0, "xsaveopt"),
+]
+# push rbx; mov r8, rdx; mov eax, edi; mov ecx, esi; cpuid; mov [r8], eax/ebx/ecx/edx; pop rbx; ret
+_CPUID_CODE = bytes([0x53, 0x49, 0x89, 0xd0, 0x89, 0xf8, 0x89, 0xf1, 0x0f, 0xa2, 0x41, 0x89, 0x00, 0x41, 0x89,
+                     0x58, 0x04, 0x41, 0x89, 0x48, 0x08, 0x41, 0x89, 0x50, 0x0c, 0x5b, 0xc3])
+_CPUID_KEEP = []
+
+
+def cpuid_function():
+    """(cpuid(leaf, sub) -> [eax, ebx, ecx, edx], source) as this process sees it: the masking shim's
+    qb_cpuid (through its trap path) when a masked worker loaded it, else the instruction itself in a small
+    executable page (the real CPU, or qemu's model). None on a machine that is not x86-64."""
+    import ctypes
+
+    fn, source = None, "cpuid"
+    try:
+        lib = ctypes.CDLL(None)
+        if lib.qb_active():
+            fn, source = lib.qb_cpuid, "masked"
+    except (AttributeError, OSError):
+        pass
+    if fn is None:
+        import mmap
+
+        buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+        buf.write(_CPUID_CODE)
+        _CPUID_KEEP.append(buf)
+        fn = ctypes.CFUNCTYPE(None, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_void_p)(
+            ctypes.addressof(ctypes.c_char.from_buffer(buf)))
+
+    def cpuid(leaf, sub=0):
+        regs = (ctypes.c_uint32 * 4)()
+        fn(leaf, sub, ctypes.addressof(regs) if source == "cpuid" else regs)
+        return list(regs)
+    return cpuid, source
+
+
+def cpuid_leaves(cpuid) -> dict:
+    """The leaves that identify an x86 CPU and its features, keyed "leaf.sub" in hex."""
+    regs = {"0.0": cpuid(0)}
+    top = regs["0.0"][0]
+    for leaf, sub in ((1, 0), (7, 0), (0xd, 1)):
+        if leaf <= top:
+            regs["%x.%x" % (leaf, sub)] = cpuid(leaf, sub)
+    if top >= 7 and regs["7.0"][0] >= 1:
+        regs["7.1"] = cpuid(7, 1)
+    ext = cpuid(0x80000000)[0]
+    for leaf in (0x80000001, 0x80000002, 0x80000003, 0x80000004):
+        if leaf <= ext:
+            regs["%x.0" % leaf] = cpuid(leaf)
+    return regs
+
+
+def _cpuid_string(regs_list, order) -> str:
+    raw = b"".join(int(r[i]).to_bytes(4, "little") for r in regs_list for i in order)
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace").strip()
+
+
+def x86_identity(regs: dict) -> dict:
+    """vendor_id, cpu_family, model, model_name, stepping and /proc/cpuinfo-style flags of CPUID leaves."""
+    eax = regs["1.0"][0] if "1.0" in regs else 0
+    base_family, base_model = (eax >> 8) & 0xF, (eax >> 4) & 0xF
+    brand = [regs[k] for k in ("80000002.0", "80000003.0", "80000004.0") if k in regs]
+    flags = [name for leaf, reg, bit, name in X86_FLAGS if leaf in regs and (regs[leaf][reg] >> bit) & 1]
+    return {"vendor_id": _cpuid_string([regs["0.0"]], (1, 3, 2)),
+            "cpu_family": str(base_family + ((eax >> 20) & 0xFF if base_family == 0xF else 0)),
+            "model": str(base_model + (((eax >> 16) & 0xF) << 4 if base_family in (6, 0xF) else 0)),
+            "model_name": _cpuid_string(brand, (0, 1, 2, 3)) if len(brand) == 3 else "unknown",
+            "stepping": str(eax & 0xF), "flags": sorted(flags)}
+
+
+# numpy's names of the features a masked worker checks (numpy's __cpu_features__ must agree with the mask)
+NUMPY_X86_NAMES = {"AVX": "avx", "F16C": "f16c", "FMA3": "fma", "AVX2": "avx2", "AVX512F": "avx512f",
+                   "AVX512CD": "avx512cd", "AVX512BW": "avx512bw", "AVX512DQ": "avx512dq", "AVX512VL": "avx512vl",
+                   "AVX512VNNI": "avx512_vnni", "AVX512IFMA": "avx512ifma", "AVX512VBMI": "avx512vbmi",
+                   "SSE41": "sse4_1", "SSE42": "sse4_2", "SSSE3": "ssse3", "POPCNT": "popcnt"}
+
+
+def masked_problem(flags, numpy_features, ort_traps: int) -> "str | None":
+    """Why a masked worker's mask did not take (a masked feature numpy still sees; onnxruntime never trapped)."""
+    leaked = sorted(n for n in numpy_features if n in NUMPY_X86_NAMES and NUMPY_X86_NAMES[n] not in flags)
+    if leaked:
+        return "numpy still sees %s, which the CPUID profile masks" % ", ".join(leaked)
+    if ort_traps <= 0:
+        return "onnxruntime's library never executed a masked CPUID (is the masked copy first on sys.path?)"
+    return None
+
+
 def _libc() -> str:
     try:
         lib, ver = platform.libc_ver()
@@ -298,6 +404,31 @@ def _cpu_identity(arch: str, cpuinfo: dict, auxv: dict) -> "tuple[dict, list]":
     return cpu, isa
 
 
+def _x86_cpuid_view(cpu: dict, np_feats) -> "tuple[list, bool]":
+    """The ISA flags CPUID gives this process (/proc/cpuinfo names) and whether a masking shim gave them; a
+    masked worker's CPU identity is the profile's (the kernel's view kept under proc_cpuinfo), and a mask that
+    did not take (numpy sees a masked feature, onnxruntime never trapped) is an error."""
+    import ctypes
+
+    try:
+        cpuid, source = cpuid_function()
+        ident = x86_identity(cpuid_leaves(cpuid))
+    except Exception:
+        return [], False
+    if source != "masked":
+        return ident["flags"], False
+    cpu["proc_cpuinfo"] = {k: cpu.pop(k) for k in ("vendor_id", "cpu_family", "model", "model_name", "stepping")
+                           if k in cpu}
+    cpu.update({k: v for k, v in ident.items() if k != "flags"})
+    cpu["profile"] = os.environ.get("QUANTBENCH_CPUID_PROFILE_NAME", "")
+    count = ctypes.CDLL(None).qb_trap_count
+    count.restype = ctypes.c_ulong
+    problem = masked_problem(ident["flags"], np_feats, count(b"onnxruntime"))
+    if problem:
+        raise JobError("cpuid", "the CPUID mask did not take: " + problem)
+    return ident["flags"], True
+
+
 def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, session_readback=None) -> dict:
     """What can change the numbers on this host: {"identity": ..., "info": ...}.
 
@@ -311,6 +442,10 @@ def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, 
     cpuinfo = read_cpuinfo()
     cpu, isa = _cpu_identity(arch, cpuinfo, read_auxv())
     np_feats = numpy_cpu_features()
+    mechanism = os.environ.get("QUANTBENCH_CPU_MECHANISM", "real")
+    if not isa and arch.lower() in ("x86_64", "amd64"):
+        isa, masked = _x86_cpuid_view(cpu, np_feats)
+        mechanism = "native-masked" if masked else mechanism
     if not isa:
         isa = sorted(f.lower() for f in np_feats) or cpuinfo.get("flags", [])
     build_info = ""
@@ -325,6 +460,7 @@ def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, 
         "libc": _libc(),
         "cpu": cpu,
         "isa_flags": isa,
+        "cpu_mechanism": mechanism,
         "numpy_cpu_features": np_feats,
         "onnxruntime": {
             "version": ort.__version__,

@@ -141,7 +141,7 @@ def test_avx2_shows_vpmaddubsw(workdir):
     if not ok:
         missing_setup(f"x86-avx2 not set up: {msg}")
     qdq = static_qdq(saturating_matmul(workdir / "fp32.onnx"), workdir, "qdq", feeds=saturating_inputs(count=4, seed=7))
-    ev = collect("x86-avx2", emulated_host("x86-avx2"), qdq, [fixture(saturating_inputs(count=1)[0])])
+    ev = collect("x86-avx2", emulated_host("x86-avx2:qemu"), qdq, [fixture(saturating_inputs(count=1)[0])])
     assert ev.arch == "x86_64" and ev.qemu_cpu == "Haswell"
     assert ev.families["VPMADDUBSW"].sites > 0
     assert "VPDPBUSD" not in ev.families  # no VNNI on Haswell

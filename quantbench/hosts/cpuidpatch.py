@@ -1,0 +1,249 @@
+"""The masked runtime: a copy of this interpreter's onnxruntime and numpy whose `cpuid` instructions trap.
+
+Every shared object of the copied packages (onnxruntime, numpy, numpy.libs) is disassembled with
+objdump; each `cpuid` it finds (0F A2, at a true instruction boundary) is located in the file through
+the ELF program headers (virtual address -> file offset of its PT_LOAD segment), checked to hold 0F A2,
+and overwritten with `ud2` (0F 0B). The C shim (cpuid_shim.c, LD_PRELOADed into the worker) turns the
+SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOME:
+
+  masked/<ort-version>-<key>/site/     onnxruntime/, numpy/, numpy.libs/ (patched)
+  masked/<ort-version>-<key>/cpuid-sites.tsv  every patched site (path, file offset): the shim's list
+  masked/<ort-version>-<key>.json      its stamp: every patched file with its sites and SHA-256
+  masked/shim-<key>.so                 the compiled shim
+
+<key> hashes what the copy is made from (each source file's path, size and mtime, and this module's
+source), so another onnxruntime or numpy install gets another copy; a rebuild is idempotent.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from quantbench.assets import quantbench_home
+from quantbench.errors import UserError
+from quantbench.fsutil import atomic_write_json
+from quantbench.hosts.keys import local_ort_version
+
+PACKAGES = ("onnxruntime", "numpy", "numpy.libs")
+SHIM_SOURCE = Path(__file__).with_name("cpuid_shim.c")
+CPUID, UD2 = b"\x0f\xa2", b"\x0f\x0b"
+_CPUID_LINE = re.compile(r"^\s*([0-9a-f]+):\s+cpuid\b", re.M)
+
+
+def _package_dirs() -> list[Path]:
+    """The folders of PACKAGES in this interpreter's site-packages (numpy.libs may be absent)."""
+    out = []
+    for name in ("onnxruntime", "numpy"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise UserError(f"masked hosts: this interpreter ({sys.executable}) has no {name} to copy")
+        out.append(Path(list(spec.submodule_search_locations)[0]))
+    libs = out[1].parent / "numpy.libs"
+    return out + ([libs] if libs.is_dir() else [])
+
+
+def _source_files(dirs: list[Path]):
+    for d in dirs:
+        for path in sorted(d.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                yield d, path
+
+
+def content_key() -> str:
+    """What the masked copy is made from: every source file (path, size, mtime) and the patcher."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    for d, path in _source_files(_package_dirs()):
+        st = path.stat()
+        h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def masked_root() -> Path:
+    return quantbench_home() / "masked"
+
+
+def site_dir(key: str | None = None) -> Path:
+    return masked_root() / f"{local_ort_version()}-{key or content_key()}" / "site"
+
+
+def stamp_path(key: str | None = None) -> Path:
+    folder = site_dir(key).parent
+    return folder.with_name(f"{folder.name}.json")  # not with_suffix: the folder's name holds version dots
+
+
+def sites_path(key: str | None = None) -> Path:
+    """Every patched site of the copy, one `REALPATH<TAB>hex file offset` line each (the shim's list)."""
+    return site_dir(key).parent / "cpuid-sites.tsv"
+
+
+def write_sites(site: Path, stamp: dict, out: Path) -> None:
+    lines = [f"{os.path.realpath(site / rel)}\t{off:x}\n" for rel, entry in sorted(stamp["files"].items())
+             for off in entry["offsets"]]
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, out)
+
+
+def shim_path() -> Path:
+    return masked_root() / f"shim-{hashlib.sha256(SHIM_SOURCE.read_bytes()).hexdigest()[:16]}.so"
+
+
+def is_elf(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"\x7fELF"
+
+
+def load_segments(data: bytes) -> list[tuple[int, int, int]]:
+    """(vaddr, filesz, offset) of each PT_LOAD segment of a little-endian ELF64 file."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a little-endian ELF64 file")
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    out = []
+    for i in range(phnum):
+        p_type, _flags, p_offset, p_vaddr, _paddr, p_filesz = struct.unpack_from("<IIQQQQ", data, phoff + i * phentsize)
+        if p_type == 1:
+            out.append((p_vaddr, p_filesz, p_offset))
+    return out
+
+
+def file_offset(segments, vaddr: int) -> int:
+    for start, size, offset in segments:
+        if start <= vaddr < start + size:
+            return vaddr - start + offset
+    raise ValueError(f"address 0x{vaddr:x} is in no loaded segment")
+
+
+def cpuid_addresses(path: Path) -> list[int]:
+    """Virtual addresses of every cpuid instruction objdump decodes in the file's code sections."""
+    try:
+        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True,
+                             text=True, check=True).stdout
+    except FileNotFoundError:
+        raise UserError("masked hosts need objdump (Debian package binutils) to find cpuid instructions") from None
+    except subprocess.CalledProcessError as exc:
+        raise UserError(f"{path}: objdump failed ({exc.stderr.strip()[:200]})") from None
+    return [int(m.group(1), 16) for m in _CPUID_LINE.finditer(out)]
+
+
+def patch_file(path: Path) -> dict:
+    """Replace every cpuid of one ELF file (in place) by ud2; returns its sites and new SHA-256."""
+    addresses = cpuid_addresses(path)
+    data = bytearray(path.read_bytes())
+    segments = load_segments(data)
+    offsets = []
+    for vaddr in addresses:
+        off = file_offset(segments, vaddr)
+        if data[off:off + 2] != CPUID:
+            raise UserError(f"{path}: objdump's cpuid at 0x{vaddr:x} is not 0F A2 at file offset 0x{off:x}")
+        data[off:off + 2] = UD2
+        offsets.append(off)
+    if offsets:
+        path.write_bytes(data)
+    return {"cpuid_sites": len(offsets), "offsets": offsets, "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def verify(site: Path, stamp: dict) -> str | None:
+    """None when every patched file still has its recorded hash and ud2 at each site, else the problem."""
+    for rel, entry in stamp.get("files", {}).items():
+        path = site / rel
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return f"{path} is missing"
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            return f"{path} changed since it was patched"
+        if any(data[o:o + 2] != UD2 for o in entry["offsets"]):
+            return f"{path}: a patched site no longer holds ud2"
+    return None
+
+
+def _copy_and_patch(tmp: Path, dirs: list[Path]) -> dict:
+    elves = []
+    for d in dirs:
+        shutil.copytree(d, tmp / d.name, ignore=shutil.ignore_patterns("__pycache__"), symlinks=True)
+        elves += [p for p in sorted((tmp / d.name).rglob("*")) if p.is_file() and not p.is_symlink() and is_elf(p)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        results = dict(zip(elves, pool.map(patch_file, elves)))
+    return {str(p.relative_to(tmp)): r for p, r in results.items() if r["cpuid_sites"]}
+
+
+def ensure_site(progress: bool = False) -> tuple[Path, dict, bool]:
+    """The masked copy for this interpreter's packages, built when missing: (site, stamp, built now)."""
+    key = content_key()
+    site, stamp_file = site_dir(key), stamp_path(key)
+    stamp = _read_json(stamp_file)
+    if stamp is not None and site.is_dir() and sites_path(key).exists() and verify(site, stamp) is None:
+        return site, stamp, False
+    dirs = _package_dirs()
+    if progress:
+        print(f"masked: copying {', '.join(d.name for d in dirs)} to {site} and patching cpuid ...", flush=True)
+    tmp = site.with_name(f".site.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        files = _copy_and_patch(tmp, dirs)
+        stamp = {"key": key, "onnxruntime": local_ort_version(), "sources": [str(d) for d in dirs], "files": files}
+        problem = verify(tmp, stamp)
+        if problem:
+            raise UserError(f"masked copy failed its check: {problem}")
+        shutil.rmtree(site, ignore_errors=True)
+        os.replace(tmp, site)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_sites(site, stamp, sites_path(key))
+    atomic_write_json(stamp_file, stamp)
+    return site, stamp, True
+
+
+def ensure_shim(progress: bool = False) -> tuple[Path, bool]:
+    """The compiled shim (gcc -O2 -shared -fPIC), built when missing: (path, built now)."""
+    out = shim_path()
+    if out.exists():
+        return out, False
+    cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    if cc is None:
+        raise UserError("masked hosts need a C compiler (gcc) to build the CPUID shim; install gcc, or use "
+                        "the qemu mechanism (NAME:qemu)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}")
+    proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SOURCE), "-ldl"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UserError(f"{SHIM_SOURCE}: {cc} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
+    os.replace(tmp, out)
+    if progress:
+        print(f"masked: built the CPUID shim {out}", flush=True)
+    return out, True
+
+
+def state() -> tuple[bool, str]:
+    """Whether the masked copy and the shim are in place (without building them)."""
+    try:
+        key = content_key()
+    except UserError as exc:
+        return False, str(exc)
+    stamp = _read_json(stamp_path(key))
+    if stamp is None or not site_dir(key).is_dir():
+        return False, f"the masked copy of onnxruntime {local_ort_version()} is missing ({site_dir(key)})"
+    if not shim_path().exists():
+        return False, f"the CPUID shim is not built ({shim_path()})"
+    return True, f"masked copy {site_dir(key)}"
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,243 @@
+"""Masked x86 tiers (quantbench.hosts.masked): the patched copy, the CPUID shim, the tier names and mechanisms,
+the fingerprint's check of the mask, crashes that stay crashes, and outputs byte-identical to qemu's.
+
+The masked tests need gcc + objdump on an x86-64 machine (scripts/setup.sh); the comparisons also need the
+qemu presets x86-avx2 and x86-sse4 (`quantbench hosts setup --all`). Missing setup skips here and fails under
+CI (tests/setup_required.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from quantbench.errors import UserError
+from quantbench.hosts import cpuidpatch as C
+from quantbench.hosts import cpuprofiles as P
+from quantbench.hosts import emulated as E
+from quantbench.hosts import masked as M
+from quantbench.hosts.registry import hosts_from_text, make_host, resolve_hosts
+from quantbench.hosts.session import HostSession
+from quantbench.hosts.worker import masked_problem
+from setup_required import missing_setup
+
+
+def _need_masked(name: str = "x86-avx2") -> P.Profile:
+    p = P.PROFILES[name]
+    why = M.masked_unavailable(p)
+    if why:
+        missing_setup(f"masked {name}: {why}")
+    M.setup_masked(progress=False)
+    return p
+
+
+def _need_qemu(preset: str) -> None:
+    ok, msg = E.ready(preset)
+    if not ok:
+        missing_setup(f"{preset} not set up: {msg}")
+
+
+# --------------------------------------------------------------------------- profiles and names
+
+
+def test_profiles_only_take_features_away_and_mask_glibc_alike():
+    avx2, sse4 = P.PROFILES["x86-avx2"], P.PROFILES["x86-sse4"]
+    assert {"avx2", "fma"} <= set(avx2.features) and not {f for f in avx2.features if "avx512" in f}
+    fields = P.encode(avx2).split(",")
+    assert fields[0] == "GenuineIntel" and int(fields[1], 16) == 0x306C3
+    assert int(fields[4], 16) & (1 << 5) and not int(fields[4], 16) & (1 << 16)  # 7.0 EBX: AVX2 kept, AVX512F cleared
+    assert not int(fields[8], 16) & 0xE0  # no AVX-512 XSAVE state for Haswell
+    assert "-AVX512F" in P.glibc_hwcaps(avx2) and "-AVX2" not in P.glibc_hwcaps(avx2)
+    assert {"-AVX", "-AVX2", "-FMA"} <= set(P.glibc_hwcaps(sse4).split("=")[1].split(","))
+    assert not int(P.encode(sse4).split(",")[2], 16) & (1 << 27 | 1 << 28)  # no OSXSAVE, no AVX
+    missing = P.missing_here(P.PROFILES["x86-amx"], ["avx2", "fma"])
+    assert "amx_int8" in missing and "avx2" not in missing
+
+
+def test_tier_names_choose_and_force_a_mechanism(tmp_path):
+    p = P.PROFILES["x86-avx2"]
+    auto = resolve_hosts(["x86-avx2"])[0]
+    assert auto.kind == ("masked" if M.masked_unavailable(p) is None else "emulated")
+    forced = resolve_hosts(["x86-avx2:qemu", "x86-avx2:masked"])
+    assert [(s.name, s.kind) for s in forced] == [("x86-avx2:qemu", "emulated"), ("x86-avx2:masked", "masked")]
+    assert forced[0].options == {"preset": "x86-avx2"}
+    ok, msg = make_host(resolve_hosts(["x86-vnni:qemu"])[0]).ready()
+    assert not ok and "qemu has no CPU model" in msg
+    with pytest.raises(UserError, match="applies only to the x86 tiers"):
+        resolve_hosts(["pi:qemu"])
+    with pytest.raises(UserError, match="mechanism 'fast'; choose from masked, qemu"):
+        resolve_hosts(["x86-avx2:fast"])
+    text = 'old = { kind = "masked", profile = "x86-avx2", mechanism = "qemu" }\nbad = { kind = "masked", profile = "x86-p4" }\n'
+    with pytest.raises(UserError, match=r"hosts.toml:2: host 'bad': unknown x86 tier profile 'x86-p4'"):
+        hosts_from_text(tmp_path / "hosts.toml", text, tmp_path)
+    specs = hosts_from_text(tmp_path / "hosts.toml", text.splitlines()[0], tmp_path)
+    assert specs["old"].kind == "emulated" and specs["old"].options == {"preset": "x86-avx2"}
+
+
+def test_a_tier_this_cpu_cannot_show_is_not_available_with_the_reason():
+    amx = P.PROFILES["x86-amx"]
+    missing = P.missing_here(amx, M.here_features())
+    ok, msg = make_host(resolve_hosts(["x86-amx"])[0]).ready()
+    if not missing:  # a Sapphire Rapids (or later) machine shows it
+        assert ok or "this CPU lacks" not in msg
+        return
+    assert not ok and msg.startswith("not available here: this CPU lacks") and "amx_int8" in msg
+
+
+# --------------------------------------------------------------------------- the patched copy
+
+
+def test_patching_replaces_each_cpuid_instruction_and_nothing_else(tmp_path):
+    if not (shutil.which("gcc") and shutil.which("objdump")):
+        missing_setup("gcc and objdump are needed to build and patch a test library")
+    src = tmp_path / "lib.c"
+    src.write_text(textwrap.dedent("""
+        const unsigned char not_code[] = {0x0f, 0xa2, 0x0f, 0xa2};
+        unsigned leaf0(void) { unsigned a = 0, b, c = 0, d; __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d)); return b; }
+        unsigned leaf1(void) { unsigned a = 1, b, c = 0, d; __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d)); return c; }
+    """))
+    lib = tmp_path / "lib.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    before = lib.read_bytes()
+    result = C.patch_file(lib)
+    after = lib.read_bytes()
+    assert result["cpuid_sites"] == 2 and len(result["offsets"]) == 2
+    assert all(before[o:o + 2] == C.CPUID and after[o:o + 2] == C.UD2 for o in result["offsets"])
+    changed = [i for i in range(len(before)) if before[i] != after[i]]
+    assert changed == sorted(o + 1 for o in result["offsets"])  # only the A2 -> 0B bytes
+    assert after.count(bytes([0x0F, 0xA2, 0x0F, 0xA2])) == 1  # the data array is untouched
+    stamp = {"files": {"lib.so": result}}
+    assert C.verify(tmp_path, stamp) is None
+    lib.write_bytes(before)
+    assert "changed since it was patched" in C.verify(tmp_path, stamp)
+
+
+def test_each_masked_copy_has_its_own_stamp():
+    a, b = C.stamp_path("aaaa"), C.stamp_path("bbbb")
+    assert a != b and a.name.endswith("-aaaa.json") and a.parent == C.site_dir("aaaa").parent.parent
+
+
+def test_the_masked_copy_and_the_shim_are_built_once():
+    _need_masked()
+    assert M.setup_masked(progress=False) == []  # idempotent: nothing to do the second time
+    site, stamp, built = C.ensure_site()
+    assert not built and C.verify(site, stamp) is None
+    ort = [f for f in stamp["files"] if f.startswith("onnxruntime/") and "pybind11_state" in f]
+    assert ort and stamp["files"][ort[0]]["cpuid_sites"] > 10
+
+
+# --------------------------------------------------------------------------- the worker under a mask
+
+
+def test_a_masked_worker_sees_only_the_profile():
+    _need_masked("x86-avx2")
+    with HostSession(resolve_hosts(["x86-avx2:masked"])[0]) as hs:
+        ident = hs.frame["fingerprint"]["identity"]
+    isa = set(ident["isa_flags"])
+    assert {"avx2", "fma", "sse4_2"} <= isa and not {f for f in isa if f.startswith(("avx512", "amx", "avx_vnni"))}
+    assert ident["cpu_mechanism"] == "native-masked" and ident["cpu"]["profile"] == "x86-avx2"
+    assert ident["cpu"]["vendor_id"] == "GenuineIntel" and ident["cpu"]["model"] == "60"
+    assert "i7-4770" in ident["cpu"]["model_name"] and ident["cpu"]["proc_cpuinfo"]  # the kernel's view kept apart
+    assert "AVX2" in ident["numpy_cpu_features"] and "AVX512F" not in ident["numpy_cpu_features"]
+
+
+def test_a_mask_that_does_not_take_fails_with_one_clear_line(monkeypatch, tmp_path):
+    """The masked copy not on sys.path: numpy and onnxruntime load unpatched, and the fingerprint refuses."""
+    _need_masked("x86-sse4")  # any CPU that can run it has AVX or more for the mask to hide
+    real = M.worker_env
+    monkeypatch.setattr(M, "worker_env", lambda p, site, shim: real(p, tmp_path, shim))
+    with pytest.raises(UserError) as exc:
+        HostSession(resolve_hosts(["x86-sse4:masked"])[0]).open()
+    msg = str(exc.value)
+    assert "\n" not in msg and "the CPUID mask did not take: numpy still sees AVX" in msg
+    assert masked_problem(["avx2"], ["AVX2"], 0).startswith("onnxruntime's library never executed")
+
+
+CRASH = r'''
+import ctypes, mmap, sys
+what = sys.argv[1]
+if what.startswith("faulthandler"):
+    import faulthandler
+    faulthandler.enable()
+import numpy, onnxruntime  # the patched libraries trap through the shim
+lib = ctypes.CDLL(None)
+regs = (ctypes.c_uint32 * 4)()
+lib.qb_cpuid(0, 0, regs)
+lib.qb_trap_count.restype = ctypes.c_ulong
+print("VENDOR", bytes(regs)[4:8] + bytes(regs)[12:16] + bytes(regs)[8:12], lib.qb_trap_count(b"onnxruntime") > 0, flush=True)
+if what.endswith("segv"):
+    ctypes.string_at(0)
+buf = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(b"\x0f\x0b\xc3")  # a real ud2, outside any patched library
+ctypes.CFUNCTYPE(None)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))()
+'''
+
+
+@pytest.mark.parametrize("what,signal,message", [
+    ("ud2", -4, ""), ("segv", -11, ""),
+    ("faulthandler-ud2", -4, "Fatal Python error: Illegal instruction"),
+    ("faulthandler-segv", -11, "Fatal Python error: Segmentation fault")])
+def test_a_real_crash_stays_a_crash_and_faulthandler_chains(what, signal, message):
+    p = _need_masked("x86-avx2")
+    env = M.worker_env(p, C.site_dir(), C.shim_path())
+    proc = subprocess.run([sys.executable, "-c", CRASH, what], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == signal, proc.stderr[-2000:]
+    assert "VENDOR b'GenuineIntel' True" in proc.stdout  # the mask works before and after faulthandler
+    assert message in proc.stderr
+
+
+def test_a_trap_that_was_in_a_patched_library_stays_a_crash(tmp_path):
+    """A ud2 the compiler put in a library (__builtin_trap) is not a patched cpuid: it still ends the process."""
+    p = _need_masked("x86-avx2")
+    root = tmp_path / "site"
+    root.mkdir()
+    src = tmp_path / "lib.c"
+    src.write_text("unsigned vendor(void) { unsigned a = 0, b, c = 0, d; __asm__ volatile(\"cpuid\" : \"+a\"(a), "
+                   "\"=b\"(b), \"+c\"(c), \"=d\"(d)); return b; }\nvoid trap(void) { __builtin_trap(); }\n")
+    lib = root / "lib.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    stamp = {"files": {"lib.so": C.patch_file(lib)}}
+    assert stamp["files"]["lib.so"]["cpuid_sites"] == 1 and lib.read_bytes().count(C.UD2) >= 2
+    C.write_sites(root, stamp, tmp_path / "cpuid-sites.tsv")
+    env = M.worker_env(p, root, C.shim_path())
+    code = (f"import ctypes; lib = ctypes.CDLL({str(lib)!r}); print('EBX', hex(lib.vendor()), flush=True); "
+            "lib.trap()")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert "EBX 0x756e6547" in proc.stdout  # "Genu": the patched cpuid answered with the profile's vendor
+    assert proc.returncode == -4, proc.stderr[-1000:]
+
+
+def test_a_worker_that_crashes_is_reported_as_a_crash(tmp_path):
+    """Through the host: a worker killed by a real SIGILL ends with the signal in the message."""
+    p = _need_masked("x86-avx2")
+    host = make_host(resolve_hosts(["x86-avx2:masked"])[0])
+    argv, env, _ = host.command()
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH)
+    from quantbench.hosts.process import WorkerClient, WorkerDied
+
+    client = WorkerClient([sys.executable, "-u", str(script), "faulthandler-ud2"], env, "x86-avx2")
+    with pytest.raises(WorkerDied) as exc:
+        list(client.request({"type": "fingerprint"}))
+    assert "killed by signal 4" in str(exc.value) and p.name == "x86-avx2"
+    client.close()
+
+
+def test_hosts_setup_takes_masked_tiers_and_lists_them(capsys):
+    from quantbench.cli import main
+
+    _need_masked("x86-avx2")
+    assert main(["hosts", "setup", "x86-avx2:masked", "--no-progress"]) == 0
+    assert "nothing to do: already set up" in capsys.readouterr().out
+    assert main(["hosts", "setup", "x86"]) == 2
+    assert "host 'x86' is kind local; only emulated and masked hosts need setup" in capsys.readouterr().err
+    assert main(["hosts", "list"]) == 0
+    rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("x86-")}
+    assert "masked" in rows["x86-avx2"] and "native-masked: AVX2 + FMA3" in rows["x86-avx2"]

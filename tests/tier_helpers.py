@@ -1,0 +1,67 @@
+"""Variants, fixtures and output hashes for the x86 tier tests (masked against qemu)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from explain_helpers import fixture
+from quantbench.hosts.registry import resolve_hosts
+from quantbench.hosts.session import HostSession
+
+LIBM_OPS = ("Pow", "Log", "Sin", "Cos", "Atan", "Sinh", "Erf", "Tanh", "Exp")
+
+
+def libm_model(path, n: int = 64) -> Path:
+    """x[1,n] (values in (0.1, 2)) through ops that reach libm (Pow, Log, Sin, Cos, Atan, Sinh) and MLAS's own
+    vector code (Erf, Tanh, Exp): one output per op."""
+    nodes, outs = [helper.make_node("Constant", [], ["p"], value=helper.make_tensor("p", TensorProto.FLOAT, [], [1.37]))], []
+    for op in LIBM_OPS:
+        nodes.append(helper.make_node(op, ["x", "p"] if op == "Pow" else ["x"], [op.lower()]))
+        outs.append(helper.make_tensor_value_info(op.lower(), TensorProto.FLOAT, [1, n]))
+    g = helper.make_graph(nodes, "libm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])], outs)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return Path(path)
+
+
+def libm_fixtures(count: int = 3, n: int = 64):
+    rng = np.random.default_rng(11)
+    return [fixture(rng.uniform(0.1, 2.0, (1, n)).astype(np.float32)) for _ in range(count)]
+
+
+def tier_variants(float_model, workdir: Path, feeds) -> dict:
+    """fp32, dynamic (s8 weights) and static QDQ MinMax (u8/s8) of a float model: name -> path."""
+    from quantbench.quantize import variants as QV
+
+    workdir = Path(workdir)
+    inp = onnx.load(str(float_model)).graph.input[0].name
+    prepared = workdir / "prepared.onnx"
+    QV.prepare_model(float_model, prepared)
+    QV.make_dynamic(prepared, workdir / "dynamic.onnx")
+    QV.make_static(prepared, workdir / "static.onnx", inputs=[{inp: f} for f in feeds], method="minmax")
+    return {"fp32": Path(float_model), "dynamic": workdir / "dynamic.onnx", "static": workdir / "static.onnx"}
+
+
+def output_hashes(host: str, models: dict, fixtures) -> dict:
+    """{variant: [sha256 of every output of every fixture]} of one host (a fresh worker)."""
+    spec = resolve_hosts([host])[0]
+    out = {}
+    with HostSession(spec) as hs:
+        for name, path in models.items():
+            rows = hs.run(Path(path).read_bytes(), fixtures)
+            out[name] = [o["sha256"] for r in rows for o in r["outputs"].values()]
+        out["_fingerprint"] = hs.frame["fingerprint"]
+    return out
+
+
+def random_fixtures(model_path, count: int, seed: int = 5, low: float = 0.0, high: float = 1.0):
+    """`count` uniform random fixtures for a model's single input (dynamic dimensions as 1)."""
+    inp = onnx.load(str(model_path)).graph.input[0]
+    dims = [d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim]
+    rng = np.random.default_rng(seed)
+    return [fixture(rng.uniform(low, high, dims).astype(np.float32), inp.name) for _ in range(count)]
