@@ -58,7 +58,7 @@ def run(args) -> int:
     rvs = build_remedies(variant.path, fp32, out, variant.recipe, ranges if ranges.exists() else None,
                          [{fx.input_name: fx.array} for fx in fixtures], remedies)
     rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, vi.variant_id,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress, shipped_model=plan.models.get(vi.variant_id))
     tables.append("remedies", [r.row() for r in rows], root=root)
     print(table(rows))
     closing = [r.remedy for r in rows if r.one_class]

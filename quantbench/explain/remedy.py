@@ -128,8 +128,9 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
 
 
 def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spec, base_variant_id: str = "",
-                  allow_fallback: bool = False, progress: bool = True) -> list[RemedyRow]:
-    """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy."""
+                  allow_fallback: bool = False, progress: bool = True, shipped_model=None) -> list[RemedyRow]:
+    """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy.
+    `shipped_model`: the shipped variant's parsed model when the caller has it (the fleet note lints it)."""
     from tqdm import tqdm
 
     names = list(spec.outputs.values())
@@ -178,6 +179,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
         bar.close()
         if rows:   # which hosts take the saturating U8S8 path, and whether the shipped variant's layers reach it
             shipped = next((rv.path for rv in remedies if rv.remedy == "baseline"), None)
+            shipped = shipped_model if shipped_model is not None else shipped
             rows[0].note += "; " + fleet_note(fleet_paths(workers), lint_model(shipped) if shipped else None)
     finally:
         for w in workers:

@@ -760,7 +760,7 @@ def setup_hosts(specs, progress: bool = True) -> list[str]:
             local.append(R.runtime_of(spec.options, where=f"host {spec.name}"))
         else:
             raise UserError(f"hosts setup: host {spec.name!r} is kind {spec.kind} with its own onnxruntime; only "
-                            "emulated hosts and local hosts with another runtime need setup")
+                            "emulated hosts, masked x86 tiers and local hosts with another runtime need setup")
     actions = setup_emulated(pairs, progress) if pairs else []
     with _lock(E.home() / ".setup.lock"):
         for rt in dict.fromkeys(local):

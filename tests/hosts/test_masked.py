@@ -237,7 +237,8 @@ def test_hosts_setup_takes_masked_tiers_and_lists_them(capsys):
     assert main(["hosts", "setup", "x86-avx2:masked", "--no-progress"]) == 0
     assert "nothing to do: already set up" in capsys.readouterr().out
     assert main(["hosts", "setup", "x86"]) == 2
-    assert "host 'x86' is kind local; only emulated and masked hosts need setup" in capsys.readouterr().err
+    assert ("host 'x86' is kind local with its own onnxruntime; only emulated hosts, masked x86 tiers and local "
+            "hosts with another runtime need setup") in capsys.readouterr().err
     assert main(["hosts", "list"]) == 0
     rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("x86-")}
     assert "masked" in rows["x86-avx2"] and "native-masked: AVX2 + FMA3" in rows["x86-avx2"]
