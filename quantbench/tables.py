@@ -126,7 +126,8 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("shape", _list(_I), "output tensor shape"),
         ("sha256", _S, "SHA-256 of the canonical encoding of the output tensor"),
         ("tensor", _BIN, "raw C-order little-endian bytes of the output tensor"),
-        ("providers", _list(_S), "execution providers the session actually resolved"),
+        ("providers", _list(_S), "execution providers that ran at least one node (read from the run's profile)"),
+        ("placement", _S, "which provider ran the nodes, from the run's profile: canonical JSON {provider: {op type: nodes}}"),
     ],
     "calib_manifest": [
         ("path", _S, "image path relative to the images folder named in the set's recipe.json (calib_sets/<name>/manifest.parquet, not under results/tables)"),

@@ -27,9 +27,9 @@ def add_arguments(p) -> None:
     c.add_argument("name", help="host name; NAME+KEY=VALUE sets a session option or config entry for the check, "
                                 "e.g. x86+session.x64quantprecision=1")
     add_session_arguments(c)
-    c.add_argument("--threads", type=int, default=1, help="intra-op threads")
-    c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
-    c.add_argument("--allow-fallback", action="store_true", help="accept an unresolved provider")
+    c.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the host's deployed count)")
+    c.add_argument("--providers", default=None, help="comma-separated providers to request (default: the host's own)")
+    c.add_argument("--require-providers", action="store_true", help="refuse a requested provider that is not available")
     c.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
     s = sub.add_parser("setup", help="prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels (idempotent)",
                        description="Prepare emulated hosts: qemu-user, an arm64 Python root, aarch64 wheels of the "
@@ -77,7 +77,7 @@ def do_check(args) -> int:
         print(f"{spec.name}: {msg}")
         return 0
     t0 = time.monotonic()
-    with HostSession(spec, session, args.allow_fallback, label=req.label, host=host) as hs:
+    with HostSession(spec, session, args.require_providers, label=req.label, host=host) as hs:
         fp = hs.frame
     seconds = time.monotonic() - t0
     expect = local_probe_sha256()

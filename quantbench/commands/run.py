@@ -7,7 +7,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_fixture_arguments, add_jobs_argument, add_session_arguments, session_from_args
+from quantbench.commands import add_fixture_arguments, add_jobs_argument, add_run_session_arguments, session_from_args
 from quantbench.errors import render_params
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
@@ -26,12 +26,7 @@ def add_arguments(p) -> None:
                    help="variant folders (with index.json from calibrate) or .onnx files; default: the latest "
                         "calibrate output, else the bundled fp32 demo models")
     add_fixture_arguments(p, "run")
-    add_session_arguments(p)
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per session (inter-op is always 1)")
-    p.add_argument("--providers", default="CPUExecutionProvider",
-                   help="comma-separated execution providers to request, in priority order")
-    p.add_argument("--allow-fallback", action="store_true",
-                   help="accept a session that did not resolve every requested provider (default: error)")
+    add_run_session_arguments(p)
     p.add_argument("--allow-version-mismatch", action="store_true",
                    help="run emulated hosts whose onnxruntime differs from the local one (a confound)")
     add_jobs_argument(p)
@@ -49,10 +44,11 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
     flag marks shown by `render`, the CLI's flags)."""
     hosts = [{"host": h.name, "kind": h.kind, "fingerprint_id": h.fingerprint_id, "ran": h.ran, "cached": h.cached,
               "imported": h.imported, "workers": h.workers, "seconds": round(h.seconds, 3), "errors": [render(e) for e in h.errors],
-              "notes": h.notes} for h in summary.hosts]
+              "notes": h.notes, "session": h.session, "session_key": h.session_key, "placements": h.placements,
+              "provider_findings": h.provider_findings} for h in summary.hosts]
     return {"hosts": hosts, "variants": [{"name": v.name, "variant_id": v.variant_id, "path": str(v.path)}
                                          for v in summary.variants],
-            "fixtures": len(summary.fixture_ids), "session_key": summary.session_key, "tables": str(root),
+            "fixtures": len(summary.fixture_ids), "tables": str(root),
             "export": str(export) if export else None, "failed": render(Exception.__str__(failure)) if failure else None}
 
 
@@ -69,7 +65,7 @@ def run(args) -> int:
     failure, render = None, getattr(args, "_render", render_params)
     with tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
         try:
-            summary = run_plan(plan, allow_fallback=args.allow_fallback,
+            summary = run_plan(plan, require_providers=args.require_providers,
                                allow_version_mismatch=args.allow_version_mismatch, progress=not args.no_progress,
                                tables_root=root, jobs=jobs)
         except RunFailed as exc:
@@ -83,6 +79,8 @@ def run(args) -> int:
                          sort_keys=True))
     else:
         print(summary.table())
+        for line in summary.session_lines():
+            print(line)
         for h in summary.hosts:
             for note in h.notes:
                 print(f"note: {note}")

@@ -91,7 +91,7 @@ def _batch_unmeasurable(proto, fixtures) -> str | None:
 
 
 def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
-                factors=FACTORS, variant_name: str = "", allow_fallback: bool = False,
+                factors=FACTORS, variant_name: str = "", require_providers: bool = False,
                 variant_id: str | None = None) -> list[NoiseRow]:
     """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None;
     `variant_id` its semantic hash when the caller has it."""
@@ -110,7 +110,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
     want = names or False
     base = dict(host.session)
     rows: list[NoiseRow] = []
-    w = open_session(host, allow_fallback)
+    w = open_session(host, require_providers)
     try:
         def row(factor, sa, sb, a, b, note=""):
             differ, flips, _ = _compare(spec, a, b, names)

@@ -311,10 +311,10 @@ def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     for vi in ctx.variants:
         for fx in ctx.fixtures_for[vi.variant_id]:
             want += 1
-            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey) in keys for f in fps):
+            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey_of(host.name)) in keys for f in fps):
                 have += 1
     why = ""
-    if ctx.skey not in set(out.column("session_key").to_pylist()):
+    if ctx.skey_of(host.name) not in set(out.column("session_key").to_pylist()):
         why = " (the export was made under other session options)"
     elif not {vi.variant_id for vi in ctx.variants} & set(out.column("variant_id").to_pylist()):
         why = " (it holds none of the requested variants)"

@@ -67,12 +67,12 @@ def probe_model() -> tuple[bytes, object]:
     return _PROBE
 
 
-def request_header(kind: str, host: str, session: dict, allow_fallback: bool, model: dict, fixtures: list,
+def request_header(kind: str, host: str, session: dict, require_providers: bool, model: dict, fixtures: list,
                    **fields) -> dict:
     """The header of one worker request ("run" or "fingerprint", read by worker.py): the one place a request
     is encoded. `model`: where its bytes are (model_entry, or {"path", "sha256"}); `fixtures`: fixture_entry
     each; `fields`: the rest (return_tensors, repeat, output_names, store, variant names)."""
-    return {"type": kind, "host": host, "session": session, "allow_fallback": allow_fallback, "model": model,
+    return {"type": kind, "host": host, "session": session, "require_providers": require_providers, "model": model,
             "fixtures": fixtures, **fields}
 
 
@@ -94,10 +94,10 @@ def probe_job() -> tuple[dict, list, list[bytes]]:
     return model_entry(data), [fixture_entry(W.tensor_sha256(x), "x", x, len(data), len(xb))], [data, xb]
 
 
-def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
+def fingerprint_request(host: str, session: dict, require_providers: bool) -> tuple[dict, list[bytes]]:
     """The fingerprint request's header and payload parts (HostSession.open sends it)."""
     model, fixtures, parts = probe_job()
-    return request_header("fingerprint", host, session, allow_fallback, model, fixtures), parts
+    return request_header("fingerprint", host, session, require_providers, model, fixtures), parts
 
 
 def local_probe_sha256() -> str | None:

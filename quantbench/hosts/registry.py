@@ -25,7 +25,7 @@ from pathlib import Path
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json
 from quantbench.hosts import emulated
-from quantbench.hosts.keys import normalize_session
+from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
 KINDS = ("local", "emulated", "ssh", "imported")
@@ -52,6 +52,8 @@ class HostSpec:
     options: dict = field(default_factory=dict, hash=False, compare=True)
     #: where it was defined: "built-in", "preset", or "FILE:LINE"
     origin: str = "built-in"
+    #: the session options the hosts file sets for it (providers, threads, ...; quantbench.hosts.deploy)
+    session: dict = field(default_factory=dict, hash=False, compare=True)
 
 
 def preset_names() -> list[str]:
@@ -129,7 +131,8 @@ def _host_entries(data: dict) -> dict:
 def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> HostSpec:
     """One entry checked in a fixed order (the first problem is the one reported) and completed."""
     kind, override = _check_entry(name, entry, where)
-    opts = {k: v for k, v in entry.items() if k not in ("kind", "override")}
+    session = check_host_session(name, entry, where)
+    opts = {k: v for k, v in entry.items() if k not in ("kind", "override") + HOST_SESSION_KEYS}
     _check_options(name, kind, opts, where)
     if name in builtins and not override:
         raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
@@ -138,7 +141,7 @@ def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> 
     for key in ("ssh_options", "qemu_args"):
         if key in opts and not (isinstance(opts[key], list) and all(isinstance(a, str) for a in opts[key])):
             raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
-    return HostSpec(name, kind, opts, where)
+    return HostSpec(name, kind, opts, where, session)
 
 
 def _check_entry(name: str, entry, where: str) -> tuple[str, bool]:
@@ -162,7 +165,7 @@ def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
     unknown = sorted(set(opts) - set(required) - set(optional))
     if unknown:
         raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
-                        f"known: {', '.join(required + optional) or 'none'}")
+                        f"known: {', '.join(required + optional + HOST_SESSION_KEYS)}")
     for key, value in opts.items():
         if key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
             raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
@@ -267,7 +270,8 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
     """The one parser of `--hosts`: comma-separated `NAME` or `NAME+KEY=VALUE[+KEY=VALUE...]` items.
 
     KEY is a session option (SESSION_KEYS) or an onnxruntime session config entry
-    (session.x64quantprecision, ...); it overrides `base_session` for that item only.
+    (session.x64quantprecision, ...); it overrides `base_session` for that item only, which overrides the
+    host's own deployed session (its preset and hosts-file keys: hosts.deploy.deployed_session).
     Every command parses its hosts here, so one bad item reads the same everywhere;
     `overrides=False` (run, equiv: one session for every host) refuses `+KEY=VALUE`
     after the item parsed. Identical items (same host, same session) count once.
@@ -276,7 +280,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
     for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
         name, *items = [part.strip() for part in item.split("+")]
         spec = resolve_hosts([name], hosts_file, option=option)[0]
-        session = normalize_session(base_session)
+        session = deployed_session(spec, base_session)
         session["config_entries"] = dict(session["config_entries"])
         for ov in items:
             key, sep, value = (x.strip() for x in ov.partition("="))
@@ -290,7 +294,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
             raise UserError(f"{option} {item!r}: per-host session overrides (NAME+KEY=VALUE) are taken by "
                             f"{OVERRIDE_COMMANDS}; this command runs every host under one session: "
                             f"name the host alone and set the session with {flag('session_config')} KEY=VALUE / {flag('graph_opt')}")
-        session = normalize_session(session)
+        session = deployed_session(spec, session)
         if (spec.name, canonical_json(session)) not in seen:
             seen.add((spec.name, canonical_json(session)))
             out.append(HostRequest(item, spec, session))

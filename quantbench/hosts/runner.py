@@ -30,9 +30,12 @@ from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fpcache
+from quantbench.hosts.deploy import deployed_session, describe, worker_threads
+from quantbench.hosts.placement import note_placement
+from quantbench.hosts.placement import summary_text as placement_text
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported
-from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, normalize_session, run_key, session_key
+from quantbench.hosts.keys import fixture_entry, hosts_row, local_ort_version, run_key, session_key
 from quantbench.hosts.process import WorkerDied
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
@@ -99,7 +102,9 @@ class RunPlan:
     variants: list         # the distinct VariantInfos (by semantic id), in the order asked
     fixtures: list         # each fixture once
     fixtures_for: dict     # variant_id -> the fixtures that fit it
-    session: dict | None   # the session options as given
+    session: dict | None   # the session options as given (overrides for every host)
+    #: host name -> the normalised session it runs under (its deployed session, then `session`)
+    sessions: dict = field(default_factory=dict)
     run_id: str | None = None
     limit: int | None = None
     labels: str | None = None   # the labels the fixtures were made from (None: the bundled corpus)
@@ -141,8 +146,9 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
     asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
     plan.labels, plan.images = labels, images
+    plan.sessions = {s.name: deployed_session(s, session) for s in specs}
     if command is not None:
-        plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
+        plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=plan.sessions,
                                        variants=sorted(str(v.path) for v in variants),
                                        fixtures=sorted(fx.fixture_id for fx in fixtures))
     return plan
@@ -220,6 +226,9 @@ class HostSummary:
     #: results measured by this run's own workers (False: merged from an imported file, under its session)
     measured: bool = True
     fingerprint_id: str = ""
+    #: the session this host ran under (hosts.deploy.deployed_session) and its key
+    session: dict = field(default_factory=dict)
+    session_key: str = ""
     ran: int = 0
     cached: int = 0
     imported: int = 0
@@ -236,6 +245,10 @@ class HostSummary:
     verify_seconds: float = 0.0
     session_seconds: float = 0.0
     providers: list = field(default_factory=list)
+    #: variant name -> {provider: {op type: nodes}}: which provider ran each node (the run's profile)
+    placements: dict = field(default_factory=dict)
+    #: provider requests the run did not honour: "variant fp32: XnnpackExecutionProvider is not available ..."
+    provider_findings: list = field(default_factory=list)
     #: worker processes started (0: every result was cached under the remembered fingerprint)
     workers: int = 0
     #: of those, workers forked from the first one (warm) rather than started anew
@@ -255,8 +268,7 @@ class RunSummary:
     hosts: list[HostSummary]
     variants: list[VariantInfo]
     fixture_ids: list[str]
-    session: dict
-    session_key: str
+    sessions: dict       # host -> the session it ran under
     tables_root: Path
 
     def fingerprints(self) -> dict[str, str]:
@@ -274,6 +286,17 @@ class RunSummary:
                          str(len(h.errors)), f"{h.seconds:.1f}"))
 
         return text_table(rows[0], rows[1:])
+
+    def session_lines(self) -> list[str]:
+        """Per host: the session it ran under, which provider ran how many nodes, and each provider finding."""
+        out = []
+        for h in self.hosts:
+            if h.session:
+                out.append(f"session {h.name}: {describe(h.session)}")
+            for variant, placement in h.placements.items():
+                out.append(f"  {variant}: {placement_text(placement)}")
+            out += [f"  FALLBACK {h.name}: {f}" for f in h.provider_findings]
+        return out
 
 
 class RunFailed(UserError):
@@ -401,15 +424,16 @@ class _Scheduler:
         self.waiting: list = []
 
     def first_slot(self, run) -> bool:
-        """Block until `run` may start its first worker; False if it was stopped meanwhile."""
+        """Block until `run` may start its first worker (it takes `run.cores` slots: one per thread of its
+        session); False if it was stopped meanwhile."""
         if not run.uses_local_slot:
             return True
         with self.cond:
             self.waiting.append(run)
             try:
                 while not run.stop.is_set():
-                    if self.free > 0 and self.waiting[0] is run:
-                        self.free -= 1
+                    if self.free >= run.cores and self.waiting[0] is run:
+                        self.free -= run.cores
                         return True
                     self.cond.wait(0.2)
                 return False
@@ -420,7 +444,7 @@ class _Scheduler:
     def release(self, run) -> None:
         if run.uses_local_slot:
             with self.cond:
-                self.free += 1
+                self.free += run.cores
                 self.cond.notify_all()
         self.rebalance()
 
@@ -430,15 +454,16 @@ class _Scheduler:
         with self.cond:
             while True:
                 cands = [r for r in self.runs if r.wants_worker()]
-                if self.free <= 0 or self.waiting:
+                if self.waiting:
                     cands = [r for r in cands if not r.uses_local_slot]
+                cands = [r for r in cands if not r.uses_local_slot or r.cores <= self.free]
                 if not cands:
                     break
                 best = max(cands, key=lambda r: r.work_left())
                 with best.lock:
                     best.starting += 1
                 if best.uses_local_slot:
-                    self.free -= 1
+                    self.free -= best.cores
                 grants.append(best)
         for r in grants:
             r.grant()
@@ -482,18 +507,19 @@ def _task_request(host, ctx: "_Context", vi: VariantInfo, fxs: list) -> tuple[di
     return request, parts
 
 
-def _result_rows(run, vi: VariantInfo, h: dict, payload: bytes, providers: list) -> list[dict]:
-    """The outputs rows of one result frame `h` of host run `run` (under its fingerprint and session)."""
+def _result_rows(run, vi: VariantInfo, h: dict, payload: bytes, state: dict) -> list[dict]:
+    """The outputs rows of one result frame `h` of host run `run` (under its fingerprint and session); `state`:
+    its job's providers and placement (_TaskLoop._frame)."""
     fid = h["fixture_id"]
-    rk = run_key(vi.variant_id, fid, run.fingerprint_id, run.ctx.skey)
+    rk = run_key(vi.variant_id, fid, run.fingerprint_id, run.skey)
     rows = []
     for o in h["outputs"]:
         tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
         rows.append({"run_key": rk, "host": run.spec.name, "fingerprint_id": run.fingerprint_id,
-                     "session_key": run.ctx.skey, "session_options": run.ctx.session_json,
+                     "session_key": run.skey, "session_options": run.session_json,
                      "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
                      "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
-                     "tensor": tensor, "providers": providers})
+                     "tensor": tensor, "providers": state["providers"], "placement": state["placement"]})
     return rows
 
 
@@ -554,31 +580,33 @@ class _TaskLoop:
         """One job on this worker; False when the worker (or the host) must stop."""
         request, payload = _task_request(self.run.host, self.run.ctx, vi, fxs)
         pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
-        providers: list = []
+        state = {"providers": [], "placement": None}
         try:
             for h, p in self.hs.run_job(payload, **request):
-                providers = self._frame(vi, h, p, providers, pending)
+                self._frame(vi, h, p, state, pending)
         except Exception as exc:
             self._failed(vi, pending, exc)
             return False
         self.run.writer.flush()
         return not self.run.stop.is_set()
 
-    def _frame(self, vi, h: dict, p: bytes, providers: list, pending: dict) -> list:
-        """Count one frame of a job, its results as outputs rows; returns the providers its session resolved."""
+    def _frame(self, vi, h: dict, p: bytes, state: dict, pending: dict) -> None:
+        """Count one frame of a job, its results as outputs rows; `state` keeps the providers that ran its nodes
+        (placement.note_placement: from the run's profile, once the session's first run is done)."""
         run, summary, t = self.run, self.run.summary, h.get("type")
         if t == "session":
-            providers = h["providers"]
+            state["providers"] = h["providers"]
             with run.lock:
                 summary.sessions_reused += 1 if h.get("reused") else 0
                 summary.session_seconds += h.get("session_seconds", 0.0)
-                if providers not in summary.providers:
-                    summary.providers.append(providers)
-        elif t == "verified":  # input hashing time, spent on the worker's helper thread
+        if h.get("placement") is not None:
+            with run.lock:
+                note_placement(summary, f"{vi.model}/{vi.name}", run.session["providers"], h, state)
+        if t == "verified":  # input hashing time, spent on the worker's helper thread
             with run.lock:
                 summary.verify_seconds += h.get("verify_seconds", 0.0)
         elif t == "result":
-            run.writer.add(_result_rows(run, vi, h, p, providers))
+            run.writer.add(_result_rows(run, vi, h, p, state))
             pending.pop(h["fixture_id"], None)
             with run.lock:
                 summary.ran += 1
@@ -591,7 +619,6 @@ class _TaskLoop:
             where = f", fixture {fixture_label(fx)}" if fx else ""
             run._error(f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}")
             run.stop.set()  # the job stopped at the failing fixture: so does the host (results so far stand)
-        return providers
 
     def _failed(self, vi, pending: dict, exc: Exception) -> None:
         """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""
@@ -617,7 +644,11 @@ class _HostRun:
         self.ctx = ctx
         self.position = position
         self.sched = sched
-        self.summary = HostSummary(spec.name, spec.kind)
+        self.session = ctx.sessions[spec.name]
+        self.session_json, self.skey = canonical_json(self.session), session_key(self.session)
+        self.summary = HostSummary(spec.name, spec.kind, session=self.session, session_key=self.skey)
+        #: core slots each worker takes: its threads, at most every slot (a 4-thread guest on 2 cores takes both)
+        self.cores = min(worker_threads(self.session), sched.slots)
         self.writer = _Writer(ctx)
         self.stop = threading.Event()
         self.bar = None
@@ -676,7 +707,7 @@ class _HostRun:
     def _start_and_fingerprint(self, forked=None):
         """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
         `forked` from the first one (already tracked)."""
-        hs = forked or HostSession(self.spec, self.ctx.session, self.ctx.allow_fallback, host=self.host)
+        hs = forked or HostSession(self.spec, self.session, self.ctx.require_providers, host=self.host)
         try:
             hs.open()
         finally:
@@ -700,11 +731,11 @@ class _HostRun:
     def _plan(self, fid: str) -> list:
         """[(variant, fixtures not yet in the tables under fid)]; counts the cached ones."""
         ctx = self.ctx
-        done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
+        done = done_run_keys(self.spec.name, fid, self.skey, ctx.root)
         work, cached = [], 0
         for vi in ctx.variants:
             todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
-                    if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
+                    if run_key(vi.variant_id, fx.fixture_id, fid, self.skey) not in done]
             cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
             if todo:
                 work.append((vi, todo))
@@ -716,7 +747,7 @@ class _HostRun:
         ctx = self.ctx
 
         try:
-            key = fpcache.cache_key(self.host, ctx.session, ctx.allow_fallback)
+            key = fpcache.cache_key(self.host, self.session, ctx.require_providers)
         except Exception:  # the cache is an optimisation: never a reason to fail
             key = None
         hit = fpcache.lookup(key)
@@ -942,15 +973,13 @@ def _kept(exc: UserError) -> str:
 
 
 class _Context:
-    def __init__(self, plan: RunPlan, session, root, allow_fallback, allow_version_mismatch, progress):
+    def __init__(self, plan: RunPlan, sessions, root, require_providers, allow_version_mismatch, progress):
         self.variants = plan.variants
         self.fixtures = plan.fixtures
         self.fixtures_by_id = {fx.fixture_id: fx for fx in plan.fixtures}
-        self.session = session
-        self.session_json = canonical_json(session)
-        self.skey = session_key(session)
+        self.sessions = sessions
         self.root = Path(root)
-        self.allow_fallback = allow_fallback
+        self.require_providers = require_providers
         self.allow_version_mismatch = allow_version_mismatch
         self.progress = progress
         self.local_ort = local_ort_version()
@@ -960,6 +989,10 @@ class _Context:
         self.fixtures_for = plan.fixtures_for
         self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
         self.inputs_ok = False
+
+    def skey_of(self, host: str) -> str:
+        """The session key `host` runs under in this run."""
+        return session_key(self.sessions[host])
 
     def input_store(self) -> tuple[str, dict] | None:
         """(path, {fixture_id: offset}): every input tensor written once to a temporary file, in a folder of the
@@ -1005,7 +1038,7 @@ class _Context:
             return b
 
 
-def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, allow_fallback=False,
+def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, require_providers=False,
               allow_version_mismatch=False, progress=True, tables_root=TABLES_DIR, jobs=None,
               preprocess: dict | None = None, raise_on_error: bool = True) -> RunSummary:
     """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
@@ -1017,12 +1050,12 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     """
     worker_slots(jobs)  # a bad jobs fails before anything else
     plan = plan_run(host_names, variants, fixtures=fixtures, session=session, hosts_file=hosts_file)
-    return run_plan(plan, allow_fallback=allow_fallback, allow_version_mismatch=allow_version_mismatch,
+    return run_plan(plan, require_providers=require_providers, allow_version_mismatch=allow_version_mismatch,
                     progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
                     raise_on_error=raise_on_error)
 
 
-def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, progress=True,
+def run_plan(plan: RunPlan, require_providers=False, allow_version_mismatch=False, progress=True,
              tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
              raise_on_error: bool = True) -> RunSummary:
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
@@ -1030,13 +1063,13 @@ def run_plan(plan: RunPlan, allow_fallback=False, allow_version_mismatch=False, 
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
     errors are in the summary)."""
     slots = worker_slots(jobs)
-    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, allow_version_mismatch,
-                   progress)
+    sessions = plan.sessions or {s.name: deployed_session(s, plan.session) for s in plan.specs}
+    ctx = _Context(plan, sessions, tables_root, require_providers, allow_version_mismatch, progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)
             check_coverage(host, ctx)
     summary = RunSummary(_run_all(plan, ctx, slots, preprocess), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
-                         ctx.session, ctx.skey, ctx.root)
+                         sessions, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
         more = f" (and {len(summary.errors) - 1} more)" if len(summary.errors) > 1 else ""

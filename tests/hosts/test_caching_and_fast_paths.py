@@ -84,8 +84,8 @@ def test_fingerprint_cache_off_and_keys(workdir, home, monkeypatch):
     assert starts == ["x86", "x86"]
 
 
-def _version1_key(host, session, allow_fallback):
-    """The version-1 key as users' caches hold it, spelled out: any change to its material must bump
+def _version2_key(host, session, require_providers):
+    """The version-2 key as users' caches hold it, spelled out: any change to its material must bump
     fpcache.VERSION (or every existing cache entry silently stops matching)."""
     import hashlib
     import os
@@ -99,9 +99,9 @@ def _version1_key(host, session, allow_fallback):
     argv, env, preamble = host.command()
     env = env if env is not None else dict(os.environ)
     parts = {
-        "version": 1, "kind": host.kind, "name": host.name, "options": canonical_json(host.options),
+        "version": 2, "kind": host.kind, "name": host.name, "options": canonical_json(host.options),
         "worker": hashlib.sha256(Path(W.__file__).read_bytes()).hexdigest(), "session": session,
-        "allow_fallback": bool(allow_fallback), "argv": list(argv),
+        "require_providers": bool(require_providers), "argv": list(argv),
         "preamble": hashlib.sha256(preamble or b"").hexdigest(),
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(fpcache._ENV_PREFIXES)},
         "files": [fpcache._stat(a) for a in argv if os.path.sep in a and os.path.exists(a)],
@@ -122,14 +122,14 @@ def _version1_key(host, session, allow_fallback):
     return hashlib.sha256(canonical_json(parts).encode()).hexdigest()
 
 
-def test_fingerprint_cache_keys_keep_their_version_1_material(monkeypatch):
+def test_fingerprint_cache_keys_keep_their_version_2_material(monkeypatch):
     """Each host kind supplies its own key material now; the keys of local and emulated hosts stay
     byte-identical, so users' caches stay valid (the real ~/.cache home: the preset's own files)."""
     from quantbench.hosts import emulated as em
     from setup_required import missing_setup
 
     monkeypatch.delenv("QUANTBENCH_FINGERPRINT_CACHE", raising=False)
-    assert fpcache.VERSION == 1
+    assert fpcache.VERSION == 2
     sess = normalize_session(None)
     hosts = [HostSpec("x86", "local", {})]
     for name in ("pi", "x86-avx2"):
@@ -143,7 +143,7 @@ def test_fingerprint_cache_keys_keep_their_version_1_material(monkeypatch):
     for spec in hosts:
         host = make_host(spec)
         for fallback in (False, True):
-            assert fpcache.cache_key(host, sess, fallback) == _version1_key(host, sess, fallback), spec
+            assert fpcache.cache_key(host, sess, fallback) == _version2_key(host, sess, fallback), spec
 
 
 def test_ledger_skips_serialising_stored_rows(tmp_path, monkeypatch):
