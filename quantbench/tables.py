@@ -158,6 +158,8 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("separating_features", _list(_S), "smallest fingerprint feature set telling this variant's classes apart (null: none found)"),
         ("agreement", _S, "JSON: per host pair, fixtures on which every output hash agrees"),
         ("distance", _S, "JSON: per output, |delta| max/mean and remaining precision bits against the reference class"),
+        ("provider_findings", _list(_S), "flagged: a host of the class whose requested execution provider was not available or ran no node (HOST: requested ...)"),
+        ("placements", _S, "JSON: per host, which provider ran how many nodes of each op type (from the run's profile)"),
         ("settings", _S, "the equiv settings as canonical JSON (hosts, reference, variants, fixtures, decode, gates)"),
     ],
     "decisions": [

@@ -39,6 +39,7 @@ from quantbench.analysis import gates as G
 from quantbench.analysis import resultcache as RC
 from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin, kind_of,
                                         spec_from_sidecar)
+from quantbench.analysis import providers as PR
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import canonical_json, check_writable
@@ -240,11 +241,12 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root)
     settings = _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs)
     host_info, features = _host_identities(hosts, sel, tables_root)
+    runs = PR.provider_runs(hosts, [v.variant_id for v in variants], sel, tables_root)
     ctx = _Context(equiv_id=equiv_id_of(settings, sel), hosts=hosts, reference=reference, sel=sel,
                    settings=settings, features=features, source=_fixture_sources(tables_root),
-                   atol=atol, rtol=rtol, budget=budget)
+                   atol=atol, rtol=rtol, budget=budget, providers=runs)
     key = RC.key_of({"settings": settings, "selections": sel, "atol": atol, "rtol": rtol, "budget": budget,
-                     "hosts": host_info, "features": features,
+                     "hosts": host_info, "features": features, "providers": runs,
                      "sources": {f: ctx.source.get(f) for f in sorted({f for fs in fixtures_for.values() for f in fs})},
                      "variants": [dataclasses.asdict(v) for v in variants],
                      "specs": {m: sp.as_dict() for m, sp in specs.items()},
@@ -417,7 +419,7 @@ def _host_identity(r: dict, selected) -> tuple[dict, dict]:
     ident = json.loads(r.get("fingerprint") or "{}").get("identity", {})
     info = {"fingerprint_id": selected[0], "session_key": selected[1], "kind": r.get("kind", ""),
             "arch": r.get("arch", ""), "cpu": r.get("cpu", ""), "ort_version": r.get("ort_version", ""),
-            "isa_flags": list(r.get("isa_flags") or [])}
+            "isa_flags": list(r.get("isa_flags") or []), "session": ident.get("session") or {}}
     rest = {k: v for k, v in ident.items() if k not in ("cpu", "isa_flags", "numpy_cpu_features", "session",
                                                         "session_readback", "onnxruntime", "arch")}
     rest["onnxruntime_build"] = ident.get("onnxruntime", {}).get("build_info", "")
@@ -446,6 +448,7 @@ class _Context:
     atol: float
     rtol: float
     budget: int
+    providers: dict = field(default_factory=dict)   # host -> variant_id -> resolved providers (analysis.providers)
 
 
 @dataclass
@@ -534,6 +537,7 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
              "classes": [c.as_dict() for c in eq],
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
              "separating_features": sep, "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
+             "providers": {h: ctx.providers.get(h, {}).get(v.variant_id, {}) for h in hosts},
              "feature_values": {h: {k: ctx.features[h].get(k, False if k.startswith("isa:") else None)
                                     for k in (sep or [])} for h in hosts}}
     return eq, vinfo
@@ -566,6 +570,8 @@ def _class_rows(ctx: _Context, model: str, v: VariantRef, eq: list, vinfo: dict)
              "digest": c.digest, "fixtures": vinfo["fixtures"], "reference": ctx.reference in c.hosts,
              "separating_features": vinfo["separating_features"], "agreement": canonical_json(vinfo["agreement"]),
              "distance": canonical_json([d for d in vinfo["distances"] if d["class"] == c.label]),
+             "provider_findings": PR.class_findings(ctx.providers, v.variant_id, c.hosts),
+             "placements": canonical_json(PR.class_placements(ctx.providers, v.variant_id, c.hosts)),
              "settings": canonical_json({**ctx.settings, "selections": {h: list(x) for h, x in ctx.sel.items()}})}
             for c in eq]
 
