@@ -27,7 +27,7 @@ COMMAND_HELP = {
     "remedy": ("Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all "
                "hosts into one class, at what decision cost."),
     "noise": ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic "
-              "vs all."),
+              "vs all, 1 thread vs the host's deployed count, its providers vs the CPU provider."),
     "latency": ("Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never "
                 "under emulation."),
     "diff": ("Compare two ONNX files: op types, initializers, interface, opset, producer, value_info and doc_strings, "

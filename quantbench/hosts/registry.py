@@ -251,7 +251,8 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
 
 
 #: session option names an override sets directly; any other KEY is an onnxruntime session config entry
-SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch")
+SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch",
+                "providers")
 #: the commands whose --hosts items may carry session overrides (the others run every host under one session)
 OVERRIDE_COMMANDS = "localize, noise, remedy, latency and hosts check"
 
@@ -286,7 +287,9 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
             key, sep, value = (x.strip() for x in ov.partition("="))
             if not sep or not key:
                 raise UserError(f"{option} {item!r}: override {ov!r} must be KEY=VALUE, e.g. x86+session.x64quantprecision=1")
-            if key in SESSION_KEYS:
+            if key == "providers":  # in priority order, '/'-separated: x86+providers=DnnlExecutionProvider/CPUExecutionProvider
+                session[key] = [p.strip() for p in value.split("/") if p.strip()]
+            elif key in SESSION_KEYS:
                 session[key] = value
             else:
                 session["config_entries"][key] = value

@@ -37,6 +37,7 @@ class HostSession:
         self.fingerprint: dict | None = None
         self.fingerprint_id = ""
         self.providers: list = []
+        self.provider_problems: list = []
         self.frame: dict | None = None  # the whole fingerprint frame (info, timings)
 
     # -- lifecycle
@@ -125,7 +126,11 @@ class HostSession:
         request = dict(model=model_entry(model), fixtures=entries, session=session or None,
                        return_tensors=return_tensors, repeat=int(repeat), **extra)
         results = []
+        self.provider_problems = []  # of this run: what it did not honour of its provider request (worker)
         for h, p in self.frames(parts, **request):
+            for problem in h.get("provider_problems") or []:
+                if problem not in self.provider_problems:
+                    self.provider_problems.append(problem)
             if h.get("type") != "result":
                 continue
             outs = {}
