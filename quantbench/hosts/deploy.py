@@ -59,11 +59,14 @@ def preset_session(spec) -> dict:
     return {"providers": list(p.providers), "intra_op_num_threads": p.intra_op_threads}
 
 
-def deployed_session(spec, overrides: dict | None = None) -> dict:
+def deployed_session(spec, overrides: dict | None = None, recorded: dict | None = None) -> dict:
     """The normalised session `spec` (a registry.HostSpec) runs under: defaults < preset < hosts file <
-    `overrides` (config entries merge key by key). A thread count of 0 is the host's own deployed count."""
-    session = dict(preset_session(spec))
-    session.update(getattr(spec, "session", None) or {})
+    `overrides` (config entries merge key by key). `recorded`: the session a host's results were made under
+    (an imported file's, host.recorded_session()), taken instead of the preset when the hosts file sets none.
+    A thread count of 0 is the host's own deployed count."""
+    own = getattr(spec, "session", None) or {}
+    session = dict(recorded) if recorded and not own else dict(preset_session(spec))
+    session.update(own)
     own = normalize_session(session)
     for key, value in (overrides or {}).items():
         if key == "config_entries":

@@ -364,6 +364,16 @@ class ImportedHost:
     def describe(self) -> str:
         return f"imported ({self.options['file']})"
 
+    def recorded_session(self) -> dict | None:
+        """The one session the file's results of its host were made under (None: several, or unreadable): an
+        imported host without session keys of its own runs under it (hosts.deploy.deployed_session)."""
+        try:
+            out = _source(self.options["file"], self.options.get("host"))[3]
+        except UserError:
+            return None
+        found = set(out.column("session_options").to_pylist())
+        return json.loads(found.pop()) if len(found) == 1 else None
+
     def latency_refusal(self) -> str | None:
         return "imported results carry no timings; measure on a local or ssh host"
 

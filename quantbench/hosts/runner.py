@@ -146,7 +146,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
     asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
     plan.labels, plan.images = labels, images
-    plan.sessions = {s.name: deployed_session(s, session) for s in specs}
+    plan.sessions = {s.name: deployed_session(s, session, h.recorded_session()) for s, h in zip(specs, made)}
     if command is not None:
         plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=plan.sessions,
                                        variants=sorted(str(v.path) for v in variants),
@@ -944,7 +944,8 @@ class _ImportedRun:
 
     def __init__(self, host, ctx: "_Context"):
         self.host, self.ctx = host, ctx
-        self.summary = HostSummary(host.name, host.kind, measured=host.runs_workers)
+        self.summary = HostSummary(host.name, host.kind, measured=host.runs_workers, session=ctx.sessions[host.name],
+                                   session_key=ctx.skey_of(host.name))
 
     def run(self) -> None:
         t0 = time.monotonic()
@@ -1063,7 +1064,8 @@ def run_plan(plan: RunPlan, require_providers=False, allow_version_mismatch=Fals
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
     errors are in the summary)."""
     slots = worker_slots(jobs)
-    sessions = plan.sessions or {s.name: deployed_session(s, plan.session) for s in plan.specs}
+    sessions = plan.sessions or {s.name: deployed_session(s, plan.session, h.recorded_session())
+                                 for s, h in zip(plan.specs, plan.hosts)}
     ctx = _Context(plan, sessions, tables_root, require_providers, allow_version_mismatch, progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)

@@ -307,6 +307,7 @@ class _FakeRun:
         self.name, self.left, self.uses_local_slot, self.wants = name, left, local, wants
         self.lock = threading.Lock()
         self.starting = 0
+        self.cores = 1  # core slots per worker (its threads): one-thread workers here
         self.granted = 0
         self.stop = threading.Event()
 

@@ -2,6 +2,7 @@
 session options per host, the command line overrides them for every host, a run plan holds one session per
 host (in its run keys), and the scheduler counts a worker's threads against the cores it hands out."""
 
+import json
 import threading
 
 import pytest
@@ -114,3 +115,23 @@ def test_a_many_thread_worker_runs_alone_on_the_slots(workdir, monkeypatch):
     h = s.hosts[0]
     assert h.workers == 1 and h.ran == 12 and not s.errors   # 4 threads on 2 slots: no second worker
     assert h.session["intra_op_num_threads"] == 4 and h.session_key == session_key(h.session)
+
+
+def test_an_imported_host_runs_under_the_session_its_file_was_made_with(workdir, capsys):
+    """An export of a 2-thread host merges as a whole: the imported host (no session keys of its own) takes the
+    one session its file holds, not the default one."""
+    from quantbench.cli import main
+    from run_helpers import variants_folder
+    from hosts_helpers import make_corpus
+
+    vdir, labels = variants_folder(workdir / "v"), make_corpus(workdir / "corpus")
+    common = ["--variants", str(vdir), "--fixtures", str(labels), "--split", "eval", "--no-progress"]
+    (workdir / "hosts.toml").write_text('box = { kind = "local", intra_op_num_threads = 2 }\n'
+                                        'airgap = { kind = "imported", file = "box.qbr" }\n')
+    hf = ["--hosts-file", "hosts.toml"]
+    assert main(["run", "--hosts", "box", "--tables", "a", "--export", "box.qbr", *hf, *common]) == 0
+    capsys.readouterr()
+    assert main(["run", "--hosts", "airgap", "--tables", "b", *hf, *common, "--json"]) == 0
+    text = capsys.readouterr().out
+    out = json.loads(text[text.index("{"):])["hosts"][0]   # (after the hosts file's line)
+    assert out["imported"] > 0 and out["session"]["intra_op_num_threads"] == 2 and not out["notes"], out
