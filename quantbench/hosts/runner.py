@@ -502,8 +502,8 @@ def _task_request(host, ctx: "_Context", vi: VariantInfo, fxs: list) -> tuple[di
             offset += len(raw)
     request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
                "return_tensors": True, "repeat": 1}
-    if store is not None:
-        request["store"] = store[0]
+    if store is not None:  # the store's folder (in the results, removed with the run) holds the profiles too
+        request["store"], request["scratch"] = store[0], str(Path(store[0]).parent)
     return request, parts
 
 

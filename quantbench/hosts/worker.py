@@ -14,7 +14,9 @@ Protocol (both directions, over the worker's stdin/stdout):
     frame = b"QBW1" + uint32_be(len(header)) + uint64_be(len(payload)) + header + payload
 The header is UTF-8 JSON; tensors travel raw in the payload and the header locates
 them with {"offset", "nbytes"}, or in a read-only store file on the worker's own
-filesystem named by the run's "store" (or a fixture's "file"). Requests:
+filesystem named by the run's "store" (or a fixture's "file"). A new session's first run is profiled
+(read_placement: the provider of each node), its profile written under the request's "scratch" folder
+(the run's own, in its results) and removed once read. Requests:
 {"type": "fingerprint", ...}, {"type": "run", ...}, {"type": "fork", ...}, {"type": "end"}. The worker reads
 a whole request before it writes anything (so the parent never deadlocks on full
 pipes) and answers with frames ending in {"type": "done"}. A run answers a "session"
@@ -386,9 +388,10 @@ def fingerprint_id(fingerprint: dict) -> str:
 _MODES = None
 
 
-def make_session(model, session: dict, profile: bool = False):
+def make_session(model, session: dict, profile: bool = False, scratch=None):
     """An InferenceSession built exactly from `session`; returns (sess, resolved providers, readback).
-    `profile`: onnxruntime profiles its first run, which read_placement reads back (and ends)."""
+    `profile`: onnxruntime profiles its first run, which read_placement reads back (and ends), in a folder
+    under `scratch` (the run's own temporary folder, in its results; None: the system's)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -396,7 +399,7 @@ def make_session(model, session: dict, profile: bool = False):
         import tempfile
 
         so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="quantbench-profile-"), "run")
+        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="quantbench-profile-", dir=scratch), "run")
     so.intra_op_num_threads = session["intra_op_num_threads"]
     so.inter_op_num_threads = session["inter_op_num_threads"]
     so.execution_mode = (ort.ExecutionMode.ORT_SEQUENTIAL if session["execution_mode"] == "sequential"
@@ -715,7 +718,7 @@ def _test_pause(sender) -> None:
 _SESSIONS = {}
 
 
-def _cached_session(data, session, sha256=None):
+def _cached_session(data, session, sha256=None, scratch=None):
     """([session, resolved providers, readback, placement], reused): the last job's session when this job has
     the same model bytes and options (the runner splits a variant's fixtures into several jobs), else a new one
     (its first run profiled: placement None until then). One session at most is kept, and it is dropped
@@ -729,7 +732,7 @@ def _cached_session(data, session, sha256=None):
         if old[3] is None:
             read_placement(old[0])
     _SESSIONS.clear()
-    made = list(make_session(data, session, profile=True)) + [None]
+    made = list(make_session(data, session, profile=True, scratch=scratch)) + [None]
     _SESSIONS[key] = made
     return made, False
 
@@ -753,7 +756,7 @@ def run_job(job, payload, out) -> None:
     try:
         t1 = time.perf_counter()
         try:
-            made, reused = _cached_session(data, session, job["model"].get("sha256"))
+            made, reused = _cached_session(data, session, job["model"].get("sha256"), job.get("scratch"))
         except Exception as exc:
             raise JobError("session", "could not create the session: %s: %s" % (type(exc).__name__, exc))
         sess, resolved, readback, placement = made
