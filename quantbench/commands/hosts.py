@@ -7,6 +7,7 @@ import json
 from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
 from quantbench.hosts import emulated as em
+from quantbench.hosts.deploy import deployed_session, describe
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
 from quantbench.hosts.registry import known_hosts, make_host, parse_hosts
 from quantbench.hosts.session import HostSession
@@ -47,7 +48,7 @@ def _ready(spec) -> tuple[bool, str]:
 
 def do_list(args) -> int:
     hosts = known_hosts(args.hosts_file)
-    rows = [("host", "kind", "defined", "ready", "detail")]
+    rows = [("host", "kind", "defined", "ready", "session", "detail")]
     for name, spec in hosts.items():
         ok, msg = _ready(spec)
         detail = msg
@@ -55,7 +56,8 @@ def do_list(args) -> int:
             detail = f"preset {spec.options['preset']}; {msg}"
         if spec.kind == "local" and ok:
             detail = "this machine"
-        rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", detail))
+        session = describe(deployed_session(spec)) if spec.kind != "imported" else "as recorded in its file"
+        rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", session, detail))
 
     print(text_table(rows[0], rows[1:]))
     return 0
@@ -95,7 +97,8 @@ def do_check(args) -> int:
         ("cpu", cpu_summary(f)),
         ("isa flags", " ".join(ident.get("isa_flags", [])) or "-"),
         ("onnxruntime", f"{ort_info.get('version')} ({ort_info.get('build_info') or 'no build info'})"),
-        ("providers", f"requested {', '.join(session['providers'])}; resolved {', '.join(ident.get('resolved_providers', []))}"),
+        ("providers", f"requested {', '.join(session['providers'])}; resolved {', '.join(ident.get('resolved_providers', []))} "
+                      f"(the session object's list; which provider ran each node is read from each run's profile)"),
         ("numpy / python", f"{ident.get('numpy')} / {ident.get('python')}"),
         ("session", json.dumps(session, sort_keys=True)),
         ("smoke job", f"probe output sha256 {probe[:16]}" + ("" if expect is None else
