@@ -311,6 +311,8 @@ job = json.load(open(sys.argv[1]))
 so = ort.SessionOptions()
 so.intra_op_num_threads = int(job.get("threads", 1))
 so.inter_op_num_threads = 1
+if so.intra_op_num_threads > 1:  # emulated threads share 2 cores: no spin-waiting (scheduling only, no byte changes)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 so.log_severity_level = 3

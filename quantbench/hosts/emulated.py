@@ -292,6 +292,9 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = ()) -> tuple[lis
         argv += [sys.executable, "-u"]
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.update(dict(p.env))
+    # A guest's threads share this machine's cores (a Pi's 4 on 2 here): onnxruntime's thread pools must not
+    # spin-wait on them (worker.make_session). Scheduling only: which thread runs a block changes no byte.
+    env["QUANTBENCH_WORKER_SPIN"] = "0"
     return argv, env
 
 

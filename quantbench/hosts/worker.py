@@ -413,6 +413,10 @@ def make_session(model, session: dict, profile: bool = False, scratch=None):
     so.log_severity_level = 3
     for key, value in session["config_entries"].items():
         so.add_session_config_entry(key, value)
+    if os.environ.get("QUANTBENCH_WORKER_SPIN") == "0":  # an emulated guest: its threads share the host's cores
+        for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+            if key not in session["config_entries"]:
+                so.add_session_config_entry(key, "0")
     readback = {
         "intra_op_num_threads": so.intra_op_num_threads,
         "inter_op_num_threads": so.inter_op_num_threads,
