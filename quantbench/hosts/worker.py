@@ -732,13 +732,22 @@ def _cached_session(data, session, sha256=None, scratch=None):
     hit = _SESSIONS.get(key)
     if hit is not None:
         return hit, True
-    for old in _SESSIONS.values():  # never run: end its profiling now (its profile file removed)
-        if old[3] is None:
-            read_placement(old[0])
-    _SESSIONS.clear()
+    _drop_sessions()
     made = list(make_session(data, session, profile=True, scratch=scratch)) + [None]
     _SESSIONS[key] = made
     return made, False
+
+
+def _drop_sessions() -> None:
+    """Drop the kept session; one whose profiled run never happened ends its profiling first, so onnxruntime
+    leaves no profile file behind (read_placement removes it)."""
+    for old in _SESSIONS.values():
+        if old[3] is None:
+            try:
+                read_placement(old[0])
+            except Exception:
+                pass
+    _SESSIONS.clear()
 
 
 def _check_tensor_outputs(sess) -> None:
@@ -920,12 +929,11 @@ def serve(inp, out) -> int:
     """The worker loop: answer requests until "end" or end of input."""
     while True:
         frame = read_frame(inp)
-        if frame is None:
+        if frame is None or frame[0].get("type") == "end":
+            _drop_sessions()
             return 0
         job, payload = frame
         kind = job.get("type")
-        if kind == "end":
-            return 0
         try:
             if kind == "fingerprint":
                 fingerprint_job(job, payload, out)
@@ -936,6 +944,7 @@ def serve(inp, out) -> int:
             else:
                 raise JobError("protocol", "unknown request type %r" % (kind,))
         except Exception as exc:
+            _drop_sessions()  # a failed job's session is built anew (its first run profiled) by the next one
             stage = exc.stage if isinstance(exc, JobError) else "worker"
             fixture = exc.fixture_id if isinstance(exc, JobError) else None
             write_frame(out, {"type": "error", "stage": stage, "message": str(exc) or type(exc).__name__,

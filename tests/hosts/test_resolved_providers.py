@@ -75,3 +75,24 @@ def test_node_counts_per_provider_match_the_optimised_graph(workdir):
     s = run_hosts(["x86"], [variant(src, model="litter-cnn")], [fx], progress=False, tables_root=workdir / "t", jobs=1)
     assert s.hosts[0].placements == {"litter-cnn/fp32": {"CPUExecutionProvider": want}} and not s.hosts[0].provider_findings
     assert json.loads(_rows(workdir / "t")[0]["placement"]) == {"CPUExecutionProvider": want}
+
+
+def test_a_failed_job_leaves_no_profile_behind(workdir, monkeypatch):
+    """A session whose profiled first run failed is dropped, its profiling ended: no profile file stays in the
+    temporary folder of a worker that has no run folder (the explain commands' sessions)."""
+    from hosts_helpers import gather_model
+    from quantbench.errors import UserError
+    from quantbench.hosts.registry import resolve_hosts
+    from quantbench.hosts.session import HostSession
+
+    tmp = workdir / "systmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    model = gather_model(workdir / "g.onnx").read_bytes()
+    with HostSession(resolve_hosts(["x86"])[0]) as hs:
+        with pytest.raises(UserError, match="run error"):
+            hs.run(model, fixtures(1, first_values=[9]))
+        assert list(tmp.iterdir()) == []
+        hs.run(model, fixtures(1, first_values=[1]))   # the next job profiles a new session
+        assert hs.provider_problems == [] and list(tmp.iterdir()) == []
+    assert list(tmp.iterdir()) == []
