@@ -32,6 +32,8 @@ from quantbench.analysis.gates import ship_verdict
 from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text, content_key, made_from, write_key
 from quantbench.gallery import safe
+from quantbench.hosts.deploy import describe as describe_session
+from quantbench.hosts.placement import summary_text as placement_text
 from quantbench.textfmt import md_section, md_table, num, text_table
 from quantbench.variants import DEMO_NOTE, is_demo
 
@@ -413,6 +415,7 @@ def verdict_lines(result) -> list[str]:
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""
         lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}")
+        lines += provider_flags(v, name)
     for d in s.get("duplicates") or []:
         name = f"{d['model']} / {d['name']}" if multi else d["name"]
         lines.append(f"- **{name}**: duplicate of **{d['duplicate_of']}** (the same model: identical semantic "
@@ -436,6 +439,13 @@ def _acc_cell(sc: dict | None, base: dict | None) -> str:
     if base is not None and base is not sc and sc["value"] is not None and base["value"] is not None:
         text += f" ({sc['value'] - base['value']:+.3f})"
     return text
+
+
+def provider_flags(v: dict, name: str) -> list[str]:
+    """The flagged provider findings of one variant (analysis.providers): a requested execution provider that was
+    not available or ran no node on a host. The verdict states them; the run went on."""
+    return [f"  - **FLAGGED** {name} on {h}: requested {f}" for h, p in (v.get("providers") or {}).items()
+            for f in (p or {}).get("findings", [])]
 
 
 def accuracy_lines(result, acc: dict | None) -> list[str]:
@@ -671,6 +681,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     if plots:
         lines += _embed(plot_class_map, result, rdir, CLASS_MAP, "class map", written)
     lines += classes_lines(result)
+    lines += providers_lines(result)
     lines += distance_lines(result)
     lines += decisions_lines(result)
     lines += gallery_lines(result, rdir, tables_root, written, shows=shows)
@@ -688,9 +699,23 @@ def hosts_lines(result) -> list[str]:
     said = {name: ", ".join(f"{h} ({result.hosts[h]['cpu']})" for h in hs) for name, hs in split.items()}
     intro = " ".join(f"Imported host **{name}** ran on {len(hs)} CPU models (its runners differ), so its results "
                      f"are {len(hs)} hosts, one per fingerprint: {said[name]}." for name, hs in split.items()) or None
-    return md_section("Hosts", intro, ["host", "kind", "arch", "cpu", "onnxruntime", "fingerprint"],
-                      [[h, i["kind"], i["arch"], i["cpu"], i["ort_version"], f"`{i['fingerprint_id'][:12]}`"]
+    return md_section("Hosts", intro, ["host", "kind", "arch", "cpu", "onnxruntime", "session", "fingerprint"],
+                      [[h, i["kind"], i["arch"], i["cpu"], i["ort_version"],
+                        describe_session(i["session"]) if i.get("session") else "-", f"`{i['fingerprint_id'][:12]}`"]
                        for h, i in result.hosts.items()])
+
+
+def providers_lines(result) -> list[str]:
+    """Which execution provider ran how many nodes of which op types, per variant and host (read from each
+    run's profile, not from the session object), and what was flagged."""
+    rows = [[v["model"], v["variant"], h, ", ".join(p.get("requested", [])), placement_text(p.get("placement", {})),
+             "; ".join(p.get("findings", [])) or "-"]
+            for v in result.variants for h, p in (v.get("providers") or {}).items() if p]
+    if not rows:
+        return []
+    return md_section("Execution providers (resolved, not requested)",
+                      "Nodes per provider and op type, read back from each host's run (its profile).",
+                      ["model", "variant", "host", "requested", "ran", "flagged"], rows)
 
 
 def classes_lines(result) -> list[str]:
@@ -700,15 +725,18 @@ def classes_lines(result) -> list[str]:
         sep_s = separation_text(v, "not separable by the fingerprint")
         agree = ", ".join(f"{a}~{b} {n}/{v['fixtures']}" for a, b, n in
                           ((x["a"], x["b"], x["fixtures_agree"]) for x in v["agreement"]))
-        rows.append([v["model"], v["variant"], v["fixtures"], cls, sep_s, agree or "-"])
+        flagged = ", ".join(f"{h} (provider fell back)" for h, p in (v.get("providers") or {}).items()
+                            if (p or {}).get("findings")) or "-"
+        rows.append([v["model"], v["variant"], v["fixtures"], cls, sep_s, agree or "-", flagged])
     return md_section("Equivalence classes",
                       "Hosts grouped by identical output hashes over every fixture; separated by: the ISA flags "
                       "onnxruntime's kernel dispatch reads that differ between the classes (in MLAS's order), then "
                       "the rest of the smallest set of fingerprint features whose values tell the classes apart, "
                       "how many other features differ, and the flags the kernels used where qemu kernel evidence "
-                      "(`localize --evidence`) was taken.",
-                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)"],
-                      rows) + [f"- {line}" for line in runtime_lines(result)] + ([""] if runtime_lines(result) else [])
+                      "(`localize --evidence`) was taken; flagged: a host whose requested execution provider was not available "
+                      "or ran no node.",
+                      ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)",
+                       "flagged"], rows) + [f"- {line}" for line in runtime_lines(result)] + ([""] if runtime_lines(result) else [])
 
 
 def runtime_lines(result) -> list[str]:

@@ -128,7 +128,8 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("shape", _list(_I), "output tensor shape"),
         ("sha256", _S, "SHA-256 of the canonical encoding of the output tensor"),
         ("tensor", _BIN, "raw C-order little-endian bytes of the output tensor"),
-        ("providers", _list(_S), "execution providers the session actually resolved"),
+        ("providers", _list(_S), "execution providers that ran at least one node (read from the run's profile)"),
+        ("placement", _S, "which provider ran the nodes, from the run's profile: canonical JSON {provider: {op type: nodes}}"),
     ],
     "calib_manifest": [
         ("path", _S, "image path relative to the images folder named in the set's recipe.json (calib_sets/<name>/manifest.parquet, not under results/tables)"),
@@ -161,6 +162,8 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
                                            "order (isa:avx512f, isa:avx512_vnni, isa:i8mm, ...; null: none found)"),
         ("agreement", _S, "JSON: per host pair, fixtures on which every output hash agrees"),
         ("distance", _S, "JSON: per output, |delta| max/mean and remaining precision bits against the reference class"),
+        ("provider_findings", _list(_S), "flagged: a host of the class whose requested execution provider was not available or ran no node (HOST: requested ...)"),
+        ("placements", _S, "JSON: per host, which provider ran how many nodes of each op type (from the run's profile)"),
         ("settings", _S, "the equiv settings as canonical JSON (hosts, reference, variants, fixtures, decode, gates)"),
     ],
     "decisions": [

@@ -297,9 +297,10 @@ def write_workdir(spec: RealModel, model_file: Path, folder: Path) -> dict:
 # --------------------------------------------------------------------------- independent hashing
 
 # Runs under this interpreter and under the emulated Pi's Python (numpy + onnxruntime only).
-# Mirrors quantbench/hosts/worker.py::make_session with DEFAULT_SESSION by hand: 1 intra-op and
-# 1 inter-op thread, sequential, ORT_ENABLE_ALL, CPUExecutionProvider, batch 1.
-# argv: job.json  (job = {"variants": {name: path}, "fixtures": [{id, input_name, dtype, shape, file}]})
+# Mirrors quantbench/hosts/worker.py::make_session with DEFAULT_SESSION by hand: 1 intra-op (or the job's
+# "threads": a host's deployed count, 4 on the Pi 5) and 1 inter-op thread, sequential, ORT_ENABLE_ALL,
+# CPUExecutionProvider, batch 1.
+# argv: job.json  (job = {"variants": {name: path}, "fixtures": [{id, input_name, dtype, shape, file}], "threads"})
 # stdout: one JSON line {"hashes": {variant: {fixture_id: {output_name: sha256}}}, "errors": {...}}
 INDEPENDENT_SCRIPT = r'''
 import hashlib, json, sys
@@ -308,8 +309,10 @@ import onnxruntime as ort
 
 job = json.load(open(sys.argv[1]))
 so = ort.SessionOptions()
-so.intra_op_num_threads = 1
+so.intra_op_num_threads = int(job.get("threads", 1))
 so.inter_op_num_threads = 1
+if so.intra_op_num_threads > 1:  # emulated threads share 2 cores: no spin-waiting (scheduling only, no byte changes)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
 so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
 so.log_severity_level = 3
@@ -343,7 +346,8 @@ print("RESULT " + json.dumps({"hashes": hashes, "errors": errors, "ort": ort.__v
 
 
 def run_independent(runs: list, job: dict, folder: Path, timeout: float = 1800) -> list:
-    """Run INDEPENDENT_SCRIPT once per (argv_prefix, env, variant names) in `runs`, concurrently.
+    """Run INDEPENDENT_SCRIPT once per (argv_prefix, env, variant names[, intra-op threads]) in `runs`,
+    concurrently.
 
     Each run hashes its share of `job["variants"]` over every fixture; the results come
     back in `runs` order ({"hashes", "errors", "ort", "machine"} each).
@@ -351,10 +355,10 @@ def run_independent(runs: list, job: dict, folder: Path, timeout: float = 1800) 
     script = folder / "independent_hash.py"
     script.write_text(INDEPENDENT_SCRIPT)
     procs = []
-    for i, (argv_prefix, env, names) in enumerate(runs):
+    for i, (argv_prefix, env, names, *threads) in enumerate(runs):
         job_file = folder / f"job-{i}.json"
         job_file.write_text(json.dumps({"variants": {n: job["variants"][n] for n in names},
-                                        "fixtures": job["fixtures"]}))
+                                        "fixtures": job["fixtures"], "threads": threads[0] if threads else 1}))
         out, err = open(folder / f"job-{i}.out", "w+"), open(folder / f"job-{i}.err", "w+")
         procs.append((argv_prefix, subprocess.Popen(list(argv_prefix) + [str(script), str(job_file)], env=env,
                                                     stdout=out, stderr=err, text=True), out, err))

@@ -39,6 +39,7 @@ from quantbench.analysis import gates as G
 from quantbench.analysis import resultcache as RC
 from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin, kind_of,
                                         spec_from_sidecar)
+from quantbench.analysis import providers as PR
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.analysis.tiers import used_features
 from quantbench.errors import ParameterError, UserError, flag, marked
@@ -244,12 +245,13 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot)
     settings = _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs)
     host_info, features = _host_identities(hosts, sel, tables_root)
+    runs = PR.provider_runs(hosts, [v.variant_id for v in variants], sel, tables_root)
     ctx = _Context(equiv_id=equiv_id_of(settings, sel), hosts=hosts, reference=reference, sel=sel,
                    settings=settings, features=features, source=_fixture_sources(tables_root),
-                   atol=atol, rtol=rtol, budget=budget, cannot=cannot,
+                   atol=atol, rtol=rtol, budget=budget, cannot=cannot, providers=runs,
                    used=_kernels_used(hosts, sel, host_info, [v.variant_id for v in variants], tables_root))
     key = RC.key_of({"settings": settings, "selections": sel, "atol": atol, "rtol": rtol, "budget": budget,
-                     "hosts": host_info, "features": features, "kernels_used": ctx.used,
+                     "hosts": host_info, "features": features, "kernels_used": ctx.used, "providers": runs,
                      "sources": {f: ctx.source.get(f) for f in sorted({f for fs in fixtures_for.values() for f in fs})},
                      "variants": [dataclasses.asdict(v) for v in variants],
                      "specs": {m: sp.as_dict() for m, sp in specs.items()},
@@ -442,7 +444,7 @@ def _host_identity(r: dict, selected) -> tuple[dict, dict]:
     ident = fp.get("identity", {})
     info = {"fingerprint_id": selected[0], "session_key": selected[1], "kind": r.get("kind", ""),
             "arch": r.get("arch", ""), "cpu": r.get("cpu", ""), "ort_version": r.get("ort_version", ""),
-            "isa_flags": list(r.get("isa_flags") or [])}
+            "isa_flags": list(r.get("isa_flags") or []), "session": ident.get("session") or {}}
     if (fp.get("imported_from") or {}).get("split_from"):  # an imported host whose files ran on several CPUs
         info["split_from"] = fp["imported_from"]["split_from"]
     rest = {k: v for k, v in ident.items() if k not in ("cpu", "isa_flags", "numpy_cpu_features", "session",
@@ -488,6 +490,7 @@ class _Context:
     budget: int
     used: dict = field(default_factory=dict)   # variant_id -> host -> {ISA flag: [families]} (qemu evidence)
     cannot: dict = field(default_factory=dict)   # (host, variant_id) -> why its runtime cannot run it
+    providers: dict = field(default_factory=dict)   # host -> variant_id -> resolved providers (analysis.providers)
 
 
 @dataclass
@@ -583,6 +586,7 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
              "separating_features": sep, "separation": separation,
              "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
              "versions": C.version_findings({h: ctx.features[h] for h in hosts}, class_of),
+             "providers": {h: ctx.providers.get(h, {}).get(v.variant_id, {}) for h in hosts},
              "feature_values": {h: {k: ctx.features[h].get(k, False if k.startswith("isa:") else None)
                                     for k in dict.fromkeys([*(sep or []), *separation["features"]])}
                                 for h in hosts}}
@@ -616,6 +620,8 @@ def _class_rows(ctx: _Context, model: str, v: VariantRef, eq: list, vinfo: dict)
              "digest": c.digest, "fixtures": vinfo["fixtures"], "reference": ctx.reference in c.hosts,
              "separating_features": vinfo["separating_features"], "agreement": canonical_json(vinfo["agreement"]),
              "distance": canonical_json([d for d in vinfo["distances"] if d["class"] == c.label]),
+             "provider_findings": PR.class_findings(ctx.providers, v.variant_id, c.hosts),
+             "placements": canonical_json(PR.class_placements(ctx.providers, v.variant_id, c.hosts)),
              "settings": canonical_json({**ctx.settings, "selections": {h: list(x) for h, x in ctx.sel.items()}})}
             for c in eq]
 

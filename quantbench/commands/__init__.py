@@ -27,7 +27,7 @@ COMMAND_HELP = {
     "remedy": ("Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all "
                "hosts into one class, at what decision cost."),
     "noise": ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic "
-              "vs all."),
+              "vs all, 1 thread vs the host's deployed count, its providers vs the CPU provider."),
     "latency": ("Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never "
                 "under emulation."),
     "diff": ("Compare two ONNX files: op types, initializers, interface, opset, producer, value_info and doc_strings, "
@@ -49,13 +49,13 @@ COMMANDS = list(COMMAND_HELP)
 # What a defaults table (config.py) may name, so it is checked without importing every command: each command's
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
-    "activation_type", "all", "allow_fallback", "allow_plugins", "allow_short", "archive", "as_host", "atol", "batch",
+    "activation_type", "all", "allow_plugins", "allow_short", "archive", "as_host", "atol", "batch",
     "budget", "calibrate", "chunk_size", "cluster", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
     "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",
     "methods", "model", "name", "native_runs", "native_shards", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "onnxruntime", "opt_level", "out",
     "per_cell", "per_channel", "percentile", "pre_process", "preprocess", "providers", "python", "quiet", "reduce_range",
-    "reference", "remedies", "repeats", "results", "retain", "rtol", "runners", "runs", "sample", "seed", "session_config",
+    "reference", "remedies", "repeats", "require_providers", "results", "retain", "rtol", "runners", "runs", "sample", "seed", "session_config",
     "shard", "shards", "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
     "variants", "verbose", "warmup", "weight_type"
 })
@@ -120,8 +120,22 @@ def add_session_arguments(p, whose: str = "") -> None:
     """--session-config and --graph-opt: the onnxruntime session options every running command takes."""
     p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
                    help=f"onnxruntime session config entry{whose} (repeatable), e.g. session.x64quantprecision=1")
-    p.add_argument("--graph-opt", default="all", choices=["disabled", "basic", "extended", "all"],
-                   help=f"onnxruntime graph optimization level{whose}")
+    p.add_argument("--graph-opt", default=None, choices=["disabled", "basic", "extended", "all"],
+                   help=f"onnxruntime graph optimization level{whose} (default: each host's own, else all)")
+
+
+def add_run_session_arguments(p) -> None:
+    """The session flags of the commands that run every host under its own session (run, equiv): each given
+    flag overrides that option for every host (quantbench.hosts.deploy)."""
+    add_session_arguments(p, " for every host")
+    p.add_argument("--threads", type=int, default=None,
+                   help="intra-op threads of every host's sessions (default: each host's deployed count: 4 on the "
+                        "Pi and Graviton presets, 1 on x86)")
+    p.add_argument("--providers", default=None,
+                   help="comma-separated execution providers every host requests, in priority order (default: each "
+                        "host's own, else CPUExecutionProvider)")
+    p.add_argument("--require-providers", action="store_true",
+                   help="refuse a run whose requested providers did not all run nodes (default: a flagged finding)")
 
 
 def session_config(items) -> dict:
@@ -136,22 +150,28 @@ def session_config(items) -> dict:
 
 
 def session_from_args(args) -> dict:
-    """The run session from the session flags (--session-config, --graph-opt, and --threads/--providers where the
-    command has them)."""
-    threads = getattr(args, "threads", 1)
-    if threads < 1:
-        raise UserError(f"--threads {threads}: must be at least 1")
-    providers = [p.strip() for p in getattr(args, "providers", "CPUExecutionProvider").split(",") if p.strip()]
-    if not providers:
-        raise UserError("--providers: name at least one, e.g. CPUExecutionProvider")
-    return {"intra_op_num_threads": threads, "inter_op_num_threads": 1, "execution_mode": "sequential",
-            "graph_optimization_level": args.graph_opt, "config_entries": session_config(args.session_config),
-            "providers": providers, "batch": 1}
+    """The session overrides the session flags give (--session-config, --graph-opt, and --threads/--providers
+    where the command has them): only the flags given, each host's own session supplies the rest."""
+    out = base_session_from_args(args)
+    threads = getattr(args, "threads", None)
+    if threads is not None:
+        if threads < 1:
+            raise UserError(f"--threads {threads}: must be at least 1")
+        out["intra_op_num_threads"] = threads
+    if getattr(args, "providers", None) is not None:
+        providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+        if not providers:
+            raise UserError("--providers: name at least one, e.g. CPUExecutionProvider")
+        out["providers"] = providers
+    return out
 
 
 def base_session_from_args(args) -> dict:
-    """The session options the explain commands vary from (graph optimisation, config entries)."""
-    return {"graph_optimization_level": args.graph_opt, "config_entries": session_config(args.session_config)}
+    """The session options the explain commands vary from (graph optimisation if given, config entries)."""
+    out = {"config_entries": session_config(args.session_config)}
+    if args.graph_opt is not None:
+        out["graph_optimization_level"] = args.graph_opt
+    return out
 
 
 def add_fleet_arguments(p) -> None:

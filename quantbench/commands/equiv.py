@@ -11,7 +11,7 @@ from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, de
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, add_shard_argument,
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
                                  finite_float, session_from_args)
 from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError, marked
@@ -49,7 +49,7 @@ def add_arguments(p) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON instead of text")
     p.add_argument("--no-run", action="store_true",
                    help="use only results already in the tables (e.g. hosts run with other session options)")
-    add_session_arguments(p, " for the runs")
+    add_run_session_arguments(p)
     add_jobs_argument(p)
     add_shard_argument(p)
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
@@ -70,8 +70,12 @@ def _run_hint(args) -> str:
         parts.append(f" --split {args.split}")
     if args.limit:
         parts.append(f" --limit {args.limit}")
-    if args.graph_opt != "all":
+    if args.graph_opt is not None:
         parts.append(f" --graph-opt {args.graph_opt}")
+    if args.threads is not None:
+        parts.append(f" --threads {args.threads}")
+    if args.providers is not None:
+        parts.append(f" --providers {args.providers}")
     for e in args.session_config:
         parts.append(f" --session-config {e}")
     return "".join(parts)
@@ -120,7 +124,7 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
     def decoder_fits(v, outputs):  # a bad decode block fails before any run
         check_decoder(v, outputs, params["sidecar"], args.decode, args.threshold, args.sidecar)
 
-    # equiv runs 1 thread on the CPU provider (no such flags); a host that cannot run writes nothing
+    # each host runs its own deployed session, the session flags given override it; a host that cannot run writes nothing
     plan = plan_run(specs, variants, **params, session=session_from_args(args), command="equiv",
                     check_hosts=not args.no_run, check_variant=decoder_fits, shard=args.shard)
     note_plan(args, plan)
@@ -132,9 +136,10 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
     run_line = "runs: none (--no-run: results from the tables)"
     if not args.no_run:
         with tables.run_scope(plan.run_id):
-            summary = run_plan(plan, progress=not args.no_progress, tables_root=root, jobs=args.jobs, cluster=cluster)
+            summary = run_plan(plan, progress=not args.no_progress, tables_root=root, jobs=args.jobs, cluster=cluster,
+                               require_providers=args.require_providers)
         run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
-        prefer = {h.name: (h.fingerprint_id, summary.session_key) for h in summary.hosts
+        prefer = {h.name: (h.fingerprint_id, h.session_key) for h in summary.hosts
                   if h.fingerprint_id and h.measured}
         not_started = {h.name: h.does_not_start for h in summary.hosts if h.does_not_start}
         cannot_run = {(h.name, vid): why for h in summary.hosts for vid, why in h.cannot_run.items()}

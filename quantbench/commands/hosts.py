@@ -8,6 +8,7 @@ from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
 from quantbench.hosts import cpuprofiles
 from quantbench.hosts import emulated as em
+from quantbench.hosts.deploy import deployed_session, describe
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
 from quantbench.hosts.masked import masked_unavailable, setup_masked
 from quantbench.hosts.registry import HostSpec, known_hosts, make_host, parse_hosts, resolve_hosts
@@ -29,9 +30,9 @@ def add_arguments(p) -> None:
     c.add_argument("name", help="host name; NAME+KEY=VALUE sets a session option or config entry for the check, "
                                 "e.g. x86+session.x64quantprecision=1")
     add_session_arguments(c)
-    c.add_argument("--threads", type=int, default=1, help="intra-op threads")
-    c.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated providers to request")
-    c.add_argument("--allow-fallback", action="store_true", help="accept an unresolved provider")
+    c.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the host's deployed count)")
+    c.add_argument("--providers", default=None, help="comma-separated providers to request (default: the host's own)")
+    c.add_argument("--require-providers", action="store_true", help="refuse a requested provider that is not available")
     c.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
     s = sub.add_parser("setup", help="prepare hosts: qemu-user, an arm64 Python root, the runtime each carries, "
                                      "the masked x86 tiers (idempotent)",
@@ -53,7 +54,7 @@ def _ready(spec) -> tuple[bool, str]:
 
 def do_list(args) -> int:
     hosts = known_hosts(args.hosts_file)
-    rows = [("host", "kind", "defined", "ready", "detail")]
+    rows = [("host", "kind", "defined", "ready", "session", "detail")]
     for name, spec in hosts.items():
         ok, msg = _ready(spec)
         detail = msg
@@ -61,7 +62,8 @@ def do_list(args) -> int:
             detail = f"preset {spec.options['preset']}; {msg}"
         if spec.kind == "local" and ok:
             detail = "this machine" + (f"; {msg}" if msg != "ready" else "")
-        rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", detail))
+        session = describe(deployed_session(spec)) if spec.kind != "imported" else "as recorded in its file"
+        rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", session, detail))
 
     print(text_table(rows[0], rows[1:]))
     return 0
@@ -83,7 +85,7 @@ def do_check(args) -> int:
         print(f"{spec.name}: {msg}")
         return 0
     t0 = time.monotonic()
-    with HostSession(spec, session, args.allow_fallback, label=req.label, host=host) as hs:
+    with HostSession(spec, session, args.require_providers, label=req.label, host=host) as hs:
         fp = hs.frame
     seconds = time.monotonic() - t0
     expect = local_probe_sha256()
@@ -101,7 +103,8 @@ def do_check(args) -> int:
         ("cpu", cpu_summary(f)),
         ("isa flags", " ".join(ident.get("isa_flags", [])) or "-"),
         ("onnxruntime", f"{ort_info.get('version')} ({ort_info.get('build_info') or 'no build info'})"),
-        ("providers", f"requested {', '.join(session['providers'])}; resolved {', '.join(ident.get('resolved_providers', []))}"),
+        ("providers", f"requested {', '.join(session['providers'])}; resolved {', '.join(ident.get('resolved_providers', []))} "
+                      f"(the session object's list; which provider ran each node is read from each run's profile)"),
         ("numpy / python", f"{ident.get('numpy')} / {ident.get('python')}"),
         ("session", json.dumps(session, sort_keys=True)),
         ("smoke job", f"probe output sha256 {probe[:16]}" + ("" if expect is None else

@@ -7,6 +7,7 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
 from quantbench.commands import add_plugin_arguments
+from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
@@ -24,7 +25,7 @@ def add_arguments(p) -> None:
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs")
     p.add_argument("--runs", type=int, default=10, help="timed runs per repeat (at least 10)")
     p.add_argument("--repeats", type=int, default=3, help="repeats; the spread of their medians is reported")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: each host's deployed count)")
     p.add_argument("--fixtures", metavar="LABELS", help="COCO JSON or CSV labels of the images (default: the labels "
                                                       "the variants were calibrated with)")
     p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures")
@@ -44,7 +45,10 @@ def resolve(names: str):
 
 
 def run(args) -> int:
-    hosts = parse_hosts(args.hosts, {"intra_op_num_threads": args.threads}, args.hosts_file)
+    if args.threads is not None and args.threads < 1:
+        raise UserError(f"--threads {args.threads}: must be at least 1")
+    given = {} if args.threads is None else {"intra_op_num_threads": args.threads}
+    hosts = parse_hosts(args.hosts, given, args.hosts_file)
     for h in hosts:
         check_host(h)
     variants = resolve(args.variants)

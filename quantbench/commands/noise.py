@@ -1,4 +1,5 @@
-"""`quantbench noise`: per-host noise floors (repeat, threads, batch, graph optimisation), with decision flips."""
+"""`quantbench noise`: per-host noise floors (repeat, threads, batch, graph optimisation, deployed threads, provider),
+with decision flips."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from quantbench.hosts.registry import parse_hosts
 from quantbench.runargs import explain_plan
 from quantbench.variants import pick_variant
 
-HELP = "Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all."
+HELP = ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all, "
+        "1 thread vs the host's deployed count, its providers vs the CPU provider.")
 
 
 def add_arguments(p) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_session_arguments, add_shard_argument,
+from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
                                  session_from_args)
 from quantbench.errors import UserError, render_params
 from quantbench.hosts.cluster import connect_plan
@@ -29,12 +29,7 @@ def add_arguments(p) -> None:
                    help="variant folders (with index.json from calibrate) or .onnx files; default: the latest "
                         "calibrate output, else the bundled fp32 demo models")
     add_fixture_arguments(p, "run")
-    add_session_arguments(p)
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads per session (inter-op is always 1)")
-    p.add_argument("--providers", default="CPUExecutionProvider",
-                   help="comma-separated execution providers to request, in priority order")
-    p.add_argument("--allow-fallback", action="store_true",
-                   help="accept a session that did not resolve every requested provider (default: error)")
+    add_run_session_arguments(p)
     add_jobs_argument(p)
     p.add_argument("--export", metavar="FILE",
                    help="also write the named hosts' results to FILE, for `kind = \"imported\"` on another machine")
@@ -54,10 +49,12 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
     flag marks shown by `render`, the CLI's flags)."""
     hosts = [{"host": h.name, "kind": h.kind, "fingerprint_id": h.fingerprint_id, "ran": h.ran, "cached": h.cached,
               "imported": h.imported, "workers": h.workers, "seconds": round(h.seconds, 3), "errors": [render(e) for e in h.errors],
-              "notes": h.notes, "does_not_start": h.does_not_start or None} for h in summary.hosts]
+              "notes": h.notes, "does_not_start": h.does_not_start or None, "session": h.session,
+              "session_key": h.session_key, "placements": h.placements, "provider_findings": h.provider_findings}
+             for h in summary.hosts]
     return {"hosts": hosts, "variants": [{"name": v.name, "variant_id": v.variant_id, "path": str(v.path)}
                                          for v in summary.variants],
-            "fixtures": len(summary.fixture_ids), "session_key": summary.session_key, "tables": str(root),
+            "fixtures": len(summary.fixture_ids), "tables": str(root),
             "export": str(export) if export else None, "failed": render(Exception.__str__(failure)) if failure else None}
 
 
@@ -79,7 +76,7 @@ def run(args) -> int:
     cluster = connect_plan(args.cluster, plan) if args.cluster else contextlib.nullcontext()  # checked first
     with cluster, tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
         try:
-            summary = run_plan(plan, allow_fallback=args.allow_fallback, progress=not args.no_progress,
+            summary = run_plan(plan, require_providers=args.require_providers, progress=not args.no_progress,
                                tables_root=root, jobs=jobs, cluster=cluster if args.cluster else None)
         except RunFailed as exc:
             failure, summary = exc, exc.summary
@@ -92,6 +89,8 @@ def run(args) -> int:
                          sort_keys=True))
     else:
         print(summary.table())
+        for line in summary.session_lines():
+            print(line)
         for h in summary.hosts:
             for note in h.notes:
                 print(f"note: {note}")

@@ -63,7 +63,7 @@ def _vm_hwm_mb(pid: int) -> float | None:
 
 
 def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats: int = 3,
-            variant_name: str = "", allow_fallback: bool = False, variant_id: str | None = None) -> LatencyRow:
+            variant_name: str = "", require_providers: bool = False, variant_id: str | None = None) -> LatencyRow:
     """One variant on one host; `host` is a hosts.registry.HostRequest; `variant_id` its semantic hash when the
     caller has it (a run plan), else the model is parsed for it."""
     from pathlib import Path
@@ -76,7 +76,7 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
     if warmup < 1:
         raise ParameterError("warmup", "must be at least 1", warmup)
     model = Path(model_path).read_bytes()
-    w = open_session(host, allow_fallback)
+    w = open_session(host, require_providers)
     try:
         res = w.run(model, [fixture], host.session, return_tensors=False, repeat=warmup + runs * repeats)
         rss = _vm_hwm_mb(w.client.pid) if w.host.local_pid_memory else None

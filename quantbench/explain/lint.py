@@ -176,10 +176,10 @@ def fleet_paths(workers) -> list[Int8Path]:
     return out
 
 
-def fleet_of(requests, allow_fallback: bool = False) -> list[Int8Path]:
+def fleet_of(requests, require_providers: bool = False) -> list[Int8Path]:
     """The int8 path of each requested host (hosts.registry.HostRequest): its worker is started for its
     fingerprint only (no model runs), then closed."""
-    workers = start_workers(requests, allow_fallback)
+    workers = start_workers(requests, require_providers)
     try:
         return fleet_paths(workers)
     finally:

@@ -45,17 +45,17 @@ DEFAULT_GROUP = 8
 # `--hosts` parser, registry.parse_hosts, reads NAME+KEY=VALUE items for every command.
 
 
-def open_session(host: HostRequest, allow_fallback: bool = False):
+def open_session(host: HostRequest, require_providers: bool = False):
     """A started, fingerprinted worker of `host` under its session (quantbench.hosts.session.HostSession)."""
-    return HostSession(host.spec, host.session, allow_fallback, label=host.label).open()
+    return HostSession(host.spec, host.session, require_providers, label=host.label).open()
 
 
-def start_workers(hosts: list[HostRequest], allow_fallback: bool = False) -> list:
+def start_workers(hosts: list[HostRequest], require_providers: bool = False) -> list:
     """Start (and fingerprint) every host's worker in parallel; close them all if one fails."""
     workers: list = [None] * len(hosts)
 
     def start(i):
-        workers[i] = open_session(hosts[i], allow_fallback)
+        workers[i] = open_session(hosts[i], require_providers)
 
     try:
         parallel(start, list(range(len(hosts))))
@@ -204,7 +204,7 @@ def _check_two(hosts):
 
 
 def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
-             variant_name: str = "", progress: bool = True, tables_root=None, allow_fallback: bool = False,
+             variant_name: str = "", progress: bool = True, tables_root=None, require_providers: bool = False,
              variant_id: str | None = None, model=None) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture (`variant_id`: the
     model's semantic hash, `model` its parsed ModelProto, when the caller has them: the run plan)."""
@@ -223,7 +223,7 @@ def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | Non
     level = opt_level or (levels.pop() if len(levels) == 1 else "basic")
     loc_sessions = [dict(h.session, graph_optimization_level=level) for h in hosts]
 
-    workers = start_workers(hosts, allow_fallback)
+    workers = start_workers(hosts, require_providers)
     res = LocalizeResult(variant=variant_name or Path(model_path).stem, variant_id=vid, fixture_id=fixture.fixture_id,
                          hosts=[h.label for h in hosts], fingerprints=[w.fingerprint_id for w in workers],
                          opt_level=level, group_size=group)

@@ -8,7 +8,10 @@ its own:
 * threads - intra-op threads 1 against N;
 * batch - each fixture alone against inside a batch of 8 (batch composition);
   only for models whose batch axis is dynamic (a fixed axis is said in the row);
-* opt_level - graph optimisation level basic against all.
+* opt_level - graph optimisation level basic against all;
+* deployed_threads - one intra-op thread against the host's deployed count (its preset or hosts file:
+  4 on a Pi 5; on aarch64 the thread count changes fp32 bits);
+* provider - the host's execution providers against the CPU provider alone.
 
 Each factor is a row: same bytes or not, how many fixtures differ, and the
 decision flips between the two settings (decoded as the model's sidecar says).
@@ -25,7 +28,7 @@ from quantbench.explain.localize import decode_runs, open_session
 from quantbench.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
-FACTORS = ("repeat", "threads", "batch", "opt_level")
+FACTORS = ("repeat", "threads", "batch", "opt_level", "deployed_threads", "provider")
 
 
 @dataclass
@@ -91,17 +94,39 @@ def _batch_unmeasurable(proto, fixtures) -> str | None:
             if axis != "dynamic" else "needs at least 2 fixtures" if len(fixtures) < 2 else None)
 
 
-def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
-                factors=FACTORS, variant_name: str = "", allow_fallback: bool = False,
-                variant_id: str | None = None, model=None) -> list[NoiseRow]:
-    """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None;
-    `variant_id` its semantic hash and `model` its parsed ModelProto when the caller has them (the run plan:
-    the file is not parsed again)."""
+def _setting(factor: str, base: dict) -> tuple[str, str, dict | None, str]:
+    """(setting a: the host's, setting b, the session of b or None when there is nothing to compare, note) of a
+    factor that changes one session option against the host's deployed session `base`."""
+    if factor == "opt_level":
+        lvl = base["graph_optimization_level"]
+        other = "basic" if lvl != "basic" else "all"
+        return f"graph_opt={lvl}", f"graph_opt={other}", dict(base, graph_optimization_level=other), ""
+    if factor == "deployed_threads":
+        n = base["intra_op_num_threads"]
+        same = "the host deploys 1 intra-op thread: nothing to compare" if n == 1 else ""
+        return f"threads={n} (deployed)", "threads=1", None if same else dict(base, intra_op_num_threads=1), same
+    providers = list(base["providers"])
+    cpu = ["CPUExecutionProvider"]
+    same = "the host runs the CPU provider only: nothing to compare" if providers == cpu else ""
+    return ("providers=" + ">".join(providers), "providers=CPUExecutionProvider",
+            None if same else dict(base, providers=cpu), same)
+
+
+def _check_request(factors, fixtures) -> None:
     bad = [f for f in factors if f not in FACTORS]
     if bad:
         raise ParameterError("factors", f"unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
     if not fixtures:
         raise UserError("noise: no fixtures")
+
+
+def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
+                factors=FACTORS, variant_name: str = "", require_providers: bool = False,
+                variant_id: str | None = None, model=None) -> list[NoiseRow]:
+    """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None;
+    `variant_id` its semantic hash and `model` its parsed ModelProto when the caller has them (the run plan:
+    the file is not parsed again)."""
+    _check_request(factors, fixtures)
     proto = model if model is not None else load_model(model_path, check=False)  # the variant id, the batch axis
     data = Path(model_path).read_bytes()   # the bytes each run sends
     vid = variant_id or semantic_sha256(proto)
@@ -110,7 +135,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
     want = names or False
     base = dict(host.session)
     rows: list[NoiseRow] = []
-    w = open_session(host, allow_fallback)
+    w = open_session(host, require_providers)
     try:
         def row(factor, sa, sb, a, b, note=""):
             differ, flips, _ = _compare(spec, a, b, names)
@@ -121,6 +146,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
 
         first = w.run(data, fixtures, base, return_tensors=want, repeat=2 if "repeat" in factors else 1)
         ref = [r for r in first if r["repeat"] == 0]
+        fell_back = "; ".join(f"requested {p}" for p in w.provider_problems)  # the host's own providers' run
         if "repeat" in factors:
             again = [r for r in first if r["repeat"] == 1]
             row("repeat", "run 1", "run 2", ref, again)
@@ -139,11 +165,15 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
                 b = min(int(batch), len(fixtures))
                 res = w.run(data, fixtures, dict(base, batch=b), return_tensors=want)
                 row("batch", "batch=1", f"batch={b}", ref, res)
-        if "opt_level" in factors:
-            lvl = base["graph_optimization_level"]
-            other = "basic" if lvl != "basic" else "all"
-            res = w.run(data, fixtures, dict(base, graph_optimization_level=other), return_tensors=want)
-            row("opt_level", f"graph_opt={lvl}", f"graph_opt={other}", ref, res)
+        for factor in ("opt_level", "deployed_threads", "provider"):
+            if factor in factors:
+                sa, sb, other, note = _setting(factor, base)
+                if other is None:
+                    rows.append(NoiseRow(host.label, w.fingerprint_id, vid, vname, factor, sa, sb, len(ref), None,
+                                         None, None, False, note))
+                else:
+                    res = w.run(data, fixtures, other, return_tensors=want)
+                    row(factor, sa, sb, ref, res, fell_back if factor == "provider" else "")
     finally:
         w.close()
     return rows

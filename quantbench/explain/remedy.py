@@ -128,13 +128,13 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
 
 
 def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spec, base_variant_id: str = "",
-                  allow_fallback: bool = False, progress: bool = True, shipped_model=None) -> list[RemedyRow]:
+                  require_providers: bool = False, progress: bool = True, shipped_model=None) -> list[RemedyRow]:
     """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy.
     `shipped_model`: the shipped variant's parsed model when the caller has it (the fleet note lints it)."""
     from tqdm import tqdm
 
     names = list(spec.outputs.values())
-    workers = start_workers(hosts, allow_fallback)
+    workers = start_workers(hosts, require_providers)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
     rows: list[RemedyRow] = []
     try:

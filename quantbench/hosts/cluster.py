@@ -83,17 +83,17 @@ _MADE: dict = {}   # the same key -> how many workers this process made for it (
 _IDLE_LOCK = threading.Lock()
 
 
-def _pool_key(spec, session: dict, allow_fallback: bool) -> str:
-    return content_key([spec.name, spec.kind, canonical_json(spec.options), session, bool(allow_fallback)])
+def _pool_key(spec, session: dict, require_providers: bool) -> str:
+    return content_key([spec.name, spec.kind, canonical_json(spec.options), session, bool(require_providers)])
 
 
-def _lease(spec, session: dict, allow_fallback: bool) -> HostSession:
+def _lease(spec, session: dict, require_providers: bool) -> HostSession:
     """An opened (started, fingerprinted) worker of `spec` on this cluster worker: an idle one, else a new one."""
     with _IDLE_LOCK:
-        idle = _IDLE.get(_pool_key(spec, session, allow_fallback))
+        idle = _IDLE.get(_pool_key(spec, session, require_providers))
         if idle:
             return idle.pop()
-    hs = HostSession(spec, session, allow_fallback).open()
+    hs = HostSession(spec, session, require_providers).open()
     _count(hs, 1)
     return hs
 
@@ -101,13 +101,13 @@ def _lease(spec, session: dict, allow_fallback: bool) -> HostSession:
 def _count(hs: HostSession, n: int) -> None:
     """Count a worker made (n=1) or killed (n=-1) for its key on this process."""
     with _IDLE_LOCK:
-        key = _pool_key(hs.spec, hs.session, hs.allow_fallback)
+        key = _pool_key(hs.spec, hs.session, hs.require_providers)
         _MADE[key] = _MADE.get(key, 0) + n
 
 
 def _give_back(hs: HostSession) -> None:
     with _IDLE_LOCK:
-        key = _pool_key(hs.spec, hs.session, hs.allow_fallback)
+        key = _pool_key(hs.spec, hs.session, hs.require_providers)
         if hs not in _IDLE.setdefault(key, []):
             _IDLE[key].append(hs)
 
@@ -122,14 +122,14 @@ def _threads() -> int:
         return 1
 
 
-def fingerprint(spec, session: dict, allow_fallback: bool) -> tuple[dict, str]:
+def fingerprint(spec, session: dict, require_providers: bool) -> tuple[dict, str]:
     """(fingerprint, fingerprint id) of `spec` on this cluster worker. Its worker is kept for the tasks, with as
     many more as the cluster worker has threads, forked from it (warm, like a local run's extra workers; each
     fingerprinted, and they must agree)."""
-    hs = _lease(spec, session, allow_fallback)
+    hs = _lease(spec, session, require_providers)
     kept_ = [hs]
     try:
-        key = _pool_key(spec, hs.session, allow_fallback)
+        key = _pool_key(spec, hs.session, require_providers)
         with _IDLE_LOCK:
             missing = _threads() - _MADE.get(key, 0)
         for _ in range(max(0, missing) if hs.host.can_fork() else 0):
@@ -156,9 +156,9 @@ def model_bytes(data: bytes) -> bytes:
     return data
 
 
-def run_task(spec, session: dict, allow_fallback: bool, model: bytes, request: dict, parts: list):
+def run_task(spec, session: dict, require_providers: bool, model: bytes, request: dict, parts: list):
     """One task on this cluster worker: (the fingerprint id it ran under, its frames [(header, payload)])."""
-    hs = _lease(spec, session, allow_fallback)
+    hs = _lease(spec, session, require_providers)
     try:
         frames = [(h, bytes(p)) for h, p in hs.run_job([model, *parts], **request)]
     except WorkerDied as exc:
@@ -254,10 +254,10 @@ def _check_workers(address: str, seen: dict, mine: dict) -> None:
                 raise UserError(f"cluster {address}: worker {worker}: host {name}: {msg}")
 
 
-def fingerprint_everywhere(cluster: Cluster, spec, session: dict, allow_fallback: bool) -> tuple[dict, str]:
+def fingerprint_everywhere(cluster: Cluster, spec, session: dict, require_providers: bool) -> tuple[dict, str]:
     """The host's fingerprint, taken on every cluster worker (one task pinned to each); all must agree."""
     client = cluster.client
-    futs = {w: client.submit(fingerprint, spec, session, allow_fallback, workers=[w], allow_other_workers=False,
+    futs = {w: client.submit(fingerprint, spec, session, require_providers, workers=[w], allow_other_workers=False,
                              pure=False, key=f"quantbench-fingerprint-{spec.name}-{w}-{time.time_ns()}")
             for w in sorted(cluster.workers)}
     got = {w: f.result() for w, f in futs.items()}
@@ -293,7 +293,7 @@ class ClusterHostRun:
 
     def _run(self) -> None:
         ctx, t0 = self.ctx, time.monotonic()
-        fp, fid = fingerprint_everywhere(self.cluster, self.spec, ctx.session, ctx.allow_fallback)
+        fp, fid = fingerprint_everywhere(self.cluster, self.spec, self.rows.session, ctx.require_providers)
         self.summary.startup_seconds = time.monotonic() - t0
         self.summary.workers = len(self.cluster.workers)
         self.rows.adopt(fp, fid)
@@ -322,9 +322,9 @@ class ClusterHostRun:
                 models[vi.variant_id] = client.submit(model_bytes, vi.model_bytes(), pure=False,
                                                       key=f"quantbench-model-{vi.raw_sha256}")
             request, parts = task_request(self.host, ctx, vi, fxs, remote=True)
-            key = "quantbench-task-" + content_key([self.spec.name, fid, ctx.skey, vi.variant_id,
+            key = "quantbench-task-" + content_key([self.spec.name, fid, self.rows.skey, vi.variant_id,
                                                     [fx.fixture_id for fx in fxs]])
-            fut = client.submit(run_task, self.spec, ctx.session, ctx.allow_fallback, models[vi.variant_id],
+            fut = client.submit(run_task, self.spec, self.rows.session, ctx.require_providers, models[vi.variant_id],
                                 request, parts[1:], key=key, pure=False, retries=0)
             self.futures.append(fut)
             by_key[fut.key] = (vi, fxs)
@@ -359,9 +359,9 @@ class ClusterHostRun:
             self.rows.error(f"host {self.spec.name}: a cluster worker reports fingerprint {ran_under[:12]}, the "
                             f"others {fid[:12]}; the machines differ, so they cannot run one host")
             return False
-        providers: list = []
+        state = self.rows.new_state()
         for h, p in frames:
-            providers = self.rows.frame(vi, h, p, providers)
+            self.rows.frame(vi, h, p, state)
             if h.get("type") == "result" and self.bar is not None:
                 self.bar.update(1)
             elif h.get("type") == "error" and h.get("stage") == "unsupported":  # a result for this host and variant

@@ -68,8 +68,12 @@ class Preset:
     env: tuple[tuple[str, str], ...] = field(default=())
     #: where its onnxruntime comes from (quantbench.hosts.runtimes): "pypi" or "debian:SUITE"
     runtime: str = "pypi"
-    #: execution providers in order (empty: the run's)
-    providers: tuple[str, ...] = field(default=())
+    #: the device's deployed session (quantbench.hosts.deploy): ordered execution providers, intra-op threads
+    #: (onnxruntime's default is one per physical core; under qemu-user the default would be this machine's
+    #: core count, so the count is always explicit) and the device it models
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    intra_op_threads: int = 1
+    device: str = ""
 
     @property
     def midr_text(self) -> str:
@@ -78,10 +82,11 @@ class Preset:
         return f"implementer 0x{self.implementer:02x}, variant 0x{self.variant:x}, part 0x{self.part:03x}, revision {self.revision}"
 
 
-def _arm(name, cpu, desc, variant, part, revision, expect, absent, min_qemu=(7, 2, 0)) -> Preset:
+def _arm(name, cpu, desc, variant, part, revision, expect, absent, min_qemu=(7, 2, 0), threads=4, device="") -> Preset:
     hint = (f"aarch64; CPU implementer 0x41, CPU part 0x{part:03x}, variant 0x{variant:x}, revision {revision}; "
             f"features include {', '.join(expect)}" + (f"; no {', '.join(absent)}" if absent else ""))
-    return Preset(name, "aarch64", cpu, desc, 0x41, variant, part, revision, min_qemu, hint, tuple(expect), tuple(absent))
+    return Preset(name, "aarch64", cpu, desc, 0x41, variant, part, revision, min_qemu, hint, tuple(expect), tuple(absent),
+                  intra_op_threads=threads, device=device)
 
 
 def _x86(name, cpu, desc, expect, absent) -> Preset:
@@ -97,15 +102,16 @@ def _x86(name, cpu, desc, expect, absent) -> Preset:
 # /proc/cpuinfo shows), so the guest sees the same identity under qemu 7.2 and 10.
 PRESETS: dict[str, Preset] = {p.name: p for p in (
     _arm("pi", "cortex-a76", "Raspberry Pi 5 (BCM2712, Cortex-A76): NEON + dot product",
-         0x4, 0xd0b, 1, ("asimd", "asimddp"), ("sve", "i8mm")),
+         0x4, 0xd0b, 1, ("asimd", "asimddp"), ("sve", "i8mm"), device="Raspberry Pi 5: 4 cores"),
     _arm("pi4", "cortex-a72", "Raspberry Pi 4 (BCM2711, Cortex-A72): NEON, no dot product",
-         0x0, 0xd08, 3, ("asimd",), ("asimddp", "sve", "i8mm")),
+         0x0, 0xd08, 3, ("asimd",), ("asimddp", "sve", "i8mm"), device="Raspberry Pi 4: 4 cores"),
     _arm("pi3", "cortex-a53", "Raspberry Pi 3 / Zero 2 (Cortex-A53): NEON, no dot product, narrow loads",
-         0x0, 0xd03, 4, ("asimd",), ("asimddp", "sve", "i8mm")),
+         0x0, 0xd03, 4, ("asimd",), ("asimddp", "sve", "i8mm"), device="Raspberry Pi 3: 4 cores"),
     _arm("graviton2", "neoverse-n1", "AWS Graviton2 (Neoverse-N1): NEON + dot product",
-         0x4, 0xd0c, 1, ("asimd", "asimddp"), ("sve", "i8mm")),
+         0x4, 0xd0c, 1, ("asimd", "asimddp"), ("sve", "i8mm"), device="c6g.xlarge: 4 vCPUs, one core each"),
     _arm("graviton3", "neoverse-v1", "AWS Graviton3 (Neoverse-V1): SVE, int8 matrix multiply, bf16",
-         0x1, 0xd40, 2, ("asimd", "asimddp", "sve", "i8mm", "bf16"), (), min_qemu=(8, 1, 0)),
+         0x1, 0xd40, 2, ("asimd", "asimddp", "sve", "i8mm", "bf16"), (), min_qemu=(8, 1, 0),
+         device="c7g.xlarge: 4 vCPUs, one core each"),
     dataclasses.replace(_arm("pi-xnnpack", "cortex-a76", "Raspberry Pi 5 (Cortex-A76), Debian trixie's onnxruntime "
                              "1.21.0: XNNPACK, then the CPU provider", 0x4, 0xd0b, 1, ("asimd", "asimddp"),
                              ("sve", "i8mm")),
@@ -344,6 +350,9 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = (),
                 + [x for x in [env.get("PYTHONPATH", "")] if x])
     env.update(dict(p.env))
     env["QUANTBENCH_CPU_MECHANISM"] = "qemu"  # the worker's fingerprint says how the CPU was made
+    # A guest's threads share this machine's cores (a Pi's 4 on 2 here): onnxruntime's thread pools must not
+    # spin-wait on them (worker.make_session). Scheduling only: which thread runs a block changes no byte.
+    env["QUANTBENCH_WORKER_SPIN"] = "0"
     return argv, env
 
 
@@ -399,10 +408,6 @@ class EmulatedHost(ProcessHost):
         """The onnxruntime this host carries (its options, else its preset's)."""
         return runtime_of(self.preset, self.options)
 
-    @property
-    def providers(self) -> list:
-        return list(self.options.get("providers") or preset(self.preset).providers)
-
     def ready(self):
         if self.preset not in PRESETS:
             return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}"
@@ -415,7 +420,6 @@ class EmulatedHost(ProcessHost):
         # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
         full = dict(env) if env else {k: v for k, v in os.environ.items()
                                       if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-        full.update(runtimes.providers_env(self.providers))
         return list(argv) + [str(WORKER_PATH)], full, b""
 
     def describe(self) -> str:

@@ -41,7 +41,7 @@ from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts import worker as W
 from quantbench.hosts.process import worker_code_sha256
 
-VERSION = 2
+VERSION = 2  # 2: the key says require_providers (was allow_fallback, inverted); the worker's code is tensorcode.py + worker.py
 _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY")
 
 
@@ -90,7 +90,7 @@ def _local_cpu() -> dict:
             "libc": libc, "kernel": platform.release()}
 
 
-def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
+def cache_key(host, session: dict, require_providers: bool) -> str | None:
     """The key of `host`'s fingerprint (a ProcessHost), or None when it must always be asked.
 
     The host says whether its kind can be cached and adds its kind's own key material
@@ -103,12 +103,12 @@ def cache_key(host, session: dict, allow_fallback: bool) -> str | None:
     except Exception:
         return None
     env = env if env is not None else dict(os.environ)
-    parts = _common_parts(host, session, allow_fallback, argv, env, preamble)
+    parts = _common_parts(host, session, require_providers, argv, env, preamble)
     parts.update(host.fingerprint_cache_parts(env))
     return content_key(parts)
 
 
-def _common_parts(host, session: dict, allow_fallback: bool, argv, env: dict, preamble) -> dict:
+def _common_parts(host, session: dict, require_providers: bool, argv, env: dict, preamble) -> dict:
     """The key material every cacheable kind shares: identity, worker, session, command line, this machine."""
     return {
         "version": VERSION,
@@ -117,7 +117,7 @@ def _common_parts(host, session: dict, allow_fallback: bool, argv, env: dict, pr
         "options": canonical_json(host.options),
         "worker": worker_code_sha256(),
         "session": session,
-        "allow_fallback": bool(allow_fallback),
+        "require_providers": bool(require_providers),
         "argv": list(argv),
         "preamble": hashlib.sha256(preamble or b"").hexdigest(),
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(_ENV_PREFIXES)},

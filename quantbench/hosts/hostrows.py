@@ -16,7 +16,9 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.errors import ParameterError, UserError
-from quantbench.hosts.keys import hosts_row, not_started_row, run_key
+from quantbench.fsutil import canonical_json
+from quantbench.hosts.keys import hosts_row, not_started_row, run_key, session_key
+from quantbench.hosts.placement import note_placement
 from quantbench.hosts.process import DoesNotStart
 
 FLUSH_SECONDS = 2.0
@@ -78,6 +80,9 @@ class HostRows:
 
     def __init__(self, spec, host, ctx, summary, lock):
         self.spec, self.host, self.ctx, self.summary, self.lock = spec, host, ctx, summary, lock
+        #: the session this host runs under (hosts.deploy.deployed_session): its JSON and key go in every row
+        self.session = ctx.sessions[spec.name]
+        self.session_json, self.skey = canonical_json(self.session), session_key(self.session)
         self.writer = Writer(ctx)
         self.fingerprint_id = ""
 
@@ -95,11 +100,11 @@ class HostRows:
     def plan(self, fid: str) -> list:
         """[(variant, fixtures not yet in the tables under fid)]; counts the cached ones."""
         ctx = self.ctx
-        done = done_run_keys(self.spec.name, fid, ctx.skey, ctx.root)
+        done = done_run_keys(self.spec.name, fid, self.skey, ctx.root)
         work, cached = [], 0
         for vi in ctx.variants:
             todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
-                    if run_key(vi.variant_id, fx.fixture_id, fid, ctx.skey) not in done]
+                    if run_key(vi.variant_id, fx.fixture_id, fid, self.skey) not in done]
             cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
             if todo:
                 work.append((vi, todo))
@@ -107,41 +112,48 @@ class HostRows:
         self.summary.planned = sum(len(t) for _, t in work)
         return work
 
-    def rows(self, vi, h: dict, payload: bytes, providers: list) -> list[dict]:
-        """The outputs rows of one result frame `h` (under this host's fingerprint and the run's session)."""
-        fid, ctx = h["fixture_id"], self.ctx
-        rk = run_key(vi.variant_id, fid, self.fingerprint_id, ctx.skey)
+    def rows(self, vi, h: dict, payload: bytes, state: dict) -> list[dict]:
+        """The outputs rows of one result frame `h` (under this host's fingerprint and session); `state`: its
+        job's providers and placement (frame)."""
+        fid = h["fixture_id"]
+        rk = run_key(vi.variant_id, fid, self.fingerprint_id, self.skey)
         rows = []
         for o in h["outputs"]:
             tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
             rows.append({"run_key": rk, "host": self.spec.name, "fingerprint_id": self.fingerprint_id,
-                         "session_key": ctx.skey, "session_options": ctx.session_json,
+                         "session_key": self.skey, "session_options": self.session_json,
                          "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
                          "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
-                         "tensor": tensor, "providers": providers})
+                         "tensor": tensor, "providers": state["providers"], "placement": state["placement"]})
         return rows
 
-    def frame(self, vi, h: dict, p: bytes, providers: list) -> list:
-        """Count one frame of a job in the summary (a result also as outputs rows, to the writer); returns the
-        providers its session resolved. An "error" frame is left to the caller."""
+    def frame(self, vi, h: dict, p: bytes, state: dict) -> None:
+        """Count one frame of a job in the summary (a result also as outputs rows, to the writer); `state`
+        (start a job with new_state()) keeps the providers that ran its nodes (placement.note_placement: from
+        the run's profile, once the session's first run is done). An "error" frame is left to the caller."""
         summary, t = self.summary, h.get("type")
         if t == "session":
-            providers = h["providers"]
+            state["providers"] = h["providers"]
             with self.lock:
                 summary.sessions_reused += 1 if h.get("reused") else 0
                 summary.session_seconds += h.get("session_seconds", 0.0)
-                if providers not in summary.providers:
-                    summary.providers.append(providers)
-        elif t == "verified":  # input hashing time, spent on the worker's helper thread
+        if h.get("placement") is not None:
+            with self.lock:
+                note_placement(summary, f"{vi.model}/{vi.name}", self.session["providers"], h, state)
+        if t == "verified":  # input hashing time, spent on the worker's helper thread
             with self.lock:
                 summary.verify_seconds += h.get("verify_seconds", 0.0)
         elif t == "result":
-            self.writer.add(self.rows(vi, h, p, providers))
+            self.writer.add(self.rows(vi, h, p, state))
             with self.lock:
                 summary.ran += 1
                 summary.infer_seconds += h.get("seconds", 0.0)
                 summary.infer_each.append(h.get("seconds", 0.0))
-        return providers
+
+    @staticmethod
+    def new_state() -> dict:
+        """A job's frame state: the providers that ran its nodes and its placement JSON (frame fills them)."""
+        return {"providers": [], "placement": None}
 
     def error(self, msg: str) -> None:
         with self.lock:

@@ -330,10 +330,10 @@ def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     for vi in ctx.variants:
         for fx in ctx.fixtures_for[vi.variant_id]:
             want += 1
-            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey) in keys for f in fps):
+            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey_of(host.name)) in keys for f in fps):
                 have += 1
     why = ""
-    if ctx.skey not in skeys:
+    if ctx.skey_of(host.name) not in skeys:
         why = " (the export was made under other session options)"
     elif not {vi.variant_id for vi in ctx.variants} & vids:
         why = " (it holds none of the requested variants)"
@@ -402,6 +402,16 @@ class ImportedHost:
 
     def describe(self) -> str:
         return f"imported ({', '.join(files_of(self.options))})"
+
+    def recorded_session(self) -> dict | None:
+        """The one session the file's results of its host were made under (None: several, or unreadable): an
+        imported host without session keys of its own runs under it (hosts.deploy.deployed_session)."""
+        try:
+            out = _source(self.options["file"], self.options.get("host"))[3]
+        except UserError:
+            return None
+        found = set(out.column("session_options").to_pylist())
+        return json.loads(found.pop()) if len(found) == 1 else None
 
     def latency_refusal(self) -> str | None:
         return "imported results carry no timings; measure on a local or ssh host"

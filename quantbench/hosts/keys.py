@@ -67,12 +67,12 @@ def probe_model() -> tuple[bytes, object]:
     return _PROBE
 
 
-def request_header(kind: str, host: str, session: dict, allow_fallback: bool, model: dict, fixtures: list,
+def request_header(kind: str, host: str, session: dict, require_providers: bool, model: dict, fixtures: list,
                    **fields) -> dict:
     """The header of one worker request ("run" or "fingerprint", read by worker.py): the one place a request
     is encoded. `model`: where its bytes are (model_entry, or {"path", "sha256"}); `fixtures`: fixture_entry
     each; `fields`: the rest (return_tensors, repeat, output_names, store, variant names)."""
-    return {"type": kind, "host": host, "session": session, "allow_fallback": allow_fallback, "model": model,
+    return {"type": kind, "host": host, "session": session, "require_providers": require_providers, "model": model,
             "fixtures": fixtures, **fields}
 
 

@@ -44,7 +44,6 @@ class LocalHost(ProcessHost):
     def command(self):
         env = dict(os.environ)
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env.update(runtimes.providers_env(self.options.get("providers")))
         rt = self.runtime
         if rt.debian:
             argv, changes = runtimes.native_debian_command(rt.suite)

@@ -327,6 +327,10 @@ class ProcessHost:
     def describe(self) -> str:
         return self.kind
 
+    def recorded_session(self) -> dict | None:
+        """The session this host's results were made under, when the host only holds them (imported); None."""
+        return None
+
     def died_message(self, exc: WorkerDied) -> str:
         """One line for a worker that died before answering (start-up or fingerprint), whichever
         write or read noticed it first."""

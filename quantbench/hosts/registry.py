@@ -26,7 +26,7 @@ from pathlib import Path
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json
 from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
-from quantbench.hosts.keys import normalize_session
+from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
 KINDS = ("local", "emulated", "ssh", "imported", "masked")
@@ -54,6 +54,8 @@ class HostSpec:
     options: dict = field(default_factory=dict, hash=False, compare=True)
     #: where it was defined: "built-in", "preset", or "FILE:LINE"
     origin: str = "built-in"
+    #: the session options the hosts file sets for it (providers, threads, ...; quantbench.hosts.deploy)
+    session: dict = field(default_factory=dict, hash=False, compare=True)
 
 
 def preset_names() -> list[str]:
@@ -68,7 +70,7 @@ def builtin_hosts() -> dict[str, HostSpec]:
     for name in preset_names():
         out[name] = HostSpec(name, "emulated", {"preset": name}, "preset")
     for name, options in runtimes.NATIVE_PRESETS.items():
-        out[name] = HostSpec(name, "local", dict(options), "preset")
+        out[name] = HostSpec(name, "local", dict(options), "preset", dict(runtimes.NATIVE_SESSIONS.get(name, {})))
     for name in cpuprofiles.PROFILES:  # x86 tiers: masked natively where that works, else qemu (hosts.masked)
         kind, opts = masked.tier_choice(name, None)
         out[name] = HostSpec(name, kind, opts, "preset")
@@ -92,7 +94,7 @@ def _with_mechanism(spec: HostSpec, label: str, mech: str | None) -> HostSpec:
         raise UserError(f"host {label!r}: a mechanism suffix applies only to the x86 tiers "
                         f"({', '.join(cpuprofiles.PROFILES)})")
     kind, opts = masked.tier_choice(profile, mech)
-    return HostSpec(label, kind, opts, spec.origin)
+    return HostSpec(label, kind, opts, spec.origin, dict(spec.session))
 
 
 def _line_of(text: str, name: str) -> int:
@@ -156,7 +158,8 @@ def _host_entries(data: dict) -> dict:
 def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> HostSpec:
     """One entry checked in a fixed order (the first problem is the one reported) and completed."""
     kind, override = _check_entry(name, entry, where)
-    opts = {k: v for k, v in entry.items() if k not in ("kind", "override")}
+    session = check_host_session(name, entry, where)
+    opts = {k: v for k, v in entry.items() if k not in ("kind", "override") + HOST_SESSION_KEYS}
     _check_options(name, kind, opts, where)
     if name in builtins and not override:
         raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
@@ -167,7 +170,7 @@ def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> 
     for key in ("ssh_options", "qemu_args"):
         if key in opts and not (isinstance(opts[key], list) and all(isinstance(a, str) for a in opts[key])):
             raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
-    return HostSpec(name, kind, opts, where)
+    return HostSpec(name, kind, opts, where, session)
 
 
 def _check_entry(name: str, entry, where: str) -> tuple[str, bool]:
@@ -191,7 +194,7 @@ def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
     unknown = sorted(set(opts) - set(required) - set(optional))
     if unknown:
         raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
-                        f"known: {', '.join(required + optional) or 'none'}")
+                        f"known: {', '.join(required + optional + HOST_SESSION_KEYS)}")
     for key, value in opts.items():
         if kind == "imported" and key == "file" and isinstance(value, list):  # the shards of one run
             if not value or not all(isinstance(v, str) and v for v in value):
@@ -315,11 +318,12 @@ def with_version(spec: HostSpec, version: str | None, label: str, option: str = 
     options = dict(spec.options, onnxruntime=version)
     default = emulated.PRESETS[options["preset"]].runtime if spec.kind == "emulated" else "pypi"
     runtimes.runtime_of(options, default, where)
-    return HostSpec(label, spec.kind, options, spec.origin)
+    return HostSpec(label, spec.kind, options, spec.origin, dict(spec.session))
 
 
 #: session option names an override sets directly; any other KEY is an onnxruntime session config entry
-SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch")
+SESSION_KEYS = ("intra_op_num_threads", "inter_op_num_threads", "execution_mode", "graph_optimization_level", "batch",
+                "providers")
 #: the commands whose --hosts items may carry session overrides (the others run every host under one session)
 OVERRIDE_COMMANDS = "localize, noise, remedy, latency and hosts check"
 
@@ -338,7 +342,8 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
     """The one parser of `--hosts`: comma-separated `NAME` or `NAME+KEY=VALUE[+KEY=VALUE...]` items.
 
     KEY is a session option (SESSION_KEYS) or an onnxruntime session config entry
-    (session.x64quantprecision, ...); it overrides `base_session` for that item only.
+    (session.x64quantprecision, ...); it overrides `base_session` for that item only, which overrides the
+    host's own deployed session (its preset and hosts-file keys: hosts.deploy.deployed_session).
     Every command parses its hosts here, so one bad item reads the same everywhere;
     `overrides=False` (run, equiv: one session for every host) refuses `+KEY=VALUE`
     after the item parsed. Identical items (same host, same session) count once.
@@ -347,13 +352,15 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
     for item in [t.strip() for t in (text or "").split(",") if t.strip()]:
         name, *items = [part.strip() for part in item.split("+")]
         spec = resolve_hosts([name], hosts_file, option=option)[0]
-        session = normalize_session(base_session)
+        session = deployed_session(spec, base_session)
         session["config_entries"] = dict(session["config_entries"])
         for ov in items:
             key, sep, value = (x.strip() for x in ov.partition("="))
             if not sep or not key:
                 raise UserError(f"{option} {item!r}: override {ov!r} must be KEY=VALUE, e.g. x86+session.x64quantprecision=1")
-            if key in SESSION_KEYS:
+            if key == "providers":  # in priority order, '/'-separated: x86+providers=DnnlExecutionProvider/CPUExecutionProvider
+                session[key] = [p.strip() for p in value.split("/") if p.strip()]
+            elif key in SESSION_KEYS:
                 session[key] = value
             else:
                 session["config_entries"][key] = value
@@ -361,7 +368,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
             raise UserError(f"{option} {item!r}: per-host session overrides (NAME+KEY=VALUE) are taken by "
                             f"{OVERRIDE_COMMANDS}; this command runs every host under one session: "
                             f"name the host alone and set the session with {flag('session_config')} KEY=VALUE / {flag('graph_opt')}")
-        session = normalize_session(session)
+        session = deployed_session(spec, session)
         if (spec.name, canonical_json(session)) not in seen:
             seen.add((spec.name, canonical_json(session)))
             out.append(HostRequest(item, spec, session))

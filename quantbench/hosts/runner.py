@@ -33,7 +33,9 @@ from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
 from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
 from quantbench.hosts.hostrows import HostRows, failure, run_host
-from quantbench.hosts.keys import local_ort_version, normalize_session, session_key
+from quantbench.hosts.keys import local_ort_version, session_key
+from quantbench.hosts.deploy import deployed_session, describe, worker_threads
+from quantbench.hosts.placement import summary_text as placement_text
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
@@ -97,7 +99,9 @@ class RunPlan:
     variants: list         # the distinct VariantInfos (by semantic id), in the order asked
     fixtures: list         # each fixture once
     fixtures_for: dict     # variant_id -> the fixtures that fit it
-    session: dict | None   # the session options as given
+    session: dict | None   # the session options as given (overrides for every host)
+    #: host name -> the normalised session it runs under (its deployed session, then `session`)
+    sessions: dict = field(default_factory=dict)
     run_id: str | None = None
     limit: int | None = None
     labels: str | None = None   # the labels the fixtures were made from (None: the bundled corpus)
@@ -149,8 +153,9 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
     plan.labels, plan.images, plan.shard, plan.notes = labels, images, shard_record, notes
     if keep_models:
         plan.models = {vi.variant_id: lw[0] for (_, vi), lw in zip(asked, loaded) if lw is not None}
+    plan.sessions = {s.name: deployed_session(s, session, h.recorded_session()) for s, h in zip(specs, made)}
     if command is not None:
-        plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=session,
+        plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=plan.sessions,
                                        variants=sorted(str(v.path) for v in variants),
                                        fixtures=sorted(fx.fixture_id for fx in fixtures))
     return plan
@@ -224,6 +229,9 @@ class HostSummary:
     #: results measured by this run's own workers (False: merged from an imported file, under its session)
     measured: bool = True
     fingerprint_id: str = ""
+    #: the session this host ran under (hosts.deploy.deployed_session) and its key
+    session: dict = field(default_factory=dict)
+    session_key: str = ""
     ran: int = 0
     cached: int = 0
     imported: int = 0
@@ -240,6 +248,10 @@ class HostSummary:
     verify_seconds: float = 0.0
     session_seconds: float = 0.0
     providers: list = field(default_factory=list)
+    #: variant name -> {provider: {op type: nodes}}: which provider ran each node (the run's profile)
+    placements: dict = field(default_factory=dict)
+    #: provider requests the run did not honour: "variant fp32: XnnpackExecutionProvider is not available ..."
+    provider_findings: list = field(default_factory=list)
     #: worker processes started (0: every result was cached under the remembered fingerprint)
     workers: int = 0
     #: of those, workers forked from the first one (warm) rather than started anew
@@ -263,8 +275,7 @@ class RunSummary:
     hosts: list[HostSummary]
     variants: list[VariantInfo]
     fixture_ids: list[str]
-    session: dict
-    session_key: str
+    sessions: dict       # host -> the session it ran under
     tables_root: Path
 
     def fingerprints(self) -> dict[str, str]:
@@ -282,6 +293,17 @@ class RunSummary:
                          str(len(h.errors)), f"{h.seconds:.1f}"))
 
         return text_table(rows[0], rows[1:])
+
+    def session_lines(self) -> list[str]:
+        """Per host: the session it ran under, which provider ran how many nodes, and each provider finding."""
+        out = []
+        for h in self.hosts:
+            if h.session:
+                out.append(f"session {h.name}: {describe(h.session)}")
+            for variant, placement in h.placements.items():
+                out.append(f"  {variant}: {placement_text(placement)}")
+            out += [f"  FALLBACK {h.name}: {f}" for f in h.provider_findings]
+        return out
 
 
 class RunFailed(UserError):
@@ -317,15 +339,16 @@ class _Scheduler:
         self.waiting: list = []
 
     def first_slot(self, run) -> bool:
-        """Block until `run` may start its first worker; False if it was stopped meanwhile."""
+        """Block until `run` may start its first worker (it takes `run.cores` slots: one per thread of its
+        session); False if it was stopped meanwhile."""
         if not run.uses_local_slot:
             return True
         with self.cond:
             self.waiting.append(run)
             try:
                 while not run.stop.is_set():
-                    if self.free > 0 and self.waiting[0] is run:
-                        self.free -= 1
+                    if self.free >= run.cores and self.waiting[0] is run:
+                        self.free -= run.cores
                         return True
                     self.cond.wait(0.2)
                 return False
@@ -336,7 +359,7 @@ class _Scheduler:
     def release(self, run) -> None:
         if run.uses_local_slot:
             with self.cond:
-                self.free += 1
+                self.free += run.cores
                 self.cond.notify_all()
         self.rebalance()
 
@@ -346,15 +369,16 @@ class _Scheduler:
         with self.cond:
             while True:
                 cands = [r for r in self.runs if r.wants_worker()]
-                if self.free <= 0 or self.waiting:
+                if self.waiting:
                     cands = [r for r in cands if not r.uses_local_slot]
+                cands = [r for r in cands if not r.uses_local_slot or r.cores <= self.free]
                 if not cands:
                     break
                 best = max(cands, key=lambda r: r.work_left())
                 with best.lock:
                     best.starting += 1
                 if best.uses_local_slot:
-                    self.free -= 1
+                    self.free -= best.cores
                 grants.append(best)
         for r in grants:
             r.grant()
@@ -373,7 +397,11 @@ class _HostRun:
         self.ctx = ctx
         self.position = position
         self.sched = sched
-        self.summary = HostSummary(spec.name, spec.kind)
+        self.session = ctx.sessions[spec.name]
+        self.session_json, self.skey = canonical_json(self.session), session_key(self.session)
+        self.summary = HostSummary(spec.name, spec.kind, session=self.session, session_key=self.skey)
+        #: core slots each worker takes: its threads, at most every slot (a 4-thread guest on 2 cores takes both)
+        self.cores = min(worker_threads(self.session), sched.slots)
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
@@ -416,7 +444,7 @@ class _HostRun:
         ctx = self.ctx
 
         try:
-            key = fpcache.cache_key(self.host, ctx.session, ctx.allow_fallback)
+            key = fpcache.cache_key(self.host, self.session, ctx.require_providers)
         except Exception:  # the cache is an optimisation: never a reason to fail
             key = None
         hit = fpcache.lookup(key)
@@ -532,7 +560,8 @@ class _ImportedRun:
 
     def __init__(self, host, ctx: "_Context"):
         self.host, self.ctx = host, ctx
-        self.summary = HostSummary(host.name, host.kind, measured=host.runs_workers)
+        self.summary = HostSummary(host.name, host.kind, measured=host.runs_workers, session=ctx.sessions[host.name],
+                                   session_key=ctx.skey_of(host.name))
 
     def run(self) -> None:
         t0 = time.monotonic()
@@ -548,15 +577,13 @@ class _ImportedRun:
 
 
 class _Context:
-    def __init__(self, plan: RunPlan, session, root, allow_fallback, progress):
+    def __init__(self, plan: RunPlan, sessions, root, require_providers, progress):
         self.variants = plan.variants
         self.fixtures = plan.fixtures
         self.fixtures_by_id = {fx.fixture_id: fx for fx in plan.fixtures}
-        self.session = session
-        self.session_json = canonical_json(session)
-        self.skey = session_key(session)
+        self.sessions = sessions
         self.root = Path(root)
-        self.allow_fallback = allow_fallback
+        self.require_providers = require_providers
         self.progress = progress
         self.local_ort = local_ort_version()
         self._bytes: dict[str, bytes] = {}
@@ -565,6 +592,10 @@ class _Context:
         self.fixtures_for = plan.fixtures_for
         self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
         self.inputs_ok = False
+
+    def skey_of(self, host: str) -> str:
+        """The session key `host` runs under in this run."""
+        return session_key(self.sessions[host])
 
     def input_store(self) -> tuple[str, dict] | None:
         """(path, {fixture_id: offset}): every input tensor written once to a temporary file, in a folder of the
@@ -610,7 +641,7 @@ class _Context:
             return b
 
 
-def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, allow_fallback=False,
+def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, require_providers=False,
               progress=True, tables_root=TABLES_DIR, jobs=None,
               preprocess: dict | None = None, raise_on_error: bool = True) -> RunSummary:
     """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
@@ -622,11 +653,12 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, all
     """
     worker_slots(jobs)  # a bad jobs fails before anything else
     plan = plan_run(host_names, variants, fixtures=fixtures, session=session, hosts_file=hosts_file)
-    return run_plan(plan, allow_fallback=allow_fallback, progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
+    return run_plan(plan, require_providers=require_providers,
+                    progress=progress, tables_root=tables_root, jobs=jobs, preprocess=preprocess,
                     raise_on_error=raise_on_error)
 
 
-def run_plan(plan: RunPlan, allow_fallback=False, progress=True,
+def run_plan(plan: RunPlan, require_providers=False, progress=True,
              tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
              raise_on_error: bool = True, cluster=None) -> RunSummary:
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
@@ -634,12 +666,14 @@ def run_plan(plan: RunPlan, allow_fallback=False, progress=True,
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
     errors are in the summary). `cluster`: a hosts.cluster.Cluster (connect) that runs the hosts it takes."""
     slots = worker_slots(jobs)
-    ctx = _Context(plan, normalize_session(plan.session), tables_root, allow_fallback, progress)
+    sessions = plan.sessions or {s.name: deployed_session(s, plan.session, h.recorded_session())
+                                 for s, h in zip(plan.specs, plan.hosts)}
+    ctx = _Context(plan, sessions, tables_root, require_providers, progress)
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)
             check_coverage(host, ctx)
     summary = RunSummary(_run_all(plan, ctx, slots, preprocess, cluster), ctx.variants, [fx.fixture_id for fx in ctx.fixtures],
-                         ctx.session, ctx.skey, ctx.root)
+                         sessions, ctx.root)
     if summary.errors and raise_on_error:
         first = summary.errors[0]
         more = f" (and {len(summary.errors) - 1} more)" if len(summary.errors) > 1 else ""

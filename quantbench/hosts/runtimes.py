@@ -168,15 +168,14 @@ def native_debian_command(suite: str) -> tuple[list[str], dict]:
     return argv, {"PYTHONHOME": str(root / "usr"), "PYTHONNOUSERSITE": "1"}
 
 
-def providers_env(providers) -> dict:
-    """The worker's environment naming a host's execution providers in order (worker.make_session reads it)."""
-    return {"QUANTBENCH_PROVIDERS": ",".join(providers)} if providers else {}
-
-
 #: built-in local hosts that run another runtime natively (registry.builtin_hosts): name -> host options.
 #: x86-dnnl: this machine with Debian trixie's onnxruntime 1.21.0 (amd64): oneDNN, then the CPU provider
 NATIVE_PRESETS = {
-    "x86-dnnl": {"runtime": "debian:trixie", "providers": ["DnnlExecutionProvider", "CPUExecutionProvider"]},
+    "x86-dnnl": {"runtime": "debian:trixie"},
+}
+#: their deployed sessions (hosts.deploy.deployed_session reads a spec's session)
+NATIVE_SESSIONS = {
+    "x86-dnnl": {"providers": ["DnnlExecutionProvider", "CPUExecutionProvider"]},
 }
 
 

@@ -25,18 +25,19 @@ class HostSession:
     `spec` when the caller made it already (registry.make_host; made here otherwise).
     """
 
-    def __init__(self, spec, session: dict | None = None, allow_fallback: bool = False, label: str | None = None,
+    def __init__(self, spec, session: dict | None = None, require_providers: bool = False, label: str | None = None,
                  host=None):
         self.host = host if host is not None else make_host(spec)
         if not self.host.runs_workers:
             raise UserError(f"host {label or spec.name}: an imported host cannot run new jobs; "
                             "name a local, emulated or ssh host")
-        self.spec, self.session, self.allow_fallback = spec, dict(session or {}), allow_fallback
+        self.spec, self.session, self.require_providers = spec, dict(session or {}), require_providers
         self.label = label or spec.name
         self.client = None
         self.fingerprint: dict | None = None
         self.fingerprint_id = ""
         self.providers: list = []
+        self.provider_problems: list = []
         self.frame: dict | None = None  # the whole fingerprint frame (info, timings)
 
     # -- lifecycle
@@ -72,7 +73,7 @@ class HostSession:
     def fork(self) -> "HostSession":
         """Another worker of this host forked from this idle one (WorkerClient.fork: it starts warm);
         open() then fingerprints it like a started one."""
-        child = HostSession(self.spec, self.session, self.allow_fallback, self.label, host=self.host)
+        child = HostSession(self.spec, self.session, self.require_providers, self.label, host=self.host)
         try:
             child.client = self.client.fork()
         except WorkerDied as exc:
@@ -96,13 +97,13 @@ class HostSession:
     # -- jobs
 
     def run_job(self, parts, *, model: dict, fixtures: list, kind: str = "run", session: dict | None = None,
-                allow_fallback: bool | None = None, **fields):
+                require_providers: bool | None = None, **fields):
         """One request to this worker (keys.request_header: `model`, `fixtures` and `fields` as it takes them;
         the session and fallback are this session's unless given), its frames as they come. The one way
         every caller (the runner's tasks, the explain commands, the fingerprint) talks to a worker; a dead
         worker raises WorkerDied (the caller knows which job it was)."""
         header = request_header(kind, self.spec.name, self.session if session is None else session,
-                                self.allow_fallback if allow_fallback is None else allow_fallback, model, fixtures,
+                                self.require_providers if require_providers is None else require_providers, model, fixtures,
                                 **fields)
         return self.client.request(header, parts)
 
@@ -129,7 +130,11 @@ class HostSession:
         request = dict(model=model_entry(model), fixtures=entries, session=session or None,
                        return_tensors=return_tensors, repeat=int(repeat), **extra)
         results = []
+        self.provider_problems = []  # of this run: what it did not honour of its provider request (worker)
         for h, p in self.frames(parts, **request):
+            for problem in h.get("provider_problems") or []:
+                if problem not in self.provider_problems:
+                    self.provider_problems.append(problem)
             if h.get("type") != "result":
                 continue
             outs = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
@@ -97,7 +98,8 @@ def task_request(host, ctx, vi, fxs: list, remote: bool = False) -> tuple[dict, 
     request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
                "return_tensors": True, "repeat": 1}
     if store is not None:
-        request["store"] = store[0]
+        # the store's folder (in the results, removed with the run) holds the profiles too
+        request["store"], request["scratch"] = store[0], str(Path(store[0]).parent)
     return request, parts
 
 
@@ -143,20 +145,20 @@ class TaskLoop:
         """One job on this worker; False when the worker (or the host) must stop."""
         request, payload = task_request(self.run.host, self.run.ctx, vi, fxs)
         pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
-        providers: list = []
+        state = self.run.rows.new_state()
         try:
             for h, p in self.hs.run_job(payload, **request):
-                providers = self._frame(vi, h, p, providers, pending)
+                self._frame(vi, h, p, state, pending)
         except Exception as exc:
             self._failed(vi, pending, exc)
             return False
         self.run.rows.writer.flush()
         return not self.run.stop.is_set()
 
-    def _frame(self, vi, h: dict, p: bytes, providers: list, pending: dict) -> list:
-        """Count one frame of a job, its results as outputs rows; returns the providers its session resolved."""
+    def _frame(self, vi, h: dict, p: bytes, state: dict, pending: dict) -> None:
+        """Count one frame of a job, its results as outputs rows (HostRows.frame; `state`: the job's)."""
         run, t = self.run, h.get("type")
-        providers = run.rows.frame(vi, h, p, providers)
+        run.rows.frame(vi, h, p, state)
         if t == "result":
             pending.pop(h["fixture_id"], None)
             if run.bar is not None:
@@ -166,7 +168,6 @@ class TaskLoop:
         elif t == "error":
             run.rows.error(error_line(run, vi, h))
             run.stop.set()  # the job stopped at the failing fixture: so does the host (results so far stand)
-        return providers
 
     def _failed(self, vi, pending: dict, exc: Exception) -> None:
         """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""

@@ -10,7 +10,9 @@ Protocol (both directions, over the worker's stdin/stdout):
     frame = b"QBW1" + uint32_be(len(header)) + uint64_be(len(payload)) + header + payload
 The header is UTF-8 JSON; tensors travel raw in the payload and the header locates
 them with {"offset", "nbytes"}, or in a read-only store file on the worker's own
-filesystem named by the run's "store" (or a fixture's "file"). Requests:
+filesystem named by the run's "store" (or a fixture's "file"). A new session's first run is profiled
+(read_placement: the provider of each node), its profile written under the request's "scratch" folder
+(the run's own, in its results) and removed once read. Requests:
 {"type": "fingerprint", ...}, {"type": "run", ...}, {"type": "fork", ...}, {"type": "end"}. The worker reads
 a whole request before it writes anything (so the parent never deadlocks on full
 pipes) and answers with frames ending in {"type": "done"}. A run answers a "session"
@@ -496,11 +498,18 @@ def fingerprint_id(fingerprint: dict) -> str:
 _MODES = None
 
 
-def make_session(model, session: dict):
-    """An InferenceSession built exactly from `session`; returns (sess, resolved providers, readback)."""
+def make_session(model, session: dict, profile: bool = False, scratch=None):
+    """An InferenceSession built exactly from `session`; returns (sess, resolved providers, readback).
+    `profile`: onnxruntime profiles its first run, which read_placement reads back (and ends), in a folder
+    under `scratch` (the run's own temporary folder, in its results; None: the system's)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if profile:
+        import tempfile
+
+        so.enable_profiling = True
+        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="quantbench-profile-", dir=scratch), "run")
     so.intra_op_num_threads = session["intra_op_num_threads"]
     so.inter_op_num_threads = session["inter_op_num_threads"]
     so.execution_mode = (ort.ExecutionMode.ORT_SEQUENTIAL if session["execution_mode"] == "sequential"
@@ -514,6 +523,10 @@ def make_session(model, session: dict):
     so.log_severity_level = 3
     for key, value in session["config_entries"].items():
         so.add_session_config_entry(key, value)
+    if os.environ.get("QUANTBENCH_WORKER_SPIN") == "0":  # an emulated guest: its threads share the host's cores
+        for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+            if key not in session["config_entries"]:
+                so.add_session_config_entry(key, "0")
     readback = {
         "intra_op_num_threads": so.intra_op_num_threads,
         "inter_op_num_threads": so.inter_op_num_threads,
@@ -521,8 +534,7 @@ def make_session(model, session: dict):
         "graph_optimization_level": str(so.graph_optimization_level),
         "config_entries": {k: so.get_session_config_entry(k) for k in session["config_entries"]},
     }
-    # a host's own providers (its preset: quantbench.hosts.runtimes.providers_env), else the session's
-    providers = [p for p in os.environ.get("QUANTBENCH_PROVIDERS", "").split(",") if p] or list(session["providers"])
+    providers = list(session["providers"])  # the host's deployed session's (hosts.deploy), overrides applied
     unknown = [p for p in providers if p not in ort.get_all_providers()]
     if unknown:
         raise ValueError("unknown execution provider %s; this onnxruntime %s has %s" % (
@@ -531,11 +543,61 @@ def make_session(model, session: dict):
     return sess, list(sess.get_providers()), readback
 
 
-def check_providers(requested, resolved, allow_fallback: bool) -> "str | None":
-    missing = [p for p in requested if p not in resolved]
-    if missing and not allow_fallback:
-        return ("requested execution provider(s) %s not resolved by the session (resolved: %s); "
-                "silent fallback is refused, pass --allow-fallback to accept it" % (", ".join(missing), ", ".join(resolved)))
+def read_placement(sess) -> dict:
+    """{provider: {op type: nodes}}: which execution provider ran each node of the session's profiled run
+    (its profile's kernel events, the run itself; never the session object's provider list). Ends the
+    profiling and removes the profile."""
+    path = sess.end_profiling()
+    if not path:
+        return {}
+    try:
+        with open(path, "r") as fh:
+            events = json.load(fh)
+    finally:
+        try:
+            os.remove(path)
+            os.rmdir(os.path.dirname(path))
+        except OSError:
+            pass
+    events = events.get("traceEvents", []) if isinstance(events, dict) else events
+    nodes = {}
+    for e in events:
+        name = str(e.get("name", ""))
+        if e.get("cat") == "Node" and name.endswith("_kernel_time"):
+            args = e.get("args") or {}
+            nodes[name[:-len("_kernel_time")]] = (str(args.get("provider", "")), str(args.get("op_name", "")))
+    out = {}
+    for provider, op in nodes.values():
+        ops = out.setdefault(provider, {})
+        ops[op] = ops.get(op, 0) + 1
+    return {p: dict(sorted(o.items())) for p, o in sorted(out.items())}
+
+
+def provider_problems(requested, available, placement=None) -> list:
+    """What a run did not do of its provider request: a requested provider this onnxruntime does not have, or
+    (with `placement`, read_placement's) one that took no node. The CPU provider as the last, fallback choice
+    need not take any."""
+    out = []
+    for i, p in enumerate(requested):
+        if p not in available:
+            out.append("%s is not available in this onnxruntime (available: %s)" % (p, ", ".join(available)))
+        elif placement is not None and p not in placement and not (p == "CPUExecutionProvider" and i == len(requested) - 1):
+            ran = ", ".join("%s %d" % (q, sum(o.values())) for q, o in placement.items()) or "none"
+            out.append("%s took no nodes (nodes per provider: %s)" % (p, ran))
+    return out
+
+
+def _available_providers() -> list:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def check_providers(requested, require_providers: bool, placement=None) -> "str | None":
+    """The refusal of a run whose providers are required (require_providers) and not all ran; None otherwise."""
+    problems = provider_problems(requested, _available_providers(), placement)
+    if problems and require_providers:
+        return "requested execution providers are required: %s" % "; ".join(problems)
     return None
 
 
@@ -722,18 +784,20 @@ class _Sender:
         self.thread = threading.Thread(target=self._run, name="send-results", daemon=True)
         self.thread.start()
 
-    def put(self, fx_id, outputs, seconds, rep) -> None:
+    def put(self, fx_id, outputs, seconds, rep, extra=None) -> None:
+        """Queue one result; `extra`: fields for its header (the placement, with a session's first result)."""
         while len(self.pending) >= self.BACKLOG and self.error is None:
             time.sleep(self.PERIOD / 4)
         if self.error is not None:
             raise self.error
-        self.pending.append((fx_id, outputs, seconds, rep))
+        self.pending.append((fx_id, outputs, seconds, rep, extra))
 
     def _drain(self) -> None:
         wrote = False
         while self.pending:
-            fx_id, outputs, seconds, rep = self.pending.popleft()
+            fx_id, outputs, seconds, rep, extra = self.pending.popleft()
             header, parts = _output_frame(self.job, fx_id, outputs, self.names, self.want_tensors, seconds, rep)
+            header.update(extra or {})
             write_frame(self.out, header, parts, flush=False)
             wrote = True
         if wrote:
@@ -778,23 +842,37 @@ def _test_pause(sender) -> None:
         time.sleep(0.01)
 
 
-#: the session kept for later jobs: (model SHA-256, session options JSON) -> (session, providers, readback)
+#: the session kept for later jobs: (model SHA-256, session options JSON) -> [session, providers, readback,
+#: placement (read_placement's, once its first run was profiled; None before)]
 _SESSIONS = {}
 
 
-def _cached_session(data, session, sha256=None):
-    """(session, resolved providers, readback, reused): the last job's session when this job has the same
-    model bytes and options (the runner splits a variant's fixtures into several jobs), else a new one.
-    One session at most is kept, and it is dropped before another is built: a worker never holds two.
-    `sha256`: the model bytes' hash, already checked by _model_source."""
+def _cached_session(data, session, sha256=None, scratch=None):
+    """([session, resolved providers, readback, placement], reused): the last job's session when this job has
+    the same model bytes and options (the runner splits a variant's fixtures into several jobs), else a new one
+    (its first run profiled: placement None until then). One session at most is kept, and it is dropped
+    before another is built: a worker never holds two. `sha256`: the model bytes' hash, already checked by
+    _model_source."""
     key = (sha256 or hashlib.sha256(data).hexdigest(), json.dumps(session, sort_keys=True))
     hit = _SESSIONS.get(key)
     if hit is not None:
-        return hit + (True,)
-    _SESSIONS.clear()
-    made = make_session(data, session)
+        return hit, True
+    _drop_sessions()
+    made = list(make_session(data, session, profile=True, scratch=scratch)) + [None]
     _SESSIONS[key] = made
-    return made + (False,)
+    return made, False
+
+
+def _drop_sessions() -> None:
+    """Drop the kept session; one whose profiled run never happened ends its profiling first, so onnxruntime
+    leaves no profile file behind (read_placement removes it)."""
+    for old in _SESSIONS.values():
+        if old[3] is None:
+            try:
+                read_placement(old[0])
+            except Exception:
+                pass
+    _SESSIONS.clear()
 
 
 def _check_tensor_outputs(sess) -> None:
@@ -816,11 +894,13 @@ def run_job(job, payload, out) -> None:
     try:
         t1 = time.perf_counter()
         try:
-            sess, resolved, readback, reused = _cached_session(data, session, job["model"].get("sha256"))
+            made, reused = _cached_session(data, session, job["model"].get("sha256"), job.get("scratch"))
         except Exception as exc:
             raise JobError("unsupported" if _unsupported(exc, False) else "session",
                            "could not create the session: %s: %s" % (type(exc).__name__, exc))
-        problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
+        sess, resolved, readback, placement = made
+        require = bool(job.get("require_providers"))
+        problem = check_providers(session["providers"], require, placement)
         if problem:
             raise JobError("providers", problem)
         names = [o.name for o in sess.get_outputs()]
@@ -833,11 +913,14 @@ def run_job(job, payload, out) -> None:
         t2 = time.perf_counter()
         write_frame(out, {"type": "session", "providers": resolved, "session_readback": readback,
                           "outputs": names, "host": host, "variant": variant, "session_seconds": t2 - t1,
-                          "reused": reused})
+                          "reused": reused, "placement": placement,
+                          "provider_problems": provider_problems(session["providers"], _available_providers(),
+                                                                 placement)})
         sender = _Sender(out, job, names, job.get("return_tensors", True))
+        placed = None if placement is not None else (made, session["providers"], require)
         try:
             _run_fixtures(sess, names, len(job["fixtures"]), verifier, sender, session["batch"],
-                          int(job.get("repeat", 1)))
+                          int(job.get("repeat", 1)), placed)
         finally:
             sender.close()  # every finished result goes out before an error frame
         write_frame(out, {"type": "verified", "fixtures": verifier.done, "verify_seconds": verifier.seconds})
@@ -845,8 +928,20 @@ def run_job(job, payload, out) -> None:
         verifier.cancel()
 
 
-def _run_fixtures(sess, names, n, verifier, sender, batch, repeat) -> None:
-    """The compute loop: only session.run and handing the outputs over (see _Sender)."""
+def _placed(placed) -> dict:
+    """After a new session's first (profiled) run: its placement, kept with the session and sent with the first
+    result; the job's refusal when its providers are required and did not all run."""
+    made, requested, require = placed
+    made[3] = read_placement(made[0])
+    problem = check_providers(requested, require, made[3])
+    if problem:
+        raise JobError("providers", problem)
+    return {"placement": made[3], "provider_problems": provider_problems(requested, _available_providers(), made[3])}
+
+
+def _run_fixtures(sess, names, n, verifier, sender, batch, repeat, placed=None) -> None:
+    """The compute loop: only session.run and handing the outputs over (see _Sender). `placed`: (the cached
+    session entry, requested providers, required) when this session's first run is profiled (_placed)."""
     for start in range(0, n, batch):
         verifier.wait(min(n, start + batch))
         group = verifier.items[start:start + batch]
@@ -866,8 +961,9 @@ def _run_fixtures(sess, names, n, verifier, sender, batch, repeat) -> None:
                 raise JobError("unsupported" if _unsupported(exc, True) else "run", "%s: %s" % (type(exc).__name__, exc),
                                ids[0] if len(ids) == 1 else ids)
             seconds = time.perf_counter() - t0
+            extra, placed = (_placed(placed) if placed is not None else None), None
             if len(group) == 1:
-                sender.put(ids[0], outputs, seconds, rep)
+                sender.put(ids[0], outputs, seconds, rep, extra)
                 if _TEST_PAUSE is not None:
                     _test_pause(sender)
                 continue
@@ -878,7 +974,7 @@ def _run_fixtures(sess, names, n, verifier, sender, batch, repeat) -> None:
                         raise JobError("run", "batch %d: output %r has leading dimension %s, cannot split per "
                                        "fixture" % (len(group), name, arr.shape[:1]), fid)
                     split.append(arr[i:i + 1])
-                sender.put(fid, split, seconds / len(group), rep)
+                sender.put(fid, split, seconds / len(group), rep, extra if i == 0 else None)
                 if _TEST_PAUSE is not None:
                     _test_pause(sender)
 
@@ -890,7 +986,7 @@ def fingerprint_job(job, payload, out) -> None:
     if job.get("model"):
         data = _model_source(job, payload)
         sess, resolved, readback = make_session(data, session)
-        problem = check_providers(session["providers"], resolved, bool(job.get("allow_fallback")))
+        problem = check_providers(session["providers"], bool(job.get("require_providers")))
         if problem:
             raise JobError("providers", problem)
         if job.get("fixtures"):
@@ -960,12 +1056,11 @@ def serve(inp, out) -> int:
     """The worker loop: answer requests until "end" or end of input."""
     while True:
         frame = read_frame(inp)
-        if frame is None:
+        if frame is None or frame[0].get("type") == "end":
+            _drop_sessions()
             return 0
         job, payload = frame
         kind = job.get("type")
-        if kind == "end":
-            return 0
         try:
             if kind == "fingerprint":
                 fingerprint_job(job, payload, out)
@@ -976,6 +1071,7 @@ def serve(inp, out) -> int:
             else:
                 raise JobError("protocol", "unknown request type %r" % (kind,))
         except Exception as exc:
+            _drop_sessions()  # a failed job's session is built anew (its first run profiled) by the next one
             stage = exc.stage if isinstance(exc, JobError) else "worker"
             fixture = exc.fixture_id if isinstance(exc, JobError) else None
             write_frame(out, {"type": "error", "stage": stage, "message": str(exc) or type(exc).__name__,

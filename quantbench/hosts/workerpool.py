@@ -67,7 +67,7 @@ class HostWorkers:
         """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
         `forked` from the first one (already tracked)."""
         run = self.run
-        hs = forked or HostSession(run.spec, run.ctx.session, run.ctx.allow_fallback, host=run.host)
+        hs = forked or HostSession(run.spec, run.rows.session, run.ctx.require_providers, host=run.host)
         try:
             hs.open()
         finally:

@@ -20,7 +20,8 @@ def test_noise_rows_on_local_host(workdir):
     path = saturating_matmul(workdir / "m.onnx")
     fxs = [fixture(x) for x in saturating_inputs(count=8)]
     [host] = parse_hosts("x86")
-    rows = noise_floor(path, host, fxs, _spec(), threads=2, batch=8, variant_name="fp32")
+    rows = noise_floor(path, host, fxs, _spec(), threads=2, batch=8, variant_name="fp32",
+                       factors=("repeat", "threads", "batch", "opt_level"))
     by = {r.factor: r for r in rows}
     assert list(by) == ["repeat", "threads", "batch", "opt_level"]
     assert by["repeat"].same_bytes and not by["repeat"].harness_fault and by["repeat"].flips == 0
@@ -31,6 +32,28 @@ def test_noise_rows_on_local_host(workdir):
     tables.append("noise", [r.row() for r in rows], root=workdir / "t")
     assert tables.read("noise", root=workdir / "t").num_rows == 4
     assert "repeat" in table(rows)
+
+
+def test_deployed_threads_and_provider_against_the_hosts_own_session(workdir):
+    """1 thread vs the host's deployed count, and its providers vs the CPU provider alone, each with its flips;
+    a host deploying 1 thread and the CPU provider says there is nothing to compare; a fallback is named."""
+    from quantbench.hosts.registry import parse_hosts
+    from quantbench.explain.noise import FACTORS, noise_floor
+
+    assert FACTORS[-2:] == ("deployed_threads", "provider")
+    path = saturating_matmul(workdir / "m.onnx")
+    fxs = [fixture(x) for x in saturating_inputs(count=4)]
+    plain, deployed = parse_hosts("x86,x86+intra_op_num_threads=2+providers=XnnpackExecutionProvider/CPUExecutionProvider")
+    factors = ("deployed_threads", "provider")
+    by = {r.factor: r for r in noise_floor(path, plain, fxs, _spec(), factors=factors)}
+    assert by["deployed_threads"].same_bytes is None and "deploys 1 intra-op thread" in by["deployed_threads"].note
+    assert by["provider"].same_bytes is None and "CPU provider only" in by["provider"].note
+    by = {r.factor: r for r in noise_floor(path, deployed, fxs, _spec(), factors=factors)}
+    t, p = by["deployed_threads"], by["provider"]
+    assert (t.setting_a, t.setting_b) == ("threads=2 (deployed)", "threads=1") and t.flips is not None
+    assert t.same_bytes == (t.differing_fixtures == 0) and t.fixtures == 4
+    assert p.setting_a == "providers=XnnpackExecutionProvider>CPUExecutionProvider" and p.same_bytes  # it fell back
+    assert p.flips == 0 and "requested XnnpackExecutionProvider is not available in this onnxruntime" in p.note
 
 
 def test_fixed_batch_axis_is_said(workdir):

@@ -97,7 +97,7 @@ def _worker_code() -> str:
     return h.hexdigest()
 
 
-def _version2_key(host, session, allow_fallback):
+def _version2_key(host, session, require_providers):
     """The version-2 key as users' caches hold it, spelled out: any change to its material must bump
     fpcache.VERSION (or every existing cache entry silently stops matching)."""
     import hashlib
@@ -113,7 +113,7 @@ def _version2_key(host, session, allow_fallback):
     parts = {
         "version": 2, "kind": host.kind, "name": host.name, "options": canonical_json(host.options),
         "worker": _worker_code(), "session": session,
-        "allow_fallback": bool(allow_fallback), "argv": list(argv),
+        "require_providers": bool(require_providers), "argv": list(argv),
         "preamble": hashlib.sha256(preamble or b"").hexdigest(),
         "env": {k: v for k, v in sorted(env.items()) if k.startswith(fpcache._ENV_PREFIXES)},
         "files": [fpcache._stat(a) for a in argv if os.path.sep in a and os.path.exists(a)],
@@ -320,6 +320,7 @@ class _FakeRun:
         self.name, self.left, self.uses_local_slot, self.wants = name, left, local, wants
         self.lock = threading.Lock()
         self.starting = 0
+        self.cores = 1  # core slots per worker (its threads): one-thread workers here
         self.granted = 0
         self.stop = threading.Event()
 

@@ -99,8 +99,11 @@ def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch)
     real_job = taskloop.task_request
     monkeypatch.setattr(taskloop, "task_request",
                         lambda host, ctx, vi, f: jobs.append(real_job(host, ctx, vi, f)) or jobs[-1])
-    one = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "one", jobs=1).hosts[0]
-    two = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "two", jobs=2).hosts[0]
+    one1 = {"intra_op_num_threads": 1}  # one-thread workers: two fit two slots (the Pi's deployed 4 take both)
+    one = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "one", jobs=1,
+                    session=one1).hosts[0]
+    two = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "two", jobs=2,
+                    session=one1).hosts[0]
     assert (one.workers, one.forked) == (1, 0)
     assert (two.workers, two.forked, two.ran, two.errors) == (2, 1, 8, [])
     assert two.fingerprint_id == one.fingerprint_id
@@ -125,7 +128,7 @@ from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.hosts.registry import HostSpec
 from quantbench.hosts.runner import run_hosts
 run_hosts([HostSpec("pi", "emulated", {{"preset": "pi"}})], [variant({model!r})], fixtures(8, n=64),
-          progress=False, tables_root={root!r}, jobs=2)
+          progress=False, tables_root={root!r}, jobs=2, session={{"intra_op_num_threads": 1}})
 """
 
 

@@ -112,12 +112,12 @@ def test_worker_exception_reports_host_variant_fixture_and_keeps_results(workdir
     assert err.value.summary.hosts[0].ran == 2
 
 
-def test_unresolved_provider_is_an_error(workdir):
+def test_unresolved_provider_is_an_error_when_required(workdir):
     model = matmul_model(workdir / "m.onnx")
     root = workdir / "t"
-    with pytest.raises(RunFailed, match="CUDAExecutionProvider.*--allow-fallback"):
+    with pytest.raises(RunFailed, match="providers are required: CUDAExecutionProvider is not available"):
         run_hosts(["x86"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1,
-                  session={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]})
+                  session={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}, require_providers=True)
     assert results.load_outputs(tables_root=root).num_rows == 0
 
 

@@ -113,12 +113,13 @@ def test_unresolved_provider_is_reported_not_replaced(tmp_path, client):
     model = matmul_model(tmp_path / "m.onnx")
     x = np.ones((1, 16), np.float32)
     session = {"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
-    frames = [h for h, _ in client.request(*_job(model, [x], session=session))]
+    frames = [h for h, _ in client.request(*_job(model, [x], session=session, require_providers=True))]
     assert [f["type"] for f in frames] == ["error"]
     assert frames[0]["stage"] == "providers" and "CUDAExecutionProvider" in frames[0]["message"]
-    ok = [h for h, _ in client.request(*_job(model, [x], session=session, allow_fallback=True))]
-    assert ok[0]["type"] == "session" and ok[0]["providers"] == ["CPUExecutionProvider"]
-    assert ok[1]["type"] == "result"
+    ok = [h for h, _ in client.request(*_job(model, [x], session=session))]   # by default: run, and say so
+    assert ok[0]["type"] == "session" and "CUDAExecutionProvider is not available" in ok[0]["provider_problems"][0]
+    assert ok[1]["type"] == "result" and set(ok[1]["placement"]) == {"CPUExecutionProvider"}
+    assert "CUDAExecutionProvider is not available" in ok[1]["provider_problems"][0]
 
 
 def test_run_time_exception_names_fixture_and_keeps_earlier_results(tmp_path, client):

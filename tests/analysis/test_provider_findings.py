@@ -1,0 +1,39 @@
+"""equiv flags a requested execution provider that fell back (pip onnxruntime has no XNNPACK: the request only
+warns and runs the CPU provider) in the verdict, the classes table and the report, and goes on;
+--require-providers makes it an error, with nothing analysed."""
+
+import json
+from pathlib import Path
+
+from quantbench import tables
+from quantbench.cli import main
+
+ASK = ["--providers", "XnnpackExecutionProvider,CPUExecutionProvider"]
+
+
+def test_fallback_is_flagged_in_verdict_classes_table_and_report(workdir, capsys):
+    code = main(["equiv", "--hosts", "x86", *ASK, "--limit", "1", "--no-progress", "--no-plots"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    flagged = [ln.strip() for ln in out.splitlines() if ln.strip().startswith("- FLAGGED")]
+    assert flagged and all(" on x86: requested XnnpackExecutionProvider is not available in this onnxruntime"
+                           in ln for ln in flagged), out
+    assert {ln.split(" on x86")[0] for ln in flagged} == {"- FLAGGED litter-cnn / fp32", "- FLAGGED litter-detr-tiny / fp32"}
+    rows = tables.read("classes", root=Path("results/tables"), columns=["model", "provider_findings", "placements"]).to_pylist()
+    assert rows and all(r["provider_findings"] and r["provider_findings"][0].startswith(
+        "x86: requested XnnpackExecutionProvider is not available") for r in rows)
+    assert all(set(json.loads(r["placements"])["x86"]) == {"CPUExecutionProvider"} for r in rows)
+    report = Path("results/report.md").read_text()
+    assert "x86 (provider fell back)" in report and "Execution providers (resolved, not requested)" in report
+    assert "| litter-cnn | fp32 | x86 | XnnpackExecutionProvider, CPUExecutionProvider | CPUExecutionProvider 18 nodes (Conv 9," in report
+    assert "| CPUExecutionProvider; 1 intra-op thread; graph opt all |" not in report  # the host's session as asked
+    assert "XnnpackExecutionProvider > CPUExecutionProvider; 1 intra-op thread; graph opt all" in report
+
+
+def test_require_providers_refuses_the_fallback(workdir, capsys):
+    code = main(["equiv", "--hosts", "x86", *ASK, "--require-providers", "--limit", "1", "--no-progress", "--no-plots"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "requested execution providers are required: XnnpackExecutionProvider is not available" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not Path("results/report.md").exists()
