@@ -407,10 +407,10 @@ class ImportedHost:
         """The one session the file's results of its host were made under (None: several, or unreadable): an
         imported host without session keys of its own runs under it (hosts.deploy.deployed_session)."""
         try:
-            out = _source(self.options["file"], self.options.get("host"))[3]
+            outs = [_source(f, self.options.get("host"))[3] for f in files_of(self.options)]
         except UserError:
             return None
-        found = set(out.column("session_options").to_pylist())
+        found = {s for out in outs for s in out.column("session_options").to_pylist()}
         return json.loads(found.pop()) if len(found) == 1 else None
 
     def latency_refusal(self) -> str | None:
