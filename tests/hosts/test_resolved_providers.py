@@ -94,5 +94,7 @@ def test_a_failed_job_leaves_no_profile_behind(workdir, monkeypatch):
             hs.run(model, fixtures(1, first_values=[9]))
         assert list(tmp.iterdir()) == []
         hs.run(model, fixtures(1, first_values=[1]))   # the next job profiles a new session
-        assert hs.provider_problems == [] and list(tmp.iterdir()) == []
+        assert hs.provider_problems == []
+    # the worker has ended: whatever its sessions profiled was read and removed (checked only now: on one core
+    # the worker may still be removing the last profile when the job's final frame has reached the client)
     assert list(tmp.iterdir()) == []
