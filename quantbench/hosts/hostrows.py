@@ -83,6 +83,7 @@ class HostRows:
         #: the session this host runs under (hosts.deploy.deployed_session): its JSON and key go in every row
         self.session = ctx.sessions[spec.name]
         self.session_json, self.skey = canonical_json(self.session), session_key(self.session)
+        summary.session, summary.session_key = self.session, self.skey
         self.writer = Writer(ctx)
         self.fingerprint_id = ""
 

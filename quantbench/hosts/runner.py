@@ -397,15 +397,13 @@ class _HostRun:
         self.ctx = ctx
         self.position = position
         self.sched = sched
-        self.session = ctx.sessions[spec.name]
-        self.session_json, self.skey = canonical_json(self.session), session_key(self.session)
-        self.summary = HostSummary(spec.name, spec.kind, session=self.session, session_key=self.skey)
-        #: core slots each worker takes: its threads, at most every slot (a 4-thread guest on 2 cores takes both)
-        self.cores = min(worker_threads(self.session), sched.slots)
+        self.summary = HostSummary(spec.name, spec.kind)
         self.stop = threading.Event()
         self.bar = None
         self.lock = threading.Lock()
-        self.rows = HostRows(spec, host, ctx, self.summary, self.lock)
+        self.rows = HostRows(spec, host, ctx, self.summary, self.lock)   # owns the host's session and its key
+        #: core slots each worker takes: its threads, at most every slot (a 4-thread guest on 2 cores takes both)
+        self.cores = min(worker_threads(self.rows.session), sched.slots)
         self.workers = HostWorkers(self)
         self.uses_local_slot = self.host.uses_local_cores
         self.tasks: Tasks | None = None
@@ -444,7 +442,7 @@ class _HostRun:
         ctx = self.ctx
 
         try:
-            key = fpcache.cache_key(self.host, self.session, ctx.require_providers)
+            key = fpcache.cache_key(self.host, self.rows.session, ctx.require_providers)
         except Exception:  # the cache is an optimisation: never a reason to fail
             key = None
         hit = fpcache.lookup(key)
