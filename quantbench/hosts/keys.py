@@ -10,6 +10,7 @@ registry or the host kinds, so any of them may import it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from quantbench.errors import UserError
@@ -136,9 +137,11 @@ def not_started_row(host: str, kind: str, reason: str, runtime: str) -> dict:
             "isa_flags": [], "ort_version": version, "fingerprint": canonical_json(dict(fp, kind=kind))}
 
 
+@functools.lru_cache(maxsize=1)
 def local_ort_version() -> str:
     """The onnxruntime version of this interpreter (package metadata, else the module's own);
-    emulated hosts must match it and their wheel folder is keyed by it."""
+    emulated hosts must match it and their wheel folder is keyed by it. Read once: a metadata lookup
+    scans every installed distribution, and a run asks for it per host and per worker."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:

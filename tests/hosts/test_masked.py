@@ -133,6 +133,21 @@ def test_the_masked_copy_and_the_shim_are_built_once():
     assert ort and stamp["files"][ort[0]]["cpuid_sites"] > 10
 
 
+def test_a_process_checks_the_masked_copy_once(monkeypatch):
+    """Each masked worker start asks for the copy; the package files are listed and the libraries hashed once
+    per process (they cost ~0.5 s per masked host of a run), and the copy found is still the checked one."""
+    _need_masked()
+    monkeypatch.setattr(C, "_ONCE", {})
+    listed, checked = [], []
+    real_files, real_verify = C._source_files, C.verify
+    monkeypatch.setattr(C, "_source_files", lambda dirs: listed.append(dirs) or real_files(dirs))
+    monkeypatch.setattr(C, "verify", lambda site, stamp: checked.append(site) or real_verify(site, stamp))
+    sites = {C.ensure_site()[0] for _ in range(3)}
+    _argv, env, _ = make_host(resolve_hosts(["x86-avx2:masked"])[0]).command()
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(sites.pop()) and not sites
+    assert len(listed) == 1 and len(checked) == 1
+
+
 # --------------------------------------------------------------------------- the worker under a mask
 
 
