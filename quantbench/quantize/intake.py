@@ -178,10 +178,10 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
         if not pre_process:
             with atomic_path(out_path) as tmp:
                 Path(tmp).write_bytes(src.read_bytes())
-            record["symbolic_shape_inference"] = "not run (--no-pre-process)"
+            record["symbolic_shape_inference"] = "not run (pre-processing off)"
             bn = sum(1 for n in model.graph.node if n.op_type == "BatchNormalization")
             if bn:
-                notes.append(f"--no-pre-process: {bn} BatchNormalization node(s) left unfolded (quantized as separate "
+                notes.append(f"pre-processing off: {bn} BatchNormalization node(s) left unfolded (quantized as separate "
                              "ops, less accurate than folded into Conv)")
         else:
             record["symbolic_shape_inference"] = _pre_process(src, out_path, model_path, notes)

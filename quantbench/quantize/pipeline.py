@@ -275,7 +275,7 @@ class _VariantMaker:
         prep_model = load_with_shape_infer(prepared, workdir=stage)
         missing = [n for n in o.exclude_nodes if n not in {x.name for x in prep_model.graph.node}]
         if missing:
-            hint = " after pre-processing (pass --no-pre-process to use the original graph)" if o.pre_process else ""
+            hint = f" after pre-processing (pass {flag('pre_process')} to use the original graph)" if o.pre_process else ""
             raise ParameterError("exclude_nodes", f"{self.model_path} has no node named "
                                                   f"{', '.join(map(repr, missing))}{hint}")
         # the smoke image: the first calibration image, as every variant will be fed

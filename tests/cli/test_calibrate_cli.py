@@ -99,7 +99,7 @@ def _assert_nothing_written(wd):
         assert not p.exists() or not [f for f in p.rglob("*") if f.is_file()], d
 
 
-@pytest.mark.parametrize("case", ["checker", "shape", "corrupt", "missing", "exclude", "method"])
+@pytest.mark.parametrize("case", ["checker", "shape", "corrupt", "missing", "exclude", "exclude_pre", "method"])
 def test_bad_input_is_one_line_and_leaves_nothing(setup, capsys, case):
     wd, model, labels = setup
     args = base_args(model, labels, "--no-pre-process")
@@ -128,6 +128,9 @@ def test_bad_input_is_one_line_and_leaves_nothing(setup, capsys, case):
     elif case == "exclude":
         args += ["--exclude-nodes", "conv1,nope"]
         expect = "--exclude-nodes: "
+    elif case == "exclude_pre":  # pre-processing renames nodes: the message names the flag that turns it off
+        args = base_args(model, labels, "--exclude-nodes", "nope")
+        expect = "after pre-processing (pass --no-pre-process to use the original graph)"
     else:
         args += ["--methods", "minmax,kl"]
         expect = "--methods: unknown ['kl']"
