@@ -136,7 +136,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
             _ready(host)
     if not variants:
         raise UserError(f"no model variants to run; run `quantbench calibrate` first or pass {flag('variants')}")
-    loaded = [None if isinstance(v, VariantInfo) else load_with_data(Path(v.path)) for v in variants]
+    loaded = [None if isinstance(v, VariantInfo) else _parsed(v) for v in variants]
     if check_variant is not None:
         for v, lw in zip(variants, loaded):
             check_variant(v, v.outputs if lw is None else [o.name for o in lw[0].graph.output])
@@ -159,6 +159,16 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
                                        variants=sorted(str(v.path) for v in variants),
                                        fixtures=sorted(fx.fixture_id for fx in fixtures))
     return plan
+
+
+def _parsed(v) -> tuple:
+    """(model, external data files) of a variant's file: as choosing it parsed it (Variant.parsed, taken off it:
+    the plan holds what it needs), else parsed here."""
+    parsed = getattr(v, "parsed", None)
+    if parsed is None:
+        return load_with_data(Path(v.path))
+    v.parsed = None
+    return parsed
 
 
 def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:

@@ -52,6 +52,16 @@ def test_fresh_demo_run_parses_each_model_once_before_the_hosts_start(workdir, c
     assert models == {p: 1 for p in models}
 
 
+def test_a_bare_model_file_is_parsed_once(workdir, capsys, monkeypatch):
+    """A bare .onnx (no recipe) is parsed to tell a float model from a quantized one; the plan takes that parse."""
+    labels, _ = make_corpus(workdir / "corpus", n_litter=6, n_negative=6, n_eval=2)
+    model = tiny_model(workdir / "models" / "tiny.onnx")
+    loads, at_start = count_loads(monkeypatch)
+    assert main(["equiv", "--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--no-progress",
+                 "--no-plots"]) == 0, capsys.readouterr()
+    assert at_start and {Path(p).name: n for p, n in at_start[0].items() if p.endswith(".onnx")} == {"tiny.onnx": 1}
+
+
 def test_latency_parses_each_model_once(workdir, capsys, monkeypatch):
     """An explain command that runs hosts plans its run too (latency: the timed fixture and the variant id)."""
     loads, _ = count_loads(monkeypatch)
