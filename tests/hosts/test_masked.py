@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -146,6 +147,20 @@ def test_a_process_checks_the_masked_copy_once(monkeypatch):
     _argv, env, _ = make_host(resolve_hosts(["x86-avx2:masked"])[0]).command()
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(sites.pop()) and not sites
     assert len(listed) == 1 and len(checked) == 1
+
+
+def test_the_masked_copy_carries_its_own_bytecode():
+    """Compiled where it lives, so a worker that may not write bytecode (PYTHONDONTWRITEBYTECODE) does not compile
+    numpy and onnxruntime at every start, and a traceback names the copy's files."""
+    import importlib.util
+    import marshal
+
+    _need_masked()
+    site = C.ensure_site()[0]
+    for src in (site / "numpy" / "__init__.py", site / "onnxruntime" / "__init__.py"):
+        pyc = Path(importlib.util.cache_from_source(str(src)))
+        assert pyc.is_file(), pyc
+        assert marshal.loads(pyc.read_bytes()[16:]).co_filename == str(src)
 
 
 # --------------------------------------------------------------------------- the worker under a mask
