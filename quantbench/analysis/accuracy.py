@@ -363,9 +363,8 @@ def resample_images(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BO
 
 def resample_weights(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
     """``resample_images`` as counts: [resamples, n], how often each resample draws each image."""
-    w = np.zeros((resamples, n))
-    np.add.at(w, (np.arange(resamples)[:, None], resample_images(n, resamples, seed)), 1)
-    return w
+    drawn = (np.arange(resamples)[:, None] * n + resample_images(n, resamples, seed)).reshape(-1)
+    return np.bincount(drawn, minlength=resamples * n).reshape(resamples, n).astype(np.float64)
 
 
 def _interval(a: float, ra, b: float, rb, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:

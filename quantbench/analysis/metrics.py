@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from quantbench.analysis.decode import DecodeSpec, decode, iou
+from quantbench.errors import ParameterError
 from quantbench.fsutil import sha256_file
 
 IOU_THRESHOLD = 0.5   # precision_recall's match
@@ -275,11 +276,12 @@ def coco_matches(detections: dict, gt: dict) -> dict:
     weighting of the images without matching again (``weighted_ap``: a bootstrap resample weights each image
     by how often it is drawn).
 
-    For each class with ground truth and each IoU threshold, over that class's true positives in the order
-    COCOeval's accumulation ranks the detections: (``tp`` [P, n], the true positives of each image ranked at or
-    above each one; ``fp`` [P, n], the false positives of each image ranked above it). ``gt`` [n, K]: the
-    counted ground-truth boxes per image and class; n the images of `gt` in sorted order. ``ap``: coco_ap's
-    figures, from the same evaluation.
+    For each class with ground truth, in the order COCOeval's accumulation ranks its detections (``matches``, one
+    dict per class): ``image`` [N], the image of each detection ranked at or above the class's last true positive
+    (those ranked below it change no precision); ``tp`` and ``ignored``, per IoU threshold, the ranks of its true
+    positives and of its ignored detections (COCOeval's dtIgnore), every other rank a false positive. ``gt``
+    [n, K]: the counted ground-truth boxes per image and class; n the images of `gt` in sorted order. ``ap``:
+    coco_ap's figures, from the same evaluation.
     """
     from pycocotools.cocoeval import Params
 
@@ -290,63 +292,106 @@ def coco_matches(detections: dict, gt: dict) -> dict:
     for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
         for j, c in enumerate(classes):
             counts[i, j] = np.count_nonzero(g[:, 4] == c)
-    matches = [[(np.zeros((0, n)), np.zeros((0, n)))] * len(params.iouThrs) for _ in classes]
+    matches = [_no_matches(len(params.iouThrs)) for _ in classes]
     if ev is not None:
         for j, c in enumerate(classes):
             k = list(ev.params.catIds).index(c)
             evals = [(i, e) for i, e in enumerate(ev.evalImgs[k * n:(k + 1) * n]) if e is not None]
             for i, e in evals:
                 counts[i, j] = np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)
-            matches[j] = _class_matches(evals, n)
+            matches[j] = _class_matches(evals)
     return {"matches": matches, "gt": counts, "recall": np.asarray(params.recThrs, np.float64),
             "ap": _ap_figures(ev, n_gt)}
 
 
-def _class_matches(evals: list, n: int) -> list:
-    """One class's (tp, fp) per IoU threshold (``coco_matches``) from its COCOeval image evaluations."""
+def _no_matches(thresholds: int) -> dict:
+    """A class's ``coco_matches`` ranking without detections."""
+    none = np.zeros(0, np.intp)
+    return {"image": none, "tp": [none] * thresholds, "ignored": [none] * thresholds}
+
+
+def _class_matches(evals: list) -> dict:
+    """One class's ranking (``coco_matches``) from its COCOeval image evaluations."""
     if not any(len(e["dtScores"]) for _, e in evals):
-        return [(np.zeros((0, n)), np.zeros((0, n)))] * len(evals[0][1]["dtMatches"])
+        return _no_matches(len(evals[0][1]["dtMatches"]))
     score = np.concatenate([np.asarray(e["dtScores"], np.float64) for _, e in evals])
-    image = np.concatenate([np.full(len(e["dtScores"]), i) for i, e in evals])
+    image = np.concatenate([np.full(len(e["dtScores"]), i, np.intp) for i, e in evals])
     order = np.argsort(-score, kind="mergesort")   # as COCOeval.accumulate ranks them
     dtm = np.concatenate([e["dtMatches"] for _, e in evals], axis=1)[:, order]
     dtig = np.concatenate([e["dtIgnore"] for _, e in evals], axis=1)[:, order].astype(bool)
-    image = image[order]
-    out = []
-    for tp, fp in zip((dtm != 0) & ~dtig, (dtm == 0) & ~dtig):
-        pos, neg = np.flatnonzero(tp), np.flatnonzero(fp)
-        a = np.zeros((pos.size, n))
-        a[np.arange(pos.size), image[pos]] = 1
-        b = np.zeros((pos.size + 1, n))
-        np.add.at(b, (np.searchsorted(pos, neg), image[neg]), 1)
-        out.append((np.cumsum(a, axis=0), np.cumsum(b, axis=0)[:pos.size]))
+    tp = [np.flatnonzero(row) for row in (dtm != 0) & ~dtig]
+    last = max((int(pos[-1]) + 1 for pos in tp if pos.size), default=0)
+    return {"image": image[order][:last], "tp": tp, "ignored": [np.flatnonzero(row[:last]) for row in dtig]}
+
+
+def _counts(weights) -> np.ndarray:
+    """``weighted_ap``'s weights [R, n] as whole counts [n, R] (int64), or ParameterError."""
+    w = np.asarray(weights, np.float64)
+    if w.ndim != 2 or not np.all(np.isfinite(w) & (w >= 0) & (w == np.floor(w))):
+        raise ParameterError("weights", "must be a [resamples, images] array of whole counts")
+    return np.ascontiguousarray(w.T.astype(np.int64))
+
+
+def _recall_steps(recall: np.ndarray, npig: np.ndarray):
+    """(table, row): table[row[r], c] = searchsorted(recall, c / npig[r], "right"), the recall points that c of
+    npig[r] boxes found reach, for every count c <= max(npig); the same division and search as on each count,
+    done once per distinct pair."""
+    values, row = np.unique(npig, return_inverse=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        found = np.arange(int(values.max()) + 1, dtype=np.float64)[None, :] / values[:, None].astype(np.float64)
+    return np.searchsorted(recall, found, side="right"), row.reshape(-1)
+
+
+def _ranked(wt: np.ndarray, c: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(ranked [U, R], at [U]): the weighted detections of class ranking `c` ranked at or above each rank `at`
+    that is a true positive at some IoU threshold (summed a stretch of ranks at a time: no [N, R] running sum)."""
+    at = np.unique(np.concatenate(c["tp"]))
+    starts = np.concatenate([[0], at[:-1] + 1])
+    return np.cumsum(np.add.reduceat(wt[c["image"][:at[-1] + 1]], starts, axis=0), axis=0, dtype=np.int64), at
+
+
+def _class_ap(wt: np.ndarray, c: dict, npig: np.ndarray, recall: np.ndarray) -> list:
+    """One class's summed interpolated precision [R] per IoU threshold (``weighted_ap``), None where it found
+    nothing. Counts are exact integers, so tp and fp are the dense products' [R, n] @ [n, P] to the bit; the
+    arrays are [P, R], summed over P as C-ordered [R, P] rows, as they always were."""
+    out = [None] * len(c["tp"])
+    if not c["image"].size:
+        return out
+    ranked, at = _ranked(wt, c)
+    table, row = _recall_steps(recall, npig)
+    for t, (pos, ign) in enumerate(zip(c["tp"], c["ignored"])):
+        if not pos.size:
+            continue
+        hits = np.cumsum(wt[c["image"][pos]], axis=0, dtype=np.int64)
+        misses = ranked[np.searchsorted(at, pos)] - hits
+        if ign.size:   # ignored detections are neither
+            skipped = np.cumsum(wt[c["image"][ign]], axis=0, dtype=np.int64)
+            misses -= np.concatenate([np.zeros((1, wt.shape[1]), np.int64), skipped])[np.searchsorted(ign, pos)]
+        tp, fp = hits.astype(np.float64), misses.astype(np.float64)
+        pr = tp / (fp + tp + np.spacing(1))
+        best = np.maximum.accumulate(pr[::-1], axis=0)[::-1]
+        reach = np.diff(table[row[None, :], hits], axis=0, prepend=0)
+        out[t] = np.ascontiguousarray((best * reach).T).sum(axis=1)
     return out
 
 
 def weighted_ap(m: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(AP50, AP50:95) of ``coco_matches`` `m` with image i counted weights[r, i] times, per row r of `weights`
-    ([R, n]); all ones gives coco_ap's figures (to rounding), NaN where no weighted image has a box.
+    ([R, n] whole counts); all ones gives coco_ap's figures (to rounding), NaN where no weighted image has a box.
 
     COCOeval's interpolated precision at recall point x is the best precision of any true positive reaching
     recall >= x (precision peaks at true positives), so only the true positives are visited. Tied scores of one
     image drawn twice count as one step (COCOeval would rank the copies one after the other)."""
-    w = np.asarray(weights, np.float64)
-    npig = w @ m["gt"]
-    valid = npig > 0
+    wt = _counts(weights)
+    boxes = (np.asarray(m["gt"]).T.astype(np.int64) @ wt).astype(np.float64)   # [K, R]
+    valid = boxes > 0
     recall = m["recall"]
-    total = np.zeros((w.shape[0], len(m["matches"][0]) if m["matches"] else 1))
-    for k, per_t in enumerate(m["matches"]):
-        for t, (a, b) in enumerate(per_t):
-            if not a.shape[0]:
-                continue
-            tp, fp = w @ a.T, w @ b.T
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rc = tp / npig[:, k:k + 1]
-            pr = tp / (fp + tp + np.spacing(1))
-            best = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
-            reach = np.diff(np.searchsorted(recall, rc, side="right"), axis=1, prepend=0)
-            total[:, t] += np.where(valid[:, k], (best * reach).sum(axis=1), 0.0)
-    nv = valid.sum(axis=1)
+    total = np.zeros((wt.shape[1], len(m["matches"][0]["tp"]) if m["matches"] else 1))
+    for k, c in enumerate(m["matches"]):
+        for t, got in enumerate(_class_ap(wt, c, boxes[k], recall)):
+            if got is not None:
+                total[:, t] += np.where(valid[k], got, 0.0)
+    nv = valid.sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ap50 = np.where(nv > 0, total[:, 0] / (nv * recall.size), np.nan)
         ap = np.where(nv > 0, total.sum(axis=1) / (nv * recall.size * total.shape[1]), np.nan)
