@@ -104,25 +104,23 @@ def _only_reported(params) -> None:
     params.maxDets = [sorted(params.maxDets)[-1]]
 
 
-def _compute_iou(self, imgId, catId):
-    """``COCOeval.computeIoU``, answering an image x class without detections or without ground truth at once:
-    pycocotools' mask.iou is [] then, after COCOeval sorted the detections for it (most of a detector's pairs)."""
-    if self.params.useCats and not (self._gts[imgId, catId] and self._dts[imgId, catId]):
-        return []
-    return type(self).computeIoU(self, imgId, catId)
-
-
-def _match(thresholds, ious, dt, gt, iscrowd, gtIg, gtm, dtm, dtIg) -> None:
+def _match(thresholds, ious, dt_ids, gt_ids, iscrowd, gtIg, gtm, dtm, dtIg) -> None:
     """COCOeval's greedy matching at each IoU threshold, filling gtm, dtm and dtIg in place, over only the
-    detections whose best IoU reaches the lowest threshold (see _evaluate_img)."""
+    detections whose best IoU reaches the lowest threshold.
+
+    The matching walks every IoU threshold x detection x ground-truth box in Python, but a
+    detection whose every IoU is below the lowest threshold matches nothing at any threshold
+    (each box fails ``ious[dind, gind] < iou``) and changes no state: skipping it leaves every
+    array as the full walk leaves it. Most of a detector's decisions (every query, ranked by
+    score) overlap no labelled box, so the walk is a fraction of COCOeval's.
+    """
     lowest = min(min(float(t) for t in thresholds), 1 - 1e-10)
-    can = np.flatnonzero(~np.all(np.asarray(ious)[:len(dt)] < lowest, axis=1)).tolist()   # NaN IoUs stay in
+    can = np.flatnonzero(~np.all(np.asarray(ious)[:len(dt_ids)] < lowest, axis=1)).tolist()   # NaN IoUs stay in
     for tind, t in enumerate(thresholds):
         for dind in can:
-            d = dt[dind]
             iou = min([t, 1 - 1e-10])
             m = -1
-            for gind, g in enumerate(gt):
+            for gind in range(len(gt_ids)):
                 if gtm[tind, gind] > 0 and not iscrowd[gind]:
                     continue
                 if m > -1 and gtIg[m] == 0 and gtIg[gind] == 1:
@@ -134,72 +132,50 @@ def _match(thresholds, ious, dt, gt, iscrowd, gtIg, gtm, dtm, dtIg) -> None:
             if m == -1:
                 continue
             dtIg[tind, dind] = gtIg[m]
-            dtm[tind, dind] = gt[m]["id"]
-            gtm[tind, m] = d["id"]
+            dtm[tind, dind] = gt_ids[m]
+            gtm[tind, m] = dt_ids[dind]
 
 
-def _evaluate_img(self, imgId, catId, aRng, maxDet):
-    """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code), the greedy matching visiting only the
-    detections that can match.
+def _rows(arrays: list, width: int) -> types.SimpleNamespace:
+    """The boxes of every image (in order) as COCO annotations would hold them: ``box`` [N, 4] x, y, w, h,
+    ``area`` w * h, ``cls`` the category (int(), as COCO's ids), ``score``, ``id`` 1.. in order, and per
+    (category, image index) the row indices, in order (``at``)."""
+    arrays = [np.asarray(a, np.float64).reshape(-1, width) for a in arrays]
+    rows = np.concatenate(arrays + [np.zeros((0, width))])
+    image = np.concatenate([np.full(len(a), k, np.intp) for k, a in enumerate(arrays)] + [np.zeros(0, np.intp)])
+    w, h = rows[:, 2] - rows[:, 0], rows[:, 3] - rows[:, 1]
+    cls = [int(c) for c in rows[:, width - 1].tolist()]
+    at: dict = {}
+    for i, key in enumerate(zip(cls, image.tolist())):
+        at.setdefault(key, []).append(i)
+    return types.SimpleNamespace(box=np.column_stack([rows[:, 0], rows[:, 1], w, h]), area=w * h, cls=cls,
+                                 score=rows[:, 4] if width == 6 else None, id=np.arange(1, len(rows) + 1), at=at)
 
-    The matching walks every IoU threshold x detection x ground-truth box in Python, but a
-    detection whose every IoU is below the lowest threshold matches nothing at any threshold
-    (each box fails ``ious[dind, gind] < iou``) and changes no state: skipping it leaves every
-    array as the full walk leaves it. Most of a detector's decisions (every query, ranked by
-    score) overlap no labelled box, so the walk is a fraction of COCOeval's.
-    """
-    p = self.params
-    if p.useCats:
-        gt = self._gts[imgId, catId]
-        dt = self._dts[imgId, catId]
-    else:
-        gt = [_ for cId in p.catIds for _ in self._gts[imgId, cId]]
-        dt = [_ for cId in p.catIds for _ in self._dts[imgId, cId]]
-    if len(gt) == 0 and len(dt) == 0:
+
+def _evaluate_img(p, image_id: int, cat: int, g: list, d: list, gts, dts) -> dict | None:
+    """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code, with its ``computeIoU``) of one image x class:
+    `g` and `d` its ground-truth and detection rows of `gts` and `dts` (``_rows``), in annotation order."""
+    from pycocotools import mask as mask_utils
+
+    if not g and not d:
         return None
-    for g in gt:
-        if g["ignore"] or (g["area"] < aRng[0] or g["area"] > aRng[1]):
-            g["_ignore"] = 1
-        else:
-            g["_ignore"] = 0
-    gtind = np.argsort([g["_ignore"] for g in gt], kind="mergesort")
-    gt = [gt[i] for i in gtind]
-    dtind = np.argsort([-d["score"] for d in dt], kind="mergesort")
-    dt = [dt[i] for i in dtind[0:maxDet]]
-    iscrowd = [int(o["iscrowd"]) for o in gt]
-    ious = self.ious[imgId, catId][:, gtind] if len(self.ious[imgId, catId]) > 0 else self.ious[imgId, catId]
-    T = len(p.iouThrs)
-    G = len(gt)
-    D = len(dt)
-    gtm = np.zeros((T, G))
-    dtm = np.zeros((T, D))
-    gtIg = np.array([g["_ignore"] for g in gt])
-    dtIg = np.zeros((T, D))
-    if not len(ious) == 0:
-        _match(p.iouThrs, ious, dt, gt, iscrowd, gtIg, gtm, dtm, dtIg)
-    a = np.array([d["area"] < aRng[0] or d["area"] > aRng[1] for d in dt]).reshape((1, len(dt)))
+    lo, hi = p.areaRng[0]
+    max_det = p.maxDets[-1]
+    g_ignore = ((gts.area[g] < lo) | (gts.area[g] > hi)).astype(np.int64)   # iscrowd is 0: only the area
+    gtind = np.argsort(g_ignore, kind="mergesort")
+    g = np.asarray(g, np.intp)[gtind]
+    d = np.asarray(d, np.intp)[np.argsort(-dts.score[d], kind="mergesort")[:max_det]]
+    T, G, D = len(p.iouThrs), len(g), len(d)
+    gtm, dtm, dtIg = np.zeros((T, G)), np.zeros((T, D)), np.zeros((T, D))
+    gtIg = g_ignore[gtind]
+    if G and D:
+        ious = mask_utils.iou(dts.box[d], gts.box[g], [0] * G)   # COCOeval's ious[:, gtind]: each pair on its own
+        _match(p.iouThrs, ious, dts.id[d].tolist(), gts.id[g].tolist(), [0] * G, gtIg, gtm, dtm, dtIg)
+    a = ((dts.area[d] < lo) | (dts.area[d] > hi)).reshape((1, D))
     dtIg = np.logical_or(dtIg, np.logical_and(dtm == 0, np.repeat(a, T, 0)))
-    return {"image_id": imgId, "category_id": catId, "aRng": aRng, "maxDet": maxDet,
-            "dtIds": [d["id"] for d in dt], "gtIds": [g["id"] for g in gt], "dtMatches": dtm, "gtMatches": gtm,
-            "dtScores": [d["score"] for d in dt], "gtIgnore": gtIg, "dtIgnore": dtIg}
-
-
-def _coco_annotations(detections: dict, gt: dict, num: dict) -> tuple[list, list, dict]:
-    """COCO annotation records of the ground truth and of the detections of the images in `num` (image id ->
-    COCOeval's numeric id), and the ground-truth box count per class."""
-    n_gt: dict[int, int] = {}
-    gt_anns, dt_anns = [], []
-    for i in num:
-        for x1, y1, x2, y2, c in np.asarray(gt[i], np.float64).reshape(-1, 5).tolist():
-            n_gt[int(c)] = n_gt.get(int(c), 0) + 1
-            w, h = x2 - x1, y2 - y1
-            gt_anns.append({"id": len(gt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
-        for x1, y1, x2, y2, s, c in _as_dets(detections.get(i, np.zeros((0, 6)))).tolist():
-            w, h = x2 - x1, y2 - y1
-            dt_anns.append({"id": len(dt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "score": s, "iscrowd": 0})
-    return gt_anns, dt_anns, n_gt
+    return {"image_id": image_id, "category_id": cat, "aRng": p.areaRng[0], "maxDet": max_det,
+            "dtIds": dts.id[d].tolist(), "gtIds": gts.id[g].tolist(), "dtMatches": dtm, "gtMatches": gtm,
+            "dtScores": dts.score[d].tolist(), "gtIgnore": gtIg, "dtIgnore": dtIg}
 
 
 def coco_ap(detections: dict, gt: dict) -> dict:
@@ -245,29 +221,30 @@ def _ap_figures(ev, n_gt: dict) -> dict:
 
 def _evaluated(detections: dict, gt: dict):
     """(COCOeval of the images of `gt`, evaluated but not accumulated, or None when there is no ground-truth box
-    or no detection; {class_id: ground-truth boxes})."""
-    from pycocotools.coco import COCO
+    or no detection; {class_id: ground-truth boxes}).
+
+    The evaluation is COCOeval's own (``_evaluate_img``: its per image x class matching, pycocotools' IoU) on
+    the boxes as arrays: only the cell coco_ap reads (``_only_reported``), no COCO index of dict annotations."""
+    import copy
+
     from pycocotools.cocoeval import COCOeval
 
     ids = sorted(gt)
-    num = {i: k + 1 for k, i in enumerate(ids)}   # COCOeval wants sortable ids: any hashable image id works
-    gt_anns, dt_anns, n_gt = _coco_annotations(detections, gt, num)
-    if not n_gt or not dt_anns:
+    gts = _rows([gt[i] for i in ids], 5)
+    n_gt: dict[int, int] = {}
+    for c in gts.cls:
+        n_gt[c] = n_gt.get(c, 0) + 1
+    dts = _rows([detections.get(i, np.zeros((0, 6))) for i in ids], 6)
+    if not n_gt or not len(dts.cls):
         return None, n_gt
-    cats = sorted(set(n_gt) | {a["category_id"] for a in dt_anns})
-    images = [{"id": num[i]} for i in ids]
-    with contextlib.redirect_stdout(io.StringIO()):   # pycocotools prints its progress
-        coco_gt, coco_dt = COCO(), COCO()
-        coco_gt.dataset = {"images": images, "annotations": gt_anns, "categories": [{"id": c} for c in cats]}
-        coco_dt.dataset = {"images": images, "annotations": dt_anns, "categories": [{"id": c} for c in cats]}
-        coco_gt.createIndex()
-        coco_dt.createIndex()
-        ev = COCOeval(coco_gt, coco_dt, "bbox")
-        ev.params.imgIds = [num[i] for i in ids]
-        _only_reported(ev.params)
-        ev.computeIoU = types.MethodType(_compute_iou, ev)
-        ev.evaluateImg = types.MethodType(_evaluate_img, ev)
-        ev.evaluate()
+    ev = COCOeval(iouType="bbox")
+    p = ev.params
+    p.imgIds = list(np.unique(np.arange(1, len(ids) + 1)))   # COCOeval wants sortable ids: any image id works
+    p.catIds = list(np.unique(sorted(set(n_gt) | set(dts.cls))))
+    _only_reported(p)
+    ev.evalImgs = [_evaluate_img(p, k + 1, int(c), gts.at.get((int(c), k), []), dts.at.get((int(c), k), []), gts, dts)
+                   for c in p.catIds for k in range(len(ids))]
+    ev._paramsEval = copy.deepcopy(p)
     return ev, n_gt
 
 
