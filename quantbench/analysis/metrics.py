@@ -136,44 +136,45 @@ def _match(thresholds, ious, dt_ids, gt_ids, iscrowd, gtIg, gtm, dtm, dtIg) -> N
             gtm[tind, m] = dt_ids[dind]
 
 
-def _rows(arrays: list, width: int) -> types.SimpleNamespace:
-    """The boxes of every image (in order) as COCO annotations would hold them: ``box`` [N, 4] x, y, w, h,
-    ``area`` w * h, ``cls`` the category (int(), as COCO's ids), ``score``, ``id`` 1.. in order, and per
-    (category, image index) the row indices, in order (``at``)."""
+def _rows(arrays: list, width: int, lo: float, hi: float) -> types.SimpleNamespace:
+    """The boxes of every image (in order) as COCOeval holds its annotations: ``box`` [N, 4] x, y, w, h, ``id``
+    1.. in order, ``ignored`` (area w * h outside [lo, hi]: int 0/1), ``score`` (detections), and ``at``: per
+    (category, image index), its rows in annotation order, a detection's by descending score (mergesort:
+    ties in annotation order), as COCOeval ranks them. The category is int() of the class, as COCO's ids."""
     arrays = [np.asarray(a, np.float64).reshape(-1, width) for a in arrays]
     rows = np.concatenate(arrays + [np.zeros((0, width))])
     image = np.concatenate([np.full(len(a), k, np.intp) for k, a in enumerate(arrays)] + [np.zeros(0, np.intp)])
     w, h = rows[:, 2] - rows[:, 0], rows[:, 3] - rows[:, 1]
+    area = w * h
     cls = [int(c) for c in rows[:, width - 1].tolist()]
-    at: dict = {}
-    for i, key in enumerate(zip(cls, image.tolist())):
-        at.setdefault(key, []).append(i)
-    return types.SimpleNamespace(box=np.column_stack([rows[:, 0], rows[:, 1], w, h]), area=w * h, cls=cls,
-                                 score=rows[:, 4] if width == 6 else None, id=np.arange(1, len(rows) + 1), at=at)
+    score = rows[:, 4] if width == 6 else np.zeros(len(rows))
+    order = np.lexsort((-score, image, np.asarray(cls, np.int64)))   # stable: annotation order within ties
+    keys = list(zip([cls[i] for i in order.tolist()], image[order].tolist()))
+    cut = [i for i in range(len(keys)) if not i or keys[i] != keys[i - 1]] + [len(keys)]
+    return types.SimpleNamespace(box=np.column_stack([rows[:, 0], rows[:, 1], w, h]), id=np.arange(1, len(rows) + 1),
+                                 ignored=((area < lo) | (area > hi)).astype(np.int64), score=score, cls=cls,
+                                 at={keys[i]: order[i:j] for i, j in zip(cut[:-1], cut[1:])})
 
 
-def _evaluate_img(p, image_id: int, cat: int, g: list, d: list, gts, dts) -> dict | None:
+def _evaluate_img(p, image_id: int, cat: int, g, d, gts, dts) -> dict | None:
     """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code, with its ``computeIoU``) of one image x class:
-    `g` and `d` its ground-truth and detection rows of `gts` and `dts` (``_rows``), in annotation order."""
+    `g` and `d` its ground-truth and detection rows of `gts` and `dts` (``_rows``: their order), None for none."""
     from pycocotools import mask as mask_utils
 
-    if not g and not d:
+    if g is None and d is None:
         return None
-    lo, hi = p.areaRng[0]
-    max_det = p.maxDets[-1]
-    g_ignore = ((gts.area[g] < lo) | (gts.area[g] > hi)).astype(np.int64)   # iscrowd is 0: only the area
-    gtind = np.argsort(g_ignore, kind="mergesort")
-    g = np.asarray(g, np.intp)[gtind]
-    d = np.asarray(d, np.intp)[np.argsort(-dts.score[d], kind="mergesort")[:max_det]]
-    T, G, D = len(p.iouThrs), len(g), len(d)
-    gtm, dtm, dtIg = np.zeros((T, G)), np.zeros((T, D)), np.zeros((T, D))
-    gtIg = g_ignore[gtind]
-    if G and D:
-        ious = mask_utils.iou(dts.box[d], gts.box[g], [0] * G)   # COCOeval's ious[:, gtind]: each pair on its own
-        _match(p.iouThrs, ious, dts.id[d].tolist(), gts.id[g].tolist(), [0] * G, gtIg, gtm, dtm, dtIg)
-    a = ((dts.area[d] < lo) | (dts.area[d] > hi)).reshape((1, D))
-    dtIg = np.logical_or(dtIg, np.logical_and(dtm == 0, np.repeat(a, T, 0)))
-    return {"image_id": image_id, "category_id": cat, "aRng": p.areaRng[0], "maxDet": max_det,
+    T = len(p.iouThrs)
+    g = np.zeros(0, np.intp) if g is None else g[np.argsort(gts.ignored[g], kind="mergesort")]
+    d = np.zeros(0, np.intp) if d is None else d[:p.maxDets[-1]]
+    gtm, dtm, dtIg = np.zeros((T, len(g))), np.zeros((T, len(d))), np.zeros((T, len(d)))
+    gtIg = gts.ignored[g]
+    if len(g) and len(d):
+        ious = mask_utils.iou(dts.box[d], gts.box[g], [0] * len(g))   # COCOeval's ious[:, gtind]: pair by pair
+        _match(p.iouThrs, ious, dts.id[d].tolist(), gts.id[g].tolist(), [0] * len(g), gtIg, gtm, dtm, dtIg)
+        dtIg = np.logical_or(dtIg, np.logical_and(dtm == 0, dts.ignored[d].astype(bool)[None, :]))
+    else:   # nothing matched: COCOeval's dtIgnore is the area's
+        dtIg = np.repeat(dts.ignored[d].astype(bool)[None, :], T, 0)
+    return {"image_id": image_id, "category_id": cat, "aRng": p.areaRng[0], "maxDet": p.maxDets[-1],
             "dtIds": dts.id[d].tolist(), "gtIds": gts.id[g].tolist(), "dtMatches": dtm, "gtMatches": gtm,
             "dtScores": dts.score[d].tolist(), "gtIgnore": gtIg, "dtIgnore": dtIg}
 
@@ -230,19 +231,19 @@ def _evaluated(detections: dict, gt: dict):
     from pycocotools.cocoeval import COCOeval
 
     ids = sorted(gt)
-    gts = _rows([gt[i] for i in ids], 5)
+    ev = COCOeval(iouType="bbox")
+    p = ev.params
+    _only_reported(p)
+    gts = _rows([gt[i] for i in ids], 5, *p.areaRng[0])
     n_gt: dict[int, int] = {}
     for c in gts.cls:
         n_gt[c] = n_gt.get(c, 0) + 1
-    dts = _rows([detections.get(i, np.zeros((0, 6))) for i in ids], 6)
+    dts = _rows([detections.get(i, np.zeros((0, 6))) for i in ids], 6, *p.areaRng[0])
     if not n_gt or not len(dts.cls):
         return None, n_gt
-    ev = COCOeval(iouType="bbox")
-    p = ev.params
     p.imgIds = list(np.unique(np.arange(1, len(ids) + 1)))   # COCOeval wants sortable ids: any image id works
     p.catIds = list(np.unique(sorted(set(n_gt) | set(dts.cls))))
-    _only_reported(p)
-    ev.evalImgs = [_evaluate_img(p, k + 1, int(c), gts.at.get((int(c), k), []), dts.at.get((int(c), k), []), gts, dts)
+    ev.evalImgs = [_evaluate_img(p, k + 1, int(c), gts.at.get((int(c), k)), dts.at.get((int(c), k)), gts, dts)
                    for c in p.catIds for k in range(len(ids))]
     ev._paramsEval = copy.deepcopy(p)
     return ev, n_gt
