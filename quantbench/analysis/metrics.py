@@ -21,9 +21,7 @@ so a reported number can be traced to its data.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import types
@@ -192,20 +190,15 @@ def coco_ap(detections: dict, gt: dict) -> dict:
     return _ap_figures(*_evaluated(detections, gt))
 
 
-def _ap_figures(ev, n_gt: dict) -> dict:
-    """coco_ap's figures from its evaluation (``_evaluated``)."""
+def _ap_figures(ev, n_gt: dict, ranked: dict | None = None) -> dict:
+    """coco_ap's figures from its evaluation (``_evaluated``) and its classes' rankings (``_rankings``)."""
     out = {"ap50": 0.0, "ap50_95": 0.0, "per_class": {c: 0.0 for c in sorted(n_gt)},
            "per_class_50_95": {c: 0.0 for c in sorted(n_gt)}, "n_gt": n_gt}
     if not n_gt:
         return {**out, "ap50": None, "ap50_95": None}
     if ev is None:
         return out
-    with contextlib.redirect_stdout(io.StringIO()):   # pycocotools prints its progress
-        ev.accumulate()
-    prec = ev.eval["precision"]            # [IoU thresholds, recall points, classes, areas, max dets]
-    area_all = list(ev.params.areaRngLbl).index("all")
-    last = len(ev.params.maxDets) - 1       # 100 detections per image
-    p = prec[:, :, :, area_all, last]
+    p = _precision(ev, _rankings(ev, sorted(n_gt)) if ranked is None else ranked)
 
     def mean(a) -> float:
         a = a[a > -1]
@@ -218,6 +211,50 @@ def _ap_figures(ev, n_gt: dict) -> dict:
     out["ap50"] = mean(p[0])
     out["ap50_95"] = mean(p)
     return out
+
+
+def _rankings(ev, classes) -> dict:
+    """{class: its detections over every image, ranked as COCOeval.accumulate ranks them (mergesort of the
+    descending scores)}: ``image`` (index), ``tps``/``fps``/``ignored`` [T, N] per IoU threshold, ``npig`` (the
+    counted ground-truth boxes), ``evals`` [(image index, evaluation)], for the classes of `classes` evaluated."""
+    n, out = len(ev.params.imgIds), {}
+    for c in classes:
+        k = list(ev.params.catIds).index(c)
+        evals = [(i, e) for i, e in enumerate(ev.evalImgs[k * n:(k + 1) * n]) if e is not None]
+        if not evals:
+            continue
+        score = np.concatenate([np.asarray(e["dtScores"], np.float64) for _, e in evals])
+        image = np.concatenate([np.full(len(e["dtScores"]), i, np.intp) for i, e in evals])
+        order = np.argsort(-score, kind="mergesort")
+        dtm = np.concatenate([e["dtMatches"] for _, e in evals], axis=1)[:, order]
+        ignored = np.concatenate([e["dtIgnore"] for _, e in evals], axis=1)[:, order].astype(bool)
+        npig = sum(int(np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)) for _, e in evals)
+        out[c] = types.SimpleNamespace(image=image[order], tps=(dtm != 0) & ~ignored, fps=(dtm == 0) & ~ignored,
+                                       ignored=ignored, npig=npig, evals=evals)
+    return out
+
+
+def _precision(ev, ranked: dict) -> np.ndarray:
+    """pycocotools' ``COCOeval.accumulate`` precision [IoU thresholds, recall points, classes] of the one area x
+    max-detections cell evaluated (-1 for a class without ground truth), from the classes' rankings: the same
+    running sums, divisions, envelope (the running maximum from the right is its loop's) and recall search."""
+    p = ev.params
+    recall = np.asarray(p.recThrs)
+    precision = -np.ones((len(p.iouThrs), len(recall), len(p.catIds)))
+    for k, c in enumerate(p.catIds):
+        r = ranked.get(c)
+        if r is None or r.npig == 0:
+            continue
+        tp = np.cumsum(r.tps, axis=1).astype(dtype=float)
+        fp = np.cumsum(r.fps, axis=1).astype(dtype=float)
+        rc = tp / r.npig
+        pr = np.maximum.accumulate((tp / (fp + tp + np.spacing(1)))[:, ::-1], axis=1)[:, ::-1]
+        for t in range(len(p.iouThrs)):
+            inds = np.searchsorted(rc[t], recall, side="left")
+            q = np.zeros(len(recall))
+            q[inds < rc.shape[1]] = pr[t][inds[inds < rc.shape[1]]]
+            precision[t, :, k] = q
+    return precision
 
 
 def _evaluated(detections: dict, gt: dict):
@@ -271,15 +308,14 @@ def coco_matches(detections: dict, gt: dict) -> dict:
         for j, c in enumerate(classes):
             counts[i, j] = np.count_nonzero(g[:, 4] == c)
     matches = [_no_matches(len(params.iouThrs)) for _ in classes]
-    if ev is not None:
-        for j, c in enumerate(classes):
-            k = list(ev.params.catIds).index(c)
-            evals = [(i, e) for i, e in enumerate(ev.evalImgs[k * n:(k + 1) * n]) if e is not None]
-            for i, e in evals:
+    ranked = _rankings(ev, classes) if ev is not None else {}
+    for j, c in enumerate(classes):
+        if c in ranked:
+            for i, e in ranked[c].evals:
                 counts[i, j] = np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)
-            matches[j] = _class_matches(evals)
+            matches[j] = _class_matches(ranked[c])
     return {"matches": matches, "gt": counts, "recall": np.asarray(params.recThrs, np.float64),
-            "ap": _ap_figures(ev, n_gt)}
+            "ap": _ap_figures(ev, n_gt, ranked)}
 
 
 def _no_matches(thresholds: int) -> dict:
@@ -288,18 +324,11 @@ def _no_matches(thresholds: int) -> dict:
     return {"image": none, "tp": [none] * thresholds, "ignored": [none] * thresholds}
 
 
-def _class_matches(evals: list) -> dict:
-    """One class's ranking (``coco_matches``) from its COCOeval image evaluations."""
-    if not any(len(e["dtScores"]) for _, e in evals):
-        return _no_matches(len(evals[0][1]["dtMatches"]))
-    score = np.concatenate([np.asarray(e["dtScores"], np.float64) for _, e in evals])
-    image = np.concatenate([np.full(len(e["dtScores"]), i, np.intp) for i, e in evals])
-    order = np.argsort(-score, kind="mergesort")   # as COCOeval.accumulate ranks them
-    dtm = np.concatenate([e["dtMatches"] for _, e in evals], axis=1)[:, order]
-    dtig = np.concatenate([e["dtIgnore"] for _, e in evals], axis=1)[:, order].astype(bool)
-    tp = [np.flatnonzero(row) for row in (dtm != 0) & ~dtig]
+def _class_matches(r) -> dict:
+    """One class's ``coco_matches`` ranking from its COCOeval ranking (``_rankings``)."""
+    tp = [np.flatnonzero(row) for row in r.tps]
     last = max((int(pos[-1]) + 1 for pos in tp if pos.size), default=0)
-    return {"image": image[order][:last], "tp": tp, "ignored": [np.flatnonzero(row[:last]) for row in dtig]}
+    return {"image": r.image[:last], "tp": tp, "ignored": [np.flatnonzero(row[:last]) for row in r.ignored]}
 
 
 def _counts(weights) -> np.ndarray:
