@@ -9,6 +9,9 @@ ground truth is the COCO JSON itself.
   bbox, area "all", 100 detections per image): AP at IoU 0.5 and AP averaged over
   IoU 0.50:0.95, each the mean over the classes that have at least one
   ground-truth box in the evaluated images (101-point interpolated precision).
+  Its evaluation and accumulation of that one cell are restated on the box arrays
+  (pycocotools' IoU and parameters, COCOeval's orders, greedy matching and
+  arithmetic): the same bits as an unmodified COCOeval, which a test pins.
 - ``precision_recall``: detections with score >= threshold, matched greedily per
   image and class in descending score order to the unmatched ground-truth box of
   highest IoU (IoU >= 0.5); each ground-truth box matches at most once.
@@ -136,9 +139,10 @@ def _match(thresholds, ious, dt_ids, gt_ids, iscrowd, gtIg, gtm, dtm, dtIg) -> N
 
 def _rows(arrays: list, width: int, lo: float, hi: float) -> types.SimpleNamespace:
     """The boxes of every image (in order) as COCOeval holds its annotations: ``box`` [N, 4] x, y, w, h, ``id``
-    1.. in order, ``ignored`` (area w * h outside [lo, hi]: int 0/1), ``score`` (detections), and ``at``: per
-    (category, image index), its rows in annotation order, a detection's by descending score (mergesort:
-    ties in annotation order), as COCOeval ranks them. The category is int() of the class, as COCO's ids."""
+    1.. in order, ``image`` (index), ``cls`` (int() of the class, as COCO's category ids), ``ignored`` (area
+    w * h outside [lo, hi]: int 0/1), ``score`` (detections); ``order``: the rows by category, image and
+    descending score (stable: ties in annotation order, as COCOeval's mergesort), ``rank`` each row's place
+    in its category x image there, and ``at``: per (category, image index), its rows in that order."""
     arrays = [np.asarray(a, np.float64).reshape(-1, width) for a in arrays]
     rows = np.concatenate(arrays + [np.zeros((0, width))])
     image = np.concatenate([np.full(len(a), k, np.intp) for k, a in enumerate(arrays)] + [np.zeros(0, np.intp)])
@@ -146,35 +150,51 @@ def _rows(arrays: list, width: int, lo: float, hi: float) -> types.SimpleNamespa
     area = w * h
     cls = [int(c) for c in rows[:, width - 1].tolist()]
     score = rows[:, 4] if width == 6 else np.zeros(len(rows))
-    order = np.lexsort((-score, image, np.asarray(cls, np.int64)))   # stable: annotation order within ties
+    order = np.lexsort((-score, image, np.asarray(cls, np.int64)))
     keys = list(zip([cls[i] for i in order.tolist()], image[order].tolist()))
     cut = [i for i in range(len(keys)) if not i or keys[i] != keys[i - 1]] + [len(keys)]
+    rank = np.zeros(len(rows), np.intp)
+    rank[order] = np.arange(len(rows)) - np.repeat(cut[:-1], np.diff(cut))
     return types.SimpleNamespace(box=np.column_stack([rows[:, 0], rows[:, 1], w, h]), id=np.arange(1, len(rows) + 1),
-                                 ignored=((area < lo) | (area > hi)).astype(np.int64), score=score, cls=cls,
+                                 image=image, cls=np.asarray(cls, np.int64), score=score, order=order, rank=rank,
+                                 ignored=((area < lo) | (area > hi)).astype(np.int64),
                                  at={keys[i]: order[i:j] for i, j in zip(cut[:-1], cut[1:])})
 
 
-def _evaluate_img(p, image_id: int, cat: int, g, d, gts, dts) -> dict | None:
-    """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code, with its ``computeIoU``) of one image x class:
-    `g` and `d` its ground-truth and detection rows of `gts` and `dts` (``_rows``: their order), None for none."""
+def _evaluate_img(p, g: np.ndarray, d: np.ndarray, gts, dts) -> tuple[np.ndarray, np.ndarray]:
+    """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code, with its ``computeIoU``) of one image x class
+    with ground truth `g` and detections `d` (rows of `gts` and `dts`, ``_rows``' order, d cut to the most
+    detections per image): (matched, ignored) [T, D], its dtMatches != 0 and its dtIgnore."""
     from pycocotools import mask as mask_utils
 
-    if g is None and d is None:
-        return None
     T = len(p.iouThrs)
-    g = np.zeros(0, np.intp) if g is None else g[np.argsort(gts.ignored[g], kind="mergesort")]
-    d = np.zeros(0, np.intp) if d is None else d[:p.maxDets[-1]]
+    g = g[np.argsort(gts.ignored[g], kind="mergesort")]
     gtm, dtm, dtIg = np.zeros((T, len(g))), np.zeros((T, len(d))), np.zeros((T, len(d)))
-    gtIg = gts.ignored[g]
-    if len(g) and len(d):
-        ious = mask_utils.iou(dts.box[d], gts.box[g], [0] * len(g))   # COCOeval's ious[:, gtind]: pair by pair
-        _match(p.iouThrs, ious, dts.id[d].tolist(), gts.id[g].tolist(), [0] * len(g), gtIg, gtm, dtm, dtIg)
-        dtIg = np.logical_or(dtIg, np.logical_and(dtm == 0, dts.ignored[d].astype(bool)[None, :]))
-    else:   # nothing matched: COCOeval's dtIgnore is the area's
-        dtIg = np.repeat(dts.ignored[d].astype(bool)[None, :], T, 0)
-    return {"image_id": image_id, "category_id": cat, "aRng": p.areaRng[0], "maxDet": p.maxDets[-1],
-            "dtIds": dts.id[d].tolist(), "gtIds": gts.id[g].tolist(), "dtMatches": dtm, "gtMatches": gtm,
-            "dtScores": dts.score[d].tolist(), "gtIgnore": gtIg, "dtIgnore": dtIg}
+    ious = mask_utils.iou(dts.box[d], gts.box[g], [0] * len(g))   # COCOeval's ious[:, gtind]: pair by pair
+    _match(p.iouThrs, ious, dts.id[d].tolist(), gts.id[g].tolist(), [0] * len(g), gts.ignored[g], gtm, dtm, dtIg)
+    return dtm != 0, np.logical_or(dtIg, np.logical_and(dtm == 0, dts.ignored[d].astype(bool)[None, :]))
+
+
+def _ranking(p, c: int, n: int, gts, dts) -> types.SimpleNamespace:
+    """Class c's detections over the n images as COCOeval.accumulate ranks them (each image's first maxDets,
+    in image order, then a mergesort of the descending scores): ``image`` (index), ``tps``/``fps``/``ignored``
+    [T, N] per IoU threshold, ``npig`` (its counted ground-truth boxes) and ``gt`` [n] (per image). An image
+    without ground truth of c matches nothing: its detections are false positives, or ignored by their area."""
+    kept = dts.order[(dts.cls[dts.order] == c) & (dts.rank[dts.order] < p.maxDets[-1])]
+    matched = np.zeros((len(p.iouThrs), len(kept)), bool)
+    ignored = np.repeat(dts.ignored[kept].astype(bool)[None, :], len(p.iouThrs), 0)
+    start = np.searchsorted(dts.image[kept], np.arange(n))
+    for (cat, k), g in gts.at.items():
+        d = kept[start[k]:start[k + 1]] if k + 1 < n else kept[start[k]:]
+        if cat == c and len(d):
+            span = slice(start[k], start[k] + len(d))
+            matched[:, span], ignored[:, span] = _evaluate_img(p, g, d, gts, dts)
+    order = np.argsort(-dts.score[kept], kind="mergesort")
+    matched, ignored = matched[:, order], ignored[:, order]
+    counted = (gts.cls == c) & (gts.ignored == 0)
+    return types.SimpleNamespace(image=dts.image[kept][order], tps=matched & ~ignored, fps=~matched & ~ignored,
+                                 ignored=ignored, npig=int(np.count_nonzero(counted)),
+                                 gt=np.bincount(gts.image[counted], minlength=n).astype(np.float64))
 
 
 def coco_ap(detections: dict, gt: dict) -> dict:
@@ -190,55 +210,33 @@ def coco_ap(detections: dict, gt: dict) -> dict:
     return _ap_figures(*_evaluated(detections, gt))
 
 
-def _ap_figures(ev, n_gt: dict, ranked: dict | None = None) -> dict:
-    """coco_ap's figures from its evaluation (``_evaluated``) and its classes' rankings (``_rankings``)."""
+def _ap_figures(p, ranked: dict | None, n_gt: dict) -> dict:
+    """coco_ap's figures from its evaluation (``_evaluated``: its params and its classes' rankings)."""
     out = {"ap50": 0.0, "ap50_95": 0.0, "per_class": {c: 0.0 for c in sorted(n_gt)},
            "per_class_50_95": {c: 0.0 for c in sorted(n_gt)}, "n_gt": n_gt}
     if not n_gt:
         return {**out, "ap50": None, "ap50_95": None}
-    if ev is None:
+    if ranked is None:
         return out
-    p = _precision(ev, _rankings(ev, sorted(n_gt)) if ranked is None else ranked)
+    prec = _precision(p, ranked)
 
     def mean(a) -> float:
         a = a[a > -1]
         return float(np.mean(a)) if a.size else 0.0
 
-    for k, c in enumerate(ev.params.catIds):
+    for k, c in enumerate(p.catIds):
         if c in n_gt:
-            out["per_class"][c] = mean(p[0, :, k])
-            out["per_class_50_95"][c] = mean(p[:, :, k])
-    out["ap50"] = mean(p[0])
-    out["ap50_95"] = mean(p)
+            out["per_class"][c] = mean(prec[0, :, k])
+            out["per_class_50_95"][c] = mean(prec[:, :, k])
+    out["ap50"] = mean(prec[0])
+    out["ap50_95"] = mean(prec)
     return out
 
 
-def _rankings(ev, classes) -> dict:
-    """{class: its detections over every image, ranked as COCOeval.accumulate ranks them (mergesort of the
-    descending scores)}: ``image`` (index), ``tps``/``fps``/``ignored`` [T, N] per IoU threshold, ``npig`` (the
-    counted ground-truth boxes), ``evals`` [(image index, evaluation)], for the classes of `classes` evaluated."""
-    n, out = len(ev.params.imgIds), {}
-    for c in classes:
-        k = list(ev.params.catIds).index(c)
-        evals = [(i, e) for i, e in enumerate(ev.evalImgs[k * n:(k + 1) * n]) if e is not None]
-        if not evals:
-            continue
-        score = np.concatenate([np.asarray(e["dtScores"], np.float64) for _, e in evals])
-        image = np.concatenate([np.full(len(e["dtScores"]), i, np.intp) for i, e in evals])
-        order = np.argsort(-score, kind="mergesort")
-        dtm = np.concatenate([e["dtMatches"] for _, e in evals], axis=1)[:, order]
-        ignored = np.concatenate([e["dtIgnore"] for _, e in evals], axis=1)[:, order].astype(bool)
-        npig = sum(int(np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)) for _, e in evals)
-        out[c] = types.SimpleNamespace(image=image[order], tps=(dtm != 0) & ~ignored, fps=(dtm == 0) & ~ignored,
-                                       ignored=ignored, npig=npig, evals=evals)
-    return out
-
-
-def _precision(ev, ranked: dict) -> np.ndarray:
+def _precision(p, ranked: dict) -> np.ndarray:
     """pycocotools' ``COCOeval.accumulate`` precision [IoU thresholds, recall points, classes] of the one area x
     max-detections cell evaluated (-1 for a class without ground truth), from the classes' rankings: the same
     running sums, divisions, envelope (the running maximum from the right is its loop's) and recall search."""
-    p = ev.params
     recall = np.asarray(p.recThrs)
     precision = -np.ones((len(p.iouThrs), len(recall), len(p.catIds)))
     for k, c in enumerate(p.catIds):
@@ -258,32 +256,27 @@ def _precision(ev, ranked: dict) -> np.ndarray:
 
 
 def _evaluated(detections: dict, gt: dict):
-    """(COCOeval of the images of `gt`, evaluated but not accumulated, or None when there is no ground-truth box
-    or no detection; {class_id: ground-truth boxes}).
+    """(COCOeval's params, {class with ground truth: its ranking (``_ranking``)} or None when there is no
+    ground-truth box or no detection, {class_id: ground-truth boxes}) of the images of `gt`.
 
-    The evaluation is COCOeval's own (``_evaluate_img``: its per image x class matching, pycocotools' IoU) on
-    the boxes as arrays: only the cell coco_ap reads (``_only_reported``), no COCO index of dict annotations."""
-    import copy
-
-    from pycocotools.cocoeval import COCOeval
+    The evaluation is COCOeval's own (``_evaluate_img``: its per image x class matching, pycocotools' IoU,
+    run where an image has both boxes and detections of a class) on the boxes as arrays, for only the cell
+    coco_ap reads (``_only_reported``)."""
+    from pycocotools.cocoeval import Params
 
     ids = sorted(gt)
-    ev = COCOeval(iouType="bbox")
-    p = ev.params
+    p = Params(iouType="bbox")
     _only_reported(p)
     gts = _rows([gt[i] for i in ids], 5, *p.areaRng[0])
     n_gt: dict[int, int] = {}
-    for c in gts.cls:
+    for c in gts.cls.tolist():
         n_gt[c] = n_gt.get(c, 0) + 1
     dts = _rows([detections.get(i, np.zeros((0, 6))) for i in ids], 6, *p.areaRng[0])
     if not n_gt or not len(dts.cls):
-        return None, n_gt
-    p.imgIds = list(np.unique(np.arange(1, len(ids) + 1)))   # COCOeval wants sortable ids: any image id works
-    p.catIds = list(np.unique(sorted(set(n_gt) | set(dts.cls))))
-    ev.evalImgs = [_evaluate_img(p, k + 1, int(c), gts.at.get((int(c), k)), dts.at.get((int(c), k)), gts, dts)
-                   for c in p.catIds for k in range(len(ids))]
-    ev._paramsEval = copy.deepcopy(p)
-    return ev, n_gt
+        return p, None, n_gt
+    p.imgIds = list(np.unique(np.arange(1, len(ids) + 1)))
+    p.catIds = list(np.unique(sorted(set(n_gt) | set(dts.cls.tolist()))))
+    return p, {c: _ranking(p, c, len(ids), gts, dts) for c in sorted(n_gt)}, n_gt
 
 
 def coco_matches(detections: dict, gt: dict) -> dict:
@@ -298,24 +291,19 @@ def coco_matches(detections: dict, gt: dict) -> dict:
     [n, K]: the counted ground-truth boxes per image and class; n the images of `gt` in sorted order. ``ap``:
     coco_ap's figures, from the same evaluation.
     """
-    from pycocotools.cocoeval import Params
-
-    ev, n_gt = _evaluated(detections, gt)
-    params = ev.params if ev is not None else Params(iouType="bbox")
+    p, ranked, n_gt = _evaluated(detections, gt)
     n, classes = len(gt), sorted(n_gt)
     counts = np.zeros((n, len(classes)))   # without detections: every box (AP 0, as coco_ap says)
-    for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
-        for j, c in enumerate(classes):
-            counts[i, j] = np.count_nonzero(g[:, 4] == c)
-    matches = [_no_matches(len(params.iouThrs)) for _ in classes]
-    ranked = _rankings(ev, classes) if ev is not None else {}
+    if ranked is None:
+        for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
+            for j, c in enumerate(classes):
+                counts[i, j] = np.count_nonzero(g[:, 4] == c)
     for j, c in enumerate(classes):
-        if c in ranked:
-            for i, e in ranked[c].evals:
-                counts[i, j] = np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)
-            matches[j] = _class_matches(ranked[c])
-    return {"matches": matches, "gt": counts, "recall": np.asarray(params.recThrs, np.float64),
-            "ap": _ap_figures(ev, n_gt, ranked)}
+        if ranked is not None:
+            counts[:, j] = ranked[c].gt
+    matches = [_class_matches(ranked[c]) if ranked is not None else _no_matches(len(p.iouThrs)) for c in classes]
+    return {"matches": matches, "gt": counts, "recall": np.asarray(p.recThrs, np.float64),
+            "ap": _ap_figures(p, ranked, n_gt)}
 
 
 def _no_matches(thresholds: int) -> dict:
