@@ -305,7 +305,7 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
                 "correct": int(sum(hits))}
     m = coco_matches(_detections(p, decoded, truth), p.gt)
     ap50, ap = weighted_ap(m, resample_weights(len(p.fixtures)))
-    resampled = {fig: [None if np.isnan(x) else float(x) for x in v.tolist()]
+    resampled = {fig: [None if x != x else x for x in v.tolist()]   # x != x: NaN, no box drawn
                  for fig, v in (("AP50", ap50), ("AP50:95", ap))}
     return {"metric": "AP", "value": m["ap"]["ap50"], "ap50_95": m["ap"]["ap50_95"], "images": len(p.fixtures),
             "resampled": resampled}

@@ -183,12 +183,11 @@ def _ranking(p, c: int, n: int, gts, dts) -> types.SimpleNamespace:
     kept = dts.order[(dts.cls[dts.order] == c) & (dts.rank[dts.order] < p.maxDets[-1])]
     matched = np.zeros((len(p.iouThrs), len(kept)), bool)
     ignored = np.repeat(dts.ignored[kept].astype(bool)[None, :], len(p.iouThrs), 0)
-    start = np.searchsorted(dts.image[kept], np.arange(n))
+    start = np.searchsorted(dts.image[kept], np.arange(n + 1))   # kept is in image order
     for (cat, k), g in gts.at.items():
-        d = kept[start[k]:start[k + 1]] if k + 1 < n else kept[start[k]:]
-        if cat == c and len(d):
-            span = slice(start[k], start[k] + len(d))
-            matched[:, span], ignored[:, span] = _evaluate_img(p, g, d, gts, dts)
+        if cat == c and start[k + 1] > start[k]:
+            span = slice(start[k], start[k + 1])
+            matched[:, span], ignored[:, span] = _evaluate_img(p, g, kept[span], gts, dts)
     order = np.argsort(-dts.score[kept], kind="mergesort")
     matched, ignored = matched[:, order], ignored[:, order]
     counted = (gts.cls == c) & (gts.ignored == 0)
@@ -274,7 +273,6 @@ def _evaluated(detections: dict, gt: dict):
     dts = _rows([detections.get(i, np.zeros((0, 6))) for i in ids], 6, *p.areaRng[0])
     if not n_gt or not len(dts.cls):
         return p, None, n_gt
-    p.imgIds = list(np.unique(np.arange(1, len(ids) + 1)))
     p.catIds = list(np.unique(sorted(set(n_gt) | set(dts.cls.tolist()))))
     return p, {c: _ranking(p, c, len(ids), gts, dts) for c in sorted(n_gt)}, n_gt
 
@@ -294,13 +292,12 @@ def coco_matches(detections: dict, gt: dict) -> dict:
     p, ranked, n_gt = _evaluated(detections, gt)
     n, classes = len(gt), sorted(n_gt)
     counts = np.zeros((n, len(classes)))   # without detections: every box (AP 0, as coco_ap says)
-    if ranked is None:
-        for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
-            for j, c in enumerate(classes):
-                counts[i, j] = np.count_nonzero(g[:, 4] == c)
     for j, c in enumerate(classes):
         if ranked is not None:
             counts[:, j] = ranked[c].gt
+        else:
+            for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
+                counts[i, j] = np.count_nonzero(g[:, 4] == c)
     matches = [_class_matches(ranked[c]) if ranked is not None else _no_matches(len(p.iouThrs)) for c in classes]
     return {"matches": matches, "gt": counts, "recall": np.asarray(p.recThrs, np.float64),
             "ap": _ap_figures(p, ranked, n_gt)}
@@ -313,7 +310,7 @@ def _no_matches(thresholds: int) -> dict:
 
 
 def _class_matches(r) -> dict:
-    """One class's ``coco_matches`` ranking from its COCOeval ranking (``_rankings``)."""
+    """One class's ``coco_matches`` ranking from its COCOeval ranking (``_ranking``)."""
     tp = [np.flatnonzero(row) for row in r.tps]
     last = max((int(pos[-1]) + 1 for pos in tp if pos.size), default=0)
     return {"image": r.image[:last], "tp": tp, "ignored": [np.flatnonzero(row[:last]) for row in r.ignored]}
