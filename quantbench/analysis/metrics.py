@@ -105,9 +105,10 @@ def _only_reported(params) -> None:
     params.maxDets = [sorted(params.maxDets)[-1]]
 
 
-def _match(thresholds, ious, dt_ids, gt_ids, iscrowd, gtIg, gtm, dtm, dtIg) -> None:
-    """COCOeval's greedy matching at each IoU threshold, filling gtm, dtm and dtIg in place, over only the
-    detections whose best IoU reaches the lowest threshold.
+def _match(starts: list, ious, dt_ids: list, gt_ids: list, gtIg: list, dtm, dtIg) -> None:
+    """COCOeval's greedy matching at each IoU threshold (`starts`: min(threshold, 1 - 1e-10) each, as it starts
+    the search), filling dtm and dtIg in place, over only the detections whose best IoU reaches the lowest
+    threshold. No box is a crowd (every COCO annotation here has iscrowd 0): a box matches once per threshold.
 
     The matching walks every IoU threshold x detection x ground-truth box in Python, but a
     detection whose every IoU is below the lowest threshold matches nothing at any threshold
@@ -115,26 +116,26 @@ def _match(thresholds, ious, dt_ids, gt_ids, iscrowd, gtIg, gtm, dtm, dtIg) -> N
     array as the full walk leaves it. Most of a detector's decisions (every query, ranked by
     score) overlap no labelled box, so the walk is a fraction of COCOeval's.
     """
-    lowest = min(min(float(t) for t in thresholds), 1 - 1e-10)
-    can = np.flatnonzero(~np.all(np.asarray(ious)[:len(dt_ids)] < lowest, axis=1)).tolist()   # NaN IoUs stay in
-    for tind, t in enumerate(thresholds):
+    can = np.flatnonzero(~np.all(ious < min(starts), axis=1)).tolist()   # NaN IoUs stay in
+    ious = ious.tolist()   # the same doubles, compared as floats
+    for tind, start in enumerate(starts):
+        taken = [False] * len(gt_ids)
         for dind in can:
-            iou = min([t, 1 - 1e-10])
-            m = -1
+            iou, m, row = start, -1, ious[dind]
             for gind in range(len(gt_ids)):
-                if gtm[tind, gind] > 0 and not iscrowd[gind]:
+                if taken[gind]:
                     continue
                 if m > -1 and gtIg[m] == 0 and gtIg[gind] == 1:
                     break
-                if ious[dind, gind] < iou:
+                if row[gind] < iou:
                     continue
-                iou = ious[dind, gind]
+                iou = row[gind]
                 m = gind
             if m == -1:
                 continue
             dtIg[tind, dind] = gtIg[m]
             dtm[tind, dind] = gt_ids[m]
-            gtm[tind, m] = dt_ids[dind]
+            taken[m] = True
 
 
 def _rows(arrays: list, width: int, lo: float, hi: float) -> types.SimpleNamespace:
@@ -150,15 +151,17 @@ def _rows(arrays: list, width: int, lo: float, hi: float) -> types.SimpleNamespa
     area = w * h
     cls = [int(c) for c in rows[:, width - 1].tolist()]
     score = rows[:, 4] if width == 6 else np.zeros(len(rows))
-    order = np.lexsort((-score, image, np.asarray(cls, np.int64)))
-    keys = list(zip([cls[i] for i in order.tolist()], image[order].tolist()))
-    cut = [i for i in range(len(keys)) if not i or keys[i] != keys[i - 1]] + [len(keys)]
+    cls = np.asarray(cls, np.int64)
+    order = np.lexsort((-score, image, cls))
+    change = (np.diff(cls[order]) != 0) | (np.diff(image[order]) != 0)
+    cut = [0, *(np.flatnonzero(change) + 1).tolist(), len(rows)] if len(rows) else [0]
     rank = np.zeros(len(rows), np.intp)
     rank[order] = np.arange(len(rows)) - np.repeat(cut[:-1], np.diff(cut))
     return types.SimpleNamespace(box=np.column_stack([rows[:, 0], rows[:, 1], w, h]), id=np.arange(1, len(rows) + 1),
-                                 image=image, cls=np.asarray(cls, np.int64), score=score, order=order, rank=rank,
+                                 image=image, cls=cls, score=score, order=order, rank=rank,
                                  ignored=((area < lo) | (area > hi)).astype(np.int64),
-                                 at={keys[i]: order[i:j] for i, j in zip(cut[:-1], cut[1:])})
+                                 at={(int(cls[order[i]]), int(image[order[i]])): order[i:j]
+                                     for i, j in zip(cut[:-1], cut[1:])})
 
 
 def _evaluate_img(p, g: np.ndarray, d: np.ndarray, gts, dts) -> tuple[np.ndarray, np.ndarray]:
@@ -169,9 +172,10 @@ def _evaluate_img(p, g: np.ndarray, d: np.ndarray, gts, dts) -> tuple[np.ndarray
 
     T = len(p.iouThrs)
     g = g[np.argsort(gts.ignored[g], kind="mergesort")]
-    gtm, dtm, dtIg = np.zeros((T, len(g))), np.zeros((T, len(d))), np.zeros((T, len(d)))
+    dtm, dtIg = np.zeros((T, len(d))), np.zeros((T, len(d)))
     ious = mask_utils.iou(dts.box[d], gts.box[g], [0] * len(g))   # COCOeval's ious[:, gtind]: pair by pair
-    _match(p.iouThrs, ious, dts.id[d].tolist(), gts.id[g].tolist(), [0] * len(g), gts.ignored[g], gtm, dtm, dtIg)
+    _match([min([t, 1 - 1e-10]) for t in p.iouThrs], np.asarray(ious), dts.id[d].tolist(), gts.id[g].tolist(),
+           gts.ignored[g].tolist(), dtm, dtIg)
     return dtm != 0, np.logical_or(dtIg, np.logical_and(dtm == 0, dts.ignored[d].astype(bool)[None, :]))
 
 
