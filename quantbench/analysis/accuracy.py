@@ -305,7 +305,7 @@ def score(p: Plan, decoded: dict, truth: Truth) -> dict:
                 "correct": int(sum(hits))}
     m = coco_matches(_detections(p, decoded, truth), p.gt)
     ap50, ap = weighted_ap(m, resample_weights(len(p.fixtures)))
-    resampled = {fig: [None if np.isnan(x) else float(x) for x in v.tolist()]
+    resampled = {fig: [None if x != x else x for x in v.tolist()]   # x != x: NaN, no box drawn
                  for fig, v in (("AP50", ap50), ("AP50:95", ap))}
     return {"metric": "AP", "value": m["ap"]["ap50"], "ap50_95": m["ap"]["ap50_95"], "images": len(p.fixtures),
             "resampled": resampled}
@@ -363,9 +363,8 @@ def resample_images(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BO
 
 def resample_weights(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED) -> np.ndarray:
     """``resample_images`` as counts: [resamples, n], how often each resample draws each image."""
-    w = np.zeros((resamples, n))
-    np.add.at(w, (np.arange(resamples)[:, None], resample_images(n, resamples, seed)), 1)
-    return w
+    drawn = (np.arange(resamples)[:, None] * n + resample_images(n, resamples, seed)).reshape(-1)
+    return np.bincount(drawn, minlength=resamples * n).reshape(resamples, n).astype(np.float64)
 
 
 def _interval(a: float, ra, b: float, rb, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:

@@ -9,6 +9,9 @@ ground truth is the COCO JSON itself.
   bbox, area "all", 100 detections per image): AP at IoU 0.5 and AP averaged over
   IoU 0.50:0.95, each the mean over the classes that have at least one
   ground-truth box in the evaluated images (101-point interpolated precision).
+  Its evaluation and accumulation of that one cell are restated on the box arrays
+  (pycocotools' IoU and parameters, COCOeval's orders, greedy matching and
+  arithmetic): the same bits as an unmodified COCOeval, which a test pins.
 - ``precision_recall``: detections with score >= threshold, matched greedily per
   image and class in descending score order to the unmatched ground-truth box of
   highest IoU (IoU >= 0.5); each ground-truth box matches at most once.
@@ -21,9 +24,7 @@ so a reported number can be traced to its data.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import types
@@ -32,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from quantbench.analysis.decode import DecodeSpec, decode, iou
+from quantbench.errors import ParameterError
 from quantbench.fsutil import sha256_file
 
 IOU_THRESHOLD = 0.5   # precision_recall's match
@@ -103,43 +105,10 @@ def _only_reported(params) -> None:
     params.maxDets = [sorted(params.maxDets)[-1]]
 
 
-def _compute_iou(self, imgId, catId):
-    """``COCOeval.computeIoU``, answering an image x class without detections or without ground truth at once:
-    pycocotools' mask.iou is [] then, after COCOeval sorted the detections for it (most of a detector's pairs)."""
-    if self.params.useCats and not (self._gts[imgId, catId] and self._dts[imgId, catId]):
-        return []
-    return type(self).computeIoU(self, imgId, catId)
-
-
-def _match(thresholds, ious, dt, gt, iscrowd, gtIg, gtm, dtm, dtIg) -> None:
-    """COCOeval's greedy matching at each IoU threshold, filling gtm, dtm and dtIg in place, over only the
-    detections whose best IoU reaches the lowest threshold (see _evaluate_img)."""
-    lowest = min(min(float(t) for t in thresholds), 1 - 1e-10)
-    can = np.flatnonzero(~np.all(np.asarray(ious)[:len(dt)] < lowest, axis=1)).tolist()   # NaN IoUs stay in
-    for tind, t in enumerate(thresholds):
-        for dind in can:
-            d = dt[dind]
-            iou = min([t, 1 - 1e-10])
-            m = -1
-            for gind, g in enumerate(gt):
-                if gtm[tind, gind] > 0 and not iscrowd[gind]:
-                    continue
-                if m > -1 and gtIg[m] == 0 and gtIg[gind] == 1:
-                    break
-                if ious[dind, gind] < iou:
-                    continue
-                iou = ious[dind, gind]
-                m = gind
-            if m == -1:
-                continue
-            dtIg[tind, dind] = gtIg[m]
-            dtm[tind, dind] = gt[m]["id"]
-            gtm[tind, m] = d["id"]
-
-
-def _evaluate_img(self, imgId, catId, aRng, maxDet):
-    """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code), the greedy matching visiting only the
-    detections that can match.
+def _match(starts: list, ious, dt_ids: list, gt_ids: list, gtIg: list, dtm, dtIg) -> None:
+    """COCOeval's greedy matching at each IoU threshold (`starts`: min(threshold, 1 - 1e-10) each, as it starts
+    the search), filling dtm and dtIg in place, over only the detections whose best IoU reaches the lowest
+    threshold. No box is a crowd (every COCO annotation here has iscrowd 0): a box matches once per threshold.
 
     The matching walks every IoU threshold x detection x ground-truth box in Python, but a
     detection whose every IoU is below the lowest threshold matches nothing at any threshold
@@ -147,58 +116,88 @@ def _evaluate_img(self, imgId, catId, aRng, maxDet):
     array as the full walk leaves it. Most of a detector's decisions (every query, ranked by
     score) overlap no labelled box, so the walk is a fraction of COCOeval's.
     """
-    p = self.params
-    if p.useCats:
-        gt = self._gts[imgId, catId]
-        dt = self._dts[imgId, catId]
-    else:
-        gt = [_ for cId in p.catIds for _ in self._gts[imgId, cId]]
-        dt = [_ for cId in p.catIds for _ in self._dts[imgId, cId]]
-    if len(gt) == 0 and len(dt) == 0:
-        return None
-    for g in gt:
-        if g["ignore"] or (g["area"] < aRng[0] or g["area"] > aRng[1]):
-            g["_ignore"] = 1
-        else:
-            g["_ignore"] = 0
-    gtind = np.argsort([g["_ignore"] for g in gt], kind="mergesort")
-    gt = [gt[i] for i in gtind]
-    dtind = np.argsort([-d["score"] for d in dt], kind="mergesort")
-    dt = [dt[i] for i in dtind[0:maxDet]]
-    iscrowd = [int(o["iscrowd"]) for o in gt]
-    ious = self.ious[imgId, catId][:, gtind] if len(self.ious[imgId, catId]) > 0 else self.ious[imgId, catId]
+    can = np.flatnonzero(~np.all(ious < min(starts), axis=1)).tolist()   # NaN IoUs stay in
+    ious = ious.tolist()   # the same doubles, compared as floats
+    for tind, start in enumerate(starts):
+        taken = [False] * len(gt_ids)
+        for dind in can:
+            iou, m, row = start, -1, ious[dind]
+            for gind in range(len(gt_ids)):
+                if taken[gind]:
+                    continue
+                if m > -1 and gtIg[m] == 0 and gtIg[gind] == 1:
+                    break
+                if row[gind] < iou:
+                    continue
+                iou = row[gind]
+                m = gind
+            if m == -1:
+                continue
+            dtIg[tind, dind] = gtIg[m]
+            dtm[tind, dind] = gt_ids[m]
+            taken[m] = True
+
+
+def _rows(arrays: list, width: int, lo: float, hi: float) -> types.SimpleNamespace:
+    """The boxes of every image (in order) as COCOeval holds its annotations: ``box`` [N, 4] x, y, w, h, ``id``
+    1.. in order, ``image`` (index), ``cls`` (int() of the class, as COCO's category ids), ``ignored`` (area
+    w * h outside [lo, hi]: int 0/1), ``score`` (detections); ``order``: the rows by category, image and
+    descending score (stable: ties in annotation order, as COCOeval's mergesort), ``rank`` each row's place
+    in its category x image there, and ``at``: per (category, image index), its rows in that order."""
+    arrays = [np.asarray(a, np.float64).reshape(-1, width) for a in arrays]
+    rows = np.concatenate(arrays + [np.zeros((0, width))])
+    image = np.concatenate([np.full(len(a), k, np.intp) for k, a in enumerate(arrays)] + [np.zeros(0, np.intp)])
+    w, h = rows[:, 2] - rows[:, 0], rows[:, 3] - rows[:, 1]
+    area = w * h
+    cls = [int(c) for c in rows[:, width - 1].tolist()]
+    score = rows[:, 4] if width == 6 else np.zeros(len(rows))
+    cls = np.asarray(cls, np.int64)
+    order = np.lexsort((-score, image, cls))
+    change = (np.diff(cls[order]) != 0) | (np.diff(image[order]) != 0)
+    cut = [0, *(np.flatnonzero(change) + 1).tolist(), len(rows)] if len(rows) else [0]
+    rank = np.zeros(len(rows), np.intp)
+    rank[order] = np.arange(len(rows)) - np.repeat(cut[:-1], np.diff(cut))
+    return types.SimpleNamespace(box=np.column_stack([rows[:, 0], rows[:, 1], w, h]), id=np.arange(1, len(rows) + 1),
+                                 image=image, cls=cls, score=score, order=order, rank=rank,
+                                 ignored=((area < lo) | (area > hi)).astype(np.int64),
+                                 at={(int(cls[order[i]]), int(image[order[i]])): order[i:j]
+                                     for i, j in zip(cut[:-1], cut[1:])})
+
+
+def _evaluate_img(p, g: np.ndarray, d: np.ndarray, gts, dts) -> tuple[np.ndarray, np.ndarray]:
+    """pycocotools' ``COCOeval.evaluateImg`` (bbox, its 2.0 code, with its ``computeIoU``) of one image x class
+    with ground truth `g` and detections `d` (rows of `gts` and `dts`, ``_rows``' order, d cut to the most
+    detections per image): (matched, ignored) [T, D], its dtMatches != 0 and its dtIgnore."""
+    from pycocotools import mask as mask_utils
+
     T = len(p.iouThrs)
-    G = len(gt)
-    D = len(dt)
-    gtm = np.zeros((T, G))
-    dtm = np.zeros((T, D))
-    gtIg = np.array([g["_ignore"] for g in gt])
-    dtIg = np.zeros((T, D))
-    if not len(ious) == 0:
-        _match(p.iouThrs, ious, dt, gt, iscrowd, gtIg, gtm, dtm, dtIg)
-    a = np.array([d["area"] < aRng[0] or d["area"] > aRng[1] for d in dt]).reshape((1, len(dt)))
-    dtIg = np.logical_or(dtIg, np.logical_and(dtm == 0, np.repeat(a, T, 0)))
-    return {"image_id": imgId, "category_id": catId, "aRng": aRng, "maxDet": maxDet,
-            "dtIds": [d["id"] for d in dt], "gtIds": [g["id"] for g in gt], "dtMatches": dtm, "gtMatches": gtm,
-            "dtScores": [d["score"] for d in dt], "gtIgnore": gtIg, "dtIgnore": dtIg}
+    g = g[np.argsort(gts.ignored[g], kind="mergesort")]
+    dtm, dtIg = np.zeros((T, len(d))), np.zeros((T, len(d)))
+    ious = mask_utils.iou(dts.box[d], gts.box[g], [0] * len(g))   # COCOeval's ious[:, gtind]: pair by pair
+    _match([min([t, 1 - 1e-10]) for t in p.iouThrs], np.asarray(ious), dts.id[d].tolist(), gts.id[g].tolist(),
+           gts.ignored[g].tolist(), dtm, dtIg)
+    return dtm != 0, np.logical_or(dtIg, np.logical_and(dtm == 0, dts.ignored[d].astype(bool)[None, :]))
 
 
-def _coco_annotations(detections: dict, gt: dict, num: dict) -> tuple[list, list, dict]:
-    """COCO annotation records of the ground truth and of the detections of the images in `num` (image id ->
-    COCOeval's numeric id), and the ground-truth box count per class."""
-    n_gt: dict[int, int] = {}
-    gt_anns, dt_anns = [], []
-    for i in num:
-        for x1, y1, x2, y2, c in np.asarray(gt[i], np.float64).reshape(-1, 5).tolist():
-            n_gt[int(c)] = n_gt.get(int(c), 0) + 1
-            w, h = x2 - x1, y2 - y1
-            gt_anns.append({"id": len(gt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "iscrowd": 0})
-        for x1, y1, x2, y2, s, c in _as_dets(detections.get(i, np.zeros((0, 6)))).tolist():
-            w, h = x2 - x1, y2 - y1
-            dt_anns.append({"id": len(dt_anns) + 1, "image_id": num[i], "category_id": int(c),
-                            "bbox": [x1, y1, w, h], "area": w * h, "score": s, "iscrowd": 0})
-    return gt_anns, dt_anns, n_gt
+def _ranking(p, c: int, n: int, gts, dts) -> types.SimpleNamespace:
+    """Class c's detections over the n images as COCOeval.accumulate ranks them (each image's first maxDets,
+    in image order, then a mergesort of the descending scores): ``image`` (index), ``tps``/``fps``/``ignored``
+    [T, N] per IoU threshold, ``npig`` (its counted ground-truth boxes) and ``gt`` [n] (per image). An image
+    without ground truth of c matches nothing: its detections are false positives, or ignored by their area."""
+    kept = dts.order[(dts.cls[dts.order] == c) & (dts.rank[dts.order] < p.maxDets[-1])]
+    matched = np.zeros((len(p.iouThrs), len(kept)), bool)
+    ignored = np.repeat(dts.ignored[kept].astype(bool)[None, :], len(p.iouThrs), 0)
+    start = np.searchsorted(dts.image[kept], np.arange(n + 1))   # kept is in image order
+    for (cat, k), g in gts.at.items():
+        if cat == c and start[k + 1] > start[k]:
+            span = slice(start[k], start[k + 1])
+            matched[:, span], ignored[:, span] = _evaluate_img(p, g, kept[span], gts, dts)
+    order = np.argsort(-dts.score[kept], kind="mergesort")
+    matched, ignored = matched[:, order], ignored[:, order]
+    counted = (gts.cls == c) & (gts.ignored == 0)
+    return types.SimpleNamespace(image=dts.image[kept][order], tps=matched & ~ignored, fps=~matched & ~ignored,
+                                 ignored=ignored, npig=int(np.count_nonzero(counted)),
+                                 gt=np.bincount(gts.image[counted], minlength=n).astype(np.float64))
 
 
 def coco_ap(detections: dict, gt: dict) -> dict:
@@ -214,60 +213,72 @@ def coco_ap(detections: dict, gt: dict) -> dict:
     return _ap_figures(*_evaluated(detections, gt))
 
 
-def _ap_figures(ev, n_gt: dict) -> dict:
-    """coco_ap's figures from its evaluation (``_evaluated``)."""
+def _ap_figures(p, ranked: dict | None, n_gt: dict) -> dict:
+    """coco_ap's figures from its evaluation (``_evaluated``: its params and its classes' rankings)."""
     out = {"ap50": 0.0, "ap50_95": 0.0, "per_class": {c: 0.0 for c in sorted(n_gt)},
            "per_class_50_95": {c: 0.0 for c in sorted(n_gt)}, "n_gt": n_gt}
     if not n_gt:
         return {**out, "ap50": None, "ap50_95": None}
-    if ev is None:
+    if ranked is None:
         return out
-    with contextlib.redirect_stdout(io.StringIO()):   # pycocotools prints its progress
-        ev.accumulate()
-    prec = ev.eval["precision"]            # [IoU thresholds, recall points, classes, areas, max dets]
-    area_all = list(ev.params.areaRngLbl).index("all")
-    last = len(ev.params.maxDets) - 1       # 100 detections per image
-    p = prec[:, :, :, area_all, last]
+    prec = _precision(p, ranked)
 
     def mean(a) -> float:
         a = a[a > -1]
         return float(np.mean(a)) if a.size else 0.0
 
-    for k, c in enumerate(ev.params.catIds):
+    for k, c in enumerate(p.catIds):
         if c in n_gt:
-            out["per_class"][c] = mean(p[0, :, k])
-            out["per_class_50_95"][c] = mean(p[:, :, k])
-    out["ap50"] = mean(p[0])
-    out["ap50_95"] = mean(p)
+            out["per_class"][c] = mean(prec[0, :, k])
+            out["per_class_50_95"][c] = mean(prec[:, :, k])
+    out["ap50"] = mean(prec[0])
+    out["ap50_95"] = mean(prec)
     return out
 
 
+def _precision(p, ranked: dict) -> np.ndarray:
+    """pycocotools' ``COCOeval.accumulate`` precision [IoU thresholds, recall points, classes] of the one area x
+    max-detections cell evaluated (-1 for a class without ground truth), from the classes' rankings: the same
+    running sums, divisions, envelope (the running maximum from the right is its loop's) and recall search."""
+    recall = np.asarray(p.recThrs)
+    precision = -np.ones((len(p.iouThrs), len(recall), len(p.catIds)))
+    for k, c in enumerate(p.catIds):
+        r = ranked.get(c)
+        if r is None or r.npig == 0:
+            continue
+        tp = np.cumsum(r.tps, axis=1).astype(dtype=float)
+        fp = np.cumsum(r.fps, axis=1).astype(dtype=float)
+        rc = tp / r.npig
+        pr = np.maximum.accumulate((tp / (fp + tp + np.spacing(1)))[:, ::-1], axis=1)[:, ::-1]
+        for t in range(len(p.iouThrs)):
+            inds = np.searchsorted(rc[t], recall, side="left")
+            q = np.zeros(len(recall))
+            q[inds < rc.shape[1]] = pr[t][inds[inds < rc.shape[1]]]
+            precision[t, :, k] = q
+    return precision
+
+
 def _evaluated(detections: dict, gt: dict):
-    """(COCOeval of the images of `gt`, evaluated but not accumulated, or None when there is no ground-truth box
-    or no detection; {class_id: ground-truth boxes})."""
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
+    """(COCOeval's params, {class with ground truth: its ranking (``_ranking``)} or None when there is no
+    ground-truth box or no detection, {class_id: ground-truth boxes}) of the images of `gt`.
+
+    The evaluation is COCOeval's own (``_evaluate_img``: its per image x class matching, pycocotools' IoU,
+    run where an image has both boxes and detections of a class) on the boxes as arrays, for only the cell
+    coco_ap reads (``_only_reported``)."""
+    from pycocotools.cocoeval import Params
 
     ids = sorted(gt)
-    num = {i: k + 1 for k, i in enumerate(ids)}   # COCOeval wants sortable ids: any hashable image id works
-    gt_anns, dt_anns, n_gt = _coco_annotations(detections, gt, num)
-    if not n_gt or not dt_anns:
-        return None, n_gt
-    cats = sorted(set(n_gt) | {a["category_id"] for a in dt_anns})
-    images = [{"id": num[i]} for i in ids]
-    with contextlib.redirect_stdout(io.StringIO()):   # pycocotools prints its progress
-        coco_gt, coco_dt = COCO(), COCO()
-        coco_gt.dataset = {"images": images, "annotations": gt_anns, "categories": [{"id": c} for c in cats]}
-        coco_dt.dataset = {"images": images, "annotations": dt_anns, "categories": [{"id": c} for c in cats]}
-        coco_gt.createIndex()
-        coco_dt.createIndex()
-        ev = COCOeval(coco_gt, coco_dt, "bbox")
-        ev.params.imgIds = [num[i] for i in ids]
-        _only_reported(ev.params)
-        ev.computeIoU = types.MethodType(_compute_iou, ev)
-        ev.evaluateImg = types.MethodType(_evaluate_img, ev)
-        ev.evaluate()
-    return ev, n_gt
+    p = Params(iouType="bbox")
+    _only_reported(p)
+    gts = _rows([gt[i] for i in ids], 5, *p.areaRng[0])
+    n_gt: dict[int, int] = {}
+    for c in gts.cls.tolist():
+        n_gt[c] = n_gt.get(c, 0) + 1
+    dts = _rows([detections.get(i, np.zeros((0, 6))) for i in ids], 6, *p.areaRng[0])
+    if not n_gt or not len(dts.cls):
+        return p, None, n_gt
+    p.catIds = list(np.unique(sorted(set(n_gt) | set(dts.cls.tolist()))))
+    return p, {c: _ranking(p, c, len(ids), gts, dts) for c in sorted(n_gt)}, n_gt
 
 
 def coco_matches(detections: dict, gt: dict) -> dict:
@@ -275,78 +286,108 @@ def coco_matches(detections: dict, gt: dict) -> dict:
     weighting of the images without matching again (``weighted_ap``: a bootstrap resample weights each image
     by how often it is drawn).
 
-    For each class with ground truth and each IoU threshold, over that class's true positives in the order
-    COCOeval's accumulation ranks the detections: (``tp`` [P, n], the true positives of each image ranked at or
-    above each one; ``fp`` [P, n], the false positives of each image ranked above it). ``gt`` [n, K]: the
-    counted ground-truth boxes per image and class; n the images of `gt` in sorted order. ``ap``: coco_ap's
-    figures, from the same evaluation.
+    For each class with ground truth, in the order COCOeval's accumulation ranks its detections (``matches``, one
+    dict per class): ``image`` [N], the image of each detection ranked at or above the class's last true positive
+    (those ranked below it change no precision); ``tp`` and ``ignored``, per IoU threshold, the ranks of its true
+    positives and of its ignored detections (COCOeval's dtIgnore), every other rank a false positive. ``gt``
+    [n, K]: the counted ground-truth boxes per image and class; n the images of `gt` in sorted order. ``ap``:
+    coco_ap's figures, from the same evaluation.
     """
-    from pycocotools.cocoeval import Params
-
-    ev, n_gt = _evaluated(detections, gt)
-    params = ev.params if ev is not None else Params(iouType="bbox")
+    p, ranked, n_gt = _evaluated(detections, gt)
     n, classes = len(gt), sorted(n_gt)
     counts = np.zeros((n, len(classes)))   # without detections: every box (AP 0, as coco_ap says)
-    for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
-        for j, c in enumerate(classes):
-            counts[i, j] = np.count_nonzero(g[:, 4] == c)
-    matches = [[(np.zeros((0, n)), np.zeros((0, n)))] * len(params.iouThrs) for _ in classes]
-    if ev is not None:
-        for j, c in enumerate(classes):
-            k = list(ev.params.catIds).index(c)
-            evals = [(i, e) for i, e in enumerate(ev.evalImgs[k * n:(k + 1) * n]) if e is not None]
-            for i, e in evals:
-                counts[i, j] = np.count_nonzero(np.asarray(e["gtIgnore"]) == 0)
-            matches[j] = _class_matches(evals, n)
-    return {"matches": matches, "gt": counts, "recall": np.asarray(params.recThrs, np.float64),
-            "ap": _ap_figures(ev, n_gt)}
+    for j, c in enumerate(classes):
+        if ranked is not None:
+            counts[:, j] = ranked[c].gt
+        else:
+            for i, g in enumerate(np.asarray(gt[x], np.float64).reshape(-1, 5) for x in sorted(gt)):
+                counts[i, j] = np.count_nonzero(g[:, 4] == c)
+    matches = [_class_matches(ranked[c]) if ranked is not None else _no_matches(len(p.iouThrs)) for c in classes]
+    return {"matches": matches, "gt": counts, "recall": np.asarray(p.recThrs, np.float64),
+            "ap": _ap_figures(p, ranked, n_gt)}
 
 
-def _class_matches(evals: list, n: int) -> list:
-    """One class's (tp, fp) per IoU threshold (``coco_matches``) from its COCOeval image evaluations."""
-    if not any(len(e["dtScores"]) for _, e in evals):
-        return [(np.zeros((0, n)), np.zeros((0, n)))] * len(evals[0][1]["dtMatches"])
-    score = np.concatenate([np.asarray(e["dtScores"], np.float64) for _, e in evals])
-    image = np.concatenate([np.full(len(e["dtScores"]), i) for i, e in evals])
-    order = np.argsort(-score, kind="mergesort")   # as COCOeval.accumulate ranks them
-    dtm = np.concatenate([e["dtMatches"] for _, e in evals], axis=1)[:, order]
-    dtig = np.concatenate([e["dtIgnore"] for _, e in evals], axis=1)[:, order].astype(bool)
-    image = image[order]
-    out = []
-    for tp, fp in zip((dtm != 0) & ~dtig, (dtm == 0) & ~dtig):
-        pos, neg = np.flatnonzero(tp), np.flatnonzero(fp)
-        a = np.zeros((pos.size, n))
-        a[np.arange(pos.size), image[pos]] = 1
-        b = np.zeros((pos.size + 1, n))
-        np.add.at(b, (np.searchsorted(pos, neg), image[neg]), 1)
-        out.append((np.cumsum(a, axis=0), np.cumsum(b, axis=0)[:pos.size]))
+def _no_matches(thresholds: int) -> dict:
+    """A class's ``coco_matches`` ranking without detections."""
+    none = np.zeros(0, np.intp)
+    return {"image": none, "tp": [none] * thresholds, "ignored": [none] * thresholds}
+
+
+def _class_matches(r) -> dict:
+    """One class's ``coco_matches`` ranking from its COCOeval ranking (``_ranking``)."""
+    tp = [np.flatnonzero(row) for row in r.tps]
+    last = max((int(pos[-1]) + 1 for pos in tp if pos.size), default=0)
+    return {"image": r.image[:last], "tp": tp, "ignored": [np.flatnonzero(row[:last]) for row in r.ignored]}
+
+
+def _counts(weights) -> np.ndarray:
+    """``weighted_ap``'s weights [R, n] as whole counts [n, R] (int64), or ParameterError."""
+    w = np.asarray(weights, np.float64)
+    if w.ndim != 2 or not np.all(np.isfinite(w) & (w >= 0) & (w == np.floor(w))):
+        raise ParameterError("weights", "must be a [resamples, images] array of whole counts")
+    return np.ascontiguousarray(w.T.astype(np.int64))
+
+
+def _recall_steps(recall: np.ndarray, npig: np.ndarray):
+    """(table, row): table[row[r], c] = searchsorted(recall, c / npig[r], "right"), the recall points that c of
+    npig[r] boxes found reach, for every count c <= max(npig); the same division and search as on each count,
+    done once per distinct pair."""
+    values, row = np.unique(npig, return_inverse=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        found = np.arange(int(values.max()) + 1, dtype=np.float64)[None, :] / values[:, None].astype(np.float64)
+    return np.searchsorted(recall, found, side="right"), row.reshape(-1)
+
+
+def _ranked(wt: np.ndarray, c: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(ranked [U, R], at [U]): the weighted detections of class ranking `c` ranked at or above each rank `at`
+    that is a true positive at some IoU threshold (summed a stretch of ranks at a time: no [N, R] running sum)."""
+    at = np.unique(np.concatenate(c["tp"]))
+    starts = np.concatenate([[0], at[:-1] + 1])
+    return np.cumsum(np.add.reduceat(wt[c["image"][:at[-1] + 1]], starts, axis=0), axis=0, dtype=np.int64), at
+
+
+def _class_ap(wt: np.ndarray, c: dict, npig: np.ndarray, recall: np.ndarray) -> list:
+    """One class's summed interpolated precision [R] per IoU threshold (``weighted_ap``), None where it found
+    nothing. Counts are exact integers, so tp and fp are the dense products' [R, n] @ [n, P] to the bit; the
+    arrays are [P, R], summed over P as C-ordered [R, P] rows, as they always were."""
+    out = [None] * len(c["tp"])
+    if not c["image"].size:
+        return out
+    ranked, at = _ranked(wt, c)
+    table, row = _recall_steps(recall, npig)
+    for t, (pos, ign) in enumerate(zip(c["tp"], c["ignored"])):
+        if not pos.size:
+            continue
+        hits = np.cumsum(wt[c["image"][pos]], axis=0, dtype=np.int64)
+        misses = ranked[np.searchsorted(at, pos)] - hits
+        if ign.size:   # ignored detections are neither
+            skipped = np.cumsum(wt[c["image"][ign]], axis=0, dtype=np.int64)
+            misses -= np.concatenate([np.zeros((1, wt.shape[1]), np.int64), skipped])[np.searchsorted(ign, pos)]
+        tp, fp = hits.astype(np.float64), misses.astype(np.float64)
+        pr = tp / (fp + tp + np.spacing(1))
+        best = np.maximum.accumulate(pr[::-1], axis=0)[::-1]
+        reach = np.diff(table[row[None, :], hits], axis=0, prepend=0)
+        out[t] = np.ascontiguousarray((best * reach).T).sum(axis=1)
     return out
 
 
 def weighted_ap(m: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(AP50, AP50:95) of ``coco_matches`` `m` with image i counted weights[r, i] times, per row r of `weights`
-    ([R, n]); all ones gives coco_ap's figures (to rounding), NaN where no weighted image has a box.
+    ([R, n] whole counts); all ones gives coco_ap's figures (to rounding), NaN where no weighted image has a box.
 
     COCOeval's interpolated precision at recall point x is the best precision of any true positive reaching
     recall >= x (precision peaks at true positives), so only the true positives are visited. Tied scores of one
     image drawn twice count as one step (COCOeval would rank the copies one after the other)."""
-    w = np.asarray(weights, np.float64)
-    npig = w @ m["gt"]
-    valid = npig > 0
+    wt = _counts(weights)
+    boxes = (np.asarray(m["gt"]).T.astype(np.int64) @ wt).astype(np.float64)   # [K, R]
+    valid = boxes > 0
     recall = m["recall"]
-    total = np.zeros((w.shape[0], len(m["matches"][0]) if m["matches"] else 1))
-    for k, per_t in enumerate(m["matches"]):
-        for t, (a, b) in enumerate(per_t):
-            if not a.shape[0]:
-                continue
-            tp, fp = w @ a.T, w @ b.T
-            with np.errstate(divide="ignore", invalid="ignore"):
-                rc = tp / npig[:, k:k + 1]
-            pr = tp / (fp + tp + np.spacing(1))
-            best = np.maximum.accumulate(pr[:, ::-1], axis=1)[:, ::-1]
-            reach = np.diff(np.searchsorted(recall, rc, side="right"), axis=1, prepend=0)
-            total[:, t] += np.where(valid[:, k], (best * reach).sum(axis=1), 0.0)
-    nv = valid.sum(axis=1)
+    total = np.zeros((wt.shape[1], len(m["matches"][0]["tp"]) if m["matches"] else 1))
+    for k, c in enumerate(m["matches"]):
+        for t, got in enumerate(_class_ap(wt, c, boxes[k], recall)):
+            if got is not None:
+                total[:, t] += np.where(valid[k], got, 0.0)
+    nv = valid.sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ap50 = np.where(nv > 0, total[:, 0] / (nv * recall.size), np.nan)
         ap = np.where(nv > 0, total.sum(axis=1) / (nv * recall.size * total.shape[1]), np.nan)
