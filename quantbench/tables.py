@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
+import operator
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -885,26 +887,27 @@ def _kind(typ: pa.DataType) -> str | None:
     return "ts" if t.is_timestamp(typ) and typ.unit == "us" and typ.tz is not None else None
 
 
-def _py_types(kind: str) -> tuple:
+def _py_types(kind: str) -> set:
     """The Python types a column of `kind` lays out itself (exact types: a subclass goes through pa.array)."""
     from datetime import datetime
 
-    return {"str": (str,), "str64": (str,), "bin": (bytes,), "bin64": (bytes,), "int": (int,),
-            "float": (float, int), "bool": (bool,), "list": (list,), "struct": (dict,), "ts": (datetime,)}[kind]
+    return {"bin": {bytes}, "bin64": {bytes}, "int": {int}, "float": {float, int}, "bool": {bool}, "list": {list},
+            "struct": {dict}, "ts": {datetime}}[kind] | {type(None)}
 
 
 def _from_buffers(vals: list, typ: pa.DataType) -> pa.Array | None:
     """pa.array(vals, type=typ) built from buffers, or None for a type or value it leaves to pa.array."""
     kind = _kind(typ)
-    if kind is None:
+    # strings are checked by str.join (it takes str alone, None aside); every other kind by the values' types
+    types = None if kind in (None, "str", "str64") else set(map(type, vals))
+    if kind is None or (types is not None and not types <= _py_types(kind)):
         return None
-    ok = _py_types(kind)
-    if not all(v is None or type(v) in ok for v in vals):
-        return None
-    validity, nulls = _validity(vals)
+    nulls = vals.count(None) if types is None or type(None) in types else 0
+    validity = _validity(vals) if nulls else None
     if kind == "list":
-        child = _from_buffers([x for v in vals if v is not None for x in v], typ.value_type)
-        offsets = _offsets([0 if v is None else len(v) for v in vals], "int32")
+        filled = _filled(vals, nulls, ())
+        child = _from_buffers(list(itertools.chain.from_iterable(filled)), typ.value_type)
+        offsets = _offsets(_lengths(filled), "int32")
         if child is None or offsets is None:
             return None
         return pa.Array.from_buffers(typ, len(vals), [validity, offsets], null_count=nulls, children=[child])
@@ -913,58 +916,85 @@ def _from_buffers(vals: list, typ: pa.DataType) -> pa.Array | None:
         if any(c is None for c in children):
             return None
         return pa.Array.from_buffers(typ, len(vals), [validity], null_count=nulls, children=children)
-    data = _data(kind, vals)
+    data = _data(kind, _filled(vals, nulls, b"" if kind.startswith("bin") else "" if kind.startswith("str") else 0))
     return None if data is None else pa.Array.from_buffers(typ, len(vals), [validity, *data], null_count=nulls)
 
 
-def _validity(vals: list) -> tuple:
-    """(validity bitmap, null count) of `vals`: no bitmap without a null."""
+def _filled(vals: list, nulls: int, fill) -> list:
+    """`vals` with each None replaced by `fill` (the value laid under a null slot)."""
+    return [fill if v is None else v for v in vals] if nulls else vals
+
+
+def _validity(vals: list):
+    """The validity bitmap of `vals`."""
     import numpy as np
 
-    valid = np.fromiter((v is not None for v in vals), dtype=bool, count=len(vals))
-    nulls = len(vals) - int(valid.sum())
-    return (pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None), nulls
+    valid = np.fromiter(map(operator.is_not, vals, itertools.repeat(None)), dtype=bool, count=len(vals))
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
 
 
-def _offsets(lengths: list, dtype: str):
+def _lengths(values) -> "np.ndarray":
+    import numpy as np
+
+    return np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+
+
+def _offsets(lengths, dtype: str):
     """The offsets buffer of values of these lengths, or None when they overflow `dtype`."""
     import numpy as np
 
-    ends = np.cumsum([0] + lengths, dtype=np.int64)
+    ends = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ends[1:])
     if ends[-1] > np.iinfo(dtype).max:
         return None
     return pa.py_buffer(ends.astype(dtype))
 
 
 def _data(kind: str, vals: list) -> list | None:
-    """The buffers after the validity bitmap of a flat column of `kind`, or None for a value it leaves to pa.array
-    (an int out of range, an int a float64 cannot hold exactly, a string that is not UTF-8, a naive time)."""
+    """The buffers after the validity bitmap of a flat column of `kind` (no None left in `vals`), or None for a value
+    it leaves to pa.array: an int out of range, one a float64 cannot hold exactly, a value of a string column that
+    is no str or not UTF-8, a naive time."""
     import numpy as np
 
-    present = [v for v in vals if v is not None]
     if kind in ("str", "str64", "bin", "bin64"):
-        try:
-            data = [b"" if v is None else v.encode() if kind.startswith("str") else v for v in vals]
-        except UnicodeEncodeError:
-            return None
-        offsets = _offsets([len(d) for d in data], "int32" if kind in ("str", "bin") else "int64")
-        return None if offsets is None else [offsets, pa.py_buffer(b"".join(data))]
+        data, lengths = _utf8(vals) if kind.startswith("str") else (b"".join(vals), _lengths(vals))
+        offsets = None if data is None else _offsets(lengths, "int32" if kind in ("str", "bin") else "int64")
+        return None if offsets is None else [offsets, pa.py_buffer(data)]
     if kind == "bool":
-        return [pa.py_buffer(np.packbits(np.array([v is True for v in vals], dtype=bool), bitorder="little"))]
+        return [pa.py_buffer(np.packbits(np.array(vals, dtype=bool), bitorder="little"))]
     if kind == "ts":
-        if any(v.utcoffset() is None for v in present):
+        vals, kind = _microseconds(vals), "int"
+        if vals is None:
             return None
-        from datetime import datetime, timedelta, timezone
+    if kind == "float" and int in set(map(type, vals)) and not all(
+            -(1 << 53) <= v <= (1 << 53) for v in vals if type(v) is int):
+        return None
+    try:
+        return [pa.py_buffer(np.array(vals, dtype=np.float64 if kind == "float" else np.int64))]
+    except OverflowError:
+        return None
 
-        epoch, us = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
-        vals = [None if v is None else (v - epoch) // us for v in vals]
-        present, kind = [v for v in vals if v is not None], "int"
-    if kind == "int" and not all(-(1 << 63) <= v < (1 << 63) for v in present):
-        return None
-    if kind == "float" and not all(type(v) is float or -(1 << 53) <= v <= (1 << 53) for v in present):
-        return None
-    dtype = np.float64 if kind == "float" else np.int64
-    return [pa.py_buffer(np.array([0 if v is None else v for v in vals], dtype=dtype))]
+
+def _utf8(strings: list) -> tuple:
+    """(the UTF-8 bytes of `strings` joined, each one's byte length), or (None, None): a value that is no str, or
+    a str that is not UTF-8."""
+    try:
+        joined = "".join(strings).encode()
+    except (TypeError, UnicodeEncodeError):
+        return None, None
+    lengths = _lengths(strings)
+    if int(lengths.sum()) != len(joined):  # not ASCII: a character may take several bytes
+        lengths = _lengths([v.encode() for v in strings])
+    return joined, lengths
+
+
+def _microseconds(times: list) -> list | None:
+    """Each time (0: a null's slot) as microseconds since the epoch (UTC), or None for a naive one."""
+    from datetime import datetime, timedelta, timezone
+
+    epoch, us = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
+    distinct = {t: t if t == 0 else None if t.utcoffset() is None else (t - epoch) // us for t in set(times)}
+    return None if None in distinct.values() else [distinct[t] for t in times]
 
 
 def _row_groups(meta, where: dict) -> list[int]:
