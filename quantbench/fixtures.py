@@ -106,9 +106,10 @@ def default_images_dir(labels_path: str | os.PathLike) -> Path:
     return labels_path.parent if labels_path.suffix.lower() == ".csv" else labels_path.parent / "images"
 
 
-def image_file(labels_path, images_dir, name, where: str) -> Path:
-    """images_dir/name, if `name` resolves (symlinks followed) inside `images_dir`; else a UserError."""
-    path = inside(images_dir, name)
+def image_file(labels_path, images_dir, name, where: str, base: Path | None = None) -> Path:
+    """images_dir/name, if `name` resolves (symlinks followed) inside `images_dir`; else a UserError.
+    `base`: images_dir resolved already (variants.inside), for the many names of one labels file."""
+    path = inside(images_dir, name, base)
     if path is None:
         raise UserError(f"{labels_path}: {where}: {name!r} is not a file inside {images_dir}; labels may name "
                         "only images inside the images folder")
@@ -151,10 +152,11 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
     images_dir = Path(images_dir) if images_dir is not None else default_images_dir(labels_path)
-    ids = set()
+    ids, base = set(), None
     for i, img in enumerate(coco["images"]):
         _check_image_entry(labels_path, i, img, ids)
-        path = image_file(labels_path, images_dir, img["file_name"], f"image entry {i}")
+        base = base or images_dir.resolve()   # once per file, not per image
+        path = image_file(labels_path, images_dir, img["file_name"], f"image entry {i}", base)
         if check_files:
             if not path.exists():
                 raise UserError(f"{labels_path}: references missing image {path}")
@@ -226,11 +228,12 @@ def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) ->
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UserError(f"{labels}: not a readable CSV ({exc})") from None
-    out = []
+    out, base = [], None
     for i, r in enumerate(rows, start=2):
         r = {k.strip(): (v or "").strip() for k, v in r.items() if k}
         label = clean_label(r["label"]) if r.get("label") else None
-        path = image_file(labels, images_dir, r.get("image", ""), f"line {i}")
+        base = base or images_dir.resolve()   # once per file, not per image
+        path = image_file(labels, images_dir, r.get("image", ""), f"line {i}", base)
         if not path.exists():
             raise UserError(f"{labels}: references missing image {path}")
         out.append({"image": r["image"], "path": path, "objects": _density(labels, i, r.get("density", ""), label),

@@ -62,6 +62,16 @@ def read_sidecar(p: Path, required: bool = False) -> dict | None:
     return _inline_alphabet(data, p)
 
 
+def plain_sidecar(sidecar: dict | None) -> dict:
+    """A sidecar as plain data, as one read back from JSON is: its checked input block (CheckedInput) a dict
+    again. For what keeps a sidecar as data (an analysis result, which its cache stores only when JSON gives it
+    back the same)."""
+    out = dict(sidecar or {})
+    if isinstance(out.get("input"), CheckedInput):
+        out["input"] = dict(out["input"])
+    return out
+
+
 def _inline_alphabet(data: dict, p: Path) -> dict:
     """A decode block's "alphabet": "FILE" (a ctc alphabet, one character per line, in the sidecar's folder) read
     into the list it holds, with "alphabet_file": {"file", "sha256"}: the recipe then carries the characters."""

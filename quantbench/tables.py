@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
+import operator
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -447,14 +449,14 @@ def _complete(name: str, table: pa.Table) -> pa.Table:
         vals = [fn(r) for r in src]
         for c in cols:
             if c not in have:
-                table = table.append_column(c, pa.array([v[c] for v in vals], type=schema(name).field(c).type))
+                table = table.append_column(c, _array([v[c] for v in vals], schema(name).field(c).type))
     n = table.num_rows
     if name == "calib_manifest":
         return table
     if "run_id" not in have:
-        table = table.append_column("run_id", pa.array([_RUN_ID] * n, type=_S.arrow))
+        table = table.append_column("run_id", _array([_RUN_ID] * n, _S.arrow))
     if "created_at" not in have:
-        table = table.append_column("created_at", pa.array([_now()] * n, type=_TS.arrow))
+        table = table.append_column("created_at", _array([_now()] * n, _TS.arrow))
     return table
 
 
@@ -469,7 +471,7 @@ def to_arrow(name: str, rows: Iterable[Mapping] | pa.Table) -> pa.Table:
         given = {k for r in rows for k, v in r.items() if v is not None} if rows else set()
         cols = {f.name: [r.get(f.name) for r in rows] for f in sch if f.name in given or not rows}
         base = [f for f in sch if f.name in cols]
-        rows = pa.Table.from_pydict(cols, schema=pa.schema(base))
+        rows = pa.Table.from_arrays([_array(cols[f.name], f.type) for f in base], schema=pa.schema(base))
         for f in sch:   # declared columns every row left out (and are not derived): nulls
             if f.name not in rows.column_names and not _is_filled(name, f.name):
                 rows = rows.append_column(f, pa.nulls(rows.num_rows, f.type))
@@ -791,9 +793,9 @@ def _read(name: str, files: list[Path], columns, filter) -> pa.Table:
     want = list(columns) if columns else [f.name for f in sch]
     key = KEYS[name]
     read_cols = list(dict.fromkeys(want + key))
-    if not files:
-        return pa.Table.from_pylist([], schema=pa.schema([sch.field(c) for c in read_cols])).select(want)
     target = pa.schema([sch.field(c) for c in read_cols])
+    if not files:  # no pa.Table.from_pylist: converting Python values imports pandas
+        return pa.Table.from_arrays([pa.nulls(0, f.type) for f in target], schema=target).select(want)
     table = None
     if isinstance(filter, Mapping):
         filter = _where(filter)  # read part by part below (no dataset)
@@ -865,17 +867,134 @@ def _where(filter: Mapping) -> dict:
     return out
 
 
-def _value_set(vals: list, typ: pa.DataType) -> pa.Array:
-    """`vals` as an Arrow array of type `typ`. Strings are laid into buffers directly: pa.array()
-    imports pandas (when installed) on its first call, ~0.4 s of a cached equiv."""
-    if pa.types.is_string(typ) and all(isinstance(v, str) for v in vals):
-        import numpy as np
+# --- Python values -> Arrow arrays. pa.array(), Table.from_pydict and from_pylist import pandas (when installed,
+# ~0.2 s) on their first call, so the values the tables hold are laid into Arrow buffers here instead.
 
-        data = [v.encode() for v in vals]
-        offsets = np.zeros(len(data) + 1, np.int32)
-        np.cumsum([len(d) for d in data], out=offsets[1:])
-        return pa.Array.from_buffers(typ, len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
-    return pa.array(vals, type=typ)
+def _array(vals: list, typ: pa.DataType) -> pa.Array:
+    """`vals` as the Arrow array pa.array(vals, type=typ) makes: laid into buffers (_from_buffers) when they are
+    the Python values the tables hold, through pa.array otherwise (other types, a value it must refuse)."""
+    arr = _from_buffers(vals, typ)
+    return pa.array(vals, type=typ) if arr is None else arr
+
+
+def _kind(typ: pa.DataType) -> str | None:
+    t = pa.types
+    for kind, test in (("str", t.is_string), ("str64", t.is_large_string), ("bin", t.is_binary),
+                       ("bin64", t.is_large_binary), ("int", t.is_int64), ("float", t.is_float64),
+                       ("bool", t.is_boolean), ("list", t.is_list), ("struct", t.is_struct)):
+        if test(typ):
+            return kind
+    return "ts" if t.is_timestamp(typ) and typ.unit == "us" and typ.tz is not None else None
+
+
+def _py_types(kind: str) -> set:
+    """The Python types a column of `kind` lays out itself (exact types: a subclass goes through pa.array)."""
+    from datetime import datetime
+
+    return {"bin": {bytes}, "bin64": {bytes}, "int": {int}, "float": {float, int}, "bool": {bool}, "list": {list},
+            "struct": {dict}, "ts": {datetime}}[kind] | {type(None)}
+
+
+def _from_buffers(vals: list, typ: pa.DataType) -> pa.Array | None:
+    """pa.array(vals, type=typ) built from buffers, or None for a type or value it leaves to pa.array."""
+    kind = _kind(typ)
+    # strings are checked by str.join (it takes str alone, None aside); every other kind by the values' types
+    types = None if kind in (None, "str", "str64") else set(map(type, vals))
+    if kind is None or (types is not None and not types <= _py_types(kind)):
+        return None
+    nulls = vals.count(None) if types is None or type(None) in types else 0
+    validity = _validity(vals) if nulls else None
+    if kind == "list":
+        filled = _filled(vals, nulls, ())
+        child = _from_buffers(list(itertools.chain.from_iterable(filled)), typ.value_type)
+        offsets = _offsets(_lengths(filled), "int32")
+        if child is None or offsets is None:
+            return None
+        return pa.Array.from_buffers(typ, len(vals), [validity, offsets], null_count=nulls, children=[child])
+    if kind == "struct":
+        children = [_from_buffers([None if v is None else v.get(f.name) for v in vals], f.type) for f in typ]
+        if any(c is None for c in children):
+            return None
+        return pa.Array.from_buffers(typ, len(vals), [validity], null_count=nulls, children=children)
+    data = _data(kind, _filled(vals, nulls, b"" if kind.startswith("bin") else "" if kind.startswith("str") else 0))
+    return None if data is None else pa.Array.from_buffers(typ, len(vals), [validity, *data], null_count=nulls)
+
+
+def _filled(vals: list, nulls: int, fill) -> list:
+    """`vals` with each None replaced by `fill` (the value laid under a null slot)."""
+    return [fill if v is None else v for v in vals] if nulls else vals
+
+
+def _validity(vals: list):
+    """The validity bitmap of `vals`."""
+    import numpy as np
+
+    valid = np.fromiter(map(operator.is_not, vals, itertools.repeat(None)), dtype=bool, count=len(vals))
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))
+
+
+def _lengths(values) -> "np.ndarray":
+    import numpy as np
+
+    return np.fromiter(map(len, values), dtype=np.int64, count=len(values))
+
+
+def _offsets(lengths, dtype: str):
+    """The offsets buffer of values of these lengths, or None when they overflow `dtype`."""
+    import numpy as np
+
+    ends = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ends[1:])
+    if ends[-1] > np.iinfo(dtype).max:
+        return None
+    return pa.py_buffer(ends.astype(dtype))
+
+
+def _data(kind: str, vals: list) -> list | None:
+    """The buffers after the validity bitmap of a flat column of `kind` (no None left in `vals`), or None for a value
+    it leaves to pa.array: an int out of range, one a float64 cannot hold exactly, a value of a string column that
+    is no str or not UTF-8, a naive time."""
+    import numpy as np
+
+    if kind in ("str", "str64", "bin", "bin64"):
+        data, lengths = _utf8(vals) if kind.startswith("str") else (b"".join(vals), _lengths(vals))
+        offsets = None if data is None else _offsets(lengths, "int32" if kind in ("str", "bin") else "int64")
+        return None if offsets is None else [offsets, pa.py_buffer(data)]
+    if kind == "bool":
+        return [pa.py_buffer(np.packbits(np.array(vals, dtype=bool), bitorder="little"))]
+    if kind == "ts":
+        vals, kind = _microseconds(vals), "int"
+        if vals is None:
+            return None
+    if kind == "float" and int in set(map(type, vals)) and not all(
+            -(1 << 53) <= v <= (1 << 53) for v in vals if type(v) is int):
+        return None
+    try:
+        return [pa.py_buffer(np.array(vals, dtype=np.float64 if kind == "float" else np.int64))]
+    except OverflowError:
+        return None
+
+
+def _utf8(strings: list) -> tuple:
+    """(the UTF-8 bytes of `strings` joined, each one's byte length), or (None, None): a value that is no str, or
+    a str that is not UTF-8."""
+    try:
+        joined = "".join(strings).encode()
+    except (TypeError, UnicodeEncodeError):
+        return None, None
+    lengths = _lengths(strings)
+    if int(lengths.sum()) != len(joined):  # not ASCII: a character may take several bytes
+        lengths = _lengths([v.encode() for v in strings])
+    return joined, lengths
+
+
+def _microseconds(times: list) -> list | None:
+    """Each time (0: a null's slot) as microseconds since the epoch (UTC), or None for a naive one."""
+    from datetime import datetime, timedelta, timezone
+
+    epoch, us = datetime(1970, 1, 1, tzinfo=timezone.utc), timedelta(microseconds=1)
+    distinct = {t: t if t == 0 else None if t.utcoffset() is None else (t - epoch) // us for t in set(times)}
+    return None if None in distinct.values() else [distinct[t] for t in times]
 
 
 def _row_groups(meta, where: dict) -> list[int]:
@@ -916,7 +1035,7 @@ def _read_where(f: Path, cols: list[str], where: dict) -> pa.Table:
     for col, vals in where.items():
         if col not in names:
             continue
-        m = pc.is_in(t.column(col), value_set=_value_set(vals, sch.field(col).type), skip_nulls=True)
+        m = pc.is_in(t.column(col), value_set=_array(vals, sch.field(col).type), skip_nulls=True)
         mask = m if mask is None else pc.and_(mask, m)
     if mask is not None:
         t = t.filter(mask)

@@ -46,7 +46,7 @@ from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import canonical_json, check_writable
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 from quantbench.plugins import require
-from quantbench.recipe import allow_recorded, sidecar_for
+from quantbench.recipe import allow_recorded, plain_sidecar, sidecar_for
 from quantbench.variants import Variant
 
 COMPARISONS = ("own-fp32", "ref-fp32", "ref-same")
@@ -125,10 +125,12 @@ _HASH_COLS = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id
 
 
 def _hash_rows(hosts, variants, tables_root) -> dict:
-    """{column: values} of the outputs rows of these hosts and variants, hashes only (no tensor)."""
-    t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=_HASH_COLS,
+    """{column: values} of the outputs rows of these hosts and variants, hashes only (no tensor), and what
+    analysis.providers reads of them (one read for both)."""
+    cols = list(dict.fromkeys(_HASH_COLS + PR.COLUMNS))
+    t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=cols,
                      tables_root=tables_root)
-    return {c: t.column(c).to_pylist() for c in _HASH_COLS}
+    return {c: t.column(c).to_pylist() for c in cols}
 
 
 def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
@@ -245,7 +247,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot)
     settings = _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs)
     host_info, features = _host_identities(hosts, sel, tables_root)
-    runs = PR.provider_runs(hosts, [v.variant_id for v in variants], sel, tables_root)
+    runs = PR.provider_runs(hosts, sel, cols, tables_root)
     ctx = _Context(equiv_id=equiv_id_of(settings, sel), hosts=hosts, reference=reference, sel=sel,
                    settings=settings, features=features, source=_fixture_sources(tables_root),
                    atol=atol, rtol=rtol, budget=budget, cannot=cannot, providers=runs,
@@ -272,7 +274,8 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     result = EquivResult(equiv_id=ctx.equiv_id, settings={**settings, "atol": atol, "rtol": rtol, "budget": budget},
                          hosts=host_info, variants=out.variants, comparisons=out.comparisons,
                          class_rows=out.class_rows, decision_rows=out.decision_rows, flip_rows=out.flip_rows,
-                         decoded=out.decoded, sidecars={m: _base_of(vs).sidecar or {} for m, vs in by_model.items()},
+                         decoded=out.decoded,
+                         sidecars={m: plain_sidecar(_base_of(vs).sidecar) for m, vs in by_model.items()},
                          cache_key=key, cannot_run=_named_cannot(cannot, variants))
     if cache_dir is not None:
         RC.save(cache_dir, key, _payload(result, out.boxed))
@@ -460,7 +463,7 @@ def _kernels_used(hosts, sel, host_info, variant_ids, tables_root) -> dict:
     """{variant_id: {host: {ISA flag: [families]}}}: the dispatch features each host's kernels used running the
     variant, from the qemu kernel evidence (`localize --evidence`) taken under the selected fingerprint."""
     cols = ["host", "fingerprint_id", "variant_id", "family", "sites"]
-    t = tables.read("evidence", root=tables_root, columns=cols)
+    t = tables.read("evidence", root=tables_root, columns=cols, filter={"host": sorted(sel), "variant_id": variant_ids})
     seen: dict = defaultdict(lambda: defaultdict(set))
     for h, fp, vid, fam, sites in zip(*(t.column(c).to_pylist() for c in cols)):
         if h in sel and fp == sel[h][0] and vid in variant_ids and sites:

@@ -9,19 +9,20 @@ import json
 
 from quantbench.hosts import worker as W
 from quantbench.hosts.placement import parse, ran_providers
-from quantbench.hosts.results import load_hosts, load_outputs
+from quantbench.hosts.results import load_hosts
 
-_COLS = ["host", "fingerprint_id", "session_key", "variant_id", "session_options", "placement"]
+#: the outputs columns provider_runs reads
+COLUMNS = ("host", "fingerprint_id", "session_key", "variant_id", "session_options", "placement")
 
 
-def provider_runs(hosts, variant_ids, sel: dict, tables_root) -> dict:
+def provider_runs(hosts, sel: dict, rows: dict, tables_root) -> dict:
     """{host: {variant_id: {"requested", "ran", "placement", "findings"}}} for the selected results of each host
-    (`sel`: host -> (fingerprint_id, session_key)). A result stored before placements were recorded has an
-    empty placement and no finding."""
-    t = load_outputs(host=list(hosts), variant_id=list(variant_ids), columns=_COLS, tables_root=tables_root)
+    (`sel`: host -> (fingerprint_id, session_key)), from `rows`: {column: values} of the analysed variants' outputs
+    rows (at least COLUMNS, in table order), which the analysis read once. A result stored before placements were
+    recorded has an empty placement and no finding."""
     available = _available(hosts, tables_root)
     out: dict = {h: {} for h in hosts}
-    for h, fp, sk, vid, sopts, placement in zip(*(t.column(c).to_pylist() for c in _COLS)):
+    for h, fp, sk, vid, sopts, placement in zip(*(rows[c] for c in COLUMNS)):
         if h not in sel or (fp, sk) != tuple(sel[h]) or (vid in out[h] and out[h][vid]["placement"]):
             continue
         requested = list(json.loads(sopts or "{}").get("providers") or ["CPUExecutionProvider"])

@@ -565,3 +565,57 @@ def test_mapping_filter_read_loads_neither_dataset_nor_pandas(tmp_path):
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["16", "24", "[]"]
+
+
+def test_equiv_on_the_demo_loads_no_pandas_fresh_or_cached(workdir):
+    """pyarrow imports pandas (~0.2 s) the first time it converts Python values (pa.array, Table.from_pylist); the
+    tables lay every value they write into Arrow buffers and read an empty table without one (tables._array), so
+    neither a fresh equiv on the demo nor the cached one after it loads pandas (each its own process)."""
+    import subprocess
+    import sys
+
+    from quantbench.cli import main
+
+    vdir = workdir / "variants"
+    assert main(["calibrate", "--out", str(vdir), "--methods", "dynamic", "--no-progress", "-q"]) == 0
+    code = "import sys\nfrom quantbench.cli import main\nrc = main(sys.argv[1:])\nprint(rc, 'pandas' in sys.modules)"
+    argv = ["equiv", "--hosts", "x86", "--variants", str(vdir), "--results", str(workdir / "r"), "--no-progress"]
+    for run in ("fresh", "cached"):
+        p = subprocess.run([sys.executable, "-c", code, *argv], cwd=workdir, capture_output=True, text=True)
+        assert p.stdout.split()[-2:] == ["0", "False"], (run, p.stdout[-300:], p.stderr[-2000:])
+        assert ("runs: x86 0 ran," in p.stdout) == (run == "cached"), p.stdout[:300]
+
+
+
+def _cached_equiv_reads(workdir, capsys, monkeypatch) -> list:
+    """(table, columns) of every tables.read of a second `equiv` on the bundled demo models (bare models with their
+    sidecars beside them), after a first one; the report must come out the same."""
+    from quantbench.cli import main
+
+    argv = ["equiv", "--hosts", "x86", "--limit", "1", "--no-progress", "--no-plots"]
+    assert main(argv) == 0, capsys.readouterr().err
+    first = (workdir / "results" / "report.md").read_bytes()
+    reads = []
+    real = tables.read
+    monkeypatch.setattr(tables, "read", lambda name, *a, **k: reads.append((name, tuple(k.get("columns") or ())))
+                        or real(name, *a, **k))
+    assert main(argv) == 0, capsys.readouterr().err
+    assert "runs: x86 0 ran," in capsys.readouterr().out
+    assert (workdir / "results" / "report.md").read_bytes() == first
+    return reads
+
+
+def test_a_cached_equiv_of_models_with_sidecars_reuses_the_analysis(workdir, capsys, monkeypatch):
+    """A sidecar's checked input block (recipe.CheckedInput, a dict subclass) kept in the result made the analysis
+    cache refuse to save it (a JSON round trip gives a plain dict), so every rerun on a bare model with a sidecar
+    recomputed the analysis, its tensors read again; the result holds the sidecar as plain data now."""
+    reads = _cached_equiv_reads(workdir, capsys, monkeypatch)
+    assert not [cols for name, cols in reads if name == "outputs" and "tensor" in cols]
+
+
+def test_a_cached_equiv_reads_the_outputs_hashes_and_placements_once(workdir, capsys, monkeypatch):
+    """The analysis reads the outputs rows of its hosts and variants once: hashes (classes, selection) and the
+    placements and session options (resolved providers) come from one read, not one read each."""
+    reads = _cached_equiv_reads(workdir, capsys, monkeypatch)
+    hashes = [cols for name, cols in reads if name == "outputs" and "sha256" in cols]
+    assert len(hashes) == 1 and {"placement", "session_options"} <= set(hashes[0]), hashes
