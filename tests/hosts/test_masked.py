@@ -116,8 +116,11 @@ def test_patching_replaces_each_cpuid_instruction_and_nothing_else(tmp_path):
     assert after.count(bytes([0x0F, 0xA2, 0x0F, 0xA2])) == 1  # the data array is untouched
     stamp = {"files": {"lib.so": result}}
     assert C.verify(tmp_path, stamp) is None
+    recorded = {"files": {"lib.so": dict(result, state=C.file_state(lib))}}
+    assert C.verify(tmp_path, recorded) is None   # untouched since recorded: its sites are read, not the file
     lib.write_bytes(before)
     assert "changed since it was patched" in C.verify(tmp_path, stamp)
+    assert "changed since it was patched" in C.verify(tmp_path, recorded)  # a write changes the state: hashed
 
 
 def test_each_masked_copy_has_its_own_stamp():
