@@ -297,7 +297,7 @@ def decode_arg(text: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown decode kind {text!r}; choose one of {', '.join(KINDS)}, "
                                          f"{NONE}, or a plug-in module:function (or path/to/file.py:function)")
     try:
-        plugins.check_ref(text, "--decode")   # found, not run: running waits for consent (plugins.require)
+        plugins.check_ref(text, "decode plug-in")   # found, not run: running waits for consent (plugins.require)
     except UserError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text

@@ -29,6 +29,8 @@ from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
 from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
+#: where host names come from unless a caller says (`hosts check`): the hosts parameter, a flag on the command line
+HOSTS_OPTION = flag("hosts")
 KINDS = ("local", "emulated", "ssh", "imported", "masked")
 
 # Options each kind accepts (required ones first).
@@ -276,7 +278,7 @@ def known_hosts(hosts_file: str | os.PathLike | None = None) -> dict[str, HostSp
     return hosts
 
 
-def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None, option: str = "--hosts") -> list[HostSpec]:
+def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None, option: str = HOSTS_OPTION) -> list[HostSpec]:
     """Specs for `names` in order (duplicates dropped); an unknown name lists the known ones."""
     hosts = known_hosts(hosts_file)
     out, seen = [], set()
@@ -297,7 +299,7 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
     return out
 
 
-def split_version(name: str, option: str = "--hosts") -> tuple[str, str | None]:
+def split_version(name: str, option: str = HOSTS_OPTION) -> tuple[str, str | None]:
     """`NAME@VERSION` -> (NAME, VERSION): the onnxruntime version a host runs (None: its own)."""
     base, sep, version = name.partition("@")
     if not sep:
@@ -305,7 +307,7 @@ def split_version(name: str, option: str = "--hosts") -> tuple[str, str | None]:
     return base, runtimes.check_version(version, f"{option} {name!r}")
 
 
-def with_version(spec: HostSpec, version: str | None, label: str, option: str = "--hosts") -> HostSpec:
+def with_version(spec: HostSpec, version: str | None, label: str, option: str = HOSTS_OPTION) -> HostSpec:
     """`spec` running onnxruntime `version` under the name `label` (its results are kept apart from the
     host's own): only hosts quantbench installs onnxruntime for (local, emulated) carry another version."""
     if version is None:
@@ -338,7 +340,7 @@ class HostRequest:
 
 
 def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | os.PathLike | None = None,
-                option: str = "--hosts", overrides: bool = True) -> list[HostRequest]:
+                option: str = HOSTS_OPTION, overrides: bool = True) -> list[HostRequest]:
     """The one parser of `--hosts`: comma-separated `NAME` or `NAME+KEY=VALUE[+KEY=VALUE...]` items.
 
     KEY is a session option (SESSION_KEYS) or an onnxruntime session config entry

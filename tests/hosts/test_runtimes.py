@@ -45,11 +45,11 @@ def test_a_version_is_part_of_a_host_name_and_of_the_hosts_file(workdir):
     assert make_host(resolve_hosts(["pi"])[0]).runtime.ort_version() == local_ort_version()
 
 
-@pytest.mark.parametrize("name, message", [
-    ("pi4@latest", "--hosts 'pi4@latest': onnxruntime version 'latest' is not a version like 1.20.1"),
-    ("pi-debian@1.20.1", "--hosts 'pi-debian@1.20.1': runtime debian:trixie ships onnxruntime 1.21.0 only, not "
+@pytest.mark.parametrize("name, message", [   # the library names the parameter; the command line, --hosts
+    ("pi4@latest", "hosts 'pi4@latest': onnxruntime version 'latest' is not a version like 1.20.1"),
+    ("pi-debian@1.20.1", "hosts 'pi-debian@1.20.1': runtime debian:trixie ships onnxruntime 1.21.0 only, not "
                          "1.20.1; use runtime \"pypi\" for another version"),
-    ("nowhere@1.20.1", "--hosts: unknown host 'nowhere'; known hosts:"),
+    ("nowhere@1.20.1", "hosts: unknown host 'nowhere'; known hosts:"),
 ])
 def test_a_bad_version_in_a_host_name_is_one_line_error(workdir, name, message):
     with pytest.raises(UserError) as err:
