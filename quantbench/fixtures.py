@@ -19,6 +19,7 @@ the bundled corpus only for the bundled demo models.
 from __future__ import annotations
 
 import csv
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ import numpy as np
 from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fsutil import canonical_json, read_json, sha256_file
+from quantbench.fsutil import atomic_write_json, canonical_json, read_json, sha256_file
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import load_rgb, to_tensor
@@ -116,21 +117,76 @@ def image_file(labels_path, images_dir, name, where: str, base: Path | None = No
     return path
 
 
-def check_image_size(labels_path, path: Path, img: dict) -> None:
-    """COCO width/height (when given) must be the image file's: boxes are in the labelled image's pixels."""
-    from PIL import Image
-
+def check_image_size(labels_path, path: Path, img: dict, sizes: "ImageSizes | None" = None) -> None:
+    """COCO width/height (when given) must be the image file's: boxes are in the labelled image's pixels.
+    `sizes`: where the sizes of files read before are remembered (ImageSizes)."""
     w, h = img.get("width"), img.get("height")
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in (w, h)):
         return
-    try:
-        with Image.open(path) as im:
-            size = im.size
-    except Exception:  # not decodable: load_rgb names that when the image is used
-        return
-    if size != (w, h):
+    size = (sizes or ImageSizes(remember=False)).size(path)
+    if size is not None and size != (w, h):
         raise UserError(f"{labels_path}: image {img['file_name']}: width x height {w}x{h} in the labels, but the "
                         f"file is {size[0]}x{size[1]}; fix the labels (boxes are in the labelled image's pixels)")
+
+
+class ImageSizes:
+    """Each image file's width x height as PIL reads it, remembered with the file's state (size, mtime, ctime,
+    inode: any write changes its ctime), one file per images folder under QUANTBENCH_HOME/image-sizes/, so
+    checking a labels file's sizes again opens no image that did not change (PIL's import and 600 header reads
+    were ~40 ms of every cached equiv on the demo). What is remembered is the file's size, never a verdict: the
+    labels are checked against it each time. QUANTBENCH_TENSOR_CACHE=0 turns it off with the tensor cache."""
+
+    FOLDERS = 256   # images folders remembered; the least recently written go first
+
+    def __init__(self, folder=None, remember: bool = True):
+        import hashlib
+
+        self.enabled = remember and folder is not None and os.environ.get("QUANTBENCH_TENSOR_CACHE", "1").lower() \
+            not in ("0", "no", "false", "off")
+        self.dir = quantbench_home() / "image-sizes"
+        self.path = self.dir / f"{hashlib.sha256(os.path.abspath(folder or '.').encode()).hexdigest()[:32]}.json"
+        self.known, self.changed = {}, False
+        if self.enabled:
+            try:
+                known = json.loads(self.path.read_text())
+                self.known = known if isinstance(known, dict) else {}
+            except (OSError, ValueError):
+                pass
+
+    def size(self, path) -> tuple[int, int] | None:
+        """(width, height), or None when the file cannot be read as an image (load_rgb says so when it is used)."""
+        key = os.path.abspath(path)
+        try:
+            st = os.stat(key)
+        except OSError:
+            return None
+        state = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+        hit = self.known.get(key)
+        if isinstance(hit, list) and len(hit) == 7 and hit[:5] == state:
+            return hit[5], hit[6]
+        from PIL import Image
+
+        try:
+            with Image.open(key) as im:
+                size = im.size
+        except Exception:  # not decodable
+            return None
+        if self.enabled:
+            self.known[key] = state + list(size)
+            self.changed = True
+        return size
+
+    def save(self) -> None:
+        """Write what was read (a cache: not written is only slower next time), keeping FOLDERS files."""
+        if not self.changed:
+            return
+        try:
+            atomic_write_json(self.path, self.known, indent=None)
+            files = sorted(self.dir.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
+            for old in files[:-self.FOLDERS]:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
@@ -152,7 +208,7 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
     images_dir = Path(images_dir) if images_dir is not None else default_images_dir(labels_path)
-    ids, base = set(), None
+    ids, base, sizes = set(), None, ImageSizes(images_dir) if check_files else None
     for i, img in enumerate(coco["images"]):
         _check_image_entry(labels_path, i, img, ids)
         base = base or images_dir.resolve()   # once per file, not per image
@@ -160,7 +216,9 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
         if check_files:
             if not path.exists():
                 raise UserError(f"{labels_path}: references missing image {path}")
-            check_image_size(labels_path, path, img)
+            check_image_size(labels_path, path, img, sizes)
+    if sizes is not None:
+        sizes.save()
     coco.setdefault("annotations", [])
     coco.setdefault("categories", [])
     for key in ("annotations", "categories"):
@@ -513,17 +571,17 @@ def limit_note(fixtures: list) -> str:
 
 
 def fixtures_for_variants(variants, labels=None, images=None, split: str | None = "eval", limit: int | None = None,
-                          sidecar: dict | None = None, models: list | None = None) -> tuple[list[Fixture], dict]:
+                          sidecar: dict | None = None, facts: list | None = None) -> tuple[list[Fixture], dict]:
     """Fixtures for every distinct input recipe among `variants`; returns (fixtures, spec by fixture id).
 
     Each variant's recipe comes from quantbench.recipe.input_spec_for (its
     calibration recipe, or the sidecar beside the file); `sidecar` overrides it
     where it agrees with the calibration. split "all" (or None) takes every image.
-    `models`: each variant's loaded model, in the same order, when the caller has them (no second load).
+    `facts`: each variant's modelio.ModelFacts, in the same order, when the caller has them.
     """
     specs = {}
-    for v, model in zip(variants, models or [None] * len(variants)):
-        spec = input_spec_for(v, sidecar, model=model)   # checked there, once
+    for v, f in zip(variants, facts or [None] * len(variants)):
+        spec = input_spec_for(v, sidecar, facts=f)   # checked there, once
         specs.setdefault(canonical_json(spec), spec)
     fixtures, spec_of = [], {}
     for spec in specs.values():

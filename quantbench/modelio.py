@@ -9,11 +9,17 @@ every doc_string (model, graph, nodes, functions, subgraphs); `strip` may add
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
+from quantbench.assets import quantbench_home
 from quantbench.errors import UserError, flag
-from quantbench.fsutil import sha256_bytes, sha256_file
+from quantbench.fsutil import atomic_write_json, sha256_bytes, sha256_file
 
 STRIP_DEFAULT = ("doc_string",)
 STRIP_OPTIONAL = ("producer", "value_info", "metadata")
@@ -255,3 +261,100 @@ def quantized_ops(model) -> dict:
         if node.op_type in QUANTIZED_OPS:
             found[node.op_type] = found.get(node.op_type, 0) + 1
     return dict(sorted(found.items()))
+
+
+# --------------------------------------------------------------------------- what a run plan reads of a model
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What planning a run reads of a model file: its identity (semantic and raw hashes), the inputs it is fed,
+    its outputs, its quantized ops and its external data files. model_facts keeps them with the file's state."""
+
+    semantic_sha256: str
+    raw_sha256: str
+    inputs: dict
+    outputs: list
+    quantized_ops: dict
+    external_data: list   # the external data files (paths), [] for a one-file model
+
+
+def facts_of(model, path: str | os.PathLike, files: list) -> ModelFacts:
+    """The facts of a model parsed with load_with_data (its data embedded; `files`: where it came from)."""
+    return ModelFacts(semantic_sha256(model), raw_sha256(path, files, model), graph_inputs(model),
+                      [o.name for o in model.graph.output], quantized_ops(model), [str(f) for f in files])
+
+
+#: bump when what facts_of computes changes (the cache also keys on this module's source)
+FACTS_VERSION = 1
+FACTS_FILES = 1024   # model files remembered; the least recently parsed go first
+
+
+def model_facts(path: str | os.PathLike, parsed: tuple | None = None, fresh: bool = False) -> ModelFacts:
+    """The facts of the model at `path`, parsed and hashed only when the file (or one of its external data
+    files) changed since they were worked out: they are remembered with each file's state (size, mtime, ctime,
+    inode; any write changes the ctime) under QUANTBENCH_HOME/model-facts/. Parsing and hashing every variant
+    was most of planning an unchanged run (the onnx import alone ~0.05 s; a 100 MB model's semantic hash
+    seconds). `parsed`: (model, files) of load_with_data, when the caller has them; `fresh`: parsed and
+    hashed now whatever is remembered (a release re-derives every identity from its bytes).
+    QUANTBENCH_MODEL_CACHE=0 turns the memory off."""
+    path = Path(path)
+    entry_path = _facts_path(path)
+    if not fresh and entry_path is not None:
+        entry = _read_facts(entry_path, path)
+        if entry is not None:
+            return entry
+    model, files = parsed if parsed is not None else load_with_data(path)
+    facts = facts_of(model, path, files)
+    if entry_path is not None:
+        _write_facts(entry_path, path, facts)
+    return facts
+
+
+def _facts_path(path: Path) -> Path | None:
+    if os.environ.get("QUANTBENCH_MODEL_CACHE", "1").lower() in ("0", "no", "false", "off"):
+        return None
+    digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:32]
+    return quantbench_home() / "model-facts" / f"{digest}.json"
+
+
+def _file_state(path) -> list | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+@functools.lru_cache(maxsize=1)
+def _facts_code() -> str:
+    return f"{FACTS_VERSION}:{sha256_file(__file__)}"
+
+
+def _read_facts(entry_path: Path, path: Path) -> ModelFacts | None:
+    """The remembered facts, if they are of this code and every file is in the state they were worked out at."""
+    try:
+        entry = json.loads(entry_path.read_text())
+        if entry["code"] != _facts_code() or entry["path"] != os.path.abspath(path):
+            return None
+        states = entry["states"]
+        files = [os.path.abspath(path), *entry["facts"]["external_data"]]
+        if len(states) != len(files) or any(_file_state(f) != s for f, s in zip(files, states)):
+            return None
+        return ModelFacts(**entry["facts"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_facts(entry_path: Path, path: Path, facts: ModelFacts) -> None:
+    """Remember `facts` with the state of each file they were worked out from (a cache: unwritten is only slower)."""
+    files = [os.path.abspath(path), *facts.external_data]
+    entry = {"code": _facts_code(), "path": files[0], "states": [_file_state(f) for f in files],
+             "facts": dataclasses.asdict(facts)}
+    try:
+        atomic_write_json(entry_path, entry, indent=None)
+        kept = sorted(entry_path.parent.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
+        for old in kept[:-FACTS_FILES]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass

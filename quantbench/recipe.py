@@ -21,7 +21,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json, read_json, sha256_bytes
-from quantbench.modelio import graph_inputs, load_model, semantic_sha256
+from quantbench.modelio import ModelFacts, model_facts
 from quantbench.plugins import allow, is_ref, plugin_identity, require
 from quantbench.preprocess import check_input_block, input_spec
 
@@ -214,14 +214,14 @@ def calibrated_spec(variant) -> dict | None:
     return spec if isinstance(spec, dict) and "shape" in spec else None
 
 
-def check_identity(variant, model=None) -> str:
+def check_identity(variant, facts: ModelFacts | None = None) -> str:
     """The variant's semantic hash (computed once, kept on it); a model whose hash is not the one its
     recipe records (edited, or another variant's file copied over it) is refused before anything runs it.
 
-    `model`: the loaded ModelProto of variant.path, when the caller has it (no second load).
+    `facts`: variant.path's modelio.ModelFacts, when the caller has them (else modelio.model_facts).
     """
     if variant.variant_id is None:
-        variant.variant_id = semantic_sha256(model if model is not None else load_model(variant.path, check=False))
+        variant.variant_id = (facts if facts is not None else model_facts(variant.path)).semantic_sha256
     recorded = (variant.recipe or {}).get("semantic_sha256")
     if isinstance(recorded, str) and recorded != variant.variant_id:
         recipe = variant.recipe_path or Path(variant.path).with_name(Path(variant.path).stem + ".recipe.json")
@@ -231,7 +231,8 @@ def check_identity(variant, model=None) -> str:
     return variant.variant_id
 
 
-def input_spec_for(variant, override: dict | None = None, override_source: str = flag("sidecar"), model=None) -> dict:
+def input_spec_for(variant, override: dict | None = None, override_source: str = flag("sidecar"),
+                   facts: ModelFacts | None = None) -> dict:
     """The exact input recipe (preprocess spec) to feed `variant`, checked (check_input_block) once.
 
     The recipe's calibrated preprocessing, else the sidecar beside the file; a
@@ -239,11 +240,11 @@ def input_spec_for(variant, override: dict | None = None, override_source: str =
     recipe (eval fixtures preprocessed unlike the calibration set compare
     nothing meaningful), so a difference stops here. A model without either
     whose input dims are not all static is an error, never a 1x1 guess.
-    `model`: the loaded ModelProto of variant.path, when the caller has it (no second load).
+    `facts`: variant.path's modelio.ModelFacts, when the caller has them (else modelio.model_facts).
     """
-    model = model if model is not None else load_model(variant.path, check=False)
-    check_identity(variant, model)
-    ins = graph_inputs(model)
+    facts = facts if facts is not None else model_facts(variant.path)
+    check_identity(variant, facts)
+    ins = facts.inputs
     if not ins:
         raise UserError(f"{variant.path}: the model has no input to feed")
     name, dims = next(iter(ins.items()))

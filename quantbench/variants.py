@@ -24,7 +24,7 @@ from pathlib import Path
 from quantbench.assets import MODELS_DIR
 from quantbench.errors import DiskFull, UserError, flag
 from quantbench.fsutil import atomic_write_json, clean_stale_tmp, no_space, owner_tag, read_json, replace_dir, sha256_file
-from quantbench.modelio import load_with_data, quantized_ops
+from quantbench.modelio import model_facts
 from quantbench.recipe import allow_recorded
 
 INDEX_FILE = "index.json"
@@ -91,9 +91,6 @@ class Variant:
     variant_id: str | None = None
     #: (the sidecar beside its file,) once quantbench.recipe.sidecar_for read it; None: not read yet
     beside_sidecar: tuple | None = field(default=None, repr=False, compare=False)
-    #: (model, external data files) of modelio.load_with_data, when choosing the variant parsed its file (a
-    #: bare file: is it quantized?); plan_run takes it instead of parsing the file again, and drops it
-    parsed: tuple | None = field(default=None, repr=False, compare=False)
 
 
 def _read_json(path: Path):
@@ -200,8 +197,7 @@ def fp32_variant(model_path: str | os.PathLike) -> Variant:
 def bare_variant(model_path: str | os.PathLike) -> Variant:
     """A bare .onnx file: a float one as its model's fp32, a quantized one named by its stem (never an fp32)."""
     v = fp32_variant(model_path)
-    v.parsed = load_with_data(v.path)
-    if quantized_ops(v.parsed[0]):
+    if model_facts(v.path).quantized_ops:
         v.name = v.recipe["variant"] = Path(model_path).stem
         v.recipe["method"] = "as-given"
     return v
@@ -211,8 +207,7 @@ def with_fp32(variants: list[Variant], fp32: str | os.PathLike) -> list[Variant]
     """`variants` with the float model `fp32` as the fp32 reference of their one model (--fp32 FILE)."""
     models = sorted({v.model for v in variants})
     ref = fp32_variant(fp32)
-    ref.parsed = load_with_data(ref.path)
-    if quantized_ops(ref.parsed[0]):
+    if model_facts(ref.path).quantized_ops:
         raise UserError(f"{fp32}: is quantized itself; the fp32 reference must be the float model")
     if len(models) != 1 or any(v.name == "fp32" for v in variants):
         raise UserError(f"{fp32}: the fp32 reference is for the variants of one model without an fp32 "

@@ -40,7 +40,7 @@ from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
 from quantbench.hosts.workerpool import HostWorkers
-from quantbench.modelio import fits, graph_inputs, load_with_data, raw_sha256, self_contained_bytes, semantic_sha256
+from quantbench.modelio import ModelFacts, fits, load_with_data, model_facts, self_contained_bytes
 from quantbench.textfmt import text_table
 
 # --------------------------------------------------------------------------- inputs
@@ -69,19 +69,18 @@ class VariantInfo:
                 "variant": self.name, "path": str(self.path), "recipe": canonical_json(self.recipe or {})}
 
 
-def variant_info(v, loaded: tuple | None = None) -> VariantInfo:
+def variant_info(v, facts: ModelFacts | None = None) -> VariantInfo:
     """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo (a VariantInfo
-    as it is). `loaded`: (model, external data files) of v.path from modelio.load_with_data, when the caller
-    has them (the file is not parsed again)."""
+    as it is). `facts`: v.path's modelio.ModelFacts, when the caller has them (else modelio.model_facts)."""
     if isinstance(v, VariantInfo):
         return v
     path = Path(v.path)
-    model, files = loaded if loaded is not None else load_with_data(path)
-    vid = getattr(v, "variant_id", None) or semantic_sha256(model)
+    facts = facts if facts is not None else model_facts(path)
+    vid = getattr(v, "variant_id", None) or facts.semantic_sha256
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
-                       raw_sha256=raw_sha256(path, files, model), inputs=graph_inputs(model),
-                       external_data=bool(files), outputs=[o.name for o in model.graph.output])
+                       raw_sha256=facts.raw_sha256, inputs=dict(facts.inputs),
+                       external_data=bool(facts.external_data), outputs=list(facts.outputs))
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
@@ -136,18 +135,20 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
             _ready(host)
     if not variants:
         raise UserError(f"no model variants to run; run `quantbench calibrate` first or pass {flag('variants')}")
-    loaded = [None if isinstance(v, VariantInfo) else _parsed(v) for v in variants]
+    # each file parsed at most once: for its graph (keep_models), else only when its facts are not remembered
+    loaded = [load_with_data(Path(v.path)) if keep_models and not isinstance(v, VariantInfo) else None
+              for v in variants]
+    facts = [None if isinstance(v, VariantInfo) else model_facts(v.path, lw) for v, lw in zip(variants, loaded)]
     if check_variant is not None:
-        for v, lw in zip(variants, loaded):
-            check_variant(v, v.outputs if lw is None else [o.name for o in lw[0].graph.output])
+        for v, f in zip(variants, facts):
+            check_variant(v, v.outputs if f is None else list(f.outputs))
     if fixtures is None:
         if not labels:
             labels, images = calibration_labels(variants, images)
-        fixtures, _ = fixtures_for_variants(variants, labels, images, split, limit, sidecar,
-                                            models=[lw[0] if lw else None for lw in loaded])
+        fixtures, _ = fixtures_for_variants(variants, labels, images, split, limit, sidecar, facts=facts)
         if not fixtures:
             raise UserError(no_fixtures_message(labels, split))
-    asked = [(v, variant_info(v, lw)) for v, lw in zip(variants, loaded)]
+    asked = [(v, variant_info(v, f)) for v, f in zip(variants, facts)]
     fixtures, shard_record = shards.select(fixtures, shard)
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)
     plan.labels, plan.images, plan.shard, plan.notes = labels, images, shard_record, notes
@@ -159,16 +160,6 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
                                        variants=sorted(str(v.path) for v in variants),
                                        fixtures=sorted(fx.fixture_id for fx in fixtures))
     return plan
-
-
-def _parsed(v) -> tuple:
-    """(model, external data files) of a variant's file: as choosing it parsed it (Variant.parsed, taken off it:
-    the plan holds what it needs), else parsed here."""
-    parsed = getattr(v, "parsed", None)
-    if parsed is None:
-        return load_with_data(Path(v.path))
-    v.parsed = None
-    return parsed
 
 
 def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:

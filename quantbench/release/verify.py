@@ -29,7 +29,7 @@ from quantbench.fixtures import Fixture
 from quantbench.fsutil import check_writable, read_json, sha256_file, staging_area
 from quantbench.hosts.runner import run_hosts, variant_info
 from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
-from quantbench.modelio import model_hashes
+from quantbench.modelio import model_facts, model_hashes
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, UNFINISHED, load_registry
 from quantbench.variants import Variant, inside, staging_folder
 
@@ -286,7 +286,7 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
             out.append(Check("re-run", item, FAIL if a.get("retained") else SKIP, f"cannot re-run: {why}"))
             continue
         try:
-            vi = variant_info(Variant(v["name"], path, v["model"], v["recipe"]))  # identity from the bytes
+            vi = variant_info(Variant(v["name"], path, v["model"], v["recipe"]), model_facts(path, fresh=True))  # from the bytes
         except UserError as exc:
             out.append(Check("re-run", item, FAIL, f"cannot re-run: {exc}"))
             continue

@@ -1,5 +1,6 @@
 """A run is planned once (hosts.runner.plan_run): before any host starts, each model file is parsed once,
-whatever checks the command runs on it (decoder outputs, input recipe, identity, which fixtures fit)."""
+whatever checks the command runs on it (decoder outputs, input recipe, identity, which fixtures fit), and not at
+all when what the plan reads of it is remembered from an earlier command (modelio.model_facts)."""
 
 import collections
 from pathlib import Path
@@ -16,9 +17,11 @@ from quantbench.hosts.runner import plan_run, run_plan
 from quantbench.hosts.session import HostSession
 
 
-def count_loads(monkeypatch, sessions: bool = False):
+def count_loads(monkeypatch, sessions: bool = False, home=None):
     """Every onnx.load in this process, by resolved path; and the counts when the hosts started (runner._run_all;
-    `sessions`: each worker an explain command opens, session.HostSession.open)."""
+    `sessions`: each worker an explain command opens, session.HostSession.open). `home`: a QUANTBENCH_HOME of
+    its own, so no model's facts are remembered from elsewhere (default: the workdir's)."""
+    monkeypatch.setenv("QUANTBENCH_HOME", str(home or Path.cwd() / "qb-home"))
     loads, at_start = collections.Counter(), []
     real_load, real_run_all, real_open = onnx.load, runner._run_all, HostSession.open
 
@@ -60,6 +63,43 @@ def test_a_bare_model_file_is_parsed_once(workdir, capsys, monkeypatch):
     assert main(["equiv", "--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--no-progress",
                  "--no-plots"]) == 0, capsys.readouterr()
     assert at_start and {Path(p).name: n for p, n in at_start[0].items() if p.endswith(".onnx")} == {"tiny.onnx": 1}
+
+
+def test_a_second_run_parses_no_unchanged_model(workdir, capsys, monkeypatch):
+    """What a plan reads of a model is remembered with the file's state: the next command parses none."""
+    loads, at_start = count_loads(monkeypatch)
+    args = ["run", "--hosts", "x86", "--limit", "2", "--no-progress"]
+    assert main(args) == 0, capsys.readouterr()
+    assert {p for p in loads if p.endswith(".onnx")}
+    loads.clear()
+    assert main(args) == 0, capsys.readouterr()
+    assert [p for p in loads if p.endswith(".onnx")] == []
+
+
+def test_model_facts_follow_the_file(workdir, monkeypatch):
+    """A rewritten model (its ctime moves with any write) is parsed again, and its facts are its own; an external
+    data file that changes makes the model's facts be worked out again too."""
+    from quantbench.modelio import model_facts
+
+    loads, _ = count_loads(monkeypatch)
+    a = matmul_model(workdir / "a.onnx", k=4)
+    first = model_facts(a)
+    assert model_facts(a) == first and sum(loads.values()) == 1
+    matmul_model(workdir / "a.onnx", k=5)   # another graph in the same file
+    second = model_facts(a)
+    assert sum(loads.values()) == 2 and second.semantic_sha256 != first.semantic_sha256
+    assert second.raw_sha256 != first.raw_sha256
+    m = onnx.load(str(a))
+    onnx.save(m, str(workdir / "ext.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.data", size_threshold=0)
+    ext = model_facts(workdir / "ext.onnx")
+    assert ext.external_data and ext.semantic_sha256 == second.semantic_sha256   # the same model, data outside
+    loads.clear()
+    assert model_facts(workdir / "ext.onnx") == ext and not loads
+    data = workdir / "ext.data"
+    data.write_bytes(data.read_bytes())   # rewritten (same bytes): worked out again, the same facts
+    assert model_facts(workdir / "ext.onnx") == ext and sum(loads.values()) == 1
+    assert model_facts(workdir / "ext.onnx", fresh=True) == ext and sum(loads.values()) == 2
 
 
 def test_latency_parses_each_model_once(workdir, capsys, monkeypatch):
