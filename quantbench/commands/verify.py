@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from quantbench.errors import UserError
+import dataclasses
+
+from quantbench.errors import UserError, render_params
 from quantbench.release.archive import verify_archive
 from quantbench.release.verify import FAIL, NOT_RETAINED, verify
 from quantbench.textfmt import text_table
@@ -39,6 +41,8 @@ def run(args) -> int:
     else:
         checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
                         registry=not args.no_registry, results_dir=args.results)
+    render = getattr(args, "_render", render_params)   # a check's detail may point at a flag (errors.flag)
+    checks = [dataclasses.replace(c, detail=render(c.detail)) for c in checks]
     n_fail = sum(c.status == FAIL for c in checks)
     if getattr(args, "json", False):
         import json

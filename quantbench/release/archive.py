@@ -36,7 +36,7 @@ import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from quantbench.errors import GateFailed, ParameterError, UserError
+from quantbench.errors import GateFailed, ParameterError, UserError, flag
 from quantbench.fsutil import atomic_path, kill_point, sha256_file
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, TAG_RE, load_registry
 from quantbench.release.verify import FAIL, PASS, Check, load_record, scratch_folder, verify
@@ -297,7 +297,7 @@ def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int
             (work / INDEX_FILE).write_text(json.dumps({"format": 1, **reg}))
         elif registry:
             checks.append(Check("registry", MANIFEST, FAIL, "the archive carries no registry entries (for a release "
-                                                            "archived without its registry, pass --no-registry)"))
+                                                            f"archived without its registry, pass {flag('no_registry')})"))
             registry = False
         try:
             checks += verify(folder, host=host, sample=sample, hosts_file=hosts_file, registry=registry,

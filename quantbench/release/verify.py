@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench import SCHEMA_VERSION, tables
-from quantbench.errors import GateFailed, ParameterError, UserError
+from quantbench.errors import GateFailed, ParameterError, UserError, flag
 from quantbench.fixtures import Fixture
 from quantbench.fsutil import check_writable, read_json, sha256_file, staging_area
 from quantbench.hosts.runner import run_hosts, variant_info
@@ -199,10 +199,10 @@ def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check
                                                   "was interrupted before it registered the release; run the same "
                                                   "`quantbench release` again to finish it")]
     if not required:
-        return [Check("registry", str(idx), SKIP, "not checked (--no-registry): release.json vouches only for itself")]
+        return [Check("registry", str(idx), SKIP, f"not checked ({flag('no_registry')}): release.json vouches only for itself")]
     if not idx.exists():
         return [Check("registry", str(idx), FAIL, "missing: nothing vouches for release.json (for a release copied "
-                                                  "without its registry, pass --no-registry)")]
+                                                  f"without its registry, pass {flag('no_registry')})")]
     try:
         reg = load_registry(folder.parent)
     except UserError as exc:
