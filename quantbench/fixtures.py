@@ -29,7 +29,7 @@ import numpy as np
 from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fsutil import atomic_write_json, canonical_json, read_json, sha256_file
+from quantbench.fsutil import atomic_write_json, cache_on, canonical_json, file_state, keep_newest, read_json, sha256_file
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import load_rgb, to_tensor
@@ -141,8 +141,7 @@ class ImageSizes:
     def __init__(self, folder=None, remember: bool = True):
         import hashlib
 
-        self.enabled = remember and folder is not None and os.environ.get("QUANTBENCH_TENSOR_CACHE", "1").lower() \
-            not in ("0", "no", "false", "off")
+        self.enabled = remember and folder is not None and cache_on("QUANTBENCH_TENSOR_CACHE")
         self.dir = quantbench_home() / "image-sizes"
         self.path = self.dir / f"{hashlib.sha256(os.path.abspath(folder or '.').encode()).hexdigest()[:32]}.json"
         self.known, self.changed = {}, False
@@ -156,11 +155,9 @@ class ImageSizes:
     def size(self, path) -> tuple[int, int] | None:
         """(width, height), or None when the file cannot be read as an image (load_rgb says so when it is used)."""
         key = os.path.abspath(path)
-        try:
-            st = os.stat(key)
-        except OSError:
+        state = file_state(key)
+        if state is None:
             return None
-        state = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
         hit = self.known.get(key)
         if isinstance(hit, list) and len(hit) == 7 and hit[:5] == state:
             return hit[5], hit[6]
@@ -182,9 +179,7 @@ class ImageSizes:
             return
         try:
             atomic_write_json(self.path, self.known, indent=None)
-            files = sorted(self.dir.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
-            for old in files[:-self.FOLDERS]:
-                old.unlink(missing_ok=True)
+            keep_newest(self.dir, "*.json", self.FOLDERS)
         except OSError:
             pass
 
@@ -375,7 +370,7 @@ class TensorCache:
     def __init__(self, spec: dict):
         import hashlib
 
-        self.enabled = os.environ.get("QUANTBENCH_TENSOR_CACHE", "1").lower() not in ("0", "no", "false", "off")
+        self.enabled = cache_on("QUANTBENCH_TENSOR_CACHE")
         code = hashlib.sha256(Path(preprocess.__file__).read_bytes()).hexdigest()
         if spec.get("plugin"):  # the tensors are the plug-in's: an edited plug-in file makes other tensors
             code += f"|{plugin_identity(spec['plugin'])['sha256']}"

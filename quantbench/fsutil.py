@@ -186,6 +186,35 @@ def write_key(path: str | os.PathLike, key: str) -> Path:
     return atomic_write_text(key_path(path), key + "\n")
 
 
+def file_state(path: str | os.PathLike) -> list | None:
+    """What changes whenever a file's bytes do: size, mtime, ctime (any write moves it, and it cannot be set back),
+    inode, device; None when the file cannot be stat-ed. Something worked out from a file and kept with its state
+    is still the file's while the state matches."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
+
+
+def cache_on(env: str) -> bool:
+    """Whether the cache the environment variable `env` switches is on (0, no, false or off: off)."""
+    return os.environ.get(env, "1").lower() not in ("0", "no", "false", "off")
+
+
+def keep_newest(folder: str | os.PathLike, pattern: str, keep: int) -> None:
+    """Remove all but the `keep` most recently written files of `folder` matching `pattern` (a bounded cache)."""
+    def written(f: Path) -> int:
+        try:
+            return f.stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    for old in sorted(Path(folder).glob(pattern), key=written)[:-keep]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

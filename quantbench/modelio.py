@@ -19,7 +19,7 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError, flag
-from quantbench.fsutil import atomic_write_json, sha256_bytes, sha256_file
+from quantbench.fsutil import atomic_write_json, cache_on, file_state, keep_newest, sha256_bytes, sha256_file
 
 STRIP_DEFAULT = ("doc_string",)
 STRIP_OPTIONAL = ("producer", "value_info", "metadata")
@@ -312,18 +312,10 @@ def model_facts(path: str | os.PathLike, parsed: tuple | None = None, fresh: boo
 
 
 def _facts_path(path: Path) -> Path | None:
-    if os.environ.get("QUANTBENCH_MODEL_CACHE", "1").lower() in ("0", "no", "false", "off"):
+    if not cache_on("QUANTBENCH_MODEL_CACHE"):
         return None
     digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:32]
     return quantbench_home() / "model-facts" / f"{digest}.json"
-
-
-def _file_state(path) -> list | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 @functools.lru_cache(maxsize=1)
@@ -339,7 +331,7 @@ def _read_facts(entry_path: Path, path: Path) -> ModelFacts | None:
             return None
         states = entry["states"]
         files = [os.path.abspath(path), *entry["facts"]["external_data"]]
-        if len(states) != len(files) or any(_file_state(f) != s for f, s in zip(files, states)):
+        if len(states) != len(files) or any(file_state(f) != s for f, s in zip(files, states)):
             return None
         return ModelFacts(**entry["facts"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -349,12 +341,10 @@ def _read_facts(entry_path: Path, path: Path) -> ModelFacts | None:
 def _write_facts(entry_path: Path, path: Path, facts: ModelFacts) -> None:
     """Remember `facts` with the state of each file they were worked out from (a cache: unwritten is only slower)."""
     files = [os.path.abspath(path), *facts.external_data]
-    entry = {"code": _facts_code(), "path": files[0], "states": [_file_state(f) for f in files],
+    entry = {"code": _facts_code(), "path": files[0], "states": [file_state(f) for f in files],
              "facts": dataclasses.asdict(facts)}
     try:
         atomic_write_json(entry_path, entry, indent=None)
-        kept = sorted(entry_path.parent.glob("*.json"), key=lambda f: f.stat().st_mtime_ns)
-        for old in kept[:-FACTS_FILES]:
-            old.unlink(missing_ok=True)
+        keep_newest(entry_path.parent, "*.json", FACTS_FILES)
     except OSError:
         pass

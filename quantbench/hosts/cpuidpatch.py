@@ -35,7 +35,7 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json
+from quantbench.fsutil import atomic_write_json, file_state
 from quantbench.hosts.keys import local_ort_version
 
 PACKAGES = ("onnxruntime", "numpy", "numpy.libs")
@@ -186,12 +186,6 @@ def verify(site: Path, stamp: dict) -> str | None:
         if any(data[o:o + 2] != UD2 for o in entry["offsets"]):
             return f"{path}: a patched site no longer holds ud2"
     return None
-
-
-def file_state(path: Path) -> list:
-    """What changes whenever a file's bytes do (st_ctime cannot be set back)."""
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
 
 def _copy_and_patch(tmp: Path, dirs: list[Path]) -> dict:

@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from quantbench.assets import quantbench_home
-from quantbench.fsutil import atomic_write_text, canonical_json, content_key
+from quantbench.fsutil import atomic_write_text, cache_on, canonical_json, content_key
 from quantbench.hosts import worker as W
 from quantbench.hosts.process import worker_code_sha256
 
@@ -46,7 +46,7 @@ _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GO
 
 
 def enabled() -> bool:
-    return os.environ.get("QUANTBENCH_FINGERPRINT_CACHE", "1").lower() not in ("0", "no", "false", "off")
+    return cache_on("QUANTBENCH_FINGERPRINT_CACHE")
 
 
 def cache_dir() -> Path:
