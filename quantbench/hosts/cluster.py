@@ -37,7 +37,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
 from quantbench.hosts.session import HostSession
-from quantbench.hosts.taskloop import chunks, error_line, task_request
+from quantbench.hosts.taskloop import chunks, job_frame, task_request
 
 CONNECT_SECONDS = 10
 #: tasks per cluster thread a host's work is split into (enough to balance, few enough to keep sessions)
@@ -361,13 +361,7 @@ class ClusterHostRun:
             return False
         state = self.rows.new_state()
         for h, p in frames:
-            self.rows.frame(vi, h, p, state)
-            if h.get("type") == "result" and self.bar is not None:
-                self.bar.update(1)
-            elif h.get("type") == "error" and h.get("stage") == "unsupported":  # a result for this host and variant
-                self.rows.cannot_run(vi, h["message"])
-            elif h.get("type") == "error":
-                self.rows.error(error_line(self, vi, h))
+            if not job_frame(self, vi, h, p, state):
                 return False
         self.rows.writer.flush()
         return True
