@@ -316,15 +316,17 @@ class ClusterHostRun:
     def _submit(self, tasks: list, fid: str) -> dict:
         """Submit every task (each model once, as a task of its own: model_bytes); {future key: (variant, fixtures)}."""
         client, ctx = self.cluster.client, self.ctx
-        models, by_key = {}, {}
+        models, by_key = {}, {}  # variant id -> (its model's bytes, read once; the task that carries them)
         for vi, fxs in tasks:
             if vi.variant_id not in models:  # a task, not scattered data: a lost worker's copy is made again
-                models[vi.variant_id] = client.submit(model_bytes, vi.model_bytes(), pure=False,
-                                                      key=f"quantbench-model-{vi.raw_sha256}")
-            request, parts = task_request(self.host, ctx, vi, fxs, remote=True)
+                data = vi.model_bytes()
+                models[vi.variant_id] = data, client.submit(model_bytes, data, pure=False,
+                                                            key=f"quantbench-model-{vi.raw_sha256}")
+            data, model_task = models[vi.variant_id]
+            request, parts = task_request(self.host, ctx, vi, fxs, remote=True, model_data=data)
             key = "quantbench-task-" + content_key([self.spec.name, fid, self.rows.skey, vi.variant_id,
                                                     [fx.fixture_id for fx in fxs]])
-            fut = client.submit(run_task, self.spec, self.rows.session, ctx.require_providers, models[vi.variant_id],
+            fut = client.submit(run_task, self.spec, self.rows.session, ctx.require_providers, model_task,
                                 request, parts[1:], key=key, pure=False, retries=0)
             self.futures.append(fut)
             by_key[fut.key] = (vi, fxs)

@@ -73,14 +73,15 @@ def chunks(work: list, per: int) -> list:
     return out
 
 
-def task_request(host, ctx, vi, fxs: list, remote: bool = False) -> tuple[dict, list]:
+def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: bytes | None = None) -> tuple[dict, list]:
     """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts). `remote`: the
-    worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it."""
+    worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it.
+    `model_data`: vi.model_bytes() when the caller holds them already (a cluster reads each model once)."""
     parts, offset = [], 0
     if host.model_by_path and not vi.external_data and not remote:
         model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
     else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
-        data = vi.model_bytes()
+        data = vi.model_bytes() if model_data is None else model_data
         model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
         parts.append(data)
         offset = len(data)
