@@ -37,7 +37,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
 from quantbench.hosts.session import HostSession
-from quantbench.hosts.taskloop import chunks, error_line, task_request
+from quantbench.hosts.taskloop import chunks, job_frame, task_request
 
 CONNECT_SECONDS = 10
 #: tasks per cluster thread a host's work is split into (enough to balance, few enough to keep sessions)
@@ -316,15 +316,17 @@ class ClusterHostRun:
     def _submit(self, tasks: list, fid: str) -> dict:
         """Submit every task (each model once, as a task of its own: model_bytes); {future key: (variant, fixtures)}."""
         client, ctx = self.cluster.client, self.ctx
-        models, by_key = {}, {}
+        models, by_key = {}, {}  # variant id -> (its model's bytes, read once; the task that carries them)
         for vi, fxs in tasks:
             if vi.variant_id not in models:  # a task, not scattered data: a lost worker's copy is made again
-                models[vi.variant_id] = client.submit(model_bytes, vi.model_bytes(), pure=False,
-                                                      key=f"quantbench-model-{vi.raw_sha256}")
-            request, parts = task_request(self.host, ctx, vi, fxs, remote=True)
+                data = vi.model_bytes()
+                models[vi.variant_id] = data, client.submit(model_bytes, data, pure=False,
+                                                            key=f"quantbench-model-{vi.raw_sha256}")
+            data, model_task = models[vi.variant_id]
+            request, parts = task_request(self.host, ctx, vi, fxs, remote=True, model_data=data)
             key = "quantbench-task-" + content_key([self.spec.name, fid, self.rows.skey, vi.variant_id,
                                                     [fx.fixture_id for fx in fxs]])
-            fut = client.submit(run_task, self.spec, self.rows.session, ctx.require_providers, models[vi.variant_id],
+            fut = client.submit(run_task, self.spec, self.rows.session, ctx.require_providers, model_task,
                                 request, parts[1:], key=key, pure=False, retries=0)
             self.futures.append(fut)
             by_key[fut.key] = (vi, fxs)
@@ -361,13 +363,7 @@ class ClusterHostRun:
             return False
         state = self.rows.new_state()
         for h, p in frames:
-            self.rows.frame(vi, h, p, state)
-            if h.get("type") == "result" and self.bar is not None:
-                self.bar.update(1)
-            elif h.get("type") == "error" and h.get("stage") == "unsupported":  # a result for this host and variant
-                self.rows.cannot_run(vi, h["message"])
-            elif h.get("type") == "error":
-                self.rows.error(error_line(self, vi, h))
+            if not job_frame(self, vi, h, p, state):
                 return False
         self.rows.writer.flush()
         return True

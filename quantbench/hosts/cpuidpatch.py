@@ -24,7 +24,6 @@ from __future__ import annotations
 import concurrent.futures
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ from quantbench.assets import quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, file_state
 from quantbench.hosts.keys import local_ort_version
+from quantbench.hosts.runtimes import read_stamp, stamp_of
 
 PACKAGES = ("onnxruntime", "numpy", "numpy.libs")
 SHIM_SOURCE = Path(__file__).with_name("cpuid_shim.c")
@@ -88,8 +88,7 @@ def site_dir(key: str | None = None) -> Path:
 
 
 def stamp_path(key: str | None = None) -> Path:
-    folder = site_dir(key).parent
-    return folder.with_name(f"{folder.name}.json")  # not with_suffix: the folder's name holds version dots
+    return stamp_of(site_dir(key).parent)
 
 
 def sites_path(key: str | None = None) -> Path:
@@ -217,7 +216,7 @@ def ensure_site(progress: bool = False) -> tuple[Path, dict, bool]:
     site, stamp_file = site_dir(key), stamp_path(key)
     if ("site", key) in _ONCE and site.is_dir():
         return site, _ONCE["site", key], False
-    stamp = _read_json(stamp_file)
+    stamp = read_stamp(site.parent)
     if stamp is not None and site.is_dir() and sites_path(key).exists() and verify(site, stamp) is None:
         _ONCE["site", key] = stamp
         return site, stamp, False
@@ -273,16 +272,9 @@ def state() -> tuple[bool, str]:
         key = content_key()
     except UserError as exc:
         return False, str(exc)
-    stamp = _read_json(stamp_path(key))
+    stamp = read_stamp(site_dir(key).parent)
     if stamp is None or not site_dir(key).is_dir():
         return False, f"the masked copy of onnxruntime {local_ort_version()} is missing ({site_dir(key)})"
     if not shim_path().exists():
         return False, f"the CPUID shim is not built ({shim_path()})"
     return True, f"masked copy {site_dir(key)}"
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None

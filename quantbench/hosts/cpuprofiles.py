@@ -117,4 +117,5 @@ def glibc_hwcaps(p: Profile) -> str:
 
 def missing_here(p: Profile, here) -> list[str]:
     """The profile's features this CPU lacks (a mask can only take features away)."""
-    return [f for f in p.features if f not in set(here)]
+    have = set(here)
+    return [f for f in p.features if f not in have]

@@ -222,8 +222,7 @@ def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> 
         if opts["preset"] not in presets:
             raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
     if kind in ("local", "emulated"):
-        default = emulated.PRESETS[opts["preset"]].runtime if kind == "emulated" else "pypi"
-        runtimes.runtime_of(opts, default, f"{where}: host {name!r}")
+        _check_runtime(kind, opts, f"{where}: host {name!r}")
     if kind == "masked":
         opts.setdefault("profile", name)
         if opts["profile"] not in cpuprofiles.PROFILES:
@@ -237,6 +236,13 @@ def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> 
         files = [str(f if f.is_absolute() else base / f) for f in files]
         opts["file"] = files if isinstance(opts["file"], list) else files[0]
     return opts
+
+
+def _check_runtime(kind: str, options: dict, where: str) -> None:
+    """A local or emulated host's `runtime` and `onnxruntime` options are valid (its preset's runtime is the
+    default); else a one-line UserError at `where`."""
+    default = emulated.PRESETS[options["preset"]].runtime if kind == "emulated" else "pypi"
+    runtimes.runtime_of(options, default, where)
 
 
 def builtin_names() -> set[str]:
@@ -318,8 +324,7 @@ def with_version(spec: HostSpec, version: str | None, label: str, option: str = 
                         f"{', python ' + spec.options['python'] if spec.options.get('python') else ''}); "
                         "a version can be put on local and emulated hosts only")
     options = dict(spec.options, onnxruntime=version)
-    default = emulated.PRESETS[options["preset"]].runtime if spec.kind == "emulated" else "pypi"
-    runtimes.runtime_of(options, default, where)
+    _check_runtime(spec.kind, options, where)
     return HostSpec(label, spec.kind, options, spec.origin, dict(spec.session))
 
 

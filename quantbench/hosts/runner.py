@@ -492,8 +492,7 @@ class _HostRun:
                 self.max_workers = self.host.max_workers(fp)  # e.g. an ssh remote's cores
                 self._drive_first(hs, work)
         finally:
-            for th in list(self.workers.extra_threads):
-                th.join()
+            self.workers.join()
             hs.close()  # after the extra workers: the forked ones are its children
         self.rows.writer.flush()
         self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0

@@ -73,14 +73,15 @@ def chunks(work: list, per: int) -> list:
     return out
 
 
-def task_request(host, ctx, vi, fxs: list, remote: bool = False) -> tuple[dict, list]:
+def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: bytes | None = None) -> tuple[dict, list]:
     """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts). `remote`: the
-    worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it."""
+    worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it.
+    `model_data`: vi.model_bytes() when the caller holds them already (a cluster reads each model once)."""
     parts, offset = [], 0
     if host.model_by_path and not vi.external_data and not remote:
         model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
     else:  # a model with external data travels as bytes, its data embedded (every host kind alike)
-        data = vi.model_bytes()
+        data = vi.model_bytes() if model_data is None else model_data
         model = {"offset": 0, "nbytes": len(data), "sha256": vi.raw_sha256}
         parts.append(data)
         offset = len(data)
@@ -108,6 +109,23 @@ def error_line(run, vi, h: dict) -> str:
     fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
     where = f", fixture {fixture_label(fx)}" if fx else ""
     return f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}"
+
+
+def job_frame(run, vi, h: dict, p: bytes, state: dict) -> bool:
+    """One frame of a job on `run`'s host (a local worker's or a cluster task's): counted, its results as outputs
+    rows (HostRows.frame; `state`: the job's), the progress bar moved; False for an error frame (noted) after
+    which the job stopped. An "unsupported" error is a result for this host and variant, not a failure."""
+    run.rows.frame(vi, h, p, state)
+    t = h.get("type")
+    if t == "result":
+        if run.bar is not None:
+            run.bar.update(1)
+    elif t == "error" and h.get("stage") == "unsupported":
+        run.rows.cannot_run(vi, h["message"])
+    elif t == "error":
+        run.rows.error(error_line(run, vi, h))
+        return False
+    return True
 
 
 class TaskLoop:
@@ -156,18 +174,11 @@ class TaskLoop:
         return not self.run.stop.is_set()
 
     def _frame(self, vi, h: dict, p: bytes, state: dict, pending: dict) -> None:
-        """Count one frame of a job, its results as outputs rows (HostRows.frame; `state`: the job's)."""
-        run, t = self.run, h.get("type")
-        run.rows.frame(vi, h, p, state)
-        if t == "result":
+        """Count one frame of a job (job_frame); an error frame stops the host (results so far stand)."""
+        if not job_frame(self.run, vi, h, p, state):
+            self.run.stop.set()  # the job stopped at the failing fixture: so does the host
+        elif h.get("type") == "result":
             pending.pop(h["fixture_id"], None)
-            if run.bar is not None:
-                run.bar.update(1)
-        elif t == "error" and h.get("stage") == "unsupported":  # a result for this host and variant
-            run.rows.cannot_run(vi, h["message"])
-        elif t == "error":
-            run.rows.error(error_line(run, vi, h))
-            run.stop.set()  # the job stopped at the failing fixture: so does the host (results so far stand)
 
     def _failed(self, vi, pending: dict, exc: Exception) -> None:
         """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""

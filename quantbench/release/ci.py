@@ -153,12 +153,11 @@ def hosts_file(p: CIParams) -> str:
 def merge_script(p: CIParams) -> str:
     """Write the hosts file, run equiv over every host with the gate, build the release archive."""
     names = list(dict.fromkeys(j["name"] for j in jobs(p)))
-    body = "\n".join(f"  {line}" for line in hosts_file(p).splitlines())
     equiv = ["quantbench", "equiv", "--hosts", ",".join(names), "--hosts-file", f"{SHARDS}/hosts.toml",
              *_input_args(p), "--results", "results", "--no-progress"]
     if p.gate:
         equiv += ["--gate", p.gate]
-    lines = [f"cat > {SHARDS}/hosts.toml <<'EOF'", *[ln.strip() for ln in body.splitlines()], "EOF", _sh(equiv)]
+    lines = [f"cat > {SHARDS}/hosts.toml <<'EOF'", *hosts_file(p).splitlines(), "EOF", _sh(equiv)]
     if p.variants or p.calibrate:
         lines.append('quantbench release --tag "ci-${GITHUB_RUN_ID:-${CI_PIPELINE_ID:-local}}" '
                      f"--variants {INPUTS}/variants --results results --archive")
