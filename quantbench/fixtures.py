@@ -19,7 +19,6 @@ the bundled corpus only for the bundled demo models.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ import numpy as np
 from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fsutil import atomic_write_json, cache_on, canonical_json, file_state, keep_newest, read_json, sha256_file
+from quantbench.fsutil import atomic_write_json, cache_on, canonical_json, file_state, keep_newest, read_cached_json, read_json, sha256_file
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import load_rgb, to_tensor
@@ -146,11 +145,8 @@ class ImageSizes:
         self.path = self.dir / f"{hashlib.sha256(os.path.abspath(folder or '.').encode()).hexdigest()[:32]}.json"
         self.known, self.changed = {}, False
         if self.enabled:
-            try:
-                known = json.loads(self.path.read_text())
-                self.known = known if isinstance(known, dict) else {}
-            except (OSError, ValueError):
-                pass
+            known = read_cached_json(self.path)
+            self.known = known if isinstance(known, dict) else {}
 
     def size(self, path) -> tuple[int, int] | None:
         """(width, height), or None when the file cannot be read as an image (load_rgb says so when it is used)."""

@@ -247,6 +247,17 @@ def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error
         raise (error or UserError)(f"{path}: not a readable {what} ({exc}){'; ' + hint if hint else ''}") from None
 
 
+def read_cached_json(path: str | os.PathLike):
+    """What a cache entry or set-up stamp holds, or None when it is missing, torn or not JSON: its owner then
+    rebuilds it (never an error: such files are quantbench's own, not the user's)."""
+    import json
+
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 STAGING = ".staging"
 KILL_AT = "QUANTBENCH_TEST_KILL_AT"
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import re
 import shutil
@@ -37,6 +36,7 @@ from typing import Sequence
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError
+from quantbench.fsutil import read_cached_json
 from quantbench.hosts import runtimes
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WORKER_PATH, ProcessHost
@@ -209,13 +209,6 @@ def guest_python(rt: runtimes.Runtime | None = None) -> Path:
     return root_dir() / "usr" / "bin" / f"python{GUEST_PYTHON_VERSION}"
 
 
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 # --------------------------------------------------------------------------- qemu
 
 
@@ -243,7 +236,7 @@ def qemu_version(binary: str | os.PathLike) -> tuple[int, int, int]:
 
 def qemu_binary(arch: str) -> tuple[Path | None, str]:
     """The qemu-user binary for a guest arch and where it came from (the setup record, else PATH)."""
-    record = read_json(tools_record_path()) or {}
+    record = read_cached_json(tools_record_path()) or {}
     entry = record.get(arch)
     if entry and Path(entry["path"]).exists():
         return Path(entry["path"]), entry.get("source", "")
@@ -281,7 +274,7 @@ def ready(preset_name: str, rt: runtimes.Runtime | None = None, name: str | None
         if missing:
             return False, f"{missing}; {fix}"
     prefix = prefix_dir(preset_name, rt)
-    stamp = read_json(_stamp(prefix))
+    stamp = read_cached_json(_stamp(prefix))
     if stamp is None or not (prefix / "proc" / "cpuinfo").exists():
         return False, f"the CPU prefix for {preset_name} is missing ({prefix}); {fix}"
     if stamp.get("qemu") != str(qemu) or stamp.get("qemu_version") != _fmt(version):
@@ -295,10 +288,10 @@ def _runtime_missing(rt: runtimes.Runtime) -> str:
     if rt.debian:
         ok, msg = runtimes.debian_ready(rt.suite, "aarch64")
         return "" if ok else msg
-    if read_json(root_stamp()) is None or not guest_python().exists():
+    if read_cached_json(root_stamp()) is None or not guest_python().exists():
         return f"the arm64 root is missing ({root_dir()})"
     ort_version = rt.ort_version()
-    if read_json(site_stamp(ort_version)) is None:
+    if read_cached_json(site_stamp(ort_version)) is None:
         return f"aarch64 wheels of onnxruntime {ort_version} are missing ({site_dir(ort_version)})"
     return ""
 

@@ -20,7 +20,6 @@ Plain layout and parsing: nothing here downloads or starts anything.
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError
+from quantbench.fsutil import read_cached_json
 from quantbench.hosts.keys import local_ort_version
 
 #: onnxruntime versions as pip names them (1.20.1, 1.25.0.dev20260417008, 1.22.0rc1)
@@ -137,10 +137,7 @@ def debian_root(suite: str, arch: str) -> Path:
 
 
 def read_stamp(folder: Path) -> dict | None:
-    try:
-        return json.loads(stamp_of(folder).read_text())
-    except (OSError, ValueError):
-        return None
+    return read_cached_json(stamp_of(folder))
 
 
 def debian_python(suite: str, arch: str) -> Path:

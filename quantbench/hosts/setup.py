@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text, replace_dir
+from quantbench.fsutil import atomic_write_json, atomic_write_text, read_cached_json, replace_dir
 from quantbench.hosts import emulated as E
 from quantbench.hosts import runtimes as R
 from quantbench.hosts.keys import local_ort_version
@@ -306,7 +306,7 @@ def system_qemu() -> dict | None:
 
 
 def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) -> dict:
-    record = E.read_json(E.tools_record_path())
+    record = read_cached_json(E.tools_record_path())
     if _qemu_ok(record, need) and record.get("preferred", False):
         return record
     if _qemu_ok(record, need) and record.get("fetch_failed_at", 0) > time.time() - 86400:
@@ -334,7 +334,7 @@ def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) 
 
 def ensure_root(progress: bool, actions: list[str]) -> dict:
     """The bookworm arm64 root the pip runtimes' guests run from (python3.11; wheels come on PYTHONPATH)."""
-    stamp = E.read_json(E.root_stamp())
+    stamp = read_cached_json(E.root_stamp())
     if stamp is not None and E.guest_python().exists():
         return stamp
     return build_root(E.root_dir(), "arm64", E.ROOT_SUITE, ("python3",), progress, actions,
@@ -449,7 +449,7 @@ def check_wheel(version: str, arch: str, python: str, platform_args=()) -> None:
     key = R.site_key(version, arch, python)
     if key in _HAVE_WHEEL:
         return
-    missing = E.read_json(R.missing_wheels_path()) or {}
+    missing = read_cached_json(R.missing_wheels_path()) or {}
     if key in missing:
         raise SetupError(missing[key])
     with tempfile.TemporaryDirectory(prefix="quantbench-wheel-") as tmp:
@@ -476,7 +476,7 @@ def check_wheel(version: str, arch: str, python: str, platform_args=()) -> None:
 def ensure_site(progress: bool, actions: list[str], ort_version: str | None = None) -> dict:
     """aarch64 wheels of onnxruntime `ort_version` (None: the local version) and numpy for the arm64 guest."""
     ort_version = ort_version or local_ort_version()
-    stamp = E.read_json(E.site_stamp(ort_version))
+    stamp = read_cached_json(E.site_stamp(ort_version))
     if stamp is not None and E.site_dir(ort_version).exists():
         return stamp
     check_wheel(ort_version, "aarch64", E.GUEST_PYTHON_VERSION, AARCH64_PLATFORMS)
@@ -678,7 +678,7 @@ def _prefix_key(p: E.Preset, binary: str, version: str, rt: R.Runtime | None) ->
         return dict(key, root=None, site=sys.executable)
     if rt is not None and rt.debian:
         return dict(key, root=R.read_stamp(E.guest_root(rt)), site=rt.tag)
-    return dict(key, root=E.read_json(E.root_stamp()), site=E.site_key(local_ort_version()))
+    return dict(key, root=read_cached_json(E.root_stamp()), site=E.site_key(local_ort_version()))
 
 
 def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str], rt: R.Runtime | None = None) -> dict:
@@ -691,7 +691,7 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str], rt:
     version = E._fmt(E.qemu_version(binary))
     key = _prefix_key(p, binary, version, rt)
     final = E.prefix_dir(name, full)
-    stamp = E.read_json(E._stamp(final))
+    stamp = read_cached_json(E._stamp(final))
     if stamp is not None and {k: stamp.get(k) for k in key} == key and (final / "proc" / "cpuinfo").exists():
         return stamp
     tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
