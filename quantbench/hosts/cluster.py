@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.hostrows import HostRows, kept, run_host
@@ -55,15 +56,6 @@ def _distributed():
     return distributed
 
 
-def quantbench_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("quantbench")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def facts(specs=()) -> dict:
     """What this machine brings to a cluster: versions, the worker code's hash, whether each host is set up."""
     ready = {}
@@ -72,7 +64,7 @@ def facts(specs=()) -> dict:
             ready[spec.name] = list(make_host(spec).ready())
         except Exception as exc:  # an unknown preset, a broken setup: the host is not ready here
             ready[spec.name] = [False, f"{type(exc).__name__}: {exc}"]
-    return {"quantbench": quantbench_version(), "onnxruntime": local_ort_version(),
+    return {"quantbench": __version__, "onnxruntime": local_ort_version(),
             "worker": worker_code_sha256(), "ready": ready}
 
 
