@@ -87,10 +87,6 @@ class Int8Path:
     kind: str          # "saturates", "wraps" or "exact"
     why: str
 
-    @property
-    def diverges(self) -> bool:
-        return self.kind != "exact"
-
     def describe(self) -> str:
         return f"{self.host} ({self.why})"
 

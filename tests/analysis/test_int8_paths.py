@@ -22,7 +22,7 @@ AVX512 = AVX2 + ["avx512f", "avx512bw", "avx512dq", "avx512vl"]
 ])
 def test_x86_tiers(flags, kind, named):
     p = int8_path("h", "x86_64", flags)
-    assert p.kind == kind and named in p.why and p.diverges == (kind != "exact")
+    assert p.kind == kind and named in p.why
 
 
 @pytest.mark.parametrize("flags,kind", [(["asimd"], "wraps"), (["asimd", "asimddp"], "exact"),
