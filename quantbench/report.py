@@ -699,8 +699,9 @@ def hosts_lines(result) -> list[str]:
     said = {name: ", ".join(f"{h} ({result.hosts[h]['cpu']})" for h in hs) for name, hs in split.items()}
     intro = " ".join(f"Imported host **{name}** ran on {len(hs)} CPU models (its runners differ), so its results "
                      f"are {len(hs)} hosts, one per fingerprint: {said[name]}." for name, hs in split.items()) or None
-    return md_section("Hosts", intro, ["host", "kind", "arch", "cpu", "onnxruntime", "session", "fingerprint"],
-                      [[h, i["kind"], i["arch"], i["cpu"], i["ort_version"],
+    return md_section("Hosts", intro, ["host", "kind", "runs as", "arch", "cpu", "onnxruntime", "session",
+                                       "fingerprint"],
+                      [[h, i["kind"], i.get("cpu_mechanism") or "-", i["arch"], i["cpu"], i["ort_version"],
                         describe_session(i["session"]) if i.get("session") else "-", f"`{i['fingerprint_id'][:12]}`"]
                        for h, i in result.hosts.items()])
 

@@ -447,7 +447,9 @@ def _host_identity(r: dict, selected) -> tuple[dict, dict]:
     ident = fp.get("identity", {})
     info = {"fingerprint_id": selected[0], "session_key": selected[1], "kind": r.get("kind", ""),
             "arch": r.get("arch", ""), "cpu": r.get("cpu", ""), "ort_version": r.get("ort_version", ""),
-            "isa_flags": list(r.get("isa_flags") or []), "session": ident.get("session") or {}}
+            "isa_flags": list(r.get("isa_flags") or []), "session": ident.get("session") or {},
+            # how the CPU was shown: "real", "qemu" or "native-masked" (the fingerprint's word; "" before it had one)
+            "cpu_mechanism": ident.get("cpu_mechanism", "")}
     if (fp.get("imported_from") or {}).get("split_from"):  # an imported host whose files ran on several CPUs
         info["split_from"] = fp["imported_from"]["split_from"]
     rest = {k: v for k, v in ident.items() if k not in ("cpu", "isa_flags", "numpy_cpu_features", "session",

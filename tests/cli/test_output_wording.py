@@ -57,6 +57,15 @@ def test_hosts_table_keeps_the_whole_cpu_name():
     assert any(HASWELL in ln for ln in R.hosts_lines(result))
 
 
+def test_hosts_table_says_how_each_cpu_was_shown():
+    result = hand_result()
+    result.hosts["x86"]["cpu_mechanism"] = "native-masked"
+    rows = R.hosts_lines(result)
+    cells = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in rows if ln.startswith("| ")}
+    assert cells["host"] == "runs as" and cells["x86"] == "native-masked"
+    assert cells["pi"] == "-"  # a summary from before fingerprints said
+
+
 def test_separating_cpu_values_read_differently():
     result = hand_result()
     for v in result.variants:

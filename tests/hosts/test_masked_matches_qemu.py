@@ -100,3 +100,8 @@ def test_equiv_over_every_tier_splits_fp32_by_width_and_int8_by_vnni(tmp_path, m
     assert not [c for c in tiers_only["dynamic"] if {"x86-avx2", "x86-vnni"} <= set(c) or {"x86-avx512", "x86-vnni"} <= set(c)]
     assert all(report["hosts"][t]["isa_flags"] for t in TIERS)
     assert "avx512f" not in report["hosts"]["x86-avx2"]["isa_flags"] and "avx_vnni" in report["hosts"]["x86-avxvnni"]["isa_flags"]
+    # how each CPU was shown is in the summary and the report's Hosts table, from the worker's fingerprint
+    assert report["hosts"]["x86"]["cpu_mechanism"] == "real"
+    assert {report["hosts"][t]["cpu_mechanism"] for t in TIERS} == {"native-masked"}
+    md = (tmp_path / "results" / "report.d" / "equiv.md").read_text()
+    assert "| x86-avx2 | masked | native-masked | x86_64 |" in md and "| x86 | local | real | x86_64 |" in md
