@@ -13,7 +13,9 @@
 3. The YOLOv8n of the acceptance suite (nudenet 320n) over every x86 tier this machine can show (plus x86
    itself) with 48 eval fixtures: one `equiv` after calibrate. Target: under 3 minutes on 2 cores.
 
-The machine's load average is recorded before and after (other jobs share the cores).
+The machine's load average is recorded before and after (other jobs share the cores). The package is
+byte-compiled first (bench_speed.byte_compile), as an installed one runs after its first start: a caller
+with PYTHONDONTWRITEBYTECODE would otherwise have every `quantbench` round compile it from source.
 Usage: python scripts/bench_tiers.py [--parts inference,equiv,nudenet] [--repeat N] [--limit N]
 """
 
@@ -40,6 +42,7 @@ from quantbench.hosts import cpuprofiles as P  # noqa: E402
 from quantbench.hosts import masked as M  # noqa: E402
 from quantbench.hosts.registry import resolve_hosts  # noqa: E402
 from quantbench.hosts.session import HostSession  # noqa: E402
+from bench_speed import byte_compile  # noqa: E402  (scripts/, this script's own folder)
 
 OUT = ROOT / "results" / "bench" / "tiers.json"
 QB = [sys.executable, "-m", "quantbench"]
@@ -168,6 +171,8 @@ def main() -> int:
     parts = args.parts.split(",")
     result = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "loadavg_before": os.getloadavg(),
               "cpus": os.cpu_count(), "note": "2 cores shared with other jobs; load averages recorded"}
+    byte_compile(ROOT)
+    result["bytecode"] = "quantbench compiled before the rounds (compileall)"
     M.setup_masked(progress=True)
     if "inference" in parts:
         result["inference"] = per_inference(args.repeat)
