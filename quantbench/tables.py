@@ -263,7 +263,7 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("x86_saturating_pairs", _I, "pairs whose vpmaddubsw int16 sum can saturate (same sign, 255*(|wi|+|wj|) > 32767)"),
         ("neon_wrapping_pairs", _I, "pairs of -128 weights whose smull/smlal int16 sum can wrap (S8 activations)"),
         ("int32_ok", _B, "K*255*128 < 2^31"),
-        ("tiers", _list(_S), "host tiers that can diverge: x86-avx2, arm-neon, all"),
+        ("tiers", _list(_S), "int8 paths that can diverge: x86-vpmaddubsw (AVX2, AVX-512BW without VNNI), arm-neon, all"),
         ("reason", _S, "why"),
     ],
     "remedies": [

@@ -34,8 +34,10 @@ def run(args) -> int:
     risky = [r for r in rows if r.tiers]
     shown = rows if args.all else risky
     head = ("layer", "op", "K", "act/weight", "x86 sat pairs", "neon wrap pairs", "int32", "tiers")
+    head += ("fleet hosts affected",) if fleet else ()
     out = [head] + [(r.node, r.op_type, str(r.k), f"{r.act_type}/{r.weight_type}", str(r.x86_saturating_pairs),
                      str(r.neon_wrapping_pairs), "ok" if r.int32_ok else "OVERFLOW", ",".join(r.tiers) or "-")
+                    + ((",".join(r.fleet_hosts) or "-",) if fleet else ())
                     for r in shown]
     if shown:
         print(text_table(out[0], out[1:]))

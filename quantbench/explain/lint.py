@@ -47,6 +47,8 @@ from quantbench.modelio import load_model
 
 INT16_MAX = 32767
 INT32_LIMIT = 2**31
+#: the tier tag of x86's saturating U8S8 path (AVX2, and AVX-512BW without VNNI): the kernel, not a host name
+X86_SATURATING = "x86-vpmaddubsw"
 GEMM_OPS = {"Conv", "MatMul", "Gemm"}
 # op -> (index of the weight input, index of the activation input, activation zero-point input or None)
 INTEGER_OPS = {
@@ -72,11 +74,16 @@ class LayerLint:
     x86_saturating_pairs: int
     neon_wrapping_pairs: int
     int32_ok: bool
-    tiers: list = field(default_factory=list)   # host tiers that can diverge
+    tiers: list = field(default_factory=list)   # int8 paths that can diverge: x86-vpmaddubsw, arm-neon, all
     reason: str = ""
+    #: with a fleet (lint_model's `fleet`): the hosts of it this layer can make diverge (not a table column:
+    #: the reason says it too)
+    fleet_hosts: list = field(default_factory=list)
 
     def row(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        del out["fleet_hosts"]
+        return out
 
 
 def pair_counts(wk: np.ndarray) -> tuple[int, int, int]:
@@ -153,8 +160,8 @@ def lint_model(model_or_path, fleet: list[Int8Path] | None = None) -> list[Layer
         out.append(_lint_layer(node, node.name or f"{node.op_type}_{idx}", weight_name, w, act, attrs))
     for layer in out if fleet else ():
         if layer.tiers:
-            hit = ", ".join(p.host for p in affected(layer, fleet))
-            layer.reason += f"; in this fleet: {hit or 'no host'} affected"
+            layer.fleet_hosts = [p.host for p in affected(layer, fleet)]
+            layer.reason += f"; in this fleet: {', '.join(layer.fleet_hosts) or 'no host'} affected"
     return out
 
 
@@ -162,7 +169,7 @@ def affected(layer: LayerLint, fleet: list[Int8Path]) -> list[Int8Path]:
     """The hosts of `fleet` whose int8 path this layer can make diverge."""
     if "all" in layer.tiers:
         return list(fleet)
-    kinds = {"saturates"} if "x86-avx2" in layer.tiers else set()
+    kinds = {"saturates"} if X86_SATURATING in layer.tiers else set()
     kinds |= {"wraps"} if "arm-neon" in layer.tiers else set()
     return [p for p in fleet if p.kind in kinds]
 
@@ -274,7 +281,7 @@ def _lint_layer(node, name: str, weight_name: str, w: np.ndarray, act: str, attr
     int32_ok = k * 255 * 128 < INT32_LIMIT
     tiers, reasons = [], []
     if w.dtype == np.int8 and act in ("uint8", "int8", "unknown") and sat:
-        tiers.append("x86-avx2")
+        tiers.append(X86_SATURATING)
         via = "" if act == "uint8" else " (S8 activations are shifted to U8 on x86)"
         reasons.append(f"{sat} weight pairs can saturate vpmaddubsw's int16 pair sum{via}; "
                        "AVX-512 without VNNI too; VNNI/AMX/SSE4 exact")

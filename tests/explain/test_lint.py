@@ -57,10 +57,10 @@ def test_lint_qdq_u8s8_flags_x86_only():
     [row] = lint_model(_qdq_model(w, "u8", 4))
     assert row.node == "fc" and row.act_type == "uint8" and row.k == 4
     assert row.x86_saturating_pairs == 2 and row.neon_wrapping_pairs == 0
-    assert row.tiers == ["x86-avx2"] and row.int32_ok
+    assert row.tiers == ["x86-vpmaddubsw"] and row.int32_ok
     w[2, 1], w[3, 1] = -128, -128  # a -128 pair: U8 activations are shifted to S8 on NEON-only cores
     [row] = lint_model(_qdq_model(w, "u8", 4))
-    assert row.neon_wrapping_pairs == 1 and row.tiers == ["x86-avx2", "arm-neon"]
+    assert row.neon_wrapping_pairs == 1 and row.tiers == ["x86-vpmaddubsw", "arm-neon"]
     assert "U8 activations are shifted to S8" in row.reason
 
 
@@ -68,7 +68,7 @@ def test_lint_qdq_s8s8_flags_neon_wrap():
     w = np.array([[-128], [-128]], np.int8)
     [row] = lint_model(_qdq_model(w, "s8", 2))
     assert row.act_type == "int8"
-    assert row.tiers == ["x86-avx2", "arm-neon"]
+    assert row.tiers == ["x86-vpmaddubsw", "arm-neon"]
     assert "S8 activations are shifted to U8" in row.reason
 
 
@@ -87,7 +87,7 @@ def test_lint_integer_ops_and_reduce_range_model(tmp_path):
     fm = saturating_matmul(tmp_path / "f.onnx")
     plain = lint_model(static_qdq(fm, tmp_path, "plain"))
     rr = lint_model(static_qdq(fm, tmp_path, "rr", reduce_range=True))
-    assert plain[0].x86_saturating_pairs > 0 and plain[0].tiers == ["x86-avx2"]
+    assert plain[0].x86_saturating_pairs > 0 and plain[0].tiers == ["x86-vpmaddubsw"]
     assert rr[0].x86_saturating_pairs == 0 and rr[0].tiers == []
     # MatMulInteger (dynamic quantization form)
     w = np.full((2, 1), 127, np.int8)
@@ -108,7 +108,7 @@ def test_lint_command(workdir, capsys):
     onnx.save(_qdq_model(w, "u8", 4), workdir / "m.onnx")
     assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t")]) == 0
     out = capsys.readouterr().out
-    assert "fc" in out and "x86-avx2" in out
+    assert "fc" in out and "x86-vpmaddubsw" in out and "fleet hosts affected" not in out
     report = (workdir / "report.md").read_text()
     assert "### Saturation lint" in report and "| m.onnx | fc | MatMul | 4 |" in report
     assert main(["lint", str(workdir / "missing.onnx")]) == 2

@@ -43,8 +43,9 @@ FLEET = [int8_path("haswell", "x86_64", ["avx", "avx2", "fma", "sse4_1"]),
 
 def test_layers_name_the_saturating_hosts_of_the_fleet():
     [row] = lint_model(_saturating(), FLEET)
-    assert row.tiers == ["x86-avx2"]
+    assert row.tiers == ["x86-vpmaddubsw"] and row.fleet_hosts == ["haswell", "skylake"]
     assert row.reason.endswith("in this fleet: haswell, skylake affected")
+    assert "fleet_hosts" not in row.row()   # the lint table's columns stay as they were
     note = fleet_note(FLEET, [row])
     assert note.startswith("int8 paths of the fleet: saturating VPMADDUBSW path: haswell (avx2 without")
     assert "skylake (avx512bw without avx512_vnni/avx_vnni/amx_int8" in note
@@ -72,6 +73,9 @@ def test_lint_command_reads_the_hosts_fingerprints(workdir, capsys):
     assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t"), "--hosts", "x86,x86-avx2"]) == 0
     out = capsys.readouterr().out
     assert "fc: " in out and "in this fleet: x86-avx2 affected" in out
+    table = out.splitlines()
+    assert table[0].split()[-3:] == ["fleet", "hosts", "affected"]
+    assert next(ln for ln in table if ln.startswith("fc ")).split()[-2:] == ["x86-vpmaddubsw", "x86-avx2"]
     assert "saturating VPMADDUBSW path: x86-avx2 (avx2 without avx512_vnni/avx_vnni/amx_int8" in out
     flags = open("/proc/cpuinfo").read().split()
     if any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8")):

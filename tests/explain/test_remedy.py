@@ -28,7 +28,7 @@ def test_build_remedies_offline(workdir):
     assert by["x64quantprecision"].config_entries == {"session.x64quantprecision": "1"}
     assert by["reduce_range"].path is not None and "ranges from base.ranges.json" in by["reduce_range"].note
     # the lint predicts the split and that reduce_range removes it
-    assert lint_model(base)[0].tiers == ["x86-avx2"]
+    assert lint_model(base)[0].tiers == ["x86-vpmaddubsw"]
     assert lint_model(by["reduce_range"].path)[0].x86_saturating_pairs == 0
     for r in rvs:
         assert r.path is not None or r.note.startswith("not supported")
