@@ -30,6 +30,23 @@ def saturating_matmul(path, k=64, n=8, seed=0):
     return path
 
 
+def shared_weight_matmuls(path, k=8, seed=0):
+    """Two MatMuls that share one weight (tied weights, as in decoders that reuse a layer): its static QDQ
+    form has one int8 initializer under two DequantizeLinear nodes."""
+    rng = np.random.default_rng(seed)
+    w = rng.normal(0, 0.5, (k, k)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc1"), helper.make_node("Relu", ["h"], ["r"]),
+         helper.make_node("MatMul", ["r", "w"], ["logits"], name="fc2")], "shared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", k])],
+        [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
 def saturating_inputs(k=64, count=4, seed=1):
     rng = np.random.default_rng(seed)
     return [rng.uniform(0.9, 1.0, (1, k)).astype(np.float32) for _ in range(count)]

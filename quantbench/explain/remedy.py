@@ -33,6 +33,7 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
 from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json, content_key
+from quantbench.hosts.session import JobFailed
 from quantbench.modelio import load_model, semantic_sha256
 from quantbench.quantize import variants as QV
 from quantbench.quantize.calibration import compute_ranges, load_ranges, load_with_shape_infer, method_name
@@ -127,37 +128,47 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
     return out
 
 
+def _session_of(session: dict, extra) -> dict:
+    s = dict(session)
+    s["config_entries"] = {**s["config_entries"], **(extra or {})}
+    return s
+
+
+def _run_on_all(workers, hosts, path, fixtures, names, extra_entries=None):
+    """(runs per host, the first host's session, the hosts whose onnxruntime could not make the session, in
+    host order: their JobFailed); any other failure raises."""
+    data = Path(path).read_bytes()
+
+    def one(i):
+        try:
+            return workers[i].run(data, fixtures, _session_of(hosts[i].session, extra_entries), return_tensors=names)
+        except JobFailed as exc:
+            if exc.stage not in ("session", "unsupported"):
+                raise
+            return exc
+    runs = parallel(one, list(range(len(hosts))))
+    return runs, _session_of(hosts[0].session, extra_entries), [r for r in runs if isinstance(r, JobFailed)]
+
+
 def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spec, base_variant_id: str = "",
                   require_providers: bool = False, progress: bool = True, shipped_model=None) -> list[RemedyRow]:
-    """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy.
+    """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy. A remedy
+    onnxruntime cannot make a session of on some host is a row saying so, like one the quantizer refuses.
     `shipped_model`: the shipped variant's parsed model when the caller has it (the fleet note lints it)."""
     from tqdm import tqdm
 
     names = list(spec.outputs.values())
     workers = start_workers(hosts, require_providers)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
+    labels = [h.label for h in hosts]
     rows: list[RemedyRow] = []
     try:
-        def run_on_all(path, extra_entries=None):
-            data = Path(path).read_bytes()
-
-            def one(i):
-                return workers[i].run(data, fixtures, session_of(hosts[i].session, extra_entries), return_tensors=names)
-            return parallel(one, list(range(len(hosts)))), session_of(hosts[0].session, extra_entries)
-
-        def session_of(s, extra):
-            s = dict(s)
-            s["config_entries"] = {**s["config_entries"], **(extra or {})}
-            return s
-
-        def decoded(results):
-            return decode_runs(spec, results, names)
-
-        fp32_runs, _ = run_on_all(fp32_path)
-        fp32_dec = [decoded(r) for r in fp32_runs]
+        fp32_runs, _, failed = _run_on_all(workers, hosts, fp32_path, fixtures, names)
+        if failed:
+            raise failed[0]
+        fp32_dec = [decode_runs(spec, r, names) for r in fp32_runs]
         bar = tqdm(remedies, desc="remedies", unit="remedy", disable=not progress, leave=False)
         for rv in bar:
-            labels = [h.label for h in hosts]
             rid = content_key([base_variant_id, rv.remedy, labels, fx_ids])
             if rv.path is None:
                 rows.append(RemedyRow(rid, base_variant_id, rv.remedy, "", "", labels, False, None, None, "", None,
@@ -165,13 +176,19 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                 continue
             vid = base_variant_id if base_variant_id and rv.remedy in SAME_MODEL else \
                 semantic_sha256(load_model(rv.path, check=False))
-            runs, sess = run_on_all(rv.path, rv.config_entries)
-            hashes = {hosts[i].label: {(r["fixture_id"], k): v["sha256"] for r in runs[i] for k, v in r["outputs"].items()}
+            runs, sess, failed = _run_on_all(workers, hosts, rv.path, fixtures, names, rv.config_entries)
+            if failed:  # e.g. onnxruntime 1.32.0, a shared int8 weight and x64quantprecision (tests/explain)
+                why = " ".join(failed[0].detail.split()).removeprefix("could not create the session: ")
+                rows.append(RemedyRow(rid, base_variant_id, rv.remedy, vid, canonical_json(sess), labels, False, None,
+                                      None, "", None, None, len(fx_ids), "onnxruntime cannot make this session on "
+                                      f"{', '.join(e.host for e in failed)}: {why}"))
+                continue
+            hashes = {labels[i]: {(r["fixture_id"], k): v["sha256"] for r in runs[i] for k, v in r["outputs"].items()}
                       for i in range(len(hosts))}
             cmap = {h: c.label for c in equivalence_classes(hashes) for h in c.hosts}
             flips = []
             for i in range(len(hosts)):
-                dec = decoded(runs[i])
+                dec = decode_runs(spec, runs[i], names)
                 flips.append(sum(len(compare(spec, fp32_dec[i][f], dec[f]).flips) for f in dec))
             rows.append(RemedyRow(rid, base_variant_id, rv.remedy, vid, canonical_json(sess), labels, True,
                                   len(set(cmap.values())), len(set(cmap.values())) == 1, canonical_json(cmap),

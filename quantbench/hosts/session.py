@@ -17,6 +17,16 @@ from quantbench.hosts.process import DoesNotStart, WorkerDied
 from quantbench.hosts.registry import make_host
 
 
+class JobFailed(UserError):
+    """A worker's error frame for one job: which host, at which stage (the worker's JobError: "session",
+    "unsupported", "run", "model", ...) and onnxruntime's words. A caller that can make a result of it (a remedy
+    onnxruntime cannot build) catches it; anyone else sees one line like any UserError."""
+
+    def __init__(self, host: str, stage: str, message: str):
+        UserError.__init__(self, f"host {host}: worker {stage} error: {message}")
+        self.host, self.stage, self.detail = host, stage, message
+
+
 class HostSession:
     """A started, fingerprinted worker of `spec` (a quantbench.hosts.registry.HostSpec).
 
@@ -112,7 +122,7 @@ class HostSession:
         try:
             for h, p in self.run_job(parts, **request):
                 if h.get("type") == "error":
-                    raise UserError(f"host {self.label}: worker {h.get('stage')} error: {h.get('message')}")
+                    raise JobFailed(self.label, str(h.get("stage")), str(h.get("message")))
                 yield h, p
         except WorkerDied as exc:
             raise UserError(self.host.died_message(exc)) from None

@@ -11,7 +11,8 @@ import json
 import pytest
 
 from quantbench.analysis.decode import spec_from_sidecar
-from explain_helpers import exact_int8_host, fixture, saturating_inputs, saturating_matmul, static_qdq
+from explain_helpers import (exact_int8_host, fixture, saturating_inputs, saturating_matmul, shared_weight_matmuls,
+                             static_qdq)
 from setup_required import missing_setup
 
 
@@ -67,3 +68,27 @@ def test_remedy_matrix_closes_the_avx2_gap(workdir):
     for r in rows:
         if r.supported:
             assert r.flips_total is not None and r.flips_max <= 3 and r.fixtures == 3
+
+
+def test_a_remedy_onnxruntime_cannot_build_is_a_row(workdir):
+    """onnxruntime 1.32.0 cannot make a session of a static QDQ model with a shared int8 weight under
+    session.x64quantprecision=1 (its QDQS8ToU8Transformer adds the converted weight twice: "Attempt to replace
+    the existing tensor"; the demo detector's decoder shares two). That remedy is a row saying so; the others
+    still run."""
+    from quantbench.explain.remedy import build_remedies, remedy_matrix, table
+    from quantbench.hosts.registry import parse_hosts
+
+    fp32 = shared_weight_matmuls(workdir / "fp32.onnx")
+    base = static_qdq(fp32, workdir, "base")
+    rvs = build_remedies(base, fp32, workdir / "rem", {"activation_type": "u8", "weight_type": "s8"},
+                         workdir / "base.ranges.json", remedies=("baseline", "x64quantprecision", "reduce_range"))
+    spec = spec_from_sidecar({"decode": {"kind": "classifier-softmax", "logits": "logits"}})
+    fxs = [fixture(x, "x") for x in saturating_inputs(k=8, count=2)]
+    rows = remedy_matrix(rvs, fp32, parse_hosts("x86"), fxs, spec, "base", progress=False)
+    by = {r.remedy: r for r in rows}
+    assert by["baseline"].supported and by["reduce_range"].supported and by["reduce_range"].one_class
+    bad = by["x64quantprecision"]
+    assert not bad.supported and bad.classes is None and bad.flips_total is None
+    assert bad.note.startswith("onnxruntime cannot make this session on x86: ")
+    assert "Attempt to replace the existing tensor" in bad.note and "\n" not in bad.note
+    assert "onnxruntime cannot make this session on x86" in table(rows)
