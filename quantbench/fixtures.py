@@ -28,7 +28,7 @@ import numpy as np
 from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fsutil import atomic_write_json, cache_on, canonical_json, file_state, keep_newest, read_cached_json, read_json, sha256_file
+from quantbench.fsutil import cache_on, canonical_json, file_state, read_cached_json, read_json, sha256_file, write_cache_entry
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import load_rgb, to_tensor
@@ -141,8 +141,8 @@ class ImageSizes:
         import hashlib
 
         self.enabled = remember and folder is not None and cache_on("QUANTBENCH_TENSOR_CACHE")
-        self.dir = quantbench_home() / "image-sizes"
-        self.path = self.dir / f"{hashlib.sha256(os.path.abspath(folder or '.').encode()).hexdigest()[:32]}.json"
+        digest = hashlib.sha256(os.path.abspath(folder or '.').encode()).hexdigest()[:32]
+        self.path = quantbench_home() / "image-sizes" / f"{digest}.json"
         self.known, self.changed = {}, False
         if self.enabled:
             known = read_cached_json(self.path)
@@ -171,13 +171,8 @@ class ImageSizes:
 
     def save(self) -> None:
         """Write what was read (a cache: not written is only slower next time), keeping FOLDERS files."""
-        if not self.changed:
-            return
-        try:
-            atomic_write_json(self.path, self.known, indent=None)
-            keep_newest(self.dir, "*.json", self.FOLDERS)
-        except OSError:
-            pass
+        if self.changed:
+            write_cache_entry(self.path, self.known, self.FOLDERS)
 
 
 def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
@@ -199,10 +194,9 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
     images_dir = Path(images_dir) if images_dir is not None else default_images_dir(labels_path)
-    ids, base, sizes = set(), None, ImageSizes(images_dir) if check_files else None
+    ids, base, sizes = set(), images_dir.resolve(), ImageSizes(images_dir) if check_files else None
     for i, img in enumerate(coco["images"]):
         _check_image_entry(labels_path, i, img, ids)
-        base = base or images_dir.resolve()   # once per file, not per image
         path = image_file(labels_path, images_dir, img["file_name"], f"image entry {i}", base)
         if check_files:
             if not path.exists():
@@ -277,11 +271,10 @@ def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) ->
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise UserError(f"{labels}: not a readable CSV ({exc})") from None
-    out, base = [], None
+    out, base = [], images_dir.resolve()   # once per file, not per image
     for i, r in enumerate(rows, start=2):
         r = {k.strip(): (v or "").strip() for k, v in r.items() if k}
         label = clean_label(r["label"]) if r.get("label") else None
-        base = base or images_dir.resolve()   # once per file, not per image
         path = image_file(labels, images_dir, r.get("image", ""), f"line {i}", base)
         if not path.exists():
             raise UserError(f"{labels}: references missing image {path}")

@@ -215,6 +215,16 @@ def keep_newest(folder: str | os.PathLike, pattern: str, keep: int) -> None:
             old.unlink()
 
 
+def write_cache_entry(path: str | os.PathLike, obj, keep: int) -> None:
+    """Write a cache entry (compact JSON, atomically) and keep only the `keep` newest files of its folder; an
+    entry that cannot be written is no error (a cache not written is only slower next time)."""
+    try:
+        atomic_write_json(path, obj, indent=None)
+        keep_newest(Path(path).parent, "*.json", keep)
+    except OSError:
+        pass
+
+
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

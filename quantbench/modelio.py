@@ -19,7 +19,7 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError, flag
-from quantbench.fsutil import atomic_write_json, cache_on, file_state, keep_newest, sha256_bytes, sha256_file
+from quantbench.fsutil import cache_on, file_state, sha256_bytes, sha256_file, write_cache_entry
 
 STRIP_DEFAULT = ("doc_string",)
 STRIP_OPTIONAL = ("producer", "value_info", "metadata")
@@ -343,8 +343,4 @@ def _write_facts(entry_path: Path, path: Path, facts: ModelFacts) -> None:
     files = [os.path.abspath(path), *facts.external_data]
     entry = {"code": _facts_code(), "path": files[0], "states": [file_state(f) for f in files],
              "facts": dataclasses.asdict(facts)}
-    try:
-        atomic_write_json(entry_path, entry, indent=None)
-        keep_newest(entry_path.parent, "*.json", FACTS_FILES)
-    except OSError:
-        pass
+    write_cache_entry(entry_path, entry, FACTS_FILES)

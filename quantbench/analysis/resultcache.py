@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from quantbench import lazy, tables
-from quantbench.fsutil import atomic_write_bytes, content_key, sha256_bytes
+from quantbench.fsutil import atomic_write_bytes, content_key, keep_newest, sha256_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -84,19 +84,10 @@ def save(cache_dir, key: str, payload: dict) -> bool:
             return False
         head = json.dumps({"format": FORMAT, "key": key, "sha256": sha256_bytes(body)}).encode()
         path = atomic_write_bytes(entry_path(cache_dir, key), head + b"\n" + body)
-        _prune(path.parent, path)
+        keep_newest(path.parent, "*.json", KEEP)
         return True
     except (OSError, TypeError, ValueError):
         return False
-
-
-def _prune(folder: Path, keep: Path) -> None:
-    try:
-        entries = sorted((p for p in folder.glob("*.json") if p != keep), key=lambda p: p.stat().st_mtime)
-        for p in entries[: max(0, len(entries) - (KEEP - 1))]:
-            p.unlink()
-    except OSError:
-        pass
 
 
 def same(a, b) -> bool:
