@@ -220,7 +220,7 @@ def _version_of(binary: str, mtime_ns: int) -> tuple[int, int, int]:
         raise UserError(f"{binary}: cannot run it to read its version ({exc})") from None
     m = re.search(r"version (\d+)\.(\d+)(?:\.(\d+))?", out)
     if not m:
-        raise UserError(f"{binary}: not a qemu binary (no version in `{binary} --version`)")
+        raise UserError(f"{binary}: not a qemu binary (asked for its version, it printed none)")
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 

@@ -74,6 +74,14 @@ def test_missing_root_and_old_qemu_are_named(tmp_path, monkeypatch):
     assert E.qemu_version(bin_dir / "qemu-aarch64") == (7, 2, 22)
 
 
+def test_a_binary_that_prints_no_version_is_no_qemu(tmp_path):
+    fake = tmp_path / "qemu-aarch64"
+    fake.write_text("#!/bin/sh\necho hello\n")
+    fake.chmod(0o755)
+    with pytest.raises(UserError, match=r"qemu-aarch64: not a qemu binary \(asked for its version, it printed none\)$"):
+        E.qemu_version(fake)
+
+
 def test_setup_unknown_preset_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path))
     with pytest.raises(UserError, match="unknown emulated preset 'pi9'.*presets: pi, pi4"):
