@@ -82,11 +82,13 @@ def classifier_fixtures(model_path, count):
 def exact_int8_host() -> str:
     """A host whose U8S8 int8 kernel is exact, to stand apart from the saturating AVX2 one: this machine
     when it has VNNI/AMX, else the emulated SSE4.2 Nehalem (its SSE kernel uses exact pmaddwd)."""
+    from quantbench.analysis.tiers import int8_path
     from quantbench.hosts import emulated as EM
+    from quantbench.hosts.masked import here_features
     from setup_required import missing_setup
 
-    flags = open("/proc/cpuinfo").read().split()
-    if any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8")):
+    # the features this process's CPUID shows (the local worker's: a whole-process mask included), not /proc/cpuinfo
+    if int8_path("x86", "x86_64", here_features()).kind == "exact":
         return "x86"
     ok, msg = EM.ready("x86-sse4")
     if not ok:

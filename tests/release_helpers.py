@@ -135,7 +135,7 @@ def run_read_only(folder, argv, cwd):
 
     repo = str(Path(__file__).resolve().parents[1])
     cmd = [sys.executable, "-m", "quantbench", *argv]
-    env = dict(os.environ, PYTHONPATH=repo)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]))  # a mask's copy stays
     if os.geteuid() != 0:
         modes = {p: p.stat().st_mode for p in [Path(folder), *Path(folder).rglob("*")] if not p.is_symlink()}
         for p, m in modes.items():

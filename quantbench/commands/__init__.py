@@ -59,7 +59,7 @@ OPTION_KEYS = frozenset({
     "shard", "shards", "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
     "variants", "verbose", "warmup", "weight_type"
 })
-SUBCOMMANDS = ("hosts list", "hosts check", "hosts setup", "tables compact", "tables info")
+SUBCOMMANDS = ("hosts list", "hosts check", "hosts setup", "hosts exec", "tables compact", "tables info")
 
 
 def finite_float(text: str) -> float:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
+import shutil
 
 from quantbench.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
@@ -10,7 +13,7 @@ from quantbench.hosts import cpuprofiles
 from quantbench.hosts import emulated as em
 from quantbench.hosts.deploy import deployed_session, describe
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
-from quantbench.hosts.masked import masked_unavailable, setup_masked
+from quantbench.hosts.masked import masked_unavailable, process_env, setup_masked
 from quantbench.hosts.registry import HostSpec, known_hosts, make_host, parse_hosts, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.setup import setup_hosts
@@ -43,6 +46,13 @@ def add_arguments(p) -> None:
                                    "prints what it did and the time it took.")
     s.add_argument("names", nargs="*", help="host names (presets, x86 tiers, NAME@VERSION, or hosts-file entries)")
     s.add_argument("--all", action="store_true", help="every preset, and the masked tiers where they work")
+    x = sub.add_parser("exec", help="run a command as if this machine were an x86 tier (CPUID-masked, whole process)",
+                       description="Run COMMAND with this CPU masked as TIER for the whole process: its numpy and "
+                                   "onnxruntime (and the local host's workers) dispatch that tier's kernels; qemu "
+                                   "guests and other runtimes keep their own CPU. For example `quantbench hosts exec "
+                                   "x86-avx2 -- python -m pytest` runs a test suite as on a Haswell.")
+    x.add_argument("tier", help="an x86 tier this CPU can show (`quantbench hosts list`)")
+    x.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command and its arguments (after --)")
 
 
 def _ready(spec) -> tuple[bool, str]:
@@ -145,5 +155,15 @@ def _masked_works_here() -> bool:
     return any(masked_unavailable(p) is None for p in cpuprofiles.PROFILES.values())
 
 
+def do_exec(args) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        raise UserError(f"hosts exec {args.tier}: name the command to run after --")
+    if not shutil.which(cmd[0]):
+        raise UserError(f"hosts exec {args.tier}: {cmd[0]}: no such command")
+    env = process_env(args.tier, progress=not args.no_progress)
+    os.execvpe(cmd[0], cmd, env)  # the command's exit code is ours; nothing of this process is left
+
+
 def run(args) -> int:
-    return {"list": do_list, "check": do_check, "setup": do_setup}[args.action](args)
+    return {"list": do_list, "check": do_check, "setup": do_setup, "exec": do_exec}[args.action](args)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
-import importlib.util
+import importlib.machinery
 import os
 import re
 import shutil
@@ -47,8 +47,11 @@ _CPUID_LINE = re.compile(r"^\s*([0-9a-f]+):\s+cpuid\b", re.M)
 def _package_dirs() -> list[Path]:
     """The folders of PACKAGES in this interpreter's site-packages (numpy.libs may be absent)."""
     out = []
+    # under a whole-process mask (`hosts exec`) a masked copy is first on sys.path: copy the originals
+    masked = str(masked_root().resolve()) + os.sep
+    path = [p for p in sys.path if not (os.path.abspath(p or ".") + os.sep).startswith(masked)]
     for name in ("onnxruntime", "numpy"):
-        spec = importlib.util.find_spec(name)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or not spec.submodule_search_locations:
             raise UserError(f"masked hosts: this interpreter ({sys.executable}) has no {name} to copy")
         out.append(Path(list(spec.submodule_search_locations)[0]))

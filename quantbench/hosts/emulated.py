@@ -39,7 +39,7 @@ from quantbench.errors import UserError
 from quantbench.fsutil import read_cached_json
 from quantbench.hosts import runtimes
 from quantbench.hosts.keys import local_ort_version
-from quantbench.hosts.process import WORKER_PATH, ProcessHost
+from quantbench.hosts.process import WORKER_PATH, ProcessHost, without_process_mask
 from quantbench.hosts.trace import run_probe
 
 ROOT_SUITE = "bookworm"
@@ -317,7 +317,7 @@ def python_command(preset_name: str, qemu_args: Sequence[str] = (),
     require_ready(preset_name, rt)
     p = preset(preset_name)
     qemu, _ = qemu_binary(p.arch)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
+    env = {k: v for k, v in without_process_mask(dict(os.environ)).items() if not k.startswith("QEMU_")}
     argv = [str(qemu), "-cpu", p.qemu_cpu, "-L", str(prefix_dir(preset_name, rt)), *map(str, qemu_args)]
     if p.arch == "aarch64":
         for key in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV", "PYTHONPATH"):
@@ -411,7 +411,7 @@ class EmulatedHost(ProcessHost):
     def command(self):
         argv, env = python_command(self.preset, tuple(self.options.get("qemu_args", ())), self.runtime)
         # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
-        full = dict(env) if env else {k: v for k, v in os.environ.items()
+        full = dict(env) if env else {k: v for k, v in without_process_mask(dict(os.environ)).items()
                                       if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
         return list(argv) + [str(WORKER_PATH)], full, b""
 

@@ -42,7 +42,8 @@ from quantbench.hosts import worker as W
 from quantbench.hosts.process import worker_code_sha256
 
 VERSION = 2  # 2: the key says require_providers (was allow_fallback, inverted); the worker's code is tensorcode.py + worker.py
-_ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY")
+_ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY",
+                 "QUANTBENCH_CPUID", "GLIBC_TUNABLES")  # the last two: a CPUID mask (masked hosts, hosts exec)
 
 
 def enabled() -> bool:

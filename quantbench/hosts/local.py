@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from quantbench.hosts import runtimes
-from quantbench.hosts.process import WORKER_PATH, ProcessHost
+from quantbench.hosts.process import WORKER_PATH, ProcessHost, without_process_mask
 
 
 @dataclass
@@ -42,9 +42,11 @@ class LocalHost(ProcessHost):
         return True, "ready"
 
     def command(self):
-        env = dict(os.environ)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
         rt = self.runtime
+        # this interpreter's own onnxruntime keeps a whole-process mask (hosts exec); any other has no masked copy
+        own = not (rt.debian or rt.version or self.options.get("python"))
+        env = dict(os.environ) if own else without_process_mask(dict(os.environ))
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
         if rt.debian:
             argv, changes = runtimes.native_debian_command(rt.suite)
             for key in ("PYTHONPATH", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV"):

@@ -16,6 +16,7 @@ under qemu where qemu has the model (an emulated preset); else it is listed as n
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import shutil
@@ -26,7 +27,8 @@ from pathlib import Path
 from quantbench.hosts import cpuidpatch
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import worker as W
-from quantbench.hosts.process import WORKER_PATH, ProcessHost
+from quantbench.errors import UserError
+from quantbench.hosts.process import UNMASKED_ENV, WORKER_PATH, ProcessHost
 
 MECHANISMS = ("masked", "qemu")
 
@@ -80,6 +82,24 @@ def worker_env(p: P.Profile, site, shim) -> dict:
     hwcaps = P.glibc_hwcaps(p)
     if hwcaps:
         env["GLIBC_TUNABLES"] = ":".join(x for x in (env.get("GLIBC_TUNABLES", ""), hwcaps) if x)
+    return env
+
+
+def process_env(profile_name: str, progress: bool = True) -> dict:
+    """The environment that runs a whole command under a tier's mask (`hosts exec`): what a worker of that tier
+    gets, plus the variables it changed as they were (process.UNMASKED_ENV), so that workers not running the
+    masked copy take the mask off again (process.without_process_mask)."""
+    p = P.profile(profile_name)
+    if p is None:
+        raise UserError(f"unknown x86 tier {profile_name!r}; tiers: {', '.join(P.PROFILES)}")
+    why = masked_unavailable(p)
+    if why:
+        raise UserError(f"{profile_name}: not available here: {why}")
+    setup_masked(progress)
+    env = worker_env(p, cpuidpatch.site_dir(), cpuidpatch.shim_path())
+    before = {k: os.environ.get(k) for k in sorted(set(env) | set(os.environ))
+              if env.get(k) != os.environ.get(k) and not k.startswith("QUANTBENCH_CPUID_")}
+    env[UNMASKED_ENV] = json.dumps(before, sort_keys=True)
     return env
 
 

@@ -23,6 +23,27 @@ from quantbench.hosts import worker as W
 
 WORKER_PATH = Path(W.__file__).resolve()
 TENSORCODE_PATH = WORKER_PATH.parents[1] / "tensorcode.py"   # travels with the worker (worker.py's docstring)
+#: `hosts exec TIER`: the variables a whole-process CPUID mask changed, with their values before it (JSON; null:
+#: unset). A worker that does not run the masked copy (a qemu guest, another runtime) takes the mask off.
+UNMASKED_ENV = "QUANTBENCH_CPUID_UNMASKED"
+
+
+def without_process_mask(env: dict) -> dict:
+    """`env` with a whole-process CPUID mask (quantbench.hosts.masked.process_env) taken off, as it was before:
+    a qemu guest must see qemu's CPU model and its own packages, another runtime's onnxruntime the real CPU
+    (it has no patched copy, so its fingerprint would read the mask while its kernels see this CPU)."""
+    raw = env.get(UNMASKED_ENV)
+    if not raw:
+        return env
+    import json
+
+    out = {k: v for k, v in env.items() if not k.startswith("QUANTBENCH_CPUID_")}
+    for key, value in json.loads(raw).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
 
 
 def worker_source() -> tuple[bytes, bytes]:

@@ -62,23 +62,26 @@ def test_clean_layers_affect_no_host():
 
 
 def test_lint_command_reads_the_hosts_fingerprints(workdir, capsys):
-    """Real workers: this machine (VNNI here: exact) and the emulated Haswell (saturating)."""
+    """Real workers: this machine and the emulated Haswell (saturating). This machine's int8 path is derived
+    from the features its CPUID shows this process (the local worker's, a whole-process mask included): exact
+    with VNNI/AMX, saturating on AVX2 or AVX-512 without VNNI, exact SSE below AVX2."""
     from quantbench.cli import main
     from quantbench.hosts import emulated as EM
+    from quantbench.hosts.masked import here_features
 
     ok, msg = EM.ready("x86-avx2")
     if not ok:
         missing_setup(f"x86-avx2 not set up: {msg}")
+    here = int8_path("x86", "x86_64", here_features())
+    affected = sorted(h for h in ("x86", "x86-avx2") if h == "x86-avx2" or here.kind == "saturates")
     onnx.save(_saturating(), workdir / "m.onnx")
     assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t"), "--hosts", "x86,x86-avx2"]) == 0
     out = capsys.readouterr().out
-    assert "fc: " in out and "in this fleet: x86-avx2 affected" in out
+    assert "fc: " in out and f"in this fleet: {', '.join(affected)} affected" in out
     table = out.splitlines()
     assert table[0].split()[-3:] == ["fleet", "hosts", "affected"]
-    assert next(ln for ln in table if ln.startswith("fc ")).split()[-2:] == ["x86-vpmaddubsw", "x86-avx2"]
-    assert "saturating VPMADDUBSW path: x86-avx2 (avx2 without avx512_vnni/avx_vnni/amx_int8" in out
-    flags = open("/proc/cpuinfo").read().split()
-    if any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8")):
-        assert "exact: x86 (" in out
-    assert out.count("hosts affected: x86-avx2") == 1
+    assert next(ln for ln in table if ln.startswith("fc ")).split()[-2:] == ["x86-vpmaddubsw", ",".join(affected)]
+    assert "saturating VPMADDUBSW path: " in out and "x86-avx2 (avx2 without avx512_vnni/avx_vnni/amx_int8" in out
+    assert (f"exact: x86 ({here.why}" if here.kind == "exact" else f"x86 ({here.why}") in out
+    assert out.count(f"hosts affected: {', '.join(affected)}") == 1
     assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t"), "--hosts", "nosuch"]) == 2

@@ -24,6 +24,7 @@ from quantbench.hosts import cpuidpatch as C
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
+from quantbench.hosts.process import without_process_mask
 from quantbench.hosts.registry import hosts_from_text, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.worker import masked_problem
@@ -184,6 +185,8 @@ def test_a_masked_worker_sees_only_the_profile():
 def test_a_mask_that_does_not_take_fails_with_one_clear_line(monkeypatch, tmp_path):
     """The masked copy not on sys.path: numpy and onnxruntime load unpatched, and the fingerprint refuses."""
     _need_masked("x86-sse4")  # any CPU that can run it has AVX or more for the mask to hide
+    # unmasked to start with: under a whole-process mask (`hosts exec`) its copy would still be on the path
+    monkeypatch.setattr(os, "environ", without_process_mask(dict(os.environ)))
     real = M.worker_env
     monkeypatch.setattr(M, "worker_env", lambda p, site, shim: real(p, tmp_path, shim))
     with pytest.raises(UserError) as exc:

@@ -208,7 +208,9 @@ def test_worker_runs_without_quantbench_on_the_path(tmp_path):
     import subprocess
     import sys
 
-    from quantbench.hosts.process import TENSORCODE_PATH, WORKER_PATH
+    import os
+
+    from quantbench.hosts.process import TENSORCODE_PATH, WORKER_PATH, without_process_mask
     from quantbench.hosts.ssh import BOOTSTRAP, worker_preamble
 
     header, payload = fingerprint_request("bare", W.normalize_session(None), False)
@@ -220,7 +222,9 @@ def test_worker_runs_without_quantbench_on_the_path(tmp_path):
     (tmp_path / "pkg" / "tensorcode.py").write_bytes(TENSORCODE_PATH.read_bytes())
     for argv, stdin in (([sys.executable, "-I", "-c", BOOTSTRAP], worker_preamble() + buf.getvalue()),
                         ([sys.executable, "-I", str(tmp_path / "pkg" / "hosts" / "worker.py")], buf.getvalue())):
-        p = subprocess.run(argv, input=stdin, capture_output=True, cwd=tmp_path, timeout=300)
+        # a bare host has no CPUID mask of ours (`-I` drops the masked copy's path, not the preloaded shim)
+        p = subprocess.run(argv, input=stdin, capture_output=True, cwd=tmp_path, timeout=300,
+                           env=without_process_mask(dict(os.environ)))
         assert p.returncode == 0, p.stderr.decode()
         out = io.BytesIO(p.stdout)
         first = W.read_frame(out)[0]

@@ -38,7 +38,8 @@ def test_ctrl_c_in_verify_host_exits_130_in_one_line_and_leaves_nothing(results,
         tmp = tmp_path / f"systemp-{target.name}"
         tmp.mkdir()
         go = tmp_path / f"go-{target.name}"
-        env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(REPO), QUANTBENCH_TEST_PAUSE_AFTER="1",
+        env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+                   QUANTBENCH_TEST_PAUSE_AFTER="1",
                    QUANTBENCH_TEST_PAUSE_FILE=str(go))
         # (--results: the default, results/ in the current folder, which the fixture made results' parent)
         proc = subprocess.Popen([sys.executable, "-c", SCRIPT, "verify", str(target), "--host", "x86", "--sample", "3"],
