@@ -12,3 +12,19 @@ def missing_setup(message: str) -> None:
         pytest.fail(f"setup incomplete under CI: {message}")
     pytest.skip(f"setup missing on this machine: {message}; `bash scripts/setup.sh` sets it up (under CI=true "
                 "this is a failure, not a skip)")
+
+
+def need_tier(name: str) -> None:
+    """A masked x86 tier for a test. A tier this CPU cannot show is a fact about the CPU (a CPUID mask only takes
+    features away): the test is skipped saying which features it lacks, here and under CI alike. A missing
+    mechanism (no gcc, no objdump) is missing setup."""
+    from quantbench.hosts import cpuprofiles as P
+    from quantbench.hosts import masked as M
+
+    p = P.PROFILES[name]
+    lacks = P.missing_here(p, M.here_features())
+    if lacks:
+        pytest.skip(f"this CPU cannot show {name}: it lacks {', '.join(lacks)} (a fact, not missing setup)")
+    why = M.masked_unavailable(p)
+    if why:
+        missing_setup(f"masked {name}: {why}")

@@ -28,16 +28,13 @@ from quantbench.hosts.process import without_process_mask
 from quantbench.hosts.registry import hosts_from_text, make_host, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.worker import masked_problem
-from setup_required import missing_setup
+from setup_required import missing_setup, need_tier
 
 
 def _need_masked(name: str = "x86-avx2") -> P.Profile:
-    p = P.PROFILES[name]
-    why = M.masked_unavailable(p)
-    if why:
-        missing_setup(f"masked {name}: {why}")
+    need_tier(name)
     M.setup_masked(progress=False)
-    return p
+    return P.PROFILES[name]
 
 
 def _need_qemu(preset: str) -> None:

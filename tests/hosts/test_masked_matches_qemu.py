@@ -16,14 +16,12 @@ from quantbench.cli import main
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
-from setup_required import missing_setup
+from setup_required import missing_setup, need_tier
 from tier_helpers import LIBM_OPS, libm_fixtures, libm_model, output_hashes, random_fixtures, tier_variants
 
 
 def _need(profile: str) -> None:
-    why = M.masked_unavailable(P.PROFILES[profile])
-    if why:
-        missing_setup(f"masked {profile}: {why}")
+    need_tier(profile)
     ok, msg = E.ready(P.PROFILES[profile].qemu_preset)
     if not ok:
         missing_setup(f"{profile}:qemu not set up: {msg}")
@@ -78,11 +76,8 @@ def test_masked_outputs_are_qemus_bytes_on_a_real_model(profile, tmp_path):
 def _shown_tiers() -> list[str]:
     """The tiers this CPU can show (a mask only takes features away: a tier it cannot show is a fact about the
     CPU, not missing setup). Needs the mechanism itself: gcc, objdump, x86-64."""
-    shown = [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
-    why = M.masked_unavailable(P.PROFILES["x86-sse4"])
-    if why and "this CPU lacks" not in why:
-        missing_setup(f"masked x86-sse4: {why}")
-    return shown
+    need_tier("x86-sse4")
+    return [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
 
 
 def _fp32_family(features) -> str:

@@ -20,16 +20,14 @@ from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 from quantbench.hosts.process import UNMASKED_ENV, without_process_mask
-from setup_required import missing_setup
+from setup_required import missing_setup, need_tier
 
 TIER = "x86-sse4"
 QB = [sys.executable, "-m", "quantbench"]
 
 
 def _need_mask() -> None:
-    why = M.masked_unavailable(P.PROFILES[TIER])
-    if why:
-        missing_setup(f"masked {TIER}: {why}")
+    need_tier(TIER)
 
 
 def _exec(*cmd, **kw) -> subprocess.CompletedProcess:
@@ -98,7 +96,7 @@ def test_a_bad_exec_is_one_line(tmp_path, args, words):
 
 
 def test_a_tier_this_cpu_cannot_show_says_so(tmp_path):
-    missing = [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) and "this CPU lacks" in M.masked_unavailable(p)]
+    missing = [t for t, p in P.PROFILES.items() if P.missing_here(p, M.here_features())]
     if not missing:
         pytest.skip("this CPU shows every x86 tier (nothing it lacks to refuse)")
     r = subprocess.run([*QB, "hosts", "exec", missing[0], "--", "true"], capture_output=True, text=True, cwd=tmp_path,
