@@ -681,6 +681,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     if plots:
         lines += _embed(plot_class_map, result, rdir, CLASS_MAP, "class map", written)
     lines += classes_lines(result)
+    lines += predicted_lines(result)
     lines += providers_lines(result)
     lines += distance_lines(result)
     lines += decisions_lines(result)
@@ -738,6 +739,26 @@ def classes_lines(result) -> list[str]:
                       "or ran no node.",
                       ["model", "variant", "fixtures", "classes", "separated by", "fixtures agreeing (pairs)",
                        "flagged"], rows) + [f"- {line}" for line in runtime_lines(result)] + ([""] if runtime_lines(result) else [])
+
+
+def predicted_lines(result) -> list[str]:
+    """Tiers no machine in reach shows, each variant's predicted class: a section of its own, never a class."""
+    rows = [[r["model"], r["variant"], r["host"], _prediction(r), "; ".join(r["deciding"]) or "-"]
+            for r in getattr(result, "predicted", [])]
+    notes = getattr(result, "predicted_notes", [])
+    if not rows:
+        return [f"- {n}" for n in notes] + ([""] if notes else [])
+    return md_section("Predicted tiers (not measured)",
+                      "PREDICTED, not measured: these tiers ran nowhere; no gate counts them. Each op of the variant's "
+                      "optimized graph reaches MLAS kernels chosen by the tier's CPU features; a tier whose kernels "
+                      "match a measured host's is predicted byte-identical to it. " + " ".join(notes),
+                      ["model", "variant", "tier", "predicted", "decided by"], rows)
+
+
+def _prediction(r: dict) -> str:
+    if r["joins"]:
+        return f"with class {r['joins']} ({', '.join(r['like'])})"
+    return "apart from every measured host" + (f" (one class with {', '.join(r['peers'])})" if r["peers"] else "")
 
 
 def runtime_lines(result) -> list[str]:
@@ -926,6 +947,8 @@ def _summary_classes(result) -> list[str]:
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
     out += text_table(rows[0], rows[1:]).splitlines() + runtime_lines(result)
+    out += [f"PREDICTED (not measured, no gate) {r['variant']}: {r['host']} {_prediction(r)}"
+            for r in getattr(result, "predicted", [])]
     dists = [(v, d) for v in result.variants for d in v["distances"]]
     if dists:
         out.append("")

@@ -85,6 +85,9 @@ class EquivResult:
     not_started: dict = field(default_factory=dict)
     #: host -> {variant: why its runtime cannot run it} (left out of that variant's classes)
     cannot_run: dict = field(default_factory=dict)
+    #: tiers no machine in reach shows, predicted per variant (analysis.predict): never a class, never gated
+    predicted: list = field(default_factory=list)
+    predicted_notes: list = field(default_factory=list)
 
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""
@@ -113,7 +116,7 @@ class EquivResult:
     def summary(self) -> dict:
         return {"equiv_id": self.equiv_id, "settings": self.settings, "hosts": self.hosts,
                 "variants": self.variants, "comparisons": self.comparisons, "not_started": self.not_started,
-                "cannot_run": self.cannot_run}
+                "cannot_run": self.cannot_run, "predicted": self.predicted, "predicted_notes": self.predicted_notes}
 
 
 def _run_hint(host: str, variant: VariantRef, hint: str) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, kind_of, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
+from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
@@ -16,7 +17,9 @@ from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_r
 from quantbench.equivcli import finish_equiv
 from quantbench.errors import UserError, marked
 from quantbench.hosts.cluster import connect_plan
-from quantbench.hosts.registry import announce_hosts_file, parse_hosts
+from quantbench.hosts.keys import local_ort_version
+from quantbench.hosts.masked import unshowable
+from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
 from quantbench.recipe import sidecar_for, sidecar_source
 from quantbench.runargs import fixture_params, note_plan, variants_from_args
@@ -108,6 +111,8 @@ class Prepared:
     not_started: dict = field(default_factory=dict)
     #: (host, variant_id) -> why the host's runtime cannot run that variant (left out of that variant's classes)
     cannot_run: dict = field(default_factory=dict)
+    #: tier -> its profile's features: tiers this CPU cannot show, predicted (analysis.predict), never run
+    predict: dict = field(default_factory=dict)
 
 
 def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
@@ -117,6 +122,12 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
         raise UserError(f"--atol {args.atol} / --rtol {args.rtol}: tolerances must be >= 0")
     args.jobs = announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))  # capped at the cores
     specs = [h.spec for h in parse_hosts(args.hosts, hosts_file=args.hosts_file, overrides=False)]
+    unshown = {s.name: f for s in specs if (f := unshowable(s)) is not None}  # predicted, not run (analysis.predict)
+    if unshown and (args.reference in unshown or len(unshown) == len(specs)):
+        name = args.reference if args.reference in unshown else specs[0].name
+        why = make_host(next(s for s in specs if s.name == name)).ready()[1]
+        raise UserError(f"host {name}: {why}; a tier no machine in reach shows is only predicted, from measured hosts")
+    specs = [s for s in specs if s.name not in unshown]
     if args.reference and args.reference not in [s.name for s in specs]:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(s.name for s in specs)}")
     params = fixture_params(args)
@@ -148,7 +159,7 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
                        sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"])) for vi in plan.variants]
     fixtures_for = {vid: sorted({fx.fixture_id for fx in fxs}) for vid, fxs in plan.fixtures_for.items()}
     return Prepared([n for n in plan.names if n not in not_started], refs, fixtures_for, prefer, results, root,
-                    run_line, duplicate_variants(plan), not_started, cannot_run)
+                    run_line, duplicate_variants(plan), not_started, cannot_run, unshown)
 
 
 def duplicate_variants(plan) -> list[dict]:
@@ -178,4 +189,5 @@ def run(args) -> int:
                          prefer=p.prefer, run_hint=_run_hint(args), tables_root=p.tables, duplicates=p.duplicates,
                          cache_dir=cache_dir_of(p.results), cannot_run=p.cannot_run)
         result.not_started = p.not_started
+        attach_predictions(result, p.refs, p.predict, local_ort_version())
         return finish_equiv(result, args, p.results, p.tables, run_line=p.run_line)

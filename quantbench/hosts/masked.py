@@ -56,6 +56,17 @@ def masked_unavailable(p: P.Profile) -> str | None:
     return None
 
 
+def unshowable(spec) -> list[str] | None:
+    """The profile's features of a masked tier host this CPU cannot show (it lacks some of them: a fact about
+    the CPU, so equiv predicts the tier instead of running it); None for any other host."""
+    if spec.kind != "masked" or spec.options.get("mechanism", "masked") != "masked":
+        return None
+    p = P.profile(spec.options.get("profile", spec.name))
+    if p is None or platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    return list(p.features) if P.missing_here(p, here_features()) else None
+
+
 def tier_choice(profile_name: str, mechanism: str | None) -> tuple[str, dict]:
     """(kind, options) of a tier host: masked where it works (or is forced), else the qemu preset, else a
     masked host that says why it is not available."""

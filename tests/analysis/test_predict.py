@@ -1,0 +1,157 @@
+"""Predicted classes for x86 tiers no machine in reach shows (quantbench.analysis.predict): the dispatch table
+agrees with the int8-path owner, graphs map to the routines their optimized ops reach, predictions join a measured
+class only on an equal signature (learning merges from measured hosts), a version without a table says so, and
+(slow) leave-one-out over every tier this CPU shows never predicts a false join; `equiv` marks predicted tiers
+and no gate counts them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from quantbench.analysis import predict as PR
+from quantbench.analysis.tiers import int8_path
+from quantbench.hosts import cpuprofiles as P
+
+T = PR.table_for("1.32.0")
+
+
+def test_the_u8s8_kernels_agree_with_the_int8_path_of_every_profile():
+    for name, p in P.PROFILES.items():
+        _, value = T.kernel("u8s8_gemm", p.features)
+        kind = int8_path(name, "x86_64", p.features).kind
+        assert (value == "vpmaddubsw") == (kind == "saturates"), name
+    assert T.kernel("u8s8_gemm", P.PROFILES["x86-avx2"].features, {"session.x64quantprecision": "1"})[1] == "exact"
+    assert T.kernel("sgemm", P.PROFILES["x86-sse4"].features) == ("MlasGemmFloatKernelSse", "mul+add")
+    assert T.kernel("conv_nchwc", P.PROFILES["x86-vnni"].features)[1] == "fma, block 16"
+
+
+def test_a_version_without_a_table_says_so_instead_of_guessing():
+    assert PR.table_for("1.99.0") is None
+    assert PR.no_table_note("1.99.0") == ("no prediction: quantbench has no x86 dispatch table for onnxruntime 1.99.0 "
+                                          "(tables: 1.32)")
+    rows, notes = PR.predict_fleet({}, [], {"x86-amx": list(P.PROFILES["x86-amx"].features)}, "1.99.0")
+    assert rows == [] and notes == [PR.no_table_note("1.99.0")]
+
+
+def _model(path, weight_type):
+    """x -> Q/DQ -> MatMul with a quantized weight -> Softmax: QLinearMatMul-able int8 and an exp kernel."""
+    w = (np.arange(32).reshape(8, 4) % 7 - 3).astype(np.int8 if weight_type == "s8" else np.uint8)
+    zw = np.array(0 if weight_type == "s8" else 128, w.dtype)
+    inits = [numpy_helper.from_array(w, "w_q"), numpy_helper.from_array(np.array(0.02, np.float32), "w_s"),
+             numpy_helper.from_array(zw, "w_zp"), numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "zp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+             helper.make_node("QuantizeLinear", ["y", "s", "zp"], ["yq"]),
+             helper.make_node("DequantizeLinear", ["yq", "s", "zp"], ["yd"]),
+             helper.make_node("Softmax", ["yd"], ["p"], axis=-1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_graphs_reach_the_routines_of_their_optimized_ops(tmp_path):
+    signed = PR.graph_routines(_model(tmp_path / "s8.onnx", "s8"), T)
+    assert signed["u8s8_gemm"] == ["QLinearMatMul"] and signed["exp"] == ["Softmax"]
+    assert "QuantizeLinear" in signed["quantize_linear"]
+    unsigned = PR.graph_routines(_model(tmp_path / "u8.onnx", "u8"), T)
+    assert "u8s8_gemm" not in unsigned   # uint8 weights reach the exact U8U8 kernels on every tier
+
+
+def _feats(name):
+    return list(P.PROFILES[name].features)
+
+
+def test_a_prediction_joins_only_an_equal_signature_and_names_what_decides_it():
+    routines = {"u8s8_gemm": ["QLinearMatMul"], "exp": ["Softmax"]}
+    shown = {"x86-avx2": (_feats("x86-avx2"), "A"), "x86-sse4": (_feats("x86-sse4"), "B")}
+    targets = {"x86-zen2": _feats("x86-zen2"), "x86-vnni": _feats("x86-vnni"), "x86-zen4": _feats("x86-zen4")}
+    by = {p.host: p for p in PR.predict(T, routines, shown, targets)}
+    assert by["x86-zen2"].joins == "A" and by["x86-zen2"].like == ["x86-avx2"]
+    vnni = by["x86-vnni"]
+    assert vnni.joins is None and vnni.peers == ["x86-zen4"]   # one predicted class of their own
+    assert any(d.startswith("exp (Softmax): MlasComputeSumExpF32KernelAvx512F here") for d in vnni.deciding)
+    assert vnni.describe().startswith("x86-vnni: predicted to stand apart (with x86-zen4); decided by ")
+
+
+def test_measured_agreement_merges_kernels_for_this_graph():
+    """SSE4.2 and an AVX-512 VNNI host in one measured class: their exp kernels agreed on this graph, so a tier that
+    differs from them in exp only is predicted with them."""
+    routines = {"u8s8_gemm": ["QLinearMatMul"], "exp": ["Softmax"]}
+    shown = {"x86-sse4": (_feats("x86-sse4"), "A"), "x86-vnni": (_feats("x86-vnni"), "A")}
+    [p] = PR.predict(T, routines, shown, {"x86-amx": _feats("x86-amx")})
+    assert p.joins == "A" and p.learned == ["exp: avx512f = generic agreed on this graph"]
+    apart = {"x86-sse4": (_feats("x86-sse4"), "A"), "x86-vnni": (_feats("x86-vnni"), "B")}
+    [q] = PR.predict(T, routines, apart, {"x86-avx": _feats("x86-avx")})
+    assert q.joins == "A"   # SSE and AVX run the same kernels for these routines
+
+
+def _shown_tiers():
+    from quantbench.hosts import masked as M
+    from setup_required import need_tier
+
+    need_tier("x86-sse4")
+    return [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
+
+
+@pytest.mark.slow
+def test_leave_one_out_over_every_shown_tier_never_predicts_a_false_join(workdir, capsys):
+    """Each x86 host this machine shows, predicted from the others' measurements: where a prediction joins a class,
+    the measured class is that one (a prediction may stand apart where the bytes agree: that is conservative)."""
+    from quantbench.cli import main
+
+    tiers = _shown_tiers()
+    assert main(["calibrate", "--no-progress"]) == 0
+    assert main(["equiv", "--hosts", ",".join(["x86"] + tiers), "--limit", "4", "--no-progress", "--no-plots"]) == 0
+    capsys.readouterr()
+    report = json.loads((workdir / "results" / "equiv.json").read_text())
+    agree = 0
+    rows = []
+    for v in report["variants"]:
+        routines = PR.graph_routines(workdir / "results" / "variants" / v["model"] / f"{v['variant']}.onnx", T)
+        shown = {h: (report["hosts"][h]["isa_flags"], c["label"]) for c in v["classes"] for h in c["hosts"]}
+        rows += [dict(r, variant=v["variant"]) for r in PR.leave_one_out(T, routines, shown)]
+    for r in rows:
+        assert not r["predicted"] or r["predicted"] == r["measured"], r
+        agree += r["agree"]
+    assert {r["variant"] for r in rows} >= {"fp32", "dynamic", "static-minmax"} and agree > len(rows) // 2
+
+
+@pytest.mark.slow
+def test_equiv_predicts_the_tiers_this_cpu_cannot_show_and_gates_only_the_measured(workdir, capsys):
+    from quantbench.cli import main
+
+    tiers = _shown_tiers()
+    unshown = [t for t in P.PROFILES if t not in tiers]
+    if not unshown:
+        pytest.skip("this CPU shows every x86 tier: nothing to predict")
+    assert main(["calibrate", "--no-progress"]) == 0
+    capsys.readouterr()
+    hosts = ",".join(["x86", tiers[0], *unshown])
+    code = main(["equiv", "--hosts", hosts, "--limit", "2", "--no-progress", "--no-plots", "--gate", "classes"])
+    out = capsys.readouterr().out
+    report = json.loads((workdir / "results" / "equiv.json").read_text())
+    measured = {h for v in report["variants"] for c in v["classes"] for h in c["hosts"]}
+    assert measured == {"x86", tiers[0]} and not set(unshown) & set(report["hosts"])
+    assert {(r["variant"], r["host"]) for r in report["predicted"]} == {
+        (v["variant"], t) for v in report["variants"] for t in unshown}
+    assert all(r["text"].startswith(f"{r['host']}: predicted ") for r in report["predicted"])
+    assert f"PREDICTED (not measured, no gate) fp32: {unshown[0]} " in out
+    md = (workdir / "results" / "report.md").read_text()
+    assert "### Predicted tiers (not measured)" in md and "PREDICTED, not measured" in md
+    # the classes gate reads the measured classes only
+    split = any(len(v["classes"]) > 1 for v in report["variants"])
+    assert code == (1 if split else 0)
+    assert main(["equiv", "--hosts", unshown[0], "--limit", "2", "--no-progress", "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert f"host {unshown[0]}: not available here: this CPU lacks" in err and "only predicted" in err
