@@ -86,9 +86,10 @@ class Int8Path:
     host: str
     kind: str          # "saturates", "wraps" or "exact"
     why: str
+    predicted: bool = False  # from a tier's profile features, for a tier no machine in reach shows: not measured
 
     def describe(self) -> str:
-        return f"{self.host} ({self.why})"
+        return f"{self.host} ({self.why}{'; PREDICTED from its features, not measured' if self.predicted else ''})"
 
 
 def int8_path(host: str, arch: str, flags) -> Int8Path:

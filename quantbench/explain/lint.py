@@ -36,6 +36,7 @@ pairs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -43,6 +44,7 @@ import numpy as np
 
 from quantbench.analysis.tiers import Int8Path, int8_path
 from quantbench.explain.localize import start_workers
+from quantbench.hosts.masked import unshowable
 from quantbench.modelio import load_model
 
 INT16_MAX = 32767
@@ -185,13 +187,17 @@ def fleet_paths(workers) -> list[Int8Path]:
 
 def fleet_of(requests, require_providers: bool = False) -> list[Int8Path]:
     """The int8 path of each requested host (hosts.registry.HostRequest): its worker is started for its
-    fingerprint only (no model runs), then closed."""
-    workers = start_workers(requests, require_providers)
+    fingerprint only (no model runs), then closed. A tier this CPU cannot show is predicted from its profile's
+    features (marked predicted), in the order asked."""
+    unshown = {r.label: f for r in requests if (f := unshowable(r.spec)) is not None}
+    workers = start_workers([r for r in requests if r.label not in unshown], require_providers)
     try:
-        return fleet_paths(workers)
+        shown = {p.host: p for p in fleet_paths(workers)}
     finally:
         for w in workers:
             w.close()
+    return [dataclasses.replace(int8_path(r.label, "x86_64", unshown[r.label]), predicted=True)
+            if r.label in unshown else shown[r.label] for r in requests]
 
 
 def fleet_note(fleet: list[Int8Path], layers: list[LayerLint] | None) -> str:
@@ -206,7 +212,8 @@ def fleet_note(fleet: list[Int8Path], layers: list[LayerLint] | None) -> str:
     text = f"int8 paths of the fleet: {'; '.join(parts)}"
     if layers is None:
         return text
-    hit = [p.host for p in fleet if any(p in affected(layer, fleet) for layer in layers)]
+    hit = [p.host + (" (predicted)" if p.predicted else "") for p in fleet
+           if any(p in affected(layer, fleet) for layer in layers)]
     risky = sum(1 for layer in layers if layer.tiers)
     return f"{text}. {risky} of {len(layers)} int8 layer(s) can diverge; hosts affected: {', '.join(hit) or 'none'}"
 

@@ -85,3 +85,23 @@ def test_lint_command_reads_the_hosts_fingerprints(workdir, capsys):
     assert (f"exact: x86 ({here.why}" if here.kind == "exact" else f"x86 ({here.why}") in out
     assert out.count(f"hosts affected: {', '.join(affected)}") == 1
     assert main(["lint", str(workdir / "m.onnx"), "--tables", str(workdir / "t"), "--hosts", "nosuch"]) == 2
+
+
+def test_tiers_this_cpu_cannot_show_are_predicted_from_their_features(workdir):
+    """Under a whole-process SSE4.2 mask (`hosts exec`), no AVX-512 tier can be shown: lint predicts their int8
+    paths from the profiles' features and marks them predicted."""
+    import subprocess
+    import sys
+
+    from setup_required import need_tier
+
+    need_tier("x86-sse4")
+    onnx.save(_saturating(), workdir / "m.onnx")
+    r = subprocess.run([sys.executable, "-m", "quantbench", "hosts", "exec", "--no-progress", "x86-sse4", "--",
+                        sys.executable, "-m", "quantbench", "lint", "m.onnx", "--tables", "t",
+                        "--hosts", "x86,x86-avx512,x86-vnni"], capture_output=True, text=True, cwd=workdir, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert ("x86-avx512 (avx512bw without avx512_vnni/avx_vnni/amx_int8: VPMADDUBSW int16 pair sums saturate; "
+            "PREDICTED from its features, not measured)") in r.stdout
+    assert "exact: x86 (no avx2: SSE PMADDWD kernel, exact), x86-vnni (avx512_vnni: VPDPBUSD, exact; PREDICTED" in r.stdout
+    assert r.stdout.split("hosts affected: ")[1].splitlines()[0] == "x86-avx512 (predicted)"
