@@ -300,3 +300,19 @@ def check_writable(folder: str | os.PathLike, why: str = "") -> Path:
     except OSError as exc:
         raise UserError(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}") from None
     return folder
+
+
+def check_new_file(path: str | os.PathLike, param: str, force: bool = False, folder_made: bool = False) -> Path:
+    """`path` may take a file the caller is about to write (parameter `param`): ParameterError when it is a folder,
+    when its folder does not exist (unless the caller makes it: `folder_made`), or when a file is there and `force`
+    does not say to replace it."""
+    from quantbench.errors import ParameterError, flag
+
+    path = Path(path)
+    if path.is_dir():
+        raise ParameterError(param, "is a folder, not a file; nothing was written", str(path))
+    if not folder_made and not path.parent.is_dir():
+        raise ParameterError(param, f"its folder {path.parent} does not exist; nothing was written", str(path))
+    if (path.exists() or path.is_symlink()) and not force:
+        raise ParameterError(param, f"exists; {flag('force')} replaces it (nothing was written)", str(path))
+    return path
