@@ -55,7 +55,7 @@ from quantbench.analysis.decode import DecodeSpec
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, default_images_dir, labels_coco
-from quantbench.fsutil import atomic_write_json, content_key, sha256_file
+from quantbench.fsutil import atomic_write_json, content_key, seal, sealed, sha256_file
 from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 
@@ -456,12 +456,13 @@ class ScoreCache:
 
     ``save`` keeps only the scores this report used, so the file stays the size of one report.
     `computed` counts the scores evaluated rather than found. Each entry is
-    ``{"key": its content key, "sha256": content_key(score), "score": ...}`` (like the equiv
-    cache, quantbench.analysis.resultcache): results folders travel, so an entry filed under
-    another key, or whose score does not hash to its checksum, is a miss and scored again.
+    ``{"key": its content key, "seal": this machine's seal of key and score, "score": ...}`` (like the
+    equiv cache, quantbench.analysis.resultcache): results folders travel, so an entry filed under
+    another key, or not sealed here (forged with a recomputed checksum, or brought from elsewhere), is a miss
+    and scored again: the cache never decides a reported figure alone.
     """
 
-    FORMAT = 2
+    FORMAT = 3   # 3: entries sealed (fsutil.seal), not checksummed
 
     def __init__(self, path=None):
         self.path = Path(path) if path is not None else None
@@ -486,15 +487,21 @@ class ScoreCache:
 
     def save(self) -> None:
         if self.path is not None and self.used != self.known:
-            scores = {k: {"key": k, "sha256": content_key(v), "score": v} for k, v in self.used.items()}
+            scores = {k: {"key": k, "seal": seal(_sealed_bytes(k, v)), "score": v} for k, v in self.used.items()}
+            if any(e["seal"] is None for e in scores.values()):   # nothing to seal with here: nothing kept
+                return
             atomic_write_json(self.path, {"version": METRIC_VERSION, "format": self.FORMAT, "scores": scores},
                               indent=None)
 
 
+def _sealed_bytes(key: str, score: dict) -> bytes:
+    return f"{key}\n{content_key(score)}".encode()
+
+
 def _sealed(key: str, entry) -> bool:
-    """A cache entry filed under `key` that says it is of `key` and whose score hashes to its checksum."""
+    """A cache entry filed under `key` that says it is of `key` and that this machine sealed."""
     return (isinstance(entry, dict) and entry.get("key") == key and isinstance(entry.get("score"), dict)
-            and entry.get("sha256") == content_key(entry["score"]))
+            and sealed(_sealed_bytes(key, entry["score"]), entry.get("seal")))
 
 
 def accuracy_table(result, sidecars: dict, truth: Truth | None, cache: ScoreCache | None = None) -> dict:

@@ -1,10 +1,11 @@
 """The equiv analysis' results kept by content key, so a rerun on unchanged inputs reuses them.
 
 An entry is one JSON file, ``<cache dir>/equiv/<key>.json``: a first line
-``{"format": ..., "key": ..., "sha256": ...}`` and then the payload's JSON text, whose
-SHA-256 the first line holds. Results folders travel (copied, imported, unpacked from
-a release), so an entry is never trusted: a missing, truncated, altered or
-wrongly-typed entry is a miss and the analysis runs again. Never pickle.
+``{"format": ..., "key": ..., "seal": ...}`` and then the payload's JSON text; the seal is
+this machine's HMAC of the key and the payload (fsutil.seal), not a checksum anyone could
+recompute. Results folders travel (copied, imported, unpacked from a release), so an entry
+is never trusted: a missing, truncated, altered, forged (even with a fresh checksum),
+foreign or wrongly-typed entry is a miss and the analysis runs again. Never pickle.
 
 The key (equiv.analysis_key) hashes everything the analysis reads: the request, the
 selected rows' output hashes, the hosts' identities, the fixtures' sources and the
@@ -24,14 +25,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from quantbench import lazy, tables
-from quantbench.fsutil import atomic_write_bytes, content_key, keep_newest, sha256_bytes
+from quantbench.fsutil import atomic_write_bytes, content_key, keep_newest, seal, sealed
 
 if TYPE_CHECKING:
     import pyarrow as pa
 else:
     pa = lazy.module("pyarrow")
 
-FORMAT = 1
+FORMAT = 2   # 2: entries sealed (fsutil.seal), not checksummed
 KEEP = 8  # entries kept per cache folder (the most recent)
 _DTYPES = {"<i8", "<i4", "<f8", "<f4", "|b1", "<u8", "<u4", "|u1", "|i1"}
 _CODE_VERSION = None
@@ -68,7 +69,7 @@ def load(cache_dir, key: str) -> dict | None:
         head, _, body = data.partition(b"\n")
         meta = json.loads(head)
         if not (isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("key") == key
-                and meta.get("sha256") == sha256_bytes(body)):
+                and sealed(key.encode() + b"\n" + body, meta.get("seal"))):
             return None
         payload = json.loads(body)
     except (OSError, ValueError, UnicodeDecodeError):
@@ -82,7 +83,10 @@ def save(cache_dir, key: str, payload: dict) -> bool:
         body = json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=True).encode()
         if not same(json.loads(body), payload):
             return False
-        head = json.dumps({"format": FORMAT, "key": key, "sha256": sha256_bytes(body)}).encode()
+        mark = seal(key.encode() + b"\n" + body)
+        if mark is None:   # nothing to seal it with here: not kept
+            return False
+        head = json.dumps({"format": FORMAT, "key": key, "seal": mark}).encode()
         path = atomic_write_bytes(entry_path(cache_dir, key), head + b"\n" + body)
         keep_newest(path.parent, "*.json", KEEP)
         return True

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 from quantbench.hosts.keys import local_ort_version
 from quantbench.release.ci import GITHUB_RUNNERS, GITHUB_FILE, CIParams, write_ci
 
@@ -52,16 +52,28 @@ def _runners(text: str) -> dict:
     return out
 
 
+#: CIParams parameters whose option has another name here
+_OPTION_OF = {"labels": "fixtures", "emulated": "hosts"}
+
+
 def run(args) -> int:
+    try:
+        return _write(args)
+    except ParameterError as exc:
+        if exc.param not in _OPTION_OF:
+            raise
+        raise ParameterError(_OPTION_OF[exc.param], exc.problem, exc.value, exc.show_value) from None
+
+
+def _write(args) -> int:
     import shlex
 
-    extra = (["--limit", str(args.limit)] if args.limit else []) + (["--split", args.split] if args.split else [])
     params = CIParams(onnxruntime=args.onnxruntime or local_ort_version(), python=args.python,
                       emulated=[h.strip() for h in args.hosts.split(",") if h.strip()], shards=args.shards,
                       runners=_runners(args.runners), native_shards=args.native_shards,
                       native_runs=args.native_runs, variants=args.variants,
                       calibrate=shlex.split(args.calibrate) if args.calibrate else None, labels=args.fixtures,
-                      images=args.images, extra=extra, gate=args.gate, install=args.install)
+                      images=args.images, limit=args.limit, split=args.split, gate=args.gate, install=args.install)
     for path in write_ci(params, args.out, force=args.force):
         print(f"wrote {path}")
     print(f"copy {args.out}/{GITHUB_FILE} to .github/workflows/ (or .gitlab-ci.yml to the repository root)")

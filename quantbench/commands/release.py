@@ -30,6 +30,8 @@ def add_arguments(parser) -> None:
                              "The same release folder always gives the same bytes; two releases of the same results "
                              "differ only in their created_at time unless SOURCE_DATE_EPOCH is set (then they are "
                              "byte-identical). `quantbench verify FILE` checks it")
+    parser.add_argument("--force", action="store_true",
+                        help="with --archive: replace a file already at FILE (else it is an error, nothing written)")
 
 
 def run(args) -> int:
@@ -38,7 +40,7 @@ def run(args) -> int:
     if args.variants:
         variants = load_variants(args.variants)
     res = publish_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants,
-                          archive=args.archive)
+                          archive=args.archive, force=args.force)
     if res.refused:
         print(f"release {args.tag} REFUSED: {len(res.collisions)} release key(s) already name another artifact; "
               "nothing was written.")

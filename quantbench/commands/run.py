@@ -12,6 +12,7 @@ from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_r
                                  session_from_args)
 from quantbench.errors import UserError, render_params
 from quantbench.hosts.cluster import connect_plan
+from quantbench.fsutil import check_new_file
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, parse_hosts
 from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
@@ -36,6 +37,8 @@ def add_arguments(p) -> None:
     p.add_argument("--as", dest="as_host", metavar="NAME",
                    help="with --export and one host: export its results under NAME (e.g. arm64 for the local host "
                         "of an arm64 machine)")
+    p.add_argument("--force", action="store_true",
+                   help="with --export: replace a file already at FILE (else it is an error, before the run)")
     add_shard_argument(p)
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
     p.add_argument("--tables", default=None, metavar="DIR", help="result tables folder (default: results/tables)")
@@ -59,6 +62,8 @@ def summary_json(summary, root, export, failure, render=render_params) -> dict:
 
 
 def run(args) -> int:
+    if args.export:  # before the run: a refused file costs no run and writes nothing
+        check_new_file(args.export, "export", args.force)
     variants = variants_from_args(args, to_stderr=getattr(args, "json", False))  # the demo says so first
     announce_hosts_file(args.hosts_file, to_stderr=getattr(args, "json", False))  # stdout is the JSON
     jobs = announce_jobs(args.jobs, to_stderr=getattr(args, "json", False))  # capped at the cores
@@ -83,7 +88,8 @@ def run(args) -> int:
     manifest = None
     if args.export and failure is None:
         manifest = export_results(args.export, plan.names, [v.variant_id for v in summary.variants],
-                                  summary.fixture_ids, root, shard=plan.shard, as_host=args.as_host)
+                                  summary.fixture_ids, root, shard=plan.shard, as_host=args.as_host,
+                                  force=args.force)
     if getattr(args, "json", False):
         print(json.dumps(summary_json(summary, root, args.export if manifest else None, failure, render), indent=2,
                          sort_keys=True))

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag, marked
-from quantbench.fsutil import atomic_path, canonical_json, sha256_file
+from quantbench.fsutil import atomic_path, canonical_json, check_new_file, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, check_fixture_set, files_of
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
@@ -60,15 +60,16 @@ def _parquet(table: pa.Table) -> bytes:
 
 def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
                    fixture_ids: list[str] | None = None, tables_root=TABLES_DIR, shard: dict | None = None,
-                   as_host: str | None = None) -> dict:
+                   as_host: str | None = None, force: bool = False) -> dict:
     """Write the named hosts' results (and the fixtures/models/hosts rows they need) to one file, atomically.
 
     `shard`: the run's shard record (shards.select), carried in the manifest; `as_host`: the name the one
-    host's results are exported under (the local host of an arm64 machine need not be called x86).
-    Returns the manifest. Same tables in, same bytes out.
+    host's results are exported under (the local host of an arm64 machine need not be called x86). A file already
+    at `path` is an error unless `force` (fsutil.check_new_file). Returns the manifest. Same tables in, same bytes out.
     """
     if as_host is not None and len(hosts) != 1:
         raise ParameterError("as_host", f"names one host, and the run has {len(hosts)} ({', '.join(hosts)})", as_host)
+    check_new_file(path, "export", force)
     root = Path(tables_root)
     flt = {"host": list(hosts)}
     if variant_ids is not None:

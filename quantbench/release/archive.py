@@ -26,6 +26,7 @@ temporary folder, and then runs the same checks as `verify FOLDER` there.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
@@ -39,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from quantbench.errors import GateFailed, ParameterError, UserError, flag
 from quantbench.fsutil import atomic_path, kill_point, sha256_file
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, TAG_RE, load_registry
-from quantbench.release.verify import FAIL, PASS, Check, load_record, scratch_folder, verify
+from quantbench.release.verify import FAIL, PASS, Check, load_record, named_files, scratch_folder, verify
 
 ARCHIVE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -153,20 +154,67 @@ def _check_header(path: Path) -> None:
         raise ArchiveDamaged("gzip header differs from the one quantbench writes (modified)")
 
 
-def _stream_check(path: Path, limit: int) -> None:
-    """Decompress the whole file (gzip CRC and length over every byte, so nothing hides after the tar).
+class _Inflated:
+    """The decompressed bytes of a one-member gzip file, as a file object tarfile streams from.
 
-    Stops once more than `limit` bytes came out (what the manifest's members can take up as a tar):
-    a small file that inflates to far more than it declares is refused, not inflated."""
-    n = 0
+    Reads with zlib (one gzip member: Python's gzip module would go on into a second member appended after the
+    first), so what follows the end of the stream, in the file or as another gzip member, is found: ArchiveDamaged.
+    No more than `limit` bytes come out (set once the manifest says what the members take up as a tar), and
+    `last_data` is one past the last non-zero byte, so zeros alone may follow the tar's last member."""
+
+    def __init__(self, path: Path, limit: int = MAX_MANIFEST_BYTES + 2 * _HEADER_BYTES + tarfile.RECORDSIZE):
+        self.fh, self.limit, self.total, self.last_data = open(path, "rb"), limit, 0, 0
+        self.z, self.pending = zlib.decompressobj(wbits=31), b""
+
+    def read(self, n: int = -1) -> bytes:
+        n = 1 << 20 if n is None or n < 0 else n
+        while len(self.pending) < n and not self.z.eof:
+            self._inflate(n - len(self.pending))
+        out, self.pending = self.pending[:n], self.pending[n:]
+        return out
+
+    def _inflate(self, want: int) -> None:
+        try:
+            raw = self.z.unconsumed_tail or self.fh.read(1 << 16)
+            if not raw:
+                raise ArchiveDamaged("compressed data damaged (the gzip stream ends early: truncated)")
+            block = self.z.decompress(raw, max(want, 1 << 16))
+        except zlib.error as exc:
+            raise ArchiveDamaged(f"compressed data damaged ({exc})") from None
+        if block.strip(b"\0"):
+            self.last_data = self.total + len(block.rstrip(b"\0"))
+        self.total += len(block)
+        if self.total > self.limit:
+            raise ArchiveDamaged(f"decompresses to more than the {self.limit} bytes its manifest accounts for")
+        self.pending += block
+        if self.z.eof and (self.z.unused_data or self.fh.read(1)):
+            raise ArchiveDamaged("data after the end of the gzip stream (appended after archiving)")
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+def _tar_stream(path: Path):
+    """(the inflated stream, tarfile reading it member by member)."""
+    raw = _Inflated(path)
     try:
-        with gzip.open(path, "rb") as gz:
-            while block := gz.read(1 << 20):
-                n += len(block)
-                if n > limit:
-                    raise ArchiveDamaged(f"decompresses to more than the {limit} bytes its manifest accounts for")
-    except (OSError, EOFError, zlib.error) as exc:
-        raise ArchiveDamaged(f"compressed data damaged ({exc})") from None
+        return raw, tarfile.open(fileobj=raw, mode="r|")
+    except tarfile.TarError as exc:
+        raw.close()
+        raise ArchiveDamaged(f"not a readable tar ({exc})") from None
+
+
+def _check_end(raw: _Inflated, tar) -> None:
+    """After the tar's last member: nothing but its end blocks, padded as tarfile writes them."""
+    raw.drain()
+    want = -(-(tar.offset + 2 * tarfile.BLOCKSIZE) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+    if raw.last_data > tar.offset or raw.total != want:
+        raise ArchiveDamaged(f"data after the end of the tar ({raw.total - tar.offset} bytes after its last member, "
+                             f"{want - tar.offset} expected)")
 
 
 def _tar_bound(sizes) -> int:
@@ -216,40 +264,87 @@ def _read_manifest(tar, m) -> tuple[str, dict, dict]:
     return tag, manifest, listed
 
 
-def _read_members(path: Path, dest: Path) -> tuple[dict, dict]:
-    """Stream the tar: check every member's type, name and size against the manifest, write it under
-    dest, hash it. Stops at the first member the manifest does not list at that size, so no more than
-    the manifest declares is ever written.
-
-    Returns (manifest, {rel: (size, sha256)}) for every member after the manifest.
-    """
-    got, manifest, tag, listed, manifest_size = {}, None, None, {}, 0
+def _walk(path: Path, take) -> dict:
+    """Stream the tar: check every member's type, name and size against the manifest and call
+    `take(rel, file object, size)` for it. Stops at the first member the manifest does not list at that size, so
+    no more than the manifest declares is ever read; after the last member, nothing but the tar's end blocks and
+    the end of the one gzip stream. Returns the manifest."""
+    raw, tar = _tar_stream(path)
+    manifest, tag, listed, seen = None, None, {}, set()
     try:
-        with tarfile.open(path, mode="r|gz") as tar:
+        with tar:
             for i, m in enumerate(tar):
                 if i == 0:
                     tag, manifest, listed = _read_manifest(tar, m)
-                    manifest_size = m.size
+                    raw.limit = _tar_bound([*listed.values(), m.size])
                     continue
-                if not m.isreg():
-                    kind = "link" if (m.issym() or m.islnk()) else "directory" if m.isdir() else "special file"
-                    raise ArchiveDamaged(f"member {m.name[:80]!r} is a {kind}; only regular files are accepted")
-                rel = _safe_rel(m.name, tag)
-                if rel in got or rel == MANIFEST:
-                    raise ArchiveDamaged(f"member {m.name!r} appears twice")
-                if rel not in listed:
-                    raise ArchiveDamaged(f"member {m.name!r} is not in the manifest (added after archiving)")
-                if m.size != listed[rel]:
-                    raise ArchiveDamaged(f"member {m.name!r}: {m.size} bytes in the tar, the manifest says "
-                                         f"{listed[rel]} (modified); nothing after it was read")
-                got[rel] = _write_member(tar.extractfile(m), dest / rel, m.size)
-                kill_point("archive-member")
+                rel = _listed_member(m, tag, listed, seen)
+                take(rel, tar.extractfile(m), m.size)
+            if manifest is None:
+                raise ArchiveDamaged("empty archive")
+            _check_end(raw, tar)
     except tarfile.TarError as exc:
         raise ArchiveDamaged(f"not a readable tar ({exc})") from None
-    if manifest is None:
-        raise ArchiveDamaged("empty archive")
-    _stream_check(path, _tar_bound([*listed.values(), manifest_size]))
-    return manifest, got
+    finally:
+        raw.close()
+    return manifest
+
+
+def _listed_member(m, tag: str, listed: dict, seen: set) -> str:
+    """The member's path inside the top folder, once it is a regular file the manifest lists at its size."""
+    if not m.isreg():
+        kind = "link" if (m.issym() or m.islnk()) else "directory" if m.isdir() else "special file"
+        raise ArchiveDamaged(f"member {m.name[:80]!r} is a {kind}; only regular files are accepted")
+    rel = _safe_rel(m.name, tag)
+    if rel in seen or rel == MANIFEST:
+        raise ArchiveDamaged(f"member {m.name!r} appears twice")
+    if rel not in listed:
+        raise ArchiveDamaged(f"member {m.name!r} is not in the manifest (added after archiving)")
+    if m.size != listed[rel]:
+        raise ArchiveDamaged(f"member {m.name!r}: {m.size} bytes in the tar, the manifest says "
+                             f"{listed[rel]} (modified); nothing after it was read")
+    seen.add(rel)
+    return rel
+
+
+def _survey(path: Path) -> dict:
+    """A first pass that writes nothing: the stream and every member's header checked, release.json read, and
+    every member the manifest lists checked to be one release.json names (or a model it stands for): a member only
+    the manifest lists (it is not sealed) is refused before anything is unpacked. Returns the manifest."""
+    record = []
+
+    def take(rel, src, size):
+        if rel == RELEASE_FILE:
+            if size > MAX_MANIFEST_BYTES:
+                raise ArchiveDamaged(f"{RELEASE_FILE}: {size} bytes exceeds the {MAX_MANIFEST_BYTES} cap")
+            record.append(src.read(size))
+
+    manifest = _walk(path, take)
+    try:
+        named = named_files(json.loads(record[0])) if record else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        named = None
+    if named is None:
+        raise ArchiveDamaged(f"{manifest['tag']}/{RELEASE_FILE}: missing, or not a release record")
+    models = {m for m in manifest.get("artifacts", {}).values() if isinstance(m, str)}
+    extra = sorted(e["path"] for e in manifest["members"] if e["path"] not in named | models)
+    if extra:
+        raise ArchiveDamaged(f"{len(extra)} member(s) that {RELEASE_FILE} does not name (first: {manifest['tag']}/"
+                             f"{extra[0]}): listed only in {MANIFEST}, added after release; nothing was unpacked")
+    return manifest
+
+
+def _read_members(path: Path, dest: Path) -> tuple[dict, dict]:
+    """After _survey: every member written under dest and hashed. Returns (manifest, {rel: (size, sha256)}) for
+    every member after the manifest."""
+    _survey(path)
+    got = {}
+
+    def take(rel, src, size):
+        got[rel] = _write_member(src, dest / rel, size)
+        kill_point("archive-member")
+
+    return _walk(path, take), got
 
 
 def _write_member(src, target: Path, size: int) -> tuple[int, str]:
@@ -292,6 +387,7 @@ def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int
         folder = work / manifest["tag"]
         os.replace(stage, folder)
         checks += _place_artifacts(folder, manifest, got)
+        _drop_models(folder, manifest)
         reg = manifest.get("registry") or {}
         if registry and reg:
             (work / INDEX_FILE).write_text(json.dumps({"format": 1, **reg}))
@@ -343,3 +439,16 @@ def _place_artifacts(folder: Path, manifest: dict, got: dict) -> list[Check]:
             while block := a.read(1 << 20):
                 b.write(block)
     return out
+
+
+def _drop_models(folder: Path, manifest: dict) -> None:
+    """The models/<sha>.onnx members, once copied to the artifacts they stand for (the record names those, and
+    `verify` of the folder refuses any file the record does not name)."""
+    rec = load_record(folder)
+    named = named_files(rec)
+    for model in set(manifest.get("artifacts", {}).values()) - named:
+        p = folder / model
+        if p.is_file():
+            p.unlink()
+    with contextlib.suppress(OSError):
+        (folder / "models").rmdir()

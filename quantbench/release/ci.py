@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quantbench.analysis.gates import parse_gates
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fsutil import atomic_write_text
 from quantbench.hosts.emulated import PRESETS
@@ -34,6 +35,8 @@ INPUTS = "qb-inputs"
 SHARDS = "qb-shards"
 HOME = ".qb-home"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+EXPRESSION = "${{"   # what opens a GitHub Actions expression
+MAX_JOBS = 256       # shard jobs in one workflow (GitHub's bound on a matrix's jobs)
 
 
 @dataclass
@@ -57,12 +60,16 @@ class CIParams:
     gate: str | None = None
     install: str = ".[plots]"
     emulated_runner: str = "ubuntu-24.04"
+    limit: int | None = None   # evaluate on this many images (balanced over strata)
+    split: str | None = None   # the labels split to evaluate on
 
     def check(self) -> None:
-        for name in ("shards", "native_shards", "native_runs"):
+        for name in ("shards", "native_shards", "native_runs") + (("limit",) if self.limit is not None else ()):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ParameterError(name, "must be at least 1", v)
+        self._check_literal()
+        parse_gates(self.gate)   # an unknown gate fails here, not in the merge job
         unknown = [h for h in self.emulated if h not in PRESETS]
         if unknown:
             raise ParameterError("emulated", f"not emulated presets ({', '.join(PRESETS)})", ",".join(unknown))
@@ -79,6 +86,24 @@ class CIParams:
                                  " ".join(self.calibrate))
         if bool(self.labels) != bool(self.images):
             raise ParameterError("images", "labels and images go together", self.images or self.labels)
+        n = len(self.runners) * max(self.native_runs, self.native_shards) + len(self.emulated) * self.shards
+        if n > MAX_JOBS:
+            worst = max(("shards", "native_shards", "native_runs"), key=lambda k: getattr(self, k))
+            raise ParameterError(worst, f"makes {n} shard jobs; a workflow holds at most {MAX_JOBS}",
+                                 getattr(self, worst))
+
+    def _check_literal(self) -> None:
+        """Every value is written literally: `${{` in one would be evaluated by GitHub Actions before the shell
+        runs (in a `run:` script or `runs-on`), so it is refused, whatever the quoting."""
+        values = [(k, getattr(self, k)) for k in ("onnxruntime", "python", "variants", "labels", "images", "gate",
+                                                  "install", "emulated_runner", "split")]
+        values += [("calibrate", " ".join(map(str, self.calibrate or []))), ("extra", " ".join(map(str, self.extra))),
+                   ("emulated", ",".join(map(str, self.emulated))),
+                   ("runners", ",".join(f"{k}={v}" for k, v in self.runners.items()))]
+        for name, v in values:
+            if v is not None and EXPRESSION in str(v):
+                raise ParameterError(name, f"holds {EXPRESSION!r}: GitHub Actions would evaluate it before the "
+                                           "shell runs (script injection); give a literal value", v)
 
 
 def jobs(p: CIParams) -> list[dict]:
@@ -108,6 +133,8 @@ def _input_args(p: CIParams) -> list[str]:
         args += ["--variants", f"{INPUTS}/variants"]
     if p.labels:
         args += ["--fixtures", f"{INPUTS}/labels.json", "--images", f"{INPUTS}/images"]
+    args += ["--limit", str(p.limit)] if p.limit is not None else []
+    args += ["--split", p.split] if p.split else []
     return args + [str(a) for a in p.extra]
 
 
@@ -324,6 +351,11 @@ def write_ci(p: CIParams, out_dir, force: bool = False) -> list:
     written) unless `force`. Returns the paths written."""
     texts = {GITHUB_FILE: github_workflow(p), GITLAB_FILE: gitlab_ci(p)}
     out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ParameterError("out", "is a file, not a folder; nothing was written", str(out))
+    folders = [out / n for n in texts if (out / n).is_dir()]
+    if folders:
+        raise UserError(f"{folders[0]}: a folder, not a file; nothing was written (choose another folder)")
     if not force:
         there = [out / n for n in texts if (out / n).exists()]
         if there:

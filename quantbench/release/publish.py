@@ -20,22 +20,27 @@ import os
 from pathlib import Path
 
 from quantbench.errors import ParameterError
+from quantbench.fsutil import check_new_file
 from quantbench.release.archive import SUFFIX, default_path, write_archive
 from quantbench.release.record import ReleaseResult, build_release, registry_lock, release_state, releases_dir
 from quantbench.release.verify import load_record
 
 
 def publish_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts=None, retain: bool = True,
-                    variants=None, archive: str | os.PathLike | None = None) -> ReleaseResult:
+                    variants=None, archive: str | os.PathLike | None = None, force: bool = False) -> ReleaseResult:
     """build_release, then (`archive` not None; "" for the default path) its archive: res.archive = (path, sha256).
 
-    A finished release whose archive is missing (an interrupted `--archive`) gets its archive only."""
+    A file already at the archive's path is an error (nothing written) unless `force`. A finished release whose
+    archive is missing (an interrupted `--archive`), or with `force`, gets its archive only."""
     rdir = releases_dir(results_dir)
     dest = rdir / tag
     out = _archive_path(dest, archive)
-    if out is not None and release_state(rdir, tag) == "finished" and not out.exists():
+    if out is not None:
+        check_new_file(out, "archive", force, folder_made=not str(archive))  # the default's: the releases folder
+    if out is not None and release_state(rdir, tag) == "finished" and (force or not out.exists()):
         res = ReleaseResult(tag, dest, load_record(dest))
-        res.notes.append(f"release {tag} was already finished; wrote its missing archive")
+        res.notes.append(f"release {tag} was already finished; wrote its "
+                         f"{'archive again' if out.exists() else 'missing archive'}")
     else:
         res = build_release(tag, results_dir=results_dir, hosts=hosts, retain=retain, variants=variants)
         if res.refused or out is None:

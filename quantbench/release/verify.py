@@ -2,7 +2,7 @@
 
 Checks, each a PASS / FAIL / NOT RETAINED / SKIP row:
 - every Parquet file recorded in release.json exists, has its recorded SHA-256,
-  reads with the declared schema and row count; no unrecorded table file;
+  reads with the declared schema and row count; no file in the folder that release.json does not name;
 - report.md and the calibration manifests have their recorded hashes;
 - retained artifacts re-hash to the recorded raw and semantic hashes; an artifact
   released with --no-retain is "not retained" (by decision), never "missing";
@@ -96,10 +96,8 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
     import pyarrow.parquet as pq
 
     out = []
-    recorded = set()
     for name, info in sorted(rec.get("tables", {}).items()):
         for f in info["files"]:
-            recorded.add(f["path"])
             c = _check_file(folder, f["path"], f["sha256"], "table")
             if c.status == PASS:
                 try:
@@ -120,12 +118,56 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
                     else:
                         c.detail += f", {t.num_rows} rows, schema {name} ok"
             out.append(c)
-    tdir = folder / "tables"
-    if tdir.is_dir():
-        for p in sorted(tdir.rglob("*.parquet")):
-            rel = p.relative_to(folder).as_posix()
-            if rel not in recorded:
-                out.append(Check("table", rel, FAIL, "not in the release record (added after release)"))
+    return out
+
+
+def named_files(rec) -> set[str] | None:
+    """Every file a release record names (paths inside its folder), release.json itself included; None when
+    `rec` is no record."""
+    if not isinstance(rec, dict):
+        return None
+    out = {RELEASE_FILE}
+
+    def add(entry, key="file"):
+        if isinstance(entry, dict) and isinstance(entry.get(key), str):
+            out.add(entry[key])
+
+    for info in (rec.get("tables") or {}).values() if isinstance(rec.get("tables"), dict) else ():
+        for f in info.get("files") or [] if isinstance(info, dict) else ():
+            add(f, "path")
+    rep = rec.get("report") if isinstance(rec.get("report"), dict) else {}
+    for r in (rep, rep.get("html") if isinstance(rep.get("html"), dict) else {}):
+        add(r)
+        for att in r.get("attachments") or [] if isinstance(r.get("attachments"), list) else ():
+            add(att)
+    for v in rec.get("variants") or [] if isinstance(rec.get("variants"), list) else ():
+        if isinstance(v, dict):
+            add(v.get("sidecar"))
+            add(v.get("artifact") if isinstance(v.get("artifact"), dict) and v["artifact"].get("retained") else None)
+    for key in ("plugins", "calibration_manifests"):
+        for entry in rec.get(key) or [] if isinstance(rec.get(key), list) else ():
+            add(entry)
+    return out
+
+
+MAX_UNNAMED_SHOWN = 5
+
+
+def check_unnamed(folder: Path, rec: dict) -> list[Check]:
+    """A FAIL per file (or link, or special file) in the release folder that release.json does not name."""
+    named = named_files(rec) | {UNFINISHED}
+    extra = []
+    for root, dirs, files in os.walk(folder):
+        here = Path(root)
+        for name in files + [d for d in dirs if (here / d).is_symlink()]:
+            rel = (here / name).relative_to(folder).as_posix()
+            if rel not in named:
+                extra.append(rel)
+    out = [Check("unnamed file", rel, FAIL, "not named by release.json (added after release)")
+           for rel in sorted(extra)[:MAX_UNNAMED_SHOWN]]
+    if len(extra) > MAX_UNNAMED_SHOWN:
+        out.append(Check("unnamed file", f"{len(extra) - MAX_UNNAMED_SHOWN} more", FAIL,
+                         "not named by release.json (added after release)"))
     return out
 
 
@@ -381,6 +423,7 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
             checks.append(Check("calibration manifest", m["name"], SKIP, "manifest was not found at release time"))
     checks += check_artifacts(folder, rec)
     checks += check_registry(folder, rec, required=registry)
+    checks += check_unnamed(folder, rec)
     if host:
         with scratch_folder(results_dir, "verify") as td:
             checks += rerun(folder, rec, host, sample, hosts_file, td)

@@ -284,6 +284,8 @@ def test_equiv_analysis_reused_while_its_inputs_are_unchanged(two_sessions, tmp_
 def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeypatch, capsys):
     import hashlib
 
+    from quantbench.fsutil import seal
+
     args = _copy_bench(two_sessions, tmp_path)
     monkeypatch.chdir(tmp_path)
     results = tmp_path / "results"
@@ -303,9 +305,11 @@ def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeyp
     damaged = [good[: len(good) // 2],                        # truncated
                good.replace(b'"flips"', b'"flipz"', 1),       # altered: the checksum no longer matches
                b"not json\n" + body]
-    for p in (wrong_type, bad_array, bad_row):                # well-formed JSON, checksum right, contents wrong
+    for p in (wrong_type, bad_array, bad_row):                # well-formed JSON, sealed here, contents wrong
         b = json.dumps(p).encode()
-        damaged.append(json.dumps(dict(meta, sha256=hashlib.sha256(b).hexdigest())).encode() + b"\n" + b)
+        damaged.append(json.dumps(dict(meta, seal=seal(meta["key"].encode() + b"\n" + b))).encode() + b"\n" + b)
+    b = json.dumps(dict(payload, flip_rows=[])).encode()      # forged: a checksum anyone can recompute seals nothing
+    damaged.append(json.dumps(dict(meta, seal=hashlib.sha256(b).hexdigest())).encode() + b"\n" + b)
     for n, data in enumerate(damaged, start=2):
         entry.write_bytes(data)
         assert main(args) == 0, n

@@ -85,9 +85,10 @@ def test_a_member_larger_than_the_manifest_says_stops_verify_at_its_header(archi
     assert _left_behind(results) == []
 
 
-def test_a_stream_that_inflates_past_its_manifest_is_refused(archived, results, tmp_path):
-    """Zeros after the tar's end (tar itself never reads them): the gzip check stops at what the manifest
-    accounts for instead of inflating them all."""
+@pytest.mark.parametrize("where", ["second gzip member", "inside the stream"])
+def test_a_stream_that_inflates_past_its_manifest_is_refused(archived, results, tmp_path, where):
+    """64 MiB of zeros after the tar's end (tar itself never reads them), as a second gzip member (refused where it
+    starts) or inside the one gzip stream (the check stops at what the manifest accounts for): never all inflated."""
     members = _members(archived)
     forged = tmp_path / "trailing.tar.gz"
     write_tar(forged, members)
@@ -95,15 +96,21 @@ def test_a_stream_that_inflates_past_its_manifest_is_refused(archived, results, 
     import zlib
 
     data = forged.read_bytes()
-    # a second gzip member of 64 MiB zeros (gzip readers inflate concatenated members as one stream)
-    z = zlib.compressobj(9, zlib.DEFLATED, 31)
-    tail = b"".join(z.compress(bytes(1 << 20)) for _ in range(64)) + z.flush()
-    forged.write_bytes(data + tail)
+    if where == "second gzip member":   # (gzip readers inflate concatenated members as one stream)
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        forged.write_bytes(data + b"".join(z.compress(bytes(1 << 20)) for _ in range(64)) + z.flush())
+    else:
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        tar = gzip.decompress(data)
+        body = z.compress(tar) + b"".join(z.compress(bytes(1 << 20)) for _ in range(64)) + z.flush()
+        forged.write_bytes(data[:10] + body[10:])
     assert len(gzip.decompress(forged.read_bytes())) > 64 << 20
     rc, out, err = _verify_limited(forged, results, tmp_path, 1 << 20)
     assert rc == 1 and "Traceback" not in out + err, err
     (line,) = [ln for ln in out.splitlines() if " FAIL " in ln and not ln.startswith("verify ")]
-    assert line.startswith("archive ") and "decompresses to more than the" in line
+    assert line.startswith("archive ")
+    assert ("data after the end of the gzip stream" if where == "second gzip member" else
+            "decompresses to more than the") in line, line
 
 
 def test_a_member_that_failed_its_hash_is_never_parsed(archived, capsys, tmp_path):

@@ -90,9 +90,9 @@ def test_an_archive_the_kill_prevented_is_written_by_the_rerun(results, capsys, 
     again, _ = write_archive(rdir / "v1", results / "again.tar.gz")
     assert again.read_bytes() == archive.read_bytes()
     assert main(["verify", str(archive)]) == 0
-    # a finished archive is never written again
+    # a finished archive is never written again (unless --force: then from the folder, the same bytes)
     data = archive.read_bytes()
     capsys.readouterr()
     assert release(results, "v1", "--archive") == 2
-    assert "already exists; releases are never overwritten" in capsys.readouterr().err
+    assert f"--archive {archive}: exists; --force replaces it" in capsys.readouterr().err
     assert archive.read_bytes() == data

@@ -1,0 +1,99 @@
+"""`quantbench ci` writes a workflow only from values it can write literally: no `${{ ... }}` (GitHub would evaluate it
+before the shell runs: script injection), a gate equiv takes, a limit of at least one image, a bounded number of
+shard jobs, and an --out that is a folder whose files are files. Each refusal is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from ci_helpers import actionlint
+from cli_helpers import digest
+from quantbench.cli import main
+from quantbench.hosts.keys import local_ort_version
+from quantbench.release.ci import CIParams, github_workflow
+
+INJECT = "${{ github.event.head_commit.message }}"
+
+
+def _refused(capsys, workdir, argv, words, rc=2):
+    before = digest(workdir)
+    try:
+        got = main(["ci", *argv])
+    except SystemExit as exc:
+        got = exc.code
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert got == rc, err
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in err, err
+    assert digest(workdir) == before, "something was written"
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--calibrate", f"--model m.onnx --labels {INJECT}"], "--calibrate"),
+    (["--fixtures", f"l{INJECT}.json", "--images", "im"], "--fixtures"),
+    (["--fixtures", "l.json", "--images", f"im{INJECT}"], "--images"),
+    (["--install", f".[plots]{INJECT}"], "--install"),
+    (["--gate", f"decision{INJECT}"], "--gate"),
+    (["--runners", f"ubuntu-24.04{INJECT}=gh-x86"], "--runners"),
+    (["--onnxruntime", f"1.2{INJECT}"], "--onnxruntime"),
+    (["--python", f"3.11{INJECT}"], "--python"),
+    (["--variants", f"models/{INJECT}"], "--variants"),
+    (["--split", f"eval{INJECT}"], "--split"),
+])
+def test_an_expression_in_any_value_is_refused(workdir, capsys, argv, flag):
+    line = _refused(capsys, workdir, argv, "${{")
+    assert f"quantbench ci: error: {flag} " in line and "GitHub Actions would evaluate it" in line
+
+
+def test_the_library_names_the_parameter(workdir):
+    p = CIParams(onnxruntime=local_ort_version(), install=f"x{INJECT}")
+    with pytest.raises(Exception) as exc:
+        github_workflow(p)
+    assert str(exc.value).startswith("install=") and "--" not in str(exc.value)
+
+
+def test_a_dollar_written_literally_still_lints(workdir):
+    """What is refused is the expression opener; a shell `$` in a value stays quoted in the script and lints."""
+    p = CIParams(onnxruntime=local_ort_version(), emulated=[], install=".[plots]", gate="decision",
+                 calibrate=["--model", "m$HOME.onnx"])
+    (workdir / "wf.yml").write_text(github_workflow(p))
+    assert actionlint(workdir / "wf.yml") == []
+    assert "'m$HOME.onnx'" in (workdir / "wf.yml").read_text()
+
+
+def test_an_unknown_gate_is_refused_when_the_workflow_is_written(workdir, capsys):
+    line = _refused(capsys, workdir, ["--gate", "decisoin"], "unknown gate decisoin")
+    assert "--gate decisoin" in line and "tensor, decision, classes" in line
+
+
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_a_limit_below_one_is_refused(workdir, capsys, limit):
+    _refused(capsys, workdir, ["--limit", limit], f"--limit {limit}: must be at least 1")
+
+
+def test_the_limit_reaches_every_job(workdir, capsys):
+    assert main(["ci", "--limit", "6", "--hosts", "pi", "--shards", "1"]) == 0
+    text = (workdir / "results" / "ci" / "quantbench.yml").read_text()
+    assert text.count("--limit 6") == 4   # three shard jobs (two native, one pi) and the merge
+
+
+@pytest.mark.parametrize("argv", [["--shards", "100000"], ["--native-shards", "300"], ["--shards", str(10 ** 15)],
+                                  ["--hosts", "pi,pi4,pi3,graviton2,graviton3", "--shards", "60"]])
+def test_shard_jobs_are_bounded(workdir, capsys, argv):
+    line = _refused(capsys, workdir, argv, "shard jobs; a workflow holds at most 256")
+    assert "error: --" in line
+
+
+def test_out_onto_a_file_is_refused(workdir, capsys):
+    (workdir / "quantbench.yml").write_text("mine\n")
+    _refused(capsys, workdir, ["--out", "quantbench.yml"], "--out quantbench.yml: is a file, not a folder")
+    assert (workdir / "quantbench.yml").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_a_folder_where_the_workflow_goes_is_refused(workdir, capsys, force):
+    (workdir / "o" / "quantbench.yml").mkdir(parents=True)
+    (workdir / "o" / "quantbench.yml" / "keep").write_text("mine\n")
+    _refused(capsys, workdir, ["--out", "o", *force], "o/quantbench.yml: a folder, not a file; nothing was written")
+    assert (workdir / "o" / "quantbench.yml" / "keep").read_text() == "mine\n"
