@@ -8,7 +8,7 @@ import sys
 
 from quantbench import __version__, console, plugins
 from quantbench import config as C
-from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
+from quantbench.commands import COMMAND_HELP, COMMANDS, MIXED_KIND_KEYS, OPTION_KEYS, SUBCOMMANDS
 from quantbench.console import add_common_arguments
 from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError, render_params
 from quantbench.fsutil import disk_full, no_space
@@ -98,9 +98,22 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
         sources = C.load_sources(".", commands=list(COMMANDS) + list(SUBCOMMANDS))
         C.check_known(sources, OPTION_KEYS)
         for n, lp in leaves.items():
-            C.apply(lp, n, sources)
+            C.apply(lp, n, sources, MIXED_KIND_KEYS)
         parser._qb_sources = sources
     return parser
+
+
+def _with_hosts_file_defaults(parser, argv, args):
+    """`args` with the option defaults of the hosts file the command reads (--hosts-file, or the folder's defaults
+    naming one): its `[defaults]` table applies like ./quantbench.toml's, above it and below the flags."""
+    src = C.hosts_file_source(args.hosts_file, list(COMMANDS) + list(SUBCOMMANDS)) if getattr(args, "hosts_file", None) else None
+    if src is None:
+        return args
+    C.check_known([src], OPTION_KEYS)
+    parser._qb_sources = [*parser._qb_sources, src]
+    for n, lp in parser._qb_leaves.items():
+        C.apply(lp, n, parser._qb_sources, MIXED_KIND_KEYS)
+    return parser.parse_args(argv)
 
 
 def _actions(parser, args) -> list:
@@ -157,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"quantbench: error: {exc}\n")
         return exc.exit_code
     args = parser.parse_args(argv)
+    try:
+        args = _with_hosts_file_defaults(parser, argv, args)
+    except UserError as exc:  # a bad [defaults] value in the hosts file
+        sys.stderr.write(f"quantbench: error: {exc}\n")
+        return exc.exit_code
     _consent(args)
     if not getattr(args, "_run", None):
         parser.print_help()

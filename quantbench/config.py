@@ -21,6 +21,15 @@ one-line error naming the file, as for any flag (a key no command has, whichever
 runs; a value, when a command taking it runs). `quantbench config` shows every key,
 its value and where it came from. The defaults cannot define or override hosts: those
 trust rules stay with the hosts file (docs/trust.md).
+
+A hosts file named on the command line (`--hosts-file FILE`, or a defaults table's
+`hosts-file`) is read the same way: its `[defaults]` table applies, above
+`./quantbench.toml`'s and below the flags. A key that names where a command writes
+(`results`, `tables`, `out`, `export`, `archive`) must be a relative path inside the
+working folder: a cloned repository's file cannot send tables to `/etc`; a folder
+elsewhere is given on the command line. A key shared by commands whose options take
+different kinds of value (`gate`: names for `equiv`, true/false for `diff`) applies to
+the commands whose option takes its kind, and not to the others.
 """
 
 from __future__ import annotations
@@ -32,12 +41,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.fsutil import inside
 from quantbench.plugins import is_ref
 
 PYPROJECT = Path("pyproject.toml")
 QUANTBENCH_TOML = Path("quantbench.toml")
 DEFAULTS_TABLE = "defaults"
 # keys `quantbench config` lists even when no file sets them (the issue's four, and their companions)
+#: options naming where a command writes: a defaults table may set them only inside the working folder
+WRITE_KEYS = ("results", "tables", "out", "export", "archive")
 SHOWN = ("hosts", "fixtures", "images", "threshold", "budget", "results", "tables", "hosts_file", "jobs",
          "decode", "split", "no_progress")
 
@@ -98,14 +110,45 @@ def load_sources(folder: str | os.PathLike = ".", commands=()) -> list[Source]:
     return out
 
 
+def hosts_file_source(path, commands=(), folder: str | os.PathLike = ".") -> Source | None:
+    """The `[defaults]` table of the hosts file `path` (a command line's --hosts-file) as a source above the folder's
+    own; None when it has none, is not a regular file (the hosts file reader says why), or is ./quantbench.toml."""
+    path = Path(path)
+    if not path.is_file() or (Path(folder) / QUANTBENCH_TOML).resolve() == path.resolve():
+        return None
+    data = _read_toml(path)
+    if DEFAULTS_TABLE not in data:
+        return None
+    src = Source(str(path), path, *_split(data[DEFAULTS_TABLE], f"{path}: [{DEFAULTS_TABLE}]", commands))
+    if "hosts_file" in src.common or any("hosts_file" in t for t in src.per_command.values()):
+        raise UserError(f"{path}: [{DEFAULTS_TABLE}] hosts-file: a hosts file cannot name another hosts file")
+    return src
+
+
 def _actions(parser) -> dict:
     return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "version")}
+
+
+_SWITCHES = (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)
+
+
+def _other_kind(action, value) -> bool:
+    """Whether `value` is of another kind than the option takes (true/false for a value option, a value for a
+    switch): a key shared by commands whose options differ in kind is not meant for this one."""
+    return isinstance(action, _SWITCHES) != isinstance(value, bool)
+
+
+def _confined(key: str, value, where: str) -> None:
+    """A defaults table names where a command writes only inside the working folder."""
+    if key in WRITE_KEYS and value not in (None, "") and inside(".", str(value)) is None:
+        raise UserError(f"{where}: {value!r} is not a folder inside this working folder; a defaults file writes "
+                        f"nowhere else: give --{key.replace('_', '-')} on the command line")
 
 
 def _coerce(action, value, where: str):
     """A TOML value as argparse would have parsed it for this option."""
     flag = action.option_strings[-1]
-    if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse.BooleanOptionalAction)):
+    if isinstance(action, _SWITCHES):
         if not isinstance(value, bool):
             raise UserError(f"{where}: {flag} takes true or false (got {value!r})")
         return value
@@ -135,11 +178,12 @@ def _coerce_one(action, value, where, flag):
     return out
 
 
-def apply(parser, command: str, sources: list[Source]) -> dict:
+def apply(parser, command: str, sources: list[Source], mixed=frozenset()) -> dict:
     """Set the parser's defaults from the sources; returns {dest: (value, source)} of what was set.
 
-    A key no command knows is an error; a key this command lacks is skipped (it is for
-    another command).
+    A key no command knows is an error; a key this command lacks, or a shared key of `mixed` (options whose
+    commands take different kinds of value) whose value is of another kind than this command's option takes, is
+    skipped (it is for another command).
     """
     acts = _actions(parser)
     chosen = {}
@@ -152,7 +196,10 @@ def apply(parser, command: str, sources: list[Source]) -> dict:
                                         f"option --{key.replace('_', '-')}")
                     continue
                 where = f"{src.path}: [{_table(src)}{scope}] {key}"
+                if not scope and key in mixed and _other_kind(acts[key], value):
+                    continue   # for the commands whose option takes this kind of value
                 _no_code(key, value, where)
+                _confined(key, value, where)
                 chosen[key] = (_coerce(acts[key], value, where), f"{src.name} [{_table(src)}{scope}]")
     if chosen:
         parser.set_defaults(**{k: v for k, (v, _) in chosen.items()})
@@ -179,13 +226,15 @@ def check_known(sources: list[Source], known) -> None:
                                 f"--{key.replace('_', '-')}")
 
 
-def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool = False) -> list[dict]:
+def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool = False, mixed=frozenset()) -> list[dict]:
     """Rows for `quantbench config`: key, value per command, and the source of each value."""
     rows = []
     keys = list(SHOWN)
     if every:
-        keys += sorted({d for p in parsers.values() for d in _actions(p)} - set(keys)) + sorted({k for s in sources for k in s.common} - set(SHOWN))
-    keys += sorted({k for s in sources for t in s.per_command.values() for k in t} - set(keys))
+        keys += sorted({d for p in parsers.values() for d in _actions(p)} - set(keys))
+    keys += sorted({k for s in sources for k in s.common} | {k for s in sources for t in s.per_command.values()
+                                                             for k in t})   # every key a file sets
+    keys = list(dict.fromkeys(keys))   # a key both an option and set by a file is one row
     for key in keys:
         per = []
         for cmd, p in parsers.items():
@@ -194,7 +243,7 @@ def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool =
                 continue
             value, src = builtin[cmd].get(key), "built-in"
             for s in sources:
-                if key in s.common:
+                if key in s.common and not (key in mixed and _other_kind(acts[key], s.common[key])):
                     value, src = s.common[key], f"{s.name} [{_table(s)}]"
                 if key in s.per_command.get(cmd, {}):
                     value, src = s.per_command[cmd][key], f"{s.name} [{_table(s)}.{cmd}]"

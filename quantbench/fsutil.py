@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -365,3 +366,33 @@ def sealed(data: bytes, mark) -> bool:
 
     want = seal(data)
     return want is not None and isinstance(mark, str) and hmac.compare_digest(want, mark)
+
+
+def inside(folder: str | os.PathLike, rel, base: Path | None = None) -> Path | None:
+    """folder/rel if `rel` is a relative path that resolves (symlinks followed) inside `folder`, else None.
+
+    `base`: `folder` resolved already (Path.resolve), for a caller checking many names in one folder."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or "\\" in rel or "\x00" in rel:
+        return None
+    base = Path(folder).resolve() if base is None else base
+    if not _plain_under(str(base), rel):
+        target = (Path(folder) / rel).resolve()
+        if target == base or base not in target.parents:
+            return None
+    return Path(folder) / rel
+
+
+def _plain_under(base: str, rel: str) -> bool:
+    """Whether base/rel is its own resolved path: every component of `rel` is a name ('.', '..' and empty ones
+    are not) of an existing entry that is no symlink. Then it is inside `base` without resolving it."""
+    path = base
+    for part in rel.split("/"):
+        if part in ("", ".", ".."):
+            return False
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return False
+        except (OSError, ValueError):
+            return False
+    return True

@@ -374,6 +374,8 @@ def _hosts_part(result, v: dict) -> tuple[str, bool | None]:
     """(whether the hosts serve identical decisions, in words; True when some host serves other decisions than the
     reference host, None with no other host) from the comparisons against the same variant on the reference."""
     ref = result.settings["reference"]
+    if v["variant"] in (getattr(result, "cannot_run", {}) or {}).get(ref, {}):
+        return f"the hosts' decisions are not compared with each other (the reference host {ref} cannot run it)", None
     same = [c for c in result.comparisons if c["variant_id"] == v["variant_id"] and c["ref_host"] == ref
             and c["host"] != ref and c["ref_variant"] == v["variant"] and c.get("decisions_compared", True)]
     if not same:
@@ -387,7 +389,7 @@ def _hosts_part(result, v: dict) -> tuple[str, bool | None]:
 
 
 def verdict_lines(result) -> list[str]:
-    """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP), then
+    """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP, NOT RUN), then
     why in numbers: flips vs fp32 per host against the budget, whether the hosts serve identical decisions, the
     classes of bytes, the gate."""
     s = result.settings
@@ -403,7 +405,9 @@ def verdict_lines(result) -> list[str]:
         cls = "one class of bytes" if n == 1 else (f"{n} classes of bytes (" + " | ".join(
             f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"]) + ")")
         compared = kind_of(v["decode"]["kind"]).decides
-        if compared:
+        if n == 0:
+            counts, differ, why = [], None, ["no host's runtime can run it (named under the classes)"]
+        elif compared:
             flips, counts = _flips_part(result, v, hosts)
             agree, differ = _hosts_part(result, v)
             why = [flips, agree, cls]

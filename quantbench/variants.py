@@ -17,13 +17,12 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.assets import MODELS_DIR
 from quantbench.errors import DiskFull, UserError, flag
-from quantbench.fsutil import atomic_write_json, clean_stale_tmp, no_space, owner_tag, read_json, replace_dir, sha256_file
+from quantbench.fsutil import atomic_write_json, inside, clean_stale_tmp, no_space, owner_tag, read_json, replace_dir, sha256_file
 from quantbench.modelio import model_facts
 from quantbench.recipe import allow_recorded
 
@@ -44,36 +43,6 @@ def check_plain_name(name, what: str) -> str:
         raise UserError(f"{what} {name!r} is not a plain name (use letters, digits, '.', '_', '+', '-'; "
                         "not starting with '.')")
     return name
-
-
-def inside(folder: str | os.PathLike, rel, base: Path | None = None) -> Path | None:
-    """folder/rel if `rel` is a relative path that resolves (symlinks followed) inside `folder`, else None.
-
-    `base`: `folder` resolved already (Path.resolve), for a caller checking many names in one folder."""
-    if not isinstance(rel, str) or not rel or os.path.isabs(rel) or "\\" in rel or "\x00" in rel:
-        return None
-    base = Path(folder).resolve() if base is None else base
-    if not _plain_under(str(base), rel):
-        target = (Path(folder) / rel).resolve()
-        if target == base or base not in target.parents:
-            return None
-    return Path(folder) / rel
-
-
-def _plain_under(base: str, rel: str) -> bool:
-    """Whether base/rel is its own resolved path: every component of `rel` is a name ('.', '..' and empty ones
-    are not) of an existing entry that is no symlink. Then it is inside `base` without resolving it."""
-    path = base
-    for part in rel.split("/"):
-        if part in ("", ".", ".."):
-            return False
-        path = os.path.join(path, part)
-        try:
-            if stat.S_ISLNK(os.lstat(path).st_mode):
-                return False
-        except (OSError, ValueError):
-            return False
-    return True
 
 
 @dataclass

@@ -240,10 +240,11 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     (quantbench.analysis.resultcache); a result found there is reused, not recomputed
     (`EquivResult.reused`). None: always computed, nothing kept.
     `cannot_run`: {(host, variant_id): why} the host's runtime cannot run that variant (the run's result); the host
-    is left out of that variant's classes and comparisons, and the result names it.
+    is left out of that variant's classes and comparisons, and the result names it. The reference host too: a
+    variant it cannot run has no comparison against it there, and no distances to a reference class.
     """
     hosts, reference, by_model = _check_request(hosts, variants, reference, budget)
-    cannot = _check_cannot_run(cannot_run or {}, reference, variants)
+    cannot = dict(cannot_run or {})
     specs = {model: spec_from_sidecar(_base_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
              for model, vs in by_model.items()}
     cols = _hash_rows(hosts, variants, tables_root)
@@ -283,15 +284,6 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     if cache_dir is not None:
         RC.save(cache_dir, key, _payload(result, out.boxed))
     return result
-
-
-def _check_cannot_run(cannot: dict, reference: str, variants: list) -> dict:
-    """The (host, variant_id) pairs a runtime cannot run; the reference host must run every variant."""
-    for v in variants:
-        if (reference, v.variant_id) in cannot:
-            raise UserError(f"reference host {reference} cannot run variant {v.name} "
-                            f"({cannot[(reference, v.variant_id)]}); name another with {flag('reference')}")
-    return dict(cannot)
 
 
 def _named_cannot(cannot: dict, variants: list) -> dict:
@@ -545,7 +537,8 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
     fx_ids = sorted(fixtures_for[base.variant_id])
     data = _load_arrays(ctx.hosts, ctx.sel, [v.variant_id for v in vs],
                         {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
-    first = data[(ctx.reference, base.variant_id)][fx_ids[0]][0]
+    fit_host, fit_vid = _fit_pair(ctx, base, vs)
+    first = data[(fit_host, fit_vid)][sorted(fixtures_for[fit_vid])[0]][0]
     compared = spec.decoder_kind.decides
     try:
         spec = check_outputs(spec, sorted(first))
@@ -553,8 +546,19 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
         raise UserError(f"model {model}: {marked(exc)}; or {NONE_HINT}") from None
     run = _ModelRun(model=model, fp32=fp32, data=data, spec=spec, compared=compared)
     if compared:
-        run.decoded(ctx.reference, base.variant_id, fx_ids[0])   # a decoder that does not fit fails before any work
+        run.decoded(fit_host, fit_vid, sorted(fixtures_for[fit_vid])[0])   # a decoder that does not fit fails first
     return run
+
+
+def _fit_pair(ctx: _Context, base: VariantRef, vs: list) -> tuple[str, str]:
+    """The (host, variant_id) whose outputs the decoder is fitted to: the base variant on the reference host, else
+    the first variant and host (reference first) whose runtime ran it."""
+    pairs = [(h, v.variant_id) for v in [base, *vs] for h in [ctx.reference, *ctx.hosts]]
+    ran = [p for p in pairs if p not in ctx.cannot]
+    if not ran:
+        raise UserError(f"model {vs[0].model}: no host can run any of its variants "
+                        f"({', '.join(sorted({why for (_, _), why in ctx.cannot.items()}))})")
+    return ran[0]
 
 
 def _analyze_variant(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, out: _Rows) -> None:
@@ -592,7 +596,7 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
              "classes": [c.as_dict() for c in eq],
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
              "separating_features": sep, "separation": separation,
-             "distances": _class_distances(ctx, run, v, vfx, eq, class_of[reference]),
+             "distances": _class_distances(ctx, run, v, vfx, eq, class_of.get(reference)),
              "versions": C.version_findings({h: ctx.features[h] for h in hosts}, class_of),
              "providers": {h: ctx.providers.get(h, {}).get(v.variant_id, {}) for h in hosts},
              "feature_values": {h: {k: ctx.features[h].get(k, False if k.startswith("isa:") else None)
@@ -602,9 +606,12 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
 
 
 def _class_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, eq: list, ref_label) -> list[dict]:
-    """Per class other than the reference's, per output: the numeric distance of its first host to the reference."""
+    """Per class other than the reference's, per output: the numeric distance of its first host to the reference
+    (none when the reference host cannot run the variant: `ref_label` None)."""
     reference = ctx.reference
-    dists = []
+    dists: list = []
+    if ref_label is None:
+        return dists
     for c in eq:
         if c.label == ref_label:
             continue

@@ -91,7 +91,7 @@ def disagreement(tensor_passed: bool, decision_ok: bool) -> str:
     return "tensor gate passes, decisions over budget"
 
 
-SHIP, SHIP_WITH_CARE, DO_NOT_SHIP = "SHIP", "SHIP WITH CARE", "DO NOT SHIP"
+SHIP, SHIP_WITH_CARE, DO_NOT_SHIP, NOT_RUN = "SHIP", "SHIP WITH CARE", "DO NOT SHIP", "NOT RUN"
 
 
 def ship_verdict(gates_passed: bool, flips, hosts_differ: bool | None, classes: int, compared: bool) -> str:
@@ -101,7 +101,10 @@ def ship_verdict(gates_passed: bool, flips, hosts_differ: bool | None, classes: 
     host (`flips`: one count per host) and the hosts serve identical decisions (`hosts_differ` False, or None
     with one host); under decode none (`compared` False), one class of bytes. SHIP WITH CARE: the gates pass,
     but decisions flip within the budget, or the hosts serve different decisions (decode none: the hosts
-    compute different bytes, within the tensor tolerance)."""
+    compute different bytes, within the tensor tolerance). NOT RUN: no host's runtime can run it (`classes` 0):
+    nothing was compared."""
+    if classes == 0:
+        return NOT_RUN
     if not gates_passed:
         return DO_NOT_SHIP
     if not compared:

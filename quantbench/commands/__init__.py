@@ -59,6 +59,9 @@ OPTION_KEYS = frozenset({
     "shard", "shards", "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
     "variants", "verbose", "warmup", "weight_type"
 })
+#: options whose commands take different kinds of value (equiv's --gate NAMES, diff's --gate switch): a shared
+#: defaults key applies to the commands whose option takes its kind (quantbench.config)
+MIXED_KIND_KEYS = frozenset({"gate"})
 SUBCOMMANDS = ("hosts list", "hosts check", "hosts setup", "hosts exec", "tables compact", "tables info")
 
 

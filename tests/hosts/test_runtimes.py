@@ -207,3 +207,40 @@ def test_a_variant_the_runtime_cannot_run_is_that_hosts_result(workdir, capsys):
     why = out["cannot_run"]["x86-dnnl"]["dynamic"]
     assert why.startswith("NOT_IMPLEMENTED : Could not find an implementation for ConvInteger")
     assert f"- x86-dnnl cannot run dynamic: {why}" in (workdir / "r" / "report.md").read_text()
+
+
+
+@pytest.mark.parametrize("hosts", ["x86@1.20.1,x86", "x86@1.20.1"])
+def test_a_variant_the_reference_host_cannot_run_is_reported_and_the_others_compared(workdir, capsys, hosts):
+    """onnxruntime 1.20.1 has no ConvInteger kernel for int8 weights: after `calibrate`, with x86@1.20.1 as the
+    reference host, dynamic is reported as a variant it cannot run (as for any other host), fp32 and the static
+    variants are compared as usual, and the exit code follows the gates (the tensor gate: 1 exactly where a
+    comparison fails it), not an error before the analysis. Alone, the host leaves dynamic NOT RUN."""
+    from calib_helpers import make_corpus as calib_corpus, tiny_model
+
+    _need("x86@1.20.1")
+    labels, _ = calib_corpus(workdir / "corpus", n_litter=12, n_negative=12, n_eval=4)
+    assert main(["calibrate", "--model", str(tiny_model(workdir / "models" / "tiny.onnx")), "--labels",
+                 str(labels), "--per-cell", "3", "--no-progress"]) == 0
+    capsys.readouterr()
+    argv = ["equiv", "--hosts", hosts, "--no-progress", "--decode", "none"]
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    why = out["cannot_run"]["x86@1.20.1"]["dynamic"]
+    assert why.startswith("NOT_IMPLEMENTED : Could not find an implementation for ConvInteger")
+    assert list(out["cannot_run"]) == ["x86@1.20.1"] and list(out["cannot_run"]["x86@1.20.1"]) == ["dynamic"]
+    names = hosts.split(",")
+    others = names[1:]
+    classes = {v["variant"]: sorted(h for c in v["classes"] for h in c["hosts"]) for v in out["variants"]}
+    assert classes == {"fp32": sorted(names), "dynamic": others, "static-minmax": sorted(names),
+                       "static-percentile": sorted(names)}
+    compared = {(c["variant"], c["host"], c["comparison"]) for c in out["comparisons"]}
+    assert not {c for c in compared if c[0] == "dynamic" and (c[1] == "x86@1.20.1" or c[2] == "ref-same")}
+    assert {("dynamic", h, k) for h in others for k in ("own-fp32", "ref-fp32")} <= compared
+    assert ("static-minmax", "x86@1.20.1", "own-fp32") in compared
+    report = (workdir / "results" / "report.md").read_text()
+    assert f"- x86@1.20.1 cannot run dynamic: {why}" in report
+    assert ("- **NOT RUN** dynamic: no host's runtime can run it" in report) == (not others)
+    failing = any(not c["tensor_gate"]["passed"] for c in out["comparisons"])
+    assert main([*argv, "--gate", "tensor"]) == (1 if failing else 0)
+    assert "error" not in capsys.readouterr().err
