@@ -52,10 +52,10 @@ import numpy as np
 
 from quantbench import tables
 from quantbench.analysis.decode import DecodeSpec
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, seal, sealed
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, default_images_dir, labels_coco
-from quantbench.fsutil import atomic_write_json, content_key, seal, sealed, sha256_file
+from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 

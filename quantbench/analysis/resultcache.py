@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from quantbench import lazy, tables
-from quantbench.fsutil import atomic_write_bytes, content_key, keep_newest, seal, sealed
+from quantbench.assets import seal, sealed
+from quantbench.fsutil import atomic_write_bytes, content_key, keep_newest
 
 if TYPE_CHECKING:
     import pyarrow as pa
