@@ -10,6 +10,8 @@ SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOM
   masked/<ort-version>-<key>/cpuid-sites.tsv  every patched site (path, file offset): the shim's list
   masked/<ort-version>-<key>.json      its stamp: every patched file with its sites and SHA-256
   masked/shim-<key>.so                 the compiled shim
+  masked/<ort-version>-<key>/.site.lock, masked/.shim-<key>.so.lock   their build locks (fsutil.build_once:
+                                       one builder, in a temporary of its own; other hosts and commands wait)
 
 <key> hashes what the copy is made from (each source file's path, size and mtime, and this module's
 source), so another onnxruntime or numpy install gets another copy; a rebuild is idempotent.
