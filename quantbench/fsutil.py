@@ -170,7 +170,8 @@ def build_once(path: str | os.PathLike, done, build, publish=None, folder: bool 
     called when it must wait). `build(tmp)` fills a temporary folder (or file, `folder=False`) of this builder's
     own beside `path` and returns a value; the temporary then replaces `path` atomically and `publish(value)`
     (writing the stamp beside it, say) runs, still under the lock; its result (else the value) is the record. A
-    build that fails removes its temporary and leaves the old entry, if any, as it was."""
+    build that fails removes its temporary and leaves the old entry, if any, as it was; the temporary a killed
+    builder left is removed by the next build."""
     found = done()
     if found is not None:
         return found, False
@@ -178,6 +179,7 @@ def build_once(path: str | os.PathLike, done, build, publish=None, folder: bool 
         found = done()
         if found is not None:
             return found, False
+        clean_stale_tmp(Path(path).parent, Path(path).name)  # a killed builder's temporary (never a live one's)
         tmp = temp_beside(path, folder)
         try:
             gate_mark("building", Path(path), wait=True)

@@ -82,6 +82,16 @@ def test_a_failed_build_leaves_no_temporary_and_the_old_entry(tmp_path):
     assert [p.name for p in entry.iterdir()] == ["old"]
 
 
+def test_the_temporary_of_a_killed_builder_goes_with_the_next_build(tmp_path):
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = fsutil.owner_tag().split("@")[1]
+    left = tmp_path / f".entry.{dead.stdout.strip()}@{host}.abc123.tmp"  # what a SIGKILLed builder leaves
+    (left / "half").mkdir(parents=True)
+    live = fsutil.temp_beside(tmp_path / "entry")  # a live builder's (this process) is never touched
+    fsutil.build_once(tmp_path / "entry", lambda: None, lambda tmp: (tmp / "data").write_text("built"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([".entry.lock", "entry", live.name])
+
+
 def test_a_file_entry_is_renamed_into_place_whole(tmp_path):
     entry = tmp_path / "tool.so"
     made, built = fsutil.build_once(entry, lambda: entry if entry.exists() else None,
