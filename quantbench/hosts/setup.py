@@ -115,6 +115,11 @@ def _run_streamed(argv: list[str], what: str, desc: str, progress: bool, total: 
         raise SetupError(f"{what}: `{' '.join(argv[:3])} ...` failed (exit {rc}): {' | '.join(tail[-3:])}")
 
 
+def _waiting(progress: bool, entry: Path):
+    """What a setup says when another builder (a command or a thread) holds the entry it needs."""
+    return lambda: _say(progress, f"waiting for {entry} (another quantbench is building it) ...")
+
+
 # --------------------------------------------------------------------------- Debian mirror
 
 
@@ -307,7 +312,8 @@ def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) 
         atomic_write_json(tmp, new)
         return new
 
-    return build_once(E.tools_record_path(), done, build, folder=False)[0]
+    return build_once(E.tools_record_path(), done, build, folder=False,
+                      waiting=_waiting(progress, E.tools_record_path()))[0]
 
 
 def _fetch_or_fall_back(progress: bool, actions: list[str]) -> dict:
@@ -401,7 +407,7 @@ def build_root(final: Path, deb_arch: str, suite: str, include, progress: bool, 
                        f"({time.monotonic() - t0:.0f} s, {_size_mb(final)} MB)")
         return stamp
 
-    return build_once(final, done, build, publish)[0]
+    return build_once(final, done, build, publish, waiting=_waiting(progress, final))[0]
 
 
 def _unpack_archives(tmp: Path, what: str, progress: bool) -> list:
@@ -505,7 +511,7 @@ def ensure_site(progress: bool, actions: list[str], ort_version: str | None = No
                        f"({time.monotonic() - t0:.0f} s)")
         return stamp
 
-    return build_once(final, done, build, publish)[0]
+    return build_once(final, done, build, publish, waiting=_waiting(progress, final))[0]
 
 
 def _local_numpy() -> str:
@@ -540,7 +546,7 @@ def ensure_local_site(ort_version: str, progress: bool, actions: list[str]) -> d
         actions.append(f"wheels: onnxruntime {ort_version} ({arch}) into {final} ({time.monotonic() - t0:.0f} s)")
         return stamp
 
-    return build_once(final, done, build, publish)[0]
+    return build_once(final, done, build, publish, waiting=_waiting(progress, final))[0]
 
 
 def _pip_into(tmp: Path, ort_version: str, tries: list, what: str, progress: bool) -> None:
@@ -721,7 +727,8 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str], rt:
                        f"({time.monotonic() - t0:.0f} s)")
         return stamp
 
-    return build_once(final, done, lambda tmp: _build_prefix(name, p, binary, tmp, rt, progress, key), publish)[0]
+    return build_once(final, done, lambda tmp: _build_prefix(name, p, binary, tmp, rt, progress, key), publish,
+                      waiting=_waiting(progress, final))[0]
 
 
 def _build_prefix(name: str, p: E.Preset, binary: str, tmp: Path, rt: R.Runtime | None, progress: bool,

@@ -8,23 +8,12 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from cache_helpers import folder_builder
+from cache_helpers import folder_builder, wait_for
 from quantbench import fsutil
-
-
-def _wait_for(gate: Path, pattern: str, count: int, timeout: float = 120) -> list[Path]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = sorted(gate.glob(pattern))
-        if len(found) >= count:
-            return found
-        time.sleep(0.02)
-    pytest.fail(f"{gate}: {count} x {pattern} never appeared (found {[p.name for p in gate.iterdir()]})")
 
 
 def test_two_threads_on_a_cold_entry_build_it_once_and_both_use_it(tmp_path, monkeypatch):
@@ -36,8 +25,8 @@ def test_two_threads_on_a_cold_entry_build_it_once_and_both_use_it(tmp_path, mon
     threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, ensure())) for i in range(2)]
     for th in threads:
         th.start()
-    _wait_for(gate, "building.entry.*", 1)
-    _wait_for(gate, "waiting.entry.*", 1)  # the second found the lock held while the first is mid-build
+    wait_for(gate, "building.entry.*", 1)
+    wait_for(gate, "waiting.entry.*", 1)  # the second found the lock held while the first is mid-build
     (gate / "go.entry").touch()
     for th in threads:
         th.join(60)
@@ -56,9 +45,9 @@ def test_two_processes_on_a_cold_entry_build_it_once(tmp_path):
               "print('built' if built else 'used', rec['built_in'])")
     env = dict(os.environ, **{fsutil.BUILD_GATE: str(gate)})
     first = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
-    _wait_for(gate, "building.entry.*", 1)
+    wait_for(gate, "building.entry.*", 1)
     second = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
-    _wait_for(gate, "waiting.entry.*", 1)
+    wait_for(gate, "waiting.entry.*", 1)
     (gate / "go.entry").touch()
     outs = [p.communicate(timeout=60)[0].split() for p in (first, second)]
     assert [p.returncode for p in (first, second)] == [0, 0]

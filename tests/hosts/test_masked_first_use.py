@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -23,6 +21,7 @@ from quantbench import fsutil, tables
 from quantbench.hosts import cpuidpatch as C
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import masked as M
+from cache_helpers import wait_for
 from setup_required import missing_setup
 
 pytestmark = pytest.mark.slow
@@ -44,19 +43,6 @@ def _two_tiers() -> tuple[str, str]:
     return pick
 
 
-def _wait_for(gate: Path, pattern: str, count: int, procs, timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(list(gate.glob(pattern))) >= count:
-            return
-        for p in procs:
-            if p.poll() is not None:
-                out, err = p.communicate()
-                pytest.fail(f"{p.args[3:]} ended (exit {p.returncode}) before {count} x {pattern}: {err[-2000:]}")
-        time.sleep(0.05)
-    pytest.fail(f"{gate}: {count} x {pattern} never appeared ({sorted(p.name for p in gate.iterdir())})")
-
-
 @pytest.fixture(scope="module")
 def cold_start(tmp_path_factory):
     tiers = _two_tiers()
@@ -70,10 +56,10 @@ def cold_start(tmp_path_factory):
     subprocess.run(qb + ["calibrate", "--no-progress"], cwd=work, env=env, check=True, capture_output=True)
     equiv = subprocess.Popen(qb + ["equiv", "--hosts", ",".join(tiers), "--limit", "2", "--no-progress", "--no-plots"],
                              cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(gate, "building.site.*", 1, [equiv])
+    wait_for(gate, "building.site.*", 1, [equiv])
     setup = subprocess.Popen(qb + ["hosts", "setup", tiers[1], "--no-progress"], cwd=work, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(gate, "waiting.site.*", 2, [equiv, setup])  # the command's other host and the second command
+    wait_for(gate, "waiting.site.*", 2, [equiv, setup])  # the command's other host and the second command
     (gate / "go.site").touch()
     results = {}
     for name, p in (("equiv", equiv), ("setup", setup)):
