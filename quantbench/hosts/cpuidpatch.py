@@ -262,11 +262,11 @@ def ensure_shim(progress: bool = False) -> tuple[Path, bool]:
     """The compiled shim (gcc -O2 -shared -fPIC), built when missing (once: fsutil.build_once): (path, built now)."""
     out = shim_path()
     cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
+    if cc is None and not out.exists():  # nothing made, not even the lock
+        raise UserError("masked hosts need a C compiler (gcc) to build the CPUID shim; install gcc, or use "
+                        "the qemu mechanism (NAME:qemu)")
 
     def build(tmp: Path) -> Path:
-        if cc is None:
-            raise UserError("masked hosts need a C compiler (gcc) to build the CPUID shim; install gcc, or use "
-                            "the qemu mechanism (NAME:qemu)")
         proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SOURCE), "-ldl"],
                               capture_output=True, text=True)
         if proc.returncode != 0:
