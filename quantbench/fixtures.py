@@ -28,7 +28,8 @@ import numpy as np
 from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fsutil import cache_on, canonical_json, file_state, read_cached_json, read_json, sha256_file, write_cache_entry
+from quantbench.fsutil import (cache_on, canonical_json, file_state, read_cached_json, read_json, remove_tree,
+                               sha256_file, temp_beside, write_cache_entry)
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import load_rgb, to_tensor
@@ -386,15 +387,16 @@ class TensorCache:
         if not self.enabled:
             return arr
         path = self._path(image_sha)
+        tmp = None
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.{os.getpid()}.tmp"
+            tmp = temp_beside(path, folder=False)  # its writer's own (two threads may write one key)
             with open(tmp, "wb") as fh:
                 np.save(fh, arr, allow_pickle=False)
             os.replace(tmp, path)  # a cache: atomic, not fsynced
             self.wrote += 1
         except OSError:
-            pass
+            if tmp is not None:
+                remove_tree(tmp)
         return arr
 
     def trim(self) -> None:

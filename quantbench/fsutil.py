@@ -1,8 +1,11 @@
-"""Atomic file writes and file hashing.
+"""Atomic file writes, caches built on first use, and file hashing.
 
 Every file quantbench writes goes through here: write to a temporary file in
 the destination folder, fsync, then rename, so a crash never leaves a
-half-written file and a reader never sees one.
+half-written file and a reader never sees one. Every cache entry built on first
+use under QUANTBENCH_HOME (a masked copy, a root, wheels, a prefix, a tool) is
+built by build_once: once per entry, by one builder under a lock beside it, in
+a temporary of its own, renamed into place; other threads and commands wait.
 """
 
 from __future__ import annotations
@@ -121,6 +124,103 @@ def replace_dir(tmp: str | os.PathLike, final: str | os.PathLike) -> Path:
     os.replace(tmp, final)
     shutil.rmtree(trash, ignore_errors=True)
     return final
+
+
+@contextlib.contextmanager
+def entry_lock(path: str | os.PathLike, waiting=None) -> Iterator[None]:
+    """Hold the build lock of the cache entry `path` (`fcntl.flock` on `.<name>.lock` beside it): one builder at a
+    time, thread or process. A caller that finds it held calls `waiting()` (when given) and waits. The lock file
+    is never removed (removing a flock file races with the next locker)."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            gate_mark("waiting", path)
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def temp_beside(path: str | os.PathLike, folder: bool = True) -> Path:
+    """A new empty temporary folder (or file) beside `path`, unique to its builder (thread or process) and named
+    with its owner, so stale_tmp finds the one a killed builder left."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prefix = f".{path.name}.{owner_tag()}."
+    if folder:
+        return Path(tempfile.mkdtemp(prefix=prefix, suffix=".tmp", dir=path.parent))
+    fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    return Path(tmp)
+
+
+def build_once(path: str | os.PathLike, done, build, publish=None, folder: bool = True, waiting=None):
+    """The cache entry `path` that quantbench builds on first use (a masked copy, a root, a wheel folder, a
+    prefix, a tool), built once per key by one builder while the others wait and then use it: (record, built).
+
+    `done()` is the entry's record when it is in place, else None: asked first without the lock (the common
+    case), then again under entry_lock (another builder may have finished while this one waited; `waiting` is
+    called when it must wait). `build(tmp)` fills a temporary folder (or file, `folder=False`) of this builder's
+    own beside `path` and returns a value; the temporary then replaces `path` atomically and `publish(value)`
+    (writing the stamp beside it, say) runs, still under the lock; its result (else the value) is the record. A
+    build that fails removes its temporary and leaves the old entry, if any, as it was; the temporary a killed
+    builder left is removed by the next build."""
+    found = done()
+    if found is not None:
+        return found, False
+    with entry_lock(path, waiting):
+        found = done()
+        if found is not None:
+            return found, False
+        clean_stale_tmp(Path(path).parent, Path(path).name)  # a killed builder's temporary (never a live one's)
+        tmp = temp_beside(path, folder)
+        try:
+            gate_mark("building", Path(path), wait=True)
+            made = build(tmp)
+            replace_dir(tmp, path) if folder else os.replace(tmp, path)
+        except BaseException:
+            remove_tree(tmp)
+            raise
+        return (publish(made) if publish is not None else made), True
+
+
+def remove_tree(path: str | os.PathLike) -> None:
+    """Remove a folder, file or link if it is there (a failed build's temporary)."""
+    import shutil
+
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+BUILD_GATE = "QUANTBENCH_TEST_BUILD_GATE"
+
+
+def gate_mark(step: str, entry: Path, wait: bool = False) -> None:
+    """Test-only hook (costs nothing when unset): with QUANTBENCH_TEST_BUILD_GATE=DIR, a builder that has made
+    its temporary ("building") or a caller that found the build lock held ("waiting") leaves
+    DIR/<step>.<entry name>.<owner>.<thread>; a builder then waits until DIR/go.<entry name> exists. Tests see
+    two builders of one entry overlap for certain (no timing)."""
+    gate = os.environ.get(BUILD_GATE)
+    if not gate:
+        return
+    import threading
+    import time
+
+    Path(gate, f"{step}.{entry.name}.{owner_tag()}.{threading.get_ident()}").touch()
+    while wait and not Path(gate, f"go.{entry.name}").exists():
+        time.sleep(0.05)
 
 
 def clean_stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[Path]:

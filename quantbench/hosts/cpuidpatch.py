@@ -10,6 +10,8 @@ SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOM
   masked/<ort-version>-<key>/cpuid-sites.tsv  every patched site (path, file offset): the shim's list
   masked/<ort-version>-<key>.json      its stamp: every patched file with its sites and SHA-256
   masked/shim-<key>.so                 the compiled shim
+  masked/<ort-version>-<key>/.site.lock, masked/.shim-<key>.so.lock   their build locks (fsutil.build_once:
+                                       one builder, in a temporary of its own; other hosts and commands wait)
 
 <key> hashes what the copy is made from (each source file's path, size and mtime, and this module's
 source), so another onnxruntime or numpy install gets another copy; a rebuild is idempotent.
@@ -34,7 +36,7 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, file_state
+from quantbench.fsutil import atomic_write_json, atomic_write_text, build_once, file_state
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.runtimes import read_stamp, stamp_of
 
@@ -102,9 +104,7 @@ def sites_path(key: str | None = None) -> Path:
 def write_sites(site: Path, stamp: dict, out: Path) -> None:
     lines = [f"{os.path.realpath(site / rel)}\t{off:x}\n" for rel, entry in sorted(stamp["files"].items())
              for off in entry["offsets"]]
-    tmp = out.with_name(f".{out.name}.{os.getpid()}")
-    tmp.write_text("".join(lines))
-    os.replace(tmp, out)
+    atomic_write_text(out, "".join(lines))
 
 
 def shim_path() -> Path:
@@ -214,59 +214,74 @@ def _compile(tmp: Path, dirs: list[Path]) -> None:
 
 
 def ensure_site(progress: bool = False) -> tuple[Path, dict, bool]:
-    """The masked copy for this interpreter's packages, built when missing: (site, stamp, built now)."""
+    """The masked copy for this interpreter's packages, built when missing (once: fsutil.build_once; two masked
+    hosts of one command, or two commands, wait for one builder): (site, stamp, built now)."""
     key = content_key()
-    site, stamp_file = site_dir(key), stamp_path(key)
+    site = site_dir(key)
     if ("site", key) in _ONCE and site.is_dir():
         return site, _ONCE["site", key], False
+    stamp, built = build_once(site, lambda: _checked_copy(key), lambda tmp: _build_copy(tmp, key, progress),
+                              publish=lambda stamp: _publish_copy(site, stamp, key),
+                              waiting=lambda: progress and print(f"masked: waiting for {site} (another quantbench "
+                                                                 "is building it) ...", flush=True))
+    _ONCE["site", key] = stamp
+    return site, stamp, built
+
+
+def _checked_copy(key: str) -> dict | None:
+    """The stamp of the masked copy `key` when it is in place and intact, else None."""
+    site = site_dir(key)
     stamp = read_stamp(site.parent)
     if stamp is not None and site.is_dir() and sites_path(key).exists() and verify(site, stamp) is None:
-        _ONCE["site", key] = stamp
-        return site, stamp, False
+        return stamp
+    return None
+
+
+def _build_copy(tmp: Path, key: str, progress: bool) -> dict:
+    """Copy and patch the packages into `tmp` (the builder's own folder); their stamp, checked."""
     dirs = _package_dirs()
     if progress:
-        print(f"masked: copying {', '.join(d.name for d in dirs)} to {site} and patching cpuid ...", flush=True)
-    tmp = site.with_name(f".site.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
-        files = _copy_and_patch(tmp, dirs)
-        stamp = {"key": key, "onnxruntime": local_ort_version(), "sources": [str(d) for d in dirs], "files": files}
-        problem = verify(tmp, stamp)
-        if problem:
-            raise UserError(f"masked copy failed its check: {problem}")
-        shutil.rmtree(site, ignore_errors=True)
-        os.replace(tmp, site)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    for rel, entry in stamp["files"].items():  # checked above; from now on hashed again only when touched
+        print(f"masked: copying {', '.join(d.name for d in dirs)} to {site_dir(key)} and patching cpuid ...",
+              flush=True)
+    files = _copy_and_patch(tmp, dirs)
+    stamp = {"key": key, "onnxruntime": local_ort_version(), "sources": [str(d) for d in dirs], "files": files}
+    problem = verify(tmp, stamp)
+    if problem:
+        raise UserError(f"masked copy failed its check: {problem}")
+    return stamp
+
+
+def _publish_copy(site: Path, stamp: dict, key: str) -> dict:
+    """The copy is in place: record each file's state (checked above; hashed again only when touched), the
+    shim's list of sites, then the stamp (last: a copy without its stamp is rebuilt)."""
+    for rel, entry in stamp["files"].items():
         entry["state"] = file_state(site / rel)
     write_sites(site, stamp, sites_path(key))
-    atomic_write_json(stamp_file, stamp)
-    _ONCE["site", key] = stamp
-    return site, stamp, True
+    atomic_write_json(stamp_path(key), stamp)
+    return stamp
 
 
 def ensure_shim(progress: bool = False) -> tuple[Path, bool]:
-    """The compiled shim (gcc -O2 -shared -fPIC), built when missing: (path, built now)."""
+    """The compiled shim (gcc -O2 -shared -fPIC), built when missing (once: fsutil.build_once): (path, built now)."""
     out = shim_path()
-    if out.exists():
-        return out, False
     cc = shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")
-    if cc is None:
+    if cc is None and not out.exists():  # nothing made, not even the lock
         raise UserError("masked hosts need a C compiler (gcc) to build the CPUID shim; install gcc, or use "
                         "the qemu mechanism (NAME:qemu)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}")
-    proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SOURCE), "-ldl"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise UserError(f"{SHIM_SOURCE}: {cc} failed: {proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}")
-    os.replace(tmp, out)
-    if progress:
+
+    def build(tmp: Path) -> Path:
+        proc = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(tmp), str(SHIM_SOURCE), "-ldl"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            err = proc.stderr.strip()
+            raise UserError(f"{SHIM_SOURCE}: {cc} failed: {err.splitlines()[-1] if err else proc.returncode}")
+        os.chmod(tmp, 0o755)
+        return out
+
+    out, built = build_once(out, lambda: out if out.exists() else None, build, folder=False)
+    if built and progress:
         print(f"masked: built the CPUID shim {out}", flush=True)
-    return out, True
+    return out, built
 
 
 def state() -> tuple[bool, str]:

@@ -1,6 +1,8 @@
 """Builds what emulated hosts need under QUANTBENCH_HOME (layout: quantbench.hosts.emulated).
 
-Steps, each skipped when its stamp file says it is done:
+Steps, each skipped when its stamp file says it is done, and each built once per entry (fsutil.build_once: a
+lock beside the entry, a temporary folder of the builder's own, an atomic rename; a second command or thread
+waits, then uses the finished entry):
   1. qemu-user: Debian trixie's qemu-user 10 (static-pie binaries that run on Debian 12),
      fetched as a .deb with a private apt configuration and unpacked into tools/;
      falls back to the qemu-user on PATH (Debian 12: 7.2). Nothing is installed system-wide.
@@ -15,8 +17,6 @@ The Debian mirror is the machine's own (its apt sources), or QUANTBENCH_DEBIAN_M
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import re
@@ -29,10 +29,11 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from quantbench.errors import UserError
-from quantbench.fsutil import atomic_write_json, atomic_write_text, read_cached_json, replace_dir
+from quantbench.fsutil import (atomic_write_json, atomic_write_text, build_once, entry_lock, read_cached_json,
+                               remove_tree, replace_dir, temp_beside)
 from quantbench.hosts import emulated as E
 from quantbench.hosts import runtimes as R
 from quantbench.hosts.keys import local_ort_version
@@ -114,25 +115,9 @@ def _run_streamed(argv: list[str], what: str, desc: str, progress: bool, total: 
         raise SetupError(f"{what}: `{' '.join(argv[:3])} ...` failed (exit {rc}): {' | '.join(tail[-3:])}")
 
 
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    """One setup at a time per QUANTBENCH_HOME (two `hosts setup` runs would race on renames)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _fresh_dir(path: Path) -> Path:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
-    path.mkdir(parents=True)
-    return path
+def _waiting(progress: bool, entry: Path):
+    """What a setup says when another builder (a command or a thread) holds the entry it needs."""
+    return lambda: _say(progress, f"waiting for {entry} (another quantbench is building it) ...")
 
 
 # --------------------------------------------------------------------------- Debian mirror
@@ -261,7 +246,20 @@ def fetch_trixie_qemu(progress: bool) -> dict:
     deb = found[-1]
     pkg_version = _run(["dpkg-deb", "-f", str(deb), "Version"], f"{deb}: reading its version").strip()
     tools = E.home() / "tools"
-    tmp = _fresh_dir(tools / f".qemu-unpack-{os.getpid()}")
+    tmp = temp_beside(tools / "qemu")  # this builder's own; fetch_trixie_qemu runs under ensure_qemu's lock
+    try:
+        final = _unpack_qemu(deb, tmp, progress)
+    except BaseException:
+        remove_tree(tmp)
+        raise
+    deb.unlink()
+    source = f"Debian {QEMU_SUITE} {QEMU_PACKAGE} {pkg_version} (unpacked into {final})"
+    return {"version": list(E.qemu_version(final / "qemu-aarch64")), "source": source,
+            **{arch: {"path": str(final / f"qemu-{arch}"), "source": source} for arch in QEMU_ARCHES}}
+
+
+def _unpack_qemu(deb: Path, tmp: Path, progress: bool) -> Path:
+    """qemu-aarch64 and qemu-x86_64 out of the .deb into `tmp`, then moved to tools/qemu-<version>."""
     wanted = {f"./usr/bin/qemu-{arch}": arch for arch in QEMU_ARCHES}
     _say(progress, f"unpacking {', '.join('qemu-' + a for a in QEMU_ARCHES)} from {deb.name} ...")
     proc = subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE)
@@ -284,15 +282,8 @@ def fetch_trixie_qemu(progress: bool) -> dict:
         proc.kill()
         proc.wait()
     if len(got) != len(wanted):
-        shutil.rmtree(tmp, ignore_errors=True)
         raise SetupError(f"{deb}: does not hold {', '.join(sorted(wanted))} as plain files")
-    version = E.qemu_version(got["aarch64"])
-    final = tools / f"qemu-{E._fmt(version)}"
-    replace_dir(tmp, final)
-    deb.unlink()
-    source = f"Debian {QEMU_SUITE} {QEMU_PACKAGE} {pkg_version} (unpacked into {final})"
-    return {"version": list(version), "source": source,
-            **{arch: {"path": str(final / f"qemu-{arch}"), "source": source} for arch in QEMU_ARCHES}}
+    return replace_dir(tmp, tmp.parent / f"qemu-{E._fmt(E.qemu_version(got['aarch64']))}")
 
 
 def system_qemu() -> dict | None:
@@ -306,11 +297,26 @@ def system_qemu() -> dict | None:
 
 
 def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) -> dict:
-    record = read_cached_json(E.tools_record_path())
-    if _qemu_ok(record, need) and record.get("preferred", False):
-        return record
-    if _qemu_ok(record, need) and record.get("fetch_failed_at", 0) > time.time() - 86400:
-        return record  # fell back to the system qemu today already; do not retry the download every run
+    """The qemu record (tools/qemu.json): Debian trixie's qemu-user fetched once (fsutil.build_once: one builder,
+    the others wait), else the qemu on PATH."""
+    def done() -> dict | None:
+        record = read_cached_json(E.tools_record_path())
+        if _qemu_ok(record, need) and record.get("preferred", False):
+            return record
+        if _qemu_ok(record, need) and record.get("fetch_failed_at", 0) > time.time() - 86400:
+            return record  # fell back to the system qemu today already; do not retry the download every run
+        return None
+
+    def build(tmp: Path) -> dict:
+        new = _fetch_or_fall_back(progress, actions)
+        atomic_write_json(tmp, new)
+        return new
+
+    return build_once(E.tools_record_path(), done, build, folder=False,
+                      waiting=_waiting(progress, E.tools_record_path()))[0]
+
+
+def _fetch_or_fall_back(progress: bool, actions: list[str]) -> dict:
     t0 = time.monotonic()
     try:
         new = fetch_trixie_qemu(progress)
@@ -325,7 +331,6 @@ def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) 
         new["fetch_failed_at"] = time.time()
         new["fetch_error"] = str(exc)
         actions.append(f"qemu: Debian {QEMU_SUITE}'s {QEMU_PACKAGE} unavailable ({exc}); using {new['source']}")
-    atomic_write_json(E.tools_record_path(), new)
     return new
 
 
@@ -334,20 +339,21 @@ def ensure_qemu(need: tuple[int, int, int], progress: bool, actions: list[str]) 
 
 def ensure_root(progress: bool, actions: list[str]) -> dict:
     """The bookworm arm64 root the pip runtimes' guests run from (python3.11; wheels come on PYTHONPATH)."""
-    stamp = read_cached_json(E.root_stamp())
-    if stamp is not None and E.guest_python().exists():
-        return stamp
-    return build_root(E.root_dir(), "arm64", E.ROOT_SUITE, ("python3",), progress, actions,
+    def done() -> dict | None:
+        stamp = read_cached_json(E.root_stamp())
+        return stamp if stamp is not None and E.guest_python().exists() else None
+    return build_root(E.root_dir(), "arm64", E.ROOT_SUITE, ("python3",), progress, actions, done,
                       python=E.GUEST_PYTHON_VERSION, what="arm64 root")
 
 
 def ensure_debian_runtime(suite: str, arch: str, progress: bool, actions: list[str]) -> dict:
     """A Debian suite's python3-onnxruntime in its own root (quantbench.hosts.runtimes.debian_root)."""
     final = R.debian_root(suite, arch)
-    stamp = R.read_stamp(final)
-    if stamp is not None and R.debian_python(suite, arch).exists():
-        return stamp
-    return build_root(final, R.DEBIAN_ARCH[arch], suite, R.DEBIAN_PACKAGES, progress, actions,
+
+    def done() -> dict | None:
+        stamp = R.read_stamp(final)
+        return stamp if stamp is not None and R.debian_python(suite, arch).exists() else None
+    return build_root(final, R.DEBIAN_ARCH[arch], suite, R.DEBIAN_PACKAGES, progress, actions, done,
                       what=f"Debian {suite} onnxruntime ({R.DEBIAN_ARCH[arch]})",
                       fixup=lambda tmp: _alternatives_links(tmp, R.MULTIARCH[arch][0]))
 
@@ -370,16 +376,17 @@ def _root_python(root: Path) -> str:
     return found[-1]
 
 
-def build_root(final: Path, deb_arch: str, suite: str, include, progress: bool, actions: list[str],
+def build_root(final: Path, deb_arch: str, suite: str, include, progress: bool, actions: list[str], done,
                python: str | None = None, what: str = "root", fixup=None) -> dict:
     """`debootstrap --foreign --variant=minbase --include=...` into `final` (the second stage needs binfmt_misc,
-    which sandboxes lack, so every downloaded .deb is unpacked with `dpkg -x`), then `fixup(tmp)`; stamped."""
-    if shutil.which("debootstrap") is None:
-        raise SetupError("debootstrap not found; install it (Debian: apt-get install debootstrap)")
-    mirror, _ = debian_mirror()
-    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
+    which sandboxes lack, so every downloaded .deb is unpacked with `dpkg -x`), then `fixup(tmp)`; stamped. Built
+    once (fsutil.build_once: `done()` is the stamp of a root in place; one builder, the others wait)."""
     t0 = time.monotonic()
-    try:
+
+    def build(tmp: Path) -> dict:
+        if shutil.which("debootstrap") is None:
+            raise SetupError("debootstrap not found; install it (Debian: apt-get install debootstrap)")
+        mirror, _ = debian_mirror()
         _say(progress, f"debootstrap --foreign {deb_arch} {suite} ({', '.join(include)}) into {final} "
                        f"(~20 s to minutes, 230-400 MB) ...")
         _run_streamed(["debootstrap", "--foreign", f"--arch={deb_arch}", "--variant=minbase",
@@ -391,16 +398,16 @@ def build_root(final: Path, deb_arch: str, suite: str, include, progress: bool, 
         got = _root_python(tmp)
         if python is not None and got != python:
             raise SetupError(f"{tmp}: {suite}'s python3 is {got}, not {python}")
-        replace_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    stamp = {"suite": suite, "arch": deb_arch, "mirror": mirror, "packages": len(archives), "python": got,
-             "include": list(include), "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    atomic_write_json(R.stamp_of(final), stamp)
-    actions.append(f"{what}: debootstrap {suite} + {len(archives)} packages unpacked into {final} "
-                   f"({time.monotonic() - t0:.0f} s, {_size_mb(final)} MB)")
-    return stamp
+        return {"suite": suite, "arch": deb_arch, "mirror": mirror, "packages": len(archives), "python": got,
+                "include": list(include), "made_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+    def publish(stamp: dict) -> dict:
+        atomic_write_json(R.stamp_of(final), stamp)
+        actions.append(f"{what}: debootstrap {suite} + {stamp['packages']} packages unpacked into {final} "
+                       f"({time.monotonic() - t0:.0f} s, {_size_mb(final)} MB)")
+        return stamp
+
+    return build_once(final, done, build, publish, waiting=_waiting(progress, final))[0]
 
 
 def _unpack_archives(tmp: Path, what: str, progress: bool) -> list:
@@ -469,82 +476,96 @@ def check_wheel(version: str, arch: str, python: str, platform_args=()) -> None:
         raise SetupError(f"pip download onnxruntime=={version} ({arch}, CPython {python}) failed: {tail}")
     msg = (f"onnxruntime {version}: no wheel for {arch} CPython {python}; versions with one: "
            f"{found.group(1).strip()}")
-    atomic_write_json(R.missing_wheels_path(), dict(missing, **{key: msg}))
+    with entry_lock(R.missing_wheels_path()):  # read-modify-write: another process may add its own version
+        atomic_write_json(R.missing_wheels_path(), dict(read_cached_json(R.missing_wheels_path()) or {}, **{key: msg}))
     raise SetupError(msg)
 
 
 def ensure_site(progress: bool, actions: list[str], ort_version: str | None = None) -> dict:
-    """aarch64 wheels of onnxruntime `ort_version` (None: the local version) and numpy for the arm64 guest."""
+    """aarch64 wheels of onnxruntime `ort_version` (None: the local version) and numpy for the arm64 guest, installed
+    once (fsutil.build_once: one builder, the others wait)."""
     ort_version = ort_version or local_ort_version()
-    stamp = read_cached_json(E.site_stamp(ort_version))
-    if stamp is not None and E.site_dir(ort_version).exists():
+    final, stamp_file = E.site_dir(ort_version), E.site_stamp(ort_version)
+    t0 = time.monotonic()
+
+    def done() -> dict | None:
+        stamp = read_cached_json(stamp_file)
+        return stamp if stamp is not None and final.exists() else None
+
+    def build(tmp: Path) -> dict:
+        check_wheel(ort_version, "aarch64", E.GUEST_PYTHON_VERSION, AARCH64_PLATFORMS)
+        np_version = _local_numpy()
+        base = [*AARCH64_PLATFORMS, "--python-version", E.GUEST_PYTHON_VERSION, "--implementation", "cp",
+                "--only-binary=:all:", f"onnxruntime=={ort_version}"]
+        _say(progress, f"pip: aarch64 wheels onnxruntime=={ort_version}, numpy"
+                       f"{'==' + np_version if np_version else ''} into {final} ...")
+        # The same numpy as the local one where a wheel exists, so hashing code is the same.
+        tries = [base + [f"numpy=={np_version}"], base + ["numpy"]] if np_version else [base + ["numpy"]]
+        _pip_into(tmp, ort_version, tries, "pip install (aarch64 wheels)", progress)
+        return {"onnxruntime": ort_version, "numpy": _dist_version(tmp, "numpy"),
+                "python": E.GUEST_PYTHON_VERSION, "platform": "manylinux aarch64"}
+
+    def publish(stamp: dict) -> dict:
+        atomic_write_json(stamp_file, stamp)
+        actions.append(f"wheels: onnxruntime {ort_version} + numpy {stamp['numpy']} (aarch64) into {final} "
+                       f"({time.monotonic() - t0:.0f} s)")
         return stamp
-    check_wheel(ort_version, "aarch64", E.GUEST_PYTHON_VERSION, AARCH64_PLATFORMS)
+
+    return build_once(final, done, build, publish, waiting=_waiting(progress, final))[0]
+
+
+def _local_numpy() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        np_version = version("numpy")
+        return version("numpy")
     except PackageNotFoundError:
-        np_version = ""
-    final = E.site_dir(ort_version)
-    base = ["--platform", "manylinux2014_aarch64", "--platform", "manylinux_2_28_aarch64",
-            "--python-version", E.GUEST_PYTHON_VERSION, "--implementation", "cp", "--only-binary=:all:",
-            f"onnxruntime=={ort_version}"]
-    t0 = time.monotonic()
-    _say(progress, f"pip: aarch64 wheels onnxruntime=={ort_version}, numpy"
-                   f"{'==' + np_version if np_version else ''} into {final} ...")
-    # The same numpy as the local one where a wheel exists, so hashing code is the same.
-    tries = [base + [f"numpy=={np_version}"], base + ["numpy"]] if np_version else [base + ["numpy"]]
-    _pip_into(final, ort_version, tries, "pip install (aarch64 wheels)", progress)
-    stamp = {"onnxruntime": ort_version, "numpy": _dist_version(final, "numpy"),
-             "python": E.GUEST_PYTHON_VERSION, "platform": "manylinux aarch64"}
-    atomic_write_json(E.site_stamp(ort_version), stamp)
-    actions.append(f"wheels: onnxruntime {ort_version} + numpy {stamp['numpy']} (aarch64) into {final} "
-                   f"({time.monotonic() - t0:.0f} s)")
-    return stamp
+        return ""
 
 
 def ensure_local_site(ort_version: str, progress: bool, actions: list[str]) -> dict:
     """onnxruntime `ort_version` alone (--no-deps) for this interpreter, in its own folder that a local host
-    puts first on its PYTHONPATH (this interpreter's numpy and the rest stay)."""
+    puts first on its PYTHONPATH (this interpreter's numpy and the rest stay); installed once (fsutil.build_once)."""
     arch, python = platform.machine(), R.local_python_version()
     final = R.site_dir(ort_version, arch, python)
-    stamp = R.read_stamp(final)
-    if stamp is not None and final.exists():
-        return stamp
-    check_wheel(ort_version, arch, python)
     t0 = time.monotonic()
-    _say(progress, f"pip: onnxruntime=={ort_version} ({arch}, CPython {python}) into {final} ...")
-    _pip_into(final, ort_version, [["--no-deps", "--only-binary=:all:", f"onnxruntime=={ort_version}"]],
-              "pip install (onnxruntime)", progress)
-    stamp = {"onnxruntime": ort_version, "python": python, "platform": arch}
-    atomic_write_json(R.stamp_of(final), stamp)
-    actions.append(f"wheels: onnxruntime {ort_version} ({arch}) into {final} ({time.monotonic() - t0:.0f} s)")
-    return stamp
+
+    def done() -> dict | None:
+        stamp = R.read_stamp(final)
+        return stamp if stamp is not None and final.exists() else None
+
+    def build(tmp: Path) -> dict:
+        check_wheel(ort_version, arch, python)
+        _say(progress, f"pip: onnxruntime=={ort_version} ({arch}, CPython {python}) into {final} ...")
+        _pip_into(tmp, ort_version, [["--no-deps", "--only-binary=:all:", f"onnxruntime=={ort_version}"]],
+                  "pip install (onnxruntime)", progress)
+        return {"onnxruntime": ort_version, "python": python, "platform": arch}
+
+    def publish(stamp: dict) -> dict:
+        atomic_write_json(R.stamp_of(final), stamp)
+        actions.append(f"wheels: onnxruntime {ort_version} ({arch}) into {final} ({time.monotonic() - t0:.0f} s)")
+        return stamp
+
+    return build_once(final, done, build, publish, waiting=_waiting(progress, final))[0]
 
 
-def _pip_into(final: Path, ort_version: str, tries: list, what: str, progress: bool) -> None:
-    """`pip install --target` each argument list in turn until one works, into a fresh folder renamed to
-    `final` once it holds onnxruntime `ort_version`."""
-    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
+def _pip_into(tmp: Path, ort_version: str, tries: list, what: str, progress: bool) -> None:
+    """`pip install --target tmp` each argument list in turn until one works (the folder emptied between tries);
+    then `tmp` must hold onnxruntime `ort_version`."""
     base = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-warn-script-location",
             "--target", str(tmp)]
-    try:
-        for i, args in enumerate(tries):
-            try:
-                _run_visible(base + args, what, progress)
-                break
-            except UserError:
-                if i == len(tries) - 1:
-                    raise
-                _fresh_dir(tmp)
-        got = _dist_version(tmp, "onnxruntime")
-        if got != ort_version:
-            raise SetupError(f"{tmp}: pip installed onnxruntime {got or 'nothing'}, not {ort_version}")
-        replace_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    for i, args in enumerate(tries):
+        try:
+            _run_visible(base + args, what, progress)
+            break
+        except UserError:
+            if i == len(tries) - 1:
+                raise
+            remove_tree(tmp)
+            tmp.mkdir()
+    got = _dist_version(tmp, "onnxruntime")
+    if got != ort_version:
+        raise SetupError(f"{tmp}: pip installed onnxruntime {got or 'nothing'}, not {ort_version}")
 
 
 # --------------------------------------------------------------------------- 4. prefixes
@@ -691,31 +712,38 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str], rt:
     version = E._fmt(E.qemu_version(binary))
     key = _prefix_key(p, binary, version, rt)
     final = E.prefix_dir(name, full)
-    stamp = read_cached_json(E._stamp(final))
-    if stamp is not None and {k: stamp.get(k) for k in key} == key and (final / "proc" / "cpuinfo").exists():
-        return stamp
-    tmp = _fresh_dir(final.with_name(f".{final.name}.tmp-{os.getpid()}"))
     t0 = time.monotonic()
-    try:
-        (tmp / "proc").mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env.update(dict(p.env))
-        argv, text, features = _probe_guest(name, p, binary, tmp, env, os.cpu_count() or 1, progress, rt)
-        atomic_write_text(tmp / "proc" / "cpuinfo", text)
-        check = _verify_import(name, p, argv, env, rt, progress)
-        replace_dir(tmp, final)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    def done() -> dict | None:
+        stamp = read_cached_json(E._stamp(final))
+        ok = stamp is not None and {k: stamp.get(k) for k in key} == key and (final / "proc" / "cpuinfo").exists()
+        return stamp if ok else None
+
+    def publish(stamp: dict) -> dict:
+        atomic_write_json(E._stamp(final), stamp)
+        failure = f"; onnxruntime does not start there ({stamp['import_failure']})" if stamp["import_failure"] else ""
+        actions.append(f"{name}: prefix {final} for qemu {version} -cpu {p.qemu_cpu}; guest /proc/cpuinfo from "
+                       f"{stamp['cpuinfo_source']}; features {' '.join(stamp['features'])}{failure} "
+                       f"({time.monotonic() - t0:.0f} s)")
+        return stamp
+
+    return build_once(final, done, lambda tmp: _build_prefix(name, p, binary, tmp, rt, progress, key), publish,
+                      waiting=_waiting(progress, final))[0]
+
+
+def _build_prefix(name: str, p: E.Preset, binary: str, tmp: Path, rt: R.Runtime | None, progress: bool,
+                  key: dict) -> dict:
+    """Fill the prefix folder `tmp`: the root linked in, the /proc/cpuinfo of the CPU model; verified; its stamp."""
+    (tmp / "proc").mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QEMU_")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.update(dict(p.env))
+    argv, text, features = _probe_guest(name, p, binary, tmp, env, os.cpu_count() or 1, progress, rt)
+    atomic_write_text(tmp / "proc" / "cpuinfo", text)
+    check = _verify_import(name, p, argv, env, rt, progress)
     cpuinfo_source = "prefix" if check["cpuinfo"] == text else "qemu (emulated /proc/cpuinfo)"
-    stamp = dict(key, features=features, cpuinfo_source=cpuinfo_source, guest_onnxruntime=check.get("onnxruntime"),
-                 guest_numpy=check.get("numpy"), import_failure=check.get("import_failure"))
-    atomic_write_json(E._stamp(final), stamp)
-    failure = f"; onnxruntime does not start there ({check['import_failure']})" if check.get("import_failure") else ""
-    actions.append(f"{name}: prefix {final} for qemu {version} -cpu {p.qemu_cpu}; guest /proc/cpuinfo from "
-                   f"{cpuinfo_source}; features {' '.join(features)}{failure} ({time.monotonic() - t0:.0f} s)")
-    return stamp
+    return dict(key, features=features, cpuinfo_source=cpuinfo_source, guest_onnxruntime=check.get("onnxruntime"),
+                guest_numpy=check.get("numpy"), import_failure=check.get("import_failure"))
 
 
 def _verify_import(name: str, p: E.Preset, argv: list, env: dict, rt: R.Runtime | None, progress: bool) -> dict:
@@ -762,9 +790,8 @@ def setup_hosts(specs, progress: bool = True) -> list[str]:
             raise UserError(f"hosts setup: host {spec.name!r} is kind {spec.kind} with its own onnxruntime; only "
                             "emulated hosts, masked x86 tiers and local hosts with another runtime need setup")
     actions = setup_emulated(pairs, progress) if pairs else []
-    with _lock(E.home() / ".setup.lock"):
-        for rt in dict.fromkeys(local):
-            _ensure_local_runtime(rt, progress, actions)
+    for rt in dict.fromkeys(local):
+        _ensure_local_runtime(rt, progress, actions)
     return actions
 
 
@@ -825,22 +852,21 @@ def setup_emulated(pairs: list, progress: bool = True) -> list[str]:
         if rt.version:
             check_wheel(rt.version, p.arch, E.GUEST_PYTHON_VERSION if p.arch == "aarch64" else
                         R.local_python_version(), AARCH64_PLATFORMS if p.arch == "aarch64" else ())
-    with _lock(E.home() / ".setup.lock"):
-        qemu = ensure_qemu(max(p.min_qemu for p, _ in presets), progress, actions)
-        _ensure_runtimes(presets, progress, actions)
-        failed = []
-        for p, rt in presets:
-            if tuple(qemu["version"]) < p.min_qemu:
-                # Not an error: the other presets work; `hosts list` shows why this one is not ready.
-                actions.append(f"{p.name}: not ready: {p.qemu_cpu} needs qemu >= {E._fmt(p.min_qemu)}, "
-                               f"the qemu in use is {E._fmt(qemu['version'])} ({qemu['source']})")
-                continue
-            try:
-                ensure_prefix(p.name, qemu, progress, actions, rt)
-            except UserError as exc:  # the other presets still get set up
-                failed.append(str(exc))
-        if failed:
-            for action in actions:
-                print(action)
-            raise SetupError("hosts setup failed for " + "; ".join(failed))
+    qemu = ensure_qemu(max(p.min_qemu for p, _ in presets), progress, actions)
+    _ensure_runtimes(presets, progress, actions)
+    failed = []
+    for p, rt in presets:
+        if tuple(qemu["version"]) < p.min_qemu:
+            # Not an error: the other presets work; `hosts list` shows why this one is not ready.
+            actions.append(f"{p.name}: not ready: {p.qemu_cpu} needs qemu >= {E._fmt(p.min_qemu)}, "
+                           f"the qemu in use is {E._fmt(qemu['version'])} ({qemu['source']})")
+            continue
+        try:
+            ensure_prefix(p.name, qemu, progress, actions, rt)
+        except UserError as exc:  # the other presets still get set up
+            failed.append(str(exc))
+    if failed:
+        for action in actions:
+            print(action)
+        raise SetupError("hosts setup failed for " + "; ".join(failed))
     return actions

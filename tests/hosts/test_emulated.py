@@ -1,6 +1,6 @@
 """Emulated hosts: setup contract, guest CPU identity, and ARM equivalence on the demo classifier.
 
-The slow tests need `quantbench hosts setup pi pi4 x86-avx2` (scripts/setup.sh runs
+The slow tests need `quantbench hosts setup pi pi4 x86-avx2` (`scripts/setup.sh --for-tests` runs
 `--all`); they are skipped with the readiness message when it has not been run.
 """
 

@@ -126,6 +126,15 @@ def test_each_masked_copy_has_its_own_stamp():
     assert a != b and a.name.endswith("-aaaa.json") and a.parent == C.site_dir("aaaa").parent.parent
 
 
+def test_no_c_compiler_for_the_shim_is_one_line_and_makes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))
+    monkeypatch.delenv("CC", raising=False)
+    with pytest.raises(UserError, match=r"^masked hosts need a C compiler \(gcc\) to build the CPUID shim"):
+        C.ensure_shim()
+    assert not (tmp_path / "home").exists()  # not even its lock
+
+
 def test_the_masked_copy_and_the_shim_are_built_once():
     _need_masked()
     assert M.setup_masked(progress=False) == []  # idempotent: nothing to do the second time

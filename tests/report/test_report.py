@@ -298,7 +298,7 @@ def test_report_html_renders_in_a_headless_browser_with_every_image_loaded(label
     if browser is None:
         from setup_required import missing_setup
 
-        missing_setup("chromium (scripts/setup.sh installs it)")
+        missing_setup("chromium (scripts/setup.sh --for-tests installs it)")
     res = labelled_bench / "results"
     html = res / "report.html"
     text = html.read_text()
