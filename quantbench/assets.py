@@ -19,9 +19,7 @@ default ~/.cache/quantbench, so that every checkout shares one install.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 from quantbench.errors import UserError
@@ -51,50 +49,3 @@ def demo_model(name: str = DEMO_DETECTOR) -> Path:
     if not path.exists():
         raise UserError(f"{path}: bundled model is missing from this install")
     return path
-
-
-_SEAL_KEY: dict = {}
-
-
-def _seal_key() -> bytes | None:
-    """This machine's secret for sealing cache entries: 32 random bytes in QUANTBENCH_HOME/cache-seal.key
-    (mode 0600, made once, never travels with a results folder); None when it cannot be read or made."""
-    path = quantbench_home() / "cache-seal.key"
-    if path not in _SEAL_KEY:
-        try:
-            if not path.is_file():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=".cache-seal.", dir=path.parent)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(os.urandom(32))
-                try:
-                    os.link(tmp, path)  # the first writer's key wins; a second one reads it
-                except FileExistsError:
-                    pass
-                finally:
-                    os.unlink(tmp)
-            key = path.read_bytes()
-            _SEAL_KEY[path] = key if len(key) == 32 else None
-        except OSError:
-            return None
-    return _SEAL_KEY[path]
-
-
-def seal(data: bytes) -> str | None:
-    """HMAC-SHA256 of `data` under this machine's secret (None: no secret here, nothing can be sealed).
-
-    A cache entry carries its seal, not a checksum: anyone can recompute a SHA-256 over a forged entry, only
-    this machine's quantbench its seal, so an entry forged or brought from elsewhere is a miss and is computed
-    again."""
-    import hmac
-
-    key = _seal_key()
-    return None if key is None else hmac.new(key, data, hashlib.sha256).hexdigest()
-
-
-def sealed(data: bytes, mark) -> bool:
-    """`mark` is the seal of `data` made on this machine."""
-    import hmac
-
-    want = seal(data)
-    return want is not None and isinstance(mark, str) and hmac.compare_digest(want, mark)

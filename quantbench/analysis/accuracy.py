@@ -52,11 +52,12 @@ import numpy as np
 
 from quantbench import tables
 from quantbench.analysis.decode import DecodeSpec
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, seal, sealed
+from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
 from quantbench.fixtures import annotations_by_image, default_images_dir, labels_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
+from quantbench.analysis.resultcache import seal, sealed
 from quantbench.preprocess import boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 2   # of plan() and score(): a change of what a figure means bumps it
@@ -462,7 +463,7 @@ class ScoreCache:
     and scored again: the cache never decides a reported figure alone.
     """
 
-    FORMAT = 3   # 3: entries sealed (fsutil.seal), not checksummed
+    FORMAT = 3   # 3: entries sealed (resultcache.seal), not checksummed
 
     def __init__(self, path=None):
         self.path = Path(path) if path is not None else None

@@ -2,7 +2,7 @@
 
 An entry is one JSON file, ``<cache dir>/equiv/<key>.json``: a first line
 ``{"format": ..., "key": ..., "seal": ...}`` and then the payload's JSON text; the seal is
-this machine's HMAC of the key and the payload (fsutil.seal), not a checksum anyone could
+this machine's HMAC of the key and the payload (seal below), not a checksum anyone could
 recompute. Results folders travel (copied, imported, unpacked from a release), so an entry
 is never trusted: a missing, truncated, altered, forged (even with a fresh checksum),
 foreign or wrongly-typed entry is a miss and the analysis runs again. Never pickle.
@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from quantbench import lazy, tables
-from quantbench.assets import seal, sealed
+from quantbench.assets import quantbench_home
 from quantbench.fsutil import atomic_write_bytes, content_key, keep_newest
 
 if TYPE_CHECKING:
@@ -33,7 +36,7 @@ if TYPE_CHECKING:
 else:
     pa = lazy.module("pyarrow")
 
-FORMAT = 2   # 2: entries sealed (fsutil.seal), not checksummed
+FORMAT = 2   # 2: entries sealed (seal below), not checksummed
 KEEP = 8  # entries kept per cache folder (the most recent)
 _DTYPES = {"<i8", "<i4", "<f8", "<f4", "|b1", "<u8", "<u4", "|u1", "|i1"}
 _CODE_VERSION = None
@@ -57,6 +60,49 @@ def code_version() -> str:
 def cache_dir_of(results) -> Path:
     """The cache folder of a results folder (hidden, beside accuracy's: no release archive holds it)."""
     return Path(results) / ".cache"
+
+
+_SEAL_KEY: dict = {}
+
+
+def _seal_key() -> bytes | None:
+    """This machine's secret for sealing cache entries: 32 random bytes in QUANTBENCH_HOME/cache-seal.key
+    (mode 0600, made once, never travels with a results folder); None when it cannot be read or made."""
+    path = quantbench_home() / "cache-seal.key"
+    if path not in _SEAL_KEY:
+        try:
+            if not path.is_file():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=".cache-seal.", dir=path.parent)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(os.urandom(32))
+                try:
+                    os.link(tmp, path)  # the first writer's key wins; a second one reads it
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(tmp)
+            key = path.read_bytes()
+            _SEAL_KEY[path] = key if len(key) == 32 else None
+        except OSError:
+            return None
+    return _SEAL_KEY[path]
+
+
+def seal(data: bytes) -> str | None:
+    """HMAC-SHA256 of `data` under this machine's secret (None: no secret here, nothing can be sealed).
+
+    A cache entry carries its seal, not a checksum: anyone can recompute a SHA-256 over a forged entry, only
+    this machine's quantbench its seal, so an entry forged or brought from elsewhere is a miss and is computed
+    again."""
+    key = _seal_key()
+    return None if key is None else hmac.new(key, data, hashlib.sha256).hexdigest()
+
+
+def sealed(data: bytes, mark) -> bool:
+    """`mark` is the seal of `data` made on this machine."""
+    want = seal(data)
+    return want is not None and isinstance(mark, str) and hmac.compare_digest(want, mark)
 
 
 def entry_path(cache_dir, key: str) -> Path:

@@ -284,7 +284,7 @@ def test_equiv_analysis_reused_while_its_inputs_are_unchanged(two_sessions, tmp_
 def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeypatch, capsys):
     import hashlib
 
-    from quantbench.assets import seal
+    from quantbench.analysis.resultcache import seal
 
     args = _copy_bench(two_sessions, tmp_path)
     monkeypatch.chdir(tmp_path)

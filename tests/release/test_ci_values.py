@@ -97,3 +97,18 @@ def test_a_folder_where_the_workflow_goes_is_refused(workdir, capsys, force):
     (workdir / "o" / "quantbench.yml" / "keep").write_text("mine\n")
     _refused(capsys, workdir, ["--out", "o", *force], "o/quantbench.yml: a folder, not a file; nothing was written")
     assert (workdir / "o" / "quantbench.yml" / "keep").read_text() == "mine\n"
+
+
+def test_the_largest_workflow_is_written_and_the_gitlab_merge_names_no_needs(workdir):
+    """256 shard jobs: GitHub's merge needs them all; GitLab's merge runs by stage (a GitLab job names at most 50
+    needs), after every shard job, with their artifacts."""
+    import yaml
+
+    from quantbench.release.ci import gitlab_ci
+
+    p = CIParams(onnxruntime=local_ort_version(), emulated=["pi", "pi4"], shards=127)
+    gh = yaml.safe_load(github_workflow(p))
+    assert len(gh["jobs"]["merge"]["needs"]) == 256
+    gl = yaml.safe_load(gitlab_ci(p))
+    assert "needs" not in gl["merge"] and gl["merge"]["stage"] == "merge" and gl["stages"][-1] == "merge"
+    assert all(len(job.get("needs", [])) <= 50 for job in gl.values() if isinstance(job, dict))

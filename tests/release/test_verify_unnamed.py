@@ -130,3 +130,24 @@ def test_many_dropped_files_are_counted_not_listed(results, capsys):
     rc, fails = _verify(capsys, folder, results)
     rows = [ln for ln in fails if ln.startswith("unnamed file")]
     assert rc == 1 and len(rows) == 6 and "35 more" in rows[-1], fails
+
+
+@pytest.mark.parametrize("record", [b"[]", b'{"variants": "x", "tables": 3}', b"not json"])
+def test_a_resealed_record_that_names_nothing_fails_without_a_traceback(archived, results, tmp_path, capsys, record):
+    with tarfile.open(archived) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    manifest = json.loads(members[0][1])
+    for e in manifest["members"]:
+        if e["path"] == "release.json":
+            e.update(size=len(record), sha256=hashlib.sha256(record).hexdigest())
+    data = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode()
+    members[0][0].size = len(data)
+    out = [(members[0][0], data)]
+    for m, b in members[1:]:
+        if m.name == "v1/release.json":
+            m.size, b = len(record), record
+        out.append((m, b))
+    forged = tmp_path / "record.tar.gz"
+    write_tar(forged, out)
+    rc, fails = _verify(capsys, forged, results)
+    assert rc == 1 and any(ln.startswith("archive ") and "release.json" in ln for ln in fails), fails
