@@ -141,9 +141,12 @@ def do_setup(args) -> int:
     else:
         named = resolve_hosts(args.names, args.hosts_file, option="hosts setup")
         specs, masked = [s for s in named if s.kind != "masked"], any(s.kind == "masked" for s in named)
+    remote = [s for s in specs if s.kind == "ssh" and s.options.get("tier")]  # a tier on an ssh machine
+    specs = [s for s in specs if s not in remote]
     t0 = time.monotonic()
     progress = not args.no_progress
     done = (setup_hosts(specs, progress=progress) if specs else []) + (setup_masked(progress) if masked else [])
+    done += [a for s in remote for a in make_host(s).setup_tier()]
     for action in done:
         print(action)
     print(f"set up in {time.monotonic() - t0:.0f} s" if done else "nothing to do: already set up")

@@ -28,6 +28,19 @@ TENSORCODE_PATH = WORKER_PATH.parents[1] / "tensorcode.py"   # travels with the 
 UNMASKED_ENV = "QUANTBENCH_CPUID_UNMASKED"
 
 
+#: what a host that receives the worker as source runs: reads the tensor encoding's and the worker's source
+#: (each after its length) from its input, then runs the worker on the rest of it (ssh hosts)
+BOOTSTRAP = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());t=b.read(n);n=int(b.readline());"
+    "exec(compile(b.read(n),'quantbench-worker.py','exec'),{'__name__':'__main__','_TENSORCODE':t})"
+)
+
+
+def worker_preamble() -> bytes:
+    """What BOOTSTRAP reads: the tensor encoding's source, then the worker's, each after its length."""
+    return b"".join(f"{len(src)}\n".encode("ascii") + src for src in worker_source())
+
+
 def without_process_mask(env: dict) -> dict:
     """`env` with a whole-process CPUID mask (quantbench.hosts.masked.process_env) taken off, as it was before:
     a qemu guest must see qemu's CPU model and its own packages, another runtime's onnxruntime the real CPU

@@ -37,7 +37,7 @@ KINDS = ("local", "emulated", "ssh", "imported", "masked")
 KIND_OPTIONS = {
     "local": ((), ("python", "onnxruntime", "runtime")),
     "emulated": ((), ("preset", "qemu_args", "onnxruntime", "runtime")),
-    "ssh": (("address",), ("python", "ssh_options", "ssh")),
+    "ssh": (("address",), ("python", "ssh_options", "ssh", "tier")),
     "imported": (("file",), ("host",)),
     "masked": ((), ("profile", "mechanism")),
 }
@@ -80,13 +80,23 @@ def builtin_hosts() -> dict[str, HostSpec]:
 
 
 def split_mechanism(name: str) -> tuple[str, str | None]:
-    """`NAME[:MECH]` -> (NAME, MECH or None): how an x86 tier runs, `masked` or `qemu`."""
+    """`NAME[:MECH]` -> (NAME, MECH or None): how an x86 tier runs, `masked` or `qemu`; or, after an ssh
+    machine's name, the x86 tier it shows (`box:x86-avx2`)."""
     base, sep, mech = name.partition(":")
     if not sep:
         return name, None
-    if mech not in masked.MECHANISMS:
-        raise UserError(f"host {name!r}: mechanism {mech!r}; choose from {', '.join(masked.MECHANISMS)}")
+    if mech not in masked.MECHANISMS and mech not in cpuprofiles.PROFILES:
+        raise UserError(f"host {name!r}: {mech!r} is neither a mechanism ({', '.join(masked.MECHANISMS)}) nor an "
+                        f"x86 tier ({', '.join(cpuprofiles.PROFILES)})")
     return base, mech
+
+
+def _on_machine(spec: HostSpec, label: str, tier: str) -> HostSpec:
+    """An x86 tier shown by an ssh machine, masked there (hosts.remotetier)."""
+    if spec.kind != "ssh":
+        raise UserError(f"host {label!r}: a tier after a host's name needs an ssh host (the machine that shows it); "
+                        f"{spec.name} is {spec.kind}")
+    return HostSpec(label, "ssh", dict(spec.options, tier=tier), spec.origin, dict(spec.session))
 
 
 def _with_mechanism(spec: HostSpec, label: str, mech: str | None) -> HostSpec:
@@ -223,6 +233,8 @@ def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> 
             raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
     if kind in ("local", "emulated"):
         _check_runtime(kind, opts, f"{where}: host {name!r}")
+    if kind == "ssh" and "tier" in opts and opts["tier"] not in cpuprofiles.PROFILES:
+        raise UserError(f"{where}: host {name!r}: unknown x86 tier {opts['tier']!r}; tiers: {', '.join(cpuprofiles.PROFILES)}")
     if kind == "masked":
         opts.setdefault("profile", name)
         if opts["profile"] not in cpuprofiles.PROFILES:
@@ -298,7 +310,10 @@ def resolve_hosts(names: list[str], hosts_file: str | os.PathLike | None = None,
             raise UserError(f"{option}: unknown host {base!r}; known hosts: {', '.join(sorted(hosts))} "
                             f"(define others in {hosts_file or DEFAULT_HOSTS_FILE})")
         seen.add(name)
-        spec = _with_mechanism(hosts[base], base + ':' + mech, mech) if mech else hosts[base]
+        if mech in cpuprofiles.PROFILES:
+            spec = _on_machine(hosts[base], f"{base}:{mech}", mech)
+        else:
+            spec = _with_mechanism(hosts[base], base + ':' + mech, mech) if mech else hosts[base]
         out.append(with_version(spec, version, name, option))
     if not out:
         raise UserError(f"{option}: no host named; e.g. {option} x86,pi")

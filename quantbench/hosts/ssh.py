@@ -9,6 +9,7 @@ input tensors travel the same way), so nothing is installed on the remote.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
@@ -18,22 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench.errors import UserError
-from quantbench.hosts.process import ProcessHost, worker_source
+from quantbench.hosts import remotetier
+from quantbench.hosts.process import BOOTSTRAP, ProcessHost, worker_preamble
 
-BOOTSTRAP = (
-    "import sys;b=sys.stdin.buffer;n=int(b.readline());t=b.read(n);n=int(b.readline());"
-    "exec(compile(b.read(n),'quantbench-worker.py','exec'),{'__name__':'__main__','_TENSORCODE':t})"
-)
-
-
-def remote_command(python: str = "python3") -> str:
-    """The command line the remote shell runs: python -c BOOTSTRAP."""
-    return f"{shlex.quote(python)} -c {shlex.quote(BOOTSTRAP)}"
-
-
-def worker_preamble() -> bytes:
-    """What BOOTSTRAP reads: the tensor encoding's source, then the worker's, each after its length."""
-    return b"".join(f"{len(src)}\n".encode("ascii") + src for src in worker_source())
+def remote_command(python: str = "python3", program: str = BOOTSTRAP) -> str:
+    """The command line the remote shell runs: python -c BOOTSTRAP (a tier on the machine: TIER_BOOTSTRAP)."""
+    return f"{shlex.quote(python)} -c {shlex.quote(program)}"
 
 
 @dataclass
@@ -77,8 +68,9 @@ class SSHHost(ProcessHost):
             raise UserError(f"host {self.name}: python {python!r} must name the remote interpreter, not an option")
         # `--` ends ssh's options: the destination and the remote command (one quoted word) are never parsed as
         # options, whatever they hold; ssh_options is the one place for options
+        program = remotetier.TIER_BOOTSTRAP if self.options.get("tier") else BOOTSTRAP
         return [ssh, *self.options.get("ssh_options", []), *mux, "-T", "-o", "BatchMode=yes", "--",
-                self.options["address"], remote_command(python)]
+                self.options["address"], remote_command(python, program)]
 
     def close_connection(self) -> None:
         """Stop the shared connection (the master) now rather than after ControlPersist."""
@@ -107,10 +99,30 @@ class SSHHost(ProcessHost):
         return True, f"ssh {self.options['address']} (connects on use; `quantbench hosts check {self.name}` tests it)"
 
     def command(self):
-        return self.argv(), None, worker_preamble()
+        tier = self.options.get("tier")
+        return self.argv(), None, (remotetier.preamble(tier, "worker") if tier else b"") + worker_preamble()
+
+    def setup_tier(self, timeout: float = 1800) -> list[str]:
+        """Build (once) and check the masked copy of a tier on the remote (`hosts setup NAME:TIER`): what was done."""
+        tier = self.options["tier"]
+        try:
+            r = subprocess.run(self.argv(), input=remotetier.preamble(tier, "setup"), capture_output=True,
+                               timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise UserError(f"host {self.name}: setting up {tier} on {self.options['address']} took over "
+                            f"{timeout:.0f} s") from None
+        if r.returncode != 0:
+            raise UserError(unreachable_message(self.name, self.options["address"], r.stderr.decode(errors="replace"))
+                            if r.returncode == 255 else f"host {self.name}: "
+                            + (r.stderr.decode(errors="replace").strip().splitlines() or ["setup failed"])[-1]
+                            .removeprefix("quantbench: "))
+        done = json.loads(r.stdout.decode().strip().splitlines()[-1])
+        return [f"{self.name}: {a} (on {self.options['address']})" for a in done["done"]] or [
+            f"{self.name}: the masked copy on {self.options['address']} is ready ({done['site']})"]
 
     def describe(self) -> str:
-        return f"ssh {self.options['address']}"
+        tier = self.options.get("tier")
+        return f"ssh {self.options['address']}" + (f", native-masked as {tier}" if tier else "")
 
     def died_message(self, exc) -> str:
         """The host and ssh's own last words, the same whether the connection died while the
