@@ -137,7 +137,7 @@ def calibration_sidecar(model_path: Path, sidecar_file=None, decode: str | None 
 
 
 def derive_spec(sidecar: dict | None, dims, name: str, source, asked_by: str, check_source,
-                plugin: str | None = None) -> dict:
+                plugin: str | None = None, override: bool = False) -> dict:
     """The preprocessing spec the sidecar makes for a model input (`name`, `dims`), checked once.
 
     `plugin`: a preprocessing plug-in the caller named (allowed, it replaces the sidecar's); a plug-in
@@ -145,9 +145,10 @@ def derive_spec(sidecar: dict | None, dims, name: str, source, asked_by: str, ch
     the model or file in input_spec's errors, `check_source` in check_input_block's. A block read_sidecar
     checked that states the shape is not checked again (the defaults input_spec adds are valid); what the
     sidecar left to the model (its shape: channels, size cap) or to the caller (`plugin`) is checked here.
+    `override`: the sidecar's shape may override the model's declared dims (calibrate, see shape_override).
     """
     block = (sidecar or {}).get("input")
-    spec = input_spec(sidecar, dims, name, source=source)
+    spec = input_spec(sidecar, dims, name, source=source, override=override)
     if plugin:
         allow(plugin)   # the caller named it
         spec["plugin"] = plugin
