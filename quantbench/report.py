@@ -984,8 +984,13 @@ def _summary_concealed_and_margins(result, compared: list[dict]) -> list[str]:
         if all(m["threshold"] is not None for m in margins):
             out.append(f"every flip against fp32 had an fp32 score in [{lo:.4g}, {hi:.4g}] "
                        f"(within {hw:.3g} of the threshold)")
-        else:
-            out.append(f"every flip against fp32 had an fp32 top-1/top-2 probability gap of at most {hw:.3g}")
+        else:   # worded as each decoder defines its margin (a plug-in's is its own, not a top-1/top-2 gap)
+            decode_of = {v["variant_id"]: v["decode"] for v in result.variants}
+            axes = sorted({margin_axis(decode_of[c["variant_id"]]) for c in compared
+                           if c["comparison"] != "ref-same" and c["margins"].get("band")
+                           and c["variant_id"] in decode_of})
+            out.append(f"every flip against fp32 was within {hw:.3g} of its decision boundary "
+                       f"({'; '.join(axes) or 'fp32 margin'})")
     return out
 
 

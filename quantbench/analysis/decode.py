@@ -231,6 +231,7 @@ class CtcKind(DecoderKind):
     flips: tuple = TEXT_FLIPS
     metric: str | None = "text"
     greedy: bool = True
+    no_threshold_margin: str = "fp32 smallest per-step top-1 minus top-2 probability"
 
     def keys(self, block, sidecar, where):
         return _ctc_keys(block, where)
@@ -248,6 +249,7 @@ class PluginKind(DecoderKind):
     compare: str = "plugin"
     metric: str | None = "AP"
     plugin: bool = True
+    no_threshold_margin: str = "fp32 margin as the plug-in returns it"
 
     def describe(self, spec):
         return {"plugin": plugins.plugin_identity(self.name, flag("decode"))}

@@ -108,6 +108,10 @@ def _add_other_arguments(parser) -> None:
                    help="histogram binning threads (default: the usable cores, at most 8; results do not depend on it)")
     g.add_argument("--force", action="store_true",
                    help="replace a calibration set or variants folder that holds different files")
+    g.add_argument("--decode-only", action="store_true",
+                   help="record the decode block of --sidecar (or the sidecar beside --model), with --decode as its "
+                        "kind, in the existing variants of --model (or --out), without calibrating or quantizing "
+                        "again: their bytes do not depend on it (the input block must be the one they were made with)")
 
 
 def _options(recipe: dict) -> str:
@@ -191,10 +195,30 @@ def result_json(res) -> dict:
         "out": str(res.out), "state": res.state, "seconds": round(res.seconds, 3)}
 
 
+def run_decode_only(args) -> int:
+    """--decode-only: the decode block of existing variants changed (quantbench.quantize.redecode)."""
+    import json
+
+    from quantbench.quantize.redecode import set_decode
+
+    res = set_decode(args.model, sidecar_file=args.sidecar, decode=args.decode, out=args.out)
+    if getattr(args, "json", False):
+        print(json.dumps({"out": str(res.out), "state": res.state, "variants": res.variants,
+                          "decode": {"before": res.before, "after": res.after}}, indent=2, sort_keys=True))
+        return 0
+    verb = {"unchanged": "unchanged (the same decode block was recorded)", "replaced": "recipes rewritten"}[res.state]
+    print(f"decode {res.before} -> {res.after} in {len(res.variants)} variant(s) ({', '.join(res.variants)}): "
+          f"nothing calibrated or quantized")
+    print(f"variants:        {res.out}/ {verb}")
+    return 0
+
+
 def run(args) -> int:
     import json
     import sys
 
+    if getattr(args, "decode_only", False):
+        return run_decode_only(args)
     if getattr(args, "json", False):
         res = calibrate(options_from_args(args))
         print(json.dumps(result_json(res), indent=2, sort_keys=True))

@@ -33,6 +33,7 @@ from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, I
                                              check_limits, load_with_shape_infer)
 from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
+from quantbench.quantize.redecode import only_decode_differs
 from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,
                                  write_latest)
 
@@ -205,6 +206,18 @@ def eval_labels(calset_recipe: dict) -> dict:
             "sha256": calset_recipe["labels_sha256"], "images": calset_recipe["images_dir"]}
 
 
+def _refuse_decode_only_change(opts: CalibrateOptions, out: Path, model_path: Path, spec: dict, sidecar) -> None:
+    """Before any work: variants of this model and preprocessing that differ only in their decode block would be
+    made again byte for byte, then refused at publication; say how to change the block without re-quantizing."""
+    if opts.force:
+        return
+    differs = only_decode_differs(out, model_path, spec, sidecar)
+    if differs:
+        raise UserError(f"{out}: holds the variants this run would make, recorded with another decode block "
+                        f"({differs}); their bytes do not depend on it: pass {flag('decode_only')} to record the new "
+                        f"block without calibrating or quantizing again, or {flag('force')} to calibrate again")
+
+
 @contextlib.contextmanager
 def removed_on_failure(dests: list):
     """What a failed run made is removed: each of `dests` it created (a calibration set written before the variants
@@ -245,6 +258,7 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
+    _refuse_decode_only_change(opts, out, model_path, spec, sidecar)
     with removed_on_failure([calib_root / name, out]):  # a failure leaves nothing: no calibration set either
         # 1. calibration set
         calset = builder.build(name, labels=opts.labels, images=opts.images, per_cell=opts.per_cell, seed=opts.seed,
