@@ -22,7 +22,7 @@ from pathlib import Path
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json, read_json, sha256_bytes
 from quantbench.modelio import ModelFacts, model_facts
-from quantbench.plugins import allow, is_ref, plugin_identity, require
+from quantbench.plugins import allow, is_ref, plugin_identity, require, same_ref
 from quantbench.preprocess import check_input_block, input_spec
 
 #: the top-level keys of a sidecar (docs/your-model.md); anything else is a typo, refused
@@ -126,7 +126,8 @@ def with_decode(sidecar: dict | None, kind: str | None) -> dict | None:
     if kind and is_ref(kind):
         allow(kind)   # the caller named it
     block = dict((sidecar or {}).get("decode") or {})
-    return {**(sidecar or {}), "decode": block if block.get("kind") == kind else {"kind": kind}}
+    own = block.get("kind") == kind or same_ref(block.get("kind"), kind)   # "./dec.py:fn" is the block of dec.py:fn
+    return {**(sidecar or {}), "decode": {**block, "kind": kind} if own else {"kind": kind}}
 
 
 def calibration_sidecar(model_path: Path, sidecar_file=None, decode: str | None = None) -> tuple[dict | None, str]:

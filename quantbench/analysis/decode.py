@@ -438,7 +438,7 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
     where = flag("decode") if given else f"{source} decode 'kind'"
     if is_plugin(kind):
         plugins.load(kind, where, asked_by=None if given else f"{source}: decode 'kind'")  # fail (or refuse) now
-        own = side_kind == kind or side_kind is None
+        own = side_kind is None or plugins.same_ref(side_kind, kind)   # "./dec.py:fn" is the block of dec.py:fn
         thr = threshold if threshold is not None else (block.get("threshold") if own else None)
         return DecodeSpec(kind=kind, outputs={}, threshold=None if thr is None else float(thr), classes=classes,
                           params=block if own else {})
