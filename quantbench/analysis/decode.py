@@ -158,6 +158,7 @@ class DecoderKind:
     plugin: bool = False                # user code (module:function), loaded only with consent (quantbench.plugins)
     greedy: bool = False                # serves without a threshold by a greedy rule (ctc)
     no_threshold_margin: str = "fp32 score minus threshold"   # what a margin is when there is no threshold
+    one_decision: bool = False          # one decision per image (a classifier's top-1, a recogniser's string)
 
     @property
     def decides(self) -> bool:
@@ -187,6 +188,11 @@ class DecoderKind:
     def margin_axis(self, threshold: float | None) -> str:
         """What a flip's fp32 margin measures."""
         return self.no_threshold_margin if threshold is None else "fp32 score minus threshold"
+
+    def totals_fixed(self, threshold: float | None) -> bool:
+        """Whether every image serves exactly one kept decision whatever the outputs (a recogniser's string, a
+        classifier's top-1 without a threshold): equal totals are then by construction and conceal nothing."""
+        return self.one_decision and (self.greedy or threshold is None)
 
     def rule(self, threshold: float | None) -> str:
         """How it serves, in a word: greedy, top-1 or the threshold."""
@@ -231,6 +237,7 @@ class CtcKind(DecoderKind):
     flips: tuple = TEXT_FLIPS
     metric: str | None = "text"
     greedy: bool = True
+    one_decision: bool = True
     no_threshold_margin: str = "fp32 smallest per-step top-1 minus top-2 probability"
 
     def keys(self, block, sidecar, where):
@@ -963,7 +970,7 @@ _BUILTIN = {k.name: k for k in (
     DecoderKind("detr-sigmoid", decode_detr, {"logits": "pred_logits", "boxes": "pred_boxes"}, threshold=0.5,
                 probability=True, box_format="cxcywh", metric="AP", box_frame="normalized"),
     DecoderKind("classifier-softmax", decode_classifier, {"logits": "logits"}, probability=True, metric="top-1",
-                no_threshold_margin="fp32 top-1 minus top-2 probability"),
+                no_threshold_margin="fp32 top-1 minus top-2 probability", one_decision=True),
     DecoderKind("threshold-map", decode_map, {"map": "map"}, threshold=0.5, probability=True, one_output=True,
                 compare="map", box_frame="normalized",
                 unscored="a probability map (threshold-map): no rule turns COCO labels into map regions"),
