@@ -206,6 +206,13 @@ def eval_labels(calset_recipe: dict) -> dict:
             "sha256": calset_recipe["labels_sha256"], "images": calset_recipe["images_dir"]}
 
 
+#: said before calibrating when Entropy runs at onnxruntime's default bins (docs/calibrate.md, "Note on Entropy")
+ENTROPY_DEFAULT_NOTE = (f"static-entropy at {ENTROPY_BINS} histogram bins (onnxruntime's default) has a single KL "
+                        "candidate, so it gives MinMax's range: on every model tried it was a byte-duplicate of "
+                        "static-minmax, at the cost of its histograms; 512 entropy bins let it clip outliers, or "
+                        "leave entropy out of the methods")
+
+
 def _refuse_decode_only_change(opts: CalibrateOptions, out: Path, model_path: Path, spec: dict, sidecar) -> None:
     """Before any work: variants of this model and preprocessing that differ only in their decode block would be
     made again byte for byte, then refused at publication; say how to change the block without re-quantizing."""
@@ -259,6 +266,8 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
     _refuse_decode_only_change(opts, out, model_path, spec, sidecar)
+    if "entropy" in static_methods and entropy_bins == ENTROPY_BINS and on_note:   # before the work it costs
+        on_note(ENTROPY_DEFAULT_NOTE)
     with removed_on_failure([calib_root / name, out]):  # a failure leaves nothing: no calibration set either
         # 1. calibration set
         calset = builder.build(name, labels=opts.labels, images=opts.images, per_cell=opts.per_cell, seed=opts.seed,

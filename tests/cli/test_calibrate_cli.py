@@ -166,3 +166,15 @@ def test_bundled_demo_no_arguments(workdir, capsys):
     assert "48 images" in out
     recipe = json.loads((workdir / "calib_sets" / "litter-detr-tiny-n12-seed0" / "recipe.json").read_text())
     assert [c["selected"] for c in recipe["cells"]] == [12, 12, 12, 12]
+
+
+def test_entropy_at_its_default_bins_is_said_to_duplicate_minmax_before_calibrating(setup, capsys):
+    wd, model, labels = setup
+    assert cli(*base_args(model, labels, "--methods", "minmax,entropy", "--no-progress")) == 0
+    out = capsys.readouterr().out
+    note = next(ln for ln in out.splitlines() if "static-entropy at 128 histogram bins" in ln)
+    assert note.startswith("note: ") and "byte-duplicate of static-minmax" in note
+    assert out.index(note) < out.index("calibration set ")    # said before the work it costs
+    assert cli(*base_args(model, labels, "--methods", "minmax,entropy", "--entropy-bins", "512", "--no-progress",
+                          "--out", "v512", "--name", "s512")) == 0
+    assert "static-entropy at 128" not in capsys.readouterr().out
