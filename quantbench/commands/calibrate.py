@@ -162,8 +162,11 @@ def print_calset(calset) -> None:
     print(f"calibration set {calset.name}: {len(calset.selected)} images, seed {r['seed']}, pool {r['pool']} "
           f"(eval split excluded; {r['eval_images_checked']} eval images of these labels checked by SHA-256), "
           "luminance = mean Rec. 709 luma")
-    print(f"strata by {st['kind']}: {', '.join(st['density'])}"
-          + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
+    if st["kind"] == "objects" and st["density"] == ["empty"]:   # a recogniser's word images, a classifier's photos
+        print("strata by objects: none (no image has an object box: one stratum, balanced by lighting)")
+    else:
+        print(f"strata by {st['kind']}: {', '.join(st['density'])}"
+              + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
     rows = [(c["cell"], c["available"], c["selected"], c["shortfall"] or "",
              "-" if c["luma_min"] is None else f"{c['luma_min']:.1f}-{c['luma_max']:.1f}",
              "-" if c["pool_luma_min"] is None else f"{c['pool_luma_min']:.1f}-{c['pool_luma_max']:.1f}")

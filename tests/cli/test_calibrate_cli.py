@@ -178,3 +178,12 @@ def test_entropy_at_its_default_bins_is_said_to_duplicate_minmax_before_calibrat
     assert cli(*base_args(model, labels, "--methods", "minmax,entropy", "--entropy-bins", "512", "--no-progress",
                           "--out", "v512", "--name", "s512")) == 0
     assert "static-entropy at 128" not in capsys.readouterr().out
+
+
+def test_a_set_without_object_boxes_is_one_stratum_not_empty_with_objects_left_out(workdir, capsys):
+    labels, _ = make_corpus(workdir / "corpus", n_litter=0, n_negative=24, n_eval=4)
+    model = tiny_model(workdir / "models" / "tiny.onnx")
+    assert cli(*base_args(model, labels, "--methods", "minmax", "--no-progress")) == 0
+    out = capsys.readouterr().out
+    assert "strata by objects: none (no image has an object box: one stratum, balanced by lighting)" in out
+    assert "none of:" not in out
