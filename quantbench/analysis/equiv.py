@@ -438,7 +438,7 @@ def _host_identities(hosts, sel, tables_root) -> tuple[dict, dict]:
     host_info, features = {}, {}
     for h in hosts:
         host_info[h], features[h] = _host_identity(rows.get((h, sel[h][0]), {}), sel[h])
-    return host_info, features
+    return host_info, C.without_mask_cpu(features, {h: i.get("cpu_mechanism", "") for h, i in host_info.items()})
 
 
 def _host_identity(r: dict, selected) -> tuple[dict, dict]:
