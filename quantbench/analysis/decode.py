@@ -159,6 +159,7 @@ class DecoderKind:
     greedy: bool = False                # serves without a threshold by a greedy rule (ctc)
     no_threshold_margin: str = "fp32 score minus threshold"   # what a margin is when there is no threshold
     one_decision: bool = False          # one decision per image (a classifier's top-1, a recogniser's string)
+    class_agnostic: bool = False        # scored against every labelled box whatever its category (a map's regions)
 
     @property
     def decides(self) -> bool:
@@ -972,8 +973,7 @@ _BUILTIN = {k.name: k for k in (
     DecoderKind("classifier-softmax", decode_classifier, {"logits": "logits"}, probability=True, metric="top-1",
                 no_threshold_margin="fp32 top-1 minus top-2 probability", one_decision=True),
     DecoderKind("threshold-map", decode_map, {"map": "map"}, threshold=0.5, probability=True, one_output=True,
-                compare="map", box_frame="normalized",
-                unscored="a probability map (threshold-map): no rule turns COCO labels into map regions"),
+                compare="map", box_frame="normalized", metric="AP", class_agnostic=True),
     DecoderKind("nms-boxes", decode_nms, {"boxes": "boxes", "scores": "scores", "labels": "labels"}, threshold=0.5,
                 compare="matched", metric="AP"),
     NmsKind("yolo", decode_yolo, {"output": "output0"}, threshold=0.25, probability=True),
