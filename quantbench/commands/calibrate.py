@@ -16,7 +16,7 @@ from quantbench.commands import add_plugin_arguments, finite_float
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
-from quantbench.quantize.pipeline import CalibrateOptions, calibrate
+from quantbench.quantize.pipeline import CalibrateOptions, calibrate, decode_only
 from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
 from quantbench.textfmt import text_table
 
@@ -202,9 +202,7 @@ def run_decode_only(args) -> int:
     """--decode-only: the decode block of existing variants changed (quantbench.quantize.redecode)."""
     import json
 
-    from quantbench.quantize.redecode import set_decode
-
-    res = set_decode(args.model, sidecar_file=args.sidecar, decode=args.decode, out=args.out)
+    res = decode_only(options_from_args(args))
     if getattr(args, "json", False):
         print(json.dumps({"out": str(res.out), "state": res.state, "variants": res.variants,
                           "decode": {"before": res.before, "after": res.after}}, indent=2, sort_keys=True))

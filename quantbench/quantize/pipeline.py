@@ -33,7 +33,7 @@ from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, I
                                              check_limits, load_with_shape_infer)
 from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
-from quantbench.quantize.redecode import only_decode_differs
+from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
 from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,
                                  write_latest)
 
@@ -130,6 +130,13 @@ def resolve_model(model) -> Path:
     if text and "/" not in text and not text.endswith(".onnx") and not Path(text).exists():
         return demo_model(text)
     return Path(text)
+
+
+def decode_only(opts: CalibrateOptions) -> DecodeChange:
+    """The decode block of the existing variants of `opts.model` changed (quantize.redecode.set_decode): the
+    sidecar (`opts.sidecar`, else beside the model) with `opts.decode`, into `opts.out` or the variants folder."""
+    return set_decode(resolve_model(opts.model), sidecar_file=opts.sidecar, decode=opts.decode, out=opts.out,
+                      variants_dir=opts.variants_dir)
 
 
 def _display_model(path: Path) -> str:

@@ -82,13 +82,12 @@ def new_sidecar(model_path: Path, variants: list, sidecar_file=None, decode: str
     return sidecar, record
 
 
-def set_decode(model: str | os.PathLike, sidecar_file=None, decode: str | None = None, out=None,
+def set_decode(model_path: str | os.PathLike, sidecar_file=None, decode: str | None = None, out=None,
                variants_dir=None) -> DecodeChange:
-    """Record the decode block of `sidecar_file` (else the sidecar beside `model`), with `decode` as its kind when
-    given, in every variant of `model` in `out` (default: <variants_dir>/<model name>), without re-quantizing."""
-    from quantbench.quantize.pipeline import resolve_model
-
-    model_path = resolve_model(model)
+    """Record the decode block of `sidecar_file` (else the sidecar beside the model), with `decode` as its kind when
+    given, in every variant of the model at `model_path` in `out` (default: <variants_dir>/<model name>), without
+    re-quantizing."""
+    model_path = Path(model_path)
     out = Path(out) if out else Path(variants_dir or VARIANTS_DIR) / model_path.stem
     variants = check_variants(out, model_path)
     sidecar, record = new_sidecar(model_path, variants, sidecar_file, decode)
