@@ -29,8 +29,10 @@ import warnings
 from dataclasses import dataclass, field
 
 COMMON = ("quiet", "verbose", "json", "no_progress")
-# lines on fd 2 that are library warnings, not our output
-_LIB_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?\[(W|I|V):onnxruntime|^(WARNING|INFO):(root|onnxruntime)")
+# lines on fd 2 that are library warnings, not our output: onnxruntime's C++ log, with or without its colour and
+# its timestamp ("\x1b[0;93m2026-12-02 01:19:54.414343251 [W:onnxruntime:, graph.cc:1492 Graph] Initializer ...")
+_LIB_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? )?\[(W|I|V):onnxruntime"
+                       r"|^(WARNING|INFO):(root|onnxruntime)")
 
 
 def add_common_arguments(parser) -> None:

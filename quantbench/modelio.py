@@ -232,6 +232,53 @@ def dims_of(value_info) -> list:
             for d in value_info.type.tensor_type.shape.dim]
 
 
+def declared_dims(value_info) -> list:
+    """A graph input's or output's dims as the file declares them: ints, names (dim_param), None (neither)."""
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in value_info.type.tensor_type.shape.dim]
+
+
+def overridden_dims(dims: list, shape: list) -> bool:
+    """Whether a sidecar `shape` overrides some static dim of `dims` (modelio.dims_of: None for a dynamic one)."""
+    return len(dims) == len(shape) and any(d is not None and d != s for d, s in zip(dims, shape))
+
+
+def with_input_shape(model, name: str, shape: list) -> dict:
+    """Rewrite `model` (in place) to take input `name` at `shape` (a sidecar's 'shape' over a static-batch export's
+    declared dims): that input's dims set, the shape annotations (value_info) dropped, each output's dims those
+    ONNX shape inference gives at the new shape (or none declared). Returns the record a recipe keeps:
+    {"input", "declared", "used", "outputs": {output: {"declared", "used"}}}."""
+    import onnx
+
+    vi = next(i for i in model.graph.input if i.name == name)
+    record = {"input": name, "declared": declared_dims(vi), "used": list(shape), "outputs": {}}
+    dims = vi.type.tensor_type.shape.dim
+    for d, n in zip(dims, shape):
+        d.Clear()
+        d.dim_value = int(n)
+    del model.graph.value_info[:]
+    declared = {o.name: declared_dims(o) for o in model.graph.output}
+    for o in model.graph.output:
+        o.type.tensor_type.ClearField("shape")
+    try:
+        inferred = {o.name: o for o in onnx.shape_inference.infer_shapes(model).graph.output}
+    except Exception:  # onnx cannot infer this graph: the outputs declare no shape, onnxruntime reports one
+        inferred = {}
+    for o in model.graph.output:
+        got = inferred.get(o.name)
+        if got is not None and got.type.tensor_type.HasField("shape"):
+            o.type.tensor_type.shape.CopyFrom(got.type.tensor_type.shape)
+        record["outputs"][o.name] = {"declared": declared[o.name], "used": declared_dims(o)}
+    return record
+
+
+def write_with_input_shape(src: str | os.PathLike, dst: str | os.PathLike, shape_override: dict) -> None:
+    """`src` written to `dst` as one file taking its input at the shape a with_input_shape record says."""
+    model, _ = load_with_data(src)
+    with_input_shape(model, shape_override["input"], shape_override["used"])
+    Path(dst).write_bytes(_one_file_bytes(model, Path(src)))
+
+
 def graph_inputs(model) -> dict:
     """{input name: dims} of the inputs that are fed (initializers listed as inputs excluded)."""
     inits = {i.name for i in model.graph.initializer}

@@ -91,6 +91,17 @@ def _split(ref: str, where: str) -> tuple[str, str]:
     return mod, fn
 
 
+def same_ref(a, b) -> bool:
+    """Whether two plug-in references name the same function: "dec.py:fn", "./dec.py:fn" and its absolute path do
+    (a file module by its resolved path, an installed module by its dotted name)."""
+    if not (is_ref(a) and is_ref(b)):
+        return False
+    (ma, _, fa), (mb, _, fb) = a.rpartition(":"), b.rpartition(":")
+    if fa != fb or _is_path(ma) != _is_path(mb):
+        return False
+    return Path(ma).resolve() == Path(mb).resolve() if _is_path(ma) else ma == mb
+
+
 def _is_path(mod: str) -> bool:
     return mod.endswith(".py") or "/" in mod or os.sep in mod
 

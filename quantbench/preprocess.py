@@ -288,34 +288,26 @@ def luminance(rgb: np.ndarray) -> float:
 
 
 def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: str | None = None,
-               source: str = "model") -> dict:
+               source: str = "model", override: bool = False) -> dict:
     """The preprocessing recipe: the sidecar's input block, or plain 0..1 scaling of a static input.
 
     `model_input_shape` holds the model's dims (None for dynamic ones, see
-    modelio.dims_of); a sidecar shape must agree with every static dim. Without a
-    sidecar shape only a dynamic batch is filled in (with 1): a dynamic height or
-    width is the user's to state, never guessed. `source` names the model in errors.
+    modelio.dims_of). Without a sidecar shape only a dynamic batch is filled in (with 1):
+    a dynamic height or width is the user's to state, never guessed, and a static batch
+    other than 1 (a static-batch export, e.g. [10, 3, 32, 32]) is refused naming the
+    sidecar 'shape' that fixes it. A sidecar shape must agree with every static dim,
+    unless `override` (calibrate: its shape overrides the declared dims of the variants it
+    writes, modelio.with_input_shape): then it needs one dim per declared dim.
+    `source` names the model in errors.
     """
     spec = dict((sidecar or {}).get("input") or {})
     if model_input_name and "name" not in spec:
         spec["name"] = model_input_name
     dims = None if model_input_shape is None else list(model_input_shape)
     if "shape" not in spec:
-        if dims is None:
-            raise UserError(f"{source}: no input shape: give the model a sidecar JSON with an 'input' block")
-        if any(d is None for d in dims[1:]):
-            shown = ["?" if d is None else d for d in dims]
-            fix = ("its 'input' block states no 'shape': add one (and mean, std)" if sidecar is not None else
-                   "give the model a sidecar JSON with an 'input' block stating 'shape' (and mean, std), or pass "
-                   f"{flag('sidecar')} FILE")
-            raise UserError(f"{source}: input {spec.get('name')!r} has dynamic dims {shown}; {fix}")
-        spec["shape"] = [1 if d is None else d for d in dims]
+        spec["shape"] = _declared_shape(dims, spec.get("name"), sidecar, source)
     elif dims is not None:
-        want = list(spec["shape"])
-        if len(dims) != len(want) or any(d is not None and d != w for d, w in zip(dims, want)):
-            shown = ["?" if d is None else d for d in dims]
-            raise UserError(f"{source}: input {spec.get('name')!r} has shape {shown} but the preprocessing makes "
-                            f"{want}; fix the sidecar's input block or pass the matching model")
+        _check_declared(dims, list(spec["shape"]), spec.get("name"), source, override)
     spec.setdefault("layout", "NCHW")
     spec.setdefault("color", "RGB")
     spec.setdefault("dtype", "float32")
@@ -325,6 +317,39 @@ def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: s
     spec.setdefault("mean", [0.0] * channels)
     spec.setdefault("std", [1.0] * channels)
     return spec
+
+
+def _shown(dims) -> list:
+    return ["?" if d is None else d for d in dims]
+
+
+def _declared_shape(dims, name, sidecar, source) -> list:
+    """The input shape a model's own dims give (a dynamic batch as 1), when the sidecar states none."""
+    if dims is None:
+        raise UserError(f"{source}: no input shape: give the model a sidecar JSON with an 'input' block")
+    if any(d is None for d in dims[1:]):
+        fix = ("its 'input' block states no 'shape': add one (and mean, std)" if sidecar is not None else
+               "give the model a sidecar JSON with an 'input' block stating 'shape' (and mean, std), or pass "
+               f"{flag('sidecar')} FILE")
+        raise UserError(f"{source}: input {name!r} has dynamic dims {_shown(dims)}; {fix}")
+    if dims and dims[0] is not None and dims[0] != 1:
+        one = [1, *dims[1:]]
+        raise UserError(f"{source}: input {name!r} declares a static batch of {dims[0]} ({dims}), and every tensor "
+                        f"quantbench makes holds one image: add \"shape\": {one} to the sidecar's input block (it "
+                        "overrides the declared dims in every variant calibrate writes)")
+    return [1 if d is None else d for d in dims]
+
+
+def _check_declared(dims: list, want: list, name, source, override: bool) -> None:
+    """A sidecar shape against the model's declared dims: equal where static, or (`override`) of the same rank."""
+    if len(dims) != len(want):
+        raise UserError(f"{source}: input {name!r} is declared with {len(dims)} dims {_shown(dims)} but the "
+                        f"sidecar's input 'shape' {want} has {len(want)}; give one dim per declared dim")
+    if override or all(d is None or d == w for d, w in zip(dims, want)):
+        return
+    raise UserError(f"{source}: input {name!r} is declared as {_shown(dims)} but the sidecar's input 'shape' is "
+                    f"{want}; a sidecar 'shape' overrides declared dims only in the variants calibrate writes: "
+                    "calibrate this model with that sidecar, or make the sidecar's 'shape' match")
 
 
 def _bilinear(rgb: np.ndarray, h: int, w: int) -> np.ndarray:

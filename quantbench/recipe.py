@@ -22,7 +22,7 @@ from pathlib import Path
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json, read_json, sha256_bytes
 from quantbench.modelio import ModelFacts, model_facts
-from quantbench.plugins import allow, is_ref, plugin_identity, require
+from quantbench.plugins import allow, is_ref, plugin_identity, require, same_ref
 from quantbench.preprocess import check_input_block, input_spec
 
 #: the top-level keys of a sidecar (docs/your-model.md); anything else is a typo, refused
@@ -126,7 +126,8 @@ def with_decode(sidecar: dict | None, kind: str | None) -> dict | None:
     if kind and is_ref(kind):
         allow(kind)   # the caller named it
     block = dict((sidecar or {}).get("decode") or {})
-    return {**(sidecar or {}), "decode": block if block.get("kind") == kind else {"kind": kind}}
+    own = block.get("kind") == kind or same_ref(block.get("kind"), kind)   # "./dec.py:fn" is the block of dec.py:fn
+    return {**(sidecar or {}), "decode": {**block, "kind": kind} if own else {"kind": kind}}
 
 
 def calibration_sidecar(model_path: Path, sidecar_file=None, decode: str | None = None) -> tuple[dict | None, str]:
@@ -137,7 +138,7 @@ def calibration_sidecar(model_path: Path, sidecar_file=None, decode: str | None 
 
 
 def derive_spec(sidecar: dict | None, dims, name: str, source, asked_by: str, check_source,
-                plugin: str | None = None) -> dict:
+                plugin: str | None = None, override: bool = False) -> dict:
     """The preprocessing spec the sidecar makes for a model input (`name`, `dims`), checked once.
 
     `plugin`: a preprocessing plug-in the caller named (allowed, it replaces the sidecar's); a plug-in
@@ -145,9 +146,10 @@ def derive_spec(sidecar: dict | None, dims, name: str, source, asked_by: str, ch
     the model or file in input_spec's errors, `check_source` in check_input_block's. A block read_sidecar
     checked that states the shape is not checked again (the defaults input_spec adds are valid); what the
     sidecar left to the model (its shape: channels, size cap) or to the caller (`plugin`) is checked here.
+    `override`: the sidecar's shape may override the model's declared dims (calibrate, see shape_override).
     """
     block = (sidecar or {}).get("input")
-    spec = input_spec(sidecar, dims, name, source=source)
+    spec = input_spec(sidecar, dims, name, source=source, override=override)
     if plugin:
         allow(plugin)   # the caller named it
         spec["plugin"] = plugin

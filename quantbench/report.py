@@ -28,7 +28,7 @@ from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.decode import kind_of
 from quantbench.analysis.equiv import as_json, write_tables
-from quantbench.analysis.gates import ship_verdict
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_RTOL, ship_verdict, tolerance_set
 from quantbench.assets import RESULTS_DIR
 from quantbench.fsutil import atomic_path, atomic_write_text, content_key, made_from, write_key
 from quantbench.gallery import safe
@@ -306,12 +306,17 @@ def _vs_fp32(result, v: dict, host: str) -> dict | None:
 
 
 def gates_checked(result) -> list[str]:
-    """The gates a verdict states: those named by --gate, else the decision gate (tensor under decode none)."""
+    """The gates a verdict states: those named by --gate, else the decision gate; under decode none the tensor
+    gate only against a tolerance the user set (the default 1e-5 fails float models across architectures), else
+    none (the verdict is NO VERDICT, with the classes and the largest delta)."""
     named = list(result.settings.get("gates") or [])
     if named:
         return named
     compared = any(c.get("decisions_compared", True) for c in result.comparisons)
-    return ["decision"] if compared or not result.comparisons else ["tensor"]
+    if compared or not result.comparisons:
+        return ["decision"]
+    s = result.settings
+    return ["tensor"] if tolerance_set(s.get("atol", DEFAULT_ATOL), s.get("rtol", DEFAULT_RTOL)) else []
 
 
 def variant_gate(result, v: dict, gates: list[str]) -> tuple[bool, str]:
@@ -388,6 +393,15 @@ def _hosts_part(result, v: dict) -> tuple[str, bool | None]:
         f"image{'s' if c['images_disagree'] != 1 else ''}" for c in differ), True
 
 
+def _no_gate(result, v: dict) -> str:
+    """What a decode-none verdict without a gate can say: the largest delta against fp32, and how to get a gate."""
+    deltas = [c["tensor_gate"]["max_abs"] for c in result.comparisons
+              if c["variant_id"] == v["variant_id"] and c["comparison"] != "ref-same" and c["tensor_gate"]["elements"]]
+    most = f"largest |delta| vs fp32 {max(deltas):.3g}; " if deltas else ""
+    return (f"{most}no gate: no decoder and no tolerance set (give an atol/rtol for the tensor gate, a gate, or a "
+            "decoder for one)")
+
+
 def verdict_lines(result) -> list[str]:
     """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP, NOT RUN), then
     why in numbers: flips vs fp32 per host against the budget, whether the hosts serve identical decisions, the
@@ -414,8 +428,8 @@ def verdict_lines(result) -> list[str]:
         else:
             counts, differ, why = [], None, ["decisions not compared (decode none)", cls]
         ok, failed = variant_gate(result, v, gates)
-        answer = ship_verdict(ok, counts, differ, n, compared)
-        gate = f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})")
+        answer = ship_verdict(ok, counts, differ, n, compared, gated=bool(gates))
+        gate = f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})") if gates else _no_gate(result, v)
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""
         lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}")
@@ -1011,8 +1025,13 @@ def _summary_concealed_and_margins(result, compared: list[dict]) -> list[str]:
         if all(m["threshold"] is not None for m in margins):
             out.append(f"every flip against fp32 had an fp32 score in [{lo:.4g}, {hi:.4g}] "
                        f"(within {hw:.3g} of the threshold)")
-        else:
-            out.append(f"every flip against fp32 had an fp32 top-1/top-2 probability gap of at most {hw:.3g}")
+        else:   # worded as each decoder defines its margin (a plug-in's is its own, not a top-1/top-2 gap)
+            decode_of = {v["variant_id"]: v["decode"] for v in result.variants}
+            axes = sorted({margin_axis(decode_of[c["variant_id"]]) for c in compared
+                           if c["comparison"] != "ref-same" and c["margins"].get("band")
+                           and c["variant_id"] in decode_of})
+            out.append(f"every flip against fp32 was within {hw:.3g} of its decision boundary "
+                       f"({'; '.join(axes) or 'fp32 margin'})")
     return out
 
 

@@ -88,3 +88,39 @@ def make_corpus(root, n_litter: int = 16, n_negative: int = 16, n_eval: int = 4,
 def random_feeds(n: int, hw: int = 16, seed: int = 1, name: str = "images"):
     rng = np.random.default_rng(seed)
     return [{name: (rng.random((1, 3, hw, hw), dtype=np.float32) * 2 - 0.5)} for _ in range(n)]
+
+
+def static_batch_model(path, batch: int = 10, hw: int = 32, fixed_reshape: bool = False, sidecar: dict | None = None):
+    """A static-batch export as PyTorch 1.2 wrote them: input 'input.1' declared [batch, 3, hw, hw], output
+    [batch, 2], opset 9, IR 4, every initializer also listed in graph.input (Conv-Relu-GlobalAveragePool-Flatten-
+    Gemm: runs at any batch and size). `fixed_reshape`: a Reshape to [batch, 8] instead of Flatten, so the graph
+    runs only at its declared batch. `sidecar`: written beside it as <stem>.json."""
+    import onnx
+    from onnx import TensorProto, helper
+    from onnx import numpy_helper as nh
+
+    rng = np.random.default_rng(3)
+    arr = {"1": rng.normal(0, 0.3, (8, 3, 3, 3)), "2": rng.normal(0, 0.1, (8,)),
+           "3": rng.normal(0, 0.3, (2, 8)), "4": rng.normal(0, 0.1, (2,))}
+    inits = [nh.from_array(np.asarray(v, np.float32), k) for k, v in arr.items()]
+    flat = helper.make_node("Flatten", ["7"], ["8"], axis=1)
+    if fixed_reshape:
+        inits.append(nh.from_array(np.array([batch, 8], np.int64), "9"))
+        flat = helper.make_node("Reshape", ["7", "9"], ["8"])
+    nodes = [helper.make_node("Conv", ["input.1", "1", "2"], ["5"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["5"], ["6"]), helper.make_node("GlobalAveragePool", ["6"], ["7"]), flat,
+             helper.make_node("Gemm", ["8", "3", "4"], ["out"], transB=1)]
+    inputs = [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [batch, 3, hw, hw])]
+    inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits]
+    g = helper.make_graph(nodes, "torch-jit-export", inputs,
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [batch, 2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)], producer_name="pytorch",
+                          producer_version="1.2")
+    m.ir_version = 4
+    onnx.checker.check_model(m)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(path))
+    if sidecar is not None:
+        path.with_suffix(".json").write_text(json.dumps(sidecar))
+    return path

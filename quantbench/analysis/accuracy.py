@@ -276,16 +276,18 @@ def _ap_plan(spec, sidecar: dict | None, truth: Truth, fids: list, boxed: bool) 
     nosize = [f for f in fids if truth.fixtures[f].size is None]
     if nosize:
         return f"{len(nosize)} images have no width/height in {truth.labels_file} and were not found"
+    agnostic = spec.decoder_kind.class_agnostic   # a map's regions against every labelled box, as one category
     by_name = {name: cid for cid, name in truth.categories.items()}
-    category_of = {i: by_name[str(c)] for i, c in enumerate(classes) if str(c) in by_name}
+    category_of = {0: 1} if agnostic else {i: by_name[str(c)] for i, c in enumerate(classes) if str(c) in by_name}
     if not category_of:
         return "none of the sidecar's classes names a category of the labels"
     gt = {}
     for f in fids:
-        rows = [[*a["bbox"][:2], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3], a["category_id"]]
+        rows = [[*a["bbox"][:2], a["bbox"][0] + a["bbox"][2], a["bbox"][1] + a["bbox"][3],
+                 1 if agnostic else a["category_id"]]
                 for a in truth.fixtures[f].annotations if a.get("bbox") is not None]
         gt[f] = np.asarray(rows, np.float64).reshape(-1, 5)
-    unnamed = [str(c) for i, c in enumerate(classes) if i not in category_of]
+    unnamed = [] if agnostic else [str(c) for i, c in enumerate(classes) if i not in category_of]
     note = f"classes without a category of the same name, left out: {', '.join(unnamed[:5])}" if unnamed else ""
     return Plan(metric="AP", fixtures=fids, gt=gt, category_of=category_of, frame=frame, note=note)
 

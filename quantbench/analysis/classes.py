@@ -23,7 +23,8 @@ from quantbench.analysis.tiers import DISPATCH, canonical_flag, dispatch_rank
 # lower rank = preferred when several feature sets of the same size separate: a session
 # option or library version explains more than hardware; across architectures the
 # architecture explains more than any one ISA flag (x86 and ARM flag names do not compare)
-_PRIORITY = ("session.", "ort_version", "arch", "isa:", "cpu", "fp.")
+# what names a separation first: the architecture and ISA, then the runtime and session, then the CPU's name
+_PRIORITY = ("arch", "isa:", "ort_version", "session.", "cpu", "fp.")
 # fingerprint keys that identify a machine or a moment, never the arithmetic
 _NOISE = ("hostname", "host", "node", "time", "date", "pid", "path", "address", "user", "uptime", "boot",
           "fingerprint_id", "kind", "name", "memory", "mem", "ram")
@@ -122,6 +123,15 @@ def fingerprint_features(arch=None, cpu=None, isa_flags=(), ort_version=None, se
         if not _is_noise(k) and not any(x in k.lower() for x in ("flags", "features", "hwcap")):
             feats[f"fp.{k}"] = v
     return feats
+
+
+def without_mask_cpu(features: dict, mechanisms: dict) -> dict:
+    """`features` (host -> {feature: value}) without the "cpu" name when a host's CPU is shown through a masked
+    CPUID (`mechanisms`: host -> "native-masked" | "qemu" | "real"): its vendor and model string are the mask's,
+    not a CPU that computed anything, so they never tell classes apart (the ISA flags do)."""
+    if "native-masked" not in mechanisms.values():
+        return features
+    return {h: {k: v for k, v in f.items() if k != "cpu"} for h, f in features.items()}
 
 
 def _rank(feature: str) -> tuple:

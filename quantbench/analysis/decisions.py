@@ -316,7 +316,9 @@ class ComparisonSummary:
 
 def summarize(comparison: str, host: str, variant: str, ref_host: str, ref_variant: str,
               per_fixture: list[FixtureComparison], threshold: float | None,
-              kinds: tuple = FLIP_KINDS) -> ComparisonSummary:
+              kinds: tuple = FLIP_KINDS, totals_fixed: bool = False) -> ComparisonSummary:
+    """One comparison's figures. `totals_fixed`: every image serves exactly one decision (the decoder's
+    DecoderKind.totals_fixed), so equal totals are by construction and never flagged as concealing flips."""
     flips = [f for fc in per_fixture for f in fc.flips]
     by_kind = {k: 0 for k in kinds}
     for f in flips:
@@ -329,7 +331,7 @@ def summarize(comparison: str, host: str, variant: str, ref_host: str, ref_varia
         comparison=comparison, host=host, variant=variant, ref_host=ref_host, ref_variant=ref_variant,
         fixtures=len(per_fixture), ref_total=ref_total, total=total, flips=len(flips), by_kind=by_kind,
         images_disagree=sum(1 for fc in per_fixture if not fc.agrees),
-        concealed=concealed(ref_total, total, len(flips)),
+        concealed=not totals_fixed and concealed(ref_total, total, len(flips)),
         margins=margin_summary([f.margin for f in flips], threshold),
         flipped_pixels=sum(px) if px else None,
         flipped_pixel_regions=sum(pr) if pr else None,

@@ -158,6 +158,8 @@ class DecoderKind:
     plugin: bool = False                # user code (module:function), loaded only with consent (quantbench.plugins)
     greedy: bool = False                # serves without a threshold by a greedy rule (ctc)
     no_threshold_margin: str = "fp32 score minus threshold"   # what a margin is when there is no threshold
+    one_decision: bool = False          # one decision per image (a classifier's top-1, a recogniser's string)
+    class_agnostic: bool = False        # scored against every labelled box whatever its category (a map's regions)
 
     @property
     def decides(self) -> bool:
@@ -187,6 +189,11 @@ class DecoderKind:
     def margin_axis(self, threshold: float | None) -> str:
         """What a flip's fp32 margin measures."""
         return self.no_threshold_margin if threshold is None else "fp32 score minus threshold"
+
+    def totals_fixed(self, threshold: float | None) -> bool:
+        """Whether every image serves exactly one kept decision whatever the outputs (a recogniser's string, a
+        classifier's top-1 without a threshold): equal totals are then by construction and conceal nothing."""
+        return self.one_decision and (self.greedy or threshold is None)
 
     def rule(self, threshold: float | None) -> str:
         """How it serves, in a word: greedy, top-1 or the threshold."""
@@ -231,6 +238,8 @@ class CtcKind(DecoderKind):
     flips: tuple = TEXT_FLIPS
     metric: str | None = "text"
     greedy: bool = True
+    one_decision: bool = True
+    no_threshold_margin: str = "fp32 smallest per-step top-1 minus top-2 probability"
 
     def keys(self, block, sidecar, where):
         return _ctc_keys(block, where)
@@ -248,6 +257,7 @@ class PluginKind(DecoderKind):
     compare: str = "plugin"
     metric: str | None = "AP"
     plugin: bool = True
+    no_threshold_margin: str = "fp32 margin as the plug-in returns it"
 
     def describe(self, spec):
         return {"plugin": plugins.plugin_identity(self.name, flag("decode"))}
@@ -436,7 +446,7 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
     where = flag("decode") if given else f"{source} decode 'kind'"
     if is_plugin(kind):
         plugins.load(kind, where, asked_by=None if given else f"{source}: decode 'kind'")  # fail (or refuse) now
-        own = side_kind == kind or side_kind is None
+        own = side_kind is None or plugins.same_ref(side_kind, kind)   # "./dec.py:fn" is the block of dec.py:fn
         thr = threshold if threshold is not None else (block.get("threshold") if own else None)
         return DecodeSpec(kind=kind, outputs={}, threshold=None if thr is None else float(thr), classes=classes,
                           params=block if own else {})
@@ -961,10 +971,9 @@ _BUILTIN = {k.name: k for k in (
     DecoderKind("detr-sigmoid", decode_detr, {"logits": "pred_logits", "boxes": "pred_boxes"}, threshold=0.5,
                 probability=True, box_format="cxcywh", metric="AP", box_frame="normalized"),
     DecoderKind("classifier-softmax", decode_classifier, {"logits": "logits"}, probability=True, metric="top-1",
-                no_threshold_margin="fp32 top-1 minus top-2 probability"),
+                no_threshold_margin="fp32 top-1 minus top-2 probability", one_decision=True),
     DecoderKind("threshold-map", decode_map, {"map": "map"}, threshold=0.5, probability=True, one_output=True,
-                compare="map", box_frame="normalized",
-                unscored="a probability map (threshold-map): no rule turns COCO labels into map regions"),
+                compare="map", box_frame="normalized", metric="AP", class_agnostic=True),
     DecoderKind("nms-boxes", decode_nms, {"boxes": "boxes", "scores": "scores", "labels": "labels"}, threshold=0.5,
                 compare="matched", metric="AP"),
     NmsKind("yolo", decode_yolo, {"output": "output0"}, threshold=0.25, probability=True),

@@ -433,7 +433,7 @@ def _host_identities(hosts, sel, tables_root) -> tuple[dict, dict]:
     host_info, features = {}, {}
     for h in hosts:
         host_info[h], features[h] = _host_identity(rows.get((h, sel[h][0]), {}), sel[h])
-    return host_info, features
+    return host_info, C.without_mask_cpu(features, {h: i.get("cpu_mechanism", "") for h, i in host_info.items()})
 
 
 def _host_identity(r: dict, selected) -> tuple[dict, dict]:
@@ -668,7 +668,8 @@ def _compare(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, comp, h, r
         flips += [(f, fl) for fl in fc.flips]
     if not run.compared:
         return _not_compared(comp, h, v.name, rh, rname, len(vfx), v.variant_id, run.model, tgate), flips
-    s = D.summarize(comp, h, v.name, rh, rname, per_fx, run.spec.threshold, D.flip_kinds(run.spec))
+    s = D.summarize(comp, h, v.name, rh, rname, per_fx, run.spec.threshold, D.flip_kinds(run.spec),
+                    totals_fixed=run.spec.decoder_kind.totals_fixed(run.spec.threshold))
     dec_ok = G.decision_passed(s.flips, ctx.budget)
     return {**s.as_dict(), "variant_id": v.variant_id, "model": run.model, "tensor_gate": tgate.as_dict(),
             "decision_passed": dec_ok, "gates_disagree": G.disagreement(tgate.passed, dec_ok),

@@ -91,10 +91,16 @@ def disagreement(tensor_passed: bool, decision_ok: bool) -> str:
     return "tensor gate passes, decisions over budget"
 
 
-SHIP, SHIP_WITH_CARE, DO_NOT_SHIP, NOT_RUN = "SHIP", "SHIP WITH CARE", "DO NOT SHIP", "NOT RUN"
+SHIP, SHIP_WITH_CARE, DO_NOT_SHIP, NOT_RUN, NO_VERDICT = "SHIP", "SHIP WITH CARE", "DO NOT SHIP", "NOT RUN", "NO VERDICT"
 
 
-def ship_verdict(gates_passed: bool, flips, hosts_differ: bool | None, classes: int, compared: bool) -> str:
+def tolerance_set(atol: float, rtol: float) -> bool:
+    """Whether the tensor tolerances are the user's (not both the defaults)."""
+    return (atol, rtol) != (DEFAULT_ATOL, DEFAULT_RTOL)
+
+
+def ship_verdict(gates_passed: bool, flips, hosts_differ: bool | None, classes: int, compared: bool,
+                 gated: bool = True) -> str:
     """The answer a verdict line opens with (docs/equiv.md defines them).
 
     DO NOT SHIP: a checked gate fails. SHIP: every checked gate passes, no decision flips against fp32 on any
@@ -102,9 +108,12 @@ def ship_verdict(gates_passed: bool, flips, hosts_differ: bool | None, classes: 
     with one host); under decode none (`compared` False), one class of bytes. SHIP WITH CARE: the gates pass,
     but decisions flip within the budget, or the hosts serve different decisions (decode none: the hosts
     compute different bytes, within the tensor tolerance). NOT RUN: no host's runtime can run it (`classes` 0):
-    nothing was compared."""
+    nothing was compared. NO VERDICT: decode none and no gate checked (no tolerance the user set): a default
+    tolerance would fail every float model across architectures."""
     if classes == 0:
         return NOT_RUN
+    if not compared and not gated:
+        return NO_VERDICT
     if not gates_passed:
         return DO_NOT_SHIP
     if not compared:

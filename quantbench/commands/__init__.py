@@ -50,7 +50,7 @@ COMMANDS = list(COMMAND_HELP)
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
     "activation_type", "all", "allow_plugins", "allow_short", "archive", "as_host", "atol", "batch",
-    "budget", "calibrate", "chunk_size", "cluster", "count_bins", "decode", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
+    "budget", "calibrate", "chunk_size", "cluster", "count_bins", "decode", "decode_only", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
     "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",
     "methods", "model", "name", "native_runs", "native_shards", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "onnxruntime", "opt_level", "out",

@@ -16,7 +16,7 @@ from quantbench.commands import add_plugin_arguments, finite_float
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
-from quantbench.quantize.pipeline import CalibrateOptions, calibrate
+from quantbench.quantize.pipeline import CalibrateOptions, calibrate, decode_only
 from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
 from quantbench.textfmt import text_table
 
@@ -108,6 +108,10 @@ def _add_other_arguments(parser) -> None:
                    help="histogram binning threads (default: the usable cores, at most 8; results do not depend on it)")
     g.add_argument("--force", action="store_true",
                    help="replace a calibration set or variants folder that holds different files")
+    g.add_argument("--decode-only", action="store_true",
+                   help="record the decode block of --sidecar (or the sidecar beside --model), with --decode as its "
+                        "kind, in the existing variants of --model (or --out), without calibrating or quantizing "
+                        "again: their bytes do not depend on it (the input block must be the one they were made with)")
 
 
 def _options(recipe: dict) -> str:
@@ -158,8 +162,11 @@ def print_calset(calset) -> None:
     print(f"calibration set {calset.name}: {len(calset.selected)} images, seed {r['seed']}, pool {r['pool']} "
           f"(eval split excluded; {r['eval_images_checked']} eval images of these labels checked by SHA-256), "
           "luminance = mean Rec. 709 luma")
-    print(f"strata by {st['kind']}: {', '.join(st['density'])}"
-          + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
+    if st["kind"] == "objects" and st["density"] == ["empty"]:   # a recogniser's word images, a classifier's photos
+        print("strata by objects: none (no image has an object box: one stratum, balanced by lighting)")
+    else:
+        print(f"strata by {st['kind']}: {', '.join(st['density'])}"
+              + (f" (none of: {', '.join(st['absent'])}: left out)" if st["absent"] else ""))
     rows = [(c["cell"], c["available"], c["selected"], c["shortfall"] or "",
              "-" if c["luma_min"] is None else f"{c['luma_min']:.1f}-{c['luma_max']:.1f}",
              "-" if c["pool_luma_min"] is None else f"{c['pool_luma_min']:.1f}-{c['pool_luma_max']:.1f}")
@@ -191,10 +198,28 @@ def result_json(res) -> dict:
         "out": str(res.out), "state": res.state, "seconds": round(res.seconds, 3)}
 
 
+def run_decode_only(args) -> int:
+    """--decode-only: the decode block of existing variants changed (quantbench.quantize.redecode)."""
+    import json
+
+    res = decode_only(options_from_args(args))
+    if getattr(args, "json", False):
+        print(json.dumps({"out": str(res.out), "state": res.state, "variants": res.variants,
+                          "decode": {"before": res.before, "after": res.after}}, indent=2, sort_keys=True))
+        return 0
+    verb = {"unchanged": "unchanged (the same decode block was recorded)", "replaced": "recipes rewritten"}[res.state]
+    print(f"decode {res.before} -> {res.after} in {len(res.variants)} variant(s) ({', '.join(res.variants)}): "
+          f"nothing calibrated or quantized")
+    print(f"variants:        {res.out}/ {verb}")
+    return 0
+
+
 def run(args) -> int:
     import json
     import sys
 
+    if getattr(args, "decode_only", False):
+        return run_decode_only(args)
     if getattr(args, "json", False):
         res = calibrate(options_from_args(args))
         print(json.dumps(result_json(res), indent=2, sort_keys=True))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from quantbench.errors import DiskFull, UserError, flag
 from quantbench.fsutil import atomic_path, no_space
-from quantbench.modelio import load_model
+from quantbench.modelio import load_model, with_input_shape
 from quantbench.plugins import one_line
 from quantbench.quantize import ort_api
 
@@ -148,11 +148,12 @@ def _pre_process(src: Path, out_path: Path, model_path: Path, notes: list) -> st
 
 
 def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_process: bool = True,
-            per_channel: bool = True) -> dict:
+            per_channel: bool = True, shape_override: dict | None = None) -> dict:
     """Write the float model to calibrate and quantize to `out_path`; returns the intake record.
 
     The record ("intake" in every variant's recipe) lists each step taken and
-    `notes`, one line each, that calibrate prints.
+    `notes`, one line each, that calibrate prints. `shape_override` (modelio.with_input_shape's
+    record): the input is declared at the sidecar's shape first.
     """
     import onnx
 
@@ -161,6 +162,9 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
     model = load_model(model_path, check=False)
     notes = check_domains(model, model_path)
     record: dict = {"pre_process": bool(pre_process)}
+    if shape_override:
+        with_input_shape(model, shape_override["input"], shape_override["used"])
+        record["input_shape"] = {"declared": shape_override["declared"], "used": shape_override["used"]}
     opset = default_opset(model)
     record["opset"] = {"source": opset, "used": opset}
     moved = constants_to_initializers(model)

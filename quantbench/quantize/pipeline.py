@@ -9,7 +9,9 @@ published and is listed in `CalibrateResult.failed`.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,8 @@ from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import BUNDLED_LABELS
 from quantbench.fsutil import sha256_file
-from quantbench.modelio import graph_inputs, load_model, model_hashes, quantized_ops
+from quantbench.modelio import (graph_inputs, load_model, model_hashes, overridden_dims, quantized_ops,
+                               with_input_shape)
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
@@ -30,6 +33,7 @@ from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, I
                                              check_limits, load_with_shape_infer)
 from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
+from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
 from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,
                                  write_latest)
 
@@ -128,6 +132,13 @@ def resolve_model(model) -> Path:
     return Path(text)
 
 
+def decode_only(opts: CalibrateOptions) -> DecodeChange:
+    """The decode block of the existing variants of `opts.model` changed (quantize.redecode.set_decode): the
+    sidecar (`opts.sidecar`, else beside the model) with `opts.decode`, into `opts.out` or the variants folder."""
+    return set_decode(resolve_model(opts.model), sidecar_file=opts.sidecar, decode=opts.decode, out=opts.out,
+                      variants_dir=opts.variants_dir)
+
+
 def _display_model(path: Path) -> str:
     p = os.path.abspath(path)
     if os.path.dirname(p) == str(MODELS_DIR.resolve()):
@@ -150,11 +161,13 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
         raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
     (in_name, dims), = ins.items()
     spec = recipe.derive_spec(sidecar, dims, in_name, str(opts.sidecar or model_path), f"{side_where}: input 'plugin'",
-                              side_where if sidecar else model_path, plugin=opts.preprocess)
+                              side_where if sidecar else model_path, plugin=opts.preprocess, override=True)
     records = recipe.plugin_records(spec)
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")
+    if overridden_dims(dims, spec["shape"]):
+        records["input_shape_override"] = shape_override(model_path, model, spec, side_where)
     if sidecar and sidecar.get("decode"):  # a decode block that cannot decode this model fails now, not after runs
         decoder = check_outputs(spec_from_sidecar(sidecar, source=side_where), [o.name for o in model.graph.output])
         if is_plugin(decoder.kind):
@@ -167,12 +180,72 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     return spec, sidecar, records
 
 
+def shape_override(model_path: Path, model, spec: dict, side_where) -> dict:
+    """The sidecar's 'shape' over the declared input dims of a static-batch export (modelio.with_input_shape's record,
+    kept in every variant's recipe), checked before any work: the graph must load and run at that shape."""
+    import onnx
+    import numpy as np
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    record = with_input_shape(copy, spec["name"], spec["shape"])
+    why = smoke.runs(copy.SerializeToString(), {spec["name"]: np.zeros(spec["shape"], np.dtype(spec["dtype"]))})
+    if why is not None:
+        raise UserError(f"{model_path}: declares input {spec['name']!r} as {record['declared']}; at the sidecar's input "
+                        f"'shape' {spec['shape']} ({side_where}) onnxruntime cannot run it ({why}): set 'shape' to "
+                        "dims the graph runs at (a graph with a batch fixed inside, e.g. in a Reshape, runs only at "
+                        "its declared batch)")
+    return record
+
+
+def shape_override_note(record: dict) -> str:
+    """The line calibrate prints about a sidecar shape overriding declared dims."""
+    outs = ", ".join(f"{k} {v['declared']} -> {v['used']}" for k, v in record["outputs"].items())
+    return (f"input {record['input']!r} declared {record['declared']}, run as {record['used']} (the sidecar's input "
+            f"'shape', in every variant and on every host); outputs {outs}")
+
+
 def eval_labels(calset_recipe: dict) -> dict:
     """The labels a variant was calibrated with, as its recipe records them: later commands evaluate it on
     their eval split (quantbench.fixtures.calibration_labels) and check the file is unchanged."""
     path = calset_recipe["labels"]
     return {"path": path if path.startswith("bundled:") else os.path.abspath(path),
             "sha256": calset_recipe["labels_sha256"], "images": calset_recipe["images_dir"]}
+
+
+#: said before calibrating when Entropy runs at onnxruntime's default bins (docs/calibrate.md, "Note on Entropy")
+ENTROPY_DEFAULT_NOTE = (f"static-entropy at {ENTROPY_BINS} histogram bins (onnxruntime's default) has a single KL "
+                        "candidate, so it gives MinMax's range: on every model tried it was a byte-duplicate of "
+                        "static-minmax, at the cost of its histograms; 512 entropy bins let it clip outliers, or "
+                        "leave entropy out of the methods")
+
+
+def _refuse_decode_only_change(opts: CalibrateOptions, out: Path, model_path: Path, spec: dict, sidecar) -> None:
+    """Before any work: variants of this model and preprocessing that differ only in their decode block would be
+    made again byte for byte, then refused at publication; say how to change the block without re-quantizing."""
+    if opts.force:
+        return
+    differs = only_decode_differs(out, model_path, spec, sidecar)
+    if differs:
+        raise UserError(f"{out}: holds the variants this run would make, recorded with another decode block "
+                        f"({differs}); their bytes do not depend on it: pass {flag('decode_only')} to record the new "
+                        f"block without calibrating or quantizing again, or {flag('force')} to calibrate again")
+
+
+@contextlib.contextmanager
+def removed_on_failure(dests: list):
+    """What a failed run made is removed: each of `dests` it created (a calibration set written before the variants
+    failed) and the folders made to hold them (calib_sets/, results/variants/), when they are left empty."""
+    made = [p for d in dests for p in [Path(d), *Path(d).parents] if not p.exists()]
+    try:
+        yield
+    except BaseException:
+        for p in sorted(set(made), key=lambda q: len(q.parts), reverse=True):  # the deepest first
+            if p in {Path(d) for d in dests}:
+                shutil.rmtree(p, ignore_errors=True)
+            elif p.is_dir() and not any(p.iterdir()):
+                p.rmdir()
+        raise
 
 
 def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note: Callable | None = None) -> CalibrateResult:
@@ -199,30 +272,33 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
+    _refuse_decode_only_change(opts, out, model_path, spec, sidecar)
+    if "entropy" in static_methods and entropy_bins == ENTROPY_BINS and on_note:   # before the work it costs
+        on_note(ENTROPY_DEFAULT_NOTE)
+    with removed_on_failure([calib_root / name, out]):  # a failure leaves nothing: no calibration set either
+        # 1. calibration set
+        calset = builder.build(name, labels=opts.labels, images=opts.images, per_cell=opts.per_cell, seed=opts.seed,
+                               count_bins=sorted(opts.count_bins), allow_short=opts.allow_short, skip_bad=opts.skip_bad,
+                               spec=spec, model=model_name, strata=opts.strata, progress=opts.progress)
+        if on_calset:
+            on_calset(calset)
+        calib_dir = builder.write(calset, calib_root, force=opts.force)
+        paths = [builder.resolve_images_root(calset.recipe["images_dir"]) / r["path"] for r in calset.selected]
 
-    # 1. calibration set
-    calset = builder.build(name, labels=opts.labels, images=opts.images, per_cell=opts.per_cell, seed=opts.seed,
-                           count_bins=sorted(opts.count_bins), allow_short=opts.allow_short, skip_bad=opts.skip_bad,
-                           spec=spec, model=model_name, strata=opts.strata, progress=opts.progress)
-    if on_calset:
-        on_calset(calset)
-    calib_dir = builder.write(calset, calib_root, force=opts.force)
-    paths = [builder.resolve_images_root(calset.recipe["images_dir"]) / r["path"] for r in calset.selected]
-
-    # 2. variants
-    common = {"source_model": {"path": _display_model(model_path), **model_hashes(model_path)}, "seed": opts.seed,
-              "preprocess": spec, "sidecar": sidecar, "pre_process": bool(opts.pre_process),
-              "eval_labels": eval_labels(calset.recipe), **records}
-    calib_info = {"name": name, "folder": str(calib_root / name), "manifest_sha256": calset.recipe["manifest_sha256"],
-                  "images": len(paths), "seed": opts.seed}
-    result = CalibrateResult(calset=calset, calib_dir=calib_dir, out=out, state="", latest=variants_root / "latest.json",
-                             static_methods=static_methods, calib_images=len(paths))
-    made = _VariantMaker(model_path, model_name, spec, paths, opts, common, calib_info, percentile, entropy_bins,
-                         methods, static_methods, result, on_note)
-    result.state = made.publish(out)
-    write_latest(out, model_name, results_dir=variants_root.parent)
-    result.seconds = time.perf_counter() - t_start
-    return result
+        # 2. variants
+        common = {"source_model": {"path": _display_model(model_path), **model_hashes(model_path)}, "seed": opts.seed,
+                  "preprocess": spec, "sidecar": sidecar, "pre_process": bool(opts.pre_process),
+                  "eval_labels": eval_labels(calset.recipe), **records}
+        calib_info = {"name": name, "folder": str(calib_root / name), "manifest_sha256": calset.recipe["manifest_sha256"],
+                      "images": len(paths), "seed": opts.seed}
+        result = CalibrateResult(calset=calset, calib_dir=calib_dir, out=out, state="", latest=variants_root / "latest.json",
+                                 static_methods=static_methods, calib_images=len(paths))
+        made = _VariantMaker(model_path, model_name, spec, paths, opts, common, calib_info, percentile, entropy_bins,
+                             methods, static_methods, result, on_note)
+        result.state = made.publish(out)
+        write_latest(out, model_name, results_dir=variants_root.parent)
+        result.seconds = time.perf_counter() - t_start
+        return result
 
 
 class _VariantMaker:
@@ -267,8 +343,10 @@ class _VariantMaker:
     def make_all(self, stage: Path) -> None:
         o = self.opts
         prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
-        intake = qv.prepare_model(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel)
-        for note in intake["notes"]:
+        override = self.common.get("input_shape_override")
+        intake = qv.prepare_model(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel,
+                                  shape_override=override)
+        for note in ([shape_override_note(override)] if override else []) + intake["notes"]:
             self.result.notes.append(note)
             self.on_note(note)
         self.common["intake"] = intake
@@ -282,7 +360,7 @@ class _VariantMaker:
         self.feeds = {self.spec["name"]: to_tensor(load_rgb(self.paths[0]), self.spec)}
 
         fp32 = self._timed(lambda: qv.make_fp32(self.model_path, stage / "fp32.onnx", model_name=self.model_name,
-                                                recipe_extra=self.common))
+                                                recipe_extra=self.common, shape_override=override))
         try:
             ref = smoke.reference(fp32[0].path, self.feeds)
         except Exception as exc:  # onnxruntime's own exception types
@@ -363,10 +441,12 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
         on_note(note)
     feeds = {spec["name"]: to_tensor(load_rgb(cands[0].path), spec)}
     with staging_folder(out) as stage:
+        override = records.get("input_shape_override")
         made = [qv.make_as_given(model_path, stage / f"{qv.AS_GIVEN}.onnx", found, model_name=model_name,
-                                 recipe_extra=common)]
+                                 recipe_extra=common, shape_override=override)]
         if fp32_path is not None:
-            made.insert(0, qv.make_fp32(fp32_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common))
+            made.insert(0, qv.make_fp32(fp32_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common,
+                                        shape_override=override))
         try:
             ref = smoke.reference(made[0].path, feeds)
         except Exception as exc:  # onnxruntime's own exception types

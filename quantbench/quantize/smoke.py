@@ -36,11 +36,31 @@ def _run(path: str | os.PathLike, feeds: dict) -> tuple[list, list]:
 
 
 def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """onnxruntime's whole message on one line: its lines joined ("... for the following indices; index: 0 Got: 1
+    Expected: 10; ..." carries the numbers on the lines after the first), long ones cut in the middle."""
+    text = [" ".join(ln.split()) for ln in str(exc).strip().splitlines()]
+    text = [ln for ln in text if ln]
     if not text:
         return type(exc).__name__
-    line = text[0] if len(text[0]) <= 320 else f"{text[0][:100]} ... {text[0][-200:]}"  # the cause is at the end
+    line = "; ".join(text)
+    line = line if len(line) <= 480 else f"{line[:200]} ... {line[-260:]}"  # the cause is often at the end
     return f"{type(exc).__name__}: {line}"
+
+
+def runs(model_bytes: bytes, feeds: dict) -> str | None:
+    """None when a model (its serialized bytes) loads and runs on `feeds` in onnxruntime; else onnxruntime's
+    whole message on one line (first_line)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = 1
+    try:
+        sess = ort.InferenceSession(model_bytes, sess_options=so, providers=["CPUExecutionProvider"])
+        sess.run(None, feeds)
+    except Exception as exc:  # onnxruntime raises its own exception types for load and run failures
+        return first_line(exc)
+    return None
 
 
 def reference(path: str | os.PathLike, feeds: dict) -> Signature:

@@ -29,7 +29,8 @@ from typing import Mapping, Sequence
 from quantbench import __version__
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
-from quantbench.modelio import QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained
+from quantbench.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
+                               write_with_input_shape)
 from quantbench.quantize import ort_api
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
                                              load_with_shape_infer, ranges_dict, ranges_sha256)
@@ -104,7 +105,7 @@ def dynamic_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
 
 
 def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pre_process: bool = True,
-                  per_channel: bool = True) -> dict:
+                  per_channel: bool = True, shape_override: Mapping | None = None) -> dict:
     """The float model that is calibrated and quantized, written to `out_path`.
 
     quantbench.quantize.intake.prepare: custom domains checked, Constant weights
@@ -112,7 +113,8 @@ def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pr
     onnxruntime's quant_pre_process (with a fallback without symbolic shape
     inference). Returns the intake record.
     """
-    return prepare(model_path, out_path, pre_process=pre_process, per_channel=per_channel)
+    return prepare(model_path, out_path, pre_process=pre_process, per_channel=per_channel,
+                   shape_override=shape_override)
 
 
 def _finish(name, out_path, model_name, recipe) -> Variant:
@@ -122,12 +124,22 @@ def _finish(name, out_path, model_name, recipe) -> Variant:
     return Variant(name=name, path=Path(out_path), model=model_name, recipe=recipe)
 
 
+def _write_source(model_path, tmp, shape_override: Mapping | None) -> None:
+    """The model's bytes as one file; with `shape_override` (modelio.with_input_shape's record), at that shape."""
+    if shape_override:
+        write_with_input_shape(model_path, tmp, shape_override)
+    else:
+        write_self_contained(model_path, tmp)
+
+
 def make_fp32(model_path: str | os.PathLike, out_path: str | os.PathLike, *, name: str = "fp32",
-              model_name: str | None = None, recipe_extra: Mapping | None = None) -> Variant:
-    """The model as given (bytes copied; a model with external data as one file, its data embedded), with a recipe."""
+              model_name: str | None = None, recipe_extra: Mapping | None = None,
+              shape_override: Mapping | None = None) -> Variant:
+    """The model as given (bytes copied; a model with external data as one file, its data embedded), with a recipe;
+    `shape_override`: its input declared at the sidecar's shape (modelio.with_input_shape), nothing else changed."""
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
-        write_self_contained(model_path, tmp)
+        _write_source(model_path, tmp, shape_override)
     model_name = _model_name(model_path, model_name)
     recipe = {"variant": name, "model": model_name, "method": "fp32", "quant_format": None,
               "input_model_sha256": raw_sha256(model_path), "versions": versions(), **(recipe_extra or {})}
@@ -139,12 +151,14 @@ AS_GIVEN = "as-given"
 
 
 def make_as_given(model_path: str | os.PathLike, out_path: str | os.PathLike, found: Mapping, *,
-                  model_name: str | None = None, recipe_extra: Mapping | None = None) -> Variant:
-    """An already-quantized model as it is (its bytes, external data embedded); the recipe says quantbench did not
-    quantize it, with the file's hashes and the quantized ops found in it."""
+                  model_name: str | None = None, recipe_extra: Mapping | None = None,
+                  shape_override: Mapping | None = None) -> Variant:
+    """An already-quantized model as it is (its bytes, external data embedded; `shape_override`: its input declared
+    at the sidecar's shape); the recipe says quantbench did not quantize it, with the file's hashes and the
+    quantized ops found in it."""
     out_path = Path(out_path)
     with atomic_path(out_path) as tmp:
-        write_self_contained(model_path, tmp)
+        _write_source(model_path, tmp, shape_override)
     model_name = _model_name(model_path, model_name)
     formats = sorted({quant_format_of(op) for op in found})
     recipe = {"variant": AS_GIVEN, "model": model_name, "method": AS_GIVEN, "quant_format": "+".join(formats),

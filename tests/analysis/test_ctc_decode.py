@@ -180,3 +180,17 @@ def test_the_spec_names_the_alphabet_by_content():
     assert a["alphabet"]["characters"] == 3 and len(a["alphabet"]["sha256"]) == 64   # a, b and the space
     assert a["alphabet"]["sha256"] != b["alphabet"]["sha256"]
     assert a["blank"] == 0 and a["kind"] == "ctc"
+
+
+def test_equal_totals_of_one_string_per_image_conceal_nothing():
+    from quantbench.analysis.decode import kind_of
+
+    spec = ctc_spec()
+    ref = decode(spec, {"output": steps(SEQ)})
+    fc = compare(spec, ref, decode(spec, {"output": steps([1, 0, 2, 2, 3, 2])}))
+    assert fc.ref_total == fc.total == 1 and fc.flips     # equal totals by construction, a flip all the same
+    fixed = spec.decoder_kind.totals_fixed(spec.threshold)
+    assert fixed and kind_of("classifier-softmax").totals_fixed(None)
+    assert not kind_of("classifier-softmax").totals_fixed(0.5) and not kind_of("yolo").totals_fixed(0.25)
+    assert not summarize("own-fp32", "x86", "dynamic", "x86", "fp32", [fc], None, ("text",), totals_fixed=fixed).concealed
+    assert summarize("own-fp32", "x86", "dynamic", "x86", "fp32", [fc], None, ("text",)).concealed   # a count check

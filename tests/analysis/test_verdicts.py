@@ -2,7 +2,7 @@
 then the numbers (flips vs fp32 per host, whether the hosts serve identical decisions, the classes)."""
 
 from quantbench import report as R
-from quantbench.analysis.gates import DO_NOT_SHIP, SHIP, SHIP_WITH_CARE, ship_verdict
+from quantbench.analysis.gates import DO_NOT_SHIP, NO_VERDICT, SHIP, SHIP_WITH_CARE, ship_verdict
 from report_helpers import _cls, hand_result
 
 
@@ -57,3 +57,8 @@ def test_the_rule():
     # decode none: the tensor gate only; bytes that differ between hosts are a reason for care
     assert ship_verdict(gates_passed=True, flips=[], hosts_differ=None, classes=1, compared=False) == SHIP
     assert ship_verdict(gates_passed=True, flips=[], hosts_differ=None, classes=2, compared=False) == SHIP_WITH_CARE
+    # decode none and no gate (no tolerance the user set): no verdict, whatever the bytes
+    assert ship_verdict(gates_passed=True, flips=[], hosts_differ=None, classes=1, compared=False,
+                        gated=False) == NO_VERDICT
+    assert ship_verdict(gates_passed=False, flips=[0], hosts_differ=False, classes=1, compared=True,
+                        gated=False) == DO_NOT_SHIP   # a decoder's gate is always checked

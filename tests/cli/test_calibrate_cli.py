@@ -96,7 +96,7 @@ def test_options_types_and_refusal(setup, capsys):
 def _assert_nothing_written(wd):
     for d in ("results", "calib_sets"):
         p = wd / d
-        assert not p.exists() or not [f for f in p.rglob("*") if f.is_file()], d
+        assert not p.exists(), d   # not even an empty folder
 
 
 @pytest.mark.parametrize("case", ["checker", "shape", "corrupt", "missing", "exclude", "exclude_pre", "method"])
@@ -112,9 +112,9 @@ def test_bad_input_is_one_line_and_leaves_nothing(setup, capsys, case):
         expect = "broken.onnx: fails onnx.checker"
     elif case == "shape":
         side = json.loads(model.with_suffix(".json").read_text())
-        side["input"]["shape"] = [1, 3, 32, 32]
+        side["input"].update(shape=[1, 1, 16, 16], color="GRAY", mean=[0.5], std=[0.25])  # overrides, cannot run
         model.with_suffix(".json").write_text(json.dumps(side))
-        expect = "tiny.onnx: input 'images' has shape [1, 3, 16, 16] but the preprocessing makes [1, 3, 32, 32]"
+        expect = "tiny.onnx: declares input 'images' as [1, 3, 16, 16]; at the sidecar's input 'shape' [1, 1, 16, 16]"
     elif case == "corrupt":
         coco = json.loads(labels.read_text())
         victim = next(im for im in coco["images"] if im["split"] == "train")["file_name"]
@@ -138,11 +138,7 @@ def test_bad_input_is_one_line_and_leaves_nothing(setup, capsys, case):
     raw = capsys.readouterr().err
     err = error_lines(raw)
     assert len(err) == 1 and expect in err[0] and "Traceback" not in raw
-    if case in ("checker", "shape", "corrupt", "missing", "method"):
-        _assert_nothing_written(wd)
-    else:  # failed while making variants: the calibration set may stand, no variants folder or leftovers
-        assert not (wd / "results").exists() or not list((wd / "results").rglob("*.onnx"))
-        assert not [p for p in (wd / "results" / "variants").glob(".*")] if (wd / "results" / "variants").exists() else True
+    _assert_nothing_written(wd)   # also when it failed while making variants: the calibration set goes too
 
 
 def test_skip_bad_records_the_image(setup, capsys):
@@ -170,3 +166,24 @@ def test_bundled_demo_no_arguments(workdir, capsys):
     assert "48 images" in out
     recipe = json.loads((workdir / "calib_sets" / "litter-detr-tiny-n12-seed0" / "recipe.json").read_text())
     assert [c["selected"] for c in recipe["cells"]] == [12, 12, 12, 12]
+
+
+def test_entropy_at_its_default_bins_is_said_to_duplicate_minmax_before_calibrating(setup, capsys):
+    wd, model, labels = setup
+    assert cli(*base_args(model, labels, "--methods", "minmax,entropy", "--no-progress")) == 0
+    out = capsys.readouterr().out
+    note = next(ln for ln in out.splitlines() if "static-entropy at 128 histogram bins" in ln)
+    assert note.startswith("note: ") and "byte-duplicate of static-minmax" in note
+    assert out.index(note) < out.index("calibration set ")    # said before the work it costs
+    assert cli(*base_args(model, labels, "--methods", "minmax,entropy", "--entropy-bins", "512", "--no-progress",
+                          "--out", "v512", "--name", "s512")) == 0
+    assert "static-entropy at 128" not in capsys.readouterr().out
+
+
+def test_a_set_without_object_boxes_is_one_stratum_not_empty_with_objects_left_out(workdir, capsys):
+    labels, _ = make_corpus(workdir / "corpus", n_litter=0, n_negative=24, n_eval=4)
+    model = tiny_model(workdir / "models" / "tiny.onnx")
+    assert cli(*base_args(model, labels, "--methods", "minmax", "--no-progress")) == 0
+    out = capsys.readouterr().out
+    assert "strata by objects: none (no image has an object box: one stratum, balanced by lighting)" in out
+    assert "none of:" not in out

@@ -181,3 +181,16 @@ def test_a_bad_decode_block_fails_before_any_host_runs(workdir, capsys):
     code = main(["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress"])
     assert code == 2 and "unknown decode kind" in capsys.readouterr().err
     assert not (workdir / "results").exists()
+
+
+def test_without_a_decoder_the_default_tolerance_gives_no_verdict_and_a_set_one_gates(nodecode, capsys):
+    capsys.readouterr()
+    assert main(nodecode) == 0
+    out = capsys.readouterr().out
+    dyn = next(ln for ln in out.splitlines() if ln.startswith("- ") and " dynamic: " in ln)
+    assert dyn.startswith("- NO VERDICT dynamic") and "largest |delta| vs fp32" in dyn, dyn
+    assert "DO NOT SHIP" not in out
+    assert main([*nodecode, "--atol", "1e-9", "--rtol", "1e-9"]) == 0
+    out = capsys.readouterr().out
+    dyn = next(ln for ln in out.splitlines() if ln.startswith("- ") and " dynamic: " in ln)
+    assert dyn.startswith("- DO NOT SHIP dynamic") and "gate tensor: FAIL" in dyn, dyn

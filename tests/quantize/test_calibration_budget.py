@@ -34,18 +34,23 @@ def test_plan_follows_the_budget():
     mib = 1 << 20
     # everything fits in half the budget: one pass
     assert C.plan_chunks(4 * mib, 8, 1024 * mib) == ("single", 8)
-    # a large detector (58 MiB per image) under a 6 GiB budget: 8 images held, 200 one at a time
-    assert C.plan_chunks(58 * mib, 8, 6 << 30) == ("single", 8)
+    # a large detector (58 MiB per image) under a 6 GiB budget: one image at a time, for 8 images as for 200
+    # (holding 8 images' 464 MiB in one pass peaked three times higher than two passes)
+    assert C.plan_chunks(58 * mib, 8, 6 << 30) == ("chunked", 1)
     assert C.plan_chunks(58 * mib, 200, 6 << 30) == ("chunked", 1)
     # a small model's 200 images (940 MiB of activations) are not held whole, whatever the budget:
     # peak memory must not grow with the calibration set
     assert C.plan_chunks(4.7 * mib, 200, 64 << 30) == ("chunked", 7)
     assert C.plan_chunks(4.7 * mib, 200, 1 << 30) == ("chunked", 7)
-    # held whole below SINGLE_PASS_BYTES (one inference per image instead of two)
-    assert C.plan_chunks(4.7 * mib, 100, 64 << 30) == ("single", 100)
+    # held whole up to SINGLE_PASS_BYTES, what one chunk of two passes holds (one inference per image, not two)
+    assert C.SINGLE_PASS_BYTES == C.CHUNK_TARGET_BYTES
+    assert C.plan_chunks(4.7 * mib, 6, 64 << 30) == ("single", 6)
+    assert C.plan_chunks(4.7 * mib, 100, 64 << 30) == ("chunked", 7)
+    assert C.plan_chunks(mib, 32, 64 << 30) == ("single", 32)
+    assert C.plan_chunks(mib, 33, 64 << 30)[0] == "chunked"
     # the boundary: all activations exactly half the budget
-    assert C.plan_chunks(mib, 64, 128 * mib) == ("single", 64)
-    assert C.plan_chunks(mib, 65, 128 * mib)[0] == "chunked"
+    assert C.plan_chunks(mib, 16, 32 * mib) == ("single", 16)
+    assert C.plan_chunks(mib, 17, 32 * mib)[0] == "chunked"
     # small activations: chunks of about CHUNK_TARGET_BYTES
     assert C.plan_chunks(4 * mib, 1000, 1024 * mib) == ("chunked", 8)
     # a tight budget caps the chunk below the target, never below one image
@@ -222,8 +227,8 @@ def test_signed_zero_ranges_quantize_as_stock(tmp_path):
 def test_one_pass_exactly_when_half_the_budget_holds_every_image(tmp_path):
     import json
 
-    model = tiny_model(tmp_path / "tiny64.onnx", hw=64)
-    feeds = random_feeds(8, hw=64, seed=11)
+    model = tiny_model(tmp_path / "tiny32.onnx", hw=32)
+    feeds = random_feeds(8, hw=32, seed=11)
     first = {}
     compute_ranges(model, feeds, ["percentile"], max_memory="1GiB", plan=first)
     act = first["activation_bytes_per_image"]
