@@ -265,6 +265,9 @@ class HostSummary:
     does_not_start: str = ""
     #: variant_id -> why this host's runtime cannot run that variant (no kernel for an op, a provider failing on it)
     cannot_run: dict = field(default_factory=dict)
+    #: an imported host: the (fingerprint_id, session_key, variant_id, fixture_id) its files hold (None: not one);
+    #: an analysis takes no other rows of it (an earlier import's rows fill no gap)
+    held: set | None = None
     #: jobs that reused a session the worker had built for an earlier job (same variant and options)
     sessions_reused: int = 0
     #: the fingerprint came from the fingerprint cache and no worker was needed

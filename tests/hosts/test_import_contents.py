@@ -84,3 +84,24 @@ def test_an_altered_table_is_refused(workdir, exported, capsys, case):
 def test_the_export_as_written_imports(workdir, exported, capsys):
     _rewrite(workdir / "pi.qbr", lambda name, data: data)
     assert main(exported) == 0
+
+
+def test_an_earlier_imports_rows_fill_no_gap_in_the_current_file(workdir, capsys):
+    """The imported host's file now holds 2 of the 3 fixtures; the tables still hold the third from an earlier
+    import of a fuller file. equiv took it (3 fixtures compared, exit 0); now the host has only what its file
+    holds, and the analysis says so instead of comparing a row the file does not have."""
+    model = image_model(workdir / "m.onnx")
+    labels = make_corpus(workdir / "corpus", count=3)
+    common = ["--variants", str(model), "--fixtures", str(labels), "--no-progress", "--jobs", "1"]
+    assert main(["run", "--hosts", "local", "--tables", "a", "--export", "full.qbr", *common]) == 0
+    assert main(["run", "--hosts", "local", "--tables", "a2", "--export", "part.qbr", *common, "--limit", "2"]) == 0
+    equiv = ["equiv", "--hosts", "x86,airgap", *common, "--decode", "none", "--hosts-file", "h.toml"]
+    (workdir / "h.toml").write_text('airgap = { kind = "imported", file = "full.qbr" }\n')
+    assert main(equiv) == 0
+    capsys.readouterr()
+    (workdir / "h.toml").write_text('airgap = { kind = "imported", file = "part.qbr" }\n')
+    assert main(equiv) == 2
+    line = one_line(capsys.readouterr().err, "equiv")
+    assert line.endswith("host airgap: its imported file(s) hold no results for variant(s) fp32 (1 fixtures); export "
+                         "them on the other machine, or analyse only the fixtures they hold"), line
+    assert main([*equiv, "--limit", "2"]) == 0   # the fixtures the file holds are compared as usual
