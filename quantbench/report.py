@@ -415,7 +415,7 @@ def verdict_lines(result) -> list[str]:
             counts, differ, why = [], None, ["decisions not compared (decode none)", cls]
         ok, failed = variant_gate(result, v, gates)
         answer = ship_verdict(ok, counts, differ, n, compared)
-        gate = f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})")
+        gate = "no gate checks it" if n == 0 else f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})")
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""
         lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}")
