@@ -226,7 +226,8 @@ def check_known(sources: list[Source], known) -> None:
                                 f"--{key.replace('_', '-')}")
 
 
-def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool = False, mixed=frozenset()) -> list[dict]:
+def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool = False,
+              mixed=frozenset()) -> list[dict]:
     """Rows for `quantbench config`: key, value per command, and the source of each value."""
     rows = []
     keys = list(SHOWN)

@@ -185,7 +185,8 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     or lacks an integer/string 'id' or a 'file_name'; a file_name that leaves the images folder
     ('../', absolute, a symlink out); an image id used twice; 'annotations'
     or 'categories' not a list; an annotation without 'image_id', or whose image_id is not
-    an image; a category_id not in a non-empty 'categories'; a bbox that is not 4 finite
+    an image; an image file listed twice; a 'width' or 'height' that is not a whole number of pixels;
+    a category_id not in 'categories' (an empty one too); a bbox that is not 4 finite
     numbers with non-negative width and height. Nothing is silently re-stratified.
     """
     labels_path = Path(labels_path)
@@ -196,8 +197,12 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
     images_dir = Path(images_dir) if images_dir is not None else default_images_dir(labels_path)
     ids, base, sizes = set(), images_dir.resolve(), ImageSizes(images_dir) if check_files else None
+    names: dict = {}   # file_name -> its first image entry
     for i, img in enumerate(coco["images"]):
         _check_image_entry(labels_path, i, img, ids)
+        if names.setdefault(img["file_name"], i) != i:
+            raise UserError(f"{labels_path}: image {img['file_name']} is listed twice (image entries "
+                            f"{names[img['file_name']]} and {i}); list each image once")
         path = image_file(labels_path, images_dir, img["file_name"], f"image entry {i}", base)
         if check_files:
             if not path.exists():
@@ -228,6 +233,11 @@ def _check_image_entry(labels_path, i: int, img, ids: set) -> None:
         raise UserError(f"{labels_path}: image id {img['id']!r} appears twice (image entry {i}, "
                         f"{img['file_name']}); image ids must be unique")
     ids.add(img["id"])
+    for key in ("width", "height"):
+        v = img.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise UserError(f"{labels_path}: image entry {i} ({img['file_name']}): '{key}' must be a whole number of "
+                            f"pixels, at least 1 (got {v!r:.40})")
 
 
 def _check_annotations(labels_path, coco: dict, ids: set) -> None:
@@ -243,9 +253,9 @@ def _check_annotations(labels_path, coco: dict, ids: set) -> None:
             raise UserError(f"{labels_path}: annotation {i} has no 'image_id'")
         if not _is_id(ann["image_id"]) or ann["image_id"] not in ids:
             raise UserError(f"{labels_path}: annotation {i}: image_id {ann['image_id']!r:.40} is not in 'images'")
-        if cats and "category_id" in ann and (not _is_id(ann["category_id"]) or ann["category_id"] not in cats):
+        if "category_id" in ann and (not _is_id(ann["category_id"]) or ann["category_id"] not in cats):
             raise UserError(f"{labels_path}: annotation {i}: category_id {ann['category_id']!r:.40} is not in "
-                            "'categories'")
+                            "'categories'" + ("" if cats else " (it is empty: list each category with its id and name)"))
         if "bbox" in ann and not _is_bbox(ann["bbox"]):
             raise UserError(f"{labels_path}: annotation {i}: bbox must be 4 finite numbers [x, y, width, height] "
                             f"with width, height >= 0 (got {ann['bbox']!r:.60})")

@@ -310,6 +310,42 @@ def quantized_ops(model) -> dict:
     return dict(sorted(found.items()))
 
 
+#: what to tell the user about an output that is not a tensor (ZipMap is the common case)
+NON_TENSOR_HINT = ("quantbench hashes tensors only: export the classifier without ZipMap "
+                   "(skl2onnx: options={'zipmap': False}) and with integer class labels")
+
+
+def type_text(tp) -> str:
+    """An ONNX TypeProto in onnxruntime's notation: tensor(float), seq(map(int64,tensor(float)))."""
+    from onnx import TensorProto
+
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({TensorProto.DataType.Name(tp.tensor_type.elem_type).lower()})"
+    if kind == "sequence_type":
+        return f"seq({type_text(tp.sequence_type.elem_type)})"
+    if kind == "map_type":
+        return f"map({TensorProto.DataType.Name(tp.map_type.key_type).lower()},{type_text(tp.map_type.value_type)})"
+    return kind or "unknown"
+
+
+def non_tensor_outputs(model) -> dict:
+    """{output: its type} of the outputs that are not numeric tensors (ZipMap's sequence of maps, strings)."""
+    texts = {out.name: type_text(out.type) for out in model.graph.output}
+    return {n: t for n, t in texts.items() if not t.startswith("tensor(") or t == "tensor(string)"}
+
+
+def check_tensor_outputs(model, model_path) -> None:
+    """Refuse outputs that are not numeric tensors: their bytes are pointers."""
+    refuse_non_tensors(non_tensor_outputs(model), model_path)
+
+
+def refuse_non_tensors(found: dict, model_path) -> None:
+    """Refuse the outputs non_tensor_outputs found (a model's facts hold them): one line naming the first."""
+    for name, text in found.items():
+        raise UserError(f"{model_path}: output {name!r} is {text}, not a numeric tensor; {NON_TENSOR_HINT}")
+
+
 # --------------------------------------------------------------------------- what a run plan reads of a model
 
 
@@ -324,12 +360,14 @@ class ModelFacts:
     outputs: list
     quantized_ops: dict
     external_data: list   # the external data files (paths), [] for a one-file model
+    not_tensors: dict = dataclasses.field(default_factory=dict)   # output -> type, of the non-numeric-tensor ones
 
 
 def facts_of(model, path: str | os.PathLike, files: list) -> ModelFacts:
     """The facts of a model parsed with load_with_data (its data embedded; `files`: where it came from)."""
     return ModelFacts(semantic_sha256(model), raw_sha256(path, files, model), graph_inputs(model),
-                      [o.name for o in model.graph.output], quantized_ops(model), [str(f) for f in files])
+                      [o.name for o in model.graph.output], quantized_ops(model), [str(f) for f in files],
+                      non_tensor_outputs(model))
 
 
 #: bump when what facts_of computes changes (the cache also keys on this module's source)

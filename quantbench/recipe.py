@@ -57,9 +57,26 @@ def read_sidecar(p: Path, required: bool = False) -> dict | None:
     unknown = [k for k in data if k not in SIDECAR_KEYS]
     if unknown:
         raise UserError(f"{p}: unknown key {unknown[0]!r}; a sidecar takes {', '.join(map(repr, SIDECAR_KEYS))}")
+    if "classes" in data:
+        _check_classes(data["classes"], p)
     if data.get("input") is not None:
         data = {**data, "input": CheckedInput(check_input_block(data["input"], p))}
     return _inline_alphabet(data, p)
+
+
+def _check_classes(classes, p: Path) -> None:
+    """A sidecar's "classes": a non-empty list of distinct names, one per class index (a repeat makes two classes
+    one name in every flip; an empty list names none)."""
+    if not isinstance(classes, list) or not classes:
+        raise UserError(f"{p}: 'classes' must be a non-empty list of class names, one per class index "
+                        f"(got {classes!r:.40}); leave the key out when the model has none")
+    seen: dict = {}
+    for i, c in enumerate(classes):
+        if isinstance(c, bool) or not isinstance(c, (str, int)) or c == "":
+            raise UserError(f"{p}: 'classes' entry {i} must be a non-empty name (got {c!r:.40})")
+        if seen.setdefault(c, i) != i:
+            raise UserError(f"{p}: 'classes' names {c!r} twice (entries {seen[c]} and {i}); each class index "
+                            "needs its own name")
 
 
 def plain_sidecar(sidecar: dict | None) -> dict:

@@ -429,7 +429,8 @@ def verdict_lines(result) -> list[str]:
             counts, differ, why = [], None, ["decisions not compared (decode none)", cls]
         ok, failed = variant_gate(result, v, gates)
         answer = ship_verdict(ok, counts, differ, n, compared, gated=bool(gates))
-        gate = f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})") if gates else _no_gate(result, v)
+        gate = ("no gate checks it" if n == 0 else f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})")
+                if gates else _no_gate(result, v))
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""
         lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}")

@@ -130,6 +130,10 @@ BOX_FRAMES = ("normalized", "input-pixels")        # the frames a decoder's boxe
 NONE_HINT = f"pass {flag('decode')} none to get the equivalence classes without decisions"
 
 
+#: the decode block keys of every built-in kind
+COMMON_KEYS = ("kind", "threshold", "top_k", "box_format", "box_frame")
+
+
 @dataclass(frozen=True)
 class DecoderKind:
     """One decode kind and its whole policy: how it decodes, how two runs' decisions compare, how they are
@@ -160,6 +164,7 @@ class DecoderKind:
     no_threshold_margin: str = "fp32 score minus threshold"   # what a margin is when there is no threshold
     one_decision: bool = False          # one decision per image (a classifier's top-1, a recogniser's string)
     class_agnostic: bool = False        # scored against every labelled box whatever its category (a map's regions)
+    own_keys: tuple = ()                # the decode block keys of its own (beyond COMMON_KEYS and its output roles)
 
     @property
     def decides(self) -> bool:
@@ -169,6 +174,10 @@ class DecoderKind:
     def keys(self, block: dict, sidecar: dict | None, where: str) -> dict:
         """The kind's own DecodeSpec fields from its sidecar decode block, checked."""
         return {}
+
+    def block_keys(self) -> tuple:
+        """Every key its sidecar decode block may hold: a key outside them is a typo, never ignored."""
+        return (*COMMON_KEYS, *self.outputs, *self.own_keys)
 
     def describe(self, spec: DecodeSpec) -> dict:
         """The kind's own fields of ``DecodeSpec.as_dict``."""
@@ -206,6 +215,7 @@ class NmsKind(DecoderKind):
 
     nms: bool = True
     one_output: bool = True
+    own_keys: tuple = ("iou", "max_det", "pre_threshold", "layout", "objectness")
     box_format: str = "cxcywh"
     compare: str = "matched"
     metric: str | None = "AP"
@@ -221,6 +231,8 @@ class NmsKind(DecoderKind):
 
 @dataclass(frozen=True)
 class YoloxKind(NmsKind):
+    own_keys: tuple = ("iou", "max_det", "pre_threshold", "layout", "objectness", "strides", "input_size")
+
     def keys(self, block, sidecar, where):
         return _yolox_keys(block, sidecar, where)
 
@@ -234,6 +246,7 @@ class CtcKind(DecoderKind):
     """A text recogniser: one decision, a string; text flips; exact match and CER."""
 
     one_output: bool = True
+    own_keys: tuple = ("blank", "alphabet", "alphabet_file", "space", "layout")
     compare: str = "text"
     flips: tuple = TEXT_FLIPS
     metric: str | None = "text"
@@ -455,6 +468,8 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
                         f"or a plug-in module:function")
     own = side_kind in (kind, None)
     k = kind_of(kind)
+    if own:
+        _check_block_keys(block, k, source)
     outputs = dict(k.outputs)
     if own:
         for role in outputs:
@@ -482,6 +497,18 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
         raise UserError(f"{source}: decode 'pre_threshold' {spec.pre_threshold:g} is above the threshold "
                         f"{spec.threshold:g}; candidates must include every served box")
     return spec
+
+
+def _check_block_keys(block: dict, k: DecoderKind, source: str) -> None:
+    """A key the kind's decode block does not have (a typo: "thresold") is refused, naming the nearest one."""
+    import difflib
+
+    known = k.block_keys()
+    for key in block:
+        if key not in known:
+            near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+            raise UserError(f"{source}: decode {key!r}: not a key of a {k.name} decode block"
+                            + (f"; did you mean {near[0]!r}?" if near else f" (keys: {', '.join(known)})"))
 
 
 def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> DecodeSpec:

@@ -146,15 +146,18 @@ def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
     return sorted(r for r in out if r[2] in want[r[1]])
 
 
-def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot=None) -> dict:
+def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot=None,
+            held=None) -> dict:
     """Per host, the (fingerprint_id, session_key) whose results (`cols`: _hash_rows) cover every variant x
     fixture. Preference: the combination this run produced (`prefer`), else the only complete one. A host without
     complete results names the run that would produce them; a fixture present under another input hash is
-    refused."""
+    refused. An imported host of `held` has only the results its files hold."""
     have: dict = defaultdict(lambda: defaultdict(set))
+    held = held or {}
     for h, fp, sk, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"], cols["variant_id"],
                                cols["fixture_id"]):
-        have[h][(fp, sk)].add((v, f))
+        if h not in held or (fp, sk, v, f) in held[h]:
+            have[h][(fp, sk)].add((v, f))
     chosen = {}
     for h in hosts:
         need = {(v.variant_id, f) for v in variants if (h, v.variant_id) not in (cannot or {})
@@ -184,6 +187,9 @@ def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_
                 by_var[vid] += 1
             v0 = next(v for v in variants if v.variant_id in by_var)
             what = ", ".join(f"{v.name} ({by_var[v.variant_id]} fixtures)" for v in variants if v.variant_id in by_var)
+            if h in held:
+                raise UserError(f"host {h}: its imported file(s) hold no results for variant(s) {what}; export "
+                                f"them on the other machine, or analyse only the fixtures they hold")
             raise UserError(f"host {h}: no results for variant(s) {what}; run {_run_hint(h, v0, run_hint)}")
         chosen[h] = pick
     return chosen
@@ -231,7 +237,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
             decode_kind: str | None = None, threshold: float | None = None, atol: float = G.DEFAULT_ATOL,
             rtol: float = G.DEFAULT_RTOL, budget: int = G.DEFAULT_BUDGET, prefer: dict | None = None,
             run_hint: str = "", tables_root=None, duplicates: list | None = None, cache_dir=None,
-            cannot_run: dict | None = None) -> EquivResult:
+            cannot_run: dict | None = None, held: dict | None = None) -> EquivResult:
     """The whole equivalence analysis; see the module docstring.
 
     `duplicates`: variants asked for whose model is semantically identical to an analysed
@@ -240,7 +246,9 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     (quantbench.analysis.resultcache); a result found there is reused, not recomputed
     (`EquivResult.reused`). None: always computed, nothing kept.
     `cannot_run`: {(host, variant_id): why} the host's runtime cannot run that variant (the run's result); the host
-    is left out of that variant's classes and comparisons, and the result names it. The reference host too: a
+    is left out of that variant's classes and comparisons, and the result names it.
+    `held`: {imported host: {(fingerprint_id, session_key, variant_id, fixture_id)}} the results its files hold
+    (the run's merge); no other row of that host is taken, so an earlier import's rows fill no gap. The reference host too: a
     variant it cannot run has no comparison against it there, and no distances to a reference class.
     """
     hosts, reference, by_model = _check_request(hosts, variants, reference, budget)
@@ -248,7 +256,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     specs = {model: spec_from_sidecar(_base_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
              for model, vs in by_model.items()}
     cols = _hash_rows(hosts, variants, tables_root)
-    sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot)
+    sel = _select(cols, hosts, variants, fixtures_for, prefer, run_hint, tables_root, cannot, held)
     settings = _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs)
     host_info, features = _host_identities(hosts, sel, tables_root)
     runs = PR.provider_runs(hosts, sel, cols, tables_root)

@@ -8,6 +8,7 @@ matplotlib) still load only where they are used.
 """
 
 from quantbench.errors import UserError
+from quantbench.hosts.configkeys import check_config_keys
 
 # `quantbench --help` lists the commands from this table, in this (pipeline) order, without importing their
 # modules; each entry is its module's HELP (a test checks they agree).
@@ -79,6 +80,15 @@ def finite_float(text: str) -> float:
     return value
 
 
+def address(text: str) -> str:
+    """argparse type: a non-empty address (`--cluster ''` ran everything here without a word)."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give the scheduler's address, e.g. tcp://HOST:8786")
+    return text.strip()
+
+
 def add_plugin_arguments(p) -> None:
     """--allow-plugins: the one way to run the plug-ins a sidecar or received file names (quantbench.plugins)."""
     p.add_argument("--allow-plugins", action="store_true",
@@ -107,7 +117,7 @@ def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) 
 def add_jobs_argument(p) -> None:
     """--jobs of the commands that run hosts (run, equiv)."""
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count; at most that)")
-    p.add_argument("--cluster", metavar="ADDRESS",
+    p.add_argument("--cluster", metavar="ADDRESS", type=address,
                    help="run the emulated hosts on the Dask cluster whose scheduler is at ADDRESS (tcp://HOST:8786; "
                         "quantbench[cluster] and `hosts setup` on every worker); other hosts run here")
 
@@ -149,6 +159,7 @@ def session_config(items) -> dict:
         if not sep or not key.strip():
             raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
         entries[key.strip()] = value.strip()
+    check_config_keys(entries, "--session-config")
     return entries
 
 

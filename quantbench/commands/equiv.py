@@ -111,6 +111,8 @@ class Prepared:
     not_started: dict = field(default_factory=dict)
     #: (host, variant_id) -> why the host's runtime cannot run that variant (left out of that variant's classes)
     cannot_run: dict = field(default_factory=dict)
+    #: imported host -> the results its files hold (runner.HostSummary.held): the analysis takes no others of it
+    held: dict = field(default_factory=dict)
     #: tier -> its profile's features: tiers this CPU cannot show, predicted (analysis.predict), never run
     predict: dict = field(default_factory=dict)
 
@@ -143,7 +145,7 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
     results = Path(args.results)
     root = results / "tables"
     held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
-    prefer, not_started, cannot_run = None, {}, {}
+    prefer, not_started, cannot_run, held = None, {}, {}, {}
     run_line = "runs: none (--no-run: results from the tables)"
     if not args.no_run:
         with tables.run_scope(plan.run_id):
@@ -154,12 +156,13 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
                   if h.fingerprint_id and h.measured}
         not_started = {h.name: h.does_not_start for h in summary.hosts if h.does_not_start}
         cannot_run = {(h.name, vid): why for h in summary.hosts for vid, why in h.cannot_run.items()}
+        held = {h.name: h.held for h in summary.hosts if h.held is not None}
     asked = {str(vi.path.resolve()): v for v, vi in reversed(plan.asked)}  # the first variant asked of each file
     refs = [VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, path=str(vi.path),
                        sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"])) for vi in plan.variants]
     fixtures_for = {vid: sorted({fx.fixture_id for fx in fxs}) for vid, fxs in plan.fixtures_for.items()}
     return Prepared([n for n in plan.names if n not in not_started], refs, fixtures_for, prefer, results, root,
-                    run_line, duplicate_variants(plan), not_started, cannot_run, unshown)
+                    run_line, duplicate_variants(plan), not_started, cannot_run, held, unshown)
 
 
 def duplicate_variants(plan) -> list[dict]:
@@ -187,7 +190,7 @@ def run(args) -> int:
         result = analyze(p.hosts, p.refs, p.fixtures_for, reference=args.reference, decode_kind=args.decode,
                          threshold=args.threshold, atol=args.atol, rtol=args.rtol, budget=args.budget,
                          prefer=p.prefer, run_hint=_run_hint(args), tables_root=p.tables, duplicates=p.duplicates,
-                         cache_dir=cache_dir_of(p.results), cannot_run=p.cannot_run)
+                         cache_dir=cache_dir_of(p.results), cannot_run=p.cannot_run, held=p.held)
         result.not_started = p.not_started
         attach_predictions(result, p.refs, p.predict, local_ort_version())
         return finish_equiv(result, args, p.results, p.tables, run_line=p.run_line)

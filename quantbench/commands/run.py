@@ -14,7 +14,7 @@ from quantbench.errors import UserError, render_params
 from quantbench.hosts.cluster import connect_plan
 from quantbench.fsutil import check_new_file
 from quantbench.hosts.imported import export_results
-from quantbench.hosts.registry import announce_hosts_file, parse_hosts
+from quantbench.hosts.registry import announce_hosts_file, check_host_name, parse_hosts
 from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
 from quantbench.runargs import fixture_params, note_plan, variants_from_args
 
@@ -72,6 +72,8 @@ def run(args) -> int:
     # every host ready, every model read once, before the lock: a refused command writes nothing, not even the lock
     if args.as_host is not None and not args.export:
         raise UserError("--as names the host of an --export; add --export FILE")
+    if args.as_host is not None:
+        check_host_name(args.as_host, "--as")
     if args.as_host is not None and len(specs) != 1:
         raise UserError(f"--as {args.as_host}: names one host, and --hosts has {len(specs)}")
     plan = plan_run(specs, variants, **fixture_params(args), session=session, command="run", shard=args.shard)

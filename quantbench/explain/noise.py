@@ -112,10 +112,13 @@ def _setting(factor: str, base: dict) -> tuple[str, str, dict | None, str]:
             None if same else dict(base, providers=cpu), same)
 
 
-def _check_request(factors, fixtures) -> None:
+def _check_request(factors, fixtures, batch) -> None:
     bad = [f for f in factors if f not in FACTORS]
     if bad:
         raise ParameterError("factors", f"unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
+    if "batch" in factors and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 2):
+        raise ParameterError("batch", "must be at least 2 (each fixture alone against inside a batch of that size)",
+                             batch)
     if not fixtures:
         raise UserError("noise: no fixtures")
 
@@ -126,7 +129,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
     """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None;
     `variant_id` its semantic hash and `model` its parsed ModelProto when the caller has them (the run plan:
     the file is not parsed again)."""
-    _check_request(factors, fixtures)
+    _check_request(factors, fixtures, batch)
     proto = model if model is not None else load_model(model_path, check=False)  # the variant id, the batch axis
     data = Path(model_path).read_bytes()   # the bytes each run sends
     vid = variant_id or semantic_sha256(proto)

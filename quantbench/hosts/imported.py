@@ -153,12 +153,25 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
                 m = members.get(f"{name}.parquet")
                 if m is None:
                     raise UserError(f"{path}: export lacks {name}.parquet")
-                out[name] = tables.to_arrow(name, pq.read_table(io.BytesIO(tar.extractfile(m).read())))
+                out[name] = _as_exported(path, name, pq.read_table(io.BytesIO(tar.extractfile(m).read())), manifest)
     except UserError:
         raise
     except (tarfile.TarError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
         raise UserError(f"{path}: not a readable quantbench results export ({exc})") from None
     return manifest, out
+
+
+def _as_exported(path: Path, name: str, t: pa.Table, manifest: dict) -> pa.Table:
+    """One table of an export as export_results wrote it: no column its schema lacks (they were dropped without a
+    word), as many rows as the manifest says; else a UserError naming the file, the table and the difference."""
+    fail = "; the file was not written by `quantbench run --export` as it is, nothing was imported"
+    extra = [c for c in t.column_names if c not in tables.schema(name).names]
+    if extra:
+        raise UserError(f"{path}: {name}.parquet has column(s) quantbench does not write: {', '.join(extra[:5])}{fail}")
+    said = (manifest.get("rows") or {}).get(name) if isinstance(manifest.get("rows"), dict) else None
+    if said != t.num_rows:
+        raise UserError(f"{path}: {name}.parquet holds {t.num_rows} rows, the manifest says {said!r}{fail}")
+    return tables.to_arrow(name, t)
 
 
 def _checked_members(path: Path, members: list) -> dict:
@@ -302,7 +315,9 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
     tables.append("models", parts["models"], root=root)
     tables.append("hosts", hrows, root=root)
     tables.append("outputs", _set_column(out, "host", as_host), root=root)
+    held = set(zip(*(out.column(c).to_pylist() for c in ("fingerprint_id", "session_key", "variant_id", "fixture_id"))))
     return {"source_host": source_host, "run_keys": set(out.column("run_key").to_pylist()), "rows": out.num_rows,
+            "held": held,
             "fingerprint_ids": sorted(set(out.column("fingerprint_id").to_pylist())),
             "session_keys": sorted(set(out.column("session_key").to_pylist()))}
 
@@ -424,9 +439,11 @@ def merge_imported(host: ImportedHost, ctx, summary) -> str:
     check_files(files, read_export)
     have, want, why = check_coverage(host, ctx)
     fids: list = []
+    summary.held = set()
     for f in files:
         res = import_results(f, host.name, host.options.get("host"), ctx.root, host.options.get("split_from"))
         fids += [x for x in res["fingerprint_ids"] if x not in fids]
+        summary.held |= res["held"]
     fid = fids[0] if fids else ""
     summary.fingerprint_id = fid
     summary.imported = have

@@ -26,6 +26,7 @@ from pathlib import Path
 from quantbench.errors import UserError, flag
 from quantbench.fsutil import canonical_json
 from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
+from quantbench.hosts.configkeys import check_config_keys
 from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
@@ -185,12 +186,18 @@ def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> 
     return HostSpec(name, kind, opts, where, session)
 
 
+def check_host_name(name, where: str) -> str:
+    """A host name as a hosts file may define it (letters, digits, '.', '_', '-'; not 'all'), else a UserError."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in ("all",):
+        raise UserError(f"{where}: host name {name!r}: use letters, digits, '.', '_' or '-'")
+    return name
+
+
 def _check_entry(name: str, entry, where: str) -> tuple[str, bool]:
     """(kind, override) of an entry that is a table with a usable name and a known kind."""
     if not isinstance(entry, dict):
         raise UserError(f"{where}: host {name!r} must be a table like {{ kind = \"ssh\", address = \"user@host\" }}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name in ("all",):
-        raise UserError(f"{where}: host name {name!r}: use letters, digits, '.', '_' or '-'")
+    check_host_name(name, where)
     kind = entry.get("kind")
     if kind not in KINDS:
         raise UserError(f"{where}: host {name!r}: kind {kind!r}; choose from {', '.join(KINDS)}")
@@ -213,6 +220,8 @@ def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
                 raise UserError(f"{where}: host {name!r}: file must be a path or a list of paths (got {value!r:.40})")
         elif key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
             raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
+        elif key not in ("ssh_options", "qemu_args") and not value.strip():
+            raise UserError(f"{where}: host {name!r}: {key} is empty; give a value or leave the key out")
     missing = [k for k in required if not opts.get(k)]
     if missing:
         raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")
@@ -385,6 +394,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
             elif key in SESSION_KEYS:
                 session[key] = value
             else:
+                check_config_keys([key], f"{option} {item!r}")
                 session["config_entries"][key] = value
         if items and not overrides:
             raise UserError(f"{option} {item!r}: per-host session overrides (NAME+KEY=VALUE) are taken by "

@@ -40,7 +40,8 @@ from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
 from quantbench.hosts.workerpool import HostWorkers
-from quantbench.modelio import ModelFacts, fits, load_with_data, model_facts, self_contained_bytes
+from quantbench.modelio import (ModelFacts, fits, load_with_data, model_facts, refuse_non_tensors,
+                               self_contained_bytes)
 from quantbench.textfmt import text_table
 
 # --------------------------------------------------------------------------- inputs
@@ -139,6 +140,9 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
     loaded = [load_with_data(Path(v.path)) if keep_models and not isinstance(v, VariantInfo) else None
               for v in variants]
     facts = [None if isinstance(v, VariantInfo) else model_facts(v.path, lw) for v, lw in zip(variants, loaded)]
+    for v, f in zip(variants, facts):   # before any write: a ZipMap output has no tensor bytes to hash
+        if f is not None:
+            refuse_non_tensors(f.not_tensors, v.path)
     if check_variant is not None:
         for v, f in zip(variants, facts):
             check_variant(v, v.outputs if f is None else list(f.outputs))
@@ -261,6 +265,9 @@ class HostSummary:
     does_not_start: str = ""
     #: variant_id -> why this host's runtime cannot run that variant (no kernel for an op, a provider failing on it)
     cannot_run: dict = field(default_factory=dict)
+    #: an imported host: the (fingerprint_id, session_key, variant_id, fixture_id) its files hold (None: not one);
+    #: an analysis takes no other rows of it (an earlier import's rows fill no gap)
+    held: set | None = None
     #: jobs that reused a session the worker had built for an earlier job (same variant and options)
     sessions_reused: int = 0
     #: the fingerprint came from the fingerprint cache and no worker was needed

@@ -59,33 +59,6 @@ def check_domains(model, model_path) -> list[str]:
     return notes
 
 
-#: what to tell the user about an output that is not a tensor (ZipMap is the common case)
-NON_TENSOR_HINT = ("quantbench hashes tensors only: export the classifier without ZipMap "
-                   "(skl2onnx: options={'zipmap': False}) and with integer class labels")
-
-
-def type_text(tp) -> str:
-    """An ONNX TypeProto in onnxruntime's notation: tensor(float), seq(map(int64,tensor(float)))."""
-    from onnx import TensorProto
-
-    kind = tp.WhichOneof("value")
-    if kind == "tensor_type":
-        return f"tensor({TensorProto.DataType.Name(tp.tensor_type.elem_type).lower()})"
-    if kind == "sequence_type":
-        return f"seq({type_text(tp.sequence_type.elem_type)})"
-    if kind == "map_type":
-        return f"map({TensorProto.DataType.Name(tp.map_type.key_type).lower()},{type_text(tp.map_type.value_type)})"
-    return kind or "unknown"
-
-
-def check_tensor_outputs(model, model_path) -> None:
-    """Refuse outputs that are not numeric tensors (ZipMap's sequence of maps, strings): their bytes are pointers."""
-    for out in model.graph.output:
-        text = type_text(out.type)
-        if not text.startswith("tensor(") or text == "tensor(string)":
-            raise UserError(f"{model_path}: output {out.name!r} is {text}, not a numeric tensor; {NON_TENSOR_HINT}")
-
-
 def constants_to_initializers(model) -> int:
     """Move tensor-valued `Constant` nodes of the main graph into initializers; returns how many.
 

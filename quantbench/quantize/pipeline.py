@@ -24,14 +24,13 @@ from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import BUNDLED_LABELS
 from quantbench.fsutil import sha256_file
-from quantbench.modelio import (graph_inputs, load_model, model_hashes, overridden_dims, quantized_ops,
-                               with_input_shape)
+from quantbench.modelio import (check_tensor_outputs, graph_inputs, load_model, model_hashes, overridden_dims,
+                               quantized_ops, with_input_shape)
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
                                              check_limits, load_with_shape_infer)
-from quantbench.quantize.intake import check_tensor_outputs
 from quantbench.quantize.memory import PeakMeter
 from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
 from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,

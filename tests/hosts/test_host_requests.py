@@ -59,16 +59,17 @@ def test_run_and_equiv_refuse_session_overrides(workdir, capsys):
 
 
 def test_parse_hosts_items():
-    base = {"graph_optimization_level": "basic", "config_entries": {"session.a": "1"}}
-    reqs = parse_hosts(" x86 , pi + intra_op_num_threads = 2 + session.b=0 ,x86, x86+session.a=1", base)
-    # identical requests count once (x86+session.a=1 is x86 under the base session)
-    assert [r.label for r in reqs] == ["x86", "pi + intra_op_num_threads = 2 + session.b=0"]
+    base = {"graph_optimization_level": "basic", "config_entries": {"session.disable_prepacking": "1"}}
+    reqs = parse_hosts(" x86 , pi + intra_op_num_threads = 2 + session.qdqisint8allowed=0 ,x86, "
+                       "x86+session.disable_prepacking=1", base)
+    # identical requests count once (x86+session.disable_prepacking=1 is x86 under the base session)
+    assert [r.label for r in reqs] == ["x86", "pi + intra_op_num_threads = 2 + session.qdqisint8allowed=0"]
     x86, pi = reqs
     assert x86.spec.name == "x86" and pi.spec.kind == "emulated"
     assert x86.session["graph_optimization_level"] == "basic" and x86.session["intra_op_num_threads"] == 1
     assert pi.session["intra_op_num_threads"] == 2
-    assert pi.session["config_entries"] == {"session.a": "1", "session.b": "0"}
-    assert base["config_entries"] == {"session.a": "1"}  # the caller's session is not changed
+    assert pi.session["config_entries"] == {"session.disable_prepacking": "1", "session.qdqisint8allowed": "0"}
+    assert base["config_entries"] == {"session.disable_prepacking": "1"}  # the caller's session is not changed
     assert [r.spec.name for r in parse_hosts("x86,pi", overrides=False)] == ["x86", "pi"]
     with pytest.raises(UserError, match="session options: "):
         parse_hosts("x86+intra_op_num_threads=many")

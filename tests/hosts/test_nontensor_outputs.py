@@ -17,10 +17,11 @@ import pytest
 from onnx import TensorProto, helper
 
 from calib_helpers import make_corpus
+from cli_helpers import digest, one_line
 from hosts_helpers import fixtures, variant
-from quantbench import tables
 from quantbench.cli import main
-from quantbench.hosts.runner import RunFailed, run_hosts
+from quantbench.errors import UserError
+from quantbench.hosts.runner import run_hosts
 
 SEQ_MAP = "seq(map(int64,tensor(float)))"
 
@@ -69,12 +70,27 @@ def test_calibrate_refuses_a_zipmap_output_by_name_before_writing(workdir, capsy
     assert not (workdir / "results").exists() and not (workdir / "calib_sets").exists()
 
 
-def test_worker_refuses_a_non_tensor_output_and_writes_no_outputs(workdir):
-    """Was: equiv died in np.frombuffer (OBJECT array from memory buffer); two fixtures shared a hash."""
+def test_a_run_refuses_a_non_tensor_output_before_anything_is_written(workdir):
+    """Was: equiv died in np.frombuffer (OBJECT array from memory buffer); two fixtures shared a hash. Then: the
+    worker refused it after the fixtures, models and hosts tables were written. Now the plan refuses it."""
     model = zipmap_model(workdir / "zm.onnx", shape=(1, 16), input_name="x")
     root = workdir / "t"
-    with pytest.raises(RunFailed) as exc:
+    with pytest.raises(UserError) as exc:
         run_hosts(["x86"], [variant(model)], fixtures(2), progress=False, tables_root=root, jobs=1)
     msg = str(exc.value)
     assert "\n" not in msg and "'probabilities'" in msg and SEQ_MAP in msg and "skl2onnx: options={'zipmap': False}" in msg
-    assert tables.read("outputs", root).num_rows == 0
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("command", ["run", "equiv"])
+def test_a_bare_zipmap_variant_is_refused_before_any_table_is_written(workdir, capsys, command):
+    """Was: `--variants zm.onnx` wrote the fixtures, models and hosts tables, then failed with "rerun to resume"
+    (a rerun fails the same way)."""
+    labels, _ = make_corpus(workdir / "corpus", n_litter=2, n_negative=2, n_eval=2)
+    model = zipmap_model(workdir / "zm.onnx")
+    before = digest(workdir)
+    rc = main([command, "--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--no-progress"])
+    line = one_line(capsys.readouterr().err, command)
+    assert rc == 2 and f"{model}: output 'probabilities' is {SEQ_MAP}, not a numeric tensor" in line
+    assert "rerun" not in line
+    assert digest(workdir) == before and not (workdir / "results").exists()
