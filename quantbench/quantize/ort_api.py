@@ -91,6 +91,28 @@ def dynamic_op_types() -> list[str]:
 
 # --- model preparation ------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _temp_in(folder: str | os.PathLike | None):
+    """While onnxruntime.quantization runs: its own temporary folders (``tempfile.TemporaryDirectory``
+    with prefix ``pre.quant.`` in quant_pre_process, ``ort.quant.`` in
+    save_and_reload_model_with_shape_infer and the quantize functions) are made in `folder`, not the system
+    temp folder.
+
+    onnxruntime 1.32.0 names no folder for them, so ``tempfile.tempdir`` (the default of every tempfile call)
+    points at `folder` and is restored on exit. `folder` is calibrate's staging folder or a private folder in
+    it, so what a SIGKILL leaves there the next run removes with the stage. None: unchanged.
+    """
+    if folder is None:
+        yield
+        return
+    old = tempfile.tempdir
+    tempfile.tempdir = str(Path(folder).resolve())
+    try:
+        yield
+    finally:
+        tempfile.tempdir = old
+
+
 def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: bool) -> None:
     """onnxruntime's ``quant_pre_process`` (optimization + ONNX and symbolic shape inference)
     from `src` to `dst`, in a private working folder, the root logger's level restored.
@@ -98,8 +120,9 @@ def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: b
     onnxruntime 1.32.0 (``onnxruntime.quantization.shape_inference``). Used because
     quantize_static recommends it and its shape information decides which tensors
     are calibrated; `skip_symbolic` is the fallback for models the symbolic shape
-    inference cannot handle. It writes temporary files into the cwd and changes the
-    root logger's level, hence the folder and the restore.
+    inference cannot handle. It writes temporary files into the cwd and into a ``pre.quant.`` folder (and
+    ``ort.quant.`` for opset 10 and older) of the system temp folder, and changes the root logger's level,
+    hence the private folder for all of them (beside `dst`: _temp_in) and the restore.
     """
     import logging
 
@@ -111,7 +134,8 @@ def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: b
         with tempfile.TemporaryDirectory(prefix="qb-intake-", dir=Path(dst).resolve().parent) as td:  # beside the output
             os.chdir(td)
             try:
-                quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
+                with _temp_in(td):
+                    quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
             finally:
                 os.chdir(old)
     finally:
@@ -273,7 +297,8 @@ def _fast_lookups(quantizer):
 
 
 def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, activation_type, ranges,
-                 nodes_to_exclude: Sequence[str], op_types: Sequence[str], extra: Mapping):
+                 nodes_to_exclude: Sequence[str], op_types: Sequence[str], extra: Mapping,
+                 workdir: str | os.PathLike | None = None):
     """QDQ-quantize shape-inferred `model` with given `ranges` (TensorsData) -> the quantized
     model (onnxruntime's ONNXModel wrapper; write it with save_quantized).
 
@@ -283,18 +308,20 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
     nodes_to_exclude, op_types_to_quantize, extra_options)``, positionally as
     quantize_static calls it, and ``quantize_model()`` (under _fast_lookups). Used so that quantbench's
     own ranges give models byte-identical to stock quantize_static. `extra` is
-    passed as is (not copied), as quantize_static passes extra_options.
+    passed as is (not copied), as quantize_static passes extra_options. onnxruntime's ``ort.quant.``
+    temporary folders (an old opset's reload with shape inference) are made in `workdir` (_temp_in).
     """
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
     from onnxruntime.quantization.quant_utils import update_opset_version
 
-    qmodel = update_opset_version(model, weight_type, activation_type,
-                                  tensor_quant_overrides=extra.get("TensorQuantOverrides"),
-                                  block_size=extra.get("BlockSize", 0))
-    quantizer = QDQQuantizer(qmodel, per_channel, reduce_range, weight_type, activation_type, ranges, [],
-                             list(nodes_to_exclude), op_types, extra)
-    with _fast_lookups(quantizer):
-        quantizer.quantize_model()
+    with _temp_in(workdir):
+        qmodel = update_opset_version(model, weight_type, activation_type,
+                                      tensor_quant_overrides=extra.get("TensorQuantOverrides"),
+                                      block_size=extra.get("BlockSize", 0))
+        quantizer = QDQQuantizer(qmodel, per_channel, reduce_range, weight_type, activation_type, ranges, [],
+                                 list(nodes_to_exclude), op_types, extra)
+        with _fast_lookups(quantizer):
+            quantizer.quantize_model()
     return quantizer.model
 
 
@@ -313,10 +340,12 @@ def dynamic_quantize(src: str | os.PathLike, dst: str | os.PathLike, *, op_types
     """onnxruntime's public ``quantize_dynamic`` from `src` to `dst`.
 
     onnxruntime 1.32.0. The dynamic variant is stock quantize_dynamic; it writes a
-    shape-inferred copy beside `src`, so give it a private copy.
+    shape-inferred copy beside `src`, so give it a private copy (its folder also takes onnxruntime's
+    ``ort.quant.`` temporary folders: _temp_in).
     """
     from onnxruntime.quantization import quantize_dynamic
 
-    quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
-                     reduce_range=reduce_range, weight_type=weight_type,
-                     nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra))
+    with _temp_in(Path(src).parent):
+            quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
+                         reduce_range=reduce_range, weight_type=weight_type,
+                         nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra))
