@@ -78,6 +78,24 @@ from quantbench.cli import main
 sys.exit(main({argv!r}))
 """
 
+KILL_WRITING_PNG = """
+import contextlib, os, signal, sys
+from pathlib import Path
+sys.path[:0] = [{repo!r}]
+from quantbench import gallery, report
+def killing(real):
+    @contextlib.contextmanager
+    def atomic_path(path, suffix=""):
+        with real(path, suffix) as tmp:
+            yield tmp
+            if Path(path).parent.name == {folder!r} and Path(path).suffix == ".png":  # drawn, not yet renamed
+                os.kill(os.getpid(), signal.SIGKILL)
+    return atomic_path
+report.atomic_path, gallery.atomic_path = killing(report.atomic_path), killing(gallery.atomic_path)
+from quantbench.cli import main
+sys.exit(main({argv!r}))
+"""
+
 AHEAD_UNDER_LOCK = """
 import os, sys, time
 sys.path[:0] = [{repo!r}]
@@ -165,6 +183,22 @@ def test_part_file_of_a_killed_run_is_removed_by_the_next_run(workdir):
     assert main(argv) == 0
     assert _leftovers(tdir) == []
     assert tables.read("outputs", tdir).num_rows == 3
+
+
+@pytest.mark.parametrize("folder", ["plots", "gallery"])
+def test_png_of_a_killed_equiv_is_removed_by_the_next_run(workdir, folder):
+    """Was: results/plots/.*.png.*.tmp and results/report.d/gallery/.*.png.*.tmp (a plot or flip thumbnail drawn
+    by a SIGKILLed equiv, not yet renamed) survived the successful rerun."""
+    from bench_helpers import make_bench
+
+    vdir, labels = make_bench(workdir / "bench")
+    argv = ["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]
+    _killed(KILL_WRITING_PNG.format(repo=REPO, argv=argv, folder=folder))
+    where = workdir / "results" / ("plots" if folder == "plots" else "report.d/gallery")
+    assert [p.name for p in where.iterdir() if p.name.endswith(".png.tmp")] != []
+    assert main(argv) == 0
+    assert _leftovers(workdir / "results") == []
+    assert any(where.glob("*.png"))
 
 
 def test_forked_report_child_dies_with_its_killed_parent(workdir):
