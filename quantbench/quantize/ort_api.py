@@ -346,6 +346,6 @@ def dynamic_quantize(src: str | os.PathLike, dst: str | os.PathLike, *, op_types
     from onnxruntime.quantization import quantize_dynamic
 
     with _temp_in(Path(src).parent):
-            quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
+        quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
                          reduce_range=reduce_range, weight_type=weight_type,
                          nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra))
