@@ -58,6 +58,23 @@ def no_space(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in NO_SPACE
 
 
+def has_room(folder: str | os.PathLike, need: int) -> bool:
+    """Whether the file system holding `folder` has `need` bytes free for an unprivileged writer (statvfs
+    f_bavail); True when it cannot tell. For writers that do not report a short write (onnx's and onnxruntime's
+    C++ leave a truncated file): what they failed at, with less room than they need, was a full disk."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return True
+    return st.f_bavail * st.f_frsize >= need
+
+
+def no_space_error(path: str | os.PathLike | None = None) -> OSError:
+    """The OSError a write that found no space raises (errno ENOSPC), naming `path` when given: for a writer that
+    did not raise it itself (has_room)."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), *([str(path)] if path is not None else []))
+
+
 def disk_full(path: str | os.PathLike, exc: OSError, what: str = "it was not written") -> DiskFull:
     """The one wording of a full disk: the file that could not be written, and what to do."""
     return DiskFull(f"{path}: {exc.strerror or 'No space left on device'} (errno {exc.errno}); {what}: "
