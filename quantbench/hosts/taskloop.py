@@ -108,6 +108,11 @@ def error_line(run, vi, h: dict) -> str:
     """The summary line of a job's "error" frame `h` (host, variant, the fixture it stopped at)."""
     fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
     where = f", fixture {fixture_label(fx)}" if fx else ""
+    if h.get("stage") == "disk":   # a full disk: named by the folder the user knows (the run's scratch is in the tables)
+        folder = str(h.get("folder") or "")
+        inside = folder and Path(folder).is_relative_to(Path(run.ctx.root).resolve())
+        return (f"{run.ctx.root if inside else folder}: no space left on device (host {run.spec.name}, variant "
+                f"{vi.name}{where}: {h['message']}); free some space and rerun")
     return f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}"
 
 

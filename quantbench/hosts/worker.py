@@ -552,7 +552,11 @@ def read_placement(sess) -> dict:
         return {}
     try:
         with open(path, "r") as fh:
-            events = json.load(fh)
+            text = fh.read()
+        try:
+            events = json.loads(text)
+        except ValueError as exc:
+            raise _cut_short(path, exc)
     finally:
         try:
             os.remove(path)
@@ -571,6 +575,25 @@ def read_placement(sess) -> dict:
         ops = out.setdefault(provider, {})
         ops[op] = ops.get(op, 0) + 1
     return {p: dict(sorted(o.items())) for p, o in sorted(out.items())}
+
+
+#: free bytes below which a profile that does not parse was cut short by a full disk: onnxruntime writes it from
+#: C++ and reports no short write, and the event that did not fit is far smaller than this
+PROFILE_ROOM = 1 << 16
+
+
+def _cut_short(path, exc) -> Exception:
+    """What a profile at `path` that is not JSON (`exc`) means: a full disk (a JobError of stage "disk" naming the
+    profile's folder) when its file system has less than PROFILE_ROOM free, else `exc` itself."""
+    folder = os.path.dirname(path)
+    try:
+        st = os.statvfs(folder)
+        full = st.f_bavail * st.f_frsize < PROFILE_ROOM
+    except (OSError, AttributeError):
+        full = False
+    if not full:
+        return exc
+    return JobError("disk", "onnxruntime's profile of the run was cut short (%s)" % (exc,), folder=folder)
 
 
 def provider_problems(requested, available, placement=None) -> list:
@@ -612,10 +635,13 @@ def _unsupported(exc, running: bool) -> bool:
 
 
 class JobError(Exception):
-    def __init__(self, stage, message, fixture_id=None):
+    """A job's failure, by stage; `folder`: for stage "disk", the folder whose file system is full."""
+
+    def __init__(self, stage, message, fixture_id=None, folder=None):
         Exception.__init__(self, message)
         self.stage = stage
         self.fixture_id = fixture_id
+        self.folder = folder
 
 
 def _model_source(job, payload):
@@ -1076,7 +1102,7 @@ def serve(inp, out) -> int:
             fixture = exc.fixture_id if isinstance(exc, JobError) else None
             write_frame(out, {"type": "error", "stage": stage, "message": str(exc) or type(exc).__name__,
                               "host": job.get("host", ""), "variant": job.get("variant", ""),
-                              "fixture_id": fixture,
+                              "fixture_id": fixture, "folder": getattr(exc, "folder", None),
                               "traceback": "" if isinstance(exc, JobError) else traceback.format_exc()})
         write_frame(out, {"type": "done"})
         del payload
