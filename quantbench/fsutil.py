@@ -33,6 +33,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         # named with its owner, so a SIGKILLed writer's leftover can be told from a live one's (clean_stale_tmp)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner_tag()}.", suffix=suffix + ".tmp", dir=path.parent)
     except OSError as exc:
+        if read_only(exc):   # a read-only or foreign folder: the user's to fix, one line naming it
+            raise cannot_write(path.parent, exc, f"{path.name} was not written") from None
         raise (disk_full(path, exc) if no_space(exc) else exc) from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
@@ -307,6 +309,19 @@ def staging_area(results_dir: str | os.PathLike) -> Path:
     return Path(results_dir) / STAGING
 
 
+#: errno values that mean "this folder takes no new file": a read-only file system, no permission
+READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def read_only(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in READ_ONLY
+
+
+def cannot_write(folder: str | os.PathLike, exc: OSError, why: str = "") -> UserError:
+    """The one wording of a folder that takes no new file (read-only, no permission): the folder, the reason."""
+    return UserError(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}")
+
+
 def check_writable(folder: str | os.PathLike, why: str = "") -> Path:
     """`folder` (an existing folder) takes a new file; else one UserError naming it (nothing is left)."""
     folder = Path(folder)
@@ -315,5 +330,14 @@ def check_writable(folder: str | os.PathLike, why: str = "") -> Path:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise UserError(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}") from None
+        raise cannot_write(folder, exc, why) from None
     return folder
+
+
+def check_writable_for(path: str | os.PathLike, why: str = "") -> Path:
+    """The folder that would take `path` (a file or folder to be made: its nearest existing ancestor) takes a new
+    file; else one UserError naming that folder, before anything is written."""
+    folder = Path(path).absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return check_writable(Path(os.path.relpath(folder)) if folder.is_relative_to(Path.cwd()) else folder, why)

@@ -21,7 +21,7 @@ from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_mod
 from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import BUNDLED_LABELS
-from quantbench.fsutil import sha256_file
+from quantbench.fsutil import check_writable_for, sha256_file
 from quantbench.modelio import graph_inputs, load_model, model_hashes, quantized_ops
 from quantbench.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
@@ -199,6 +199,8 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
+    for dest in (calib_root / name, out):   # a read-only folder: one line before anything is written
+        check_writable_for(dest, f"nothing was written (calibrate writes {dest})")
 
     # 1. calibration set
     calset = builder.build(name, labels=opts.labels, images=opts.images, per_cell=opts.per_cell, seed=opts.seed,
@@ -351,6 +353,7 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
                                          "name the float model", str(fp32_path))
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(out, "variants")
+    check_writable_for(out, f"nothing was written (calibrate writes {out})")
     cands, labels_path, images_dir = builder.read_labels(opts.labels, opts.images)
     labels = {"labels": str(labels_path) if opts.labels else BUNDLED_LABELS, "labels_sha256": sha256_file(labels_path),
               "images_dir": builder.images_root_token(images_dir)}
