@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from quantbench.errors import DiskFull, UserError
+from quantbench.errors import DiskFull, NotWritable, UserError
 
 
 @contextlib.contextmanager
@@ -317,9 +317,9 @@ def read_only(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in READ_ONLY
 
 
-def cannot_write(folder: str | os.PathLike, exc: OSError, why: str = "") -> UserError:
+def cannot_write(folder: str | os.PathLike, exc: OSError, why: str = "") -> NotWritable:
     """The one wording of a folder that takes no new file (read-only, no permission): the folder, the reason."""
-    return UserError(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}")
+    return NotWritable(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}", exc.errno)
 
 
 def check_writable(folder: str | os.PathLike, why: str = "") -> Path:
