@@ -130,10 +130,11 @@ def _room_needed(what: str, size: int) -> int:
 
 
 @contextlib.contextmanager
-def _short_of_space(folder: str | os.PathLike, need: int, path: str | os.PathLike | None = None,
+def _short_of_space(folder: str | os.PathLike, need, path: str | os.PathLike | None = None,
                     held: list | None = None):
     """A failure of onnx / onnxruntime code writing models into `folder` while its file system has fewer than
-    `need` bytes free becomes the OSError of a full disk (ENOSPC, naming `path`).
+    `need` bytes free (an int, or a function giving it: worked out only when something failed) becomes the
+    OSError of a full disk (ENOSPC, naming `path`).
 
     onnxruntime 1.32.0 and onnx write models from C++ without reporting a short write
     (``onnx.shape_inference.infer_shapes_path``; the optimizer's ``optimized_model_filepath``, whose failure
@@ -141,16 +142,19 @@ def _short_of_space(folder: str | os.PathLike, need: int, path: str | os.PathLik
     back (``google.protobuf.message.DecodeError``), or carry on without the optimized model. `held`: the log
     records _held_log holds back; an ERROR among them is such a logged failure, checked after a return too,
     and the records a full disk explains are dropped (the error says it)."""
+    def room() -> bool:
+        return has_room(folder, need() if callable(need) else need)
+
     try:
         yield
     except Exception as exc:
-        full = no_space(exc) or not has_room(folder, need)
+        full = no_space(exc) or not room()
         if full and held is not None:
             held.clear()
         if full and not no_space(exc):
             raise no_space_error(path) from None
         raise
-    if held and any(r.levelno >= logging.ERROR for r in held) and not has_room(folder, need):
+    if held and any(r.levelno >= logging.ERROR for r in held) and not room():
         held.clear()
         raise no_space_error(path)
 
@@ -378,7 +382,8 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
     from onnxruntime.quantization.quant_utils import update_opset_version
 
-    with _short_of_space(workdir or tempfile.gettempdir(), _room_needed("qdq", model.ByteSize())), _temp_in(workdir):
+    room = lambda: _room_needed("qdq", model.ByteSize())   # worked out only if something failed
+    with _short_of_space(workdir or tempfile.gettempdir(), room), _temp_in(workdir):
         qmodel = update_opset_version(model, weight_type, activation_type,
                                       tensor_quant_overrides=extra.get("TensorQuantOverrides"),
                                       block_size=extra.get("BlockSize", 0))
