@@ -46,6 +46,15 @@ class DiskFull(UserError):
         self.path = path
 
 
+class NotWritable(UserError, OSError):
+    """A folder takes no new file (a read-only file system, no permission): one line naming it. Also an OSError
+    (its errno kept), so a writer for whom a file not written is no error (a cache) goes on as before."""
+
+    def __init__(self, message: str, errno_: int | None = None):
+        super().__init__(message)
+        self.errno = errno_
+
+
 class GateFailed(Exception):
     """A --gate condition failed; the CLI exits 1 after printing the summary."""
 

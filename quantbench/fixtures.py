@@ -118,25 +118,34 @@ def image_file(labels_path, images_dir, name, where: str, base: Path | None = No
 
 
 def check_image_size(labels_path, path: Path, img: dict, sizes: "ImageSizes | None" = None) -> None:
-    """COCO width/height (when given) must be the image file's: boxes are in the labelled image's pixels.
-    `sizes`: where the sizes of files read before are remembered (ImageSizes)."""
+    """COCO width/height (when given) must be the image's as it is decoded, upright (its EXIF orientation applied,
+    preprocess.upright_wh): boxes are in the labelled image's pixels. `sizes`: where the sizes of files read before
+    are remembered (ImageSizes)."""
     w, h = img.get("width"), img.get("height")
     if not all(isinstance(x, int) and not isinstance(x, bool) for x in (w, h)):
         return
-    size = (sizes or ImageSizes(remember=False)).size(path)
+    sizes = sizes or ImageSizes(remember=False)
+    size = sizes.size(path)
     if size is not None and size != (w, h):
+        turned = sizes.orientation(path)
+        how = (f" upright (EXIF orientation {turned} turns the stored {size[1]}x{size[0]} by 90 degrees)"
+               if turned else "")
         raise UserError(f"{labels_path}: image {img['file_name']}: width x height {w}x{h} in the labels, but the "
-                        f"file is {size[0]}x{size[1]}; fix the labels (boxes are in the labelled image's pixels)")
+                        f"file is {size[0]}x{size[1]}{how}; fix the labels (boxes are in the labelled image's pixels, "
+                        "upright)")
 
 
 class ImageSizes:
-    """Each image file's width x height as PIL reads it, remembered with the file's state (size, mtime, ctime,
-    inode: any write changes its ctime), one file per images folder under QUANTBENCH_HOME/image-sizes/, so
+    """Each image file's upright width x height (preprocess.upright_wh: as load_rgb decodes it, EXIF orientation
+    applied), remembered with the file's state (size, mtime, ctime, inode: any write changes its ctime) and the
+    EXIF orientation that turned it (0: none), one file per images folder under QUANTBENCH_HOME/image-sizes/, so
     checking a labels file's sizes again opens no image that did not change (PIL's import and 600 header reads
     were ~40 ms of every cached equiv on the demo). What is remembered is the file's size, never a verdict: the
-    labels are checked against it each time. QUANTBENCH_TENSOR_CACHE=0 turns it off with the tensor cache."""
+    labels are checked against it each time. A record of another shape (an earlier version's stored size) is
+    read again. QUANTBENCH_TENSOR_CACHE=0 turns it off with the tensor cache."""
 
     FOLDERS = 256   # images folders remembered; the least recently written go first
+    RECORD = 8      # file_state (5) + upright width, height + the orientation that turned it (0: none)
 
     def __init__(self, folder=None, remember: bool = True):
         import hashlib
@@ -150,25 +159,36 @@ class ImageSizes:
             self.known = known if isinstance(known, dict) else {}
 
     def size(self, path) -> tuple[int, int] | None:
-        """(width, height), or None when the file cannot be read as an image (load_rgb says so when it is used)."""
+        """(width, height) upright, or None when the file cannot be read as an image (load_rgb says so when it is
+        used)."""
+        record = self._record(path)
+        return None if record is None else (record[0], record[1])
+
+    def orientation(self, path) -> int:
+        """The EXIF orientation (5..8) that turned the file by 90 degrees to give size(path); 0 if none did."""
+        record = self._record(path)
+        return 0 if record is None else record[2]
+
+    def _record(self, path) -> list | None:
         key = os.path.abspath(path)
         state = file_state(key)
         if state is None:
             return None
         hit = self.known.get(key)
-        if isinstance(hit, list) and len(hit) == 7 and hit[:5] == state:
-            return hit[5], hit[6]
+        if isinstance(hit, list) and len(hit) == self.RECORD and hit[:5] == state:
+            return hit[5:]
         from PIL import Image
 
         try:
             with Image.open(key) as im:
-                size = im.size
+                o = preprocess.orientation(im)
+                record = [*preprocess.upright_wh(im), o if o in preprocess.TURNED else 0]
         except Exception:  # not decodable
             return None
+        self.known[key] = state + record   # remembered for this check too; saved only when enabled
         if self.enabled:
-            self.known[key] = state + list(size)
             self.changed = True
-        return size
+        return record
 
     def save(self) -> None:
         """Write what was read (a cache: not written is only slower next time), keeping FOLDERS files."""

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from quantbench.errors import DiskFull, ParameterError, UserError, flag
+from quantbench.errors import DiskFull, NotWritable, ParameterError, UserError, flag
 
 
 @contextlib.contextmanager
@@ -37,6 +37,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
         # named with its owner, so a SIGKILLed writer's leftover can be told from a live one's (clean_stale_tmp)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{owner_tag()}.", suffix=suffix + ".tmp", dir=path.parent)
     except OSError as exc:
+        if read_only(exc):   # a read-only or foreign folder: the user's to fix, one line naming it
+            raise cannot_write(path.parent, exc, f"{path.name} was not written") from None
         raise (disk_full(path, exc) if no_space(exc) else exc) from None
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a result file is as readable as any other
@@ -60,6 +62,23 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
 
 def no_space(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in NO_SPACE
+
+
+def has_room(folder: str | os.PathLike, need: int) -> bool:
+    """Whether the file system holding `folder` has `need` bytes free for an unprivileged writer (statvfs
+    f_bavail); True when it cannot tell. For writers that do not report a short write (onnx's and onnxruntime's
+    C++ leave a truncated file): what they failed at, with less room than they need, was a full disk."""
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return True
+    return st.f_bavail * st.f_frsize >= need
+
+
+def no_space_error(path: str | os.PathLike | None = None) -> OSError:
+    """The OSError a write that found no space raises (errno ENOSPC), naming `path` when given: for a writer that
+    did not raise it itself (has_room)."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), *([str(path)] if path is not None else []))
 
 
 def disk_full(path: str | os.PathLike, exc: OSError, what: str = "it was not written") -> DiskFull:
@@ -391,6 +410,19 @@ def staging_area(results_dir: str | os.PathLike) -> Path:
     return Path(results_dir) / STAGING
 
 
+#: errno values that mean "this folder takes no new file": a read-only file system, no permission
+READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def read_only(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in READ_ONLY
+
+
+def cannot_write(folder: str | os.PathLike, exc: OSError, why: str = "") -> NotWritable:
+    """The one wording of a folder that takes no new file (read-only, no permission): the folder, the reason."""
+    return NotWritable(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}", exc.errno)
+
+
 def check_writable(folder: str | os.PathLike, why: str = "") -> Path:
     """`folder` (an existing folder) takes a new file; else one UserError naming it (nothing is left)."""
     folder = Path(folder)
@@ -399,7 +431,7 @@ def check_writable(folder: str | os.PathLike, why: str = "") -> Path:
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise UserError(f"{folder}: cannot write there ({exc.strerror or exc}){'; ' + why if why else ''}") from None
+        raise cannot_write(folder, exc, why) from None
     return folder
 
 
@@ -445,3 +477,12 @@ def _plain_under(base: str, rel: str) -> bool:
         except (OSError, ValueError):
             return False
     return True
+
+
+def check_writable_for(path: str | os.PathLike, why: str = "") -> Path:
+    """The folder that would take `path` (a file or folder to be made: its nearest existing ancestor) takes a new
+    file; else one UserError naming that folder, before anything is written."""
+    folder = Path(path).absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return check_writable(Path(os.path.relpath(folder)) if folder.is_relative_to(Path.cwd()) else folder, why)

@@ -91,11 +91,30 @@ def load_rgb(path: str | os.PathLike) -> np.ndarray:
         raise UserError(f"{path}: not a readable image ({exc})") from None
 
 
+#: EXIF orientations (tag 0x0112) PIL.ImageOps.exif_transpose applies: 2-4 flip or turn by 180 degrees, 5-8 turn
+#: by 90 degrees (TRANSPOSE, ROTATE_270, TRANSVERSE, ROTATE_90), so the upright image's width and height swap
+ORIENTATIONS = (2, 3, 4, 5, 6, 7, 8)
+TURNED = (5, 6, 7, 8)
+
+
+def orientation(im) -> int:
+    """The EXIF orientation PIL.ImageOps.exif_transpose applies to the opened image `im`: 2..8, or 1 (upright, no
+    tag, or a value it ignores). PIL's getexif also reads an XMP tiff:Orientation, as exif_transpose does."""
+    o = im.getexif().get(0x0112, 1)
+    return o if o in ORIENTATIONS else 1
+
+
+def upright_wh(im) -> tuple[int, int]:
+    """(width, height) of the opened image `im` upright, as load_rgb decodes it (from its header: no pixel read)."""
+    w, h = im.size
+    return (h, w) if orientation(im) in TURNED else (w, h)
+
+
 def _upright(im):
     """The image as it is meant to be viewed: its EXIF orientation (phone photos) applied, else itself."""
     from PIL import ImageOps
 
-    if im.getexif().get(0x0112, 1) in (1, None):   # 0x0112: Orientation; 1 is upright
+    if orientation(im) == 1:
         return im
     return ImageOps.exif_transpose(im)
 
@@ -105,8 +124,8 @@ def upright_size(path: str | os.PathLike) -> tuple[int, int]:
     from PIL import Image
 
     with Image.open(path) as im:
-        w, h = im.size
-        return (w, h) if im.getexif().get(0x0112, 1) in (5, 6, 7, 8) else (h, w)  # 5..8 turn by 90 degrees
+        w, h = upright_wh(im)
+        return h, w
 
 
 def _check_pixels(path, width: int, height: int) -> None:

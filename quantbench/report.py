@@ -30,7 +30,7 @@ from quantbench.analysis.decode import kind_of
 from quantbench.analysis.equiv import as_json, write_tables
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_RTOL, ship_verdict, tolerance_set
 from quantbench.assets import RESULTS_DIR
-from quantbench.fsutil import atomic_path, atomic_write_text, content_key, made_from, write_key
+from quantbench.fsutil import atomic_path, atomic_write_text, clean_stale_tmp, content_key, made_from, write_key
 from quantbench.gallery import safe
 from quantbench.hosts.deploy import describe as describe_session
 from quantbench.hosts.placement import summary_text as placement_text
@@ -1097,6 +1097,13 @@ def _distinct_short(values: list, n: int = 24) -> list[str]:
     return short if len(set(short)) == len({str(x) for x in values}) else [str(x) for x in values]
 
 
+def clean_stale_report(results_dir: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files (fsutil.atomic_path's, a dead writer's only) that a killed equiv or report left
+    in the report's folders: the results folder, its plots, report fragments and flip gallery; returns them."""
+    rdir = Path(results_dir)
+    return [p for d in (rdir, rdir / PLOTS, rdir / FRAGMENTS, rdir / GL.GALLERY) for p in clean_stale_tmp(d)]
+
+
 def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = True, fixtures=None, images=None) -> list:
     """Everything an equiv analysis leaves behind: its table rows, the report sections, equiv.json.
 
@@ -1104,6 +1111,7 @@ def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = Tr
     JSON, `images` folder; None: the bundled corpus). Returns the files written.
     """
     labels = {"fixtures": fixtures, "images": images}
+    clean_stale_report(results_dir)
     shows, ahead = draw_ahead(result, Path(results_dir), tables_root, plots)   # a child starts drawing
     try:
         acc = report_accuracy(result, tables_root, fixtures, images, results_dir=results_dir)

@@ -14,9 +14,9 @@ is recorded, so the recipe says what was done to the user's model:
 3. an opset below 13 is converted to 13 with `onnx.version_converter` when
    per-channel weights are asked (or refused, naming the opset and the option);
 4. `quant_pre_process` (ort_api.pre_process) runs in a private temporary folder (it writes
-   `sym_shape_infer_temp.onnx` into the current one on failure), made beside `out_path` (calibrate's
-   staging folder, which the next run removes if this one is killed, never the system temp folder);
-   when symbolic
+   `sym_shape_infer_temp.onnx` into the current one on failure, and its `pre.quant.` / `ort.quant.`
+   folders go there too), made beside `out_path` (calibrate's staging folder, which the next run
+   removes if this one is killed, never the system temp folder); when symbolic
    shape inference fails it is retried without it (constant and BatchNorm
    folding still happen) and the fallback is reported.
 """

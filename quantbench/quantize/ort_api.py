@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import shutil
 import sys
@@ -25,6 +26,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping, Sequence
+
+from quantbench.fsutil import has_room, no_space, no_space_error
 
 WRITTEN_AGAINST = "1.32.0"
 
@@ -91,6 +94,91 @@ def dynamic_op_types() -> list[str]:
 
 # --- model preparation ------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _temp_in(folder: str | os.PathLike | None):
+    """While onnxruntime.quantization runs: its own temporary folders (``tempfile.TemporaryDirectory``
+    with prefix ``pre.quant.`` in quant_pre_process, ``ort.quant.`` in
+    save_and_reload_model_with_shape_infer and the quantize functions) are made in `folder`, not the system
+    temp folder.
+
+    onnxruntime 1.32.0 names no folder for them, so ``tempfile.tempdir`` (the default of every tempfile call)
+    points at `folder` and is restored on exit. `folder` is calibrate's staging folder or a private folder in
+    it, so what a SIGKILL leaves there the next run removes with the stage. None: unchanged.
+    """
+    if folder is None:
+        yield
+        return
+    old = tempfile.tempdir
+    tempfile.tempdir = str(Path(folder).resolve())
+    try:
+        yield
+    finally:
+        tempfile.tempdir = old
+
+
+#: how many copies of a model onnxruntime's tools hold in their folders at once: quant_pre_process keeps
+#: preprocessed.onnx, optimized.onnx and onnx_shape_inferred.onnx in its temporary folder; quantize_dynamic an
+#: "-inferred" copy beside its input and its output; load_model_with_shape_infer its "-inferred" copy; the
+#: quantizers' save_and_reload_model_with_shape_infer a saved copy and its "-inferred" one
+COPIES = {"pre_process": 3, "dynamic": 2, "shape_infer": 1, "qdq": 2}
+
+
+def _room_needed(what: str, size: int) -> int:
+    """Bytes COPIES[what] copies of a `size`-byte model take, with a quarter more for what shape inference adds
+    (value_info: 2% on the demo detector) and the file system's blocks."""
+    return COPIES[what] * size * 5 // 4
+
+
+@contextlib.contextmanager
+def _short_of_space(folder: str | os.PathLike, need, path: str | os.PathLike | None = None,
+                    held: list | None = None):
+    """A failure of onnx / onnxruntime code writing models into `folder` while its file system has fewer than
+    `need` bytes free (an int, or a function giving it: worked out only when something failed) becomes the
+    OSError of a full disk (ENOSPC, naming `path`).
+
+    onnxruntime 1.32.0 and onnx write models from C++ without reporting a short write
+    (``onnx.shape_inference.infer_shapes_path``; the optimizer's ``optimized_model_filepath``, whose failure
+    quant_pre_process only logs): on a full disk they leave a truncated file that the next step reads
+    back (``google.protobuf.message.DecodeError``), or carry on without the optimized model. `held`: the log
+    records _held_log holds back; an ERROR among them is such a logged failure, checked after a return too,
+    and the records a full disk explains are dropped (the error says it)."""
+    def room() -> bool:
+        return has_room(folder, need() if callable(need) else need)
+
+    try:
+        yield
+    except Exception as exc:
+        full = no_space(exc) or not room()
+        if full and held is not None:
+            held.clear()
+        if full and not no_space(exc):
+            raise no_space_error(path) from None
+        raise
+    if held and any(r.levelno >= logging.ERROR for r in held) and not room():
+        held.clear()
+        raise no_space_error(path)
+
+
+@contextlib.contextmanager
+def _held_log(name: str):
+    """The records the logger `name` emits while the block runs, held back in a list and handed on to its
+    handlers (and its parents') afterwards, but those the block removed from the list (_short_of_space)."""
+    logger = logging.getLogger(name)
+    records: list = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        for record in records:
+            logger.handle(record)
+
+
 def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: bool) -> None:
     """onnxruntime's ``quant_pre_process`` (optimization + ONNX and symbolic shape inference)
     from `src` to `dst`, in a private working folder, the root logger's level restored.
@@ -98,20 +186,23 @@ def pre_process(src: str | os.PathLike, dst: str | os.PathLike, skip_symbolic: b
     onnxruntime 1.32.0 (``onnxruntime.quantization.shape_inference``). Used because
     quantize_static recommends it and its shape information decides which tensors
     are calibrated; `skip_symbolic` is the fallback for models the symbolic shape
-    inference cannot handle. It writes temporary files into the cwd and changes the
-    root logger's level, hence the folder and the restore.
+    inference cannot handle. It writes temporary files into the cwd and into a ``pre.quant.`` folder (and
+    ``ort.quant.`` for opset 10 and older) of the system temp folder, and changes the root logger's level,
+    hence the private folder for all of them (beside `dst`: _temp_in) and the restore. On a full disk its
+    writes fail without a word: _short_of_space says so.
     """
-    import logging
-
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     level = logging.getLogger().level
     old = os.getcwd()
+    need = _room_needed("pre_process", Path(src).stat().st_size)
     try:
         with tempfile.TemporaryDirectory(prefix="qb-intake-", dir=Path(dst).resolve().parent) as td:  # beside the output
             os.chdir(td)
             try:
-                quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
+                with _held_log(quant_pre_process.__module__) as held, \
+                        _short_of_space(td, need, dst, held), _temp_in(td):
+                    quant_pre_process(str(src), str(dst), skip_symbolic_shape=skip_symbolic)
             finally:
                 os.chdir(old)
     finally:
@@ -131,7 +222,8 @@ def load_with_shape_infer(model_path: str | os.PathLike, workdir: str | os.PathL
     with tempfile.TemporaryDirectory(prefix="qb-shape-", dir=workdir) as tmp:
         copy = Path(tmp) / "model.onnx"
         shutil.copyfile(model_path, copy)
-        return load_model_with_shape_infer(copy)
+        with _short_of_space(tmp, _room_needed("shape_infer", copy.stat().st_size)):
+            return load_model_with_shape_infer(copy)
 
 
 # --- calibration --------------------------------------------------------------------------------
@@ -273,7 +365,8 @@ def _fast_lookups(quantizer):
 
 
 def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, activation_type, ranges,
-                 nodes_to_exclude: Sequence[str], op_types: Sequence[str], extra: Mapping):
+                 nodes_to_exclude: Sequence[str], op_types: Sequence[str], extra: Mapping,
+                 workdir: str | os.PathLike | None = None):
     """QDQ-quantize shape-inferred `model` with given `ranges` (TensorsData) -> the quantized
     model (onnxruntime's ONNXModel wrapper; write it with save_quantized).
 
@@ -283,18 +376,21 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
     nodes_to_exclude, op_types_to_quantize, extra_options)``, positionally as
     quantize_static calls it, and ``quantize_model()`` (under _fast_lookups). Used so that quantbench's
     own ranges give models byte-identical to stock quantize_static. `extra` is
-    passed as is (not copied), as quantize_static passes extra_options.
+    passed as is (not copied), as quantize_static passes extra_options. onnxruntime's ``ort.quant.``
+    temporary folders (an old opset's reload with shape inference) are made in `workdir` (_temp_in).
     """
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
     from onnxruntime.quantization.quant_utils import update_opset_version
 
-    qmodel = update_opset_version(model, weight_type, activation_type,
-                                  tensor_quant_overrides=extra.get("TensorQuantOverrides"),
-                                  block_size=extra.get("BlockSize", 0))
-    quantizer = QDQQuantizer(qmodel, per_channel, reduce_range, weight_type, activation_type, ranges, [],
-                             list(nodes_to_exclude), op_types, extra)
-    with _fast_lookups(quantizer):
-        quantizer.quantize_model()
+    room = lambda: _room_needed("qdq", model.ByteSize())   # worked out only if something failed
+    with _short_of_space(workdir or tempfile.gettempdir(), room), _temp_in(workdir):
+        qmodel = update_opset_version(model, weight_type, activation_type,
+                                      tensor_quant_overrides=extra.get("TensorQuantOverrides"),
+                                      block_size=extra.get("BlockSize", 0))
+        quantizer = QDQQuantizer(qmodel, per_channel, reduce_range, weight_type, activation_type, ranges, [],
+                                 list(nodes_to_exclude), op_types, extra)
+        with _fast_lookups(quantizer):
+            quantizer.quantize_model()
     return quantizer.model
 
 
@@ -313,10 +409,13 @@ def dynamic_quantize(src: str | os.PathLike, dst: str | os.PathLike, *, op_types
     """onnxruntime's public ``quantize_dynamic`` from `src` to `dst`.
 
     onnxruntime 1.32.0. The dynamic variant is stock quantize_dynamic; it writes a
-    shape-inferred copy beside `src`, so give it a private copy.
+    shape-inferred copy beside `src`, so give it a private copy (its folder also takes onnxruntime's
+    ``ort.quant.`` temporary folders: _temp_in).
     """
     from onnxruntime.quantization import quantize_dynamic
 
-    quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
-                     reduce_range=reduce_range, weight_type=weight_type,
-                     nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra))
+    need = _room_needed("dynamic", Path(src).stat().st_size)
+    with _short_of_space(Path(dst).parent, need, dst), _temp_in(Path(src).parent):
+        quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
+                         reduce_range=reduce_range, weight_type=weight_type,
+                         nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra))

@@ -23,7 +23,7 @@ from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_mod
 from quantbench.calibset import builder
 from quantbench.errors import ParameterError, UserError, flag
 from quantbench.fixtures import BUNDLED_LABELS
-from quantbench.fsutil import sha256_file
+from quantbench.fsutil import check_writable_for, sha256_file
 from quantbench.modelio import (check_tensor_outputs, graph_inputs, load_model, model_hashes, overridden_dims,
                                quantized_ops, with_input_shape)
 from quantbench.preprocess import load_rgb, to_tensor
@@ -271,6 +271,8 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
+    for dest in (calib_root / name, out):   # a read-only folder: one line before anything is written
+        check_writable_for(dest, f"nothing was written (calibrate writes {dest})")
     _refuse_decode_only_change(opts, out, model_path, spec, sidecar)
     if "entropy" in static_methods and entropy_bins == ENTROPY_BINS and on_note:   # before the work it costs
         on_note(ENTROPY_DEFAULT_NOTE)
@@ -428,6 +430,7 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
                                          "name the float model", str(fp32_path))
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(out, "variants")
+    check_writable_for(out, f"nothing was written (calibrate writes {out})")
     cands, labels_path, images_dir = builder.read_labels(opts.labels, opts.images)
     labels = {"labels": str(labels_path) if opts.labels else BUNDLED_LABELS, "labels_sha256": sha256_file(labels_path),
               "images_dir": builder.images_root_token(images_dir)}

@@ -256,8 +256,9 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     _check_ranges_method(ranges, method)
 
     extra = dict(extra_options or {})
-    quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra)
     out_path = Path(out_path)
+    quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra,
+                                     workdir=out_path.parent)   # beside the output: calibrate's stage
     with atomic_path(out_path, suffix=".onnx") as tmp:
         ort_api.save_quantized(quantized, tmp)
     rdict = ranges_dict(ranges)

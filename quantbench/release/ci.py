@@ -24,7 +24,7 @@ from pathlib import Path
 
 from quantbench.analysis.gates import parse_gates
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fsutil import atomic_write_text
+from quantbench.fsutil import atomic_write_text, check_writable_for
 from quantbench.hosts.emulated import PRESETS
 
 #: GitHub's hosted runner labels that are real silicon, and the host name each exports
@@ -363,5 +363,6 @@ def write_ci(p: CIParams, out_dir, force: bool = False) -> list:
         if there:
             raise UserError(f"{there[0]}: exists; nothing was written (choose another folder, or overwrite it with "
                             f"{flag('force')})")
+    check_writable_for(out / GITHUB_FILE, "nothing was written")   # a read-only folder: one line, nothing made
     out.mkdir(parents=True, exist_ok=True)
     return [atomic_write_text(out / name, text) for name, text in texts.items()]

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from calib_helpers import make_corpus, tiny_model
 from hosts_helpers import make_corpus as eval_corpus
 from run_helpers import variants_folder
@@ -50,6 +52,46 @@ def killing(path, suffix=""):
         if Path(path).parent.name == "outputs":  # the part's bytes are in its temporary file, not yet renamed
             os.kill(os.getpid(), signal.SIGKILL)
 tables.atomic_path = killing
+from quantbench.cli import main
+sys.exit(main({argv!r}))
+"""
+
+KILL_IN_ORT_TEMP = """
+import os, signal, sys
+from pathlib import Path
+sys.path[:0] = [{repo!r}]
+import onnxruntime
+from onnxruntime.quantization import quant_utils
+real_session, real_load = onnxruntime.InferenceSession, quant_utils.load_model_with_shape_infer
+def _kill_in(path, prefix):  # onnxruntime's own temporary folder holds a model now
+    if Path(str(path)).parent.name.startswith(prefix) and Path(str(path)).is_file():
+        os.kill(os.getpid(), signal.SIGKILL)
+def session(model, *args, **kwargs):  # quant_pre_process's optimizer pass on pre.quant.*/preprocessed.onnx
+    if isinstance(model, (str, os.PathLike)):
+        _kill_in(model, {prefix!r})
+    return real_session(model, *args, **kwargs)
+def load(path):  # save_and_reload_model_with_shape_infer's ort.quant.*/model.onnx
+    _kill_in(path, {prefix!r})
+    return real_load(path)
+onnxruntime.InferenceSession, quant_utils.load_model_with_shape_infer = session, load
+from quantbench.cli import main
+sys.exit(main({argv!r}))
+"""
+
+KILL_WRITING_PNG = """
+import contextlib, os, signal, sys
+from pathlib import Path
+sys.path[:0] = [{repo!r}]
+from quantbench import gallery, report
+def killing(real):
+    @contextlib.contextmanager
+    def atomic_path(path, suffix=""):
+        with real(path, suffix) as tmp:
+            yield tmp
+            if Path(path).parent.name == {folder!r} and Path(path).suffix == ".png":  # drawn, not yet renamed
+                os.kill(os.getpid(), signal.SIGKILL)
+    return atomic_path
+report.atomic_path, gallery.atomic_path = killing(report.atomic_path), killing(gallery.atomic_path)
 from quantbench.cli import main
 sys.exit(main({argv!r}))
 """
@@ -102,6 +144,31 @@ def test_killed_calibrate_leaves_no_intake_folder_in_the_system_temp_folder(work
     assert _leftovers(workdir / "results") == [] and _in_temp(systmp) == []
 
 
+@pytest.mark.parametrize("prefix, opset, extra", [
+    ("pre.quant.", 17, []),                       # quant_pre_process: pre.quant.*/preprocessed.onnx
+    ("ort.quant.", 10, ["--no-per-channel"]),     # save_and_reload_model_with_shape_infer of an opset-10 model
+    ("ort.quant.", 9, ["--no-per-channel", "--no-pre-process", "--methods", "minmax"]),  # qdq_quantize: opset 9 to 11
+    ("ort.quant.", 10, ["--no-per-channel", "--no-pre-process"]),  # ... in quantize_dynamic
+])
+def test_killed_calibrate_leaves_no_onnxruntime_temp_folder_in_the_system_temp_folder(workdir, prefix, opset, extra):
+    """Was: $TMPDIR/pre.quant.*/preprocessed.onnx and $TMPDIR/ort.quant.* (onnxruntime's own temporary folders)
+    stayed after calibrate was SIGKILLed in them; now they are made in the run's staging folder, which the next
+    run removes."""
+    labels, _ = make_corpus(workdir / "corpus", n_litter=8, n_negative=8, n_eval=4)
+    model = tiny_model(workdir / "m.onnx", opset=opset)
+    argv = ["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods", "dynamic",
+            "--no-progress", *extra]
+    systmp = workdir / "systmp"
+    systmp.mkdir()
+    _killed(KILL_IN_ORT_TEMP.format(repo=REPO, argv=argv, prefix=prefix), env={**os.environ, "TMPDIR": str(systmp)})
+    assert _in_temp(systmp) == []
+    left = [p for p in (workdir / "results").rglob(f"{prefix}*") if p.is_dir()]
+    assert left and all(any(f.suffix == ".onnx" for f in p.iterdir()) for p in left), left  # killed in there
+    assert main(argv) == 0
+    assert _leftovers(workdir / "results") == [] and _in_temp(systmp) == []
+    assert not list((workdir / "results").rglob(f"{prefix}*"))
+
+
 def test_part_file_of_a_killed_run_is_removed_by_the_next_run(workdir):
     """Was: .part-*.tmp files under results/tables/* stayed after the successful rerun."""
     vdir = variants_folder(workdir / "v")
@@ -116,6 +183,22 @@ def test_part_file_of_a_killed_run_is_removed_by_the_next_run(workdir):
     assert main(argv) == 0
     assert _leftovers(tdir) == []
     assert tables.read("outputs", tdir).num_rows == 3
+
+
+@pytest.mark.parametrize("folder", ["plots", "gallery"])
+def test_png_of_a_killed_equiv_is_removed_by_the_next_run(workdir, folder):
+    """Was: results/plots/.*.png.*.tmp and results/report.d/gallery/.*.png.*.tmp (a plot or flip thumbnail drawn
+    by a SIGKILLed equiv, not yet renamed) survived the successful rerun."""
+    from bench_helpers import make_bench
+
+    vdir, labels = make_bench(workdir / "bench")
+    argv = ["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]
+    _killed(KILL_WRITING_PNG.format(repo=REPO, argv=argv, folder=folder))
+    where = workdir / "results" / ("plots" if folder == "plots" else "report.d/gallery")
+    assert [p.name for p in where.iterdir() if p.name.endswith(".png.tmp")] != []
+    assert main(argv) == 0
+    assert _leftovers(workdir / "results") == []
+    assert any(where.glob("*.png"))
 
 
 def test_forked_report_child_dies_with_its_killed_parent(workdir):
