@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.fsutil import MAX_SETTINGS_BYTES, parse_toml, read_user_text
 from quantbench.plugins import is_ref
 
 PYPROJECT = Path("pyproject.toml")
@@ -55,12 +55,7 @@ def _norm(key: str) -> str:
 
 
 def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: not valid TOML ({exc})") from None
+    return parse_toml(path, read_user_text(path, "settings file", MAX_SETTINGS_BYTES))
 
 
 def _split(table, where: str, commands) -> tuple[dict, dict]:
@@ -85,12 +80,12 @@ def load_sources(folder: str | os.PathLike = ".", commands=()) -> list[Source]:
     folder = Path(folder)
     out = []
     pp = folder / PYPROJECT
-    if pp.is_file():
+    if pp.exists():
         tool = (_read_toml(pp).get("tool") or {}).get("quantbench")
         if tool is not None:
             out.append(Source("pyproject.toml", pp, *_split(tool, f"{pp}: [tool.quantbench]", commands)))
     qt = folder / QUANTBENCH_TOML
-    if qt.is_file():
+    if qt.exists():
         data = _read_toml(qt)
         if DEFAULTS_TABLE in data:
             out.append(Source("quantbench.toml", qt, *_split(data[DEFAULTS_TABLE], f"{qt}: [{DEFAULTS_TABLE}]",

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag, marked
-from quantbench.fsutil import atomic_path, canonical_json, sha256_file
+from quantbench.fsutil import atomic_path, canonical_json, regular_file, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, check_fixture_set, files_of
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
@@ -120,6 +120,7 @@ def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: results file not found (write it with `quantbench run {flag('export')} {path.name}` on the other machine)")
+    regular_file(path, "results file (.qbr)")
     try:
         st = path.stat()
         key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
