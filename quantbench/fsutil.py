@@ -356,13 +356,17 @@ STAGING = ".staging"
 KILL_AT = "QUANTBENCH_TEST_KILL_AT"
 
 
+KILL_SIGNAL = "QUANTBENCH_TEST_KILL_SIGNAL"
+
+
 def kill_point(step: str) -> None:
     """Test-only hook (costs nothing when unset): with the environment variable QUANTBENCH_TEST_KILL_AT=step,
-    the process SIGKILLs itself here, so tests see exactly what a kill at that step leaves (no timing)."""
+    the process SIGKILLs itself here, so tests see exactly what a kill at that step leaves (no timing);
+    QUANTBENCH_TEST_KILL_SIGNAL=INT (or TERM ...) sends that signal instead (a Ctrl-C at that step)."""
     if os.environ.get(KILL_AT) == step:
         import signal
 
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get(KILL_SIGNAL, "KILL").upper()))
 
 
 def staging_area(results_dir: str | os.PathLike) -> Path:
