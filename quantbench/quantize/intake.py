@@ -86,6 +86,26 @@ def check_tensor_outputs(model, model_path) -> None:
             raise UserError(f"{model_path}: output {out.name!r} is {text}, not a numeric tensor; {NON_TENSOR_HINT}")
 
 
+def check_finite_weights(model, model_path) -> None:
+    """Refuse a float initializer (a weight) holding NaN or an infinity: no scale quantizes it (onnxruntime's
+    quantizer stopped on `AssertionError: scale issue`). Read one tensor at a time."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    for init in model.graph.initializer:
+        if init.data_type not in FLOAT_TYPES:
+            continue
+        arr = numpy_helper.to_array(init)
+        if arr.size and not np.isfinite(arr).all():
+            bad = int(arr.size - np.isfinite(arr).sum())
+            raise UserError(f"{model_path}: weight {init.name!r} holds {bad} of {arr.size} values that are NaN or "
+                            "infinite; quantization needs finite weights (fix or retrain the model)")
+
+
+#: onnx TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+FLOAT_TYPES = (1, 10, 11, 16)
+
+
 def constants_to_initializers(model) -> int:
     """Move tensor-valued `Constant` nodes of the main graph into initializers; returns how many.
 
@@ -167,6 +187,7 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
     record["constants_to_initializers"] = moved
     if moved:
         notes.append(f"{moved} Constant tensor(s) moved to initializers (weights are quantized as weights)")
+    check_finite_weights(model, model_path)  # Constant-held weights too (the pipeline checked the initializers)
     if per_channel and opset < PER_CHANNEL_OPSET:
         model = convert_opset(model, model_path, PER_CHANNEL_OPSET, "per-channel QDQ weights")
         record["opset"]["used"] = PER_CHANNEL_OPSET
