@@ -107,6 +107,26 @@ def _assert_worker_dies_with(cwd, args, sig, go):
             os.kill(worker, signal.SIGKILL)
 
 
+def test_a_worker_opened_by_a_thread_that_ended_lives_on():
+    """The kernel counts the thread that started a worker as its parent: workers are started from the main thread
+    or one lasting thread (process.spawn), so a worker a pool thread opened outlives that thread (was: localize's
+    second host "killed by signal 9 while receiving its job")."""
+    import threading
+
+    from quantbench.hosts.registry import parse_hosts
+    from quantbench.hosts.session import HostSession
+
+    (req,) = parse_hosts("x86")
+    box = []
+    th = threading.Thread(target=lambda: box.append(HostSession(req.spec, req.session).open()))
+    th.start()
+    th.join()
+    (hs,) = box   # fingerprinted: the worker ran its prctl before the thread ended
+    proc = hs.client.proc
+    hs.close()
+    assert proc.returncode == 0   # it read "end" and left; -9 had it died with the thread
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_local_worker_dies_with_its_command(bench, sig):
     wd, args = bench
