@@ -27,6 +27,8 @@ import struct
 import sys
 import time
 
+from quantbench.hosts.worker import die_with_parent
+
 RECORD = struct.Struct("<I")
 MAX_JOBS = 1024   # job numbers fit a pipe's buffer on every platform (4 KiB): more work is grouped by the caller
 #: seconds the parent waits, once the queue is empty, for the child to finish the one job it holds;
@@ -99,25 +101,10 @@ class Ahead:
             return False
 
 
-def _die_with(parent: int) -> None:
-    """Have the kernel SIGKILL this child when its parent dies (Linux prctl PR_SET_PDEATHSIG), so a killed
-    parent leaves no child behind holding what it inherited (the tables lock); exit now if it is gone already."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        PR_SET_PDEATHSIG = 1
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:   # the parent died before the prctl took effect
-        os._exit(1)
-
-
 def _child(jobs: list, queue: int, parent: int) -> None:
     code = 1
     try:
-        _die_with(parent)
+        die_with_parent(parent)
         sink = open(os.devnull, "w")
         sys.stdout = sys.stderr = sink
         while data := os.read(queue, RECORD.size):

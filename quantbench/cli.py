@@ -11,7 +11,7 @@ from quantbench import config as C
 from quantbench.commands import COMMAND_HELP, COMMANDS, MIXED_KIND_KEYS, OPTION_KEYS, SUBCOMMANDS
 from quantbench.console import add_common_arguments
 from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError, render_params
-from quantbench.fsutil import disk_full, no_space
+from quantbench.fsutil import disk_full, kill_point, no_space
 
 
 class _Parser(argparse.ArgumentParser):
@@ -62,6 +62,7 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
     mods = _load_commands(names)
     if len(mods) < len(COMMANDS) and any(getattr(m, "NEEDS_EVERY_COMMAND", False) for m in mods.values()):
         mods = _load_commands(COMMANDS)
+    kill_point("commands-imported")
 
     parser = _Parser(
         prog="quantbench",

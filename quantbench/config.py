@@ -36,12 +36,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError
-from quantbench.fsutil import inside
+from quantbench.fsutil import MAX_SETTINGS_BYTES, inside, parse_toml, read_user_text
 from quantbench.plugins import is_ref
 
 PYPROJECT = Path("pyproject.toml")
@@ -66,13 +65,8 @@ def _norm(key: str) -> str:
     return str(key).replace("-", "_")
 
 
-def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read ({exc})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: not valid TOML ({exc})") from None
+def _read_toml(path: Path, what: str = "settings file") -> dict:
+    return parse_toml(path, read_user_text(path, what, MAX_SETTINGS_BYTES))
 
 
 def _split(table, where: str, commands) -> tuple[dict, dict]:
@@ -97,12 +91,12 @@ def load_sources(folder: str | os.PathLike = ".", commands=()) -> list[Source]:
     folder = Path(folder)
     out = []
     pp = folder / PYPROJECT
-    if pp.is_file():
+    if pp.exists():
         tool = (_read_toml(pp).get("tool") or {}).get("quantbench")
         if tool is not None:
             out.append(Source("pyproject.toml", pp, *_split(tool, f"{pp}: [tool.quantbench]", commands)))
     qt = folder / QUANTBENCH_TOML
-    if qt.is_file():
+    if qt.exists():
         data = _read_toml(qt)
         if DEFAULTS_TABLE in data:
             out.append(Source("quantbench.toml", qt, *_split(data[DEFAULTS_TABLE], f"{qt}: [{DEFAULTS_TABLE}]",
@@ -116,7 +110,7 @@ def hosts_file_source(path, commands=(), folder: str | os.PathLike = ".") -> Sou
     path = Path(path)
     if not path.is_file() or (Path(folder) / QUANTBENCH_TOML).resolve() == path.resolve():
         return None
-    data = _read_toml(path)
+    data = _read_toml(path, "hosts file")
     if DEFAULTS_TABLE not in data:
         return None
     src = Source(str(path), path, *_split(data[DEFAULTS_TABLE], f"{path}: [{DEFAULTS_TABLE}]", commands))

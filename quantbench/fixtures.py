@@ -28,8 +28,8 @@ import numpy as np
 from quantbench import preprocess, tables
 from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, quantbench_home
 from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fsutil import (cache_on, canonical_json, file_state, read_cached_json, read_json, remove_tree,
-                               sha256_file, temp_beside, write_cache_entry)
+from quantbench.fsutil import (cache_on, canonical_json, file_state, read_cached_json, read_json, regular_file,
+                               remove_tree, sha256_file, temp_beside, write_cache_entry)
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.plugins import plugin_identity
 from quantbench.preprocess import load_rgb, to_tensor
@@ -114,7 +114,7 @@ def image_file(labels_path, images_dir, name, where: str, base: Path | None = No
     if path is None:
         raise UserError(f"{labels_path}: {where}: {name!r} is not a file inside {images_dir}; labels may name "
                         "only images inside the images folder")
-    return path
+    return regular_file(path, "image")
 
 
 def check_image_size(labels_path, path: Path, img: dict, sizes: "ImageSizes | None" = None) -> None:
@@ -174,6 +174,7 @@ class ImageSizes:
         state = file_state(key)
         if state is None:
             return None
+        regular_file(path, "image")  # never opened when it is not: a FIFO would block the open
         hit = self.known.get(key)
         if isinstance(hit, list) and len(hit) == self.RECORD and hit[:5] == state:
             return hit[5:]
@@ -291,7 +292,7 @@ def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) ->
     Columns: image (inside `images_dir`), density (an object count, or empty/objects words) and/or
     label (the image's one class), split (optional). Every image must exist.
     """
-    labels, images_dir = Path(labels), Path(images_dir)
+    labels, images_dir = Path(regular_file(labels, "labels file")), Path(images_dir)
     try:
         with open(labels, newline="", encoding="utf-8-sig") as fh:  # Excel's "CSV UTF-8" starts with a BOM
             reader = csv.DictReader(fh)

@@ -360,6 +360,86 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
+    """`path`, checked to be a regular file before anything opens it: a folder, a named pipe, a device (/dev/zero)
+    or a socket is one UserError naming it and what was expected (`what`: "model", "image", "hosts file" ...).
+    Only stat is asked (it follows links and never blocks, where opening a FIFO waits for a writer). A missing
+    file is left to the caller to word (each has its own "not found")."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return path
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise UserError(f"{path}: is {kind}, expected a {what} (a regular file)")
+    return path
+
+
+def read_user_bytes(path: str | os.PathLike, what: str = "file", limit: int | None = None) -> bytes:
+    """The bytes of the user's file `path` (regular_file), at most `limit` bytes (more: one UserError naming the
+    size and the limit, nothing read). Opened without blocking and checked again on the open file, so a file
+    swapped for a FIFO between the two checks is refused too. A missing file raises FileNotFoundError."""
+    path = regular_file(path, what)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UserError(f"{path}: is not a regular file, expected a {what}")
+        if limit is not None and st.st_size > limit:
+            raise UserError(f"{path}: {what} is {st.st_size:,} bytes, more than the limit of {limit:,}")
+        data = fh.read() if limit is None else fh.read(limit + 1)
+    if limit is not None and len(data) > limit:  # grew while read
+        raise UserError(f"{path}: {what} is more than the limit of {limit:,} bytes")
+    return data
+
+
+#: the largest settings file read (a hosts file, quantbench.toml, pyproject.toml): one with thousands of hosts
+#: is some 100 KB
+MAX_SETTINGS_BYTES = 1 << 20
+
+
+def read_user_text(path: str | os.PathLike, what: str = "file", limit: int | None = None) -> str:
+    """read_user_bytes as UTF-8 text; unreadable or not UTF-8: one UserError naming the file and `what`."""
+    try:
+        return read_user_bytes(path, what, limit).decode("utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{path}: {what} not found") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: cannot read the {what} (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
+
+
+def parse_toml(path: str | os.PathLike, text: str) -> dict:
+    """The TOML document `text` (read from `path`); a syntax error names the line and shows it, a document nested
+    too deeply for the parser is one error too."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise UserError(f"{path}: not valid TOML (nested too deeply)") from None
+    except tomllib.TOMLDecodeError as exc:
+        msg = str(exc)
+        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+        if m:
+            line = int(m.group(1))
+            lines = text.splitlines()
+            src = lines[line - 1].strip() if line <= len(lines) else ""
+            raise UserError(f"{path}:{line}: not valid TOML ({msg[:m.start()].strip()}, column {m.group(2)}): "
+                            f"{src!r}") from None
+        raise UserError(f"{path}: not valid TOML ({msg})") from None
+
+
+#: the largest JSON file (labels, sidecar, index, record) read: a COCO file of 100,000 images is about 60 MB
+MAX_JSON_BYTES = 1 << 30
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error=None):
     """The JSON in `path`; unreadable or invalid JSON is one error naming the file, `what` it should be and `hint`.
 
@@ -370,9 +450,12 @@ def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error
 
     path = Path(path)
     try:
-        return json.loads(path.read_text())
+        return json.loads(read_user_bytes(path, what, MAX_JSON_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise
+    except RecursionError:  # nested deeper than Python's stack: no JSON quantbench reads is nested like that
+        raise (error or UserError)(f"{path}: not a readable {what} (nested too deeply)"
+                                   f"{'; ' + hint if hint else ''}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise (error or UserError)(f"{path}: not a readable {what} ({exc}){'; ' + hint if hint else ''}") from None
 
@@ -392,13 +475,17 @@ STAGING = ".staging"
 KILL_AT = "QUANTBENCH_TEST_KILL_AT"
 
 
+KILL_SIGNAL = "QUANTBENCH_TEST_KILL_SIGNAL"
+
+
 def kill_point(step: str) -> None:
     """Test-only hook (costs nothing when unset): with the environment variable QUANTBENCH_TEST_KILL_AT=step,
-    the process SIGKILLs itself here, so tests see exactly what a kill at that step leaves (no timing)."""
+    the process SIGKILLs itself here, so tests see exactly what a kill at that step leaves (no timing);
+    QUANTBENCH_TEST_KILL_SIGNAL=INT (or TERM ...) sends that signal instead (a Ctrl-C at that step)."""
     if os.environ.get(KILL_AT) == step:
         import signal
 
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), getattr(signal, "SIG" + os.environ.get(KILL_SIGNAL, "KILL").upper()))
 
 
 def staging_area(results_dir: str | os.PathLike) -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from quantbench.assets import quantbench_home
 from quantbench.errors import UserError, flag
-from quantbench.fsutil import cache_on, file_state, sha256_bytes, sha256_file, write_cache_entry
+from quantbench.fsutil import cache_on, file_state, regular_file, sha256_bytes, sha256_file, write_cache_entry
 
 STRIP_DEFAULT = ("doc_string",)
 STRIP_OPTIONAL = ("producer", "value_info", "metadata")
@@ -32,8 +32,7 @@ def load_model(path: str | os.PathLike, check: bool = True, load_external_data: 
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: model file not found")
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder, expected an .onnx file")
+    regular_file(path, "model (.onnx file)")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:

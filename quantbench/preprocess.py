@@ -56,6 +56,7 @@ import numpy as np
 
 from quantbench import plugins
 from quantbench.errors import UserError, flag
+from quantbench.fsutil import regular_file
 
 LUMA_709 = (0.2126, 0.7152, 0.0722)
 RESIZE_MODES = ("stretch", "letterbox", "center-crop")
@@ -73,6 +74,7 @@ def load_rgb(path: str | os.PathLike) -> np.ndarray:
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: image file not found")
+    regular_file(path, "image")
     try:
         with warnings.catch_warnings():  # our own cap below replaces Pillow's bomb warning
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -123,7 +125,7 @@ def upright_size(path: str | os.PathLike) -> tuple[int, int]:
     """(height, width) of the image load_rgb decodes from `path` (EXIF orientation applied), from its header."""
     from PIL import Image
 
-    with Image.open(path) as im:
+    with Image.open(regular_file(path, "image")) as im:
         w, h = upright_wh(im)
         return h, w
 

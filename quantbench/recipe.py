@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 from quantbench.errors import UserError, flag
-from quantbench.fsutil import canonical_json, read_json, sha256_bytes
+from quantbench.fsutil import MAX_JSON_BYTES, canonical_json, read_json, read_user_bytes, sha256_bytes
 from quantbench.modelio import ModelFacts, model_facts
 from quantbench.plugins import allow, is_ref, plugin_identity, require, same_ref
 from quantbench.preprocess import check_input_block, input_spec
@@ -101,7 +101,7 @@ def _inline_alphabet(data: dict, p: Path) -> dict:
                         "leading '.'), or list the characters")
     path = p.parent / name
     try:
-        raw = path.read_bytes()
+        raw = read_user_bytes(path, "alphabet file", MAX_JSON_BYTES)
         text = raw.decode("utf-8")
     except OSError as exc:
         raise UserError(f"{path}: alphabet file not readable ({exc.strerror or exc})") from None

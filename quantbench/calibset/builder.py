@@ -109,8 +109,11 @@ def _eval_hashes(cands: list[Candidate]) -> dict[str, str]:
     return out
 
 
-def _check_cells(per_cell: int, count_bins: Sequence[int]) -> None:
-    """The cell parameters: images per cell within 1..MAX_PER_CELL, object-count edges distinct and >= 2."""
+def _check_cells(per_cell: int, count_bins: Sequence[int], seed: int = 0) -> None:
+    """The cell parameters: images per cell within 1..MAX_PER_CELL, object-count edges distinct and >= 2, and the
+    selection seed one RandomState takes (0 .. 2**32 - 1)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2 ** 32:
+        raise ParameterError("seed", "must be a whole number from 0 to 4294967295 (2**32 - 1)", seed)
     if per_cell < 1:
         raise ParameterError("per_cell", "must be at least 1", per_cell)
     if per_cell > MAX_PER_CELL:
@@ -127,7 +130,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
 
     strata: "objects", "label" or "auto" (quantbench.strata).
     """
-    _check_cells(per_cell, count_bins)
+    _check_cells(per_cell, count_bins, seed)
     count_bins = sorted(count_bins)
     cands, labels_path, images_dir = read_labels(labels, images)
     eval_sha = _eval_hashes(cands)

@@ -200,6 +200,7 @@ def connect(address: str, hosts=(), timeout: float = CONNECT_SECONDS) -> Cluster
     """The cluster at `address`, checked before any work: reachable, with workers whose quantbench, worker code
     and onnxruntime are this client's, each with every host in `hosts` (the ones that run there) set up."""
     distributed = _distributed()
+    probe_scheduler(address, timeout)
     try:
         client = distributed.Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
@@ -225,6 +226,50 @@ def connect(address: str, hosts=(), timeout: float = CONNECT_SECONDS) -> Cluster
 def connect_plan(address: str, plan, timeout: float = CONNECT_SECONDS) -> Cluster:
     """`connect` for a run plan (runner.plan_run): its hosts the cluster takes are checked on every worker."""
     return connect(address, [spec for spec, host in zip(plan.specs, plan.hosts) if takes(host)], timeout)
+
+
+#: the largest first message a Dask scheduler sends (its handshake: a few hundred bytes)
+MAX_HANDSHAKE_BYTES = 1 << 20
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of a tcp address (`tcp://HOST:PORT`, `HOST:PORT`, `[v6]:PORT`); None for another protocol."""
+    rest = address[len("tcp://"):] if address.startswith("tcp://") else address
+    if "://" in rest:
+        return None
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise UserError(f"cluster {address}: not an address (expected tcp://HOST:PORT)")
+    return host.strip("[]"), int(port)
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Before distributed meets it: a tcp `address` is reached within `timeout` seconds and greets as a Dask
+    scheduler does (the length of a small handshake, first); else one UserError. distributed itself waits without
+    end on a port that accepts and never answers, and reads a greeting such as an ssh banner as a 2.82 EiB
+    message (numpy's MemoryError)."""
+    import socket
+    import struct
+
+    where = _host_port(address)
+    if where is None:
+        return
+    try:
+        with socket.create_connection(where, timeout=timeout) as sock:
+            head = b""
+            while len(head) < 8:
+                more = sock.recv(8 - len(head))
+                if not more:
+                    raise UserError(f"cluster {address}: not a Dask scheduler (it closed the connection unasked)")
+                head += more
+    except socket.timeout:
+        raise UserError(f"cluster {address}: cannot reach the scheduler (no answer within {timeout:g} s)") from None
+    except OSError as exc:
+        raise UserError(f"cluster {address}: cannot reach the scheduler ({exc.strerror or exc})") from None
+    size = struct.unpack("<Q", head)[0]
+    if not 0 < size <= MAX_HANDSHAKE_BYTES:
+        shown = head.decode("ascii", "replace") if all(32 <= b < 127 or b in (9, 10, 13) for b in head) else head.hex()
+        raise UserError(f"cluster {address}: not a Dask scheduler (it greets with {shown!r})")
 
 
 def _first_line(exc: Exception) -> str:

@@ -77,7 +77,42 @@ def deployed_session(spec, overrides: dict | None = None, recorded: dict | None 
     for key in ("intra_op_num_threads", "inter_op_num_threads"):
         if out[key] == 0:
             out[key] = own[key] or 1
+    if getattr(spec, "kind", "") != "imported":  # an imported host runs nothing: its session is a record
+        check_threads(spec.name, out, thread_limit(spec))
     return out
+
+
+#: the thread ceiling of an ssh host, whose cores are known only once it answers
+SSH_MAX_THREADS = 1024
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, e.g. under taskset), else the core count."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def thread_limit(spec) -> int:
+    """The most threads one session of host `spec` may start: the cores it runs on. A local or masked host runs on
+    this machine's usable cores; an emulated device's threads run there too, and it may keep its own deployed count
+    (a Pi 5's 4 on a 2-core machine); an ssh host's cores are not known before it answers (SSH_MAX_THREADS)."""
+    if getattr(spec, "kind", "") == "ssh":
+        return SSH_MAX_THREADS
+    return max(usable_cores(), int(preset_session(spec).get("intra_op_num_threads") or 1))
+
+
+def check_threads(host: str, session: dict, limit: int) -> None:
+    """A thread count above `limit` is one UserError naming the host, the value and the limit: onnxruntime starts
+    every thread it is asked for (100000 never finished, growing 40 MB/s), where more threads than cores only
+    share them."""
+    for key in ("intra_op_num_threads", "inter_op_num_threads"):
+        if session[key] > limit:
+            raise UserError(f"host {host}: {key}={session[key]}: more than the {limit} cores it runs on; "
+                            f"use at most {limit}")
 
 
 def worker_threads(session: dict) -> int:

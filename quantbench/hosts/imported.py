@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from quantbench import SCHEMA_VERSION, lazy, tables
 from quantbench.assets import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag, marked
-from quantbench.fsutil import atomic_path, canonical_json, check_new_file, sha256_file
+from quantbench.fsutil import atomic_path, canonical_json, check_new_file, regular_file, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, check_fixture_set, files_of
 from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
@@ -121,6 +121,7 @@ def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
     path = Path(path)
     if not path.exists():
         raise UserError(f"{path}: results file not found (write it with `quantbench run {flag('export')} {path.name}` on the other machine)")
+    regular_file(path, "results file (.qbr)")
     try:
         st = path.stat()
         key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
@@ -153,7 +154,9 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
                 m = members.get(f"{name}.parquet")
                 if m is None:
                     raise UserError(f"{path}: export lacks {name}.parquet")
-                out[name] = _as_exported(path, name, pq.read_table(io.BytesIO(tar.extractfile(m).read())), manifest)
+                part = pq.ParquetFile(io.BytesIO(tar.extractfile(m).read()))
+                _check_rows(path, name, part.metadata.num_rows, manifest)   # from its footer, before a row is read
+                out[name] = _as_exported(path, name, part.read())
     except UserError:
         raise
     except (tarfile.TarError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
@@ -161,17 +164,27 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
     return manifest, out
 
 
-def _as_exported(path: Path, name: str, t: pa.Table, manifest: dict) -> pa.Table:
+def _as_exported(path: Path, name: str, t: pa.Table) -> pa.Table:
     """One table of an export as export_results wrote it: no column its schema lacks (they were dropped without a
-    word), as many rows as the manifest says; else a UserError naming the file, the table and the difference."""
-    fail = "; the file was not written by `quantbench run --export` as it is, nothing was imported"
+    word); else a UserError naming the file, the table and the columns."""
     extra = [c for c in t.column_names if c not in tables.schema(name).names]
     if extra:
-        raise UserError(f"{path}: {name}.parquet has column(s) quantbench does not write: {', '.join(extra[:5])}{fail}")
-    said = (manifest.get("rows") or {}).get(name) if isinstance(manifest.get("rows"), dict) else None
-    if said != t.num_rows:
-        raise UserError(f"{path}: {name}.parquet holds {t.num_rows} rows, the manifest says {said!r}{fail}")
+        raise UserError(f"{path}: {name}.parquet has column(s) quantbench does not write: {', '.join(extra[:5])}; "
+                        "the file is not an export of quantbench as it wrote it, nothing was imported")
     return tables.to_arrow(name, t)
+
+
+def _check_rows(path: Path, name: str, rows: int, manifest: dict) -> None:
+    """A table holds the rows the manifest declares (its Parquet footer says how many, before a row is read):
+    rows repeated inside a small file decode to gigabytes (560 KB of outputs repeated 100,000 times took 3.5 GB)."""
+    declared = manifest.get("rows")
+    want = declared.get(name) if isinstance(declared, dict) else None
+    if type(want) is not int or rows != want:
+        raise UserError(f"{path}: {name}.parquet holds {rows} rows, the manifest declares {want!r}; the file was "
+                        "altered or damaged, nothing was imported")
+    if name == "fixtures" and rows != manifest.get("fixtures"):
+        raise UserError(f"{path}: fixtures.parquet holds {rows} rows, the manifest declares "
+                        f"{manifest.get('fixtures')!r} fixtures; the file was altered or damaged, nothing was imported")
 
 
 def _checked_members(path: Path, members: list) -> dict:

@@ -147,6 +147,25 @@ class _ForkedProcess:
             self.pidfd = -1
 
 
+_SPAWNER: list = []
+_SPAWNER_LOCK = threading.Lock()
+
+
+def spawn(argv: list[str], **popen_args) -> subprocess.Popen:
+    """subprocess.Popen of a worker, always from the main thread or from one thread that lives as long as this
+    process: a worker asks the kernel to kill it when its parent dies (worker.die_with_parent), and the kernel
+    counts the *thread* that started it, so a worker started by a short-lived thread (a pool opening sessions)
+    would die with that thread."""
+    if threading.current_thread() is threading.main_thread():
+        return subprocess.Popen(argv, **popen_args)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _SPAWNER_LOCK:
+        if not _SPAWNER:
+            _SPAWNER.append(ThreadPoolExecutor(1, thread_name_prefix="worker-spawner"))
+    return _SPAWNER[0].submit(subprocess.Popen, argv, **popen_args).result()
+
+
 class WorkerClient:
     """One worker process: send a request frame, iterate the answer frames up to "done"."""
 
@@ -161,8 +180,8 @@ class WorkerClient:
             try:
                 # Own session: under the kernel's autogroup scheduling each worker then gets its own CPU
                 # share, so hosts run in parallel really do run in parallel; the parent stops them itself.
-                self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, env=env, bufsize=0, start_new_session=True)
+                self.proc = spawn(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=env, bufsize=0, start_new_session=True)
             except OSError as exc:
                 raise UserError(f"host {host}: cannot start the worker ({argv[0]}: {exc.strerror or exc})") from None
             _grow_pipe(self.proc.stdin)

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import UserError, flag
-from quantbench.fsutil import canonical_json
+from quantbench.fsutil import MAX_SETTINGS_BYTES, canonical_json, parse_toml, read_user_text
 from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
 from quantbench.hosts.configkeys import check_config_keys
 from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
@@ -110,12 +109,17 @@ def _with_mechanism(spec: HostSpec, label: str, mech: str | None) -> HostSpec:
     return HostSpec(label, kind, opts, spec.origin, dict(spec.session))
 
 
-def _line_of(text: str, name: str) -> int:
-    pats = [rf"^\s*{re.escape(name)}\s*=", rf'^\s*"{re.escape(name)}"\s*=', rf"^\s*\[\s*(hosts\.)?{re.escape(name)}\s*\]"]
+_KEY_LINE = re.compile(r'^\s*(?:\[\s*(?:hosts\.)?)?(?:"([^"]*)"|([^\s="\[\]]+))\s*(?:=|\])')
+
+
+def _line_index(text: str) -> dict[str, int]:
+    """name -> the first line defining it (`name = ...`, `"name" = ...`, `[name]`, `[hosts.name]`), in one pass."""
+    out: dict[str, int] = {}
     for i, line in enumerate(text.splitlines(), 1):
-        if any(re.match(p, line) for p in pats):
-            return i
-    return 0
+        m = _KEY_LINE.match(line)
+        if m:
+            out.setdefault(m.group(1) if m.group(1) is not None else m.group(2), i)
+    return out
 
 
 def load_hosts_file(path: str | os.PathLike | None = None) -> dict[str, HostSpec]:
@@ -134,31 +138,14 @@ def _read_hosts_file(path: Path, explicit: bool) -> str | None:
         if explicit:
             raise UserError(f"{path}: hosts file not found")
         return None
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read the hosts file ({exc})") from None
+    return read_user_text(path, "hosts file", MAX_SETTINGS_BYTES)
 
 
 def hosts_from_text(path: Path, text: str, base: Path) -> dict[str, HostSpec]:
     """The checked host specs of a hosts file's text; `path` names it in errors, `base` anchors relative files."""
-    builtins = builtin_names()
-    return {name: _host_spec(name, entry, f"{path}:{_line_of(text, name)}", base, builtins)
-            for name, entry in _host_entries(_parse_toml(path, text)).items()}
-
-
-def _parse_toml(path: Path, text: str) -> dict:
-    """The TOML document; a syntax error names the line and shows it."""
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        msg = str(exc)
-        m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-        if m:
-            line = int(m.group(1))
-            src = text.splitlines()[line - 1].strip() if line <= len(text.splitlines()) else ""
-            raise UserError(f"{path}:{line}: not valid TOML ({msg[:m.start()].strip()}, column {m.group(2)}): {src!r}") from None
-        raise UserError(f"{path}: not valid TOML ({msg})") from None
+    builtins, lines = builtin_names(), _line_index(text)
+    return {name: _host_spec(name, entry, f"{path}:{lines.get(name, 0)}", base, builtins)
+            for name, entry in _host_entries(parse_toml(path, text)).items()}
 
 
 def _host_entries(data: dict) -> dict:

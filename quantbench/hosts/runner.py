@@ -34,7 +34,7 @@ from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
 from quantbench.hosts.hostrows import HostRows, failure, run_host
 from quantbench.hosts.keys import local_ort_version, session_key
-from quantbench.hosts.deploy import deployed_session, describe, worker_threads
+from quantbench.hosts.deploy import deployed_session, describe, usable_cores, worker_threads
 from quantbench.hosts.placement import summary_text as placement_text
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.setup import first_use_setup
@@ -184,14 +184,6 @@ def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:
 
 
 # --------------------------------------------------------------------------- cores
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, e.g. under taskset), else the core count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def worker_slots(jobs: int | None) -> int:

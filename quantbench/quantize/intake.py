@@ -59,6 +59,70 @@ def check_domains(model, model_path) -> list[str]:
     return notes
 
 
+def check_finite_weights(model, model_path) -> None:
+    """Refuse a float initializer (a weight) holding NaN or an infinity: no scale quantizes it (onnxruntime's
+    quantizer stopped on `AssertionError: scale issue`). Read one tensor at a time."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    for init in model.graph.initializer:
+        if init.data_type not in FLOAT_TYPES:
+            continue
+        arr = numpy_helper.to_array(init)
+        if arr.size and not np.isfinite(arr).all():
+            bad = int(arr.size - np.isfinite(arr).sum())
+            raise UserError(f"{model_path}: weight {init.name!r} holds {bad} of {arr.size} values that are NaN or "
+                            "infinite; quantization needs finite weights (fix or retrain the model)")
+
+
+#: the most iterations a Loop with a fixed trip count may run (its condition never changes): calibration runs
+#: the model on every image, and Loop(trip=1e15) never finished
+MAX_LOOP_TRIPS = 1_000_000
+
+
+def _constants(graph) -> dict:
+    """name -> numpy value of the graph's initializers and Constant nodes' tensors."""
+    from onnx import numpy_helper
+
+    out = {i.name: numpy_helper.to_array(i) for i in graph.initializer if i.data_type in (6, 7, 9)}  # int32/64, bool
+    for n in graph.node:
+        attr = {a.name: a for a in n.attribute}
+        if n.op_type == "Constant" and "value" in attr and len(n.output) == 1:
+            out[n.output[0]] = numpy_helper.to_array(attr["value"].t)
+    return out
+
+
+def _fixed_condition(body) -> bool:
+    """The Loop body's condition output is its condition input passed on (through Identity) or a constant: the
+    loop runs its trip count, whatever it computes."""
+    producers = {o: n for n in body.node for o in n.output}
+    src = body.output[0].name
+    while src in producers and producers[src].op_type == "Identity":
+        src = producers[src].input[0]
+    return src == body.input[1].name or (src in producers and producers[src].op_type == "Constant")
+
+
+def check_loops(model, model_path) -> None:
+    """Refuse a Loop node of the main graph that runs a fixed count of more than MAX_LOOP_TRIPS iterations (its trip
+    count a constant, its condition never changing), naming the node: it would hold calibration without end."""
+    import numpy as np
+
+    consts = _constants(model.graph)
+    for node in model.graph.node:
+        if node.op_type != "Loop" or not node.input or node.input[0] not in consts:
+            continue
+        trips, cond = int(consts[node.input[0]].reshape(-1)[0]), node.input[1] if len(node.input) > 1 else ""
+        body = next(a.g for a in node.attribute if a.name == "body")
+        if trips > MAX_LOOP_TRIPS and (not cond or bool(np.asarray(consts.get(cond, False)).reshape(-1)[0])) and _fixed_condition(body):
+            raise UserError(f"{model_path}: Loop node {node.name or node.output[0]!r} runs a fixed {trips} "
+                            f"iterations, more than the limit of {MAX_LOOP_TRIPS:,}; export it with the trip count "
+                            "it needs")
+
+
+#: onnx TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
+FLOAT_TYPES = (1, 10, 11, 16)
+
+
 def constants_to_initializers(model) -> int:
     """Move tensor-valued `Constant` nodes of the main graph into initializers; returns how many.
 
@@ -144,6 +208,7 @@ def prepare(model_path: str | os.PathLike, out_path: str | os.PathLike, *, pre_p
     record["constants_to_initializers"] = moved
     if moved:
         notes.append(f"{moved} Constant tensor(s) moved to initializers (weights are quantized as weights)")
+    check_finite_weights(model, model_path)  # Constant-held weights too (the pipeline checked the initializers)
     if per_channel and opset < PER_CHANNEL_OPSET:
         model = convert_opset(model, model_path, PER_CHANNEL_OPSET, "per-channel QDQ weights")
         record["opset"]["used"] = PER_CHANNEL_OPSET

@@ -31,6 +31,7 @@ from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
                                              check_limits, load_with_shape_infer)
+from quantbench.quantize.intake import check_finite_weights, check_loops
 from quantbench.quantize.memory import PeakMeter
 from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
 from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,
@@ -154,6 +155,8 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
 
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     check_tensor_outputs(model, model_path)  # before anything is written: a ZipMap output has no tensor bytes
+    check_finite_weights(model, model_path)  # and a NaN weight has no scale
+    check_loops(model, model_path)  # and a Loop of 1e15 fixed iterations never ends
     sidecar, side_where = recipe.calibration_sidecar(model_path, opts.sidecar, opts.decode)
     ins = graph_inputs(model)
     if len(ins) != 1:

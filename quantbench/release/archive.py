@@ -276,6 +276,7 @@ def _walk(path: Path, take) -> dict:
             for i, m in enumerate(tar):
                 if i == 0:
                     tag, manifest, listed = _read_manifest(tar, m)
+                    _check_declared(path, listed)
                     raw.limit = _tar_bound([*listed.values(), m.size])
                     continue
                 rel = _listed_member(m, tag, listed, seen)
@@ -345,6 +346,21 @@ def _read_members(path: Path, dest: Path) -> tuple[dict, dict]:
         kill_point("archive-member")
 
     return _walk(path, take), got
+
+
+#: how many times its own size an archive's members may declare: quantbench's members (models, Parquet, PNG) are
+#: compressed already, so a release inflates about 1-2x; a manifest declaring far more is refused before a byte
+#: is written (one declaring a 1.5 GiB member of zeros made verify write 1.5 GiB before its hash failed)
+MAX_EXPANSION = 64
+_EXPANSION_SLACK = 1 << 20
+
+
+def _check_declared(path: Path, listed: dict) -> None:
+    """The members' declared sizes, all together, fit what the archive can hold (MAX_EXPANSION), before any is read."""
+    declared, size = sum(listed.values()), path.stat().st_size
+    if declared > MAX_EXPANSION * size + _EXPANSION_SLACK:
+        raise ArchiveDamaged(f"{MANIFEST}: declares {declared} bytes of members, more than {MAX_EXPANSION} times the "
+                             f"{size}-byte archive; nothing was extracted")
 
 
 def _write_member(src, target: Path, size: int) -> tuple[int, str]:

@@ -110,11 +110,14 @@ def test_a_many_thread_worker_runs_alone_on_the_slots(workdir, monkeypatch):
     monkeypatch.setenv("QUANTBENCH_HOME", str(workdir / "home"))
     monkeypatch.setattr(_HostRun, "STARTUP_FACTOR", 0.0)
     slow = slow_model(workdir / "slow.onnx", layers=8)
-    s = run_hosts(["x86"], [variant(slow)], fixtures(12), progress=False, tables_root=workdir / "t", jobs=2,
-                  session={"intra_op_num_threads": 4})
+    from quantbench.hosts.deploy import usable_cores
+
+    cores = usable_cores()  # a session takes at most the cores (deploy.check_threads): here all of them
+    s = run_hosts(["x86"], [variant(slow)], fixtures(12), progress=False, tables_root=workdir / "t", jobs=cores,
+                  session={"intra_op_num_threads": cores})
     h = s.hosts[0]
-    assert h.workers == 1 and h.ran == 12 and not s.errors   # 4 threads on 2 slots: no second worker
-    assert h.session["intra_op_num_threads"] == 4 and h.session_key == session_key(h.session)
+    assert h.workers == 1 and h.ran == 12 and not s.errors   # as many threads as slots: no second worker
+    assert h.session["intra_op_num_threads"] == cores and h.session_key == session_key(h.session)
 
 
 def test_an_imported_host_runs_under_the_session_its_file_was_made_with(workdir, capsys):

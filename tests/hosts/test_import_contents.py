@@ -62,10 +62,10 @@ CASES = {
     "extra column": (_table("outputs", lambda t: t.append_column("note", pa.array(["x"] * t.num_rows))),
                      "outputs.parquet has column(s) quantbench does not write: note"),
     "row dropped": (_table("outputs", lambda t: t.slice(0, t.num_rows - 1)),
-                    "outputs.parquet holds 1 rows, the manifest says 2"),
+                    "outputs.parquet holds 1 rows, the manifest declares 2"),
     "rows doubled": (_table("fixtures", lambda t: pa.concat_tables([t, t])),
-                     "fixtures.parquet holds 4 rows, the manifest says 2"),
-    "manifest lies": (_manifest_rows("outputs", 200000), "outputs.parquet holds 2 rows, the manifest says 200000"),
+                     "fixtures.parquet holds 4 rows, the manifest declares 2"),
+    "manifest lies": (_manifest_rows("outputs", 200000), "outputs.parquet holds 2 rows, the manifest declares 200000"),
 }
 
 

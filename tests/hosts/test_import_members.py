@@ -66,3 +66,35 @@ def test_unexpected_members_refused(workdir, exported, capsys, case):
 def test_plain_export_still_imports(workdir, exported, capsys):
     assert main(exported) == 0
     assert os.path.isdir(workdir / "b")
+
+
+def _replace_member(path, name, data):
+    with tarfile.open(path) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
+        for m, old in members:
+            if m.name == name:
+                m.size, old = len(data), data
+            tar.addfile(m, io.BytesIO(old))
+
+
+def test_rows_repeated_past_the_manifest_are_refused_before_they_are_read(workdir, exported, capsys):
+    """The outputs rows repeated 1000 times compress to a small file (100,000 times decoded to 3.5 GB): the
+    Parquet footer's row count is checked against the manifest's before a row is read."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with tarfile.open(workdir / "pi.qbr") as tar:
+        outputs = pq.read_table(io.BytesIO(tar.extractfile("outputs.parquet").read()))
+        declared = json.loads(tar.extractfile("manifest.json").read())["rows"]["outputs"]
+    buf = io.BytesIO()
+    pq.write_table(pa.concat_tables([outputs] * 1000), buf, compression="zstd")
+    _replace_member(workdir / "pi.qbr", "outputs.parquet", buf.getvalue())
+    assert main(exported) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert (f"pi.qbr: outputs.parquet holds {1000 * declared} rows, the manifest declares {declared}; the file was "
+            "altered or damaged, nothing was imported") in err
+    assert not (workdir / "b").exists()  # nothing written

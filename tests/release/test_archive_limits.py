@@ -175,3 +175,31 @@ def test_a_killed_verify_leaves_nothing_the_next_one_does_not_remove(archived, r
     assert not list(tmp.iterdir())
     assert main(["verify", str(archived), "--results", str(results)]) == 0
     assert _left_behind(results) == []
+
+
+def test_a_manifest_declaring_more_than_the_archive_can_hold_is_refused_before_writing(archived, results, tmp_path):
+    """The manifest and the member agree on a 64 MiB release.json of zeros (a small file): verify refuses the
+    declared size at the manifest, writing none of it (was: the whole member written before its hash failed)."""
+    from quantbench.release.archive import MANIFEST
+
+    members, forged_members = _members(archived), []
+    for m, data in members:
+        if m.name == f"v1/{MANIFEST}":
+            manifest = json.loads(data)
+            for e in manifest["members"]:
+                if e["path"] == "release.json":
+                    e["size"] = 64 << 20
+            data = json.dumps(manifest).encode()
+            m.size = len(data)
+        elif m.name == "v1/release.json":
+            m.size = 64 << 20
+            data = Zeros(m.size)
+        forged_members.append((m, data))
+    forged = tmp_path / "declared.tar.gz"
+    write_tar(forged, forged_members)
+    assert forged.stat().st_size < 256 << 10   # 64 MiB declared: over 64 times the archive and its 1 MiB slack
+    rc, out, err = _verify_limited(forged, results, tmp_path, 1 << 20)
+    assert rc == 1 and "Traceback" not in out + err, err
+    (line,) = [ln for ln in out.splitlines() if " FAIL " in ln and not ln.startswith("verify ")]
+    assert line.startswith("archive ") and f"{MANIFEST}: declares " in line and "nothing was extracted" in line
+    assert _left_behind(results) == []
