@@ -42,6 +42,10 @@ class SSHHost(ProcessHost):
     def control_path(self) -> str | None:
         """Where the shared connection's socket lives, or None when the user's options manage
         multiplexing themselves (ControlMaster / ControlPath / -S): theirs wins."""
+        if self.options.get("tier"):
+            # a tier's workers each open a connection of their own: sessions of masked workers multiplexed over
+            # one shared master were cut mid-run ("ssh failed: no message", 1 run in 3 here), plain ones were not
+            return None
         opts = " ".join(self.options.get("ssh_options", [])).lower()
         if "controlmaster" in opts or "controlpath" in opts or "-s" in self.options.get("ssh_options", []):
             return None

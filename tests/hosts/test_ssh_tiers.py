@@ -75,7 +75,8 @@ def test_equiv_over_local_and_remote_tiers_finds_one_class(sshd, workdir, capsys
     assert main(["calibrate", "--no-progress"]) == 0
     code = main(["equiv", "--hosts", f"{TIER}:masked,robot:{TIER},spr-sse4", "--hosts-file", "hosts.toml",
                  "--limit", "2", "--no-progress", "--no-plots", "--gate", "classes"])
-    capsys.readouterr()
+    err = capsys.readouterr().err
+    assert code == 0, err
     report = json.loads((workdir / "results" / "equiv.json").read_text())
     assert code == 0 and all(len(v["classes"]) == 1 for v in report["variants"])
     assert report["hosts"][f"robot:{TIER}"]["cpu_mechanism"] == "native-masked"
