@@ -55,7 +55,8 @@ def test_the_whole_process_and_its_local_workers_see_the_tier(tmp_path):
 
 def test_workers_without_the_masked_copy_take_the_mask_off(monkeypatch):
     _need_mask()
-    before = dict(os.environ)
+    before = without_process_mask(dict(os.environ))   # this test may itself run under a mask (hosts exec)
+    monkeypatch.setattr(os, "environ", dict(before))
     env = M.process_env(TIER, progress=False)
     assert json.loads(env[UNMASKED_ENV])["LD_PRELOAD"] == before.get("LD_PRELOAD")
     monkeypatch.setattr(os, "environ", env)

@@ -7,12 +7,13 @@ from quantbench import tables
 from quantbench.errors import UserError
 from quantbench.hosts import results
 from quantbench.hosts.runner import RunFailed, run_hosts
-from ssh_helpers import sshd  # noqa: F401  (the real sshd fixture on 127.0.0.1)
+from ssh_helpers import sshd, ssh_machine_is_this_cpu  # noqa: F401  (the real sshd fixture on 127.0.0.1)
 
 pytestmark = pytest.mark.ssh
 
 
 def test_ssh_worker_matches_local(workdir, sshd):
+    ssh_machine_is_this_cpu()
     model = matmul_model(workdir / "m.onnx")
     fxs = fixtures(3)
     root = workdir / "t"

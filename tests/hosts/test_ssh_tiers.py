@@ -19,7 +19,7 @@ from quantbench.hosts import masked as M
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.session import HostSession
 from setup_required import need_tier
-from ssh_helpers import sshd  # noqa: F401 (fixture)
+from ssh_helpers import ssh_machine_is_this_cpu, sshd  # noqa: F401 (fixture)
 from tier_helpers import random_fixtures, real_tier_inputs, tier_variants
 
 pytestmark = pytest.mark.ssh
@@ -83,6 +83,7 @@ def test_equiv_over_local_and_remote_tiers_finds_one_class(sshd, workdir, capsys
 
 
 def test_a_tier_the_machine_cannot_show_is_one_line(sshd):
+    ssh_machine_is_this_cpu()   # which tiers the ssh machine lacks: this CPU's, unmasked
     lacking = [t for t, p in P.PROFILES.items() if P.missing_here(p, M.here_features())]
     if not lacking:
         pytest.skip("this CPU shows every x86 tier")

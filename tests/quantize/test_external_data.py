@@ -129,6 +129,9 @@ def test_emulated_pi_runs_a_model_with_external_data(workdir):
 @pytest.mark.ssh
 def test_ssh_host_runs_a_model_with_external_data(workdir, sshd):
     """The remote gets the model with its data (a path on this machine would mean nothing there)."""
+    from ssh_helpers import ssh_machine_is_this_cpu
+
+    ssh_machine_is_this_cpu()
     (workdir / "plain").mkdir()
     plain = matmul_model(workdir / "plain" / "m.onnx")
     model = external(plain, workdir / "export")
