@@ -104,3 +104,15 @@ def make_corpus(folder, count: int = 3, size: int = 8) -> Path:
     labels = folder / "labels.json"
     labels.write_text(json.dumps({"images": images, "annotations": [], "categories": [{"id": 1, "name": "litter"}]}))
     return labels
+
+
+def need_cores(n: int) -> None:
+    """A test of an n-thread local host: threads are capped at the cores this process may use (hosts.deploy), so
+    on fewer (`taskset -c 0`) the host is refused, a fact of the run, and the test is skipped saying so."""
+    import os
+
+    import pytest
+
+    have = len(os.sched_getaffinity(0))
+    if have < n:
+        pytest.skip(f"this process may use {have} core(s): a {n}-thread local host is refused here")

@@ -37,9 +37,11 @@ def test_noise_rows_on_local_host(workdir):
 def test_deployed_threads_and_provider_against_the_hosts_own_session(workdir):
     """1 thread vs the host's deployed count, and its providers vs the CPU provider alone, each with its flips;
     a host deploying 1 thread and the CPU provider says there is nothing to compare; a fallback is named."""
+    from hosts_helpers import need_cores
     from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.noise import FACTORS, noise_floor
 
+    need_cores(2)
     assert FACTORS[-2:] == ("deployed_threads", "provider")
     path = saturating_matmul(workdir / "m.onnx")
     fxs = [fixture(x) for x in saturating_inputs(count=4)]

@@ -125,8 +125,9 @@ def test_an_imported_host_runs_under_the_session_its_file_was_made_with(workdir,
     one session its file holds, not the default one."""
     from quantbench.cli import main
     from run_helpers import variants_folder
-    from hosts_helpers import make_corpus
+    from hosts_helpers import make_corpus, need_cores
 
+    need_cores(2)
     vdir, labels = variants_folder(workdir / "v"), make_corpus(workdir / "corpus")
     common = ["--variants", str(vdir), "--fixtures", str(labels), "--split", "eval", "--no-progress"]
     (workdir / "hosts.toml").write_text('box = { kind = "local", intra_op_num_threads = 2 }\n'
