@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from quantbench.analysis.tiers import canonical_flags
+from quantbench.fsutil import canonical_json
 
 TABLES = Path(__file__).resolve().parents[1] / "data" / "dispatch"
 
@@ -211,7 +212,7 @@ def predict_fleet(hosts: dict, variants: list, targets: dict[str, list], ort_ver
     if table is None:
         return [], [no_table_note(ort_version)]
     shown_info = _shown_x86(hosts, table)
-    configs = {canonical_json_key((i.get("session") or {}).get("config_entries") or {}) for i in shown_info.values()}
+    configs = {canonical_json((i.get("session") or {}).get("config_entries") or {}) for i in shown_info.values()}
     config = json.loads(next(iter(configs))) if len(configs) == 1 else {}
     rows = []
     for v in variants:
@@ -225,10 +226,6 @@ def predict_fleet(hosts: dict, variants: list, targets: dict[str, list], ort_ver
     note = (f"predicted from onnxruntime {table.version}'s kernel dispatch ({table.source.split(';')[0]}), over "
             f"{', '.join(sorted(shown_info)) or 'no measured x86 host'}: not measured, counted by no gate")
     return rows, [note]
-
-
-def canonical_json_key(d: dict) -> str:
-    return json.dumps(d, sort_keys=True)
 
 
 def _level(shown_info: dict) -> str:
