@@ -28,7 +28,7 @@ from quantbench.hosts import cpuidpatch
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import worker as W
 from quantbench.errors import UserError
-from quantbench.hosts.process import UNMASKED_ENV, WORKER_PATH, ProcessHost
+from quantbench.hosts.process import UNMASKED_ENV, WORKER_PATH, ProcessHost, without_process_mask
 
 MECHANISMS = ("masked", "qemu")
 
@@ -79,8 +79,10 @@ def tier_choice(profile_name: str, mechanism: str | None) -> tuple[str, dict]:
 
 
 def worker_env(p: P.Profile, site, shim) -> dict:
-    """The masked worker's environment: the masked copy first on sys.path, the shim preloaded, the profile."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUANTBENCH_CPUID_", "QUANTBENCH_CPU_MECHANISM"))}
+    """The masked worker's environment: the masked copy first on sys.path, the shim preloaded, the profile. It
+    starts from the environment without any whole-process mask (a mask replaces another, never stacks on it)."""
+    env = {k: v for k, v in without_process_mask(dict(os.environ)).items()
+           if not k.startswith(("QUANTBENCH_CPUID_", "QUANTBENCH_CPU_MECHANISM"))}
     env["PYTHONPATH"] = os.pathsep.join([str(site)] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
     env["LD_PRELOAD"] = " ".join([str(shim)] + env.get("LD_PRELOAD", "").split())
     env["QUANTBENCH_CPUID_PROFILE"] = P.encode(p)
@@ -108,8 +110,9 @@ def process_env(profile_name: str, progress: bool = True) -> dict:
         raise UserError(f"{profile_name}: not available here: {why}")
     setup_masked(progress)
     env = worker_env(p, cpuidpatch.site_dir(), cpuidpatch.shim_path())
-    before = {k: os.environ.get(k) for k in sorted(set(env) | set(os.environ))
-              if env.get(k) != os.environ.get(k) and not k.startswith("QUANTBENCH_CPUID_")}
+    base = without_process_mask(dict(os.environ))  # under another mask: as it was before that one
+    before = {k: base.get(k) for k in sorted(set(env) | set(base))
+              if env.get(k) != base.get(k) and not k.startswith("QUANTBENCH_CPUID_")}
     env[UNMASKED_ENV] = json.dumps(before, sort_keys=True)
     return env
 

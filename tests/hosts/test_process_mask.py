@@ -72,6 +72,28 @@ def test_workers_without_the_masked_copy_take_the_mask_off(monkeypatch):
     assert str(C.site_dir()) not in guest.get("PYTHONPATH", "")
 
 
+def test_a_mask_inside_a_mask_replaces_it(tmp_path):
+    """`hosts exec A -- quantbench hosts exec B -- CMD` (a suite run under one tier that masks its own commands):
+    CMD runs under B alone, and taking the mask off gives the environment from before A, not A's mask (before,
+    a qemu guest or a cold-cache masked worker inherited A's shim and masked copy and failed without a word)."""
+    need_tier("x86-avx2")
+    _need_mask()
+    plain = without_process_mask(dict(os.environ))
+    probe = ("import json, os; from quantbench.hosts.process import without_process_mask as w; "
+             "print(json.dumps({'env': {k: os.environ.get(k) for k in ('LD_PRELOAD', 'PYTHONPATH')}, "
+             "'off': {k: w(dict(os.environ)).get(k) for k in ('LD_PRELOAD', 'PYTHONPATH')}, "
+             "'tier': os.environ.get('QUANTBENCH_CPUID_PROFILE_NAME')}))")
+    r = subprocess.run([*QB, "hosts", "exec", "--no-progress", "x86-avx2", "--", *QB, "hosts", "exec", "--no-progress",
+                        TIER, "--", sys.executable, "-c", probe], capture_output=True, text=True, timeout=600,
+                       cwd=tmp_path, env=plain)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert seen["tier"] == TIER
+    assert seen["off"] == {k: plain.get(k) for k in ("LD_PRELOAD", "PYTHONPATH")}
+    shims = seen["env"]["LD_PRELOAD"].split()
+    assert shims.count(str(C.shim_path())) == 1 and seen["env"]["PYTHONPATH"].count(str(C.site_dir())) == 1
+
+
 @pytest.mark.slow
 def test_a_qemu_guest_under_the_mask_is_qemus_cpu(tmp_path):
     _need_mask()
