@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from quantbench.analysis import predict as PR
 from quantbench.analysis.tiers import int8_path
 from quantbench.hosts import cpuprofiles as P
+from quantbench.hosts import masked as M
 
 T = PR.table_for("1.32.0")
 
@@ -97,7 +98,6 @@ def test_measured_agreement_merges_kernels_for_this_graph():
 
 
 def _shown_tiers():
-    from quantbench.hosts import masked as M
     from setup_required import need_tier
 
     need_tier("x86-sse4")
@@ -132,9 +132,10 @@ def test_equiv_predicts_the_tiers_this_cpu_cannot_show_and_gates_only_the_measur
     from quantbench.cli import main
 
     tiers = _shown_tiers()
-    unshown = [t for t in P.PROFILES if t not in tiers]
+    # a tier this CPU cannot mask runs under its qemu preset where it has one (measured, not predicted)
+    unshown = [t for t in P.PROFILES if t not in tiers and M.tier_choice(t, None)[0] == "masked"]
     if not unshown:
-        pytest.skip("this CPU shows every x86 tier: nothing to predict")
+        pytest.skip("every x86 tier runs here, masked or under qemu: nothing to predict")
     assert main(["calibrate", "--no-progress"]) == 0
     capsys.readouterr()
     hosts = ",".join(["x86", tiers[0], *unshown])
