@@ -41,7 +41,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.fsutil import MAX_SETTINGS_BYTES, inside, parse_toml, read_user_text
-from quantbench.plugins import is_ref
+from quantbench.inputs.plugins import is_ref
 
 PYPROJECT = Path("pyproject.toml")
 QUANTBENCH_TOML = Path("quantbench.toml")
@@ -201,7 +201,7 @@ def apply(parser, command: str, sources: list[Source], mixed=frozenset()) -> dic
 
 
 def _no_code(key: str, value, where: str) -> None:
-    """A defaults table is a file lying in a folder: it never allows or names a plug-in (quantbench.plugins)."""
+    """A defaults table is a file lying in a folder: it never allows or names a plug-in (quantbench.inputs.plugins)."""
     if key == "allow_plugins" or (key in ("decode", "preprocess") and is_ref(value)):
         raise UserError(f"{where}: a defaults table cannot name or allow plug-ins (code runs only when the command "
                         "line asks for it); pass it on the command line")

@@ -4,8 +4,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from quantbench.fixtures import Fixture
-from quantbench.hosts.worker import tensor_sha256
+from quantbench.inputs.fixtures import Fixture
+from quantbench.tensorcode import tensor_sha256
 
 
 def fixture(arr, name="x"):

@@ -8,9 +8,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from quantbench.fixtures import Fixture
-from quantbench.hosts.worker import tensor_sha256
-from quantbench.variants import Variant
+from quantbench.inputs.fixtures import Fixture
+from quantbench.tensorcode import tensor_sha256
+from quantbench.inputs.variantdir import Variant
 
 
 def _save(graph, path) -> Path:

@@ -18,7 +18,7 @@ against the table's annotations before it is trusted.
   boxes): AP50 and AP50:95 from pycocotools' COCOeval (quantbench.analysis.metrics) over
   every decoded decision ranked by score, served or not; boxes are mapped from
   the model input back to the image's pixels by the inverse of the fixture's
-  resize (stretch, letterbox, center-crop: quantbench.preprocess.boxes_to_image).
+  resize (stretch, letterbox, center-crop: quantbench.inputs.preprocess.boxes_to_image).
   The box frame is normalised for detr-sigmoid and input pixels for yolo; for
   nms-boxes and plug-ins the sidecar decode block says it (``"box_frame":
   "normalized"`` or ``"input-pixels"``). Classes map to categories by name.
@@ -50,15 +50,15 @@ from pathlib import Path
 
 import numpy as np
 
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.analysis.decode import DecodeSpec
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.inputs.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
-from quantbench.fixtures import annotations_by_image, default_images_dir, labels_coco
+from quantbench.inputs.fixtures import annotations_by_image, default_images_dir, labels_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.analysis.resultcache import seal, sealed
-from quantbench.preprocess import boxes_to_image, input_hw, upright_size
+from quantbench.inputs.preprocess import boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 2   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
@@ -114,7 +114,7 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
     """
     ids = sorted(set(fixture_ids))
     cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess"]
-    t = tables.read("fixtures", root=tables_root, columns=cols, filter={"fixture_id": ids})
+    t = partread.read("fixtures", root=tables_root, columns=cols, filter={"fixture_id": ids})
     fx = {}
     for r in t.to_pylist():
         fx[r["fixture_id"]] = FixtureTruth(

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from quantbench.errors import UserError, flag
+from quantbench.errors import UserError, flag_mark
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5
@@ -128,5 +128,5 @@ def parse_gates(text: str | None) -> list[str]:
     names = [g.strip() for g in text.split(",") if g.strip()]
     bad = [g for g in names if g not in GATES]
     if bad:
-        raise UserError(f"{flag('gate')} {text}: unknown gate {', '.join(bad)}; choose from {', '.join(GATES)}")
+        raise UserError(f"{flag_mark('gate')} {text}: unknown gate {', '.join(bad)}; choose from {', '.join(GATES)}")
     return list(dict.fromkeys(names))

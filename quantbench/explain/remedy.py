@@ -34,7 +34,7 @@ from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
 from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.session import JobFailed
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.quantize import variants as QV
 from quantbench.quantize.calibration import compute_ranges, load_ranges, load_with_shape_infer, method_name
 from quantbench.textfmt import text_table

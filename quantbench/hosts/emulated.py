@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from quantbench.assets import quantbench_home
+from quantbench.inputs.assets import quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import read_cached_json
 from quantbench.hosts import runtimes
@@ -359,7 +359,7 @@ def _text_or_empty(path: Path) -> str:
 def fingerprint_identity(preset_name: str, env: dict, rt: runtimes.Runtime | None = None) -> dict:
     """What `hosts setup` installed for a preset and can change its fingerprint without changing its
     command line: the preset itself, the prefix's cpuinfo and stamp, the arm64 root's stamp, the
-    wheel sets on the guest's PYTHONPATH (key material of quantbench.hosts.fpcache)."""
+    wheel sets on the guest's PYTHONPATH (key material of quantbench.hosts.fingerprintcache)."""
     site = str(env.get("PYTHONPATH", ""))
     return {
         "preset": repr(PRESETS.get(preset_name)),

@@ -46,7 +46,7 @@ import numpy as np
 
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json, sha256_bytes
-from quantbench.preprocess import load_rgb, to_tensor
+from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.quantize import ort_api
 
 METHODS = ort_api.METHODS
@@ -130,7 +130,7 @@ def default_threads() -> int:
 class ImageInputs:
     """Re-iterable calibration inputs: image files -> {input name: tensor}, one at a time.
 
-    Images are decoded lazily (quantbench.preprocess), so iterating holds one
+    Images are decoded lazily (quantbench.inputs.preprocess), so iterating holds one
     image; every pass re-reads the files.
     """
 

@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from quantbench import __version__
-from quantbench.errors import UserError, flag
+from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
-from quantbench.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
-                               write_with_input_shape)
+from quantbench.inputs.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
+                                       write_with_input_shape)
 from quantbench.quantize import ort_api
 from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
                                              load_with_shape_infer, ranges_dict, ranges_sha256)
 from quantbench.quantize.intake import prepare
-from quantbench.variants import Variant
+from quantbench.inputs.variantdir import Variant
 
 TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
 
@@ -53,10 +53,10 @@ def parse_types(spec: str) -> list[tuple[str, str]]:
     out = []
     for item in [s.strip().lower() for s in str(spec).split(",") if s.strip()]:
         if len(item) != 4 or item[:2] not in TYPES or item[2:] not in TYPES:
-            raise UserError(f"{flag('types')}: {item!r} is not an activation+weight pair like u8s8 or s8s8")
+            raise UserError(f"{flag_mark('types')}: {item!r} is not an activation+weight pair like u8s8 or s8s8")
         out.append((item[:2], item[2:]))
     if not out:
-        raise UserError(f"{flag('types')}: give at least one pair, e.g. u8s8")
+        raise UserError(f"{flag_mark('types')}: give at least one pair, e.g. u8s8")
     return list(dict.fromkeys(out))
 
 
@@ -87,13 +87,13 @@ def _check_nodes(model, exclude_nodes, exclude_op_types, model_path):
     names = {n.name for n in model.graph.node}
     missing = [n for n in exclude_nodes if n not in names]
     if missing:
-        raise UserError(f"{flag('exclude_nodes')}: {model_path} has no node named {', '.join(map(repr, missing))}")
+        raise UserError(f"{flag_mark('exclude_nodes')}: {model_path} has no node named {', '.join(map(repr, missing))}")
     import onnx
 
     known = {s.name for s in onnx.defs.get_all_schemas()}
     unknown = [t for t in exclude_op_types if t not in known]
     if unknown:
-        raise UserError(f"{flag('exclude_op_types')}: {', '.join(map(repr, unknown))} is not an ONNX op type")
+        raise UserError(f"{flag_mark('exclude_op_types')}: {', '.join(map(repr, unknown))} is not an ONNX op type")
 
 
 def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
@@ -243,7 +243,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     try:
         ort_api.check_static_types(at, wt)
     except ValueError as exc:
-        raise UserError(f"{flag('types')} {activation_type}{weight_type}: {exc}") from None
+        raise UserError(f"{flag_mark('types')} {activation_type}{weight_type}: {exc}") from None
     model = _own_copy(model, model_path)
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = static_op_types(exclude_op_types)

@@ -4,7 +4,7 @@ difference the interval cannot tell from zero names no host as nearer the labels
 import numpy as np
 import pytest
 
-from quantbench import report as R
+from quantbench.report import accuracysection
 from quantbench.analysis.accuracy import accuracy_table, paired_interval
 from report_helpers import _dec, _truth, hand_result
 
@@ -26,7 +26,7 @@ def _result(correct: dict):
 
 def _accuracy_text(result, truth) -> str:
     acc = accuracy_table(result, {}, truth)
-    return "\n".join(R.accuracy_lines(result, acc))
+    return "\n".join(accuracysection.accuracy_lines(result, acc))
 
 
 def test_a_difference_of_one_image_is_no_measurable_difference_and_names_no_winner():
@@ -59,7 +59,7 @@ def test_paired_interval_is_seeded_and_paired():
 def test_ap_differences_are_plain_and_name_no_winner():
     r = hand_result()
     a = {"scores": {("fp32", "x86"): {"value": 0.5604}, ("fp32", "pi"): {"value": 0.5601}}, "differences": []}
-    lines = R.difference_lines(r, a, ["fp32"], ["x86", "pi"])
+    lines = accuracysection.difference_lines(r, a, ["fp32"], ["x86", "pi"])
     assert lines[0] == "Between hosts: fp32: pi vs x86 -0.0003 (AP is not a mean over images: no interval)."
 
 
