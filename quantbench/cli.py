@@ -94,7 +94,7 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
             add_common_arguments(leaf)
     leaves = {n: lp for name, p in sub.choices.items() if name in mods for n, lp in _leaves(name, p)}
     parser._qb_leaves = leaves
-    parser._qb_builtin = {n: {d: a.default for d, a in C._actions(lp).items()} for n, lp in leaves.items()}
+    parser._qb_builtin = {n: {d: a.default for d, a in C.option_actions(lp).items()} for n, lp in leaves.items()}
     parser._qb_sources = []
     if config:
         sources = C.load_sources(".", commands=list(COMMANDS) + list(SUBCOMMANDS))

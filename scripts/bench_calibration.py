@@ -117,7 +117,8 @@ def child(kind: str, n: int, model: Path, out: Path, chunk_size, args) -> dict:
     inputs = ImageInputs(paths, spec)
     plan: dict = {}
     if kind in ("ours", "base"):  # base: the same code path, imported from the --base tree (measure: --tree)
-        from quantbench.quantize.calibration import compute_ranges, load_with_shape_infer
+        from quantbench.quantize.calibration import compute_ranges
+        from quantbench.quantize.ort_api import load_with_shape_infer
         from quantbench.quantize.variants import make_static
 
         import onnxruntime.quantization  # noqa: F401  (imports outside the timed region, as for stock)

@@ -162,7 +162,6 @@ def bench_local(variants, n, rounds, split):
 
 def emulated_per_inference(variants, n, preset="pi"):
     from quantbench.hosts.registry import make_host, resolve_hosts
-    from quantbench.hosts import worker as W
     from quantbench import tensorcode
 
     host = make_host(resolve_hosts([preset])[0])

@@ -44,6 +44,7 @@ def main() -> int:
     from quantbench.explain.latency import check_host, measure, table, with_speedups
     from quantbench.explain.localize import parse_hosts
     from quantbench.quantize import variants as QV
+    from quantbench.quantize import intake
     from quantbench.inputs.variantdir import fp32_variant
 
     hosts = parse_hosts(args.hosts, {"intra_op_num_threads": args.threads})
@@ -61,7 +62,7 @@ def main() -> int:
             calib, _ = fixtures_for_variants([fp32], CORPUS_LABELS, None, "train", args.calib)
             evalfx, _ = fixtures_for_variants([fp32], CORPUS_LABELS, None, "eval", 1)
             prepared = tmp / f"{path.stem}.prepared.onnx"
-            QV.prepare_model(path, prepared)
+            intake.prepare(path, prepared)
             int8 = QV.make_static(prepared, tmp / f"{path.stem}.static.onnx",
                                   inputs=[{fx.input_name: fx.array} for fx in calib], method="minmax",
                                   name="static-minmax")

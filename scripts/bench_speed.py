@@ -190,6 +190,7 @@ def _simulate(results: Path, dest: Path, runs: int, parts_per_run: int, compact:
 
 
 def _one_part(results: Path, many: Path, dest: Path) -> None:
+    from quantbench.store import partread, partwrite
 
     shutil.copytree(results / "tables", dest / "tables", ignore=shutil.ignore_patterns("outputs"))
     rows = partread.read("outputs", many / "tables")

@@ -469,7 +469,7 @@ def detections_torch(model, u8: np.ndarray, ims, batch=64):
 
 def evaluate(dets, coco, split):
     gt = metrics.ground_truth(coco, split)
-    ap = metrics.ap_at(dets, gt)
+    ap = metrics.coco_ap(dets, gt)
     pr = metrics.precision_recall(dets, gt, THRESHOLD)
     return ap["ap50"], pr
 
@@ -616,7 +616,7 @@ def eval_onnx(path: Path, coco, split):
         logits, boxes = sess.run(["pred_logits", "pred_boxes"], {"images": x})
         dets_all[im["id"]] = metrics.decode_detr(logits[0], boxes[0], 0.0, TOP_K, (im["width"], im["height"]))
     gt = metrics.ground_truth(coco, split)
-    ap = metrics.ap_at(dets_all, gt)
+    ap = metrics.coco_ap(dets_all, gt)
     pr = metrics.precision_recall(dets_all, gt, THRESHOLD)
     # fastest of 300 single-image runs: on a shared machine anything else measures the neighbours
     x = to_tensor(load_rgb(root / ims[0]["file_name"]), INPUT_SPEC)

@@ -370,22 +370,12 @@ def resample_weights(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = B
     return np.bincount(drawn, minlength=resamples * n).reshape(resamples, n).astype(np.float64)
 
 
-def _interval(a: float, ra, b: float, rb, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
+def difference_interval(a: float, ra, b: float, rb, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
     """(a - b, low, high): the percentile interval of the paired resamples' differences (NaN ones left out)."""
     d = np.asarray(ra, np.float64) - np.asarray(rb, np.float64)
     d = d[~np.isnan(d)]
     lo, hi = np.quantile(d, [(1 - level) / 2, 1 - (1 - level) / 2]) if d.size else (np.nan, np.nan)
     return float(a - b), float(lo), float(hi)
-
-
-def paired_interval(a: np.ndarray, b: np.ndarray, stat=_mean, resamples: int = BOOTSTRAP_RESAMPLES,
-                    seed: int = BOOTSTRAP_SEED, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
-    """(stat(a) - stat(b), low, high): the percentile interval of that difference over the images (the first
-    axis), resampled with replacement `resamples` times, the same images for both sides (seeded: the same
-    interval every run)."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    idx = resample_images(a.shape[0], resamples, seed)
-    return _interval(stat(a), stat(a[idx]), stat(b), stat(b[idx]), level)
 
 
 def _figures(p: Plan, decoded: dict, sc: dict | None) -> dict:
@@ -415,7 +405,7 @@ def differences(p: Plan, result, variants: list, reference: str, scores: dict | 
     out = []
     for a, b in pairs:
         for figure, (va, ra, higher) in outcome.get(a, {}).items() if outcome.get(b) else ():
-            diff, lo, hi = _interval(va, ra, *outcome[b][figure][:2])
+            diff, lo, hi = difference_interval(va, ra, *outcome[b][figure][:2])
             out.append({"a": a, "b": b, "figure": figure, "higher_better": higher, "diff": diff, "low": lo,
                         "high": hi, "images": len(p.fixtures)})
     return out

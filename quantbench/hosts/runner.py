@@ -31,7 +31,6 @@ from quantbench.inputs.fixtures import calibration_labels, fixtures_chunks, fixt
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fingerprintcache, shards
 from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
-from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
 from quantbench.hosts.resultrows import HostRows, failure, run_host
 from quantbench.hosts.keys import local_ort_version, session_key

@@ -11,7 +11,6 @@ branches on the kind or translates a dead connection itself.
 from __future__ import annotations
 
 from quantbench.errors import UserError
-from quantbench.hosts import worker as W
 from quantbench import tensorcode
 from quantbench.hosts.keys import fixture_entry, model_entry, probe_job, request_header
 from quantbench.hosts.process import DoesNotStart, WorkerDied

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 
 from quantbench.errors import UserError
-from quantbench.hosts import worker as W
 from quantbench import tensorcode
 from quantbench.hosts.resultrows import summary_message
 from quantbench.hosts.keys import fixture_entry

@@ -30,9 +30,9 @@ from quantbench.inputs.modelio import (check_tensor_outputs, graph_inputs, load_
 from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
-from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
-                                             check_limits, load_with_shape_infer)
-from quantbench.quantize.intake import check_finite_weights, check_loops
+from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges, check_limits
+from quantbench.quantize.ort_api import load_with_shape_infer
+from quantbench.quantize.intake import check_finite_weights, check_loops, prepare
 from quantbench.quantize.memory import PeakMeter
 from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
 from quantbench.inputs.variantdir import (check_plain_name, check_replaceable, publish_folder, staging_folder,
@@ -349,8 +349,8 @@ class _VariantMaker:
         o = self.opts
         prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
         override = self.common.get("input_shape_override")
-        intake = qv.prepare_model(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel,
-                                  shape_override=override)
+        intake = prepare(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel,
+                         shape_override=override)
         for note in ([shape_override_note(override)] if override else []) + intake["notes"]:
             self.result.notes.append(note)
             self.on_note(note)

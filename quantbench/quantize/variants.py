@@ -2,7 +2,7 @@
 
 Library API (used by `quantbench calibrate` and by the remedy matrix):
 
-    prepare_model(model_path, out_path, pre_process=True) -> dict
+    quantbench.quantize.intake.prepare(model_path, out_path, pre_process=True) -> dict   (the float model)
     ranges = compute_ranges(prepared, ImageInputs(paths, spec), ["minmax", "percentile"])
     make_static(prepared, out_path, ranges=ranges["percentile"], method="percentile",
                 activation_type="u8", weight_type="s8", per_channel=True, reduce_range=False,
@@ -32,9 +32,9 @@ from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
 from quantbench.inputs.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
                                        write_with_input_shape)
 from quantbench.quantize import ort_api
-from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
-                                             load_with_shape_infer, ranges_dict, ranges_sha256)
-from quantbench.quantize.intake import prepare
+from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types, ranges_dict,
+                                             ranges_sha256)
+from quantbench.quantize.ort_api import load_with_shape_infer
 from quantbench.inputs.variantdir import Variant
 
 TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
@@ -102,19 +102,6 @@ def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
 
 def dynamic_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
     return sorted(set(ort_api.dynamic_op_types()) - set(exclude_op_types))
-
-
-def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pre_process: bool = True,
-                  per_channel: bool = True, shape_override: Mapping | None = None) -> dict:
-    """The float model that is calibrated and quantized, written to `out_path`.
-
-    quantbench.quantize.intake.prepare: custom domains checked, Constant weights
-    made initializers, old opsets converted for per-channel weights, then
-    onnxruntime's quant_pre_process (with a fallback without symbolic shape
-    inference). Returns the intake record.
-    """
-    return prepare(model_path, out_path, pre_process=pre_process, per_channel=per_channel,
-                   shape_override=shape_override)
 
 
 def _finish(name, out_path, model_name, recipe) -> Variant:
@@ -227,7 +214,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
                 extra_options: Mapping | None = None, chunk_size: int | None = None, calibration_options: Mapping | None = None,
                 name: str | None = None, model_name: str | None = None,
                 recipe_extra: Mapping | None = None, model=None) -> Variant:
-    """A static QDQ variant of `model_path` (float; use prepare_model's output).
+    """A static QDQ variant of `model_path` (float; use quantbench.quantize.intake.prepare's output).
 
     ranges: onnxruntime TensorsData from compute_ranges(model_path, ...) for
         `method`; or None to calibrate here on `inputs` (re-iterable feeds).

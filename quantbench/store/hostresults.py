@@ -6,7 +6,6 @@ helpers, so the table layout can change in one place.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -52,32 +51,6 @@ def tensor_from_row(row: dict) -> np.ndarray:
     if row.get("tensor") is None:
         raise ValueError(f"outputs row {row.get('run_key', '')[:12]}/{row.get('output_name')}: no tensor stored")
     return tensor_from_bytes(row["tensor"], row["dtype"], row["shape"])
-
-
-def host_results_index(host=None, variant_id=None, session_key=None, tables_root=TABLES_DIR) -> dict:
-    """{(host, variant_id, fixture_id, output_name): sha256}: hashes only, no tensors read.
-
-    If a host has results under several fingerprints or sessions, filter by
-    session_key (or use latest_fingerprints) to compare like with like.
-    """
-    t = load_outputs(host=host, variant_id=variant_id, session_key=session_key, tensors=False, tables_root=tables_root)
-    cols = [t.column(c).to_pylist() for c in ("host", "variant_id", "fixture_id", "output_name", "sha256")]
-    return {(h, v, f, o): s for h, v, f, o, s in zip(*cols)}
-
-
-def hashes_by_host(variant_id: str, session_key=None, hosts=None, fingerprint_id=None, tables_root=TABLES_DIR) -> dict:
-    """{host: {(fixture_id, output_name): sha256}} for one variant: the input of equivalence classes.
-
-    A host that ran under several fingerprints (an upgrade) or sessions has rows for
-    each: pass session_key and fingerprint_id (e.g. RunSummary.fingerprints().values())
-    to compare one run's state.
-    """
-    t = load_outputs(host=hosts, variant_id=variant_id, session_key=session_key, fingerprint_id=fingerprint_id,
-                     tensors=False, tables_root=tables_root)
-    out: dict = defaultdict(dict)
-    for h, f, o, s in zip(*(t.column(c).to_pylist() for c in ("host", "fixture_id", "output_name", "sha256"))):
-        out[h][(f, o)] = s
-    return dict(out)
 
 
 def arrays(host: str, variant_id: str, fixture_id: str, session_key=None, tables_root=TABLES_DIR) -> dict:

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from quantbench.report import accuracysection
-from quantbench.analysis.accuracy import accuracy_table, paired_interval
+from quantbench.analysis.accuracy import accuracy_table, difference_interval, resample_images
 from report_helpers import _dec, _truth, hand_result
 
 FIX = [f"f{i:02d}" for i in range(20)]
@@ -46,6 +46,12 @@ def test_a_clear_difference_says_which_is_nearer_with_its_interval():
     assert "dynamic: pi vs x86 top-1 +1.000 (95% interval [+1.000, +1.000] over 20 images): pi nearer the labels" in text
     fp32_line = next(ln for ln in text.splitlines() if ln.startswith("Against fp32 on the same host"))
     assert "dynamic vs fp32 on x86 top-1 -0.500" in fp32_line and "fp32 nearer the labels" in fp32_line
+
+
+def paired_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), low, high) over the bootstrap's resamples of the images, the same for both sides."""
+    idx = resample_images(len(a))
+    return difference_interval(a.mean(), a[idx].mean(axis=-1), b.mean(), b[idx].mean(axis=-1))
 
 
 def test_paired_interval_is_seeded_and_paired():

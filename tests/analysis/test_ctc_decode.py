@@ -149,6 +149,7 @@ def test_equiv_decodes_a_text_recogniser_through_onnxruntime(ocr_bench, capsys):
 
 def test_equiv_counts_a_changed_string_as_a_text_flip_in_the_tables(tmp_path, monkeypatch, capsys):
     from decode_helpers import make_variants, sidecar
+    from quantbench.store import partread
 
     monkeypatch.chdir(tmp_path)
     side = sidecar(SIZE, [], {"kind": "ctc", "alphabet": ["a", "b"], "space": True})

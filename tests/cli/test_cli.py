@@ -41,7 +41,7 @@ def test_the_defaults_tables_names_match_the_whole_parser():
     """A defaults table is checked against OPTION_KEYS and SUBCOMMANDS without importing every command: they must be
     exactly every command's options and sub-actions."""
     leaves = build_parser(config=False)._qb_leaves
-    assert OPTION_KEYS == {d for leaf in leaves.values() for d in C._actions(leaf)}
+    assert OPTION_KEYS == {d for leaf in leaves.values() for d in C.option_actions(leaf)}
     assert SUBCOMMANDS == tuple(n for n in leaves if " " in n)
 
 

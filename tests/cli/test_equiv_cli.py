@@ -83,7 +83,6 @@ def test_equiv_classes_flips_and_gate_exit_codes(two_sessions, capsys):
     assert "unknown gate speed" in err
 
     # tables and report
-    from quantbench.report import document
     from quantbench.store import partread
 
     assert partread.read("classes").num_rows >= 3
@@ -142,6 +141,7 @@ def test_equiv_bad_input(two_sessions, capsys):
 
 
 def test_report_sections_assemble_in_fixed_order(workdir):
+    from quantbench.report import document
 
     document.write_section("zeta", "## Zeta\n")
     document.write_section("release", "## Release\n")
@@ -211,6 +211,7 @@ def test_equiv_demo_models_native_x86_and_emulated_pi(workdir, capsys, model, li
         assert c["fixtures"] == limit and c["ref_total"] >= 0 and c["total"] >= 0
         assert c["flips"] == sum(c["by_kind"].values())
         assert c["concealed"] == (c["flips"] > 0 and abs(c["ref_total"] - c["total"]) <= 1)
+    from quantbench.store import partread
 
     dec = partread.read("decisions", columns=["host", "variant", "kept"]).to_pylist()
     served = sum(1 for r in dec if r["host"] == "pi" and r["variant"] == "dynamic" and r["kept"])

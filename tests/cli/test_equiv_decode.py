@@ -150,6 +150,7 @@ def test_equiv_on_a_raw_yolo_head_and_with_a_decode_plugin(workdir, capsys):
     assert fp32["decode"]["kind"] == "yolo" and fp32["decode"]["iou"] == 0.45 and fp32["decode"]["max_det"] == 300
     own = next(c for c in s["comparisons"] if c["comparison"] == "own-fp32")
     assert own["decisions_compared"] and own["fixtures"] == 4 and own["flips"] == sum(own["by_kind"].values())
+    from quantbench.store import partread
 
     dec = partread.read("decisions", columns=["variant", "slot", "kept", "score"]).to_pylist()
     fp32_rows = [r for r in dec if r["variant"] == "fp32"]

@@ -416,6 +416,7 @@ def test_no_wait_fails_while_another_process_holds_the_tables_lock(lock_setup, c
 def test_second_run_waits_for_the_lock_then_proceeds(lock_setup):
     import queue
 
+    from quantbench.store import tablelock
     from quantbench.store.hostresults import load_outputs
 
     wd, common = lock_setup

@@ -87,8 +87,8 @@ def test_a_binary_that_prints_no_version_is_no_qemu(tmp_path):
 def test_setup_unknown_preset_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path))
     with pytest.raises(UserError, match="unknown emulated preset 'pi9'.*presets: pi, pi4"):
-        S.setup_presets(["pi9"], progress=False)
-    assert S.setup_presets([], progress=False) == []
+        S.setup_emulated([("pi9", None)], progress=False)
+    assert S.setup_emulated([], progress=False) == []
 
 
 def test_mirror_comes_from_the_machines_apt_sources(tmp_path, monkeypatch):

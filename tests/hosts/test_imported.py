@@ -5,11 +5,10 @@ import tarfile
 
 import pytest
 
-from hosts_helpers import image_model, make_corpus
+from hosts_helpers import host_results_index, image_model, make_corpus
 from quantbench.store import partread
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.store import hostresults
 from quantbench.hosts.imported import export_results, import_results
 
 
@@ -28,7 +27,7 @@ def test_export_then_import_merges_with_local_run(workdir, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "airgap" in out and "imported" in out
-    idx = hostresults.host_results_index(tables_root="b")
+    idx = host_results_index("b")
     by_host = {}
     for (host, vid, fid, name), sha in idx.items():
         by_host.setdefault(host, {})[(vid, fid, name)] = sha

@@ -8,7 +8,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from hosts_helpers import fixtures, gather_model, image_model, make_corpus, matmul_model, variant
+from hosts_helpers import fixtures, gather_model, host_results_index, image_model, make_corpus, matmul_model, variant
 from quantbench.store import partread
 from quantbench.errors import UserError
 from quantbench.store import hostresults
@@ -49,7 +49,7 @@ def test_local_run_tables_and_cache(workdir):
         assert r["tensor"] == fx.array.astype("<f4").tobytes() and r["shape"] == list(fx.array.shape)
         assert tensor_sha256(np.frombuffer(r["tensor"], r["dtype"]).reshape(r["shape"])) == fx.fixture_id
     fixture_parts = partread.parts("fixtures", root)
-    idx = hostresults.host_results_index(tables_root=root)
+    idx = host_results_index(root)
     assert len(idx) == 8
     before = _parts(root)
     again = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1)
