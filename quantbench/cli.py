@@ -6,7 +6,8 @@ import argparse
 import importlib
 import sys
 
-from quantbench import __version__, console, plugins
+from quantbench import __version__, console
+from quantbench.inputs import plugins
 from quantbench import config as C
 from quantbench.commands import COMMAND_HELP, COMMANDS, MIXED_KIND_KEYS, OPTION_KEYS, SUBCOMMANDS
 from quantbench.console import add_common_arguments
@@ -93,7 +94,7 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
             add_common_arguments(leaf)
     leaves = {n: lp for name, p in sub.choices.items() if name in mods for n, lp in _leaves(name, p)}
     parser._qb_leaves = leaves
-    parser._qb_builtin = {n: {d: a.default for d, a in C._actions(lp).items()} for n, lp in leaves.items()}
+    parser._qb_builtin = {n: {d: a.default for d, a in C.option_actions(lp).items()} for n, lp in leaves.items()}
     parser._qb_sources = []
     if config:
         sources = C.load_sources(".", commands=list(COMMANDS) + list(SUBCOMMANDS))
@@ -133,7 +134,7 @@ def _flag_namer(actions):
 
 
 def _renderer(parser, args):
-    """text -> text with each errors.flag(param) mark shown as the flag: for library messages a command prints
+    """text -> text with each errors.flag_mark(param) mark shown as the flag: for library messages a command prints
     itself (a run summary's errors), the same way _for_cli shows an error's."""
     flag_of = _flag_namer(_actions(parser, args))
     return lambda text: render_params(text, lambda p: flag_of(p) or p)
@@ -141,7 +142,7 @@ def _renderer(parser, args):
 
 def _for_cli(exc: UserError, parser, args) -> str:
     """A library ParameterError names the parameter; on the command line, name its flag instead (so too a
-    parameter a message points at, errors.flag). A refused plug-in gets the flag that allows it."""
+    parameter a message points at, errors.flag_mark). A refused plug-in gets the flag that allows it."""
     actions = _actions(parser, args)
     flag_of = _flag_namer(actions)
     text = Exception.__str__(exc)

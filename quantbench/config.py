@@ -41,7 +41,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.fsutil import MAX_SETTINGS_BYTES, inside, parse_toml, read_user_text
-from quantbench.plugins import is_ref
+from quantbench.inputs.plugins import is_ref
 
 PYPROJECT = Path("pyproject.toml")
 QUANTBENCH_TOML = Path("quantbench.toml")
@@ -119,7 +119,7 @@ def hosts_file_source(path, commands=(), folder: str | os.PathLike = ".") -> Sou
     return src
 
 
-def _actions(parser) -> dict:
+def option_actions(parser) -> dict:
     return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "version")}
 
 
@@ -179,35 +179,35 @@ def apply(parser, command: str, sources: list[Source], mixed=frozenset()) -> dic
     commands take different kinds of value) whose value is of another kind than this command's option takes, is
     skipped (it is for another command).
     """
-    acts = _actions(parser)
+    acts = option_actions(parser)
     chosen = {}
     for src in sources:   # lowest first: later sources overwrite
         for scope, table in (("", src.common), (f".{command}", src.per_command.get(command, {}))):
             for key, value in table.items():
                 if key not in acts:
                     if scope:
-                        raise UserError(f"{src.path}: [{_table(src)}{scope}] {key}: `quantbench {command}` has no "
+                        raise UserError(f"{src.path}: [{defaults_table(src)}{scope}] {key}: `quantbench {command}` has no "
                                         f"option --{key.replace('_', '-')}")
                     continue
-                where = f"{src.path}: [{_table(src)}{scope}] {key}"
+                where = f"{src.path}: [{defaults_table(src)}{scope}] {key}"
                 if not scope and key in mixed and _other_kind(acts[key], value):
                     continue   # for the commands whose option takes this kind of value
                 _no_code(key, value, where)
                 _confined(key, value, where)
-                chosen[key] = (_coerce(acts[key], value, where), f"{src.name} [{_table(src)}{scope}]")
+                chosen[key] = (_coerce(acts[key], value, where), f"{src.name} [{defaults_table(src)}{scope}]")
     if chosen:
         parser.set_defaults(**{k: v for k, (v, _) in chosen.items()})
     return chosen
 
 
 def _no_code(key: str, value, where: str) -> None:
-    """A defaults table is a file lying in a folder: it never allows or names a plug-in (quantbench.plugins)."""
+    """A defaults table is a file lying in a folder: it never allows or names a plug-in (quantbench.inputs.plugins)."""
     if key == "allow_plugins" or (key in ("decode", "preprocess") and is_ref(value)):
         raise UserError(f"{where}: a defaults table cannot name or allow plug-ins (code runs only when the command "
                         "line asks for it); pass it on the command line")
 
 
-def _table(src: Source) -> str:
+def defaults_table(src: Source) -> str:
     return "tool.quantbench" if src.name == "pyproject.toml" else DEFAULTS_TABLE
 
 
@@ -216,7 +216,7 @@ def check_known(sources: list[Source], known) -> None:
     for src in sources:
         for key in src.common:
             if key not in known:
-                raise UserError(f"{src.path}: [{_table(src)}] {key}: no command has an option "
+                raise UserError(f"{src.path}: [{defaults_table(src)}] {key}: no command has an option "
                                 f"--{key.replace('_', '-')}")
 
 
@@ -226,22 +226,22 @@ def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool =
     rows = []
     keys = list(SHOWN)
     if every:
-        keys += sorted({d for p in parsers.values() for d in _actions(p)} - set(keys))
+        keys += sorted({d for p in parsers.values() for d in option_actions(p)} - set(keys))
     keys += sorted({k for s in sources for k in s.common} | {k for s in sources for t in s.per_command.values()
                                                              for k in t})   # every key a file sets
     keys = list(dict.fromkeys(keys))   # a key both an option and set by a file is one row
     for key in keys:
         per = []
         for cmd, p in parsers.items():
-            acts = _actions(p)
+            acts = option_actions(p)
             if key not in acts:
                 continue
             value, src = builtin[cmd].get(key), "built-in"
             for s in sources:
                 if key in s.common and not (key in mixed and _other_kind(acts[key], s.common[key])):
-                    value, src = s.common[key], f"{s.name} [{_table(s)}]"
+                    value, src = s.common[key], f"{s.name} [{defaults_table(s)}]"
                 if key in s.per_command.get(cmd, {}):
-                    value, src = s.per_command[cmd][key], f"{s.name} [{_table(s)}.{cmd}]"
+                    value, src = s.per_command[cmd][key], f"{s.name} [{defaults_table(s)}.{cmd}]"
             per.append({"command": cmd, "value": value, "source": src})
         if per:
             rows.append({"key": key, "commands": per})

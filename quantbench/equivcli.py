@@ -9,7 +9,8 @@ from pathlib import Path
 from quantbench.analysis.equiv import as_json
 from quantbench.analysis.gates import parse_gates
 from quantbench.errors import GateFailed
-from quantbench.report import equiv_summary_text, publish_equiv
+from quantbench.report.termsummary import equiv_summary_text
+from quantbench.report.equivsection import publish_equiv
 
 
 def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
@@ -40,7 +41,7 @@ def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
 
 
 def finish_equiv(result, args, results, root, gates=None, run_line: str | None = None) -> int:
-    """Write what the analysis leaves behind (quantbench.report.publish_equiv), then print it."""
+    """Write what the analysis leaves behind (quantbench.report.equivsection.publish_equiv), then print it."""
     checked = parse_gates(getattr(args, "gate", None))
     result.settings["gates"] = list(gates) if gates else checked   # what the verdict lines state
     files = publish_equiv(result, results, root, plots=not args.no_plots, fixtures=getattr(args, "fixtures", None),

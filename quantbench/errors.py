@@ -4,23 +4,23 @@
 _MARK = "\x1e"
 
 
-def flag(param: str) -> str:
+def flag_mark(param: str) -> str:
     """Where a message must point at a parameter's flag ("pass <images> DIR"): a mark the CLI renders as the
     flag (--images) and ``str(exc)`` as the parameter's name, so the library never names a flag."""
     return f"{_MARK}{param}{_MARK}"
 
 
 def render_params(text: str, name_of=lambda param: param) -> str:
-    """`text` with each flag(param) mark replaced by name_of(param) (default: the parameter's name)."""
+    """`text` with each flag_mark(param) mark replaced by name_of(param) (default: the parameter's name)."""
     parts = text.split(_MARK)
     return "".join(name_of(p) if i % 2 else p for i, p in enumerate(parts))
 
 
 def marked(exc: Exception) -> str:
-    """`exc`'s message with its parameters still marked (flag(param)), for a message that wraps it: the CLI then
+    """`exc`'s message with its parameters still marked (flag_mark(param)), for a message that wraps it: the CLI then
     names their flags in the wrapping message too."""
     if isinstance(exc, ParameterError):
-        head = f"{flag(exc.param)} {exc.value}" if exc.show_value else flag(exc.param)
+        head = f"{flag_mark(exc.param)} {exc.value}" if exc.show_value else flag_mark(exc.param)
         return f"{head}: {exc.problem}"
     return Exception.__str__(exc)
 
@@ -29,7 +29,7 @@ class UserError(Exception):
     """A mistake the user can fix (bad file, bad option, missing setup).
 
     The CLI prints ``quantbench: error: <message>`` on one line and exits 2.
-    Messages should name the file or parameter and say what to do (a parameter's flag as flag(param)).
+    Messages should name the file or parameter and say what to do (a parameter's flag as flag_mark(param)).
     """
 
     exit_code = 2

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from quantbench.errors import DiskFull, NotWritable, ParameterError, UserError, flag
+from quantbench.errors import DiskFull, NotWritable, ParameterError, UserError, flag_mark
 
 
 @contextlib.contextmanager
@@ -491,7 +491,7 @@ def kill_point(step: str) -> None:
 def staging_area(results_dir: str | os.PathLike) -> Path:
     """Where commands keep their temporary files under a results folder (results/.staging/).
 
-    Each run works in its own folder there (quantbench.variants.staging_folder: named after its
+    Each run works in its own folder there (quantbench.inputs.variantdir.staging_folder: named after its
     pid, removed when it ends, and by the next run when it was killed): nothing goes to the
     system's temporary folder, and nothing is archived (hidden)."""
     return Path(results_dir) / STAGING
@@ -532,7 +532,7 @@ def check_new_file(path: str | os.PathLike, param: str, force: bool = False, fol
     if not folder_made and not path.parent.is_dir():
         raise ParameterError(param, f"its folder {path.parent} does not exist; nothing was written", str(path))
     if (path.exists() or path.is_symlink()) and not force:
-        raise ParameterError(param, f"exists; {flag('force')} replaces it (nothing was written)", str(path))
+        raise ParameterError(param, f"exists; {flag_mark('force')} replaces it (nothing was written)", str(path))
     return path
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import sys
 
-from quantbench.fixtures import limit_note
+from quantbench.inputs.fixtures import limit_note
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.runner import plan_run
-from quantbench.recipe import load_sidecar_file
-from quantbench.variants import DEMO_NOTE, is_demo, resolve_variants
+from quantbench.inputs.sidecarfile import load_sidecar_file
+from quantbench.inputs.variantdir import DEMO_NOTE, is_demo, resolve_variants
 
 
 def sidecar_from_args(args) -> dict | None:

@@ -80,7 +80,7 @@ def sample_tiles(n: int, size: tuple[int, int], folder: Path) -> list[Path]:
 
 def calibration_images(n: int, tiles: Path | None = None, size=None) -> list[Path]:
     """The first n non-eval images of the bundled corpus (cycled if the pool is smaller), or n sample tiles."""
-    from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+    from quantbench.inputs.assets import CORPUS_IMAGES, CORPUS_LABELS
 
     if tiles is not None:
         return sample_tiles(n, size, tiles)
@@ -92,11 +92,11 @@ def calibration_images(n: int, tiles: Path | None = None, size=None) -> list[Pat
 
 def spec_for(model_path: Path, input_block: dict | None = None) -> dict:
     try:
-        from quantbench.recipe import load_sidecar
-    except ImportError:  # a --base tree from before quantbench/recipe.py
-        from quantbench.assets import load_sidecar
-    from quantbench.modelio import load_model
-    from quantbench.preprocess import input_spec
+        from quantbench.inputs.sidecarfile import load_sidecar
+    except ImportError:  # a --base tree from before quantbench/inputs/sidecarfile.py
+        from quantbench.inputs.assets import load_sidecar
+    from quantbench.inputs.modelio import load_model
+    from quantbench.inputs.preprocess import input_spec
 
     m = load_model(model_path)
     inits = {i.name for i in m.graph.initializer}
@@ -117,7 +117,8 @@ def child(kind: str, n: int, model: Path, out: Path, chunk_size, args) -> dict:
     inputs = ImageInputs(paths, spec)
     plan: dict = {}
     if kind in ("ours", "base"):  # base: the same code path, imported from the --base tree (measure: --tree)
-        from quantbench.quantize.calibration import compute_ranges, load_with_shape_infer
+        from quantbench.quantize.calibration import compute_ranges
+        from quantbench.quantize.ort_api import load_with_shape_infer
         from quantbench.quantize.variants import make_static
 
         import onnxruntime.quantization  # noqa: F401  (imports outside the timed region, as for stock)
@@ -240,7 +241,7 @@ def main() -> int:
         Path(args.child_result).write_text(json.dumps(res))
         return 0
 
-    from quantbench.assets import demo_model
+    from quantbench.inputs.assets import demo_model
     from quantbench.fsutil import atomic_write_json
 
     model = Path(args.model) if args.model else demo_model()

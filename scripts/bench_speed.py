@@ -167,12 +167,12 @@ def _simulate(results: Path, dest: Path, runs: int, parts_per_run: int, compact:
 
     import pyarrow as pa
 
-    from quantbench import tables
+    from quantbench.store import compaction, partread, partwrite
 
     src = results / "tables"
     shutil.copytree(src, dest / "tables", ignore=shutil.ignore_patterns("outputs"))
     out = dest / "tables"
-    rows = tables.read("outputs", src)
+    rows = partread.read("outputs", src)
     n = rows.num_rows
     for k in range(runs):
         t = rows
@@ -183,18 +183,18 @@ def _simulate(results: Path, dest: Path, runs: int, parts_per_run: int, compact:
             t = t.set_column(t.schema.get_field_index("run_key"), "run_key", rk)
         size = -(-n // parts_per_run)
         for i in range(0, n, size):
-            tables.append("outputs", t.slice(i, size), root=out)
+            partwrite.append("outputs", t.slice(i, size), root=out)
         if compact:
-            tables.maybe_compact("outputs", out)
-    return len(tables.parts("outputs", out))
+            compaction.maybe_compact("outputs", out)
+    return len(partread.parts("outputs", out))
 
 
 def _one_part(results: Path, many: Path, dest: Path) -> None:
-    from quantbench import tables
+    from quantbench.store import partread, partwrite
 
     shutil.copytree(results / "tables", dest / "tables", ignore=shutil.ignore_patterns("outputs"))
-    rows = tables.read("outputs", many / "tables")
-    tables.append_chunks("outputs", [rows.slice(i, 2048) for i in range(0, rows.num_rows, 2048)], root=dest / "tables")
+    rows = partread.read("outputs", many / "tables")
+    partwrite.append_chunks("outputs", [rows.slice(i, 2048) for i in range(0, rows.num_rows, 2048)], root=dest / "tables")
 
 
 def part_tables(args, work, vdir, base, results, out):

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from quantbench.assets import demo_model  # noqa: E402
+from quantbench.inputs.assets import demo_model  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts import cpuprofiles as P  # noqa: E402
 from quantbench.hosts import masked as M  # noqa: E402

@@ -3,7 +3,7 @@
 Why: issue 15 asks for internal imports at module top, so a module's dependencies read in
 one place and import errors surface at import, not deep inside a command. Lazy imports stay
 only where they buy something: heavy third-party modules (onnxruntime, pyarrow, matplotlib: each
-loaded where it is used, or bound with quantbench.lazy) and `cli.py` importing the command modules
+loaded where it is used, or bound with quantbench.store.lazy) and `cli.py` importing the command modules
 (by name, with importlib: `quantbench CMD` imports CMD alone). So an internal import stays lazy when
 - the imported module pulls (through its own top-level imports) a heavy third-party package the
   importer does not already pull (none does today: keep it so);

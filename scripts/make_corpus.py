@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from quantbench.fsutil import atomic_path, atomic_write_text  # noqa: E402
-from quantbench.preprocess import luminance  # noqa: E402
+from quantbench.inputs.preprocess import luminance  # noqa: E402
 
 VERSION = "1"
 SEED = 20261129

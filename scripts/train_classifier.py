@@ -6,7 +6,7 @@ one annotation, else "none"; "dominant" is the class of the annotation with the 
 box area, or "none" (7-way; on this corpus it reaches only about 64% eval accuracy in a
 30-epoch CPU budget, against 90% litter/none agreement, hence the binary default).
 
-Inputs are made with quantbench.preprocess.to_tensor and the sidecar's own input
+Inputs are made with quantbench.inputs.preprocess.to_tensor and the sidecar's own input
 block, so training, evaluation and every later quantbench run see the same tensors.
 Writes quantbench/data/models/litter-cnn.onnx + litter-cnn.json; the sidecar records
 the seed, the torch version, the corpus hash and the eval accuracy measured with
@@ -29,10 +29,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from quantbench.assets import CORPUS_DIR, CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR  # noqa: E402
-from quantbench.fixtures import annotations_by_image, load_coco  # noqa: E402
+from quantbench.inputs.assets import CORPUS_DIR, CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR  # noqa: E402
+from quantbench.inputs.fixtures import annotations_by_image, load_coco  # noqa: E402
 from quantbench.fsutil import atomic_path, atomic_write_json  # noqa: E402
-from quantbench.preprocess import load_rgb, to_tensor  # noqa: E402
+from quantbench.inputs.preprocess import load_rgb, to_tensor  # noqa: E402
 
 NAME = "litter-cnn"
 LABEL_RULES = {

@@ -24,7 +24,7 @@ corpus scene uses; the val split picks the checkpoint, the eval split is only sc
 
 Outputs: pred_logits [1,Q,C] raw logits (the decoder applies sigmoid) and
 pred_boxes [1,Q,4] cx,cy,w,h normalised (sigmoid in-graph); input images
-[1,3,128,128] as quantbench.preprocess.to_tensor makes it with the sidecar's spec.
+[1,3,128,128] as quantbench.inputs.preprocess.to_tensor makes it with the sidecar's spec.
 
 Run from the repository root (needs the `train` extra: torch, scipy):
     python3 scripts/train_detector.py                 # train, export, evaluate, write sidecar
@@ -49,10 +49,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from quantbench.analysis import metrics  # noqa: E402
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR  # noqa: E402
-from quantbench.fixtures import load_coco  # noqa: E402
+from quantbench.inputs.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR  # noqa: E402
+from quantbench.inputs.fixtures import load_coco  # noqa: E402
 from quantbench.fsutil import atomic_path, atomic_write_json  # noqa: E402
-from quantbench.preprocess import load_rgb, to_tensor  # noqa: E402
+from quantbench.inputs.preprocess import load_rgb, to_tensor  # noqa: E402
 
 NAME = "litter-detr-tiny"
 SIZE = 128
@@ -469,7 +469,7 @@ def detections_torch(model, u8: np.ndarray, ims, batch=64):
 
 def evaluate(dets, coco, split):
     gt = metrics.ground_truth(coco, split)
-    ap = metrics.ap50(dets, gt)
+    ap = metrics.coco_ap(dets, gt)
     pr = metrics.precision_recall(dets, gt, THRESHOLD)
     return ap["ap50"], pr
 
@@ -616,7 +616,7 @@ def eval_onnx(path: Path, coco, split):
         logits, boxes = sess.run(["pred_logits", "pred_boxes"], {"images": x})
         dets_all[im["id"]] = metrics.decode_detr(logits[0], boxes[0], 0.0, TOP_K, (im["width"], im["height"]))
     gt = metrics.ground_truth(coco, split)
-    ap = metrics.ap50(dets_all, gt)
+    ap = metrics.coco_ap(dets_all, gt)
     pr = metrics.precision_recall(dets_all, gt, THRESHOLD)
     # fastest of 300 single-image runs: on a shared machine anything else measures the neighbours
     x = to_tensor(load_rgb(root / ims[0]["file_name"]), INPUT_SPEC)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Regenerate the schema section of docs/schema.md from quantbench/tables.py.
+"""Regenerate the schema section of docs/schema.md from quantbench/store/tableschema.py.
 
     python3 scripts/update_schema_doc.py          # rewrite the section in docs/schema.md
     python3 scripts/update_schema_doc.py --check  # exit 1 if docs/schema.md is out of date
 
 The section between `<!-- section:schema -->` and `<!-- /section:schema -->` is
-replaced by the output of `python -m quantbench.tables`; the rest of the page is
+replaced by the output of `python -m quantbench.store.tableschema`; the rest of the page is
 left byte for byte.
 """
 
@@ -23,7 +23,7 @@ START, END = "<!-- section:schema -->", "<!-- /section:schema -->"
 
 
 def generated() -> str:
-    out = subprocess.run([sys.executable, "-m", "quantbench.tables"], cwd=ROOT, check=True,
+    out = subprocess.run([sys.executable, "-m", "quantbench.store.tableschema"], cwd=ROOT, check=True,
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     return out.stdout.strip("\n")
 

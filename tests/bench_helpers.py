@@ -57,7 +57,7 @@ def fp32_and_dynamic(vdir: Path, build, sidecar: dict, model: str, op_types=("Ma
     and beside it (preprocessing), and index.json."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from quantbench.variants import Variant, write_index
+    from quantbench.inputs.variantdir import Variant, write_index
 
     vdir.mkdir(parents=True)
     build(vdir / "fp32.onnx")

@@ -26,8 +26,8 @@ if _TESTS not in _sys.path:
     _sys.path.insert(0, _TESTS)
 @pytest.fixture(autouse=True)
 def no_plugin_consent():
-    """Each test starts, like each command, with no plug-in allowed (quantbench.plugins keeps consent per process)."""
-    from quantbench import plugins
+    """Each test starts, like each command, with no plug-in allowed (quantbench.inputs.plugins keeps consent per process)."""
+    from quantbench.inputs import plugins
 
     plugins.reset_consent()
     yield

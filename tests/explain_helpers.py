@@ -4,8 +4,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from quantbench.fixtures import Fixture
-from quantbench.hosts.worker import tensor_sha256
+from quantbench.inputs.fixtures import Fixture
+from quantbench.tensorcode import tensor_sha256
 
 
 def fixture(arr, name="x"):
@@ -56,6 +56,7 @@ def static_qdq(float_model, workdir, name="static", feeds=None, **kw):
     """A static QDQ (U8S8 MinMax per-channel) variant of a float model, calibrated on `feeds`
     (arrays for its single input; default: 4 uniform [0, 1) tensors)."""
     from quantbench.quantize import variants as QV
+    from quantbench.quantize import intake
 
     float_model = str(float_model)
     m = onnx.load(float_model)
@@ -66,7 +67,7 @@ def static_qdq(float_model, workdir, name="static", feeds=None, **kw):
         feeds = [rng.uniform(0, 1, dims).astype(np.float32) for _ in range(4)]
     feeds = [{inp.name: f} for f in feeds]
     prepared = workdir / f"{name}.prepared.onnx"
-    QV.prepare_model(float_model, prepared)
+    intake.prepare(float_model, prepared)
     QV.make_static(prepared, workdir / f"{name}.onnx", inputs=feeds, method="minmax", **kw)
     return workdir / f"{name}.onnx"
 

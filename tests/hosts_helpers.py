@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from quantbench.fixtures import Fixture
-from quantbench.hosts.worker import tensor_sha256
-from quantbench.variants import Variant
+from quantbench.inputs.fixtures import Fixture
+from quantbench.store import hostresults
+from quantbench.tensorcode import tensor_sha256
+from quantbench.inputs.variantdir import Variant
 
 
 def _save(graph, path) -> Path:
@@ -116,3 +118,29 @@ def need_cores(n: int) -> None:
     have = len(os.sched_getaffinity(0))
     if have < n:
         pytest.skip(f"this process may use {have} core(s): a {n}-thread local host is refused here")
+
+
+def host_results_index(tables_root, host=None, variant_id=None, session_key=None) -> dict:
+    """{(host, variant_id, fixture_id, output_name): sha256}: hashes only, no tensors read.
+
+    If a host has results under several fingerprints or sessions, filter by
+    session_key (or use latest_fingerprints) to compare like with like.
+    """
+    t = hostresults.load_outputs(host=host, variant_id=variant_id, session_key=session_key, tensors=False, tables_root=tables_root)
+    cols = [t.column(c).to_pylist() for c in ("host", "variant_id", "fixture_id", "output_name", "sha256")]
+    return {(h, v, f, o): s for h, v, f, o, s in zip(*cols)}
+
+
+def hashes_by_host(variant_id: str, tables_root, session_key=None, hosts=None, fingerprint_id=None) -> dict:
+    """{host: {(fixture_id, output_name): sha256}} for one variant: the input of equivalence classes.
+
+    A host that ran under several fingerprints (an upgrade) or sessions has rows for
+    each: pass session_key and fingerprint_id (e.g. RunSummary.fingerprints().values())
+    to compare one run's state.
+    """
+    t = hostresults.load_outputs(host=hosts, variant_id=variant_id, session_key=session_key, fingerprint_id=fingerprint_id,
+                     tensors=False, tables_root=tables_root)
+    out: dict = defaultdict(dict)
+    for h, f, o, s in zip(*(t.column(c).to_pylist() for c in ("host", "fixture_id", "output_name", "sha256"))):
+        out[h][(f, o)] = s
+    return dict(out)

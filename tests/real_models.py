@@ -155,7 +155,7 @@ def sha256_file(path: Path) -> str:
 
 
 def cache_root() -> Path:
-    from quantbench.assets import quantbench_home
+    from quantbench.inputs.assets import quantbench_home
 
     return quantbench_home() / "real-models"
 

@@ -57,7 +57,7 @@ def make_release_results(root: Path, doc: str, twin: bool = False, labelled: boo
     from PIL import Image
 
     from quantbench.quantize import variants as qv
-    from quantbench.variants import Variant, write_index, write_latest
+    from quantbench.inputs.variantdir import Variant, write_index, write_latest
 
     results = root / "results"
     vdir = results / "variants" / "tiny"

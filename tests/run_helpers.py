@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from hosts_helpers import image_model
-from quantbench.variants import Variant, write_index
+from quantbench.inputs.variantdir import Variant, write_index
 
 
 def variants_folder(folder, size: int = 8) -> Path:

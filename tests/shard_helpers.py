@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantbench import tables
+from quantbench.store import partread
 
 #: columns that may differ between two runs of the same analysis: when and under which run a row was written,
 #: and the host's kind (a merged host is `imported`)
@@ -19,7 +19,7 @@ def analysis_rows(results) -> dict:
     root = Path(results) / "tables"
     out = {}
     for name in ANALYSIS_TABLES:
-        rows = tables.read(name, root=root).to_pylist()
+        rows = partread.read(name, root=root).to_pylist()
         out[name] = sorted(json.dumps({k: v for k, v in r.items() if k not in VOLATILE}, sort_keys=True, default=str)
                            for r in rows)
     return out

@@ -77,37 +77,99 @@ def test_nothing_below_the_cli_imports_a_command():
     assert {m: ts for m, ts in upward.items() if ts} == {}
 
 
-# The layers, lowest first (docs/architecture.md): a module imports its own layer or a lower one. A module belongs to
-# the layer of the longest prefix naming it. tensorcode.py, the canonical tensor encoding, travels with the worker
-# (standard library and numpy only), below everything that hashes a tensor; the worker itself is a hosts module.
+# The layers, lowest first: one folder, one layer (name, the folder's package, its one job). A module imports its own
+# layer or a lower one. The package root is the shared layer (its own modules: at most ROOT_MODULES); the CLI layer is
+# listed by module (the entry point stays in the root: `python -m quantbench`). tensorcode.py, the canonical tensor
+# encoding, travels with the worker (standard library and numpy only), below everything that hashes a tensor; the
+# worker itself is a hosts module. docs/architecture.md lists these folders, in this order, with their jobs
+# (python scripts/update_architecture_doc.py writes it).
 LAYERS = [
-    ("shared", ["quantbench", "quantbench.errors", "quantbench.fsutil", "quantbench.lazy", "quantbench.textfmt",
-                "quantbench.tensorcode"]),
-    ("recipe", ["quantbench.assets", "quantbench.recipe", "quantbench.variants", "quantbench.preprocess", "quantbench.plugins",
-                "quantbench.strata", "quantbench.modelio"]),
-    ("tables", ["quantbench.tables"]),
-    ("fixtures", ["quantbench.fixtures"]),
-    ("calibset", ["quantbench.calibset"]),
-    ("hosts", ["quantbench.hosts"]),
-    ("analysis", ["quantbench.analysis"]),
-    ("quantize", ["quantbench.quantize"]),
-    ("report", ["quantbench.report", "quantbench.gallery", "quantbench.ahead"]),
-    ("explain", ["quantbench.explain"]),
-    ("release", ["quantbench.release"]),
+    ("shared", ["quantbench"],
+     "what every layer shares: errors (UserError, ParameterError, flag_mark), fsutil (atomic writes, hashing, JSON), "
+     "tensorcode (the canonical tensor encoding; it travels with the worker), textfmt (text and Markdown tables)"),
+    ("store", ["quantbench.store"],
+     "the results folder on disk: the result tables' schema, their Parquet parts written, locked, read and "
+     "compacted, host results read back as arrays, the folder's layout"),
+    ("inputs", ["quantbench.inputs"],
+     "a model's inputs: its sidecar and input recipe, the variants calibrate published, images to tensors, plug-ins "
+     "and their consent, strata, the ONNX file's facts and hashes, labels and fixtures, the bundled demo"),
+    ("calibset", ["quantbench.calibset"], "calibration sets: stratified, reproducible, disjoint from the eval split"),
+    ("hosts", ["quantbench.hosts"],
+     "hosts of every kind and the hosts file, their runtimes, the run plan and its scheduler, the worker and its one "
+     "client, a run's results rows"),
+    ("analysis", ["quantbench.analysis"],
+     "equivalence classes and what separates them, decoders, decisions, gates, accuracy, the analysis cache"),
+    ("quantize", ["quantbench.quantize"],
+     "calibrate: model intake, calibration ranges, variants and their recipes, smoke tests before publication"),
+    ("report", ["quantbench.report"],
+     "report.md and report.html assembled from sections; the equiv section (tables, verdict, accuracy, plots, "
+     "flip gallery) and the terminal summary"),
+    ("explain", ["quantbench.explain"], "localize, kernel evidence, lint, remedies, noise floors, latency"),
+    ("release", ["quantbench.release"], "release record, archive, verify, ONNX diff, the CI recipe"),
     ("cli", ["quantbench.cli", "quantbench.__main__", "quantbench.console", "quantbench.config",
-             "quantbench.equivcli", "quantbench.runargs", "quantbench.commands"]),
+             "quantbench.equivcli", "quantbench.runargs", "quantbench.commands"],
+     "flags, defaults files, printing: a command parses flags, calls one library function, prints"),
 ]
+#: the package root holds at most this many modules, __init__.py and __main__.py counted
+ROOT_MODULES = 6
+
+
+def root_modules() -> list[str]:
+    """The modules directly in the package root (`quantbench.errors`, ...; the package itself is `quantbench`)."""
+    return sorted(["quantbench"] + [f"quantbench.{p.stem}" for p in ROOT.glob("*.py") if p.name != "__init__.py"])
 
 
 def layer_of(module: str) -> int | None:
-    """The rank in LAYERS of `module` (the package itself, "quantbench", names only its __init__)."""
-    best = max(((len(p), rank) for rank, (_, prefixes) in enumerate(LAYERS) for p in prefixes
-                if module == p or (p != "quantbench" and module.startswith(p + "."))), default=None)
+    """The rank in LAYERS of `module`: the layer of the longest prefix naming it, where "quantbench" names only the
+    root's own modules (a module in a folder belongs to its folder's layer, or to none)."""
+    root = set(root_modules())
+    best = max(((len(p), rank) for rank, (_, prefixes, _) in enumerate(LAYERS) for p in prefixes
+                if module == p or (p == "quantbench" and module in root)
+                or (p != "quantbench" and module.startswith(p + "."))), default=None)
     return None if best is None else best[1]
 
 
 def test_every_module_has_a_layer():
     assert [m for m in import_graph() if layer_of(m) is None] == []
+
+
+def test_the_root_holds_only_the_shared_modules():
+    """The root is the shared layer, at most ROOT_MODULES modules; the CLI modules still there (cli.py, console.py,
+    ...) are the CLI layer's, which becomes the cli/ package (issue 34): the entry point, __main__.py, stays."""
+    cli = dict((n, p) for n, p, _ in LAYERS)["cli"]
+    shared = [m for m in root_modules() if m not in cli or m == "quantbench.__main__"]
+    assert len(shared) <= ROOT_MODULES, shared
+    assert [m for m in root_modules() if LAYERS[layer_of(m)][0] not in ("shared", "cli")] == []
+
+
+def test_every_folder_is_a_layer():
+    """Every module outside the root lives in a folder that is one layer of the map (or is a CLI module)."""
+    folders = {p for _, prefixes, _ in LAYERS for p in prefixes if p != "quantbench"}
+    outside = [m for m in import_graph() if m not in root_modules()]
+    assert [m for m in outside if ".".join(m.split(".")[:2]) not in folders] == []
+    assert sorted(p.name for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").exists()) == sorted(
+        p.removeprefix("quantbench.") for p in folders if (ROOT / p.removeprefix("quantbench.")).is_dir())
+
+
+def layers_markdown() -> str:
+    """The layer table of docs/architecture.md, from LAYERS."""
+    out = ["| layer | folder | its one job |", "|---|---|---|"]
+    for name, prefixes, job in LAYERS:
+        where = ", ".join("`quantbench/*.py` (the root)" if p == "quantbench" else
+                          f"`{p.replace('.', '/')}/`" if (ROOT.parent / p.replace(".", "/")).is_dir() else
+                          f"`{p.replace('.', '/')}.py`" for p in prefixes)
+        out.append(f"| {name} | {where} | {job} |")
+    return "\n".join(out)
+
+
+LAYERS_DOC = ROOT.parent / "docs" / "architecture.md"
+
+
+def test_the_architecture_doc_lists_the_layers():
+    """docs/architecture.md's layer table is the folder map: every layer, in order, with its one job."""
+    text = LAYERS_DOC.read_text()
+    section = text.split("<!-- section:layers -->", 1)[1].split("<!-- /section:layers -->", 1)[0]
+    assert section.strip() == layers_markdown(), "python scripts/update_architecture_doc.py"
 
 
 def test_no_import_from_a_lower_layer_up():
@@ -167,7 +229,7 @@ HEAVY = ("onnxruntime", "onnx", "pyarrow", "matplotlib", "PIL", "sklearn", "pyco
 
 def test_importing_every_module_loads_no_heavy_package():
     """Internal imports sit at module top, so a heavy package must be imported where it is used (or bound with
-    quantbench.lazy), never at a module's top: otherwise every command, and its --help, pays for it."""
+    quantbench.store.lazy), never at a module's top: otherwise every command, and its --help, pays for it."""
     code = ("import importlib, pkgutil, sys, quantbench\n"
             "for m in pkgutil.walk_packages(quantbench.__path__, 'quantbench.'):\n"
             "    if not m.name.endswith('__main__'):\n"
@@ -298,9 +360,9 @@ def test_no_library_message_names_a_flag():
     assert found == FLAG_MESSAGES, "fewer now: lower FLAG_MESSAGES"
 
 
-# The one owner of sidecars and recipes (quantbench/recipe.py): only it reads a sidecar file and checks an input
+# The one owner of sidecars and recipes (quantbench/inputs/sidecarfile.py): only it reads a sidecar file and checks an input
 # block (preprocess.py defines check_input_block and guards to_tensor with it).
-RECIPE_OWNER = "quantbench/recipe.py"
+RECIPE_OWNER = "quantbench/inputs/sidecarfile.py"
 JSON_READERS = ("read_json", "json.load", "json.loads")
 
 
@@ -330,7 +392,7 @@ def recipe_owner_breaches(files) -> list[str]:
             args = " ".join(ast.unparse(a) for a in [*node.args, *(k.value for k in node.keywords)]).lower()
             if name in JSON_READERS and ("sidecar" in args or 'with_suffix(".json")' in args.replace("'", '"')):
                 out.append(f"{path}:{node.lineno} reads a sidecar")
-            elif name == "check_input_block" and path != "quantbench/preprocess.py":
+            elif name == "check_input_block" and path != "quantbench/inputs/preprocess.py":
                 out.append(f"{path}:{node.lineno} checks an input block")
     return out
 
@@ -339,7 +401,7 @@ def test_only_the_recipe_module_reads_sidecars():
     files = [(p.relative_to(ROOT.parent).as_posix(), p.read_text()) for p in sorted(ROOT.rglob("*.py"))]
     assert recipe_owner_breaches(files) == []
     # the rule sees a second reader
-    rogue = ('import json\nfrom quantbench.fsutil import read_json\nfrom quantbench.preprocess import check_input_block\n'
+    rogue = ('import json\nfrom quantbench.fsutil import read_json\nfrom quantbench.inputs.preprocess import check_input_block\n'
              'def f(p, model):\n    side = read_json(p, "sidecar JSON")\n'
              '    raw = json.loads(model.with_suffix(".json").read_text())\n    check_input_block(raw["input"], p)\n')
     assert recipe_owner_breaches([("quantbench/rogue.py", rogue)]) == [

@@ -19,7 +19,7 @@ SCHEMA_DOC = ROOT / "docs" / "schema.md"
 _WRITE_EVERY_TABLE = r"""
 import sys
 import pyarrow as pa
-from quantbench import tables
+from quantbench.store import partwrite, tableschema
 
 def sample(t):
     if pa.types.is_list(t) or pa.types.is_large_list(t):
@@ -41,9 +41,9 @@ def sample(t):
         return 0.5
     raise SystemExit(f"no sample value for arrow type {t}")
 
-for name, cols in tables.COLUMNS.items():
-    tables.append(name, [{c: sample(t.arrow) for c, t, _ in cols}], root=sys.argv[1])
-print(",".join(tables.COLUMNS))
+for name, cols in tableschema.COLUMNS.items():
+    partwrite.append(name, [{c: sample(t.arrow) for c, t, _ in cols}], root=sys.argv[1])
+print(",".join(tableschema.COLUMNS))
 """
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from quantbench import tables
+from quantbench.store import arrowrows, partread, partwrite
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "tables.md"
 
@@ -33,9 +33,9 @@ def results(tmp_path, monkeypatch):
             _decision("pi", "c.png", ""), _decision("x86", "c.png", "", slot=0),
             _decision("x86", "c.png", "box-shift", slot=1),                               # x86 only
             _decision("pi", "d.png", "class", variant="dynamic"), _decision("x86", "d.png", "", variant="dynamic")]
-    tables.append("decisions", rows[:4], root=root)
-    tables.append("decisions", rows[4:], root=root)
-    tables.append("decisions", rows[:4], root=root)   # the same rows again: same part, nothing written
+    partwrite.append("decisions", rows[:4], root=root)
+    partwrite.append("decisions", rows[4:], root=root)
+    partwrite.append("decisions", rows[:4], root=root)   # the same rows again: same part, nothing written
     return root
 
 
@@ -56,9 +56,9 @@ def test_pandas_query_from_the_docs(results, capsys):
 
 
 def test_created_at_is_utc_and_not_in_the_part_name(results):
-    t = tables.read("decisions", root=results)
+    t = partread.read("decisions", root=results)
     assert t.schema.field("created_at").type.tz == "UTC" and t.column("created_at").null_count == 0
-    assert len(tables.parts("decisions", root=results)) == 2
+    assert len(partread.parts("decisions", root=results)) == 2
 
 
 def _fixture(source, preprocess, fid):
@@ -69,9 +69,9 @@ def _fixture(source, preprocess, fid):
 
 def test_stale_fixtures_of_another_recipe_are_told_apart(tmp_path):
     root = tmp_path / "tables"
-    tables.append("fixtures", [_fixture("im0.png", '{"scale":0.00392}', "f" * 64)], root=root)   # earlier run
-    tables.append("fixtures", [_fixture("im0.png", '{"scale":1.0}', "g" * 64)], root=root)       # current
-    t = tables.read("fixtures", root=root).to_pylist()
+    partwrite.append("fixtures", [_fixture("im0.png", '{"scale":0.00392}', "f" * 64)], root=root)   # earlier run
+    partwrite.append("fixtures", [_fixture("im0.png", '{"scale":1.0}', "g" * 64)], root=root)       # current
+    t = partread.read("fixtures", root=root).to_pylist()
     assert len(t) == 2 and {r["source"] for r in t} == {"im0.png"}
     assert len({r["preprocess_id"] for r in t}) == 2
     assert t[0]["objects"] == [{"category_id": 2, "bbox": [1.0, 2.0, 3.0, 4.0]}]
@@ -80,7 +80,7 @@ def test_stale_fixtures_of_another_recipe_are_told_apart(tmp_path):
     from quantbench.fsutil import canonical_json, sha256_bytes
 
     current = sha256_bytes(canonical_json({"scale": 1.0}).encode())
-    only = tables.read("fixtures", root=root, filter=pc.field("preprocess_id") == current).to_pylist()
+    only = partread.read("fixtures", root=root, filter=pc.field("preprocess_id") == current).to_pylist()
     assert [r["fixture_id"] for r in only] == ["g" * 64]
 
 
@@ -97,11 +97,11 @@ def test_schema_version_1_parts_still_read_and_newer_ones_are_refused(tmp_path):
                                               '"per_channel":true,"calibration_set":{"name":"cs"}}']})
     pq.write_table(old.replace_schema_metadata({"quantbench.schema_version": "1", "quantbench.table": "models"}),
                    root / "models" / "part-old.parquet")
-    (r,) = tables.read("models", root=root).to_pylist()
+    (r,) = partread.read("models", root=root).to_pylist()
     assert (r["method"], r["activation_type"], r["per_channel"], r["calibration_set"]) == ("minmax", "u8", True, "cs")
     assert r["created_at"] is None and r["run_id"] is None
-    newer = tables.to_arrow("models", [{"variant_id": "w"}])
+    newer = arrowrows.to_arrow("models", [{"variant_id": "w"}])
     pq.write_table(newer.replace_schema_metadata({"quantbench.schema_version": "99", "quantbench.table": "models"}),
                    root / "models" / "part-new.parquet")
     with pytest.raises(UserError, match="schema version 99, newer"):
-        tables.read("models", root=root)
+        partread.read("models", root=root)

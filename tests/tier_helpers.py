@@ -37,11 +37,12 @@ def libm_fixtures(count: int = 3, n: int = 64):
 def tier_variants(float_model, workdir: Path, feeds) -> dict:
     """fp32, dynamic (s8 weights) and static QDQ MinMax (u8/s8) of a float model: name -> path."""
     from quantbench.quantize import variants as QV
+    from quantbench.quantize import intake
 
     workdir = Path(workdir)
     inp = onnx.load(str(float_model)).graph.input[0].name
     prepared = workdir / "prepared.onnx"
-    QV.prepare_model(float_model, prepared)
+    intake.prepare(float_model, prepared)
     QV.make_dynamic(prepared, workdir / "dynamic.onnx")
     QV.make_static(prepared, workdir / "static.onnx", inputs=[{inp: f} for f in feeds], method="minmax")
     return {"fp32": Path(float_model), "dynamic": workdir / "dynamic.onnx", "static": workdir / "static.onnx"}

@@ -18,7 +18,7 @@ against the table's annotations before it is trusted.
   boxes): AP50 and AP50:95 from pycocotools' COCOeval (quantbench.analysis.metrics) over
   every decoded decision ranked by score, served or not; boxes are mapped from
   the model input back to the image's pixels by the inverse of the fixture's
-  resize (stretch, letterbox, center-crop: quantbench.preprocess.boxes_to_image).
+  resize (stretch, letterbox, center-crop: quantbench.inputs.preprocess.boxes_to_image).
   The box frame is normalised for detr-sigmoid and input pixels for yolo; for
   nms-boxes and plug-ins the sidecar decode block says it (``"box_frame":
   "normalized"`` or ``"input-pixels"``). Classes map to categories by name.
@@ -50,15 +50,15 @@ from pathlib import Path
 
 import numpy as np
 
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.analysis.decode import DecodeSpec
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.inputs.assets import CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import UserError
-from quantbench.fixtures import annotations_by_image, default_images_dir, labels_coco
+from quantbench.inputs.fixtures import annotations_by_image, default_images_dir, labels_coco
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.analysis.resultcache import seal, sealed
-from quantbench.preprocess import boxes_to_image, input_hw, upright_size
+from quantbench.inputs.preprocess import boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 2   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
@@ -114,7 +114,7 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
     """
     ids = sorted(set(fixture_ids))
     cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess"]
-    t = tables.read("fixtures", root=tables_root, columns=cols, filter={"fixture_id": ids})
+    t = partread.read("fixtures", root=tables_root, columns=cols, filter={"fixture_id": ids})
     fx = {}
     for r in t.to_pylist():
         fx[r["fixture_id"]] = FixtureTruth(
@@ -370,22 +370,12 @@ def resample_weights(n: int, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = B
     return np.bincount(drawn, minlength=resamples * n).reshape(resamples, n).astype(np.float64)
 
 
-def _interval(a: float, ra, b: float, rb, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
+def difference_interval(a: float, ra, b: float, rb, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
     """(a - b, low, high): the percentile interval of the paired resamples' differences (NaN ones left out)."""
     d = np.asarray(ra, np.float64) - np.asarray(rb, np.float64)
     d = d[~np.isnan(d)]
     lo, hi = np.quantile(d, [(1 - level) / 2, 1 - (1 - level) / 2]) if d.size else (np.nan, np.nan)
     return float(a - b), float(lo), float(hi)
-
-
-def paired_interval(a: np.ndarray, b: np.ndarray, stat=_mean, resamples: int = BOOTSTRAP_RESAMPLES,
-                    seed: int = BOOTSTRAP_SEED, level: float = BOOTSTRAP_LEVEL) -> tuple[float, float, float]:
-    """(stat(a) - stat(b), low, high): the percentile interval of that difference over the images (the first
-    axis), resampled with replacement `resamples` times, the same images for both sides (seeded: the same
-    interval every run)."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    idx = resample_images(a.shape[0], resamples, seed)
-    return _interval(stat(a), stat(a[idx]), stat(b), stat(b[idx]), level)
 
 
 def _figures(p: Plan, decoded: dict, sc: dict | None) -> dict:
@@ -415,7 +405,7 @@ def differences(p: Plan, result, variants: list, reference: str, scores: dict | 
     out = []
     for a, b in pairs:
         for figure, (va, ra, higher) in outcome.get(a, {}).items() if outcome.get(b) else ():
-            diff, lo, hi = _interval(va, ra, *outcome[b][figure][:2])
+            diff, lo, hi = difference_interval(va, ra, *outcome[b][figure][:2])
             out.append({"a": a, "b": b, "figure": figure, "higher_better": higher, "diff": diff, "low": lo,
                         "high": hi, "images": len(p.fixtures)})
     return out

@@ -76,7 +76,7 @@ always true. Two runs differ when their strings differ (a *text* flip).
 
 A decode plug-in is ``--decode module:function`` or ``"kind": "module:function"``
 in the sidecar decode block (``module`` an importable dotted module or a path to
-a ``.py`` file, relative to the current folder; see quantbench.plugins)::
+a ``.py`` file, relative to the current folder; see quantbench.inputs.plugins)::
 
     def my_decode(outputs: dict[str, np.ndarray], spec: DecodeSpec) -> dict
 
@@ -109,11 +109,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from quantbench import plugins
-from quantbench.errors import ParameterError, UserError, flag
+from quantbench.inputs import plugins
+from quantbench.errors import ParameterError, UserError, flag_mark
 from quantbench.fsutil import canonical_json, sha256_bytes
-from quantbench.modelio import load_model
-from quantbench.recipe import sidecar_for
+from quantbench.inputs.modelio import load_model
+from quantbench.inputs.sidecarfile import sidecar_for
 
 NONE = "none"
 IOU_MATCH = 0.5   # nms-boxes / regions: a detection matches when IoU >= this
@@ -127,7 +127,7 @@ CTC_LAYOUTS = ("TNC", "NTC")
 FLIP_KINDS = ("threshold", "class", "box-shift")   # the flips of decisions with a class, a score and maybe a box
 TEXT_FLIPS = ("text",)                             # the flips of decisions that are strings
 BOX_FRAMES = ("normalized", "input-pixels")        # the frames a decoder's boxes can be in
-NONE_HINT = f"pass {flag('decode')} none to get the equivalence classes without decisions"
+NONE_HINT = f"pass {flag_mark('decode')} none to get the equivalence classes without decisions"
 
 
 #: the decode block keys of every built-in kind
@@ -159,7 +159,7 @@ class DecoderKind:
     metric: str | None = None
     box_frame: str | None = None        # the frame of its boxes, when the sidecar's 'box_frame' does not say
     unscored: str = ""
-    plugin: bool = False                # user code (module:function), loaded only with consent (quantbench.plugins)
+    plugin: bool = False                # user code (module:function), loaded only with consent (quantbench.inputs.plugins)
     greedy: bool = False                # serves without a threshold by a greedy rule (ctc)
     no_threshold_margin: str = "fp32 score minus threshold"   # what a margin is when there is no threshold
     one_decision: bool = False          # one decision per image (a classifier's top-1, a recogniser's string)
@@ -273,7 +273,7 @@ class PluginKind(DecoderKind):
     no_threshold_margin: str = "fp32 margin as the plug-in returns it"
 
     def describe(self, spec):
-        return {"plugin": plugins.plugin_identity(self.name, flag("decode"))}
+        return {"plugin": plugins.plugin_identity(self.name, flag_mark("decode"))}
 
     def ap_frame(self, block, boxed):
         if not boxed:
@@ -423,7 +423,7 @@ def _ctc_keys(block: dict, where: str) -> dict:
     alphabet = block.get("alphabet")
     if isinstance(alphabet, str):
         raise UserError(f"{where}: decode 'alphabet' {alphabet!r} names a file, which is read beside a sidecar "
-                        f"file; give the sidecar as a file (beside the model or {flag('sidecar')} FILE), or list the characters")
+                        f"file; give the sidecar as a file (beside the model or {flag_mark('sidecar')} FILE), or list the characters")
     if alphabet is not None and not (isinstance(alphabet, list) and all(isinstance(c, str) and c for c in alphabet)):
         raise UserError(f"{where}: decode 'alphabet' must be a list of non-empty strings (one per class) or a file name")
     space = block.get("space", False)
@@ -456,7 +456,7 @@ def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: 
     if not kind or kind == NONE:
         note = "" if kind == NONE else f"{source} has no decode block; pass --decode KIND to compare decisions"
         return DecodeSpec(kind=NONE, outputs={}, classes=classes, note=note)
-    where = flag("decode") if given else f"{source} decode 'kind'"
+    where = flag_mark("decode") if given else f"{source} decode 'kind'"
     if is_plugin(kind):
         plugins.load(kind, where, asked_by=None if given else f"{source}: decode 'kind'")  # fail (or refuse) now
         own = side_kind is None or plugins.same_ref(side_kind, kind)   # "./dec.py:fn" is the block of dec.py:fn
@@ -533,7 +533,7 @@ def check_outputs(spec: DecodeSpec, found, single_output_ok: bool = True) -> Dec
     if missing:
         expected = ", ".join(f"{r}={n!r}" for r, n in spec.outputs.items())
         raise ParameterError("decode", f"expects outputs {expected}; the model has "
-                                       f"{', '.join(repr(f) for f in found) or 'none'}; pass another {flag('decode')} or fix the sidecar 'decode' block", spec.kind)
+                                       f"{', '.join(repr(f) for f in found) or 'none'}; pass another {flag_mark('decode')} or fix the sidecar 'decode' block", spec.kind)
     return spec
 
 
@@ -984,7 +984,7 @@ def plugin_decoded(ref: str, result, threshold: float | None) -> Decoded:
 
 
 def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
-    fn = plugins.load(spec.kind, flag("decode"))
+    fn = plugins.load(spec.kind, flag_mark("decode"))
     try:
         result = fn(dict(outputs), spec)
     except UserError:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantbench import tables
+from quantbench.store import compaction, partread, partwrite
 from quantbench.analysis import classes as C
 from quantbench.analysis import decisions as D
 from quantbench.analysis import gates as G
@@ -42,12 +42,12 @@ from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_ou
 from quantbench.analysis import providers as PR
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.analysis.tiers import used_features
-from quantbench.errors import ParameterError, UserError, flag, marked
+from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.fsutil import canonical_json, check_writable
-from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
-from quantbench.plugins import require
-from quantbench.recipe import allow_recorded, plain_sidecar, sidecar_for
-from quantbench.variants import Variant
+from quantbench.store.hostresults import load_hosts, load_outputs, tensor_from_row
+from quantbench.inputs.plugins import require
+from quantbench.inputs.sidecarfile import allow_recorded, plain_sidecar, sidecar_for
+from quantbench.inputs.variantdir import Variant
 
 COMPARISONS = ("own-fp32", "ref-fp32", "ref-same")
 
@@ -95,8 +95,8 @@ class EquivResult:
         if "decision" in names:
             skipped = sorted({c["model"] for c in self.comparisons if not c.get("decisions_compared", True)})
             if skipped:
-                raise UserError(f"{flag('gate')} decision: decisions are not compared for model {', '.join(skipped)} "
-                                f"(decode none); drop 'decision' from {flag('gate')}, or give a decoder with {flag('decode')} "
+                raise UserError(f"{flag_mark('gate')} decision: decisions are not compared for model {', '.join(skipped)} "
+                                f"(decode none); drop 'decision' from {flag_mark('gate')}, or give a decoder with {flag_mark('decode')} "
                                 f"or the sidecar's 'decode' block")
         for g in names:
             if g == "classes":
@@ -177,7 +177,7 @@ def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_
             else:
                 raise UserError(f"host {h}: complete results under {len(full)} fingerprints/sessions "
                                 f"({', '.join(fp[:12] + '/' + sk[:8] for fp, sk in full)}); rerun `quantbench equiv` "
-                                f"without {flag('no_run')} so this run's session decides")
+                                f"without {flag_mark('no_run')} so this run's session decides")
         if pick is None:
             best = max(combos.values(), key=len, default=set())
             missing = sorted(need - best)
@@ -199,7 +199,7 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
     """A missing fixture whose image this host ran under another input hash: refuse, do not compare."""
     if not missing:
         return
-    ft = tables.read("fixtures", root=tables_root, columns=["fixture_id", "source", "image_sha256"])
+    ft = partread.read("fixtures", root=tables_root, columns=["fixture_id", "source", "image_sha256"])
     by_id = {f: (s, i) for f, s, i in zip(*(ft.column(c).to_pylist() for c in ("fixture_id", "source", "image_sha256")))}
     host_fx = {f for got in combos.values() for _, f in got}
     for _, f in missing:
@@ -468,7 +468,7 @@ def _kernels_used(hosts, sel, host_info, variant_ids, tables_root) -> dict:
     """{variant_id: {host: {ISA flag: [families]}}}: the dispatch features each host's kernels used running the
     variant, from the qemu kernel evidence (`localize --evidence`) taken under the selected fingerprint."""
     cols = ["host", "fingerprint_id", "variant_id", "family", "sites"]
-    t = tables.read("evidence", root=tables_root, columns=cols, filter={"host": sorted(sel), "variant_id": variant_ids})
+    t = partread.read("evidence", root=tables_root, columns=cols, filter={"host": sorted(sel), "variant_id": variant_ids})
     seen: dict = defaultdict(lambda: defaultdict(set))
     for h, fp, vid, fam, sites in zip(*(t.column(c).to_pylist() for c in cols)):
         if h in sel and fp == sel[h][0] and vid in variant_ids and sites:
@@ -478,7 +478,7 @@ def _kernels_used(hosts, sel, host_info, variant_ids, tables_root) -> dict:
 
 
 def _fixture_sources(tables_root) -> dict:
-    ft = tables.read("fixtures", root=tables_root, columns=["fixture_id", "source"])
+    ft = partread.read("fixtures", root=tables_root, columns=["fixture_id", "source"])
     return dict(zip(ft.column("fixture_id").to_pylist(), ft.column("source").to_pylist()))
 
 
@@ -791,10 +791,10 @@ class Reanalysis:
 
 def _pick_analysis(root: Path, want: str | None) -> tuple[str, dict]:
     """(equiv id, its settings) of the analysis whose id starts with `want` (None: the only one)."""
-    ct = tables.read("classes", root=root, columns=["equiv_id", "settings"])
+    ct = partread.read("classes", root=root, columns=["equiv_id", "settings"])
     settings_of = dict(zip(ct.column("equiv_id").to_pylist(), ct.column("settings").to_pylist()))
     if not settings_of:
-        raise UserError(f"{root}/classes: no equiv results; run `quantbench equiv {flag('hosts')} pi,x86` first")
+        raise UserError(f"{root}/classes: no equiv results; run `quantbench equiv {flag_mark('hosts')} pi,x86` first")
     ids = sorted(settings_of)
     if want:
         match = [i for i in ids if i.startswith(want)]
@@ -804,13 +804,13 @@ def _pick_analysis(root: Path, want: str | None) -> tuple[str, dict]:
         return match[0], json.loads(settings_of[match[0]])
     if len(ids) == 1:
         return ids[0], json.loads(settings_of[ids[0]])
-    raise UserError(f"{root}/classes: {len(ids)} equiv analyses; pick one with {flag('equiv_id')} "
+    raise UserError(f"{root}/classes: {len(ids)} equiv analyses; pick one with {flag_mark('equiv_id')} "
                     f"({', '.join(i[:12] for i in ids)})")
 
 
 def _recorded_refs(st: dict, root: Path) -> list[VariantRef]:
     """The analysed variants as the models table records them, each with the sidecar its recipe carries."""
-    models = {r["variant_id"]: r for r in tables.read("models", root=root).to_pylist()}
+    models = {r["variant_id"]: r for r in partread.read("models", root=root).to_pylist()}
     refs = []
     for v in st["variants"]:
         recipe = json.loads((models.get(v["variant_id"]) or {}).get("recipe") or "{}")
@@ -849,8 +849,8 @@ def write_tables(result: EquivResult, tables_root) -> list:
     paths = []
     for name, rows in (("classes", result.class_rows), ("decisions", result.decision_rows),
                        ("flips", result.flip_rows)):
-        tables.maybe_compact(name, tables_root)  # before the append: the part named below stays
-        p = tables.append(name, rows, root=tables_root, ledger=True, made_from=result.cache_key or None)
+        compaction.maybe_compact(name, tables_root)  # before the append: the part named below stays
+        p = partwrite.append(name, rows, root=tables_root, ledger=True, made_from=result.cache_key or None)
         if p is not None:
             paths.append(p)
     return paths

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from quantbench.errors import UserError, flag
+from quantbench.errors import UserError, flag_mark
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5
@@ -24,12 +24,7 @@ DEFAULT_BUDGET = 0
 GATES = ("tensor", "decision", "classes")
 
 
-def tensor_failures(ref, cand, atol: float = DEFAULT_ATOL, rtol: float = DEFAULT_RTOL) -> int:
-    """Number of elements of `cand` failing against `ref` under the element-wise rule."""
-    return _failures_and_max(ref, cand, atol, rtol)[0]
-
-
-def _failures_and_max(ref, cand, atol: float, rtol: float) -> tuple[int, float | None]:
+def failures_and_max(ref, cand, atol: float, rtol: float) -> tuple[int, float | None]:
     """(failing elements, max |delta| over the elements finite on both sides, None if there is none),
     from one float64 conversion of each side; shapes that differ: (every element, None)."""
     ref = np.asarray(ref)
@@ -66,7 +61,7 @@ class TensorGate:
             if c is None:
                 bad += max(np.size(r), 1)
                 continue
-            n_bad, biggest = _failures_and_max(r, c, atol, rtol)
+            n_bad, biggest = failures_and_max(r, c, atol, rtol)
             bad += n_bad
             self.elements += int(np.size(r))
             if biggest is not None:
@@ -128,5 +123,5 @@ def parse_gates(text: str | None) -> list[str]:
     names = [g.strip() for g in text.split(",") if g.strip()]
     bad = [g for g in names if g not in GATES]
     if bad:
-        raise UserError(f"{flag('gate')} {text}: unknown gate {', '.join(bad)}; choose from {', '.join(GATES)}")
+        raise UserError(f"{flag_mark('gate')} {text}: unknown gate {', '.join(bad)}; choose from {', '.join(GATES)}")
     return list(dict.fromkeys(names))

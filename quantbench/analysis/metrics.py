@@ -5,7 +5,7 @@ Kept independent of any model: detections are plain arrays, one per image, of ro
 ``[x1, y1, x2, y2, score, class_id]`` in pixels (class_id = COCO category id), and
 ground truth is the COCO JSON itself.
 
-- ``ap50`` / ``coco_ap``: the maintained COCO evaluator (pycocotools' ``COCOeval``,
+- ``coco_ap``: the maintained COCO evaluator (pycocotools' ``COCOeval``,
   bbox, area "all", 100 detections per image): AP at IoU 0.5 and AP averaged over
   IoU 0.50:0.95, each the mean over the classes that have at least one
   ground-truth box in the evaluated images (101-point interpolated precision).
@@ -394,9 +394,6 @@ def weighted_ap(m: dict, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ap50, ap
 
 
-def ap50(detections: dict, gt: dict) -> dict:
-    """``coco_ap``: {"ap50", "ap50_95", "per_class" (AP50), "per_class_50_95", "n_gt"}."""
-    return coco_ap(detections, gt)
 
 
 def precision_recall(detections: dict, gt: dict, threshold: float,

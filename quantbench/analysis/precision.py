@@ -53,11 +53,6 @@ def remaining_bits(a, b) -> np.ndarray:
     return bits.astype(np.int64)
 
 
-def differing_low_bits(a, b) -> np.ndarray:
-    """The reference implementation's convention: 23 minus our remaining bits."""
-    return MANTISSA_BITS - remaining_bits(a, b)
-
-
 @dataclass
 class Distance:
     """Distance of one output between two hosts/variants, over all compared elements."""

@@ -180,20 +180,6 @@ def predict(table: DispatchTable, routines: dict, shown: dict[str, tuple[list, s
     return out
 
 
-def leave_one_out(table: DispatchTable, routines: dict, shown: dict[str, tuple[list, str]],
-                  config: dict | None = None) -> list[dict]:
-    """For each shown host: predicted from the others, against its measured class (mates = the other hosts in it)."""
-    rows = []
-    for h, (feats, cls) in sorted(shown.items()):
-        others = {k: v for k, v in shown.items() if k != h}
-        [p] = predict(table, routines, others, {h: feats}, config)
-        predicted = sorted(k for k, (_, c) in others.items() if p.joins is not None and c == p.joins)
-        measured = sorted(k for k, (_, c) in others.items() if c == cls)
-        rows.append({"host": h, "predicted": predicted, "measured": measured, "agree": predicted == measured,
-                     "deciding": p.deciding})
-    return rows
-
-
 def _shown_x86(hosts: dict, table: DispatchTable) -> dict[str, dict]:
     """Measured hosts a prediction may stand on: x86-64, the table's onnxruntime version, the CPU provider only."""
     return {h: i for h, i in hosts.items()

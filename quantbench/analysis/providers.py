@@ -9,7 +9,7 @@ import json
 
 from quantbench.hosts import worker as W
 from quantbench.hosts.placement import parse, ran_providers
-from quantbench.hosts.results import load_hosts
+from quantbench.store.hostresults import load_hosts
 
 #: the outputs columns provider_runs reads
 COLUMNS = ("host", "fingerprint_id", "session_key", "variant_id", "session_options", "placement")

@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from quantbench import lazy, tables
-from quantbench.assets import quantbench_home
+from quantbench.store import lazy
+from quantbench.store import tableschema
+from quantbench.inputs.assets import quantbench_home
 from quantbench.fsutil import atomic_write_bytes, content_key, keep_newest
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ def code_version() -> str:
     global _CODE_VERSION
     if _CODE_VERSION is None:
         here = Path(__file__).resolve().parent
-        files = sorted(here.glob("*.py")) + [here.parent / "hosts" / "results.py", here.parent / "hosts" / "worker.py",
+        files = sorted(here.glob("*.py")) + [here.parent / "store" / "hostresults.py", here.parent / "hosts" / "worker.py",
                                              here.parent / "tensorcode.py"]
         h = hashlib.sha256(f"numpy {np.__version__}|format {FORMAT}".encode())
         for f in files:
@@ -208,7 +209,7 @@ def rows_typed(name: str, rows: list) -> bool:
     """Every row is a dict whose values have the Python types of table `name`'s columns (None: null),
     and no other keys: rows read from an entry that the table (and the report) can take."""
     want = {}
-    for col, t, _ in tables.COLUMNS[name]:
+    for col, t, _ in tableschema.COLUMNS[name]:
         at = t.arrow
         want[col] = ((str,) if pa.types.is_string(at) else (bool,) if pa.types.is_boolean(at)
                      else (int,) if pa.types.is_integer(at) else (float, int) if pa.types.is_floating(at)

@@ -1,6 +1,6 @@
 """Select a calibration set stratified by the user's own strata x lighting.
 
-Strata (quantbench.strata, named from the data):
+Strata (quantbench.inputs.strata, named from the data):
   objects   "empty" (no labelled object) or "objects"; with count_bins,
             object-bearing images split by count, e.g. count_bins=[3] gives
             "objects-1-2" and "objects-3+";
@@ -12,7 +12,7 @@ Strata (quantbench.strata, named from the data):
             its own lighting, not the corpus's).
 Luminance is measured, not taken from the labels: the mean Rec. 709 luma of
 the decoded 8-bit RGB pixels, 0.2126 R + 0.7152 G + 0.0722 B
-(quantbench.preprocess.luminance).
+(quantbench.inputs.preprocess.luminance).
 
 The pool is every labelled image outside the "eval" split; no pool image may
 have the same bytes (SHA-256) as an image of the same labels' eval split. Each
@@ -32,14 +32,14 @@ from typing import Sequence
 
 import numpy as np
 
-from quantbench import tables
-from quantbench import strata as S
-from quantbench.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
-from quantbench.errors import ParameterError, UserError, flag, marked
-from quantbench.fixtures import BUNDLED_IMAGES, BUNDLED_LABELS, default_images_dir, labelled_images
+from quantbench.store import arrowrows
+from quantbench.inputs import strata as S
+from quantbench.inputs.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.errors import ParameterError, UserError, flag_mark, marked
+from quantbench.inputs.fixtures import BUNDLED_IMAGES, BUNDLED_LABELS, default_images_dir, labelled_images
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_bytes, sha256_file
-from quantbench.preprocess import load_rgb, luminance
-from quantbench.variants import publish_folder, staging_folder
+from quantbench.inputs.preprocess import load_rgb, luminance
+from quantbench.inputs.variantdir import publish_folder, staging_folder
 
 MANIFEST = "manifest.parquet"
 RECIPE = "recipe.json"
@@ -92,7 +92,7 @@ def read_labels(labels: str | os.PathLike | None = None, images: str | os.PathLi
         raise UserError(f"{labels_path}: labels file not found")
     images_dir = Path(images) if images is not None else default_images_dir(labels_path)
     if not images_dir.is_dir():
-        raise UserError(f"{images_dir}: images folder not found; pass {flag('images')}")
+        raise UserError(f"{images_dir}: images folder not found; pass {flag_mark('images')}")
     cands = [Candidate(image=im["file_name"], path=im["path"], objects=im["objects"], split=im["split"],
                        label=im["label"]) for im in labelled_images(labels_path, images_dir, split=None)]
     if not cands:
@@ -128,7 +128,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
           strata: str = "auto", progress: bool = False) -> CalibSet:
     """Select the calibration set (nothing is written; see `write`).
 
-    strata: "objects", "label" or "auto" (quantbench.strata).
+    strata: "objects", "label" or "auto" (quantbench.inputs.strata).
     """
     _check_cells(per_cell, count_bins, seed)
     count_bins = sorted(count_bins)
@@ -138,8 +138,8 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     if not pool:
         raise UserError(f"{labels_path}: every image is in the eval split; nothing left to calibrate on")
     if per_cell > len(pool):
-        raise UserError(f"{flag('per_cell')} {per_cell}: more than the {len(pool)} images in the calibration pool of "
-                        f"{labels_path}; no cell could be filled, even with {flag('allow_short')}")
+        raise UserError(f"{flag_mark('per_cell')} {per_cell}: more than the {len(pool)} images in the calibration pool of "
+                        f"{labels_path}; no cell could be filled, even with {flag_mark('allow_short')}")
     mode = S.resolve_mode(strata, [c.label for c in pool])
     usable, skipped, dup = _measure(pool, eval_sha, mode, count_bins, skip_bad, progress)
     classes, absent, medians, by_cell = _lighting_cells(usable, mode, count_bins)
@@ -149,7 +149,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     if short and not allow_short:
         detail = ", ".join(f"{cell} has {n}" for cell, n in short)
         raise UserError(f"{labels_path}: too few candidates for {per_cell} per cell ({detail}); "
-                        f"lower {flag('per_cell')}, add images, or pass {flag('allow_short')} to record the shortfall")
+                        f"lower {flag_mark('per_cell')}, add images, or pass {flag_mark('allow_short')} to record the shortfall")
     for c in skipped:
         rows.append(_row(c, "", seed, "skipped", c.error, per_cell, 0))
 
@@ -198,7 +198,7 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
             c.sha256 = sha256_file(c.path)
         except OSError as exc:
             if not skip_bad:
-                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass {flag('skip_bad')}") from None
+                raise UserError(f"{c.path}: not readable ({exc}); fix it or pass {flag_mark('skip_bad')}") from None
             c.error = f"not readable ({exc.strerror or exc})"
             skipped.append(c)
             continue
@@ -210,7 +210,7 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
             rgb = load_rgb(c.path)
         except UserError as exc:
             if not skip_bad:
-                raise UserError(f"{marked(exc)}; fix or remove it, or pass {flag('skip_bad')}") from None
+                raise UserError(f"{marked(exc)}; fix or remove it, or pass {flag_mark('skip_bad')}") from None
             c.error = str(exc).split(": ", 1)[-1]
             skipped.append(c)
             continue
@@ -281,7 +281,7 @@ def manifest_bytes(rows: list[dict]) -> bytes:
 
     import pyarrow.parquet as pq
 
-    table = tables.to_arrow("calib_manifest", rows)
+    table = arrowrows.to_arrow("calib_manifest", rows)
     buf = io.BytesIO()
     pq.write_table(table, buf, compression="zstd", write_statistics=False)
     return buf.getvalue()

@@ -90,7 +90,7 @@ def address(text: str) -> str:
 
 
 def add_plugin_arguments(p) -> None:
-    """--allow-plugins: the one way to run the plug-ins a sidecar or received file names (quantbench.plugins)."""
+    """--allow-plugins: the one way to run the plug-ins a sidecar or received file names (quantbench.inputs.plugins)."""
     p.add_argument("--allow-plugins", action="store_true",
                    help="run the plug-ins (module:function) that sidecars and recipes name; without it only a "
                         "plug-in named on the command line (--decode, --preprocess) or recorded by calibrate runs")

@@ -21,7 +21,7 @@ def run(args) -> int:
 
     parser = args._parser
     rows = C.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all, mixed=MIXED_KIND_KEYS)
-    files = [{"file": str(s.path), "table": C._table(s)} for s in parser._qb_sources]
+    files = [{"file": str(s.path), "table": C.defaults_table(s)} for s in parser._qb_sources]
     if args.json:
         print(json.dumps({"sources": files, "precedence": ["flag", "quantbench.toml [defaults]",
                                                            "pyproject.toml [tool.quantbench]", "built-in"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from quantbench.errors import GateFailed
-from quantbench.modelio import parse_strip
+from quantbench.inputs.modelio import parse_strip
 from quantbench.release.diff import SEMANTIC, diff_models, format_diff
 
 HELP = ("Compare two ONNX files: op types, initializers, interface, opset, producer, value_info and "

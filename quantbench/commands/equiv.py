@@ -6,7 +6,7 @@ import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench import tables
+from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, kind_of, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.predict import attach_predictions
@@ -21,7 +21,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
-from quantbench.recipe import sidecar_for, sidecar_source
+from quantbench.inputs.sidecarfile import sidecar_for, sidecar_source
 from quantbench.runargs import fixture_params, note_plan, variants_from_args
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
@@ -86,7 +86,7 @@ def _run_hint(args) -> str:
 
 def check_decoder(variant, outputs, override, kind, threshold, override_path=None) -> None:
     """A variant's decode spec (sidecar or --decode/--threshold) is valid, fits its `outputs`, and runs no
-    plug-in only a file names (quantbench.plugins.require)."""
+    plug-in only a file names (quantbench.inputs.plugins.require)."""
     spec = spec_from_sidecar(sidecar_for(variant, override), kind, threshold,
                              source=sidecar_source(variant, override_path))
     try:
@@ -144,11 +144,11 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
     cluster = held.enter_context(connect_plan(args.cluster, plan)) if args.cluster and not args.no_run else None
     results = Path(args.results)
     root = results / "tables"
-    held.enter_context(tables.lock(root, wait=not getattr(args, "no_wait", False)))
+    held.enter_context(tablelock.lock(root, wait=not getattr(args, "no_wait", False)))
     prefer, not_started, cannot_run, held = None, {}, {}, {}
     run_line = "runs: none (--no-run: results from the tables)"
     if not args.no_run:
-        with tables.run_scope(plan.run_id):
+        with arrowrows.run_scope(plan.run_id):
             summary = run_plan(plan, progress=not args.no_progress, tables_root=root, jobs=args.jobs, cluster=cluster,
                                require_providers=args.require_providers)
         run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantbench import tables
-from quantbench.assets import TABLES_DIR
+from quantbench.store import partwrite
+from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.commands import add_plugin_arguments
 from quantbench.errors import UserError
 from quantbench.explain import update_report
@@ -13,7 +13,7 @@ from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.runner import plan_run
 from quantbench.runargs import note_plan
-from quantbench.variants import DEMO_NOTE, is_demo, pick_variant, resolve_variants
+from quantbench.inputs.variantdir import DEMO_NOTE, is_demo, pick_variant, resolve_variants
 
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."
 
@@ -63,7 +63,7 @@ def run(args) -> int:
         for h in hosts:
             rows.append(measure(v.path, h, fx, args.warmup, args.runs, args.repeats, v.name, variant_id=vi.variant_id))
     with_speedups(rows)
-    tables.append("latency", [r.row() for r in rows], root=root)
+    partwrite.append("latency", [r.row() for r in rows], root=root)
     print(table(rows))
     print(f"latency table: {root / 'latency'}")
 

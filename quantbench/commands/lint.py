@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantbench import tables
-from quantbench.assets import TABLES_DIR
+from quantbench.store import partwrite
+from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.commands import add_fleet_arguments
 from quantbench.explain import update_report
 from quantbench.explain.lint import fleet_note, fleet_of, lint_model
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.runargs import fleet_from_args
 from quantbench.textfmt import text_table
 
@@ -30,7 +30,7 @@ def run(args) -> int:
     rows = lint_model(model, fleet)
     vid = semantic_sha256(model)
     root = Path(args.tables) if args.tables else TABLES_DIR
-    part = tables.append("lint", [dict(r.row(), variant_id=vid, model=str(args.model)) for r in rows], root=root)
+    part = partwrite.append("lint", [dict(r.row(), variant_id=vid, model=str(args.model)) for r in rows], root=root)
     risky = [r for r in rows if r.tiers]
     shown = rows if args.all else risky
     head = ("layer", "op", "K", "act/weight", "x86 sat pairs", "neon wrap pairs", "int32", "tiers")

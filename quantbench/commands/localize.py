@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantbench import tables
-from quantbench.assets import TABLES_DIR
+from quantbench.store import partwrite
+from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.commands import add_explain_arguments, base_session_from_args
 from quantbench.explain import update_report
 from quantbench.explain.evidence import run_evidence_for, table
 from quantbench.explain.localize import localize, summary
-from quantbench.fixtures import limit_note, pick_balanced, pick_fixture
+from quantbench.inputs.fixtures import limit_note, pick_balanced, pick_fixture
 from quantbench.hosts.registry import parse_hosts
 from quantbench.runargs import explain_plan
-from quantbench.variants import pick_variant
+from quantbench.inputs.variantdir import pick_variant
 
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."
 
@@ -44,7 +44,7 @@ def run(args) -> int:
     res = localize(variant.path, hosts, fixture, args.opt_level, args.group, variant.name,
                    progress=not args.no_progress, tables_root=root, variant_id=vi.variant_id,
                    model=plan.models[vi.variant_id])
-    part = tables.append("localize", res.table_rows(), root=root)
+    part = partwrite.append("localize", res.table_rows(), root=root)
     print(summary(res))
     print(f"localize table: {part.parent if part else root / 'localize'}")
     if args.evidence:

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantbench import tables
+from quantbench.store import partwrite
 from quantbench.analysis.decode import decode_arg, spec_for_variant
-from quantbench.assets import TABLES_DIR
+from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.commands import add_explain_arguments, base_session_from_args
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
 from quantbench.hosts.registry import parse_hosts
 from quantbench.runargs import explain_plan
-from quantbench.variants import pick_variant
+from quantbench.inputs.variantdir import pick_variant
 
 HELP = ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all, "
         "1 thread vs the host's deployed count, its providers vs the CPU provider.")
@@ -44,7 +44,7 @@ def run(args) -> int:
     for h in hosts:
         rows += noise_floor(variant.path, h, fixtures, spec, args.threads, args.batch, factors, variant.name,
                             variant_id=vi.variant_id, model=plan.models[vi.variant_id])
-    tables.append("noise", [r.row() for r in rows], root=root)
+    partwrite.append("noise", [r.row() for r in rows], root=root)
     print(table(rows))
     faults = [r for r in rows if r.harness_fault]
     if faults:

@@ -7,7 +7,7 @@ import argparse
 from quantbench.release.publish import publish_release
 from quantbench.release.record import flips_text
 from quantbench.textfmt import text_table
-from quantbench.variants import load_variants
+from quantbench.inputs.variantdir import load_variants
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantbench import tables
+from quantbench.store import partwrite
 from quantbench.analysis.decode import decode_arg, spec_for_variant
-from quantbench.assets import RESULTS_DIR, TABLES_DIR
+from quantbench.store.resultpaths import RESULTS_DIR, TABLES_DIR
 from quantbench.commands import add_explain_arguments, base_session_from_args
 from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
 from quantbench.hosts.registry import parse_hosts
-from quantbench.recipe import check_identity
+from quantbench.inputs.sidecarfile import check_identity
 from quantbench.runargs import explain_plan
-from quantbench.variants import pick_variant
+from quantbench.inputs.variantdir import pick_variant
 
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
 
@@ -59,7 +59,7 @@ def run(args) -> int:
                          [{fx.input_name: fx.array} for fx in fixtures], remedies)
     rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, vi.variant_id,
                          progress=not args.no_progress, shipped_model=plan.models.get(vi.variant_id))
-    tables.append("remedies", [r.row() for r in rows], root=root)
+    partwrite.append("remedies", [r.row() for r in rows], root=root)
     print(table(rows))
     closing = [r.remedy for r in rows if r.one_class]
     print("remedies that bring every host into one class: " + (", ".join(closing) or "none"))

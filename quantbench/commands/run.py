@@ -6,8 +6,8 @@ import contextlib
 import json
 from pathlib import Path
 
-from quantbench import tables
-from quantbench.assets import TABLES_DIR
+from quantbench.store import arrowrows, tablelock
+from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
                                  session_from_args)
 from quantbench.errors import UserError, render_params
@@ -81,7 +81,7 @@ def run(args) -> int:
     root = Path(args.tables) if args.tables else TABLES_DIR
     failure, render = None, getattr(args, "_render", render_params)
     cluster = connect_plan(args.cluster, plan) if args.cluster else contextlib.nullcontext()  # checked first
-    with cluster, tables.lock(root, wait=not getattr(args, "no_wait", False)), tables.run_scope(plan.run_id):
+    with cluster, tablelock.lock(root, wait=not getattr(args, "no_wait", False)), arrowrows.run_scope(plan.run_id):
         try:
             summary = run_plan(plan, require_providers=args.require_providers, progress=not args.no_progress,
                                tables_root=root, jobs=jobs, cluster=cluster if args.cluster else None)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from quantbench import tables
-from quantbench.assets import TABLES_DIR
+from quantbench.store import compaction, partread, tableschema
+from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.errors import UserError
 from quantbench.textfmt import text_table
 
@@ -27,23 +27,23 @@ def run(args) -> int:
     from pathlib import Path
 
     root = Path(args.tables) if args.tables else TABLES_DIR
-    present = [n for n in tables.COLUMNS if tables.parts(n, root)]
+    present = [n for n in tableschema.COLUMNS if partread.parts(n, root)]
     if args.action == "info":
         rows = [("table", "parts", "small", "MB")]
         for n in present:
-            ps = tables.parts(n, root)
+            ps = partread.parts(n, root)
             sizes = [p.stat().st_size for p in ps]
-            rows.append((n, str(len(ps)), str(sum(1 for s in sizes if s < tables.SMALL_PART_BYTES)),
+            rows.append((n, str(len(ps)), str(sum(1 for s in sizes if s < compaction.SMALL_PART_BYTES)),
                          f"{sum(sizes) / 1e6:.1f}"))
 
         print(text_table(rows[0], rows[1:]))
         return 0
     names = args.names or present
-    unknown = [n for n in names if n not in tables.COLUMNS]
+    unknown = [n for n in names if n not in tableschema.COLUMNS]
     if unknown:
-        raise UserError(f"unknown table(s) {', '.join(unknown)}; tables: {', '.join(tables.COLUMNS)}")
+        raise UserError(f"unknown table(s) {', '.join(unknown)}; tables: {', '.join(tableschema.COLUMNS)}")
     for n in names:
-        r = tables.compact(n, root)
+        r = compaction.compact(n, root)
         if r["parts_in"]:
             print(f"{n}: {r['parts_in']} parts -> {r['parts_out']} ({r['rows']} rows)")
         else:

@@ -41,7 +41,7 @@ def run(args) -> int:
     else:
         checks = verify(args.release, host=args.host, sample=args.sample, hosts_file=args.hosts_file,
                         registry=not args.no_registry, results_dir=args.results)
-    render = getattr(args, "_render", render_params)   # a check's detail may point at a flag (errors.flag)
+    render = getattr(args, "_render", render_params)   # a check's detail may point at a flag (errors.flag_mark)
     checks = [dataclasses.replace(c, detail=render(c.detail)) for c in checks]
     n_fail = sum(c.status == FAIL for c in checks)
     if getattr(args, "json", False):

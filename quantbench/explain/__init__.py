@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from quantbench import report, tables
+from quantbench.report import document
+from quantbench.store import partread
 from quantbench.textfmt import md_section, md_table, num
 
 
 def _rows(name: str, root) -> list[dict]:
-    return tables.read(name, root=root).to_pylist()
+    return partread.read(name, root=root).to_pylist()
 
 
 def render(tables_root) -> str:
@@ -118,5 +119,5 @@ _SECTIONS = (("localize", _localize_lines), ("evidence", _evidence_lines), ("lin
 def update_report(tables_root) -> Path:
     """Re-render the explain section from the tables and reassemble results/report.md beside them."""
     results_dir = Path(tables_root).parent
-    report.write_section("explain", render(tables_root), results_dir)
-    return report.assemble(results_dir)
+    document.write_section("explain", render(tables_root), results_dir)
+    return document.assemble(results_dir)

@@ -39,11 +39,11 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from quantbench import tables
+from quantbench.store import partwrite
 from quantbench.fsutil import content_key
 from quantbench.hosts.keys import hosts_row, normalize_session
 from quantbench.hosts.registry import make_host
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
 # (mask, value, family, kind); order matters only for overlapping encodings (none overlap)
@@ -284,7 +284,7 @@ def run_evidence_for(variant, hosts, fixtures, root, variant_id: str | None = No
                          f"log (an emulated host{hint}), skipped")
             continue
         ev = collect(h.label, host, variant.path, fixtures, h.session, variant.name, variant_id=variant_id)
-        tables.append("hosts", [hosts_row(h.spec.name, h.spec.kind, ev.fingerprint, ev.fingerprint_id)], root=root)
-        tables.append("evidence", ev.rows(), root=root)
+        partwrite.append("hosts", [hosts_row(h.spec.name, h.spec.kind, ev.fingerprint, ev.fingerprint_id)], root=root)
+        partwrite.append("evidence", ev.rows(), root=root)
         evs.append(ev)
     return evs, notes

@@ -20,7 +20,7 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.explain.localize import open_session
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.registry import make_host
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
 

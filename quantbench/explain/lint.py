@@ -45,7 +45,7 @@ import numpy as np
 from quantbench.analysis.tiers import Int8Path, int8_path
 from quantbench.explain.localize import start_workers
 from quantbench.hosts.masked import unshowable
-from quantbench.modelio import load_model
+from quantbench.inputs.modelio import load_model
 
 INT16_MAX = 32767
 INT32_LIMIT = 2**31

@@ -27,14 +27,14 @@ from pathlib import Path
 
 from quantbench.analysis.decode import decode
 from quantbench.analysis.precision import distance
-from quantbench.assets import TABLES_DIR
+from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import content_key
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
-from quantbench.hosts.results import load_outputs
+from quantbench.store.hostresults import load_outputs
 from quantbench.hosts.session import HostSession
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import num
 
 DEFAULT_GROUP = 8

@@ -25,7 +25,7 @@ from pathlib import Path
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.localize import decode_runs, open_session
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
 FACTORS = ("repeat", "threads", "batch", "opt_level", "deployed_threads", "provider")

@@ -34,9 +34,11 @@ from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
 from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.session import JobFailed
-from quantbench.modelio import load_model, semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.quantize import variants as QV
-from quantbench.quantize.calibration import compute_ranges, load_ranges, load_with_shape_infer, method_name
+from quantbench.quantize import intake
+from quantbench.quantize.calibration import compute_ranges, load_ranges
+from quantbench.quantize.ort_api import load_with_shape_infer, method_name
 from quantbench.textfmt import text_table
 
 REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
@@ -98,8 +100,8 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
         prepared = kept
     else:
         prepared = out_dir / "prepared.onnx"
-        QV.prepare_model(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)),
-                         per_channel=per_channel)
+        intake.prepare(float_model, prepared, pre_process=bool(recipe.get("pre_process", True)),
+                       per_channel=per_channel)
     prep_model = load_with_shape_infer(prepared)  # once: calibration and every re-quantized variant
     ranges_file = Path(ranges_file) if ranges_file else None
     if ranges_file and ranges_file.exists():

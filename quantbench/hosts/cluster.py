@@ -19,7 +19,7 @@ CPU) runs on the cluster's workers; local and ssh hosts stay on this machine and
   and a different one (a worker that joined later) stops the host with an error.
 - Tasks are submitted with keys made of their content and results come back as they finish
   (distributed.as_completed); the client turns their frames into rows through the same
-  hostrows.HostRows a local run uses, so the tables read the same. A lost worker's tasks are
+  resultrows.HostRows a local run uses, so the tables read the same. A lost worker's tasks are
   run again by Dask (idempotent: the same content, the same rows); a rerun after the client was
   killed plans only the run keys not yet in the tables.
 """
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
-from quantbench.hosts.hostrows import HostRows, kept, run_host
+from quantbench.hosts.resultrows import HostRows, summary_message, run_host
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
@@ -391,7 +391,7 @@ class ClusterHostRun:
         try:
             ran_under, frames = fut.result()
         except Exception as exc:
-            msg = kept(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {_first_line(exc)}"
+            msg = summary_message(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {_first_line(exc)}"
             self.rows.error(f"host {self.spec.name}, variant {vi.name}: {msg}")
             return False
         if ran_under != fid:

@@ -13,7 +13,7 @@ import difflib
 import re
 from pathlib import Path
 
-from quantbench.assets import quantbench_home
+from quantbench.inputs.assets import quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import content_key, file_state, read_cached_json, write_cache_entry
 

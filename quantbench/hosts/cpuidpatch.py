@@ -34,7 +34,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from quantbench.assets import quantbench_home
+from quantbench.inputs.assets import quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import atomic_write_json, atomic_write_text, build_once, file_state
 from quantbench.hosts.keys import local_ort_version

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from quantbench.assets import quantbench_home
+from quantbench.inputs.assets import quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import read_cached_json
 from quantbench.hosts import runtimes
@@ -150,13 +150,13 @@ def root_dir() -> Path:
     return home() / "arm64-root" / ROOT_SUITE
 
 
-def _stamp(folder: Path) -> Path:
+def stamp_path(folder: Path) -> Path:
     """FOLDER.json beside FOLDER (not with_suffix: folder names hold version dots)."""
     return folder.parent / f"{folder.name}.json"
 
 
 def root_stamp() -> Path:
-    return _stamp(root_dir())
+    return stamp_path(root_dir())
 
 
 def site_key(ort_version: str) -> str:
@@ -168,7 +168,7 @@ def site_dir(ort_version: str | None = None) -> Path:
 
 
 def site_stamp(ort_version: str | None = None) -> Path:
-    return _stamp(site_dir(ort_version))
+    return stamp_path(site_dir(ort_version))
 
 
 def runtime_of(preset_name: str, options: dict | None = None) -> runtimes.Runtime:
@@ -188,7 +188,7 @@ def prefix_dir(preset_name: str, rt: runtimes.Runtime | None = None) -> Path:
 
 
 def prefix_stamp(preset_name: str, rt: runtimes.Runtime | None = None) -> Path:
-    return _stamp(prefix_dir(preset_name, rt))
+    return stamp_path(prefix_dir(preset_name, rt))
 
 
 def guest_root(rt: runtimes.Runtime | None = None) -> Path:
@@ -246,7 +246,7 @@ def qemu_binary(arch: str) -> tuple[Path | None, str]:
     return None, ""
 
 
-def _fmt(v: Sequence[int]) -> str:
+def version_text(v: Sequence[int]) -> str:
     return ".".join(str(x) for x in v)
 
 
@@ -266,7 +266,7 @@ def ready(preset_name: str, rt: runtimes.Runtime | None = None, name: str | None
     except UserError as exc:
         return False, f"{exc}; {fix}"
     if version < p.min_qemu:
-        return False, (f"{p.qemu_cpu} needs qemu >= {_fmt(p.min_qemu)}, but {qemu} is {_fmt(version)}; {fix} "
+        return False, (f"{p.qemu_cpu} needs qemu >= {version_text(p.min_qemu)}, but {qemu} is {version_text(version)}; {fix} "
                        f"(it fetches qemu-user 10 into {home() / 'tools'})")
     rt = rt or runtime_of(preset_name)
     if p.arch == "aarch64":
@@ -274,13 +274,13 @@ def ready(preset_name: str, rt: runtimes.Runtime | None = None, name: str | None
         if missing:
             return False, f"{missing}; {fix}"
     prefix = prefix_dir(preset_name, rt)
-    stamp = read_cached_json(_stamp(prefix))
+    stamp = read_cached_json(stamp_path(prefix))
     if stamp is None or not (prefix / "proc" / "cpuinfo").exists():
         return False, f"the CPU prefix for {preset_name} is missing ({prefix}); {fix}"
-    if stamp.get("qemu") != str(qemu) or stamp.get("qemu_version") != _fmt(version):
+    if stamp.get("qemu") != str(qemu) or stamp.get("qemu_version") != version_text(version):
         return False, (f"the CPU prefix for {preset_name} was made for another qemu "
                        f"({stamp.get('qemu')} {stamp.get('qemu_version')}); {fix}")
-    return True, f"ready: qemu {_fmt(version)} -cpu {p.qemu_cpu}" + (f" ({p.midr_text})" if p.part is not None else "")
+    return True, f"ready: qemu {version_text(version)} -cpu {p.qemu_cpu}" + (f" ({p.midr_text})" if p.part is not None else "")
 
 
 def _runtime_missing(rt: runtimes.Runtime) -> str:
@@ -359,15 +359,15 @@ def _text_or_empty(path: Path) -> str:
 def fingerprint_identity(preset_name: str, env: dict, rt: runtimes.Runtime | None = None) -> dict:
     """What `hosts setup` installed for a preset and can change its fingerprint without changing its
     command line: the preset itself, the prefix's cpuinfo and stamp, the arm64 root's stamp, the
-    wheel sets on the guest's PYTHONPATH (key material of quantbench.hosts.fpcache)."""
+    wheel sets on the guest's PYTHONPATH (key material of quantbench.hosts.fingerprintcache)."""
     site = str(env.get("PYTHONPATH", ""))
     return {
         "preset": repr(PRESETS.get(preset_name)),
         "cpuinfo": _text_or_empty(prefix_dir(preset_name, rt) / "proc" / "cpuinfo"),
         "prefix_stamp": _text_or_empty(prefix_stamp(preset_name, rt)),
-        "root_stamp": _text_or_empty(_stamp(guest_root(rt))),
+        "root_stamp": _text_or_empty(stamp_path(guest_root(rt))),
         "site": site,
-        "site_stamps": [_text_or_empty(_stamp(Path(p))) for p in site.split(os.pathsep) if p],
+        "site_stamps": [_text_or_empty(stamp_path(Path(p))) for p in site.split(os.pathsep) if p],
     }
 
 

@@ -25,13 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantbench import SCHEMA_VERSION, lazy, tables
-from quantbench.assets import TABLES_DIR
-from quantbench.errors import ParameterError, UserError, flag, marked
+from quantbench import SCHEMA_VERSION
+from quantbench.store import lazy
+from quantbench.store import arrowrows, partread, partwrite, tableschema
+from quantbench.store.resultpaths import TABLES_DIR
+from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.fsutil import atomic_path, canonical_json, check_new_file, regular_file, sha256_file
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, check_fixture_set, files_of
-from quantbench.hosts.worker import fingerprint_id, tensor_from_bytes, tensor_sha256
+from quantbench.hosts.worker import fingerprint_id
+from quantbench.tensorcode import tensor_from_bytes, tensor_sha256
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,16 +79,16 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
         flt["variant_id"] = list(variant_ids)
     if fixture_ids is not None:
         flt["fixture_id"] = list(fixture_ids)
-    outputs = tables.read("outputs", root=root, filter=flt)
+    outputs = partread.read("outputs", root=root, filter=flt)
     if outputs.num_rows == 0:
-        raise UserError(f"{flag('export')} {path}: no results for host(s) {', '.join(hosts)} in {root}; nothing to export")
+        raise UserError(f"{flag_mark('export')} {path}: no results for host(s) {', '.join(hosts)} in {root}; nothing to export")
     fids = sorted(set(outputs.column("fixture_id").to_pylist()))
     vids = sorted(set(outputs.column("variant_id").to_pylist()))
     fps = sorted(set(outputs.column("fingerprint_id").to_pylist()))
     parts = {
-        "fixtures": tables.read("fixtures", root=root, filter={"fixture_id": fids}),
-        "models": tables.read("models", root=root, filter={"variant_id": vids}),
-        "hosts": tables.read("hosts", root=root, filter={"fingerprint_id": fps, "host": list(hosts)}),
+        "fixtures": partread.read("fixtures", root=root, filter={"fixture_id": fids}),
+        "models": partread.read("models", root=root, filter={"variant_id": vids}),
+        "hosts": partread.read("hosts", root=root, filter={"fingerprint_id": fps, "host": list(hosts)}),
         "outputs": outputs,
     }
     if as_host is not None:
@@ -100,7 +103,7 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
             _add(tar, "manifest.json", (canonical_json(manifest) + "\n").encode())
             for name in TABLES:
-                _add(tar, f"{name}.parquet", _parquet(tables.to_arrow(name, parts[name])))
+                _add(tar, f"{name}.parquet", _parquet(arrowrows.to_arrow(name, parts[name])))
     return manifest
 
 
@@ -120,7 +123,7 @@ def _verified(path) -> tuple[str, dict, dict[str, pa.Table]]:
     """(file SHA-256, manifest, tables) of a checked export file (see read_export)."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path}: results file not found (write it with `quantbench run {flag('export')} {path.name}` on the other machine)")
+        raise UserError(f"{path}: results file not found (write it with `quantbench run {flag_mark('export')} {path.name}` on the other machine)")
     regular_file(path, "results file (.qbr)")
     try:
         st = path.stat()
@@ -167,11 +170,11 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
 def _as_exported(path: Path, name: str, t: pa.Table) -> pa.Table:
     """One table of an export as export_results wrote it: no column its schema lacks (they were dropped without a
     word); else a UserError naming the file, the table and the columns."""
-    extra = [c for c in t.column_names if c not in tables.schema(name).names]
+    extra = [c for c in t.column_names if c not in tableschema.schema(name).names]
     if extra:
         raise UserError(f"{path}: {name}.parquet has column(s) quantbench does not write: {', '.join(extra[:5])}; "
                         "the file is not an export of quantbench as it wrote it, nothing was imported")
-    return tables.to_arrow(name, t)
+    return arrowrows.to_arrow(name, t)
 
 
 def _check_rows(path: Path, name: str, rows: int, manifest: dict) -> None:
@@ -324,10 +327,10 @@ def import_results(path, as_host: str, source_host: str | None = None, tables_ro
         fp["imported_from"] = {"host": r["host"], "kind": r["kind"], "file_sha256": sha,
                                **({"split_from": entry} if entry else {})}
         r.update(host=as_host, kind="imported", fingerprint=canonical_json(fp))
-    tables.append("fixtures", parts["fixtures"], root=root)
-    tables.append("models", parts["models"], root=root)
-    tables.append("hosts", hrows, root=root)
-    tables.append("outputs", _set_column(out, "host", as_host), root=root)
+    partwrite.append("fixtures", parts["fixtures"], root=root)
+    partwrite.append("models", parts["models"], root=root)
+    partwrite.append("hosts", hrows, root=root)
+    partwrite.append("outputs", _set_column(out, "host", as_host), root=root)
     held = set(zip(*(out.column(c).to_pylist() for c in ("fingerprint_id", "session_key", "variant_id", "fixture_id"))))
     return {"source_host": source_host, "run_keys": set(out.column("run_key").to_pylist()), "rows": out.num_rows,
             "held": held,

@@ -16,6 +16,7 @@ import hashlib
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts import worker as W
+from quantbench import tensorcode
 
 # --------------------------------------------------------------------------- keys
 
@@ -84,15 +85,15 @@ def model_entry(data: bytes, offset: int = 0) -> dict:
 
 def fixture_entry(fixture_id: str, input_name: str, array, offset: int, nbytes: int) -> dict:
     """One input of a request: its tensor's `nbytes` at `offset` (of the payload, or of the run's input store)."""
-    return {"fixture_id": fixture_id, "input_name": input_name, "dtype": W.canonical(array).dtype.str,
+    return {"fixture_id": fixture_id, "input_name": input_name, "dtype": tensorcode.canonical(array).dtype.str,
             "shape": list(array.shape), "offset": offset, "nbytes": nbytes}
 
 
 def probe_job() -> tuple[dict, list, list[bytes]]:
     """(model, fixtures, payload parts) of the fingerprint request: the probe model on its input."""
     data, x = probe_model()
-    xb = W.tensor_bytes(x)
-    return model_entry(data), [fixture_entry(W.tensor_sha256(x), "x", x, len(data), len(xb))], [data, xb]
+    xb = tensorcode.tensor_bytes(x)
+    return model_entry(data), [fixture_entry(tensorcode.tensor_sha256(x), "x", x, len(data), len(xb))], [data, xb]
 
 
 def local_probe_sha256() -> str | None:
@@ -102,7 +103,7 @@ def local_probe_sha256() -> str | None:
         import onnxruntime as ort
 
         data, x = probe_model()
-        return W.tensor_sha256(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
+        return tensorcode.tensor_sha256(ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0])
     except Exception:
         return None
 

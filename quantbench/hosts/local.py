@@ -61,7 +61,7 @@ class LocalHost(ProcessHost):
 
     @property
     def caches_fingerprint(self) -> bool:
-        """Not with its own `python`: an interpreter whose packages fpcache does not inspect."""
+        """Not with its own `python`: an interpreter whose packages fingerprintcache does not inspect."""
         return not self.options.get("python")
 
     def fingerprint_cache_parts(self, env: dict) -> dict:

@@ -356,7 +356,7 @@ class ProcessHost:
     local_pid_memory = False
     #: its runs can be traced instruction by instruction (qemu's translation log: explain.evidence)
     traces_instructions = False
-    #: hosts.fpcache may remember its fingerprint: everything that can change it is visible on this machine
+    #: hosts.fingerprintcache may remember its fingerprint: everything that can change it is visible on this machine
     caches_fingerprint = False
     #: `--cluster` runs its workers on a cluster's machines (hosts/cluster.py): its results do not depend on
     #: which machine runs it (the fingerprint is checked on each)

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench.errors import UserError, flag
+from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import MAX_SETTINGS_BYTES, canonical_json, parse_toml, read_user_text
 from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
 from quantbench.hosts.configkeys import check_config_keys
@@ -30,7 +30,7 @@ from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deplo
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
 #: where host names come from unless a caller says (`hosts check`): the hosts parameter, a flag on the command line
-HOSTS_OPTION = flag("hosts")
+HOSTS_OPTION = flag_mark("hosts")
 KINDS = ("local", "emulated", "ssh", "imported", "masked")
 
 # Options each kind accepts (required ones first).
@@ -386,7 +386,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
         if items and not overrides:
             raise UserError(f"{option} {item!r}: per-host session overrides (NAME+KEY=VALUE) are taken by "
                             f"{OVERRIDE_COMMANDS}; this command runs every host under one session: "
-                            f"name the host alone and set the session with {flag('session_config')} KEY=VALUE / {flag('graph_opt')}")
+                            f"name the host alone and set the session with {flag_mark('session_config')} KEY=VALUE / {flag_mark('graph_opt')}")
         session = deployed_session(spec, session)
         if (spec.name, canonical_json(session)) not in seen:
             seen.add((spec.name, canonical_json(session)))

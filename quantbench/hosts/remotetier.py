@@ -45,8 +45,8 @@ TIER_BOOTSTRAP = (
     "from quantbench.hosts.remotetier import exec_worker\nexec_worker(tier,mode)\n"
 )
 #: the modules the remote imports (hosts.masked's closure) and the shim's source
-_MODULES = ("__init__", "assets", "errors", "fsutil", "tensorcode", "hosts/__init__", "hosts/cpuidpatch",
-            "hosts/cpuprofiles", "hosts/keys", "hosts/masked", "hosts/process", "hosts/remotetier",
+_MODULES = ("__init__", "errors", "fsutil", "tensorcode", "inputs/__init__", "inputs/assets", "hosts/__init__",
+            "hosts/cpuidpatch", "hosts/cpuprofiles", "hosts/keys", "hosts/masked", "hosts/process", "hosts/remotetier",
             "hosts/runtimes", "hosts/worker")
 
 

@@ -23,16 +23,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench import tables
-from quantbench.assets import TABLES_DIR
-from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
+from quantbench import tensorcode
+from quantbench.store import arrowrows, compaction, partread, partwrite
+from quantbench.store.resultpaths import TABLES_DIR
+from quantbench.errors import ParameterError, UserError, flag_mark
+from quantbench.inputs.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
 from quantbench.fsutil import canonical_json, owner_tag
-from quantbench.hosts import fpcache, shards
+from quantbench.hosts import fingerprintcache, shards
 from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
-from quantbench.hosts import worker as W
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
-from quantbench.hosts.hostrows import HostRows, failure, run_host
+from quantbench.hosts.resultrows import HostRows, failure, run_host
 from quantbench.hosts.keys import local_ort_version, session_key
 from quantbench.hosts.deploy import deployed_session, describe, usable_cores, worker_threads
 from quantbench.hosts.placement import summary_text as placement_text
@@ -40,8 +40,8 @@ from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
 from quantbench.hosts.workerpool import HostWorkers
-from quantbench.modelio import (ModelFacts, fits, load_with_data, model_facts, refuse_non_tensors,
-                               self_contained_bytes)
+from quantbench.inputs.modelio import (ModelFacts, fits, load_with_data, model_facts, refuse_non_tensors,
+                                       self_contained_bytes)
 from quantbench.textfmt import text_table
 
 # --------------------------------------------------------------------------- inputs
@@ -71,7 +71,7 @@ class VariantInfo:
 
 
 def variant_info(v, facts: ModelFacts | None = None) -> VariantInfo:
-    """Any object with .name, .path, .model, .recipe (quantbench.variants.Variant) -> VariantInfo (a VariantInfo
+    """Any object with .name, .path, .model, .recipe (quantbench.inputs.variantdir.Variant) -> VariantInfo (a VariantInfo
     as it is). `facts`: v.path's modelio.ModelFacts, when the caller has them (else modelio.model_facts)."""
     if isinstance(v, VariantInfo):
         return v
@@ -135,7 +135,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
         for host in made:
             _ready(host)
     if not variants:
-        raise UserError(f"no model variants to run; run `quantbench calibrate` first or pass {flag('variants')}")
+        raise UserError(f"no model variants to run; run `quantbench calibrate` first or pass {flag_mark('variants')}")
     # each file parsed at most once: for its graph (keep_models), else only when its facts are not remembered
     loaded = [load_with_data(Path(v.path)) if keep_models and not isinstance(v, VariantInfo) else None
               for v in variants]
@@ -160,7 +160,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
         plan.models = {vi.variant_id: lw[0] for (_, vi), lw in zip(asked, loaded) if lw is not None}
     plan.sessions = {s.name: deployed_session(s, session, h.recorded_session()) for s, h in zip(specs, made)}
     if command is not None:
-        plan.run_id = tables.run_id_of(command=command, hosts=plan.names, session=plan.sessions,
+        plan.run_id = arrowrows.run_id_of(command=command, hosts=plan.names, session=plan.sessions,
                                        variants=sorted(str(v.path) for v in variants),
                                        fixtures=sorted(fx.fixture_id for fx in fixtures))
     return plan
@@ -169,7 +169,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
 def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:
     """The plan's variants (each semantic id once) and fixtures (each once); every variant fits one."""
     if not fixtures:
-        raise UserError(f"no fixtures to run; check {flag('fixtures')}/{flag('split')}/{flag('limit')}")
+        raise UserError(f"no fixtures to run; check {flag_mark('fixtures')}/{flag_mark('split')}/{flag_mark('limit')}")
     infos: dict[str, VariantInfo] = {}
     for _, vi in asked:
         infos.setdefault(vi.variant_id, vi)
@@ -385,7 +385,7 @@ class _Scheduler:
 
 
 class _HostRun:
-    """One host that runs workers: its fingerprint and plan (hostrows.HostRows), its tasks, the scheduling
+    """One host that runs workers: its fingerprint and plan (resultrows.HostRows), its tasks, the scheduling
     figures the scheduler asks (work left, workers wanted), its worker processes (workerpool.HostWorkers)."""
 
     #: an extra worker pays when the work it would share outlasts this many of its start-ups
@@ -442,10 +442,10 @@ class _HostRun:
         ctx = self.ctx
 
         try:
-            key = fpcache.cache_key(self.host, self.rows.session, ctx.require_providers)
+            key = fingerprintcache.cache_key(self.host, self.rows.session, ctx.require_providers)
         except Exception:  # the cache is an optimisation: never a reason to fail
             key = None
-        hit = fpcache.lookup(key)
+        hit = fingerprintcache.lookup(key)
         planned = None  # (fingerprint id, its plan) when the remembered fingerprint was adopted
         if hit is not None:
             # Every result cached under the remembered fingerprint: nothing to start.
@@ -479,7 +479,7 @@ class _HostRun:
             threading.Thread(target=ctx.input_store, name="input-store", daemon=True).start()
         hs = self.workers.start_and_fingerprint()
         fp, fid = hs.fingerprint, hs.fingerprint_id
-        fpcache.store(key, fp, fid)
+        fingerprintcache.store(key, fp, fid)
         self.summary.startup_seconds = time.monotonic() - t0
         try:
             if planned is not None and planned[0] == fid:
@@ -611,7 +611,7 @@ class _Context:
                     offsets, off = {}, 0
                     with open(path, "wb") as fh:
                         for fx in self.fixtures:
-                            raw = W.tensor_bytes(fx.array)
+                            raw = tensorcode.tensor_bytes(fx.array)
                             offsets[fx.fixture_id] = off
                             fh.write(raw)
                             off += len(raw)
@@ -634,7 +634,7 @@ class _Context:
         with self._lock:
             b = self._bytes.get(fx.fixture_id)
             if b is None:
-                b = self._bytes[fx.fixture_id] = W.tensor_bytes(fx.array)
+                b = self._bytes[fx.fixture_id] = tensorcode.tensor_bytes(fx.array)
             return b
 
 
@@ -644,7 +644,7 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, req
     """Run every variant on every fixture it accepts, on every named host; returns a RunSummary.
 
     `host_names`: names (see registry.resolve_hosts) or HostSpecs. `variants`: objects
-    with .name, .path, .model, .recipe (or VariantInfos). `fixtures`: quantbench.fixtures.Fixture
+    with .name, .path, .model, .recipe (or VariantInfos). `fixtures`: quantbench.inputs.fixtures.Fixture
     list; a variant runs the fixtures whose input name and shape match its single input.
     plan_run, then run_plan (which see).
     """
@@ -700,16 +700,16 @@ def _ready(host) -> None:
 
 
 def _write_inputs(ctx: _Context, preprocess: dict | None) -> None:
-    """The fixtures and models rows of this run (the outputs rows will refer to them: see hostrows.Writer)."""
+    """The fixtures and models rows of this run (the outputs rows will refer to them: see resultrows.Writer)."""
     # Fixtures are keyed by their tensor hash: one already in the table is not written again
     # (its ~200 KB tensor would only make a duplicate part that readers drop).
     try:
-        have = set(tables.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
+        have = set(partread.read("fixtures", root=ctx.root, columns=["fixture_id"]).column("fixture_id").to_pylist())
         new = [fx for fx in ctx.fixtures if fx.fixture_id not in have]
         if new:
-            tables.append_chunks("fixtures", fixtures_chunks(
+            partwrite.append_chunks("fixtures", fixtures_chunks(
                 new, lambda fx: preprocess or getattr(fx, "preprocess", None) or {}), root=ctx.root)
-        tables.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
+        partwrite.append("models", [vi.row() for vi in ctx.variants], root=ctx.root, ledger=True)
         ctx.inputs_ok = True
     finally:
         ctx.inputs_done.set()
@@ -762,7 +762,7 @@ def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None, 
         ctx.cleanup()
         for name in ("outputs", "hosts", "models", "fixtures"):
             try:  # a slow host leaves a part every few seconds: keep reads fast as the table grows
-                tables.maybe_compact(name, ctx.root)
+                compaction.maybe_compact(name, ctx.root)
             except Exception:
                 pass
     if inputs_error is not None:

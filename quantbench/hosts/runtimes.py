@@ -25,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench.assets import quantbench_home
+from quantbench.inputs.assets import quantbench_home
 from quantbench.errors import UserError
 from quantbench.fsutil import read_cached_json
 from quantbench.hosts.keys import local_ort_version

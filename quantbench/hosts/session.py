@@ -11,7 +11,7 @@ branches on the kind or translates a dead connection itself.
 from __future__ import annotations
 
 from quantbench.errors import UserError
-from quantbench.hosts import worker as W
+from quantbench import tensorcode
 from quantbench.hosts.keys import fixture_entry, model_entry, probe_job, request_header
 from quantbench.hosts.process import DoesNotStart, WorkerDied
 from quantbench.hosts.registry import make_host
@@ -132,7 +132,7 @@ class HostSession:
         """One result per fixture (per repeat): {"fixture_id", "repeat", "outputs": {name: {sha256, dtype, shape, array?}}}."""
         parts, entries, off = [model], [], len(model)
         for fx in fixtures:
-            b = W.tensor_bytes(fx.array)
+            b = tensorcode.tensor_bytes(fx.array)
             entries.append(fixture_entry(fx.fixture_id, fx.input_name, fx.array, off, len(b)))
             parts.append(b)
             off += len(b)
@@ -151,7 +151,7 @@ class HostSession:
             for o in h["outputs"]:
                 d = {"sha256": o["sha256"], "dtype": o["dtype"], "shape": o["shape"]}
                 if "offset" in o:
-                    d["array"] = W.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"],
+                    d["array"] = tensorcode.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"],
                                                      o["shape"]).copy()
                 outs[o["name"]] = d
             results.append({"fixture_id": h["fixture_id"], "repeat": h.get("repeat", 0), "outputs": outs,

@@ -29,7 +29,6 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
 
 from quantbench.errors import UserError
 from quantbench.fsutil import (atomic_write_json, atomic_write_text, build_once, entry_lock, read_cached_json,
@@ -283,7 +282,7 @@ def _unpack_qemu(deb: Path, tmp: Path, progress: bool) -> Path:
         proc.wait()
     if len(got) != len(wanted):
         raise SetupError(f"{deb}: does not hold {', '.join(sorted(wanted))} as plain files")
-    return replace_dir(tmp, tmp.parent / f"qemu-{E._fmt(E.qemu_version(got['aarch64']))}")
+    return replace_dir(tmp, tmp.parent / f"qemu-{E.version_text(E.qemu_version(got['aarch64']))}")
 
 
 def system_qemu() -> dict | None:
@@ -291,7 +290,7 @@ def system_qemu() -> dict | None:
     if not all(paths.values()):
         return None
     version = E.qemu_version(paths["aarch64"])
-    source = f"qemu-user on PATH ({E._fmt(version)})"
+    source = f"qemu-user on PATH ({E.version_text(version)})"
     return {"version": list(version), "source": source,
             **{arch: {"path": str(p), "source": source} for arch, p in paths.items()}}
 
@@ -709,18 +708,18 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str], rt:
     full = rt or E.runtime_of(name)
     rt = full if full.debian else None  # a pip runtime of any version runs on the preset's bookworm root
     binary = qemu[p.arch]["path"]
-    version = E._fmt(E.qemu_version(binary))
+    version = E.version_text(E.qemu_version(binary))
     key = _prefix_key(p, binary, version, rt)
     final = E.prefix_dir(name, full)
     t0 = time.monotonic()
 
     def done() -> dict | None:
-        stamp = read_cached_json(E._stamp(final))
+        stamp = read_cached_json(E.stamp_path(final))
         ok = stamp is not None and {k: stamp.get(k) for k in key} == key and (final / "proc" / "cpuinfo").exists()
         return stamp if ok else None
 
     def publish(stamp: dict) -> dict:
-        atomic_write_json(E._stamp(final), stamp)
+        atomic_write_json(E.stamp_path(final), stamp)
         failure = f"; onnxruntime does not start there ({stamp['import_failure']})" if stamp["import_failure"] else ""
         actions.append(f"{name}: prefix {final} for qemu {version} -cpu {p.qemu_cpu}; guest /proc/cpuinfo from "
                        f"{stamp['cpuinfo_source']}; features {' '.join(stamp['features'])}{failure} "
@@ -768,12 +767,6 @@ def _verify_import(name: str, p: E.Preset, argv: list, env: dict, rt: R.Runtime 
 
 
 # --------------------------------------------------------------------------- entry point
-
-
-def setup_presets(names: Sequence[str], progress: bool = True) -> list[str]:
-    """Make the named presets ready with their own runtimes (idempotent); returns what was done, [] when
-    nothing was needed."""
-    return setup_emulated([(n, None) for n in dict.fromkeys(names)], progress)
 
 
 def setup_hosts(specs, progress: bool = True) -> list[str]:
@@ -858,8 +851,8 @@ def setup_emulated(pairs: list, progress: bool = True) -> list[str]:
     for p, rt in presets:
         if tuple(qemu["version"]) < p.min_qemu:
             # Not an error: the other presets work; `hosts list` shows why this one is not ready.
-            actions.append(f"{p.name}: not ready: {p.qemu_cpu} needs qemu >= {E._fmt(p.min_qemu)}, "
-                           f"the qemu in use is {E._fmt(qemu['version'])} ({qemu['source']})")
+            actions.append(f"{p.name}: not ready: {p.qemu_cpu} needs qemu >= {E.version_text(p.min_qemu)}, "
+                           f"the qemu in use is {E.version_text(qemu['version'])} ({qemu['source']})")
             continue
         try:
             ensure_prefix(p.name, qemu, progress, actions, rt)

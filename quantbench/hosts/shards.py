@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench.errors import ParameterError, UserError, flag
+from quantbench.errors import ParameterError, UserError, flag_mark
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def check_files(files: list, read) -> None:
         rec = _record(f, manifest, set(parts["outputs"].column("fixture_id").to_pylist()))
         (whole.append(f) if rec is None else recs.append((f, rec)))
     if recs and whole:
-        raise UserError(f"{whole[0]}: not a shard (exported without {flag('shard')} K/N), so it cannot be merged "
+        raise UserError(f"{whole[0]}: not a shard (exported without {flag_mark('shard')} K/N), so it cannot be merged "
                         f"with {', '.join(Path(f).name for f, _ in recs)}; give it its own imported host")
     if recs:
         _check_set(recs)
@@ -172,4 +172,4 @@ def check_fixture_set(files: list, read, fixture_ids) -> None:
             n = sum(len(read(x)[0].get("shard", {}).get("fixture_ids", [])) for x in files)
             raise UserError(f"{f}: a shard of fixture set {str(rec.get('fixture_set'))[:12]} ({n} fixtures in these "
                             f"files), and this run's {len(set(fixture_ids))} fixtures are set {mine[:12]}; select the "
-                            f"fixtures the shard jobs ran ({flag('fixtures')}, {flag('split')}, {flag('limit')})")
+                            f"fixtures the shard jobs ran ({flag_mark('fixtures')}, {flag_mark('split')}, {flag_mark('limit')})")

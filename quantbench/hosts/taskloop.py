@@ -1,7 +1,7 @@
 """A host's tasks and one worker's loop over them: the unclaimed tasks of a host (a few fixtures of one
 variant each, handed out so that workers build few sessions), the request one task sends, and the loop
 that sends each through the worker's HostSession and hands its result frames to the host's rows
-(hosts/hostrows.py)."""
+(hosts/resultrows.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 
 from quantbench.errors import UserError
-from quantbench.hosts import worker as W
-from quantbench.hosts.hostrows import kept
+from quantbench import tensorcode
+from quantbench.hosts.resultrows import summary_message
 from quantbench.hosts.keys import fixture_entry
 from quantbench.hosts.process import WorkerDied
 
@@ -88,7 +88,7 @@ def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: byt
     entries = []
     store = ctx.input_store() if host.reads_input_store() and not remote else None
     for fx in fxs:
-        arr = W.canonical(fx.array)
+        arr = tensorcode.canonical(fx.array)
         if store is not None:  # same filesystem: the worker maps the inputs written once per run
             entries.append(fixture_entry(fx.fixture_id, fx.input_name, arr, store[1][fx.fixture_id], arr.nbytes))
         else:
@@ -194,6 +194,6 @@ class TaskLoop:
         if isinstance(exc, WorkerDied):
             msg = run.host.job_death_message(exc)
         else:
-            msg = kept(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
+            msg = summary_message(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
         run.rows.error(f"host {run.spec.name}, variant {vi.name}{where}: {msg}")
         run.stop.set()

@@ -17,6 +17,7 @@ import numpy as np
 
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
+from quantbench import tensorcode
 
 PROBE = r'''
 import json, sys, time
@@ -55,7 +56,7 @@ def run_probe(label: str, command, model_path, fixtures, session: dict, timeout:
         inputs = []
         for i, fx in enumerate(fixtures):
             p = tmp / f"in{i}.npy"
-            np.save(p, W.canonical(fx.array))
+            np.save(p, tensorcode.canonical(fx.array))
             inputs.append({"path": str(p), "input_name": fx.input_name, "fixture_id": fx.fixture_id})
         spec = {"worker_dir": str(Path(W.__file__).resolve().parent), "session": session,
                 "model": str(Path(model_path).resolve()), "inputs": inputs, "out": str(tmp / "probe.json")}

@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 import time
 
-from quantbench.errors import UserError, flag
-from quantbench.hosts.hostrows import failure
+from quantbench.errors import UserError, flag_mark
+from quantbench.hosts.resultrows import failure
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.taskloop import TaskLoop
 
@@ -170,7 +170,7 @@ class HostWorkers:
             if hs.fingerprint_id != run.fingerprint_id:
                 self.stop.set()
                 raise UserError(f"host {run.spec.name}: two workers report different fingerprints "
-                                f"({run.fingerprint_id[:12]} vs {hs.fingerprint_id[:12]}); run with {flag('jobs')} 1")
+                                f"({run.fingerprint_id[:12]} vs {hs.fingerprint_id[:12]}); run with {flag_mark('jobs')} 1")
             with run.lock:
                 run.active += 1
             try:

@@ -46,7 +46,7 @@ import numpy as np
 
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json, sha256_bytes
-from quantbench.preprocess import load_rgb, to_tensor
+from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.quantize import ort_api
 
 METHODS = ort_api.METHODS
@@ -130,7 +130,7 @@ def default_threads() -> int:
 class ImageInputs:
     """Re-iterable calibration inputs: image files -> {input name: tensor}, one at a time.
 
-    Images are decoded lazily (quantbench.preprocess), so iterating holds one
+    Images are decoded lazily (quantbench.inputs.preprocess), so iterating holds one
     image; every pass re-reads the files.
     """
 
@@ -169,10 +169,6 @@ def _chunks(it: Iterable, size: int) -> Iterator[list]:
 def default_op_types() -> list[str]:
     """The op types quantize_static quantizes (and calibrates) by default, sorted."""
     return ort_api.static_op_types()
-
-
-load_with_shape_infer = ort_api.load_with_shape_infer
-tensors_to_calibrate = ort_api.tensors_to_calibrate
 
 
 class _FixedHistogram:
@@ -346,7 +342,7 @@ class _Catalog:
     def __init__(self, model, op_types: Sequence[str] | None):
         from onnx import helper
 
-        self.all_names = tensors_to_calibrate(model, op_types if op_types is not None else default_op_types())
+        self.all_names = ort_api.tensors_to_calibrate(model, op_types if op_types is not None else default_op_types())
         self.graph_inputs = {i.name for i in model.graph.input}
         self.vi = {v.name: v for v in list(model.graph.value_info) + list(model.graph.output)
                    + list(model.graph.input)}
@@ -773,7 +769,7 @@ def compute_ranges(model_path: str | os.PathLike, inputs, methods: Sequence[str]
     if n == 0:
         raise UserError("no calibration images: the calibration set is empty")
     if model is None:
-        model = load_with_shape_infer(model_path)
+        model = ort_api.load_with_shape_infer(model_path)
     catalog = _Catalog(model, op_types)
     sessions = _Sessions(model, catalog, req.want_pct, providers)
     decided = _collect(req, catalog, sessions, inputs, n, progress)
@@ -876,4 +872,3 @@ def load_ranges(path: str | os.PathLike):
     return ort_api.tensors_data(method, data)
 
 
-method_name = ort_api.method_name

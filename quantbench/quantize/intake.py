@@ -27,10 +27,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from quantbench.errors import DiskFull, UserError, flag
+from quantbench.errors import DiskFull, UserError, flag_mark
 from quantbench.fsutil import atomic_path, no_space
-from quantbench.modelio import load_model, with_input_shape
-from quantbench.plugins import one_line
+from quantbench.inputs.modelio import load_model, with_input_shape
+from quantbench.inputs.plugins import one_line
 from quantbench.quantize import ort_api
 
 # Domains onnxruntime's CPU provider runs without a custom-op library.
@@ -158,7 +158,7 @@ def convert_opset(model, model_path, target: int, why: str):
     except Exception as exc:
         raise UserError(f"{model_path}: opset {have} is too old for {why} (needs opset {target}+) and "
                         f"onnx.version_converter could not convert it ({one_line(exc)}); pass "
-                        f"{flag('per_channel')}, or export the model with opset {target} or newer") from None
+                        f"{flag_mark('per_channel')}, or export the model with opset {target} or newer") from None
     return out
 
 
@@ -178,7 +178,7 @@ def _pre_process(src: Path, out_path: Path, model_path: Path, notes: list) -> st
             ort_api.pre_process(src, Path(tmp).resolve(), skip_symbolic=True)
     except Exception as exc:
         raise UserError(f"{model_path}: onnxruntime quant_pre_process failed ({reason}; without symbolic "
-                        f"shape inference: {one_line(exc)}); rerun with {flag('pre_process')}") from None
+                        f"shape inference: {one_line(exc)}); rerun with {flag_mark('pre_process')}") from None
     notes.append(f"symbolic shape inference failed ({reason}); pre-processed without it "
                  "(ONNX shape inference, constant and BatchNorm folding still done)")
     return f"failed, skipped ({reason})"

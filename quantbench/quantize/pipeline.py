@@ -17,25 +17,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from quantbench import recipe
+from quantbench.inputs import sidecarfile
 from quantbench.analysis.decode import check_outputs, is_plugin, spec_from_sidecar
-from quantbench.assets import CALIB_SETS_DIR, MODELS_DIR, VARIANTS_DIR, demo_model
+from quantbench.inputs.assets import CALIB_SETS_DIR, MODELS_DIR, demo_model
+from quantbench.store.resultpaths import VARIANTS_DIR
 from quantbench.calibset import builder
-from quantbench.errors import ParameterError, UserError, flag
-from quantbench.fixtures import BUNDLED_LABELS
+from quantbench.errors import ParameterError, UserError, flag_mark
+from quantbench.inputs.fixtures import BUNDLED_LABELS
 from quantbench.fsutil import check_writable_for, sha256_file
-from quantbench.modelio import (check_tensor_outputs, graph_inputs, load_model, model_hashes, overridden_dims,
-                               quantized_ops, with_input_shape)
-from quantbench.preprocess import load_rgb, to_tensor
+from quantbench.inputs.modelio import (check_tensor_outputs, graph_inputs, load_model, model_hashes, overridden_dims,
+                                       quantized_ops, with_input_shape)
+from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
-from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges,
-                                             check_limits, load_with_shape_infer)
-from quantbench.quantize.intake import check_finite_weights, check_loops
+from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges, check_limits
+from quantbench.quantize.ort_api import load_with_shape_infer
+from quantbench.quantize.intake import check_finite_weights, check_loops, prepare
 from quantbench.quantize.memory import PeakMeter
 from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
-from quantbench.variants import (check_plain_name, check_replaceable, publish_folder, staging_folder, write_index,
-                                 write_latest)
+from quantbench.inputs.variantdir import (check_plain_name, check_replaceable, publish_folder, staging_folder,
+                                          write_index, write_latest)
 
 METHODS = ("dynamic", "minmax", "percentile", "entropy")
 STATIC = ("minmax", "percentile", "entropy")
@@ -83,7 +84,7 @@ class CalibrateOptions:
 class VariantReport:
     """One published variant and what making it cost."""
 
-    variant: object            # quantbench.variants.Variant (its path is inside the published folder)
+    variant: object            # quantbench.inputs.variantdir.Variant (its path is inside the published folder)
     seconds: float
     peak_mib: float
     calib_images: int | None   # static variants: the images calibrated on
@@ -148,23 +149,23 @@ def _display_model(path: Path) -> str:
 
 def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict | None, dict]:
     """(preprocess spec, sidecar, {"preprocess_plugin"/"decode_plugin": identity} of the plug-ins it runs) the model
-    is calibrated with (quantbench.recipe: the sidecar read once, the spec derived and checked once); checked
+    is calibrated with (quantbench.inputs.sidecarfile: the sidecar read once, the spec derived and checked once); checked
     against the model's input and outputs. A plug-in only the sidecar names runs only if allowed
-    (quantbench.plugins.require); the recipe records the ones that ran, so later commands run them unasked."""
+    (quantbench.inputs.plugins.require); the recipe records the ones that ran, so later commands run them unasked."""
     from onnx import helper
 
     model = load_model(model_path)  # missing / not ONNX / fails onnx.checker -> UserError naming the file
     check_tensor_outputs(model, model_path)  # before anything is written: a ZipMap output has no tensor bytes
     check_finite_weights(model, model_path)  # and a NaN weight has no scale
     check_loops(model, model_path)  # and a Loop of 1e15 fixed iterations never ends
-    sidecar, side_where = recipe.calibration_sidecar(model_path, opts.sidecar, opts.decode)
+    sidecar, side_where = sidecarfile.calibration_sidecar(model_path, opts.sidecar, opts.decode)
     ins = graph_inputs(model)
     if len(ins) != 1:
         raise UserError(f"{model_path}: has {len(ins)} inputs ({', '.join(ins)}); calibrate feeds one image tensor")
     (in_name, dims), = ins.items()
-    spec = recipe.derive_spec(sidecar, dims, in_name, str(opts.sidecar or model_path), f"{side_where}: input 'plugin'",
+    spec = sidecarfile.derive_spec(sidecar, dims, in_name, str(opts.sidecar or model_path), f"{side_where}: input 'plugin'",
                               side_where if sidecar else model_path, plugin=opts.preprocess, override=True)
-    records = recipe.plugin_records(spec)
+    records = sidecarfile.plugin_records(spec)
     if spec.get("name") != in_name:
         raise UserError(f"{model_path}: input is named {in_name!r} but the sidecar's input block says "
                         f"{spec.get('name')!r}; fix the sidecar")
@@ -173,7 +174,7 @@ def input_recipe(model_path: Path, opts: CalibrateOptions) -> tuple[dict, dict |
     if sidecar and sidecar.get("decode"):  # a decode block that cannot decode this model fails now, not after runs
         decoder = check_outputs(spec_from_sidecar(sidecar, source=side_where), [o.name for o in model.graph.output])
         if is_plugin(decoder.kind):
-            records.update(recipe.plugin_records(decode_plugin=decoder.kind))
+            records.update(sidecarfile.plugin_records(decode_plugin=decoder.kind))
     elem = next(i for i in model.graph.input if i.name == in_name).type.tensor_type.elem_type
     np_type = helper.tensor_dtype_to_np_dtype(elem)
     if str(np_type) != spec.get("dtype", "float32"):
@@ -209,7 +210,7 @@ def shape_override_note(record: dict) -> str:
 
 def eval_labels(calset_recipe: dict) -> dict:
     """The labels a variant was calibrated with, as its recipe records them: later commands evaluate it on
-    their eval split (quantbench.fixtures.calibration_labels) and check the file is unchanged."""
+    their eval split (quantbench.inputs.fixtures.calibration_labels) and check the file is unchanged."""
     path = calset_recipe["labels"]
     return {"path": path if path.startswith("bundled:") else os.path.abspath(path),
             "sha256": calset_recipe["labels_sha256"], "images": calset_recipe["images_dir"]}
@@ -230,8 +231,8 @@ def _refuse_decode_only_change(opts: CalibrateOptions, out: Path, model_path: Pa
     differs = only_decode_differs(out, model_path, spec, sidecar)
     if differs:
         raise UserError(f"{out}: holds the variants this run would make, recorded with another decode block "
-                        f"({differs}); their bytes do not depend on it: pass {flag('decode_only')} to record the new "
-                        f"block without calibrating or quantizing again, or {flag('force')} to calibrate again")
+                        f"({differs}); their bytes do not depend on it: pass {flag_mark('decode_only')} to record the new "
+                        f"block without calibrating or quantizing again, or {flag_mark('force')} to calibrate again")
 
 
 @contextlib.contextmanager
@@ -269,8 +270,8 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
                                      "named only for an already-quantized model", str(opts.fp32))
 
     # neither output folder may be one quantbench must not replace (e.g. results/)
-    check_plain_name(model_name, f"{flag('model')} {opts.model}: model name")
-    name = check_plain_name(opts.name or f"{model_name}-n{opts.per_cell}-seed{opts.seed}", f"{flag('name')}:")
+    check_plain_name(model_name, f"{flag_mark('model')} {opts.model}: model name")
+    name = check_plain_name(opts.name or f"{model_name}-n{opts.per_cell}-seed{opts.seed}", f"{flag_mark('name')}:")
     out = Path(opts.out) if opts.out else variants_root / model_name
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
@@ -348,8 +349,8 @@ class _VariantMaker:
         o = self.opts
         prepared = stage / "prepared.onnx"  # kept: the float graph the ranges and variants belong to
         override = self.common.get("input_shape_override")
-        intake = qv.prepare_model(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel,
-                                  shape_override=override)
+        intake = prepare(self.model_path, prepared, pre_process=o.pre_process, per_channel=o.per_channel,
+                         shape_override=override)
         for note in ([shape_override_note(override)] if override else []) + intake["notes"]:
             self.result.notes.append(note)
             self.on_note(note)
@@ -357,7 +358,7 @@ class _VariantMaker:
         prep_model = load_with_shape_infer(prepared, workdir=stage)
         missing = [n for n in o.exclude_nodes if n not in {x.name for x in prep_model.graph.node}]
         if missing:
-            hint = f" after pre-processing (pass {flag('pre_process')} to use the original graph)" if o.pre_process else ""
+            hint = f" after pre-processing (pass {flag_mark('pre_process')} to use the original graph)" if o.pre_process else ""
             raise ParameterError("exclude_nodes", f"{self.model_path} has no node named "
                                                   f"{', '.join(map(repr, missing))}{hint}")
         # the smoke image: the first calibration image, as every variant will be fed
@@ -424,7 +425,7 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
                        variants_root: Path, t_start: float, on_note: Callable | None) -> CalibrateResult:
     """An already-quantized model: a variants folder holding it as `as-given` (and its float original as fp32 when
     `opts.fp32` names one), each smoke-tested on the first labelled image; no calibration set is written."""
-    model_name = check_plain_name(model_path.stem, f"{flag('model')} {opts.model}: model name")
+    model_name = check_plain_name(model_path.stem, f"{flag_mark('model')} {opts.model}: model name")
     fp32_path = Path(opts.fp32) if opts.fp32 else None
     if fp32_path is not None:
         fp32_model = load_model(fp32_path)   # missing / not ONNX -> UserError naming the file

@@ -17,13 +17,13 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench import recipe
+from quantbench.inputs import sidecarfile
 from quantbench.analysis.decode import check_outputs, is_plugin, spec_from_sidecar
-from quantbench.assets import VARIANTS_DIR
-from quantbench.errors import UserError, flag
+from quantbench.store.resultpaths import VARIANTS_DIR
+from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import atomic_write_json, canonical_json
-from quantbench.modelio import graph_inputs, load_model, raw_sha256
-from quantbench.variants import INDEX_FILE, load_variants, publish_folder, staging_folder
+from quantbench.inputs.modelio import graph_inputs, load_model, raw_sha256
+from quantbench.inputs.variantdir import INDEX_FILE, load_variants, publish_folder, staging_folder
 
 
 @dataclass
@@ -64,21 +64,21 @@ def check_variants(out: Path, model_path: Path) -> list:
 def new_sidecar(model_path: Path, variants: list, sidecar_file=None, decode: str | None = None) -> tuple:
     """(the sidecar with the new decode block, the decode plug-in record or None), checked against the variants:
     the same preprocessing, a decode block that fits their outputs."""
-    sidecar, where = recipe.calibration_sidecar(model_path, sidecar_file, decode)
+    sidecar, where = sidecarfile.calibration_sidecar(model_path, sidecar_file, decode)
     model = load_model(model_path, check=False)
     (name, dims), = graph_inputs(model).items()
-    spec = recipe.derive_spec(sidecar, dims, name, where, f"{where}: input 'plugin'", where, override=True)
+    spec = sidecarfile.derive_spec(sidecar, dims, name, where, f"{where}: input 'plugin'", where, override=True)
     for v in variants:
         differ = _preprocess_differs(spec, v)
         if differ:
             raise UserError(f"{where}: its input block makes other tensors than variant {v.name} was calibrated with "
                             f"({', '.join(differ)} differ): only the decode block can change without calibrating "
-                            f"again; keep the input block, or recalibrate with {flag('force')}")
+                            f"again; keep the input block, or recalibrate with {flag_mark('force')}")
     record = None
     if sidecar and sidecar.get("decode"):
         decoder = check_outputs(spec_from_sidecar(sidecar, source=where), [o.name for o in model.graph.output])
         if is_plugin(decoder.kind):
-            record = recipe.plugin_records(decode_plugin=decoder.kind)["decode_plugin"]
+            record = sidecarfile.plugin_records(decode_plugin=decoder.kind)["decode_plugin"]
     return sidecar, record
 
 
@@ -98,7 +98,7 @@ def set_decode(model_path: str | os.PathLike, sidecar_file=None, decode: str | N
                 shutil.copy2(f, stage / f.name)
         for v in variants:
             rec = {k: val for k, val in v.recipe.items() if k != "decode_plugin"}
-            rec["sidecar"] = recipe.plain_sidecar(sidecar)
+            rec["sidecar"] = sidecarfile.plain_sidecar(sidecar)
             if record is not None:
                 rec["decode_plugin"] = record
             atomic_write_json(stage / v.recipe_path.name, rec)
@@ -120,7 +120,7 @@ def only_decode_differs(out: Path, model_path: Path, spec: dict, sidecar: dict |
     if any(_preprocess_differs(spec, v) for v in variants):
         return None
     old = (variants[0].recipe or {}).get("sidecar") or {}
-    new = recipe.plain_sidecar(sidecar)
+    new = sidecarfile.plain_sidecar(sidecar)
     if canonical_json({k: v for k, v in old.items() if k != "decode"}) != \
             canonical_json({k: v for k, v in new.items() if k != "decode"}):
         return None

@@ -2,7 +2,7 @@
 
 Library API (used by `quantbench calibrate` and by the remedy matrix):
 
-    prepare_model(model_path, out_path, pre_process=True) -> dict
+    quantbench.quantize.intake.prepare(model_path, out_path, pre_process=True) -> dict   (the float model)
     ranges = compute_ranges(prepared, ImageInputs(paths, spec), ["minmax", "percentile"])
     make_static(prepared, out_path, ranges=ranges["percentile"], method="percentile",
                 activation_type="u8", weight_type="s8", per_channel=True, reduce_range=False,
@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from quantbench import __version__
-from quantbench.errors import UserError, flag
+from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
-from quantbench.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
-                               write_with_input_shape)
+from quantbench.inputs.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
+                                       write_with_input_shape)
 from quantbench.quantize import ort_api
-from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types,
-                                             load_with_shape_infer, ranges_dict, ranges_sha256)
-from quantbench.quantize.intake import prepare
-from quantbench.variants import Variant
+from quantbench.quantize.calibration import (DEFAULT_PERCENTILE, compute_ranges, default_op_types, ranges_dict,
+                                             ranges_sha256)
+from quantbench.quantize.ort_api import load_with_shape_infer
+from quantbench.inputs.variantdir import Variant
 
 TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
 
@@ -53,10 +53,10 @@ def parse_types(spec: str) -> list[tuple[str, str]]:
     out = []
     for item in [s.strip().lower() for s in str(spec).split(",") if s.strip()]:
         if len(item) != 4 or item[:2] not in TYPES or item[2:] not in TYPES:
-            raise UserError(f"{flag('types')}: {item!r} is not an activation+weight pair like u8s8 or s8s8")
+            raise UserError(f"{flag_mark('types')}: {item!r} is not an activation+weight pair like u8s8 or s8s8")
         out.append((item[:2], item[2:]))
     if not out:
-        raise UserError(f"{flag('types')}: give at least one pair, e.g. u8s8")
+        raise UserError(f"{flag_mark('types')}: give at least one pair, e.g. u8s8")
     return list(dict.fromkeys(out))
 
 
@@ -87,13 +87,13 @@ def _check_nodes(model, exclude_nodes, exclude_op_types, model_path):
     names = {n.name for n in model.graph.node}
     missing = [n for n in exclude_nodes if n not in names]
     if missing:
-        raise UserError(f"{flag('exclude_nodes')}: {model_path} has no node named {', '.join(map(repr, missing))}")
+        raise UserError(f"{flag_mark('exclude_nodes')}: {model_path} has no node named {', '.join(map(repr, missing))}")
     import onnx
 
     known = {s.name for s in onnx.defs.get_all_schemas()}
     unknown = [t for t in exclude_op_types if t not in known]
     if unknown:
-        raise UserError(f"{flag('exclude_op_types')}: {', '.join(map(repr, unknown))} is not an ONNX op type")
+        raise UserError(f"{flag_mark('exclude_op_types')}: {', '.join(map(repr, unknown))} is not an ONNX op type")
 
 
 def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
@@ -102,19 +102,6 @@ def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
 
 def dynamic_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
     return sorted(set(ort_api.dynamic_op_types()) - set(exclude_op_types))
-
-
-def prepare_model(model_path: str | os.PathLike, out_path: str | os.PathLike, pre_process: bool = True,
-                  per_channel: bool = True, shape_override: Mapping | None = None) -> dict:
-    """The float model that is calibrated and quantized, written to `out_path`.
-
-    quantbench.quantize.intake.prepare: custom domains checked, Constant weights
-    made initializers, old opsets converted for per-channel weights, then
-    onnxruntime's quant_pre_process (with a fallback without symbolic shape
-    inference). Returns the intake record.
-    """
-    return prepare(model_path, out_path, pre_process=pre_process, per_channel=per_channel,
-                   shape_override=shape_override)
 
 
 def _finish(name, out_path, model_name, recipe) -> Variant:
@@ -227,7 +214,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
                 extra_options: Mapping | None = None, chunk_size: int | None = None, calibration_options: Mapping | None = None,
                 name: str | None = None, model_name: str | None = None,
                 recipe_extra: Mapping | None = None, model=None) -> Variant:
-    """A static QDQ variant of `model_path` (float; use prepare_model's output).
+    """A static QDQ variant of `model_path` (float; use quantbench.quantize.intake.prepare's output).
 
     ranges: onnxruntime TensorsData from compute_ranges(model_path, ...) for
         `method`; or None to calibrate here on `inputs` (re-iterable feeds).
@@ -243,7 +230,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     try:
         ort_api.check_static_types(at, wt)
     except ValueError as exc:
-        raise UserError(f"{flag('types')} {activation_type}{weight_type}: {exc}") from None
+        raise UserError(f"{flag_mark('types')} {activation_type}{weight_type}: {exc}") from None
     model = _own_copy(model, model_path)
     _check_nodes(model, exclude_nodes, exclude_op_types, model_path)
     op_types = static_op_types(exclude_op_types)

@@ -37,7 +37,7 @@ import tarfile
 import zlib
 from pathlib import Path, PurePosixPath
 
-from quantbench.errors import GateFailed, ParameterError, UserError, flag
+from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
 from quantbench.fsutil import atomic_path, kill_point, sha256_file
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, TAG_RE, load_registry
 from quantbench.release.verify import FAIL, PASS, Check, load_record, named_files, scratch_folder, verify
@@ -409,7 +409,7 @@ def verify_archive(path: str | os.PathLike, host: str | None = None, sample: int
             (work / INDEX_FILE).write_text(json.dumps({"format": 1, **reg}))
         elif registry:
             checks.append(Check("registry", MANIFEST, FAIL, "the archive carries no registry entries (for a release "
-                                                            f"archived without its registry, pass {flag('no_registry')})"))
+                                                            f"archived without its registry, pass {flag_mark('no_registry')})"))
             registry = False
         try:
             checks += verify(folder, host=host, sample=sample, hosts_file=hosts_file, registry=registry,

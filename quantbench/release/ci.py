@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.analysis.gates import parse_gates
-from quantbench.errors import ParameterError, UserError, flag
+from quantbench.errors import ParameterError, UserError, flag_mark
 from quantbench.fsutil import atomic_write_text, check_writable_for
 from quantbench.hosts.emulated import PRESETS
 
@@ -362,7 +362,7 @@ def write_ci(p: CIParams, out_dir, force: bool = False) -> list:
         there = [out / n for n in texts if (out / n).exists()]
         if there:
             raise UserError(f"{there[0]}: exists; nothing was written (choose another folder, or overwrite it with "
-                            f"{flag('force')})")
+                            f"{flag_mark('force')})")
     check_writable_for(out / GITHUB_FILE, "nothing was written")   # a read-only folder: one line, nothing made
     out.mkdir(parents=True, exist_ok=True)
     return [atomic_write_text(out / name, text) for name, text in texts.items()]

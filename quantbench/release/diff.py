@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from quantbench.fsutil import sha256_file
-from quantbench.modelio import load_model, semantic_sha256, stripped_copy
+from quantbench.inputs.modelio import load_model, semantic_sha256, stripped_copy
 from quantbench.textfmt import text_table
 
 SEMANTIC = "semantic"

@@ -26,15 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from quantbench import SCHEMA_VERSION, __version__, tables
-from quantbench.errors import UserError, flag
+from quantbench import SCHEMA_VERSION, __version__
+from quantbench.store import partread, partwrite, tableschema
+from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import (atomic_write_json, atomic_write_text, check_writable, content_key, kill_point, read_json,
                                sha256_file)
-from quantbench.hosts.results import load_hosts, load_outputs
-from quantbench.modelio import model_hashes, write_self_contained
-from quantbench.release.carried import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
+from quantbench.store.hostresults import load_hosts, load_outputs
+from quantbench.inputs.modelio import model_hashes, write_self_contained
+from quantbench.release.bundledfiles import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
 from quantbench.textfmt import text_table
-from quantbench.variants import check_plain_name, inside, latest_variants, staging_folder
+from quantbench.inputs.variantdir import check_plain_name, inside, latest_variants, staging_folder
 
 RELEASE_FORMAT = 1
 INDEX_FILE = "index.json"
@@ -177,9 +178,9 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
     Of several analyses of this variant, the one covering most release hosts wins
     (ties: the smallest equiv_id, so the choice is deterministic).
     """
-    if "classes" not in tables.COLUMNS or not tables.parts("classes", tables_root):
+    if "classes" not in tableschema.COLUMNS or not partread.parts("classes", tables_root):
         return None, {}, {}, {}
-    ct = tables.read("classes", root=tables_root, filter={"variant_id": variant_id}).to_pylist()
+    ct = partread.read("classes", root=tables_root, filter={"variant_id": variant_id}).to_pylist()
     cover = defaultdict(set)
     for r in ct:
         cover[r["equiv_id"]] |= set(r["hosts"] or []) & hosts
@@ -199,8 +200,8 @@ def _equiv_behaviour(tables_root: Path, variant_id: str, hosts: set) -> tuple[st
     if not any(isinstance(v, dict) and v.get("name") == "fp32" for v in settings.get("variants", [])):
         return eid, classes, None, settings  # no fp32 in that analysis: flips against fp32 were not measured
     flips: dict = {}
-    if "flips" in tables.COLUMNS and tables.parts("flips", tables_root):
-        ft = tables.read("flips", root=tables_root, columns=["comparison", "host", "kind", "fixture_id"],
+    if "flips" in tableschema.COLUMNS and partread.parts("flips", tables_root):
+        ft = partread.read("flips", root=tables_root, columns=["comparison", "host", "kind", "fixture_id"],
                          filter={"equiv_id": eid, "variant_id": variant_id}).to_pylist()
         for r in ft:
             d = flips.setdefault(r["host"], {}).setdefault(r["comparison"], {"total": 0, "images": set()})
@@ -255,18 +256,18 @@ class ReleaseResult:
 
 def _filter_of(name: str, sets: dict) -> dict:
     """The tables.read filter of table `name`: the sets of the columns it has."""
-    cols = {c for c, _, _ in tables.COLUMNS[name]}
+    cols = {c for c, _, _ in tableschema.COLUMNS[name]}
     return {col: sorted(values) for col, values in sets.items() if col in cols and values is not None}
 
 
 def _copy_tables(tables_root: Path, dest: Path, sets: dict) -> dict:
     """Copy the release's rows of every table into dest/tables; {table: {"files": [...], "rows": n}}."""
     out = {}
-    for name in tables.COLUMNS:
-        if not tables.parts(name, tables_root):
+    for name in tableschema.COLUMNS:
+        if not partread.parts(name, tables_root):
             continue
-        t = tables.read(name, root=tables_root, filter=_filter_of(name, sets))
-        path = tables.append(name, t, root=dest / "tables")
+        t = partread.read(name, root=tables_root, filter=_filter_of(name, sets))
+        path = partwrite.append(name, t, root=dest / "tables")
         if path is None:
             continue
         out[name] = {"rows": t.num_rows,
@@ -367,7 +368,7 @@ def build_release(tag: str, *, results_dir: str | os.PathLike = "results", hosts
                   retain: bool = True, variants=None) -> ReleaseResult:
     """Write results/releases/<tag>/ and register its keys; refuses (writes nothing) on a key collision."""
     if not TAG_RE.fullmatch(tag or ""):  # fullmatch: "$" alone lets "v1\n" through
-        raise UserError(f"{flag('tag')} {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
+        raise UserError(f"{flag_mark('tag')} {tag!r}: use letters, digits, '.', '_', '+' or '-' (not starting with a symbol)")
     created_at = release_time()
     results_dir = Path(results_dir)
     rdir = releases_dir(results_dir)
@@ -471,7 +472,7 @@ def _measured(v, tables_root: Path, hosts) -> tuple:
         missing = sorted(set(hosts) - {t["host"] for t in targets})
         if missing:
             raise UserError(f"hosts: no results of variant {v.name} on {', '.join(missing)}; run "
-                            f"`quantbench run {flag('hosts')} {','.join(missing)}` first")
+                            f"`quantbench run {flag_mark('hosts')} {','.join(missing)}` first")
     if not targets:
         raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
     eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
@@ -517,7 +518,7 @@ def _variant_record(v, hashes: dict, targets: list, eid, eclasses: dict, eflips,
 
 def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope: dict, notes: list) -> None:
     """Fill the staging folder: tables, artifacts, calibration manifests, report (and report.html), sidecars,
-    plug-in files (quantbench.release.carried), release.json (last)."""
+    plug-in files (quantbench.release.bundledfiles), release.json (last)."""
     record["tables"] = _copy_tables(results_dir / "tables", stage, scope)
     for v, vr in zip(variants, record["variants"]):
         if vr["artifact"]["retained"]:

@@ -23,15 +23,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench import SCHEMA_VERSION, tables
-from quantbench.errors import GateFailed, ParameterError, UserError, flag
-from quantbench.fixtures import Fixture
+from quantbench import SCHEMA_VERSION
+from quantbench.store import partread, tableschema
+from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
+from quantbench.inputs.fixtures import Fixture
 from quantbench.fsutil import check_writable, read_json, sha256_file, staging_area
 from quantbench.hosts.runner import run_hosts, variant_info
-from quantbench.hosts.worker import tensor_from_bytes, tensor_sha256
-from quantbench.modelio import model_facts, model_hashes
+from quantbench.tensorcode import tensor_from_bytes, tensor_sha256
+from quantbench.inputs.modelio import model_facts, model_hashes
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, UNFINISHED, load_registry
-from quantbench.variants import Variant, inside, staging_folder
+from quantbench.inputs.variantdir import Variant, inside, staging_folder
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
 
@@ -105,7 +106,7 @@ def check_tables(folder: Path, rec: dict) -> list[Check]:
                 except Exception as exc:
                     c = Check("table", f["path"], FAIL, f"not readable Parquet ({type(exc).__name__})")
                 else:
-                    want = [col for col, _, _ in tables.COLUMNS.get(name, [])]
+                    want = [col for col, _, _ in tableschema.COLUMNS.get(name, [])]
                     if rec.get("schema_version") != SCHEMA_VERSION:
                         c.detail += (f", {t.num_rows} rows; schema version {rec.get('schema_version')} "
                                      f"(this quantbench reads {SCHEMA_VERSION}): columns not compared")
@@ -241,10 +242,10 @@ def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check
                                                   "was interrupted before it registered the release; run the same "
                                                   "`quantbench release` again to finish it")]
     if not required:
-        return [Check("registry", str(idx), SKIP, f"not checked ({flag('no_registry')}): release.json vouches only for itself")]
+        return [Check("registry", str(idx), SKIP, f"not checked ({flag_mark('no_registry')}): release.json vouches only for itself")]
     if not idx.exists():
         return [Check("registry", str(idx), FAIL, "missing: nothing vouches for release.json (for a release copied "
-                                                  f"without its registry, pass {flag('no_registry')})")]
+                                                  f"without its registry, pass {flag_mark('no_registry')})")]
     try:
         reg = load_registry(folder.parent)
     except UserError as exc:
@@ -279,7 +280,7 @@ def _registered(rdir: Path, tag) -> bool:
 
 
 def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
-    t = tables.read("fixtures", root=folder / "tables", filter={"fixture_id": ids}).to_pylist()
+    t = partread.read("fixtures", root=folder / "tables", filter={"fixture_id": ids}).to_pylist()
     out, bad = [], []
     for r in t:
         arr = tensor_from_bytes(r["tensor"], r["dtype"], r["shape"])
@@ -333,7 +334,7 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
             out.append(Check("re-run", item, FAIL, f"cannot re-run: {exc}"))
             continue
         for t in targets:
-            rows = tables.read("outputs", root=folder / "tables", columns=["fixture_id", "output_name", "sha256"],
+            rows = partread.read("outputs", root=folder / "tables", columns=["fixture_id", "output_name", "sha256"],
                                filter={"variant_id": v["variant_id"], "host": host,
                                        "fingerprint_id": t["fingerprint_id"], "session_key": t["session_key"]}
                                ).to_pylist()
@@ -361,7 +362,7 @@ def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file, td: Pa
     summary = run_hosts([host], [vi for _, _, vi, _ in job["items"]],  # identities computed once (above)
                         fixtures, session=job["session"], hosts_file=hosts_file, progress=False,
                         tables_root=td, raise_on_error=False)
-    new = tables.read("outputs", root=td,
+    new = partread.read("outputs", root=td,
                       columns=["variant_id", "fixture_id", "output_name", "sha256", "fingerprint_id"]).to_pylist()
     return [_compare(v, t, vi, want, new, summary, host) for v, t, vi, want in job["items"]]
 

@@ -4,8 +4,8 @@ difference the interval cannot tell from zero names no host as nearer the labels
 import numpy as np
 import pytest
 
-from quantbench import report as R
-from quantbench.analysis.accuracy import accuracy_table, paired_interval
+from quantbench.report import accuracysection
+from quantbench.analysis.accuracy import accuracy_table, difference_interval, resample_images
 from report_helpers import _dec, _truth, hand_result
 
 FIX = [f"f{i:02d}" for i in range(20)]
@@ -26,7 +26,7 @@ def _result(correct: dict):
 
 def _accuracy_text(result, truth) -> str:
     acc = accuracy_table(result, {}, truth)
-    return "\n".join(R.accuracy_lines(result, acc))
+    return "\n".join(accuracysection.accuracy_lines(result, acc))
 
 
 def test_a_difference_of_one_image_is_no_measurable_difference_and_names_no_winner():
@@ -48,6 +48,12 @@ def test_a_clear_difference_says_which_is_nearer_with_its_interval():
     assert "dynamic vs fp32 on x86 top-1 -0.500" in fp32_line and "fp32 nearer the labels" in fp32_line
 
 
+def paired_interval(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), low, high) over the bootstrap's resamples of the images, the same for both sides."""
+    idx = resample_images(len(a))
+    return difference_interval(a.mean(), a[idx].mean(axis=-1), b.mean(), b[idx].mean(axis=-1))
+
+
 def test_paired_interval_is_seeded_and_paired():
     a = np.array([1.0, 0, 1, 1, 0, 1, 0, 1])
     assert paired_interval(a, a) == (0.0, 0.0, 0.0)                  # paired: identical outcomes never differ
@@ -59,7 +65,7 @@ def test_paired_interval_is_seeded_and_paired():
 def test_ap_differences_are_plain_and_name_no_winner():
     r = hand_result()
     a = {"scores": {("fp32", "x86"): {"value": 0.5604}, ("fp32", "pi"): {"value": 0.5601}}, "differences": []}
-    lines = R.difference_lines(r, a, ["fp32"], ["x86", "pi"])
+    lines = accuracysection.difference_lines(r, a, ["fp32"], ["x86", "pi"])
     assert lines[0] == "Between hosts: fp32: pi vs x86 -0.0003 (AP is not a mean over images: no interval)."
 
 

@@ -11,7 +11,7 @@ import csv
 
 from calib_helpers import make_corpus
 from quantbench.cli import main
-from quantbench.fixtures import labels_coco
+from quantbench.inputs.fixtures import labels_coco
 from decode_helpers import SIZE, ocr_model
 
 

@@ -10,7 +10,7 @@ import pytest
 from decode_helpers import SEQ, SIZE, input_matmul_head, ocr_model, steps
 from quantbench.analysis.decisions import compare, summarize
 from quantbench.analysis.decode import check_outputs, decode, spec_from_sidecar
-from quantbench.recipe import load_sidecar
+from quantbench.inputs.sidecarfile import load_sidecar
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.analysis.metrics import edit_distance, text_accuracy
@@ -131,9 +131,9 @@ def test_equiv_decodes_a_text_recogniser_through_onnxruntime(ocr_bench, capsys):
         assert code == 0
         own = next(c for c in out["comparisons"] if c["comparison"] == "own-fp32")
         assert own["decisions_compared"] and own["fixtures"] == 2 and own["by_kind"] == {"text": 0}
-        from quantbench import tables
+        from quantbench.store import partread
 
-        rows = tables.read("decisions").to_pylist()
+        rows = partread.read("decisions").to_pylist()
         assert {r["class_name"] for r in rows} == {"ab a"} and len(rows) == 4   # 2 variants x 2 images
         report = (d / "results" / "report.md").read_text()
         assert "Text accuracy on 2 labelled images" in report
@@ -149,7 +149,7 @@ def test_equiv_decodes_a_text_recogniser_through_onnxruntime(ocr_bench, capsys):
 
 def test_equiv_counts_a_changed_string_as_a_text_flip_in_the_tables(tmp_path, monkeypatch, capsys):
     from decode_helpers import make_variants, sidecar
-    from quantbench import tables
+    from quantbench.store import partread
 
     monkeypatch.chdir(tmp_path)
     side = sidecar(SIZE, [], {"kind": "ctc", "alphabet": ["a", "b"], "space": True})
@@ -161,16 +161,16 @@ def test_equiv_counts_a_changed_string_as_a_text_flip_in_the_tables(tmp_path, mo
                  "--json"]) == 0
     own = next(c for c in json.loads(capsys.readouterr().out)["comparisons"] if c["comparison"] == "own-fp32")
     assert own["flips"] == 2 and own["by_kind"] == {"text": 2} and own["images_disagree"] == 2
-    flips = tables.read("flips").to_pylist()
+    flips = partread.read("flips").to_pylist()
     assert {(r["kind"], r["ref_class"], r["class_name"]) for r in flips} == {("text", "ab a", "ab b")}
-    dyn = [r for r in tables.read("decisions").to_pylist() if r["variant"] == "dynamic"]
+    dyn = [r for r in partread.read("decisions").to_pylist() if r["variant"] == "dynamic"]
     assert {(r["class_name"], r["flip_own_fp32"]) for r in dyn} == {("ab b", "text")}
     report = (tmp_path / "results" / "report.md").read_text()
     assert "- **DO NOT SHIP** dynamic: 2 decision flips vs fp32" in report
     assert "| dynamic | 0.500 (1/2), CER 0.125 (+0.000) |" in report      # right on the other image
     # the gallery shows the two strings of each flipped image
     assert "#### dynamic on x86 vs fp32 on x86 (own-fp32): 2 flips on 2 images" in report
-    from quantbench.gallery import flip_line
+    from quantbench.report.gallery import flip_line
 
     assert flip_line(flips[0]).startswith("text: ab a 0.980 -> ab b 0.980 (greedy, fp32 margin 0.97")
 

@@ -83,11 +83,11 @@ def test_ctc_on_pp_ocrv4_rec_matches_an_independent_decode(tmp_path, capsys):
         capsys.readouterr()
         assert main(["equiv", "--hosts", "x86", "--fixtures", "labels.json", "--no-progress", "--no-plots"]) == 0
         out = capsys.readouterr().out
-        from quantbench import tables
+        from quantbench.store import partread
 
-        fx = {r["fixture_id"]: r for r in tables.read("fixtures").to_pylist()}
-        rows = tables.read("decisions").to_pylist()
-        variants = sorted(tables.read("models").to_pylist(), key=lambda r: r["variant"])
+        fx = {r["fixture_id"]: r for r in partread.read("fixtures").to_pylist()}
+        rows = partread.read("decisions").to_pylist()
+        variants = sorted(partread.read("models").to_pylist(), key=lambda r: r["variant"])
     assert len(rows) == 2 * len(EVAL)
     paths = {v["variant_id"]: str(tmp_path / v["path"]) if not v["path"].startswith("/") else v["path"]
              for v in variants}

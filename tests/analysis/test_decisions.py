@@ -7,7 +7,7 @@ import pytest
 
 from quantbench.analysis.decisions import band_label, compare, concealed, margin_summary, summarize
 from quantbench.analysis.decode import DecodeSpec, decode
-from quantbench.analysis.gates import TensorGate, disagreement, parse_gates, tensor_failures
+from quantbench.analysis.gates import TensorGate, disagreement, failures_and_max, parse_gates
 from quantbench.errors import UserError
 
 
@@ -133,8 +133,8 @@ def test_tensor_gate_polygraphy_rule():
     # element 1: |d|=5e-4 > atol, rtol*100 = 1e-3 -> passes (relative)
     # element 2: |d|=5e-6 < atol -> pass; element 3: NaN vs 1 -> fail; element 4: inf vs finite -> fail
     cand = np.float32([1.00002, 100.0005, 5e-6, 1.0, 3.0])
-    assert tensor_failures(ref, cand, 1e-5, 1e-5) == 3
-    assert tensor_failures(ref, ref.copy(), 1e-5, 1e-5) == 0
+    assert failures_and_max(ref, cand, 1e-5, 1e-5)[0] == 3
+    assert failures_and_max(ref, ref.copy(), 1e-5, 1e-5)[0] == 0
     g = TensorGate()
     g.add_fixture({"y": ref[:3]}, {"y": cand[:3]}, 1e-5, 1e-5)
     assert g.failing == 1 and g.fixtures_failing == 1 and not g.passed

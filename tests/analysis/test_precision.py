@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from quantbench.analysis.precision import DistanceAccumulator, differing_low_bits, distance, remaining_bits
+from quantbench.analysis.precision import MANTISSA_BITS, DistanceAccumulator, distance, remaining_bits
 
 
 def f32(*bits):
@@ -39,7 +39,7 @@ def test_bit_patterns(a_bits, b_bits, expected):
 def test_reference_convention_is_23_minus_ours():
     a = f32(0x3F800000, 0x3F800000, 0x3F800000)
     b = f32(0x3F800000, 0x3F800001, 0x3FC00000)
-    assert differing_low_bits(a, b).tolist() == [0, 1, 23]
+    assert (MANTISSA_BITS - remaining_bits(a, b)).tolist() == [0, 1, 23]   # the reference's convention
 
 
 def test_distance_stats():

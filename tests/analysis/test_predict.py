@@ -13,6 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from predict_helpers import leave_one_out
 from quantbench.analysis import predict as PR
 from quantbench.analysis.tiers import int8_path
 from quantbench.hosts import cpuprofiles as P
@@ -120,7 +121,7 @@ def test_leave_one_out_over_every_shown_tier_never_predicts_a_false_join(workdir
     for v in report["variants"]:
         routines = PR.graph_routines(workdir / "results" / "variants" / v["model"] / f"{v['variant']}.onnx", T)
         shown = {h: (report["hosts"][h]["isa_flags"], c["label"]) for c in v["classes"] for h in c["hosts"]}
-        rows += [dict(r, variant=v["variant"]) for r in PR.leave_one_out(T, routines, shown)]
+        rows += [dict(r, variant=v["variant"]) for r in leave_one_out(T, routines, shown)]
     for r in rows:
         assert not r["predicted"] or r["predicted"] == r["measured"], r
         agree += r["agree"]
@@ -172,7 +173,7 @@ def test_leave_one_out_on_a_real_model_never_predicts_a_false_join(tmp_path):
         labels: dict = {}
         shown = {h: (r["_fingerprint"]["identity"]["isa_flags"], labels.setdefault(tuple(r[name]), f"c{len(labels)}"))
                  for h, r in runs.items()}
-        for row in PR.leave_one_out(T, PR.graph_routines(path, T), shown):
+        for row in leave_one_out(T, PR.graph_routines(path, T), shown):
             assert not row["predicted"] or row["predicted"] == row["measured"], (name, row)
             checked += 1
     assert checked == 3 * len(runs)

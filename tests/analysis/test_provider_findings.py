@@ -5,8 +5,8 @@ warns and runs the CPU provider) in the verdict, the classes table and the repor
 import json
 from pathlib import Path
 
-from quantbench import tables
-from quantbench.assets import DEMO_CLASSIFIER, demo_model
+from quantbench.store import partread
+from quantbench.inputs.assets import DEMO_CLASSIFIER, demo_model
 from quantbench.cli import main
 
 ASK = ["--providers", "XnnpackExecutionProvider,CPUExecutionProvider"]
@@ -39,7 +39,7 @@ def test_fallback_is_flagged_in_verdict_classes_table_and_report(workdir, capsys
     assert flagged and all(" on x86: requested XnnpackExecutionProvider is not available in this onnxruntime"
                            in ln for ln in flagged), out
     assert {ln.split(" on x86")[0] for ln in flagged} == {"- FLAGGED litter-cnn / fp32", "- FLAGGED litter-detr-tiny / fp32"}
-    rows = tables.read("classes", root=Path("results/tables"), columns=["model", "provider_findings", "placements"]).to_pylist()
+    rows = partread.read("classes", root=Path("results/tables"), columns=["model", "provider_findings", "placements"]).to_pylist()
     assert rows and all(r["provider_findings"] and r["provider_findings"][0].startswith(
         "x86: requested XnnpackExecutionProvider is not available") for r in rows)
     assert all(set(json.loads(r["placements"])["x86"]) == {"CPUExecutionProvider"} for r in rows)

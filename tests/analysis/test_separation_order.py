@@ -2,7 +2,7 @@
 is only a masked CPUID's: x86 vs an emulated Pi 5 reads `arch`, a masked tier reads its ISA flags."""
 
 from quantbench.analysis.classes import fingerprint_features, separation, without_mask_cpu
-from quantbench.report import separation_text
+from quantbench.report.termsummary import separation_text
 
 X86_FLAGS = ["sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"]
 PI_FLAGS = ["fp", "asimd", "asimddp", "atomics"]

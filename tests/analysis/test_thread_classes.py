@@ -17,9 +17,9 @@ def _int8_variants(root):
     """fp32 and a static QDQ int8 (S8S8, MinMax on a few fixed inputs) of the bundled demo classifier."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    from quantbench.assets import demo_model
-    from quantbench.recipe import load_sidecar
-    from quantbench.variants import Variant, write_index
+    from quantbench.inputs.assets import demo_model
+    from quantbench.inputs.sidecarfile import load_sidecar
+    from quantbench.inputs.variantdir import Variant, write_index
 
     class Reader(CalibrationDataReader):
         def __init__(self):

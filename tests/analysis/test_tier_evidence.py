@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from quantbench.assets import demo_model
+from quantbench.inputs.assets import demo_model
 from quantbench.cli import main
 from quantbench.explain.evidence import run_evidence_for
-from quantbench.fixtures import fixtures_for_variants
+from quantbench.inputs.fixtures import fixtures_for_variants
 from quantbench.hosts import emulated as EM
 from quantbench.hosts.registry import parse_hosts
-from quantbench.variants import resolve_variants
+from quantbench.inputs.variantdir import resolve_variants
 from setup_required import missing_setup
 
 

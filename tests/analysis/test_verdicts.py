@@ -1,14 +1,14 @@
 """Verdict lines a person can act on: each opens with SHIP, SHIP WITH CARE or DO NOT SHIP against the budget,
 then the numbers (flips vs fp32 per host, whether the hosts serve identical decisions, the classes)."""
 
-from quantbench import report as R
+from quantbench.report import verdict
 from quantbench.analysis.gates import DO_NOT_SHIP, NO_VERDICT, SHIP, SHIP_WITH_CARE, ship_verdict
 from report_helpers import _cls, hand_result
 
 
 def test_a_failed_gate_never_reads_as_ships():
     # the old line: "**dynamic** ships on x86, pi: one class; 3 decision flips ...; gate decision (budget 0): FAIL"
-    lines = R.verdict_lines(hand_result())
+    lines = verdict.verdict_lines(hand_result())
     dyn = lines[1]
     assert dyn.startswith("- **DO NOT SHIP** dynamic: ")
     assert "ships on" not in dyn
@@ -20,7 +20,7 @@ def test_a_failed_gate_never_reads_as_ships():
 def test_fp32_with_identical_decisions_ships_and_names_its_classes():
     r = hand_result()
     r.variants[0]["classes"] = [_cls("A", ["x86"], "d0"), _cls("B", ["pi"], "d9")]
-    fp32 = R.verdict_lines(r)[0]
+    fp32 = verdict.verdict_lines(r)[0]
     assert fp32.startswith("- **SHIP** fp32: ")
     assert "0 decision flips vs fp32 (fp32 on x86) on pi, 10 images compared" in fp32
     assert "the hosts serve identical decisions" in fp32
@@ -32,7 +32,7 @@ def test_flips_within_the_budget_ship_with_care():
     r.settings["budget"] = 5
     for c in r.comparisons:
         c["decision_passed"] = c["flips"] <= 5
-    dyn = R.verdict_lines(r)[1]
+    dyn = verdict.verdict_lines(r)[1]
     assert dyn.startswith("- **SHIP WITH CARE** dynamic: ")
     assert "(budget 5)" in dyn and "gate decision (budget 5): pass" in dyn
 
@@ -44,7 +44,7 @@ def test_hosts_that_serve_different_decisions_ship_with_care():
         if c["variant"] == "dynamic" and c["comparison"] == "ref-same":
             c["flips"], c["images_disagree"] = 2, 1
         c["decision_passed"] = c["flips"] <= 5
-    dyn = R.verdict_lines(r)[1]
+    dyn = verdict.verdict_lines(r)[1]
     assert dyn.startswith("- **SHIP WITH CARE** dynamic: ")
     assert "the hosts serve different decisions: pi vs x86 2 flips on 1 image" in dyn
 

@@ -91,9 +91,9 @@ def test_equiv_decodes_a_yolox_head_through_onnxruntime(yolox_bench, capsys):
         own = next(c for c in out["comparisons"] if c["comparison"] == "own-fp32")
         assert own["decisions_compared"] and own["fixtures"] == 3
         assert own["ref_total"] == 6          # two served boxes per image
-        from quantbench import tables
+        from quantbench.store import partread
 
-        rows = [r for r in tables.read("decisions").to_pylist() if r["variant"] == "fp32"]
+        rows = [r for r in partread.read("decisions").to_pylist() if r["variant"] == "fp32"]
         assert sorted({r["slot"] for r in rows}) == [26, 69, 82]
         assert all(r["box"] is not None for r in rows)
         report = (d / "results" / "report.md").read_text()

@@ -11,8 +11,8 @@ import pytest
 from calib_helpers import make_corpus
 from quantbench.calibset import builder
 from quantbench.errors import UserError
-from quantbench.preprocess import luminance
-from quantbench.strata import density_label
+from quantbench.inputs.preprocess import luminance
+from quantbench.inputs.strata import density_label
 
 
 @pytest.fixture

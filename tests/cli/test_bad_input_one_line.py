@@ -108,7 +108,7 @@ def _limited(args, cwd, gib: int = 6):
 
 @pytest.mark.parametrize("declared_by", ["sidecar", "model"])
 def test_huge_declared_input_is_refused_before_allocating(calib, declared_by):
-    from quantbench.preprocess import MAX_INPUT_ELEMENTS
+    from quantbench.inputs.preprocess import MAX_INPUT_ELEMENTS
 
     wd, _, labels, args = calib
     big = tiny_model(wd / "models" / "big.onnx", hw=100000, sidecar=declared_by == "sidecar")
@@ -125,7 +125,7 @@ def test_huge_declared_input_is_refused_before_allocating(calib, declared_by):
 
 
 def test_decompression_bomb_png_is_one_line(calib, capsys):
-    from quantbench.preprocess import MAX_IMAGE_PIXELS, load_rgb
+    from quantbench.inputs.preprocess import MAX_IMAGE_PIXELS, load_rgb
 
     wd, _, labels, args = calib
     coco = json.loads(labels.read_text())
@@ -145,7 +145,7 @@ def test_decompression_bomb_png_is_one_line(calib, capsys):
 
 def test_16bit_and_grayscale_pngs_decode_to_8bit_rgb(tmp_path):
     """16-bit samples become 8-bit by v >> 8 (the high byte), as Pillow already does for 16-bit RGB."""
-    from quantbench.preprocess import load_rgb
+    from quantbench.inputs.preprocess import load_rgb
 
     g16 = np.array([[0, 255, 1000, 0x8000], [0x80FF, 0xFF00, 0xFFFE, 65535]], np.uint16)
     want = (g16 >> 8).astype(np.uint8)
@@ -423,7 +423,7 @@ def test_run_on_a_dying_ssh_host_names_host_and_ssh_message(workdir, monkeypatch
 KILLED_IN_STAGING = """
 import os, signal, sys
 sys.path.insert(0, {repo!r})
-from quantbench.variants import staging_folder
+from quantbench.inputs.variantdir import staging_folder
 with staging_folder({dest!r}) as tmp:
     (tmp / "half-written.onnx").write_bytes(b"x" * 100)
     print(tmp, flush=True)
@@ -442,7 +442,7 @@ def _killed_staging(dest: Path) -> Path:
 
 
 def test_stale_staging_folder_of_a_killed_run_is_cleaned(calib, capsys):
-    from quantbench.variants import staging_folder
+    from quantbench.inputs.variantdir import staging_folder
 
     wd, _, _, args = calib
     dest = wd / "results" / "variants" / "tiny"

@@ -12,7 +12,7 @@ import pytest
 from calib_helpers import make_corpus, tiny_model
 from quantbench.cli import main
 from quantbench.fsutil import sha256_file
-from quantbench.variants import latest_variants, load_variants
+from quantbench.inputs.variantdir import latest_variants, load_variants
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ def test_the_defaults_tables_names_match_the_whole_parser():
     """A defaults table is checked against OPTION_KEYS and SUBCOMMANDS without importing every command: they must be
     exactly every command's options and sub-actions."""
     leaves = build_parser(config=False)._qb_leaves
-    assert OPTION_KEYS == {d for leaf in leaves.values() for d in C._actions(leaf)}
+    assert OPTION_KEYS == {d for leaf in leaves.values() for d in C.option_actions(leaf)}
     assert SUBCOMMANDS == tuple(n for n in leaves if " " in n)
 
 
@@ -76,8 +76,8 @@ def test_help_loads_no_numpy(tmp_path):
     recipe modules: only the commands that run hosts import them (quantbench/runargs.py)."""
     root = Path(__file__).resolve().parents[2]
     code = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print('loaded:', sorted(m for m in ('numpy', 'quantbench.variants', 'quantbench.fixtures',"
-            " 'quantbench.recipe', 'quantbench.runargs') if m in sys.modules))")
+            "print('loaded:', sorted(m for m in ('numpy', 'quantbench.inputs.variantdir', 'quantbench.inputs.fixtures',"
+            " 'quantbench.inputs.sidecarfile', 'quantbench.runargs') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(root)})
     assert p.returncode == 0, p.stderr

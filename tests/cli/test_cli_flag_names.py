@@ -1,5 +1,5 @@
 """The library names parameters and the CLI names flags: a library message points at a parameter
-(ParameterError, errors.flag) and the command line shows the flag the user typed, unchanged."""
+(ParameterError, errors.flag_mark) and the command line shows the flag the user typed, unchanged."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 
 from quantbench import cli
 from quantbench.cli import main
-from quantbench.errors import ParameterError, UserError, flag, marked
+from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.quantize.calibration import check_limits, parse_memory
-from quantbench.variants import resolve_variants
+from quantbench.inputs.variantdir import resolve_variants
 
 
 def cli_text(exc: UserError, command: str) -> str:
@@ -42,31 +42,31 @@ def test_a_message_points_at_a_parameter_and_the_cli_names_its_flag(tmp_path, mo
 
 
 def test_a_flag_of_another_command_is_named_too():
-    exc = UserError(f"index.json: expected a list of variants; rerun `quantbench calibrate {flag('force')}`")
+    exc = UserError(f"index.json: expected a list of variants; rerun `quantbench calibrate {flag_mark('force')}`")
     assert str(exc).endswith("rerun `quantbench calibrate force`")
     assert cli_text(exc, "run").endswith("rerun `quantbench calibrate --force`")
 
 
 def test_a_wrapped_parameter_error_keeps_its_flag():
-    inner = ParameterError("decode", f"output 'x' has shape [3]; pass another {flag('decode')}", "yolo")
-    outer = UserError(f"model m: {marked(inner)}; or {flag('decode')} none")
+    inner = ParameterError("decode", f"output 'x' has shape [3]; pass another {flag_mark('decode')}", "yolo")
+    outer = UserError(f"model m: {marked(inner)}; or {flag_mark('decode')} none")
     assert str(outer) == "model m: decode yolo: output 'x' has shape [3]; pass another decode; or decode none"
     assert cli_text(outer, "equiv") == ("model m: --decode yolo: output 'x' has shape [3]; pass another --decode; "
                                         "or --decode none")
 
 
 def test_a_refused_plugin_names_the_flag_that_asked_for_it():
-    """A plug-in refused for want of consent, asked for by a parameter (errors.flag), names that parameter's flag
+    """A plug-in refused for want of consent, asked for by a parameter (errors.flag_mark), names that parameter's flag
     on the command line, not the bare parameter, next to the flag that allows it."""
     from quantbench.errors import PluginNotAllowed
 
-    exc = PluginNotAllowed(f"{flag('decode')} asks to run plug-in m.py:f (the file m.py)", "m.py:f")
+    exc = PluginNotAllowed(f"{flag_mark('decode')} asks to run plug-in m.py:f (the file m.py)", "m.py:f")
     assert str(exc).startswith("decode asks")
     assert cli_text(exc, "equiv") == "--decode asks to run plug-in m.py:f (the file m.py): pass --allow-plugins to run it"
 
 
 def test_no_fixtures_to_run_points_at_the_fixture_parameters():
-    from quantbench.fixtures import no_fixtures_message
+    from quantbench.inputs.fixtures import no_fixtures_message
 
     exc = UserError(no_fixtures_message("l.json", "eval"))
     assert "--" not in str(exc)

@@ -134,6 +134,6 @@ def test_the_mixed_kind_keys_are_exactly_the_options_whose_commands_differ_in_ki
     from quantbench.cli import build_parser
     kinds: dict = {}
     for leaf in build_parser(config=False)._qb_leaves.values():
-        for dest, action in C._actions(leaf).items():
+        for dest, action in C.option_actions(leaf).items():
             kinds.setdefault(dest, set()).add(isinstance(action, C._SWITCHES))
     assert MIXED_KIND_KEYS == {d for d, k in kinds.items() if len(k) > 1}

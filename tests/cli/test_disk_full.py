@@ -17,7 +17,7 @@ from calib_helpers import make_corpus, tiny_model
 from hosts_helpers import make_corpus as eval_corpus
 from run_helpers import variants_folder
 from setup_required import missing_setup
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.cli import main
 
 PAGE = 4096
@@ -97,13 +97,13 @@ def test_equiv_on_a_full_disk_writes_no_outputs_without_their_fixtures(small_dis
     line = _one_line(capsys.readouterr().err)
     tdir = disk / "results" / "tables"
     assert rc == 2 and f"{tdir.relative_to(disk)}/fixtures/part-" in line and "No space left on device" in line
-    fixtures = set(tables.read("fixtures", tdir, columns=["fixture_id"]).column("fixture_id").to_pylist())
-    outputs = set(tables.read("outputs", tdir, columns=["fixture_id"]).column("fixture_id").to_pylist())
+    fixtures = set(partread.read("fixtures", tdir, columns=["fixture_id"]).column("fixture_id").to_pylist())
+    outputs = set(partread.read("outputs", tdir, columns=["fixture_id"]).column("fixture_id").to_pylist())
     assert outputs <= fixtures  # no output without its fixture
     assert _tmp_files(disk / "results") == []
     filler.unlink()
     assert main(argv) == 0
-    assert tables.read("outputs", tdir).num_rows == 3
+    assert partread.read("outputs", tdir).num_rows == 3
 
 
 def test_equiv_on_a_disk_without_a_free_page_is_one_line(small_disk, tmp_path, monkeypatch, capsys):

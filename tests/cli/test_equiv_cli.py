@@ -83,13 +83,13 @@ def test_equiv_classes_flips_and_gate_exit_codes(two_sessions, capsys):
     assert "unknown gate speed" in err
 
     # tables and report
-    from quantbench import tables
+    from quantbench.store import partread
 
-    assert tables.read("classes").num_rows >= 3
-    fl = tables.read("flips").to_pylist()
+    assert partread.read("classes").num_rows >= 3
+    fl = partread.read("flips").to_pylist()
     assert {r["kind"] for r in fl} == {"class"} and all(r["band"] != "" for r in fl)
     # gate settings (atol, rtol, budget) do not change the analysis id: one set of rows
-    dec = tables.read("decisions", columns=["equiv_id", "host", "variant", "flip_own_fp32"]).to_pylist()
+    dec = partread.read("decisions", columns=["equiv_id", "host", "variant", "flip_own_fp32"]).to_pylist()
     assert {r["equiv_id"] for r in dec} == {s["equiv_id"]}
     assert sum(1 for r in dec if r["variant"] == "dynamic" and r["host"] == "x86" and r["flip_own_fp32"]) == own["flips"]
     report = (workdir / "results" / "report.md").read_text()
@@ -141,28 +141,28 @@ def test_equiv_bad_input(two_sessions, capsys):
 
 
 def test_report_sections_assemble_in_fixed_order(workdir):
-    from quantbench import report
+    from quantbench.report import document
 
-    report.write_section("zeta", "## Zeta\n")
-    report.write_section("release", "## Release\n")
-    report.write_section("equiv", "## Old equiv\n")
-    report.write_section("equiv", "## Equiv\n\nbody")      # a rerun replaces its own section only
-    path = report.assemble()
+    document.write_section("zeta", "## Zeta\n")
+    document.write_section("release", "## Release\n")
+    document.write_section("equiv", "## Old equiv\n")
+    document.write_section("equiv", "## Equiv\n\nbody")      # a rerun replaces its own section only
+    path = document.assemble()
     text = path.read_text()
     assert text.index("## Equiv") < text.index("## Release") < text.index("## Zeta")
     assert "Old equiv" not in text and text.startswith("# quantbench report")
     assert not [p for p in (workdir / "results" / "report.d").iterdir() if p.name.startswith(".")]
     with pytest.raises(ValueError):
-        report.write_section("../x", "no")
+        document.write_section("../x", "no")
 
 
 def demo_variants(root: Path, model: str) -> Path:
     """fp32 + dynamic int8 of a bundled demo model, sidecar beside each, as a variants folder."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from quantbench.assets import demo_model
-    from quantbench.recipe import load_sidecar
-    from quantbench.variants import Variant, write_index
+    from quantbench.inputs.assets import demo_model
+    from quantbench.inputs.sidecarfile import load_sidecar
+    from quantbench.inputs.variantdir import Variant, write_index
 
     src = demo_model(model)
     side = load_sidecar(src)
@@ -211,9 +211,9 @@ def test_equiv_demo_models_native_x86_and_emulated_pi(workdir, capsys, model, li
         assert c["fixtures"] == limit and c["ref_total"] >= 0 and c["total"] >= 0
         assert c["flips"] == sum(c["by_kind"].values())
         assert c["concealed"] == (c["flips"] > 0 and abs(c["ref_total"] - c["total"]) <= 1)
-    from quantbench import tables
+    from quantbench.store import partread
 
-    dec = tables.read("decisions", columns=["host", "variant", "kept"]).to_pylist()
+    dec = partread.read("decisions", columns=["host", "variant", "kept"]).to_pylist()
     served = sum(1 for r in dec if r["host"] == "pi" and r["variant"] == "dynamic" and r["kept"])
     assert served == comps[("dynamic", "pi", "own-fp32")]["total"]
 

@@ -56,12 +56,12 @@ def test_no_decode_block_still_gives_classes_and_says_decisions_not_compared(nod
     own = next(c for c in s["comparisons"] if c["comparison"] == "own-fp32")
     assert own["flips"] is None and own["decision_passed"] is None
     assert own["tensor_gate"]["elements"] > 0
-    from quantbench import tables
+    from quantbench.store import partread
 
-    assert tables.read("classes").num_rows >= 2
+    assert partread.read("classes").num_rows >= 2
     for name in ("decisions", "flips"):
         p = Path("results/tables") / name
-        assert not p.exists() or tables.read(name).num_rows == 0
+        assert not p.exists() or partread.read(name).num_rows == 0
 
 
 def test_decode_none_and_the_decision_gate(nodecode, capsys):
@@ -122,7 +122,7 @@ def test_equiv_on_a_raw_yolo_head_and_with_a_decode_plugin(workdir, capsys):
     from onnxruntime.quantization import QuantType, quantize_dynamic
     from PIL import Image
 
-    from quantbench.variants import Variant, write_index
+    from quantbench.inputs.variantdir import Variant, write_index
 
     vdir = workdir / "variants"
     vdir.mkdir()
@@ -150,9 +150,9 @@ def test_equiv_on_a_raw_yolo_head_and_with_a_decode_plugin(workdir, capsys):
     assert fp32["decode"]["kind"] == "yolo" and fp32["decode"]["iou"] == 0.45 and fp32["decode"]["max_det"] == 300
     own = next(c for c in s["comparisons"] if c["comparison"] == "own-fp32")
     assert own["decisions_compared"] and own["fixtures"] == 4 and own["flips"] == sum(own["by_kind"].values())
-    from quantbench import tables
+    from quantbench.store import partread
 
-    dec = tables.read("decisions", columns=["variant", "slot", "kept", "score"]).to_pylist()
+    dec = partread.read("decisions", columns=["variant", "slot", "kept", "score"]).to_pylist()
     fp32_rows = [r for r in dec if r["variant"] == "fp32"]
     assert fp32_rows and all(0 <= r["slot"] < 16 for r in fp32_rows)
     assert sum(r["kept"] for r in fp32_rows) == own["ref_total"]

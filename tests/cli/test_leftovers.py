@@ -3,7 +3,7 @@
 Each kill happens inside the child process itself, at a point chosen by patching one
 function in that process (never by timing): the temporary folders of model intake
 (once under the system temp folder), the temporary file of a table part being written,
-and the forked report child (quantbench/ahead.py), which outlived its killed parent and
+and the forked report child (quantbench/report/forkedfiles.py), which outlived its killed parent and
 kept the tables lock.
 """
 
@@ -21,7 +21,7 @@ import pytest
 from calib_helpers import make_corpus, tiny_model
 from hosts_helpers import make_corpus as eval_corpus
 from run_helpers import variants_folder
-from quantbench import tables
+from quantbench.store import partread, tablelock
 from quantbench.cli import main
 from quantbench.errors import UserError
 
@@ -43,15 +43,15 @@ KILL_WRITING_OUTPUTS = """
 import contextlib, os, signal, sys
 from pathlib import Path
 sys.path[:0] = [{repo!r}]
-from quantbench import tables
-real = tables.atomic_path
+from quantbench.store import partwrite
+real = partwrite.atomic_path
 @contextlib.contextmanager
 def killing(path, suffix=""):
     with real(path, suffix) as tmp:
         yield tmp
         if Path(path).parent.name == "outputs":  # the part's bytes are in its temporary file, not yet renamed
             os.kill(os.getpid(), signal.SIGKILL)
-tables.atomic_path = killing
+partwrite.atomic_path = killing
 from quantbench.cli import main
 sys.exit(main({argv!r}))
 """
@@ -82,7 +82,7 @@ KILL_WRITING_PNG = """
 import contextlib, os, signal, sys
 from pathlib import Path
 sys.path[:0] = [{repo!r}]
-from quantbench import gallery, report
+from quantbench.report import charts, gallery
 def killing(real):
     @contextlib.contextmanager
     def atomic_path(path, suffix=""):
@@ -91,7 +91,7 @@ def killing(real):
             if Path(path).parent.name == {folder!r} and Path(path).suffix == ".png":  # drawn, not yet renamed
                 os.kill(os.getpid(), signal.SIGKILL)
     return atomic_path
-report.atomic_path, gallery.atomic_path = killing(report.atomic_path), killing(gallery.atomic_path)
+charts.atomic_path, gallery.atomic_path = killing(charts.atomic_path), killing(gallery.atomic_path)
 from quantbench.cli import main
 sys.exit(main({argv!r}))
 """
@@ -100,13 +100,13 @@ AHEAD_UNDER_LOCK = """
 import os, sys, time
 sys.path[:0] = [{repo!r}]
 from pathlib import Path
-from quantbench import tables
-from quantbench.ahead import Ahead
+from quantbench.store import tablelock
+from quantbench.report.forkedfiles import Ahead
 def blocked():  # the child's job: say it started, then never end
     Path({started!r}).write_text(str(os.getpid()))
     while True:
         time.sleep(1)
-with tables.lock({root!r}):
+with tablelock.lock({root!r}):
     a = Ahead([blocked])
     while True:
         time.sleep(1)
@@ -182,7 +182,7 @@ def test_part_file_of_a_killed_run_is_removed_by_the_next_run(workdir):
     assert _in_temp(systmp) == []  # the input store too is in the results folder, not the system temp folder
     assert main(argv) == 0
     assert _leftovers(tdir) == []
-    assert tables.read("outputs", tdir).num_rows == 3
+    assert partread.read("outputs", tdir).num_rows == 3
 
 
 @pytest.mark.parametrize("folder", ["plots", "gallery"])
@@ -219,7 +219,7 @@ def test_forked_report_child_dies_with_its_killed_parent(workdir):
     try:
         for _ in range(3000):  # the kernel kills the child at once; this only bounds a failure
             try:
-                with tables.lock(root, wait=False):
+                with tablelock.lock(root, wait=False):
                     break
             except UserError:
                 time.sleep(0.01)

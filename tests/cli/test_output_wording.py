@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from quantbench import report as R
+from quantbench.report import equivsection, termsummary
 from quantbench.analysis.decode import DecodeSpec
 from quantbench.errors import UserError
-from quantbench.preprocess import input_spec
+from quantbench.inputs.preprocess import input_spec
 from report_helpers import hand_result
 
 HASWELL = "GenuineIntel family 6 model 60 (Intel Core Processor (Haswell, no TSX, IBRS))"
@@ -41,7 +41,7 @@ def _plugin_result():
 
 
 def test_equiv_header_names_a_plugin_as_one_without_top1():
-    head = R.equiv_summary_text(_plugin_result()).splitlines()[0]
+    head = termsummary.equiv_summary_text(_plugin_result()).splitlines()[0]
     assert "decode plug-in ctc_decode.py:decode" in head and "top-1" not in head
 
 
@@ -54,13 +54,13 @@ def test_a_plugins_class_indices_are_not_named_with_the_sidecars_classes():
 def test_hosts_table_keeps_the_whole_cpu_name():
     result = hand_result()
     result.hosts["x86"]["cpu"] = HASWELL
-    assert any(HASWELL in ln for ln in R.hosts_lines(result))
+    assert any(HASWELL in ln for ln in equivsection.hosts_lines(result))
 
 
 def test_hosts_table_says_how_each_cpu_was_shown():
     result = hand_result()
     result.hosts["x86"]["cpu_mechanism"] = "native-masked"
-    rows = R.hosts_lines(result)
+    rows = equivsection.hosts_lines(result)
     cells = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in rows if ln.startswith("| ")}
     assert cells["host"] == "runs as" and cells["x86"] == "native-masked"
     assert cells["pi"] == "-"  # a summary from before fingerprints said
@@ -72,14 +72,14 @@ def test_separating_cpu_values_read_differently():
         v["classes"] = [{"label": "A", "hosts": ["x86"], "digest": "d"}, {"label": "B", "hosts": ["pi"], "digest": "e"}]
         v["separating_features"] = ["cpu"]
         v["feature_values"] = {"x86": {"cpu": HASWELL}, "pi": {"cpu": SKYLAKE}}
-    line = next(ln for ln in R.equiv_summary_text(result).splitlines() if "cpu (" in ln)
+    line = next(ln for ln in termsummary.equiv_summary_text(result).splitlines() if "cpu (" in ln)
     sep = line.split("cpu (", 1)[1]
     a, b = sep.rsplit(")", 1)[0].split(" / ")
     assert a != b and "Haswell" in a and "Skylake" in b
 
 
 def test_short_values_are_cut_at_a_word():
-    assert R._short("Intel Core Processor (Haswell)", 24) == "Intel Core Processor..."
+    assert termsummary._short("Intel Core Processor (Haswell)", 24) == "Intel Core Processor..."
 
 
 def test_readme_says_verify_reruns_only_with_host():

@@ -17,7 +17,7 @@ from cli_helpers import digest, one_line
 from hosts_helpers import make_corpus as eval_corpus
 from run_helpers import variants_folder
 from setup_required import missing_setup
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.cli import main
 
 
@@ -29,7 +29,7 @@ def read_only_results(workdir):
     for limit in ("1", "2"):
         assert main(["run", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--limit", limit,
                      "--no-progress"]) == 0
-    assert len(tables.parts("outputs", workdir / "results" / "tables")) >= 2
+    assert len(partread.parts("outputs", workdir / "results" / "tables")) >= 2
     results = workdir / "results"
     if os.geteuid() != 0 or subprocess.run(["mount", "--bind", "-o", "ro", str(results), str(results)],
                                            capture_output=True).returncode != 0:

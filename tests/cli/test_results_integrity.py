@@ -162,7 +162,7 @@ def _tamper_twin(v1: Path, also_variant_id: bool = False) -> None:
     import onnx
     from onnx import numpy_helper
 
-    from quantbench.modelio import model_hashes
+    from quantbench.inputs.modelio import model_hashes
 
     art = v1 / "artifacts" / "dynamic-twin.onnx"
     m = onnx.load(str(art))
@@ -399,11 +399,11 @@ def lock_setup(workdir):
 
 @pytest.mark.parametrize("command", ["run", "equiv"])
 def test_no_wait_fails_while_another_process_holds_the_tables_lock(lock_setup, capsys, command):
-    from quantbench import tables
+    from quantbench.store import tablelock
 
     wd, common = lock_setup
     extra = ["--decode", "classifier-softmax", "--no-plots"] if command == "equiv" else []
-    with tables.lock(wd / "results" / "tables"):
+    with tablelock.lock(wd / "results" / "tables"):
         before = digest(wd, skip_lock=False)
         assert main([command, "--no-wait", *common, *extra]) == 2
         line = one_line(capsys.readouterr().err, command)
@@ -416,15 +416,15 @@ def test_no_wait_fails_while_another_process_holds_the_tables_lock(lock_setup, c
 def test_second_run_waits_for_the_lock_then_proceeds(lock_setup):
     import queue
 
-    from quantbench import tables
-    from quantbench.hosts.results import load_outputs
+    from quantbench.store import tablelock
+    from quantbench.store.hostresults import load_outputs
 
     wd, common = lock_setup
     root = wd / "results" / "tables"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                                        os.environ.get("PYTHONPATH", "")]))
     lines: queue.Queue = queue.Queue()
-    with tables.lock(root):
+    with tablelock.lock(root):
         proc = subprocess.Popen([sys.executable, "-m", "quantbench", "run", *common], cwd=wd, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stderr], daemon=True).start()

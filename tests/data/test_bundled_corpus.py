@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from quantbench.assets import CORPUS_DIR, CORPUS_IMAGES, CORPUS_LABELS
-from quantbench.fixtures import annotations_by_image, load_coco
-from quantbench.preprocess import load_rgb, luminance
+from quantbench.inputs.assets import CORPUS_DIR, CORPUS_IMAGES, CORPUS_LABELS
+from quantbench.inputs.fixtures import annotations_by_image, load_coco
+from quantbench.inputs.preprocess import load_rgb, luminance
 
 REPO = Path(__file__).resolve().parents[2]
 

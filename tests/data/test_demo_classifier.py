@@ -11,10 +11,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR
-from quantbench.recipe import load_sidecar
-from quantbench.fixtures import load_coco
-from quantbench.preprocess import input_spec, load_rgb, to_tensor
+from quantbench.inputs.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR
+from quantbench.inputs.sidecarfile import load_sidecar
+from quantbench.inputs.fixtures import load_coco
+from quantbench.inputs.preprocess import input_spec, load_rgb, to_tensor
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = MODELS_DIR / "litter-cnn.onnx"

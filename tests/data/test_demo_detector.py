@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from quantbench.analysis import metrics
-from quantbench.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR
-from quantbench.recipe import load_sidecar
-from quantbench.fixtures import build_fixtures, load_coco
-from quantbench.preprocess import input_spec
+from quantbench.inputs.assets import CORPUS_IMAGES, CORPUS_LABELS, MODELS_DIR
+from quantbench.inputs.sidecarfile import load_sidecar
+from quantbench.inputs.fixtures import build_fixtures, load_coco
+from quantbench.inputs.preprocess import input_spec
 
 MODEL = MODELS_DIR / "litter-detr-tiny.onnx"
 MARGIN = 0.02  # a threshold decision may move under another CPU's float rounding
@@ -62,7 +62,7 @@ def test_precision_and_recall_match_the_reported_figures(eval_run, sidecar):
 
 
 def test_ap50_is_acceptable_and_as_reported(eval_run, sidecar):
-    ap = metrics.ap50(eval_run["all"], eval_run["gt"])
+    ap = metrics.coco_ap(eval_run["all"], eval_run["gt"])
     assert ap["ap50"] >= 0.3, ap
     assert abs(ap["ap50"] - sidecar["metrics"]["eval_ap50"]) <= 0.01, ap
     assert sidecar["metrics"]["eval_images"] == len(eval_run["gt"])
@@ -116,7 +116,7 @@ def perfect():
 
 
 def test_perfect_detections_score_one():
-    assert metrics.ap50(perfect(), GT)["ap50"] == pytest.approx(1.0)
+    assert metrics.coco_ap(perfect(), GT)["ap50"] == pytest.approx(1.0)
     pr = metrics.precision_recall(perfect(), GT, 0.4)
     assert (pr["precision"], pr["recall"], pr["fp"], pr["fn"]) == (1.0, 1.0, 0, 0)
 
@@ -126,7 +126,7 @@ def test_false_positive_lowers_precision_and_ap_when_ranked_first():
     dets[3] = np.array([[5, 5, 25, 25, 0.95, 1]])  # on the empty image, most confident
     pr = metrics.precision_recall(dets, GT, 0.4)
     assert pr["precision"] == pytest.approx(3 / 4) and pr["recall"] == 1.0
-    ap = metrics.ap50(dets, GT)
+    ap = metrics.coco_ap(dets, GT)
     # class 1: FP first, then 2 TPs -> precision envelope 2/3 over all recall
     assert ap["per_class"][1] == pytest.approx(2 / 3)
     assert ap["per_class"][2] == pytest.approx(1.0)
@@ -134,7 +134,7 @@ def test_false_positive_lowers_precision_and_ap_when_ranked_first():
     # last it leaves AP at 1.0
     dets[3][0, 4] = 0.3
     assert metrics.precision_recall(dets, GT, 0.4)["precision"] == 1.0
-    assert metrics.ap50(dets, GT)["ap50"] == pytest.approx(1.0)
+    assert metrics.coco_ap(dets, GT)["ap50"] == pytest.approx(1.0)
 
 
 def test_duplicate_wrong_class_and_poor_overlap_are_false_positives():
@@ -155,7 +155,7 @@ def test_missed_object_halves_recall_and_ap():
     dets[1] = dets[1][1:]  # keep only the class-2 box
     pr = metrics.precision_recall(dets, GT, 0.4)
     assert pr["recall"] == pytest.approx(1 / 3) and pr["precision"] == 1.0
-    ap = metrics.ap50(dets, GT)
+    ap = metrics.coco_ap(dets, GT)
     assert ap["per_class"] == pytest.approx({1: 0.0, 2: 1.0}) and ap["ap50"] == pytest.approx(0.5)
 
 

@@ -105,7 +105,7 @@ def test_scan_x86_log():
 @pytest.mark.slow
 def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
     """A real emulated run of the static QDQ demo classifier on pi vs pi4 (1 fixture each)."""
-    from quantbench.assets import demo_model, DEMO_CLASSIFIER
+    from quantbench.inputs.assets import demo_model, DEMO_CLASSIFIER
     from quantbench.hosts import emulated as EM
     from explain_helpers import classifier_fixtures, static_qdq
 

@@ -12,9 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from quantbench import tables
-from quantbench.fixtures import Fixture
-from quantbench.hosts.worker import tensor_sha256
+from quantbench.store import partread, partwrite
+from quantbench.inputs.fixtures import Fixture
+from quantbench.tensorcode import tensor_sha256
 from setup_required import missing_setup
 
 
@@ -70,8 +70,8 @@ def test_first_divergent_node_is_the_denormal_multiply(workdir):
     assert res.unobservable == 0
     # 4 intermediates in groups of 2: 2 group runs + the unmodified run + the fetch of the first node
     assert res.runs == 4
-    tables.append("localize", res.table_rows(), root=workdir / "t")
-    back = tables.read("localize", root=workdir / "t")
+    partwrite.append("localize", res.table_rows(), root=workdir / "t")
+    back = partread.read("localize", root=workdir / "t")
     assert back.num_rows == 5 and back.column("first_divergent").to_pylist().count(True) == 1
 
 
@@ -143,7 +143,7 @@ def test_localize_command_on_corpus_fixture(workdir, capsys):
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
     onnx.save(m, workdir / "cli.onnx")
-    from quantbench.assets import CORPUS_LABELS
+    from quantbench.inputs.assets import CORPUS_LABELS
 
     # a bare model that is not the demo's runs on the bundled images only when they are asked for
     rc = main(["localize", "--variant", str(workdir / "cli.onnx"), "--hosts", "x86,x86+session.set_denormal_as_zero=1",

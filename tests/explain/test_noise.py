@@ -13,7 +13,7 @@ def _spec():
 
 
 def test_noise_rows_on_local_host(workdir):
-    from quantbench import tables
+    from quantbench.store import partread, partwrite
     from quantbench.hosts.registry import parse_hosts
     from quantbench.explain.noise import noise_floor, table
 
@@ -29,8 +29,8 @@ def test_noise_rows_on_local_host(workdir):
     for r in rows:
         assert r.same_bytes is not None and r.flips is not None
         assert r.same_bytes == (r.differing_fixtures == 0)
-    tables.append("noise", [r.row() for r in rows], root=workdir / "t")
-    assert tables.read("noise", root=workdir / "t").num_rows == 4
+    partwrite.append("noise", [r.row() for r in rows], root=workdir / "t")
+    assert partread.read("noise", root=workdir / "t").num_rows == 4
     assert "repeat" in table(rows)
 
 

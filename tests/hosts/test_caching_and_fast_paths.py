@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 
 from hosts_helpers import fixtures, make_corpus, matmul_model, variant
-from quantbench import tables
-from quantbench.hosts import fpcache, results
+from quantbench import fsutil, tensorcode
+from quantbench.report import charts
+from quantbench.store import compaction, partread, partwrite, resultpaths
+from quantbench.hosts import fingerprintcache
+from quantbench.store import hostresults
 from quantbench.hosts.keys import normalize_session
 from quantbench.hosts.registry import HostSpec, make_host
 from quantbench.hosts.runner import run_hosts
@@ -41,12 +44,12 @@ def test_cached_rerun_starts_no_worker(workdir, home, monkeypatch):
     first = run_hosts(["x86"], [variant(model)], fixtures(4), progress=False, tables_root=root, jobs=1).hosts[0]
     assert (first.ran, first.workers, first.fingerprint_cached) == (4, 1, False)
     assert starts == ["x86"]
-    parts = {n: tables.parts(n, root) for n in ("outputs", "hosts", "models", "fixtures")}
+    parts = {n: partread.parts(n, root) for n in ("outputs", "hosts", "models", "fixtures")}
     again = run_hosts(["x86"], [variant(model)], fixtures(4), progress=False, tables_root=root, jobs=1).hosts[0]
     assert (again.ran, again.cached, again.workers, again.fingerprint_cached) == (0, 4, 0, True)
     assert again.fingerprint_id == first.fingerprint_id
     assert starts == ["x86"]  # no process started at all
-    assert {n: tables.parts(n, root) for n in parts} == parts  # and nothing written
+    assert {n: partread.parts(n, root) for n in parts} == parts  # and nothing written
     # work left: a worker starts, is fingerprinted for real, and runs only the new fixture
     more = run_hosts(["x86"], [variant(model)], fixtures(5), progress=False, tables_root=root, jobs=1).hosts[0]
     assert (more.ran, more.cached, more.workers, more.fingerprint_id) == (1, 4, 1, first.fingerprint_id)
@@ -60,23 +63,23 @@ def test_cached_rerun_starts_no_worker(workdir, home, monkeypatch):
 def test_fingerprint_cache_off_and_keys(workdir, home, monkeypatch):
     sess = normalize_session(None)
     x86 = make_host(HostSpec("x86", "local", {}))
-    key = fpcache.cache_key(x86, sess, False)
-    assert key and key == fpcache.cache_key(x86, sess, False)
-    assert fpcache.cache_key(x86, normalize_session({"graph_optimization_level": "basic"}), False) != key
-    assert fpcache.cache_key(x86, sess, True) != key
+    key = fingerprintcache.cache_key(x86, sess, False)
+    assert key and key == fingerprintcache.cache_key(x86, sess, False)
+    assert fingerprintcache.cache_key(x86, normalize_session({"graph_optimization_level": "basic"}), False) != key
+    assert fingerprintcache.cache_key(x86, sess, True) != key
     # a value unlike the machine's own (some machines here set OPENBLAS_CORETYPE=Haswell already)
     monkeypatch.setenv("OPENBLAS_CORETYPE", "Nehalem" if os.environ.get("OPENBLAS_CORETYPE") == "Haswell" else "Haswell")
-    assert fpcache.cache_key(x86, sess, False) != key
+    assert fingerprintcache.cache_key(x86, sess, False) != key
     monkeypatch.delenv("OPENBLAS_CORETYPE")
     # interpreters we do not inspect and remote machines are always asked
-    assert fpcache.cache_key(make_host(HostSpec("x86", "local", {"python": "/usr/bin/python3"})), sess, False) is None
-    assert fpcache.cache_key(make_host(HostSpec("lab", "ssh", {"address": "pi@lab"})), sess, False) is None
+    assert fingerprintcache.cache_key(make_host(HostSpec("x86", "local", {"python": "/usr/bin/python3"})), sess, False) is None
+    assert fingerprintcache.cache_key(make_host(HostSpec("lab", "ssh", {"address": "pi@lab"})), sess, False) is None
     # a damaged entry is a miss
-    (fpcache.cache_dir()).mkdir(parents=True)
-    (fpcache.cache_dir() / f"{key}.json").write_text('{"fingerprint": {"identity": {}}, "fingerprint_id": "0"}')
-    assert fpcache.lookup(key) is None
+    (fingerprintcache.cache_dir()).mkdir(parents=True)
+    (fingerprintcache.cache_dir() / f"{key}.json").write_text('{"fingerprint": {"identity": {}}, "fingerprint_id": "0"}')
+    assert fingerprintcache.lookup(key) is None
     monkeypatch.setenv("QUANTBENCH_FINGERPRINT_CACHE", "0")
-    assert fpcache.cache_key(x86, sess, False) is None
+    assert fingerprintcache.cache_key(x86, sess, False) is None
     model = matmul_model(workdir / "m.onnx")
     starts = _count_starts(monkeypatch)
     for _ in range(2):
@@ -99,7 +102,7 @@ def _worker_code() -> str:
 
 def _version2_key(host, session, require_providers):
     """The version-2 key as users' caches hold it, spelled out: any change to its material must bump
-    fpcache.VERSION (or every existing cache entry silently stops matching)."""
+    fingerprintcache.VERSION (or every existing cache entry silently stops matching)."""
     import hashlib
     import os
     import sys
@@ -115,10 +118,10 @@ def _version2_key(host, session, require_providers):
         "worker": _worker_code(), "session": session,
         "require_providers": bool(require_providers), "argv": list(argv),
         "preamble": hashlib.sha256(preamble or b"").hexdigest(),
-        "env": {k: v for k, v in sorted(env.items()) if k.startswith(fpcache._ENV_PREFIXES)},
-        "files": [fpcache._stat(a) for a in argv if os.path.sep in a and os.path.exists(a)],
-        "local_cpu": fpcache._local_cpu(), "local_python": [sys.version, fpcache._stat(sys.executable)],
-        "packages": [fpcache._package_stats("onnxruntime"), fpcache._package_stats("numpy")],
+        "env": {k: v for k, v in sorted(env.items()) if k.startswith(fingerprintcache._ENV_PREFIXES)},
+        "files": [fingerprintcache._stat(a) for a in argv if os.path.sep in a and os.path.exists(a)],
+        "local_cpu": fingerprintcache._local_cpu(), "local_python": [sys.version, fingerprintcache._stat(sys.executable)],
+        "packages": [fingerprintcache._package_stats("onnxruntime"), fingerprintcache._package_stats("numpy")],
     }
     if host.kind == "emulated":
         def text(p):
@@ -137,12 +140,12 @@ def _version2_key(host, session, require_providers):
 def test_fingerprint_cache_keys_keep_their_version_2_material(monkeypatch):
     """Each host kind supplies its own key material; the keys of local and emulated hosts are the spelled-out
     version-2 material (version 2: the worker's code is tensorcode.py and worker.py), so a change to it must
-    bump fpcache.VERSION (the real ~/.cache home: the preset's own files)."""
+    bump fingerprintcache.VERSION (the real ~/.cache home: the preset's own files)."""
     from quantbench.hosts import emulated as em
     from setup_required import missing_setup
 
     monkeypatch.delenv("QUANTBENCH_FINGERPRINT_CACHE", raising=False)
-    assert fpcache.VERSION == 2
+    assert fingerprintcache.VERSION == 2
     sess = normalize_session(None)
     hosts = [HostSpec("x86", "local", {})]
     for name in ("pi", "x86-avx2"):
@@ -156,27 +159,27 @@ def test_fingerprint_cache_keys_keep_their_version_2_material(monkeypatch):
     for spec in hosts:
         host = make_host(spec)
         for fallback in (False, True):
-            assert fpcache.cache_key(host, sess, fallback) == _version2_key(host, sess, fallback), spec
+            assert fingerprintcache.cache_key(host, sess, fallback) == _version2_key(host, sess, fallback), spec
 
 
 def test_ledger_skips_serialising_stored_rows(tmp_path, monkeypatch):
     rows = [{"variant_id": f"v{i}", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p", "recipe": "{}"}
             for i in range(3)]
-    p1 = tables.append("models", rows, root=tmp_path, ledger=True)
+    p1 = partwrite.append("models", rows, root=tmp_path, ledger=True)
     calls = []
-    real = tables._serialize
-    monkeypatch.setattr(tables, "_serialize", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert tables.append("models", rows, root=tmp_path, ledger=True) == p1
+    real = partwrite.serialize
+    monkeypatch.setattr(partwrite, "serialize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert partwrite.append("models", rows, root=tmp_path, ledger=True) == p1
     assert calls == []
-    p2 = tables.append("models", rows[:2], root=tmp_path, ledger=True)  # other rows: written
+    p2 = partwrite.append("models", rows[:2], root=tmp_path, ledger=True)  # other rows: written
     assert calls == [1] and p2 != p1
     p1.unlink()  # the part went away (e.g. compacted and lost): written again
-    assert tables.append("models", rows, root=tmp_path, ledger=True) == p1 and p1.exists()
-    assert tables.read("models", tmp_path).num_rows == 3
+    assert partwrite.append("models", rows, root=tmp_path, ledger=True) == p1 and p1.exists()
+    assert partread.read("models", tmp_path).num_rows == 3
 
 
 def test_fixture_tensors_decoded_once(workdir, home, monkeypatch):
-    from quantbench import fixtures as F
+    from quantbench.inputs import fixtures as F
 
     labels = make_corpus(workdir / "corpus", count=3, size=8)
     spec = {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
@@ -196,18 +199,17 @@ def test_plots_not_redrawn_for_the_same_data(tmp_path, monkeypatch):
     pytest.importorskip("matplotlib")
     from types import SimpleNamespace
 
-    from quantbench import report
 
     result = SimpleNamespace(hosts={"pi": {}, "x86": {}}, flip_rows=[],
                              variants=[{"model": "m", "variant": "fp32",
                                         "classes": [{"label": "A", "hosts": ["pi", "x86"]}]}])
     path = tmp_path / "plots" / "classes.png"
-    assert report.plot_class_map(result, path) == path
+    assert charts.plot_class_map(result, path) == path
     drawn = []
-    monkeypatch.setattr(report, "_savefig", lambda fig, p, key=None: drawn.append(p) or p)
-    assert report.plot_class_map(result, path) == path and drawn == []
+    monkeypatch.setattr(charts, "_savefig", lambda fig, p, key=None: drawn.append(p) or p)
+    assert charts.plot_class_map(result, path) == path and drawn == []
     result.variants[0]["classes"] = [{"label": "A", "hosts": ["pi"]}, {"label": "B", "hosts": ["x86"]}]
-    report.plot_class_map(result, path)
+    charts.plot_class_map(result, path)
     assert drawn == [path]
 
 
@@ -234,22 +236,22 @@ def test_compaction_keeps_rows_and_keys(tmp_path, capsys):
     root = tmp_path / "t"
     batches = _outputs_rows(30, 7)
     for rows in batches:
-        tables.append("outputs", rows, root=root)
-    tables.append("outputs", batches[3], root=root)  # a duplicate part (same rows): readers keep one copy
-    tables.append("models", [{"variant_id": "v0", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p",
+        partwrite.append("outputs", rows, root=root)
+    partwrite.append("outputs", batches[3], root=root)  # a duplicate part (same rows): readers keep one copy
+    partwrite.append("models", [{"variant_id": "v0", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p",
                               "recipe": "{}"}], root=root, ledger=True)
-    before = tables.read("outputs", root)
+    before = partread.read("outputs", root)
     flt = (pc.field("host") == "pi") & pc.field("variant_id").isin(["v1"])
-    sliced = tables.read("outputs", root, filter=flt)
-    assert len(tables.parts("outputs", root)) == 30
+    sliced = partread.read("outputs", root, filter=flt)
+    assert len(partread.parts("outputs", root)) == 30
     from quantbench.cli import main
 
     assert main(["tables", "--tables", str(root), "compact"]) == 0
     assert "outputs: 30 parts -> 1 (210 rows)" in capsys.readouterr().out
-    after_parts = tables.parts("outputs", root)
+    after_parts = partread.parts("outputs", root)
     assert len(after_parts) == 1
-    assert tables.read("outputs", root).equals(before)  # same rows, same keys, same order
-    assert tables.read("outputs", root, filter=flt).equals(sliced)
+    assert partread.read("outputs", root).equals(before)  # same rows, same keys, same order
+    assert partread.read("outputs", root, filter=flt).equals(sliced)
     # sorted by the columns reads filter on, with statistics on them, in several row groups
     meta = pq.ParquetFile(after_parts[0]).metadata
     assert meta.num_row_groups >= 1
@@ -258,23 +260,23 @@ def test_compaction_keeps_rows_and_keys(tmp_path, capsys):
     hosts = pq.read_table(after_parts[0], columns=["host"]).column("host").to_pylist()
     assert hosts == sorted(hosts)
     # content-addressed: the part is named by its bytes, compacting again changes nothing
-    assert after_parts[0].name == f"part-{tables.sha256_bytes(after_parts[0].read_bytes())[:32]}.parquet"
-    assert tables.compact("outputs", root)["parts_in"] == 0
+    assert after_parts[0].name == f"part-{fsutil.sha256_bytes(after_parts[0].read_bytes())[:32]}.parquet"
+    assert compaction.compact("outputs", root)["parts_in"] == 0
 
 
 def test_automatic_compaction_above_threshold(tmp_path, monkeypatch):
     root = tmp_path / "t"
     batches = _outputs_rows(12, 3)
     for rows in batches[:10]:
-        tables.append("outputs", rows, root=root)
-    assert tables.maybe_compact("outputs", root, threshold=10) is None  # at the threshold: left alone
-    tables.append("outputs", batches[10], root=root)
-    r = tables.maybe_compact("outputs", root, threshold=10)
-    assert r["parts_in"] == 11 and len(tables.parts("outputs", root)) == 1
+        partwrite.append("outputs", rows, root=root)
+    assert compaction.maybe_compact("outputs", root, threshold=10) is None  # at the threshold: left alone
+    partwrite.append("outputs", batches[10], root=root)
+    r = compaction.maybe_compact("outputs", root, threshold=10)
+    assert r["parts_in"] == 11 and len(partread.parts("outputs", root)) == 1
     monkeypatch.setenv("QUANTBENCH_COMPACT_PARTS", "0")
-    tables.append("outputs", batches[11], root=root)
-    assert tables.maybe_compact("outputs", root) is None
-    assert tables.read("outputs", root).num_rows == 36
+    partwrite.append("outputs", batches[11], root=root)
+    assert compaction.maybe_compact("outputs", root) is None
+    assert partread.read("outputs", root).num_rows == 36
 
 
 def test_ledger_follows_compacted_rows(tmp_path, monkeypatch):
@@ -282,32 +284,32 @@ def test_ledger_follows_compacted_rows(tmp_path, monkeypatch):
     sets = [[{"variant_id": f"v{i}{j}", "raw_sha256": "r", "model": "m", "variant": "fp32", "path": "p",
               "recipe": "{}"} for j in range(2)] for i in range(3)]
     for rows in sets:
-        tables.append("models", rows, root=root, ledger=True)
-    tables.compact("models", root)
-    (only,) = tables.parts("models", root)
+        partwrite.append("models", rows, root=root, ledger=True)
+    compaction.compact("models", root)
+    (only,) = partread.parts("models", root)
     calls = []
-    real = tables._serialize
-    monkeypatch.setattr(tables, "_serialize", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert all(tables.append("models", rows, root=root, ledger=True) == only for rows in sets)
+    real = partwrite.serialize
+    monkeypatch.setattr(partwrite, "serialize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert all(partwrite.append("models", rows, root=root, ledger=True) == only for rows in sets)
     assert calls == []
 
 
 def test_read_restarts_when_a_part_vanishes(tmp_path, monkeypatch):
     root = tmp_path / "t"
     for rows in _outputs_rows(3, 2):
-        tables.append("outputs", rows, root=root)
-    real = tables.parts
+        partwrite.append("outputs", rows, root=root)
+    real = partread.parts
     seen = []
 
-    def parts(name, r=tables.TABLES_DIR):
+    def parts(name, r=resultpaths.TABLES_DIR):
         got = real(name, r)
         if not seen:  # the first listing names a part that a compaction has just removed
             seen.append(1)
             return got + [got[0].parent / "part-gone.parquet"]
         return got
 
-    monkeypatch.setattr(tables, "parts", parts)
-    assert tables.read("outputs", root).num_rows == 6
+    monkeypatch.setattr(partread, "parts", parts)
+    assert partread.read("outputs", root).num_rows == 6
 
 
 # --------------------------------------------------------------------------- scheduler
@@ -403,7 +405,7 @@ def test_a_freed_slot_starts_another_worker_for_the_busy_host(workdir, home, mon
     assert q.workers == 1 and b.workers == 2, (q, b)
     assert b.ran == 24 and not s.errors
     assert b.sessions_reused >= 1  # a worker's later jobs of the same variant reuse its session
-    rows = results.load_outputs(host="busy", tensors=False, tables_root=workdir / "t")
+    rows = hostresults.load_outputs(host="busy", tensors=False, tables_root=workdir / "t")
     assert sorted(set(rows.column("fixture_id").to_pylist())) == sorted(fx.fixture_id for fx in fxs)
     del quick
 
@@ -428,9 +430,9 @@ def test_worker_reuses_a_session_for_the_same_model_and_options(tmp_path):
     a = np.ones((1, 16), np.float32)
 
     def job(session):
-        raw = W.tensor_bytes(a)
+        raw = tensorcode.tensor_bytes(a)
         return {"type": "run", "host": "h", "variant": "v", "model": {"path": str(model)}, "session": session,
-                "fixtures": [{"fixture_id": W.tensor_sha256(a), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
+                "fixtures": [{"fixture_id": tensorcode.tensor_sha256(a), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
                               "offset": 0, "nbytes": len(raw)}]}, [raw]
 
     inp = io.BytesIO()
@@ -494,7 +496,7 @@ def test_workers_stay_on_their_variant_and_start_on_different_ones():
 
 
 def test_tensor_cache_is_bounded(workdir, home, monkeypatch):
-    from quantbench import fixtures as F
+    from quantbench.inputs import fixtures as F
 
     labels = make_corpus(workdir / "corpus", count=4, size=8)
     spec = {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
@@ -514,8 +516,8 @@ def test_mapping_filters_read_what_expressions_read(tmp_path, monkeypatch):
     root = tmp_path / "t"
     batches = _outputs_rows(12, 9)
     for rows in batches:
-        tables.append("outputs", rows, root=root)
-    tables.append("outputs", [dict(r, sha256="other") for r in batches[2]], root=root)  # same keys, later part
+        partwrite.append("outputs", rows, root=root)
+    partwrite.append("outputs", [dict(r, sha256="other") for r in batches[2]], root=root)  # same keys, later part
     cases = [({"host": "pi"}, pc.field("host") == "pi"),
              ({"host": ["pi", "pi4"], "variant_id": "v1"},
               pc.field("host").isin(["pi", "pi4"]) & (pc.field("variant_id") == "v1")),
@@ -526,29 +528,29 @@ def test_mapping_filters_read_what_expressions_read(tmp_path, monkeypatch):
 
     def check():
         for where, expr in cases:
-            got = tables.read("outputs", root, filter=where)
-            assert got.equals(tables.read("outputs", root, filter=expr)), where
-        assert tables.read("outputs", root, filter={}).equals(tables.read("outputs", root))
+            got = partread.read("outputs", root, filter=where)
+            assert got.equals(partread.read("outputs", root, filter=expr)), where
+        assert partread.read("outputs", root, filter={}).equals(partread.read("outputs", root))
 
     check()
-    monkeypatch.setitem(tables.ROW_GROUP_ROWS, "outputs", 8)
-    tables.compact("outputs", root)
-    assert tables._part_footer(tables.parts("outputs", root)[0])[0].num_row_groups > 10
+    monkeypatch.setitem(compaction.ROW_GROUP_ROWS, "outputs", 8)
+    compaction.compact("outputs", root)
+    assert partread._part_footer(partread.parts("outputs", root)[0])[0].num_row_groups > 10
     check()
     # fixtures: `objects` (a list of structs) has two leaf columns, so the ones after it shift by one
     for p in range(3):
-        tables.append("fixtures", [{"fixture_id": f"f{p}{i}", "input_name": "x", "dtype": "<f4", "shape": [1],
+        partwrite.append("fixtures", [{"fixture_id": f"f{p}{i}", "input_name": "x", "dtype": "<f4", "shape": [1],
                                     "source": f"s{i}", "image_sha256": "i", "labels": "[]",
                                     "objects": [{"category_id": i, "bbox": [0.0, 1.0, 2.0, 3.0]}],
                                     "stratum": f"st{(p * 7 + i) % 5}", "split": ["train", "val", "eval"][i % 3],
                                     "preprocess": "{}",
                                     "tensor": b"\0\0\0\0"} for i in range(6)], root=root)
-    monkeypatch.setitem(tables.ROW_GROUP_ROWS, "fixtures", 2)
-    tables.compact("fixtures", root)
+    monkeypatch.setitem(compaction.ROW_GROUP_ROWS, "fixtures", 2)
+    compaction.compact("fixtures", root)
     for col, v in (("stratum", "st0"), ("stratum", ["st1", "st4"]), ("split", "val"), ("split", ["eval", "train"])):
         want = pc.field(col).isin(v if isinstance(v, list) else [v])
-        got = tables.read("fixtures", root, filter={col: v})
-        assert got.num_rows and got.equals(tables.read("fixtures", root, filter=want)), (col, v)
+        got = partread.read("fixtures", root, filter={col: v})
+        assert got.num_rows and got.equals(partread.read("fixtures", root, filter=want)), (col, v)
 
 
 def test_mapping_filter_read_loads_neither_dataset_nor_pandas(tmp_path):
@@ -557,10 +559,10 @@ def test_mapping_filter_read_loads_neither_dataset_nor_pandas(tmp_path):
 
     root = tmp_path / "t"
     for rows in _outputs_rows(6, 4):
-        tables.append("outputs", rows, root=root)
-    code = ("import sys\nfrom quantbench import tables\n"
-            f"t = tables.read('outputs', {str(root)!r}, columns=['run_key'], filter={{'host': ['pi', 'x86']}})\n"
-            "u = tables.read('outputs', " + repr(str(root)) + ")\n"
+        partwrite.append("outputs", rows, root=root)
+    code = ("import sys\nfrom quantbench.store import partread\n"
+            f"t = partread.read('outputs', {str(root)!r}, columns=['run_key'], filter={{'host': ['pi', 'x86']}})\n"
+            "u = partread.read('outputs', " + repr(str(root)) + ")\n"
             "print(t.num_rows, u.num_rows, sorted(m for m in ('pandas', 'pyarrow.dataset', 'pyarrow.acero') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
@@ -569,7 +571,7 @@ def test_mapping_filter_read_loads_neither_dataset_nor_pandas(tmp_path):
 
 def test_equiv_on_the_demo_loads_no_pandas_fresh_or_cached(workdir):
     """pyarrow imports pandas (~0.2 s) the first time it converts Python values (pa.array, Table.from_pylist); the
-    tables lay every value they write into Arrow buffers and read an empty table without one (tables._array), so
+    tables lay every value they write into Arrow buffers and read an empty table without one (arrowrows.arrow_array), so
     neither a fresh equiv on the demo nor the cached one after it loads pandas (each its own process)."""
     import subprocess
     import sys
@@ -596,8 +598,8 @@ def _cached_equiv_reads(workdir, capsys, monkeypatch) -> list:
     assert main(argv) == 0, capsys.readouterr().err
     first = (workdir / "results" / "report.md").read_bytes()
     reads = []
-    real = tables.read
-    monkeypatch.setattr(tables, "read", lambda name, *a, **k: reads.append((name, tuple(k.get("columns") or ())))
+    real = partread.read
+    monkeypatch.setattr(partread, "read", lambda name, *a, **k: reads.append((name, tuple(k.get("columns") or ())))
                         or real(name, *a, **k))
     assert main(argv) == 0, capsys.readouterr().err
     assert "runs: x86 0 ran," in capsys.readouterr().out

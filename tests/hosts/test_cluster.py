@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import digest, one_line
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.hosts import cluster as C
 from quantbench.hosts import emulated as E
 from quantbench.hosts.runner import plan_run, run_plan
-from quantbench.variants import resolve_variants
+from quantbench.inputs.variantdir import resolve_variants
 from setup_required import missing_setup
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ def _local_cluster(tmp_path, workers: int = 2, threads: int = 1, **env):
 
 def _rows(root: Path, name: str) -> list:
     """Every row of table `name` but the run stamps, sorted: what two runs must agree on."""
-    t = tables.read(name, root=root)
+    t = partread.read(name, root=root)
     t = t.drop([c for c in STAMPS if c in t.column_names])
     return sorted(repr(sorted(r.items())) for r in t.to_pylist())
 
@@ -137,7 +137,7 @@ def test_a_killed_client_resumes_without_running_again_what_it_wrote(workdir, tm
         proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             _wait_for(Path(f"{pause}.paused"), proc)  # a worker ran its first task and paused in its second
-            while not (root / "outputs").exists() or tables.read("outputs", root=root).num_rows == 0:
+            while not (root / "outputs").exists() or partread.read("outputs", root=root).num_rows == 0:
                 assert proc.poll() is None
                 time.sleep(0.05)
             proc.kill()
@@ -146,7 +146,7 @@ def test_a_killed_client_resumes_without_running_again_what_it_wrote(workdir, tm
             pause.write_text("")
             if proc.poll() is None:
                 proc.kill()
-        written = {(r["variant_id"], r["fixture_id"]) for r in tables.read("outputs", root=root).to_pylist()}
+        written = {(r["variant_id"], r["fixture_id"]) for r in partread.read("outputs", root=root).to_pylist()}
         plan = _demo_plan(["pi"])
         total = sum(len(f) for f in plan.fixtures_for.values())
         assert 0 < len(written) < total

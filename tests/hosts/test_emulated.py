@@ -17,6 +17,8 @@ from quantbench.errors import UserError
 from quantbench.hosts import emulated as E
 from quantbench.hosts import setup as S
 from quantbench.hosts import worker as W
+from quantbench import tensorcode
+from quantbench.store import partread
 from quantbench.hosts.keys import local_ort_version
 from setup_required import missing_setup
 
@@ -85,8 +87,8 @@ def test_a_binary_that_prints_no_version_is_no_qemu(tmp_path):
 def test_setup_unknown_preset_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path))
     with pytest.raises(UserError, match="unknown emulated preset 'pi9'.*presets: pi, pi4"):
-        S.setup_presets(["pi9"], progress=False)
-    assert S.setup_presets([], progress=False) == []
+        S.setup_emulated([("pi9", None)], progress=False)
+    assert S.setup_emulated([], progress=False) == []
 
 
 def test_mirror_comes_from_the_machines_apt_sources(tmp_path, monkeypatch):
@@ -192,14 +194,14 @@ def test_arm_guest_compiles_modules_once_outside_the_root(monkeypatch):
 
 
 def _classifier_fixtures(model_path: Path, count: int):
-    from quantbench import recipe
-    from quantbench.fixtures import build_fixtures
-    from quantbench.modelio import load_model
-    from quantbench.preprocess import input_spec
+    from quantbench.inputs import sidecarfile
+    from quantbench.inputs.fixtures import build_fixtures
+    from quantbench.inputs.modelio import load_model
+    from quantbench.inputs.preprocess import input_spec
 
     first = load_model(model_path).graph.input[0]
     shape = [d.dim_value or 1 for d in first.type.tensor_type.shape.dim]
-    spec = input_spec(recipe.load_sidecar(model_path), shape, first.name)
+    spec = input_spec(sidecarfile.load_sidecar(model_path), shape, first.name)
     return build_fixtures(spec, split="eval", limit=count)
 
 
@@ -226,9 +228,9 @@ def test_local_and_arm_presets_on_the_demo_classifier(workdir):
     The same run checks the guests' identity from the fingerprints the runner stored:
     pi is part 0xd0b with asimddp, pi4 part 0xd08 without.
     """
-    from quantbench import assets, tables
+    from quantbench.inputs import assets
     from quantbench.hosts.runner import run_hosts
-    from quantbench.variants import Variant
+    from quantbench.inputs.variantdir import Variant
 
     model = assets.MODELS_DIR / f"{assets.DEMO_CLASSIFIER}.onnx"
     if not model.exists():
@@ -242,7 +244,7 @@ def test_local_and_arm_presets_on_the_demo_classifier(workdir):
     root = workdir / "tables"
     summary = run_hosts(["local", "pi", "pi4"], variants, fxs, progress=False, tables_root=root)
     assert not summary.errors
-    out = tables.read("outputs", root, columns=["host", "variant", "fixture_id", "output_name", "sha256", "tensor",
+    out = partread.read("outputs", root, columns=["host", "variant", "fixture_id", "output_name", "sha256", "tensor",
                                                 "dtype", "shape"]).to_pylist()
     by = {}
     for r in out:
@@ -253,10 +255,10 @@ def test_local_and_arm_presets_on_the_demo_classifier(workdir):
         assert set(hosts) == {"local", "pi", "pi4"}, key
         assert hosts["pi"]["sha256"] == hosts["pi4"]["sha256"], key
         # The hash is over the tensor the table stores (a real result, not a placeholder).
-        t = W.tensor_from_bytes(hosts["pi"]["tensor"], hosts["pi"]["dtype"], hosts["pi"]["shape"])
-        assert W.tensor_sha256(t) == hosts["pi"]["sha256"]
+        t = tensorcode.tensor_from_bytes(hosts["pi"]["tensor"], hosts["pi"]["dtype"], hosts["pi"]["shape"])
+        assert tensorcode.tensor_sha256(t) == hosts["pi"]["sha256"]
         assert np.isfinite(t.astype(np.float64)).all()
-    fps = {r["host"]: r for r in tables.read("hosts", root).to_pylist()}
+    fps = {r["host"]: r for r in partread.read("hosts", root).to_pylist()}
     assert fps["pi"]["fingerprint_id"] != fps["pi4"]["fingerprint_id"]
     for name in ("pi", "pi4"):
         assert fps[name]["kind"] == "emulated"

@@ -18,7 +18,7 @@ import pytest
 
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.hosts import emulated as E
-from quantbench.hosts import results
+from quantbench.store import hostresults
 from quantbench.hosts.keys import normalize_session
 from quantbench.hosts.registry import HostSpec
 from quantbench.hosts.runner import run_hosts
@@ -109,7 +109,7 @@ def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch)
     assert two.fingerprint_id == one.fingerprint_id
 
     def rows(root):
-        t = results.load_outputs(host="pi", tables_root=root).to_pylist()
+        t = hostresults.load_outputs(host="pi", tables_root=root).to_pylist()
         return sorted((r["run_key"], r["output_name"], r["sha256"], r["tensor"]) for r in t)
 
     assert rows(workdir / "two") == rows(workdir / "one") and len(rows(workdir / "one")) == 16

@@ -5,11 +5,10 @@ import tarfile
 
 import pytest
 
-from hosts_helpers import image_model, make_corpus
-from quantbench import tables
+from hosts_helpers import host_results_index, image_model, make_corpus
+from quantbench.store import partread
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.hosts import results
 from quantbench.hosts.imported import export_results, import_results
 
 
@@ -28,20 +27,20 @@ def test_export_then_import_merges_with_local_run(workdir, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "airgap" in out and "imported" in out
-    idx = results.host_results_index(tables_root="b")
+    idx = host_results_index("b")
     by_host = {}
     for (host, vid, fid, name), sha in idx.items():
         by_host.setdefault(host, {})[(vid, fid, name)] = sha
     assert set(by_host) == {"x86", "airgap"}
     assert by_host["x86"] == by_host["airgap"] and len(by_host["x86"]) == 3  # same machine, same bytes
-    hosts = {r["host"]: r for r in tables.read("hosts", "b").to_pylist()}
+    hosts = {r["host"]: r for r in partread.read("hosts", "b").to_pylist()}
     assert hosts["airgap"]["kind"] == "imported"
     assert json.loads(hosts["airgap"]["fingerprint"])["imported_from"]["host"] == "local"
     assert hosts["airgap"]["fingerprint_id"] == hosts["x86"]["fingerprint_id"]
     # merging again changes nothing (content-addressed parts)
-    before = {t: tables.parts(t, "b") for t in ("fixtures", "models", "hosts", "outputs")}
+    before = {t: partread.parts(t, "b") for t in ("fixtures", "models", "hosts", "outputs")}
     import_results(workdir / "pi.qbr", "airgap", tables_root="b")
-    assert {t: tables.parts(t, "b") for t in before} == before
+    assert {t: partread.parts(t, "b") for t in before} == before
     # same tables, same export bytes
     export_results(workdir / "again.qbr", ["local"], tables_root="a")
     assert (workdir / "again.qbr").read_bytes() == (workdir / "pi.qbr").read_bytes()

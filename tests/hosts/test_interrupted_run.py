@@ -6,9 +6,9 @@ import threading
 import pytest
 
 from hosts_helpers import fixtures, matmul_model, variant
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.hosts import runner as R
-from quantbench.hosts.hostrows import Writer
+from quantbench.hosts.resultrows import Writer
 from quantbench.hosts.workerpool import HostWorkers
 from quantbench.hosts.runner import run_hosts
 
@@ -48,7 +48,7 @@ def test_ctrl_c_stops_the_extra_workers_before_run_hosts_raises(workdir, monkeyp
     assert [t for t in _worker_threads() if t not in before] == []
     assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
     parts = sorted(p.name for p in (root / "outputs").glob("*.parquet")) if (root / "outputs").exists() else []
-    rows = tables.read("outputs", root=root, columns=["run_key"]).num_rows
+    rows = partread.read("outputs", root=root, columns=["run_key"]).num_rows
     # the finished results were kept (the rerun resumes from them), all written before run_hosts raised
     assert rows > 0
     assert sorted(p.name for p in (root / "outputs").glob("*.parquet")) == parts

@@ -8,17 +8,17 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from hosts_helpers import fixtures, gather_model, image_model, make_corpus, matmul_model, variant
-from quantbench import tables
+from hosts_helpers import fixtures, gather_model, host_results_index, image_model, make_corpus, matmul_model, variant
+from quantbench.store import partread
 from quantbench.errors import UserError
-from quantbench.hosts import results
+from quantbench.store import hostresults
 from quantbench.hosts.registry import load_hosts_file, resolve_hosts
 from quantbench.hosts.runner import RunFailed, run_hosts
-from quantbench.hosts.worker import tensor_sha256
+from quantbench.tensorcode import tensor_sha256
 
 
 def _parts(root):
-    return len(tables.parts("outputs", root))
+    return len(partread.parts("outputs", root))
 
 
 def test_local_run_tables_and_cache(workdir):
@@ -28,7 +28,7 @@ def test_local_run_tables_and_cache(workdir):
     s = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=2)
     h = s.hosts[0]
     assert (h.ran, h.cached, h.errors) == (4, 0, [])
-    out = results.load_outputs(host="x86", tables_root=root).to_pylist()
+    out = hostresults.load_outputs(host="x86", tables_root=root).to_pylist()
     assert len(out) == 8 and {r["output_name"] for r in out} == {"logits", "probs"}
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     for fx in fxs:
@@ -36,20 +36,20 @@ def test_local_run_tables_and_cache(workdir):
         rows = [r for r in out if r["fixture_id"] == fx.fixture_id]
         for r in rows:
             assert r["sha256"] == tensor_sha256(want[r["output_name"]])
-            assert np.array_equal(results.tensor_from_row(r), want[r["output_name"]])
+            assert np.array_equal(hostresults.tensor_from_row(r), want[r["output_name"]])
             assert r["providers"] == ["CPUExecutionProvider"] and r["fingerprint_id"] == h.fingerprint_id
-    hosts = tables.read("hosts", root).to_pylist()
+    hosts = partread.read("hosts", root).to_pylist()
     assert [(r["host"], r["kind"], r["fingerprint_id"]) for r in hosts] == [("x86", "local", h.fingerprint_id)]
     assert hosts[0]["ort_version"] == ort.__version__
-    assert tables.read("models", root).num_rows == 1
-    stored = {r["fixture_id"]: r for r in tables.read("fixtures", root).to_pylist()}
+    assert partread.read("models", root).num_rows == 1
+    stored = {r["fixture_id"]: r for r in partread.read("fixtures", root).to_pylist()}
     assert set(stored) == {fx.fixture_id for fx in fxs}
     for fx in fxs:  # the tensor column holds each input's canonical bytes, hashing to its id
         r = stored[fx.fixture_id]
         assert r["tensor"] == fx.array.astype("<f4").tobytes() and r["shape"] == list(fx.array.shape)
         assert tensor_sha256(np.frombuffer(r["tensor"], r["dtype"]).reshape(r["shape"])) == fx.fixture_id
-    fixture_parts = tables.parts("fixtures", root)
-    idx = results.host_results_index(tables_root=root)
+    fixture_parts = partread.parts("fixtures", root)
+    idx = host_results_index(root)
     assert len(idx) == 8
     before = _parts(root)
     again = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1)
@@ -57,8 +57,8 @@ def test_local_run_tables_and_cache(workdir):
     assert _parts(root) == before  # nothing new written
     more = fixtures(6)  # two new fixtures: only they are added to the fixtures table
     run_hosts(["x86"], [variant(model)], more, progress=False, tables_root=root, jobs=1)
-    new_parts = [p for p in tables.parts("fixtures", root) if p not in fixture_parts]
-    assert len(new_parts) == 1 and tables.read("fixtures", root).num_rows == 6
+    new_parts = [p for p in partread.parts("fixtures", root) if p not in fixture_parts]
+    assert len(new_parts) == 1 and partread.read("fixtures", root).num_rows == 6
     import pyarrow.parquet as pq
 
     assert pq.read_table(new_parts[0]).num_rows == 2
@@ -91,10 +91,10 @@ def test_changed_fingerprint_never_reuses_cache(workdir):
     fake = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1, hosts_file=hf).hosts[0]
     assert (fake.ran, fake.cached) == (3, 0)
     assert fake.fingerprint_id not in (base.fingerprint_id, opt.fingerprint_id)
-    versions = {r["fingerprint_id"]: r["ort_version"] for r in tables.read("hosts", root).to_pylist()}
+    versions = {r["fingerprint_id"]: r["ort_version"] for r in partread.read("hosts", root).to_pylist()}
     assert versions[fake.fingerprint_id] == "1.99.0" and versions[base.fingerprint_id] == ort.__version__
     # each fingerprint's results are separate rows; the default session is still cached under the real version
-    assert results.load_outputs(host="x86", tensors=False, tables_root=root).num_rows == 3 * 3 * 2
+    assert hostresults.load_outputs(host="x86", tensors=False, tables_root=root).num_rows == 3 * 3 * 2
     back = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=root, jobs=1).hosts[0]
     assert (back.ran, back.cached, back.fingerprint_id) == (0, 3, base.fingerprint_id)
 
@@ -107,7 +107,7 @@ def test_worker_exception_reports_host_variant_fixture_and_keeps_results(workdir
         run_hosts(["x86"], [variant(model, name="gathered")], fxs, progress=False, tables_root=root, jobs=1)
     msg = str(err.value)
     assert "host x86" in msg and "variant gathered" in msg and fxs[2].fixture_id[:12] in msg and "fx02.png" in msg
-    kept = set(results.load_outputs(tensors=False, tables_root=root).column("fixture_id").to_pylist())
+    kept = set(hostresults.load_outputs(tensors=False, tables_root=root).column("fixture_id").to_pylist())
     assert kept == {fxs[0].fixture_id, fxs[1].fixture_id}
     assert err.value.summary.hosts[0].ran == 2
 
@@ -118,7 +118,7 @@ def test_unresolved_provider_is_an_error_when_required(workdir):
     with pytest.raises(RunFailed, match="providers are required: CUDAExecutionProvider is not available"):
         run_hosts(["x86"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1,
                   session={"providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}, require_providers=True)
-    assert results.load_outputs(tables_root=root).num_rows == 0
+    assert hostresults.load_outputs(tables_root=root).num_rows == 0
 
 
 def test_unknown_host_lists_known_names(workdir):
@@ -195,7 +195,7 @@ def test_a_worker_importing_another_version_than_its_runtime_is_refused(workdir,
     with pytest.raises(RunFailed, match=r"host pi4@1\.20\.1: its worker imported onnxruntime .*, not the 1\.20\.1 "
                                         r"of its runtime .*rerun `quantbench hosts setup pi4@1\.20\.1`"):
         run_hosts(["pi4@1.20.1"], [variant(model)], fixtures(1), progress=False, tables_root=root, jobs=1)
-    assert results.load_outputs(tables_root=root).num_rows == 0
+    assert hostresults.load_outputs(tables_root=root).num_rows == 0
     argv = ["run", "--hosts", "pi4@1.20.1", "--variants", str(image_model(workdir / "i.onnx")), "--fixtures",
             str(make_corpus(workdir / "corpus")), "--no-progress", "--jobs", "1", "--tables", "c"]
     assert main(argv) == 2

@@ -17,7 +17,8 @@ from collections import Counter
 
 import pytest
 
-from quantbench import fsutil, tables
+from quantbench import fsutil
+from quantbench.store import partread
 from quantbench.hosts import cpuidpatch as C
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import masked as M
@@ -72,7 +73,7 @@ def test_two_masked_hosts_of_one_command_on_a_cold_cache_share_one_build(cold_st
     rc, out, err = cold_start["equiv"]
     assert rc in (0, 1), err[-3000:]  # exit 1: a gate failed (tiers may differ); never a crash (2)
     assert not any(w in err for w in ("Traceback", "shutil.Error", "FileExistsError")), err[-3000:]
-    hosts = tables.read("outputs", root=cold_start["work"] / "results" / "tables", columns=["host"])
+    hosts = partread.read("outputs", root=cold_start["work"] / "results" / "tables", columns=["host"])
     per_host = Counter(hosts.column("host").to_pylist())
     assert sorted(per_host) == sorted(cold_start["tiers"]) and len(set(per_host.values())) == 1, out[-3000:]  # both ran it all
     building = list(cold_start["gate"].glob("building.site.*"))

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from quantbench.assets import demo_model
+from quantbench.inputs.assets import demo_model
 from quantbench.cli import main
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E

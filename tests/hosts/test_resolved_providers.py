@@ -10,14 +10,14 @@ import onnxruntime as ort
 import pytest
 
 from hosts_helpers import fixtures, matmul_model, variant
-from quantbench.hosts import results
+from quantbench.store import hostresults
 from quantbench.hosts.runner import RunFailed, run_hosts
 
 XNNPACK = {"providers": ["XnnpackExecutionProvider", "CPUExecutionProvider"]}
 
 
 def _rows(root):
-    return results.load_outputs(tables_root=root, columns=["providers", "placement"]).to_pylist()
+    return hostresults.load_outputs(tables_root=root, columns=["providers", "placement"]).to_pylist()
 
 
 def test_xnnpack_request_on_pip_onnxruntime_is_a_flagged_fallback(workdir):
@@ -41,7 +41,7 @@ def test_required_providers_make_the_fallback_an_error(workdir):
                                         "not available in this onnxruntime"):
         run_hosts(["x86"], [variant(model)], fixtures(2), progress=False, tables_root=workdir / "t", jobs=1,
                   session=XNNPACK, require_providers=True)
-    assert results.load_outputs(tables_root=workdir / "t").num_rows == 0
+    assert hostresults.load_outputs(tables_root=workdir / "t").num_rows == 0
 
 
 def test_an_available_provider_that_ran_no_node_is_a_finding(workdir):
@@ -58,8 +58,8 @@ def test_an_available_provider_that_ran_no_node_is_a_finding(workdir):
 def test_node_counts_per_provider_match_the_optimised_graph(workdir):
     """The demo classifier's placement counts every node of the graph onnxruntime ran (its optimised model,
     saved by onnxruntime itself, is the independent count)."""
-    from quantbench.assets import demo_model
-    from quantbench.fixtures import Fixture
+    from quantbench.inputs.assets import demo_model
+    from quantbench.inputs.fixtures import Fixture
 
     src = demo_model("litter-cnn")
     so = ort.SessionOptions()
@@ -69,7 +69,7 @@ def test_node_counts_per_provider_match_the_optimised_graph(workdir):
     import numpy as np
 
     x = np.linspace(0, 1, 3 * 128 * 128, dtype=np.float32).reshape(1, 3, 128, 128)
-    from quantbench.hosts.worker import tensor_sha256
+    from quantbench.tensorcode import tensor_sha256
 
     fx = Fixture(fixture_id=tensor_sha256(x), input_name="images", array=x, source="ramp", image_sha256="")
     s = run_hosts(["x86"], [variant(src, model="litter-cnn")], [fx], progress=False, tables_root=workdir / "t", jobs=1)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from hosts_helpers import fixtures, matmul_model, variant
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.hosts.runner import run_hosts
 
 N = 12
@@ -36,7 +36,7 @@ print(json.dumps({{"ran": s.hosts[0].ran, "errors": s.errors}}))
 def _raw_rows(root):
     """Every row of every part, without the readers' de-duplication."""
     rows = []
-    for p in tables.parts("outputs", root):
+    for p in partread.parts("outputs", root):
         rows.extend(pq.read_table(p, columns=["run_key", "host", "output_name", "fixture_id"]).to_pylist())
     return rows
 

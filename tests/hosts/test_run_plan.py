@@ -79,7 +79,7 @@ def test_a_second_run_parses_no_unchanged_model(workdir, capsys, monkeypatch):
 def test_model_facts_follow_the_file(workdir, monkeypatch):
     """A rewritten model (its ctime moves with any write) is parsed again, and its facts are its own; an external
     data file that changes makes the model's facts be worked out again too."""
-    from quantbench.modelio import model_facts
+    from quantbench.inputs.modelio import model_facts
 
     loads, _ = count_loads(monkeypatch)
     a = matmul_model(workdir / "a.onnx", k=4)

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from hosts_helpers import fixtures, image_model, make_corpus, matmul_model, variant
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.analysis.classes import version_findings, version_text
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.hosts import results
+from quantbench.store import hostresults
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.registry import load_hosts_file, make_host, resolve_hosts
 from quantbench.hosts.runner import run_hosts
@@ -28,7 +28,7 @@ def _need(*names, hosts_file=None):
 
 
 def _hosts_rows(root) -> dict:
-    return {r["host"]: r for r in tables.read("hosts", root=root).to_pylist()}
+    return {r["host"]: r for r in partread.read("hosts", root=root).to_pylist()}
 
 
 def test_a_version_is_part_of_a_host_name_and_of_the_hosts_file(workdir):
@@ -147,7 +147,7 @@ def test_debian_presets_run_their_own_onnxruntime_and_providers(workdir):
     assert rows["pi-xnnpack"]["resolved_providers"] == ["XnnpackExecutionProvider", "CPUExecutionProvider"]
     assert rows["x86-dnnl"]["resolved_providers"] == ["DnnlExecutionProvider", "CPUExecutionProvider"]
     assert rows["pi-debian"]["resolved_providers"] == ["CPUExecutionProvider"]
-    provs = {r["host"]: r["providers"] for r in results.load_outputs(tables_root=root, tensors=False).to_pylist()}
+    provs = {r["host"]: r["providers"] for r in hostresults.load_outputs(tables_root=root, tensors=False).to_pylist()}
     assert provs["pi-xnnpack"][0] == "XnnpackExecutionProvider" and provs["x86-dnnl"][0] == "DnnlExecutionProvider"
 
 

@@ -9,11 +9,11 @@ import tarfile
 import pytest
 
 import real_models as R
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.cli import main
-from quantbench.fixtures import fixtures_for_variants
+from quantbench.inputs.fixtures import fixtures_for_variants
 from quantbench.hosts import shards
-from quantbench.variants import resolve_variants
+from quantbench.inputs.variantdir import resolve_variants
 from shard_helpers import analysis_rows, imported_hosts_toml
 
 COMMON = ["--no-progress", "--jobs", "1"]
@@ -51,7 +51,7 @@ def _merged_equals_single(workdir, capsys, inputs: list, equiv_args: list = ()) 
     single, merged = analysis_rows(workdir / "single"), analysis_rows(workdir / "merged")
     assert single["classes"] and single["decisions"]
     assert merged == single
-    kinds = {r["host"]: r["kind"] for r in tables.read("hosts", root=workdir / "merged" / "tables").to_pylist()}
+    kinds = {r["host"]: r["kind"] for r in partread.read("hosts", root=workdir / "merged" / "tables").to_pylist()}
     assert kinds == {"x86": "imported"}
     return single
 
@@ -202,7 +202,7 @@ def test_files_from_two_cpu_models_are_two_hosts_and_the_report_says_so(workdir,
     assert "Intel(R) Xeon(R) Platinum 8370C" in out
     report = (workdir / "r" / "report.md").read_text()
     assert "Imported host **gh-x86** ran on 2 CPU models" in report and "gh-x86.2 (GenuineIntel" in report
-    hosts = {r["host"]: r["fingerprint_id"] for r in tables.read("hosts", root=workdir / "r" / "tables").to_pylist()}
+    hosts = {r["host"]: r["fingerprint_id"] for r in partread.read("hosts", root=workdir / "r" / "tables").to_pylist()}
     assert sorted(hosts) == ["gh-x86.1", "gh-x86.2"] and len(set(hosts.values())) == 2
     # shards that ran on two CPU models leave each CPU's host short of shards: refused, naming the CPU
     files = _shard_runs(3, ["--limit", "6"])

@@ -2,10 +2,9 @@
 
 import pytest
 
-from hosts_helpers import fixtures, matmul_model, variant
-from quantbench import tables
+from hosts_helpers import fixtures, hashes_by_host, matmul_model, variant
+from quantbench.store import partread
 from quantbench.errors import UserError
-from quantbench.hosts import results
 from quantbench.hosts.runner import RunFailed, run_hosts
 from ssh_helpers import sshd, ssh_machine_is_this_cpu  # noqa: F401  (the real sshd fixture on 127.0.0.1)
 
@@ -19,10 +18,10 @@ def test_ssh_worker_matches_local(workdir, sshd):
     root = workdir / "t"
     s = run_hosts(["robot", "x86"], [variant(model)], fxs, hosts_file=sshd, progress=False, tables_root=root, jobs=2)
     assert [(h.name, h.ran, h.errors) for h in s.hosts] == [("robot", 3, []), ("x86", 3, [])]
-    by = results.hashes_by_host(s.variants[0].variant_id, tables_root=root)
+    by = hashes_by_host(s.variants[0].variant_id, root)
     assert set(by) == {"robot", "x86"} and len(by["robot"]) == 6
     assert by["robot"] == by["x86"]  # the same machine behind ssh: byte-identical outputs
-    kinds = {r["host"]: r["kind"] for r in tables.read("hosts", root).to_pylist()}
+    kinds = {r["host"]: r["kind"] for r in partread.read("hosts", root).to_pylist()}
     assert kinds == {"robot": "ssh", "x86": "local"}
     again = run_hosts(["robot"], [variant(model)], fxs, hosts_file=sshd, progress=False, tables_root=root, jobs=1)
     assert (again.hosts[0].ran, again.hosts[0].cached) == (0, 3)

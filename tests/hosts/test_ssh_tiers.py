@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from quantbench.cli import main
-from quantbench.assets import demo_model
+from quantbench.inputs.assets import demo_model
 from quantbench.errors import UserError
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import masked as M

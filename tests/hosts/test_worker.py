@@ -9,6 +9,7 @@ import pytest
 
 from hosts_helpers import gather_model, matmul_model
 from quantbench.hosts import worker as W
+from quantbench import tensorcode
 from quantbench.hosts.keys import probe_job, request_header
 from quantbench.hosts.local import LocalHost
 
@@ -30,8 +31,8 @@ def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple
 def _job(model_path, arrays, session=None, sha=None, **extra):
     parts, fxs, off = [], [], 0
     for i, a in enumerate(arrays):
-        raw = W.tensor_bytes(a)
-        fxs.append({"fixture_id": W.tensor_sha256(a), "sha256": (sha[i] if sha else None) or W.tensor_sha256(a),
+        raw = tensorcode.tensor_bytes(a)
+        fxs.append({"fixture_id": tensorcode.tensor_sha256(a), "sha256": (sha[i] if sha else None) or tensorcode.tensor_sha256(a),
                     "input_name": "x", "dtype": a.dtype.str, "shape": list(a.shape), "offset": off, "nbytes": len(raw)})
         parts.append(raw)
         off += len(raw)
@@ -44,9 +45,9 @@ def _job(model_path, arrays, session=None, sha=None, **extra):
 def test_canonical_hash_is_documented_encoding():
     a = np.arange(6, dtype=">i4").reshape(2, 3)  # big-endian input hashes as little-endian
     raw = np.arange(6, dtype="<i4").tobytes()
-    assert W.tensor_sha256(a) == hashlib.sha256(b"<i4|2,3|" + raw).hexdigest()
-    assert W.tensor_sha256(np.float32(1.5)) == hashlib.sha256(b"<f4||" + np.float32(1.5).tobytes()).hexdigest()
-    back = W.tensor_from_bytes(W.tensor_bytes(a), "<i4", [2, 3])
+    assert tensorcode.tensor_sha256(a) == hashlib.sha256(b"<i4|2,3|" + raw).hexdigest()
+    assert tensorcode.tensor_sha256(np.float32(1.5)) == hashlib.sha256(b"<f4||" + np.float32(1.5).tobytes()).hexdigest()
+    back = tensorcode.tensor_from_bytes(tensorcode.tensor_bytes(a), "<i4", [2, 3])
     assert back.tolist() == a.tolist()
 
 
@@ -57,7 +58,7 @@ def test_outputs_match_direct_onnxruntime(tmp_path, client):
     frames = list(client.request(header, payload))
     assert frames[0][0]["type"] == "session" and frames[0][0]["providers"] == ["CPUExecutionProvider"]
     results = [f for f in frames if f[0]["type"] == "result"]
-    assert [h["fixture_id"] for h, _ in results] == [W.tensor_sha256(x) for x in xs]
+    assert [h["fixture_id"] for h, _ in results] == [tensorcode.tensor_sha256(x) for x in xs]
     so = ort.SessionOptions()
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
@@ -65,8 +66,8 @@ def test_outputs_match_direct_onnxruntime(tmp_path, client):
         want = sess.run(None, {"x": x})
         assert [o["name"] for o in h["outputs"]] == ["logits", "probs"]
         for o, w in zip(h["outputs"], want):
-            got = W.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"], o["shape"])
-            assert o["sha256"] == W.tensor_sha256(w) == W.tensor_sha256(got)
+            got = tensorcode.tensor_from_bytes(p[o["offset"]:o["offset"] + o["nbytes"]], o["dtype"], o["shape"])
+            assert o["sha256"] == tensorcode.tensor_sha256(w) == tensorcode.tensor_sha256(got)
             assert np.array_equal(got, w)
 
 
@@ -92,7 +93,7 @@ def test_input_hash_mismatch_is_an_error(tmp_path, client):
     assert [f["type"] for f in frames] == ["session", "error"]
     err = frames[-1]
     assert err["stage"] == "input" and "SHA-256 mismatch" in err["message"]
-    assert err["host"] == "h1" and err["variant"] == "v1" and err["fixture_id"] == W.tensor_sha256(x)
+    assert err["host"] == "h1" and err["variant"] == "v1" and err["fixture_id"] == tensorcode.tensor_sha256(x)
 
 
 def test_a_later_input_mismatch_stops_the_job_at_that_fixture(tmp_path, client):
@@ -102,8 +103,8 @@ def test_a_later_input_mismatch_stops_the_job_at_that_fixture(tmp_path, client):
     header, payload = _job(model, xs, sha=[None, None, "f" * 64, None])
     frames = [h for h, _ in client.request(header, payload)]
     assert [f["type"] for f in frames] == ["session", "result", "result", "error"]
-    assert [f["fixture_id"] for f in frames[1:3]] == [W.tensor_sha256(x) for x in xs[:2]]
-    assert frames[-1]["stage"] == "input" and frames[-1]["fixture_id"] == W.tensor_sha256(xs[2])
+    assert [f["fixture_id"] for f in frames[1:3]] == [tensorcode.tensor_sha256(x) for x in xs[:2]]
+    assert frames[-1]["stage"] == "input" and frames[-1]["fixture_id"] == tensorcode.tensor_sha256(xs[2])
     ok = [h for h, _ in client.request(*_job(model, xs))]
     assert [f["type"] for f in ok] == ["session"] + ["result"] * 4 + ["verified"]
     assert ok[-1]["fixtures"] == 4 and ok[-1]["verify_seconds"] >= 0.0
@@ -131,7 +132,7 @@ def test_run_time_exception_names_fixture_and_keeps_earlier_results(tmp_path, cl
         xs.append(a)
     frames = [h for h, _ in client.request(*_job(model, xs))]
     assert [f["type"] for f in frames] == ["session", "result", "result", "error"]
-    assert frames[-1]["stage"] == "run" and frames[-1]["fixture_id"] == W.tensor_sha256(xs[2])
+    assert frames[-1]["stage"] == "run" and frames[-1]["fixture_id"] == tensorcode.tensor_sha256(xs[2])
     assert frames[-1]["host"] == "h1" and frames[-1]["variant"] == "v1"
 
 
@@ -237,8 +238,8 @@ def test_inputs_from_a_store_file(tmp_path, client):
     model = matmul_model(tmp_path / "m.onnx")
     xs = [np.random.RandomState(i).rand(1, 16).astype(np.float32) for i in range(2)]
     store = tmp_path / "inputs.bin"
-    store.write_bytes(b"".join(W.tensor_bytes(x) for x in xs))
-    fxs = [{"fixture_id": W.tensor_sha256(x), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
+    store.write_bytes(b"".join(tensorcode.tensor_bytes(x) for x in xs))
+    fxs = [{"fixture_id": tensorcode.tensor_sha256(x), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
             "file": str(store), "offset": 64 * i, "nbytes": 64} for i, x in enumerate(xs)]
     header = {"type": "run", "host": "h1", "variant": "v1", "model": {"path": str(model)}, "session": {}, "fixtures": fxs}
     res = [h for h, _ in client.request(header) if h["type"] == "result"]
@@ -253,8 +254,8 @@ def test_run_level_store_and_a_truncated_store(tmp_path, client):
     model = matmul_model(tmp_path / "m.onnx")
     xs = [np.random.RandomState(i).rand(1, 16).astype(np.float32) for i in range(3)]
     store = tmp_path / "inputs.bin"
-    store.write_bytes(b"".join(W.tensor_bytes(x) for x in xs[:2]))  # the third tensor is missing
-    fxs = [{"fixture_id": W.tensor_sha256(x), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
+    store.write_bytes(b"".join(tensorcode.tensor_bytes(x) for x in xs[:2]))  # the third tensor is missing
+    fxs = [{"fixture_id": tensorcode.tensor_sha256(x), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
             "offset": 64 * i, "nbytes": 64} for i, x in enumerate(xs)]
     header = {"type": "run", "host": "h1", "variant": "v1", "model": {"path": str(model)}, "session": {},
               "fixtures": fxs, "store": str(store)}
@@ -299,9 +300,9 @@ def test_results_leave_in_order_behind_a_slow_reader(tmp_path, monkeypatch):
     kinds = [h["type"] for h, _ in frames]
     assert kinds == ["session"] + ["result"] * 80 + ["verified"]
     got = [(h["fixture_id"], h["repeat"]) for h, _ in frames[1:-1]]
-    assert got == [(W.tensor_sha256(x), r) for x in xs for r in (0, 1)]
+    assert got == [(tensorcode.tensor_sha256(x), r) for x in xs for r in (0, 1)]
     so = ort.SessionOptions()
     so.intra_op_num_threads = so.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
     for (h, _), x in zip(frames[1:-1:2], xs):
-        assert [o["sha256"] for o in h["outputs"]] == [W.tensor_sha256(w) for w in sess.run(None, {"x": x})]
+        assert [o["sha256"] for o in h["outputs"]] == [tensorcode.tensor_sha256(w) for w in sess.run(None, {"x": x})]

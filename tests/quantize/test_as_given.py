@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from onnxruntime.quantization import quantize_dynamic
 
-from quantbench.assets import MODELS_DIR
+from quantbench.inputs.assets import MODELS_DIR
 from quantbench.cli import main
-from quantbench.variants import load_variants, resolve_variants
+from quantbench.inputs.variantdir import load_variants, resolve_variants
 
 FP32 = MODELS_DIR / "litter-cnn.onnx"
 

@@ -10,6 +10,7 @@ from calib_helpers import random_feeds, tiny_model
 from quantbench.errors import UserError
 from quantbench.fsutil import sha256_file
 from quantbench.quantize import calibration as C
+from quantbench.quantize import ort_api
 from quantbench.quantize.calibration import compute_ranges, ranges_dict
 
 METHODS = ["minmax", "percentile", "entropy"]
@@ -246,7 +247,7 @@ def test_one_pass_exactly_when_half_the_budget_holds_every_image(tmp_path):
 def test_reshaped_and_transposed_copies_are_measured_once(model, monkeypatch):
     """Outputs of Reshape/Transpose/... of a calibrated tensor hold its values: they are not run out of
     the model, held or binned, and get exactly the ranges measuring them would give."""
-    m = C.load_with_shape_infer(model)
+    m = ort_api.load_with_shape_infer(model)
     catalog = C._Catalog(m, None)
     assert catalog.alias == {"kt": "k", "t": "a2", "tt": "a2"}  # tt = Transpose(t), t = Reshape(a2): a chain
     assert not set(catalog.alias) & set(catalog.names)
@@ -290,5 +291,5 @@ def test_float16_tensors_reduce_exactly_in_both_plans(tmp_path):
     for method in methods:
         assert ranges_dict(one[method]) == ranges_dict(two[method]), method
     got = ranges_dict(one["minmax"])
-    assert C._Catalog(C.load_with_shape_infer(path), ["Mul", "Add"]).alias == {"r": "a"}
+    assert C._Catalog(ort_api.load_with_shape_infer(path), ["Mul", "Add"]).alias == {"r": "a"}
     assert got["r"] == got["a"] and got["m"][0] < 0 < got["m"][1]

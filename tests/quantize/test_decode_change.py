@@ -11,7 +11,7 @@ import pytest
 from calib_helpers import make_corpus, tiny_model
 from quantbench.cli import main
 from quantbench.fsutil import sha256_file
-from quantbench.variants import load_variants
+from quantbench.inputs.variantdir import load_variants
 
 PLUGIN = '''import numpy as np
 

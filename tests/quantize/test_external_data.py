@@ -23,13 +23,13 @@ from hosts_helpers import fixtures, matmul_model, variant
 from hosts_helpers import make_corpus as eval_corpus
 from run_helpers import variants_folder
 from quantbench.fsutil import sha256_file
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.cli import main
-from quantbench.hosts import results
+from quantbench.store import hostresults
 from quantbench.hosts.runner import run_hosts
-from quantbench.hosts.worker import tensor_sha256
-from quantbench.modelio import external_data_files, raw_sha256, semantic_sha256
-from quantbench.variants import latest_variants
+from quantbench.tensorcode import tensor_sha256
+from quantbench.inputs.modelio import external_data_files, raw_sha256, semantic_sha256
+from quantbench.inputs.variantdir import latest_variants
 from ssh_helpers import sshd  # noqa: F401 - the module's sshd fixture (a real OpenSSH server on 127.0.0.1)
 
 
@@ -92,7 +92,7 @@ def test_external_data_outside_the_model_folder_is_refused_by_name(workdir, corp
 
 
 def _hashes(root, host):
-    rows = results.load_outputs(host=host, tables_root=root).to_pylist()
+    rows = hostresults.load_outputs(host=host, tables_root=root).to_pylist()
     return sorted((r["fixture_id"], r["output_name"], r["sha256"]) for r in rows)
 
 
@@ -105,7 +105,7 @@ def test_local_run_of_a_model_with_external_data_matches_the_embedded_model(work
     s = run_hosts(["x86"], [variant(model)], fxs, progress=False, tables_root=workdir / "b", jobs=1)
     assert (s.hosts[0].ran, s.errors) == (3, [])
     assert _hashes(workdir / "b", "x86") == _hashes(workdir / "a", "x86") and len(_hashes(workdir / "b", "x86")) == 6
-    assert tables.read("models", workdir / "b").column("variant_id").to_pylist() == [semantic_sha256(plain)]
+    assert partread.read("models", workdir / "b").column("variant_id").to_pylist() == [semantic_sha256(plain)]
 
 
 @pytest.mark.slow

@@ -21,9 +21,9 @@ from onnx import numpy_helper as nh
 from calib_helpers import make_corpus, tiny_model
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.preprocess import load_rgb, to_tensor
+from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.quantize import intake, smoke
-from quantbench.variants import latest_variants
+from quantbench.inputs.variantdir import latest_variants
 
 SIDECAR_INPUT = {"name": "images", "shape": [1, 3, 16, 16], "layout": "NCHW", "color": "RGB", "dtype": "float32",
                  "scale": 1 / 255, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}

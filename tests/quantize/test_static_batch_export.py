@@ -16,13 +16,13 @@ import onnxruntime as ort
 import pytest
 
 from calib_helpers import make_corpus, static_batch_model
-from quantbench import tables
+from quantbench.store import partread
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.modelio import declared_dims
-from quantbench.preprocess import input_spec
+from quantbench.inputs.modelio import declared_dims
+from quantbench.inputs.preprocess import input_spec
 from quantbench.quantize import smoke
-from quantbench.variants import latest_variants
+from quantbench.inputs.variantdir import latest_variants
 
 REPO = str(Path(__file__).resolve().parents[2])
 SIDE_48 = {"input": {"name": "input.1", "shape": [1, 3, 48, 48], "scale": 1 / 255}}
@@ -84,7 +84,7 @@ def test_the_sidecar_shape_overrides_the_declared_dims_in_every_variant_and_host
         y = ort.InferenceSession(str(v.path), providers=["CPUExecutionProvider"]).run(None, {"input.1": x})[0]
         assert y.shape == (1, 2)
     assert main(["run", "--hosts", "x86", "--fixtures", str(corpus), "--no-progress"]) == 0
-    outputs = tables.read("outputs").to_pylist()
+    outputs = partread.read("outputs").to_pylist()
     assert {"fp32", "dynamic", "static-minmax"} <= {r["variant"] for r in outputs}   # (byte-duplicates run once)
     assert {tuple(r["shape"]) for r in outputs} == {(1, 2)}
 

@@ -3,7 +3,7 @@ ran it, allowed), the archive travels, and verify (re-run included) passes witho
 
 import os
 
-from quantbench import plugins
+from quantbench.inputs import plugins
 from quantbench.cli import main
 from plugin_helpers import _calibrate, _sidecar, proj  # noqa: F401  (the project fixture)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from quantbench.gallery import tensor_rgb
-from quantbench.preprocess import to_tensor
+from quantbench.report.gallery import tensor_rgb
+from quantbench.inputs.preprocess import to_tensor
 
 
 def test_tensor_rgb_undoes_transpose_hw():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from quantbench.report import _summary_concealed_and_margins
+from quantbench.report.termsummary import _summary_concealed_and_margins
 
 
 def _result(kind: str, threshold=None):

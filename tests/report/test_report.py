@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quantbench import report as R
+from quantbench.report import charts, equivsection, htmlpage, verdict
 from quantbench.analysis.accuracy import Plan, plan, score
 from quantbench.analysis.decode import DecodeSpec
 from quantbench.cli import main
@@ -23,7 +23,7 @@ from report_helpers import _dec, _flip, _truth, hand_result
 
 
 def test_verdict_lines_one_per_variant_with_classes_flips_and_gate():
-    lines = R.verdict_lines(hand_result(duplicates=[{"name": "static-minmax-copy", "model": "m", "path": "x.onnx",
+    lines = verdict.verdict_lines(hand_result(duplicates=[{"name": "static-minmax-copy", "model": "m", "path": "x.onnx",
                                                      "duplicate_of": "dynamic"}]))
     assert len(lines) == 4
     fp32, dyn, ent, dup = lines
@@ -39,7 +39,7 @@ def test_verdict_lines_one_per_variant_with_classes_flips_and_gate():
 
 
 def test_verdict_without_decisions_says_so_and_gates_the_tensors_only_at_a_tolerance_the_user_set():
-    lines = R.verdict_lines(hand_result(decode_none=True))
+    lines = verdict.verdict_lines(hand_result(decode_none=True))
     assert all("decisions not compared (decode none)" in ln for ln in lines)
     # the default 1e-5 would fail every float model across architectures: no verdict, what can be said instead
     assert all(ln.startswith("- **NO VERDICT** ") for ln in lines), lines
@@ -47,12 +47,12 @@ def test_verdict_without_decisions_says_so_and_gates_the_tensors_only_at_a_toler
     assert "DO NOT SHIP" not in " ".join(lines)
     set_tol = hand_result(decode_none=True)
     set_tol.settings["atol"] = 1e-3
-    lines = R.verdict_lines(set_tol)
+    lines = verdict.verdict_lines(set_tol)
     assert "gate tensor: FAIL (tensor: 3 of 4 comparisons" in lines[1] and lines[1].startswith("- **DO NOT SHIP**")
     named = hand_result(decode_none=True)
     named.settings["gates"] = ["tensor"]
-    assert R.verdict_lines(named)[1].startswith("- **DO NOT SHIP**")
-    md, _ = R.render_equiv(hand_result(decode_none=True), "unused", plots=False, tables_root="unused")
+    assert verdict.verdict_lines(named)[1].startswith("- **DO NOT SHIP**")
+    md, _ = equivsection.render_equiv(hand_result(decode_none=True), "unused", plots=False, tables_root="unused")
     assert "Decisions not compared (decode none): no gallery." in md
     assert "Decisions not compared (decode none): no margins." in md
     assert "No flips" not in md and "0 decision flips" not in md
@@ -63,7 +63,7 @@ def test_no_flips_says_what_was_compared(tmp_path):
     r.flip_rows = []
     for c in r.comparisons:
         c.update(flips=0, images_disagree=0, decision_passed=True)
-    md, written = R.render_equiv(r, tmp_path, plots=True, tables_root=tmp_path)
+    md, written = equivsection.render_equiv(r, tmp_path, plots=True, tables_root=tmp_path)
     assert "No flips: 9 comparisons over 10 images each, every decision the same." in md
     assert "No comparison has flips: nothing to show." in md
     assert "0 decision flips vs fp32 (fp32 on x86) on x86, pi, 10 images compared, none disagrees" in md
@@ -72,16 +72,16 @@ def test_no_flips_says_what_was_compared(tmp_path):
 
 def test_margins_count_each_flip_once_per_comparison_kind():
     r = hand_result()
-    flips = R.distinct_flips(r)
+    flips = charts.distinct_flips(r)
     # own-fp32 on x86 and on pi, and ref-fp32 on pi, show the same 3 flips of dynamic: 3 per kind, not 9
     assert len(flips[("m", "dynamic", "own-fp32")]) == 3
     assert sorted(flips[("m", "dynamic", "own-fp32")][0][1]) == ["pi", "x86"]
     assert len(flips[("m", "dynamic", "ref-fp32")]) == 3
-    md = "\n".join(R.margins_lines(r, Path("unused"), False, []))
+    md = "\n".join(equivsection.margins_lines(r, Path("unused"), False, []))
     assert "| dynamic | vs fp32, same host | x86, pi | 3 | fp32 top-1 minus top-2 probability | 2 | 1 |" in md
     header = next(ln for ln in md.splitlines() if ln.startswith("| variant | comparison"))
     assert all(h.strip() for h in header.strip("|").split(" | "))   # no column without a header
-    assert R.margin_axis({"kind": "detr-sigmoid", "threshold": 0.4}) == "fp32 score minus threshold"
+    assert charts.margin_axis({"kind": "detr-sigmoid", "threshold": 0.4}) == "fp32 score minus threshold"
 
 
 # --------------------------------------------------------------------------- accuracy
@@ -176,7 +176,7 @@ def test_accuracy_scored_once_per_content_and_found_again_under_the_results_fold
 
 
 def test_boxes_to_image_inverts_letterbox_and_center_crop():
-    from quantbench.preprocess import boxes_to_image
+    from quantbench.inputs.preprocess import boxes_to_image
 
     # 200 x 100 image letterboxed into 64 x 64: scale 0.32, 64 x 32 placed at top 16
     lb = {"shape": [1, 3, 64, 64], "layout": "NCHW", "resize": "letterbox"}
@@ -193,7 +193,7 @@ def test_boxes_to_image_inverts_letterbox_and_center_crop():
 
 
 def test_gallery_thumbnails_are_the_same_bytes_for_the_same_inputs():
-    from quantbench import gallery as GL
+    from quantbench.report import gallery as GL
 
     rgb = (np.arange(32 * 48 * 3) % 251).astype(np.uint8).reshape(32, 48, 3)
     ref = _dec([0, 1], box=[[0.1, 0.1, 0.5, 0.5], [0.6, 0.6, 0.9, 0.9]])
@@ -275,7 +275,7 @@ def test_equiv_report_opens_with_the_verdict_and_shows_accuracy_and_gallery(labe
 
 
 def test_equiv_rerun_scores_no_accuracy_and_draws_no_thumbnail(labelled_bench, monkeypatch):
-    from quantbench import gallery as GL
+    from quantbench.report import gallery as GL
     from quantbench.analysis import accuracy as A
 
     res = labelled_bench / "results"
@@ -285,7 +285,7 @@ def test_equiv_rerun_scores_no_accuracy_and_draws_no_thumbnail(labelled_bench, m
     real_draw, real_score = GL.draw, A.score
     monkeypatch.setattr(GL, "draw", lambda *a: drawn.append(a[-1]) or real_draw(*a))
     monkeypatch.setattr(A, "score", lambda *a: scored.append(1) or real_score(*a))
-    monkeypatch.setattr(R, "render_html", lambda text: pytest.fail("report.html rendered again from the same text"))
+    monkeypatch.setattr(htmlpage, "render_html", lambda text: pytest.fail("report.html rendered again from the same text"))
     monkeypatch.chdir(labelled_bench)
     args = ["equiv", "--no-run", "--hosts", "x86,x86b", "--variants", str(labelled_bench / "bench" / "variants"),
             "--fixtures", str(labelled_bench / "bench" / "labels.json"), "--no-progress"]
@@ -347,13 +347,13 @@ def _fresh_report(bench: Path, dest: Path, monkeypatch) -> dict:
 
 
 def test_thumbnails_and_plots_drawn_by_a_forked_child_are_the_bytes_drawn_here(labelled_bench, tmp_path, monkeypatch):
-    from quantbench import gallery as GL
+    from quantbench.report import gallery as GL
 
     forked = _fresh_report(labelled_bench, tmp_path / "forked", monkeypatch)
     assert len([p for p in forked if p.startswith(GL.GALLERY) and p.endswith(".png")]) == 24
-    assert any(p.startswith("plots/") for p in forked) == R.have_matplotlib()
+    assert any(p.startswith("plots/") for p in forked) == charts.have_matplotlib()
     # a child that dies on its first drawing: the parent draws what it took, and every other job
-    parent, real_draw, real_savefig = os.getpid(), GL.draw, R._savefig
+    parent, real_draw, real_savefig = os.getpid(), GL.draw, charts._savefig
 
     def only_here(real):
         def f(*a, **k):
@@ -363,7 +363,7 @@ def test_thumbnails_and_plots_drawn_by_a_forked_child_are_the_bytes_drawn_here(l
         return f
 
     monkeypatch.setattr(GL, "draw", only_here(real_draw))
-    monkeypatch.setattr(R, "_savefig", only_here(real_savefig))
+    monkeypatch.setattr(charts, "_savefig", only_here(real_savefig))
     assert _fresh_report(labelled_bench, tmp_path / "child-fails", monkeypatch) == forked
     monkeypatch.undo()
     monkeypatch.delattr(os, "fork")   # no child at all: everything drawn in this process
@@ -373,7 +373,7 @@ def test_thumbnails_and_plots_drawn_by_a_forked_child_are_the_bytes_drawn_here(l
 def test_a_flipped_image_without_its_input_tensor_is_named_not_drawn(labelled_bench, tmp_path, monkeypatch):
     """The gallery names a flipped image whose input tensor the fixtures table does not hold (as for rows
     written without tensors) instead of drawing it; the others are drawn as always."""
-    from quantbench import gallery as GL
+    from quantbench.report import gallery as GL
 
     real = GL.fixture_pixels
     gone = []

@@ -3,7 +3,8 @@ used (qemu evidence), in the Markdown table and the text summary alike (report.s
 
 from quantbench.analysis.classes import fingerprint_features, separation
 from quantbench.analysis.tiers import used_features
-from quantbench.report import classes_lines, equiv_summary_text, separation_text
+from quantbench.report.equivsection import classes_lines
+from quantbench.report.termsummary import equiv_summary_text, separation_text
 from report_helpers import hand_result
 
 NEON = ["fp", "asimd", "asimddp"]
