@@ -10,9 +10,9 @@ import pytest
 
 from calib_helpers import make_corpus, tiny_model
 from cli_helpers import digest
-from quantbench import config as C
-from quantbench.cli import _with_hosts_file_defaults, build_parser, main
-from quantbench.commands import MIXED_KIND_KEYS
+from quantbench.cli import config as C
+from quantbench.cli.cli import _with_hosts_file_defaults, build_parser, main
+from quantbench.cli.commands import MIXED_KIND_KEYS
 
 
 def _run(capsys, *args) -> tuple[int, str, str]:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_fleet_arguments
+from quantbench.cli.commands import add_fleet_arguments
 from quantbench.explain import update_report
 from quantbench.explain.lint import fleet_note, fleet_of, lint_model
 from quantbench.modelio import load_model, semantic_sha256
-from quantbench.runargs import fleet_from_args
+from quantbench.cli.runplan import fleet_from_args
 from quantbench.textfmt import text_table
 
 HELP = "Lint an int8 model's weights for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow, per layer."

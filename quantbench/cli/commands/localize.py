@@ -6,13 +6,13 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_explain_arguments, base_session_from_args
+from quantbench.cli.commands import add_explain_arguments, base_session_from_args
 from quantbench.explain import update_report
 from quantbench.explain.evidence import run_evidence_for, table
 from quantbench.explain.localize import localize, summary
 from quantbench.fixtures import limit_note, pick_balanced, pick_fixture
 from quantbench.hosts.registry import parse_hosts
-from quantbench.runargs import explain_plan
+from quantbench.cli.runplan import explain_plan
 from quantbench.variants import pick_variant
 
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."

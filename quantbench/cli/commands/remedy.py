@@ -7,13 +7,13 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.analysis.decode import decode_arg, spec_for_variant
 from quantbench.assets import RESULTS_DIR, TABLES_DIR
-from quantbench.commands import add_explain_arguments, base_session_from_args
+from quantbench.cli.commands import add_explain_arguments, base_session_from_args
 from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
 from quantbench.hosts.registry import parse_hosts
 from quantbench.recipe import check_identity
-from quantbench.runargs import explain_plan
+from quantbench.cli.runplan import explain_plan
 from quantbench.variants import pick_variant
 
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."

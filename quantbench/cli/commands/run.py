@@ -8,7 +8,7 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
+from quantbench.cli.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
                                  session_from_args)
 from quantbench.errors import UserError, render_params
 from quantbench.hosts.cluster import connect_plan
@@ -16,7 +16,7 @@ from quantbench.fsutil import check_new_file
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, check_host_name, parse_hosts
 from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
-from quantbench.runargs import fixture_params, note_plan, variants_from_args
+from quantbench.cli.runplan import fixture_params, note_plan, variants_from_args
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = "Run every model variant on every eval fixture on each host (local, emulated, ssh, imported) and hash every output."

@@ -61,7 +61,7 @@ OPTION_KEYS = frozenset({
     "variants", "verbose", "warmup", "weight_type"
 })
 #: options whose commands take different kinds of value (equiv's --gate NAMES, diff's --gate switch): a shared
-#: defaults key applies to the commands whose option takes its kind (quantbench.config)
+#: defaults key applies to the commands whose option takes its kind (quantbench.cli.config)
 MIXED_KIND_KEYS = frozenset({"gate"})
 SUBCOMMANDS = ("hosts list", "hosts check", "hosts setup", "hosts exec", "tables compact", "tables info")
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from quantbench import config as C
-from quantbench.commands import MIXED_KIND_KEYS
+from quantbench.cli import config as C
+from quantbench.cli.commands import MIXED_KIND_KEYS
 from quantbench.textfmt import text_table
 
 HELP = ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "

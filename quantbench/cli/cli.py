@@ -6,10 +6,11 @@ import argparse
 import importlib
 import sys
 
-from quantbench import __version__, console, plugins
-from quantbench import config as C
-from quantbench.commands import COMMAND_HELP, COMMANDS, MIXED_KIND_KEYS, OPTION_KEYS, SUBCOMMANDS
-from quantbench.console import add_common_arguments
+from quantbench import __version__, plugins
+from quantbench.cli import console
+from quantbench.cli import config as C
+from quantbench.cli.commands import COMMAND_HELP, COMMANDS, MIXED_KIND_KEYS, OPTION_KEYS, SUBCOMMANDS
+from quantbench.cli.console import add_common_arguments
 from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError, render_params
 from quantbench.fsutil import disk_full, kill_point, no_space
 
@@ -24,7 +25,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _load_commands(names) -> dict:
     """The named commands' modules; one that fails to import is an error, never a silently missing command."""
-    return {name: importlib.import_module(f"quantbench.commands.{name}") for name in names}
+    return {name: importlib.import_module(f"quantbench.cli.commands.{name}") for name in names}
 
 
 def _command_of(argv: list[str]) -> str | None:

@@ -12,9 +12,9 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
-from quantbench.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
+from quantbench.cli.commands import (add_fixture_arguments, add_jobs_argument, add_run_session_arguments, add_shard_argument,
                                  finite_float, session_from_args)
-from quantbench.equivcli import finish_equiv
+from quantbench.cli.equivprint import finish_equiv
 from quantbench.errors import UserError, marked
 from quantbench.hosts.cluster import connect_plan
 from quantbench.hosts.keys import local_ort_version
@@ -22,7 +22,7 @@ from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
 from quantbench.recipe import sidecar_for, sidecar_source
-from quantbench.runargs import fixture_params, note_plan, variants_from_args
+from quantbench.cli.runplan import fixture_params, note_plan, variants_from_args
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
         "decision flips against fp32, count concealment, margins and the tensor vs decision gates.")

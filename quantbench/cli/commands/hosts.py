@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 
-from quantbench.commands import add_session_arguments, session_from_args
+from quantbench.cli.commands import add_session_arguments, session_from_args
 from quantbench.errors import UserError
 from quantbench.hosts import cpuprofiles
 from quantbench.hosts import emulated as em

@@ -8,11 +8,11 @@ from pathlib import Path
 from quantbench import tables
 from quantbench.analysis.decode import decode_arg, spec_for_variant
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_explain_arguments, base_session_from_args
+from quantbench.cli.commands import add_explain_arguments, base_session_from_args
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
 from quantbench.hosts.registry import parse_hosts
-from quantbench.runargs import explain_plan
+from quantbench.cli.runplan import explain_plan
 from quantbench.variants import pick_variant
 
 HELP = ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all, "

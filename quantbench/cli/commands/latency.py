@@ -6,13 +6,13 @@ from pathlib import Path
 
 from quantbench import tables
 from quantbench.assets import TABLES_DIR
-from quantbench.commands import add_plugin_arguments
+from quantbench.cli.commands import add_plugin_arguments
 from quantbench.errors import UserError
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.runner import plan_run
-from quantbench.runargs import note_plan
+from quantbench.cli.runplan import note_plan
 from quantbench.variants import DEMO_NOTE, is_demo, pick_variant, resolve_variants
 
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."

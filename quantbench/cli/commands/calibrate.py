@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from quantbench.analysis.decode import decode_arg
-from quantbench.commands import add_plugin_arguments, finite_float
+from quantbench.cli.commands import add_plugin_arguments, finite_float
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from quantbench.analysis.equiv import reanalyze
-from quantbench.commands import add_plugin_arguments
-from quantbench.equivcli import finish_equiv
+from quantbench.cli.commands import add_plugin_arguments
+from quantbench.cli.equivprint import finish_equiv
 
 HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
 
