@@ -94,6 +94,7 @@ LAYERS = [
     ("report", ["quantbench.report", "quantbench.gallery", "quantbench.ahead"]),
     ("explain", ["quantbench.explain"]),
     ("release", ["quantbench.release"]),
+    ("api", ["quantbench.api"]),
     ("cli", ["quantbench.cli", "quantbench.__main__"]),
 ]
 

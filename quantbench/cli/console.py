@@ -1,7 +1,7 @@
 """Command-line manners shared by every command: one argument group and one output session.
 
-`add_common_arguments(parser)` adds the *output* group to a command's parser (cli.py
-applies it to every command, and to each action of a command with sub-actions):
+The *output* group (quantbench.cli.groups.OutputArgs; cli.py adds it to every command, and to each action of a
+command with sub-actions):
 
 - ``-q/--quiet``: no summary text (errors still go to stderr; the exit code says it all);
 - ``-v/--verbose``: library warnings (onnxruntime's C++ log, the quantizer's
@@ -33,24 +33,6 @@ COMMON = ("quiet", "verbose", "json", "no_progress")
 # its timestamp ("\x1b[0;93m2026-12-02 01:19:54.414343251 [W:onnxruntime:, graph.cc:1492 Graph] Initializer ...")
 _LIB_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? )?\[(W|I|V):onnxruntime"
                        r"|^(WARNING|INFO):(root|onnxruntime)")
-
-
-def add_common_arguments(parser) -> None:
-    """The output group; an option the command already defines (its own --json) is left to it."""
-    have = {o for a in parser._actions for o in a.option_strings}
-    if "--json" in have:
-        parser.set_defaults(_json_native=True)
-    g = parser.add_argument_group("output (every command)")
-    if "--quiet" not in have:
-        g.add_argument("-q", "--quiet", action="store_true", help="print no summary (errors only; see the exit code)")
-    if "--verbose" not in have:
-        g.add_argument("-v", "--verbose", action="count", default=0,
-                       help="show onnxruntime's and the quantizer's warnings in full (summarised otherwise)")
-    if "--json" not in have:
-        g.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    if "--no-progress" not in have:
-        g.add_argument("--no-progress", action="store_true",
-                       help="no progress bars (they are drawn only when stderr is a terminal anyway)")
 
 
 def progress_enabled(args) -> bool:

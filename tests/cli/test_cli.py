@@ -12,7 +12,7 @@ import pytest
 import quantbench.cli.commands
 from quantbench.cli import build_parser, main
 from quantbench.cli import config as C
-from quantbench.cli.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
+from quantbench.cli.commands import COMMAND_HELP, COMMANDS, declared
 
 
 def _err_lines(text):
@@ -38,11 +38,25 @@ def test_the_command_table_lists_every_command_module_with_its_help():
 
 
 def test_the_defaults_tables_names_match_the_whole_parser():
-    """A defaults table is checked against OPTION_KEYS and SUBCOMMANDS without importing every command: they must be
-    exactly every command's options and sub-actions."""
+    """A defaults table is checked against the options and sub-actions the command modules declare, read from their
+    source without importing every command (commands.declared): exactly every command's options, of the kinds the
+    parser gives them, and sub-actions."""
     leaves = build_parser(config=False)._qb_leaves
-    assert OPTION_KEYS == {d for leaf in leaves.values() for d in C._actions(leaf)}
-    assert SUBCOMMANDS == tuple(n for n in leaves if " " in n)
+    kinds: dict = {}
+    for leaf in leaves.values():
+        for dest, action in C._actions(leaf).items():
+            kinds.setdefault(dest, set()).add(isinstance(action, C._SWITCHES))
+    assert declared().options == {d: frozenset(k) for d, k in kinds.items()}
+    assert declared().subcommands == tuple(n for n in leaves if " " in n)
+
+
+def test_no_hand_kept_list_of_options_remains():
+    """The options are declared once, by the parser's argument groups: no module of the command line keeps a list
+    of option names beside them (OPTION_KEYS was one, 92 names long)."""
+    import quantbench.cli.commands as commands
+
+    assert not hasattr(commands, "OPTION_KEYS") and not hasattr(commands, "SUBCOMMANDS")
+    assert not hasattr(commands, "MIXED_KIND_KEYS")
 
 
 _LOADED = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"

@@ -7,8 +7,12 @@ imports its library at top; heavy third-party packages (onnxruntime, pyarrow,
 matplotlib) still load only where they are used.
 """
 
-from quantbench.errors import UserError
-from quantbench.hosts.configkeys import check_config_keys
+import ast
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+from quantbench.cli.groups import GROUPS, OUTPUT
 
 # `quantbench --help` lists the commands from this table, in this (pipeline) order, without importing their
 # modules; each entry is its module's HELP (a test checks they agree).
@@ -47,23 +51,77 @@ COMMAND_HELP = {
 }
 COMMANDS = list(COMMAND_HELP)
 
-# What a defaults table (config.py) may name, so it is checked without importing every command: each command's
-# options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
-OPTION_KEYS = frozenset({
-    "activation_type", "all", "allow_plugins", "allow_short", "archive", "as_host", "atol", "batch",
-    "budget", "calibrate", "chunk_size", "cluster", "count_bins", "decode", "decode_only", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
-    "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
-    "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",
-    "methods", "model", "name", "native_runs", "native_shards", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "onnxruntime", "opt_level", "out",
-    "per_cell", "per_channel", "percentile", "pre_process", "preprocess", "providers", "python", "quiet", "reduce_range",
-    "reference", "remedies", "repeats", "require_providers", "results", "retain", "rtol", "runners", "runs", "sample", "seed", "session_config",
-    "shard", "shards", "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
-    "variants", "verbose", "warmup", "weight_type"
-})
-#: options whose commands take different kinds of value (equiv's --gate NAMES, diff's --gate switch): a shared
-#: defaults key applies to the commands whose option takes its kind (quantbench.cli.config)
-MIXED_KIND_KEYS = frozenset({"gate"})
-SUBCOMMANDS = ("hosts list", "hosts check", "hosts setup", "hosts exec", "tables compact", "tables info")
+@dataclass(frozen=True)
+class Declared:
+    """What the command modules declare, read from their source: every option's dest (-> the kinds of value its
+    options take: switch, value), and the sub-actions a per-command defaults table may name ("hosts list")."""
+
+    options: dict
+    subcommands: tuple
+
+    @property
+    def mixed(self) -> frozenset:
+        """Options whose commands take different kinds of value (equiv's --gate NAMES, diff's --gate switch): a
+        shared defaults key applies to the commands whose option takes its kind (quantbench.cli.config)."""
+        return frozenset(d for d, kinds in self.options.items() if len(kinds) > 1)
+
+
+_SWITCH_ACTIONS = ("store_true", "store_false")
+
+
+def _option_dest(call: ast.Call) -> tuple[str, bool] | None:
+    """(dest, is a switch) of an `add_argument(...)` call with literal option strings; None for a positional."""
+    names = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    longs = [n for n in names if n.startswith("--")] or [n for n in names if n.startswith("-")]
+    if not longs:
+        return None
+    kw = {k.arg: k.value for k in call.keywords}
+    dest = kw["dest"].value if isinstance(kw.get("dest"), ast.Constant) else longs[0].lstrip("-").replace("-", "_")
+    action = kw.get("action")
+    switch = (isinstance(action, ast.Constant) and action.value in _SWITCH_ACTIONS) or \
+        (isinstance(action, ast.Attribute) and action.attr == "BooleanOptionalAction")
+    return dest, switch
+
+
+def _group_dests(call: ast.Call) -> dict:
+    """The dests of a group constructed in a command module (`FleetArgs(default="x86")`, literal arguments)."""
+    cls = GROUPS[call.func.id]
+    args = [ast.literal_eval(a) for a in call.args]
+    return cls(*args, **{k.arg: ast.literal_eval(k.value) for k in call.keywords}).dests()
+
+
+def _module_declares(path: Path) -> tuple[dict, list]:
+    """({dest: {switch?}}, [sub-action names]) of one command module's source."""
+    options: dict = {}
+    subs = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Call):
+            continue
+        found = {}
+        if isinstance(node.func, ast.Name) and node.func.id in GROUPS:
+            found = _group_dests(node)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+            found = dict([d]) if (d := _option_dest(node)) else {}
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "add_parser" and node.args:
+            subs.append(ast.literal_eval(node.args[0]))
+        for dest, switch in found.items():
+            options.setdefault(dest, set()).add(switch)
+    return options, subs
+
+
+@functools.lru_cache(maxsize=1)
+def declared() -> Declared:
+    """Every command's options and sub-actions, from the command modules' source (no command is imported: a
+    defaults table is checked whichever command runs, `quantbench --help` included); the output group every
+    command gets (cli.py) counts for each. A test checks it against the whole parser."""
+    options = {d: {s} for d, s in OUTPUT.dests().items()}
+    subs = []
+    for name in ["__init__", *COMMANDS]:   # __init__: the --jobs and --shard helpers below
+        mod_options, mod_subs = _module_declares(Path(__file__).parent / f"{name}.py")
+        for dest, kinds in mod_options.items():
+            options.setdefault(dest, set()).update(kinds)
+        subs += [f"{name} {s}" for s in mod_subs]
+    return Declared({d: frozenset(k) for d, k in options.items()}, tuple(subs))
 
 
 def finite_float(text: str) -> float:
@@ -89,31 +147,6 @@ def address(text: str) -> str:
     return text.strip()
 
 
-def add_plugin_arguments(p) -> None:
-    """--allow-plugins: the one way to run the plug-ins a sidecar or received file names (quantbench.plugins)."""
-    p.add_argument("--allow-plugins", action="store_true",
-                   help="run the plug-ins (module:function) that sidecars and recipes name; without it only a "
-                        "plug-in named on the command line (--decode, --preprocess) or recorded by calibrate runs")
-
-
-def add_fixture_arguments(p, verb: str = "run", sidecar_and_limit: bool = True) -> None:
-    """The evaluation-fixture argument group shared by run, equiv and the explain commands (one wording)."""
-    g = p.add_argument_group("evaluation fixtures")
-    g.add_argument("--fixtures", metavar="LABELS", help="COCO JSON or CSV labels of your evaluation images; default: "
-                                                      "the labels the variants were calibrated with (the bundled "
-                                                      "corpus for the demo models)")
-    g.add_argument("--images", metavar="DIR", help="folder of the images named in the labels (default: the one "
-                                                   "calibrated with; images/ beside a COCO file, a CSV's own folder)")
-    g.add_argument("--split", default="eval", help=f"image split to {verb} (train, val, eval, or 'all')")
-    if sidecar_and_limit:
-        g.add_argument("--sidecar", metavar="FILE",
-                       help="sidecar JSON (input, classes, decode) to use instead of the variants' own recipe; its "
-                            "input block must match the calibration recipe")
-        g.add_argument("--limit", type=int, help=f"{verb} only N images of the split, taken in turn from each "
-                                                 "stratum (by file name within one): same N, same images")
-    add_plugin_arguments(p)
-
-
 def add_jobs_argument(p) -> None:
     """--jobs of the commands that run hosts (run, equiv)."""
     p.add_argument("--jobs", type=int, help="worker processes in total (default: the core count; at most that)")
@@ -127,84 +160,3 @@ def add_shard_argument(p) -> None:
     p.add_argument("--shard", metavar="K/N",
                    help="run only shard K of N of the fixtures (balanced over strata, by content id); export each "
                         "shard and give the files to one imported host to merge them")
-
-
-def add_session_arguments(p, whose: str = "") -> None:
-    """--session-config and --graph-opt: the onnxruntime session options every running command takes."""
-    p.add_argument("--session-config", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"onnxruntime session config entry{whose} (repeatable), e.g. session.x64quantprecision=1")
-    p.add_argument("--graph-opt", default=None, choices=["disabled", "basic", "extended", "all"],
-                   help=f"onnxruntime graph optimization level{whose} (default: each host's own, else all)")
-
-
-def add_run_session_arguments(p) -> None:
-    """The session flags of the commands that run every host under its own session (run, equiv): each given
-    flag overrides that option for every host (quantbench.hosts.deploy)."""
-    add_session_arguments(p, " for every host")
-    p.add_argument("--threads", type=int, default=None,
-                   help="intra-op threads of every host's sessions (default: each host's deployed count: 4 on the "
-                        "Pi and Graviton presets, 1 on x86)")
-    p.add_argument("--providers", default=None,
-                   help="comma-separated execution providers every host requests, in priority order (default: each "
-                        "host's own, else CPUExecutionProvider)")
-    p.add_argument("--require-providers", action="store_true",
-                   help="refuse a run whose requested providers did not all run nodes (default: a flagged finding)")
-
-
-def session_config(items) -> dict:
-    """`--session-config KEY=VALUE ...` -> the session's config entries."""
-    entries = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
-        entries[key.strip()] = value.strip()
-    check_config_keys(entries, "--session-config")
-    return entries
-
-
-def session_from_args(args) -> dict:
-    """The session overrides the session flags give (--session-config, --graph-opt, and --threads/--providers
-    where the command has them): only the flags given, each host's own session supplies the rest."""
-    out = base_session_from_args(args)
-    threads = getattr(args, "threads", None)
-    if threads is not None:
-        if threads < 1:
-            raise UserError(f"--threads {threads}: must be at least 1")
-        out["intra_op_num_threads"] = threads
-    if getattr(args, "providers", None) is not None:
-        providers = [p.strip() for p in args.providers.split(",") if p.strip()]
-        if not providers:
-            raise UserError("--providers: name at least one, e.g. CPUExecutionProvider")
-        out["providers"] = providers
-    return out
-
-
-def base_session_from_args(args) -> dict:
-    """The session options the explain commands vary from (graph optimisation if given, config entries)."""
-    out = {"config_entries": session_config(args.session_config)}
-    if args.graph_opt is not None:
-        out["graph_optimization_level"] = args.graph_opt
-    return out
-
-
-def add_fleet_arguments(p) -> None:
-    """--hosts (optional) and --hosts-file of a command that reads the hosts' fingerprints but runs no model (lint)."""
-    p.add_argument("--hosts", metavar="HOSTS",
-                   help="comma-separated hosts of your fleet (e.g. x86,x86-avx2,pi4): each one's int8 path is read "
-                        "from its fingerprint and every layer names the hosts it affects")
-    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
-
-
-def add_explain_arguments(p, hosts_default: str | None = None) -> None:
-    """Options shared by the explain commands (variant, hosts, fixtures, session, tables)."""
-    p.add_argument("--variant", required=True,
-                   help="variant name from the last `quantbench calibrate` (fp32, dynamic, static-minmax, ...) or an .onnx file")
-    p.add_argument("--hosts", required=hosts_default is None, default=hosts_default,
-                   help="comma-separated hosts; NAME+KEY=VALUE sets a session option or config entry for that host, "
-                        "e.g. x86,x86+session.x64quantprecision=1")
-    add_fixture_arguments(p, "use", sidecar_and_limit=False)
-    add_session_arguments(p, " of the run being explained (every host)")
-    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
-    p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
