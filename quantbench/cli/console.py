@@ -83,6 +83,21 @@ class _Handler(logging.Handler):
             self.echo(text)
 
 
+#: the real fd 2 while _fd2_capture stands a pipe in for it (a duplicate of it, outermost first)
+_REAL_FD2: list = []
+
+
+def before_exec() -> None:
+    """Before this process replaces itself with a command (os.exec*, `hosts exec`): fd 2 is the real stderr again;
+    the thread that reads the pipe standing in for it does not survive the exec (the command's writes to stderr
+    were a broken pipe)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if _REAL_FD2:
+        os.dup2(_REAL_FD2[0], 2)
+
+
 @contextlib.contextmanager
 def _fd2_capture(cap: Captured, verbose: bool):
     """Route C-level writes to fd 2 (onnxruntime's C++ logger) through a filter thread.
@@ -100,6 +115,7 @@ def _fd2_capture(cap: Captured, verbose: bool):
         return
     sys.stderr.flush()
     saved = os.dup(2)
+    _REAL_FD2.append(saved)
     r, w = os.pipe()
     out = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
 
@@ -127,6 +143,7 @@ def _fd2_capture(cap: Captured, verbose: bool):
         with contextlib.suppress(Exception):
             old.flush()
         os.dup2(saved, 2)
+        _REAL_FD2.remove(saved)
         os.close(saved)
         t.join(timeout=2)
         with contextlib.suppress(Exception):

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 
+from quantbench.cli.console import before_exec
 from quantbench.cli.groups import FleetArgs, SessionArgs
 from quantbench.errors import UserError
 from quantbench.hosts import cpuprofiles
@@ -167,6 +168,7 @@ def do_exec(args) -> int:
     if not shutil.which(cmd[0]):
         raise UserError(f"hosts exec {args.tier}: {cmd[0]}: no such command")
     env = process_env(args.tier, progress=not args.no_progress)
+    before_exec()   # the command writes to the real stderr, not to this process's warning filter
     os.execvpe(cmd[0], cmd, env)  # the command's exit code is ours; nothing of this process is left
 
 
