@@ -71,9 +71,9 @@ def test_no_import_loops():
 
 def test_nothing_below_the_cli_imports_a_command():
     graph = import_graph()
-    upward = {m: sorted(t for t in ts if t.startswith("quantbench.commands") or t == "quantbench.cli")
+    upward = {m: sorted(t for t in ts if t == "quantbench.cli" or t.startswith("quantbench.cli."))
               for m, ts in graph.items()
-              if not (m.startswith("quantbench.commands") or m in ("quantbench.cli", "quantbench.__main__"))}
+              if not (m == "quantbench.cli" or m.startswith("quantbench.cli.") or m == "quantbench.__main__")}
     assert {m: ts for m, ts in upward.items() if ts} == {}
 
 
@@ -106,9 +106,11 @@ LAYERS = [
      "flip gallery) and the terminal summary"),
     ("explain", ["quantbench.explain"], "localize, kernel evidence, lint, remedies, noise floors, latency"),
     ("release", ["quantbench.release"], "release record, archive, verify, ONNX diff, the CI recipe"),
-    ("cli", ["quantbench.cli", "quantbench.__main__", "quantbench.console", "quantbench.config",
-             "quantbench.equivcli", "quantbench.runargs", "quantbench.commands"],
-     "flags, defaults files, printing: a command parses flags, calls one library function, prints"),
+    ("api", ["quantbench.api"],
+     "the public Python API (quantbench.calibrate, run, equiv, make_release, verify) and its typed option groups: "
+     "parameters in, result objects with pyarrow tables out"),
+    ("cli", ["quantbench.cli", "quantbench.__main__"],
+     "flags, defaults files, printing: a command parses flags into option groups, calls one API function, prints"),
 ]
 #: the package root holds at most this many modules, __init__.py and __main__.py counted
 ROOT_MODULES = 6
@@ -134,11 +136,9 @@ def test_every_module_has_a_layer():
 
 
 def test_the_root_holds_only_the_shared_modules():
-    """The root is the shared layer, at most ROOT_MODULES modules; the CLI modules still there (cli.py, console.py,
-    ...) are the CLI layer's, which becomes the cli/ package (issue 34): the entry point, __main__.py, stays."""
-    cli = dict((n, p) for n, p, _ in LAYERS)["cli"]
-    shared = [m for m in root_modules() if m not in cli or m == "quantbench.__main__"]
-    assert len(shared) <= ROOT_MODULES, shared
+    """The root is the shared layer, at most ROOT_MODULES modules counting __init__ and the entry point
+    (__main__.py: `python -m quantbench`, the CLI layer's one module outside cli/)."""
+    assert len(root_modules()) <= ROOT_MODULES, root_modules()
     assert [m for m in root_modules() if LAYERS[layer_of(m)][0] not in ("shared", "cli")] == []
 
 
@@ -189,8 +189,8 @@ def test_the_worker_imports_only_the_tensor_encoding():
 
 def test_no_command_imports_another_command():
     graph = import_graph()
-    cross = {m: sorted(t for t in ts if t.startswith("quantbench.commands.") and t != m)
-             for m, ts in graph.items() if m.startswith("quantbench.commands.")}
+    cross = {m: sorted(t for t in ts if t.startswith("quantbench.cli.commands.") and t != m)
+             for m, ts in graph.items() if m.startswith("quantbench.cli.commands.")}
     assert {m: ts for m, ts in cross.items() if ts} == {}
 
 
@@ -305,7 +305,7 @@ def test_no_function_over_60_lines():
 # ---------------------------------------------------------------- the library speaks parameters, the CLI flags
 
 #: the CLI layer (cli.py names a ParameterError's flag; commands parse flags).
-CLI_MODULES = ("cli.py", "console.py", "config.py", "equivcli.py", "runargs.py", "__main__.py", "commands/")
+CLI_MODULES = ("cli/", "__main__.py")
 #: library modules whose messages still name a flag (module -> how many literals); the list only shrinks. The hosts'
 #: messages become text (a run's error list, an import's status line) before the CLI sees them.
 FLAG_MESSAGES: dict[str, int] = {}

@@ -116,8 +116,7 @@ _SECTIONS = (("localize", _localize_lines), ("evidence", _evidence_lines), ("lin
              ("remedies", _remedy_lines), ("noise", _noise_lines), ("latency", _latency_lines))
 
 
-def update_report(tables_root) -> Path:
-    """Re-render the explain section from the tables and reassemble results/report.md beside them."""
-    results_dir = Path(tables_root).parent
+def update_report(results_dir, tables_root) -> Path:
+    """Re-render the explain section from the tables under `tables_root` and reassemble `results_dir`/report.md."""
     document.write_section("explain", render(tables_root), results_dir)
     return document.assemble(results_dir)

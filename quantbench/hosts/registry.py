@@ -150,7 +150,7 @@ def hosts_from_text(path: Path, text: str, base: Path) -> dict[str, HostSpec]:
 
 def _host_entries(data: dict) -> dict:
     """name -> entry: the `[hosts]` table if there is one, else the top level; `[defaults]` holds option
-    defaults (quantbench.config), never a host."""
+    defaults (quantbench.cli.config), never a host."""
     entries = data.get("hosts") if isinstance(data.get("hosts"), dict) else data
     return {k: v for k, v in entries.items() if k != "defaults"}
 

@@ -184,7 +184,7 @@ def test_non_finite_threshold_in_a_sidecar_is_refused():
     (ParameterError) and the command line renders it as --threshold."""
     import types
 
-    from quantbench import cli
+    from quantbench.cli import cli
     from quantbench.analysis.decode import spec_from_sidecar
     from quantbench.errors import ParameterError
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-import quantbench.commands
+import quantbench.cli.commands
 from quantbench.cli import build_parser, main
-from quantbench import config as C
-from quantbench.commands import COMMAND_HELP, COMMANDS, OPTION_KEYS, SUBCOMMANDS
+from quantbench.cli import config as C
+from quantbench.cli.commands import COMMAND_HELP, COMMANDS, declared
 
 
 def _err_lines(text):
@@ -31,22 +31,36 @@ def test_help_lists_every_command_with_a_sentence(capsys):
 def test_the_command_table_lists_every_command_module_with_its_help():
     """`quantbench --help` lists COMMAND_HELP without importing the modules; each listed module must still import (a
     broken command is an error, never a silently missing one) and its HELP must be the sentence listed."""
-    on_disk = {p.stem for p in Path(quantbench.commands.__file__).parent.glob("*.py")} - {"__init__"}
+    on_disk = {p.stem for p in Path(quantbench.cli.commands.__file__).parent.glob("*.py")} - {"__init__"}
     assert set(COMMANDS) == on_disk
     for name, text in COMMAND_HELP.items():
-        assert importlib.import_module(f"quantbench.commands.{name}").HELP == text, name
+        assert importlib.import_module(f"quantbench.cli.commands.{name}").HELP == text, name
 
 
 def test_the_defaults_tables_names_match_the_whole_parser():
-    """A defaults table is checked against OPTION_KEYS and SUBCOMMANDS without importing every command: they must be
-    exactly every command's options and sub-actions."""
+    """A defaults table is checked against the options and sub-actions the command modules declare, read from their
+    source without importing every command (commands.declared): exactly every command's options, of the kinds the
+    parser gives them, and sub-actions."""
     leaves = build_parser(config=False)._qb_leaves
-    assert OPTION_KEYS == {d for leaf in leaves.values() for d in C.option_actions(leaf)}
-    assert SUBCOMMANDS == tuple(n for n in leaves if " " in n)
+    kinds: dict = {}
+    for leaf in leaves.values():
+        for dest, action in C.option_actions(leaf).items():
+            kinds.setdefault(dest, set()).add(isinstance(action, C._SWITCHES))
+    assert declared().options == {d: frozenset(k) for d, k in kinds.items()}
+    assert declared().subcommands == tuple(n for n in leaves if " " in n)
+
+
+def test_no_hand_kept_list_of_options_remains():
+    """The options are declared once, by the parser's argument groups: no module of the command line keeps a list
+    of option names beside them (OPTION_KEYS was one, 92 names long)."""
+    import quantbench.cli.commands as commands
+
+    assert not hasattr(commands, "OPTION_KEYS") and not hasattr(commands, "SUBCOMMANDS")
+    assert not hasattr(commands, "MIXED_KIND_KEYS")
 
 
 _LOADED = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-           "print('loaded:', sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('quantbench.commands.')))")
+           "print('loaded:', sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('quantbench.cli.commands.')))")
 
 
 @pytest.mark.parametrize("argv, loaded", [
@@ -73,11 +87,11 @@ def test_a_command_line_imports_only_the_command_it_runs(tmp_path, argv, loaded)
 
 def test_help_loads_no_numpy(tmp_path):
     """`quantbench --help` (every invocation's first step) loads neither numpy nor the variants, fixtures or
-    recipe modules: only the commands that run hosts import them (quantbench/runargs.py)."""
+    recipe modules: only the commands that run hosts import them (quantbench/cli/runplan.py)."""
     root = Path(__file__).resolve().parents[2]
     code = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print('loaded:', sorted(m for m in ('numpy', 'quantbench.inputs.variantdir', 'quantbench.inputs.fixtures',"
-            " 'quantbench.inputs.sidecarfile', 'quantbench.runargs') if m in sys.modules))")
+            " 'quantbench.inputs.sidecarfile', 'quantbench.cli.runplan') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(root)})
     assert p.returncode == 0, p.stderr

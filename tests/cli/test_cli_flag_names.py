@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from quantbench import cli
+from quantbench.cli import cli
 from quantbench.cli import main
 from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.quantize.calibration import check_limits, parse_memory

@@ -14,7 +14,7 @@ import pytest
 
 from calib_helpers import make_corpus, tiny_model
 from quantbench.cli import build_parser, main
-from quantbench.commands import COMMANDS
+from quantbench.cli.commands import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -145,7 +145,7 @@ def test_quantizer_warnings_are_summarised_and_shown_with_verbose(proj, tmp_path
 
 def test_onnxruntime_cpp_log_lines_on_fd2_are_captured(tmp_path):
     code = ("import os, sys, argparse\n"
-            "from quantbench import console\n"
+            "from quantbench.cli import console\n"
             "for v in (0, 1):\n"
             "    a = argparse.Namespace(verbose=v, quiet=False, json=False, no_progress=True)\n"
             "    with console.session(a, 'x') as st:\n"

@@ -10,9 +10,9 @@ import pytest
 
 from calib_helpers import make_corpus, tiny_model
 from cli_helpers import digest
-from quantbench import config as C
-from quantbench.cli import _with_hosts_file_defaults, build_parser, main
-from quantbench.commands import MIXED_KIND_KEYS
+from quantbench.cli import config as C
+from quantbench.cli.cli import _with_hosts_file_defaults, build_parser, main
+from quantbench.cli.commands import declared
 
 
 def _run(capsys, *args) -> tuple[int, str, str]:
@@ -136,4 +136,4 @@ def test_the_mixed_kind_keys_are_exactly_the_options_whose_commands_differ_in_ki
     for leaf in build_parser(config=False)._qb_leaves.values():
         for dest, action in C.option_actions(leaf).items():
             kinds.setdefault(dest, set()).add(isinstance(action, C._SWITCHES))
-    assert MIXED_KIND_KEYS == {d for d, k in kinds.items() if len(k) > 1}
+    assert declared().mixed == {d for d, k in kinds.items() if len(k) > 1}

@@ -16,10 +16,10 @@ def exported(workdir, capsys):
     model = image_model(workdir / "m.onnx")
     labels = make_corpus(workdir / "corpus", count=1)
     common = ["--variants", str(model), "--fixtures", str(labels), "--no-progress", "--jobs", "1"]
-    assert main(["run", "--hosts", "local", "--tables", "a", "--export", "pi.qbr", *common]) == 0
+    assert main(["run", "--hosts", "local", "--results", "a", "--export", "pi.qbr", *common]) == 0
     capsys.readouterr()
     (workdir / "hosts.toml").write_text('airgap = { kind = "imported", file = "pi.qbr" }\n')
-    return ["run", "--hosts", "airgap", "--tables", "b", "--hosts-file", "hosts.toml", *common]
+    return ["run", "--hosts", "airgap", "--results", "b", "--hosts-file", "hosts.toml", *common]
 
 
 def _rewrite(path, extra):

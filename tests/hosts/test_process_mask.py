@@ -53,6 +53,14 @@ def test_the_whole_process_and_its_local_workers_see_the_tier(tmp_path):
     assert ident["cpu_mechanism"] == "native-masked" and "avx" not in ident["isa_flags"]
 
 
+def test_the_command_under_the_mask_writes_to_the_real_stderr(tmp_path):
+    """`hosts exec` replaces itself with the command: the command's stderr is this one's, not the pipe quantbench's
+    warning filter read (its thread does not survive the exec; a write to it was a broken pipe, exit 1, silent)."""
+    _need_mask()
+    r = _exec(sys.executable, "-c", "import sys; sys.stderr.write('to stderr\\n'); print('to stdout')", cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "to stdout\n", "to stderr\n")
+
+
 def test_workers_without_the_masked_copy_take_the_mask_off(monkeypatch):
     _need_mask()
     before = without_process_mask(dict(os.environ))   # this test may itself run under a mask (hosts exec)

@@ -12,11 +12,14 @@ from __future__ import annotations
 import argparse
 
 from quantbench.analysis.decode import decode_arg
-from quantbench.commands import add_plugin_arguments, finite_float
+from quantbench.api.calibrate import calibrate
+from quantbench.api.calibrate import options as calibrate_options
+from quantbench.cli.commands import finite_float
+from quantbench.cli.groups import OUTPUT, PluginArgs
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
-from quantbench.quantize.pipeline import CalibrateOptions, calibrate, decode_only
+from quantbench.quantize.pipeline import decode_only
 from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
 from quantbench.textfmt import text_table
 
@@ -56,7 +59,7 @@ def _add_input_arguments(parser) -> None:
     g.add_argument("--decode", default=None, type=decode_arg, metavar="KIND",
                    help="the model's decoder instead of the sidecar's decode kind: a built-in kind, none, or a "
                         "plug-in module:function (a plug-in is recorded with its file's SHA-256 in every recipe)")
-    add_plugin_arguments(parser)
+    PluginArgs().add(parser)
 
 
 def _add_other_arguments(parser) -> None:
@@ -139,21 +142,22 @@ def _options(recipe: dict) -> str:
     return " ".join(parts)
 
 
-def options_from_args(args):
-    """The flags -> CalibrateOptions (flag syntax checked here; values are validated by the library)."""
+def options_from_args(args) -> dict:
+    """The flags -> quantbench.api.calibrate's options, the model aside (flag syntax checked here; values are
+    validated by the library)."""
     try:
         count_bins = [int(x) for x in _csv(args.count_bins)]
     except ValueError:
         raise UserError(f"--count-bins: {args.count_bins!r} is not a comma-separated list of integers") from None
     types = qv.parse_types(args.types) if args.types else [(args.activation_type, args.weight_type)]
-    return CalibrateOptions(
-        model=args.model, labels=args.labels, images=args.images, sidecar=args.sidecar, fp32=args.fp32, preprocess=args.preprocess,
+    return dict(
+        labels=args.labels, images=args.images, sidecar=args.sidecar, fp32=args.fp32, preprocess=args.preprocess,
         decode=args.decode, name=args.name, per_cell=args.per_cell, strata=args.strata, count_bins=count_bins,
         seed=args.seed, allow_short=args.allow_short, skip_bad=args.skip_bad, methods=_csv(args.methods), out=args.out,
         percentile=args.percentile, entropy_bins=args.entropy_bins, per_channel=args.per_channel, types=types,
         weight_type=args.weight_type, reduce_range=args.reduce_range, exclude_nodes=_csv(args.exclude_nodes),
         exclude_op_types=_csv(args.exclude_op_types), pre_process=args.pre_process, chunk_size=args.chunk_size,
-        max_memory=args.max_memory, threads=args.threads, force=args.force, progress=not args.no_progress)
+        max_memory=args.max_memory, threads=args.threads, force=args.force)
 
 
 def print_calset(calset) -> None:
@@ -202,7 +206,7 @@ def run_decode_only(args) -> int:
     """--decode-only: the decode block of existing variants changed (quantbench.quantize.redecode)."""
     import json
 
-    res = decode_only(options_from_args(args))
+    res = decode_only(calibrate_options(args.model, OUTPUT.parse(args), **options_from_args(args)))
     if getattr(args, "json", False):
         print(json.dumps({"out": str(res.out), "state": res.state, "variants": res.variants,
                           "decode": {"before": res.before, "after": res.after}}, indent=2, sort_keys=True))
@@ -221,12 +225,13 @@ def run(args) -> int:
     if getattr(args, "decode_only", False):
         return run_decode_only(args)
     if getattr(args, "json", False):
-        res = calibrate(options_from_args(args))
+        res = calibrate(args.model, OUTPUT.parse(args), **options_from_args(args)).result
         print(json.dumps(result_json(res), indent=2, sort_keys=True))
         for name, why in res.failed:
             print(f"quantbench calibrate: error: variant {name} not published: {why}", file=sys.stderr)
         return 1 if res.failed else 0
-    res = calibrate(options_from_args(args), on_calset=print_calset, on_note=lambda text: print(f"note: {text}"))
+    res = calibrate(args.model, OUTPUT.parse(args), on_calset=print_calset, on_note=lambda text: print(f"note: {text}"),
+                    **options_from_args(args)).result
     for w in res.warnings:
         print(f"warning: {w}")
     rows = []

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from quantbench.store import compaction, partread, tableschema
-from quantbench.store.resultpaths import TABLES_DIR
+from quantbench.cli.groups import ResultsArgs
 from quantbench.errors import UserError
 from quantbench.textfmt import text_table
 
 HELP = "Show the result tables' parts and rows, or compact small parts into sorted parts with statistics."
 
 
+RESULTS = ResultsArgs(tables_alias=True)
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--tables", default=None, metavar="DIR", help="result tables folder (default: results/tables)")
+    RESULTS.add(p)
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
     c = sub.add_parser("compact", help="merge small parts (same rows, same keys; atomic)",
@@ -24,9 +27,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
-    root = Path(args.tables) if args.tables else TABLES_DIR
+    root = RESULTS.parse(args).tables
     present = [n for n in tableschema.COLUMNS if partread.parts(n, root)]
     if args.action == "info":
         rows = [("table", "parts", "small", "MB")]

@@ -2,37 +2,35 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from quantbench.store import partwrite
-from quantbench.store.resultpaths import TABLES_DIR
-from quantbench.commands import add_plugin_arguments
-from quantbench.errors import UserError
+from quantbench.cli.groups import FixtureArgs, FleetArgs, ResultsArgs
+from quantbench.errors import UserError, render_params
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.runner import plan_run
-from quantbench.runargs import note_plan
+from quantbench.api.plan import note_plan
 from quantbench.inputs.variantdir import DEMO_NOTE, is_demo, pick_variant, resolve_variants
 
 HELP = "Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never under emulation."
 
 
+FLEET = FleetArgs(default="x86")   # local or ssh hosts: an emulated one is refused
+FIXTURES = FixtureArgs("take the timed fixture from", sidecar_and_limit=False)
+RESULTS = ResultsArgs(tables_alias=True)
+
+
 def add_arguments(p) -> None:
     p.add_argument("--variants", default="all",
                    help="comma-separated variant names from the last calibrate run, or .onnx files ('all': every one)")
-    p.add_argument("--hosts", default="x86", help="comma-separated local or ssh hosts (emulated hosts are refused)")
     p.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs")
     p.add_argument("--runs", type=int, default=10, help="timed runs per repeat (at least 10)")
     p.add_argument("--repeats", type=int, default=3, help="repeats; the spread of their medians is reported")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: each host's deployed count)")
-    p.add_argument("--fixtures", metavar="LABELS", help="COCO JSON or CSV labels of the images (default: the labels "
-                                                      "the variants were calibrated with)")
-    p.add_argument("--images", metavar="DIR", help="folder of the images named in --fixtures")
-    p.add_argument("--split", default="eval", help="image split the timed fixture comes from")
-    add_plugin_arguments(p)
-    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
-    p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
+    FLEET.add(p)
+    FIXTURES.add(p)
+    RESULTS.add(p)
 
 
 def resolve(names: str):
@@ -48,16 +46,17 @@ def run(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be at least 1")
     given = {} if args.threads is None else {"intra_op_num_threads": args.threads}
-    hosts = parse_hosts(args.hosts, given, args.hosts_file)
+    fleet, fixtures, results = FLEET.parse(args), FIXTURES.parse(args), RESULTS.parse(args)
+    hosts = parse_hosts(fleet.names(), given, fleet.hosts_file)
     for h in hosts:
         check_host(h)
     variants = resolve(args.variants)
-    root = Path(args.tables) if args.tables else TABLES_DIR
+    root = results.tables
     rows = []
     for v in variants:  # the run plan: the model parsed once, its identity and the timed fixture
-        plan = plan_run([h.spec for h in hosts], [v], labels=args.fixtures, images=args.images, split=args.split,
+        plan = plan_run([h.spec for h in hosts], [v], labels=fixtures.labels, images=fixtures.images, split=fixtures.split,
                         limit=1, check_hosts=False)
-        note_plan(args, plan)
+        note_plan(plan, render=getattr(args, "_render", render_params))
         (vi,) = plan.variants
         fx = plan.fixtures_for[vi.variant_id][0]
         for h in hosts:
@@ -67,5 +66,5 @@ def run(args) -> int:
     print(table(rows))
     print(f"latency table: {root / 'latency'}")
 
-    print(f"report: {update_report(root)}")
+    print(f"report: {update_report(results.folder, root)}")
     return 0

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from quantbench.store import partwrite
-from quantbench.store.resultpaths import TABLES_DIR
-from quantbench.commands import add_explain_arguments, base_session_from_args
+from quantbench.cli.groups import OUTPUT, ExplainArgs
+from quantbench.errors import render_params
 from quantbench.explain import update_report
 from quantbench.explain.evidence import run_evidence_for, table
 from quantbench.explain.localize import localize, summary
 from quantbench.inputs.fixtures import limit_note, pick_balanced, pick_fixture
 from quantbench.hosts.registry import parse_hosts
-from quantbench.runargs import explain_plan
+from quantbench.cli.runplan import explain_plan
 from quantbench.inputs.variantdir import pick_variant
 
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."
 
 
+EXPLAIN = ExplainArgs()
+
+
 def add_arguments(p) -> None:
-    add_explain_arguments(p)
+    EXPLAIN.add(p)
     p.add_argument("--fixture", metavar="ID_OR_IMAGE",
                    help="fixture to localise on: a fixture id (prefix) or image file name (default: the first eval fixture)")
     p.add_argument("--opt-level", choices=["disabled", "basic", "extended", "all"],
@@ -34,15 +36,17 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    root = Path(args.tables) if args.tables else TABLES_DIR
-    variant = pick_variant(args.variant)
-    hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
-    plan = explain_plan(args, hosts, [variant])  # the model parsed once: its id, its graph, its fixtures
+    ex = EXPLAIN.parse(args)
+    root = ex.results.tables
+    variant = pick_variant(ex.variant)
+    hosts = parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file)
+    # the model parsed once: its id, its graph, its fixtures
+    plan = explain_plan(ex.fixtures, hosts, [variant], render=getattr(args, "_render", render_params))
     (vi,) = plan.variants
     fixtures = plan.fixtures_for[vi.variant_id]
-    fixture = pick_fixture(fixtures, args.fixture, args.split)
+    fixture = pick_fixture(fixtures, args.fixture, ex.fixtures.split)
     res = localize(variant.path, hosts, fixture, args.opt_level, args.group, variant.name,
-                   progress=not args.no_progress, tables_root=root, variant_id=vi.variant_id,
+                   progress=OUTPUT.parse(args).bars(), tables_root=root, variant_id=vi.variant_id,
                    model=plan.models[vi.variant_id])
     part = partwrite.append("localize", res.table_rows(), root=root)
     print(summary(res))
@@ -58,5 +62,5 @@ def run(args) -> int:
             print(table(evs))
             print(f"evidence table: {root / 'evidence'}")
 
-    print(f"report: {update_report(root)}")
+    print(f"report: {update_report(ex.results.folder, root)}")
     return 0

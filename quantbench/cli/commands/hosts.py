@@ -7,7 +7,8 @@ import json
 import os
 import shutil
 
-from quantbench.commands import add_session_arguments, session_from_args
+from quantbench.cli.console import before_exec
+from quantbench.cli.groups import FleetArgs, SessionArgs
 from quantbench.errors import UserError
 from quantbench.hosts import cpuprofiles
 from quantbench.hosts import emulated as em
@@ -22,8 +23,12 @@ from quantbench.textfmt import text_table
 HELP = "List hosts and whether each is ready, check one with a smoke job, or set up emulated hosts."
 
 
+FLEET = FleetArgs(hosts=False)
+SESSION = SessionArgs(" of the check")
+
+
 def add_arguments(p) -> None:
-    p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
+    FLEET.add(p)
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
     sub.add_parser("list", help="presets and configured hosts, their kind, and whether each is ready",
@@ -32,10 +37,7 @@ def add_arguments(p) -> None:
                        description="Run a smoke job (fingerprint + a tiny model) on a host and print its fingerprint.")
     c.add_argument("name", help="host name; NAME+KEY=VALUE sets a session option or config entry for the check, "
                                 "e.g. x86+session.x64quantprecision=1")
-    add_session_arguments(c)
-    c.add_argument("--threads", type=int, default=None, help="intra-op threads (default: the host's deployed count)")
-    c.add_argument("--providers", default=None, help="comma-separated providers to request (default: the host's own)")
-    c.add_argument("--require-providers", action="store_true", help="refuse a requested provider that is not available")
+    SESSION.add(c)
     c.add_argument("--json", action="store_true", help="print the whole fingerprint as JSON")
     s = sub.add_parser("setup", help="prepare hosts: qemu-user, an arm64 Python root, the runtime each carries, "
                                      "the masked x86 tiers (idempotent)",
@@ -63,7 +65,7 @@ def _ready(spec) -> tuple[bool, str]:
 
 
 def do_list(args) -> int:
-    hosts = known_hosts(args.hosts_file)
+    hosts = known_hosts(FLEET.parse(args).hosts_file)
     rows = [("host", "kind", "defined", "ready", "session", "detail")]
     for name, spec in hosts.items():
         ok, msg = _ready(spec)
@@ -82,7 +84,8 @@ def do_list(args) -> int:
 def do_check(args) -> int:
     import time
 
-    requests = parse_hosts(args.name, session_from_args(args), args.hosts_file, option="hosts check")
+    given = SESSION.parse(args)
+    requests = parse_hosts(args.name, given.overrides(), FLEET.parse(args).hosts_file, option="hosts check")
     if len(requests) != 1:
         raise UserError(f"hosts check {args.name!r}: name one host (it checks one at a time)")
     [req] = requests
@@ -95,7 +98,7 @@ def do_check(args) -> int:
         print(f"{spec.name}: {msg}")
         return 0
     t0 = time.monotonic()
-    with HostSession(spec, session, args.require_providers, label=req.label, host=host) as hs:
+    with HostSession(spec, session, given.require_providers, label=req.label, host=host) as hs:
         fp = hs.frame
     seconds = time.monotonic() - t0
     expect = local_probe_sha256()
@@ -131,7 +134,7 @@ def do_setup(args) -> int:
     import time
 
     if args.all:
-        specs = [spec for spec in known_hosts(args.hosts_file).values()
+        specs = [spec for spec in known_hosts(FLEET.parse(args).hosts_file).values()
                  if spec.origin == "preset" and spec.kind != "masked"]
         specs += [HostSpec(n, "emulated", {"preset": n}, "preset") for n in em.PRESETS  # an x86 tier's qemu way
                   if n not in {s.name for s in specs}]
@@ -139,7 +142,7 @@ def do_setup(args) -> int:
     elif not args.names:
         raise UserError("hosts setup: name at least one emulated host, or pass --all")
     else:
-        named = resolve_hosts(args.names, args.hosts_file, option="hosts setup")
+        named = resolve_hosts(args.names, FLEET.parse(args).hosts_file, option="hosts setup")
         specs, masked = [s for s in named if s.kind != "masked"], any(s.kind == "masked" for s in named)
     remote = [s for s in specs if s.kind == "ssh" and s.options.get("tier")]  # a tier on an ssh machine
     specs = [s for s in specs if s not in remote]
@@ -165,6 +168,7 @@ def do_exec(args) -> int:
     if not shutil.which(cmd[0]):
         raise UserError(f"hosts exec {args.tier}: {cmd[0]}: no such command")
     env = process_env(args.tier, progress=not args.no_progress)
+    before_exec()   # the command writes to the real stderr, not to this process's warning filter
     os.execvpe(cmd[0], cmd, env)  # the command's exit code is ours; nothing of this process is left
 
 

@@ -3,24 +3,26 @@ with decision flips."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from quantbench.store import partwrite
 from quantbench.analysis.decode import decode_arg, spec_for_variant
-from quantbench.store.resultpaths import TABLES_DIR
-from quantbench.commands import add_explain_arguments, base_session_from_args
+from quantbench.cli.groups import ExplainArgs
+from quantbench.errors import render_params
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
 from quantbench.hosts.registry import parse_hosts
-from quantbench.runargs import explain_plan
+from quantbench.cli.runplan import explain_plan
 from quantbench.inputs.variantdir import pick_variant
 
 HELP = ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all, "
         "1 thread vs the host's deployed count, its providers vs the CPU provider.")
 
 
+EXPLAIN = ExplainArgs()
+
+
 def add_arguments(p) -> None:
-    add_explain_arguments(p)
+    EXPLAIN.add(p)
     p.add_argument("--limit", type=int, default=8, help="fixtures to use (batch composition needs 8)")
     p.add_argument("--threads", type=int, default=4, help="N of the threads 1 vs N comparison")
     p.add_argument("--batch", type=int, default=8, help="batch size of the batch-composition comparison")
@@ -32,10 +34,12 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    root = Path(args.tables) if args.tables else TABLES_DIR
-    variant = pick_variant(args.variant)
-    hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
-    plan = explain_plan(args, hosts, [variant], args.limit)  # the model parsed once, the limit checked
+    ex = EXPLAIN.parse(args)
+    root = ex.results.tables
+    variant = pick_variant(ex.variant)
+    hosts = parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file)
+    # the model parsed once, the limit checked
+    plan = explain_plan(ex.fixtures, hosts, [variant], args.limit, render=getattr(args, "_render", render_params))
     (vi,) = plan.variants
     fixtures = plan.fixtures_for[vi.variant_id]
     spec = spec_for_variant(variant, args.decode, vi.outputs)
@@ -51,5 +55,5 @@ def run(args) -> int:
         print(f"HARNESS FAULT on {', '.join(sorted({r.host for r in faults}))}: repeated runs differ")
     print(f"noise table: {root / 'noise'}")
 
-    print(f"report: {update_report(root)}")
+    print(f"report: {update_report(ex.results.folder, root)}")
     return 1 if faults else 0

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 
-from quantbench.release.publish import publish_release
+from quantbench.api.release import release
+from quantbench.cli.groups import ResultsArgs
 from quantbench.release.record import flips_text
 from quantbench.textfmt import text_table
-from quantbench.inputs.variantdir import load_variants
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "
         "raw and semantic hashes and per-host behaviour) and register its release keys.")
+
+
+RESULTS = ResultsArgs(what="variants, tables, releases")
 
 
 def add_arguments(parser) -> None:
@@ -23,7 +26,7 @@ def add_arguments(parser) -> None:
                         help="comma-separated hosts to include (default: every host with results for the variants)")
     parser.add_argument("--variants", default=None, metavar="DIR",
                         help="variants folder (with index.json); default: the latest `quantbench calibrate` output")
-    parser.add_argument("--results", default="results", help="results folder (variants, tables, releases)")
+    RESULTS.add(parser)
     parser.add_argument("--archive", nargs="?", const="", default=None, metavar="FILE",
                         help="also write the release as one .tar.gz (manifest, tables, models deduplicated by hash, "
                              "report) to attach to a GitHub release; default FILE: results/releases/NAME.tar.gz. "
@@ -35,12 +38,8 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()] if args.hosts else None
-    variants = None
-    if args.variants:
-        variants = load_variants(args.variants)
-    res = publish_release(args.tag, results_dir=args.results, hosts=hosts, retain=args.retain, variants=variants,
-                          archive=args.archive, force=args.force)
+    res = release(args.tag, RESULTS.parse(args), hosts=args.hosts, retain=args.retain, variants=args.variants,
+                  archive=args.archive, force=args.force).result
     if res.refused:
         print(f"release {args.tag} REFUSED: {len(res.collisions)} release key(s) already name another artifact; "
               "nothing was written.")

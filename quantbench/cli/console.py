@@ -1,7 +1,7 @@
 """Command-line manners shared by every command: one argument group and one output session.
 
-`add_common_arguments(parser)` adds the *output* group to a command's parser (cli.py
-applies it to every command, and to each action of a command with sub-actions):
+The *output* group (quantbench.cli.groups.OutputArgs; cli.py adds it to every command, and to each action of a
+command with sub-actions):
 
 - ``-q/--quiet``: no summary text (errors still go to stderr; the exit code says it all);
 - ``-v/--verbose``: library warnings (onnxruntime's C++ log, the quantizer's
@@ -33,24 +33,6 @@ COMMON = ("quiet", "verbose", "json", "no_progress")
 # its timestamp ("\x1b[0;93m2026-12-02 01:19:54.414343251 [W:onnxruntime:, graph.cc:1492 Graph] Initializer ...")
 _LIB_LINE = re.compile(r"^(\x1b\[[0-9;]*m)?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)? )?\[(W|I|V):onnxruntime"
                        r"|^(WARNING|INFO):(root|onnxruntime)")
-
-
-def add_common_arguments(parser) -> None:
-    """The output group; an option the command already defines (its own --json) is left to it."""
-    have = {o for a in parser._actions for o in a.option_strings}
-    if "--json" in have:
-        parser.set_defaults(_json_native=True)
-    g = parser.add_argument_group("output (every command)")
-    if "--quiet" not in have:
-        g.add_argument("-q", "--quiet", action="store_true", help="print no summary (errors only; see the exit code)")
-    if "--verbose" not in have:
-        g.add_argument("-v", "--verbose", action="count", default=0,
-                       help="show onnxruntime's and the quantizer's warnings in full (summarised otherwise)")
-    if "--json" not in have:
-        g.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    if "--no-progress" not in have:
-        g.add_argument("--no-progress", action="store_true",
-                       help="no progress bars (they are drawn only when stderr is a terminal anyway)")
 
 
 def progress_enabled(args) -> bool:
@@ -101,6 +83,21 @@ class _Handler(logging.Handler):
             self.echo(text)
 
 
+#: the real fd 2 while _fd2_capture stands a pipe in for it (a duplicate of it, outermost first)
+_REAL_FD2: list = []
+
+
+def before_exec() -> None:
+    """Before this process replaces itself with a command (os.exec*, `hosts exec`): fd 2 is the real stderr again;
+    the thread that reads the pipe standing in for it does not survive the exec (the command's writes to stderr
+    were a broken pipe)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if _REAL_FD2:
+        os.dup2(_REAL_FD2[0], 2)
+
+
 @contextlib.contextmanager
 def _fd2_capture(cap: Captured, verbose: bool):
     """Route C-level writes to fd 2 (onnxruntime's C++ logger) through a filter thread.
@@ -118,6 +115,7 @@ def _fd2_capture(cap: Captured, verbose: bool):
         return
     sys.stderr.flush()
     saved = os.dup(2)
+    _REAL_FD2.append(saved)
     r, w = os.pipe()
     out = os.fdopen(os.dup(saved), "w", buffering=1, encoding="utf-8", errors="replace")
 
@@ -145,6 +143,7 @@ def _fd2_capture(cap: Captured, verbose: bool):
         with contextlib.suppress(Exception):
             old.flush()
         os.dup2(saved, 2)
+        _REAL_FD2.remove(saved)
         os.close(saved)
         t.join(timeout=2)
         with contextlib.suppress(Exception):

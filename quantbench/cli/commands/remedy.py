@@ -6,21 +6,24 @@ from pathlib import Path
 
 from quantbench.store import partwrite
 from quantbench.analysis.decode import decode_arg, spec_for_variant
-from quantbench.store.resultpaths import RESULTS_DIR, TABLES_DIR
-from quantbench.commands import add_explain_arguments, base_session_from_args
-from quantbench.errors import UserError
+from quantbench.store.resultpaths import RESULTS_DIR
+from quantbench.cli.groups import OUTPUT, ExplainArgs
+from quantbench.errors import UserError, render_params
 from quantbench.explain import update_report
 from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
 from quantbench.hosts.registry import parse_hosts
 from quantbench.inputs.sidecarfile import check_identity
-from quantbench.runargs import explain_plan
+from quantbench.cli.runplan import explain_plan
 from quantbench.inputs.variantdir import pick_variant
 
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
 
 
+EXPLAIN = ExplainArgs()
+
+
 def add_arguments(p) -> None:
-    add_explain_arguments(p)
+    EXPLAIN.add(p)
     p.add_argument("--fp32", metavar="MODEL",
                    help="the float model the variant was quantized from (default: the fp32 variant of the last calibrate run)")
     p.add_argument("--limit", type=int, default=8, help="fixtures to compare on")
@@ -33,12 +36,14 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    root = Path(args.tables) if args.tables else TABLES_DIR
-    variant = pick_variant(args.variant)
-    hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
+    ex = EXPLAIN.parse(args)
+    root = ex.results.tables
+    variant = pick_variant(ex.variant)
+    hosts = parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file)
     if len(hosts) < 2:
         raise UserError("--hosts: name at least two hosts to compare")
-    plan = explain_plan(args, hosts, [variant], args.limit)  # the model parsed once, its identity checked
+    # the model parsed once, its identity checked
+    plan = explain_plan(ex.fixtures, hosts, [variant], args.limit, render=getattr(args, "_render", render_params))
     (vi,) = plan.variants
     if args.fp32:
         fp32 = Path(args.fp32)
@@ -58,12 +63,12 @@ def run(args) -> int:
     rvs = build_remedies(variant.path, fp32, out, variant.recipe, ranges if ranges.exists() else None,
                          [{fx.input_name: fx.array} for fx in fixtures], remedies)
     rows = remedy_matrix(rvs, fp32, hosts, fixtures, spec, vi.variant_id,
-                         progress=not args.no_progress, shipped_model=plan.models.get(vi.variant_id))
+                         progress=OUTPUT.parse(args).bars(), shipped_model=plan.models.get(vi.variant_id))
     partwrite.append("remedies", [r.row() for r in rows], root=root)
     print(table(rows))
     closing = [r.remedy for r in rows if r.one_class]
     print("remedies that bring every host into one class: " + (", ".join(closing) or "none"))
     print(f"remedies table: {root / 'remedies'}; remedy variants in {out}")
 
-    print(f"report: {update_report(root)}")
+    print(f"report: {update_report(ex.results.folder, root)}")
     return 0

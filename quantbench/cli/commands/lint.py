@@ -2,34 +2,37 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from quantbench.store import partwrite
-from quantbench.store.resultpaths import TABLES_DIR
-from quantbench.commands import add_fleet_arguments
+from quantbench.cli.groups import FleetArgs, ResultsArgs
 from quantbench.explain import update_report
 from quantbench.explain.lint import fleet_note, fleet_of, lint_model
 from quantbench.inputs.modelio import load_model, semantic_sha256
-from quantbench.runargs import fleet_from_args
+from quantbench.cli.runplan import fleet_requests
 from quantbench.textfmt import text_table
 
 HELP = "Lint an int8 model's weights for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow, per layer."
 
 
+FLEET = FleetArgs(fingerprints=True)
+RESULTS = ResultsArgs(tables_alias=True)
+
+
 def add_arguments(p) -> None:
     p.add_argument("model", help="a quantized ONNX model (static QDQ, or QLinear/MatMulInteger/ConvInteger ops)")
     p.add_argument("--all", action="store_true", help="list every int8 layer, not only the ones some tier can diverge on")
-    p.add_argument("--tables", metavar="DIR", help="result tables folder (default: results/tables)")
-    add_fleet_arguments(p)
+    RESULTS.add(p)
+    FLEET.add(p)
 
 
 def run(args) -> int:
     model = load_model(args.model)
-    requests = fleet_from_args(args)
+    requests = fleet_requests(FLEET.parse(args))
     fleet = fleet_of(requests) if requests else None
     rows = lint_model(model, fleet)
     vid = semantic_sha256(model)
-    root = Path(args.tables) if args.tables else TABLES_DIR
+    results = RESULTS.parse(args)
+    root = results.tables
     part = partwrite.append("lint", [dict(r.row(), variant_id=vid, model=str(args.model)) for r in rows], root=root)
     risky = [r for r in rows if r.tiers]
     shown = rows if args.all else risky
@@ -48,5 +51,5 @@ def run(args) -> int:
     print(f"{len(rows)} int8 weight tensor(s), {len(risky)} that some host tier can diverge on"
           + (f"; lint table: {part.parent}" if part else ""))
 
-    print(f"report: {update_report(root)}")
+    print(f"report: {update_report(results.folder, root)}")
     return 0

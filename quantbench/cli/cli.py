@@ -6,11 +6,12 @@ import argparse
 import importlib
 import sys
 
-from quantbench import __version__, console
+from quantbench import __version__
 from quantbench.inputs import plugins
-from quantbench import config as C
-from quantbench.commands import COMMAND_HELP, COMMANDS, MIXED_KIND_KEYS, OPTION_KEYS, SUBCOMMANDS
-from quantbench.console import add_common_arguments
+from quantbench.cli import console
+from quantbench.cli import config as C
+from quantbench.cli.commands import COMMAND_HELP, COMMANDS, declared
+from quantbench.cli.groups import OUTPUT
 from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError, render_params
 from quantbench.fsutil import disk_full, kill_point, no_space
 
@@ -25,7 +26,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _load_commands(names) -> dict:
     """The named commands' modules; one that fails to import is an error, never a silently missing command."""
-    return {name: importlib.import_module(f"quantbench.commands.{name}") for name in names}
+    return {name: importlib.import_module(f"quantbench.cli.commands.{name}") for name in names}
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -56,8 +57,8 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
 
     Only the modules of `commands` (None: every command; all of them for a command that reads them all, `quantbench
     config`) are imported and get their options and defaults; the others are listed from COMMAND_HELP. A defaults
-    key or table no command knows is an error whichever command runs (OPTION_KEYS, SUBCOMMANDS); a value is checked
-    by the commands loaded that take it.
+    key or table no command knows is an error whichever command runs (commands.declared(), read from the command
+    modules' source); a value is checked by the commands loaded that take it.
     """
     names = list(COMMANDS) if commands is None else [n for n in COMMANDS if n in commands]
     mods = _load_commands(names)
@@ -91,16 +92,18 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
         if getattr(mod, "JSON_NATIVE", False):
             p.set_defaults(_json_native=True)
         for _, leaf in _leaves(name, p):
-            add_common_arguments(leaf)
+            if any("--json" in a.option_strings for a in leaf._actions):   # its own JSON summary
+                leaf.set_defaults(_json_native=True)
+            OUTPUT.add(leaf)
     leaves = {n: lp for name, p in sub.choices.items() if name in mods for n, lp in _leaves(name, p)}
     parser._qb_leaves = leaves
     parser._qb_builtin = {n: {d: a.default for d, a in C.option_actions(lp).items()} for n, lp in leaves.items()}
     parser._qb_sources = []
     if config:
-        sources = C.load_sources(".", commands=list(COMMANDS) + list(SUBCOMMANDS))
-        C.check_known(sources, OPTION_KEYS)
+        sources = C.load_sources(".", commands=list(COMMANDS) + list(declared().subcommands))
+        C.check_known(sources, declared().options)
         for n, lp in leaves.items():
-            C.apply(lp, n, sources, MIXED_KIND_KEYS)
+            C.apply(lp, n, sources, declared().mixed)
         parser._qb_sources = sources
     return parser
 
@@ -108,13 +111,14 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
 def _with_hosts_file_defaults(parser, argv, args):
     """`args` with the option defaults of the hosts file the command reads (--hosts-file, or the folder's defaults
     naming one): its `[defaults]` table applies like ./quantbench.toml's, above it and below the flags."""
-    src = C.hosts_file_source(args.hosts_file, list(COMMANDS) + list(SUBCOMMANDS)) if getattr(args, "hosts_file", None) else None
+    names = list(COMMANDS) + list(declared().subcommands)
+    src = C.hosts_file_source(args.hosts_file, names) if getattr(args, "hosts_file", None) else None
     if src is None:
         return args
-    C.check_known([src], OPTION_KEYS)
+    C.check_known([src], declared().options)
     parser._qb_sources = [*parser._qb_sources, src]
     for n, lp in parser._qb_leaves.items():
-        C.apply(lp, n, parser._qb_sources, MIXED_KIND_KEYS)
+        C.apply(lp, n, parser._qb_sources, declared().mixed)
     return parser.parse_args(argv)
 
 
@@ -129,7 +133,7 @@ def _flag_namer(actions):
     """param -> its flag on this command line (the command's own option, else any command's), or None."""
     def flag_of(param: str) -> str | None:
         mine = [max(a.option_strings, key=len) for a in actions if a.dest == param and a.option_strings]
-        return mine[0] if mine else "--" + param.replace("_", "-") if param in OPTION_KEYS else None
+        return mine[0] if mine else "--" + param.replace("_", "-") if param in declared().options else None
     return flag_of
 
 

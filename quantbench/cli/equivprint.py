@@ -1,4 +1,4 @@
-"""An equiv result on the command line: `quantbench equiv` and `quantbench report` write and print it one way.
+"""An equiv result on the command line: `quantbench equiv` and `quantbench report` print it one way.
 
 A CLI-layer module of its own, not commands/__init__.py, which every invocation (and `quantbench --help`)
 imports: only these two commands load the analysis and report modules it needs.
@@ -7,16 +7,13 @@ imports: only these two commands load the analysis and report modules it needs.
 from pathlib import Path
 
 from quantbench.analysis.equiv import as_json
-from quantbench.analysis.gates import parse_gates
 from quantbench.errors import GateFailed
 from quantbench.report.termsummary import equiv_summary_text
-from quantbench.report.equivsection import publish_equiv
 
 
-def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
-    """Print an equiv result (text, or --json) and the files written; a failed --gate raises GateFailed."""
-    failures = result.gate_failures(gates)
-    if args.json:
+def print_equiv(result, files, gates, failures, as_json_text: bool, run_line: str | None = None) -> int:
+    """Print an equiv result (text, or JSON) and the files written; a failed gate raises GateFailed."""
+    if as_json_text:
         summary = result.summary()
         summary["files"] = [str(f) for f in files]
         summary["gates"] = {"checked": gates, "failures": failures}
@@ -38,12 +35,3 @@ def print_equiv(result, args, files, gates, run_line: str | None = None) -> int:
         more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
         raise GateFailed(f"{failures[0]}{more}")
     return 0
-
-
-def finish_equiv(result, args, results, root, gates=None, run_line: str | None = None) -> int:
-    """Write what the analysis leaves behind (quantbench.report.equivsection.publish_equiv), then print it."""
-    checked = parse_gates(getattr(args, "gate", None))
-    result.settings["gates"] = list(gates) if gates else checked   # what the verdict lines state
-    files = publish_equiv(result, results, root, plots=not args.no_plots, fixtures=getattr(args, "fixtures", None),
-                          images=getattr(args, "images", None))
-    return print_equiv(result, args, files, checked, run_line)

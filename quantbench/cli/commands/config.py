@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from quantbench import config as C
-from quantbench.commands import MIXED_KIND_KEYS
+from quantbench.cli import config as C
+from quantbench.cli.commands import declared
 from quantbench.textfmt import text_table
 
 HELP = ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
@@ -20,7 +20,7 @@ def run(args) -> int:
     import json
 
     parser = args._parser
-    rows = C.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all, mixed=MIXED_KIND_KEYS)
+    rows = C.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all, mixed=declared().mixed)
     files = [{"file": str(s.path), "table": C.defaults_table(s)} for s in parser._qb_sources]
     if args.json:
         print(json.dumps({"sources": files, "precedence": ["flag", "quantbench.toml [defaults]",

@@ -1,0 +1,72 @@
+"""`quantbench.calibrate(...)`: a calibration set balanced by strata x lighting and the fp32, dynamic and static
+QDQ int8 variants (the `calibrate` command), with the command line's defaults (quantize.pipeline.CalibrateOptions)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from quantbench.store import lazy
+from quantbench.api.options import Output
+from quantbench.errors import ParameterError
+from quantbench.quantize.pipeline import CalibrateOptions, calibrate as run_pipeline
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = lazy.module("pyarrow")
+
+DEFAULT_MODEL = CalibrateOptions.model
+#: what a caller may choose (CalibrateOptions' fields but progress, which follows the Output group)
+OPTIONS = tuple(f.name for f in dataclasses.fields(CalibrateOptions) if f.name not in ("model", "progress"))
+
+
+@dataclass
+class Calibration:
+    """A calibrate run (quantize.pipeline.CalibrateResult: `.result`): its variants, their folder, the
+    calibration set; `failed` the variants not published (name, why)."""
+
+    result: object
+
+    @property
+    def out(self) -> Path:
+        return Path(self.result.out)
+
+    @property
+    def failed(self) -> list:
+        return list(self.result.failed)
+
+    def variants(self) -> "pa.Table":
+        """One row per published variant: name, file (absolute), method, semantic SHA-256, bytes."""
+        rows = [{"name": r.variant.name, "file": str(Path(r.variant.path).resolve()), "method": r.variant.recipe["method"],
+                 "semantic_sha256": r.variant.recipe["semantic_sha256"], "bytes": r.variant.path.stat().st_size}
+                for r in self.result.reports]
+        return pa.Table.from_pylist(rows, schema=pa.schema([("name", pa.string()), ("file", pa.string()),
+                                                           ("method", pa.string()), ("semantic_sha256", pa.string()),
+                                                           ("bytes", pa.int64())]))
+
+    def manifest(self) -> "pa.Table | None":
+        """The calibration set's manifest (one row per selected image); None for an already-quantized model."""
+        if self.result.calib_dir is None:
+            return None
+        import pyarrow.parquet as pq
+
+        return pq.read_table(Path(self.result.calib_dir) / "manifest.parquet")
+
+
+def options(model=DEFAULT_MODEL, output: Output = Output(), **chosen) -> CalibrateOptions:
+    """The pipeline's options: `chosen` by name (OPTIONS), the others the command line's defaults."""
+    unknown = sorted(set(chosen) - set(OPTIONS))
+    if unknown:
+        raise ParameterError(unknown[0], f"no calibrate option; choose from {', '.join(OPTIONS)}")
+    return CalibrateOptions(model=model, progress=output.bars(), **chosen)
+
+
+def calibrate(model=DEFAULT_MODEL, output: Output = Output(), on_calset=None, on_note=None,
+              **chosen) -> Calibration:
+    """Calibrate and quantize `model` (an .onnx file with its sidecar JSON, or a bundled model's name) into its
+    variants folder (results/variants/<model>/ unless out=...); `chosen`: any of OPTIONS (labels, images,
+    methods, per_cell, seed, ...). `on_calset(calset)` and `on_note(text)` report progress as it happens."""
+    return Calibration(run_pipeline(options(model, output, **chosen), on_calset=on_calset, on_note=on_note))

@@ -1,0 +1,270 @@
+"""`quantbench.equiv(...)`: run (or reuse) every variant on every host, then the equivalence classes of
+byte-identical hosts, the decision flips against fp32 and the gates (the `equiv` command), written to the results
+folder's tables, report and equiv.json."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from quantbench.store import lazy
+from quantbench.store import arrowrows, tablelock
+from quantbench.analysis.decode import NONE_HINT, check_outputs, kind_of, spec_from_sidecar
+from quantbench.analysis.equiv import VariantRef, analyze
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
+from quantbench.analysis.predict import attach_predictions
+from quantbench.analysis.resultcache import cache_dir_of
+from quantbench.api.options import Fixtures, Fleet, Output, Results, Session
+from quantbench.api.plan import fixture_params, note_plan, variants_named
+from quantbench.errors import ParameterError, UserError, flag_mark, marked, render_params
+from quantbench.hosts.cluster import connect_plan
+from quantbench.hosts.keys import local_ort_version
+from quantbench.hosts.masked import unshowable
+from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
+from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
+from quantbench.inputs.sidecarfile import sidecar_for, sidecar_source
+from quantbench.report.equivsection import publish_equiv
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = lazy.module("pyarrow")
+
+DEFAULT_HOSTS = "pi,x86"
+#: the tables an equiv analysis writes, by the result's rows
+TABLES = {"classes": "class_rows", "decisions": "decision_rows", "flips": "flip_rows"}
+
+
+@dataclass
+class Equiv:
+    """An equiv analysis (analysis.equiv.EquivResult: `.analysis`), the files it wrote, the gates checked and the
+    ones that failed, and what ran (`run_line`)."""
+
+    analysis: object
+    files: list
+    gates: list
+    failures: list
+    run_line: str = ""
+
+    def table(self, name: str) -> "pa.Table":
+        """This analysis' rows of the `classes`, `decisions` or `flips` table (quantbench.store.tableschema' schema)."""
+        if name not in TABLES:
+            raise ParameterError("name", f"no equiv table {name!r}; one of {', '.join(TABLES)}", name)
+        return arrowrows.to_arrow(name, list(getattr(self.analysis, TABLES[name])))
+
+    @property
+    def classes(self) -> "pa.Table":
+        return self.table("classes")
+
+    @property
+    def flips(self) -> "pa.Table":
+        return self.table("flips")
+
+    @property
+    def decisions(self) -> "pa.Table":
+        return self.table("decisions")
+
+    def summary(self) -> dict:
+        return self.analysis.summary()
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+@dataclass
+class Gates:
+    """The gates' tolerances and the gates whose failure fails the analysis (names: tensor, decision, classes)."""
+
+    atol: float = DEFAULT_ATOL
+    rtol: float = DEFAULT_RTOL
+    budget: int = DEFAULT_BUDGET
+    gate: str | None = None
+
+
+@dataclass
+class Prepared:
+    """What an equiv invocation analyses, once its hosts have run (or without running, from the tables)."""
+
+    hosts: list
+    refs: list
+    fixtures_for: dict
+    prefer: dict | None
+    run_line: str
+    duplicates: list
+    plan: object = None
+    #: host -> why its runtime does not start on its CPU (a result: the host is left out of the classes)
+    not_started: dict = field(default_factory=dict)
+    #: (host, variant_id) -> why the host's runtime cannot run that variant (left out of that variant's classes)
+    cannot_run: dict = field(default_factory=dict)
+    #: imported host -> the results its files hold (runner.HostSummary.held): the analysis takes no others of it
+    held: dict = field(default_factory=dict)
+    #: tier -> its profile's features: tiers this CPU cannot show, predicted (analysis.predict), never run
+    predict: dict = field(default_factory=dict)
+
+
+def run_hint(fixtures: Fixtures, session: Session) -> str:
+    """The options a hint to run a missing host again repeats (the command line's flags)."""
+    parts = []
+    for name, value in (("fixtures", fixtures.labels), ("images", fixtures.images),
+                        ("split", None if fixtures.split == "eval" else fixtures.split), ("limit", fixtures.limit),
+                        ("graph-opt", session.graph_opt), ("threads", session.threads),
+                        ("providers", None if session.providers is None else ",".join(session.providers))):
+        if value:
+            parts.append(f" --{name} {value}")
+    parts += [f" --session-config {k}={v}" for k, v in session.config.items()]
+    return "".join(parts)
+
+
+def check_decoder(variant, outputs, override, kind, threshold, override_path=None) -> None:
+    """A variant's decode spec (sidecar or decode/threshold) is valid, fits its `outputs`, and runs no plug-in only
+    a file names (quantbench.inputs.plugins.require)."""
+    spec = spec_from_sidecar(sidecar_for(variant, override), kind, threshold,
+                             source=sidecar_source(variant, override_path))
+    try:
+        check_outputs(spec, outputs)
+    except UserError as exc:
+        raise UserError(f"model {variant.model}: {marked(exc)}; or {NONE_HINT}") from None
+
+
+def _measured_specs(fleet: Fleet, reference: str | None) -> tuple[list, dict]:
+    """(the host specs to run, tier -> features of the ones only predicted: no machine in reach shows them)."""
+    specs = [h.spec for h in parse_hosts(fleet.names(), hosts_file=fleet.hosts_file, overrides=False)]
+    unshown = {s.name: f for s in specs if (f := unshowable(s)) is not None}
+    if unshown and (reference in unshown or len(unshown) == len(specs)):
+        name = reference if reference in unshown else specs[0].name
+        why = make_host(next(s for s in specs if s.name == name)).ready()[1]
+        raise UserError(f"host {name}: {why}; a tier no machine in reach shows is only predicted, from measured hosts")
+    specs = [s for s in specs if s.name not in unshown]
+    if reference and reference not in [s.name for s in specs]:
+        raise UserError(f"{flag_mark('reference')} {reference}: not one of {flag_mark('hosts')} "
+                        f"{','.join(s.name for s in specs)}")
+    return specs, unshown
+
+
+def _ran(prep: Prepared, summary) -> None:
+    """What the hosts' runs tell the analysis: the selections measured, hosts that do not start or cannot run a
+    variant, what an imported host holds."""
+    prep.run_line = "runs: " + "; ".join(f"{h.name} {h.ran} ran, {h.cached + h.imported} reused" for h in summary.hosts)
+    prep.prefer = {h.name: (h.fingerprint_id, h.session_key) for h in summary.hosts if h.fingerprint_id and h.measured}
+    prep.not_started = {h.name: h.does_not_start for h in summary.hosts if h.does_not_start}
+    prep.cannot_run = {(h.name, vid): why for h in summary.hosts for vid, why in h.cannot_run.items()}
+    prep.held = {h.name: h.held for h in summary.hosts if h.held is not None}
+    prep.hosts = [n for n in prep.hosts if n not in prep.not_started]
+
+
+@dataclass
+class _Request:
+    """One equiv invocation's choices, as prepare() takes them."""
+
+    fleet: Fleet
+    fixtures: Fixtures
+    session: Session
+    results: Results
+    output: Output
+    reference: str | None
+    decode: str | None
+    threshold: float | None
+    run: bool
+    jobs: int | None
+    cluster: str | None
+    shard: str | None
+    wait: bool
+    render: object
+
+
+def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepared:
+    """Hosts, variants and fixtures of an equiv invocation (hosts.runner.plan_run); runs the hosts unless told
+    not to, holding the tables lock in `held` through the runs and the table writes after the analysis."""
+    jobs = announce_jobs(req.jobs, to_stderr=req.output.json)   # capped at the cores
+    specs, unshown = _measured_specs(req.fleet, req.reference)
+    params = fixture_params(req.fixtures)
+
+    def decoder_fits(v, outputs):   # a bad decode block fails before any run
+        check_decoder(v, outputs, params["sidecar"], req.decode, req.threshold, req.fixtures.sidecar)
+
+    # each host runs its own deployed session, the session options given override it; a host that cannot run
+    # writes nothing
+    plan = plan_run(specs, variants, **params, session=req.session.overrides(), command="equiv",
+                    check_hosts=req.run, check_variant=decoder_fits, shard=req.shard)
+    note_plan(plan, req.output.json, req.render)
+    cluster = held.enter_context(connect_plan(req.cluster, plan)) if req.cluster and req.run else None
+    root = req.results.tables
+    held.enter_context(tablelock.lock(root, wait=req.wait))
+    asked = {str(vi.path.resolve()): v for v, vi in reversed(plan.asked)}   # the first variant asked of each file
+    refs = [VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, path=str(vi.path),
+                       sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"])) for vi in plan.variants]
+    fixtures_for = {vid: sorted({fx.fixture_id for fx in fxs}) for vid, fxs in plan.fixtures_for.items()}
+    prep = Prepared(list(plan.names), refs, fixtures_for, None, f"runs: none ({flag_mark('no_run')}: results from the "
+                    "tables)", duplicate_variants(plan), plan, predict=unshown)
+    if req.run:
+        with arrowrows.run_scope(plan.run_id):
+            summary = run_plan(plan, progress=req.output.bars(), tables_root=root, jobs=jobs, cluster=cluster,
+                               require_providers=req.session.require_providers)
+        _ran(prep, summary)
+    return prep
+
+
+def duplicate_variants(plan) -> list[dict]:
+    """Variants asked for whose model is semantically identical to an analysed one (run once, named in the report)."""
+    kept = {vi.variant_id: vi for vi in plan.variants}
+    analysed = {str(vi.path.resolve()) for vi in plan.variants}
+    out = []
+    for v, vi in plan.asked:
+        if str(Path(v.path).resolve()) in analysed:
+            continue
+        first = kept.get(vi.variant_id)
+        if first is not None and first.name != v.name:
+            out.append({"name": v.name, "model": v.model, "path": str(v.path), "duplicate_of": first.name})
+    return out
+
+
+def publish(result, results: Results, gates=None, checked=None, plots: bool = True, labels=None,
+            images=None) -> list:
+    """Write what an analysis leaves behind (quantbench.report.equivsection.publish_equiv): `gates` are what its verdict lines
+    state (default: `checked`, the gates checked); returns the files written."""
+    result.settings["gates"] = list(gates) if gates else list(checked or [])
+    return publish_equiv(result, results.folder, results.tables, plots=plots, fixtures=labels, images=images)
+
+
+def _check_request(gates: Gates, decode: str | None) -> list:
+    """The gates checked, once the request's tolerances and gates are valid (before any work)."""
+    checked = parse_gates(gates.gate)   # a typo in the gates fails before any work
+    if "decision" in checked and decode is not None and not kind_of(decode).decides:
+        raise UserError(f"{flag_mark('gate')} decision with {flag_mark('decode')} none: no decisions are compared; drop one "
+                        "of them")
+    if gates.atol < 0 or gates.rtol < 0:
+        raise UserError(f"{flag_mark('atol')} {gates.atol} / {flag_mark('rtol')} {gates.rtol}: tolerances must be >= 0")
+    return checked
+
+
+def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures = Fixtures(),
+          session: Session = Session(), results: Results = Results(), output: Output = Output(),
+          gates: Gates = Gates(), fp32=None, reference: str | None = None, decode: str | None = None,
+          threshold: float | None = None, run: bool = True, jobs: int | None = None, cluster: str | None = None,
+          shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params) -> Equiv:
+    """Run (or with run=False, reuse) every variant (folders or .onnx files; None: the latest calibrate output)
+    on each host of `fleet`, then analyse: classes, flips against fp32 (or `fp32`, the float model of
+    already-quantized variants), gates. Writes the tables, report and equiv.json under `results`; returns the
+    analysis with the gates that failed (`Equiv.failures`: a failed gate is a result, not an exception).
+    `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
+    (default: the sidecar's)."""
+    checked = _check_request(gates, decode)
+    resolved = variants_named(variants, fp32, to_stderr=output.json)   # the demo says so first
+    announce_hosts_file(fleet.hosts_file, to_stderr=output.json)
+    req = _Request(fleet, fixtures, session, results, output, reference, decode, threshold, run, jobs, cluster,
+                   shard, wait, render)
+    with contextlib.ExitStack() as held:   # prepare() takes the tables lock once its inputs are valid
+        p = prepare(req, held, resolved)
+        result = analyze(p.hosts, p.refs, p.fixtures_for, reference=reference, decode_kind=decode,
+                         threshold=threshold, atol=gates.atol, rtol=gates.rtol, budget=gates.budget, prefer=p.prefer,
+                         run_hint=run_hint(fixtures, session), tables_root=results.tables, duplicates=p.duplicates,
+                         cache_dir=cache_dir_of(results.folder), cannot_run=p.cannot_run, held=p.held)
+        result.not_started = p.not_started
+        attach_predictions(result, p.refs, p.predict, local_ort_version())
+        files = publish(result, results, checked=checked, plots=plots, labels=p.plan.labels,
+                        images=p.plan.images)
+        failures = result.gate_failures(checked)   # after the files: a gate's refusal still leaves the report
+    return Equiv(result, files, checked, failures, p.run_line)

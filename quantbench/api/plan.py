@@ -1,0 +1,45 @@
+"""The run plan's inputs from the option groups: the variants named (or the latest calibrate output, else the
+bundled demo), the fixture group as hosts.runner.plan_run parameters, and the notes a plan prints."""
+
+from __future__ import annotations
+
+import sys
+
+from quantbench.api.options import Fixtures
+from quantbench.errors import flag_mark, render_params
+from quantbench.inputs.fixtures import limit_note
+from quantbench.inputs.sidecarfile import load_sidecar_file
+from quantbench.inputs.variantdir import DEMO_NOTE, Variant, is_demo, resolve_variants
+
+
+def variants_named(variants=None, fp32=None, to_stderr: bool = False) -> list:
+    """The variants `variants` names (folders or .onnx files; already resolved Variants are kept; None: the latest
+    calibrate output, else the demo models); a run on the bundled demo models says so first (on stderr when stdout
+    is JSON)."""
+    if variants and all(isinstance(v, Variant) for v in variants) and fp32 is None:
+        return list(variants)
+    paths = None if not variants else [str(v) for v in variants]
+    out = resolve_variants(paths, fp32)
+    if not paths and is_demo(v.path for v in out):
+        print(DEMO_NOTE, file=sys.stderr if to_stderr else sys.stdout, flush=True)
+    return out
+
+
+def fixture_params(fixtures: Fixtures) -> dict:
+    """The fixture group as hosts.runner.plan_run parameters (its sidecar file read once, here)."""
+    return {"labels": fixtures.labels, "images": fixtures.images, "split": fixtures.split, "limit": fixtures.limit,
+            "sidecar": load_sidecar_file(fixtures.sidecar) if fixtures.sidecar else None}
+
+
+def note_plan(plan, to_stderr: bool = False, render=render_params) -> None:
+    """After plan_run: which fixtures a shard took, the plan's notes, and which images a limit took (the labels
+    it read are plan.labels and plan.images: the report, equiv.json and the accuracy read the same). `render`
+    shows a parameter's mark (errors.flag_mark): its name, or on the command line its flag."""
+    out = sys.stderr if to_stderr else sys.stdout
+    if plan.shard is not None:
+        print(render(f"{flag_mark('shard')} {plan.shard['k']}/{plan.shard['n']}: {len(plan.fixtures)} of the run's "
+                     f"fixtures (fixture set {plan.shard['fixture_set'][:12]})"), file=out)
+    for note in plan.notes:
+        print(f"note: {render(note)}", file=out)
+    if plan.limit is not None:
+        print(render(f"{flag_mark('limit')} {plan.limit}: {limit_note(plan.fixtures)}"), file=out)

@@ -1,0 +1,92 @@
+"""`quantbench.release(...)` and `quantbench.verify(...)`: write a release record from the results folder (the
+`release` command), check a release folder or archive (the `verify` command)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from quantbench.store import lazy
+from quantbench.api.options import Fleet, Results
+from quantbench.release.archive import verify_archive
+from quantbench.release.publish import publish_release
+from quantbench.release.verify import FAIL, verify as verify_folder
+from quantbench.inputs.variantdir import load_variants
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+else:
+    pa = lazy.module("pyarrow")
+
+
+@dataclass
+class Release:
+    """A release (release.publish.ReleaseResult: `.result`): its folder, record, archive (file, sha256) or None;
+    `refused` with the release keys already naming another artifact (`collisions`): nothing was written."""
+
+    tag: str
+    result: object
+
+    @property
+    def refused(self) -> bool:
+        return bool(self.result.refused)
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.result.folder)
+
+    @property
+    def record(self) -> dict:
+        return self.result.record
+
+    def targets(self) -> "pa.Table":
+        """One row per variant x host of the record: hashes, byte class, release key, flips against fp32."""
+        rows = [{"variant": v["name"], "variant_id": v["variant_id"], "raw_sha256": v["raw_sha256"],
+                 "semantic_sha256": v["semantic_sha256"], "host": t["host"], "fingerprint_id": t["fingerprint_id"],
+                 "byte_class": t["byte_class"], "release_key": t["release_key"]}
+                for v in (self.record or {}).get("variants", []) for t in v["targets"]]
+        return pa.Table.from_pylist(rows, schema=pa.schema([(k, pa.string()) for k in (
+            "variant", "variant_id", "raw_sha256", "semantic_sha256", "host", "fingerprint_id", "byte_class",
+            "release_key")]))
+
+
+def release(tag: str, results: Results = Results(), hosts=None, retain: bool = True, variants=None,
+            archive=None, force: bool = False) -> Release:
+    """Write `results`/releases/TAG/ (tables, report, release.json) and register its release keys; `hosts`: the
+    hosts to include (default: every host with results); `variants`: a variants folder (default: the latest
+    calibrate output); `archive`: also a .tar.gz ("" for the default path), replacing a file there with `force`."""
+    if isinstance(hosts, str):
+        hosts = [h.strip() for h in hosts.split(",") if h.strip()] or None
+    chosen = load_variants(variants) if variants else None
+    res = publish_release(tag, results_dir=results.folder, hosts=list(hosts) if hosts else None, retain=retain,
+                          variants=chosen, archive=archive, force=force)
+    return Release(tag, res)
+
+
+@dataclass
+class Verification:
+    """The checks of a release (release.verify.Check: check, item, status, detail) and whether all passed."""
+
+    release: str
+    checks: list
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.status == FAIL for c in self.checks)
+
+    def table(self) -> "pa.Table":
+        return pa.Table.from_pylist([dataclasses.asdict(c) for c in self.checks],
+                                    schema=pa.schema([(k, pa.string()) for k in ("check", "item", "status", "detail")]))
+
+
+def verify(release: str, host: str | None = None, sample: int = 4, fleet: Fleet = Fleet(),
+           results: Results = Results(), registry: bool = True) -> Verification:
+    """Check a release folder or archive (.tar.gz): re-hash retained artifacts, re-read every table against its
+    recorded hash; with `host` (of `fleet`'s hosts file) re-run `sample` fixtures per variant there and compare
+    output hashes; `registry`: the release's folder has its releases index."""
+    check = verify_archive if Path(release).is_file() else verify_folder
+    checks = check(release, host=host, sample=sample, hosts_file=fleet.hosts_file, registry=registry,
+                   results_dir=results.folder)
+    return Verification(str(release), list(checks))

@@ -1,0 +1,41 @@
+"""The API's surface: `import quantbench` stays light, each public name resolves to its function on first use, and
+the functions take the command line's defaults."""
+
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import quantbench
+from quantbench.api.options import Fixtures, Fleet, Results
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_quantbench_loads_no_api_module_nor_heavy_package():
+    code = ("import sys, quantbench\n"
+            "print(sorted(m for m in sys.modules if m.startswith('quantbench.api') or m in "
+            "('onnxruntime', 'pyarrow', 'onnx', 'numpy')))\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+
+
+def test_every_public_name_resolves_to_the_api():
+    for name in quantbench.__all__:
+        assert getattr(quantbench, name).__module__.startswith("quantbench.api."), name
+    assert set(quantbench.__all__) <= set(dir(quantbench))
+
+
+def test_the_defaults_are_the_command_lines():
+    from quantbench.cli import build_parser
+
+    parser = build_parser(config=False, commands=["run", "equiv"])
+    defaults = {n: {a.dest: a.default for a in p._actions} for n, p in parser._qb_leaves.items()}
+    run, equiv = inspect.signature(quantbench.run).parameters, inspect.signature(quantbench.equiv).parameters
+    assert run["fleet"].default == Fleet(defaults["run"]["hosts"])
+    assert equiv["fleet"].default == Fleet(defaults["equiv"]["hosts"])
+    assert run["results"].default == Results(defaults["run"]["results"])
+    assert run["fixtures"].default.split == defaults["run"]["split"] == Fixtures().split
+    gates = equiv["gates"].default
+    assert (gates.atol, gates.rtol, gates.budget) == tuple(defaults["equiv"][k] for k in ("atol", "rtol", "budget"))
