@@ -34,6 +34,7 @@ from quantbench.fsutil import atomic_path, atomic_write_text, clean_stale_tmp, c
 from quantbench.gallery import safe
 from quantbench.hosts.deploy import describe as describe_session
 from quantbench.hosts.placement import summary_text as placement_text
+from quantbench.hosts.requirements import entries_text
 from quantbench.textfmt import md_section, md_table, num, text_table
 from quantbench.variants import DEMO_NOTE, is_demo
 
@@ -402,6 +403,31 @@ def _no_gate(result, v: dict) -> str:
             "decoder for one)")
 
 
+def requirement_text(result, v: dict) -> str:
+    """' Deployment requirement: K=V (...)' of a variant whose recipe requires session config entries, naming the
+    hosts that could not apply it ('' without one)."""
+    req = v.get("session_requirements") or {}
+    if not req:
+        return ""
+    refused = [h for h, by in sorted((getattr(result, "cannot_run", {}) or {}).items()) if v["variant"] in by]
+    where = f"; NOT RUN on {', '.join(refused)} (the host cannot apply it)" if refused else ""
+    return (f" Deployment requirement: session config {entries_text(req)} (every host ran it with these entries; "
+            f"a host must set them to get these results{where}).")
+
+
+def requirement_lines(result) -> list[str]:
+    """The "Deployment requirements" section: per variant, the session config entries a host must set to get its
+    results (none: the host's own session); no section when no variant has one."""
+    if not any(v.get("session_requirements") for v in result.variants):
+        return []
+    lines = ["### Deployment requirements", ""]
+    for v in result.variants:
+        req = v.get("session_requirements") or {}
+        lines.append(f"- **{v['variant']}**: " + (f"session config {entries_text(req)}, applied in every run of it"
+                                                 if req else "none (each host's own session)"))
+    return lines + [""]
+
+
 def verdict_lines(result) -> list[str]:
     """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP, NOT RUN), then
     why in numbers: flips vs fp32 per host against the budget, whether the hosts serve identical decisions, the
@@ -433,7 +459,7 @@ def verdict_lines(result) -> list[str]:
                 if gates else _no_gate(result, v))
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""
-        lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}")
+        lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}{requirement_text(result, v)}")
         lines += provider_flags(v, name)
     for d in s.get("duplicates") or []:
         name = f"{d['model']} / {d['name']}" if multi else d["name"]
@@ -690,6 +716,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     lines += ["### Verdict", ""]
     lines += verdict_lines(result)
     lines.append("")
+    lines += requirement_lines(result)
     lines.append(f"Analysis `{result.equiv_id[:12]}`: hosts {', '.join(result.hosts)} (reference "
                  f"**{s['reference']}**); tensor gate atol {s['atol']:g}, rtol {s['rtol']:g}; decision budget "
                  f"{s['budget']} flips. Flips count against fp32 on the reference host; the gate is "

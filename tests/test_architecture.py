@@ -84,7 +84,7 @@ LAYERS = [
     ("shared", ["quantbench", "quantbench.errors", "quantbench.fsutil", "quantbench.lazy", "quantbench.textfmt",
                 "quantbench.tensorcode"]),
     ("recipe", ["quantbench.assets", "quantbench.recipe", "quantbench.variants", "quantbench.preprocess", "quantbench.plugins",
-                "quantbench.strata", "quantbench.modelio"]),
+                "quantbench.strata", "quantbench.modelio", "quantbench.hosts.configkeys"]),
     ("tables", ["quantbench.tables"]),
     ("fixtures", ["quantbench.fixtures"]),
     ("calibset", ["quantbench.calibset"]),

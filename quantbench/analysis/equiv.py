@@ -44,6 +44,7 @@ from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.analysis.tiers import used_features
 from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import canonical_json, check_writable
+from quantbench.hosts.requirements import REQUIRED, host_key
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 from quantbench.plugins import require
 from quantbench.recipe import allow_recorded, plain_sidecar, sidecar_for
@@ -61,6 +62,8 @@ class VariantRef:
     model: str
     sidecar: dict | None
     path: str = ""
+    #: the session config entries every host runs it with (its recipe's session_requirements; {}: none)
+    requirements: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -133,7 +136,16 @@ def _hash_rows(hosts, variants, tables_root) -> dict:
     cols = list(dict.fromkeys(_HASH_COLS + PR.COLUMNS))
     t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=cols,
                      tables_root=tables_root)
-    return {c: t.column(c).to_pylist() for c in cols}
+    out = {c: t.column(c).to_pylist() for c in cols}
+    out["session_key"] = _host_keys(out["session_options"], out["session_key"])
+    return out
+
+
+def _host_keys(options: list, keys: list) -> list:
+    """Each result's host session key (hosts/requirements.host_key): a variant's requirement ran under its host's
+    session with entries added, and a host's results are selected by the host's own session."""
+    memo: dict = {}
+    return [memo.setdefault((o, k), host_key(o, k)) if o and REQUIRED in o else k for o, k in zip(options, keys)]
 
 
 def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
@@ -216,11 +228,11 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
 def _load_arrays(hosts, sel, variant_ids, fixture_ids, tables_root) -> dict:
     """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read."""
     t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
-                     columns=[*_HASH_COLS, "tensor"], tables_root=tables_root)
+                     columns=[*_HASH_COLS, "session_options", "tensor"], tables_root=tables_root)
     out: dict = {(h, v): {} for h in hosts for v in variant_ids}
     for r in t.to_pylist():
         h = r["host"]
-        if (r["fingerprint_id"], r["session_key"]) != tuple(sel[h]):
+        if (r["fingerprint_id"], host_key(r["session_options"], r["session_key"])) != tuple(sel[h]):
             continue
         arrs, shas = out[(h, r["variant_id"])].setdefault(r["fixture_id"], ({}, {}))
         arrs[r["output_name"]] = tensor_from_row(r)
@@ -422,7 +434,8 @@ def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]
 def _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs) -> dict:
     """What determines the tables' rows (hashed into the analysis id); gate settings only change verdicts."""
     settings = {"hosts": hosts, "reference": reference, "decode": decode_kind, "threshold": threshold,
-                "variants": [{"name": v.name, "variant_id": v.variant_id, "model": v.model, "path": v.path}
+                "variants": [{"name": v.name, "variant_id": v.variant_id, "model": v.model, "path": v.path,
+                              **({"session_requirements": v.requirements} if v.requirements else {})}
                              for v in variants],
                 "fixtures": {v.variant_id: sorted(fixtures_for[v.variant_id]) for v in variants}}
     if duplicates:   # only when there are some: an analysis without duplicates keeps its id
@@ -601,6 +614,7 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
     separation = C.separation({h: ctx.features[h] for h in hosts}, class_of, ctx.used.get(v.variant_id))
     sep = separation.pop("smallest")
     vinfo = {"variant": v.name, "variant_id": v.variant_id, "model": run.model, "fixtures": len(vfx),
+             "session_requirements": dict(v.requirements),
              "classes": [c.as_dict() for c in eq],
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
              "separating_features": sep, "separation": separation,
@@ -817,7 +831,7 @@ def _recorded_refs(st: dict, root: Path) -> list[VariantRef]:
         allow_recorded(recipe)   # the plug-ins calibrate ran, unchanged, run again
         sidecar = sidecar_for(Variant(name=v["name"], path=Path(v.get("path") or ""), model=v["model"], recipe=recipe))
         refs.append(VariantRef(name=v["name"], variant_id=v["variant_id"], model=v["model"], sidecar=sidecar,
-                               path=v.get("path", "")))
+                               path=v.get("path", ""), requirements=dict(v.get("session_requirements") or {})))
     return refs
 
 

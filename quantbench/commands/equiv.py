@@ -21,7 +21,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
-from quantbench.recipe import sidecar_for, sidecar_source
+from quantbench.recipe import requirements_of, sidecar_for, sidecar_source
 from quantbench.runargs import fixture_params, note_plan, variants_from_args
 
 HELP = ("Run (or reuse) every variant on every host, then report equivalence classes of byte-identical hosts, "
@@ -159,7 +159,8 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
         held = {h.name: h.held for h in summary.hosts if h.held is not None}
     asked = {str(vi.path.resolve()): v for v, vi in reversed(plan.asked)}  # the first variant asked of each file
     refs = [VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, path=str(vi.path),
-                       sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"])) for vi in plan.variants]
+                       sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"]),
+                       requirements=requirements_of(vi)) for vi in plan.variants]
     fixtures_for = {vid: sorted({fx.fixture_id for fx in fxs}) for vid, fxs in plan.fixtures_for.items()}
     return Prepared([n for n in plan.names if n not in not_started], refs, fixtures_for, prefer, results, root,
                     run_line, duplicate_variants(plan), not_started, cannot_run, held, unshown)

@@ -359,7 +359,7 @@ def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     for vi in ctx.variants:
         for fx in ctx.fixtures_for[vi.variant_id]:
             want += 1
-            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey_of(host.name)) in keys for f in fps):
+            if any(run_key(vi.variant_id, fx.fixture_id, f, ctx.skey_of(host.name, vi)) in keys for f in fps):
                 have += 1
     why = ""
     if ctx.skey_of(host.name) not in skeys:
