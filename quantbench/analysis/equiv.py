@@ -44,7 +44,7 @@ from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.analysis.tiers import used_features
 from quantbench.errors import ParameterError, UserError, flag, marked
 from quantbench.fsutil import canonical_json, check_writable
-from quantbench.hosts.requirements import REQUIRED, host_key
+from quantbench.hosts.requirements import host_key, ran_as
 from quantbench.hosts.results import load_hosts, load_outputs, tensor_from_row
 from quantbench.plugins import require
 from quantbench.recipe import allow_recorded, plain_sidecar, sidecar_for
@@ -137,15 +137,19 @@ def _hash_rows(hosts, variants, tables_root) -> dict:
     t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=cols,
                      tables_root=tables_root)
     out = {c: t.column(c).to_pylist() for c in cols}
-    out["session_key"] = _host_keys(out["session_options"], out["session_key"])
+    keep = _as_deployed(variants, out["variant_id"], out["session_options"])
+    out = {c: [x for x, k in zip(vals, keep) if k] for c, vals in out.items()}
+    out["session_key"] = [host_key(o, k) for o, k in zip(out["session_options"], out["session_key"])]
     return out
 
 
-def _host_keys(options: list, keys: list) -> list:
-    """Each result's host session key (hosts/requirements.host_key): a variant's requirement ran under its host's
-    session with entries added, and a host's results are selected by the host's own session."""
+def _as_deployed(variants, variant_ids: list, options: list) -> list:
+    """Per result, whether it ran as its variant is deployed (hosts/requirements.ran_as: under the variant's session
+    requirement, or a variant without one under none); a host's results are then selected by its own session
+    (hosts/requirements.host_key: the requirement's entries taken off)."""
+    required = {v.variant_id: v.requirements for v in variants}
     memo: dict = {}
-    return [memo.setdefault((o, k), host_key(o, k)) if o and REQUIRED in o else k for o, k in zip(options, keys)]
+    return [memo.setdefault((v, o), ran_as(o, required.get(v) or {})) for v, o in zip(variant_ids, options)]
 
 
 def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
@@ -225,13 +229,18 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
                                 f"preprocessing")
 
 
-def _load_arrays(hosts, sel, variant_ids, fixture_ids, tables_root) -> dict:
-    """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read."""
+def _load_arrays(hosts, sel, variants, fixture_ids, tables_root) -> dict:
+    """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read (`variants`:
+    VariantRefs; each one's results as it is deployed: _as_deployed)."""
+    variant_ids = [v.variant_id for v in variants]
+    required = {v.variant_id: v.requirements for v in variants}
     t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
                      columns=[*_HASH_COLS, "session_options", "tensor"], tables_root=tables_root)
     out: dict = {(h, v): {} for h in hosts for v in variant_ids}
     for r in t.to_pylist():
         h = r["host"]
+        if not ran_as(r["session_options"], required.get(r["variant_id"]) or {}):
+            continue
         if (r["fingerprint_id"], host_key(r["session_options"], r["session_key"])) != tuple(sel[h]):
             continue
         arrs, shas = out[(h, r["variant_id"])].setdefault(r["fixture_id"], ({}, {}))
@@ -556,7 +565,7 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
     """Read one model's selected outputs and fit its decoder to them; a decoder that does not fit fails here."""
     fp32, base = _fp32_of(vs), _base_of(vs)
     fx_ids = sorted(fixtures_for[base.variant_id])
-    data = _load_arrays(ctx.hosts, ctx.sel, [v.variant_id for v in vs],
+    data = _load_arrays(ctx.hosts, ctx.sel, vs,
                         {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
     fit_host, fit_vid = _fit_pair(ctx, base, vs)
     first = data[(fit_host, fit_vid)][sorted(fixtures_for[fit_vid])[0]][0]

@@ -56,7 +56,7 @@ OPTION_KEYS = frozenset({
     "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",
     "methods", "model", "name", "native_runs", "native_shards", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "onnxruntime", "opt_level", "out",
     "per_cell", "per_channel", "percentile", "pre_process", "preprocess", "providers", "python", "quiet", "reduce_range",
-    "reference", "remedies", "repeats", "require_providers", "results", "retain", "rtol", "runners", "runs", "sample", "seed", "session_config",
+    "reference", "remedies", "repeats", "require_providers", "results", "retain", "rtol", "runners", "runs", "sample", "seed", "session_config", "session_requirements",
     "shard", "shards", "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
     "variants", "verbose", "warmup", "weight_type"
 })
@@ -151,15 +151,15 @@ def add_run_session_arguments(p) -> None:
                    help="refuse a run whose requested providers did not all run nodes (default: a flagged finding)")
 
 
-def session_config(items) -> dict:
-    """`--session-config KEY=VALUE ...` -> the session's config entries."""
+def session_config(items, option: str = "--session-config") -> dict:
+    """`--session-config KEY=VALUE ...` (or `option`'s) -> the session's config entries."""
     entries = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
+            raise UserError(f"{option} {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
         entries[key.strip()] = value.strip()
-    check_config_keys(entries, "--session-config")
+    check_config_keys(entries, option)
     return entries
 
 

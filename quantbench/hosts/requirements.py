@@ -71,3 +71,13 @@ def added_entries(session_options: str) -> dict:
     if REQUIRED not in (session_options or ""):
         return {}
     return dict(json.loads(session_options).get(REQUIRED) or {})
+
+
+def ran_as(session_options: str, required: dict) -> bool:
+    """Whether a result recorded under `session_options` (JSON) is one of a variant that requires `required`: its
+    session sets every required entry (a variant without one: no entry was added for a requirement). The same model
+    run under another requirement, or without it, is another deployment's result."""
+    if not required:
+        return REQUIRED not in (session_options or "")
+    entries = json.loads(session_options or "{}").get("config_entries") or {}
+    return all(entries.get(k) == v for k, v in required.items())
