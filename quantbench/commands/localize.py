@@ -11,6 +11,7 @@ from quantbench.explain import update_report
 from quantbench.explain.evidence import run_evidence_for, table
 from quantbench.explain.localize import localize, summary
 from quantbench.fixtures import limit_note, pick_balanced, pick_fixture
+from quantbench.hosts.requirements import for_hosts
 from quantbench.hosts.registry import parse_hosts
 from quantbench.runargs import explain_plan
 from quantbench.variants import pick_variant
@@ -36,7 +37,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     root = Path(args.tables) if args.tables else TABLES_DIR
     variant = pick_variant(args.variant)
-    hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
+    hosts = for_hosts(parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file), variant)
     plan = explain_plan(args, hosts, [variant])  # the model parsed once: its id, its graph, its fixtures
     (vi,) = plan.variants
     fixtures = plan.fixtures_for[vi.variant_id]

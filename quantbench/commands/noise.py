@@ -11,6 +11,7 @@ from quantbench.assets import TABLES_DIR
 from quantbench.commands import add_explain_arguments, base_session_from_args
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
+from quantbench.hosts.requirements import for_hosts
 from quantbench.hosts.registry import parse_hosts
 from quantbench.runargs import explain_plan
 from quantbench.variants import pick_variant
@@ -34,7 +35,7 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     root = Path(args.tables) if args.tables else TABLES_DIR
     variant = pick_variant(args.variant)
-    hosts = parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file)
+    hosts = for_hosts(parse_hosts(args.hosts, base_session_from_args(args), args.hosts_file), variant)
     plan = explain_plan(args, hosts, [variant], args.limit)  # the model parsed once, the limit checked
     (vi,) = plan.variants
     fixtures = plan.fixtures_for[vi.variant_id]

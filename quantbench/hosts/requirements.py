@@ -11,6 +11,7 @@ the variant (applied raises RequirementConflict: a result, never a silent overri
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from quantbench.errors import UserError
@@ -81,3 +82,19 @@ def ran_as(session_options: str, required: dict) -> bool:
         return REQUIRED not in (session_options or "")
     entries = json.loads(session_options or "{}").get("config_entries") or {}
     return all(entries.get(k) == v for k, v in required.items())
+
+
+def for_hosts(hosts: list, variant) -> list:
+    """`hosts` (registry.HostRequests) with `variant`'s session requirement added to each one's session (the
+    explain commands run one variant on them); a host whose own session contradicts it is an error naming it."""
+    required = requirements_of(variant)
+    if not required:
+        return list(hosts)
+    out = []
+    for h in hosts:
+        try:
+            out.append(dataclasses.replace(h, session=applied(h.session, required)))
+        except RequirementConflict as exc:
+            raise UserError(f"host {h.label}: variant {variant.name}'s session requirement {entries_text(required)} "
+                            f"cannot be applied: {exc}") from None
+    return out

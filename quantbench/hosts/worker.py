@@ -963,8 +963,11 @@ def run_job(job, payload, out) -> None:
         try:
             made, reused = _cached_session(data, session, job["model"].get("sha256"), job.get("scratch"))
         except Exception as exc:  # with the variant's required entries: the host cannot apply them (a result)
-            stage = "requirement" if session.get(REQUIRED) else "unsupported" if _unsupported(exc, False) else "session"
-            raise JobError(stage, "could not create the session: %s: %s" % (type(exc).__name__, exc))
+            if session.get(REQUIRED):
+                raise JobError("requirement", "could not create the session with its required entries %s: %s: %s" % (
+                    ", ".join("%s=%s" % kv for kv in sorted(session[REQUIRED].items())), type(exc).__name__, exc))
+            raise JobError("unsupported" if _unsupported(exc, False) else "session",
+                           "could not create the session: %s: %s" % (type(exc).__name__, exc))
         sess, resolved, readback, placement = made
         require = bool(job.get("require_providers"))
         problem = check_providers(session["providers"], require, placement)
