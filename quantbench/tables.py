@@ -121,7 +121,9 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("host", _S, "host name"),
         ("fingerprint_id", _S, "fingerprint the row was produced under"),
         ("session_key", _S, "SHA-256 of the canonical JSON session options"),
-        ("session_options", _S, "session options as canonical JSON (threads, optimisation level, config entries)"),
+        ("session_options", _S, "session options as canonical JSON (threads, optimisation level, config entries; "
+                                "`required_entries`: the config entries a variant's deployment requirement added to "
+                                "the host's session, absent when none)"),
         ("variant_id", _S, "semantic hash of the model variant"),
         ("variant", _S, "variant name"),
         ("fixture_id", _S, "fixture (input tensor hash)"),
