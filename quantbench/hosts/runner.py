@@ -309,6 +309,8 @@ class RunSummary:
             for variant, placement in h.placements.items():
                 out.append(f"  {variant}: {placement_text(placement)}")
             out += [f"  FALLBACK {h.name}: {f}" for f in h.provider_findings]
+        out += [f"session requirement {vi.model}/{vi.name}: {entries_text(requirements_of(vi))}, added to every "
+                "host's session for it" for vi in self.variants if requirements_of(vi)]
         return out
 
 

@@ -99,6 +99,12 @@ def test_a_host_whose_session_contradicts_it_is_not_run(workdir, capsys):
     bright_images(workdir)
     variants_folder(workdir, "required", X64)
     capsys.readouterr()
+    assert main(["run", "--hosts", "x86", "--variants", "variants/required", "--fixtures", "labels.json",
+                 "--no-progress"]) == 0
+    assert ("session requirement sat/static-minmax: session.x64quantprecision=1, added to every host's session for "
+            "it") in capsys.readouterr().out.splitlines()
+    assert len(_static_rows(workdir)) == 4
+    (workdir / "results").rename(workdir / "first-run")
     assert main(["equiv", "--hosts", "x86", "--variants", "variants/required", "--session-config",
                  "session.x64quantprecision=0", *COMMON]) == 0
     out = capsys.readouterr().out
