@@ -139,6 +139,7 @@ def _hash_rows(hosts, variants, tables_root) -> dict:
     out = {c: t.column(c).to_pylist() for c in cols}
     keep = _as_deployed(variants, out["variant_id"], out["session_options"])
     out = {c: [x for x, k in zip(vals, keep) if k] for c, vals in out.items()}
+    out["stored_session_key"] = out["session_key"]   # as the rows hold it (an import's `held` names these)
     out["session_key"] = [host_key(o, k) for o, k in zip(out["session_options"], out["session_key"])]
     return out
 
@@ -170,9 +171,9 @@ def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_
     refused. An imported host of `held` has only the results its files hold."""
     have: dict = defaultdict(lambda: defaultdict(set))
     held = held or {}
-    for h, fp, sk, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"], cols["variant_id"],
-                               cols["fixture_id"]):
-        if h not in held or (fp, sk, v, f) in held[h]:
+    for h, fp, sk, stored, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"],
+                                       cols["stored_session_key"], cols["variant_id"], cols["fixture_id"]):
+        if h not in held or (fp, stored, v, f) in held[h]:
             have[h][(fp, sk)].add((v, f))
     chosen = {}
     for h in hosts:

@@ -125,3 +125,21 @@ def test_the_same_model_under_two_requirements_is_refused_in_one_run(workdir, ca
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "are the same model under different session requirements (none / " \
                              "session.x64quantprecision=1); run them in separate runs" in err[0], err
+
+
+def test_an_imported_host_brings_its_results_under_the_requirement(workdir, capsys):
+    """An air-gapped machine runs the variant (with its requirement) and exports; the workbench imports the file:
+    the imported results are the variant's (under the requirement) and sit in its classes with the local host."""
+    bright_images(workdir)
+    variants_folder(workdir, "required", X64)
+    run = ["--variants", "variants/required", "--fixtures", "labels.json", "--no-progress"]
+    assert main(["run", "--hosts", "x86", "--tables", "far", "--export", "far.qbr", *run]) == 0
+    (workdir / "hosts.toml").write_text('airgap = { kind = "imported", file = "far.qbr" }\n')
+    capsys.readouterr()
+    assert main(["equiv", "--hosts", "x86,airgap", "--hosts-file", "hosts.toml", *run, "--no-plots"]) == 0
+    summary = json.loads((workdir / "results" / "equiv.json").read_text())
+    (v,) = [v for v in summary["variants"] if v["variant"] == "static-minmax"]
+    assert [c["hosts"] for c in v["classes"]] == [["x86", "airgap"]] and summary["cannot_run"] == {}
+    root = workdir / "results" / "tables"
+    assert hashes(root, "airgap", "static-minmax", "required") == hashes(root, "x86", "static-minmax", "required")
+    assert len(hashes(root, "airgap", "static-minmax", "required")) == 4
