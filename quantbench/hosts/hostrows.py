@@ -132,7 +132,7 @@ class HostRows:
             try:
                 skey = self.variant_session(vi).key
             except RequirementConflict as exc:  # the host cannot apply the variant's requirement: a result
-                self.cannot_run(vi, f"session requirement {entries_text(requirements_of(vi))} not applied: {exc}")
+                self.cannot_run(vi, str(exc), requirement=True)
                 continue
             if skey not in done:
                 done[skey] = done_run_keys(self.spec.name, fid, skey, ctx.root)
@@ -193,10 +193,11 @@ class HostRows:
         with self.lock:
             self.summary.errors.append(msg)
 
-    def cannot_run(self, vi, message: str) -> None:
-        """This host's runtime cannot run variant `vi` (an "unsupported" error frame): a result, noted once."""
+    def cannot_run(self, vi, message: str, requirement: bool = False) -> None:
+        """This host's runtime cannot run variant `vi` (an "unsupported" error frame; `requirement`: a "requirement"
+        one, its session requirement could not be applied): a result, noted once."""
         why = _reason(message)
-        if requirements_of(vi) and "session requirement" not in why:
+        if requirement:   # the worker could not make the session with the variant's required entries
             why = f"session requirement {entries_text(requirements_of(vi))} not applied: {why}"
         with self.lock:
             if vi.variant_id not in self.summary.cannot_run:

@@ -130,7 +130,7 @@ def job_frame(run, vi, h: dict, p: bytes, state: dict) -> bool:
         if run.bar is not None:
             run.bar.update(1)
     elif t == "error" and h.get("stage") in ("unsupported", "requirement"):
-        run.rows.cannot_run(vi, h["message"])
+        run.rows.cannot_run(vi, h["message"], requirement=h.get("stage") == "requirement")
     elif t == "error":
         run.rows.error(error_line(run, vi, h))
         return False
