@@ -356,6 +356,11 @@ def _report(record: dict, analysis_report: str | None) -> str:
                              "flips vs fp32 (same host)", "release key"], rows, rule=True))
     lines.append("```")
     lines.append("")
+    required = [(v["name"], v.get("session_requirements") or {}) for v in record["variants"]]
+    if any(r for _, r in required):   # what a host must set to get the recorded results
+        lines += ["Deployment requirements:", ""] + [
+            f"- {name}: " + (", ".join(f"{k}={x}" for k, x in sorted(r.items())) or "none") for name, r in required]
+        lines.append("")
     if analysis_report:
         lines += ["## Analysis report at release time", "", analysis_report.strip(), ""]
     return "\n".join(lines) + "\n"

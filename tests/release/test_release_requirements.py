@@ -33,6 +33,8 @@ def test_release_names_the_requirement_and_verify_reruns_with_it(workdir, capsys
     assert by["static-minmax"]["session_requirements"] == X64 and by["fp32"]["session_requirements"] == {}
     (t,) = by["static-minmax"]["targets"]      # the baseline's results of the same model are not this release's
     assert t["session_options"]["config_entries"] == X64 and t["session_options"]["required_entries"] == X64
+    report = (folder / "report.md").read_text()
+    assert "Deployment requirements:\n\n- fp32: none\n- static-minmax: session.x64quantprecision=1\n" in report
     capsys.readouterr()
     assert main(["verify", str(folder), "--host", "x86-avx2", "--sample", "2"]) == 0
     rerun = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("re-run")]
