@@ -44,6 +44,7 @@ from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.analysis.tiers import used_features
 from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.fsutil import canonical_json, check_writable
+from quantbench.hosts.requirements import host_key, ran_as
 from quantbench.store.hostresults import load_hosts, load_outputs, tensor_from_row
 from quantbench.inputs.plugins import require
 from quantbench.inputs.sidecarfile import allow_recorded, plain_sidecar, sidecar_for
@@ -61,6 +62,8 @@ class VariantRef:
     model: str
     sidecar: dict | None
     path: str = ""
+    #: the session config entries every host runs it with (its recipe's session_requirements; {}: none)
+    requirements: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -133,7 +136,21 @@ def _hash_rows(hosts, variants, tables_root) -> dict:
     cols = list(dict.fromkeys(_HASH_COLS + PR.COLUMNS))
     t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=cols,
                      tables_root=tables_root)
-    return {c: t.column(c).to_pylist() for c in cols}
+    out = {c: t.column(c).to_pylist() for c in cols}
+    keep = _as_deployed(variants, out["variant_id"], out["session_options"])
+    out = {c: [x for x, k in zip(vals, keep) if k] for c, vals in out.items()}
+    out["stored_session_key"] = out["session_key"]   # as the rows hold it (an import's `held` names these)
+    out["session_key"] = [host_key(o, k) for o, k in zip(out["session_options"], out["session_key"])]
+    return out
+
+
+def _as_deployed(variants, variant_ids: list, options: list) -> list:
+    """Per result, whether it ran as its variant is deployed (hosts/requirements.ran_as: under the variant's session
+    requirement, or a variant without one under none); a host's results are then selected by its own session
+    (hosts/requirements.host_key: the requirement's entries taken off)."""
+    required = {v.variant_id: v.requirements for v in variants}
+    memo: dict = {}
+    return [memo.setdefault((v, o), ran_as(o, required.get(v) or {})) for v, o in zip(variant_ids, options)]
 
 
 def _selected_hashes(cols: dict, sel: dict, fixtures_for: dict) -> list:
@@ -154,9 +171,9 @@ def _select(cols: dict, hosts, variants, fixtures_for, prefer, run_hint, tables_
     refused. An imported host of `held` has only the results its files hold."""
     have: dict = defaultdict(lambda: defaultdict(set))
     held = held or {}
-    for h, fp, sk, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"], cols["variant_id"],
-                               cols["fixture_id"]):
-        if h not in held or (fp, sk, v, f) in held[h]:
+    for h, fp, sk, stored, v, f in zip(cols["host"], cols["fingerprint_id"], cols["session_key"],
+                                       cols["stored_session_key"], cols["variant_id"], cols["fixture_id"]):
+        if h not in held or (fp, stored, v, f) in held[h]:
             have[h][(fp, sk)].add((v, f))
     chosen = {}
     for h in hosts:
@@ -213,14 +230,19 @@ def _refuse_rehashed(host, missing, combos, tables_root) -> None:
                                 f"preprocessing")
 
 
-def _load_arrays(hosts, sel, variant_ids, fixture_ids, tables_root) -> dict:
-    """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read."""
+def _load_arrays(hosts, sel, variants, fixture_ids, tables_root) -> dict:
+    """{(host, variant_id): {fixture_id: ({output: array}, {output: sha256})}} in one table read (`variants`:
+    VariantRefs; each one's results as it is deployed: _as_deployed)."""
+    variant_ids = [v.variant_id for v in variants]
+    required = {v.variant_id: v.requirements for v in variants}
     t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
-                     columns=[*_HASH_COLS, "tensor"], tables_root=tables_root)
+                     columns=[*_HASH_COLS, "session_options", "tensor"], tables_root=tables_root)
     out: dict = {(h, v): {} for h in hosts for v in variant_ids}
     for r in t.to_pylist():
         h = r["host"]
-        if (r["fingerprint_id"], r["session_key"]) != tuple(sel[h]):
+        if not ran_as(r["session_options"], required.get(r["variant_id"]) or {}):
+            continue
+        if (r["fingerprint_id"], host_key(r["session_options"], r["session_key"])) != tuple(sel[h]):
             continue
         arrs, shas = out[(h, r["variant_id"])].setdefault(r["fixture_id"], ({}, {}))
         arrs[r["output_name"]] = tensor_from_row(r)
@@ -422,7 +444,8 @@ def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]
 def _settings(hosts, reference, decode_kind, threshold, variants, fixtures_for, duplicates, specs) -> dict:
     """What determines the tables' rows (hashed into the analysis id); gate settings only change verdicts."""
     settings = {"hosts": hosts, "reference": reference, "decode": decode_kind, "threshold": threshold,
-                "variants": [{"name": v.name, "variant_id": v.variant_id, "model": v.model, "path": v.path}
+                "variants": [{"name": v.name, "variant_id": v.variant_id, "model": v.model, "path": v.path,
+                              **({"session_requirements": v.requirements} if v.requirements else {})}
                              for v in variants],
                 "fixtures": {v.variant_id: sorted(fixtures_for[v.variant_id]) for v in variants}}
     if duplicates:   # only when there are some: an analysis without duplicates keeps its id
@@ -543,7 +566,7 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
     """Read one model's selected outputs and fit its decoder to them; a decoder that does not fit fails here."""
     fp32, base = _fp32_of(vs), _base_of(vs)
     fx_ids = sorted(fixtures_for[base.variant_id])
-    data = _load_arrays(ctx.hosts, ctx.sel, [v.variant_id for v in vs],
+    data = _load_arrays(ctx.hosts, ctx.sel, vs,
                         {f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
     fit_host, fit_vid = _fit_pair(ctx, base, vs)
     first = data[(fit_host, fit_vid)][sorted(fixtures_for[fit_vid])[0]][0]
@@ -601,6 +624,7 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
     separation = C.separation({h: ctx.features[h] for h in hosts}, class_of, ctx.used.get(v.variant_id))
     sep = separation.pop("smallest")
     vinfo = {"variant": v.name, "variant_id": v.variant_id, "model": run.model, "fixtures": len(vfx),
+             "session_requirements": dict(v.requirements),
              "classes": [c.as_dict() for c in eq],
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
              "separating_features": sep, "separation": separation,
@@ -817,7 +841,7 @@ def _recorded_refs(st: dict, root: Path) -> list[VariantRef]:
         allow_recorded(recipe)   # the plug-ins calibrate ran, unchanged, run again
         sidecar = sidecar_for(Variant(name=v["name"], path=Path(v.get("path") or ""), model=v["model"], recipe=recipe))
         refs.append(VariantRef(name=v["name"], variant_id=v["variant_id"], model=v["model"], sidecar=sidecar,
-                               path=v.get("path", "")))
+                               path=v.get("path", ""), requirements=dict(v.get("session_requirements") or {})))
     return refs
 
 

@@ -24,7 +24,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
-from quantbench.inputs.sidecarfile import sidecar_for, sidecar_source
+from quantbench.inputs.sidecarfile import requirements_of, sidecar_for, sidecar_source
 from quantbench.report.equivsection import publish_equiv
 
 if TYPE_CHECKING:
@@ -195,7 +195,8 @@ def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepar
     held.enter_context(tablelock.lock(root, wait=req.wait))
     asked = {str(vi.path.resolve()): v for v, vi in reversed(plan.asked)}   # the first variant asked of each file
     refs = [VariantRef(name=vi.name, variant_id=vi.variant_id, model=vi.model, path=str(vi.path),
-                       sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"])) for vi in plan.variants]
+                       sidecar=sidecar_for(asked[str(vi.path.resolve())], params["sidecar"]),
+                       requirements=requirements_of(vi)) for vi in plan.variants]
     fixtures_for = {vid: sorted({fx.fixture_id for fx in fxs}) for vid, fxs in plan.fixtures_for.items()}
     prep = Prepared(list(plan.names), refs, fixtures_for, None, f"runs: none ({flag_mark('no_run')}: results from the "
                     "tables)", duplicate_variants(plan), plan, predict=unshown)

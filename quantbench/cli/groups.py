@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from quantbench.api.options import RESULTS, Fixtures, Fleet, Output, Results, Session
 from quantbench.errors import UserError
-from quantbench.hosts.configkeys import check_config_keys
+from quantbench.inputs.configkeys import check_config_keys
 
 #: the release that removes the deprecated --tables alias of --results (docs/api.md)
 TABLES_ALIAS_REMOVED_IN = "0.3.0"
@@ -113,15 +113,15 @@ class FixtureArgs(ArgGroup):
                         sidecar=getattr(args, "sidecar", None) if self.sidecar_and_limit else None)
 
 
-def session_config(items) -> dict:
-    """`--session-config KEY=VALUE ...` -> the session's config entries."""
+def session_config(items, option: str = "--session-config") -> dict:
+    """`--session-config KEY=VALUE ...` (or `option`'s) -> the session's config entries."""
     entries = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise UserError(f"--session-config {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
+            raise UserError(f"{option} {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
         entries[key.strip()] = value.strip()
-    check_config_keys(entries, "--session-config")
+    check_config_keys(entries, option)
     return entries
 
 

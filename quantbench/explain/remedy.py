@@ -35,8 +35,9 @@ from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.session import JobFailed
 from quantbench.inputs.modelio import load_model, semantic_sha256
-from quantbench.quantize import variants as QV
 from quantbench.quantize import intake
+from quantbench.quantize import variants as QV
+from quantbench.inputs.sidecarfile import REQUIREMENTS
 from quantbench.quantize.calibration import compute_ranges, load_ranges
 from quantbench.quantize.ort_api import load_with_shape_infer, method_name
 from quantbench.textfmt import text_table
@@ -85,7 +86,6 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
         raise ParameterError("remedies", f"unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    per_channel = bool(recipe.get("per_channel", True))
     out: list[RemedyVariant] = []
     if "baseline" in remedies:
         out.append(RemedyVariant("baseline", Path(base_path), note="the variant as shipped"))
@@ -93,8 +93,29 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
         out.append(RemedyVariant("x64quantprecision", Path(base_path), {X64_ENTRY: "1"},
                                  "same model, session config session.x64quantprecision=1"))
     requant = [r for r in ("reduce_range", "s8s8", "u8u8") if r in remedies]
-    if not requant:
+    if requant:
+        out += _requantized(base_path, float_model, out_dir, recipe, ranges_file, feeds, requant)
+    return _with_requirement(out, recipe)
+
+
+def _with_requirement(out: list[RemedyVariant], recipe: dict) -> list[RemedyVariant]:
+    """Every remedy of a variant that carries a session requirement (its recipe's) runs with it too: the variant as
+    shipped is the variant under its requirement, and so is each remedy tried on it."""
+    required = dict(recipe.get(REQUIREMENTS) or {})
+    if not required:
         return out
+    said = ", ".join(f"{k}={v}" for k, v in sorted(required.items()))
+    for rv in out:
+        if rv.path is not None:
+            rv.config_entries = {**required, **rv.config_entries}
+            rv.note += f"; with the variant's session requirement {said}"
+    return out
+
+
+def _requantized(base_path, float_model, out_dir: Path, recipe: dict, ranges_file, feeds, requant) -> list:
+    """The re-quantized remedies (reduce_range, s8s8, u8u8), on the variant's own ranges when it has them."""
+    out: list[RemedyVariant] = []
+    per_channel = bool(recipe.get("per_channel", True))
     kept = Path(base_path).parent / "prepared.onnx"  # calibrate keeps the model it quantized beside the variants
     if kept.exists():
         prepared = kept

@@ -360,8 +360,9 @@ class ClusterHostRun:
                 models[vi.variant_id] = data, client.submit(model_bytes, data, pure=False,
                                                             key=f"quantbench-model-{vi.raw_sha256}")
             data, model_task = models[vi.variant_id]
-            request, parts = task_request(self.host, ctx, vi, fxs, remote=True, model_data=data)
-            key = "quantbench-task-" + content_key([self.spec.name, fid, self.rows.skey, vi.variant_id,
+            request, parts = task_request(self.host, ctx, vi, fxs, remote=True, model_data=data,
+                                          session=self.rows.job_session(vi))
+            key = "quantbench-task-" + content_key([self.spec.name, fid, self.rows.variant_session(vi).key, vi.variant_id,
                                                     [fx.fixture_id for fx in fxs]])
             fut = client.submit(run_task, self.spec, self.rows.session, ctx.require_providers, model_task,
                                 request, parts[1:], key=key, pure=False, retries=0)

@@ -25,7 +25,7 @@ from pathlib import Path
 from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import MAX_SETTINGS_BYTES, canonical_json, parse_toml, read_user_text
 from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
-from quantbench.hosts.configkeys import check_config_keys
+from quantbench.inputs.configkeys import check_config_keys
 from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")

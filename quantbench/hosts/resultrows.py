@@ -19,6 +19,8 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.keys import hosts_row, not_started_row, run_key, session_key
 from quantbench.hosts.placement import note_placement
+from quantbench.hosts.requirements import RequirementConflict, entries_text, for_variant
+from quantbench.inputs.sidecarfile import requirements_of
 from quantbench.hosts.process import DoesNotStart
 
 FLUSH_SECONDS = 2.0
@@ -73,6 +75,14 @@ def done_run_keys(host: str, fingerprint_id: str, skey: str, root: Path) -> set[
     return set(t.column("run_key").to_pylist())
 
 
+class VariantSession:
+    """The session one variant runs under on one host: the host's, its session requirement added
+    (hosts/requirements.py): the session, its JSON and key (recorded with every result of it there)."""
+
+    def __init__(self, session: dict):
+        self.session, self.json, self.key = session, canonical_json(session), session_key(session)
+
+
 class HostRows:
     """One host's rows in a run: `spec` and `host` (its host object: the version policy), the run's context
     (`ctx`: variants, fixtures, session, tables root), the host's summary (counts, notes, errors) and the lock
@@ -86,6 +96,21 @@ class HostRows:
         summary.session, summary.session_key = self.session, self.skey
         self.writer = Writer(ctx)
         self.fingerprint_id = ""
+        self._variant_sessions: dict = {}
+
+    def variant_session(self, vi) -> VariantSession:
+        """The session variant `vi` runs under on this host (its requirement added); RequirementConflict when the
+        host's own session sets a required key to another value."""
+        got = self._variant_sessions.get(vi.variant_id)
+        if got is None:
+            got = self._variant_sessions[vi.variant_id] = VariantSession(for_variant(self.session, vi)) \
+                if requirements_of(vi) else VariantSession(self.session)
+        return got
+
+    def job_session(self, vi) -> dict | None:
+        """The session a job of `vi` sends its worker: None when it is the host's own (the worker's default)."""
+        vs = self.variant_session(vi)
+        return None if vs.key == self.skey else vs.session
 
     def adopt(self, fp: dict, fid: str) -> None:
         """Take `fid` as this host's fingerprint: the host's version policy, the hosts row (written once)."""
@@ -101,11 +126,18 @@ class HostRows:
     def plan(self, fid: str) -> list:
         """[(variant, fixtures not yet in the tables under fid)]; counts the cached ones."""
         ctx = self.ctx
-        done = done_run_keys(self.spec.name, fid, self.skey, ctx.root)
+        done: dict = {}
         work, cached = [], 0
         for vi in ctx.variants:
+            try:
+                skey = self.variant_session(vi).key
+            except RequirementConflict as exc:  # the host cannot apply the variant's requirement: a result
+                self.cannot_run(vi, str(exc), requirement=True)
+                continue
+            if skey not in done:
+                done[skey] = done_run_keys(self.spec.name, fid, skey, ctx.root)
             todo = [fx for fx in ctx.fixtures_for[vi.variant_id]
-                    if run_key(vi.variant_id, fx.fixture_id, fid, self.skey) not in done]
+                    if run_key(vi.variant_id, fx.fixture_id, fid, skey) not in done[skey]]
             cached += len(ctx.fixtures_for[vi.variant_id]) - len(todo)
             if todo:
                 work.append((vi, todo))
@@ -117,12 +149,13 @@ class HostRows:
         """The outputs rows of one result frame `h` (under this host's fingerprint and session); `state`: its
         job's providers and placement (frame)."""
         fid = h["fixture_id"]
-        rk = run_key(vi.variant_id, fid, self.fingerprint_id, self.skey)
+        vs = self.variant_session(vi)
+        rk = run_key(vi.variant_id, fid, self.fingerprint_id, vs.key)
         rows = []
         for o in h["outputs"]:
             tensor = payload[o["offset"]:o["offset"] + o["nbytes"]] if "offset" in o else None
             rows.append({"run_key": rk, "host": self.spec.name, "fingerprint_id": self.fingerprint_id,
-                         "session_key": self.skey, "session_options": self.session_json,
+                         "session_key": vs.key, "session_options": vs.json,
                          "variant_id": vi.variant_id, "variant": vi.name, "fixture_id": fid,
                          "output_name": o["name"], "dtype": o["dtype"], "shape": o["shape"], "sha256": o["sha256"],
                          "tensor": tensor, "providers": state["providers"], "placement": state["placement"]})
@@ -160,9 +193,12 @@ class HostRows:
         with self.lock:
             self.summary.errors.append(msg)
 
-    def cannot_run(self, vi, message: str) -> None:
-        """This host's runtime cannot run variant `vi` (an "unsupported" error frame): a result, noted once."""
+    def cannot_run(self, vi, message: str, requirement: bool = False) -> None:
+        """This host's runtime cannot run variant `vi` (an "unsupported" error frame; `requirement`: a "requirement"
+        one, its session requirement could not be applied): a result, noted once."""
         why = _reason(message)
+        if requirement:   # the worker could not make the session with the variant's required entries
+            why = f"session requirement {entries_text(requirements_of(vi))} not applied: {why}"
         with self.lock:
             if vi.variant_id not in self.summary.cannot_run:
                 self.summary.cannot_run[vi.variant_id] = why

@@ -36,10 +36,12 @@ from quantbench.hosts.resultrows import HostRows, failure, run_host
 from quantbench.hosts.keys import local_ort_version, session_key
 from quantbench.hosts.deploy import deployed_session, describe, usable_cores, worker_threads
 from quantbench.hosts.placement import summary_text as placement_text
+from quantbench.hosts.requirements import RequirementConflict, entries_text, for_variant
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
 from quantbench.hosts.workerpool import HostWorkers
+from quantbench.inputs.sidecarfile import requirements_of
 from quantbench.inputs.modelio import (ModelFacts, fits, load_with_data, model_facts, refuse_non_tensors,
                                        self_contained_bytes)
 from quantbench.textfmt import text_table
@@ -172,7 +174,11 @@ def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:
         raise UserError(f"no fixtures to run; check {flag_mark('fixtures')}/{flag_mark('split')}/{flag_mark('limit')}")
     infos: dict[str, VariantInfo] = {}
     for _, vi in asked:
-        infos.setdefault(vi.variant_id, vi)
+        first = infos.setdefault(vi.variant_id, vi)
+        if requirements_of(first) != requirements_of(vi):  # one model, two deployments: never one silently
+            raise UserError(f"variants {first.name} ({first.path}) and {vi.name} ({vi.path}) are the same model under "
+                            f"different session requirements ({entries_text(requirements_of(first)) or 'none'} / "
+                            f"{entries_text(requirements_of(vi)) or 'none'}); run them in separate runs")
     uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
     fits_of = {vid: [fx for fx in uniq if _fits(fx, vi)] for vid, vi in infos.items()}
     for vid, vi in infos.items():
@@ -303,6 +309,8 @@ class RunSummary:
             for variant, placement in h.placements.items():
                 out.append(f"  {variant}: {placement_text(placement)}")
             out += [f"  FALLBACK {h.name}: {f}" for f in h.provider_findings]
+        out += [f"session requirement {vi.model}/{vi.name}: {entries_text(requirements_of(vi))}, added to every "
+                "host's session for it" for vi in self.variants if requirements_of(vi)]
         return out
 
 
@@ -590,9 +598,15 @@ class _Context:
         self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
         self.inputs_ok = False
 
-    def skey_of(self, host: str) -> str:
-        """The session key `host` runs under in this run."""
-        return session_key(self.sessions[host])
+    def skey_of(self, host: str, vi=None) -> str:
+        """The session key `host` runs under in this run (of variant `vi`, its session requirement added; a
+        requirement the host's session contradicts keys as the host's own: nothing of it is run)."""
+        if vi is None or not requirements_of(vi):
+            return session_key(self.sessions[host])
+        try:
+            return session_key(for_variant(self.sessions[host], vi))
+        except RequirementConflict:
+            return session_key(self.sessions[host])
 
     def input_store(self) -> tuple[str, dict] | None:
         """(path, {fixture_id: offset}): every input tensor written once to a temporary file, in a folder of the

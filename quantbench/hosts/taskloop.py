@@ -73,10 +73,12 @@ def chunks(work: list, per: int) -> list:
     return out
 
 
-def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: bytes | None = None) -> tuple[dict, list]:
+def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: bytes | None = None,
+                 session: dict | None = None) -> tuple[dict, list]:
     """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts). `remote`: the
     worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it.
-    `model_data`: vi.model_bytes() when the caller holds them already (a cluster reads each model once)."""
+    `model_data`: vi.model_bytes() when the caller holds them already (a cluster reads each model once).
+    `session`: the variant's own session on this host (HostRows.job_session; None: the host's)."""
     parts, offset = [], 0
     if host.model_by_path and not vi.external_data and not remote:
         model = {"path": str(vi.path.resolve()), "sha256": vi.raw_sha256}
@@ -98,6 +100,8 @@ def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: byt
             offset += len(raw)
     request = {"model": model, "fixtures": entries, "variant": vi.name, "variant_id": vi.variant_id,
                "return_tensors": True, "repeat": 1}
+    if session is not None:
+        request["session"] = session
     if store is not None:
         # the store's folder (in the results, removed with the run) holds the profiles too
         request["store"], request["scratch"] = store[0], str(Path(store[0]).parent)
@@ -125,8 +129,8 @@ def job_frame(run, vi, h: dict, p: bytes, state: dict) -> bool:
     if t == "result":
         if run.bar is not None:
             run.bar.update(1)
-    elif t == "error" and h.get("stage") == "unsupported":
-        run.rows.cannot_run(vi, h["message"])
+    elif t == "error" and h.get("stage") in ("unsupported", "requirement"):
+        run.rows.cannot_run(vi, h["message"], requirement=h.get("stage") == "requirement")
     elif t == "error":
         run.rows.error(error_line(run, vi, h))
         return False
@@ -166,7 +170,7 @@ class TaskLoop:
 
     def _run_task(self, vi, fxs) -> bool:
         """One job on this worker; False when the worker (or the host) must stop."""
-        request, payload = task_request(self.run.host, self.run.ctx, vi, fxs)
+        request, payload = task_request(self.run.host, self.run.ctx, vi, fxs, session=self.run.rows.job_session(vi))
         pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
         state = self.run.rows.new_state()
         try:

@@ -70,6 +70,9 @@ DEFAULT_SESSION = {
 }
 
 GRAPH_OPT_LEVELS = ("disabled", "basic", "extended", "all")
+#: the optional session option naming the config entries a variant requires (its recipe's session_requirements)
+#: that the host's own session did not set: they are among "config_entries" too; absent when there are none
+REQUIRED = "required_entries"
 
 
 def _test_pause_from_env():
@@ -97,10 +100,11 @@ def normalize_session(session: "dict | None") -> dict:
     """Session options with defaults filled in; unknown keys are an error (typos change nothing silently)."""
     out = json.loads(json.dumps(DEFAULT_SESSION))
     for key, value in (session or {}).items():
-        if key not in DEFAULT_SESSION:
+        if key not in DEFAULT_SESSION and key != REQUIRED:
             raise ValueError("unknown session option %r; known: %s" % (key, ", ".join(sorted(DEFAULT_SESSION))))
         out[key] = value
     out["config_entries"] = {str(k): str(v) for k, v in sorted((out["config_entries"] or {}).items())}
+    _normalize_required(out)
     out["providers"] = [str(p) for p in out["providers"]]
     if out["graph_optimization_level"] not in GRAPH_OPT_LEVELS:
         raise ValueError("graph_optimization_level %r: choose from %s" % (out["graph_optimization_level"], ", ".join(GRAPH_OPT_LEVELS)))
@@ -111,6 +115,17 @@ def normalize_session(session: "dict | None") -> dict:
     if out["batch"] < 1:
         raise ValueError("batch must be >= 1")
     return out
+
+
+def _normalize_required(out: dict) -> None:
+    """The required entries of a normalised session `out`: sorted str -> str, each one among its config entries
+    with the same value; dropped when empty (a session without them keys as it always did)."""
+    required = {str(k): str(v) for k, v in sorted((out.pop(REQUIRED, None) or {}).items())}
+    for key, value in required.items():
+        if out["config_entries"].get(key) != value:
+            raise ValueError("required entry %s=%s is not among the config entries" % (key, value))
+    if required:
+        out[REQUIRED] = required
 
 
 # --------------------------------------------------------------------------- framing
@@ -539,8 +554,34 @@ def make_session(model, session: dict, profile: bool = False, scratch=None):
     if unknown:
         raise ValueError("unknown execution provider %s; this onnxruntime %s has %s" % (
             ", ".join(unknown), ort.__version__, ", ".join(ort.get_available_providers())))
+    _check_required(ort, session.get(REQUIRED) or {})
     sess = ort.InferenceSession(model, sess_options=so, providers=providers)
     return sess, list(sess.get_providers()), readback
+
+
+_LIBRARY_KEYS = {}
+
+
+def _check_required(ort, required: dict) -> None:
+    """Refuse a required config entry this onnxruntime does not know (onnxruntime ignores an unknown key, so the
+    session would run without it): its keys are strings in its shared library (inputs/configkeys.py alike)."""
+    if not required:
+        return
+    capi = os.path.join(os.path.dirname(ort.__file__), "capi")
+    libs = sorted(f for f in os.listdir(capi) if f.startswith("libonnxruntime.so") or f == "onnxruntime.dll") \
+        if os.path.isdir(capi) else []
+    if not libs:
+        return  # no library to read the keys from: onnxruntime's own behaviour decides
+    import mmap
+
+    path = os.path.join(capi, libs[0])
+    for key in required:
+        if (path, key) not in _LIBRARY_KEYS:
+            with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as lib:
+                _LIBRARY_KEYS[(path, key)] = lib.find(b"\x00" + key.encode() + b"\x00") >= 0
+    unknown = [k for k in required if not _LIBRARY_KEYS[(path, k)]]
+    if unknown:
+        raise ValueError("this onnxruntime %s does not know session config key %s" % (ort.__version__, ", ".join(unknown)))
 
 
 def read_placement(sess) -> dict:
@@ -921,7 +962,10 @@ def run_job(job, payload, out) -> None:
         t1 = time.perf_counter()
         try:
             made, reused = _cached_session(data, session, job["model"].get("sha256"), job.get("scratch"))
-        except Exception as exc:
+        except Exception as exc:  # with the variant's required entries: the host cannot apply them (a result)
+            if session.get(REQUIRED):
+                raise JobError("requirement", "could not create the session with its required entries %s: %s: %s" % (
+                    ", ".join("%s=%s" % kv for kv in sorted(session[REQUIRED].items())), type(exc).__name__, exc))
             raise JobError("unsupported" if _unsupported(exc, False) else "session",
                            "could not create the session: %s: %s" % (type(exc).__name__, exc))
         sess, resolved, readback, placement = made

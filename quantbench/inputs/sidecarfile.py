@@ -21,6 +21,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import MAX_JSON_BYTES, canonical_json, read_json, read_user_bytes, sha256_bytes
+from quantbench.inputs.configkeys import check_config_keys
 from quantbench.inputs.modelio import ModelFacts, model_facts
 from quantbench.inputs.plugins import allow, is_ref, plugin_identity, require, same_ref
 from quantbench.inputs.preprocess import check_input_block, input_spec
@@ -29,6 +30,9 @@ from quantbench.inputs.preprocess import check_input_block, input_spec
 SIDECAR_KEYS = ("name", "classes", "input", "decode", "label", "label_mode", "metrics", "score_calibration", "training")
 #: the recipe keys recording the plug-ins calibrate ran: {"ref", "sha256"}
 PLUGIN_RECORDS = ("preprocess_plugin", "decode_plugin")
+#: the recipe key of a variant's deployment requirement: {onnxruntime session config key: value} a host must set
+#: to get the variant's recorded results (every run of the variant applies it: hosts/requirements.py)
+REQUIREMENTS = "session_requirements"
 
 
 # ---- reading a sidecar (the one reader) ---------------------------------------------------
@@ -193,6 +197,22 @@ def allow_recorded(recipe: dict) -> None:
         rec = recipe.get(key)
         if isinstance(rec, dict) and isinstance(rec.get("ref"), str) and isinstance(rec.get("sha256"), str):
             allow(rec["ref"], rec["sha256"])
+
+
+def check_requirements(value, where: str) -> dict:
+    """A session requirement as given (`where`: the recipe file or parameter that gave it): a dict of non-empty
+    str keys to str values, each key one onnxruntime knows (inputs/configkeys.py); returns it sorted."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and k.strip() == k and k and isinstance(v, str)
+                                              for k, v in value.items()):
+        raise UserError(f"{where}: {REQUIREMENTS} must map onnxruntime session config keys to string values, "
+                        f'e.g. {{"session.x64quantprecision": "1"}}; got {value!r}')
+    check_config_keys(value, f"{where}: {REQUIREMENTS}")
+    return dict(sorted(value.items()))
+
+
+def requirements_of(variant) -> dict:
+    """The session config entries `variant` requires of every host ({}: none), as its recipe records them."""
+    return dict((getattr(variant, "recipe", None) or {}).get(REQUIREMENTS) or {})
 
 
 # ---- the recipe a variant runs with (one owner for every later command) -------------------

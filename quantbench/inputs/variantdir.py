@@ -24,7 +24,7 @@ from quantbench.inputs.assets import MODELS_DIR
 from quantbench.errors import DiskFull, UserError, flag_mark
 from quantbench.fsutil import atomic_write_json, inside, clean_stale_tmp, no_space, owner_tag, read_json, replace_dir, sha256_file
 from quantbench.inputs.modelio import model_facts
-from quantbench.inputs.sidecarfile import allow_recorded
+from quantbench.inputs.sidecarfile import REQUIREMENTS, allow_recorded, check_requirements
 
 INDEX_FILE = "index.json"
 LATEST_FILE = "latest.json"
@@ -93,6 +93,8 @@ def load_variants(folder: str | os.PathLike) -> list[Variant]:
         model = recipe.get("model", folder.name)
         if "model" in recipe:
             check_plain_name(model, f"{folder / e['recipe_file']}: model name")
+        if REQUIREMENTS in recipe:
+            check_requirements(recipe[REQUIREMENTS], str(folder / e["recipe_file"]))
         out.append(Variant(name=e["name"], path=path, model=str(model), recipe=recipe,
                            recipe_path=folder / e["recipe_file"]))
         allow_recorded(recipe)

@@ -15,7 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from quantbench.inputs import sidecarfile
 from quantbench.analysis.decode import check_outputs, is_plugin, spec_from_sidecar
@@ -28,6 +28,7 @@ from quantbench.fsutil import check_writable_for, sha256_file
 from quantbench.inputs.modelio import (check_tensor_outputs, graph_inputs, load_model, model_hashes, overridden_dims,
                                        quantized_ops, with_input_shape)
 from quantbench.inputs.preprocess import load_rgb, to_tensor
+from quantbench.inputs.sidecarfile import REQUIREMENTS, check_requirements
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges, check_limits
@@ -70,6 +71,9 @@ class CalibrateOptions:
     reduce_range: bool = False
     exclude_nodes: Sequence[str] = ()
     exclude_op_types: Sequence[str] = ()
+    #: session config entries every host must set to get the quantized variants' results (their recipes'
+    #: session_requirements; every run of them applies it); {}: none
+    session_requirements: Mapping[str, str] = field(default_factory=dict)
     pre_process: bool = True
     chunk_size: int | None = None                  # None: derived from max_memory per model
     max_memory: int | str | None = None            # activation budget (bytes or '2GiB'); None: a share of RAM
@@ -122,7 +126,15 @@ def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     check_limits(opts.chunk_size, opts.threads, opts.max_memory)  # a typo fails before any work
     if opts.entropy_bins is not None and opts.entropy_bins < 2:
         raise ParameterError("entropy_bins", f"must be at least 2 (got {opts.entropy_bins})")
+    required(opts)
     return methods, [m for m in STATIC if m in methods]
+
+
+def required(opts: CalibrateOptions) -> dict:
+    """The recipe entries the quantized variants get from `opts.session_requirements` (checked: known keys)."""
+    if not opts.session_requirements:
+        return {}
+    return {REQUIREMENTS: check_requirements(dict(opts.session_requirements), flag_mark("session_requirements"))}
 
 
 def resolve_model(model) -> Path:
@@ -376,7 +388,7 @@ class _VariantMaker:
             self._accept(self._timed(lambda: qv.make_dynamic(
                 prepared, stage / "dynamic.onnx", weight_type=o.weight_type, per_channel=o.per_channel,
                 reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes, exclude_op_types=o.exclude_op_types,
-                model_name=self.model_name, recipe_extra=self.common)), ref)
+                model_name=self.model_name, recipe_extra={**self.common, **required(o)})), ref)
         if self.static_methods:
             ranges = self._calibrate(prepared, prep_model)
             for at, wt in o.types:
@@ -411,7 +423,7 @@ class _VariantMaker:
                               per_channel=o.per_channel, reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes,
                               exclude_op_types=o.exclude_op_types, calibration_options=copts, name=vname,
                               model_name=self.model_name, model=prep_model,
-                              recipe_extra={**self.common, "calibration_set": self.calib_info})
+                              recipe_extra={**self.common, "calibration_set": self.calib_info, **required(o)})
 
 
 def as_given_note(found: dict) -> str:
@@ -449,7 +461,7 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
     with staging_folder(out) as stage:
         override = records.get("input_shape_override")
         made = [qv.make_as_given(model_path, stage / f"{qv.AS_GIVEN}.onnx", found, model_name=model_name,
-                                 recipe_extra=common, shape_override=override)]
+                                 recipe_extra={**common, **required(opts)}, shape_override=override)]
         if fp32_path is not None:
             made.insert(0, qv.make_fp32(fp32_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common,
                                         shape_override=override))

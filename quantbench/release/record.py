@@ -29,10 +29,12 @@ from typing import Sequence
 from quantbench import SCHEMA_VERSION, __version__
 from quantbench.store import partread, partwrite, tableschema
 from quantbench.errors import UserError, flag_mark
-from quantbench.fsutil import (atomic_write_json, atomic_write_text, check_writable, content_key, kill_point, read_json,
+from quantbench.fsutil import (atomic_write_json, atomic_write_text, canonical_json, check_writable, content_key, kill_point, read_json,
                                sha256_file)
+from quantbench.hosts.requirements import host_key, ran_as
 from quantbench.store.hostresults import load_hosts, load_outputs
 from quantbench.inputs.modelio import model_hashes, write_self_contained
+from quantbench.inputs.sidecarfile import requirements_of
 from quantbench.release.bundledfiles import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
 from quantbench.textfmt import text_table
 from quantbench.inputs.variantdir import check_plain_name, inside, latest_variants, staging_folder
@@ -225,7 +227,8 @@ def _scope_to_analysis(targets: list[dict], variant_id: str, settings: dict) -> 
     out = []
     for t in targets:
         sel = selections.get(t["host"])
-        if sel is not None and (t["fingerprint_id"], t["session_key"]) != sel:
+        own = host_key(canonical_json(t["session_options"]), t["session_key"])  # the host's own session's key
+        if sel is not None and (t["fingerprint_id"], own) != sel:
             continue
         if fixtures and sel is not None:
             t["_lines"] = [x for x in t["_lines"] if x[0] in fixtures]
@@ -276,13 +279,16 @@ def _copy_tables(tables_root: Path, dest: Path, sets: dict) -> dict:
     return out
 
 
-def _targets_of(tables_root: Path, variant_id: str, hosts: list[str] | None) -> list[dict]:
-    """One target per (host, fingerprint, session) with results for the variant."""
+def _targets_of(tables_root: Path, variant_id: str, hosts: list[str] | None, required: dict) -> list[dict]:
+    """One target per (host, fingerprint, session) with results for the variant, run as it is deployed (under its
+    session requirement `required`, hosts/requirements.ran_as; none: under no requirement)."""
     t = load_outputs(variant_id=variant_id, host=hosts, tensors=False, tables_root=tables_root)
     groups: dict = defaultdict(list)
     meta = {}
     cols = ["host", "fingerprint_id", "session_key", "session_options", "fixture_id", "output_name", "sha256"]
     for h, fp, sk, so, fx, on, sha in zip(*(t.column(c).to_pylist() for c in cols)):
+        if not ran_as(so, required):
+            continue
         groups[(h, fp, sk)].append((fx, on, sha))
         meta[(h, fp, sk)] = so
     host_rows = {(r["host"], r["fingerprint_id"]): r for r in load_hosts(tables_root=tables_root).to_pylist()}
@@ -351,6 +357,11 @@ def _report(record: dict, analysis_report: str | None) -> str:
                              "flips vs fp32 (same host)", "release key"], rows, rule=True))
     lines.append("```")
     lines.append("")
+    required = [(v["name"], v.get("session_requirements") or {}) for v in record["variants"]]
+    if any(r for _, r in required):   # what a host must set to get the recorded results
+        lines += ["Deployment requirements:", ""] + [
+            f"- {name}: " + (", ".join(f"{k}={x}" for k, x in sorted(r.items())) or "none") for name, r in required]
+        lines.append("")
     if analysis_report:
         lines += ["## Analysis report at release time", "", analysis_report.strip(), ""]
     return "\n".join(lines) + "\n"
@@ -467,7 +478,7 @@ def _measured(v, tables_root: Path, hosts) -> tuple:
     if recorded and recorded != sem:
         raise UserError(f"{v.path}: variant {v.name} changed since it was built (semantic hash {sem[:12]}, "
                         f"recipe says {recorded[:12]}); rerun `quantbench calibrate`")
-    targets = _targets_of(tables_root, sem, hosts)
+    targets = _targets_of(tables_root, sem, hosts, requirements_of(v))
     if hosts:
         missing = sorted(set(hosts) - {t["host"] for t in targets})
         if missing:
@@ -507,6 +518,7 @@ def _variant_record(v, hashes: dict, targets: list, eid, eclasses: dict, eflips,
     return {
         "name": v.name, "model": v.model, "variant_id": sem, "raw_sha256": hashes["raw_sha256"],
         "semantic_sha256": sem, "semantic_strip": hashes["semantic_strip"], "bytes": Path(v.path).stat().st_size,
+        "session_requirements": requirements_of(v),
         "recipe": v.recipe, "calibration_manifest_sha256": calib.get("manifest_sha256"),
         "calibration_set": calib.get("name"), "environment": env,
         "artifact": {"retained": bool(retain), "file": f"artifacts/{v.name}.onnx" if retain else None,

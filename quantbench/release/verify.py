@@ -28,6 +28,8 @@ from quantbench.store import partread, tableschema
 from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
 from quantbench.inputs.fixtures import Fixture
 from quantbench.fsutil import check_writable, read_json, sha256_file, staging_area
+from quantbench.hosts.keys import session_key
+from quantbench.hosts.requirements import host_session
 from quantbench.hosts.runner import run_hosts, variant_info
 from quantbench.tensorcode import tensor_from_bytes, tensor_sha256
 from quantbench.inputs.modelio import model_facts, model_hashes
@@ -344,7 +346,9 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
                 continue
             ids = sorted({r["fixture_id"] for r in rows})[:sample]
             want = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rows if r["fixture_id"] in ids}
-            job = jobs.setdefault(t["session_key"], {"session": t["session_options"], "items": []})
+            # the host's own session: the runner adds the variant's session requirement (its recipe's) again
+            own = host_session(t["session_options"] or {})
+            job = jobs.setdefault(session_key(own), {"session": own, "items": []})
             job["items"].append((v, t, vi, want))
     return out, jobs
 
@@ -370,6 +374,9 @@ def _rerun_job(folder: Path, rec: dict, host: str, job: dict, hosts_file, td: Pa
 def _compare(v: dict, t: dict, vi, want: dict, new: list[dict], summary, host: str) -> Check:
     """One variant's re-run outputs (from its artifact's bytes) against the recorded hashes."""
     item = f"{v['name']} on {host}"
+    refused = [h.cannot_run[vi.variant_id] for h in summary.hosts if vi.variant_id in h.cannot_run]
+    if refused:   # e.g. its session requirement: the host cannot apply it, so nothing it gives is this release's
+        return Check("re-run", item, FAIL, f"{host} cannot run it: {refused[0]}")
     got = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in new if r["variant_id"] == vi.variant_id}
     fp_now = {r["fingerprint_id"] for r in new}
     notes = []

@@ -41,6 +41,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     lines += ["### Verdict", ""]
     lines += verdict.verdict_lines(result)
     lines.append("")
+    lines += verdict.requirement_lines(result)
     lines.append(f"Analysis `{result.equiv_id[:12]}`: hosts {', '.join(result.hosts)} (reference "
                  f"**{s['reference']}**); tensor gate atol {s['atol']:g}, rtol {s['rtol']:g}; decision budget "
                  f"{s['budget']} flips. Flips count against fp32 on the reference host; the gate is "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from quantbench.analysis.decode import kind_of
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_RTOL, ship_verdict, tolerance_set
+from quantbench.hosts.requirements import entries_text
 from quantbench.report import accuracysection
 
 
@@ -120,6 +121,31 @@ def _no_gate(result, v: dict) -> str:
             "decoder for one)")
 
 
+def requirement_text(result, v: dict) -> str:
+    """' Deployment requirement: K=V (...)' of a variant whose recipe requires session config entries, naming the
+    hosts that could not apply it ('' without one)."""
+    req = v.get("session_requirements") or {}
+    if not req:
+        return ""
+    refused = [h for h, by in sorted((getattr(result, "cannot_run", {}) or {}).items()) if v["variant"] in by]
+    where = f"; NOT RUN on {', '.join(refused)} (the host cannot apply it)" if refused else ""
+    return (f" Deployment requirement: session config {entries_text(req)} (every host ran it with these entries; "
+            f"a host must set them to get these results{where}).")
+
+
+def requirement_lines(result) -> list[str]:
+    """The "Deployment requirements" section: per variant, the session config entries a host must set to get its
+    results (none: the host's own session); no section when no variant has one."""
+    if not any(v.get("session_requirements") for v in result.variants):
+        return []
+    lines = ["### Deployment requirements", ""]
+    for v in result.variants:
+        req = v.get("session_requirements") or {}
+        lines.append(f"- **{v['variant']}**: " + (f"session config {entries_text(req)}, applied in every run of it"
+                                                 if req else "none (each host's own session)"))
+    return lines + [""]
+
+
 def verdict_lines(result) -> list[str]:
     """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP, NOT RUN), then
     why in numbers: flips vs fp32 per host against the budget, whether the hosts serve identical decisions, the
@@ -151,7 +177,7 @@ def verdict_lines(result) -> list[str]:
                 if gates else _no_gate(result, v))
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""
-        lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}")
+        lines.append(f"- **{answer}** {name}: {'; '.join([*why, gate])}.{extra}{requirement_text(result, v)}")
         lines += accuracysection.provider_flags(v, name)
     for d in s.get("duplicates") or []:
         name = f"{d['model']} / {d['name']}" if multi else d["name"]

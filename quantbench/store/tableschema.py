@@ -115,7 +115,9 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("host", STRING, "host name"),
         ("fingerprint_id", STRING, "fingerprint the row was produced under"),
         ("session_key", STRING, "SHA-256 of the canonical JSON session options"),
-        ("session_options", STRING, "session options as canonical JSON (threads, optimisation level, config entries)"),
+        ("session_options", STRING, "session options as canonical JSON (threads, optimisation level, config entries; "
+                                     "`required_entries`: the config entries a variant's deployment requirement added "
+                                     "to the host's session, absent when none)"),
         ("variant_id", STRING, "semantic hash of the model variant"),
         ("variant", STRING, "variant name"),
         ("fixture_id", STRING, "fixture (input tensor hash)"),

@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import digest, one_line
 from hosts_helpers import image_model, make_corpus
 from quantbench.cli import main
-from quantbench.hosts.configkeys import check_config_keys, known_keys
+from quantbench.inputs.configkeys import check_config_keys, known_keys
 
 TYPO = "session.x64quantprecison"
 HINT = f"onnxruntime has no session config key '{TYPO}'; did you mean session.x64quantprecision?"

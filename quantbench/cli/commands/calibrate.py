@@ -15,12 +15,13 @@ from quantbench.analysis.decode import decode_arg
 from quantbench.api.calibrate import calibrate
 from quantbench.api.calibrate import options as calibrate_options
 from quantbench.cli.commands import finite_float
-from quantbench.cli.groups import OUTPUT, PluginArgs
+from quantbench.cli.groups import OUTPUT, PluginArgs, session_config
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
 from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
 from quantbench.quantize.pipeline import decode_only
 from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
+from quantbench.inputs.sidecarfile import REQUIREMENTS
 from quantbench.textfmt import text_table
 
 JSON_NATIVE = True  # prints its own --json summary
@@ -96,6 +97,10 @@ def _add_other_arguments(parser) -> None:
     g.add_argument("--reduce-range", action="store_true", help="7-bit weights (onnxruntime reduce_range)")
     g.add_argument("--exclude-nodes", default="", help="node names to leave in float, comma-separated")
     g.add_argument("--exclude-op-types", default="", help="op types to leave in float, comma-separated (e.g. Softmax)")
+    g.add_argument("--require-session", dest="session_requirements", action="append", default=[], metavar="KEY=VALUE",
+                   help="onnxruntime session config entry every host must set to get the quantized variants' results "
+                        "(repeatable), e.g. session.x64quantprecision=1: recorded in their recipes as a deployment "
+                        "requirement, applied in every run of them, named in the verdict, report and release record")
     g.add_argument("--pre-process", action=argparse.BooleanOptionalAction, default=True,
                    help="run onnxruntime's quant_pre_process (shape inference + basic optimisation) before "
                         "dynamic and static quantization")
@@ -139,6 +144,8 @@ def _options(recipe: dict) -> str:
     n_ex = len(recipe.get("exclude_nodes", [])) + len(recipe.get("exclude_op_types", []))
     if n_ex:
         parts.append(f"{n_ex} exclusion(s)")
+    if recipe.get(REQUIREMENTS):
+        parts.append("requires " + ",".join(f"{k}={v}" for k, v in recipe[REQUIREMENTS].items()))
     return " ".join(parts)
 
 
@@ -156,7 +163,9 @@ def options_from_args(args) -> dict:
         seed=args.seed, allow_short=args.allow_short, skip_bad=args.skip_bad, methods=_csv(args.methods), out=args.out,
         percentile=args.percentile, entropy_bins=args.entropy_bins, per_channel=args.per_channel, types=types,
         weight_type=args.weight_type, reduce_range=args.reduce_range, exclude_nodes=_csv(args.exclude_nodes),
-        exclude_op_types=_csv(args.exclude_op_types), pre_process=args.pre_process, chunk_size=args.chunk_size,
+        exclude_op_types=_csv(args.exclude_op_types),
+        session_requirements=session_config(args.session_requirements, "--require-session"),
+        pre_process=args.pre_process, chunk_size=args.chunk_size,
         max_memory=args.max_memory, threads=args.threads, force=args.force)
 
 

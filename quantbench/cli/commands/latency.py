@@ -8,6 +8,7 @@ from quantbench.cli.groups import FixtureArgs, FleetArgs, ResultsArgs
 from quantbench.errors import UserError, render_params
 from quantbench.explain import update_report
 from quantbench.explain.latency import check_host, measure, table, with_speedups
+from quantbench.hosts.requirements import for_hosts
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.runner import plan_run
 from quantbench.api.plan import note_plan
@@ -59,7 +60,7 @@ def run(args) -> int:
         note_plan(plan, render=getattr(args, "_render", render_params))
         (vi,) = plan.variants
         fx = plan.fixtures_for[vi.variant_id][0]
-        for h in hosts:
+        for h in for_hosts(hosts, v):   # each variant under its own session requirement
             rows.append(measure(v.path, h, fx, args.warmup, args.runs, args.repeats, v.name, variant_id=vi.variant_id))
     with_speedups(rows)
     partwrite.append("latency", [r.row() for r in rows], root=root)

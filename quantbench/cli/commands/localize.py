@@ -11,6 +11,7 @@ from quantbench.explain.evidence import run_evidence_for, table
 from quantbench.explain.localize import localize, summary
 from quantbench.inputs.fixtures import limit_note, pick_balanced, pick_fixture
 from quantbench.hosts.registry import parse_hosts
+from quantbench.hosts.requirements import for_hosts
 from quantbench.cli.runplan import explain_plan
 from quantbench.inputs.variantdir import pick_variant
 
@@ -39,7 +40,7 @@ def run(args) -> int:
     ex = EXPLAIN.parse(args)
     root = ex.results.tables
     variant = pick_variant(ex.variant)
-    hosts = parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file)
+    hosts = for_hosts(parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file), variant)
     # the model parsed once: its id, its graph, its fixtures
     plan = explain_plan(ex.fixtures, hosts, [variant], render=getattr(args, "_render", render_params))
     (vi,) = plan.variants

@@ -11,6 +11,7 @@ from quantbench.errors import render_params
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
 from quantbench.hosts.registry import parse_hosts
+from quantbench.hosts.requirements import for_hosts
 from quantbench.cli.runplan import explain_plan
 from quantbench.inputs.variantdir import pick_variant
 
@@ -37,7 +38,7 @@ def run(args) -> int:
     ex = EXPLAIN.parse(args)
     root = ex.results.tables
     variant = pick_variant(ex.variant)
-    hosts = parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file)
+    hosts = for_hosts(parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file), variant)
     # the model parsed once, the limit checked
     plan = explain_plan(ex.fixtures, hosts, [variant], args.limit, render=getattr(args, "_render", render_params))
     (vi,) = plan.variants

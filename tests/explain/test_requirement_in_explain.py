@@ -1,0 +1,51 @@
+"""The explain commands run a variant under its session requirement (its recipe's session_requirements): remedy
+tries every remedy with it (the variant as shipped is the variant under it), localize/noise/latency run it on each
+host's session with it added; a host whose own session contradicts it is one line, and a session onnxruntime
+cannot make with it is an error naming it, never a run without it."""
+
+from __future__ import annotations
+
+import pytest
+
+from cli_helpers import one_line
+from quantbench.cli import main
+from quantbench.errors import UserError
+from quantbench.hosts.registry import parse_hosts
+from quantbench.hosts.requirements import REQUIRED, for_hosts
+from quantbench.inputs.variantdir import load_variants
+from requirement_helpers import X64, bright_images, image_feeds, variants_folder
+
+
+@pytest.fixture
+def required(workdir):
+    bright_images(workdir)
+    return {v.name: v for v in load_variants(variants_folder(workdir, "required", X64))}
+
+
+def test_remedy_tries_every_remedy_under_the_requirement(required, workdir):
+    from quantbench.explain.remedy import build_remedies
+
+    v = required["static-minmax"]
+    rvs = build_remedies(v.path, required["fp32"].path, workdir / "rem", v.recipe,
+                         remedies=("baseline", "x64quantprecision", "reduce_range"),
+                         feeds=image_feeds(workdir))
+    for rv in rvs:
+        assert rv.path is not None and X64.items() <= rv.config_entries.items(), rv.remedy
+        assert rv.note.endswith("; with the variant's session requirement session.x64quantprecision=1")
+    plain = build_remedies(v.path, required["fp32"].path, workdir / "rem2", {}, remedies=("baseline",))
+    assert plain[0].config_entries == {}
+
+
+def test_the_explain_hosts_carry_it_and_a_contradiction_is_one_line(required, workdir, capsys):
+    v = required["static-minmax"]
+    (h,) = for_hosts(parse_hosts("x86"), v)
+    assert h.session["config_entries"] == X64 and h.session[REQUIRED] == X64
+    assert for_hosts(parse_hosts("x86"), required["fp32"]) == parse_hosts("x86")   # the fp32 reference: none
+    with pytest.raises(UserError, match="host x86\\+session.x64quantprecision=0: variant static-minmax's session "
+                                        "requirement session.x64quantprecision=1 cannot be applied: its session sets "
+                                        "session.x64quantprecision=0"):
+        for_hosts(parse_hosts("x86+session.x64quantprecision=0"), v)
+    assert main(["noise", "--variant", str(v.path), "--hosts", "x86", "--session-config",
+                 "session.x64quantprecision=0", "--fixtures", "labels.json", "--no-progress"]) == 2
+    assert "cannot be applied: its session sets session.x64quantprecision=0" in one_line(capsys.readouterr().err,
+                                                                                       "noise")
