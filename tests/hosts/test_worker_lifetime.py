@@ -249,3 +249,39 @@ def test_remote_workers_die_when_the_command_is_killed(workdir, sshd):
         f'ssh_options = ["-F", "{d}/ssh_config", "-o", "SendEnv=QUANTBENCH_TEST_PAUSE_*"] }}\n')
     _run_dies_with_its_command(workdir, ["--hosts", "far", "--hosts-file", workdir / "h.toml"],
                                min(2, os.cpu_count() or 1))
+
+
+def test_a_remote_worker_dies_when_its_connection_drops(workdir, sshd):
+    """The connection drops while the remote worker is paused (every ssh process of the run killed, the shared
+    master included; the command lives on): the remote worker ends with it (its sshd session ends, which its
+    parent-death signal follows, and its input ends, which InputWatch follows: either alone suffices here)."""
+    d = sshd.parent
+    (workdir / "h.toml").write_text(
+        f'far = {{ kind = "ssh", address = "qbtest", python = "{sys.executable}", '
+        f'ssh_options = ["-F", "{d}/ssh_config", "-o", "SendEnv=QUANTBENCH_TEST_PAUSE_*"] }}\n')
+    vdir, labels = variants_folder(workdir / "v"), make_corpus(workdir / "corpus", count=2)
+    go = workdir / "go"
+    env = dict(os.environ, QUANTBENCH_TEST_PAUSE_AFTER="1", QUANTBENCH_TEST_PAUSE_FILE=str(go))
+    marker = f"QUANTBENCH_TEST_PAUSE_FILE={go}"
+    proc = _quantbench(["run", "--variants", vdir, "--fixtures", labels, "--no-progress", "--jobs", "1",
+                        "--hosts", "far", "--hosts-file", workdir / "h.toml"], workdir, env=env)
+    try:
+        (remote,) = _paused_pids(go, 1, proc)
+        ssh = {p for p in _processes_with(marker) if Path(f"/proc/{p}/exe").resolve().name == "ssh"}
+        assert ssh and remote not in ssh
+        for p in ssh:
+            os.kill(p, signal.SIGKILL)
+        deadline = time.monotonic() + 60  # sshd closes the session's input at once; this bounds a failure
+        while _running(remote) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(remote), "the remote worker outlived its connection"
+    finally:
+        go.write_text("")
+        try:
+            proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+            for p in _processes_with(marker):
+                os.kill(p, signal.SIGKILL)
