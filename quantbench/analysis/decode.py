@@ -441,6 +441,15 @@ def _ctc_keys(block: dict, where: str) -> dict:
     return {"blank": blank, "alphabet": None if alphabet is None else tuple(alphabet), "layout": layout}
 
 
+def replaced_block_note(sidecar: dict | None, kind: str | None) -> str | None:
+    """When the caller's decoder `kind` is not the one the sidecar's decode block is for: a note saying so (the
+    caller's wins, and the block's settings are not used: spec_from_sidecar); else None."""
+    side = ((sidecar or {}).get("decode") or {}).get("kind")
+    if kind is None or not side or side == kind or plugins.same_ref(side, kind):
+        return None
+    return f"decoder {kind} differs from the one the variants' decode block is for ({side}): that block's settings are not used"
+
+
 def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: float | None = None,
                       source: str = "sidecar") -> DecodeSpec:
     """The decode spec: the sidecar's "decode" block, overridden by `kind` / `threshold` (the caller's).

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench import tables
-from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, decode_arg, kind_of, spec_from_sidecar
+from quantbench.analysis.decode import (KINDS, NONE, NONE_HINT, check_outputs, decode_arg, kind_of, replaced_block_note,
+                                        spec_from_sidecar)
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
@@ -134,13 +136,20 @@ def prepare(args, held: contextlib.ExitStack, variants: list) -> Prepared:
         raise UserError(f"--reference {args.reference}: not one of --hosts {','.join(s.name for s in specs)}")
     params = fixture_params(args)
 
+    replaced: dict = {}
+
     def decoder_fits(v, outputs):  # a bad decode block fails before any run
         check_decoder(v, outputs, params["sidecar"], args.decode, args.threshold, args.sidecar)
+        note = replaced_block_note(sidecar_for(v, params["sidecar"]), args.decode)
+        if note:
+            replaced.setdefault(v.model, note)
 
     # each host runs its own deployed session, the session flags given override it; a host that cannot run writes nothing
     plan = plan_run(specs, variants, **params, session=session_from_args(args), command="equiv",
                     check_hosts=not args.no_run, check_variant=decoder_fits, shard=args.shard)
     note_plan(args, plan)
+    for model, note in sorted(replaced.items()):
+        print(f"note: model {model}: {note}", file=sys.stderr if getattr(args, "json", False) else sys.stdout)
     cluster = held.enter_context(connect_plan(args.cluster, plan)) if args.cluster and not args.no_run else None
     results = Path(args.results)
     root = results / "tables"
