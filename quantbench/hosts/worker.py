@@ -1084,34 +1084,39 @@ def _serve_forked(path, out) -> int:
 
 class InputWatch:
     """While a job runs nothing arrives on the worker's input (the parent waits for "done"), so the input's other
-    end closing then means the parent is gone: killed, or its connection dropped. This helper thread ends the
-    worker at once when that happens: a forked worker (its parent-death signal watches the worker it was forked
-    from, which may end first) and a remote one (an ssh host's, a child of the remote's sshd) die with the
-    command as a started worker does (die_with_parent), also while busy or paused. It ends with the job."""
+    end closing then, with no request left unread, means the parent is gone: killed, or its connection dropped.
+    This helper thread ends the worker at once when that happens: a forked worker (its parent-death signal watches
+    the worker it was forked from, which may end first) and a remote one (an ssh host's, a child of the remote's
+    sshd) die with the command as a started worker does (die_with_parent), also while busy or paused. A client
+    that wrote its later requests and closed its end (they are still to be read) is served as before. It ends
+    with the job. `inp`: the worker's buffered input (its peek sees what was read ahead)."""
 
-    def __init__(self, fd: int):
+    def __init__(self, inp):
         import select
         import threading
 
-        self.fd, (self.stop_r, self.stop_w) = fd, os.pipe()
+        self.inp, self.fd, (self.stop_r, self.stop_w) = inp, inp.fileno(), os.pipe()
         self.poll = select.poll()
         # hang-up only (POLLHUP and POLLERR always count): a pipe's writer closing, a socket's peer shutting down
-        self.poll.register(fd, getattr(select, "POLLRDHUP", 0x2000))
+        self.poll.register(self.fd, getattr(select, "POLLRDHUP", 0x2000))
         self.poll.register(self.stop_r, select.POLLIN)  # closed by close()
         self.thread = threading.Thread(target=self._run, name="watch-input", daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
-        while True:
-            events = dict(self.poll.poll())
-            if self.stop_r in events:
+        events = dict(self.poll.poll())
+        if self.stop_r in events:
+            return
+        try:
+            if self.inp.peek(1):  # (hung up: never blocks) requests still to read, the client's last words
                 return
-            if self.fd in events:
-                try:  # (stderr may be the same dead connection)
-                    sys.stderr.write("quantbench worker: the input ended in the middle of a job; ending\n")
-                    sys.stderr.flush()
-                finally:
-                    os._exit(1)
+        except (OSError, ValueError):
+            pass
+        try:  # (stderr may be the same dead connection)
+            sys.stderr.write("quantbench worker: the input ended in the middle of a job; ending\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
 
     def close(self) -> None:
         os.close(self.stop_w)
@@ -1120,12 +1125,14 @@ class InputWatch:
 
 
 def _watched(fn, inp, *args) -> None:
-    """fn(*args) with its input watched (InputWatch); unwatched when `inp` has no descriptor."""
+    """fn(*args) with its input watched (InputWatch); unwatched when `inp` has no descriptor or no peek."""
     try:
-        fd = inp.fileno()
+        inp.fileno()
     except (AttributeError, OSError, ValueError):
         return fn(*args)
-    watch = InputWatch(fd)
+    if not hasattr(inp, "peek"):
+        return fn(*args)
+    watch = InputWatch(inp)
     try:
         fn(*args)
     finally:
