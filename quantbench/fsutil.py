@@ -364,6 +364,19 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"), (s
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 
 
+#: how many times its stored size data arriving from elsewhere (an archive's members, an export's Parquet tables)
+#: may decode to: quantbench's files are compressed already, so an honest one inflates about 1-2x (identical hosts'
+#: tensors a few times more); one declaring or decoding to far more is refused before the rest is read (a 1.5 GiB
+#: member of zeros, a 560 KB export of rows repeated 100,000 times that decoded to 3.5 GB)
+MAX_EXPANSION = 64
+EXPANSION_SLACK = 1 << 20
+
+
+def expansion_limit(stored: int) -> int:
+    """The most bytes `stored` bytes from elsewhere may decode to (MAX_EXPANSION times, and EXPANSION_SLACK)."""
+    return MAX_EXPANSION * stored + EXPANSION_SLACK
+
+
 def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
     """`path`, checked to be a regular file before anything opens it: a folder, a named pipe, a device (/dev/zero)
     or a socket is one UserError naming it and what was expected (`what`: "model", "image", "hosts file" ...).

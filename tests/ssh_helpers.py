@@ -1,7 +1,9 @@
 """A real OpenSSH server on 127.0.0.1 for the ssh-host tests (keys made for the test): the `sshd` fixture.
 
 Import the fixture into a test module (`from ssh_helpers import sshd`); it yields a hosts file naming
-`robot` (reachable), `dead` (nothing listening) and `stranger` (host key not known).
+`robot` (reachable), `dead` (nothing listening) and `stranger` (host key not known). The server accepts the worker's
+test-only pause variables (QUANTBENCH_TEST_PAUSE_*, quantbench.hosts.worker) from a client that sends them
+(`-o SendEnv=QUANTBENCH_TEST_PAUSE_*`), so a test can pause a remote worker as it pauses a local one.
 """
 
 import os
@@ -47,6 +49,7 @@ KbdInteractiveAuthentication no
 StrictModes no
 UsePAM no
 PrintMotd no
+AcceptEnv QUANTBENCH_TEST_PAUSE_AFTER QUANTBENCH_TEST_PAUSE_FILE
 """)
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory sshd insists on
     (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {(d / 'hostkey.pub').read_text().split(' ', 2)[0]} "

@@ -316,9 +316,11 @@ class ComparisonSummary:
 
 def summarize(comparison: str, host: str, variant: str, ref_host: str, ref_variant: str,
               per_fixture: list[FixtureComparison], threshold: float | None,
-              kinds: tuple = FLIP_KINDS, totals_fixed: bool = False) -> ComparisonSummary:
+              kinds: tuple = FLIP_KINDS, totals_fixed: bool = False,
+              margin_kinds: tuple | None = None) -> ComparisonSummary:
     """One comparison's figures. `totals_fixed`: every image serves exactly one decision (the decoder's
-    DecoderKind.totals_fixed), so equal totals are by construction and never flagged as concealing flips."""
+    DecoderKind.totals_fixed), so equal totals are by construction and never flagged as concealing flips.
+    `margin_kinds`: the flip kinds whose margins make the margin band (DecoderKind.margin_flips; None: all)."""
     flips = [f for fc in per_fixture for f in fc.flips]
     by_kind = {k: 0 for k in kinds}
     for f in flips:
@@ -332,7 +334,8 @@ def summarize(comparison: str, host: str, variant: str, ref_host: str, ref_varia
         fixtures=len(per_fixture), ref_total=ref_total, total=total, flips=len(flips), by_kind=by_kind,
         images_disagree=sum(1 for fc in per_fixture if not fc.agrees),
         concealed=not totals_fixed and concealed(ref_total, total, len(flips)),
-        margins=margin_summary([f.margin for f in flips], threshold),
+        margins=margin_summary([f.margin for f in flips if margin_kinds is None or f.kind in margin_kinds],
+                               threshold),
         flipped_pixels=sum(px) if px else None,
         flipped_pixel_regions=sum(pr) if pr else None,
     )

@@ -162,6 +162,10 @@ class DecoderKind:
     plugin: bool = False                # user code (module:function), loaded only with consent (quantbench.inputs.plugins)
     greedy: bool = False                # serves without a threshold by a greedy rule (ctc)
     no_threshold_margin: str = "fp32 score minus threshold"   # what a margin is when there is no threshold
+    threshold_margin: str = "fp32 score minus threshold"      # what it is with one
+    band_subject: str = "every flip against fp32"             # the flips the summary's band of scores holds
+    band_words: str = "an fp32 score"                         # what that band ranges over
+    margin_flips: tuple | None = None   # the flip kinds whose margins make the band (None: every kind)
     one_decision: bool = False          # one decision per image (a classifier's top-1, a recogniser's string)
     class_agnostic: bool = False        # scored against every labelled box whatever its category (a map's regions)
     own_keys: tuple = ()                # the decode block keys of its own (beyond COMMON_KEYS and its output roles)
@@ -197,7 +201,7 @@ class DecoderKind:
 
     def margin_axis(self, threshold: float | None) -> str:
         """What a flip's fp32 margin measures."""
-        return self.no_threshold_margin if threshold is None else "fp32 score minus threshold"
+        return self.no_threshold_margin if threshold is None else self.threshold_margin
 
     def totals_fixed(self, threshold: float | None) -> bool:
         """Whether every image serves exactly one kept decision whatever the outputs (a recogniser's string, a
@@ -439,6 +443,15 @@ def _ctc_keys(block: dict, where: str) -> dict:
     if layout not in (None, *CTC_LAYOUTS):
         raise UserError(f"{where}: decode 'layout' {layout!r}: use TNC or NTC (or leave it out)")
     return {"blank": blank, "alphabet": None if alphabet is None else tuple(alphabet), "layout": layout}
+
+
+def replaced_block_note(sidecar: dict | None, kind: str | None) -> str | None:
+    """When the caller's decoder `kind` is not the one the sidecar's decode block is for: a note saying so (the
+    caller's wins, and the block's settings are not used: spec_from_sidecar); else None."""
+    side = ((sidecar or {}).get("decode") or {}).get("kind")
+    if kind is None or not side or side == kind or plugins.same_ref(side, kind):
+        return None
+    return f"decoder {kind} differs from the one the variants' decode block is for ({side}): that block's settings are not used"
 
 
 def spec_from_sidecar(sidecar: dict | None, kind: str | None = None, threshold: float | None = None,
@@ -1000,7 +1013,12 @@ _BUILTIN = {k.name: k for k in (
     DecoderKind("classifier-softmax", decode_classifier, {"logits": "logits"}, probability=True, metric="top-1",
                 no_threshold_margin="fp32 top-1 minus top-2 probability", one_decision=True),
     DecoderKind("threshold-map", decode_map, {"map": "map"}, threshold=0.5, probability=True, one_output=True,
-                compare="map", box_frame="normalized", metric="AP", class_agnostic=True),
+                compare="map", box_frame="normalized", metric="AP", class_agnostic=True,
+                # a region appears or vanishes as its peak pixel crosses the threshold; a region changing shape
+                # (box-shift) is decided by no score, so its peak (often 1) is left out of the band
+                threshold_margin="fp32 region peak probability minus threshold",
+                band_subject="every region that appeared or vanished against fp32",
+                band_words="an fp32 peak probability (its highest pixel)", margin_flips=("threshold",)),
     DecoderKind("nms-boxes", decode_nms, {"boxes": "boxes", "scores": "scores", "labels": "labels"}, threshold=0.5,
                 compare="matched", metric="AP"),
     NmsKind("yolo", decode_yolo, {"output": "output0"}, threshold=0.25, probability=True),

@@ -701,7 +701,8 @@ def _compare(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, comp, h, r
     if not run.compared:
         return _not_compared(comp, h, v.name, rh, rname, len(vfx), v.variant_id, run.model, tgate), flips
     s = D.summarize(comp, h, v.name, rh, rname, per_fx, run.spec.threshold, D.flip_kinds(run.spec),
-                    totals_fixed=run.spec.decoder_kind.totals_fixed(run.spec.threshold))
+                    totals_fixed=run.spec.decoder_kind.totals_fixed(run.spec.threshold),
+                    margin_kinds=run.spec.decoder_kind.margin_flips)
     dec_ok = G.decision_passed(s.flips, ctx.budget)
     return {**s.as_dict(), "variant_id": v.variant_id, "model": run.model, "tensor_gate": tgate.as_dict(),
             "decision_passed": dec_ok, "gates_disagree": G.disagreement(tgate.passed, dec_ok),

@@ -5,13 +5,14 @@ folder's tables, report and equiv.json."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
-from quantbench.analysis.decode import NONE_HINT, check_outputs, kind_of, spec_from_sidecar
+from quantbench.analysis.decode import NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
 from quantbench.analysis.predict import attach_predictions
@@ -182,14 +183,21 @@ def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepar
     specs, unshown = _measured_specs(req.fleet, req.reference)
     params = fixture_params(req.fixtures)
 
+    replaced: dict = {}
+
     def decoder_fits(v, outputs):   # a bad decode block fails before any run
         check_decoder(v, outputs, params["sidecar"], req.decode, req.threshold, req.fixtures.sidecar)
+        note = replaced_block_note(sidecar_for(v, params["sidecar"]), req.decode)
+        if note:
+            replaced.setdefault(v.model, note)
 
     # each host runs its own deployed session, the session options given override it; a host that cannot run
     # writes nothing
     plan = plan_run(specs, variants, **params, session=req.session.overrides(), command="equiv",
                     check_hosts=req.run, check_variant=decoder_fits, shard=req.shard)
     note_plan(plan, req.output.json, req.render)
+    for model, note in sorted(replaced.items()):
+        print(f"note: model {model}: {note}", file=sys.stderr if req.output.json else sys.stdout)
     cluster = held.enter_context(connect_plan(req.cluster, plan)) if req.cluster and req.run else None
     root = req.results.tables
     held.enter_context(tablelock.lock(root, wait=req.wait))

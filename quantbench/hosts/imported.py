@@ -30,7 +30,8 @@ from quantbench.store import lazy
 from quantbench.store import arrowrows, partread, partwrite, tableschema
 from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag_mark, marked
-from quantbench.fsutil import atomic_path, canonical_json, check_new_file, regular_file, sha256_file
+from quantbench.fsutil import (MAX_EXPANSION, atomic_path, canonical_json, check_new_file, expansion_limit,
+                               regular_file, sha256_file)
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, check_fixture_set, files_of
 from quantbench.hosts.worker import fingerprint_id
@@ -157,11 +158,15 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
                 m = members.get(f"{name}.parquet")
                 if m is None:
                     raise UserError(f"{path}: export lacks {name}.parquet")
-                part = pq.ParquetFile(io.BytesIO(tar.extractfile(m).read()))
+                data = tar.extractfile(m).read()
+                part = pq.ParquetFile(io.BytesIO(data))
                 _check_rows(path, name, part.metadata.num_rows, manifest)   # from its footer, before a row is read
-                out[name] = _as_exported(path, name, part.read())
+                out[name] = _as_exported(path, name, partread.read_bounded(part, expansion_limit(len(data))))
     except UserError:
         raise
+    except partread.DecodedTooLarge:
+        raise UserError(f"{path}: {name}.parquet decodes to more than {MAX_EXPANSION} times its {len(data)} bytes "
+                        "(and 1 MiB); the file was altered or damaged, nothing was imported") from None
     except (tarfile.TarError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
         raise UserError(f"{path}: not a readable quantbench results export ({exc})") from None
     return manifest, out
@@ -243,8 +248,12 @@ def check_export(path, manifest: dict, parts: dict[str, pa.Table]) -> None:
 
 def _check_fixtures(fx: pa.Table, bad) -> set:
     """The fixture ids of the fixtures table, each the hash of its tensor; `bad(where, why)` makes the error."""
-    fixture_ids = set()
-    for i, (fid, dtype, shape, data) in enumerate(_rows(fx, ("fixture_id", "dtype", "shape", "tensor"))):
+    fixture_ids, seen = set(), {}
+    for i, (fid, pid, dtype, shape, data) in enumerate(_rows(fx, ("fixture_id", "preprocess_id", "dtype", "shape",
+                                                                  "tensor"))):
+        if seen.setdefault((fid, pid), i) != i:
+            raise bad(f"fixtures row {i} (fixture {str(fid)[:12]})",
+                      f"repeats row {seen[fid, pid]} (the same fixture and preprocessing)")
         try:
             got = _tensor_hash(data, dtype, shape)
         except _Bad as exc:
@@ -281,9 +290,12 @@ def _check_outputs(outputs: pa.Table, fixture_ids: set, fingerprints: set, varia
     cols = ("run_key", "host", "fingerprint_id", "session_key", "session_options", "variant_id", "fixture_id",
             "output_name", "dtype", "shape", "sha256", "tensor")
     skeys: dict = {}
+    seen: dict = {}
     for i, (rk, host, fpid, skey, sopts, vid, fid, name, dtype, shape, sha, data) in enumerate(
             _rows(outputs, cols)):
         where = f"outputs row {i} (host {host}, fixture {str(fid)[:12]}, output {name})"
+        if seen.setdefault((rk, host, name), i) != i:   # a row of the tables' key once (repeats decode for free)
+            raise bad(where, f"repeats row {seen[rk, host, name]} (the same run, host and output)")
         if sopts not in skeys:
             try:
                 skeys[sopts] = session_key(json.loads(sopts or ""))

@@ -20,7 +20,9 @@ frame (its "reused" is true when the worker kept the session from an earlier job
 same model bytes and session options), one "result" frame per fixture (written by a helper thread within about 20 ms
 of the result: a killed worker loses at most that much finished work) and a
 "verified" frame with the input hashing time; a failure is an "error" frame naming
-host, variant and fixture, after which the job stops and the results already sent stand.
+host, variant and fixture, after which the job stops and the results already sent stand. While a
+fingerprint or run job runs, a helper thread (InputWatch, ended with the job) ends the worker if its input's other
+end closes: the parent is gone.
 
 A fork ({"type": "fork", "socket": PATH}, same machine only) answers {"type": "forked",
 "pid"}: the worker forks, and the child (its own session, every import and, under
@@ -33,7 +35,7 @@ onnxruntime's telemetry, so a fork between jobs copies the only thread there is.
 Test-only hook (never set in use; costs nothing when unset): with the environment variables
 QUANTBENCH_TEST_PAUSE_AFTER=K and QUANTBENCH_TEST_PAUSE_FILE=PATH, a worker process that
 has run K fixtures (K result frames) writes and flushes those results, creates
-PATH.paused holding its pid, then waits until PATH exists before it goes on. Tests use it
+PATH.paused.PID and PATH.paused, each holding its pid, then waits until PATH exists before it goes on. Tests use it
 to act on a worker at a known point of a run (kill it after exactly K results), so that
 they do not depend on how fast the machine is.
 """
@@ -902,9 +904,11 @@ def _test_pause(sender) -> None:
         return
     path = _TEST_PAUSE[1]
     sender.sync()  # the K results are with the parent before anything else happens
-    with open(path + ".paused.tmp", "w") as fh:
-        fh.write(str(os.getpid()))
-    os.replace(path + ".paused.tmp", path + ".paused")
+    pid = str(os.getpid())
+    for done in (path + ".paused." + pid, path + ".paused"):
+        with open(done + ".tmp" + pid, "w") as fh:
+            fh.write(pid)
+        os.replace(done + ".tmp" + pid, done)
     while not os.path.exists(path):
         time.sleep(0.01)
 
@@ -1122,6 +1126,63 @@ def _serve_forked(path, out) -> int:
     return code
 
 
+class InputWatch:
+    """While a job runs nothing arrives on the worker's input (the parent waits for "done"), so the input's other
+    end closing then, with no request left unread, means the parent is gone: killed, or its connection dropped.
+    This helper thread ends the worker at once when that happens: a forked worker (its parent-death signal watches
+    the worker it was forked from, which may end first) and a remote one (an ssh host's, a child of the remote's
+    sshd) die with the command as a started worker does (die_with_parent), also while busy or paused. A client
+    that wrote its later requests and closed its end (they are still to be read) is served as before. It ends
+    with the job. `inp`: the worker's buffered input (its peek sees what was read ahead)."""
+
+    def __init__(self, inp):
+        import select
+        import threading
+
+        self.inp, self.fd, (self.stop_r, self.stop_w) = inp, inp.fileno(), os.pipe()
+        self.poll = select.poll()
+        # hang-up only (POLLHUP and POLLERR always count): a pipe's writer closing, a socket's peer shutting down
+        self.poll.register(self.fd, getattr(select, "POLLRDHUP", 0x2000))
+        self.poll.register(self.stop_r, select.POLLIN)  # closed by close()
+        self.thread = threading.Thread(target=self._run, name="watch-input", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        events = dict(self.poll.poll())
+        if self.stop_r in events:
+            return
+        try:
+            if self.inp.peek(1):  # (hung up: never blocks) requests still to read, the client's last words
+                return
+        except (OSError, ValueError):
+            pass
+        try:  # (stderr may be the same dead connection)
+            sys.stderr.write("quantbench worker: the input ended in the middle of a job; ending\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(1)
+
+    def close(self) -> None:
+        os.close(self.stop_w)
+        self.thread.join()
+        os.close(self.stop_r)
+
+
+def _watched(fn, inp, *args) -> None:
+    """fn(*args) with its input watched (InputWatch); unwatched when `inp` has no descriptor or no peek."""
+    try:
+        inp.fileno()
+    except (AttributeError, OSError, ValueError):
+        return fn(*args)
+    if not hasattr(inp, "peek"):
+        return fn(*args)
+    watch = InputWatch(inp)
+    try:
+        fn(*args)
+    finally:
+        watch.close()
+
+
 def serve(inp, out) -> int:
     """The worker loop: answer requests until "end" or end of input."""
     while True:
@@ -1133,10 +1194,10 @@ def serve(inp, out) -> int:
         kind = job.get("type")
         try:
             if kind == "fingerprint":
-                fingerprint_job(job, payload, out)
+                _watched(fingerprint_job, inp, job, payload, out)
             elif kind == "run":
-                run_job(job, payload, out)
-            elif kind == "fork":
+                _watched(run_job, inp, job, payload, out)
+            elif kind == "fork":  # unwatched: a fork copies only this thread
                 fork_job(job, out)
             else:
                 raise JobError("protocol", "unknown request type %r" % (kind,))

@@ -38,7 +38,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
-from quantbench.fsutil import atomic_path, kill_point, sha256_file
+from quantbench.fsutil import MAX_EXPANSION, atomic_path, expansion_limit, kill_point, sha256_file
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, TAG_RE, load_registry
 from quantbench.release.verify import FAIL, PASS, Check, load_record, named_files, scratch_folder, verify
 
@@ -348,17 +348,10 @@ def _read_members(path: Path, dest: Path) -> tuple[dict, dict]:
     return _walk(path, take), got
 
 
-#: how many times its own size an archive's members may declare: quantbench's members (models, Parquet, PNG) are
-#: compressed already, so a release inflates about 1-2x; a manifest declaring far more is refused before a byte
-#: is written (one declaring a 1.5 GiB member of zeros made verify write 1.5 GiB before its hash failed)
-MAX_EXPANSION = 64
-_EXPANSION_SLACK = 1 << 20
-
-
 def _check_declared(path: Path, listed: dict) -> None:
     """The members' declared sizes, all together, fit what the archive can hold (MAX_EXPANSION), before any is read."""
     declared, size = sum(listed.values()), path.stat().st_size
-    if declared > MAX_EXPANSION * size + _EXPANSION_SLACK:
+    if declared > expansion_limit(size):
         raise ArchiveDamaged(f"{MANIFEST}: declares {declared} bytes of members, more than {MAX_EXPANSION} times the "
                              f"{size}-byte archive; nothing was extracted")
 

@@ -27,7 +27,7 @@ from quantbench import SCHEMA_VERSION
 from quantbench.store import partread, tableschema
 from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
 from quantbench.inputs.fixtures import Fixture
-from quantbench.fsutil import check_writable, read_json, sha256_file, staging_area
+from quantbench.fsutil import MAX_EXPANSION, check_writable, expansion_limit, read_json, sha256_file, staging_area
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.requirements import host_session
 from quantbench.hosts.runner import run_hosts, variant_info
@@ -95,16 +95,25 @@ def _check_file(folder: Path, rel: str, want: str | None, what: str) -> Check:
     return Check(what, rel, PASS, f"SHA-256 {got[:16]}")
 
 
-def check_tables(folder: Path, rec: dict) -> list[Check]:
-    import pyarrow.parquet as pq
+def _read_table(path: Path):
+    """A release's table, decoded no further than fsutil.expansion_limit of its size (partread.DecodedTooLarge):
+    its recorded hash and row count vouch for nothing when release.json was forged with it."""
+    with open(path, "rb") as fh:
+        return partread.read_bounded(fh, expansion_limit(os.fstat(fh.fileno()).st_size))
 
+
+def check_tables(folder: Path, rec: dict) -> list[Check]:
     out = []
     for name, info in sorted(rec.get("tables", {}).items()):
         for f in info["files"]:
             c = _check_file(folder, f["path"], f["sha256"], "table")
             if c.status == PASS:
                 try:
-                    t = pq.read_table(_inside(folder, f["path"]))
+                    t = _read_table(_inside(folder, f["path"]))
+                except partread.DecodedTooLarge:
+                    size = _inside(folder, f["path"]).stat().st_size
+                    c = Check("table", f["path"], FAIL, f"decodes to more than {MAX_EXPANSION} times its {size} "
+                                                        "bytes (and 1 MiB): forged or damaged")
                 except Exception as exc:
                     c = Check("table", f["path"], FAIL, f"not readable Parquet ({type(exc).__name__})")
                 else:

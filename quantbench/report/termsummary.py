@@ -5,7 +5,7 @@ the separation and prediction texts the report shares with it.
 from __future__ import annotations
 
 from quantbench.analysis import classes as C
-from quantbench.analysis.decode import kind_of
+from quantbench.analysis.decode import IOU_SHIFT, DecoderKind, kind_of
 from quantbench.report import charts, verdict
 from quantbench.textfmt import text_table
 
@@ -110,22 +110,35 @@ def _summary_concealed_and_margins(result, compared: list[dict]) -> list[str]:
         c = max(conceal, key=lambda c: c["flips"])
         out.append(f"! {len(conceal)} comparison(s) where equal totals conceal flips, e.g. {c['variant']} on {c['host']}: "
                    f"{c['ref_total']} vs {c['total']} decisions hid {c['flips']} changed decisions")
-    margins = [m for c in compared if c["comparison"] != "ref-same" and c["margins"].get("band")
-               for m in [c["margins"]]]
+    return out + _margin_lines(result, compared)
+
+
+def _margin_lines(result, compared: list[dict]) -> list[str]:
+    """How close to its decision boundary each flip against fp32 was, worded as its decoder defines the margin,
+    and (threshold-map) how many regions changed shape instead, which no probability measures."""
+    out = []
+    against = [c for c in compared if c["comparison"] != "ref-same"]
+    decode_of = {v["variant_id"]: v["decode"] for v in result.variants}
+    kinds = {decode_of[c["variant_id"]]["kind"] for c in against if c["variant_id"] in decode_of}
+    margins = [c["margins"] for c in against if c["margins"].get("band")]
     if margins:
         lo = min(m["band"][0] for m in margins)
         hi = max(m["band"][1] for m in margins)
         hw = max(m["half_width"] for m in margins)
         if all(m["threshold"] is not None for m in margins):
-            out.append(f"every flip against fp32 had an fp32 score in [{lo:.4g}, {hi:.4g}] "
+            k = kind_of(next(iter(kinds))) if len(kinds) == 1 else DecoderKind("")   # several: the plain words
+            out.append(f"{k.band_subject} had {k.band_words} in [{lo:.4g}, {hi:.4g}] "
                        f"(within {hw:.3g} of the threshold)")
         else:   # worded as each decoder defines its margin (a plug-in's is its own, not a top-1/top-2 gap)
-            decode_of = {v["variant_id"]: v["decode"] for v in result.variants}
-            axes = sorted({charts.margin_axis(decode_of[c["variant_id"]]) for c in compared
-                           if c["comparison"] != "ref-same" and c["margins"].get("band")
-                           and c["variant_id"] in decode_of})
+            axes = sorted({charts.margin_axis(decode_of[c["variant_id"]]) for c in against
+                           if c["margins"].get("band") and c["variant_id"] in decode_of})
             out.append(f"every flip against fp32 was within {hw:.3g} of its decision boundary "
                        f"({'; '.join(axes) or 'fp32 margin'})")
+    shapes = sum(c.get("by_kind", {}).get("box-shift", 0) for c in against
+                 if c["variant_id"] in decode_of and kind_of(decode_of[c["variant_id"]]["kind"]).margin_flips)
+    if shapes:
+        out.append(f"{shapes} region flip(s) against fp32 changed a region's shape (IoU below {IOU_SHIFT:g} with its "
+                   "fp32 region), not whether it is there: no probability measures those")
     return out
 
 

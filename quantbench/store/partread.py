@@ -313,3 +313,22 @@ def _all_current(files: list[Path]) -> bool:
         except Exception:
             return False
     return True
+
+
+class DecodedTooLarge(ValueError):
+    """A Parquet file from elsewhere decoded past the bytes its reader allowed (read_bounded)."""
+
+
+def read_bounded(source, limit: int, batch: int = 256) -> "pa.Table":
+    """The whole Parquet file `source` (a path, a file object or a ParquetFile), decoded a batch of rows at a time
+    and stopped (DecodedTooLarge) once the decoded rows pass `limit` bytes: a small file of repeated, dictionary
+    encoded or well-compressed values is never decoded whole. What its footer declares is not trusted for this (a
+    dictionary-encoded column's declared size is its dictionary's)."""
+    pf = source if isinstance(source, pq.ParquetFile) else pq.ParquetFile(source)
+    got, size = [], 0
+    for b in pf.iter_batches(batch_size=batch):
+        size += b.nbytes
+        if size > limit:
+            raise DecodedTooLarge(f"decodes to more than {limit} bytes")
+        got.append(b)
+    return pa.Table.from_batches(got, schema=pf.schema_arrow)

@@ -166,7 +166,12 @@ def test_equiv_on_a_raw_yolo_head_and_with_a_decode_plugin(workdir, capsys):
         "    c = p.max(axis=1)\n"
         "    return {'cls': np.arange(3), 'score': c, 'kept': c >= 0.5}\n")
     assert main(["equiv", "--no-run", *common, "--no-plots", "--json", "--decode", "dec.py:best"]) == 0
-    s = json.loads(capsys.readouterr().out)
+    cap = capsys.readouterr()
+    s = json.loads(cap.out)
+    # the decoder given wins over the variants' stored block, and says so (was: silently, the block unused)
+    assert ("note: model tiny-yolo: decoder dec.py:best differs from the one the variants' decode block is for "
+            "(yolo): that block's settings are not used") in cap.err, cap.err
+    assert s["variants"][0]["decode"]["kind"] == "dec.py:best"
     assert s["settings"]["decode_plugins"]["tiny-yolo"]["ref"] == "dec.py:best"
     assert len(s["settings"]["decode_plugins"]["tiny-yolo"]["sha256"]) == 64
 
