@@ -1,5 +1,6 @@
 """`quantbench ci`: write a GitHub Actions workflow and a .gitlab-ci.yml that run the release check on real ARM and
-x86 runners and emulated hosts in shards, then merge, gate and release."""
+x86 runners (each x86 runner also running the masked x86 tiers its CPU shows) and emulated hosts in shards, then
+merge, gate and release."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.hosts.keys import local_ort_version
 from quantbench.release.ci import GITHUB_RUNNERS, GITHUB_FILE, CIParams, write_ci
 
-HELP = ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners and emulated hosts in "
-        "shards, one job merging them, equiv with your gate and the release archive.")
+HELP = ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners (and the masked x86 tiers "
+        "each runner's CPU shows) and emulated hosts in shards, one job merging them, equiv with your gate and the "
+        "release archive.")
 
 
 def add_arguments(p) -> None:

