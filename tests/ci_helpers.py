@@ -65,8 +65,11 @@ def _run_step(step: dict, job_dir: Path, artifacts: Path, env: dict, checkout: P
     uses, w = step.get("uses", ""), step.get("with", {})
     if uses.startswith("actions/checkout@"):
         shutil.copytree(checkout, job_dir, dirs_exist_ok=True)
-    elif uses.startswith("actions/upload-artifact@"):
-        _copy_into(job_dir / w["path"], artifacts / w["name"])
+    elif uses.startswith("actions/upload-artifact@"):  # a path may be a wildcard pattern
+        found = sorted(job_dir.glob(w["path"])) if any(c in w["path"] for c in "*?[") else [job_dir / w["path"]]
+        assert found, f"no file matches the upload path {w['path']}"
+        for src in found:
+            _copy_into(src, artifacts / w["name"])
     elif uses.startswith("actions/download-artifact@"):
         names = [w["name"]] if "name" in w else sorted(p.name for p in artifacts.glob(w["pattern"]))
         assert names, f"no artifact matches {w}"

@@ -49,9 +49,12 @@ _CPUID_LINE = re.compile(r"^\s*([0-9a-f]+):\s+cpuid\b", re.M)
 def _package_dirs() -> list[Path]:
     """The folders of PACKAGES in this interpreter's site-packages (numpy.libs may be absent)."""
     out = []
-    # under a whole-process mask (`hosts exec`) a masked copy is first on sys.path: copy the originals
-    masked = str(masked_root().resolve()) + os.sep
-    path = [p for p in sys.path if not (os.path.abspath(p or ".") + os.sep).startswith(masked)]
+    # under a whole-process mask (`hosts exec`) a masked copy is first on sys.path: copy the originals, also when
+    # that copy lives in another QUANTBENCH_HOME (QUANTBENCH_CPUID_ROOT: the site of the mask this process runs under)
+    roots = [masked_root()] + ([Path(os.environ["QUANTBENCH_CPUID_ROOT"])] if os.environ.get("QUANTBENCH_CPUID_ROOT")
+                               else [])
+    masked = tuple(os.path.realpath(r) + os.sep for r in roots)
+    path = [p for p in sys.path if not (os.path.realpath(p or ".") + os.sep).startswith(masked)]
     for name in ("onnxruntime", "numpy"):
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or not spec.submodule_search_locations:

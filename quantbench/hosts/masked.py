@@ -67,6 +67,19 @@ def unshowable(spec) -> list[str] | None:
     return list(p.features) if P.missing_here(p, here_features()) else None
 
 
+def shown_tiers(names) -> list[tuple[str, str | None]]:
+    """(tier, why not) per named x86 tier: None where this CPU shows it masked, else why it does not (the CPU lacks
+    a feature, is no x86-64, ...): a fact of the machine, decided where it runs (a CI runner's CPU is unknown when
+    its workflow is written)."""
+    out = []
+    for name in names:
+        p = P.profile(name)
+        if p is None:
+            raise UserError(f"unknown x86 tier {name!r}; tiers: {', '.join(P.PROFILES)}")
+        out.append((name, masked_unavailable(p)))
+    return out
+
+
 def tier_choice(profile_name: str, mechanism: str | None) -> tuple[str, dict]:
     """(kind, options) of a tier host: masked where it works (or is forced), else the qemu preset, else a
     masked host that says why it is not available."""

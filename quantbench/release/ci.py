@@ -6,10 +6,14 @@ The jobs:
 - `prepare`: installs quantbench, calibrates (or takes the committed variants) and passes the variants, the labels
   and the images on as one artifact (`qb-inputs/`), so every later job runs the same bytes;
 - one job per (runner, host, shard): each native runner label (`ubuntu-24.04`, `ubuntu-24.04-arm`: real silicon)
-  runs the local host, exported under the label's host name (`--as`); each emulated host runs on any runner, its
-  emulated root cached (actions/cache, keyed on what `quantbench hosts setup` builds); each job uploads its export;
+  runs the local host, exported under the label's host name (`--as`), then every masked x86 tier of `tiers` its
+  CPU shows (decided on the runner by `quantbench hosts shown`: the runner's CPU is unknown here), each exported as
+  the host NAME-TIER; each emulated host runs on any runner, its emulated root cached (actions/cache, keyed on what
+  `quantbench hosts setup` builds); each job uploads its exports;
 - `merge`: downloads every export, writes a hosts file with one imported host per host (its shards as a list of
-  files), runs `quantbench equiv` with the user's gate and builds the release archive.
+  files) and per tier a runner showed (found at run time), runs `quantbench equiv` with the user's gate over them
+  and the tiers no runner showed (predicted where the merge runner cannot show them either) and builds the release
+  archive.
 
 Every job installs quantbench from the checkout (the commit the workflow runs at) with onnxruntime pinned to the
 version given (the local one by default), so the x86 and ARM hosts differ only in their CPUs.
@@ -25,6 +29,7 @@ from pathlib import Path
 from quantbench.analysis.gates import parse_gates
 from quantbench.errors import ParameterError, UserError, flag_mark
 from quantbench.fsutil import atomic_write_text, check_writable_for
+from quantbench.hosts.cpuprofiles import PROFILES
 from quantbench.hosts.emulated import PRESETS
 
 #: GitHub's hosted runner labels that are real silicon, and the host name each exports
@@ -62,6 +67,7 @@ class CIParams:
     emulated_runner: str = "ubuntu-24.04"
     limit: int | None = None   # evaluate on this many images (balanced over strata)
     split: str | None = None   # the labels split to evaluate on
+    tiers: list = field(default_factory=lambda: list(PROFILES))   # masked x86 tiers each native job runs if shown
 
     def check(self) -> None:
         for name in ("shards", "native_shards", "native_runs") + (("limit",) if self.limit is not None else ()):
@@ -73,11 +79,15 @@ class CIParams:
         unknown = [h for h in self.emulated if h not in PRESETS]
         if unknown:
             raise ParameterError("emulated", f"not emulated presets ({', '.join(PRESETS)})", ",".join(unknown))
-        names = list(self.runners.values()) + list(self.emulated)
-        bad = [n for n in names if not _NAME.match(n)]
-        if bad or len(set(names)) != len(names) or not names:
-            raise ParameterError("runners", "host names must be distinct, lower-case letters, digits and '-'",
-                                 ",".join(bad or names))
+        unknown = [t for t in self.tiers if t not in PROFILES]
+        if unknown:
+            raise ParameterError("tiers", f"not x86 tiers ({', '.join(PROFILES)})", ",".join(map(str, unknown)))
+        names = list(self.runners.values()) + list(self.emulated) + [h for h, _ in tier_hosts(self)] + \
+            [t for t in self.tiers if t not in self.emulated]   # NAME-TIER per runner; a tier nobody shows by name
+        bad = [n for n in names if not _NAME.match(n)] or sorted({n for n in names if names.count(n) > 1})
+        if bad or not names:
+            raise ParameterError("runners", "host names (runners, emulated hosts, NAME-TIER of each tier) must be "
+                                            "distinct, lower-case letters, digits and '-'", ",".join(bad or names))
         if self.native_runs > 1 and self.native_shards > 1:
             raise ParameterError("native_runs", "repeats whole runs; shard them or repeat them, not both",
                                  self.native_runs)
@@ -98,7 +108,7 @@ class CIParams:
         values = [(k, getattr(self, k)) for k in ("onnxruntime", "python", "variants", "labels", "images", "gate",
                                                   "install", "emulated_runner", "split")]
         values += [("calibrate", " ".join(map(str, self.calibrate or []))), ("extra", " ".join(map(str, self.extra))),
-                   ("emulated", ",".join(map(str, self.emulated))),
+                   ("emulated", ",".join(map(str, self.emulated))), ("tiers", ",".join(map(str, self.tiers))),
                    ("runners", ",".join(f"{k}={v}" for k, v in self.runners.items()))]
         for name, v in values:
             if v is not None and EXPRESSION in str(v):
@@ -120,6 +130,11 @@ def jobs(p: CIParams) -> list[dict]:
         out += [{"id": f"{host}-{k}of{p.shards}", "runner": p.emulated_runner, "host": host, "name": host, "k": k,
                  "n": p.shards, "emulated": True} for k in range(1, p.shards + 1)]
     return out
+
+
+def tier_hosts(p: CIParams) -> list[tuple[str, str]]:
+    """(host name, tier) of every tier a native runner may show: NAME-TIER, NAME the runner's host name."""
+    return [(f"{name}-{tier}", tier) for name in p.runners.values() for tier in p.tiers]
 
 
 def _has_inputs(p: CIParams) -> bool:
@@ -165,8 +180,21 @@ def shard_command(p: CIParams, job: dict) -> str:
     return f"mkdir -p {SHARDS}\n" + _sh(words) + "\n"
 
 
+def tier_script(p: CIParams, job: dict) -> str:
+    """After a native job's own run: every tier of `tiers` this runner's CPU shows (`quantbench hosts shown`
+    decides here; it says why of each other one), run masked and exported as NAME-TIER, in the job's shard."""
+    shard = ["--shard", f"{job['k']}/{job['n']}"] if job["k"] is not None else []
+    rest = _sh([*shard, *_input_args(p), "--no-progress"])
+    return (f'tiers="$({_sh(["quantbench", "hosts", "shown", *p.tiers])})"\n'
+            'for tier in $tiers; do\n'
+            f'  quantbench run --hosts "$tier:masked" --export "{SHARDS}/{job["id"]}.$tier.qbr" '
+            f'--as "{job["name"]}-$tier" {rest}\n'
+            "done\n")
+
+
 def hosts_file(p: CIParams) -> str:
-    """The merge job's hosts file: one imported host per exported host, its shards as a list of files."""
+    """The merge job's hosts file: one imported host per exported host, its shards as a list of files; each tier
+    masked (never its qemu preset: a tier no runner showed is predicted unless the merge runner shows it)."""
     by_name: dict = {}
     for j in jobs(p):
         by_name.setdefault(j["name"], []).append(f"{j['id']}.qbr")
@@ -174,17 +202,56 @@ def hosts_file(p: CIParams) -> str:
     for name, files in by_name.items():
         over = ", override = true" if name in PRESETS or name in ("x86", "local") else ""
         lines.append(f'{name} = {{ kind = "imported", file = [{", ".join(json.dumps(f) for f in files)}]{over} }}')
+    lines += [f'{t} = {{ kind = "masked", profile = "{t}", mechanism = "masked", override = true }}'
+              for t in p.tiers if t not in p.emulated]
     return "\n".join(lines) + "\n"
 
 
+#: the merge job's shell function adding a tier a runner showed to the hosts file and to $hosts
+TIER_HOST = (
+    'tier_host() {{  # NAME TIER JOB...: the imported host NAME-TIER of the exports the jobs made, if any\n'
+    '  name=$1 tier=$2 files=""\n'
+    '  shift 2\n'
+    '  for job in "$@"; do\n'
+    '    if [ -f "{shards}/$job.$tier.qbr" ]; then files="$files\\"$job.$tier.qbr\\", "; fi\n'
+    '  done\n'
+    '  [ -n "$files" ] || return 1\n'
+    '  echo "$name-$tier = {{ kind = \\"imported\\", file = [${{files%, }}] }}" >> {shards}/hosts.toml\n'
+    '  hosts="$hosts,$name-$tier"\n'
+    '}}\n')
+
+
+def _merge_tiers(p: CIParams) -> list[str]:
+    """Shell lines adding each tier a runner showed as a host of its own (NAME-TIER, in the order of tier_hosts; its
+    files split by CPU model as any imported host's are), then each tier no runner showed by its own name (equiv
+    predicts it); a tier an emulated job runs under qemu is shown by that host."""
+    if not p.tiers:
+        return []
+    by_name: dict = {}
+    for j in jobs(p):
+        if not j["emulated"]:
+            by_name.setdefault(j["name"], []).append(j["id"])
+    lines = TIER_HOST.format(shards=SHARDS).splitlines() + ['shown=" "']
+    for name, ids in by_name.items():
+        lines += [f"for tier in {_sh(p.tiers)}; do",
+                  f'  if tier_host {name} "$tier" {_sh(ids)}; then shown="$shown$tier "; fi', "done"]
+    rest = [t for t in p.tiers if t not in p.emulated]
+    return lines + ([f"for tier in {_sh(rest)}; do",
+                     '  case "$shown" in *" $tier "*) ;; *)',
+                     '    echo "$tier: shown by no runner: equiv predicts it (or measures it, where this runner shows it)"',
+                     '    hosts="$hosts,$tier" ;;', "  esac", "done"] if rest else [])
+
+
 def merge_script(p: CIParams) -> str:
-    """Write the hosts file, run equiv over every host with the gate, build the release archive."""
+    """Write the hosts file (the tiers the runners showed added at run time), run equiv over every host with the
+    gate, build the release archive."""
     names = list(dict.fromkeys(j["name"] for j in jobs(p)))
-    equiv = ["quantbench", "equiv", "--hosts", ",".join(names), "--hosts-file", f"{SHARDS}/hosts.toml",
+    equiv = ["quantbench", "equiv", "--hosts", "HOSTS", "--hosts-file", f"{SHARDS}/hosts.toml",
              *_input_args(p), "--results", "results", "--no-progress"]
     if p.gate:
         equiv += ["--gate", p.gate]
-    lines = [f"cat > {SHARDS}/hosts.toml <<'EOF'", *hosts_file(p).splitlines(), "EOF", _sh(equiv)]
+    lines = [f"cat > {SHARDS}/hosts.toml <<'EOF'", *hosts_file(p).splitlines(), "EOF", f"hosts={_sh([','.join(names)])}",
+             *_merge_tiers(p), _sh(equiv).replace(" HOSTS ", ' "$hosts" ', 1)]
     if p.variants or p.calibrate:
         lines.append('quantbench release --tag "ci-${GITHUB_RUN_ID:-${CI_PIPELINE_ID:-local}}" '
                      f"--variants {INPUTS}/variants --results results --archive")
@@ -221,13 +288,19 @@ def _github_shard_job(p: CIParams, job: dict) -> dict:
             {"name": f"set up emulated host {job['host']}", "env": {"QUANTBENCH_DEBIAN_MIRROR": MIRROR_VAR},
              "run": SETUP_SCRIPT.format(host=job["host"], home=HOME)},
         ]
-    steps += [
-        {"name": f"run {job['host']} {'shard ' + str(job['k']) + '/' + str(job['n']) if job['k'] else 'whole'} as "
-                 f"{job['name']}", "run": shard_command(p, job)},
-        {"uses": "actions/upload-artifact@v4", "with": {"name": f"qb-shard-{job['id']}",
-                                                       "path": f"{SHARDS}/{job['id']}.qbr"}},
-    ]
+    steps.append({"name": f"run {job['host']} {'shard ' + str(job['k']) + '/' + str(job['n']) if job['k'] else 'whole'}"
+                          f" as {job['name']}", "run": shard_command(p, job)})
+    if not job["emulated"] and p.tiers:
+        steps.append({"name": f"run the x86 tiers this runner shows as {job['name']}-TIER",
+                      "run": tier_script(p, job)})
+    steps.append({"uses": "actions/upload-artifact@v4", "with": {"name": f"qb-shard-{job['id']}",
+                                                                "path": _exports(p, job)}})
     return {"needs": ["prepare"], "runs-on": job["runner"], "steps": steps}
+
+
+def _exports(p: CIParams, job: dict) -> str:
+    """The files a shard job exports: its run, and on a native job every tier it showed (JOB.TIER.qbr)."""
+    return f"{SHARDS}/{job['id']}.{'*' if not job['emulated'] and p.tiers else 'qbr'}"
 
 
 def github_workflow(p: CIParams) -> str:
@@ -290,7 +363,7 @@ def gitlab_ci(p: CIParams, runners: dict | None = None) -> str:
     doc["prepare"] = prep
     for j in jobs(gl):
         job = {"stage": "shards", "needs": ["prepare"], "script": install + shard_command(gl, j).splitlines(),
-               "artifacts": {"paths": [f"{SHARDS}/{j['id']}.qbr"]}}
+               "artifacts": {"paths": [_exports(gl, j)]}}
         if j["emulated"]:
             job["cache"] = {"key": f"quantbench-hosts-{j['host']}-ort{gl.onnxruntime}-py{gl.python}",
                             "paths": [HOME]}
@@ -299,6 +372,7 @@ def gitlab_ci(p: CIParams, runners: dict | None = None) -> str:
                 shard_command(gl, j).splitlines()
         else:
             job["tags"] = [j["runner"]]
+            job["script"] += [tier_script(gl, j)] if gl.tiers else []
         doc[j["id"]] = job
     # no `needs`: the merge stage runs after every shard job and takes every earlier job's artifacts (a job may
     # name at most 50 needs on GitLab, and a workflow may hold up to MAX_JOBS shard jobs)

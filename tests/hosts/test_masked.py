@@ -90,6 +90,45 @@ def test_a_tier_this_cpu_cannot_show_is_not_available_with_the_reason():
     assert not ok and msg.startswith("not available here: this CPU lacks") and "amx_int8" in msg
 
 
+def test_hosts_shown_prints_the_tiers_this_cpu_shows_and_says_why_of_the_others(capsys):
+    """What a CI runner's tier step runs: the tiers whose features this CPU has, one a line on stdout; of each other
+    one, why, on stderr; exit 0 either way (a fact of the CPU); an unknown tier is a one-line error."""
+    from quantbench.cli import main
+
+    need_tier("x86-sse4")  # the mechanism works here (x86-64, gcc, objdump)
+    shown = [t for t, p in P.PROFILES.items() if not P.missing_here(p, M.here_features())]
+    assert main(["hosts", "shown"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == shown
+    assert [ln.split(":")[0] for ln in err.splitlines()] == [t for t in P.PROFILES if t not in shown]
+    assert all("this CPU lacks" in ln for ln in err.splitlines())
+    assert main(["hosts", "shown", "x86-amx", "x86-sse4"]) == 0
+    assert capsys.readouterr().out.splitlines() == [t for t in ("x86-amx", "x86-sse4") if t in shown]
+    assert main(["hosts", "shown", "x86-nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown x86 tier 'x86-nope'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_hosts_shown_on_a_smaller_cpu_and_on_an_arm_runner(capsys, monkeypatch):
+    """A CPU without AVX-512 (a Haswell's features: what this machine may not be, so its CPUID answer is replaced)
+    shows the tiers within them; an ARM runner shows none, each line saying so, and one line that none is shown."""
+    from quantbench.cli import main
+
+    need_tier("x86-sse4")
+    haswell = tuple(P.PROFILES["x86-avx2"].features)
+    monkeypatch.setattr(M, "here_features", lambda: haswell)
+    assert main(["hosts", "shown"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [t for t, p in P.PROFILES.items() if not P.missing_here(p, haswell)]
+    assert "x86-avx2" in out and "x86-avx512" not in out and "x86-amx" not in out
+    monkeypatch.setattr(M.platform, "machine", lambda: "aarch64")
+    assert main(["hosts", "shown"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1] == "no x86 tier shown here"
+    assert all(ln.endswith("masked x86 tiers need an x86-64 machine (this is aarch64)")
+               for ln in err.splitlines()[:-1]) and len(err.splitlines()) == len(P.PROFILES) + 1
+
+
 # --------------------------------------------------------------------------- the patched copy
 
 

@@ -61,6 +61,19 @@ def test_the_command_under_the_mask_writes_to_the_real_stderr(tmp_path):
     assert (r.returncode, r.stdout, r.stderr) == (0, "to stdout\n", "to stderr\n")
 
 
+def test_a_masked_copy_built_under_the_mask_in_another_home_copies_the_originals(tmp_path):
+    """A command under a mask whose QUANTBENCH_HOME is another folder (a CI job's own home) builds its masked copy
+    from the interpreter's own onnxruntime and numpy, not from the mask's copy first on sys.path (that copy has no
+    cpuid left to patch: its workers' mask would never take)."""
+    _need_mask()
+    probe = "from quantbench.hosts import cpuidpatch; print('\\n'.join(map(str, cpuidpatch._package_dirs())))"
+    proc = _exec("env", f"QUANTBENCH_HOME={tmp_path / 'home'}", sys.executable, "-c", probe)
+    assert proc.returncode == 0, proc.stderr
+    dirs = proc.stdout.split()
+    outer = os.path.realpath(C.masked_root()) + os.sep
+    assert dirs and not [d for d in dirs if os.path.realpath(d).startswith(outer)], (dirs, outer)
+
+
 def test_workers_without_the_masked_copy_take_the_mask_off(monkeypatch):
     _need_mask()
     before = without_process_mask(dict(os.environ))   # this test may itself run under a mask (hosts exec)

@@ -1,5 +1,6 @@
 """`quantbench ci`: write a GitHub Actions workflow and a .gitlab-ci.yml that run the release check on real ARM and
-x86 runners and emulated hosts in shards, then merge, gate and release."""
+x86 runners (each x86 runner also running the masked x86 tiers its CPU shows) and emulated hosts in shards, then
+merge, gate and release."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.hosts.keys import local_ort_version
 from quantbench.release.ci import GITHUB_RUNNERS, GITHUB_FILE, CIParams, write_ci
 
-HELP = ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners and emulated hosts in "
-        "shards, one job merging them, equiv with your gate and the release archive.")
+HELP = ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners (and the masked x86 tiers "
+        "each runner's CPU shows) and emulated hosts in shards, one job merging them, equiv with your gate and the "
+        "release archive.")
 
 
 def add_arguments(p) -> None:
@@ -23,6 +25,10 @@ def add_arguments(p) -> None:
     p.add_argument("--native-runs", type=int, default=1,
                    help="whole-run jobs per native runner label (default 1): runners of one label can differ (Intel "
                         "or AMD), and each CPU model that ran becomes its own host")
+    p.add_argument("--tiers", default=None, metavar="TIERS",
+                   help="comma-separated masked x86 tiers each native job runs after its own run where its CPU shows "
+                        "them (decided on the runner), each a host NAME-TIER; 'none' for no tier step (default: every "
+                        "tier)")
     p.add_argument("--variants", metavar="DIR", help="committed variants folder (default: the bundled demo models)")
     p.add_argument("--calibrate", metavar="ARGS", help="calibrate in the first job with these quantbench calibrate "
                                                         "arguments (one quoted string) instead of --variants")
@@ -52,6 +58,10 @@ def _runners(text: str) -> dict:
     return out
 
 
+def _tiers(text: str) -> list:
+    return [] if text.strip() == "none" else [t.strip() for t in text.split(",") if t.strip()]
+
+
 #: CIParams parameters whose option has another name here
 _OPTION_OF = {"labels": "fixtures", "emulated": "hosts"}
 
@@ -73,7 +83,8 @@ def _write(args) -> int:
                       runners=_runners(args.runners), native_shards=args.native_shards,
                       native_runs=args.native_runs, variants=args.variants,
                       calibrate=shlex.split(args.calibrate) if args.calibrate else None, labels=args.fixtures,
-                      images=args.images, limit=args.limit, split=args.split, gate=args.gate, install=args.install)
+                      images=args.images, limit=args.limit, split=args.split, gate=args.gate, install=args.install,
+                      **({} if args.tiers is None else {"tiers": _tiers(args.tiers)}))
     for path in write_ci(params, args.out, force=args.force):
         print(f"wrote {path}")
     print(f"copy {args.out}/{GITHUB_FILE} to .github/workflows/ (or .gitlab-ci.yml to the repository root)")

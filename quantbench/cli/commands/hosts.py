@@ -1,4 +1,4 @@
-"""`quantbench hosts list | check NAME | setup NAME... | --all`."""
+"""`quantbench hosts list | check NAME | setup NAME... | --all | exec TIER -- COMMAND | shown [TIER...]`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 
 from quantbench.cli.console import before_exec
 from quantbench.cli.groups import FleetArgs, SessionArgs
@@ -14,7 +15,7 @@ from quantbench.hosts import cpuprofiles
 from quantbench.hosts import emulated as em
 from quantbench.hosts.deploy import deployed_session, describe
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
-from quantbench.hosts.masked import masked_unavailable, process_env, setup_masked
+from quantbench.hosts.masked import masked_unavailable, process_env, setup_masked, shown_tiers
 from quantbench.hosts.registry import HostSpec, known_hosts, make_host, parse_hosts, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.setup import setup_hosts
@@ -55,6 +56,11 @@ def add_arguments(p) -> None:
                                    "x86-avx2 -- python -m pytest` runs a test suite as on a Haswell.")
     x.add_argument("tier", help="an x86 tier this CPU can show (`quantbench hosts list`)")
     x.add_argument("cmd", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command and its arguments (after --)")
+    w = sub.add_parser("shown", help="the x86 tiers this CPU shows masked, one a line (why not for the others)",
+                       description="Print the x86 tiers this CPU can show (CPUID-masked), one a line on stdout, and for "
+                                   "each tier it cannot show a line on stderr saying why (a fact of the CPU, not an "
+                                   "error: exit 0). The tier jobs of `quantbench ci` decide with it on the runner.")
+    w.add_argument("tiers", nargs="*", help="tiers to consider (default: every tier)")
 
 
 def _ready(spec) -> tuple[bool, str]:
@@ -172,5 +178,18 @@ def do_exec(args) -> int:
     os.execvpe(cmd[0], cmd, env)  # the command's exit code is ours; nothing of this process is left
 
 
+def do_shown(args) -> int:
+    """The tiers this CPU shows on stdout, one a line (what a CI runner runs); each other one, why, on stderr."""
+    shown = shown_tiers(args.tiers or list(cpuprofiles.PROFILES))
+    for tier, why in shown:
+        if why:
+            print(f"{tier}: not shown here: {why}", file=sys.stderr)
+        else:
+            print(tier)
+    if all(why for _, why in shown):
+        print("no x86 tier shown here", file=sys.stderr)
+    return 0
+
+
 def run(args) -> int:
-    return {"list": do_list, "check": do_check, "setup": do_setup, "exec": do_exec}[args.action](args)
+    return {"list": do_list, "check": do_check, "setup": do_setup, "exec": do_exec, "shown": do_shown}[args.action](args)
