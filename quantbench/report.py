@@ -37,7 +37,7 @@ from quantbench.hosts.placement import summary_text as placement_text
 from quantbench.textfmt import md_section, md_table, num, text_table
 from quantbench.variants import DEMO_NOTE, is_demo
 
-SECTION_ORDER = ("equiv", "explain", "release")
+SECTION_ORDER = ("equiv", "explain", "search", "release")
 FRAGMENTS = "report.d"
 PLOTS = "plots"
 TITLE = "# quantbench report\n"

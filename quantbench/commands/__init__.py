@@ -27,6 +27,8 @@ COMMAND_HELP = {
              "layer."),
     "remedy": ("Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all "
                "hosts into one class, at what decision cost."),
+    "search": ("Search recipes (global remedies, calibration, nodes kept in float) for the one that meets a decision "
+               "budget on every host, and write it as a variant."),
     "noise": ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic "
               "vs all, 1 thread vs the host's deployed count, its providers vs the CPU provider."),
     "latency": ("Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never "
@@ -51,13 +53,13 @@ COMMANDS = list(COMMAND_HELP)
 # options (their dests) and the sub-actions a per-command table may name (a test checks both against the parser).
 OPTION_KEYS = frozenset({
     "activation_type", "all", "allow_plugins", "allow_short", "archive", "as_host", "atol", "batch",
-    "budget", "calibrate", "chunk_size", "cluster", "count_bins", "decode", "decode_only", "entropy_bins", "equiv_id", "evidence", "evidence_fixtures",
+    "budget", "calibrate", "chunk_size", "cluster", "count_bins", "decode", "decode_only", "entropy_bins", "equiv_id", "error_images", "evidence", "evidence_fixtures",
     "exclude_nodes", "exclude_op_types", "export", "factors", "fixture", "fixtures", "force", "fp32", "gate",
-    "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_memory",
+    "graph_opt", "group", "host", "hosts", "hosts_file", "images", "install", "jobs", "json", "labels", "limit", "max_evaluations", "max_float_share", "max_memory", "max_seconds", "max_size",
     "methods", "model", "name", "native_runs", "native_shards", "no_plots", "no_progress", "no_registry", "no_run", "no_wait", "onnxruntime", "opt_level", "out",
     "per_cell", "per_channel", "percentile", "pre_process", "preprocess", "providers", "python", "quiet", "reduce_range",
-    "reference", "remedies", "repeats", "require_providers", "results", "retain", "rtol", "runners", "runs", "sample", "seed", "session_config",
-    "shard", "shards", "sidecar", "skip_bad", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
+    "reference", "remedies", "repeats", "require_providers", "results", "retain", "rtol", "runners", "runs", "sample", "screen_fixtures", "seed", "session_config",
+    "shard", "shards", "sidecar", "skip_bad", "space", "split", "strata", "strip", "tables", "tag", "threads", "threshold", "types", "variant",
     "variants", "verbose", "warmup", "weight_type"
 })
 #: options whose commands take different kinds of value (equiv's --gate NAMES, diff's --gate switch): a shared
@@ -196,9 +198,9 @@ def add_fleet_arguments(p) -> None:
     p.add_argument("--hosts-file", metavar="FILE", help="TOML hosts file (default: quantbench.toml if present)")
 
 
-def add_explain_arguments(p, hosts_default: str | None = None) -> None:
+def add_explain_arguments(p, hosts_default: str | None = None, variant_required: bool = True) -> None:
     """Options shared by the explain commands (variant, hosts, fixtures, session, tables)."""
-    p.add_argument("--variant", required=True,
+    p.add_argument("--variant", required=variant_required,
                    help="variant name from the last `quantbench calibrate` (fp32, dynamic, static-minmax, ...) or an .onnx file")
     p.add_argument("--hosts", required=hosts_default is None, default=hosts_default,
                    help="comma-separated hosts; NAME+KEY=VALUE sets a session option or config entry for that host, "
