@@ -140,7 +140,7 @@ class Walk:
         self._spend(len(hosts))
         evs = self.fleet.evaluate(t.path, t.variant_id, t.choice.entries, hosts, fixture_ids)
         t.stage, t.flips = stage, {e.host: e.flips for e in evs}
-        if stage == "screen":
+        if stage == "screen" or not t.screen:   # a candidate confirmed at once was screened on everything
             t.screen = dict(t.flips)
         t.note = "; ".join(e.note for e in evs if e.note)
         if self.on_evaluation is not None:
@@ -163,8 +163,11 @@ class Walk:
         if why:
             t.stage, t.note = "ceiling", why
             return t
-        if self._stage(t, "screen", self.fleet.fast(), self.screen_ids):
-            t.passes = self._stage(t, "confirm", list(range(len(self.fleet.hosts))), self.all_ids)
+        every = list(range(len(self.fleet.hosts)))
+        if self.fleet.fast() == every and self.screen_ids == self.all_ids:   # screening is the whole fleet
+            t.passes = self._stage(t, "confirm", every, self.all_ids)
+        elif self._stage(t, "screen", self.fleet.fast(), self.screen_ids):
+            t.passes = self._stage(t, "confirm", every, self.all_ids)
         return t
 
     def _over_ceiling(self, t: Tried) -> str:
@@ -374,6 +377,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
     import tempfile
 
     params.check()
+    Space.check(base)
     if not fixtures:
         raise UserError(f"{base.path}: no eval fixtures to count decisions on")
     t0 = time.monotonic()

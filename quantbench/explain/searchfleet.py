@@ -20,7 +20,7 @@ from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
 from quantbench.explain.localize import decode_runs, start_workers
-from quantbench.fsutil import canonical_json, content_key
+from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts.session import JobFailed
 
 #: host kinds the search screens on first: this machine's own CPU, plain or CPUID-masked (no emulation, no network)
@@ -146,7 +146,11 @@ def read_cache(path: Path) -> dict:
     out: dict = {}
     if not path.exists():
         return out
-    for line in path.read_text(encoding="utf-8").splitlines():
+    text = path.read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):   # a run killed mid-line: the torn line goes, so appends start clean
+        text = text[:text.rfind("\n") + 1]
+        atomic_write_text(path, text)
+    for line in text.splitlines():
         try:
             row = json.loads(line)
             out[row["key"]] = {"flips": row["flips"], "note": row["note"]}

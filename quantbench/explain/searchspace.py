@@ -75,8 +75,9 @@ class Space:
     op_types: dict = field(default_factory=dict)        # node -> op type
     model: object = None
 
-    @classmethod
-    def open(cls, base, workdir: Path) -> "Space":
+    @staticmethod
+    def check(base) -> tuple[Path, Path]:
+        """(its ranges file, the prepared float model) of a base variant the search can start from."""
         stem = Path(base.path)
         ranges = stem.with_name(stem.stem + ".ranges.json")
         recipe = base.recipe or {}
@@ -88,11 +89,17 @@ class Space:
             if not need.exists():
                 raise UserError(f"{need}: missing (calibrate leaves it beside the variants); rerun `quantbench "
                                 "calibrate` to make it")
+        return ranges, prepared
+
+    @classmethod
+    def open(cls, base, workdir: Path) -> "Space":
+        stem = Path(base.path)
+        ranges, prepared = cls.check(base)
         space = cls(base, prepared, workdir)
         for f in sorted(stem.parent.glob("*.ranges.json")):
             method = method_name(load_ranges(f))
             space.ranges_files.setdefault(method, f)
-        space.ranges_files[recipe.get("calibration_method", method_name(load_ranges(ranges)))] = ranges
+        space.ranges_files[(base.recipe or {}).get("calibration_method", method_name(load_ranges(ranges)))] = ranges
         space.model = load_with_shape_infer(prepared)
         space._index_nodes()
         return space
