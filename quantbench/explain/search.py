@@ -185,8 +185,11 @@ def _best(tried: list) -> Tried | None:
 
 
 def _global_phase(walk: Walk) -> Tried | None:
+    """The best global choice that meets the budget; the variant as calibrated at once when it does."""
     for choice in walk.space.choices():
-        walk.try_candidate(choice, ())
+        t = walk.try_candidate(choice, ())
+        if t.passes and choice.name == "base":
+            return t
     return _best(walk.tried)
 
 
