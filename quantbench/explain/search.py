@@ -93,6 +93,7 @@ class Tried:
     note: str = ""
     screen: dict = field(default_factory=dict)   # the screening stage's flips (fast hosts, nearest fixtures)
     path: Path | None = None
+    int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
 
     @property
     def screen_worst(self) -> int | None:
@@ -108,7 +109,7 @@ class Tried:
         return {"choice": self.choice.name, "recipe": self.choice.describe(), "exclude": list(self.exclude),
                 "variant_id": self.variant_id, "size": self.size, "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
-                "note": self.note, "screen": self.screen}
+                "note": self.note, "screen": self.screen, "int8": self.int8}
 
 
 @dataclass
@@ -159,6 +160,7 @@ class Walk:
             t.stage, t.note = "not built", "the quantizer refuses this combination"
             return t
         t.variant_id, t.size, t.float_share, t.path = built.variant_id, built.size, built.float_share, built.path
+        t.int8 = self.space.int8_share(exclude)
         why = self._over_ceiling(t)
         if why:
             t.stage, t.note = "ceiling", why
@@ -248,6 +250,13 @@ def _bisect(walk: Walk, choice: Choice, order: list, lo: int, hi: int) -> int:
     return hi
 
 
+def shortest_prefix(walk: Walk, choice: Choice, order: list) -> int | None:
+    """The fewest leading nodes of `order` kept in float that meet the budget (greedy doubling, then bisection);
+    None when even all of them do not."""
+    span = _grow(walk, choice, order)
+    return None if span is None else _bisect(walk, choice, order, *span)
+
+
 def _shrink(walk: Walk, choice: Choice, kept: list) -> list:
     """Drop each node (least ranked first) whose removal still meets the budget; record, for each node kept,
     the candidate without it (the measurement that keeps it)."""
@@ -268,10 +277,9 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     order = [n for n, _ in walk.ranking]
     if not order:
         return None
-    span = _grow(walk, choice, order)
-    if span is None:
+    k = shortest_prefix(walk, choice, order)
+    if k is None:
         return None
-    k = _bisect(walk, choice, order, *span)
     kept = _shrink(walk, choice, order[:k])
     return walk.try_candidate(choice, kept)
 

@@ -28,11 +28,13 @@ def frontier(rows: list[dict]) -> list[dict]:
 
 
 def _cand(r: dict) -> list:
-    return [r["choice"], ", ".join(r["exclude"]) or "-", f"{r['float_share']:.1%}", r["size"], r["stage"],
+    macs = (r.get("int8") or {}).get("macs")
+    return [r["choice"], ", ".join(r["exclude"]) or "-", f"{r['float_share']:.1%}",
+            "-" if macs is None else f"{macs:.1%}", r["size"], r["stage"],
             _worst(r), "yes" if r["passes"] else "no", r["variant_id"][:12], r["note"] or ""]
 
 
-_HEAD = ["choice", "kept in float", "float share", "bytes", "stage", "worst-host flips", "meets budget",
+_HEAD = ["choice", "kept in float", "float share (weights)", "MACs in int8", "bytes", "stage", "worst-host flips", "meets budget",
          "variant id", "note"]
 
 

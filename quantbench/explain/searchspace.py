@@ -14,10 +14,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from quantbench.calibset import builder
 from quantbench.errors import UserError
 from quantbench.explain.lint import lint_model
-from quantbench.modelio import semantic_sha256
+from quantbench.modelio import dims_of, semantic_sha256
 from quantbench.quantize import ort_api
 from quantbench.quantize import variants as QV
 from quantbench.quantize.calibration import ImageInputs, load_ranges, load_with_shape_infer, method_name
@@ -26,8 +28,10 @@ from quantbench.recipe import input_spec_for
 #: the op types whose nodes the search may keep in float (the multiply-accumulate ones int8 kernels run)
 NODE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 X64_ENTRY = "session.x64quantprecision"
-#: the SQNR taken for a tensor the QDQ model computes exactly (no noise: onnxruntime reports inf)
-EXACT_DB = 200.0
+#: the SQNR at which a tensor counts as exact (onnxruntime reports inf for no noise, and 300+ dB for an input
+#: whose values fall on the quantization grid): higher values are taken as this, so a node's loss is not its
+#: input's rounding luck
+EXACT_DB = 100.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ class Space:
     built: dict = field(default_factory=dict)
     weights: dict = field(default_factory=dict)         # node -> weight elements
     op_types: dict = field(default_factory=dict)        # node -> op type
+    macs: dict = field(default_factory=dict)            # node -> multiply-accumulates per inference (shape-inferred)
     model: object = None
 
     @staticmethod
@@ -107,12 +112,22 @@ class Space:
     def _index_nodes(self) -> None:
         from onnx import numpy_helper
 
-        inits = {i.name: i for i in self.model.graph.initializer}
-        for node in self.model.graph.node:
+        g = self.model.graph
+        inits = {i.name: numpy_helper.to_array(i).shape for i in g.initializer}
+        dims = {v.name: dims_of(v) for v in list(g.value_info) + list(g.output) + list(g.input)}
+        for node in g.node:
             if node.op_type in NODE_OPS and node.name:
                 self.op_types[node.name] = node.op_type
-                self.weights[node.name] = sum(int(numpy_helper.to_array(inits[x]).size) for x in node.input
-                                              if x in inits)
+                self.weights[node.name] = sum(int(np.prod(inits[x])) for x in node.input if x in inits)
+                self.macs[node.name] = _macs(node, inits, dims)
+
+    def int8_share(self, exclude) -> dict:
+        """{"weights", "macs"}: the share of the candidate nodes' weights and multiply-accumulates left in int8."""
+        out = {}
+        for what, per in (("weights", self.weights), ("macs", self.macs)):
+            total = sum(per.values())
+            out[what] = 1 - sum(per[n] for n in exclude) / total if total else 1.0
+        return out
 
     def nodes(self) -> list[str]:
         return sorted(self.op_types)
@@ -170,6 +185,20 @@ class Space:
         return built
 
 
+def _macs(node, inits: dict, dims: dict) -> int:
+    """Multiply-accumulates of one Conv/MatMul/Gemm node: output elements x reduction length (unknown dims: 1)."""
+    out = [d if isinstance(d, int) and d > 0 else 1 for d in dims.get(node.output[0], [])]
+    w = next((inits[x] for x in node.input[1:2] if x in inits), None)
+    if node.op_type.startswith("Conv") and w is not None and len(w) > 1:
+        red = int(np.prod(w[1:]))
+    elif w is not None and len(w) == 2:
+        red = int(np.prod(w)) // max(1, out[-1] if out else 1)
+    else:
+        a = dims.get(node.input[0], [])
+        red = a[-1] if a and isinstance(a[-1], int) and a[-1] > 0 else 1
+    return int(np.prod(out)) * red if out else 0
+
+
 def _with(b: Choice, name: str, **changes) -> Choice:
     fields = {**asdict(b), "name": name, **changes}
     fields["session"] = tuple(fields["session"])
@@ -202,7 +231,7 @@ def error_ranking(space: Space, qdq_path, feeds: list[dict]) -> dict:
     SQNR minus its worst output's."""
     with tempfile.TemporaryDirectory(dir=space.workdir) as tmp:
         sqnr = ort_api.activation_errors(space.prepared, qdq_path, feeds, tmp)
-    sqnr = {k: (v if math.isfinite(v) else EXACT_DB) for k, v in sqnr.items()}   # identical tensors: inf
+    sqnr = {k: (min(v, EXACT_DB) if math.isfinite(v) else EXACT_DB) for k, v in sqnr.items()}
     out = {}
     for node in space.model.graph.node:
         if node.name not in space.op_types:
