@@ -195,15 +195,16 @@ def _global_phase(walk: Walk) -> Tried | None:
     return _best(walk.tried)
 
 
-def _mixed_base(walk: Walk) -> Choice:
-    """The global choice mixed precision starts from: the fewest worst-host flips where measured (screening
-    counts for all), the earlier choice on a tie; the variant as calibrated when searching nodes only."""
+def _mixed_bases(walk: Walk) -> list[Choice]:
+    """The global choices mixed precision starts from, in turn: the fewest worst-host flips at screening first,
+    the earlier choice on a tie (one that cannot run anywhere last); the variant as calibrated alone when
+    searching nodes only."""
     if walk.params.space == "nodes":
-        return walk.space.base_choice()
-    scored = [t for t in walk.tried if not t.exclude and t.screen_worst is not None]
-    if not scored:
-        return walk.space.base_choice()
-    return min(scored, key=lambda t: (t.screen_worst, walk.tried.index(t))).choice
+        return [walk.space.base_choice()]
+    scored = [t for t in walk.tried if not t.exclude and t.stage not in ("not built", "ceiling")]
+    big = float("inf")
+    scored.sort(key=lambda t: (big if t.screen_worst is None else t.screen_worst, walk.tried.index(t)))
+    return [t.choice for t in scored] or [walk.space.base_choice()]
 
 
 def rank_nodes(walk: Walk, choice: Choice, feeds: list, feeds_from: str) -> list:
@@ -272,16 +273,15 @@ def _shrink(walk: Walk, choice: Choice, kept: list) -> list:
 
 
 def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
-    choice = _mixed_base(walk)
-    walk.ranking = rank_nodes(walk, choice, feeds, feeds_from)
-    order = [n for n, _ in walk.ranking]
-    if not order:
-        return None
-    k = shortest_prefix(walk, choice, order)
-    if k is None:
-        return None
-    kept = _shrink(walk, choice, order[:k])
-    return walk.try_candidate(choice, kept)
+    """Nodes kept in float on each base choice in turn, until one has a set that meets the budget."""
+    for choice in _mixed_bases(walk):
+        walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
+        order = [n for n, _ in walk.ranking]
+        k = shortest_prefix(walk, choice, order) if order else None
+        if k is not None:
+            kept = _shrink(walk, choice, order[:k])
+            return walk.try_candidate(choice, kept)
+    return None
 
 
 def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams) -> str:

@@ -47,6 +47,7 @@ class Choice:
     per_channel: bool
     reduce_range: bool
     session: tuple = ()     # sorted (key, value) pairs
+    exclude_op_types: tuple = ()   # op types left in float everywhere (the op types quantized: the rest)
 
     @property
     def entries(self) -> dict:
@@ -140,7 +141,8 @@ class Space:
         r = self.base.recipe
         method = r.get("calibration_method", "minmax")
         return Choice("base", method, str(self.ranges_files[method]), r.get("activation_type", "u8"),
-                      r.get("weight_type", "s8"), bool(r.get("per_channel", True)), bool(r.get("reduce_range", False)))
+                      r.get("weight_type", "s8"), bool(r.get("per_channel", True)), bool(r.get("reduce_range", False)),
+                      (), tuple(sorted(r.get("exclude_op_types") or ())))
 
     def choices(self) -> list[Choice]:
         """The global choices, the variant as calibrated first."""
@@ -156,6 +158,9 @@ class Space:
         for method, f in sorted(self.ranges_files.items()):
             if method != b.method:
                 out.append(_with(b, method, method=method, ranges_file=str(f)))
+        mac_only = tuple(sorted(set(QV.static_op_types()) - set(NODE_OPS) | set(b.exclude_op_types)))
+        if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
+            out.append(_with(b, "mac_only", exclude_op_types=mac_only))
         return out
 
     def build(self, choice: Choice, exclude: tuple) -> Built | None:
@@ -171,6 +176,7 @@ class Space:
                            percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
                            activation_type=choice.activation_type, weight_type=choice.weight_type,
                            per_channel=choice.per_channel, reduce_range=choice.reduce_range, exclude_nodes=exclude,
+                           exclude_op_types=choice.exclude_op_types,
                            name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra)
         except UserError:
             raise
@@ -202,6 +208,7 @@ def _macs(node, inits: dict, dims: dict) -> int:
 def _with(b: Choice, name: str, **changes) -> Choice:
     fields = {**asdict(b), "name": name, **changes}
     fields["session"] = tuple(fields["session"])
+    fields["exclude_op_types"] = tuple(fields["exclude_op_types"])
     return Choice(**fields)
 
 
