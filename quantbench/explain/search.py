@@ -22,6 +22,8 @@ add up), so only survivors are confirmed on every host and every fixture. A cand
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,17 +261,25 @@ def shortest_prefix(walk: Walk, choice: Choice, order: list) -> int | None:
 
 
 def _shrink(walk: Walk, choice: Choice, kept: list) -> list:
-    """Drop each node (least ranked first) whose removal still meets the budget; record, for each node kept,
-    the candidate without it (the measurement that keeps it)."""
+    """Drop the nodes whose removal still meets the budget: chunks of half the set, then of a quarter, ... down to
+    one node, least ranked first (a set of nodes that do not matter goes in one evaluation); record, for each node
+    tried alone and kept, the candidate without it (the measurement that keeps it)."""
     kept = list(kept)
-    for node in reversed(list(kept)):
-        without = [n for n in kept if n != node]
-        t = walk.try_candidate(choice, without)
-        if t.passes:
-            kept = without
-        else:
-            walk.kept_because[node] = t
-    return kept
+    size = max(1, len(kept) // 2)
+    while True:
+        for end in range(len(kept), 0, -size):
+            chunk = kept[max(0, end - size):end]
+            if not chunk:
+                continue
+            without = [n for n in kept if n not in chunk]
+            t = walk.try_candidate(choice, without)
+            if t.passes:
+                kept = without
+            elif size == 1:
+                walk.kept_because[chunk[0]] = t
+        if size == 1:
+            return kept
+        size = max(1, size // 2)
 
 
 def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
@@ -380,13 +390,10 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
     return str(path), name, f"variant {name}: {state}"
 
 
-def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None
-           ) -> SearchResult:
-    """Walk the space of `base` (a static QDQ Variant calibrate wrote) on `hosts` (HostRequests) over
-    `fixtures`, decisions decoded by `spec`; write the chosen variant beside `base`; the result and the
-    evaluation cache under `state_root` (resumed from on a rerun)."""
-    import tempfile
-
+@contextlib.contextmanager
+def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None):
+    """A Walk over `base`'s space on the started fleet (fp32 run on every host, the screening fixtures picked);
+    the workers closed and the candidates' folder removed afterwards."""
     params.check()
     Space.check(base)
     if not fixtures:
@@ -395,23 +402,33 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
     state_root = Path(state_root)
     state_root.mkdir(parents=True, exist_ok=True)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
-    sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts, fx_ids, params)
     fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
     with tempfile.TemporaryDirectory(prefix=".search.", dir=state_root) as work:
         space = Space.open(base, Path(work))
-        fleet.start(fp32_path)
         try:
+            fleet.start(fp32_path)
             margins = fleet.margins()
             screen = sorted(fx_ids, key=lambda f: (margins.get(f, float("inf")), f))[:params.screen_fixtures]
-            walk = Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation)
-            chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
-            written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
+            yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation)
         finally:
             fleet.close()
-    result = SearchResult(sid, base.name, [h.label for h in hosts], len(fx_ids), params.budget,
+
+
+def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None
+           ) -> SearchResult:
+    """Walk the space of `base` (a static QDQ Variant calibrate wrote) on `hosts` (HostRequests) over
+    `fixtures`, decisions decoded by `spec`; write the chosen variant beside `base`; the result and the
+    evaluation cache under `state_root` (resumed from on a rerun)."""
+    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation) as walk:
+        sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
+                        walk.all_ids, params)
+        chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
+        written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
+    fleet = walk.fleet
+    result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.budget,
                           stop + (f"; {note}" if note else ""), chosen.row() if chosen else None, written, name,
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
-                          round(time.monotonic() - t0, 3))
-    result.result_file = str(atomic_write_json(state_root / sid / "result.json", result.__dict__))
+                          round(time.monotonic() - walk.started, 3))
+    result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

@@ -158,7 +158,8 @@ class Space:
         for method, f in sorted(self.ranges_files.items()):
             if method != b.method:
                 out.append(_with(b, method, method=method, ranges_file=str(f)))
-        mac_only = tuple(sorted(set(QV.static_op_types()) - set(NODE_OPS) | set(b.exclude_op_types)))
+        present = {n.op_type for n in self.model.graph.node}
+        mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
         if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
             out.append(_with(b, "mac_only", exclude_op_types=mac_only))
         return out
