@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from quantbench.analysis.decode import spec_for_variant  # noqa: E402
-from quantbench.explain.search import SearchParams, open_walk, search, shortest_prefix  # noqa: E402
+from quantbench.explain.search import SearchParams, Stopped, open_walk, search, shortest_prefix  # noqa: E402
 from quantbench.explain.searchspace import error_feeds, error_ranking  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts import emulated as EM  # noqa: E402
@@ -64,7 +64,7 @@ def _row(what: str, t, fp32_size: int, evaluations: int, seconds: float) -> dict
     return {"recipe": what, "evaluations": evaluations, "seconds": round(seconds, 1),
             "int8_weights": t.int8.get("weights") if t else 0.0, "int8_macs": t.int8.get("macs") if t else 0.0,
             "size_vs_fp32": round((t.size if t else fp32_size) / fp32_size, 3), "worst_flips": t.worst if t else None,
-            "kept_in_float": list(t.exclude) if t else "everything", "choice": t.choice.name if t else "fp32"}
+            "kept_in_float": list(t.exclude) if t else None, "choice": t.choice.name if t else None}
 
 
 def _baselines(base, fp32, hosts, fixtures, spec, params, state) -> list[dict]:
@@ -74,16 +74,20 @@ def _baselines(base, fp32, hosts, fixtures, spec, params, state) -> list[dict]:
         evs = walk.fleet.evaluate(fp32.path, semantic_sha256(fp32.path), {}, list(range(len(hosts))), walk.all_ids)
         size = Path(fp32.path).stat().st_size
         rows.append({**_row("all float", None, size, len(evs), time.monotonic() - t0),
-                     "worst_flips": max(e.flips for e in evs)})
+                     "worst_flips": max(e.flips for e in evs), "kept_in_float": "everything", "choice": "fp32"})
         t0, spent = time.monotonic(), walk.evaluations
         choice = walk.space.base_choice()
         built = walk.space.build(choice, ())
         loss = error_ranking(walk.space, built.path, error_feeds(base, fixtures, params.error_images)[0])
         order = sorted(loss, key=lambda n: (-loss[n], n))
-        k = shortest_prefix(walk, choice, order)
-        t = walk.try_candidate(choice, order[:k]) if k is not None else None
-        rows.append({**_row(f"top-k by qdq_loss_debug (k={k})", t, size, walk.evaluations - spent,
-                            time.monotonic() - t0)})
+        try:
+            k = shortest_prefix(walk, choice, order)
+            t = walk.try_candidate(choice, order[:len(order) if k is None else k])
+            what = f"top-k by qdq_loss_debug (k={k})" if k is not None else \
+                f"top-k by qdq_loss_debug: no k meets the budget (all {len(order)} in float shown)"
+        except Stopped as stop:
+            k, t, what = None, None, f"top-k by qdq_loss_debug: {stop.reason}"
+        rows.append({**_row(what, t, size, walk.evaluations - spent, time.monotonic() - t0), "meets": k is not None})
     return rows
 
 

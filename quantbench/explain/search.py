@@ -377,7 +377,7 @@ def _kept_nodes(walk: Walk, t: Tried) -> list[dict]:
 def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | None, str | None, str]:
     """(written path, name, note) of the chosen candidate; nothing when it is the variant as calibrated."""
     base = walk.space.base
-    if t.variant_id == base.recipe.get("semantic_sha256"):
+    if t.variant_id == base.recipe.get("semantic_sha256") and not t.choice.entries:
         return str(base.path), base.name, "the variant as calibrated meets the budget: nothing new written"
     name = params.name or variant_name(t)
     extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}

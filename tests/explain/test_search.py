@@ -160,3 +160,20 @@ def test_bad_input_is_one_line(run_dir, capsys, args, message):
     assert rc == 2
     assert message in one_line(capsys.readouterr().err, "search")
     assert sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "results").rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_a_session_entry_the_answer_needs_is_written_as_its_session_requirement(run_dir, capsys):
+    """On x86 and x86-avx2 the first global choice that closes the gap is session.x64quantprecision=1 (this
+    model shares no weight, so every host makes the session): the written variant is the base's model (same
+    semantic hash) with the entry every run of it must apply, recorded in its recipe."""
+    need_tier("x86-avx2")
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86,x86-avx2", "--space", "global",
+               "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "chosen: static-minmax-x64quantprecision" in out
+    recipe = _recipe(run_dir, "static-minmax-x64quantprecision")
+    assert recipe["session_requirements"] == {"session.x64quantprecision": "1"}
+    assert recipe["exclude_nodes"] == [] and recipe["search"]["choice"] == "x64quantprecision"
+    assert recipe["semantic_sha256"] == _recipe(run_dir, "static-minmax")["semantic_sha256"]
