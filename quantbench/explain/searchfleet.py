@@ -19,7 +19,7 @@ from pathlib import Path
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
-from quantbench.explain.localize import decode_runs, start_workers
+from quantbench.explain.localize import decode_runs, open_session, start_workers
 from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts.session import JobFailed
 
@@ -134,6 +134,10 @@ class Fleet:
         except JobFailed as exc:   # onnxruntime cannot make this session there: a result saying so
             if exc.stage not in ("session", "unsupported"):
                 raise
+            # measured: a worker that failed to make a session answers later requests with wrong outputs (its
+            # next fp32 run hashes otherwise); a fresh worker takes its place before anything else runs there
+            self.workers[i].close()
+            self.workers[i] = open_session(self.hosts[i])
             why = " ".join(exc.detail.split()).removeprefix("could not create the session: ")
             return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {why}"}
         dec = decode_runs(self.spec, runs, self.names)

@@ -177,3 +177,38 @@ def test_a_session_entry_the_answer_needs_is_written_as_its_session_requirement(
     assert recipe["session_requirements"] == {"session.x64quantprecision": "1"}
     assert recipe["exclude_nodes"] == [] and recipe["search"]["choice"] == "x64quantprecision"
     assert recipe["semantic_sha256"] == _recipe(run_dir, "static-minmax")["semantic_sha256"]
+
+
+def test_a_worker_that_could_not_make_a_session_is_replaced_before_the_next_candidate(workdir):
+    """A static QDQ model with a shared int8 weight under session.x64quantprecision=1: onnxruntime 1.32.0 cannot
+    make the session on AVX2 and up (tests/explain/test_remedy.py). The worker that failed answered later
+    requests with other outputs than a fresh one (measured: its next fp32 run hashed otherwise), so every
+    candidate after such a failure was measured wrong; the fleet replaces that worker."""
+    from quantbench.analysis.decode import spec_from_sidecar
+    from quantbench.explain.searchfleet import Fleet
+    from quantbench.hosts.masked import here_features
+    from quantbench.hosts.registry import parse_hosts
+    from quantbench.modelio import semantic_sha256
+
+    from explain_helpers import fixture, saturating_inputs, shared_weight_matmuls, static_qdq
+
+    if "avx2" not in here_features():
+        pytest.skip("onnxruntime makes this session without AVX2: nothing fails")
+    fp32 = shared_weight_matmuls(workdir / "fp32.onnx")
+    qdq = static_qdq(fp32, workdir, "q")
+    fxs = [fixture(x, "x") for x in saturating_inputs(k=8, count=2)]
+    spec = spec_from_sidecar({"decode": {"kind": "classifier-softmax", "logits": "logits"}})
+    fleet = Fleet(parse_hosts("x86"), fxs, spec, workdir / "evals.jsonl")
+    fleet.start(fp32)
+    try:
+        def hashes():
+            runs = fleet.workers[0].run(fp32.read_bytes(), fxs, fleet.hosts[0].session, return_tensors=["logits"])
+            return [r["outputs"]["logits"]["sha256"] for r in runs]
+
+        before = hashes()
+        (ev,) = fleet.evaluate(qdq, semantic_sha256(qdq), {"session.x64quantprecision": "1"}, [0],
+                               [fx.fixture_id for fx in fxs])
+        assert ev.flips is None and ev.note.startswith("onnxruntime cannot make this session on x86: ")
+        assert hashes() == before
+    finally:
+        fleet.close()
