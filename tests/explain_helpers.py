@@ -95,3 +95,58 @@ def exact_int8_host() -> str:
     if not ok:
         missing_setup(f"x86-sse4 not set up: {msg}")
     return "x86-sse4"
+
+
+def saturating_image_model(path, size: int = 8, classes: int = 8, seed: int = 0):
+    """images[1,3,size,size] -> logits[1,classes] with one node that saturates vpmaddubsw and ordinary ones:
+    `fc_sat` (every weight column one sign, large magnitudes: fed bright images its U8S8 pair sums pass int16),
+    beside `fc_side` and after them `fc_head` (weights whose adjacent K pairs never share a sign, so no pair
+    can saturate). A stand-in image classifier for the CLI on a corpus of bright images."""
+    rng = np.random.default_rng(seed)
+    k = 3 * size * size
+    signs = np.where(np.arange(classes) % 2 == 0, 1.0, -1.0).astype(np.float32)
+    w_sat = rng.uniform(0.5, 1.0, (k, classes)).astype(np.float32) * signs / k
+    alt = np.where(np.arange(k) % 2 == 0, 1.0, -1.0).astype(np.float32)[:, None]
+    w_side = (rng.uniform(0.2, 1.0, (k, classes)) * alt * 0.01).astype(np.float32)
+    w_head = np.zeros((classes, classes), np.float32)
+    for j in range(classes):
+        for i in range(classes):
+            w_head[i, j] = 0.05 * (1 if i % 2 == 0 else -1) if i // 2 != j // 2 else 0.0
+        w_head[j, j] = 1.0
+    g = helper.make_graph(
+        [helper.make_node("Flatten", ["images"], ["f"], name="flatten"),
+         helper.make_node("MatMul", ["f", "w_sat"], ["a"], name="fc_sat"),
+         helper.make_node("MatMul", ["f", "w_side"], ["b"], name="fc_side"),
+         helper.make_node("Add", ["a", "b"], ["h"], name="add"),
+         helper.make_node("MatMul", ["h", "w_head"], ["logits"], name="fc_head")], "sat_image",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
+        [numpy_helper.from_array(w_sat, "w_sat"), numpy_helper.from_array(w_side, "w_side"),
+         numpy_helper.from_array(w_head, "w_head")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, path)
+    return path
+
+
+def bright_corpus(folder, count: int = 6, size: int = 8, seed: int = 0):
+    """`count` bright PNGs (every channel 230..255: activations near the top of their range) and a COCO
+    labels.json, the first half in the train split (calibration), the rest in eval; returns the labels path."""
+    import json
+
+    from PIL import Image
+
+    from pathlib import Path
+
+    folder = Path(folder)
+    (folder / "images").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    images = []
+    for i in range(count):
+        px = rng.integers(230, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(px).save(folder / "images" / f"im{i}.png")
+        images.append({"id": i + 1, "file_name": f"im{i}.png", "width": size, "height": size,
+                       "split": "train" if i < count // 2 else "eval"})
+    labels = folder / "labels.json"
+    labels.write_text(json.dumps({"images": images, "annotations": [], "categories": [{"id": 1, "name": "x"}]}))
+    return labels

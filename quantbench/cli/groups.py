@@ -237,14 +237,15 @@ class ExplainArgs(ArgGroup):
     """The options the explain commands share (localize, noise, remedy): --variant, the fleet (--hosts required,
     NAME+KEY=VALUE per host), the fixtures they use, the session of the run being explained, the results folder."""
 
-    def __init__(self):
+    def __init__(self, variant_required: bool = True):
+        self.variant_required = variant_required
         self.fleet = FleetArgs(required=True, per_host=True)
         self.fixtures = FixtureArgs("use", sidecar_and_limit=False)
         self.session = SessionArgs(" of the run being explained (every host)", every_host=False)
         self.results = ResultsArgs(tables_alias=True)
 
     def add(self, parser) -> None:
-        parser.add_argument("--variant", required=True,
+        parser.add_argument("--variant", required=self.variant_required,
                             help="variant name from the last `quantbench calibrate` (fp32, dynamic, static-minmax, "
                                  "...) or an .onnx file")
         for group in (self.fleet, self.fixtures, self.session, self.results):

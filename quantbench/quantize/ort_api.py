@@ -419,3 +419,35 @@ def dynamic_quantize(src: str | os.PathLike, dst: str | os.PathLike, *, op_types
         quantize_dynamic(src, dst, op_types_to_quantize=list(op_types), per_channel=per_channel,
                          reduce_range=reduce_range, weight_type=weight_type,
                          nodes_to_exclude=list(nodes_to_exclude), extra_options=dict(extra))
+
+
+# --- per-tensor quantization error (qdq_loss_debug) ---------------------------------------------
+
+def activation_errors(float_model: str | os.PathLike, qdq_model: str | os.PathLike, feeds: Sequence[Mapping],
+                      workdir: str | os.PathLike) -> dict[str, float]:
+    """{activation tensor: signal-to-quantization-noise ratio (dB) of the QDQ model's dequantized tensor against
+    the float model's same tensor}, over `feeds` (a few inputs: every activation of every feed is held).
+
+    onnxruntime 1.32.0 ``qdq_loss_debug``: ``modify_model_output_intermediate_tensors`` exposes every float
+    tensor of both models, ``collect_activations`` runs them (graph optimisation off, CPU provider),
+    ``create_activation_matching`` pairs each QDQ tensor with the float one of the same name and
+    ``compute_activation_error`` gives ``xmodel_err`` (higher: closer to float). Augmented copies go to
+    `workdir`. A tensor with no float counterpart is left out.
+    """
+    from onnxruntime.quantization import qdq_loss_debug as QL
+
+    feeds = [dict(f) for f in feeds]
+
+    class _Reader:   # collect_activations iterates its reader
+        def __iter__(self):
+            return iter(feeds)
+
+    workdir = Path(workdir)
+    acts = {}
+    for tag, src in (("float", float_model), ("qdq", qdq_model)):
+        aug = workdir / f"{tag}.augmented.onnx"
+        QL.modify_model_output_intermediate_tensors(str(src), str(aug))
+        acts[tag] = QL.collect_activations(str(aug), _Reader())
+    matched = QL.create_activation_matching(acts["qdq"], acts["float"])
+    errors = QL.compute_activation_error({k: v for k, v in matched.items() if v.get("float")})
+    return {k: float(v["xmodel_err"]) for k, v in sorted(errors.items()) if "xmodel_err" in v}

@@ -18,7 +18,7 @@ from quantbench.fsutil import atomic_write_text, clean_stale_tmp, content_key, m
 from quantbench.report import htmlpage
 
 
-SECTION_ORDER = ("equiv", "explain", "release")
+SECTION_ORDER = ("equiv", "explain", "search", "release")
 
 FRAGMENTS = "report.d"
 

@@ -245,6 +245,35 @@ def test_public_functions_used():
         "quantize_dynamic", "dynamic_quantize", f"parameters {got} (missing {missing})")
 
 
+def test_qdq_loss_debug_functions():
+    from onnxruntime.quantization import qdq_loss_debug as QL
+
+    want = {"modify_model_output_intermediate_tensors": ["input_model_path", "output_model_path"],
+            "collect_activations": ["augmented_model", "input_reader"],
+            "create_activation_matching": ["qdq_activations", "float_activations"],
+            "compute_activation_error": ["activations_match"]}
+    for name, first in want.items():
+        fn = getattr(QL, name, None)
+        assert fn is not None, drifted(f"qdq_loss_debug.{name}", "activation_errors", "function missing")
+        got = params(fn)
+        assert got[:len(first)] == first, drifted(f"qdq_loss_debug.{name}", "activation_errors",
+                                                  f"parameters {got}, expected {first} first")
+
+
+def test_activation_errors_measure_each_quantized_tensor_against_float(model, tmp_path):
+    """A tiny model's QDQ form: every tensor both models compute has a finite SQNR, in tensor-name order."""
+    from quantbench.quantize import variants as QV
+    from quantbench.quantize import intake
+
+    feeds = random_feeds(2)
+    prepared = tmp_path / "prepared.onnx"
+    intake.prepare(model, prepared)
+    QV.make_static(prepared, tmp_path / "q.onnx", inputs=feeds, method="minmax")
+    sqnr = ort_api.activation_errors(prepared, tmp_path / "q.onnx", feeds, tmp_path)
+    assert sqnr and all(np.isfinite(v) for v in sqnr.values())
+    assert sorted(sqnr) == list(sqnr)
+
+
 def test_every_function_documents_its_onnxruntime_version():
     for name, fn in inspect.getmembers(ort_api, inspect.isfunction):
         if fn.__module__ != ort_api.__name__ or name.startswith("_"):

@@ -31,6 +31,8 @@ COMMAND_HELP = {
              "layer."),
     "remedy": ("Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all "
                "hosts into one class, at what decision cost."),
+    "search": ("Search recipes (global remedies, calibration, nodes kept in float) for the one that meets a decision "
+               "budget on every host, and write it as a variant."),
     "noise": ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic "
               "vs all, 1 thread vs the host's deployed count, its providers vs the CPU provider."),
     "latency": ("Measure latency (median of timed runs, spread over repeats) and peak RSS on local/ssh hosts; never "

@@ -1,0 +1,436 @@
+"""Ship search: from a static QDQ variant that fails the decision gate somewhere in the fleet, find the recipe that
+holds on every host, and write it as a variant like the ones calibrate writes.
+
+The walk (every step measured, none guessed):
+
+1. Global choices (explain.searchspace.Space.choices): the variant as calibrated (meeting the budget, it ends
+   the search), x64quantprecision as a session requirement, reduce_range, S8S8 / U8U8, per-channel toggled,
+   the other calibration methods whose ranges calibrate left, only the multiply-accumulate ops quantized
+   (mac_only). Of those meeting the budget with nothing in float: the fewest worst-host flips, then the
+   smallest file, then the earlier choice.
+2. Mixed precision on each global choice in turn (fewest worst-host flips at screening first) until one has a
+   set that meets the budget: nodes ranked by measurement (lint's layers that can diverge on a host of this
+   fleet, most saturating pairs first; then the SQNR each node loses in onnxruntime's qdq_loss_debug against
+   the float model on calibration images), grown greedily by rank (prefixes of 1, 2, 4, ... nodes), the
+   smallest passing prefix found by bisection, then shrunk: chunks of half, a quarter, ... one node whose
+   removal still meets the budget are dropped (least ranked first).
+
+Cost is counted in fleet evaluations (one candidate on one host over a set of fixtures). Each candidate is
+screened first on the fast hosts (this machine, plain or CPUID-masked) and the fixtures nearest the decision
+threshold (smallest fp32 margin); a candidate over budget there is over budget on the whole set (flips only
+add up), so only survivors are confirmed on every host and every fixture. A candidate is a pure function of
+(choice, nodes in float): same inputs, same walk, same chosen variant on any number of jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench.errors import ParameterError, UserError
+from quantbench.explain.searchfleet import Fleet
+from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking
+from quantbench.explain.searchwrite import write_variant
+from quantbench.fsutil import atomic_write_json, content_key
+from quantbench.inputs.modelio import semantic_sha256
+
+SPACES = ("all", "global", "nodes")
+
+
+@dataclass
+class SearchParams:
+    budget: int = 0                       # decision flips against fp32 allowed per host
+    max_float_share: float | None = None  # share of the candidate nodes' weights kept in float
+    max_size: int | None = None           # bytes of the variant file
+    max_evaluations: int = 200
+    max_seconds: float | None = None
+    space: str = "all"
+    screen_fixtures: int = 4
+    error_images: int = 4
+    jobs: int = 1
+    name: str | None = None               # the written variant's name (default: named for what it is)
+
+    def check(self) -> None:
+        if self.budget < 0:
+            raise ParameterError("budget", f"must be 0 or more flips (got {self.budget})")
+        if self.space not in SPACES:
+            raise ParameterError("space", f"unknown {self.space!r}; choose from {', '.join(SPACES)}")
+        if self.max_float_share is not None and not 0 <= self.max_float_share <= 1:
+            raise ParameterError("max_float_share", f"must be between 0 and 1 (got {self.max_float_share})")
+        for key in ("max_evaluations", "screen_fixtures", "error_images", "jobs"):
+            if getattr(self, key) < 1:
+                raise ParameterError(key, f"must be at least 1 (got {getattr(self, key)})")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ParameterError("max_seconds", f"must be more than 0 (got {self.max_seconds})")
+        if self.max_size is not None and self.max_size <= 0:
+            raise ParameterError("max_size", f"must be more than 0 bytes (got {self.max_size})")
+
+    def key(self) -> dict:
+        """What decides the walk (not the evaluation and time budgets, nor jobs: they only stop it or pace it)."""
+        return {"budget": self.budget, "max_float_share": self.max_float_share, "max_size": self.max_size,
+                "space": self.space, "screen_fixtures": self.screen_fixtures, "error_images": self.error_images}
+
+
+class Stopped(Exception):
+    """The evaluation or time budget ran out; `reason` is the stop line."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Tried:
+    """One candidate and what the fleet measured of it."""
+
+    choice: Choice
+    exclude: tuple
+    variant_id: str = ""
+    size: int = 0
+    float_share: float = 0.0
+    stage: str = ""                         # screen | confirm | not built | ceiling
+    flips: dict = field(default_factory=dict)
+    passes: bool = False
+    note: str = ""
+    screen: dict = field(default_factory=dict)   # the screening stage's flips (fast hosts, nearest fixtures)
+    path: Path | None = None
+    int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
+
+    @property
+    def screen_worst(self) -> int | None:
+        vals = list(self.screen.values())
+        return None if not vals or None in vals else max(vals)
+
+    @property
+    def worst(self) -> int | None:
+        vals = [v for v in self.flips.values() if v is not None]
+        return None if len(vals) < len(self.flips) or not vals else max(vals)
+
+    def row(self) -> dict:
+        return {"choice": self.choice.name, "recipe": self.choice.describe(), "exclude": list(self.exclude),
+                "variant_id": self.variant_id, "size": self.size, "float_share": self.float_share,
+                "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
+                "note": self.note, "screen": self.screen, "int8": self.int8}
+
+
+@dataclass
+class Walk:
+    """The state of one search: the space, the fleet, the screening set, every candidate tried."""
+
+    space: Space
+    fleet: Fleet
+    params: SearchParams
+    screen_ids: list
+    all_ids: list
+    started: float
+    tried: list = field(default_factory=list)
+    evaluations: int = 0
+    on_evaluation: object = None
+    ranking: list = field(default_factory=list)      # [(node, measurement dict)] in rank order
+    kept_because: dict = field(default_factory=dict)  # node -> the candidate without it
+
+    def _spend(self, n: int) -> None:
+        p = self.params
+        if self.evaluations + n > p.max_evaluations:
+            raise Stopped(f"stopped: evaluation budget reached ({self.evaluations} of {p.max_evaluations} "
+                          "evaluations spent; the next candidate needs more)")
+        if p.max_seconds is not None and time.monotonic() - self.started > p.max_seconds:
+            raise Stopped(f"stopped: time budget reached ({p.max_seconds:g} s)")
+        self.evaluations += n
+
+    def _stage(self, t: Tried, stage: str, hosts: list[int], fixture_ids: list) -> bool:
+        self._spend(len(hosts))
+        evs = self.fleet.evaluate(t.path, t.variant_id, t.choice.entries, hosts, fixture_ids)
+        t.stage, t.flips = stage, {e.host: e.flips for e in evs}
+        if stage == "screen" or not t.screen:   # a candidate confirmed at once was screened on everything
+            t.screen = dict(t.flips)
+        t.note = "; ".join(e.note for e in evs if e.note)
+        if self.on_evaluation is not None:
+            self.on_evaluation(self, t)
+        return t.worst is not None and t.worst <= self.params.budget
+
+    def try_candidate(self, choice: Choice, exclude) -> Tried:
+        exclude = tuple(sorted(exclude))
+        for t in self.tried:
+            if t.choice == choice and t.exclude == exclude:
+                return t
+        t = Tried(choice, exclude)
+        self.tried.append(t)
+        built = self.space.build(choice, exclude)
+        if built is None:
+            t.stage, t.note = "not built", "the quantizer refuses this combination"
+            return t
+        t.variant_id, t.size, t.float_share, t.path = built.variant_id, built.size, built.float_share, built.path
+        t.int8 = self.space.int8_share(exclude)
+        why = self._over_ceiling(t)
+        if why:
+            t.stage, t.note = "ceiling", why
+            return t
+        every = list(range(len(self.fleet.hosts)))
+        if self.fleet.fast() == every and self.screen_ids == self.all_ids:   # screening is the whole fleet
+            t.passes = self._stage(t, "confirm", every, self.all_ids)
+        elif self._stage(t, "screen", self.fleet.fast(), self.screen_ids):
+            t.passes = self._stage(t, "confirm", every, self.all_ids)
+        return t
+
+    def _over_ceiling(self, t: Tried) -> str:
+        p = self.params
+        if p.max_float_share is not None and t.float_share > p.max_float_share + 1e-12:
+            return f"keeps {t.float_share:.1%} of the weights in float, over the ceiling {p.max_float_share:.1%}"
+        if p.max_size is not None and t.size > p.max_size:
+            return f"{t.size} bytes, over the size ceiling {p.max_size}"
+        return ""
+
+
+def _best(tried: list) -> Tried | None:
+    ok = [t for t in tried if t.passes]
+    return min(ok, key=lambda t: (t.float_share, t.worst, t.size, tried.index(t))) if ok else None
+
+
+def _global_phase(walk: Walk) -> Tried | None:
+    """The best global choice that meets the budget; the variant as calibrated at once when it does."""
+    for choice in walk.space.choices():
+        t = walk.try_candidate(choice, ())
+        if t.passes and choice.name == "base":
+            return t
+    return _best(walk.tried)
+
+
+def _mixed_bases(walk: Walk) -> list[Choice]:
+    """The global choices mixed precision starts from, in turn: the fewest worst-host flips at screening first,
+    the earlier choice on a tie (one that cannot run anywhere last); the variant as calibrated alone when
+    searching nodes only."""
+    if walk.params.space == "nodes":
+        return [walk.space.base_choice()]
+    scored = [t for t in walk.tried if not t.exclude and t.stage not in ("not built", "ceiling")]
+    big = float("inf")
+    scored.sort(key=lambda t: (big if t.screen_worst is None else t.screen_worst, walk.tried.index(t)))
+    return [t.choice for t in scored] or [walk.space.base_choice()]
+
+
+def rank_nodes(walk: Walk, choice: Choice, feeds: list, feeds_from: str) -> list:
+    """[(node, measurement)] in rank order: lint's layers that can diverge on a host of this fleet (most
+    saturating pairs first), then every other node by the SQNR it loses (qdq_loss_debug), name on a tie."""
+    base = walk.space.build(choice, ())
+    if base is None:
+        return []
+    lint = lint_ranking(base.path, walk.fleet.int8_paths())
+    loss = error_ranking(walk.space, base.path, feeds)
+    out = []
+    for node in walk.space.nodes():
+        m = {"node": node, "op_type": walk.space.op_types[node], "sqnr_loss_db": loss.get(node),
+             "error_on": feeds_from}
+        if node in lint:
+            pairs, hosts, reason = lint[node]
+            m.update({"lint_pairs": pairs, "lint_hosts": hosts, "lint": reason})
+        out.append((node, m))
+    out.sort(key=lambda nm: (0 if "lint" in nm[1] else 1, -(nm[1].get("lint_pairs") or 0),
+                             -(nm[1]["sqnr_loss_db"] or 0.0), nm[0]))
+    return out
+
+
+def _grow(walk: Walk, choice: Choice, order: list) -> tuple[int, int] | None:
+    """(last failing prefix length, first passing one) of the greedy doubling over the ranked nodes."""
+    lo, k = 0, 1
+    while True:
+        k = min(k, len(order))
+        if walk.try_candidate(choice, order[:k]).passes:
+            return lo, k
+        if k == len(order):
+            return None
+        lo, k = k, 2 * k
+
+
+def _bisect(walk: Walk, choice: Choice, order: list, lo: int, hi: int) -> int:
+    """The shortest passing prefix in (lo, hi] (hi passes)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if walk.try_candidate(choice, order[:mid]).passes:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def shortest_prefix(walk: Walk, choice: Choice, order: list) -> int | None:
+    """The fewest leading nodes of `order` kept in float that meet the budget (greedy doubling, then bisection);
+    None when even all of them do not."""
+    span = _grow(walk, choice, order)
+    return None if span is None else _bisect(walk, choice, order, *span)
+
+
+def _shrink(walk: Walk, choice: Choice, kept: list) -> list:
+    """Drop the nodes whose removal still meets the budget: chunks of half the set, then of a quarter, ... down to
+    one node, least ranked first (a set of nodes that do not matter goes in one evaluation); record, for each node
+    tried alone and kept, the candidate without it (the measurement that keeps it)."""
+    kept = list(kept)
+    size = max(1, len(kept) // 2)
+    while True:
+        for end in range(len(kept), 0, -size):
+            chunk = kept[max(0, end - size):end]
+            if not chunk:
+                continue
+            without = [n for n in kept if n not in chunk]
+            t = walk.try_candidate(choice, without)
+            if t.passes:
+                kept = without
+            elif size == 1:
+                walk.kept_because[chunk[0]] = t
+        if size == 1:
+            return kept
+        size = max(1, size // 2)
+
+
+def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
+    """Nodes kept in float on each base choice in turn, until one has a set that meets the budget."""
+    for choice in _mixed_bases(walk):
+        walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
+        order = [n for n, _ in walk.ranking]
+        k = shortest_prefix(walk, choice, order) if order else None
+        if k is not None:
+            kept = _shrink(walk, choice, order[:k])
+            return walk.try_candidate(choice, kept)
+    return None
+
+
+def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams) -> str:
+    return content_key(["search/1", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
+                        params.key()])
+
+
+def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
+    """(the chosen candidate or None, the stop line)."""
+    try:
+        chosen = _global_phase(walk) if walk.params.space in ("all", "global") else None
+        if chosen is None and walk.params.space in ("all", "nodes"):
+            chosen = _mixed_phase(walk, *feeds_of())
+            chosen = chosen if chosen is not None and chosen.passes else None
+    except Stopped as stop:
+        best = _best(walk.tried)
+        return best, stop.reason
+    if chosen is None:
+        return None, (f"stopped: space exhausted ({len(walk.tried)} candidates tried, none meets the budget of "
+                      f"{walk.params.budget} flips per host)")
+    return chosen, "done: a candidate meets the budget on every host and every fixture"
+
+
+#: the recipe keys make_static writes itself (a written variant takes every other key of the base recipe: its
+#: input recipe, calibration set, plug-ins)
+MADE_BY_STATIC = ("variant", "model", "method", "quant_format", "calibration_method", "calibration_options",
+                  "activation_type", "weight_type", "per_channel", "reduce_range", "exclude_nodes", "exclude_op_types",
+                  "op_types_to_quantize", "extra_options", "ranges_sha256", "ranges_file", "calibrated_tensors",
+                  "input_model_sha256", "versions", "semantic_sha256", "search", "session_requirements")
+
+
+@dataclass
+class SearchResult:
+    search_id: str
+    base: str
+    hosts: list
+    fixtures: int
+    budget: int
+    stop: str
+    chosen: dict | None
+    written: str | None
+    variant_name: str | None
+    tried: list
+    nodes: list                # per node kept in float: the measurement that put it there
+    ranking: list
+    evaluations: int
+    evaluations_run: int
+    evaluations_cached: int
+    seconds: float
+    result_file: str = ""
+
+    def best(self, n: int = 5) -> list[dict]:
+        scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
+        return sorted(scored, key=lambda r: (r["worst"] if r["worst"] is not None else _max(r["screen"]),
+                                             r["float_share"], self.tried.index(r)))[:n]
+
+
+def _max(d: dict):
+    vals = list((d or {}).values())
+    return None if not vals or None in vals else max(vals)
+
+
+def variant_name(t: Tried) -> str:
+    c = t.choice
+    name = f"static-{c.method}" + ("" if c.name in ("base", c.method) else f"-{c.name.replace('_', '')}")
+    return name + (f"-float{len(t.exclude)}" if t.exclude else "")
+
+
+def _kept_nodes(walk: Walk, t: Tried) -> list[dict]:
+    rank = dict(walk.ranking)
+    out = []
+    for node in t.exclude:
+        m = dict(rank.get(node, {"node": node}))
+        without = walk.kept_because.get(node)
+        if without is not None:
+            worst_host = max(without.flips, key=lambda h: (without.flips[h] is not None, without.flips[h] or 0))
+            m["without_it"] = {"worst": without.worst, "host": worst_host, "stage": without.stage,
+                               "flips": without.flips, "note": without.note}
+        out.append(m)
+    return out
+
+
+def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | None, str | None, str]:
+    """(written path, name, note) of the chosen candidate; nothing when it is the variant as calibrated."""
+    base = walk.space.base
+    if t.variant_id == base.recipe.get("semantic_sha256") and not t.choice.entries:
+        return str(base.path), base.name, "the variant as calibrated meets the budget: nothing new written"
+    name = params.name or variant_name(t)
+    extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}
+    extra["search"] = {"search_id": sid, "base_variant": base.name, "base_variant_id": base.recipe.get(
+        "semantic_sha256"), "choice": t.choice.name, "budget": params.budget, "hosts": list(t.flips),
+        "flips": t.flips, "float_share": t.float_share}
+    if t.choice.entries:
+        extra["session_requirements"] = t.choice.entries
+    path, state = write_variant(walk.space, t.choice, t.exclude, t.variant_id, name, extra)
+    return str(path), name, f"variant {name}: {state}"
+
+
+@contextlib.contextmanager
+def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None):
+    """A Walk over `base`'s space on the started fleet (fp32 run on every host, the screening fixtures picked);
+    the workers closed and the candidates' folder removed afterwards."""
+    params.check()
+    Space.check(base)
+    if not fixtures:
+        raise UserError(f"{base.path}: no eval fixtures to count decisions on")
+    t0 = time.monotonic()
+    state_root = Path(state_root)
+    state_root.mkdir(parents=True, exist_ok=True)
+    fx_ids = sorted(fx.fixture_id for fx in fixtures)
+    fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
+    with tempfile.TemporaryDirectory(prefix=".search.", dir=state_root) as work:
+        space = Space.open(base, Path(work))
+        try:
+            fleet.start(fp32_path)
+            margins = fleet.margins()
+            screen = sorted(fx_ids, key=lambda f: (margins.get(f, float("inf")), f))[:params.screen_fixtures]
+            yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation)
+        finally:
+            fleet.close()
+
+
+def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None
+           ) -> SearchResult:
+    """Walk the space of `base` (a static QDQ Variant calibrate wrote) on `hosts` (HostRequests) over
+    `fixtures`, decisions decoded by `spec`; write the chosen variant beside `base`; the result and the
+    evaluation cache under `state_root` (resumed from on a rerun)."""
+    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation) as walk:
+        sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
+                        walk.all_ids, params)
+        chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
+        written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
+    fleet = walk.fleet
+    result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.budget,
+                          stop + (f"; {note}" if note else ""), chosen.row() if chosen else None, written, name,
+                          [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
+                          [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
+                          round(time.monotonic() - walk.started, 3))
+    result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
+    return result

@@ -1,0 +1,172 @@
+"""The search's fleet: every candidate model runs on the hosts' workers, its decisions are counted against fp32.
+
+One evaluation is one candidate run on one host over one set of fixtures; its result is the number of
+decision flips against the fp32 model on the same host (analysis.decisions.compare: the numbers
+`equiv --gate decision` counts). Evaluations are cached by content (the candidate's semantic hash, its
+session entries, the host and its fingerprint, the fixtures) in an append-only JSON-lines file, one line
+per finished evaluation, flushed as it is written: a search killed at any point resumes from the lines
+that were written (a torn last line is ignored), and a rerun of the same search runs nothing again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from quantbench.analysis.decisions import compare
+from quantbench.errors import UserError
+from quantbench.explain.lint import fleet_paths
+from quantbench.explain.localize import decode_runs, open_session, start_workers
+from quantbench.fsutil import atomic_write_text, canonical_json, content_key
+from quantbench.hosts.session import JobFailed
+
+#: host kinds the search screens on first: this machine's own CPU, plain or CPUID-masked (no emulation, no network)
+FAST_KINDS = ("local", "masked")
+
+
+def session_with(session: dict, entries: dict | None) -> dict:
+    """A host's session with extra config entries (a candidate's session requirements) on top."""
+    out = dict(session)
+    out["config_entries"] = {**session.get("config_entries", {}), **(entries or {})}
+    return out
+
+
+@dataclass
+class Evaluation:
+    host: str
+    flips: int | None          # None: the host could not run it (see note)
+    fixtures: int
+    cached: bool = False
+    note: str = ""
+
+
+@dataclass
+class Fleet:
+    """The started workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache."""
+
+    hosts: list
+    fixtures: list
+    spec: object
+    cache_file: Path
+    jobs: int = 1
+    workers: list = field(default_factory=list)
+    fp32: list = field(default_factory=list)      # per host: {fixture_id: Decoded}
+    cache: dict = field(default_factory=dict)
+    run_count: int = 0
+    cached_count: int = 0
+
+    @property
+    def names(self) -> list:
+        return list(self.spec.outputs.values())
+
+    def start(self, fp32_path) -> None:
+        """Start every worker and run fp32 on every host and fixture (the reference; not an evaluation)."""
+        refused = [h.label for h in self.hosts if h.spec.kind == "imported"]
+        if refused:
+            raise UserError(f"hosts {', '.join(refused)}: an imported host holds results of models it ran; it cannot "
+                            "run the candidates a search makes (name hosts the search can reach)")
+        self.cache = read_cache(self.cache_file)
+        self.workers = start_workers(self.hosts)
+        data = Path(fp32_path).read_bytes()
+        runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,
+                                                       return_tensors=self.names), range(len(self.hosts)))
+        self.fp32 = [decode_runs(self.spec, r, self.names) for r in runs]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
+        self.workers = []
+
+    def _map(self, fn, items) -> list:
+        with ThreadPoolExecutor(max_workers=max(1, self.jobs)) as pool:
+            return list(pool.map(fn, list(items)))
+
+    def int8_paths(self) -> list:
+        return fleet_paths(self.workers)
+
+    def fast(self) -> list[int]:
+        """The hosts screened first (FAST_KINDS), else every host."""
+        out = [i for i, h in enumerate(self.hosts) if h.spec.kind in FAST_KINDS]
+        return out or list(range(len(self.hosts)))
+
+    def margins(self) -> dict:
+        """{fixture id: the smallest |fp32 margin| over its decisions and the hosts}: how near the threshold it is."""
+        out: dict = {}
+        for dec in self.fp32:
+            for fid, d in dec.items():
+                m = float(min((abs(x) for x in d.margin), default=float("inf")))
+                out[fid] = min(out.get(fid, m), m)
+        return out
+
+    def evaluate(self, model_path, variant_id: str, entries: dict, host_ix: list[int], fixture_ids: list[str]
+                 ) -> list[Evaluation]:
+        """One evaluation per host of `host_ix` over `fixture_ids` (cached by content), in host order."""
+        fxs = [fx for fx in self.fixtures if fx.fixture_id in set(fixture_ids)]
+        keys = {i: self._key(i, variant_id, entries, fxs) for i in host_ix}
+        todo = [i for i in host_ix if keys[i] not in self.cache]
+        data = Path(model_path).read_bytes() if todo else b""
+        done = dict(zip(todo, self._map(lambda i: self._run_one(i, data, entries, fxs), todo)))
+        out = []
+        for i in host_ix:
+            if i in done:
+                self.run_count += 1
+                append_cache(self.cache_file, keys[i], done[i])
+                self.cache[keys[i]] = done[i]
+                out.append(Evaluation(self.hosts[i].label, done[i]["flips"], len(fxs), False, done[i]["note"]))
+            else:
+                self.cached_count += 1
+                hit = self.cache[keys[i]]
+                out.append(Evaluation(self.hosts[i].label, hit["flips"], len(fxs), True, hit["note"]))
+        return out
+
+    def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
+        ident = self.workers[i].fingerprint.get("identity", {})
+        return content_key([variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
+                            self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs)])
+
+    def _run_one(self, i: int, data: bytes, entries: dict, fxs: list) -> dict:
+        try:
+            runs = self.workers[i].run(data, fxs, session_with(self.hosts[i].session, entries),
+                                       return_tensors=self.names)
+        except JobFailed as exc:   # onnxruntime cannot make this session there: a result saying so
+            if exc.stage not in ("session", "unsupported"):
+                raise
+            # measured: a worker that failed to make a session answers later requests with wrong outputs (its
+            # next fp32 run hashes otherwise); a fresh worker takes its place before anything else runs there
+            self.workers[i].close()
+            self.workers[i] = open_session(self.hosts[i])
+            why = " ".join(exc.detail.split()).removeprefix("could not create the session: ")
+            return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {why}"}
+        dec = decode_runs(self.spec, runs, self.names)
+        flips = sum(len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec))
+        return {"flips": flips, "note": ""}
+
+
+def read_cache(path: Path) -> dict:
+    """{key: result} of the evaluations a previous (maybe killed) run wrote; a torn last line is skipped."""
+    out: dict = {}
+    if not path.exists():
+        return out
+    text = path.read_text(encoding="utf-8")
+    if text and not text.endswith("\n"):   # a run killed mid-line: the torn line goes, so appends start clean
+        text = text[:text.rfind("\n") + 1]
+        atomic_write_text(path, text)
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+            out[row["key"]] = {"flips": row["flips"], "note": row["note"]}
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def append_cache(path: Path, key: str, result: dict) -> None:
+    """One finished evaluation, appended and flushed to disk before the search goes on."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(canonical_json({"key": key, **result}) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())

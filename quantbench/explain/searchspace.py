@@ -1,0 +1,252 @@
+"""The search's space: the global choices a static QDQ variant can be re-made with, the nodes that can be kept in
+float, and the measurements that rank those nodes.
+
+Every candidate is made from the same prepared float model (``prepared.onnx`` beside the variants, as
+calibrate left it) and calibration ranges (the ``<variant>.ranges.json`` calibrate wrote, and those of the
+other static variants beside it, for the other calibration methods): only the choice and the nodes kept in
+float change, so a candidate is a pure function of (choice, excluded nodes) and is named by its semantic hash.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from quantbench.calibset import builder
+from quantbench.errors import UserError
+from quantbench.explain.lint import lint_model
+from quantbench.inputs.modelio import dims_of, semantic_sha256
+from quantbench.quantize import ort_api
+from quantbench.quantize import variants as QV
+from quantbench.quantize.calibration import ImageInputs, load_ranges
+from quantbench.quantize.ort_api import load_with_shape_infer, method_name
+from quantbench.inputs.sidecarfile import input_spec_for
+
+#: the op types whose nodes the search may keep in float (the multiply-accumulate ones int8 kernels run)
+NODE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
+X64_ENTRY = "session.x64quantprecision"
+#: the SQNR at which a tensor counts as exact (onnxruntime reports inf for no noise, and 300+ dB for an input
+#: whose values fall on the quantization grid): higher values are taken as this, so a node's loss is not its
+#: input's rounding luck
+EXACT_DB = 100.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One global way to make the variant: calibration ranges (method), types, per-channel, reduce_range, and
+    the session entries every host must set to get its results (a deployment requirement)."""
+
+    name: str
+    method: str
+    ranges_file: str
+    activation_type: str
+    weight_type: str
+    per_channel: bool
+    reduce_range: bool
+    session: tuple = ()     # sorted (key, value) pairs
+    exclude_op_types: tuple = ()   # op types left in float everywhere (the op types quantized: the rest)
+
+    @property
+    def entries(self) -> dict:
+        return dict(self.session)
+
+    def describe(self) -> dict:
+        out = asdict(self)
+        out["session"] = self.entries
+        return out
+
+
+@dataclass
+class Built:
+    path: Path
+    variant_id: str
+    size: int
+    float_share: float
+
+
+@dataclass
+class Space:
+    """The prepared float model, the ranges, the base recipe; builds candidates into `workdir`."""
+
+    base: object            # quantbench.inputs.variantdir.Variant
+    prepared: Path
+    workdir: Path
+    ranges_files: dict = field(default_factory=dict)    # method -> ranges file
+    built: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)         # node -> weight elements
+    op_types: dict = field(default_factory=dict)        # node -> op type
+    macs: dict = field(default_factory=dict)            # node -> multiply-accumulates per inference (shape-inferred)
+    model: object = None
+
+    @staticmethod
+    def check(base) -> tuple[Path, Path]:
+        """(its ranges file, the prepared float model) of a base variant the search can start from."""
+        stem = Path(base.path)
+        ranges = stem.with_name(stem.stem + ".ranges.json")
+        recipe = base.recipe or {}
+        if recipe.get("method") != "static" or recipe.get("quant_format") != "QDQ":
+            raise UserError(f"{base.path}: not a static QDQ variant (its recipe says method "
+                            f"{recipe.get('method')!r}); search starts from a static variant calibrate wrote")
+        prepared = stem.parent / "prepared.onnx"
+        for need in (ranges, prepared):
+            if not need.exists():
+                raise UserError(f"{need}: missing (calibrate leaves it beside the variants); rerun `quantbench "
+                                "calibrate` to make it")
+        return ranges, prepared
+
+    @classmethod
+    def open(cls, base, workdir: Path) -> "Space":
+        stem = Path(base.path)
+        ranges, prepared = cls.check(base)
+        space = cls(base, prepared, workdir)
+        for f in sorted(stem.parent.glob("*.ranges.json")):
+            method = method_name(load_ranges(f))
+            space.ranges_files.setdefault(method, f)
+        space.ranges_files[(base.recipe or {}).get("calibration_method", method_name(load_ranges(ranges)))] = ranges
+        space.model = load_with_shape_infer(prepared)
+        space._index_nodes()
+        return space
+
+    def _index_nodes(self) -> None:
+        from onnx import numpy_helper
+
+        g = self.model.graph
+        inits = {i.name: numpy_helper.to_array(i).shape for i in g.initializer}
+        dims = {v.name: dims_of(v) for v in list(g.value_info) + list(g.output) + list(g.input)}
+        for node in g.node:
+            if node.op_type in NODE_OPS and node.name:
+                self.op_types[node.name] = node.op_type
+                self.weights[node.name] = sum(int(np.prod(inits[x])) for x in node.input if x in inits)
+                self.macs[node.name] = _macs(node, inits, dims)
+
+    def int8_share(self, exclude) -> dict:
+        """{"weights", "macs"}: the share of the candidate nodes' weights and multiply-accumulates left in int8."""
+        out = {}
+        for what, per in (("weights", self.weights), ("macs", self.macs)):
+            total = sum(per.values())
+            out[what] = 1 - sum(per[n] for n in exclude) / total if total else 1.0
+        return out
+
+    def nodes(self) -> list[str]:
+        return sorted(self.op_types)
+
+    def share(self, exclude) -> float:
+        total = sum(self.weights.values())
+        return sum(self.weights[n] for n in exclude) / total if total else 0.0
+
+    def base_choice(self) -> Choice:
+        r = self.base.recipe
+        method = r.get("calibration_method", "minmax")
+        return Choice("base", method, str(self.ranges_files[method]), r.get("activation_type", "u8"),
+                      r.get("weight_type", "s8"), bool(r.get("per_channel", True)), bool(r.get("reduce_range", False)),
+                      (), tuple(sorted(r.get("exclude_op_types") or ())))
+
+    def choices(self) -> list[Choice]:
+        """The global choices, the variant as calibrated first."""
+        b = self.base_choice()
+        out = [b, Choice("x64quantprecision", b.method, b.ranges_file, b.activation_type, b.weight_type,
+                         b.per_channel, b.reduce_range, ((X64_ENTRY, "1"),))]
+        if not b.reduce_range:
+            out.append(_with(b, "reduce_range", reduce_range=True))
+        for at, wt in (("s8", "s8"), ("u8", "u8")):
+            if (at, wt) != (b.activation_type, b.weight_type):
+                out.append(_with(b, f"{at}{wt}", activation_type=at, weight_type=wt))
+        out.append(_with(b, "per_tensor" if b.per_channel else "per_channel", per_channel=not b.per_channel))
+        for method, f in sorted(self.ranges_files.items()):
+            if method != b.method:
+                out.append(_with(b, method, method=method, ranges_file=str(f)))
+        present = {n.op_type for n in self.model.graph.node}
+        mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
+        if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
+            out.append(_with(b, "mac_only", exclude_op_types=mac_only))
+        return out
+
+    def build(self, choice: Choice, exclude: tuple) -> Built | None:
+        """The candidate (choice, nodes kept in float), built once; None when the quantizer refuses it."""
+        key = (choice, tuple(sorted(exclude)))
+        if key not in self.built:
+            self.built[key] = self._make(choice, key[1], self.workdir / f"c{len(self.built)}.onnx")
+        return self.built[key]
+
+    def _make(self, choice: Choice, exclude: tuple, path: Path, name: str = "candidate", recipe_extra=None):
+        try:
+            QV.make_static(self.prepared, path, ranges=load_ranges(Path(choice.ranges_file)), method=choice.method,
+                           percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
+                           activation_type=choice.activation_type, weight_type=choice.weight_type,
+                           per_channel=choice.per_channel, reduce_range=choice.reduce_range, exclude_nodes=exclude,
+                           exclude_op_types=choice.exclude_op_types,
+                           name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra)
+        except UserError:
+            raise
+        except Exception:  # the quantizer refuses a combination (e.g. U8U8 per-channel): not a candidate
+            return None
+        return Built(path, semantic_sha256(path), path.stat().st_size, self.share(exclude))
+
+    def write(self, choice: Choice, exclude: tuple, path: Path, name: str, recipe_extra: dict) -> Built:
+        built = self._make(choice, exclude, path, name, recipe_extra)
+        if built is None:
+            raise UserError(f"{path}: the quantizer refused the chosen recipe when writing it")
+        return built
+
+
+def _macs(node, inits: dict, dims: dict) -> int:
+    """Multiply-accumulates of one Conv/MatMul/Gemm node: output elements x reduction length (unknown dims: 1)."""
+    out = [d if isinstance(d, int) and d > 0 else 1 for d in dims.get(node.output[0], [])]
+    w = next((inits[x] for x in node.input[1:2] if x in inits), None)
+    if node.op_type.startswith("Conv") and w is not None and len(w) > 1:
+        red = int(np.prod(w[1:]))
+    elif w is not None and len(w) == 2:
+        red = int(np.prod(w)) // max(1, out[-1] if out else 1)
+    else:
+        a = dims.get(node.input[0], [])
+        red = a[-1] if a and isinstance(a[-1], int) and a[-1] > 0 else 1
+    return int(np.prod(out)) * red if out else 0
+
+
+def _with(b: Choice, name: str, **changes) -> Choice:
+    fields = {**asdict(b), "name": name, **changes}
+    fields["session"] = tuple(fields["session"])
+    fields["exclude_op_types"] = tuple(fields["exclude_op_types"])
+    return Choice(**fields)
+
+
+def lint_ranking(model_path, fleet: list) -> dict:
+    """{node: (saturating pairs, hosts of the fleet it can make diverge, reason)} of the layers lint marks as
+    able to diverge on a host of this fleet."""
+    return {layer.node: (layer.x86_saturating_pairs + layer.neon_wrapping_pairs, layer.fleet_hosts, layer.reason)
+            for layer in lint_model(model_path, fleet) if layer.fleet_hosts}
+
+
+def error_feeds(base, fixtures, count: int) -> tuple[list[dict], str]:
+    """(up to `count` inputs, where they come from) to measure per-node error on: the calibration set's first
+    images, preprocessed as calibrated; without a calibration set, the eval fixtures."""
+    info = (base.recipe or {}).get("calibration_set") or {}
+    folder = info.get("folder")
+    if folder and Path(folder).exists():
+        paths, _, _ = builder.load(folder)
+        spec = input_spec_for(base)
+        return list(ImageInputs(paths[:count], spec)), f"{min(count, len(paths))} calibration images"
+    picked = sorted(fixtures, key=lambda fx: fx.fixture_id)[:count]
+    return [{fx.input_name: fx.array} for fx in picked], f"{len(picked)} eval fixtures (no calibration set)"
+
+
+def error_ranking(space: Space, qdq_path, feeds: list[dict]) -> dict:
+    """{node: SQNR lost across it (dB)}: per-tensor error of the QDQ model against the float one
+    (onnxruntime's qdq_loss_debug, quantize.ort_api.activation_errors); a node's loss is its worst input's
+    SQNR minus its worst output's."""
+    with tempfile.TemporaryDirectory(dir=space.workdir) as tmp:
+        sqnr = ort_api.activation_errors(space.prepared, qdq_path, feeds, tmp)
+    sqnr = {k: (min(v, EXACT_DB) if math.isfinite(v) else EXACT_DB) for k, v in sqnr.items()}
+    out = {}
+    for node in space.model.graph.node:
+        if node.name not in space.op_types:
+            continue
+        ins = [sqnr[t] for t in node.input if t in sqnr]
+        outs = [sqnr[t] for t in node.output if t in sqnr]
+        if outs:
+            out[node.name] = round((min(ins) if ins else max(outs)) - min(outs), 6)
+    return out
