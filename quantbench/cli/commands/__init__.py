@@ -44,8 +44,9 @@ COMMAND_HELP = {
     "verify": ("Check a release folder or archive (.tar.gz from `release --archive`): re-hash retained artifacts, "
                "re-read every Parquet table against its recorded hash, and with --host re-run a sample of fixtures "
                "there and compare output hashes (exit 0 pass, 1 fail)."),
-    "ci": ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners and emulated hosts in "
-           "shards, one job merging them, equiv with your gate and the release archive."),
+    "ci": ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners (and the masked x86 "
+           "tiers each runner's CPU shows) and emulated hosts in shards, one job merging them, equiv with your gate "
+           "and the release archive."),
     "report": "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`.",
     "config": ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
                "each comes from: a flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in."),

@@ -58,8 +58,12 @@ def _runners(text: str) -> dict:
     return out
 
 
+#: `--tiers none`: no tier step (a word of this option, not the decoder kind of the same name)
+NO_TIERS = "none"
+
+
 def _tiers(text: str) -> list:
-    return [] if text.strip() == "none" else [t.strip() for t in text.split(",") if t.strip()]
+    return [] if text.strip() == NO_TIERS else [t.strip() for t in text.split(",") if t.strip()]
 
 
 #: CIParams parameters whose option has another name here
