@@ -48,6 +48,8 @@ class HostKind:
     complete: Callable = _keep
     #: quantbench installs onnxruntime for it, so it may run another version (`NAME@VERSION`)
     installs_runtime: bool = False
+    #: its workers run on this machine's own CPU, plain or CPUID-masked (no emulation, no network)
+    on_this_cpu: bool = False
 
     @property
     def options(self) -> tuple:
@@ -109,7 +111,7 @@ def _imported(name: str, opts: dict, where: str, base: Path) -> tuple[str, dict]
 #: every host kind, in the order help and errors list them
 KINDS = {k.name: k for k in (
     HostKind("local", "quantbench.hosts.local:LocalHost", (), ("python", "onnxruntime", "runtime"),
-             complete=_local, installs_runtime=True),
+             complete=_local, installs_runtime=True, on_this_cpu=True),
     HostKind("emulated", "quantbench.hosts.emulated:EmulatedHost", (), ("preset", "qemu_args", "onnxruntime", "runtime"),
              list_options=("qemu_args",), complete=_emulated, installs_runtime=True),
     HostKind("ssh", "quantbench.hosts.ssh:SSHHost", ("address",), ("python", "ssh_options", "ssh", "tier"),
@@ -118,7 +120,8 @@ KINDS = {k.name: k for k in (
              list_options=("ssh_options",), complete=_ssh),
     HostKind("imported", "quantbench.hosts.imported:ImportedHost", ("file",), ("host",), path_lists=("file",),
              complete=_imported),
-    HostKind("masked", "quantbench.hosts.masked:MaskedHost", (), ("profile", "mechanism"), complete=_masked),
+    HostKind("masked", "quantbench.hosts.masked:MaskedHost", (), ("profile", "mechanism"), complete=_masked,
+             on_this_cpu=True),
 )}
 
 
