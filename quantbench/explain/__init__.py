@@ -16,6 +16,8 @@ from quantbench.report import document
 from quantbench.store import partread
 from quantbench.textfmt import md_section, md_table, num
 
+SECTION = document.registered("explain")
+
 
 def _rows(name: str, root) -> list[dict]:
     return partread.read(name, root=root).to_pylist()
@@ -24,10 +26,10 @@ def _rows(name: str, root) -> list[dict]:
 def render(tables_root) -> str:
     """The explain section's Markdown, from the six explain tables under `tables_root`."""
     lines = ["## Explaining divergences (`quantbench localize / lint / remedy / noise / latency`)", ""]
-    for table, section in _SECTIONS:
+    for table, part in _PARTS:
         rows = _rows(table, tables_root)
         if rows:
-            lines += section(rows)
+            lines += part(rows)
     return "\n".join(lines)
 
 
@@ -112,11 +114,12 @@ def _latency_lines(lat: list[dict]) -> list[str]:
                        for r in lat])
 
 
-_SECTIONS = (("localize", _localize_lines), ("evidence", _evidence_lines), ("lint", _lint_lines),
-             ("remedies", _remedy_lines), ("noise", _noise_lines), ("latency", _latency_lines))
+#: the explain section's parts in order: (table, its lines), each shown when its table has rows
+_PARTS = (("localize", _localize_lines), ("evidence", _evidence_lines), ("lint", _lint_lines),
+          ("remedies", _remedy_lines), ("noise", _noise_lines), ("latency", _latency_lines))
 
 
 def update_report(results_dir, tables_root) -> Path:
     """Re-render the explain section from the tables under `tables_root` and reassemble `results_dir`/report.md."""
-    document.write_section("explain", render(tables_root), results_dir)
+    document.write_section(SECTION, render(tables_root), results_dir)
     return document.assemble(results_dir)

@@ -21,11 +21,9 @@ from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
 from quantbench.explain.localize import decode_runs, open_session, start_workers
 from quantbench.fsutil import atomic_write_text, canonical_json, content_key
+from quantbench.hosts.kinds import KINDS
+from quantbench.hosts.registry import make_host
 from quantbench.hosts.session import JobFailed
-
-#: host kinds the search screens on first: this machine's own CPU, plain or CPUID-masked (no emulation, no network)
-FAST_KINDS = ("local", "masked")
-
 
 def session_with(session: dict, entries: dict | None) -> dict:
     """A host's session with extra config entries (a candidate's session requirements) on top."""
@@ -64,7 +62,7 @@ class Fleet:
 
     def start(self, fp32_path) -> None:
         """Start every worker and run fp32 on every host and fixture (the reference; not an evaluation)."""
-        refused = [h.label for h in self.hosts if h.spec.kind == "imported"]
+        refused = [h.label for h in self.hosts if not make_host(h.spec).runs_workers]
         if refused:
             raise UserError(f"hosts {', '.join(refused)}: an imported host holds results of models it ran; it cannot "
                             "run the candidates a search makes (name hosts the search can reach)")
@@ -88,8 +86,9 @@ class Fleet:
         return fleet_paths(self.workers)
 
     def fast(self) -> list[int]:
-        """The hosts screened first (FAST_KINDS), else every host."""
-        out = [i for i, h in enumerate(self.hosts) if h.spec.kind in FAST_KINDS]
+        """The hosts screened first (their kind runs on this machine's own CPU: HostKind.on_this_cpu), else every
+        host."""
+        out = [i for i, h in enumerate(self.hosts) if KINDS[h.spec.kind].on_this_cpu]
         return out or list(range(len(self.hosts)))
 
     def margins(self) -> dict:

@@ -10,6 +10,8 @@ from pathlib import Path
 from quantbench.report import document
 from quantbench.textfmt import md_section, text_table
 
+SECTION = document.registered("search")
+
 
 def _worst(r: dict):
     if r["worst"] is not None:
@@ -93,5 +95,5 @@ def summary(result) -> str:
 
 
 def update_report(result, results_dir) -> Path:
-    document.write_section("search", render(result), results_dir)
+    document.write_section(SECTION, render(result), results_dir)
     return document.assemble(results_dir)

@@ -336,9 +336,28 @@ def signal_kill(pidfd: int) -> None:
         pass
 
 
+#: what every host kind's class implements, and what a kind that starts workers adds (ProcessHost)
+EVERY_KIND = ("model_by_path", "runs_workers", "traces_instructions", "local_pid_memory", "caches_fingerprint",
+              "ready", "describe", "recorded_session", "latency_refusal")
+WORKER_KIND = ("command", "start", "uses_local_cores", "runs_on_cluster", "died_message", "job_death_message",
+               "version_policy", "start_failure", "fingerprint_cache_parts", "max_workers", "close_connection",
+               "can_fork", "reads_input_store")
+
+
 @dataclass
 class ProcessHost:
-    """A host reached by starting a process that runs worker.py (local python, qemu, ssh)."""
+    """A host reached by starting a process that runs worker.py (local python, qemu, ssh), and the base
+    protocol of every host kind (quantbench.hosts.kinds.KINDS names each kind's class).
+
+    A kind's class is built as Class(name=, kind=, options=). Every kind implements the attributes
+    model_by_path, runs_workers, traces_instructions, local_pid_memory, caches_fingerprint and the methods
+    `ready` (whether it can be used here, and why not), `describe`, `recorded_session` and `latency_refusal`
+    (EVERY_KIND). A kind that starts workers (runs_workers) subclasses this class and writes `command` (how
+    its worker starts) and whatever else differs from the defaults below: uses_local_cores, runs_on_cluster,
+    `died_message`, `job_death_message`, `version_policy`, `start_failure`, `fingerprint_cache_parts`,
+    `max_workers`, `close_connection`, `can_fork`, `reads_input_store` (WORKER_KIND). A kind that starts
+    none (imported) sets runs_workers False and writes only the first set.
+    """
 
     name: str
     kind: str

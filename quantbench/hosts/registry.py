@@ -27,26 +27,11 @@ from quantbench.fsutil import MAX_SETTINGS_BYTES, canonical_json, parse_toml, re
 from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
 from quantbench.inputs.configkeys import check_config_keys
 from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
+from quantbench.hosts.kinds import KINDS, check_runtime, kind_names
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
 #: where host names come from unless a caller says (`hosts check`): the hosts parameter, a flag on the command line
 HOSTS_OPTION = flag_mark("hosts")
-KINDS = ("local", "emulated", "ssh", "imported", "masked")
-
-# Options each kind accepts (required ones first).
-KIND_OPTIONS = {
-    "local": ((), ("python", "onnxruntime", "runtime")),
-    "emulated": ((), ("preset", "qemu_args", "onnxruntime", "runtime")),
-    "ssh": (("address",), ("python", "ssh_options", "ssh", "tier")),
-    "imported": (("file",), ("host",)),
-    "masked": ((), ("profile", "mechanism")),
-}
-
-# Options that are one word passed to a program (never an option of it): what each names.
-WORD_OPTIONS = {"ssh": {"address": "the destination (user@host or an ssh config alias)",
-                        "python": "the remote interpreter"}}
-
-# Fallback preset names when quantbench.hosts.emulated is not importable (the contract's list).
 @dataclass(frozen=True)
 class HostSpec:
     """A host as the user named it: name, kind (local | emulated | ssh | imported), kind options."""
@@ -164,10 +149,10 @@ def _host_spec(name: str, entry, where: str, base: Path, builtins: set[str]) -> 
     if name in builtins and not override:
         raise UserError(f"{where}: host {name!r} is a built-in host; a hosts file redefines it only with "
                         f"`override = true` in its table (or use another name)")
-    opts = _kind_defaults(name, kind, opts, where, base)
-    if kind == "masked":  # an x86 tier: masked, or its qemu preset (the `mechanism` key, else what works here)
-        kind, opts = masked.tier_choice(opts["profile"], opts.get("mechanism"))
-    for key in ("ssh_options", "qemu_args"):
+    entry_kind = KINDS[kind]
+    kind, opts = entry_kind.complete(name, dict(opts), where, base)
+    kind = kind or entry_kind.name
+    for key in entry_kind.list_options:
         if key in opts and not (isinstance(opts[key], list) and all(isinstance(a, str) for a in opts[key])):
             raise UserError(f"{where}: host {name!r}: {key} must be a list of strings")
     return HostSpec(name, kind, opts, where, session)
@@ -187,7 +172,7 @@ def _check_entry(name: str, entry, where: str) -> tuple[str, bool]:
     check_host_name(name, where)
     kind = entry.get("kind")
     if kind not in KINDS:
-        raise UserError(f"{where}: host {name!r}: kind {kind!r}; choose from {', '.join(KINDS)}")
+        raise UserError(f"{where}: host {name!r}: kind {kind!r}; choose from {kind_names()}")
     override = entry.get("override", False)
     if not isinstance(override, bool):
         raise UserError(f"{where}: host {name!r}: override must be true or false")
@@ -196,61 +181,27 @@ def _check_entry(name: str, entry, where: str) -> tuple[str, bool]:
 
 def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
     """Only the kind's options, each a string (but the argument lists), the required ones present."""
-    required, optional = KIND_OPTIONS[kind]
+    entry = KINDS[kind]
+    required, optional = entry.required, entry.optional
     unknown = sorted(set(opts) - set(required) - set(optional))
     if unknown:
         raise UserError(f"{where}: host {name!r}: unknown option(s) {', '.join(unknown)} for kind {kind}; "
                         f"known: {', '.join(required + optional + HOST_SESSION_KEYS)}")
     for key, value in opts.items():
-        if kind == "imported" and key == "file" and isinstance(value, list):  # the shards of one run
+        if key in entry.path_lists and isinstance(value, list):  # the shards of one run
             if not value or not all(isinstance(v, str) and v for v in value):
-                raise UserError(f"{where}: host {name!r}: file must be a path or a list of paths (got {value!r:.40})")
-        elif key not in ("ssh_options", "qemu_args") and not isinstance(value, str):
+                raise UserError(f"{where}: host {name!r}: {key} must be a path or a list of paths (got {value!r:.40})")
+        elif key not in entry.list_options and not isinstance(value, str):
             raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
-        elif key not in ("ssh_options", "qemu_args") and not value.strip():
+        elif key not in entry.list_options and not value.strip():
             raise UserError(f"{where}: host {name!r}: {key} is empty; give a value or leave the key out")
     missing = [k for k in required if not opts.get(k)]
     if missing:
         raise UserError(f"{where}: host {name!r}: kind {kind} needs {', '.join(missing)}")
-    for key in WORD_OPTIONS.get(kind, ()):
+    for key, names in entry.word_options:
         if str(opts.get(key, "")).startswith("-"):
             raise UserError(f"{where}: host {name!r}: {key} {opts[key]!r} must not start with '-' ({key} names "
-                            f"{WORD_OPTIONS[kind][key]}, never an option; ssh options go in ssh_options)")
-
-
-def _kind_defaults(name: str, kind: str, opts: dict, where: str, base: Path) -> dict:
-    """The options completed: an emulated host's preset (default: its name, which must be a preset);
-    an imported host's file made absolute against the hosts file's folder."""
-    opts = dict(opts)
-    if kind == "emulated":
-        opts.setdefault("preset", name)
-        presets = preset_names()
-        if opts["preset"] not in presets:
-            raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
-    if kind in ("local", "emulated"):
-        _check_runtime(kind, opts, f"{where}: host {name!r}")
-    if kind == "ssh" and "tier" in opts and opts["tier"] not in cpuprofiles.PROFILES:
-        raise UserError(f"{where}: host {name!r}: unknown x86 tier {opts['tier']!r}; tiers: {', '.join(cpuprofiles.PROFILES)}")
-    if kind == "masked":
-        opts.setdefault("profile", name)
-        if opts["profile"] not in cpuprofiles.PROFILES:
-            raise UserError(f"{where}: host {name!r}: unknown x86 tier profile {opts['profile']!r}; profiles: "
-                            f"{', '.join(cpuprofiles.PROFILES)}")
-        if opts.get("mechanism", "masked") not in masked.MECHANISMS:
-            raise UserError(f"{where}: host {name!r}: mechanism {opts['mechanism']!r}; choose from "
-                            f"{', '.join(masked.MECHANISMS)}")
-    if kind == "imported":
-        files = [Path(f).expanduser() for f in (opts["file"] if isinstance(opts["file"], list) else [opts["file"]])]
-        files = [str(f if f.is_absolute() else base / f) for f in files]
-        opts["file"] = files if isinstance(opts["file"], list) else files[0]
-    return opts
-
-
-def _check_runtime(kind: str, options: dict, where: str) -> None:
-    """A local or emulated host's `runtime` and `onnxruntime` options are valid (its preset's runtime is the
-    default); else a one-line UserError at `where`."""
-    default = emulated.PRESETS[options["preset"]].runtime if kind == "emulated" else "pypi"
-    runtimes.runtime_of(options, default, where)
+                            f"{names}, never an option; ssh options go in ssh_options)")
 
 
 def builtin_names() -> set[str]:
@@ -330,12 +281,12 @@ def with_version(spec: HostSpec, version: str | None, label: str, option: str = 
     if version is None:
         return spec
     where = f"{option} {label!r}"
-    if spec.kind not in ("local", "emulated") or spec.options.get("python"):
+    if not KINDS[spec.kind].installs_runtime or spec.options.get("python"):
         raise UserError(f"{where}: host {spec.name!r} runs its own onnxruntime (kind {spec.kind}"
                         f"{', python ' + spec.options['python'] if spec.options.get('python') else ''}); "
                         "a version can be put on local and emulated hosts only")
     options = dict(spec.options, onnxruntime=version)
-    _check_runtime(spec.kind, options, where)
+    check_runtime(spec.kind, options, where)
     return HostSpec(label, spec.kind, options, spec.origin, dict(spec.session))
 
 
@@ -396,22 +347,11 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
     return out
 
 
-#: kind -> (module, class) of its host object; each class owns its kind's readiness, start-up,
-#: dead-worker explanation and version policy
-HOST_CLASSES = {
-    "local": ("quantbench.hosts.local", "LocalHost"),
-    "emulated": ("quantbench.hosts.emulated", "EmulatedHost"),
-    "ssh": ("quantbench.hosts.ssh", "SSHHost"),
-    "imported": ("quantbench.hosts.imported", "ImportedHost"),
-    "masked": ("quantbench.hosts.masked", "MaskedHost"),
-}
-
-
 def make_host(spec: HostSpec):
-    """The host object for a spec (LocalHost, EmulatedHost, SSHHost or ImportedHost)."""
+    """The host object for a spec: its kind's host class (quantbench.hosts.kinds.KINDS)."""
     import importlib
 
-    if spec.kind not in HOST_CLASSES:
-        raise UserError(f"host {spec.name}: unknown kind {spec.kind!r}; choose from {', '.join(KINDS)}")
-    module, cls = HOST_CLASSES[spec.kind]
+    if spec.kind not in KINDS:
+        raise UserError(f"host {spec.name}: unknown kind {spec.kind!r}; choose from {kind_names()}")
+    module, cls = KINDS[spec.kind].host_class.split(":")
     return getattr(importlib.import_module(module), cls)(name=spec.name, kind=spec.kind, options=dict(spec.options))

@@ -48,12 +48,8 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json, sha256_bytes
 from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.quantize import ort_api
-
-METHODS = ort_api.METHODS
-DEFAULT_PERCENTILE = 99.999
-PERCENTILE_BINS = 2048        # onnxruntime's create_calibrator default for Percentile
-ENTROPY_BINS = 128            # onnxruntime's default histogram bins for Entropy
-ENTROPY_QUANTIZED_BINS = 128  # onnxruntime's default quantized bins for Entropy
+from quantbench.quantize.methods import (DEFAULT_PERCENTILE, ENTROPY_BINS, ENTROPY_QUANTIZED_BINS, METHODS,
+                                         PERCENTILE_BINS)
 #: default --max-memory: this fraction of the memory available when calibration starts
 MEMORY_FRACTION = 0.25
 #: activations binned per histogram call are sized to about this much (fewer, larger numpy calls);
@@ -521,10 +517,10 @@ def _tensors_data(req: _Request, catalog: _Catalog, t_lo, t_hi, empty, pct, ent,
     bins = {"num_quantized_bins": req.entropy_quantized_bins, "percentile": req.percentile}
     result = {}
     for method in req.methods:
-        if method == "minmax":
+        if not METHODS[method].histogram:
             # onnxruntime's MinMaxCalibrater yields shape-(1,) arrays
             data = {t: (np.array([t_lo[s]]), np.array([t_hi[s]])) for t, s in source.items()}
-            result[method] = ort_api.tensors_data("minmax", data)
+            result[method] = ort_api.tensors_data(method, data)
             continue
         if method == "percentile":
             thresholds = ort_api.percentile_thresholds(
@@ -865,7 +861,7 @@ def load_ranges(path: str | os.PathLike):
         raise UserError(f"{path}: not a quantbench ranges file ({exc})") from None
     if method not in METHODS:
         raise UserError(f"{path}: unknown calibration method {method!r}")
-    if method == "minmax":  # shapes as onnxruntime's MinMaxCalibrater makes them
+    if not METHODS[method].histogram:  # shapes as onnxruntime's MinMaxCalibrater makes them
         data = {t: (np.array([lo], np.float32), np.array([hi], np.float32)) for t, (lo, hi) in ranges.items()}
     else:
         data = {t: (np.array(lo, np.float32), np.array(hi, np.float32), None, None) for t, (lo, hi) in ranges.items()}

@@ -28,10 +28,10 @@ from types import SimpleNamespace
 from typing import Mapping, Sequence
 
 from quantbench.fsutil import has_room, no_space, no_space_error
+from quantbench.quantize.methods import METHODS as _METHODS
 
 WRITTEN_AGAINST = "1.32.0"
 
-METHODS = ("minmax", "percentile", "entropy")
 
 
 # --- types, methods, registries ---------------------------------------------------------------
@@ -54,8 +54,7 @@ def calibration_method(name: str):
     """
     from onnxruntime.quantization.calibrate import CalibrationMethod
 
-    return {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-            "entropy": CalibrationMethod.Entropy}[name]
+    return getattr(CalibrationMethod, _METHODS[name].ort_member)
 
 
 def method_name(tensors_data) -> str:
@@ -65,8 +64,7 @@ def method_name(tensors_data) -> str:
     """
     from onnxruntime.quantization.calibrate import CalibrationMethod
 
-    return {CalibrationMethod.MinMax: "minmax", CalibrationMethod.Percentile: "percentile",
-            CalibrationMethod.Entropy: "entropy"}[tensors_data.calibration_method]
+    return {getattr(CalibrationMethod, m.ort_member): m.name for m in _METHODS.values()}[tensors_data.calibration_method]
 
 
 def static_op_types() -> list[str]:

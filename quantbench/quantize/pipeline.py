@@ -31,16 +31,15 @@ from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.inputs.sidecarfile import REQUIREMENTS, check_requirements
 from quantbench.quantize import smoke
 from quantbench.quantize import variants as qv
-from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS, ImageInputs, compute_ranges, check_limits
+from quantbench.quantize import methods as M
+from quantbench.quantize.calibration import ImageInputs, compute_ranges, check_limits
+from quantbench.quantize.methods import DEFAULT_PERCENTILE, ENTROPY_BINS
 from quantbench.quantize.ort_api import load_with_shape_infer
 from quantbench.quantize.intake import check_finite_weights, check_loops, prepare
 from quantbench.quantize.memory import PeakMeter
 from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
 from quantbench.inputs.variantdir import (check_plain_name, check_replaceable, publish_folder, staging_folder,
                                           write_index, write_latest)
-
-METHODS = ("dynamic", "minmax", "percentile", "entropy")
-STATIC = ("minmax", "percentile", "entropy")
 
 
 @dataclass
@@ -61,7 +60,7 @@ class CalibrateOptions:
     seed: int = 0
     allow_short: bool = False
     skip_bad: bool = False
-    methods: Sequence[str] = METHODS
+    methods: Sequence[str] = M.VARIANT_METHODS
     out: str | os.PathLike | None = None           # variants folder
     percentile: float | None = None
     entropy_bins: int | None = None
@@ -117,9 +116,9 @@ class CalibrateResult:
 def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     """Validate the parameters once; returns (methods, static methods)."""
     methods = list(dict.fromkeys(opts.methods))
-    bad = [m for m in methods if m not in METHODS]
+    bad = [m for m in methods if m not in M.VARIANT_METHODS]
     if bad:
-        raise ParameterError("methods", f"unknown {bad}; choose from {', '.join(METHODS)}")
+        raise ParameterError("methods", f"unknown {bad}; choose from {', '.join(M.VARIANT_METHODS)}")
     for at, wt in opts.types:
         qv.quant_type(at), qv.quant_type(wt)
     qv.quant_type(opts.weight_type)
@@ -127,7 +126,7 @@ def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     if opts.entropy_bins is not None and opts.entropy_bins < 2:
         raise ParameterError("entropy_bins", f"must be at least 2 (got {opts.entropy_bins})")
     required(opts)
-    return methods, [m for m in STATIC if m in methods]
+    return methods, [m for m in M.STATIC if m in methods]
 
 
 def required(opts: CalibrateOptions) -> dict:
@@ -290,7 +289,7 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     for dest in (calib_root / name, out):   # a read-only folder: one line before anything is written
         check_writable_for(dest, f"nothing was written (calibrate writes {dest})")
     _refuse_decode_only_change(opts, out, model_path, spec, sidecar)
-    if "entropy" in static_methods and entropy_bins == ENTROPY_BINS and on_note:   # before the work it costs
+    if M.wanted(static_methods, "entropy_bins") and entropy_bins == ENTROPY_BINS and on_note:   # before the work it costs
         on_note(ENTROPY_DEFAULT_NOTE)
     with removed_on_failure([calib_root / name, out]):  # a failure leaves nothing: no calibration set either
         # 1. calibration set
@@ -384,7 +383,7 @@ class _VariantMaker:
             raise UserError(f"{self.model_path}: the fp32 model does not run on calibration image {self.paths[0]} "
                             f"({smoke.first_line(exc)}); check the sidecar's input block") from None
         self._accept(fp32, ref)
-        if "dynamic" in self.methods:
+        if M.DYNAMIC in self.methods:
             self._accept(self._timed(lambda: qv.make_dynamic(
                 prepared, stage / "dynamic.onnx", weight_type=o.weight_type, per_channel=o.per_channel,
                 reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes, exclude_op_types=o.exclude_op_types,
@@ -404,7 +403,7 @@ class _VariantMaker:
 
     def _calibrate(self, prepared, prep_model):
         o = self.opts
-        hist = {"entropy_bins": self.entropy_bins} if "entropy" in self.static_methods else {}
+        hist = {"entropy_bins": self.entropy_bins} if M.wanted(self.static_methods, "entropy_bins") else {}
         with PeakMeter() as mem:
             t = time.perf_counter()
             ranges = compute_ranges(prepared, ImageInputs(self.paths, self.spec), self.static_methods,
@@ -417,7 +416,7 @@ class _VariantMaker:
     def _static(self, stage, prepared, prep_model, ranges, method, at, wt):
         o = self.opts
         vname = f"static-{method}" + ("" if (at, wt) == ("u8", "s8") else f"-{at}{wt}")
-        copts = {"entropy_bins": self.entropy_bins} if method == "entropy" else {}
+        copts = {"entropy_bins": self.entropy_bins} if M.takes(method, "entropy_bins") else {}
         return qv.make_static(prepared, stage / f"{vname}.onnx", ranges=ranges[method], method=method,
                               percentile=self.percentile, activation_type=at, weight_type=wt,
                               per_channel=o.per_channel, reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes,

@@ -2,14 +2,19 @@
 
 Each analysis writes its own fragment, ``results/report.d/<section>.md``, with
 ``write_section(name, markdown)``; ``assemble()`` concatenates the fragments in
-a fixed order (SECTION_ORDER, then any other section alphabetically) into
+a fixed order (SECTIONS, then any other section alphabetically) into
 ``results/report.md``, and renders the same text as ``results/report.html`` (htmlpage.py). Every write is
 atomic, so a reader never sees half a report, and one analysis rerunning never clobbers another's section.
+
+The sections are registered here, in report order (SECTIONS): the module that writes one declares
+``SECTION = document.registered("name")`` and writes it with ``write_section(SECTION, ...)``. Adding a section is
+one Section below and that module.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench.report import gallery as GL
@@ -18,7 +23,26 @@ from quantbench.fsutil import atomic_write_text, clean_stale_tmp, content_key, m
 from quantbench.report import htmlpage
 
 
-SECTION_ORDER = ("equiv", "explain", "search", "release")
+@dataclass(frozen=True)
+class Section:
+    """One report section: its fragment's name and the module that writes it (its place in SECTIONS is its place in the report)."""
+
+    name: str
+    #: the module that writes it (None: none today; a fragment of that name still takes this place)
+    writer: str | None
+
+
+#: every report section, in report order
+SECTIONS = (Section("equiv", "quantbench.report.equivsection"), Section("explain", "quantbench.explain"),
+            Section("search", "quantbench.explain.searchreport"), Section("release", None))
+SECTION_ORDER = tuple(s.name for s in SECTIONS)
+
+
+def registered(name: str) -> str:
+    """`name`, a registered section's (what a section's module declares as its SECTION), else a ValueError."""
+    if name not in SECTION_ORDER:
+        raise ValueError(f"report section {name!r} is not registered in quantbench.report.document.SECTIONS")
+    return name
 
 FRAGMENTS = "report.d"
 

@@ -19,6 +19,8 @@ from quantbench.report import accuracysection, charts, document, gallerysection,
 from quantbench.textfmt import md_section, md_table, num
 from quantbench.inputs.variantdir import DEMO_NOTE, is_demo
 
+SECTION = document.registered("equiv")
+
 
 # --------------------------------------------------------------------------- the equiv section
 
@@ -227,7 +229,7 @@ def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: boo
     """Render the equiv section, then reassemble the report (Markdown and HTML); returns every file written."""
     text, written = render_equiv(result, results_dir, plots, accuracy=accuracy, tables_root=tables_root,
                                  shows=shows)
-    sec = document.write_section("equiv", text, results_dir)
+    sec = document.write_section(SECTION, text, results_dir)
     md = document.assemble(results_dir)
     return [*written, sec, md, Path(results_dir) / document.HTML_FILE]
 

@@ -19,6 +19,9 @@ import pytest
 from cli_helpers import one_line
 from explain_helpers import bright_corpus, saturating_image_model
 from quantbench.cli import main
+from quantbench.errors import UserError
+from quantbench.explain.searchfleet import Fleet
+from quantbench.hosts.registry import HostRequest, HostSpec
 from setup_required import need_tier
 
 FLEET = "x86,x86-avx2,x86-sse4"
@@ -185,6 +188,7 @@ def test_a_worker_that_could_not_make_a_session_is_replaced_before_the_next_cand
     requests with other outputs than a fresh one (measured: its next fp32 run hashed otherwise), so every
     candidate after such a failure was measured wrong; the fleet replaces that worker."""
     from quantbench.analysis.decode import spec_from_sidecar
+    from quantbench.errors import UserError
     from quantbench.explain.searchfleet import Fleet
     from quantbench.hosts.masked import here_features
     from quantbench.hosts.registry import parse_hosts
@@ -212,3 +216,15 @@ def test_a_worker_that_could_not_make_a_session_is_replaced_before_the_next_cand
         assert hashes() == before
     finally:
         fleet.close()
+
+
+def test_the_search_refuses_a_host_that_runs_no_workers_and_screens_on_this_cpu_first(tmp_path):
+    """An imported host (its class runs no workers) cannot run candidates; the fast screen is the kinds that run
+    on this machine's own CPU (HostKind.on_this_cpu)."""
+    local = HostRequest("x86", HostSpec("x86", "local"), {})
+    board = HostRequest("board", HostSpec("board", "imported", {"file": str(tmp_path / "board.qbr")}), {})
+    pi = HostRequest("pi", HostSpec("pi", "emulated", {"preset": "pi"}), {})
+    assert Fleet([pi, local, board], [], None, tmp_path / "cache.json").fast() == [1]
+    assert Fleet([pi], [], None, tmp_path / "cache.json").fast() == [0]
+    with pytest.raises(UserError, match=r"^hosts board: an imported host holds results"):
+        Fleet([local, board], [], None, tmp_path / "cache.json").start(tmp_path / "fp32.onnx")

@@ -23,6 +23,7 @@ import pytest
 from calib_helpers import random_feeds, tiny_model
 from quantbench.fsutil import sha256_file
 from quantbench.quantize import ort_api
+from quantbench.quantize.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -214,7 +215,7 @@ def test_enums_and_registries():
             ort_api.quant_type(name)
         except AttributeError:
             pytest.fail(drifted(f"QuantType.{name}", "quant_type", "member gone"))
-    for method in ort_api.METHODS:
+    for method in METHODS:
         try:
             ort_api.calibration_method(method)
         except (AttributeError, ImportError) as exc:

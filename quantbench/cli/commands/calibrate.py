@@ -18,9 +18,8 @@ from quantbench.cli.commands import finite_float
 from quantbench.cli.groups import OUTPUT, PluginArgs, session_config
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
-from quantbench.quantize.calibration import DEFAULT_PERCENTILE, ENTROPY_BINS
+from quantbench.quantize.methods import DEFAULT_PERCENTILE, ENTROPY_BINS, VARIANT_METHODS as METHOD_CHOICES
 from quantbench.quantize.pipeline import decode_only
-from quantbench.quantize.pipeline import METHODS as METHOD_CHOICES
 from quantbench.inputs.sidecarfile import REQUIREMENTS
 from quantbench.textfmt import text_table
 
