@@ -40,8 +40,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,48 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
-
-
-def base_tree(rev: str, dest: Path) -> Path:
-    """The baseline's quantbench package, extracted from git (no checkout touched)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    arch = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "quantbench"], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(dest)], input=arch, check=True)
-    return dest
-
-
-def qb(tree: Path, args: list, cwd: Path, env_extra=None, taskset: str | None = None) -> tuple[float, str]:
-    """Run `python -m quantbench ARGS` from `tree`; (wall seconds, last lines of output)."""
-    env = dict(os.environ, PYTHONPATH=str(tree), PYTHONDONTWRITEBYTECODE="1", **(env_extra or {}))
-    cmd = [sys.executable, "-m", "quantbench", *map(str, args)]
-    if taskset:
-        cmd = ["taskset", "-c", taskset, *cmd]
-    t = time.perf_counter()
-    p = subprocess.run(cmd, cwd=str(cwd), env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    if p.returncode != 0:
-        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr[-2000:]}")
-    return wall, "\n".join(p.stdout.strip().splitlines()[:1])
-
-
-def summarize(xs: list) -> dict:
-    return {"median": round(statistics.median(xs), 3), "min": round(min(xs), 3), "all": [round(x, 3) for x in xs]}
-
-
-def ratio(a: dict, b: dict) -> dict:
-    return {"median": round(a["median"] / b["median"], 3), "min": round(a["min"] / b["min"], 3)}
-
-
-def byte_compile(tree: Path) -> None:
-    """The tree's quantbench package compiled to bytecode (what every start after the first finds)."""
-    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", str(tree / "quantbench")], check=True,
-                   capture_output=True)
+from benchtree import base_tree, byte_compile, qb, ratio, summarize, uptime  # noqa: E402
 
 
 def calibrate_demo(work: Path) -> Path:
