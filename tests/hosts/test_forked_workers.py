@@ -98,7 +98,7 @@ def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch)
     jobs = []
     real_job = taskloop.task_request
     monkeypatch.setattr(taskloop, "task_request",
-                        lambda host, ctx, vi, f: jobs.append(real_job(host, ctx, vi, f)) or jobs[-1])
+                        lambda host, ctx, vi, f, **kw: jobs.append(real_job(host, ctx, vi, f, **kw)) or jobs[-1])
     one1 = {"intra_op_num_threads": 1}  # one-thread workers: two fit two slots (the Pi's deployed 4 take both)
     one = run_hosts([PI], [variant(model)], fxs, progress=False, tables_root=workdir / "one", jobs=1,
                     session=one1).hosts[0]
