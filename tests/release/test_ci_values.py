@@ -75,7 +75,7 @@ def test_a_limit_below_one_is_refused(workdir, capsys, limit):
 def test_the_limit_reaches_every_job(workdir, capsys):
     assert main(["ci", "--limit", "6", "--hosts", "pi", "--shards", "1"]) == 0
     text = (workdir / "results" / "ci" / "quantbench.yml").read_text()
-    assert text.count("--limit 6") == 4   # three shard jobs (two native, one pi) and the merge
+    assert text.count("--limit 6") == 6   # three shard jobs (two native, one pi), each native job's tier step, the merge
 
 
 @pytest.mark.parametrize("argv", [["--shards", "100000"], ["--native-shards", "300"], ["--shards", str(10 ** 15)],
