@@ -34,12 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def uptime() -> str:
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return ""
+from benchtree import uptime  # noqa: E402  (scripts/, beside this file: the one copy)
 
 
 def timed(cmd: list[str], cwd: Path) -> float:

