@@ -32,6 +32,7 @@ from pathlib import Path
 
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet
+from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, content_key
@@ -344,6 +345,7 @@ class SearchResult:
     evaluations_cached: int
     seconds: float
     result_file: str = ""
+    imported: list = field(default_factory=list)   # per imported host: its stand-in or why it is unconfirmed
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -385,7 +387,7 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
     extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}
     extra["search"] = {"search_id": sid, "base_variant": base.name, "base_variant_id": base.recipe.get(
         "semantic_sha256"), "choice": t.choice.name, "budget": params.budget, "hosts": list(t.flips),
-        "flips": t.flips, "float_share": t.float_share}
+        "flips": t.flips, "float_share": t.float_share, **recipe_marks(walk.fleet.imported, t.flips)}
     if t.choice.entries:
         extra["session_requirements"] = t.choice.entries
     path, state = write_variant(walk.space, t.choice, t.exclude, t.variant_id, name, extra)
@@ -408,7 +410,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
     with tempfile.TemporaryDirectory(prefix=".search.", dir=state_root) as work:
         space = Space.open(base, Path(work))
         try:
-            fleet.start(fp32_path)
+            fleet.start(fp32_path, base)
             margins = fleet.margins()
             screen = sorted(fx_ids, key=lambda f: (margins.get(f, float("inf")), f))[:params.screen_fixtures]
             yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation)
@@ -427,10 +429,11 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
         written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
     fleet = walk.fleet
+    stop += unconfirmed_line(fleet.imported, name)
     result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.budget,
                           stop + (f"; {note}" if note else ""), chosen.row() if chosen else None, written, name,
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
-                          round(time.monotonic() - walk.started, 3))
+                          round(time.monotonic() - walk.started, 3), imported=[m.row() for m in fleet.imported])
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

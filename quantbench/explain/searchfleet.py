@@ -20,10 +20,12 @@ from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
 from quantbench.explain.localize import decode_runs, open_session, start_workers
+from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import make_host
 from quantbench.hosts.session import JobFailed
+from quantbench.inputs.modelio import semantic_sha256
 
 def session_with(session: dict, entries: dict | None) -> dict:
     """A host's session with extra config entries (a candidate's session requirements) on top."""
@@ -39,11 +41,15 @@ class Evaluation:
     fixtures: int
     cached: bool = False
     note: str = ""
+    predicted_from: str | None = None   # an imported host's flips: those of the host that stands in for it
 
 
 @dataclass
 class Fleet:
-    """The started workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache."""
+    """The started workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache.
+
+    Imported hosts (their kind runs no workers) are taken out of `hosts` into `imported_requests`; after start()
+    `imported` holds what their files say (explain.searchimported.ImportedMember) and who stands in for them."""
 
     hosts: list
     fixtures: list
@@ -55,23 +61,49 @@ class Fleet:
     cache: dict = field(default_factory=dict)
     run_count: int = 0
     cached_count: int = 0
+    imported_requests: list = field(default_factory=list)
+    imported: list = field(default_factory=list)
+    base_id: str = ""
+
+    def __post_init__(self) -> None:
+        runs = [make_host(h.spec).runs_workers for h in self.hosts]
+        self.imported_requests = [h for h, r in zip(self.hosts, runs) if not r]
+        self.hosts = [h for h, r in zip(self.hosts, runs) if r]
 
     @property
     def names(self) -> list:
         return list(self.spec.outputs.values())
 
-    def start(self, fp32_path) -> None:
-        """Start every worker and run fp32 on every host and fixture (the reference; not an evaluation)."""
-        refused = [h.label for h in self.hosts if not make_host(h.spec).runs_workers]
-        if refused:
-            raise UserError(f"hosts {', '.join(refused)}: an imported host holds results of models it ran; it cannot "
-                            "run the candidates a search makes (name hosts the search can reach)")
+    def start(self, fp32_path, base=None) -> None:
+        """Start every worker and run fp32 on every host and fixture (the reference; not an evaluation); with
+        imported hosts, run `base` (the variant searched from) too and find who stands in for each."""
+        if not self.hosts:
+            raise UserError(f"hosts {', '.join(h.label for h in self.imported_requests)}: an imported host holds "
+                            "results of models it ran; a search needs at least one host it can run candidates on")
+        if self.imported_requests and base is None:
+            raise UserError("an imported host in the fleet needs the base variant to find the host that stands in "
+                            "for it")
         self.cache = read_cache(self.cache_file)
         self.workers = start_workers(self.hosts)
         data = Path(fp32_path).read_bytes()
         runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,
                                                        return_tensors=self.names), range(len(self.hosts)))
         self.fp32 = [decode_runs(self.spec, r, self.names) for r in runs]
+        if self.imported_requests:
+            self._read_imported(semantic_sha256(fp32_path), base, runs)
+
+    def _read_imported(self, fp32_id: str, base, fp32_runs: list) -> None:
+        """Each imported host's fp32 and base results from its file(s), and its stand-in among the hosts run."""
+        self.base_id = semantic_sha256(base.path)
+        fids = sorted(fx.fixture_id for fx in self.fixtures)
+        self.imported = [read_member(r, base, fp32_id, self.base_id, fids, self.spec, self.names)
+                         for r in self.imported_requests]
+        data = Path(base.path).read_bytes()
+        base_runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,
+                                                            return_tensors=self.names), range(len(self.hosts)))
+        hashes = [{**run_hashes(f, fp32_id, self.names), **run_hashes(b, self.base_id, self.names)}
+                  for f, b in zip(fp32_runs, base_runs)]
+        assign_stand_ins(self.imported, [h.label for h in self.hosts], hashes)
 
     def close(self) -> None:
         for w in self.workers:
@@ -83,7 +115,8 @@ class Fleet:
             return list(pool.map(fn, list(items)))
 
     def int8_paths(self) -> list:
-        return fleet_paths(self.workers)
+        """Every host's int8 path: the started workers', then the imported hosts' (from their files' fingerprints)."""
+        return fleet_paths(self.workers) + [m.path for m in self.imported]
 
     def fast(self) -> list[int]:
         """The hosts screened first (their kind runs on this machine's own CPU: HostKind.on_this_cpu), else every
@@ -98,11 +131,17 @@ class Fleet:
             for fid, d in dec.items():
                 m = float(min((abs(x) for x in d.margin), default=float("inf")))
                 out[fid] = min(out.get(fid, m), m)
+        for member in self.imported:   # where an imported host's base flips is as near the threshold as it gets
+            for fid, d in member.fp32.items():
+                m = -1.0 if member.base_flips.get(fid) else float(min((abs(x) for x in d.margin), default=float("inf")))
+                out[fid] = min(out.get(fid, m), m)
         return out
 
     def evaluate(self, model_path, variant_id: str, entries: dict, host_ix: list[int], fixture_ids: list[str]
                  ) -> list[Evaluation]:
-        """One evaluation per host of `host_ix` over `fixture_ids` (cached by content), in host order."""
+        """One evaluation per host of `host_ix` over `fixture_ids` (cached by content), in host order; then one per
+        imported host whose flips are known (explain.searchimported.told: predicted from its stand-in, or its base
+        variant's flips from its own rows)."""
         fxs = [fx for fx in self.fixtures if fx.fixture_id in set(fixture_ids)]
         keys = {i: self._key(i, variant_id, entries, fxs) for i in host_ix}
         todo = [i for i in host_ix if keys[i] not in self.cache]
@@ -119,6 +158,9 @@ class Fleet:
                 self.cached_count += 1
                 hit = self.cache[keys[i]]
                 out.append(Evaluation(self.hosts[i].label, hit["flips"], len(fxs), True, hit["note"]))
+        measured = dict(zip(host_ix, (e.flips for e in out)))
+        for t in told(self.imported, self.base_id, variant_id, entries, measured, [fx.fixture_id for fx in fxs]):
+            out.append(Evaluation(t.host, t.flips, len(fxs), False, t.note, t.predicted_from))
         return out
 
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:

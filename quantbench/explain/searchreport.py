@@ -53,6 +53,21 @@ def _why(m: dict) -> str:
     return "; ".join(parts)
 
 
+def imported_lines(result) -> list[str]:
+    """One line per imported host of the fleet: who stands in for it, or that the answer is unconfirmed there."""
+    out = []
+    for m in getattr(result, "imported", None) or []:
+        known = f"its {result.base} flips {m['base_flips']} (from its imported results)"
+        if m["stand_in"]:
+            out.append(f"imported host {m['host']}: flips {m['note']}; {known}")
+        else:
+            out.append(f"imported host {m['host']}: no host of the fleet has its outputs, so no candidate was "
+                       f"evaluated there (unconfirmed); {known}"
+                       + (f", on fixtures {', '.join(f[:12] for f in m['flipping_fixtures'])} (screened first)"
+                          if m["flipping_fixtures"] else ""))
+    return out
+
+
 def render(result) -> str:
     lines = ["## Ship search (`quantbench search`)", "",
              f"Base variant {result.base} on {', '.join(result.hosts)}, {result.fixtures} fixtures, budget "
@@ -63,6 +78,7 @@ def render(result) -> str:
         lines += [f"Chosen: **{result.variant_name}** ({result.written}): choice {c['choice']}, recipe "
                   f"{c['recipe']}, kept in float: {', '.join(c['exclude']) or 'nothing'}, session requirements: "
                   f"{c['recipe']['session'] or 'none'}, worst-host flips {c['worst']}.", ""]
+    lines += [f"- {line}" for line in imported_lines(result)] + ([""] if imported_lines(result) else [])
     lines += md_section("Frontier", "Worst-host flips against the share of weights kept in float and the size "
                         "(confirmed candidates no other beats on both).", _HEAD, [_cand(r) for r in
                                                                                   frontier(result.tried)])
@@ -88,6 +104,7 @@ def summary(result) -> str:
     else:
         out.append("no candidate meets the budget; best found:")
         out.append(text_table(_HEAD, [_cand(r) for r in result.best()]))
+    out += imported_lines(result)
     out.append(f"evaluations: {result.evaluations} ({result.evaluations_run} run, {result.evaluations_cached} cached); "
                f"result: {result.result_file}")
     out.append(result.stop)

@@ -363,6 +363,20 @@ def _source(path, source_host: str | None):
     return sha, parts, source_host, parts["outputs"].filter(pc.field("host") == source_host)
 
 
+def held_results(options: dict, variant_ids) -> tuple[list[dict], list[dict]]:
+    """(outputs rows with their tensors, hosts rows) of the source host of an imported host's files (`options`: its
+    kind options) for the variants `variant_ids`; every file checked as a merge checks it, nothing merged."""
+    files = files_of(options)
+    check_files(files, read_export)
+    outs: list = []
+    hosts: list = []
+    for f in files:
+        _, parts, source, out = _source(f, options.get("host"))
+        outs += out.filter(pc.is_in(out.column("variant_id"), value_set=pa.array(sorted(variant_ids)))).to_pylist()
+        hosts += parts["hosts"].filter(pc.field("host") == source).to_pylist()
+    return outs, hosts
+
+
 def coverage(host: "ImportedHost", ctx) -> tuple[int, int, str]:
     """(requested results the file holds, requested results, why not all) for the runner's context."""
     outs = [_source(f, host.options.get("host"))[3] for f in files_of(host.options)]

@@ -218,13 +218,90 @@ def test_a_worker_that_could_not_make_a_session_is_replaced_before_the_next_cand
         fleet.close()
 
 
-def test_the_search_refuses_a_host_that_runs_no_workers_and_screens_on_this_cpu_first(tmp_path):
-    """An imported host (its class runs no workers) cannot run candidates; the fast screen is the kinds that run
-    on this machine's own CPU (HostKind.on_this_cpu)."""
+def test_the_search_needs_a_host_it_can_run_and_screens_on_this_cpu_first(tmp_path):
+    """An imported host (its class runs no workers) cannot run candidates: it leaves the hosts run, and a fleet of
+    imported hosts alone is refused; the fast screen is the kinds that run on this machine's own CPU
+    (HostKind.on_this_cpu)."""
     local = HostRequest("x86", HostSpec("x86", "local"), {})
     board = HostRequest("board", HostSpec("board", "imported", {"file": str(tmp_path / "board.qbr")}), {})
     pi = HostRequest("pi", HostSpec("pi", "emulated", {"preset": "pi"}), {})
     assert Fleet([pi, local, board], [], None, tmp_path / "cache.json").fast() == [1]
     assert Fleet([pi], [], None, tmp_path / "cache.json").fast() == [0]
-    with pytest.raises(UserError, match=r"^hosts board: an imported host holds results"):
-        Fleet([local, board], [], None, tmp_path / "cache.json").start(tmp_path / "fp32.onnx")
+    assert [h.label for h in Fleet([local, board], [], None, tmp_path / "c").imported_requests] == ["board"]
+    with pytest.raises(UserError, match=r"^hosts board: an imported host holds results of models it ran; a search"):
+        Fleet([board], [], None, tmp_path / "cache.json").start(tmp_path / "fp32.onnx")
+
+
+def _export(run_dir, tier, *variants) -> None:
+    """The air-gapped machine: `tier` runs the variants on the search's fixtures, exported to board.qbr; the
+    hosts file names it as the imported host `board`."""
+    folder = run_dir / "results/variants/m"
+    assert main(["run", "--hosts", tier, "--variants", *(str(folder / f"{v}.onnx") for v in variants), "--tables",
+                 "elsewhere", "--export", "board.qbr", "--no-progress"]) == 0
+    (run_dir / "hosts.toml").write_text('board = { kind = "imported", file = "board.qbr" }\n')
+
+
+def _result(out) -> dict:
+    path = next(line.split("result: ", 1)[1] for line in out.splitlines() if "; result: " in line)
+    return json.loads(Path(path).read_text())
+
+
+@pytest.mark.slow
+def test_an_imported_host_is_predicted_from_the_host_with_its_outputs(run_dir, capsys):
+    """board holds x86-avx2's own results of fp32 and static-minmax: x86-avx2 computes its bytes on both, so it
+    stands in for board, and every candidate's flips on board are its, marked predicted."""
+    need_tier("x86-avx2")
+    _export(run_dir, "x86-avx2", "fp32", "static-minmax")
+    capsys.readouterr()
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-avx2,board", "--hosts-file", "hosts.toml",
+               "--space", "nodes", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    mark = "predicted from x86-avx2 (same outputs on fp32 and static-minmax)"
+    assert f"imported host board: flips {mark}" in out and "unconfirmed" not in out
+    result = _result(out)
+    assert result["imported"][0]["stand_in"] == "x86-avx2" and result["imported"][0]["base_flips"] > 0
+    assert result["chosen"]["flips"]["board"] == result["chosen"]["flips"]["x86-avx2"]
+    assert mark in result["chosen"]["note"] and result["chosen"]["exclude"] == ["fc_sat"]
+    search = _recipe(run_dir, "static-minmax-float1")["search"]
+    assert search["predicted"] == {"board": mark} and search["hosts"] == ["x86-avx2", "board"]
+    assert mark in (run_dir / "results/report.md").read_text()
+
+
+@pytest.mark.slow
+def test_an_imported_host_no_host_computes_leaves_the_answer_unconfirmed_there(run_dir, capsys):
+    """board holds x86-avx2's results, where fc_sat saturates; the fleet runs only x86-sse4, whose outputs differ:
+    nothing stands in for board. Its base flips (from its rows) keep the base variant from passing, but no
+    candidate is evaluated there, and the stop line says the answer is unconfirmed on board and how to confirm."""
+    for tier in ("x86-avx2", "x86-sse4"):
+        need_tier(tier)
+    _export(run_dir, "x86-avx2", "fp32", "static-minmax")
+    capsys.readouterr()
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-sse4,board", "--hosts-file", "hosts.toml",
+               "--space", "global", "--no-progress"])
+    out = capsys.readouterr().out
+    result = _result(out)
+    (board,) = result["imported"]
+    assert board["stand_in"] is None and board["base_flips"] > 0, out
+    base = next(r for r in result["tried"] if r["choice"] == "base")
+    assert base["flips"]["board"] == board["base_flips"] and not base["passes"]
+    for r in result["tried"]:   # the base variant's model under no session entry is what board's rows hold
+        same = r["variant_id"] == base["variant_id"] and not r["recipe"]["session"]
+        assert ("board" in r["flips"]) == (same and r["stage"] in ("screen", "confirm")), r
+    assert "imported host board: no host of the fleet has its outputs" in out
+    if rc == 0:
+        assert "board" not in _recipe(run_dir, result["variant_name"])["search"]["hosts"]
+        assert _recipe(run_dir, result["variant_name"])["search"]["unconfirmed"] == ["board"]
+        assert "but unconfirmed on board: imported" in out.splitlines()[-2]
+        assert f"run {result['variant_name']} on that machine" in out
+
+
+def test_an_imported_host_without_the_base_variant_is_one_line(run_dir, capsys):
+    _export(run_dir, "x86", "fp32")
+    capsys.readouterr()
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86,board", "--hosts-file", "hosts.toml",
+               "--no-progress"])
+    assert rc == 2
+    line = one_line(capsys.readouterr().err, "search")
+    assert "host board: its results (" in line and "lack model m's static-minmax on " in line
+    assert "run fp32 and static-minmax on that machine" in line
