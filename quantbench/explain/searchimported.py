@@ -76,6 +76,9 @@ def read_member(request, base, fp32_id: str, base_id: str, fixture_ids: list, sp
     """The imported host `request` (a HostRequest) read from its file(s): fp32 and `base` on `fixture_ids`."""
     label = request.label
     rows, hosts = held_results(request.spec.options, [fp32_id, base_id])
+    if len({h["fingerprint_id"] for h in hosts}) > 1:
+        raise UserError(f"host {label}: its files ({', '.join(files_of(request.spec.options))}) ran on several CPU "
+                        "models; a search takes one imported host per CPU model (one file list each)")
     skey = session_key(request.session)
     mine = [r for r in rows if r["session_key"] == skey]
     runs = _by_run(mine or rows, fp32_id, base_id, fixture_ids, names)

@@ -56,7 +56,7 @@ def _why(m: dict) -> str:
 def imported_lines(result) -> list[str]:
     """One line per imported host of the fleet: who stands in for it, or that the answer is unconfirmed there."""
     out = []
-    for m in getattr(result, "imported", None) or []:
+    for m in result.imported:
         known = f"its {result.base} flips {m['base_flips']} (from its imported results)"
         if m["stand_in"]:
             out.append(f"imported host {m['host']}: flips {m['note']}; {known}")
