@@ -305,3 +305,8 @@ def test_an_imported_host_without_the_base_variant_is_one_line(run_dir, capsys):
     line = one_line(capsys.readouterr().err, "search")
     assert "host board: its results (" in line and "lack model m's static-minmax on " in line
     assert "run fp32 and static-minmax on that machine" in line
+    (run_dir / "hosts.toml").write_text('board = { kind = "imported", file = "gone.qbr" }\n')
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86,board", "--hosts-file", "hosts.toml",
+               "--no-progress"])
+    assert rc == 2 and "gone.qbr" in one_line(capsys.readouterr().err, "search")
+    assert _index(run_dir) == ["fp32", "static-minmax"]
