@@ -297,9 +297,11 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     return None
 
 
-def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams) -> str:
+def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=()) -> str:
+    """The search's content key; an imported host's held outputs are part of it (a re-exported file is new input)."""
+    held = [[m.label, sorted([*k, v] for k, v in m.hashes.items())] for m in imported]
     return content_key(["search/1", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
-                        params.key()])
+                        params.key(), *([held] if held else [])])
 
 
 def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
@@ -425,7 +427,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
     evaluation cache under `state_root` (resumed from on a rerun)."""
     with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation) as walk:
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
-                        walk.all_ids, params)
+                        walk.all_ids, params, walk.fleet.imported)
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
         written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
     fleet = walk.fleet

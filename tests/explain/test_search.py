@@ -310,3 +310,18 @@ def test_an_imported_host_without_the_base_variant_is_one_line(run_dir, capsys):
                "--no-progress"])
     assert rc == 2 and "gone.qbr" in one_line(capsys.readouterr().err, "search")
     assert _index(run_dir) == ["fp32", "static-minmax"]
+
+
+def test_an_imported_hosts_held_outputs_are_part_of_the_search_id():
+    """A re-exported file with other outputs is a new input: the same search over it is another search."""
+    from types import SimpleNamespace
+
+    from quantbench.explain.search import SearchParams, search_id
+
+    def member(sha):
+        return SimpleNamespace(label="board", hashes={("v:f1", "logits"): sha})
+
+    hosts = [HostRequest("x86", HostSpec("x86", "local"), {})]
+    ids = {search_id("b", "f", hosts, ["f1"], SearchParams(), imported=[member(s)]) for s in ("a" * 64, "b" * 64)}
+    assert len(ids) == 2
+    assert search_id("b", "f", hosts, ["f1"], SearchParams()) not in ids
