@@ -126,6 +126,7 @@ def test_one_model_with_and_without_a_requirement_is_two_variants_of_one_run(wor
     bright_images(workdir)
     vdir = variants_folder(workdir, "both", None)
     add_required_copy(vdir, "static-minmax-x64quantprecision", X64)
+    add_required_copy(vdir, "static-minmax-copy", {})    # the same bytes without a requirement: still a duplicate
     capsys.readouterr()
     equiv = ["equiv", "--hosts", "x86", "--variants", "variants/both", *COMMON]
     assert main(equiv) in (0, 1)
@@ -137,6 +138,8 @@ def test_one_model_with_and_without_a_requirement_is_two_variants_of_one_run(wor
     assert ids["static-minmax-x64quantprecision"] != sem
     summary = json.loads((workdir / "results" / "equiv.json").read_text())
     assert {v["variant"]: v["variant_id"] for v in summary["variants"]} == ids
+    assert [(d["name"], d["duplicate_of"]) for d in summary["settings"]["duplicates"]] == [
+        ("static-minmax-copy", "static-minmax")]
     root = workdir / "results" / "tables"
     outputs = load_outputs(tensors=False, tables_root=root).to_pylist()
     for name, vid in ids.items():
