@@ -107,3 +107,21 @@ def hashes(tables_root, host: str, variant: str, how: str) -> dict:
     t = load_outputs(host=host, tensors=False, tables_root=tables_root).to_pylist()
     return {(r["fixture_id"], r["output_name"]): r["sha256"] for r in t
             if r["variant"] == variant and kind(r["session_options"]) == how}
+
+
+def add_required_copy(vdir, name: str, required: dict, of: str = "static-minmax") -> Path:
+    """vdir/<name>: variant `of`'s model bytes under another name, its recipe recording `required` as its session
+    requirement (what the recipe search writes when a session entry alone meets the budget; {}: none, a plain
+    copy), listed in the index."""
+    from quantbench.inputs.variantdir import load_variants, write_index
+
+    vdir = Path(vdir)
+    (vdir / f"{name}.onnx").write_bytes((vdir / f"{of}.onnx").read_bytes())
+    recipe = json.loads((vdir / f"{of}.recipe.json").read_text())
+    recipe.update(name=name, session_requirements=dict(required))
+    if not required:   # a plain copy: the same variant under another name
+        recipe.pop("session_requirements")
+    (vdir / f"{name}.recipe.json").write_text(json.dumps(recipe))
+    variants = load_variants(vdir)
+    write_index(vdir, variants + [type(variants[0])(name=name, path=vdir / f"{name}.onnx", model=variants[0].model)])
+    return vdir / f"{name}.onnx"

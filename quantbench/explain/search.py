@@ -37,6 +37,7 @@ from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ran
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, content_key
 from quantbench.inputs.modelio import semantic_sha256
+from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 
 SPACES = ("all", "global", "nodes")
 
@@ -89,7 +90,7 @@ class Tried:
 
     choice: Choice
     exclude: tuple
-    variant_id: str = ""
+    variant_id: str = ""                    # the candidate model's semantic hash (what the fleet measured)
     size: int = 0
     float_share: float = 0.0
     stage: str = ""                         # screen | confirm | not built | ceiling
@@ -110,9 +111,15 @@ class Tried:
         vals = [v for v in self.flips.values() if v is not None]
         return None if len(vals) < len(self.flips) or not vals else max(vals)
 
+    @property
+    def identity(self) -> str:
+        """The variant_id the candidate has as a variant: its model under its session entries (variant_identity)."""
+        return variant_identity(self.variant_id, self.choice.entries) if self.variant_id else ""
+
     def row(self) -> dict:
         return {"choice": self.choice.name, "recipe": self.choice.describe(), "exclude": list(self.exclude),
-                "variant_id": self.variant_id, "size": self.size, "float_share": self.float_share,
+                "variant_id": self.identity, "semantic_sha256": self.variant_id, "size": self.size,
+                "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
                 "note": self.note, "screen": self.screen, "int8": self.int8}
 
@@ -383,7 +390,7 @@ def _kept_nodes(walk: Walk, t: Tried) -> list[dict]:
 def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | None, str | None, str]:
     """(written path, name, note) of the chosen candidate; nothing when it is the variant as calibrated."""
     base = walk.space.base
-    if t.variant_id == base.recipe.get("semantic_sha256") and not t.choice.entries:
+    if t.identity == variant_identity(base.recipe.get("semantic_sha256", ""), requirements_of(base)):
         return str(base.path), base.name, "the variant as calibrated meets the budget: nothing new written"
     name = params.name or variant_name(t)
     extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}

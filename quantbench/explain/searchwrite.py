@@ -12,17 +12,21 @@ import os
 from pathlib import Path
 
 from quantbench.errors import UserError
+from quantbench.inputs.sidecarfile import REQUIREMENTS, requirements_of, variant_identity
 from quantbench.inputs.variantdir import Variant, load_variants, staging_folder, write_index
 
 
 def write_variant(space, choice, exclude: tuple, variant_id: str, name: str, extra: dict) -> tuple[Path, str]:
-    """(the written variant's path, "new" | "unchanged" | "replaced"); `extra`: recipe keys besides make_static's."""
+    """(the written variant's path, "new" | "unchanged" | "replaced"); `variant_id`: the semantic hash the fleet
+    measured; `extra`: recipe keys besides make_static's (its session requirement among them). A variant of that
+    name is unchanged when it is the same model under the same requirement (sidecarfile.variant_identity)."""
     folder = Path(space.base.path).parent
     if not (folder / "index.json").is_file():
         raise UserError(f"{folder}: no index.json; the search writes into a variants folder calibrate made")
     variants = load_variants(folder)
     old = next((v for v in variants if v.name == name), None)
-    if old is not None and old.recipe.get("semantic_sha256") == variant_id:
+    identity = variant_identity(variant_id, extra.get(REQUIREMENTS))   # the model under its session requirement
+    if old is not None and variant_identity(old.recipe.get("semantic_sha256"), requirements_of(old)) == identity:
         return Path(old.path), "unchanged"
     if old is not None and "search" not in old.recipe:
         raise UserError(f"{folder}: already holds a variant {name!r} that calibrate made; name the search's "

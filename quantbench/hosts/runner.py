@@ -41,7 +41,7 @@ from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
 from quantbench.hosts.setup import first_use_setup
 from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
 from quantbench.hosts.workerpool import HostWorkers
-from quantbench.inputs.sidecarfile import requirements_of
+from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 from quantbench.inputs.modelio import (ModelFacts, fits, load_with_data, model_facts, refuse_non_tensors,
                                        self_contained_bytes)
 from quantbench.textfmt import text_table
@@ -51,7 +51,8 @@ from quantbench.textfmt import text_table
 
 @dataclass
 class VariantInfo:
-    """A variant with its identity computed once: semantic id, raw hash, model inputs."""
+    """A variant with its identity computed once: its id (sidecarfile.variant_identity: the semantic hash, with its
+    session requirement if any), semantic and raw hashes, model inputs."""
 
     name: str
     path: Path
@@ -62,13 +63,15 @@ class VariantInfo:
     inputs: dict  # input name -> shape (ints, or None for symbolic dims)
     external_data: bool = False  # its tensors' data lie in files beside it: it travels with them embedded
     outputs: list = field(default_factory=list)  # the graph's output names, in order
+    semantic_sha256: str = ""   # the model's semantic hash ("": the variant_id, a variant without requirement)
 
     def model_bytes(self) -> bytes:
         """The bytes a worker runs: the file's, or with its external data embedded (modelio.self_contained_bytes)."""
         return self_contained_bytes(self.path) if self.external_data else self.path.read_bytes()
 
     def row(self) -> dict:
-        return {"variant_id": self.variant_id, "raw_sha256": self.raw_sha256, "model": self.model,
+        return {"variant_id": self.variant_id, "semantic_sha256": self.semantic_sha256 or self.variant_id,
+                "raw_sha256": self.raw_sha256, "model": self.model,
                 "variant": self.name, "path": str(self.path), "recipe": canonical_json(self.recipe or {})}
 
 
@@ -79,11 +82,12 @@ def variant_info(v, facts: ModelFacts | None = None) -> VariantInfo:
         return v
     path = Path(v.path)
     facts = facts if facts is not None else model_facts(path)
-    vid = getattr(v, "variant_id", None) or facts.semantic_sha256
+    vid = getattr(v, "variant_id", None) or variant_identity(facts.semantic_sha256, requirements_of(v))
     return VariantInfo(name=str(v.name), path=path, model=str(getattr(v, "model", "") or path.stem),
                        recipe=dict(getattr(v, "recipe", None) or {}), variant_id=vid,
                        raw_sha256=facts.raw_sha256, inputs=dict(facts.inputs),
-                       external_data=bool(facts.external_data), outputs=list(facts.outputs))
+                       external_data=bool(facts.external_data), outputs=list(facts.outputs),
+                       semantic_sha256=facts.semantic_sha256)
 
 
 def _fits(fx, vi: VariantInfo) -> bool:
@@ -98,7 +102,7 @@ class RunPlan:
     specs: list            # HostSpecs, each host once, in the order named
     hosts: list            # their host objects (registry.make_host), made once
     asked: list            # [(variant as asked, its VariantInfo)]: every variant asked for
-    variants: list         # the distinct VariantInfos (by semantic id), in the order asked
+    variants: list         # the distinct VariantInfos (by variant_id), in the order asked
     fixtures: list         # each fixture once
     fixtures_for: dict     # variant_id -> the fixtures that fit it
     session: dict | None   # the session options as given (overrides for every host)
@@ -169,16 +173,13 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
 
 
 def _plan_fixtures(specs, made, asked, fixtures, session, limit) -> RunPlan:
-    """The plan's variants (each semantic id once) and fixtures (each once); every variant fits one."""
+    """The plan's variants (each identity once: one model under two session requirements is two) and fixtures (each
+    once); every variant fits one."""
     if not fixtures:
         raise UserError(f"no fixtures to run; check {flag_mark('fixtures')}/{flag_mark('split')}/{flag_mark('limit')}")
     infos: dict[str, VariantInfo] = {}
     for _, vi in asked:
-        first = infos.setdefault(vi.variant_id, vi)
-        if requirements_of(first) != requirements_of(vi):  # one model, two deployments: never one silently
-            raise UserError(f"variants {first.name} ({first.path}) and {vi.name} ({vi.path}) are the same model under "
-                            f"different session requirements ({entries_text(requirements_of(first)) or 'none'} / "
-                            f"{entries_text(requirements_of(vi)) or 'none'}); run them in separate runs")
+        infos.setdefault(vi.variant_id, vi)
     uniq = list({fx.fixture_id: fx for fx in fixtures}.values())
     fits_of = {vid: [fx for fx in uniq if _fits(fx, vi)] for vid, vi in infos.items()}
     for vid, vi in infos.items():

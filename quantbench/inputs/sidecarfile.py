@@ -253,19 +253,31 @@ def calibrated_spec(variant) -> dict | None:
     return spec if isinstance(spec, dict) and "shape" in spec else None
 
 
+def variant_identity(semantic: str, required: dict | None = None) -> str:
+    """A variant's identity (its variant_id, the key of all its results): the model's semantic hash when it has
+    no session requirement, else the SHA-256 of (semantic hash, the requirement's entries, canonical): the same
+    model deployed under another session requirement is another variant."""
+    if not required:
+        return semantic
+    entries = {str(k): str(v) for k, v in sorted(required.items())}
+    return sha256_bytes(canonical_json({"semantic_sha256": semantic, REQUIREMENTS: entries}).encode())
+
+
 def check_identity(variant, facts: ModelFacts | None = None) -> str:
-    """The variant's semantic hash (computed once, kept on it); a model whose hash is not the one its
-    recipe records (edited, or another variant's file copied over it) is refused before anything runs it.
+    """The variant's identity (variant_identity of its semantic hash and session requirement, computed once, kept
+    on it with the semantic hash); a model whose semantic hash is not the one its recipe records (edited, or
+    another variant's file copied over it) is refused before anything runs it.
 
     `facts`: variant.path's modelio.ModelFacts, when the caller has them (else modelio.model_facts).
     """
     if variant.variant_id is None:
-        variant.variant_id = (facts if facts is not None else model_facts(variant.path)).semantic_sha256
+        variant.semantic_sha256 = (facts if facts is not None else model_facts(variant.path)).semantic_sha256
+        variant.variant_id = variant_identity(variant.semantic_sha256, requirements_of(variant))
     recorded = (variant.recipe or {}).get("semantic_sha256")
-    if isinstance(recorded, str) and recorded != variant.variant_id:
+    if isinstance(recorded, str) and recorded != variant.semantic_sha256:
         recipe = variant.recipe_path or Path(variant.path).with_name(Path(variant.path).stem + ".recipe.json")
-        raise UserError(f"{variant.path}: semantic hash {variant.variant_id[:12]} is not the {recorded[:12]} its "
-                        f"recipe {recipe} records (the model was edited or replaced since calibration); restore "
+        raise UserError(f"{variant.path}: semantic hash {variant.semantic_sha256[:12]} is not the {recorded[:12]} "
+                        f"its recipe {recipe} records (the model was edited or replaced since calibration); restore "
                         f"it, or recalibrate with `quantbench calibrate {flag_mark('force')}`")
     return variant.variant_id
 

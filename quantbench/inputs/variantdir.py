@@ -56,8 +56,11 @@ class Variant:
     recipe: dict = field(default_factory=dict)
     #: the recipe file it was read from (None: a bare model)
     recipe_path: Path | None = None
-    #: its semantic hash, once checked against the recipe (recipe.check_identity); None: not computed yet
+    #: its identity (sidecarfile.variant_identity: the semantic hash, with its session requirement if any), once
+    #: checked against the recipe (sidecarfile.check_identity); None: not computed yet
     variant_id: str | None = None
+    #: its model's semantic hash (set with variant_id)
+    semantic_sha256: str | None = None
     #: (the sidecar beside its file,) once quantbench.inputs.sidecarfile.sidecar_for read it; None: not read yet
     beside_sidecar: tuple | None = field(default=None, repr=False, compare=False)
 

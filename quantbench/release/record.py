@@ -34,7 +34,7 @@ from quantbench.fsutil import (atomic_write_json, atomic_write_text, canonical_j
 from quantbench.hosts.requirements import host_key, ran_as
 from quantbench.store.hostresults import load_hosts, load_outputs
 from quantbench.inputs.modelio import model_hashes, write_self_contained
-from quantbench.inputs.sidecarfile import requirements_of
+from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 from quantbench.release.bundledfiles import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
 from quantbench.textfmt import text_table
 from quantbench.inputs.variantdir import check_plain_name, inside, latest_variants, staging_folder
@@ -478,7 +478,8 @@ def _measured(v, tables_root: Path, hosts) -> tuple:
     if recorded and recorded != sem:
         raise UserError(f"{v.path}: variant {v.name} changed since it was built (semantic hash {sem[:12]}, "
                         f"recipe says {recorded[:12]}); rerun `quantbench calibrate`")
-    targets = _targets_of(tables_root, sem, hosts, requirements_of(v))
+    vid = variant_identity(sem, requirements_of(v))   # its results' key: the model under its requirement
+    targets = _targets_of(tables_root, vid, hosts, requirements_of(v))
     if hosts:
         missing = sorted(set(hosts) - {t["host"] for t in targets})
         if missing:
@@ -486,9 +487,9 @@ def _measured(v, tables_root: Path, hosts) -> tuple:
                             f"`quantbench run {flag_mark('hosts')} {','.join(missing)}` first")
     if not targets:
         raise UserError(f"variant {v.name} ({v.path}) has no results in {tables_root}; run `quantbench run` first")
-    eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, sem, {t["host"] for t in targets})
+    eid, eclasses, eflips, esettings = _equiv_behaviour(tables_root, vid, {t["host"] for t in targets})
     if eid:
-        targets = _scope_to_analysis(targets, sem, esettings)
+        targets = _scope_to_analysis(targets, vid, esettings)
     _byte_classes(targets, [esettings.get("reference"), *esettings.get("hosts", [])] if eid else ())
     return hashes, targets, eid, eclasses, eflips
 
@@ -513,10 +514,11 @@ def _variant_record(v, hashes: dict, targets: list, eid, eclasses: dict, eflips,
                                                        "session_key": t["session_key"]})
         entries.append({"release_key": t["release_key"], "raw_sha256": hashes["raw_sha256"],
                         "semantic_sha256": sem, "variant": v.name, "model": v.model, "host": t["host"]})
-    scope["variant_id"].add(sem)
+    vid = variant_identity(sem, requirements_of(v))
+    scope["variant_id"].add(vid)
     calib = (v.recipe or {}).get("calibration_set") or {}
     return {
-        "name": v.name, "model": v.model, "variant_id": sem, "raw_sha256": hashes["raw_sha256"],
+        "name": v.name, "model": v.model, "variant_id": vid, "raw_sha256": hashes["raw_sha256"],
         "semantic_sha256": sem, "semantic_strip": hashes["semantic_strip"], "bytes": Path(v.path).stat().st_size,
         "session_requirements": requirements_of(v),
         "recipe": v.recipe, "calibration_manifest_sha256": calib.get("manifest_sha256"),

@@ -9,7 +9,8 @@ Checks, each a PASS / FAIL / NOT RETAINED / SKIP row:
 - the registry still maps each release key to this artifact and holds
   release.json's hash (so editing the record to match a tampered file shows); a
   missing registry is a FAIL unless --no-registry says the release was copied alone;
-- each variant's recorded variant_id is its artifact's semantic hash;
+- each variant's recorded variant_id is the identity of (its artifact's semantic hash, its recorded session
+  requirement), and that requirement its recipe's;
 - with --host H: a sample of fixtures re-runs on H (through the hosts runner) from
   the artifact's own bytes, and every output hash equals the recorded one.
 Every path the record names must lie inside the release folder.
@@ -29,11 +30,12 @@ from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
 from quantbench.inputs.fixtures import Fixture
 from quantbench.fsutil import MAX_EXPANSION, check_writable, expansion_limit, read_json, sha256_file, staging_area
 from quantbench.hosts.keys import session_key
-from quantbench.hosts.requirements import host_session
+from quantbench.hosts.requirements import entries_text, host_session
 from quantbench.hosts.runner import run_hosts, variant_info
 from quantbench.tensorcode import tensor_from_bytes, tensor_sha256
 from quantbench.inputs.modelio import model_facts, model_hashes
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, UNFINISHED, load_registry
+from quantbench.inputs.sidecarfile import REQUIREMENTS, variant_identity
 from quantbench.inputs.variantdir import Variant, inside, staging_folder
 
 PASS, FAIL, NOT_RETAINED, SKIP = "PASS", "FAIL", "NOT RETAINED", "SKIP"
@@ -237,13 +239,28 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
                                                           f"{v['raw_sha256'][:16]} ({sem})"))
         elif h["semantic_sha256"] != v["semantic_sha256"]:
             out.append(Check("artifact", v["name"], FAIL, "semantic hash differs from the record"))
-        elif v["variant_id"] != h["semantic_sha256"]:
-            out.append(Check("artifact", v["name"], FAIL, f"recorded variant_id {str(v['variant_id'])[:16]} is not the "
-                                                          f"artifact's semantic hash {h['semantic_sha256'][:16]} "
-                                                          "(the recorded results belong to another model)"))
+        elif (why := _identity_mismatch(v, h["semantic_sha256"])) is not None:
+            out.append(Check("artifact", v["name"], FAIL, why))
         else:
             out.append(Check("artifact", v["name"], PASS, f"raw {v['raw_sha256'][:16]}, semantic {v['semantic_sha256'][:16]}"))
     return out
+
+
+def _identity_mismatch(v: dict, semantic: str) -> str | None:
+    """Why a variant's record does not hold together (None: it does): its variant_id must be the identity of (its
+    artifact's semantic hash, its recorded session requirement), and that requirement the one its recipe records
+    (the one a re-run applies)."""
+    recorded = v.get("session_requirements", {})
+    of_recipe = (v.get("recipe") or {}).get(REQUIREMENTS) or {}
+    if not isinstance(recorded, dict) or recorded != of_recipe:
+        text = (entries_text(recorded) or "none") if isinstance(recorded, dict) else repr(recorded)
+        return f"recorded session requirement {text} is not its recipe's ({entries_text(of_recipe) or 'none'})"
+    want = variant_identity(semantic, recorded)
+    if v["variant_id"] != want:
+        need = f" under its requirement {entries_text(recorded)}" if recorded else ""
+        return (f"recorded variant_id {str(v['variant_id'])[:16]} is not the identity {want[:16]} of the artifact's "
+                f"semantic hash {semantic[:16]}{need} (the recorded results belong to another model or deployment)")
+    return None
 
 
 def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check]:
@@ -309,8 +326,9 @@ def rerun(folder: Path, rec: dict, host: str, sample: int, hosts_file=None, scra
 
     One runner call per recorded session (all variants together), so the host's
     worker starts once per session rather than once per variant. The new outputs
-    are matched to a variant by the semantic hash of the artifact file that ran
-    (computed here from its bytes), never by the record's variant_id: two records
+    are matched to a variant by the identity of the artifact file that ran (its
+    semantic hash computed here from its bytes, under its recipe's session requirement,
+    which the run applies), never by the record's variant_id: two records
     that claim one id cannot lend each other their outputs.
     """
     if not any(t["host"] == host for v in rec["variants"] for t in v["targets"]):
@@ -392,8 +410,8 @@ def _compare(v: dict, t: dict, vi, want: dict, new: list[dict], summary, host: s
     if fp_now - {t["fingerprint_id"]}:
         notes.append(f"host fingerprint now {','.join(sorted(x[:12] for x in fp_now))}, recorded {t['fingerprint_id'][:12]}")
     if vi.variant_id != v["variant_id"]:
-        notes.append(f"the artifact's semantic hash {vi.variant_id[:12]} is not the recorded variant_id "
-                     f"{str(v['variant_id'])[:12]}")
+        notes.append(f"the artifact's identity {vi.variant_id[:12]} (its semantic hash under its recipe's session "
+                     f"requirement) is not the recorded variant_id {str(v['variant_id'])[:12]}")
     note = "".join(f"; {n}" for n in notes)
     differ = sorted(k for k in want if k in got and got[k] != want[k])
     missing = sorted(k for k in want if k not in got)

@@ -78,7 +78,9 @@ def _fingerprint_cols(row):
 # table -> [(derived columns, source columns, function row -> {column: value})]
 DERIVED = {
     "fixtures": [(("objects",), ("labels",), _objects), (("preprocess_id",), ("preprocess",), _preprocess_id)],
-    "models": [(("method", "activation_type", "weight_type", "per_channel", "reduce_range", "percentile",
+    # a part written before variant_id named a session requirement: its variant_id was the semantic hash
+    "models": [(("semantic_sha256",), ("variant_id",), lambda r: {"semantic_sha256": r.get("variant_id")}),
+               (("method", "activation_type", "weight_type", "per_channel", "reduce_range", "percentile",
                  "entropy_bins", "calibration_set"), ("recipe",), _recipe_cols)],
     "hosts": [(("os", "libc", "python_version", "numpy_version", "resolved_providers", "does_not_start"),
                ("fingerprint",),

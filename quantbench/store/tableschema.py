@@ -78,7 +78,9 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("tensor", _BIN, "raw C-order little-endian bytes of the input tensor"),
     ],
     "models": [
-        ("variant_id", STRING, "semantic hash: SHA-256 of the ONNX with node doc_strings removed"),
+        ("variant_id", STRING, "the variant's identity: its semantic hash, or with a session requirement the SHA-256 "
+                               "of (semantic hash, the requirement's entries)"),
+        ("semantic_sha256", STRING, "semantic hash: SHA-256 of the ONNX with node doc_strings removed"),
         ("raw_sha256", STRING, "SHA-256 of the ONNX file bytes"),
         ("model", STRING, "source model name (e.g. litter-detr-tiny)"),
         ("variant", STRING, "variant name: fp32, dynamic, static-minmax, static-percentile, static-entropy, ..."),
@@ -118,7 +120,7 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("session_options", STRING, "session options as canonical JSON (threads, optimisation level, config entries; "
                                      "`required_entries`: the config entries a variant's deployment requirement added "
                                      "to the host's session, absent when none)"),
-        ("variant_id", STRING, "semantic hash of the model variant"),
+        ("variant_id", STRING, "the model variant's identity (models.variant_id)"),
         ("variant", STRING, "variant name"),
         ("fixture_id", STRING, "fixture (input tensor hash)"),
         ("output_name", STRING, "model output name"),
@@ -146,7 +148,7 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
     ],
     "classes": [
         ("equiv_id", STRING, "SHA-256 of the equiv settings and of each host's (fingerprint, session): one analysis"),
-        ("variant_id", STRING, "semantic hash of the model variant"),
+        ("variant_id", STRING, "the model variant's identity (models.variant_id)"),
         ("variant", STRING, "variant name"),
         ("model", STRING, "source model name"),
         ("class_label", STRING, "equivalence class (A, B, ...; A holds the first host named)"),
@@ -168,7 +170,7 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("equiv_id", STRING, "the analysis (see classes)"),
         ("host", STRING, "host name"),
         ("fingerprint_id", STRING, "fingerprint the outputs were produced under"),
-        ("variant_id", STRING, "semantic hash of the model variant"),
+        ("variant_id", STRING, "the model variant's identity (models.variant_id)"),
         ("variant", STRING, "variant name"),
         ("fixture_id", STRING, "fixture (input tensor hash)"),
         ("source", STRING, "source image of the fixture"),
@@ -208,7 +210,7 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
     # explain (localize, evidence, lint, remedies, noise, latency)
     "localize": [
         ("localize_id", STRING, "SHA-256 of (variant, fixture, both hosts' fingerprints and sessions, localisation level)"),
-        ("variant_id", STRING, "semantic hash of the model variant"),
+        ("variant_id", STRING, "the model variant's identity (models.variant_id)"),
         ("variant", STRING, "variant name"),
         ("fixture_id", STRING, "fixture the localisation ran on"),
         ("host_a", STRING, "first host (as named, with its session overrides)"),
@@ -236,7 +238,7 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("host", STRING, "emulated host name"),
         ("fingerprint_id", STRING, "fingerprint of the host the log was taken on"),
         ("qemu_cpu", STRING, "qemu CPU model"),
-        ("variant_id", STRING, "semantic hash of the model variant run"),
+        ("variant_id", STRING, "the identity of the model variant run (models.variant_id)"),
         ("variant", STRING, "variant name"),
         ("arch", STRING, "aarch64 or x86_64"),
         ("family", STRING, "instruction family (e.g. UDOT/SDOT (by element), SMULL/SMLAL, VPMADDUBSW)"),

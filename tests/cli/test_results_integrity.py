@@ -201,7 +201,7 @@ def test_verify_fails_a_tampered_twin_without_registry(rel, capsys):
     out = capsys.readouterr().out
     assert "not checked (--no-registry)" in out
     art = _rows(out, "artifact")
-    assert " FAIL " in art["dynamic-twin"] and "is not the artifact's semantic hash" in art["dynamic-twin"]
+    assert " FAIL " in art["dynamic-twin"] and "is not the identity" in art["dynamic-twin"]
     rerun = _rows(out, "re-run")
     assert " PASS " in rerun["dynamic"] and " PASS " in rerun["fp32"]
     assert " FAIL " in rerun["dynamic-twin"] and "output hashes differ from the record" in rerun["dynamic-twin"]

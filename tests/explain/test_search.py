@@ -182,6 +182,41 @@ def test_a_session_entry_the_answer_needs_is_written_as_its_session_requirement(
     assert recipe["semantic_sha256"] == _recipe(run_dir, "static-minmax")["semantic_sha256"]
 
 
+@pytest.mark.slow
+def test_the_session_requirement_answer_is_a_variant_equiv_and_release_take_like_any_other(run_dir, capsys):
+    """The search's answer that is the base's model plus a session entry: a plain `equiv --hosts x86` (every
+    variant of the last calibrate run) runs it beside its base, each its own variant (the model under its
+    requirement: another variant_id), exits by its gate; `release` records both and `verify --host x86` re-runs
+    them, the requirement applied."""
+    from quantbench.inputs.sidecarfile import variant_identity
+
+    need_tier("x86-avx2")
+    assert main(["search", "--variant", "static-minmax", "--hosts", "x86,x86-avx2", "--space", "global",
+                 "--no-progress"]) == 0
+    assert "chosen: static-minmax-x64quantprecision" in capsys.readouterr().out
+    assert main(["equiv", "--hosts", "x86", "--no-progress", "--no-plots"]) in (0, 1)   # its gate, not a refusal
+    captured = capsys.readouterr()
+    assert "session requirements" not in captured.err, captured.err
+    summary = json.loads((run_dir / "results" / "equiv.json").read_text())
+    ids = {v["variant"]: v["variant_id"] for v in summary["variants"]}
+    sem = _recipe(run_dir, "static-minmax")["semantic_sha256"]
+    assert ids["static-minmax"] == sem
+    assert ids["static-minmax-x64quantprecision"] == variant_identity(sem, {"session.x64quantprecision": "1"})
+    verdicts = [ln for ln in captured.out.splitlines() if ln.startswith("- ")]
+    assert any(" static-minmax-x64quantprecision:" in ln for ln in verdicts), captured.out
+    assert main(["release", "--tag", "v1"]) == 0
+    folder = run_dir / "results" / "releases" / "v1"
+    by = {v["name"]: v for v in json.loads((folder / "release.json").read_text())["variants"]}
+    assert by["static-minmax-x64quantprecision"]["variant_id"] == ids["static-minmax-x64quantprecision"]
+    assert by["static-minmax-x64quantprecision"]["session_requirements"] == {"session.x64quantprecision": "1"}
+    assert by["static-minmax"]["variant_id"] == sem and by["static-minmax"]["session_requirements"] == {}
+    capsys.readouterr()
+    assert main(["verify", str(folder), "--host", "x86", "--sample", "2"]) == 0
+    out = capsys.readouterr().out
+    rerun = {ln.split()[1]: ln for ln in out.splitlines() if ln.startswith("re-run")}
+    assert " PASS " in rerun["static-minmax-x64quantprecision"] and " PASS " in rerun["static-minmax"], out
+
+
 def test_a_worker_that_could_not_make_a_session_is_replaced_before_the_next_candidate(workdir):
     """A static QDQ model with a shared int8 weight under session.x64quantprecision=1: onnxruntime 1.32.0 cannot
     make the session on AVX2 and up (tests/explain/test_remedy.py). The worker that failed answered later

@@ -12,7 +12,7 @@ import pytest
 
 from quantbench.cli import main
 from quantbench.store.hostresults import load_outputs
-from requirement_helpers import X64, bright_images, hashes, variants_folder
+from requirement_helpers import X64, add_required_copy, bright_images, hashes, variants_folder
 from setup_required import need_tier
 
 COMMON = ["--fixtures", "labels.json", "--no-progress", "--no-plots"]
@@ -115,16 +115,50 @@ def test_a_host_whose_session_contradicts_it_is_not_run(workdir, capsys):
     assert "- NOT RUN static-minmax" in out
 
 
-def test_the_same_model_under_two_requirements_is_refused_in_one_run(workdir, capsys):
+def test_one_model_with_and_without_a_requirement_is_two_variants_of_one_run(workdir, capsys):
+    """The search's answer can be the base's model plus a session entry (static-minmax-x64quantprecision): the
+    same bytes, another deployment. Its variant_id is the identity of (semantic hash, requirement), so a plain
+    equiv of the folder runs both, each with its own results, classes and decisions, and a rerun is cached."""
+    from quantbench.inputs.modelio import semantic_sha256
+    from quantbench.inputs.sidecarfile import variant_identity
+    from quantbench.store import partread
+
     bright_images(workdir)
-    variants_folder(workdir, "plain", None)
-    variants_folder(workdir, "required", X64)
+    vdir = variants_folder(workdir, "both", None)
+    add_required_copy(vdir, "static-minmax-x64quantprecision", X64)
+    add_required_copy(vdir, "static-minmax-copy", {})    # the same bytes without a requirement: still a duplicate
     capsys.readouterr()
-    assert main(["run", "--hosts", "x86", "--variants", "variants/plain", "variants/required", "--fixtures",
-                 "labels.json", "--no-progress"]) == 2
-    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert len(err) == 1 and "are the same model under different session requirements (none / " \
-                             "session.x64quantprecision=1); run them in separate runs" in err[0], err
+    equiv = ["equiv", "--hosts", "x86", "--variants", "variants/both", *COMMON]
+    assert main(equiv) in (0, 1)
+    captured = capsys.readouterr()
+    assert "same model under different session requirements" not in captured.err + captured.out
+    sem = semantic_sha256(vdir / "static-minmax.onnx")
+    ids = {"fp32": semantic_sha256(vdir / "fp32.onnx"), "static-minmax": sem,
+           "static-minmax-x64quantprecision": variant_identity(sem, X64)}
+    assert ids["static-minmax-x64quantprecision"] != sem
+    summary = json.loads((workdir / "results" / "equiv.json").read_text())
+    assert {v["variant"]: v["variant_id"] for v in summary["variants"]} == ids
+    assert [(d["name"], d["duplicate_of"]) for d in summary["settings"]["duplicates"]] == [
+        ("static-minmax-copy", "static-minmax")]
+    root = workdir / "results" / "tables"
+    outputs = load_outputs(tensors=False, tables_root=root).to_pylist()
+    for name, vid in ids.items():
+        rows = [r for r in outputs if r["variant"] == name]
+        assert len(rows) == 4 and {r["variant_id"] for r in rows} == {vid}, name
+        assert any(r["variant_id"] == vid for r in partread.read("classes", root=root).to_pylist()), name
+        assert sum(r["variant_id"] == vid for r in partread.read("decisions", root=root).to_pylist()) >= 4, name
+    required = {r["variant"]: "required_entries" in r["session_options"] for r in outputs}
+    assert required == {"fp32": False, "static-minmax": False, "static-minmax-x64quantprecision": True}
+    models = {r["variant"]: r for r in partread.read("models", root=root).to_pylist()}
+    assert models["static-minmax-x64quantprecision"]["semantic_sha256"] == sem
+    assert models["static-minmax"]["variant_id"] == models["static-minmax"]["semantic_sha256"] == sem
+    verdicts = [ln for ln in captured.out.splitlines() if ln.startswith("- ")]
+    assert any(" static-minmax-x64quantprecision:" in ln for ln in verdicts), captured.out
+    assert any(" static-minmax:" in ln for ln in verdicts), captured.out
+    assert main(equiv) in (0, 1)
+    again = json.loads((workdir / "results" / "equiv.json").read_text())
+    assert again["variants"] == summary["variants"] and again["equiv_id"] == summary["equiv_id"]
+    assert len(load_outputs(tensors=False, tables_root=root).to_pylist()) == len(outputs)   # nothing re-run
 
 
 def test_an_imported_host_brings_its_results_under_the_requirement(workdir, capsys):

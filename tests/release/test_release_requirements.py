@@ -62,3 +62,38 @@ def test_verify_on_a_host_that_cannot_apply_it_fails_saying_why(workdir, capsys)
     line = next(ln for ln in out.splitlines() if ln.startswith("re-run") and "static-minmax on edge" in ln)
     assert " FAIL " in line and "edge cannot run it: session requirement session.x64quantprecision=1 not applied: " \
                                 in line and "Attempt to replace the existing tensor" in line
+
+
+def _edited_release(workdir, edit) -> list:
+    """The exit code of `verify` on a release of the required folder (run on x86) after `edit(record)`."""
+    bright_images(workdir)
+    variants_folder(workdir, "required", X64)
+    assert main(["equiv", "--hosts", "x86", "--variants", "variants/required", *COMMON]) in (0, 1)
+    assert main(["release", "--tag", "v1", "--variants", "variants/required", "--results", "results"]) == 0
+    folder = workdir / "results" / "releases" / "v1"
+    rec = json.loads((folder / "release.json").read_text())
+    edit(next(v for v in rec["variants"] if v["name"] == "static-minmax"))
+    (folder / "release.json").write_text(json.dumps(rec))
+    return main(["verify", str(folder), "--no-registry"])
+
+
+def test_an_edited_requirement_in_the_record_fails_verify(workdir, capsys):
+    def drop(v):
+        v["session_requirements"] = {}
+
+    assert _edited_release(workdir, drop) == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines()
+                if ln.startswith("artifact") and "static-minmax" in ln)
+    assert " FAIL " in line and "recorded session requirement none is not its recipe's " \
+                                "(session.x64quantprecision=1)" in line, line
+
+
+def test_a_requirement_edited_in_record_and_recipe_alike_fails_verify(workdir, capsys):
+    """The results were keyed by the model under its requirement: another requirement is another variant_id."""
+    def other(v):
+        v["session_requirements"] = v["recipe"]["session_requirements"] = {"session.x64quantprecision": "0"}
+
+    assert _edited_release(workdir, other) == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines()
+                if ln.startswith("artifact") and "static-minmax" in ln)
+    assert " FAIL " in line and "is not the identity" in line and "session.x64quantprecision=0" in line, line
