@@ -123,7 +123,9 @@ class EquivResult:
 
 
 def _run_hint(host: str, variant: VariantRef, hint: str) -> str:
-    return f"`quantbench run --hosts {host} --variants {variant.path or variant.name}{hint}`"
+    """The command that makes `host`'s missing results; `hint` repeats the options the analysis was given (marked,
+    errors.flag_mark, as these are)."""
+    return f"`quantbench run {flag_mark('hosts')} {host} {flag_mark('variants')} {variant.path or variant.name}{hint}`"
 
 
 _HASH_COLS = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id", "output_name", "dtype", "shape",

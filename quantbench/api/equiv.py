@@ -107,15 +107,16 @@ class Prepared:
 
 
 def run_hint(fixtures: Fixtures, session: Session) -> str:
-    """The options a hint to run a missing host again repeats (the command line's flags)."""
+    """The options a hint to run a missing host again repeats, each marked (errors.flag_mark): the command line
+    shows their flags, the API their parameters' names."""
     parts = []
     for name, value in (("fixtures", fixtures.labels), ("images", fixtures.images),
                         ("split", None if fixtures.split == "eval" else fixtures.split), ("limit", fixtures.limit),
-                        ("graph-opt", session.graph_opt), ("threads", session.threads),
+                        ("graph_opt", session.graph_opt), ("threads", session.threads),
                         ("providers", None if session.providers is None else ",".join(session.providers))):
         if value:
-            parts.append(f" --{name} {value}")
-    parts += [f" --session-config {k}={v}" for k, v in session.config.items()]
+            parts.append(f" {flag_mark(name)} {value}")
+    parts += [f" {flag_mark('session_config')} {k}={v}" for k, v in session.config.items()]
     return "".join(parts)
 
 
@@ -231,11 +232,13 @@ def duplicate_variants(plan) -> list[dict]:
 
 
 def publish(result, results: Results, gates=None, checked=None, plots: bool = True, labels=None,
-            images=None) -> list:
+            images=None, render=render_params) -> list:
     """Write what an analysis leaves behind (quantbench.report.equivsection.publish_equiv): `gates` are what its verdict lines
-    state (default: `checked`, the gates checked); returns the files written."""
+    state (default: `checked`, the gates checked); `render` names the parameters the report points at (the
+    command line: their flags); returns the files written."""
     result.settings["gates"] = list(gates) if gates else list(checked or [])
-    return publish_equiv(result, results.folder, results.tables, plots=plots, fixtures=labels, images=images)
+    return publish_equiv(result, results.folder, results.tables, plots=plots, fixtures=labels, images=images,
+                         render=render)
 
 
 def _check_request(gates: Gates, decode: str | None) -> list:
@@ -274,6 +277,6 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
         result.not_started = p.not_started
         attach_predictions(result, p.refs, p.predict, local_ort_version())
         files = publish(result, results, checked=checked, plots=plots, labels=p.plan.labels,
-                        images=p.plan.images)
+                        images=p.plan.images, render=render)
         failures = result.gate_failures(checked)   # after the files: a gate's refusal still leaves the report
     return Equiv(result, files, checked, failures, p.run_line)

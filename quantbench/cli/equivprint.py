@@ -7,12 +7,14 @@ imports: only these two commands load the analysis and report modules it needs.
 from pathlib import Path
 
 from quantbench.analysis.equiv import as_json
-from quantbench.errors import GateFailed
+from quantbench.errors import GateFailed, render_params
 from quantbench.report.termsummary import equiv_summary_text
 
 
-def print_equiv(result, files, gates, failures, as_json_text: bool, run_line: str | None = None) -> int:
-    """Print an equiv result (text, or JSON) and the files written; a failed gate raises GateFailed."""
+def print_equiv(result, files, gates, failures, as_json_text: bool, run_line: str | None = None,
+                render=render_params) -> int:
+    """Print an equiv result (text, or JSON) and the files written; a failed gate raises GateFailed. `render` shows
+    the parameters the text points at (errors.flag_mark) as this command line's flags."""
     if as_json_text:
         summary = result.summary()
         summary["files"] = [str(f) for f in files]
@@ -20,8 +22,8 @@ def print_equiv(result, files, gates, failures, as_json_text: bool, run_line: st
         print(as_json(summary))
     else:
         if run_line:
-            print(run_line)
-        print(equiv_summary_text(result))
+            print(render(run_line))
+        print(render(equiv_summary_text(result)))
         print("")
         thumbs = [f for f in files if Path(f).parent.name == "gallery"]
         for f in files:

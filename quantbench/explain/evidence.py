@@ -42,6 +42,7 @@ from pathlib import Path
 from quantbench.store import partwrite
 from quantbench.fsutil import content_key
 from quantbench.hosts.keys import hosts_row, normalize_session
+from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import make_host
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
@@ -279,7 +280,7 @@ def run_evidence_for(variant, hosts, fixtures, root, variant_id: str | None = No
     for h in hosts:
         host = make_host(h.spec)
         if not host.traces_instructions:
-            hint = f" (name it {h.spec.name}:qemu)" if h.spec.kind == "masked" else ""
+            hint = f" (name it {h.spec.name}:qemu)" if KINDS[h.spec.kind].tier_kind else ""   # a tier's qemu way
             notes.append(f"evidence: {h.label} is a {h.spec.kind} host; instruction evidence needs qemu's translation "
                          f"log (an emulated host{hint}), skipped")
             continue

@@ -15,6 +15,7 @@ Adding a kind: write its host class in its own module, then add one HostKind to 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -50,10 +51,24 @@ class HostKind:
     installs_runtime: bool = False
     #: its workers run on this machine's own CPU, plain or CPUID-masked (no emulation, no network)
     on_this_cpu: bool = False
+    #: it is this machine as it is (no mask, no emulation): `hosts list` says "this machine"
+    this_machine: bool = False
+    #: an x86 tier may run as this kind, so a mechanism suffix (NAME:qemu, NAME:masked) applies to it
+    tier_kind: bool = False
+    #: a machine that shows an x86 tier masked on itself (NAME:TIER, hosts.remotetier)
+    shows_tiers: bool = False
+    #: what `hosts setup` makes ready for it: "qemu-root" (a guest root and runtime), "runtime" (another
+    #: onnxruntime on this machine), "mask" (the CPUID mask's shim); "": nothing to set up
+    setup_as: str = ""
 
     @property
     def options(self) -> tuple:
         return self.required + self.optional
+
+    def host_type(self):
+        """Its host class (imported now: the table imports no host module)."""
+        module, cls = self.host_class.split(":")
+        return getattr(importlib.import_module(module), cls)
 
     def word(self, key: str) -> str | None:
         """What a one-word option names, None when `key` is not one."""
@@ -111,17 +126,18 @@ def _imported(name: str, opts: dict, where: str, base: Path) -> tuple[str, dict]
 #: every host kind, in the order help and errors list them
 KINDS = {k.name: k for k in (
     HostKind("local", "quantbench.hosts.local:LocalHost", (), ("python", "onnxruntime", "runtime"),
-             complete=_local, installs_runtime=True, on_this_cpu=True),
+             complete=_local, installs_runtime=True, on_this_cpu=True, this_machine=True, setup_as="runtime"),
     HostKind("emulated", "quantbench.hosts.emulated:EmulatedHost", (), ("preset", "qemu_args", "onnxruntime", "runtime"),
-             list_options=("qemu_args",), complete=_emulated, installs_runtime=True),
+             list_options=("qemu_args",), complete=_emulated, installs_runtime=True, tier_kind=True,
+             setup_as="qemu-root"),
     HostKind("ssh", "quantbench.hosts.ssh:SSHHost", ("address",), ("python", "ssh_options", "ssh", "tier"),
              word_options=(("address", "the destination (user@host or an ssh config alias)"),
                            ("python", "the remote interpreter")),
-             list_options=("ssh_options",), complete=_ssh),
+             list_options=("ssh_options",), complete=_ssh, shows_tiers=True),
     HostKind("imported", "quantbench.hosts.imported:ImportedHost", ("file",), ("host",), path_lists=("file",),
              complete=_imported),
     HostKind("masked", "quantbench.hosts.masked:MaskedHost", (), ("profile", "mechanism"), complete=_masked,
-             on_this_cpu=True),
+             on_this_cpu=True, tier_kind=True, setup_as="mask"),
 )}
 
 

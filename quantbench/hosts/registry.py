@@ -78,16 +78,16 @@ def split_mechanism(name: str) -> tuple[str, str | None]:
 
 def _on_machine(spec: HostSpec, label: str, tier: str) -> HostSpec:
     """An x86 tier shown by an ssh machine, masked there (hosts.remotetier)."""
-    if spec.kind != "ssh":
+    if not KINDS[spec.kind].shows_tiers:
         raise UserError(f"host {label!r}: a tier after a host's name needs an ssh host (the machine that shows it); "
                         f"{spec.name} is {spec.kind}")
-    return HostSpec(label, "ssh", dict(spec.options, tier=tier), spec.origin, dict(spec.session))
+    return HostSpec(label, spec.kind, dict(spec.options, tier=tier), spec.origin, dict(spec.session))
 
 
 def _with_mechanism(spec: HostSpec, label: str, mech: str | None) -> HostSpec:
     """The spec of a tier host run the named way (`label` is its name, e.g. x86-avx2:qemu)."""
     profile = spec.options.get("profile") or (spec.name if spec.name in cpuprofiles.PROFILES else None)
-    if profile not in cpuprofiles.PROFILES or spec.kind not in ("masked", "emulated"):
+    if profile not in cpuprofiles.PROFILES or not KINDS[spec.kind].tier_kind:
         raise UserError(f"host {label!r}: a mechanism suffix applies only to the x86 tiers "
                         f"({', '.join(cpuprofiles.PROFILES)})")
     kind, opts = masked.tier_choice(profile, mech)
@@ -349,9 +349,6 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
 
 def make_host(spec: HostSpec):
     """The host object for a spec: its kind's host class (quantbench.hosts.kinds.KINDS)."""
-    import importlib
-
     if spec.kind not in KINDS:
         raise UserError(f"host {spec.name}: unknown kind {spec.kind!r}; choose from {kind_names()}")
-    module, cls = KINDS[spec.kind].host_class.split(":")
-    return getattr(importlib.import_module(module), cls)(name=spec.name, kind=spec.kind, options=dict(spec.options))
+    return KINDS[spec.kind].host_type()(name=spec.name, kind=spec.kind, options=dict(spec.options))

@@ -36,6 +36,7 @@ from quantbench.fsutil import (atomic_write_json, atomic_write_text, build_once,
 from quantbench.hosts import emulated as E
 from quantbench.hosts import runtimes as R
 from quantbench.hosts.keys import local_ort_version
+from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, X86_FLAGS, decode_bits, x86_identity
 
 QEMU_SUITE = "trixie"
@@ -774,10 +775,11 @@ def setup_hosts(specs, progress: bool = True) -> list[str]:
     carries (a version's wheels, a Debian root), local hosts with another runtime; returns what was done."""
     pairs, local = [], []
     for spec in specs:
-        if spec.kind == "emulated":
+        way = KINDS[spec.kind].setup_as
+        if way == "qemu-root":
             name = spec.options.get("preset", spec.name)
             pairs.append((name, E.runtime_of(name, spec.options)))
-        elif spec.kind == "local" and not spec.options.get("python") and R.runtime_of(spec.options).tag != "pypi-local":
+        elif way == "runtime" and not spec.options.get("python") and R.runtime_of(spec.options).tag != "pypi-local":
             local.append(R.runtime_of(spec.options, where=f"host {spec.name}"))
         else:
             raise UserError(f"hosts setup: host {spec.name!r} is kind {spec.kind} with its own onnxruntime; only "

@@ -12,6 +12,7 @@ from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.equiv import as_json, write_tables
 from quantbench.store.resultpaths import RESULTS_DIR
+from quantbench.errors import render_params
 from quantbench.fsutil import atomic_write_text
 from quantbench.hosts.deploy import describe as describe_session
 from quantbench.hosts.placement import summary_text as placement_text
@@ -26,12 +27,14 @@ SECTION = document.registered("equiv")
 
 
 def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True, *,
-                 accuracy: dict | None = None, tables_root=None, shows: list | None = None) -> tuple[str, list[Path]]:
+                 accuracy: dict | None = None, tables_root=None, shows: list | None = None,
+                 render=render_params) -> tuple[str, list[Path]]:
     """The equiv section's Markdown and the files written (plots, gallery thumbnails).
 
     `accuracy`: quantbench.analysis.accuracy.accuracy_table's answer (None: no labels given);
     `tables_root`: where the fixtures table is (the gallery draws the input tensors), default
-    results_dir/tables; `shows`: gallery_shows' answer (None: found here).
+    results_dir/tables; `shows`: gallery_shows' answer (None: found here); `render`: how a parameter a line points
+    at is named (errors.render_params: its name; the command line passes its flag's).
     """
     s = result.settings
     rdir = Path(results_dir)
@@ -62,7 +65,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     lines += gates_lines(result)
     lines += margins_lines(result, rdir, plots, written)
     lines.append("Tables: `results/tables/classes`, `results/tables/decisions`, `results/tables/flips`.")
-    return "\n".join(lines) + "\n", written
+    return render("\n".join(lines) + "\n"), written
 
 
 def hosts_lines(result) -> list[str]:
@@ -225,20 +228,23 @@ def margins_lines(result, rdir: Path, plots: bool, written: list) -> list[str]:
 
 
 def write_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bool = True, *,
-                accuracy: dict | None = None, tables_root=None, shows: list | None = None) -> list[Path]:
+                accuracy: dict | None = None, tables_root=None, shows: list | None = None,
+                render=render_params) -> list[Path]:
     """Render the equiv section, then reassemble the report (Markdown and HTML); returns every file written."""
     text, written = render_equiv(result, results_dir, plots, accuracy=accuracy, tables_root=tables_root,
-                                 shows=shows)
+                                 shows=shows, render=render)
     sec = document.write_section(SECTION, text, results_dir)
     md = document.assemble(results_dir)
     return [*written, sec, md, Path(results_dir) / document.HTML_FILE]
 
 
-def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = True, fixtures=None, images=None) -> list:
+def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = True, fixtures=None, images=None,
+                  render=render_params) -> list:
     """Everything an equiv analysis leaves behind: its table rows, the report sections, equiv.json.
 
     Accuracy is computed from the labels the fixtures were built from (`fixtures` COCO
-    JSON, `images` folder; None: the bundled corpus). Returns the files written.
+    JSON, `images` folder; None: the bundled corpus); `render` names the parameters the report points at
+    (render_equiv). Returns the files written.
     """
     labels = {"fixtures": fixtures, "images": images}
     document.clean_stale_report(results_dir)
@@ -249,6 +255,7 @@ def publish_equiv(result, results_dir: Path, tables_root: Path, plots: bool = Tr
         ahead.finish()   # draw what the child has not taken, and wait for it
     finally:
         ahead.close()    # (after an error: no child left writing files)
-    files += write_equiv(result, results_dir, plots=plots, accuracy=acc, tables_root=tables_root, shows=shows)
+    files += write_equiv(result, results_dir, plots=plots, accuracy=acc, tables_root=tables_root, shows=shows,
+                         render=render)
     files.append(atomic_write_text(Path(results_dir) / "equiv.json", as_json({**result.summary(), "labels": labels}) + "\n"))
     return files

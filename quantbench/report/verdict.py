@@ -5,6 +5,7 @@ that flip), as the report's first lines and the terminal summary's.
 from __future__ import annotations
 
 from quantbench.analysis.decode import kind_of
+from quantbench.errors import flag_mark
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_RTOL, ship_verdict, tolerance_set
 from quantbench.hosts.requirements import entries_text
 from quantbench.report import accuracysection
@@ -77,7 +78,7 @@ def _flips_part(result, v: dict, hosts: list) -> tuple[str, list]:
         if v["variant"] == "fp32":
             return "the reference itself: no other host to compare fp32 with", []
         if not any(x["model"] == v["model"] and x["variant"] == "fp32" for x in result.variants):
-            return (f"no fp32 comparison was possible (no fp32 model given: pass --fp32 FILE); flips count against "
+            return (f"no fp32 comparison was possible (no fp32 model given: pass {flag_mark('fp32')} FILE); flips count against "
                     f"the same file on {s['reference']}"), []
         return "no comparison against fp32", []
     groups: dict = {}

@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from bench_helpers import make_bench
+import quantbench
+from quantbench.api.options import Fixtures, Fleet, Output
 from quantbench.cli import main
+from quantbench.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +114,21 @@ def test_equiv_text_summary_and_same_bytes(two_sessions, capsys):
     assert main(args) == 0
     assert sorted(p.name for p in (workdir / "results" / "tables" / "flips").glob("*.parquet")) == parts
     assert (workdir / "results" / "report.md").read_bytes() == report
+
+
+def test_the_run_hint_names_flags_on_the_command_line_and_parameters_in_the_api(two_sessions, capsys):
+    """A host without results gets the command that makes them, repeating the options given: the command line
+    names their flags, the API (the library) their parameters, never a flag."""
+    vdir, labels = two_sessions[1], two_sessions[3]
+    assert main(["equiv", "--no-run", *two_sessions, "--hosts", "x86,pi4", "--limit", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"`quantbench run --hosts pi4 --variants " in err and f" --fixtures {labels} --limit 3`" in err
+    with pytest.raises(UserError) as exc:
+        quantbench.equiv([vdir], fleet=Fleet("x86,pi4"), fixtures=Fixtures(labels=labels, limit=3), run=False,
+                         output=Output(progress=False))
+    said = str(exc.value)
+    assert "`quantbench run hosts pi4 variants " in said and f" fixtures {labels} limit 3`" in said
+    assert "--" not in said and "\x1e" not in said
 
 
 def test_equiv_bad_input(two_sessions, capsys):

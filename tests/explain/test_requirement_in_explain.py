@@ -49,3 +49,23 @@ def test_the_explain_hosts_carry_it_and_a_contradiction_is_one_line(required, wo
                  "session.x64quantprecision=0", "--fixtures", "labels.json", "--no-progress"]) == 2
     assert "cannot be applied: its session sets session.x64quantprecision=0" in one_line(capsys.readouterr().err,
                                                                                        "noise")
+
+
+def test_a_search_from_a_required_variant_runs_under_its_requirement(workdir, capsys):
+    """search starts from a variant whose recipe records a session requirement: every host runs the candidates
+    with it (as localize and noise do), so a host whose session contradicts it is refused in one line before
+    anything runs."""
+    from explain_helpers import bright_corpus, saturating_image_model
+
+    model = saturating_image_model(workdir / "m.onnx")
+    (workdir / "m.json").write_text('{"decode": {"kind": "classifier-softmax", "logits": "logits"}}')
+    labels = bright_corpus(workdir / "corpus", count=4)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--require-session", "session.x64quantprecision=1", "--no-progress"]) == 0
+    capsys.readouterr()
+    before = sorted(p.relative_to(workdir).as_posix() for p in (workdir / "results").rglob("*"))
+    assert main(["search", "--variant", "static-minmax", "--hosts", "x86", "--session-config",
+                 "session.x64quantprecision=0", "--space", "global", "--no-progress"]) == 2
+    assert ("variant static-minmax's session requirement session.x64quantprecision=1 cannot be applied: its "
+            "session sets session.x64quantprecision=0") in one_line(capsys.readouterr().err, "search")
+    assert sorted(p.relative_to(workdir).as_posix() for p in (workdir / "results").rglob("*")) == before

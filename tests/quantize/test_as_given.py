@@ -68,6 +68,8 @@ def test_equiv_without_fp32_counts_flips_against_the_same_file(int8, workdir, ca
     out = capsys.readouterr().out
     verdict = next(ln for ln in out.splitlines() if "as-given:" in ln)
     assert "no fp32 comparison was possible" in verdict and "against the same file on x86" in verdict
+    # the command line names the flag that gives one, in its summary and in the report it wrote
+    assert "pass --fp32 FILE" in verdict and "pass --fp32 FILE" in (workdir / "results" / "report.md").read_text()
     comps = json.loads((workdir / "results" / "equiv.json").read_text())["comparisons"]
     assert [(c["comparison"], c["host"], c["ref_variant"]) for c in comps] == [("ref-same", "x86-avx2", "as-given")]
     capsys.readouterr()

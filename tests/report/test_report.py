@@ -19,6 +19,7 @@ from quantbench.report import charts, equivsection, htmlpage, verdict
 from quantbench.analysis.accuracy import Plan, plan, score
 from quantbench.analysis.decode import DecodeSpec
 from quantbench.cli import main
+from quantbench.errors import render_params
 from report_helpers import _dec, _flip, _truth, hand_result
 
 
@@ -393,3 +394,17 @@ def test_a_flipped_image_without_its_input_tensor_is_named_not_drawn(labelled_be
     links = [ln for ln in text.splitlines() if ln.startswith("![") and "gallery/" in ln]
     assert len(named) == 3 and len(links) == 21   # that image in each of the 3 comparisons; 21 of 24 drawn
     assert len([p for p in out if p.startswith(GL.GALLERY) and p.endswith(".png")]) == 21
+
+
+def test_no_fp32_verdict_points_at_the_fp32_parameter_and_the_command_line_at_its_flag(tmp_path):
+    """Without an fp32 model the verdict says how to give one: the library names the parameter (fp32), the
+    command line's renderer its flag (--fp32); no flag is written in the library."""
+    r = hand_result()
+    r.variants = [v for v in r.variants if v["variant"] != "fp32"]
+    r.comparisons = [c for c in r.comparisons if c["comparison"] == "ref-same"]
+    r.flip_rows = []
+    md, _ = equivsection.render_equiv(r, tmp_path, plots=False, tables_root=tmp_path)
+    assert "no fp32 model given: pass fp32 FILE" in md and "--fp32" not in md
+    cli = lambda text: render_params(text, lambda p: "--" + p.replace("_", "-"))
+    md, _ = equivsection.render_equiv(r, tmp_path, plots=False, tables_root=tmp_path, render=cli)
+    assert "no fp32 model given: pass --fp32 FILE" in md

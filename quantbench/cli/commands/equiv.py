@@ -60,4 +60,4 @@ def run(args) -> int:
                     reference=args.reference, decode=args.decode, threshold=args.threshold, run=not args.no_run,
                     jobs=args.jobs, cluster=args.cluster, shard=args.shard, plots=not args.no_plots,
                     wait=not args.no_wait, render=render)
-    return print_equiv(res.analysis, res.files, res.gates, res.failures, output.json, render(res.run_line))
+    return print_equiv(res.analysis, res.files, res.gates, res.failures, output.json, res.run_line, render)

@@ -16,6 +16,7 @@ from quantbench.hosts import emulated as em
 from quantbench.hosts.deploy import deployed_session, describe
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
 from quantbench.hosts.masked import masked_unavailable, process_env, setup_masked, shown_tiers
+from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostSpec, known_hosts, make_host, parse_hosts, resolve_hosts
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.setup import setup_hosts
@@ -76,11 +77,12 @@ def do_list(args) -> int:
     for name, spec in hosts.items():
         ok, msg = _ready(spec)
         detail = msg
-        if spec.kind == "emulated" and spec.options.get("preset", name) != name:
+        kind = KINDS[spec.kind]
+        if "preset" in kind.options and spec.options.get("preset", name) != name:
             detail = f"preset {spec.options['preset']}; {msg}"
-        if spec.kind == "local" and ok:
+        if kind.this_machine and ok:
             detail = "this machine" + (f"; {msg}" if msg != "ready" else "")
-        session = describe(deployed_session(spec)) if spec.kind != "imported" else "as recorded in its file"
+        session = describe(deployed_session(spec)) if kind.host_type().runs_workers else "as recorded in its file"
         rows.append((name, spec.kind, spec.origin, "yes" if ok else "no", session, detail))
 
     print(text_table(rows[0], rows[1:]))
@@ -141,7 +143,7 @@ def do_setup(args) -> int:
 
     if args.all:
         specs = [spec for spec in known_hosts(FLEET.parse(args).hosts_file).values()
-                 if spec.origin == "preset" and spec.kind != "masked"]
+                 if spec.origin == "preset" and KINDS[spec.kind].setup_as != "mask"]
         specs += [HostSpec(n, "emulated", {"preset": n}, "preset") for n in em.PRESETS  # an x86 tier's qemu way
                   if n not in {s.name for s in specs}]
         masked = _masked_works_here()
@@ -149,8 +151,9 @@ def do_setup(args) -> int:
         raise UserError("hosts setup: name at least one emulated host, or pass --all")
     else:
         named = resolve_hosts(args.names, FLEET.parse(args).hosts_file, option="hosts setup")
-        specs, masked = [s for s in named if s.kind != "masked"], any(s.kind == "masked" for s in named)
-    remote = [s for s in specs if s.kind == "ssh" and s.options.get("tier")]  # a tier on an ssh machine
+        mask = [s for s in named if KINDS[s.kind].setup_as == "mask"]
+        specs, masked = [s for s in named if s not in mask], bool(mask)
+    remote = [s for s in specs if KINDS[s.kind].shows_tiers and s.options.get("tier")]  # a tier on that machine
     specs = [s for s in specs if s not in remote]
     t0 = time.monotonic()
     progress = not args.no_progress

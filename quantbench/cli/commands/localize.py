@@ -10,9 +10,7 @@ from quantbench.explain import update_report
 from quantbench.explain.evidence import run_evidence_for, table
 from quantbench.explain.localize import localize, summary
 from quantbench.inputs.fixtures import limit_note, pick_balanced, pick_fixture
-from quantbench.hosts.registry import parse_hosts
-from quantbench.hosts.requirements import for_hosts
-from quantbench.cli.runplan import explain_plan
+from quantbench.cli.runplan import explain_run
 from quantbench.inputs.variantdir import pick_variant
 
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."
@@ -40,9 +38,8 @@ def run(args) -> int:
     ex = EXPLAIN.parse(args)
     root = ex.results.tables
     variant = pick_variant(ex.variant)
-    hosts = for_hosts(parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file), variant)
     # the model parsed once: its id, its graph, its fixtures
-    plan = explain_plan(ex.fixtures, hosts, [variant], render=getattr(args, "_render", render_params))
+    hosts, plan = explain_run(ex, variant, render=getattr(args, "_render", render_params))
     (vi,) = plan.variants
     fixtures = plan.fixtures_for[vi.variant_id]
     fixture = pick_fixture(fixtures, args.fixture, ex.fixtures.split)

@@ -10,9 +10,7 @@ from quantbench.cli.groups import ExplainArgs
 from quantbench.errors import render_params
 from quantbench.explain import update_report
 from quantbench.explain.noise import FACTORS, noise_floor, table
-from quantbench.hosts.registry import parse_hosts
-from quantbench.hosts.requirements import for_hosts
-from quantbench.cli.runplan import explain_plan
+from quantbench.cli.runplan import explain_run
 from quantbench.inputs.variantdir import pick_variant
 
 HELP = ("Measure each host's noise floor: repeated runs, threads 1 vs N, batch 1 vs 8, graph optimisation basic vs all, "
@@ -38,9 +36,8 @@ def run(args) -> int:
     ex = EXPLAIN.parse(args)
     root = ex.results.tables
     variant = pick_variant(ex.variant)
-    hosts = for_hosts(parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file), variant)
     # the model parsed once, the limit checked
-    plan = explain_plan(ex.fixtures, hosts, [variant], args.limit, render=getattr(args, "_render", render_params))
+    hosts, plan = explain_run(ex, variant, args.limit, render=getattr(args, "_render", render_params))
     (vi,) = plan.variants
     fixtures = plan.fixtures_for[vi.variant_id]
     spec = spec_for_variant(variant, args.decode, vi.outputs)

@@ -11,9 +11,8 @@ from quantbench.cli.groups import OUTPUT, ExplainArgs
 from quantbench.errors import UserError, render_params
 from quantbench.explain import update_report
 from quantbench.explain.remedy import REMEDIES, build_remedies, remedy_matrix, table
-from quantbench.hosts.registry import parse_hosts
 from quantbench.inputs.sidecarfile import check_identity
-from quantbench.cli.runplan import explain_plan
+from quantbench.cli.runplan import explain_run
 from quantbench.inputs.variantdir import pick_variant
 
 HELP = "Try reduce_range, session.x64quantprecision=1, S8S8 and U8U8 on a split variant: which bring all hosts into one class, at what decision cost."
@@ -39,11 +38,9 @@ def run(args) -> int:
     ex = EXPLAIN.parse(args)
     root = ex.results.tables
     variant = pick_variant(ex.variant)
-    hosts = parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file)
-    if len(hosts) < 2:
-        raise UserError("--hosts: name at least two hosts to compare")
-    # the model parsed once, its identity checked
-    plan = explain_plan(ex.fixtures, hosts, [variant], args.limit, render=getattr(args, "_render", render_params))
+    # the model parsed once, its identity checked; the variant's requirement goes into each remedy (build_remedies)
+    hosts, plan = explain_run(ex, variant, args.limit, render=getattr(args, "_render", render_params),
+                              requirement=False, compares=True)
     (vi,) = plan.variants
     if args.fp32:
         fp32 = Path(args.fp32)

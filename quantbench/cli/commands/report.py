@@ -6,6 +6,7 @@ from quantbench.analysis.equiv import reanalyze
 from quantbench.api.equiv import publish
 from quantbench.cli.equivprint import print_equiv
 from quantbench.cli.groups import OUTPUT, PluginArgs, ResultsArgs
+from quantbench.errors import render_params
 
 HELP = "Re-render results/report.md (and its plots) from the result tables of the last `quantbench equiv`."
 JSON_NATIVE = True  # prints its own --json summary
@@ -31,5 +32,7 @@ def run(args) -> int:
     if not labels:  # the labels that analysis read
         labels, images = again.labels.get("fixtures"), images or again.labels.get("images")
     gates = again.result.settings["gates"]
-    files = publish(again.result, results, gates=gates, plots=not args.no_plots, labels=labels, images=images)
-    return print_equiv(again.result, files, [], [], OUTPUT.parse(args).json)
+    render = getattr(args, "_render", render_params)   # the report's lines may point at a flag (errors.flag_mark)
+    files = publish(again.result, results, gates=gates, plots=not args.no_plots, labels=labels, images=images,
+                    render=render)
+    return print_equiv(again.result, files, [], [], OUTPUT.parse(args).json, render=render)

@@ -7,11 +7,10 @@ from pathlib import Path
 from quantbench.analysis.decode import decode_arg, spec_for_variant
 from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.cli.groups import ExplainArgs
-from quantbench.cli.runplan import explain_plan
+from quantbench.cli.runplan import explain_run
 from quantbench.errors import UserError, render_params
 from quantbench.explain.search import SPACES, SearchParams, search
 from quantbench.explain.searchreport import summary, update_report
-from quantbench.hosts.registry import parse_hosts
 from quantbench.inputs.sidecarfile import check_identity
 from quantbench.inputs.variantdir import latest_variants, pick_variant
 
@@ -52,8 +51,7 @@ def _base(text):
 def run(args) -> int:
     ex = EXPLAIN.parse(args)
     base = _base(ex.variant)
-    hosts = parse_hosts(ex.fleet.names(), ex.session.overrides(), ex.fleet.hosts_file)
-    plan = explain_plan(ex.fixtures, hosts, [base], args.limit, render=getattr(args, "_render", render_params))
+    hosts, plan = explain_run(ex, base, args.limit, render=getattr(args, "_render", render_params))
     (vi,) = plan.variants
     fp32 = pick_variant("fp32") if ex.variant is None or not Path(ex.variant).exists() else None
     if fp32 is None:
