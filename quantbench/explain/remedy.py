@@ -166,7 +166,7 @@ def _run_on_all(workers, hosts, path, fixtures, names, extra_entries=None):
         try:
             return workers[i].run(data, fixtures, _session_of(hosts[i].session, extra_entries), return_tensors=names)
         except JobFailed as exc:
-            if exc.stage not in ("session", "unsupported"):
+            if not exc.cannot_run:
                 raise
             return exc
     runs = parallel(one, list(range(len(hosts))))
@@ -201,7 +201,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                 semantic_sha256(load_model(rv.path, check=False))
             runs, sess, failed = _run_on_all(workers, hosts, rv.path, fixtures, names, rv.config_entries)
             if failed:  # e.g. onnxruntime 1.32.0, a shared int8 weight and x64quantprecision (tests/explain)
-                why = " ".join(failed[0].detail.split()).removeprefix("could not create the session: ")
+                why = failed[0].why
                 rows.append(RemedyRow(rid, base_variant_id, rv.remedy, vid, canonical_json(sess), labels, False, None,
                                       None, "", None, None, len(fx_ids), "onnxruntime cannot make this session on "
                                       f"{', '.join(e.host for e in failed)}: {why}"))

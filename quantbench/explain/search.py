@@ -100,6 +100,13 @@ class Tried:
     screen: dict = field(default_factory=dict)   # the screening stage's flips (fast hosts, nearest fixtures)
     path: Path | None = None
     int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
+    base_requirements: dict = field(default_factory=dict)   # the base variant's session requirement (every host
+    #                                                         runs every candidate under it)
+
+    @property
+    def requirements(self) -> dict:
+        """The session entries a host must set to get this candidate's results: the base's and its choice's."""
+        return {**self.base_requirements, **self.choice.entries}
 
     @property
     def screen_worst(self) -> int | None:
@@ -113,12 +120,14 @@ class Tried:
 
     @property
     def identity(self) -> str:
-        """The variant_id the candidate has as a variant: its model under its session entries (variant_identity)."""
-        return variant_identity(self.variant_id, self.choice.entries) if self.variant_id else ""
+        """The variant_id the candidate has as a variant: its model under its session requirement
+        (variant_identity)."""
+        return variant_identity(self.variant_id, self.requirements) if self.variant_id else ""
 
     def row(self) -> dict:
         return {"choice": self.choice.name, "recipe": self.choice.describe(), "exclude": list(self.exclude),
                 "variant_id": self.identity, "semantic_sha256": self.variant_id, "size": self.size,
+                "session_requirements": self.requirements,
                 "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
                 "note": self.note, "screen": self.screen, "int8": self.int8}
@@ -165,7 +174,7 @@ class Walk:
         for t in self.tried:
             if t.choice == choice and t.exclude == exclude:
                 return t
-        t = Tried(choice, exclude)
+        t = Tried(choice, exclude, base_requirements=requirements_of(self.space.base))
         self.tried.append(t)
         built = self.space.build(choice, exclude)
         if built is None:
@@ -397,8 +406,8 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
     extra["search"] = {"search_id": sid, "base_variant": base.name, "base_variant_id": base.recipe.get(
         "semantic_sha256"), "choice": t.choice.name, "budget": params.budget, "hosts": list(t.flips),
         "flips": t.flips, "float_share": t.float_share, **recipe_marks(walk.fleet.imported, t.flips)}
-    if t.choice.entries:
-        extra["session_requirements"] = t.choice.entries
+    if t.requirements:
+        extra["session_requirements"] = t.requirements
     path, state = write_variant(walk.space, t.choice, t.exclude, t.variant_id, name, extra)
     return str(path), name, f"variant {name}: {state}"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
-from quantbench.explain.localize import decode_runs, open_session, start_workers
+from quantbench.explain.localize import decode_runs, start_workers
 from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts.kinds import KINDS
@@ -173,13 +173,9 @@ class Fleet:
             runs = self.workers[i].run(data, fxs, session_with(self.hosts[i].session, entries),
                                        return_tensors=self.names)
         except JobFailed as exc:   # onnxruntime cannot make this session there: a result saying so
-            if exc.stage not in ("session", "unsupported"):
+            if not exc.cannot_run:
                 raise
-            # measured: a worker that failed to make a session answers later requests with wrong outputs (its
-            # next fp32 run hashes otherwise); a fresh worker takes its place before anything else runs there
-            self.workers[i].close()
-            self.workers[i] = open_session(self.hosts[i])
-            why = " ".join(exc.detail.split()).removeprefix("could not create the session: ")
+            why = exc.why
             return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {why}"}
         dec = decode_runs(self.spec, runs, self.names)
         flips = sum(len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec))

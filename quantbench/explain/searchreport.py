@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench.hosts.requirements import entries_text
 from quantbench.report import document
 from quantbench.textfmt import md_section, text_table
 
@@ -77,7 +78,7 @@ def render(result) -> str:
         c = result.chosen
         lines += [f"Chosen: **{result.variant_name}** ({result.written}): choice {c['choice']}, recipe "
                   f"{c['recipe']}, kept in float: {', '.join(c['exclude']) or 'nothing'}, session requirements: "
-                  f"{c['recipe']['session'] or 'none'}, worst-host flips {c['worst']}.", ""]
+                  f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", ""]
     lines += [f"- {line}" for line in imported_lines(result)] + ([""] if imported_lines(result) else [])
     lines += md_section("Frontier", "Worst-host flips against the share of weights kept in float and the size "
                         "(confirmed candidates no other beats on both).", _HEAD, [_cand(r) for r in
@@ -97,7 +98,8 @@ def summary(result) -> str:
         c = result.chosen
         out.append(f"chosen: {result.variant_name} -> {result.written}")
         out.append(f"  choice {c['choice']}; kept in float: {', '.join(c['exclude']) or 'nothing'} "
-                   f"({c['float_share']:.1%} of the weights); session requirements: {c['recipe']['session'] or 'none'}")
+                   f"({c['float_share']:.1%} of the weights); session requirements: "
+                   f"{entries_text(c['session_requirements']) or 'none'}")
         out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items()))
         for m in result.nodes:
             out.append(f"  {m['node']}: {_why(m)}")

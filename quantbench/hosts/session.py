@@ -26,6 +26,17 @@ class JobFailed(UserError):
         UserError.__init__(self, f"host {host}: worker {stage} error: {message}")
         self.host, self.stage, self.detail = host, stage, message
 
+    @property
+    def cannot_run(self) -> bool:
+        """onnxruntime on that host cannot make this session (as asked, or with the variant's required entries) or
+        has no kernel for it: a result about the host, not a failure of the caller's job."""
+        return self.stage in ("session", "unsupported", "requirement")
+
+    @property
+    def why(self) -> str:
+        """onnxruntime's words, on one line, without the worker's lead-in."""
+        return " ".join(self.detail.split()).removeprefix("could not create the session: ")
+
 
 class HostSession:
     """A started, fingerprinted worker of `spec` (a quantbench.hosts.registry.HostSpec).
@@ -120,8 +131,11 @@ class HostSession:
     def frames(self, parts, **request):
         """The worker's frames for one request (run_job); an error frame or a dead worker is one UserError."""
         try:
-            for h, p in self.run_job(parts, **request):
+            answers = self.run_job(parts, **request)
+            for h, p in answers:
                 if h.get("type") == "error":
+                    for _ in answers:   # read up to its "done": the next request must not read this one's end
+                        pass
                     raise JobFailed(self.label, str(h.get("stage")), str(h.get("message")))
                 yield h, p
         except WorkerDied as exc:

@@ -69,3 +69,39 @@ def test_a_search_from_a_required_variant_runs_under_its_requirement(workdir, ca
     assert ("variant static-minmax's session requirement session.x64quantprecision=1 cannot be applied: its "
             "session sets session.x64quantprecision=0") in one_line(capsys.readouterr().err, "search")
     assert sorted(p.relative_to(workdir).as_posix() for p in (workdir / "results").rglob("*")) == before
+
+
+def test_a_search_from_a_required_variant_keeps_its_requirement(workdir, capsys):
+    """The base's session requirement is part of what it is: the variant as calibrated meeting the budget is the
+    base itself (nothing written, its requirement shown), and a variant the search writes from it requires the
+    same entries (the shared-weight model: onnxruntime cannot make its int8 session under x64quantprecision on
+    AVX2 and up, so another recipe is written)."""
+    import json
+
+    from explain_helpers import bright_corpus
+    from quantbench.hosts.masked import here_features
+    from requirement_helpers import saturating_image_model
+
+    folder = workdir / "results" / "variants"
+    for model, shared in (("m", False), ("tied", True)):
+        saturating_image_model(workdir / f"{model}.onnx", shared=shared)
+        (workdir / f"{model}.json").write_text('{"decode": {"kind": "classifier-softmax", "logits": "logits"}}')
+    labels = bright_corpus(workdir / "corpus", count=4)
+    calib = ["--labels", str(labels), "--per-cell", "2", "--methods", "minmax", "--allow-short", "--require-session",
+             "session.x64quantprecision=1", "--no-progress"]
+    assert main(["calibrate", "--model", str(workdir / "m.onnx"), *calib]) == 0
+    before = sorted(p.name for p in (folder / "m").iterdir())
+    capsys.readouterr()
+    assert main(["search", "--variant", "static-minmax", "--hosts", "x86", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "the variant as calibrated meets the budget: nothing new written" in out
+    assert "session requirements: session.x64quantprecision=1" in out
+    assert sorted(p.name for p in (folder / "m").iterdir()) == before
+    if "avx2" not in here_features():
+        return   # onnxruntime makes the tied model's session here: its base passes as it is
+    assert main(["calibrate", "--model", str(workdir / "tied.onnx"), *calib]) == 0
+    assert main(["search", "--variant", "static-minmax", "--hosts", "x86", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    name = out.split("chosen: ", 1)[1].split()[0]
+    recipe = json.loads((folder / "tied" / f"{name}.recipe.json").read_text())
+    assert recipe["search"]["base_variant"] == "static-minmax" and recipe["session_requirements"] == X64, out

@@ -217,11 +217,11 @@ def test_the_session_requirement_answer_is_a_variant_equiv_and_release_take_like
     assert " PASS " in rerun["static-minmax-x64quantprecision"] and " PASS " in rerun["static-minmax"], out
 
 
-def test_a_worker_that_could_not_make_a_session_is_replaced_before_the_next_candidate(workdir):
+def test_a_candidate_onnxruntime_cannot_make_a_session_of_leaves_the_next_measured_right(workdir):
     """A static QDQ model with a shared int8 weight under session.x64quantprecision=1: onnxruntime 1.32.0 cannot
-    make the session on AVX2 and up (tests/explain/test_remedy.py). The worker that failed answered later
-    requests with other outputs than a fresh one (measured: its next fp32 run hashed otherwise), so every
-    candidate after such a failure was measured wrong; the fleet replaces that worker."""
+    make the session on AVX2 and up (tests/explain/test_remedy.py). Measured before the hosts layer read a failed
+    job to its end: the worker answered the next request with no results and later ones out of step, so every
+    candidate after such a failure was measured wrong (tests/hosts/test_host_sessions.py)."""
     from quantbench.analysis.decode import spec_from_sidecar
     from quantbench.errors import UserError
     from quantbench.explain.searchfleet import Fleet

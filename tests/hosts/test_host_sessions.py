@@ -139,3 +139,24 @@ def test_an_imported_host_runs_under_the_session_its_file_was_made_with(workdir,
     text = capsys.readouterr().out
     out = json.loads(text[text.index("{"):])["hosts"][0]   # (after the hosts file's line)
     assert out["imported"] > 0 and out["session"]["intra_op_num_threads"] == 2 and not out["notes"], out
+
+
+def test_a_job_that_fails_leaves_the_worker_in_step(workdir):
+    """A worker answers a failed job with an error frame and then its "done": the session reads both before it
+    raises, so the next job on the same worker gets its own results (measured before: the stale "done" ended the
+    next request at once with no results, and every later one read its predecessor's frames)."""
+    from quantbench.explain.localize import open_session
+    from quantbench.hosts.session import JobFailed
+
+    good = matmul_model(workdir / "m.onnx").read_bytes()
+    fxs = fixtures(2)
+    w = open_session(parse_hosts("x86")[0])
+    try:
+        before = [r["outputs"]["logits"]["sha256"] for r in w.run(good, fxs)]
+        with pytest.raises(JobFailed):
+            w.run(b"not a model", fxs)
+        after = w.run(good, fxs)
+        assert [r["fixture_id"] for r in after] == [fx.fixture_id for fx in fxs]
+        assert [r["outputs"]["logits"]["sha256"] for r in after] == before
+    finally:
+        w.close()
