@@ -456,3 +456,19 @@ def test_the_written_variant_records_the_latency_ceiling_and_its_latency_on_the_
     search = _recipe(run_dir, "static-minmax-float1")["search"]
     assert search["max_latency_ms"] == 1e6 and search["latency_ms"] == result["chosen"]["latency_ms"]
     assert list(search["latency_ms"]) == ["x86"] and search["hosts"] == ["x86", "x86-avx2"]
+
+
+def test_a_torn_last_line_of_the_latency_cache_is_dropped_and_the_rest_read(tmp_path):
+    """A search killed while writing a latency measurement: the lines before it are read back, the torn one goes
+    (so the next append starts a clean line)."""
+    from quantbench.explain.searchfleet import append_cache, read_cache
+    from quantbench.explain.searchlatency import FIELDS
+
+    path = tmp_path / "search/latency.jsonl"
+    append_cache(path, "a", {"median_ms": 1.5, "spread_ms": 0.25})
+    append_cache(path, "b", {"median_ms": 2.0, "spread_ms": 0.5})
+    whole = path.read_text()
+    path.write_text(whole + '{"key": "c", "median_')
+    assert read_cache(path, FIELDS) == {"a": {"median_ms": 1.5, "spread_ms": 0.25},
+                                        "b": {"median_ms": 2.0, "spread_ms": 0.5}}
+    assert path.read_text() == whole
