@@ -20,6 +20,11 @@ screened first on the fast hosts (this machine, plain or CPUID-masked) and the f
 threshold (smallest fp32 margin); a candidate over budget there is over budget on the whole set (flips only
 add up), so only survivors are confirmed on every host and every fixture. A candidate is a pure function of
 (choice, nodes in float): same inputs, same walk, same chosen variant on any number of jobs.
+
+Ceilings: the share kept in float and the size are checked before any evaluation; a latency ceiling
+(`max_latency_ms`) only on a confirmed survivor, the one kind of candidate that can be chosen, on the hosts that
+measure latency (explain.searchlatency): a median over it there and the candidate does not pass (stage
+"ceiling"). Latency measurements are cached by content, so a rerun reads the same times and walks the same way.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
+from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, content_key
@@ -47,6 +53,7 @@ class SearchParams:
     budget: int = 0                       # decision flips against fp32 allowed per host
     max_float_share: float | None = None  # share of the candidate nodes' weights kept in float
     max_size: int | None = None           # bytes of the variant file
+    max_latency_ms: float | None = None   # median ms on every host that measures latency (confirmed candidates)
     max_evaluations: int = 200
     max_seconds: float | None = None
     space: str = "all"
@@ -69,11 +76,16 @@ class SearchParams:
             raise ParameterError("max_seconds", f"must be more than 0 (got {self.max_seconds})")
         if self.max_size is not None and self.max_size <= 0:
             raise ParameterError("max_size", f"must be more than 0 bytes (got {self.max_size})")
+        if self.max_latency_ms is not None and not self.max_latency_ms > 0:
+            raise ParameterError("max_latency_ms", f"must be more than 0 ms (got {self.max_latency_ms})")
 
     def key(self) -> dict:
         """What decides the walk (not the evaluation and time budgets, nor jobs: they only stop it or pace it)."""
-        return {"budget": self.budget, "max_float_share": self.max_float_share, "max_size": self.max_size,
-                "space": self.space, "screen_fixtures": self.screen_fixtures, "error_images": self.error_images}
+        out = {"budget": self.budget, "max_float_share": self.max_float_share, "max_size": self.max_size,
+               "space": self.space, "screen_fixtures": self.screen_fixtures, "error_images": self.error_images}
+        if self.max_latency_ms is not None:   # a search without the ceiling keeps the id it had
+            out["max_latency_ms"] = self.max_latency_ms
+        return out
 
 
 class Stopped(Exception):
@@ -100,6 +112,8 @@ class Tried:
     screen: dict = field(default_factory=dict)   # the screening stage's flips (fast hosts, nearest fixtures)
     path: Path | None = None
     int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
+    latency_ms: dict = field(default_factory=dict)         # {host: median ms} on the hosts that measure latency
+    latency_spread_ms: dict = field(default_factory=dict)  # {host: spread ms} of those medians
     base_requirements: dict = field(default_factory=dict)   # the base variant's session requirement (every host
     #                                                         runs every candidate under it)
 
@@ -130,7 +144,8 @@ class Tried:
                 "session_requirements": self.requirements,
                 "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
-                "note": self.note, "screen": self.screen, "int8": self.int8}
+                "note": self.note, "screen": self.screen, "int8": self.int8, "latency_ms": self.latency_ms,
+                "latency_spread_ms": self.latency_spread_ms}
 
 
 @dataclass
@@ -148,6 +163,7 @@ class Walk:
     on_evaluation: object = None
     ranking: list = field(default_factory=list)      # [(node, measurement dict)] in rank order
     kept_because: dict = field(default_factory=dict)  # node -> the candidate without it
+    latency: LatencyProbe | None = None               # with a latency ceiling: the measuring hosts' timer
 
     def _spend(self, n: int) -> None:
         p = self.params
@@ -191,7 +207,18 @@ class Walk:
             t.passes = self._stage(t, "confirm", every, self.all_ids)
         elif self._stage(t, "screen", self.fleet.fast(), self.screen_ids):
             t.passes = self._stage(t, "confirm", every, self.all_ids)
+        if t.passes and self.latency is not None:
+            self._time(t)
         return t
+
+    def _time(self, t: Tried) -> None:
+        """A confirmed survivor's latency on the measuring hosts; over the ceiling somewhere, it does not pass."""
+        got = self.latency.measure(t.path, t.variant_id, t.choice.entries)
+        t.latency_ms = {h: m["median_ms"] for h, m in got.items()}
+        t.latency_spread_ms = {h: m["spread_ms"] for h, m in got.items()}
+        why = over_ceiling(t.latency_ms, self.params.max_latency_ms)
+        if why:
+            t.stage, t.passes, t.note = "ceiling", False, "; ".join(n for n in (t.note, why) if n)
 
     def _over_ceiling(self, t: Tried) -> str:
         p = self.params
@@ -222,7 +249,7 @@ def _mixed_bases(walk: Walk) -> list[Choice]:
     searching nodes only."""
     if walk.params.space == "nodes":
         return [walk.space.base_choice()]
-    scored = [t for t in walk.tried if not t.exclude and t.stage not in ("not built", "ceiling")]
+    scored = [t for t in walk.tried if not t.exclude and t.stage != "not built" and t.screen]
     big = float("inf")
     scored.sort(key=lambda t: (big if t.screen_worst is None else t.screen_worst, walk.tried.index(t)))
     return [t.choice for t in scored] or [walk.space.base_choice()]
@@ -332,8 +359,17 @@ def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
         return best, stop.reason
     if chosen is None:
         return None, (f"stopped: space exhausted ({len(walk.tried)} candidates tried, none meets the budget of "
-                      f"{walk.params.budget} flips per host)")
+                      f"{walk.params.budget} flips per host{_latency_tail(walk)})")
     return chosen, "done: a candidate meets the budget on every host and every fixture"
+
+
+def _latency_tail(walk: Walk) -> str:
+    """What the latency ceiling took out of the stop line's count ("" without one)."""
+    over = [t for t in walk.tried if t.latency_ms and not t.passes]
+    if walk.params.max_latency_ms is None or not over:
+        return ""
+    return (f" under the latency ceiling {walk.params.max_latency_ms:g} ms: {len(over)} that meet the budget are "
+            "over it")
 
 
 #: the recipe keys make_static writes itself (a written variant takes every other key of the base recipe: its
@@ -364,6 +400,11 @@ class SearchResult:
     seconds: float
     result_file: str = ""
     imported: list = field(default_factory=list)   # per imported host: its stand-in or why it is unconfirmed
+    max_latency_ms: float | None = None
+    latency_protocol: dict = field(default_factory=dict)   # warmup, runs, repeats of each latency measurement
+    latency_measurements: int = 0          # candidate x measuring host timed (not fleet evaluations)
+    latency_measurements_run: int = 0
+    latency_measurements_cached: int = 0
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -406,6 +447,8 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
     extra["search"] = {"search_id": sid, "base_variant": base.name, "base_variant_id": base.recipe.get(
         "semantic_sha256"), "choice": t.choice.name, "budget": params.budget, "hosts": list(t.flips),
         "flips": t.flips, "float_share": t.float_share, **recipe_marks(walk.fleet.imported, t.flips)}
+    if params.max_latency_ms is not None:
+        extra["search"].update({"max_latency_ms": params.max_latency_ms, "latency_ms": t.latency_ms})
     if t.requirements:
         extra["session_requirements"] = t.requirements
     path, state = write_variant(walk.space, t.choice, t.exclude, t.variant_id, name, extra)
@@ -417,6 +460,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
     """A Walk over `base`'s space on the started fleet (fp32 run on every host, the screening fixtures picked);
     the workers closed and the candidates' folder removed afterwards."""
     params.check()
+    check_fleet(hosts, params.max_latency_ms)
     Space.check(base)
     if not fixtures:
         raise UserError(f"{base.path}: no eval fixtures to count decisions on")
@@ -431,9 +475,22 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
             fleet.start(fp32_path, base)
             margins = fleet.margins()
             screen = sorted(fx_ids, key=lambda f: (margins.get(f, float("inf")), f))[:params.screen_fixtures]
-            yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation)
+            latency = (LatencyProbe(fleet, state_root / "latency.jsonl") if params.max_latency_ms is not None
+                       else None)
+            yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation,
+                       latency=latency)
         finally:
             fleet.close()
+
+
+def _count_latency(result: SearchResult, walk: Walk) -> None:
+    """The latency ceiling, its protocol and the measurements spent on it (none without a ceiling)."""
+    probe = walk.latency
+    if probe is None:
+        return
+    result.max_latency_ms, result.latency_protocol = walk.params.max_latency_ms, dict(PROTOCOL)
+    result.latency_measurements_run, result.latency_measurements_cached = probe.run_count, probe.cached_count
+    result.latency_measurements = probe.run_count + probe.cached_count
 
 
 def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None
@@ -453,5 +510,6 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
                           round(time.monotonic() - walk.started, 3), imported=[m.row() for m in fleet.imported])
+    _count_latency(result, walk)
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

@@ -182,8 +182,9 @@ class Fleet:
         return {"flips": flips, "note": ""}
 
 
-def read_cache(path: Path) -> dict:
-    """{key: result} of the evaluations a previous (maybe killed) run wrote; a torn last line is skipped."""
+def read_cache(path: Path, fields: tuple = ("flips", "note")) -> dict:
+    """{key: {field: value}} of the lines a previous (maybe killed) run wrote (evaluations, or other results such
+    as explain.searchlatency's measurements: `fields` says which keys a line holds); a torn last line is skipped."""
     out: dict = {}
     if not path.exists():
         return out
@@ -194,14 +195,14 @@ def read_cache(path: Path) -> dict:
     for line in text.splitlines():
         try:
             row = json.loads(line)
-            out[row["key"]] = {"flips": row["flips"], "note": row["note"]}
+            out[row["key"]] = {f: row[f] for f in fields}
         except (ValueError, KeyError, TypeError):
             continue
     return out
 
 
 def append_cache(path: Path, key: str, result: dict) -> None:
-    """One finished evaluation, appended and flushed to disk before the search goes on."""
+    """One finished evaluation (or measurement), appended and flushed to disk before the search goes on."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(canonical_json({"key": key, **result}) + "\n")

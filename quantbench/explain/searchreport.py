@@ -1,7 +1,6 @@
 """The search's report section and its console summary, from a SearchResult (explain.search): the frontier
-(worst-host flips against the share kept in float and the size), the chosen recipe, and for each node kept
-in float the measurement that put it there. Latency is not measured by the search (`quantbench latency`
-measures a written variant on local and ssh hosts)."""
+(worst-host flips against the share kept in float and the size, and the latency where a latency ceiling had it
+measured), the chosen recipe, and for each node kept in float the measurement that put it there."""
 
 from __future__ import annotations
 
@@ -21,24 +20,52 @@ def _worst(r: dict):
     return None if not vals or None in vals else max(vals)
 
 
+def _slowest(r: dict) -> float:
+    """The candidate's slowest median over the hosts that measured it (unmeasured: no better than any)."""
+    return max((r.get("latency_ms") or {}).values(), default=float("inf"))
+
+
+def _confirmed(r: dict) -> bool:
+    """Confirmed on every host: stage confirm, or over the latency ceiling (only confirmed survivors are timed)."""
+    return r["worst"] is not None and (r["stage"] == "confirm" or bool(r.get("latency_ms")))
+
+
 def frontier(rows: list[dict]) -> list[dict]:
-    """The candidates confirmed on every host that no other beats on both worst-host flips and float share."""
-    done = [r for r in rows if r["stage"] == "confirm" and r["worst"] is not None]
-    return sorted([r for r in done if not any((o["worst"], o["float_share"]) < (r["worst"], r["float_share"]) and
-                                              o["worst"] <= r["worst"] and o["float_share"] <= r["float_share"]
+    """The candidates confirmed on every host that no other beats on worst-host flips, float share and (where
+    measured) latency alike; those over the latency ceiling among them: they are points of the trade-off."""
+    done = [r for r in rows if _confirmed(r)]
+
+    def point(r):
+        return r["worst"], r["float_share"], _slowest(r)
+
+    return sorted([r for r in done if not any(point(o) != point(r) and all(a <= b for a, b in zip(point(o), point(r)))
                                               for o in done)],
                   key=lambda r: (r["float_share"], r["worst"], r["size"]))
 
 
-def _cand(r: dict) -> list:
+def _latency(r: dict) -> str:
+    lat, spread = r.get("latency_ms") or {}, r.get("latency_spread_ms") or {}
+    return "; ".join(f"{h} {ms:.3g} (spread {spread.get(h, 0.0):.2g})" for h, ms in lat.items()) or "-"
+
+
+def _cand(r: dict, timed: bool = False) -> list:
     macs = (r.get("int8") or {}).get("macs")
     return [r["choice"], ", ".join(r["exclude"]) or "-", f"{r['float_share']:.1%}",
             "-" if macs is None else f"{macs:.1%}", r["size"], r["stage"],
-            _worst(r), "yes" if r["passes"] else "no", r["variant_id"][:12], r["note"] or ""]
+            _worst(r), "yes" if r["passes"] else "no", *([_latency(r)] if timed else []), r["variant_id"][:12],
+            r["note"] or ""]
 
 
 _HEAD = ["choice", "kept in float", "float share (weights)", "MACs in int8", "bytes", "stage", "worst-host flips", "meets budget",
          "variant id", "note"]
+LATENCY_HEAD = "latency ms (median of medians)"
+
+
+def _table(rows: list[dict]) -> tuple[list, list]:
+    """(head, rows) of a candidates table; a latency column when some row of it was timed."""
+    timed = any(r.get("latency_ms") for r in rows)
+    head = _HEAD[:8] + [LATENCY_HEAD] + _HEAD[8:] if timed else _HEAD
+    return head, [_cand(r, timed) for r in rows]
 
 
 def _why(m: dict) -> str:
@@ -80,14 +107,16 @@ def render(result) -> str:
                   f"{c['recipe']}, kept in float: {', '.join(c['exclude']) or 'nothing'}, session requirements: "
                   f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", ""]
     lines += [f"- {line}" for line in imported_lines(result)] + ([""] if imported_lines(result) else [])
-    lines += md_section("Frontier", "Worst-host flips against the share of weights kept in float and the size "
-                        "(confirmed candidates no other beats on both).", _HEAD, [_cand(r) for r in
-                                                                                  frontier(result.tried)])
+    timed = result.max_latency_ms is not None
+    lines += md_section("Frontier", "Worst-host flips against the share of weights kept in float and the size"
+                        + (f", and the latency under the ceiling {result.max_latency_ms:g} ms (confirmed candidates no "
+                           "other beats on all three)." if timed else
+                           " (confirmed candidates no other beats on both)."), *_table(frontier(result.tried)))
     if result.nodes:
         lines += md_section("Nodes kept in float", "The measurement that put each node there.",
                             ["node", "op", "why"], [[m["node"], m.get("op_type", ""), _why(m)] for m in result.nodes])
     if not result.chosen:
-        lines += md_section("Best candidates", None, _HEAD, [_cand(r) for r in result.best()])
+        lines += md_section("Best candidates", None, *_table(result.best()))
     return "\n".join(lines)
 
 
@@ -101,16 +130,26 @@ def summary(result) -> str:
                    f"({c['float_share']:.1%} of the weights); session requirements: "
                    f"{entries_text(c['session_requirements']) or 'none'}")
         out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items()))
+        if c.get("latency_ms"):
+            out.append(f"  latency (median of medians, ms; ceiling {result.max_latency_ms:g}): {_latency(c)}")
         for m in result.nodes:
             out.append(f"  {m['node']}: {_why(m)}")
     else:
         out.append("no candidate meets the budget; best found:")
-        out.append(text_table(_HEAD, [_cand(r) for r in result.best()]))
+        out.append(text_table(*_table(result.best())))
     out += imported_lines(result)
     out.append(f"evaluations: {result.evaluations} ({result.evaluations_run} run, {result.evaluations_cached} cached); "
-               f"result: {result.result_file}")
+               + _measurements(result) + f"result: {result.result_file}")
     out.append(result.stop)
     return "\n".join(out)
+
+
+def _measurements(result) -> str:
+    """The latency measurements spent (not evaluations), with a latency ceiling."""
+    if result.max_latency_ms is None:
+        return ""
+    return (f"latency measurements: {result.latency_measurements} ({result.latency_measurements_run} run, "
+            f"{result.latency_measurements_cached} cached); ")
 
 
 def update_report(result, results_dir) -> Path:

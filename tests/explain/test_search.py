@@ -156,6 +156,7 @@ def test_an_evaluation_budget_stops_the_search_saying_so(run_dir, capsys):
     (["--budget", "-1"], "--budget: must be 0 or more flips (got -1)"),
     (["--variant", "fp32"], "not a static QDQ variant (its recipe says method 'fp32')"),
     (["--max-float-share", "2"], "--max-float-share: must be between 0 and 1 (got 2.0)"),
+    (["--max-latency-ms", "0"], "--max-latency-ms: must be more than 0 ms (got 0.0)"),
 ])
 def test_bad_input_is_one_line(run_dir, capsys, args, message):
     before = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "results").rglob("*"))
@@ -360,3 +361,114 @@ def test_an_imported_hosts_held_outputs_are_part_of_the_search_id():
     ids = {search_id("b", "f", hosts, ["f1"], SearchParams(), imported=[member(s)]) for s in ("a" * 64, "b" * 64)}
     assert len(ids) == 2
     assert search_id("b", "f", hosts, ["f1"], SearchParams()) not in ids
+
+
+def _lines(out, *starts) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(starts)]
+
+
+def _frontier(run_dir) -> list[str]:
+    """The report's search frontier table: its header line first, then one line per candidate."""
+    section = (run_dir / "results/report.md").read_text().split("## Ship search", 1)[1]
+    table = section.split("### Frontier", 1)[1].split("###", 1)[0]
+    return [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+
+
+#: a budget every candidate meets on any CPU, so the walk's survivors (the candidates timed) do not depend on it
+ANY_FLIPS = "100"
+
+
+def test_a_latency_ceiling_no_time_reaches_chooses_as_without_it_and_a_rerun_times_nothing_again(run_dir, capsys):
+    """x86 (this machine, a local host) measures latency: a ceiling of 1e6 ms changes nothing in the walk, every
+    confirmed survivor's row carries its median there, the frontier gains the latency column; a rerun reads every
+    time from results/search/latency.jsonl."""
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--budget", ANY_FLIPS,
+            "--no-progress"]
+    rc = main(args)
+    plain = _result(capsys.readouterr().out)
+    assert plain["max_latency_ms"] is None and plain["latency_measurements"] == 0
+    assert "latency" not in _frontier(run_dir)[0] and not (run_dir / "results/search/latency.jsonl").exists()
+    assert main([*args, "--max-latency-ms", "1e6"]) == rc
+    out = capsys.readouterr().out
+    timed = _result(out)
+    assert timed["chosen"]["variant_id"] == plain["chosen"]["variant_id"] and timed["stop"] == plain["stop"]
+    assert [r["variant_id"] for r in timed["tried"]] == [r["variant_id"] for r in plain["tried"]]
+    survivors = [r for r in timed["tried"] if r["passes"]]
+    assert survivors and all(set(r["latency_ms"]) == set(r["latency_spread_ms"]) == {"x86"} for r in survivors)
+    assert all(r["latency_ms"]["x86"] > 0 for r in survivors)
+    assert not [r for r in timed["tried"] if r["latency_ms"] and not r["passes"]]
+    assert timed["latency_measurements"] == len(survivors) == timed["latency_measurements_run"]
+    assert timed["latency_protocol"] == {"warmup": 2, "runs": 10, "repeats": 3}
+    assert timed["evaluations"] == plain["evaluations"] and timed["evaluations_run"] == 0   # not evaluations
+    assert _lines(out, "  latency (median of medians, ms; ceiling 1e+06): x86 ")
+    assert f"latency measurements: {len(survivors)} ({len(survivors)} run, 0 cached); " in out
+    head, *rows = _frontier(run_dir)
+    assert "| latency ms (median of medians) |" in head and rows and all("| x86 " in row for row in rows)
+    assert len((run_dir / "results/search/latency.jsonl").read_text().splitlines()) == len(survivors)
+    assert main([*args, "--max-latency-ms", "1e6"]) == rc
+    again = _result(capsys.readouterr().out)
+    assert again["latency_measurements_run"] == 0 and again["latency_measurements_cached"] == len(survivors)
+    assert [r["latency_ms"] for r in again["tried"]] == [r["latency_ms"] for r in timed["tried"]]
+    assert again["chosen"]["variant_id"] == timed["chosen"]["variant_id"]
+
+
+def test_a_latency_ceiling_no_machine_meets_ends_with_none_meeting_it(run_dir, capsys):
+    """1e-6 ms: every candidate that meets the budget on x86 is over the ceiling there, so none passes; they stay
+    in the frontier (points of the trade-off) and the best candidates say why."""
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--budget", ANY_FLIPS,
+               "--max-latency-ms", "1e-6", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    (stop,) = _lines(out, "stopped:", "done:")
+    assert stop.startswith("stopped: space exhausted (") and "under the latency ceiling 1e-06 ms: " in stop, stop
+    assert "no candidate meets the budget; best found:" in out
+    result = _result(out)
+    over = [r for r in result["tried"] if r["latency_ms"]]
+    assert over and all(r["stage"] == "ceiling" and not r["passes"] for r in over)
+    assert all(f"median {r['latency_ms']['x86']:.3g} ms on x86, over the latency ceiling 1e-06 ms" in r["note"]
+               for r in over)
+    assert "over the latency ceiling 1e-06 ms" in out
+    assert _index(run_dir) == ["fp32", "static-minmax"]
+    head, *rows = _frontier(run_dir)
+    assert "latency ms" in head and rows and all("over the latency ceiling 1e-06 ms" in row for row in rows)
+
+
+def test_a_latency_ceiling_on_a_fleet_that_measures_no_latency_is_one_line(run_dir, capsys):
+    before = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "results").rglob("*"))
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "pi", "--max-latency-ms", "5", "--no-progress"])
+    assert rc == 2
+    line = one_line(capsys.readouterr().err, "search")
+    assert "hosts pi: a latency ceiling needs a host that measures latency" in line
+    assert "latency is measured on local and ssh hosts" in line
+    assert sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "results").rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_the_written_variant_records_the_latency_ceiling_and_its_latency_on_the_hosts_that_measure(run_dir, capsys):
+    """x86 measures latency, x86-avx2 (CPUID-masked: this machine's cores) does not: the chosen static-minmax-float1
+    is timed on x86 alone, and its recipe's search block records the ceiling and that time."""
+    need_tier("x86-avx2")
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86,x86-avx2", "--space", "nodes",
+               "--max-latency-ms", "1e6", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "chosen: static-minmax-float1" in out, out
+    result = _result(out)
+    search = _recipe(run_dir, "static-minmax-float1")["search"]
+    assert search["max_latency_ms"] == 1e6 and search["latency_ms"] == result["chosen"]["latency_ms"]
+    assert list(search["latency_ms"]) == ["x86"] and search["hosts"] == ["x86", "x86-avx2"]
+
+
+def test_a_torn_last_line_of_the_latency_cache_is_dropped_and_the_rest_read(tmp_path):
+    """A search killed while writing a latency measurement: the lines before it are read back, the torn one goes
+    (so the next append starts a clean line)."""
+    from quantbench.explain.searchfleet import append_cache, read_cache
+    from quantbench.explain.searchlatency import FIELDS
+
+    path = tmp_path / "search/latency.jsonl"
+    append_cache(path, "a", {"median_ms": 1.5, "spread_ms": 0.25})
+    append_cache(path, "b", {"median_ms": 2.0, "spread_ms": 0.5})
+    whole = path.read_text()
+    path.write_text(whole + '{"key": "c", "median_')
+    assert read_cache(path, FIELDS) == {"a": {"median_ms": 1.5, "spread_ms": 0.25},
+                                        "b": {"median_ms": 2.0, "spread_ms": 0.5}}
+    assert path.read_text() == whole

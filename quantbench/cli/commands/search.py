@@ -27,6 +27,9 @@ def add_arguments(p) -> None:
                    help="decision flips against fp32 allowed per host (as `equiv --gate decision` counts them)")
     p.add_argument("--max-float-share", type=float, help="ceiling on the share of weights kept in float (0..1)")
     p.add_argument("--max-size", type=int, help="ceiling on the variant's file size, bytes")
+    p.add_argument("--max-latency-ms", type=float,
+                   help="ceiling on a confirmed candidate's median latency, ms, on every host that measures latency "
+                        "(local, ssh); cached, so a rerun walks the same way")
     p.add_argument("--max-evaluations", type=int, default=200, help="fleet evaluations (candidate x host) to spend")
     p.add_argument("--max-seconds", type=float, help="wall time to spend")
     p.add_argument("--space", choices=SPACES, default="all",
@@ -61,8 +64,8 @@ def run(args) -> int:
     spec = spec_for_variant(base, args.decode, vi.outputs)
     if spec is None:
         raise UserError(f"{base.path}: no decoder; search counts decision flips, so pass --decode KIND")
-    params = SearchParams(args.budget, args.max_float_share, args.max_size, args.max_evaluations, args.max_seconds,
-                          args.space, args.screen_fixtures, args.error_images, args.jobs, args.name)
+    params = SearchParams(args.budget, args.max_float_share, args.max_size, args.max_latency_ms, args.max_evaluations,
+                          args.max_seconds, args.space, args.screen_fixtures, args.error_images, args.jobs, args.name)
     result = search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params, ex.results.folder / "search")
     print(summary(result))
     print(f"report: {update_report(result, ex.results.folder)}")
