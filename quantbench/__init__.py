@@ -1,7 +1,7 @@
 """quantbench: what quantizing one ONNX model does on each CPU it ships to.
 
 The Python API (quantbench.api; docs/api.md), loaded on first use so `import quantbench` stays light:
-`calibrate`, `run`, `equiv`, `make_release`, `verify` and their option groups `Fleet`, `Fixtures`, `Session`,
+`calibrate`, `run`, `equiv`, `search`, `make_release`, `verify` and their option groups `Fleet`, `Fixtures`, `Session`,
 `Results`, `Output` (and `Gates` of equiv). `make_release`, since `quantbench.release` is the release package.
 """
 
@@ -18,6 +18,7 @@ _API = {
     "Gates": ("quantbench.api.equiv", "Gates"),
     "make_release": ("quantbench.api.release", "release"),
     "verify": ("quantbench.api.release", "verify"),
+    "search": ("quantbench.api.search", "search"),
     **{name: ("quantbench.api.options", name) for name in ("Fleet", "Fixtures", "Session", "Results", "Output")},
 }
 __all__ = sorted(_API)

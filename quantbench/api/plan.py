@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import sys
 
-from quantbench.api.options import Fixtures
-from quantbench.errors import flag_mark, render_params
+from quantbench.api.options import Fixtures, Fleet, Session
+from quantbench.errors import UserError, flag_mark, render_params
+from quantbench.hosts.registry import parse_hosts
+from quantbench.hosts.requirements import for_hosts
+from quantbench.hosts.runner import plan_run
 from quantbench.inputs.fixtures import limit_note
 from quantbench.inputs.sidecarfile import load_sidecar_file
 from quantbench.inputs.variantdir import DEMO_NOTE, Variant, is_demo, resolve_variants
@@ -43,3 +46,27 @@ def note_plan(plan, to_stderr: bool = False, render=render_params) -> None:
         print(f"note: {render(note)}", file=out)
     if plan.limit is not None:
         print(render(f"{flag_mark('limit')} {plan.limit}: {limit_note(plan.fixtures)}"), file=out)
+
+
+def explain_plan(fixtures: Fixtures, hosts, variants, limit: int | None = None, render=render_params):
+    """The run plan of an explain command (hosts.runner.plan_run) from its fixture group: each model parsed once
+    and kept on the plan (`models`) for the commands that read its graph; `hosts` its --hosts items, each
+    started later under its own session (explain.localize.start_workers), so they are not asked ready here."""
+    plan = plan_run([h.spec for h in hosts], variants, labels=fixtures.labels, images=fixtures.images,
+                    split=fixtures.split, limit=limit, check_hosts=False, keep_models=True)
+    note_plan(plan, render=render)
+    return plan
+
+
+def explain_hosts(fleet: Fleet, session: Session, fixtures: Fixtures, variant, limit: int | None = None,
+                  render=render_params, requirement: bool = True, compares: bool = False) -> tuple[list, object]:
+    """(the hosts, the run plan) of an explain command or search on `variant`: `fleet`, each host under `session`
+    and, with `requirement`, the variant's session requirement too (hosts.requirements.for_hosts: the variant as
+    shipped runs under it; remedy adds it to each remedy instead), and explain_plan's plan of them. `compares`: the
+    command compares hosts, so one host is refused before the model is read."""
+    hosts = parse_hosts(fleet.names(), session.overrides(), fleet.hosts_file)
+    if compares and len(hosts) < 2:
+        raise UserError(f"{flag_mark('hosts')}: name at least two hosts to compare")
+    if requirement:
+        hosts = for_hosts(hosts, variant)
+    return hosts, explain_plan(fixtures, hosts, [variant], limit, render)

@@ -39,3 +39,14 @@ def test_the_defaults_are_the_command_lines():
     assert run["fixtures"].default.split == defaults["run"]["split"] == Fixtures().split
     gates = equiv["gates"].default
     assert (gates.atol, gates.rtol, gates.budget) == tuple(defaults["equiv"][k] for k in ("atol", "rtol", "budget"))
+
+
+def test_the_search_defaults_are_the_command_lines():
+    from quantbench.cli import build_parser
+
+    parser = build_parser(config=False, commands=["search"])
+    cli = {a.dest: a.default for a in parser._qb_leaves["search"]._actions}
+    params = inspect.signature(quantbench.search).parameters
+    shared = [k for k in params if k in cli and k not in ("variant", "fixtures", "results")]
+    assert len(shared) >= 12, shared
+    assert {k: params[k].default for k in shared} == {k: cli[k] for k in shared}

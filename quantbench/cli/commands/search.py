@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from quantbench.analysis.decode import decode_arg, spec_for_variant
+from quantbench.analysis.decode import decode_arg
 from quantbench.analysis.gates import DEFAULT_BUDGET
+from quantbench.api.search import search
 from quantbench.cli.groups import ExplainArgs
-from quantbench.cli.runplan import explain_run
-from quantbench.errors import UserError, render_params
-from quantbench.explain.search import SPACES, SearchParams, search
-from quantbench.explain.searchreport import summary, update_report
-from quantbench.inputs.sidecarfile import check_identity
-from quantbench.inputs.variantdir import latest_variants, pick_variant
+from quantbench.errors import render_params
+from quantbench.explain.search import SPACES
+from quantbench.explain.searchreport import summary
 
 HELP = ("Search recipes (global remedies, calibration, nodes kept in float) for the one that meets a decision budget "
         "on every host, and write it as a variant.")
@@ -42,31 +38,14 @@ def add_arguments(p) -> None:
     p.add_argument("--decode", type=decode_arg, metavar="KIND", help="decode kind (default: the model's sidecar)")
 
 
-def _base(text):
-    if text:
-        return pick_variant(text)
-    statics = [v for v in latest_variants() if (v.recipe or {}).get("method") == "static"]
-    if not statics:
-        raise UserError("the last calibrate run has no static variant to search from; pass --variant")
-    return statics[0]
-
-
 def run(args) -> int:
     ex = EXPLAIN.parse(args)
-    base = _base(ex.variant)
-    hosts, plan = explain_run(ex, base, args.limit, render=getattr(args, "_render", render_params))
-    (vi,) = plan.variants
-    fp32 = pick_variant("fp32") if ex.variant is None or not Path(ex.variant).exists() else None
-    if fp32 is None:
-        raise UserError(f"--variant {ex.variant}: give a variant name of the last calibrate run (the search "
-                        "re-makes it from the ranges and prepared model calibrate left beside it)")
-    check_identity(fp32)
-    spec = spec_for_variant(base, args.decode, vi.outputs)
-    if spec is None:
-        raise UserError(f"{base.path}: no decoder; search counts decision flips, so pass --decode KIND")
-    params = SearchParams(args.budget, args.max_float_share, args.max_size, args.max_latency_ms, args.max_evaluations,
-                          args.max_seconds, args.space, args.screen_fixtures, args.error_images, args.jobs, args.name)
-    result = search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params, ex.results.folder / "search")
-    print(summary(result))
-    print(f"report: {update_report(result, ex.results.folder)}")
-    return 0 if result.written else 1
+    done = search(ex.variant, ex.fleet, ex.fixtures, ex.session, ex.results, budget=args.budget,
+                  max_float_share=args.max_float_share, max_size=args.max_size, max_latency_ms=args.max_latency_ms,
+                  max_evaluations=args.max_evaluations, max_seconds=args.max_seconds, space=args.space,
+                  screen_fixtures=args.screen_fixtures, error_images=args.error_images, jobs=args.jobs,
+                  name=args.name, decode=args.decode, limit=args.limit,
+                  render=getattr(args, "_render", render_params))
+    print(summary(done.result))
+    print(f"report: {done.report}")
+    return 0 if done.written else 1
