@@ -100,6 +100,8 @@ class Tried:
     screen: dict = field(default_factory=dict)   # the screening stage's flips (fast hosts, nearest fixtures)
     path: Path | None = None
     int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
+    flipped: dict = field(default_factory=dict)  # per host of its last stage: the fixture ids that flip (None: unknown)
+    hashes: dict = field(default_factory=dict)   # per host run: {fixture id: hash of its outputs}
 
     @property
     def screen_worst(self) -> int | None:
@@ -121,7 +123,11 @@ class Tried:
                 "variant_id": self.identity, "semantic_sha256": self.variant_id, "size": self.size,
                 "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
-                "note": self.note, "screen": self.screen, "int8": self.int8}
+                "note": self.note, "screen": self.screen, "int8": self.int8, "flipped": self.flipped}
+
+    def flipping(self) -> list:
+        """The fixture ids that flip on any host of its last stage, sorted."""
+        return sorted({f for ids in self.flipped.values() for f in ids or ()})
 
 
 @dataclass
@@ -153,6 +159,7 @@ class Walk:
         self._spend(len(hosts))
         evs = self.fleet.evaluate(t.path, t.variant_id, t.choice.entries, hosts, fixture_ids)
         t.stage, t.flips = stage, {e.host: e.flips for e in evs}
+        t.flipped, t.hashes = {e.host: e.flipped for e in evs}, {e.host: e.hashes for e in evs if e.hashes}
         if stage == "screen" or not t.screen:   # a candidate confirmed at once was screened on everything
             t.screen = dict(t.flips)
         t.note = "; ".join(e.note for e in evs if e.note)
@@ -182,7 +189,14 @@ class Walk:
             t.passes = self._stage(t, "confirm", every, self.all_ids)
         elif self._stage(t, "screen", self.fleet.fast(), self.screen_ids):
             t.passes = self._stage(t, "confirm", every, self.all_ids)
+        if t.stage == "confirm" and not exclude:
+            self._screen_on_flipping(t)
         return t
+
+    def _screen_on_flipping(self, t: Tried) -> None:
+        """A base choice confirmed on every host and fixture: the fixtures that flip on any host join the screening
+        set (a subset of every fixture still: its flips never exceed those on the whole set)."""
+        self.screen_ids = sorted(set(self.screen_ids) | set(t.flipping()))
 
     def _over_ceiling(self, t: Tried) -> str:
         p = self.params
@@ -307,7 +321,7 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
 def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=()) -> str:
     """The search's content key; an imported host's held outputs are part of it (a re-exported file is new input)."""
     held = [[m.label, sorted([*k, v] for k, v in m.hashes.items())] for m in imported]
-    return content_key(["search/1", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
+    return content_key(["search/2", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
                         params.key(), *([held] if held else [])])
 
 

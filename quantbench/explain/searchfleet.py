@@ -2,7 +2,8 @@
 
 One evaluation is one candidate run on one host over one set of fixtures; its result is the number of
 decision flips against the fp32 model on the same host (analysis.decisions.compare: the numbers
-`equiv --gate decision` counts). Evaluations are cached by content (the candidate's semantic hash, its
+`equiv --gate decision` counts), the fixtures whose decisions flip, and a hash of each fixture's outputs (hosts
+whose hashes differ on a fixture computed different bytes there: what localize can explain). Evaluations are cached by content (the candidate's semantic hash, its
 session entries, the host and its fingerprint, the fixtures) in an append-only JSON-lines file, one line
 per finished evaluation, flushed as it is written: a search killed at any point resumes from the lines
 that were written (a torn last line is ignored), and a rerun of the same search runs nothing again.
@@ -27,6 +28,10 @@ from quantbench.hosts.registry import make_host
 from quantbench.hosts.session import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
 
+#: the evaluation cache's key version: a line written under another version is never read as this one's
+#: (version 2 added the flipping fixtures and the outputs' hashes)
+CACHE_VERSION = "evaluation/2"
+
 def session_with(session: dict, entries: dict | None) -> dict:
     """A host's session with extra config entries (a candidate's session requirements) on top."""
     out = dict(session)
@@ -42,6 +47,8 @@ class Evaluation:
     cached: bool = False
     note: str = ""
     predicted_from: str | None = None   # an imported host's flips: those of the host that stands in for it
+    flipped: list | None = None         # the fixture ids whose decisions flip (sorted; None: unknown)
+    hashes: dict = field(default_factory=dict)   # {fixture id: hash of its outputs' bytes}
 
 
 @dataclass
@@ -153,11 +160,10 @@ class Fleet:
                 self.run_count += 1
                 append_cache(self.cache_file, keys[i], done[i])
                 self.cache[keys[i]] = done[i]
-                out.append(Evaluation(self.hosts[i].label, done[i]["flips"], len(fxs), False, done[i]["note"]))
+                out.append(_evaluation(self.hosts[i].label, done[i], len(fxs), False))
             else:
                 self.cached_count += 1
-                hit = self.cache[keys[i]]
-                out.append(Evaluation(self.hosts[i].label, hit["flips"], len(fxs), True, hit["note"]))
+                out.append(_evaluation(self.hosts[i].label, self.cache[keys[i]], len(fxs), True))
         measured = dict(zip(host_ix, (e.flips for e in out)))
         for t in told(self.imported, self.base_id, variant_id, entries, measured, [fx.fixture_id for fx in fxs]):
             out.append(Evaluation(t.host, t.flips, len(fxs), False, t.note, t.predicted_from))
@@ -165,7 +171,7 @@ class Fleet:
 
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
-        return content_key([variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
+        return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
                             self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs)])
 
     def _run_one(self, i: int, data: bytes, entries: dict, fxs: list) -> dict:
@@ -180,10 +186,18 @@ class Fleet:
             self.workers[i].close()
             self.workers[i] = open_session(self.hosts[i])
             why = " ".join(exc.detail.split()).removeprefix("could not create the session: ")
-            return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {why}"}
+            return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {why}",
+                    "flipped": None, "hashes": {}}
         dec = decode_runs(self.spec, runs, self.names)
-        flips = sum(len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec))
-        return {"flips": flips, "note": ""}
+        per = {f: len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec)}
+        hashes = {r["fixture_id"]: content_key([r["outputs"][n]["sha256"] for n in self.names]) for r in runs}
+        return {"flips": sum(per.values()), "note": "", "flipped": [f for f in sorted(per) if per[f]],
+                "hashes": dict(sorted(hashes.items()))}
+
+
+def _evaluation(host: str, result: dict, fixtures: int, cached: bool) -> Evaluation:
+    return Evaluation(host, result["flips"], fixtures, cached, result["note"], flipped=result.get("flipped"),
+                      hashes=result.get("hashes") or {})
 
 
 def read_cache(path: Path) -> dict:
@@ -198,7 +212,8 @@ def read_cache(path: Path) -> dict:
     for line in text.splitlines():
         try:
             row = json.loads(line)
-            out[row["key"]] = {"flips": row["flips"], "note": row["note"]}
+            out[row["key"]] = {"flips": row["flips"], "note": row["note"], "flipped": row["flipped"],
+                               "hashes": row["hashes"]}
         except (ValueError, KeyError, TypeError):
             continue
     return out
