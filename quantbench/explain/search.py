@@ -33,13 +33,17 @@ from pathlib import Path
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
-from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking
+from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, content_key
-from quantbench.inputs.modelio import semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 
 SPACES = ("all", "global", "nodes")
+#: the share of the evaluation budget localize's runs may take (one run on one host is one evaluation)
+LOCALIZE_SHARE = 8
+#: the SQNR that ranks the nodes after lint's layers and the localize node, the other breaking its ties
+SQNR_LEAD = ("sqnr_loss_db", "sqnr_loss_db_flipping")
 
 
 @dataclass
@@ -145,6 +149,8 @@ class Walk:
     on_evaluation: object = None
     ranking: list = field(default_factory=list)      # [(node, measurement dict)] in rank order
     kept_because: dict = field(default_factory=dict)  # node -> the candidate without it
+    localize_spent: int = 0                           # evaluations localize's runs took
+    localized: list = field(default_factory=list)     # per base choice ranked: localize's evidence (or why none)
 
     def _spend(self, n: int) -> None:
         p = self.params
@@ -235,23 +241,70 @@ def _mixed_bases(walk: Walk) -> list[Choice]:
 
 def rank_nodes(walk: Walk, choice: Choice, feeds: list, feeds_from: str) -> list:
     """[(node, measurement)] in rank order: lint's layers that can diverge on a host of this fleet (most
-    saturating pairs first), then every other node by the SQNR it loses (qdq_loss_debug), name on a tie."""
+    saturating pairs first), then the node upstream of the first tensor localize finds divergent between two hosts
+    on a flipping fixture, then every other node by the SQNR it loses (qdq_loss_debug; SQNR_LEAD: on calibration
+    images, then on the flipping fixtures), name on a tie."""
     base = walk.space.build(choice, ())
     if base is None:
         return []
+    t = walk.try_candidate(choice, ())
     lint = lint_ranking(base.path, walk.fleet.int8_paths())
     loss = error_ranking(walk.space, base.path, feeds)
+    flipping = sorted((fx for fx in walk.fleet.fixtures if fx.fixture_id in set(t.flipping())),
+                      key=lambda fx: fx.fixture_id)[:walk.params.error_images]
+    loss_flip = error_ranking(walk.space, base.path, [{fx.input_name: fx.array} for fx in flipping]) if flipping else {}
+    evidence = _localize_evidence(walk, t)
+    walk.localized.append({"choice": choice.name, **evidence})
     out = []
     for node in walk.space.nodes():
         m = {"node": node, "op_type": walk.space.op_types[node], "sqnr_loss_db": loss.get(node),
-             "error_on": feeds_from}
+             "error_on": feeds_from, "sqnr_loss_db_flipping": loss_flip.get(node),
+             "flipping_fixtures": [fx.fixture_id for fx in flipping]}
         if node in lint:
             pairs, hosts, reason = lint[node]
             m.update({"lint_pairs": pairs, "lint_hosts": hosts, "lint": reason})
+        if evidence.get("node") == node:
+            m["localize_first"] = {k: evidence[k] for k in ("hosts", "fixture", "tensor")}
         out.append((node, m))
-    out.sort(key=lambda nm: (0 if "lint" in nm[1] else 1, -(nm[1].get("lint_pairs") or 0),
-                             -(nm[1]["sqnr_loss_db"] or 0.0), nm[0]))
+    out.sort(key=lambda nm: (0 if "lint" in nm[1] else 1 if "localize_first" in nm[1] else 2,
+                             -(nm[1].get("lint_pairs") or 0), *(-(nm[1][k] or 0.0) for k in SQNR_LEAD), nm[0]))
     return out
+
+
+def localize_pair(t: Tried, labels: list) -> tuple[str, str, str] | None:
+    """(worst host, a host whose outputs differ from it, the fixture) of a candidate's last stage: the first flipping
+    fixture (sorted) of the worst host (most flips, fleet order on a tie) where another host's outputs hash
+    otherwise (fleet order); None when no such pair is known."""
+    ran = [h for h in labels if h in t.hashes and t.flips.get(h) is not None]
+    if not ran:
+        return None
+    worst = max(ran, key=lambda h: (t.flips[h], -ran.index(h)))
+    for fid in t.flipped.get(worst) or ():
+        for other in ran:
+            if other != worst and t.hashes[other].get(fid) not in (None, t.hashes[worst].get(fid)):
+                return worst, other, fid
+    return None
+
+
+def _localize_evidence(walk: Walk, t: Tried) -> dict:
+    """Localize's first divergent tensor of the base candidate `t` and the node upstream of it (its runs counted
+    as evaluations, at most 1/LOCALIZE_SHARE of the evaluation budget over the search); {"skipped": why} without."""
+    labels = [h.label for h in walk.fleet.hosts]
+    pair = localize_pair(t, labels)
+    if pair is None:
+        return {"skipped": "no two hosts give different outputs on a fixture that flips"}
+    p = walk.params
+    cap = min(p.max_evaluations // LOCALIZE_SHARE - walk.localize_spent, p.max_evaluations - walk.evaluations)
+    if cap // 2 < 2:
+        return {"skipped": f"localize's share of the evaluation budget is spent ({walk.localize_spent})"}
+    first, runs, _ = walk.fleet.localize(t.path, t.variant_id, t.choice.entries,
+                                         (labels.index(pair[0]), labels.index(pair[1])), pair[2], cap // 2)
+    walk.evaluations += 2 * runs
+    walk.localize_spent += 2 * runs
+    out = {"hosts": list(pair[:2]), "fixture": pair[2], "tensor": first[0] if first else None, "evaluations": 2 * runs}
+    if not first:
+        return {**out, "skipped": "no divergent tensor found within localize's runs"}
+    return {**out, "node": mac_node_of(load_model(t.path, check=False), first[0], walk.space.op_types)}
 
 
 def _grow(walk: Walk, choice: Choice, order: list) -> tuple[int, int] | None:
@@ -310,6 +363,8 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     """Nodes kept in float on each base choice in turn, until one has a set that meets the budget."""
     for choice in _mixed_bases(walk):
         walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
+        if walk.try_candidate(choice, ()).passes:   # nothing needs keeping in float
+            return walk.try_candidate(choice, ())
         order = [n for n, _ in walk.ranking]
         k = shortest_prefix(walk, choice, order) if order else None
         if k is not None:
@@ -368,6 +423,7 @@ class SearchResult:
     evaluations_cached: int
     seconds: float
     result_file: str = ""
+    localized: list = field(default_factory=list)   # per base choice ranked: localize's evidence (or why none)
     imported: list = field(default_factory=list)   # per imported host: its stand-in or why it is unconfirmed
 
     def best(self, n: int = 5) -> list[dict]:
@@ -457,6 +513,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
                           stop + (f"; {note}" if note else ""), chosen.row() if chosen else None, written, name,
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
-                          round(time.monotonic() - walk.started, 3), imported=[m.row() for m in fleet.imported])
+                          round(time.monotonic() - walk.started, 3), localized=walk.localized,
+                          imported=[m.row() for m in fleet.imported])
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

@@ -20,11 +20,11 @@ from pathlib import Path
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
-from quantbench.explain.localize import decode_runs, open_session, start_workers
+from quantbench.explain.localize import decode_runs, localize, open_session, start_workers
 from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts.kinds import KINDS
-from quantbench.hosts.registry import make_host
+from quantbench.hosts.registry import HostRequest, make_host
 from quantbench.hosts.session import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
 
@@ -169,6 +169,28 @@ class Fleet:
             out.append(Evaluation(t.host, t.flips, len(fxs), False, t.note, t.predicted_from))
         return out
 
+    def localize(self, model_path, variant_id: str, entries: dict, pair: tuple, fixture_id: str, max_runs: int
+                 ) -> tuple[dict, int, bool]:
+        """(first divergent tensors, runs on each host, cached) of explain.localize on hosts `pair` (two indices)
+        over one fixture, stopped at the first group holding a divergent tensor and before `max_runs` runs per
+        host; cached like an evaluation (a rerun runs nothing again)."""
+        key = content_key(["localize/1", self._key(pair[0], variant_id, entries, []),
+                           self._key(pair[1], variant_id, entries, []), fixture_id, max_runs])
+        if key in self.cache:
+            hit = self.cache[key]
+            self.cached_count += 2 * hit["runs"]
+            return hit["first"], hit["runs"], True
+        fx = next(fx for fx in self.fixtures if fx.fixture_id == fixture_id)
+        hosts = [HostRequest(self.hosts[i].label, self.hosts[i].spec, session_with(self.hosts[i].session, entries))
+                 for i in pair]
+        res = localize(model_path, hosts, fx, progress=False, variant_id=variant_id, first_only=True,
+                       max_runs=max_runs, workers=[self.workers[i] for i in pair])
+        result = {"first": [r.tensor for r in res.first if not r.is_output], "runs": res.host_runs}
+        self.run_count += 2 * res.host_runs
+        append_cache(self.cache_file, key, result)
+        self.cache[key] = result
+        return result["first"], result["runs"], False
+
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
         return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
@@ -212,9 +234,8 @@ def read_cache(path: Path) -> dict:
     for line in text.splitlines():
         try:
             row = json.loads(line)
-            out[row["key"]] = {"flips": row["flips"], "note": row["note"], "flipped": row["flipped"],
-                               "hashes": row["hashes"]}
-        except (ValueError, KeyError, TypeError):
+            out[row.pop("key")] = row
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return out
 

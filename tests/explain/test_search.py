@@ -20,6 +20,7 @@ from cli_helpers import one_line
 from explain_helpers import bright_corpus, saturating_image_model
 from quantbench.cli import main
 from quantbench.errors import UserError
+from quantbench.explain.search import SearchParams
 from quantbench.explain.searchfleet import Fleet
 from quantbench.hosts.registry import HostRequest, HostSpec
 from setup_required import need_tier
@@ -132,7 +133,10 @@ def test_a_killed_search_resumes_from_its_finished_evaluations(run_dir):
 
 
 def test_no_candidate_within_the_ceilings_says_why_it_stopped(run_dir, capsys):
-    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--max-float-share",
+    """On x86-avx2 the variant as calibrated flips (fc_sat saturates there), and keeping any node in float is over
+    the ceiling of 0."""
+    need_tier("x86-avx2")
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-avx2", "--space", "nodes", "--max-float-share",
                "0", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 1
@@ -360,3 +364,23 @@ def test_an_imported_hosts_held_outputs_are_part_of_the_search_id():
     ids = {search_id("b", "f", hosts, ["f1"], SearchParams(), imported=[member(s)]) for s in ("a" * 64, "b" * 64)}
     assert len(ids) == 2
     assert search_id("b", "f", hosts, ["f1"], SearchParams()) not in ids
+
+
+@pytest.mark.slow
+def test_the_kept_node_names_its_localize_evidence_and_the_flipping_fixtures(run_dir):
+    """On x86 vs x86-avx2 the variant as calibrated flips where fc_sat saturates: its evaluation records which
+    fixtures flip (the result rows carry them per host), the node SQNR is measured on those fixtures too, and
+    localize's first divergent tensor between the two hosts maps back to fc_sat, the node the search keeps."""
+    need_tier("x86-avx2")
+    res = _search(run_dir, "s")
+    assert res.chosen["exclude"] == ["fc_sat"], res.stop
+    base = next(r for r in res.tried if not r["exclude"])
+    assert base["flipped"]["x86-avx2"] and all(base["flipped"][h] == sorted(base["flipped"][h]) for h in
+                                               base["flipped"])
+    (kept,) = res.nodes
+    ev = kept["localize_first"]
+    assert kept["node"] == "fc_sat" and sorted(ev["hosts"]) == ["x86", "x86-avx2"] and ev["tensor"]
+    assert ev["fixture"] in base["flipped"]["x86-avx2"] and kept["sqnr_loss_db_flipping"] is not None
+    assert res.ranking[0]["node"] == "fc_sat"
+    (loc,) = res.localized
+    assert loc["node"] == "fc_sat" and 0 < loc["evaluations"] <= SearchParams().max_evaluations // 8
