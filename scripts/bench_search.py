@@ -117,7 +117,7 @@ def bench_model(key: str, hosts_text: str, args) -> dict:
                    "int8_macs": (chosen.get("int8") or {}).get("macs"),
                    "size_vs_fp32": round(chosen["size"] / size, 3) if chosen else None,
                    "worst_flips": chosen.get("worst"), "kept_in_float": chosen.get("exclude"),
-                   "choice": chosen.get("choice"), "stop": res.stop,
+                   "choice": chosen.get("choice"), "stop": res.stop, "localized": res.localized,
                    "tried": [[r["choice"], len(r["exclude"]), r["stage"], r["worst"], r["screen"]] for r in res.tried]}
             rows = [row] + _baselines(base, fp32, hosts, fixtures, spec, params, folder / "results" / "search")
         finally:

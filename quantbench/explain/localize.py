@@ -208,14 +208,16 @@ def _check_two(hosts):
 def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
              variant_name: str = "", progress: bool = True, tables_root=None, require_providers: bool = False,
              variant_id: str | None = None, model=None, first_only: bool = False, max_runs: int | None = None,
-             workers: list | None = None) -> LocalizeResult:
+             workers: list | None = None, op_types: tuple | None = None) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture (`variant_id`: the
     model's semantic hash, `model` its parsed ModelProto, when the caller has them: the run plan).
 
     `first_only`: stop after the first group holding a divergent tensor (the first divergent node is then known;
     no distances are fetched, and a host whose session is the localisation level's is not run twice);
     `max_runs`: stop before a group run would exceed that many runs per host; `workers`: started workers of the
-    two hosts to run on (left open), instead of starting and closing their own."""
+    two hosts to run on (left open), instead of starting and closing their own; `op_types`: only the outputs of
+    nodes of these op types are compared (e.g. QuantizeLinear: the tensors a fused QDQ group still writes, so
+    exposing them keeps the fusion)."""
     _check_two(hosts)
     if group < 1:
         raise ParameterError("group", "must be at least 1", group)
@@ -224,7 +226,7 @@ def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | Non
     cands = intermediates(model)
     types = value_types(model)
     untyped = [c for c in cands if c.tensor not in types]
-    cands = [c for c in cands if c.tensor in types]
+    cands = [c for c in cands if c.tensor in types and (op_types is None or c.op_type in op_types)]
     levels = {h.session["graph_optimization_level"] for h in hosts}
     level = opt_level or (levels.pop() if len(levels) == 1 else "basic")
     own = workers is None

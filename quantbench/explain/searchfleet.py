@@ -172,9 +172,10 @@ class Fleet:
     def localize(self, model_path, variant_id: str, entries: dict, pair: tuple, fixture_id: str, max_runs: int
                  ) -> tuple[dict, int, bool]:
         """(first divergent tensors, runs on each host, cached) of explain.localize on hosts `pair` (two indices)
-        over one fixture, stopped at the first group holding a divergent tensor and before `max_runs` runs per
-        host; cached like an evaluation (a rerun runs nothing again)."""
-        key = content_key(["localize/1", self._key(pair[0], variant_id, entries, []),
+        over one fixture, comparing QuantizeLinear outputs only (exposing them keeps every QDQ fusion, so no group
+        is retried tensor by tensor), stopped at the first group holding a divergent tensor and before `max_runs`
+        runs per host; cached like an evaluation (a rerun runs nothing again)."""
+        key = content_key(["localize/2", self._key(pair[0], variant_id, entries, []),
                            self._key(pair[1], variant_id, entries, []), fixture_id, max_runs])
         if key in self.cache:
             hit = self.cache[key]
@@ -184,7 +185,7 @@ class Fleet:
         hosts = [HostRequest(self.hosts[i].label, self.hosts[i].spec, session_with(self.hosts[i].session, entries))
                  for i in pair]
         res = localize(model_path, hosts, fx, progress=False, variant_id=variant_id, first_only=True,
-                       max_runs=max_runs, workers=[self.workers[i] for i in pair])
+                       max_runs=max_runs, workers=[self.workers[i] for i in pair], op_types=("QuantizeLinear",))
         result = {"first": [r.tensor for r in res.first if not r.is_output], "runs": res.host_runs}
         self.run_count += 2 * res.host_runs
         append_cache(self.cache_file, key, result)
