@@ -175,19 +175,20 @@ class Fleet:
         over one fixture, comparing QuantizeLinear outputs only (exposing them keeps every QDQ fusion, so no group
         is retried tensor by tensor), stopped at the first group holding a divergent tensor and before `max_runs`
         runs per host; cached like an evaluation (a rerun runs nothing again)."""
-        key = content_key(["localize/2", self._key(pair[0], variant_id, entries, []),
+        key = content_key(["localize/3", self._key(pair[0], variant_id, entries, []),
                            self._key(pair[1], variant_id, entries, []), fixture_id, max_runs])
         if key in self.cache:
             hit = self.cache[key]
-            self.cached_count += 2 * hit["runs"]
+            self.cached_count += hit["evaluations"]
             return hit["first"], hit["runs"], True
         fx = next(fx for fx in self.fixtures if fx.fixture_id == fixture_id)
         hosts = [HostRequest(self.hosts[i].label, self.hosts[i].spec, session_with(self.hosts[i].session, entries))
                  for i in pair]
         res = localize(model_path, hosts, fx, progress=False, variant_id=variant_id, first_only=True,
                        max_runs=max_runs, workers=[self.workers[i] for i in pair], op_types=("QuantizeLinear",))
-        result = {"first": [r.tensor for r in res.first if not r.is_output], "runs": res.host_runs}
-        self.run_count += 2 * res.host_runs
+        result = {"first": [r.tensor for r in res.first if not r.is_output], "runs": res.host_runs,
+                  "evaluations": 2 * res.host_runs}   # one run on one host is one evaluation
+        self.run_count += result["evaluations"]
         append_cache(self.cache_file, key, result)
         self.cache[key] = result
         return result["first"], result["runs"], False

@@ -125,7 +125,8 @@ def test_a_killed_search_resumes_from_its_finished_evaluations(run_dir):
         _search(run_dir, "s", on_evaluation=kill_after_two)
     assert _index(run_dir) == ["fp32", "static-minmax"]          # nothing half written
     assert [p.name for p in (run_dir / "s").iterdir()] == ["evaluations.jsonl"]   # no work folder left
-    done = len((run_dir / "s/evaluations.jsonl").read_text().splitlines())
+    lines = [json.loads(line) for line in (run_dir / "s/evaluations.jsonl").read_text().splitlines()]
+    done = sum(row.get("evaluations", 1) for row in lines)   # a localize line holds its runs on both hosts
     again = _search(run_dir, "s")
     assert again.evaluations_cached == done and again.evaluations_run == again.evaluations - done
     fresh = _search(run_dir, "fresh")
@@ -384,3 +385,38 @@ def test_the_kept_node_names_its_localize_evidence_and_the_flipping_fixtures(run
     assert res.ranking[0]["node"] == "fc_sat"
     (loc,) = res.localized
     assert loc["node"] == "fc_sat" and 0 < loc["evaluations"] <= SearchParams().max_evaluations // 8
+
+
+@pytest.mark.slow
+def test_the_fixtures_a_confirmed_base_flips_on_join_the_screening_set(run_dir):
+    """Screened on the one fixture nearest the threshold under a budget of 1 flip, the variant as calibrated passes
+    screening and fails its confirmation on x86-avx2 (fc_sat flips every fixture there): the fixtures it flips join
+    the screening set (sorted, beside the nearest one), so the next candidate is screened on them."""
+    need_tier("x86-avx2")
+    res = _search(run_dir, "s", budget=1, screen_fixtures=1)
+    base = res.tried[0]
+    assert base["exclude"] == [] and base["stage"] == "confirm" and not base["passes"]
+    assert len(base["screened_on"]) == 1 and base["worst"] > 1
+    flipping = sorted({f for ids in base["flipped"].values() for f in ids})
+    assert flipping == base["flipped"]["x86-avx2"] and len(flipping) > 1
+    after = res.tried[1]
+    assert after["screened_on"] == sorted(set(base["screened_on"]) | set(flipping))
+    assert res.chosen["exclude"] == ["fc_sat"]
+
+
+def test_the_cache_and_search_id_versions_say_what_a_line_holds(tmp_path):
+    """Evaluation lines now hold the flipping fixtures and the outputs' hashes: their keys carry the version
+    (evaluation/2), so a line an older search wrote is never read as one of these; the search id moved with it."""
+    from quantbench.explain.search import search_id
+    from quantbench.explain.searchfleet import CACHE_VERSION, read_cache
+    from quantbench.fsutil import content_key
+
+    assert CACHE_VERSION == "evaluation/2"
+    hosts = [HostRequest("x86", HostSpec("x86", "local"), {})]
+    params = SearchParams()
+    old = content_key(["search/1", "b", "f", [(h.label, h.session) for h in hosts], ["f1"], params.key()])
+    assert search_id("b", "f", hosts, ["f1"], params) != old
+    cache = tmp_path / "evaluations.jsonl"
+    cache.write_text('{"key": "k1", "flips": 3, "note": ""}\n{"key": "k2", "flips": 0, "note": "", "flipped": [], '
+                     '"hashes": {"f1": "h"}}\n')
+    assert read_cache(cache)["k2"] == {"flips": 0, "note": "", "flipped": [], "hashes": {"f1": "h"}}
