@@ -70,6 +70,7 @@ def test_the_search_keeps_the_saturating_node_in_float_and_its_variant_passes_th
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "chosen: static-minmax-float1" in out and "fc_sat: lint: " in out
+    assert "; localize: first divergent tensor " in out and " flipping fixture(s)" in out
     assert _index(run_dir) == ["fp32", "static-minmax", "static-minmax-float1"]
     recipe = _recipe(run_dir, "static-minmax-float1")
     assert recipe["exclude_nodes"] == ["fc_sat"] and recipe["calibration_method"] == "minmax"
