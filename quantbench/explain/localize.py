@@ -177,6 +177,8 @@ class LocalizeResult:
     unobservable: int = 0
     runs: int = 0
     trend: str = ""
+    host_runs: int = 0        # every run on each host, the explained one and the distances' fetch included
+    stopped: str = ""         # why the walk stopped before the last group (first_only, max_runs); "" when it did not
 
     @property
     def localize_id(self) -> str:
@@ -205,77 +207,110 @@ def _check_two(hosts):
 
 def localize(model_path, hosts: list[HostRequest], fixture, opt_level: str | None = None, group: int = DEFAULT_GROUP,
              variant_name: str = "", progress: bool = True, tables_root=None, require_providers: bool = False,
-             variant_id: str | None = None, model=None) -> LocalizeResult:
+             variant_id: str | None = None, model=None, first_only: bool = False, max_runs: int | None = None,
+             workers: list | None = None, op_types: tuple | None = None) -> LocalizeResult:
     """Find the first node whose output differs between the two hosts on one fixture (`variant_id`: the
-    model's semantic hash, `model` its parsed ModelProto, when the caller has them: the run plan)."""
+    model's semantic hash, `model` its parsed ModelProto, when the caller has them: the run plan).
+
+    `first_only`: stop after the first group holding a divergent tensor (the first divergent node is then known;
+    no distances are fetched, and a host whose session is the localisation level's is not run twice);
+    `max_runs`: stop before a group run would exceed that many runs per host; `workers`: started workers of the
+    two hosts to run on (left open), instead of starting and closing their own; `op_types`: only the outputs of
+    nodes of these op types are compared (e.g. QuantizeLinear: the tensors a fused QDQ group still writes, so
+    exposing them keeps the fusion)."""
     _check_two(hosts)
     if group < 1:
         raise ParameterError("group", "must be at least 1", group)
     model = model if model is not None else load_model(model_path, check=False)
     vid = variant_id or semantic_sha256(model)
-    base_bytes = model.SerializeToString()
     cands = intermediates(model)
     types = value_types(model)
-    outputs = [o.name for o in model.graph.output]
     untyped = [c for c in cands if c.tensor not in types]
-    cands = [c for c in cands if c.tensor in types]
+    cands = [c for c in cands if c.tensor in types and (op_types is None or c.op_type in op_types)]
     levels = {h.session["graph_optimization_level"] for h in hosts}
     level = opt_level or (levels.pop() if len(levels) == 1 else "basic")
-    loc_sessions = [dict(h.session, graph_optimization_level=level) for h in hosts]
-
-    workers = start_workers(hosts, require_providers)
+    own = workers is None
+    workers = start_workers(hosts, require_providers) if own else workers
     res = LocalizeResult(variant=variant_name or Path(model_path).stem, variant_id=vid, fixture_id=fixture.fixture_id,
                          hosts=[h.label for h in hosts], fingerprints=[w.fingerprint_id for w in workers],
                          opt_level=level, group_size=group)
     try:
-        def run_all(model_bytes, names=None, tensors=False, sessions=None):
-            res.runs += 1
-            return parallel(lambda i: workers[i].run(model_bytes, [fixture], (sessions or loc_sessions)[i], names,
-                                                     tensors)[0]["outputs"], [0, 1])
-
-        explained = parallel(lambda i: workers[i].run(base_bytes, [fixture], hosts[i].session)[0]["outputs"], [0, 1])
-        at_level = run_all(base_bytes)
-        for i, h in enumerate(hosts):
-            res.reproduces[h.label] = all(at_level[i][o]["sha256"] == explained[i][o]["sha256"] for o in outputs)
-            res.table_check[h.label] = _table_check(h, vid, fixture.fixture_id, explained[i], tables_root)
-
-        def probe(chunk):
-            names = [c.tensor for c in chunk]
-            outs = run_all(expose(model, names, types), outputs + names)
-            broken = any(outs[i][o]["sha256"] != at_level[i][o]["sha256"] for i in (0, 1) for o in outputs)
-            return outs, broken
-
-        hashes, unobservable = _hash_intermediates(cands, group, probe, progress)
-        rows = _tensor_rows(model, cands, hashes, unobservable, outputs, at_level)
-        first = _mark_first_divergent(rows)
-        if first:
-            fetch = [r.tensor for r in first if not r.is_output]
-            got = run_all(expose(model, fetch, types) if fetch else base_bytes, outputs + fetch,
-                          tensors=outputs + fetch)
-            _add_distances(rows, got)
-        res.rows = rows
-        res.first = [r for r in rows if r.first_divergent]
-        res.outputs = [r for r in rows if r.is_output]
-        res.unobservable = len(unobservable)
-        res.trend = _trend(res, untyped)
+        _localize_on(res, model, hosts, workers, fixture, types, cands, untyped, tables_root, progress,
+                     first_only, max_runs)
     finally:
-        for w in workers:
-            w.close()
+        if own:
+            for w in workers:
+                w.close()
     return res
 
 
-def _hash_intermediates(cands: list, group: int, probe, progress: bool) -> tuple[dict, set]:
+def _localize_on(res: LocalizeResult, model, hosts, workers, fixture, types, cands, untyped, tables_root,
+                 progress, first_only, max_runs) -> None:
+    outputs = [o.name for o in model.graph.output]
+    base_bytes = model.SerializeToString()
+    loc_sessions = [dict(h.session, graph_optimization_level=res.opt_level) for h in hosts]
+
+    def run_all(model_bytes, names=None, tensors=False, sessions=None, count=True):
+        res.runs += count
+        res.host_runs += 1
+        return parallel(lambda i: workers[i].run(model_bytes, [fixture], (sessions or loc_sessions)[i], names,
+                                                 tensors)[0]["outputs"], [0, 1])
+
+    at_level = run_all(base_bytes)
+    same = first_only and all(loc_sessions[i] == hosts[i].session for i in (0, 1))
+    explained = at_level if same else run_all(base_bytes, sessions=[h.session for h in hosts], count=False)
+    for i, h in enumerate(hosts):
+        res.reproduces[h.label] = all(at_level[i][o]["sha256"] == explained[i][o]["sha256"] for o in outputs)
+        res.table_check[h.label] = _table_check(h, res.variant_id, fixture.fixture_id, explained[i], tables_root)
+
+    def probe(chunk):
+        names = [c.tensor for c in chunk]
+        outs = run_all(expose(model, names, types), outputs + names)
+        broken = any(outs[i][o]["sha256"] != at_level[i][o]["sha256"] for i in (0, 1) for o in outputs)
+        return outs, broken
+
+    def stop(hashes, next_chunk):
+        if first_only and any(a != b for a, b in hashes.values()):
+            res.stopped = "first_only: the first divergent tensor is known"
+        elif max_runs is not None and res.host_runs + len(next_chunk) + (len(next_chunk) > 1) > max_runs:
+            res.stopped = f"max_runs: the next group could exceed {max_runs} runs per host"
+        return bool(res.stopped)
+
+    hashes, unobservable, seen = _hash_intermediates(cands, res.group_size, probe, progress, stop)
+    rows = _tensor_rows(model, cands[:seen], hashes, unobservable, outputs if seen == len(cands) else [], at_level)
+    first = _mark_first_divergent(rows)
+    if first and not first_only:
+        fetch = [r.tensor for r in first if not r.is_output]
+        got = run_all(expose(model, fetch, types) if fetch else base_bytes, outputs + fetch,
+                      tensors=outputs + fetch)
+        _add_distances(rows, got)
+    if seen < len(cands):   # the outputs' rows, not a divergence candidate of a walk stopped early
+        rows += _tensor_rows(model, [], {}, set(), outputs, at_level)
+    res.rows = rows
+    res.first = [r for r in rows if r.first_divergent]
+    res.outputs = [r for r in rows if r.is_output]
+    res.unobservable = len(unobservable)
+    res.trend = _trend(res, untyped)
+
+
+def _hash_intermediates(cands: list, group: int, probe, progress: bool, stop=None) -> tuple[dict, set, int]:
     """Expose `group` candidates at a time; a group whose exposure changes the outputs is retried one by one.
 
-    `probe(chunk)` runs the model with the chunk exposed on both hosts -> (outputs, outputs changed).
-    Returns ({tensor: [sha_a, sha_b]}, tensors that cannot be observed without changing the outputs).
+    `probe(chunk)` runs the model with the chunk exposed on both hosts -> (outputs, outputs changed);
+    `stop(hashes so far, next chunk)`, asked before each group, ends the walk early when true.
+    Returns ({tensor: [sha_a, sha_b]}, tensors that cannot be observed without changing the outputs, how many
+    candidates were walked).
     """
     from tqdm import tqdm
 
     hashes: dict[str, list] = {}
     unobservable: set[str] = set()
     bar = tqdm(total=len(cands), desc="localize", unit="tensor", disable=not progress, leave=False)
+    seen = 0
     for chunk in (cands[i:i + group] for i in range(0, len(cands), group)):
+        if stop is not None and stop(hashes, chunk):
+            break
+        seen += len(chunk)
         outs, broken = probe(chunk)
         if broken and len(chunk) > 1:
             for c in chunk:  # find which exposures change the outputs
@@ -291,7 +326,7 @@ def _hash_intermediates(cands: list, group: int, probe, progress: bool) -> tuple
                 hashes[c.tensor] = [outs[i][c.tensor]["sha256"] for i in (0, 1)]
         bar.update(len(chunk))
     bar.close()
-    return hashes, unobservable
+    return hashes, unobservable, seen
 
 
 def _tensor_rows(model, cands: list, hashes: dict, unobservable: set, outputs: list, at_level) -> list[TensorRow]:
@@ -355,6 +390,8 @@ def _table_check(host: HostRequest, variant_id: str, fixture_id: str, explained:
 
 
 def _trend(res: LocalizeResult, untyped) -> str:
+    if not res.first and res.stopped:
+        return f"stopped before a divergent tensor was found ({res.stopped})"
     if not res.first:
         return "no divergence: every observable tensor and every output is byte-identical"
     first_bits = [r.bits_mean for r in res.first if r.bits_mean is not None]

@@ -10,15 +10,18 @@ The walk (every step measured, none guessed):
    smallest file, then the earlier choice.
 2. Mixed precision on each global choice in turn (fewest worst-host flips at screening first) until one has a
    set that meets the budget: nodes ranked by measurement (lint's layers that can diverge on a host of this
-   fleet, most saturating pairs first; then the SQNR each node loses in onnxruntime's qdq_loss_debug against
-   the float model on calibration images), grown greedily by rank (prefixes of 1, 2, 4, ... nodes), the
+   fleet, most saturating pairs first; then the node upstream of the first tensor localize finds divergent
+   between two hosts on a fixture the base choice flips; then the SQNR each node loses in onnxruntime's
+   qdq_loss_debug against the float model on calibration images, its loss on the flipping fixtures breaking
+   ties), grown greedily by rank (prefixes of 1, 2, 4, ... nodes), the
    smallest passing prefix found by bisection, then shrunk: chunks of half, a quarter, ... one node whose
    removal still meets the budget are dropped (least ranked first).
 
 Cost is counted in fleet evaluations (one candidate on one host over a set of fixtures). Each candidate is
 screened first on the fast hosts (this machine, plain or CPUID-masked) and the fixtures nearest the decision
 threshold (smallest fp32 margin); a candidate over budget there is over budget on the whole set (flips only
-add up), so only survivors are confirmed on every host and every fixture. A candidate is a pure function of
+add up), so only survivors are confirmed on every host and every fixture; the fixtures a confirmed base choice
+flips on join the screening set. A candidate is a pure function of
 (choice, nodes in float): same inputs, same walk, same chosen variant on any number of jobs.
 
 Ceilings: the share kept in float and the size are checked before any evaluation; a latency ceiling
@@ -39,13 +42,19 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
-from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking
+from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, content_key
-from quantbench.inputs.modelio import semantic_sha256
+from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 
 SPACES = ("all", "global", "nodes")
+#: the share of the evaluation budget localize's runs may take (one run on one host is one evaluation)
+LOCALIZE_SHARE = 8
+#: the SQNR that ranks the nodes after lint's layers and the localize node, the other breaking its ties; measured
+#: on the demo bench (scripts/bench_search.py --max-evaluations 300): the calibration images' loss leading kept
+#: 47.9% of the weights in int8, the flipping fixtures' loss leading 14.2% (the few flipping inputs rank worse)
+SQNR_LEAD = ("sqnr_loss_db", "sqnr_loss_db_flipping")
 
 
 @dataclass
@@ -114,6 +123,9 @@ class Tried:
     int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
     latency_ms: dict = field(default_factory=dict)         # {host: median ms} on the hosts that measure latency
     latency_spread_ms: dict = field(default_factory=dict)  # {host: spread ms} of those medians
+    flipped: dict = field(default_factory=dict)  # per host of its last stage: the fixture ids that flip (None: unknown)
+    hashes: dict = field(default_factory=dict)   # per host run: {fixture id: hash of its outputs}
+    screened_on: list = field(default_factory=list)   # the fixture ids of its screening stage
     base_requirements: dict = field(default_factory=dict)   # the base variant's session requirement (every host
     #                                                         runs every candidate under it)
 
@@ -145,7 +157,12 @@ class Tried:
                 "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
                 "note": self.note, "screen": self.screen, "int8": self.int8, "latency_ms": self.latency_ms,
-                "latency_spread_ms": self.latency_spread_ms}
+                "latency_spread_ms": self.latency_spread_ms, "flipped": self.flipped,
+                "screened_on": self.screened_on}
+
+    def flipping(self) -> list:
+        """The fixture ids that flip on any host of its last stage, sorted."""
+        return sorted({f for ids in self.flipped.values() for f in ids or ()})
 
 
 @dataclass
@@ -164,6 +181,8 @@ class Walk:
     ranking: list = field(default_factory=list)      # [(node, measurement dict)] in rank order
     kept_because: dict = field(default_factory=dict)  # node -> the candidate without it
     latency: LatencyProbe | None = None               # with a latency ceiling: the measuring hosts' timer
+    localize_spent: int = 0                           # evaluations localize's runs took
+    localized: list = field(default_factory=list)     # per base choice ranked: localize's evidence (or why none)
 
     def _spend(self, n: int) -> None:
         p = self.params
@@ -178,8 +197,9 @@ class Walk:
         self._spend(len(hosts))
         evs = self.fleet.evaluate(t.path, t.variant_id, t.choice.entries, hosts, fixture_ids)
         t.stage, t.flips = stage, {e.host: e.flips for e in evs}
+        t.flipped, t.hashes = {e.host: e.flipped for e in evs}, {e.host: e.hashes for e in evs if e.hashes}
         if stage == "screen" or not t.screen:   # a candidate confirmed at once was screened on everything
-            t.screen = dict(t.flips)
+            t.screen, t.screened_on = dict(t.flips), list(fixture_ids)
         t.note = "; ".join(e.note for e in evs if e.note)
         if self.on_evaluation is not None:
             self.on_evaluation(self, t)
@@ -207,9 +227,16 @@ class Walk:
             t.passes = self._stage(t, "confirm", every, self.all_ids)
         elif self._stage(t, "screen", self.fleet.fast(), self.screen_ids):
             t.passes = self._stage(t, "confirm", every, self.all_ids)
+        if t.stage == "confirm" and not exclude:
+            self._screen_on_flipping(t)
         if t.passes and self.latency is not None:
             self._time(t)
         return t
+
+    def _screen_on_flipping(self, t: Tried) -> None:
+        """A base choice confirmed on every host and fixture: the fixtures that flip on any host join the screening
+        set (a subset of every fixture still: its flips never exceed those on the whole set)."""
+        self.screen_ids = sorted(set(self.screen_ids) | set(t.flipping()))
 
     def _time(self, t: Tried) -> None:
         """A confirmed survivor's latency on the measuring hosts; over the ceiling somewhere, it does not pass."""
@@ -257,23 +284,70 @@ def _mixed_bases(walk: Walk) -> list[Choice]:
 
 def rank_nodes(walk: Walk, choice: Choice, feeds: list, feeds_from: str) -> list:
     """[(node, measurement)] in rank order: lint's layers that can diverge on a host of this fleet (most
-    saturating pairs first), then every other node by the SQNR it loses (qdq_loss_debug), name on a tie."""
+    saturating pairs first), then the node upstream of the first tensor localize finds divergent between two hosts
+    on a flipping fixture, then every other node by the SQNR it loses (qdq_loss_debug; SQNR_LEAD: on calibration
+    images, then on the flipping fixtures), name on a tie."""
     base = walk.space.build(choice, ())
     if base is None:
         return []
+    t = walk.try_candidate(choice, ())
     lint = lint_ranking(base.path, walk.fleet.int8_paths())
     loss = error_ranking(walk.space, base.path, feeds)
+    flipping = sorted((fx for fx in walk.fleet.fixtures if fx.fixture_id in set(t.flipping())),
+                      key=lambda fx: fx.fixture_id)[:walk.params.error_images]
+    loss_flip = error_ranking(walk.space, base.path, [{fx.input_name: fx.array} for fx in flipping]) if flipping else {}
+    evidence = _localize_evidence(walk, t)
+    walk.localized.append({"choice": choice.name, **evidence})
     out = []
     for node in walk.space.nodes():
         m = {"node": node, "op_type": walk.space.op_types[node], "sqnr_loss_db": loss.get(node),
-             "error_on": feeds_from}
+             "error_on": feeds_from, "sqnr_loss_db_flipping": loss_flip.get(node),
+             "flipping_fixtures": [fx.fixture_id for fx in flipping]}
         if node in lint:
             pairs, hosts, reason = lint[node]
             m.update({"lint_pairs": pairs, "lint_hosts": hosts, "lint": reason})
+        if evidence.get("node") == node:
+            m["localize_first"] = {k: evidence[k] for k in ("hosts", "fixture", "tensor")}
         out.append((node, m))
-    out.sort(key=lambda nm: (0 if "lint" in nm[1] else 1, -(nm[1].get("lint_pairs") or 0),
-                             -(nm[1]["sqnr_loss_db"] or 0.0), nm[0]))
+    out.sort(key=lambda nm: (0 if "lint" in nm[1] else 1 if "localize_first" in nm[1] else 2,
+                             -(nm[1].get("lint_pairs") or 0), *(-(nm[1][k] or 0.0) for k in SQNR_LEAD), nm[0]))
     return out
+
+
+def localize_pair(t: Tried, labels: list) -> tuple[str, str, str] | None:
+    """(worst host, a host whose outputs differ from it, the fixture) of a candidate's last stage: the first flipping
+    fixture (sorted) of the worst host (most flips, fleet order on a tie) where another host's outputs hash
+    otherwise (fleet order); None when no such pair is known."""
+    ran = [h for h in labels if h in t.hashes and t.flips.get(h) is not None]
+    if not ran:
+        return None
+    worst = max(ran, key=lambda h: (t.flips[h], -ran.index(h)))
+    for fid in t.flipped.get(worst) or ():
+        for other in ran:
+            if other != worst and t.hashes[other].get(fid) not in (None, t.hashes[worst].get(fid)):
+                return worst, other, fid
+    return None
+
+
+def _localize_evidence(walk: Walk, t: Tried) -> dict:
+    """Localize's first divergent tensor of the base candidate `t` and the node upstream of it (its runs counted
+    as evaluations, at most 1/LOCALIZE_SHARE of the evaluation budget over the search); {"skipped": why} without."""
+    labels = [h.label for h in walk.fleet.hosts]
+    pair = localize_pair(t, labels)
+    if pair is None:
+        return {"skipped": "no two hosts give different outputs on a fixture that flips"}
+    p = walk.params
+    cap = min(p.max_evaluations // LOCALIZE_SHARE - walk.localize_spent, p.max_evaluations - walk.evaluations)
+    if cap // 2 < 2:
+        return {"skipped": f"localize's share of the evaluation budget is spent ({walk.localize_spent})"}
+    first, runs, _ = walk.fleet.localize(t.path, t.variant_id, t.choice.entries,
+                                         (labels.index(pair[0]), labels.index(pair[1])), pair[2], cap // 2)
+    walk.evaluations += 2 * runs
+    walk.localize_spent += 2 * runs
+    out = {"hosts": list(pair[:2]), "fixture": pair[2], "tensor": first[0] if first else None, "evaluations": 2 * runs}
+    if not first:
+        return {**out, "skipped": "no divergent tensor found within localize's runs"}
+    return {**out, "node": mac_node_of(load_model(t.path, check=False), first[0], walk.space.op_types)}
 
 
 def _grow(walk: Walk, choice: Choice, order: list) -> tuple[int, int] | None:
@@ -332,6 +406,8 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     """Nodes kept in float on each base choice in turn, until one has a set that meets the budget."""
     for choice in _mixed_bases(walk):
         walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
+        if walk.try_candidate(choice, ()).passes:   # nothing needs keeping in float
+            return walk.try_candidate(choice, ())
         order = [n for n, _ in walk.ranking]
         k = shortest_prefix(walk, choice, order) if order else None
         if k is not None:
@@ -343,7 +419,7 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
 def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=()) -> str:
     """The search's content key; an imported host's held outputs are part of it (a re-exported file is new input)."""
     held = [[m.label, sorted([*k, v] for k, v in m.hashes.items())] for m in imported]
-    return content_key(["search/1", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
+    return content_key(["search/2", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
                         params.key(), *([held] if held else [])])
 
 
@@ -399,6 +475,7 @@ class SearchResult:
     evaluations_cached: int
     seconds: float
     result_file: str = ""
+    localized: list = field(default_factory=list)   # per base choice ranked: localize's evidence (or why none)
     imported: list = field(default_factory=list)   # per imported host: its stand-in or why it is unconfirmed
     max_latency_ms: float | None = None
     latency_protocol: dict = field(default_factory=dict)   # warmup, runs, repeats of each latency measurement
@@ -509,7 +586,8 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
                           stop + (f"; {note}" if note else ""), chosen.row() if chosen else None, written, name,
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
-                          round(time.monotonic() - walk.started, 3), imported=[m.row() for m in fleet.imported])
+                          round(time.monotonic() - walk.started, 3), localized=walk.localized,
+                          imported=[m.row() for m in fleet.imported])
     _count_latency(result, walk)
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

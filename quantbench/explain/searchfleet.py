@@ -2,9 +2,11 @@
 
 One evaluation is one candidate run on one host over one set of fixtures; its result is the number of
 decision flips against the fp32 model on the same host (analysis.decisions.compare: the numbers
-`equiv --gate decision` counts). Evaluations are cached by content (the candidate's semantic hash, its
-session entries, the host and its fingerprint, the fixtures) in an append-only JSON-lines file, one line
-per finished evaluation, flushed as it is written: a search killed at any point resumes from the lines
+`equiv --gate decision` counts), the fixtures whose decisions flip, and a hash of each fixture's outputs (hosts
+whose hashes differ on a fixture computed different bytes there: what localize can explain). Evaluations are
+cached by content (the key version, the candidate's semantic hash, its session entries, the host and its
+fingerprint, the fixtures) in an append-only JSON-lines file, one line per finished evaluation (and per localize
+walk the search runs), flushed as it is written: a search killed at any point resumes from the lines
 that were written (a torn last line is ignored), and a rerun of the same search runs nothing again.
 """
 
@@ -19,13 +21,17 @@ from pathlib import Path
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
-from quantbench.explain.localize import decode_runs, start_workers
+from quantbench.explain.localize import decode_runs, localize, start_workers
 from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import atomic_write_text, canonical_json, content_key
 from quantbench.hosts.kinds import KINDS
-from quantbench.hosts.registry import make_host
+from quantbench.hosts.registry import HostRequest, make_host
 from quantbench.hosts.session import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
+
+#: the evaluation cache's key version: a line written under another version is never read as this one's
+#: (version 2 added the flipping fixtures and the outputs' hashes)
+CACHE_VERSION = "evaluation/2"
 
 def session_with(session: dict, entries: dict | None) -> dict:
     """A host's session with extra config entries (a candidate's session requirements) on top."""
@@ -42,6 +48,8 @@ class Evaluation:
     cached: bool = False
     note: str = ""
     predicted_from: str | None = None   # an imported host's flips: those of the host that stands in for it
+    flipped: list | None = None         # the fixture ids whose decisions flip (sorted; None: unknown)
+    hashes: dict = field(default_factory=dict)   # {fixture id: hash of its outputs' bytes}
 
 
 @dataclass
@@ -153,19 +161,42 @@ class Fleet:
                 self.run_count += 1
                 append_cache(self.cache_file, keys[i], done[i])
                 self.cache[keys[i]] = done[i]
-                out.append(Evaluation(self.hosts[i].label, done[i]["flips"], len(fxs), False, done[i]["note"]))
+                out.append(_evaluation(self.hosts[i].label, done[i], len(fxs), False))
             else:
                 self.cached_count += 1
-                hit = self.cache[keys[i]]
-                out.append(Evaluation(self.hosts[i].label, hit["flips"], len(fxs), True, hit["note"]))
+                out.append(_evaluation(self.hosts[i].label, self.cache[keys[i]], len(fxs), True))
         measured = dict(zip(host_ix, (e.flips for e in out)))
         for t in told(self.imported, self.base_id, variant_id, entries, measured, [fx.fixture_id for fx in fxs]):
             out.append(Evaluation(t.host, t.flips, len(fxs), False, t.note, t.predicted_from))
         return out
 
+    def localize(self, model_path, variant_id: str, entries: dict, pair: tuple, fixture_id: str, max_runs: int
+                 ) -> tuple[dict, int, bool]:
+        """(first divergent tensors, runs on each host, cached) of explain.localize on hosts `pair` (two indices)
+        over one fixture, comparing QuantizeLinear outputs only (exposing them keeps every QDQ fusion, so no group
+        is retried tensor by tensor), stopped at the first group holding a divergent tensor and before `max_runs`
+        runs per host; cached like an evaluation (a rerun runs nothing again)."""
+        key = content_key(["localize/3", self._key(pair[0], variant_id, entries, []),
+                           self._key(pair[1], variant_id, entries, []), fixture_id, max_runs])
+        if key in self.cache:
+            hit = self.cache[key]
+            self.cached_count += hit["evaluations"]
+            return hit["first"], hit["runs"], True
+        fx = next(fx for fx in self.fixtures if fx.fixture_id == fixture_id)
+        hosts = [HostRequest(self.hosts[i].label, self.hosts[i].spec, session_with(self.hosts[i].session, entries))
+                 for i in pair]
+        res = localize(model_path, hosts, fx, progress=False, variant_id=variant_id, first_only=True,
+                       max_runs=max_runs, workers=[self.workers[i] for i in pair], op_types=("QuantizeLinear",))
+        result = {"first": [r.tensor for r in res.first if not r.is_output], "runs": res.host_runs,
+                  "evaluations": 2 * res.host_runs}   # one run on one host is one evaluation
+        self.run_count += result["evaluations"]
+        append_cache(self.cache_file, key, result)
+        self.cache[key] = result
+        return result["first"], result["runs"], False
+
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
-        return content_key([variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
+        return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
                             self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs)])
 
     def _run_one(self, i: int, data: bytes, entries: dict, fxs: list) -> dict:
@@ -175,16 +206,24 @@ class Fleet:
         except JobFailed as exc:   # onnxruntime cannot make this session there: a result saying so
             if not exc.cannot_run:
                 raise
-            why = exc.why
-            return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {why}"}
+            return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {exc.why}",
+                    "flipped": None, "hashes": {}}
         dec = decode_runs(self.spec, runs, self.names)
-        flips = sum(len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec))
-        return {"flips": flips, "note": ""}
+        per = {f: len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec)}
+        hashes = {r["fixture_id"]: content_key([r["outputs"][n]["sha256"] for n in self.names]) for r in runs}
+        return {"flips": sum(per.values()), "note": "", "flipped": [f for f in sorted(per) if per[f]],
+                "hashes": dict(sorted(hashes.items()))}
 
 
-def read_cache(path: Path, fields: tuple = ("flips", "note")) -> dict:
-    """{key: {field: value}} of the lines a previous (maybe killed) run wrote (evaluations, or other results such
-    as explain.searchlatency's measurements: `fields` says which keys a line holds); a torn last line is skipped."""
+def _evaluation(host: str, result: dict, fixtures: int, cached: bool) -> Evaluation:
+    return Evaluation(host, result["flips"], fixtures, cached, result["note"], flipped=result.get("flipped"),
+                      hashes=result.get("hashes") or {})
+
+
+def read_cache(path: Path, fields: tuple | None = None) -> dict:
+    """{key: {field: value}} of the lines a previous (maybe killed) run wrote (evaluations and localize's runs, or
+    other results such as explain.searchlatency's measurements: `fields`, the keys a line must hold; None: all of
+    the line but its key); a torn last line is skipped."""
     out: dict = {}
     if not path.exists():
         return out
@@ -195,8 +234,9 @@ def read_cache(path: Path, fields: tuple = ("flips", "note")) -> dict:
     for line in text.splitlines():
         try:
             row = json.loads(line)
-            out[row["key"]] = {f: row[f] for f in fields}
-        except (ValueError, KeyError, TypeError):
+            key = row.pop("key")
+            out[key] = row if fields is None else {f: row[f] for f in fields}
+        except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return out
 

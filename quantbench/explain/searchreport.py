@@ -72,8 +72,14 @@ def _why(m: dict) -> str:
     parts = []
     if m.get("lint"):
         parts.append(f"lint: {m['lint_pairs']} pair(s) can diverge on {', '.join(m['lint_hosts'])}")
+    loc = m.get("localize_first")
+    if loc:
+        parts.append(f"localize: first divergent tensor {loc['tensor']} ({' vs '.join(loc['hosts'])}, fixture "
+                     f"{loc['fixture'][:12]})")
     if m.get("sqnr_loss_db") is not None:
         parts.append(f"qdq_loss_debug: loses {m['sqnr_loss_db']:.2f} dB SQNR ({m['error_on']})")
+    if m.get("sqnr_loss_db_flipping") is not None:
+        parts.append(f"{m['sqnr_loss_db_flipping']:.2f} dB on {len(m['flipping_fixtures'])} flipping fixture(s)")
     w = m.get("without_it")
     if w:
         parts.append(f"without it: {w['worst'] if w['worst'] is not None else 'no result'} flips worst host "

@@ -250,3 +250,23 @@ def error_ranking(space: Space, qdq_path, feeds: list[dict]) -> dict:
         if outs:
             out[node.name] = round((min(ins) if ins else max(outs)) - min(outs), 6)
     return out
+
+
+def mac_node_of(model, tensor: str, names) -> str | None:
+    """The multiply-accumulate node (NODE_OPS, one of `names`) nearest upstream of `tensor` in a QDQ model: its
+    producers walked breadth first through everything else (QuantizeLinear, DequantizeLinear, Relu, ...), inputs
+    in order; None when no such node feeds it. A first divergent tensor localize names (often the QuantizeLinear
+    output a fused QLinearConv writes) maps to the node the search can keep in float."""
+    producer = {t: n for n in model.graph.node for t in n.output}
+    names, queue, seen = set(names), [tensor], {tensor}
+    while queue:
+        node = producer.get(queue.pop(0))
+        if node is None:
+            continue
+        if node.op_type in NODE_OPS and node.name in names:
+            return node.name
+        for t in node.input:
+            if t and t not in seen:
+                seen.add(t)
+                queue.append(t)
+    return None

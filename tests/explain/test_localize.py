@@ -75,6 +75,47 @@ def test_first_divergent_node_is_the_denormal_multiply(workdir):
     assert back.num_rows == 5 and back.column("first_divergent").to_pylist().count(True) == 1
 
 
+def test_first_only_stops_after_the_group_holding_the_first_divergent_tensor(workdir):
+    """first_only (the search's use): groups of one, the walk stops once "b" (tiny's output) is known divergent:
+    the unmodified run + 3 group runs, nothing after; max_runs stops before a group would exceed it."""
+    from quantbench.explain.localize import localize
+    from quantbench.hosts.registry import parse_hosts
+
+    if not _daz_applies():
+        pytest.skip("session.set_denormal_as_zero changes nothing on this CPU: no divergence to find")
+    path = _model(workdir / "daz.onnx")
+    hosts = parse_hosts("x86,x86+session.set_denormal_as_zero=1", {"graph_optimization_level": "basic"})
+    res = localize(path, hosts, _fixture(), group=1, progress=False, tables_root=workdir / "t", first_only=True)
+    assert [r.tensor for r in res.first] == ["b"] and res.first[0].node == "tiny"
+    assert res.runs == 4 and res.host_runs == 4 and res.stopped.startswith("first_only")
+    assert "c" not in {r.tensor for r in res.rows} and res.first[0].bits_mean is None   # no fetch
+    short = localize(path, hosts, _fixture(), group=1, progress=False, tables_root=workdir / "t", max_runs=3)
+    assert short.first == [] and short.host_runs <= 3 and short.stopped.startswith("max_runs")
+    assert short.trend.startswith("stopped before a divergent tensor was found")
+    full = localize(path, hosts, _fixture(), group=1, progress=False, tables_root=workdir / "t")
+    assert [r.node for r in full.first] == ["tiny"] and full.stopped == "" and full.runs == 6
+
+
+def test_a_first_divergent_tensor_maps_to_the_mac_node_upstream_of_it():
+    """A QDQ chain DQ -> Conv -> Relu -> Q -> DQ -> MatMul -> Q: the fused conv's quantized output (what localize
+    names first divergent at level all) maps to the Conv, the MatMul's to the MatMul; a tensor with no
+    multiply-accumulate node upstream, or one not among the nodes the search keeps, maps to none."""
+    from quantbench.explain.searchspace import mac_node_of
+
+    nodes = [helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["x"], name="dq_in"),
+             helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("QuantizeLinear", ["r", "s", "z"], ["rq"], name="q_conv"),
+             helper.make_node("DequantizeLinear", ["rq", "s", "z"], ["rd"], name="dq_conv"),
+             helper.make_node("MatMul", ["rd", "w2"], ["mm"], name="fc"),
+             helper.make_node("QuantizeLinear", ["mm", "s", "z"], ["mq"], name="q_fc")]
+    model = helper.make_model(helper.make_graph(nodes, "chain", [], []))
+    macs = ("conv", "fc")
+    assert mac_node_of(model, "rq", macs) == "conv" and mac_node_of(model, "rd", macs) == "conv"
+    assert mac_node_of(model, "mq", macs) == "fc" and mac_node_of(model, "c", macs) == "conv"
+    assert mac_node_of(model, "x", macs) is None and mac_node_of(model, "mq", ("conv",)) == "conv"
+
+
 def test_identical_hosts_report_no_divergence(workdir):
     from quantbench.explain.localize import localize
     from quantbench.hosts.registry import parse_hosts

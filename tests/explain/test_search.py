@@ -20,6 +20,7 @@ from cli_helpers import one_line
 from explain_helpers import bright_corpus, saturating_image_model
 from quantbench.cli import main
 from quantbench.errors import UserError
+from quantbench.explain.search import SearchParams
 from quantbench.explain.searchfleet import Fleet
 from quantbench.hosts.registry import HostRequest, HostSpec
 from setup_required import need_tier
@@ -69,6 +70,7 @@ def test_the_search_keeps_the_saturating_node_in_float_and_its_variant_passes_th
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "chosen: static-minmax-float1" in out and "fc_sat: lint: " in out
+    assert "; localize: first divergent tensor " in out and " flipping fixture(s)" in out
     assert _index(run_dir) == ["fp32", "static-minmax", "static-minmax-float1"]
     recipe = _recipe(run_dir, "static-minmax-float1")
     assert recipe["exclude_nodes"] == ["fc_sat"] and recipe["calibration_method"] == "minmax"
@@ -124,7 +126,8 @@ def test_a_killed_search_resumes_from_its_finished_evaluations(run_dir):
         _search(run_dir, "s", on_evaluation=kill_after_two)
     assert _index(run_dir) == ["fp32", "static-minmax"]          # nothing half written
     assert [p.name for p in (run_dir / "s").iterdir()] == ["evaluations.jsonl"]   # no work folder left
-    done = len((run_dir / "s/evaluations.jsonl").read_text().splitlines())
+    lines = [json.loads(line) for line in (run_dir / "s/evaluations.jsonl").read_text().splitlines()]
+    done = sum(row.get("evaluations", 1) for row in lines)   # a localize line holds its runs on both hosts
     again = _search(run_dir, "s")
     assert again.evaluations_cached == done and again.evaluations_run == again.evaluations - done
     fresh = _search(run_dir, "fresh")
@@ -132,7 +135,10 @@ def test_a_killed_search_resumes_from_its_finished_evaluations(run_dir):
 
 
 def test_no_candidate_within_the_ceilings_says_why_it_stopped(run_dir, capsys):
-    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--max-float-share",
+    """On x86-avx2 the variant as calibrated flips (fc_sat saturates there), and keeping any node in float is over
+    the ceiling of 0."""
+    need_tier("x86-avx2")
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-avx2", "--space", "nodes", "--max-float-share",
                "0", "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 1
@@ -224,7 +230,6 @@ def test_a_candidate_onnxruntime_cannot_make_a_session_of_leaves_the_next_measur
     job to its end: the worker answered the next request with no results and later ones out of step, so every
     candidate after such a failure was measured wrong (tests/hosts/test_host_sessions.py)."""
     from quantbench.analysis.decode import spec_from_sidecar
-    from quantbench.errors import UserError
     from quantbench.explain.searchfleet import Fleet
     from quantbench.hosts.masked import here_features
     from quantbench.hosts.registry import parse_hosts
@@ -472,3 +477,58 @@ def test_a_torn_last_line_of_the_latency_cache_is_dropped_and_the_rest_read(tmp_
     assert read_cache(path, FIELDS) == {"a": {"median_ms": 1.5, "spread_ms": 0.25},
                                         "b": {"median_ms": 2.0, "spread_ms": 0.5}}
     assert path.read_text() == whole
+
+
+@pytest.mark.slow
+def test_the_kept_node_names_its_localize_evidence_and_the_flipping_fixtures(run_dir):
+    """On x86 vs x86-avx2 the variant as calibrated flips where fc_sat saturates: its evaluation records which
+    fixtures flip (the result rows carry them per host), the node SQNR is measured on those fixtures too, and
+    localize's first divergent tensor between the two hosts maps back to fc_sat, the node the search keeps."""
+    need_tier("x86-avx2")
+    res = _search(run_dir, "s")
+    assert res.chosen["exclude"] == ["fc_sat"], res.stop
+    base = next(r for r in res.tried if not r["exclude"])
+    assert base["flipped"]["x86-avx2"] and all(base["flipped"][h] == sorted(base["flipped"][h]) for h in
+                                               base["flipped"])
+    (kept,) = res.nodes
+    ev = kept["localize_first"]
+    assert kept["node"] == "fc_sat" and sorted(ev["hosts"]) == ["x86", "x86-avx2"] and ev["tensor"]
+    assert ev["fixture"] in base["flipped"]["x86-avx2"] and kept["sqnr_loss_db_flipping"] is not None
+    assert res.ranking[0]["node"] == "fc_sat"
+    (loc,) = res.localized
+    assert loc["node"] == "fc_sat" and 0 < loc["evaluations"] <= SearchParams().max_evaluations // 8
+
+
+@pytest.mark.slow
+def test_the_fixtures_a_confirmed_base_flips_on_join_the_screening_set(run_dir):
+    """Screened on the one fixture nearest the threshold under a budget of 1 flip, the variant as calibrated passes
+    screening and fails its confirmation on x86-avx2 (fc_sat flips every fixture there): the fixtures it flips join
+    the screening set (sorted, beside the nearest one), so the next candidate is screened on them."""
+    need_tier("x86-avx2")
+    res = _search(run_dir, "s", budget=1, screen_fixtures=1)
+    base = res.tried[0]
+    assert base["exclude"] == [] and base["stage"] == "confirm" and not base["passes"]
+    assert len(base["screened_on"]) == 1 and base["worst"] > 1
+    flipping = sorted({f for ids in base["flipped"].values() for f in ids})
+    assert flipping == base["flipped"]["x86-avx2"] and len(flipping) > 1
+    after = res.tried[1]
+    assert after["screened_on"] == sorted(set(base["screened_on"]) | set(flipping))
+    assert res.chosen["exclude"] == ["fc_sat"]
+
+
+def test_the_cache_and_search_id_versions_say_what_a_line_holds(tmp_path):
+    """Evaluation lines now hold the flipping fixtures and the outputs' hashes: their keys carry the version
+    (evaluation/2), so a line an older search wrote is never read as one of these; the search id moved with it."""
+    from quantbench.explain.search import search_id
+    from quantbench.explain.searchfleet import CACHE_VERSION, read_cache
+    from quantbench.fsutil import content_key
+
+    assert CACHE_VERSION == "evaluation/2"
+    hosts = [HostRequest("x86", HostSpec("x86", "local"), {})]
+    params = SearchParams()
+    old = content_key(["search/1", "b", "f", [(h.label, h.session) for h in hosts], ["f1"], params.key()])
+    assert search_id("b", "f", hosts, ["f1"], params) != old
+    cache = tmp_path / "evaluations.jsonl"
+    cache.write_text('{"key": "k1", "flips": 3, "note": ""}\n{"key": "k2", "flips": 0, "note": "", "flipped": [], '
+                     '"hashes": {"f1": "h"}}\n')
+    assert read_cache(cache)["k2"] == {"flips": 0, "note": "", "flipped": [], "hashes": {"f1": "h"}}
