@@ -402,9 +402,20 @@ def _shrink(walk: Walk, choice: Choice, kept: list) -> list:
         size = max(1, size // 2)
 
 
+def _out_of_reach(walk: Walk, choice: Choice) -> bool:
+    """Whether `choice` is over budget with every node it can keep in float kept there (measured: evaluated and
+    failed, not refused by a ceiling nor by the quantizer). The greedy growth ends at that candidate, so no set of
+    its nodes is searched on such a choice: the evaluations ranking and growing would take go to the next one."""
+    every = walk.try_candidate(choice, walk.space.nodes())
+    return every.stage in ("screen", "confirm") and not every.passes
+
+
 def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
-    """Nodes kept in float on each base choice in turn, until one has a set that meets the budget."""
+    """Nodes kept in float on each base choice in turn (passing over those out of reach), until one has a set that
+    meets the budget."""
     for choice in _mixed_bases(walk):
+        if _out_of_reach(walk, choice):
+            continue
         walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
         if walk.try_candidate(choice, ()).passes:   # nothing needs keeping in float
             return walk.try_candidate(choice, ())
@@ -434,7 +445,8 @@ def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
         best = _best(walk.tried)
         return best, stop.reason
     if chosen is None:
-        return None, (f"stopped: space exhausted ({len(walk.tried)} candidates tried, none meets the budget of "
+        n = len(walk.tried)
+        return None, (f"stopped: space exhausted ({n} candidate{'' if n == 1 else 's'} tried, none meets the budget of "
                       f"{walk.params.budget} flips per host{_latency_tail(walk)})")
     return chosen, "done: a candidate meets the budget on every host and every fixture"
 
