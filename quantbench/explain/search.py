@@ -8,8 +8,9 @@ The walk (every step measured, none guessed):
    the other calibration methods whose ranges calibrate left, only the multiply-accumulate ops quantized
    (mac_only). Of those meeting the budget with nothing in float: the fewest worst-host flips, then the
    smallest file, then the earlier choice.
-2. Mixed precision on each global choice in turn (fewest worst-host flips at screening first) until one has a
-   set that meets the budget: nodes ranked by measurement (lint's layers that can diverge on a host of this
+2. Mixed precision on each global choice in turn (fewest worst-host flips at screening first; one over budget
+   with every node in float passed over at the cost of that candidate) until one has a set that meets the
+   budget: nodes ranked by measurement (lint's layers that can diverge on a host of this
    fleet, most saturating pairs first; then the node upstream of the first tensor localize finds divergent
    between two hosts on a fixture the base choice flips; then the SQNR each node loses in onnxruntime's
    qdq_loss_debug against the float model on calibration images, its loss on the flipping fixtures breaking
