@@ -8,8 +8,8 @@ bytes. A tier's *signature* is that value per routine the graph uses; two hosts 
 predicted byte-identical, and a tier whose signature matches no shown host is predicted to stand apart, naming the
 routines (and the ops using them) that decide it.
 
-What the measurements of the shown hosts teach is used too: two shown hosts whose signatures differ, yet whose bytes
-are identical, show that on this graph each differing routine's kernels agree (a learned merge).
+What the measurements of the shown hosts teach is used too: two shown hosts whose signatures differ in one routine,
+yet whose bytes are identical, show that on this graph that routine's kernels agree (a learned merge).
 
 A prediction is never a measurement: callers keep predicted rows apart from classes, and no gate counts them.
 """
@@ -132,16 +132,20 @@ class Prediction:
 
 def learned_merges(routines: dict, shown: dict[str, tuple[dict, str]]) -> dict[str, list[set]]:
     """{routine: [sets of bytes values that agreed]}: two shown hosts (host -> (signature, measured class)) in one
-    measured class whose signatures differ show that each differing routine's kernels gave the same bytes on
-    this graph (that two kernel differences cancel out to identical bytes is not assumed)."""
+    measured class whose signatures differ in one routine only show that its kernels gave the same bytes on this
+    graph. A pair differing in several teaches nothing: one difference may hide another (measured: x86-avx2 and
+    x86-avx512 agree on a dynamic int8 detector while differing in exp and quantize_linear, and x86-avxvnni,
+    differing from the native VNNI host in those same two, does not), and the kernels of a routine the table
+    does not model may differ beside them."""
     merges: dict[str, list[set]] = {}
     hosts = sorted(shown)
     for i, a in enumerate(hosts):
         for b in hosts[i + 1:]:
             (sa, ca), (sb, cb) = shown[a], shown[b]
-            if ca != cb:
+            differ = [r for r in routines if sa[r] != sb[r]]
+            if ca != cb or len(differ) != 1:
                 continue
-            for r in (r for r in routines if sa[r] != sb[r]):
+            for r in differ:
                 groups = merges.setdefault(r, [])
                 hit = [g for g in groups if sa[r] in g or sb[r] in g]
                 merges[r] = [g for g in groups if g not in hit] + [set().union({sa[r], sb[r]}, *hit)]

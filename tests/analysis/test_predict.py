@@ -105,6 +105,24 @@ def _shown_tiers():
     return [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
 
 
+
+def test_only_a_single_kernel_difference_teaches_a_merge():
+    """Measured (litter-detr-tiny's dynamic variant, AVX-512 VNNI machine): x86-avx2 and x86-avx512 share a class
+    while their exp and quantize_linear kernels both differ, yet x86-avxvnni, differing from the native VNNI host in
+    those same two routines, stands apart. Two differences at once do not say that each agreed (one may hide the
+    other); a pair that differs in one routine only does."""
+    routines = {"exp": ["Softmax"], "quantize_linear": ["DynamicQuantizeLinear"], "u8s8_gemm": ["MatMulInteger"]}
+    shown = {"x86-vnni": (_feats("x86-vnni"), "A"), "x86-avx2": (_feats("x86-avx2"), "C"),
+             "x86-avx512": (_feats("x86-avx512"), "C")}
+    sigs = {h: PR.signature(T, routines, f) for h, (f, _) in shown.items()}
+    assert sum(sigs["x86-avx2"][r] != sigs["x86-avx512"][r] for r in routines) == 2
+    [p] = PR.predict(T, routines, shown, {"x86-avxvnni": _feats("x86-avxvnni")})
+    assert p.joins is None and p.learned == []
+    single = {"x86-sse4": (_feats("x86-sse4"), "A"), "x86-vnni": (_feats("x86-vnni"), "A")}
+    assert PR.predict(T, {"u8s8_gemm": ["QLinearMatMul"], "exp": ["Softmax"]}, single,
+                      {"x86-amx": _feats("x86-amx")})[0].learned == ["exp: avx512f = generic agreed on this graph"]
+
+
 @pytest.mark.slow
 def test_leave_one_out_over_every_shown_tier_never_predicts_a_false_join(workdir, capsys):
     """Each x86 host this machine shows, predicted from the others' measurements: where a prediction joins a class,
