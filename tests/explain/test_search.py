@@ -85,7 +85,7 @@ def test_the_search_keeps_the_saturating_node_in_float_and_its_variant_passes_th
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-def _search(run_dir, state, jobs=1, on_evaluation=None, **params):
+def _search(run_dir, state, jobs=1, on_evaluation=None, fleet="x86,x86-avx2", **params):
     from quantbench.analysis.decode import spec_for_variant
     from quantbench.explain.search import SearchParams, search
     from quantbench.hosts.registry import parse_hosts
@@ -94,7 +94,7 @@ def _search(run_dir, state, jobs=1, on_evaluation=None, **params):
 
     vs = {v.name: v for v in latest_variants()}
     base = vs["static-minmax"]
-    hosts = parse_hosts("x86,x86-avx2")
+    hosts = parse_hosts(fleet)
     plan = plan_run([h.spec for h in hosts], [base], check_hosts=False)
     fixtures = plan.fixtures_for[plan.variants[0].variant_id]
     spec = spec_for_variant(base)
@@ -481,18 +481,21 @@ def test_a_torn_last_line_of_the_latency_cache_is_dropped_and_the_rest_read(tmp_
 
 @pytest.mark.slow
 def test_the_kept_node_names_its_localize_evidence_and_the_flipping_fixtures(run_dir):
-    """On x86 vs x86-avx2 the variant as calibrated flips where fc_sat saturates: its evaluation records which
-    fixtures flip (the result rows carry them per host), the node SQNR is measured on those fixtures too, and
-    localize's first divergent tensor between the two hosts maps back to fc_sat, the node the search keeps."""
-    need_tier("x86-avx2")
-    res = _search(run_dir, "s")
+    """On x86-avx2 vs x86-sse4 (VPMADDUBSW's saturating pairs against SSE4.1's exact ones, on any CPU that shows
+    both; plain x86 is one of them on an AVX2-only machine) the variant as calibrated flips where fc_sat saturates:
+    its evaluation records which fixtures flip (the result rows carry them per host), the node SQNR is measured on
+    those fixtures too, and localize's first divergent tensor between the two hosts maps back to fc_sat, the node
+    the search keeps."""
+    for tier in ("x86-avx2", "x86-sse4"):
+        need_tier(tier)
+    res = _search(run_dir, "s", fleet="x86-avx2,x86-sse4")
     assert res.chosen["exclude"] == ["fc_sat"], res.stop
     base = next(r for r in res.tried if not r["exclude"])
     assert base["flipped"]["x86-avx2"] and all(base["flipped"][h] == sorted(base["flipped"][h]) for h in
                                                base["flipped"])
     (kept,) = res.nodes
     ev = kept["localize_first"]
-    assert kept["node"] == "fc_sat" and sorted(ev["hosts"]) == ["x86", "x86-avx2"] and ev["tensor"]
+    assert kept["node"] == "fc_sat" and sorted(ev["hosts"]) == ["x86-avx2", "x86-sse4"] and ev["tensor"]
     assert ev["fixture"] in base["flipped"]["x86-avx2"] and kept["sqnr_loss_db_flipping"] is not None
     assert res.ranking[0]["node"] == "fc_sat"
     (loc,) = res.localized
