@@ -32,7 +32,7 @@ def _saturates_here() -> bool:
     from quantbench.analysis.tiers import int8_path
     from quantbench.hosts.masked import here_features
 
-    return int8_path("x86", "x86_64", here_features()).kind == "saturating"
+    return int8_path("x86", "x86_64", here_features()).kind == "saturates"
 
 
 @pytest.mark.slow
