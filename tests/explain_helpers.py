@@ -8,6 +8,25 @@ from quantbench.inputs.fixtures import Fixture
 from quantbench.tensorcode import tensor_sha256
 
 
+def _save(graph, path):
+    """`graph` as an opset-13 model file at `path` (IR 8: what onnxruntime 1.32 and the quantizer take)."""
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def _image_classifier(path, name: str, size: int, classes: int, weights: dict, layers: list):
+    """images[1,3,size,size] -> Flatten (`f`) -> `layers` ((op, inputs, output, node name), the last writing
+    `logits`) -> logits[1,classes], with `weights` (name -> array) as initializers."""
+    nodes = [helper.make_node("Flatten", ["images"], ["f"], name="flatten")]
+    nodes += [helper.make_node(op, inputs, [out], name=node) for op, inputs, out, node in layers]
+    g = helper.make_graph(nodes, name, [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
+                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
+                          [numpy_helper.from_array(w, k) for k, w in weights.items()])
+    return _save(g, path)
+
+
 def fixture(arr, name="x"):
     arr = np.ascontiguousarray(arr)
     return Fixture(fixture_id=tensor_sha256(arr), input_name=name, array=arr, source="", image_sha256="")
@@ -24,10 +43,7 @@ def saturating_matmul(path, k=64, n=8, seed=0):
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", n])],
         [numpy_helper.from_array(w, "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return path
+    return _save(g, path)
 
 
 def shared_weight_matmuls(path, k=8, seed=0):
@@ -41,10 +57,7 @@ def shared_weight_matmuls(path, k=8, seed=0):
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", k])],
         [numpy_helper.from_array(w, "w")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return path
+    return _save(g, path)
 
 
 def saturating_inputs(k=64, count=4, seed=1):
@@ -113,20 +126,26 @@ def saturating_image_model(path, size: int = 8, classes: int = 8, seed: int = 0)
         for i in range(classes):
             w_head[i, j] = 0.05 * (1 if i % 2 == 0 else -1) if i // 2 != j // 2 else 0.0
         w_head[j, j] = 1.0
-    g = helper.make_graph(
-        [helper.make_node("Flatten", ["images"], ["f"], name="flatten"),
-         helper.make_node("MatMul", ["f", "w_sat"], ["a"], name="fc_sat"),
-         helper.make_node("MatMul", ["f", "w_side"], ["b"], name="fc_side"),
-         helper.make_node("Add", ["a", "b"], ["h"], name="add"),
-         helper.make_node("MatMul", ["h", "w_head"], ["logits"], name="fc_head")], "sat_image",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])],
-        [numpy_helper.from_array(w_sat, "w_sat"), numpy_helper.from_array(w_side, "w_side"),
-         numpy_helper.from_array(w_head, "w_head")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, path)
-    return path
+    return _image_classifier(path, "sat_image", size, classes, {"w_sat": w_sat, "w_side": w_side, "w_head": w_head},
+                             [("MatMul", ["f", "w_sat"], "a", "fc_sat"), ("MatMul", ["f", "w_side"], "b", "fc_side"),
+                              ("Add", ["a", "b"], "h", "add"), ("MatMul", ["h", "w_head"], "logits", "fc_head")])
+
+
+def tied_logits_image_model(path):
+    """images -> Flatten -> fc1 -> fc2 -> fc3 -> Mul(scale) -> logits, classes 0 and 1 tied but for a 1e-4 larger
+    scale on class 1 (identical weight columns, identity fc2/fc3; a vector scale, which no fusion folds into a
+    MatMul) and the rest far below: the Mul's u8 output (a step of ~0.04 over its range) rounds the two to one
+    value, so the top class moves from 1 to 0 on every host wherever the Mul is quantized, whatever
+    Conv/MatMul/Gemm nodes are kept in float."""
+    k, n = 3 * 8 * 8, 8
+    w1 = np.full((k, n), -10.0 / k, np.float32)
+    w1[:, 0] = w1[:, 1] = 1.0 / k
+    scale = np.ones(n, np.float32)
+    scale[1] += 1e-4
+    eye = np.eye(n, dtype=np.float32)
+    return _image_classifier(path, "tied", 8, n, {"w1": w1, "w2": eye, "w3": eye, "scale": scale},
+                             [("MatMul", ["f", "w1"], "a", "fc1"), ("MatMul", ["a", "w2"], "b", "fc2"),
+                              ("MatMul", ["b", "w3"], "c", "fc3"), ("Mul", ["c", "scale"], "logits", "scale")])
 
 
 def bright_corpus(folder, count: int = 6, size: int = 8, seed: int = 0):

@@ -56,9 +56,11 @@ class Search:
 
     def candidates(self) -> "pa.Table":
         """Every candidate tried, in the order tried (the result JSON's `tried`, flattened)."""
-        rows = [{**{k: r[k] for k in CANDIDATE_COLUMNS if k in r}, "int8_weights": (r.get("int8") or {}).get("weights"),
-                 "int8_macs": (r.get("int8") or {}).get("macs")} for r in self.result.tried]
-        return pa.Table.from_pylist([{k: row.get(k) for k in CANDIDATE_COLUMNS} for row in rows])
+        def flat(r: dict) -> dict:
+            int8 = r.get("int8") or {}
+            return {k: int8.get(k.removeprefix("int8_")) if k.startswith("int8_") else r.get(k)
+                    for k in CANDIDATE_COLUMNS}
+        return pa.Table.from_pylist([flat(r) for r in self.result.tried])
 
 
 def _base(variant):

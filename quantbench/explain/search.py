@@ -294,7 +294,8 @@ def rank_nodes(walk: Walk, choice: Choice, feeds: list, feeds_from: str) -> list
     t = walk.try_candidate(choice, ())
     lint = lint_ranking(base.path, walk.fleet.int8_paths())
     loss = error_ranking(walk.space, base.path, feeds)
-    flipping = sorted((fx for fx in walk.fleet.fixtures if fx.fixture_id in set(t.flipping())),
+    flips = set(t.flipping())
+    flipping = sorted((fx for fx in walk.fleet.fixtures if fx.fixture_id in flips),
                       key=lambda fx: fx.fixture_id)[:walk.params.error_images]
     loss_flip = error_ranking(walk.space, base.path, [{fx.input_name: fx.array} for fx in flipping]) if flipping else {}
     evidence = _localize_evidence(walk, t)
@@ -341,14 +342,15 @@ def _localize_evidence(walk: Walk, t: Tried) -> dict:
     cap = min(p.max_evaluations // LOCALIZE_SHARE - walk.localize_spent, p.max_evaluations - walk.evaluations)
     if cap // 2 < 2:
         return {"skipped": f"localize's share of the evaluation budget is spent ({walk.localize_spent})"}
+    model = load_model(t.path, check=False)   # parsed once: localize walks it, mac_node_of maps its tensor
     first, runs, _ = walk.fleet.localize(t.path, t.variant_id, t.choice.entries,
-                                         (labels.index(pair[0]), labels.index(pair[1])), pair[2], cap // 2)
+                                         (labels.index(pair[0]), labels.index(pair[1])), pair[2], cap // 2, model)
     walk.evaluations += 2 * runs
     walk.localize_spent += 2 * runs
     out = {"hosts": list(pair[:2]), "fixture": pair[2], "tensor": first[0] if first else None, "evaluations": 2 * runs}
     if not first:
         return {**out, "skipped": "no divergent tensor found within localize's runs"}
-    return {**out, "node": mac_node_of(load_model(t.path, check=False), first[0], walk.space.op_types)}
+    return {**out, "node": mac_node_of(model, first[0], walk.space.op_types)}
 
 
 def _grow(walk: Walk, choice: Choice, order: list) -> tuple[int, int] | None:
@@ -418,8 +420,9 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
         if _out_of_reach(walk, choice):
             continue
         walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
-        if walk.try_candidate(choice, ()).passes:   # nothing needs keeping in float
-            return walk.try_candidate(choice, ())
+        plain = walk.try_candidate(choice, ())
+        if plain.passes:   # nothing needs keeping in float
+            return plain
         order = [n for n, _ in walk.ranking]
         k = shortest_prefix(walk, choice, order) if order else None
         if k is not None:

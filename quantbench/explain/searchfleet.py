@@ -170,12 +170,13 @@ class Fleet:
             out.append(Evaluation(t.host, t.flips, len(fxs), False, t.note, t.predicted_from))
         return out
 
-    def localize(self, model_path, variant_id: str, entries: dict, pair: tuple, fixture_id: str, max_runs: int
-                 ) -> tuple[dict, int, bool]:
+    def localize(self, model_path, variant_id: str, entries: dict, pair: tuple, fixture_id: str, max_runs: int,
+                 model=None) -> tuple[dict, int, bool]:
         """(first divergent tensors, runs on each host, cached) of explain.localize on hosts `pair` (two indices)
         over one fixture, comparing QuantizeLinear outputs only (exposing them keeps every QDQ fusion, so no group
         is retried tensor by tensor), stopped at the first group holding a divergent tensor and before `max_runs`
-        runs per host; cached like an evaluation (a rerun runs nothing again)."""
+        runs per host; cached like an evaluation (a rerun runs nothing again). `model`: its parsed ModelProto when
+        the caller has it."""
         key = content_key(["localize/3", self._key(pair[0], variant_id, entries, []),
                            self._key(pair[1], variant_id, entries, []), fixture_id, max_runs])
         if key in self.cache:
@@ -185,7 +186,7 @@ class Fleet:
         fx = next(fx for fx in self.fixtures if fx.fixture_id == fixture_id)
         hosts = [HostRequest(self.hosts[i].label, self.hosts[i].spec, session_with(self.hosts[i].session, entries))
                  for i in pair]
-        res = localize(model_path, hosts, fx, progress=False, variant_id=variant_id, first_only=True,
+        res = localize(model_path, hosts, fx, progress=False, variant_id=variant_id, model=model, first_only=True,
                        max_runs=max_runs, workers=[self.workers[i] for i in pair], op_types=("QuantizeLinear",))
         result = {"first": [r.tensor for r in res.first if not r.is_output], "runs": res.host_runs,
                   "evaluations": 2 * res.host_runs}   # one run on one host is one evaluation

@@ -67,17 +67,13 @@ class LatencyProbe:
     cache: dict = field(default_factory=dict)
     run_count: int = 0
     cached_count: int = 0
+    hosts: list = field(default_factory=list)   # the indices of the fleet's hosts that measure latency
+    fixture: object = None                      # the one fixture timed (the first by fixture id)
 
     def __post_init__(self) -> None:
         self.cache = read_cache(self.cache_file, FIELDS)
-
-    @property
-    def hosts(self) -> list[int]:
-        return [i for i, h in enumerate(self.fleet.hosts) if measures_latency(h)]
-
-    @property
-    def fixture(self):
-        return min(self.fleet.fixtures, key=lambda fx: fx.fixture_id)
+        self.hosts = [i for i, h in enumerate(self.fleet.hosts) if measures_latency(h)]
+        self.fixture = min(self.fleet.fixtures, key=lambda fx: fx.fixture_id)
 
     def measure(self, model_path, variant_id: str, entries: dict) -> dict:
         """{host label: {"median_ms", "spread_ms"}} of the candidate on each measuring host (cached by content)."""

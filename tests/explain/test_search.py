@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import one_line
-from explain_helpers import bright_corpus, saturating_image_model
+from explain_helpers import bright_corpus, saturating_image_model, tied_logits_image_model
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.explain.search import SearchParams
@@ -537,43 +537,11 @@ def test_the_cache_and_search_id_versions_say_what_a_line_holds(tmp_path):
     assert read_cache(cache)["k2"] == {"flips": 0, "note": "", "flipped": [], "hashes": {"f1": "h"}}
 
 
-def _tied_logits_model(path) -> Path:
-    """images -> Flatten -> fc1 -> fc2 -> fc3 -> Mul(scale) -> logits, classes 0 and 1 tied but for a 1e-4 larger
-    scale on class 1 (identical weight columns, identity fc2/fc3; a vector scale, which no fusion folds into a
-    MatMul) and the rest far below: the Mul's u8 output (a step of ~0.04 over its range) rounds the two to one
-    value, so the top class moves from 1 to 0 on every host wherever the Mul is quantized, whatever
-    Conv/MatMul/Gemm nodes are kept in float."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-    import numpy as np
-
-    k, n = 3 * 8 * 8, 8
-    w1 = np.full((k, n), -10.0 / k, np.float32)
-    w1[:, 0] = w1[:, 1] = 1.0 / k
-    scale = np.ones(n, np.float32)
-    scale[1] += 1e-4
-    eye = np.eye(n, dtype=np.float32)
-    g = helper.make_graph(
-        [helper.make_node("Flatten", ["images"], ["f"], name="flatten"),
-         helper.make_node("MatMul", ["f", "w1"], ["a"], name="fc1"),
-         helper.make_node("MatMul", ["a", "w2"], ["b"], name="fc2"),
-         helper.make_node("MatMul", ["b", "w3"], ["c"], name="fc3"),
-         helper.make_node("Mul", ["c", "scale"], ["logits"], name="scale")], "tied",
-        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, n])],
-        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(eye, "w2"), numpy_helper.from_array(eye, "w3"),
-         numpy_helper.from_array(scale, "scale")])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return Path(path)
-
-
 def test_a_choice_over_budget_with_every_node_in_float_costs_one_candidate(workdir, capsys):
     """Keeping Conv/MatMul/Gemm nodes in float cannot help where another quantized op flips the decisions: the
     search measures that once (every node in float, over budget) and passes over the choice, instead of ranking
     its nodes and growing prefixes up to the same candidate."""
-    model = _tied_logits_model(workdir / "tied.onnx")
+    model = tied_logits_image_model(workdir / "tied.onnx")
     (workdir / "tied.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
     labels = bright_corpus(workdir / "corpus", count=6)
     assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
