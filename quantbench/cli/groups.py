@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from quantbench.api.options import RESULTS, Fixtures, Fleet, Output, Results, Session
 from quantbench.errors import UserError
-from quantbench.inputs.configkeys import check_config_keys
+from quantbench.inputs.configkeys import check_entries
 
 #: the release that removes the deprecated --tables alias of --results (docs/api.md)
 TABLES_ALIAS_REMOVED_IN = "0.3.0"
@@ -115,14 +115,13 @@ class FixtureArgs(ArgGroup):
 
 def session_config(items, option: str = "--session-config") -> dict:
     """`--session-config KEY=VALUE ...` (or `option`'s) -> the session's config entries."""
-    entries = {}
+    pairs = []
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UserError(f"{option} {item!r}: expected KEY=VALUE, e.g. session.x64quantprecision=1")
-        entries[key.strip()] = value.strip()
-    check_config_keys(entries, option)
-    return entries
+        pairs.append((key.strip(), value.strip(" \t")))
+    return check_entries(pairs, option)
 
 
 class SessionArgs(ArgGroup):

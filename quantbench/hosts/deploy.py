@@ -110,6 +110,8 @@ def check_threads(host: str, session: dict, limit: int) -> None:
     every thread it is asked for (100000 never finished, growing 40 MB/s), where more threads than cores only
     share them."""
     for key in ("intra_op_num_threads", "inter_op_num_threads"):
+        if session[key] < 1:   # 0 was the host's own count by now; onnxruntime would take -1 as its default
+            raise UserError(f"host {host}: {key}={session[key]}: must be at least 1 (0: the host's own count)")
         if session[key] > limit:
             raise UserError(f"host {host}: {key}={session[key]}: more than the {limit} cores it runs on; "
                             f"use at most {limit}")

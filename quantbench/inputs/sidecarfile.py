@@ -21,7 +21,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import MAX_JSON_BYTES, canonical_json, read_json, read_user_bytes, sha256_bytes
-from quantbench.inputs.configkeys import check_config_keys
+from quantbench.inputs.configkeys import check_entries
 from quantbench.inputs.modelio import ModelFacts, model_facts
 from quantbench.inputs.plugins import allow, is_ref, plugin_identity, require, same_ref
 from quantbench.inputs.preprocess import check_input_block, input_spec
@@ -206,7 +206,7 @@ def check_requirements(value, where: str) -> dict:
                                               for k, v in value.items()):
         raise UserError(f"{where}: {REQUIREMENTS} must map onnxruntime session config keys to string values, "
                         f'e.g. {{"session.x64quantprecision": "1"}}; got {value!r}')
-    check_config_keys(value, f"{where}: {REQUIREMENTS}")
+    check_entries(value, f"{where}: {REQUIREMENTS}")
     return dict(sorted(value.items()))
 
 

@@ -45,3 +45,45 @@ def test_a_misspelt_session_config_key_is_refused_before_anything_runs(workdir, 
 def test_a_known_key_still_applies(workdir, capsys):
     rc, err = _run(capsys, "hosts", "check", "x86+session.x64quantprecision=1")
     assert "no session config key" not in err
+
+
+# Hostile config entries: each refused in one line (exit 2) before anything is read or written, whichever
+# option gives it. (key=value items, the hint the line carries)
+BAD_ENTRIES = [
+    (["SESSION.X64QUANTPRECISION=1"], "no session config key 'SESSION.X64QUANTPRECISION'; did you mean "
+                                      "session.x64quantprecision?"),
+    (["zzz.unknown=1"], "onnxruntime has no session config key 'zzz.unknown'"),
+    (["foo=bar"], "onnxruntime has no session config key 'foo'"),
+    (["intra_op_num_threads=4"], "intra_op_num_threads is a session option, not a session config entry: set it "
+                                 "with --threads"),
+    (["graph_optimization_level=basic"], "graph_optimization_level is a session option, not a session config "
+                                         "entry: set it with --graph-opt"),
+    (["session.x64quantprecision="], "session.x64quantprecision: empty value"),
+    (["session.x64quantprecision=1\nX"], "a config entry is one line"),
+    (["session.x64quantprecision=1", "session.x64quantprecision=0"], "session.x64quantprecision: given twice "
+                                                                     "('1', then '0'); give one value per key"),
+]
+
+
+@pytest.mark.parametrize("entries, hint", BAD_ENTRIES)
+@pytest.mark.parametrize("command", ["run", "calibrate"])
+def test_a_config_entry_onnxruntime_would_ignore_or_take_otherwise_is_refused(workdir, capsys, entries, hint,
+                                                                              command):
+    """--session-config (run) and --require-session (calibrate, which records it in the recipe): onnxruntime
+    ignores an unknown key (case matters), takes the last of two values, an empty string, a second line."""
+    model = image_model(workdir / "i.onnx")
+    corpus = make_corpus(workdir / "corpus")
+    option = "--session-config" if command == "run" else "--require-session"
+    extra = (["--hosts", "x86", "--variants", model, "--fixtures", corpus] if command == "run"
+             else ["--model", model, "--labels", corpus])
+    before = digest(workdir)
+    rc, err = _run(capsys, command, *extra, *[a for e in entries for a in (option, e)], "--no-progress")
+    line = one_line(err, command)
+    assert rc == 2 and line.startswith(f"quantbench {command}: error: {option}") and hint in line, line
+    assert digest(workdir) == before
+
+
+def test_a_session_option_given_as_a_host_override_is_checked(workdir, capsys):
+    rc, err = _run(capsys, "hosts", "check", "x86+intra_op_num_threads=-1")
+    line = one_line(err, "hosts")
+    assert rc == 2 and "intra_op_num_threads=-1: must be at least 1" in line, line
