@@ -101,6 +101,9 @@ class EquivResult:
                 raise UserError(f"{flag_mark('gate')} decision: decisions are not compared for model {', '.join(skipped)} "
                                 f"(decode none); drop 'decision' from {flag_mark('gate')}, or give a decoder with {flag_mark('decode')} "
                                 f"or the sidecar's 'decode' block")
+        for v in self.variants if names else []:   # a gate cannot pass on a variant no host ran
+            if not v["classes"]:
+                out.append(f"{names[0]}: {v['variant']} was never run: no host's runtime can run it")
         for g in names:
             if g == "classes":
                 for v in self.variants:

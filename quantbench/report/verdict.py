@@ -147,6 +147,12 @@ def requirement_lines(result) -> list[str]:
     return lines + [""]
 
 
+def _never_run_gate(result) -> str:
+    """The gate part of a variant no host ran: a gate named (--gate) fails on it (nothing passed), else none checks it."""
+    named = list(result.settings.get("gates") or [])
+    return f"gate {', '.join(named)}: FAIL (never run)" if named else "no gate checks it"
+
+
 def verdict_lines(result) -> list[str]:
     """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP, NOT RUN), then
     why in numbers: flips vs fp32 per host against the budget, whether the hosts serve identical decisions, the
@@ -174,7 +180,7 @@ def verdict_lines(result) -> list[str]:
             counts, differ, why = [], None, ["decisions not compared (decode none)", cls]
         ok, failed = variant_gate(result, v, gates)
         answer = ship_verdict(ok, counts, differ, n, compared, gated=bool(gates))
-        gate = ("no gate checks it" if n == 0 else f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})")
+        gate = (_never_run_gate(result) if n == 0 else f"gate {gate_name}: " + ("pass" if ok else f"FAIL ({failed})")
                 if gates else _no_gate(result, v))
         extra = f" Outputs byte-identical to **{same_out[v['variant_id']]}** on every host and fixture." \
             if v["variant_id"] in same_out else ""

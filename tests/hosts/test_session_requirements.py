@@ -115,6 +115,22 @@ def test_a_host_whose_session_contradicts_it_is_not_run(workdir, capsys):
     assert "- NOT RUN static-minmax" in out
 
 
+def test_a_gate_fails_on_a_variant_no_host_can_run(workdir, capsys):
+    """`--gate decision` cannot pass on a variant never run: exit 1 naming it, the report still written."""
+    bright_images(workdir)
+    variants_folder(workdir, "required", X64)
+    capsys.readouterr()
+    rc = main(["equiv", "--hosts", "x86", "--variants", "variants/required", "--session-config",
+               "session.x64quantprecision=0", "--gate", "decision", *COMMON])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert err.strip().splitlines()[-1] == ("quantbench equiv: gate failed: decision: static-minmax was never run: "
+                                            "no host's runtime can run it")
+    assert "- NOT RUN static-minmax: no host's runtime can run it (named under the classes); gate decision: FAIL " \
+           "(never run)" in out
+    assert (workdir / "results" / "report.md").is_file() and _static_rows(workdir) == []
+
+
 def test_one_model_with_and_without_a_requirement_is_two_variants_of_one_run(workdir, capsys):
     """The search's answer can be the base's model plus a session entry (static-minmax-x64quantprecision): the
     same bytes, another deployment. Its variant_id is the identity of (semantic hash, requirement), so a plain
