@@ -3,13 +3,17 @@ QDQ int8 variants (the `calibrate` command), with the command line's defaults (q
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import os
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
-from quantbench.api.options import Output
+from quantbench.api.options import Output, check_group, check_path
 from quantbench.errors import ParameterError
 from quantbench.quantize.pipeline import CalibrateOptions, calibrate as run_pipeline
 
@@ -21,6 +25,8 @@ else:
 DEFAULT_MODEL = CalibrateOptions.model
 #: what a caller may choose (CalibrateOptions' fields but progress, which follows the Output group)
 OPTIONS = tuple(f.name for f in dataclasses.fields(CalibrateOptions) if f.name not in ("model", "progress"))
+_TYPE_WORDS = {str: "text", int: "a whole number", float: "a number", bool: "True or False",
+               os.PathLike: "a path", collections.abc.Sequence: "a list", collections.abc.Mapping: "a dict"}
 
 
 @dataclass
@@ -56,11 +62,40 @@ class Calibration:
         return pq.read_table(Path(self.result.calib_dir) / "manifest.parquet")
 
 
+def _check_types(chosen: dict) -> None:
+    """Each option of the type its field declares (CalibrateOptions' hints: a path, whole number, number, switch,
+    text or a list of them): `per_cell='2'` is a ParameterError, not a TypeError from the calibration."""
+    hints = typing.get_type_hints(CalibrateOptions)
+    for name, value in chosen.items():
+        hint = hints[name]
+        args = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (
+            typing.Union, types.UnionType) else [hint]
+        if value is None and len(args) < len(typing.get_args(hint)):
+            continue
+        origin = [typing.get_origin(a) or a for a in args]
+        if bool in origin:
+            ok = isinstance(value, bool)
+        elif collections.abc.Mapping in origin:
+            ok = isinstance(value, collections.abc.Mapping)
+        elif collections.abc.Sequence in origin:
+            ok = isinstance(value, (list, tuple))
+        else:
+            ok = not isinstance(value, bool) and isinstance(value, tuple(origin)) or (
+                float in origin and isinstance(value, int) and not isinstance(value, bool))
+        if not ok:
+            raise ParameterError(name, f"must be {' or '.join(_TYPE_WORDS.get(o, o.__name__) for o in origin)}",
+                                 value)
+
+
 def options(model=DEFAULT_MODEL, output: Output = Output(), **chosen) -> CalibrateOptions:
-    """The pipeline's options: `chosen` by name (OPTIONS), the others the command line's defaults."""
+    """The pipeline's options: `chosen` by name (OPTIONS), each of its declared type, the others the command line's
+    defaults."""
     unknown = sorted(set(chosen) - set(OPTIONS))
     if unknown:
         raise ParameterError(unknown[0], f"no calibrate option; choose from {', '.join(OPTIONS)}")
+    check_path("model", model, optional=False)
+    check_group("output", output, Output)
+    _check_types(chosen)
     return CalibrateOptions(model=model, progress=output.bars(), **chosen)
 
 

@@ -5,6 +5,7 @@ folder's tables, report and equiv.json."""
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
 from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
-from quantbench.api.options import Fixtures, Fleet, Output, Results, Session
+from quantbench.api.options import Fixtures, Fleet, Output, Results, Session, check_group, check_groups
 from quantbench.api.plan import fixture_params, note_plan, variants_named
 from quantbench.errors import ParameterError, UserError, flag_mark, marked, render_params
 from quantbench.hosts.cluster import connect_plan
@@ -83,6 +84,20 @@ class Gates:
     rtol: float = DEFAULT_RTOL
     budget: int = DEFAULT_BUDGET
     gate: str | None = None
+
+    def __post_init__(self):
+        """Checked as the command line checks its flags: finite tolerances >= 0 (nan passed every tensor gate), a
+        whole budget >= 0, the gates' names as text."""
+        for name in ("atol", "rtol"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ParameterError(name, "must be a finite number", value)
+            if value < 0:
+                raise ParameterError(name, "must be at least 0", value)
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
+            raise ParameterError("budget", "must be a whole number of flips, at least 0", self.budget)
+        if self.gate is not None and not isinstance(self.gate, str):
+            raise ParameterError("gate", "must be comma-separated gate names, e.g. 'decision,classes'", self.gate)
 
 
 @dataclass
@@ -263,6 +278,8 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
     analysis with the gates that failed (`Equiv.failures`: a failed gate is a result, not an exception).
     `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
     (default: the sidecar's)."""
+    check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
+    check_group("gates", gates, Gates)
     checked = _check_request(gates, decode)
     resolved = variants_named(variants, fp32, to_stderr=output.json)   # the demo says so first
     announce_hosts_file(fleet.hosts_file, to_stderr=output.json)

@@ -11,14 +11,58 @@ below takes their fields as parameters. Each default here is the command line's 
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import ParameterError
+from quantbench.inputs.configkeys import check_entries
 
 RESULTS = "results"
 TABLES = "tables"
+
+
+def is_path(value) -> bool:
+    """A file or folder name a caller may give: text or a path object (not bytes, not a number)."""
+    return isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes)
+
+
+def check_path(name: str, value, optional: bool = True) -> None:
+    """`value` (parameter `name`) is a path, or None where `optional`: ParameterError otherwise."""
+    if not (value is None and optional) and not is_path(value):
+        raise ParameterError(name, "must be a file or folder name (str or pathlib.Path)", value)
+
+
+def check_whole(name: str, value, optional: bool = True) -> None:
+    """`value` is a whole number (not a bool, not text), or None where `optional`."""
+    if not (value is None and optional) and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ParameterError(name, "must be a whole number", value)
+
+
+def check_group(name: str, value, group: type) -> None:
+    """A parameter taking an option group (`fleet=Fleet(...)`) got one: a bare string there (`run(None, 'x86')`)
+    is a ParameterError naming the group to build, not an AttributeError from deep inside."""
+    if not isinstance(value, group):
+        raise ParameterError(name, f"must be a {group.__name__}(...), e.g. {group.__name__}{_EXAMPLE[group.__name__]}",
+                             value)
+
+
+def check_groups(**groups) -> None:
+    """Each option-group parameter (fleet=, fixtures=, session=, results=, output=) holds its group."""
+    for name, value in groups.items():
+        check_group(name, value, _GROUPS[name])
+
+
+def variant_list(variants):
+    """The variants a caller named: None, one path (a str is one variant, not its characters) or a list of them."""
+    if variants is None or is_path(variants):
+        return variants if variants is None else [variants]
+    if isinstance(variants, (list, tuple)) and all(is_path(v) or hasattr(v, "variant_id") or hasattr(v, "path")
+                                                    for v in variants):
+        return list(variants)
+    raise ParameterError("variants", "must be a variants folder or .onnx file, or a list of them", variants)
 
 
 @dataclass(frozen=True)
@@ -27,6 +71,13 @@ class Fleet:
 
     hosts: str | None = None
     hosts_file: str | None = None
+
+    def __post_init__(self):
+        if not (self.hosts is None or isinstance(self.hosts, str) or (
+                isinstance(self.hosts, (list, tuple)) and all(isinstance(h, str) for h in self.hosts))):
+            raise ParameterError("hosts", "must be comma-separated host names or a list of them, e.g. 'x86,pi'",
+                                 self.hosts)
+        check_path("hosts_file", self.hosts_file)
 
     def names(self) -> str | None:
         """The hosts as the comma-separated text the host registry parses."""
@@ -47,6 +98,13 @@ class Fixtures:
     limit: int | None = None
     sidecar: str | None = None
 
+    def __post_init__(self):
+        for name in ("labels", "images", "sidecar"):
+            check_path(name, getattr(self, name))
+        if not isinstance(self.split, str):
+            raise ParameterError("split", "must be a split name: train, val, eval or all", self.split)
+        check_whole("limit", self.limit)
+
 
 @dataclass(frozen=True)
 class Session:
@@ -58,6 +116,19 @@ class Session:
     threads: int | None = None
     providers: tuple | None = None
     require_providers: bool = False
+
+    def __post_init__(self):
+        """The config entries checked as the command line checks them (inputs/configkeys.check_entries): a mapping of
+        keys onnxruntime knows to one-line values; the session options' types."""
+        if not isinstance(self.config, Mapping):
+            raise ParameterError("config", "must map session config keys to values, e.g. "
+                                           "{'session.x64quantprecision': '1'}", self.config)
+        object.__setattr__(self, "config", check_entries(dict(self.config), "Session config"))
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)):
+            raise ParameterError("threads", "must be a whole number of threads", self.threads)
+        if self.providers is not None and (isinstance(self.providers, str) or not all(
+                isinstance(p, str) for p in self.providers)):
+            raise ParameterError("providers", "must be a list of execution provider names", self.providers)
 
     def overrides(self) -> dict:
         """The session overrides these options give: only the ones set, each host's own session has the rest."""
@@ -82,6 +153,10 @@ class Results:
 
     root: str = RESULTS
     tables_folder: str | None = None
+
+    def __post_init__(self):
+        check_path("root", self.root, optional=False)
+        check_path("tables_folder", self.tables_folder)
 
     @property
     def folder(self) -> Path:
@@ -110,3 +185,8 @@ class Output:
             return sys.stderr.isatty() and not self.quiet
         except (AttributeError, ValueError):
             return False
+
+
+_EXAMPLE = {"Fleet": "('x86,pi')", "Fixtures": "(labels='labels.json')", "Session": "(threads=1)",
+            "Results": "('results')", "Output": "(quiet=True)", "Gates": "(gate='decision')"}
+_GROUPS = {"fleet": Fleet, "fixtures": Fixtures, "session": Session, "results": Results, "output": Output}

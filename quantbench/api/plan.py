@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from quantbench.api.options import Fixtures, Fleet, Session
+from quantbench.api.options import Fixtures, Fleet, Session, variant_list
 from quantbench.errors import UserError, flag_mark, render_params
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.requirements import for_hosts
@@ -19,6 +19,7 @@ def variants_named(variants=None, fp32=None, to_stderr: bool = False) -> list:
     """The variants `variants` names (folders or .onnx files; already resolved Variants are kept; None: the latest
     calibrate output, else the demo models); a run on the bundled demo models says so first (on stderr when stdout
     is JSON)."""
+    variants = variant_list(variants)
     if variants and all(isinstance(v, Variant) for v in variants) and fp32 is None:
         return list(variants)
     paths = None if not variants else [str(v) for v in variants]

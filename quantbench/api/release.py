@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
-from quantbench.api.options import Fleet, Results
+from quantbench.api.options import Fleet, Results, check_group, check_groups, check_path, check_whole
+from quantbench.errors import ParameterError
 from quantbench.release.archive import verify_archive
 from quantbench.release.publish import publish_release
 from quantbench.release.verify import FAIL, verify as verify_folder
@@ -57,6 +58,10 @@ def release(tag: str, results: Results = Results(), hosts=None, retain: bool = T
     """Write `results`/releases/TAG/ (tables, report, release.json) and register its release keys; `hosts`: the
     hosts to include (default: every host with results); `variants`: a variants folder (default: the latest
     calibrate output); `archive`: also a .tar.gz ("" for the default path), replacing a file there with `force`."""
+    if not isinstance(tag, str):
+        raise ParameterError("tag", "must be the release's name as text, e.g. 'v1.0'", tag)
+    check_group("results", results, Results)
+    check_path("variants", variants)
     if isinstance(hosts, str):
         hosts = [h.strip() for h in hosts.split(",") if h.strip()] or None
     chosen = load_variants(variants) if variants else None
@@ -86,6 +91,9 @@ def verify(release: str, host: str | None = None, sample: int = 4, fleet: Fleet 
     """Check a release folder or archive (.tar.gz): re-hash retained artifacts, re-read every table against its
     recorded hash; with `host` (of `fleet`'s hosts file) re-run `sample` fixtures per variant there and compare
     output hashes; `registry`: the release's folder has its releases index."""
+    check_path("release", release, optional=False)
+    check_whole("sample", sample, optional=False)
+    check_groups(fleet=fleet, results=results)
     check = verify_archive if Path(release).is_file() else verify_folder
     checks = check(release, host=host, sample=sample, hosts_file=fleet.hosts_file, registry=registry,
                    results_dir=results.folder)
