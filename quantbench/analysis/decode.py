@@ -936,6 +936,26 @@ def decode_ctc(spec: DecodeSpec, outputs: dict) -> Decoded:
 PLUGIN_KEYS = ("cls", "score", "kept", "box", "slot", "margin")
 
 
+#: the most decisions a decode plug-in may return for one fixture (docs/your-model.md): every decision is a row of
+#: the decisions table on every host and variant, so 200k per fixture grew to 1.9 GB
+MAX_PLUGIN_DECISIONS = 10_000
+
+
+def _check_plugin_size(ref: str, result: Mapping) -> None:
+    """At most MAX_PLUGIN_DECISIONS per fixture, checked before any array is copied."""
+    def count(v) -> int:
+        try:
+            return len(v)
+        except TypeError:   # a scalar, a 0-d array: the shape checks name it
+            return 0
+
+    sizes = [count(v) for k, v in result.items() if k in PLUGIN_KEYS]
+    if max(sizes, default=0) > MAX_PLUGIN_DECISIONS:
+        raise UserError(f"decode plug-in {ref}: returned {max(sizes)} decisions for one fixture; at most "
+                        f"{MAX_PLUGIN_DECISIONS} (keep the candidates your product serves, e.g. after its threshold "
+                        f"or NMS)")
+
+
 def plugin_decoded(ref: str, result, threshold: float | None) -> Decoded:
     """A decode plug-in's dict checked and wrapped into Decoded; errors name the plug-in."""
     def bad(problem: str) -> UserError:
@@ -944,6 +964,7 @@ def plugin_decoded(ref: str, result, threshold: float | None) -> Decoded:
 
     if not isinstance(result, Mapping):
         raise bad(f"returned {type(result).__name__}, not a dict")
+    _check_plugin_size(ref, result)
     missing = [k for k in ("cls", "score", "kept") if k not in result]
     unknown = sorted(str(k) for k in result if k not in PLUGIN_KEYS)
     if missing or unknown:
@@ -1002,7 +1023,7 @@ def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
         result = fn(dict(outputs), spec)
     except UserError:
         raise
-    except Exception as exc:  # user code: one line naming it, never a traceback
+    except plugins.FAILURES as exc:  # user code (sys.exit too): one line naming it, never a traceback
         raise UserError(f"decode plug-in {spec.kind}: raised {plugins.one_line(exc)}") from None
     return plugin_decoded(spec.kind, result, spec.threshold)
 

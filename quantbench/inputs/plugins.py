@@ -107,8 +107,16 @@ def _is_path(mod: str) -> bool:
 
 
 def one_line(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit (it called sys.exit({exc.code!r}); a plug-in returns or raises, it never exits)"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+#: what a plug-in's call may raise that is its own failure: any exception, and SystemExit (`sys.exit(0)` in a
+#: plug-in ended a gated equiv with exit 0 and no verdict); Ctrl-C (KeyboardInterrupt) stays the user's.
+#: `os._exit` ends the process itself: only a subprocess could contain it (docs/your-model.md).
+FAILURES = (Exception, SystemExit)
 
 
 def _sha256(path: Path) -> str:
@@ -144,14 +152,14 @@ def _import(mod: str, ref: str, where: str):
             sys.modules[name] = module
             try:
                 spec.loader.exec_module(module)
-            except Exception as exc:  # user code: any failure is the user's to fix
+            except FAILURES as exc:  # user code: any failure is the user's to fix
                 sys.modules.pop(name, None)
                 raise UserError(f"{where} {ref}: loading {path.name} failed ({one_line(exc)})") from None
             _FILE_MODULES[key] = module
         return _FILE_MODULES[key]
     try:
         return importlib.import_module(mod)
-    except Exception as exc:
+    except FAILURES as exc:
         raise UserError(f"{where} {ref}: cannot import module {mod!r} ({one_line(exc)}); "
                         f"install it, or name a file as path/to/file.py:function") from None
 

@@ -523,7 +523,7 @@ def _plugin_tensor(rgb: np.ndarray, spec: dict, ref: str) -> np.ndarray:
         x = fn(rgb, dict(spec))
     except UserError:
         raise
-    except Exception as exc:  # user code: one line naming it, never a traceback
+    except plugins.FAILURES as exc:  # user code (sys.exit too): one line naming it, never a traceback
         raise UserError(f"preprocessing plug-in {ref}: raised {plugins.one_line(exc)}") from None
     if not isinstance(x, np.ndarray):
         raise UserError(f"preprocessing plug-in {ref}: returned {type(x).__name__}; return the input tensor as a numpy array")

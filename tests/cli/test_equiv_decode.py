@@ -199,3 +199,26 @@ def test_without_a_decoder_the_default_tolerance_gives_no_verdict_and_a_set_one_
     out = capsys.readouterr().out
     dyn = next(ln for ln in out.splitlines() if ln.startswith("- ") and " dynamic: " in ln)
     assert dyn.startswith("- DO NOT SHIP dynamic") and "gate tensor: FAIL" in dyn, dyn
+
+
+def test_a_decode_plugin_that_calls_sys_exit_is_an_error_naming_it(workdir, capsys):
+    """`sys.exit(0)` in a decode plug-in made a gated equiv exit 0 with no verdict: now exit 2, one line naming the
+    plug-in, no report; the API raises UserError, not SystemExit, into its caller."""
+    import quantbench
+    from cli_helpers import one_line
+    from quantbench.api.options import Fixtures, Fleet, Output
+    from quantbench.errors import UserError
+    from quantbench.inputs import plugins
+
+    vdir, labels = make_bench(workdir / "bench", n_images=2)
+    (workdir / "dec.py").write_text("import sys\n\ndef exits(outputs, spec):\n    sys.exit(0)\n")
+    common = ["--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress", "--no-plots"]
+    capsys.readouterr()
+    rc = main(["equiv", *common, "--gate", "decision", "--decode", "dec.py:exits"])
+    line = one_line(capsys.readouterr().err, "equiv")
+    assert rc == 2 and "decode plug-in dec.py:exits: raised SystemExit (it called sys.exit(0)" in line, line
+    assert not (workdir / "results" / "report.md").exists() and not (workdir / "results" / "equiv.json").exists()
+    plugins.allow("dec.py:exits")   # the API caller names it, as --decode does
+    with pytest.raises(UserError, match="decode plug-in dec.py:exits: raised SystemExit"):
+        quantbench.equiv([str(vdir)], Fleet("x86"), Fixtures(labels=str(labels)), output=Output(progress=False),
+                         decode="dec.py:exits", plots=False)

@@ -50,6 +50,17 @@ def bad_cls(outputs, spec):
 def boom(outputs, spec):
     raise KeyError("output0")
 
+def exits(outputs, spec):
+    import sys
+    sys.exit(0)
+
+def flood(outputs, spec):
+    n = 200_000
+    return {"cls": np.zeros(n, int), "score": np.ones(n), "kept": np.ones(n, bool)}
+
+def exit_tensor(rgb, spec):
+    raise SystemExit("bye")
+
 NOT_A_FUNCTION = 3
 
 def tensor(rgb, spec):
@@ -151,6 +162,23 @@ def test_plugin_results_are_validated_naming_the_plugin(plugdir):
         assert msg in str(e.value) and ref in str(e.value) and "\n" not in str(e.value), name
     with pytest.raises(UserError, match="model m sidecar decode 'kind' dec/nope.py:f: no such file"):
         spec_from_sidecar({"decode": {"kind": "dec/nope.py:f"}}, source="model m sidecar")
+
+
+def test_a_plugin_that_exits_or_floods_is_an_error_naming_it(plugdir):
+    """sys.exit(0) in a decode plug-in ended a gated equiv with exit 0 and no verdict; 200k decisions per fixture
+    grew to 1.9 GB (5M: the OOM killer). Both are one UserError naming the plug-in, never SystemExit."""
+    for name, msg in (("exits", "raised SystemExit (it called sys.exit(0); a plug-in returns or raises, it never "
+                                "exits)"),
+                      ("flood", "returned 200000 decisions for one fixture; at most 10000")):
+        ref = f"dec/my_decoders.py:{name}"
+        spec = check_outputs(spec_from_sidecar(None, kind=ref), ["y"])
+        with pytest.raises(UserError) as e:
+            decode(spec, {"y": np.zeros(3, np.float32)})
+        assert str(e.value).startswith(f"decode plug-in {ref}: ") and msg in str(e.value), str(e.value)
+    rgb = np.zeros((4, 4, 3), np.uint8)
+    with pytest.raises(UserError, match="preprocessing plug-in dec/my_decoders.py:exit_tensor: raised SystemExit"):
+        to_tensor(rgb, {"shape": [1, 3, 4, 4], "layout": "NCHW", "dtype": "float32",
+                        "plugin": "dec/my_decoders.py:exit_tensor"})
 
 
 def test_preprocessing_plugin_and_its_checks(plugdir):
