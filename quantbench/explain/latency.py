@@ -62,6 +62,22 @@ def _vm_hwm_mb(pid: int) -> float | None:
     return None
 
 
+#: the most runs a measurement takes (docs/explain.md): every run is one result the worker sends and the command
+#: keeps, so `--runs 100000000` ran past 120 s at 1.7 GB, `--warmup 1000000000` grew during the warm-up
+MAX_WARMUP, MAX_RUNS, MAX_REPEATS = 100, 1000, 20
+
+
+def check_counts(warmup, runs, repeats) -> None:
+    """Warm-up runs, timed runs per repeat and repeats each a whole number within its bounds (before any host
+    runs)."""
+    for name, value, low, high, why in (
+            ("runs", runs, 10, MAX_RUNS, "timed runs per repeat"),
+            ("repeats", repeats, 3, MAX_REPEATS, "the spread of the median needs at least 3"),
+            ("warmup", warmup, 1, MAX_WARMUP, "untimed warm-up runs")):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ParameterError(name, f"must be a whole number from {low} to {high} ({why})", value)
+
+
 def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats: int = 3,
             variant_name: str = "", require_providers: bool = False, variant_id: str | None = None) -> LatencyRow:
     """One variant on one host; `host` is a hosts.registry.HostRequest; `variant_id` its semantic hash when the
@@ -69,12 +85,7 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
     from pathlib import Path
 
     check_host(host)
-    if runs < 10:
-        raise ParameterError("runs", "must be at least 10 (timed runs per repeat)", runs)
-    if repeats < 3:
-        raise ParameterError("repeats", "must be at least 3 (the spread of the median needs them)", repeats)
-    if warmup < 1:
-        raise ParameterError("warmup", "must be at least 1", warmup)
+    check_counts(warmup, runs, repeats)
     model = Path(model_path).read_bytes()
     w = open_session(host, require_providers)
     try:

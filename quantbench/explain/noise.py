@@ -25,6 +25,7 @@ from pathlib import Path
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.localize import decode_runs, open_session
+from quantbench.hosts.deploy import thread_limit
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 
@@ -112,10 +113,39 @@ def _setting(factor: str, base: dict) -> tuple[str, str, dict | None, str]:
             None if same else dict(base, providers=cpu), same)
 
 
-def _check_request(factors, fixtures, batch) -> None:
+#: N of the threads factor when none is given: at most the cores a host runs on
+DEFAULT_THREADS = 4
+
+
+def check_threads(threads, hosts) -> int:
+    """N of the threads factor (1 thread against N) on `hosts` (hosts.registry.HostRequest): the one given, else
+    DEFAULT_THREADS; at most the cores each host runs on (hosts.deploy.thread_limit: onnxruntime starts every
+    thread asked for, and 100000 never finished, growing 30 MB/s), at least 2."""
+    limit, name = min((thread_limit(h.spec), h.label) for h in hosts)
+    if threads is None:
+        return max(2, min(DEFAULT_THREADS, limit))
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 2:
+        raise ParameterError("threads", "must be at least 2 (the factor compares 1 thread against N)", threads)
+    if threads > max(2, limit):
+        raise ParameterError("threads", f"more than the {limit} cores host {name} runs on; use at most {limit}",
+                             threads)
+    return threads
+
+
+def check_factors(factors) -> list:
+    """The factors to measure, each known, at least one (an empty list measured nothing and printed an empty
+    table)."""
+    factors = list(factors)
+    if not factors:
+        raise ParameterError("factors", f"name at least one factor of {', '.join(FACTORS)}")
     bad = [f for f in factors if f not in FACTORS]
     if bad:
         raise ParameterError("factors", f"unknown factor(s) {', '.join(bad)}; choose from {', '.join(FACTORS)}")
+    return factors
+
+
+def _check_request(factors, fixtures, batch) -> None:
+    check_factors(factors)
     if "batch" in factors and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 2):
         raise ParameterError("batch", "must be at least 2 (each fixture alone against inside a batch of that size)",
                              batch)
@@ -123,7 +153,7 @@ def _check_request(factors, fixtures, batch) -> None:
         raise UserError("noise: no fixtures")
 
 
-def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: int = 8,
+def noise_floor(model_path, host, fixtures, spec=None, threads: int | None = None, batch: int = 8,
                 factors=FACTORS, variant_name: str = "", require_providers: bool = False,
                 variant_id: str | None = None, model=None) -> list[NoiseRow]:
     """The noise rows of one host (a hosts.registry.HostRequest) for one variant; `spec` a DecodeSpec or None;
@@ -154,7 +184,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int = 4, batch: 
             again = [r for r in first if r["repeat"] == 1]
             row("repeat", "run 1", "run 2", ref, again)
         if "threads" in factors:
-            n = max(2, int(threads))
+            n = check_threads(threads, [host])
             a_t = base["intra_op_num_threads"]
             other = n if a_t == 1 else 1
             res = w.run(data, fixtures, dict(base, intra_op_num_threads=other), return_tensors=want)

@@ -32,12 +32,13 @@ from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
 from quantbench.explain.localize import decode_runs, parallel, start_workers
-from quantbench.fsutil import canonical_json, content_key
+from quantbench.fsutil import canonical_json, check_writable_for, content_key
 from quantbench.hosts.session import JobFailed
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.quantize import intake
 from quantbench.quantize import variants as QV
 from quantbench.inputs.sidecarfile import REQUIREMENTS
+from quantbench.inputs.variantdir import variants_folder_of
 from quantbench.quantize.calibration import compute_ranges, load_ranges
 from quantbench.quantize.ort_api import load_with_shape_infer, method_name
 from quantbench.textfmt import text_table
@@ -77,13 +78,28 @@ class RemedyRow:
         return asdict(self)
 
 
+def check_remedies(remedies, out_dir) -> None:
+    """The remedies to try (known, at least one: none printed an empty table and 'none' closes the gap) and the
+    folder their variants go to: not inside a variants folder (files its index does not list), one that takes
+    files (a read-only results folder was a traceback); before anything is built or run."""
+    if not list(remedies):
+        raise ParameterError("remedies", f"name at least one remedy of {', '.join(REMEDIES)}")
+    bad = [r for r in remedies if r not in REMEDIES]
+    if bad:
+        raise ParameterError("remedies", f"unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
+    inside = variants_folder_of(out_dir)
+    if inside is not None:
+        raise ParameterError("out", f"is inside the variants folder {inside}, whose index.json lists calibrate's "
+                                    "variants only; write remedy variants elsewhere (e.g. results/remedies)",
+                             str(out_dir))
+    check_writable_for(Path(out_dir) / "remedy", "nothing was written")
+
+
 def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, ranges_file=None, feeds=None,
                    remedies=REMEDIES) -> list[RemedyVariant]:
     """The remedy variants of a static QDQ variant, written under out_dir."""
     recipe = dict(recipe or {})
-    bad = [r for r in remedies if r not in REMEDIES]
-    if bad:
-        raise ParameterError("remedies", f"unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
+    check_remedies(remedies, out_dir)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     out: list[RemedyVariant] = []

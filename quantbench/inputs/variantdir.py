@@ -72,6 +72,16 @@ def _read_json(path: Path):
         raise UserError(f"{path}: not found; run `quantbench calibrate`") from None
 
 
+def variants_folder_of(path: str | os.PathLike) -> Path | None:
+    """The variants folder (one holding calibrate's index.json) that `path` is or lies in, else None: a command
+    writing files of its own there would leave files the index does not list."""
+    here = Path(path).absolute()
+    for folder in (here, *here.parents):
+        if (folder / INDEX_FILE).is_file():
+            return folder
+    return None
+
+
 def load_variants(folder: str | os.PathLike) -> list[Variant]:
     """The variants listed in `folder`/index.json, in index order."""
     folder = Path(folder)

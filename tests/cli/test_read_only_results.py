@@ -79,3 +79,14 @@ def test_tables_compact_of_a_read_only_results_folder_is_one_line(read_only_resu
     line = _refused(read_only_results, capsys, ["tables", "compact"], "tables")
     assert "error: results/tables/" in line and ": cannot write there (Read-only file system);" in line, line
     assert "was not written" in line, line
+
+
+def test_remedy_into_a_read_only_results_folder_is_one_line(read_only_results, capsys):
+    """remedy writes its variants under results/remedies: refused before any is built or any host runs (it was an
+    OSError traceback from the mkdir)."""
+    wd = read_only_results
+    line = _refused(wd, capsys, ["remedy", "--variant", str(wd / "v" / "fp32.onnx"), "--fp32",
+                                 str(wd / "v" / "fp32.onnx"), "--hosts", "x86,x86+session.set_denormal_as_zero=1",
+                                 "--remedies", "baseline", "--decode", "classifier-softmax", "--fixtures",
+                                 str(wd / "corpus" / "labels.json"), "--limit", "1", "--no-progress"], "remedy")
+    assert "error: results: cannot write there (Read-only file system); nothing was written" in line, line

@@ -7,7 +7,7 @@ from quantbench.store import partwrite
 from quantbench.cli.groups import FixtureArgs, FleetArgs, ResultsArgs
 from quantbench.errors import UserError, render_params
 from quantbench.explain import update_report
-from quantbench.explain.latency import check_host, measure, table, with_speedups
+from quantbench.explain.latency import check_counts, check_host, measure, table, with_speedups
 from quantbench.hosts.requirements import for_hosts
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.runner import plan_run
@@ -25,9 +25,10 @@ RESULTS = ResultsArgs(tables_alias=True)
 def add_arguments(p) -> None:
     p.add_argument("--variants", default="all",
                    help="comma-separated variant names from the last calibrate run, or .onnx files ('all': every one)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs")
-    p.add_argument("--runs", type=int, default=10, help="timed runs per repeat (at least 10)")
-    p.add_argument("--repeats", type=int, default=3, help="repeats; the spread of their medians is reported")
+    p.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs (1 to 100)")
+    p.add_argument("--runs", type=int, default=10, help="timed runs per repeat (10 to 1000)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="repeats (3 to 20); the spread of their medians is reported")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: each host's deployed count)")
     FLEET.add(p)
     FIXTURES.add(p)
@@ -40,12 +41,16 @@ def resolve(names: str):
         if is_demo(v.path for v in variants):
             print(DEMO_NOTE, flush=True)
         return variants
-    return [pick_variant(n.strip()) for n in names.split(",") if n.strip()]
+    picked = [pick_variant(n.strip()) for n in names.split(",") if n.strip()]
+    if not picked:   # '' measured nothing and printed an empty table
+        raise UserError(f"--variants {names!r}: name at least one variant, or 'all'")
+    return picked
 
 
 def run(args) -> int:
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads {args.threads}: must be at least 1")
+    check_counts(args.warmup, args.runs, args.repeats)   # before any host is asked
     given = {} if args.threads is None else {"intra_op_num_threads": args.threads}
     fleet, fixtures, results = FLEET.parse(args), FIXTURES.parse(args), RESULTS.parse(args)
     hosts = parse_hosts(fleet.names(), given, fleet.hosts_file)

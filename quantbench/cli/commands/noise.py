@@ -9,7 +9,7 @@ from quantbench.analysis.decode import decode_arg, spec_for_variant
 from quantbench.cli.groups import ExplainArgs
 from quantbench.errors import render_params
 from quantbench.explain import update_report
-from quantbench.explain.noise import FACTORS, noise_floor, table
+from quantbench.explain.noise import FACTORS, check_factors, check_threads, noise_floor, table
 from quantbench.cli.runplan import explain_run
 from quantbench.inputs.variantdir import pick_variant
 
@@ -23,7 +23,9 @@ EXPLAIN = ExplainArgs()
 def add_arguments(p) -> None:
     EXPLAIN.add(p)
     p.add_argument("--limit", type=int, default=8, help="fixtures to use (batch composition needs 8)")
-    p.add_argument("--threads", type=int, default=4, help="N of the threads 1 vs N comparison")
+    p.add_argument("--threads", type=int, default=None,
+                   help="N of the threads 1 vs N comparison (default: 4, at most the cores each host runs on; more "
+                        "is refused)")
     p.add_argument("--batch", type=int, default=8, help="batch size of the batch-composition comparison")
     p.add_argument("--factors", default=",".join(FACTORS), help="comma-separated factors to measure")
 
@@ -35,16 +37,17 @@ def add_arguments(p) -> None:
 def run(args) -> int:
     ex = EXPLAIN.parse(args)
     root = ex.results.tables
+    factors = check_factors(f.strip() for f in args.factors.split(",") if f.strip())
     variant = pick_variant(ex.variant)
     # the model parsed once, the limit checked
     hosts, plan = explain_run(ex, variant, args.limit, render=getattr(args, "_render", render_params))
     (vi,) = plan.variants
     fixtures = plan.fixtures_for[vi.variant_id]
     spec = spec_for_variant(variant, args.decode, vi.outputs)
-    factors = [f.strip() for f in args.factors.split(",") if f.strip()]
+    threads = check_threads(args.threads, hosts)   # every host's cores, before any host runs
     rows = []
     for h in hosts:
-        rows += noise_floor(variant.path, h, fixtures, spec, args.threads, args.batch, factors, variant.name,
+        rows += noise_floor(variant.path, h, fixtures, spec, threads, args.batch, factors, variant.name,
                             variant_id=vi.variant_id, model=plan.models[vi.variant_id])
     partwrite.append("noise", [r.row() for r in rows], root=root)
     print(table(rows))

@@ -6,7 +6,6 @@ from pathlib import Path
 
 from quantbench.store import partwrite
 from quantbench.analysis.decode import decode_arg, spec_for_variant
-from quantbench.store.resultpaths import RESULTS_DIR
 from quantbench.cli.groups import OUTPUT, ExplainArgs
 from quantbench.errors import UserError, render_params
 from quantbench.explain import update_report
@@ -55,7 +54,7 @@ def run(args) -> int:
     fixtures = plan.fixtures_for[vi.variant_id]
     stem = Path(variant.path)
     ranges = stem.with_name(stem.stem + ".ranges.json")
-    out = Path(args.out) if args.out else RESULTS_DIR / "remedies" / variant.name
+    out = Path(args.out) if args.out else ex.results.folder / "remedies" / variant.name
     remedies = [r.strip() for r in args.remedies.split(",") if r.strip()]
     rvs = build_remedies(variant.path, fp32, out, variant.recipe, ranges if ranges.exists() else None,
                          [{fx.input_name: fx.array} for fx in fixtures], remedies)
