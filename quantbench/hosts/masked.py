@@ -67,6 +67,16 @@ def unshowable(spec) -> list[str] | None:
     return list(p.features) if P.missing_here(p, here_features()) else None
 
 
+def check_showable(specs, where: str) -> None:
+    """Each masked tier host of `specs` is one this CPU shows, else one UserError naming it and what the CPU lacks
+    (`hosts setup x86-zen4` on a CPU without AVX-512 said "already set up": nothing can set it up here)."""
+    for spec in specs:
+        if unshowable(spec) is not None:
+            why = masked_unavailable(P.profile(spec.options.get("profile", spec.name)))
+            raise UserError(f"{where} {spec.name}: {why}; no setup makes this CPU show it (equiv predicts the tier "
+                            f"from measured hosts; a machine that shows it runs it)")
+
+
 def shown_tiers(names) -> list[tuple[str, str | None]]:
     """(tier, why not) per named x86 tier: None where this CPU shows it masked, else why it does not (the CPU lacks
     a feature, is no x86-64, ...): a fact of the machine, decided where it runs (a CI runner's CPU is unknown when

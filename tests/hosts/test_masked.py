@@ -323,3 +323,23 @@ def test_hosts_setup_takes_masked_tiers_and_lists_them(capsys):
     assert main(["hosts", "list"]) == 0
     rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("x86-")}
     assert "masked" in rows["x86-avx2"] and "native-masked: AVX2 + FMA3" in rows["x86-avx2"]
+
+
+def test_setting_up_a_tier_this_cpu_cannot_show_is_refused_in_one_line(workdir, capsys):
+    """`hosts setup x86-zen4` on a CPU without its AVX-512 said "nothing to do: already set up", exit 0: no setup
+    can make a CPUID mask add features. The tier is taken from this machine's own features."""
+    from cli_helpers import digest, one_line
+    from quantbench.cli import main
+    from quantbench.hosts import cpuprofiles
+    from quantbench.hosts.masked import masked_unavailable
+
+    lacking = [n for n, p in cpuprofiles.PROFILES.items() if (masked_unavailable(p) or "").startswith("this CPU lacks")]
+    if not lacking:
+        pytest.skip("this CPU shows every x86 tier")
+    name = lacking[-1]
+    before = digest(workdir)
+    assert main(["hosts", "setup", name, "--no-progress"]) == 2
+    line = one_line(capsys.readouterr().err, "hosts")
+    assert line.startswith(f"quantbench hosts: error: hosts setup {name}: this CPU lacks ") and \
+        "no setup makes this CPU show it" in line, line
+    assert digest(workdir) == before

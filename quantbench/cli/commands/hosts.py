@@ -15,7 +15,7 @@ from quantbench.hosts import cpuprofiles
 from quantbench.hosts import emulated as em
 from quantbench.hosts.deploy import deployed_session, describe
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
-from quantbench.hosts.masked import masked_unavailable, process_env, setup_masked, shown_tiers
+from quantbench.hosts.masked import check_showable, masked_unavailable, process_env, setup_masked, shown_tiers
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostSpec, known_hosts, make_host, parse_hosts, resolve_hosts
 from quantbench.hosts.session import HostSession
@@ -152,6 +152,7 @@ def do_setup(args) -> int:
     else:
         named = resolve_hosts(args.names, FLEET.parse(args).hosts_file, option="hosts setup")
         mask = [s for s in named if KINDS[s.kind].setup_as == "mask"]
+        check_showable(mask, "hosts setup")
         specs, masked = [s for s in named if s not in mask], bool(mask)
     remote = [s for s in specs if KINDS[s.kind].shows_tiers and s.options.get("tier")]  # a tier on that machine
     specs = [s for s in specs if s not in remote]
