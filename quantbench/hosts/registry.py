@@ -25,7 +25,7 @@ from pathlib import Path
 from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import MAX_SETTINGS_BYTES, canonical_json, parse_toml, read_user_text
 from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
-from quantbench.inputs.configkeys import check_config_keys
+from quantbench.inputs.configkeys import check_entries
 from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
 from quantbench.hosts.kinds import KINDS, check_runtime, kind_names
 
@@ -323,6 +323,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
         spec = resolve_hosts([name], hosts_file, option=option)[0]
         session = deployed_session(spec, base_session)
         session["config_entries"] = dict(session["config_entries"])
+        given_entries: list = []
         for ov in items:
             key, sep, value = (x.strip() for x in ov.partition("="))
             if not sep or not key:
@@ -332,7 +333,9 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
             elif key in SESSION_KEYS:
                 session[key] = value
             else:
-                check_config_keys([key], f"{option} {item!r}")
+                given = [(k, v) for k, v in given_entries if k == key] + [(key, value)]
+                check_entries(given, f"{option} {item!r}")   # known key, one line, not empty, one value
+                given_entries.append((key, value))
                 session["config_entries"][key] = value
         if items and not overrides:
             raise UserError(f"{option} {item!r}: per-host session overrides (NAME+KEY=VALUE) are taken by "

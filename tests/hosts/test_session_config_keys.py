@@ -87,3 +87,14 @@ def test_a_session_option_given_as_a_host_override_is_checked(workdir, capsys):
     rc, err = _run(capsys, "hosts", "check", "x86+intra_op_num_threads=-1")
     line = one_line(err, "hosts")
     assert rc == 2 and "intra_op_num_threads=-1: must be at least 1" in line, line
+
+
+@pytest.mark.parametrize("item, hint", [
+    ("x86+SESSION.X64QUANTPRECISION=1", "did you mean session.x64quantprecision?"),
+    ("x86+session.x64quantprecision=", "session.x64quantprecision: empty value"),
+    ("x86+session.x64quantprecision=1+session.x64quantprecision=0", "given twice ('1', then '0')"),
+])
+def test_a_host_override_entry_is_checked_as_the_flag_is(workdir, capsys, item, hint):
+    rc, err = _run(capsys, "hosts", "check", item)
+    line = one_line(err, "hosts")
+    assert rc == 2 and hint in line, line
