@@ -89,8 +89,8 @@ def check_remedies(remedies, out_dir) -> None:
         raise ParameterError("remedies", f"unknown remedy {', '.join(bad)}; choose from {', '.join(REMEDIES)}")
     inside = variants_folder_of(out_dir)
     if inside is not None:
-        raise ParameterError("out", f"is inside the variants folder {inside}, whose index.json lists calibrate's "
-                                    "variants only; write remedy variants elsewhere (e.g. results/remedies)",
+        raise ParameterError("out", f"is inside the variants folder {inside} (calibrate's: its index lists no "
+                                    "other file); write remedy variants elsewhere (e.g. results/remedies)",
                              str(out_dir))
     check_writable_for(Path(out_dir) / "remedy", "nothing was written")
 

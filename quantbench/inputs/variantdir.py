@@ -73,11 +73,12 @@ def _read_json(path: Path):
 
 
 def variants_folder_of(path: str | os.PathLike) -> Path | None:
-    """The variants folder (one holding calibrate's index.json) that `path` is or lies in, else None: a command
-    writing files of its own there would leave files the index does not list."""
+    """The variants folder (one holding calibrate's index.json, or the folder of them holding latest.json) that
+    `path` is or lies in, else None: a command writing files of its own there would leave files the index does not
+    list."""
     here = Path(path).absolute()
     for folder in (here, *here.parents):
-        if (folder / INDEX_FILE).is_file():
+        if (folder / INDEX_FILE).is_file() or (folder / LATEST_FILE).is_file():
             return folder
     return None
 

@@ -71,6 +71,9 @@ def test_noise_threads_below_two_are_refused(calibrated, monkeypatch, capsys):
     ("remedy", ["--variant", "static-minmax", "--hosts", "x86,x86+session.set_denormal_as_zero=1",
                 "--out", "results/variants/tiny/sub", "--decode", "threshold-map"],
      "--out results/variants/tiny/sub: is inside the variants folder"),
+    ("remedy", ["--variant", "static-minmax", "--hosts", "x86,x86+session.set_denormal_as_zero=1",
+                "--out", "results/variants", "--decode", "threshold-map"],
+     "--out results/variants: is inside the variants folder"),
 ])
 def test_an_empty_list_or_an_unbounded_count_is_refused(calibrated, monkeypatch, capsys, command, argv, words):
     line = _refused(calibrated, monkeypatch, capsys, command, *argv)
