@@ -96,6 +96,8 @@ def options(model=DEFAULT_MODEL, output: Output = Output(), **chosen) -> Calibra
     check_path("model", model, optional=False)
     check_group("output", output, Output)
     _check_types(chosen)
+    if not all(isinstance(t, (list, tuple)) and len(t) == 2 for t in chosen.get("types", ())):
+        raise ParameterError("types", "must be (activation, weight) pairs, e.g. [('u8', 's8')]", chosen["types"])
     return CalibrateOptions(model=model, progress=output.bars(), **chosen)
 
 

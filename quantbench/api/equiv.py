@@ -18,7 +18,8 @@ from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
 from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
-from quantbench.api.options import Fixtures, Fleet, Output, Results, Session, check_group, check_groups
+from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, check_group, check_groups,
+                                    check_path, check_text)
 from quantbench.api.plan import fixture_params, note_plan, variants_named
 from quantbench.errors import ParameterError, UserError, flag_mark, marked, render_params
 from quantbench.hosts.cluster import connect_plan
@@ -280,6 +281,8 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
     (default: the sidecar's)."""
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_group("gates", gates, Gates)
+    check_path("fp32", fp32)
+    check_text("cluster", cluster)
     checked = _check_request(gates, decode)
     resolved = variants_named(variants, fp32, to_stderr=output.json)   # the demo says so first
     announce_hosts_file(fleet.hosts_file, to_stderr=output.json)

@@ -35,6 +35,12 @@ def check_path(name: str, value, optional: bool = True) -> None:
         raise ParameterError(name, "must be a file or folder name (str or pathlib.Path)", value)
 
 
+def check_text(name: str, value, optional: bool = True) -> None:
+    """`value` is text, or None where `optional`."""
+    if not (value is None and optional) and not isinstance(value, str):
+        raise ParameterError(name, "must be text", value)
+
+
 def check_whole(name: str, value, optional: bool = True) -> None:
     """`value` is a whole number (not a bool, not text), or None where `optional`."""
     if not (value is None and optional) and (isinstance(value, bool) or not isinstance(value, int)):
@@ -176,6 +182,13 @@ class Output:
     quiet: bool = False
     verbose: int = 0
     json: bool = False
+
+    def __post_init__(self):
+        for name in ("progress", "quiet", "json"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "progress" and value is None):
+                raise ParameterError(name, "must be True or False", value)
+        check_whole("verbose", self.verbose, optional=False)
 
     def bars(self) -> bool:
         """Whether progress bars are drawn."""

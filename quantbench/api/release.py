@@ -62,6 +62,10 @@ def release(tag: str, results: Results = Results(), hosts=None, retain: bool = T
         raise ParameterError("tag", "must be the release's name as text, e.g. 'v1.0'", tag)
     check_group("results", results, Results)
     check_path("variants", variants)
+    check_path("archive", archive)
+    if not (hosts is None or isinstance(hosts, str) or (
+            isinstance(hosts, (list, tuple)) and all(isinstance(h, str) for h in hosts))):
+        raise ParameterError("hosts", "must be comma-separated host names or a list of them", hosts)
     if isinstance(hosts, str):
         hosts = [h.strip() for h in hosts.split(",") if h.strip()] or None
     chosen = load_variants(variants) if variants else None

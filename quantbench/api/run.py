@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
 from quantbench.store import arrowrows, partread, tablelock, tableschema
-from quantbench.api.options import Fixtures, Fleet, Output, Results, Session, check_groups
+from quantbench.api.options import Fixtures, Fleet, Output, Results, Session, check_groups, check_path, check_text
 from quantbench.api.plan import fixture_params, note_plan, variants_named
 from quantbench.errors import UserError, flag_mark, render_params
 from quantbench.fsutil import check_new_file
@@ -72,6 +72,8 @@ def run(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures =
     that file. A host that cannot run is in the result's `failure` (RunResult.check raises it). `render` shows
     a parameter named in a note (the command line shows its flag)."""
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
+    check_path("export", export)
+    check_text("cluster", cluster)
     if export:   # before the run: a refused file costs no run and writes nothing
         check_new_file(export, "export", force)
     resolved = variants_named(variants, to_stderr=output.json)   # the demo says so first

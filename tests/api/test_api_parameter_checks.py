@@ -11,7 +11,7 @@ import pytest
 import quantbench
 from cli_helpers import digest
 from quantbench.api.equiv import Gates
-from quantbench.api.options import Fixtures, Fleet, Results, Session
+from quantbench.api.options import Fixtures, Fleet, Output, Results, Session
 from quantbench.errors import ParameterError, UserError
 
 CALLS = [
@@ -44,6 +44,15 @@ CALLS = [
     ("Gates(budget='0')", lambda: Gates(budget="0"), "budget", "whole number of flips"),
     ("Gates(budget=-1)", lambda: Gates(budget=-1), "budget", "at least 0"),
     ("Gates(gate=['decision'])", lambda: Gates(gate=["decision"]), "gate", "comma-separated gate names"),
+    ("run(export=1)", lambda: quantbench.run(fleet=Fleet("x86"), export=1), "export", "file or folder name"),
+    ("run(cluster=1)", lambda: quantbench.run(fleet=Fleet("x86"), cluster=1), "cluster", "must be text"),
+    ("equiv(fp32=1)", lambda: quantbench.equiv(fleet=Fleet("x86"), fp32=1), "fp32", "file or folder name"),
+    ("Output(quiet='yes')", lambda: Output(quiet="yes"), "quiet", "True or False"),
+    ("Output(verbose='x')", lambda: Output(verbose="x"), "verbose", "whole number"),
+    ("make_release('t', hosts=1)", lambda: quantbench.make_release("t", hosts=1), "hosts", "host names"),
+    ("make_release('t', archive=1)", lambda: quantbench.make_release("t", archive=1), "archive",
+     "file or folder name"),
+    ("calibrate(types=[('u8',)])", lambda: quantbench.calibrate(types=[("u8",)]), "types", "(activation, weight)"),
 ]
 
 
