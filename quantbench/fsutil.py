@@ -388,9 +388,15 @@ def regular_file(path: str | os.PathLike, what: str = "file") -> Path:
     except OSError:
         return path
     if not stat.S_ISREG(mode):
-        kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-        raise UserError(f"{path}: is {kind}, expected a {what} (a regular file)")
+        raise UserError(f"{path}: is {file_kind(mode)}, expected a {what} (a regular file)")
     return path
+
+
+def file_kind(mode: int) -> str:
+    """What a stat mode is, in words ("a named pipe (FIFO)", "a folder", "a regular file" ...)."""
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def read_user_bytes(path: str | os.PathLike, what: str = "file", limit: int | None = None) -> bytes:
@@ -453,8 +459,9 @@ def parse_toml(path: str | os.PathLike, text: str) -> dict:
 MAX_JSON_BYTES = 1 << 30
 
 
-def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error=None):
+def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error=None, limit: int = MAX_JSON_BYTES):
     """The JSON in `path`; unreadable or invalid JSON is one error naming the file, `what` it should be and `hint`.
+    A file over `limit` bytes is refused before it is read (read_user_bytes).
 
     `error` is the exception class (default quantbench.errors.UserError); a missing
     file raises FileNotFoundError for the caller to word.
@@ -463,7 +470,7 @@ def read_json(path: str | os.PathLike, what: str = "JSON", hint: str = "", error
 
     path = Path(path)
     try:
-        return json.loads(read_user_bytes(path, what, MAX_JSON_BYTES).decode("utf-8"))
+        return json.loads(read_user_bytes(path, what, limit).decode("utf-8"))
     except FileNotFoundError:
         raise
     except RecursionError:  # nested deeper than Python's stack: no JSON quantbench reads is nested like that

@@ -661,9 +661,9 @@ def decode_classifier(spec: DecodeSpec, outputs: dict) -> Decoded:
     logits = _squeeze_batch(outputs[spec.outputs["logits"]], 1, spec.outputs["logits"], spec.kind)
     x = np.asarray(logits, dtype=np.float64)
     n_cls = len(spec.classes) or x.size
-    if n_cls > x.size:
-        raise ParameterError("decode", f"output {spec.outputs['logits']!r} has {x.size} classes; "
-                                       f"the sidecar names {n_cls}", spec.kind)
+    if n_cls != x.size:   # fewer names took the first logits alone: another argmax, served without a word
+        raise ParameterError("decode", f"output {spec.outputs['logits']!r} has {x.size} classes; the sidecar's "
+                                       f"'classes' names {n_cls}: name one class per output column", spec.kind)
     x = x[:n_cls]
     p = np.exp(x - x.max())
     p /= p.sum()

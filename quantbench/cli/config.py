@@ -133,8 +133,9 @@ def _other_kind(action, value) -> bool:
 
 
 def _confined(key: str, value, where: str) -> None:
-    """A defaults table names where a command writes only inside the working folder."""
-    if key in WRITE_KEYS and value not in (None, "") and inside(".", str(value)) is None:
+    """A defaults table names where a command writes only inside the working folder. A leading `~` (a home
+    folder, as a shell would expand it: outside the working folder) is refused, never made a folder named `~`."""
+    if key in WRITE_KEYS and value not in (None, "") and (str(value).startswith("~") or inside(".", str(value)) is None):
         raise UserError(f"{where}: {value!r} is not a folder inside this working folder; a defaults file writes "
                         f"nowhere else: give --{key.replace('_', '-')} on the command line")
 

@@ -31,7 +31,7 @@ from quantbench.store import arrowrows, partread, partwrite, tableschema
 from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.fsutil import (MAX_EXPANSION, atomic_path, canonical_json, check_new_file, expansion_limit,
-                               regular_file, sha256_file)
+                               regular_file, sha256_bytes, sha256_file)
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, check_fixture_set, files_of
 from quantbench.hosts.worker import fingerprint_id
@@ -95,16 +95,18 @@ def export_results(path, hosts: list[str], variant_ids: list[str] | None = None,
     if as_host is not None:
         outputs = parts["outputs"] = _set_column(outputs, "host", as_host)
         parts["hosts"] = _set_column(parts["hosts"], "host", as_host)
+    data = {f"{name}.parquet": _parquet(arrowrows.to_arrow(name, parts[name])) for name in TABLES}
     manifest = {"format": FORMAT, "schema_version": SCHEMA_VERSION, "hosts": sorted(set(outputs.column("host").to_pylist())),
-                "rows": {k: v.num_rows for k, v in parts.items()}, "variants": vids, "fixtures": len(fids)}
+                "rows": {k: v.num_rows for k, v in parts.items()}, "variants": vids, "fixtures": len(fids),
+                "sha256": {member: sha256_bytes(b) for member, b in data.items()}}
     if shard is not None:
         manifest["shard"] = shard
     path = Path(path)
     with atomic_path(path) as tmp:
         with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
             _add(tar, "manifest.json", (canonical_json(manifest) + "\n").encode())
-            for name in TABLES:
-                _add(tar, f"{name}.parquet", _parquet(arrowrows.to_arrow(name, parts[name])))
+            for member, b in data.items():
+                _add(tar, member, b)
     return manifest
 
 
@@ -148,17 +150,24 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
             members = _checked_members(path, tar.getmembers())
             if "manifest.json" not in members:
                 raise UserError(f"{path}: not a quantbench results export (no manifest.json)")
+            _check_end(path, tar)
             manifest = json.loads(tar.extractfile(members["manifest.json"]).read())
+            if not isinstance(manifest, dict):
+                raise UserError(f"{path}: not a quantbench results export (its manifest.json is not an object)")
             if manifest.get("format") != FORMAT:
                 raise UserError(f"{path}: not a quantbench results export (format {manifest.get('format')!r})")
             if manifest.get("schema_version") != SCHEMA_VERSION:
                 raise UserError(f"{path}: schema version {manifest.get('schema_version')}, this quantbench reads {SCHEMA_VERSION}")
+            sums = _member_sums(path, manifest)
             out = {}
             for name in TABLES:
                 m = members.get(f"{name}.parquet")
                 if m is None:
                     raise UserError(f"{path}: export lacks {name}.parquet")
                 data = tar.extractfile(m).read()
+                if sha256_bytes(data) != sums[m.name]:   # damaged bytes are never parsed
+                    raise UserError(f"{path}: {m.name} does not have the SHA-256 its manifest records; the file was "
+                                    "altered or damaged, nothing was imported")
                 part = pq.ParquetFile(io.BytesIO(data))
                 _check_rows(path, name, part.metadata.num_rows, manifest)   # from its footer, before a row is read
                 out[name] = _as_exported(path, name, partread.read_bounded(part, expansion_limit(len(data))))
@@ -170,6 +179,33 @@ def _read_export(path: Path) -> tuple[dict, dict[str, pa.Table]]:
     except (tarfile.TarError, OSError, ValueError, KeyError, pa.ArrowException) as exc:
         raise UserError(f"{path}: not a readable quantbench results export ({exc})") from None
     return manifest, out
+
+
+def _member_sums(path: Path, manifest: dict) -> dict:
+    """{member: SHA-256} the manifest records for each table, or a UserError (an export made before member
+    checksums is exported again: its bytes cannot be told from damaged ones)."""
+    sums = manifest.get("sha256")
+    want = {f"{name}.parquet" for name in TABLES}
+    if not (isinstance(sums, dict) and set(sums) == want and all(isinstance(v, str) for v in sums.values())):
+        raise UserError(f"{path}: its manifest records no SHA-256 for each table (an export of an older quantbench, "
+                        "or altered); export it again with this quantbench, nothing was imported")
+    return sums
+
+
+def _check_end(path: Path, tar: tarfile.TarFile) -> None:
+    """After the last member, nothing but the tar's end blocks, padded as tarfile writes them: bytes (or a second
+    tar) appended after them are otherwise never read, and never noticed."""
+    end = tar.offset   # where the end blocks start, once every member is read
+    want = -(-(end + 2 * tarfile.BLOCKSIZE) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+    size = path.stat().st_size
+    tail = b""
+    if size == want:
+        with open(path, "rb") as fh:
+            fh.seek(end)
+            tail = fh.read(want - end)
+    if size != want or tail.count(0) != len(tail):
+        raise UserError(f"{path}: data after the end of the export ({size - end} bytes after its last member, "
+                        f"{want - end} expected); the file was altered or damaged, nothing was imported")
 
 
 def _as_exported(path: Path, name: str, t: pa.Table) -> pa.Table:

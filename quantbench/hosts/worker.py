@@ -514,6 +514,55 @@ def fingerprint_id(fingerprint: dict) -> str:
 
 _MODES = None
 
+#: a session's profile folder: `quantbench-profile-<pid>@<8 hex of the host name>-<random>` (its owner named, so a
+#: killed worker's folder is told from a live one's and swept by the next worker: sweep_profiles)
+PROFILE_PREFIX = "quantbench-profile-"
+_SWEPT: set = set()
+
+
+def _owner() -> str:
+    import socket
+
+    return f"{os.getpid()}@{hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]}"
+
+
+def profile_dir(scratch=None) -> str:
+    """A new folder for one session's profile under `scratch` (None: the system's temporary folder), after the
+    folders of dead workers there are swept (once per folder and process)."""
+    import tempfile
+
+    parent = scratch or tempfile.gettempdir()
+    if parent not in _SWEPT:
+        _SWEPT.add(parent)
+        sweep_profiles(parent)
+    return tempfile.mkdtemp(prefix=f"{PROFILE_PREFIX}{_owner()}-", dir=parent)
+
+
+def sweep_profiles(parent) -> list:
+    """Remove the profile folders in `parent` whose owner (a worker on this machine) is gone: a worker killed
+    mid-run never ends its profile. A live owner's folder, another machine's or an unnamed one is kept."""
+    import re
+    import shutil
+
+    me, removed = _owner().split("@")[1], []
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return removed
+    for name in names:
+        m = re.fullmatch(re.escape(PROFILE_PREFIX) + r"(\d+)@([0-9a-f]{8})-\w+", name)
+        if not m or m[2] != me or int(m[1]) == os.getpid() or os.path.islink(os.path.join(parent, name)):
+            continue
+        try:
+            os.kill(int(m[1]), 0)
+            continue   # alive (or another user's: kept)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            removed.append(name)
+        except OSError:
+            continue
+    return removed
+
 
 def make_session(model, session: dict, profile: bool = False, scratch=None):
     """An InferenceSession built exactly from `session`; returns (sess, resolved providers, readback).
@@ -523,10 +572,8 @@ def make_session(model, session: dict, profile: bool = False, scratch=None):
 
     so = ort.SessionOptions()
     if profile:
-        import tempfile
-
         so.enable_profiling = True
-        so.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="quantbench-profile-", dir=scratch), "run")
+        so.profile_file_prefix = os.path.join(profile_dir(scratch), "run")
     so.intra_op_num_threads = session["intra_op_num_threads"]
     so.inter_op_num_threads = session["inter_op_num_threads"]
     so.execution_mode = (ort.ExecutionMode.ORT_SEQUENTIAL if session["execution_mode"] == "sequential"

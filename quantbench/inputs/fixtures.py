@@ -198,6 +198,21 @@ class ImageSizes:
             write_cache_entry(self.path, self.known, self.FOLDERS)
 
 
+#: the largest labels file read (JSON or CSV): parsed into Python objects it takes some 15 times its size (a
+#: 180 MB file took 2.7 GB), and a COCO file of 100,000 images is about 60 MB (docs/trust.md)
+MAX_LABELS_BYTES = 64 << 20
+
+
+def _check_labels_size(path: Path) -> None:
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return   # missing: the caller words it
+    if size > MAX_LABELS_BYTES:
+        raise UserError(f"{path}: labels file is {size:,} bytes, more than the limit of {MAX_LABELS_BYTES:,} (parsed, "
+                        "it would take some 15 times that in memory); split it, or keep the images you evaluate on")
+
+
 def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | None = None,
               check_files: bool = True) -> dict:
     """Read and validate COCO JSON; every referenced image must lie inside `images_dir` (and, with
@@ -214,7 +229,8 @@ def load_coco(labels_path: str | os.PathLike, images_dir: str | os.PathLike | No
     labels_path = Path(labels_path)
     if not labels_path.exists():
         raise UserError(f"{labels_path}: labels file not found")
-    coco = read_json(labels_path, "labels JSON")
+    _check_labels_size(labels_path)
+    coco = read_json(labels_path, "labels JSON", limit=MAX_LABELS_BYTES)
     if not isinstance(coco, dict) or not isinstance(coco.get("images"), list):
         raise UserError(f"{labels_path}: not COCO JSON (no 'images' list)")
     images_dir = Path(images_dir) if images_dir is not None else default_images_dir(labels_path)
@@ -294,6 +310,7 @@ def read_csv_labels(labels: str | os.PathLike, images_dir: str | os.PathLike) ->
     label (the image's one class), split (optional). Every image must exist.
     """
     labels, images_dir = Path(regular_file(labels, "labels file")), Path(images_dir)
+    _check_labels_size(labels)
     try:
         with open(labels, newline="", encoding="utf-8-sig") as fh:  # Excel's "CSV UTF-8" starts with a BOM
             reader = csv.DictReader(fh)
@@ -489,7 +506,22 @@ def labelled_images(labels_path: str | os.PathLike, images_dir: str | os.PathLik
             out.append({"file_name": im["file_name"], "path": Path(coco["_images_dir"]) / im["file_name"],
                         "split": str(im.get("split", "")), "labels": mine, "objects": len(mine),
                         "label": single_label(mine, names)})
+    _check_split_names(labels_path, out)
     return sorted((im for im in out if split is None or im["split"] == split), key=lambda im: im["file_name"])
+
+
+#: the split names quantbench reads, compared exactly: "Eval" is not "eval"
+SPLITS = ("train", "val", "eval")
+
+
+def _check_split_names(labels_path: Path, images: list[dict]) -> None:
+    """A split that is one of SPLITS in another case or with spaces ("Eval") would drop its image from the eval
+    split (and put it in the calibration pool) without a word: refused, naming the image."""
+    for im in images:
+        word = im["split"]
+        if word not in SPLITS and word.strip().lower() in SPLITS:
+            raise UserError(f"{labels_path}: image {im['file_name']}: split {word!r} is not {word.strip().lower()!r} "
+                            f"(split names are exact: write {word.strip().lower()!r})")
 
 
 def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,

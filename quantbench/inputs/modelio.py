@@ -33,6 +33,10 @@ def load_model(path: str | os.PathLike, check: bool = True, load_external_data: 
     if not path.exists():
         raise UserError(f"{path}: model file not found")
     regular_file(path, "model (.onnx file)")
+    size = path.stat().st_size
+    if size > PROTO_LIMIT:   # (a sparse 3 GiB file was read whole, 3.2 GB of memory, before protobuf said no)
+        raise UserError(f"{path}: {size:,} bytes, more than a protobuf message can hold ({PROTO_LIMIT:,}): not an "
+                        "ONNX model file (a larger model keeps its weights as external data)")
     try:
         model = onnx.load(str(path), load_external_data=False)
     except Exception as exc:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.inputs.assets import MODELS_DIR
-from quantbench.errors import DiskFull, UserError, flag_mark
-from quantbench.fsutil import atomic_write_json, inside, clean_stale_tmp, no_space, owner_tag, read_json, replace_dir, sha256_file
+from quantbench.errors import DiskFull, ParameterError, UserError, flag_mark
+from quantbench.fsutil import (atomic_write_json, inside, clean_stale_tmp, no_space, owner_tag, read_json, regular_file,
+                               replace_dir, sha256_file)
 from quantbench.inputs.modelio import model_facts
 from quantbench.inputs.sidecarfile import REQUIREMENTS, allow_recorded, check_requirements
 
@@ -222,8 +223,9 @@ def resolve_variants(items, fp32: str | os.PathLike | None = None) -> list[Varia
                 files = sorted(p.glob("*.onnx"))
                 if not files:
                     raise UserError(f"{flag_mark('variants')} {p}: folder has no index.json and no .onnx files")
-                out.extend(bare_variant(f) for f in files)
+                out.extend(bare_variant(regular_file(f, "model (.onnx)")) for f in files)
         elif p.suffix == ".onnx" or p.exists():
+            regular_file(p, "model (.onnx)")   # a FIFO would block whoever opens it (stat only, never opened)
             found = None
             if (p.parent / INDEX_FILE).exists():
                 found = next((v for v in load_variants(p.parent) if Path(v.path).resolve() == p.resolve()), None)
@@ -324,6 +326,21 @@ def _folder_digest(folder: Path) -> dict[str, str]:
     return {p.relative_to(folder).as_posix(): sha256_file(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+#: the results folder's subfolders that hold what other commands own: no variants folder goes inside them
+NOT_FOR_VARIANTS = {"releases": "releases (each checked by verify, file by file)", "tables": "result tables"}
+
+
+def check_variants_place(out: str | os.PathLike, results_dir: str | os.PathLike) -> None:
+    """A variants folder goes anywhere but into the results folder's releases or tables (`out=results/releases/x`
+    was accepted: a release folder verify then fails, or a table folder the readers trip on)."""
+    target = Path(out).resolve()
+    for sub, holds in NOT_FOR_VARIANTS.items():
+        folder = Path(results_dir) / sub
+        if target == folder.resolve() or folder.resolve() in target.parents:
+            raise ParameterError("out", f"is inside {folder}, which holds {holds}, not variants; choose a folder "
+                                        "outside it (the default is under results/variants)", str(out))
+
+
 def check_replaceable(dest: str | os.PathLike, what: str = "variants") -> None:
     """Refuse a `dest` that quantbench must never replace: a file, or a non-empty folder that is
     not itself a variants folder or calibration set (no index.json / recipe.json), e.g. results/."""
@@ -333,6 +350,17 @@ def check_replaceable(dest: str | os.PathLike, what: str = "variants") -> None:
     if dest.is_dir() and any(dest.iterdir()) and not any((dest / m).is_file() for m in REPLACEABLE_MARKERS):
         raise UserError(f"{dest}: is not a {what} folder (no {' or '.join(REPLACEABLE_MARKERS)}) and is not "
                         f"empty; quantbench never replaces it, even with {flag_mark('force')}: choose another {flag_mark('out')} / {flag_mark('name')}")
+
+
+def _check_no_foreign_folders(tmp: Path, dest: Path, what: str) -> None:
+    """Replacing `dest` deletes what it holds: a subfolder the new folder does not make (a results folder kept
+    inside it, `--results results/variants/m/res`) is someone's work, so it is refused, even with force."""
+    foreign = sorted(p.name for p in dest.iterdir() if p.is_dir() and not (tmp / p.name).is_dir())
+    if foreign:
+        raise UserError(f"{dest}: holds folder(s) calibrate did not make ({', '.join(foreign[:3])}"
+                        f"{' ...' if len(foreign) > 3 else ''}), which replacing the {what} would delete; quantbench "
+                        f"never deletes them, even with {flag_mark('force')}: move them out of {dest} (a results "
+                        "folder does not belong inside a variants folder), then rerun; nothing was changed")
 
 
 def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool = False, what: str = "variants") -> str:
@@ -353,6 +381,7 @@ def publish_folder(tmp: str | os.PathLike, dest: str | os.PathLike, force: bool 
             raise UserError(f"{dest}: already holds different {what} ({', '.join(differ[:3])}"
                             f"{' ...' if len(differ) > 3 else ''} differ); pass {flag_mark('force')} to replace them, "
                             f"or choose another {flag_mark('out')} / {flag_mark('name')}")
+        _check_no_foreign_folders(tmp, dest, what)
         replace_dir(tmp, dest)
         return "replaced"
     replace_dir(tmp, dest)  # an empty dest folder goes

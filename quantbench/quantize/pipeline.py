@@ -38,8 +38,8 @@ from quantbench.quantize.ort_api import load_with_shape_infer
 from quantbench.quantize.intake import check_finite_weights, check_loops, prepare
 from quantbench.quantize.memory import PeakMeter
 from quantbench.quantize.redecode import DecodeChange, only_decode_differs, set_decode
-from quantbench.inputs.variantdir import (check_plain_name, check_replaceable, publish_folder, staging_folder,
-                                          write_index, write_latest)
+from quantbench.inputs.variantdir import (check_plain_name, check_replaceable, check_variants_place, publish_folder,
+                                          staging_folder, write_index, write_latest)
 
 
 @dataclass
@@ -284,6 +284,7 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     check_plain_name(model_name, f"{flag_mark('model')} {opts.model}: model name")
     name = check_plain_name(opts.name or f"{model_name}-n{opts.per_cell}-seed{opts.seed}", f"{flag_mark('name')}:")
     out = Path(opts.out) if opts.out else variants_root / model_name
+    check_variants_place(out, variants_root.parent)
     check_replaceable(calib_root / name, "calibration set")
     check_replaceable(out, "variants")
     for dest in (calib_root / name, out):   # a read-only folder: one line before anything is written
@@ -444,6 +445,7 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
             raise ParameterError("fp32", f"{fp32_path} is itself quantized ({', '.join(quantized_ops(fp32_model))}); "
                                          "name the float model", str(fp32_path))
     out = Path(opts.out) if opts.out else variants_root / model_name
+    check_variants_place(out, variants_root.parent)
     check_replaceable(out, "variants")
     check_writable_for(out, f"nothing was written (calibrate writes {out})")
     cands, labels_path, images_dir = builder.read_labels(opts.labels, opts.images)

@@ -38,7 +38,7 @@ import zlib
 from pathlib import Path, PurePosixPath
 
 from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
-from quantbench.fsutil import MAX_EXPANSION, atomic_path, expansion_limit, kill_point, sha256_file
+from quantbench.fsutil import MAX_EXPANSION, atomic_path, expansion_limit, kill_point, sha256_file, stale_tmp
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, TAG_RE, load_registry
 from quantbench.release.verify import FAIL, PASS, Check, load_record, named_files, scratch_folder, verify
 
@@ -104,6 +104,14 @@ def _members(folder: Path, rec: dict) -> tuple[list[tuple[str, Path]], dict]:
     return sorted(out), artifacts
 
 
+def _sweep_killed_archives(folder: Path) -> None:
+    """Remove the temporary archives (`.<tag>.tar.gz.<pid>@<host>....tmp`) of archive writers that were killed
+    (their process gone; fsutil.stale_tmp): any tag's, not only this one's, so a later release clears them."""
+    for p in stale_tmp(folder):
+        if SUFFIX + "." in p.name and p.is_file():
+            p.unlink(missing_ok=True)
+
+
 def write_archive(folder: str | os.PathLike, out: str | os.PathLike | None = None) -> tuple[Path, str]:
     """Write the release folder as one deterministic .tar.gz; returns (path, its SHA-256)."""
     folder = Path(folder)
@@ -126,6 +134,7 @@ def write_archive(folder: str | os.PathLike, out: str | os.PathLike | None = Non
         "registry": registry,
     }
     data = (json.dumps(manifest, sort_keys=True, indent=2) + "\n").encode("utf-8")
+    _sweep_killed_archives(out.parent)
     with atomic_path(out) as tmp:
         with open(tmp, "wb") as raw, \
                 gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=GZIP_LEVEL, mtime=0) as gz, \

@@ -22,6 +22,7 @@ version given (the local one by default), so the x86 and ARM hosts differ only i
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,7 +76,13 @@ class CIParams:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ParameterError(name, "must be at least 1", v)
         self._check_literal()
-        parse_gates(self.gate)   # an unknown gate fails here, not in the merge job
+        self._check_paths()
+        if self.gate is not None and not parse_gates(self.gate):   # an unknown gate fails here, not in the merge job
+            raise ParameterError("gate", "names no gate: the merge job's equiv would gate nothing and always pass "
+                                         "(name one, e.g. decision, or leave it out)", self.gate)
+        if not self.runners:
+            raise ParameterError("runners", "names no native runner: the workflow would run no real CPU "
+                                            "(give LABEL=NAME, e.g. ubuntu-24.04=gh-x86)", "")
         unknown = [h for h in self.emulated if h not in PRESETS]
         if unknown:
             raise ParameterError("emulated", f"not emulated presets ({', '.join(PRESETS)})", ",".join(unknown))
@@ -101,6 +108,19 @@ class CIParams:
             worst = max(("shards", "native_shards", "native_runs"), key=lambda k: getattr(self, k))
             raise ParameterError(worst, f"makes {n} shard jobs; a workflow holds at most {MAX_JOBS}",
                                  getattr(self, worst))
+
+    def _check_paths(self) -> None:
+        """The prepare job copies these from the checkout into the artifact every job downloads: a path that leaves
+        the checkout (absolute, '..', or a link out of this working folder) would ship whatever it names."""
+        here = Path.cwd().resolve()
+        for name in ("variants", "labels", "images"):
+            v = getattr(self, name)
+            if v is None:
+                continue
+            p = Path(str(v))
+            if not str(v).strip() or p.is_absolute() or ".." in p.parts or not (here / p).resolve().is_relative_to(here):
+                raise ParameterError(name, "must be a path inside the repository's checkout (relative, no '..', no "
+                                           "link out of it): the prepare job copies it into the workflow's artifact", v)
 
     def _check_literal(self) -> None:
         """Every value is written literally: `${{` in one would be evaluated by GitHub Actions before the shell
@@ -426,14 +446,19 @@ def write_ci(p: CIParams, out_dir, force: bool = False) -> list:
     """Write the GitHub workflow and the .gitlab-ci.yml into `out_dir`; an existing file is an error (nothing
     written) unless `force`. Returns the paths written."""
     texts = {GITHUB_FILE: github_workflow(p), GITLAB_FILE: gitlab_ci(p)}
+    if not str(out_dir).strip():
+        raise ParameterError("out", "is empty: name the folder the workflow files go to; nothing was written", out_dir)
     out = Path(out_dir)
+    if out.is_symlink() and not out.exists():
+        raise ParameterError("out", "is a symbolic link to nothing; nothing was written (remove it or choose another "
+                                    "folder)", str(out))
     if out.exists() and not out.is_dir():
         raise ParameterError("out", "is a file, not a folder; nothing was written", str(out))
     folders = [out / n for n in texts if (out / n).is_dir()]
     if folders:
         raise UserError(f"{folders[0]}: a folder, not a file; nothing was written (choose another folder)")
-    if not force:
-        there = [out / n for n in texts if (out / n).exists()]
+    if not force:   # lexists: a dangling link is a file there too, replaced only when asked
+        there = [out / n for n in texts if os.path.lexists(out / n)]
         if there:
             raise UserError(f"{there[0]}: exists; nothing was written (choose another folder, or overwrite it with "
                             f"{flag_mark('force')})")

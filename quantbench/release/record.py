@@ -33,6 +33,7 @@ from quantbench.fsutil import (atomic_write_json, atomic_write_text, canonical_j
                                sha256_file)
 from quantbench.hosts.requirements import host_key, ran_as
 from quantbench.store.hostresults import load_hosts, load_outputs
+from quantbench.store.resultpaths import check_confined
 from quantbench.inputs.modelio import model_hashes, write_self_contained
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 from quantbench.release.bundledfiles import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
@@ -55,7 +56,8 @@ _PATHY = {"path", "folder", "source_model_path"}
 
 
 def releases_dir(results_dir: str | os.PathLike = "results") -> Path:
-    return Path(results_dir) / "releases"
+    """results/releases, refused when it is a link out of the results folder (resultpaths.check_confined)."""
+    return check_confined(Path(results_dir) / "releases")
 
 
 def key_recipe(recipe: dict) -> dict:

@@ -28,7 +28,8 @@ from quantbench import SCHEMA_VERSION
 from quantbench.store import partread, tableschema
 from quantbench.errors import GateFailed, ParameterError, UserError, flag_mark
 from quantbench.inputs.fixtures import Fixture
-from quantbench.fsutil import MAX_EXPANSION, check_writable, expansion_limit, read_json, sha256_file, staging_area
+from quantbench.fsutil import (MAX_EXPANSION, check_writable, expansion_limit, file_kind, read_json, sha256_file,
+                               staging_area)
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.requirements import entries_text, host_session
 from quantbench.hosts.runner import run_hosts, variant_info
@@ -56,6 +57,9 @@ class Check:
 def load_record(folder: str | os.PathLike) -> dict:
     folder = Path(folder)
     if not folder.is_dir():
+        if folder.exists():   # a FIFO, a device, a file that is no archive: say what it is (stat only, no open)
+            raise UserError(f"{folder}: is {file_kind(folder.stat().st_mode)}, expected a release folder or archive "
+                            "(.tar.gz)")
         raise UserError(f"{folder}: no such release folder; releases are under results/releases/<tag>/")
     path = folder / RELEASE_FILE
     if not path.exists():
@@ -168,15 +172,20 @@ MAX_UNNAMED_SHOWN = 5
 
 
 def check_unnamed(folder: Path, rec: dict) -> list[Check]:
-    """A FAIL per file (or link, or special file) in the release folder that release.json does not name."""
+    """A FAIL per file (or link, or special file) in the release folder that release.json does not name, and per
+    folder holding no file it names (an empty folder added after release included)."""
     named = named_files(rec) | {UNFINISHED}
+    holding = {p.as_posix() for rel in named for p in Path(rel).parents}   # folders a named file lies in
     extra = []
     for root, dirs, files in os.walk(folder):
         here = Path(root)
-        for name in files + [d for d in dirs if (here / d).is_symlink()]:
+        for name in files + dirs:
             rel = (here / name).relative_to(folder).as_posix()
-            if rel not in named:
-                extra.append(rel)
+            if name in files or (here / name).is_symlink():
+                if rel not in named:
+                    extra.append(rel)
+            elif rel not in holding:   # a folder no named file lies in (an empty one too): added after release
+                extra.append(rel + "/")
     out = [Check("unnamed file", rel, FAIL, "not named by release.json (added after release)")
            for rel in sorted(extra)[:MAX_UNNAMED_SHOWN]]
     if len(extra) > MAX_UNNAMED_SHOWN:
@@ -264,8 +273,9 @@ def _identity_mismatch(v: dict, semantic: str) -> str | None:
 
 
 def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check]:
-    idx = folder.parent / INDEX_FILE
-    if (folder / UNFINISHED).is_file() and required and not _registered(folder.parent, rec.get("tag")):
+    rdir = folder.resolve().parent   # a release reached through a link: its registry is beside the folder itself
+    idx = rdir / INDEX_FILE
+    if (folder / UNFINISHED).is_file() and required and not _registered(rdir, rec.get("tag")):
         return [Check("registry", str(idx), FAIL, f"release {rec.get('tag')!r} is unfinished: its release command "
                                                   "was interrupted before it registered the release; run the same "
                                                   "`quantbench release` again to finish it")]
@@ -275,7 +285,7 @@ def check_registry(folder: Path, rec: dict, required: bool = True) -> list[Check
         return [Check("registry", str(idx), FAIL, "missing: nothing vouches for release.json (for a release copied "
                                                   f"without its registry, pass {flag_mark('no_registry')})")]
     try:
-        reg = load_registry(folder.parent)
+        reg = load_registry(rdir)
     except UserError as exc:
         return [Check("registry", str(idx), FAIL, str(exc))]
     out = []

@@ -6,6 +6,7 @@ damaged part named (or, under the write lock, set aside: quarantine).
 from __future__ import annotations
 
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Sequence
@@ -14,6 +15,7 @@ from quantbench import SCHEMA_VERSION
 from quantbench.store import lazy
 from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.errors import UserError
+from quantbench.fsutil import file_kind
 from quantbench.store import arrowrows, tableschema
 
 if TYPE_CHECKING:
@@ -76,13 +78,14 @@ def resolved_root(root) -> str:
 
 
 def quarantine_unreadable(root: str | os.PathLike = TABLES_DIR) -> list[Path]:
-    """Set aside every part of every table whose footer cannot be read (see quarantine), also parts this command
-    would not read (an analysis reused from the cache): a later reader (release, report) then finds none."""
+    """Set aside every part of every table whose footer cannot be read or whose text is not UTF-8 (see quarantine),
+    also parts this command would not read (an analysis reused from the cache): a later reader (release, report)
+    then finds none, and the run recomputes their rows before its analysis reads them."""
     moved = []
     for name in sorted(tableschema.COLUMNS):
         for f in parts(name, root):
             try:
-                _part_footer(f)
+                _check_strings(f)
             except Exception as exc:  # damaged, truncated, not Parquet
                 moved.append(quarantine(f, root, f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"))
     return moved
@@ -129,12 +132,15 @@ def read_parts(name: str, files: list[Path], columns, filter) -> pa.Table:
 
             table = ds.dataset([str(f) for f in files], format="parquet").to_table(columns=read_cols, filter=filter)
             table = table.cast(target)
+            table.validate(full=True)
         except Exception:
             table = None  # name the part at fault (or notice one that went away) below
     if table is None:
         def one(f: Path) -> pa.Table:
             try:
-                return _read_part(name, f, read_cols, filter).cast(target)
+                t = _read_part(name, f, read_cols, filter).cast(target)
+                t.validate(full=True)   # a flipped byte in a string column is invalid UTF-8: named here, not a
+                return t                # UnicodeDecodeError in whoever turns the rows into Python values
             except (UserError, FileNotFoundError):
                 raise
             except Exception as exc:  # corrupt or foreign file: name it
@@ -284,20 +290,50 @@ def _read_table(f: Path, cols: list[str], filter) -> pa.Table:
 READ_THREADS = 4
 
 
-#: Footer (metadata and schema) of each part read so far (part names are content hashes: a
-#: name's bytes never change), so a footer is parsed once per process, not once per read.
+#: Footer (metadata and schema) of each part read so far, by path: ((size, mtime, inode), (meta, schema)), so a
+#: footer is parsed once per process and file, not once per read.
 _PART_FOOTERS: dict[str, tuple] = {}
 
 
 def _part_footer(f: Path) -> tuple:
-    """(FileMetaData, Arrow schema) of a part."""
+    """(FileMetaData, Arrow schema) of a part. Cached by its path and the file's identity (size, mtime, inode): a
+    part set aside and written again under its name (its rows recomputed) is another file, with another footer."""
     key = str(f)
-    ft = _PART_FOOTERS.get(key)
-    if ft is None:
-        with pa.OSFile(key) as fh:
-            meta = pq.read_metadata(fh)
-        ft = _PART_FOOTERS[key] = (meta, meta.schema.to_arrow_schema())
+    st = os.stat(key)   # stat never blocks; opening a FIFO waits for a writer that never comes
+    ident = (st.st_size, st.st_mtime_ns, st.st_ino)
+    hit = _PART_FOOTERS.get(key)
+    if hit is not None and hit[0] == ident:
+        return hit[1]
+    if not stat.S_ISREG(st.st_mode):
+        raise NotAPart(f"is {file_kind(st.st_mode)}, not a Parquet file")
+    with pa.OSFile(key) as fh:
+        meta = pq.read_metadata(fh)
+    ft = (meta, meta.schema.to_arrow_schema())
+    _PART_FOOTERS[key] = (ident, ft)
     return ft
+
+
+#: (path, size, mtime, inode) of the parts whose text columns were checked in this process (_check_strings)
+_STRINGS_OK: set = set()
+
+
+def _check_strings(f: Path) -> None:
+    """The footer of a part, and every value of its text columns decoded and checked (UTF-8): a flipped byte in a
+    string parses, and only fails whoever turns it into Python text. The tensor columns are left to the readers
+    (they are the bulk of the bytes, and hashed where they are used). Once per part and process."""
+    meta, sch = _part_footer(f)
+    key = (str(f), *_PART_FOOTERS[str(f)][0])
+    if key in _STRINGS_OK:
+        return
+    text = [fl.name for fl in sch if pa.types.is_string(fl.type) or pa.types.is_large_string(fl.type)]
+    if text:
+        with pa.OSFile(str(f)) as fh:
+            pq.ParquetFile(fh, metadata=meta).read(columns=text).validate(full=True)
+    _STRINGS_OK.add(key)
+
+
+class NotAPart(ValueError):
+    """A part's name on something that is no regular file (a FIFO, a device, a folder): never opened."""
 
 
 def _part_schema(f: Path) -> pa.Schema:
@@ -323,7 +359,8 @@ def read_bounded(source, limit: int, batch: int = 256) -> "pa.Table":
     """The whole Parquet file `source` (a path, a file object or a ParquetFile), decoded a batch of rows at a time
     and stopped (DecodedTooLarge) once the decoded rows pass `limit` bytes: a small file of repeated, dictionary
     encoded or well-compressed values is never decoded whole. What its footer declares is not trusted for this (a
-    dictionary-encoded column's declared size is its dictionary's)."""
+    dictionary-encoded column's declared size is its dictionary's). Every value is checked (Table.validate(full=True):
+    UTF-8 of the string columns included), so a damaged file fails here, not in whoever reads the rows later."""
     pf = source if isinstance(source, pq.ParquetFile) else pq.ParquetFile(source)
     got, size = [], 0
     for b in pf.iter_batches(batch_size=batch):
@@ -331,4 +368,6 @@ def read_bounded(source, limit: int, batch: int = 256) -> "pa.Table":
         if size > limit:
             raise DecodedTooLarge(f"decodes to more than {limit} bytes")
         got.append(b)
-    return pa.Table.from_batches(got, schema=pf.schema_arrow)
+    table = pa.Table.from_batches(got, schema=pf.schema_arrow)
+    table.validate(full=True)   # every value decoded: a flipped byte in a string column is invalid UTF-8 here, not later
+    return table

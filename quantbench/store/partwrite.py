@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from quantbench import SCHEMA_VERSION
 from quantbench.store import lazy
-from quantbench.store.resultpaths import TABLES_DIR
+from quantbench.store.resultpaths import TABLES_DIR, check_confined
 from quantbench.errors import DiskFull
 from quantbench.fsutil import atomic_path, content_key
 from quantbench.store import arrowrows, tableschema
@@ -128,6 +128,8 @@ def append_chunks(name: str, chunks: Iterable, root: str | os.PathLike = TABLES_
     # named by the rows without created_at, so writing the same rows again is a no-op and the
     # first writing's timestamps stay
     path = Path(root) / name / f"part-{nh['sink'].h.hexdigest()[:32]}.parquet"
+    check_confined(root)
+    check_confined(path.parent)
     if not path.exists():
         with atomic_path(path) as tmp:
             tmp.write_bytes(data)

@@ -8,7 +8,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from quantbench.store.resultpaths import TABLES_DIR
+from quantbench.store.resultpaths import TABLES_DIR, check_confined
 from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import clean_stale_tmp, disk_full, no_space
 from quantbench.store import partread
@@ -38,7 +38,9 @@ def lock(root: str | os.PathLike = TABLES_DIR, wait: bool = True):
     import fcntl
     import sys
 
-    root = Path(root)
+    root = check_confined(root)
+    for d in sorted(root.iterdir()) if root.is_dir() else ():   # a table's folder linked out: refused before any run
+        check_confined(d)
     path = root / LOCK_FILE
     try:
         root.mkdir(parents=True, exist_ok=True)

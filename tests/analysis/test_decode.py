@@ -7,7 +7,7 @@ import pytest
 
 from quantbench.analysis.decode import (DecodeSpec, check_outputs, cxcywh_to_xyxy, decode, iou, label_regions,
                                         spec_from_sidecar)
-from quantbench.errors import UserError
+from quantbench.errors import ParameterError, UserError
 
 
 def logit(p):
@@ -55,6 +55,17 @@ def test_classifier_softmax_top1_and_threshold():
     spec.threshold = 0.6
     d = decode(spec, {"logits": logits})
     assert d.kept.tolist() == [False] and d.margin[0] == pytest.approx(-0.1, rel=1e-5)
+
+
+def test_a_classifier_with_fewer_class_names_than_logits_is_refused():
+    """8 logits and a 2-name 'classes' list: the top-1 was taken over the first 2 logits alone (another decision
+    than the model's, without a word); now one error naming the output and both counts."""
+    logits = np.arange(8, dtype=np.float32)[None, :]
+    spec = DecodeSpec(kind="classifier-softmax", outputs={"logits": "logits"}, threshold=None, classes=["a", "b"])
+    with pytest.raises(ParameterError) as exc:
+        decode(spec, {"logits": logits})
+    assert str(exc.value) == ("decode='classifier-softmax': output 'logits' has 8 classes; the sidecar's 'classes' "
+                              "names 2: name one class per output column")
 
 
 def test_label_regions_four_connectivity():

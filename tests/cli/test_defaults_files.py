@@ -71,6 +71,8 @@ def test_a_hosts_files_defaults_sit_above_the_folders_and_below_the_flags(workdi
     ('[defaults]\nresults = "../elsewhere"\n', "results", "equiv"),
     ('[defaults.equiv]\nresults = "/tmp"\n', "results", "equiv"),
     ('[defaults]\ntables = "/var/tmp/t"\n', "tables", "run"),
+    ('[defaults]\nresults = "~/x"\n', "results", "equiv"),   # was: a folder named `~` made here
+    ('[defaults]\nresults = "~"\n', "results", "run"),
 ])
 @pytest.mark.parametrize("where", ["quantbench.toml", "g.toml"])
 def test_a_defaults_file_writes_only_inside_the_working_folder(workdir, capsys, text, key, command, where):

@@ -222,3 +222,22 @@ def test_a_decode_plugin_that_calls_sys_exit_is_an_error_naming_it(workdir, caps
     with pytest.raises(UserError, match="decode plug-in dec.py:exits: raised SystemExit"):
         quantbench.equiv([str(vdir)], Fleet("x86"), Fixtures(labels=str(labels)), output=Output(progress=False),
                          decode="dec.py:exits", plots=False)
+
+
+def test_fewer_class_names_than_the_models_classes_is_one_line(workdir, capsys):
+    """A 5-class model whose sidecar names 2 classes: equiv served the top-1 of the first 2 logits alone (another
+    decision than the model's) without a word; now one line naming the output and both counts, exit 2."""
+    vdir, labels = make_bench(workdir / "bench", n_images=2)
+    side = dict(SIDE, classes=["bottle", "can"])
+    for name in ("fp32", "dynamic"):
+        (vdir / f"{name}.json").write_text(json.dumps(side))
+        r = json.loads((vdir / f"{name}.recipe.json").read_text())
+        r["sidecar"] = side
+        (vdir / f"{name}.recipe.json").write_text(json.dumps(r))
+    capsys.readouterr()
+    assert main(["equiv", "--hosts", "x86", "--variants", str(vdir), "--fixtures", str(labels), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("quantbench")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("quantbench equiv: error: model tiny: --decode classifier-softmax: output 'logits' has 5 "
+                               "classes; the sidecar's 'classes' names 2: name one class per output column"), lines[0]

@@ -133,3 +133,71 @@ def test_deeply_nested_labels_json_is_one_line(calib):
     wd, model, labels, images, args = calib
     Path(labels).write_text('{"images": ' + "[" * 100000 + "]" * 100000 + "}")
     refused(wd, args, "calibrate", f"{Path(labels).name}: not a readable labels JSON (nested too deeply)")
+
+
+@pytest.mark.parametrize("command", ["run", "equiv", "latency"])
+def test_a_fifo_as_variants_model_is_refused_without_blocking(workdir, command):
+    fifo = workdir / "f.onnx"
+    os.mkfifo(fifo)
+    refused(workdir, [command, "--hosts", "x86", "--variants", fifo, "--no-progress"], command,
+            "f.onnx: is a named pipe (FIFO), expected a model (.onnx)")
+
+
+@pytest.fixture
+def fifo_part(workdir):
+    """A results folder with a run's tables, and a FIFO named like a part of its outputs table."""
+    from hosts_helpers import image_model, make_corpus as eval_corpus
+    from quantbench.cli import main
+
+    model = image_model(workdir / "m.onnx")
+    labels = eval_corpus(workdir / "corpus", count=1)
+    argv = ["equiv", "--hosts", "x86", "--variants", str(model), "--fixtures", str(labels), "--decode", "none",
+            "--no-progress"]
+    assert main(argv) == 0
+    fifo = workdir / "results" / "tables" / "outputs" / "part-fifo.parquet"
+    os.mkfifo(fifo)
+    return workdir, fifo, argv
+
+
+@pytest.mark.parametrize("argv", [["report"], ["tables", "compact"]])   # release: tests/release/test_damaged_inputs.py
+def test_a_fifo_part_is_named_without_blocking(fifo_part, argv):
+    wd, fifo, _ = fifo_part
+    rc, err = quantbench(argv, wd)
+    assert rc == 2 or (rc == 0 and "moved to" in err), err   # named (or, under the write lock, set aside)
+    assert "part-fifo.parquet" in err and "is a named pipe (FIFO), not a Parquet file" in err, err
+    assert "Traceback" not in err
+
+
+def test_equiv_sets_a_fifo_part_aside(fifo_part):
+    wd, fifo, argv = fifo_part
+    rc, err = quantbench(argv, wd)
+    assert rc == 0, err
+    assert "part-fifo.parquet: damaged (NotAPart: is a named pipe (FIFO), not a Parquet file); moved to" in err, err
+    assert not os.path.lexists(fifo)
+
+
+def test_diff_of_a_model_over_protobufs_limit_is_refused_by_its_size(workdir):
+    """A 3 GiB (sparse) .onnx was read whole (3.2 GB of memory, 20 s) before protobuf said no: a protobuf
+    message cannot exceed 2 GiB, so the size alone refuses it."""
+    model = tiny_model(workdir / "tiny.onnx")
+    big = workdir / "big.onnx"
+    with open(big, "wb") as fh:
+        fh.truncate(3 << 30)
+    line = refused(workdir, ["diff", big, model], "diff", f"big.onnx: {3 << 30:,} bytes, more than a protobuf message")
+    assert "external data" in line
+
+
+@pytest.mark.parametrize("kind", ["json", "csv"])
+def test_labels_over_the_labels_limit_are_refused_before_parsing(calib, kind):
+    """A 180 MB labels JSON took 2.7 GB parsed: labels are read up to MAX_LABELS_BYTES (documented in
+    docs/trust.md), a larger file refused by its size before a byte is parsed."""
+    from quantbench.inputs.fixtures import MAX_LABELS_BYTES
+
+    wd, model, labels, images, args = calib
+    big = wd / "corpus" / f"big.{kind}"
+    with open(big, "wb") as fh:
+        fh.truncate(180 * 10 ** 6)
+    args = [str(big) if a == labels else a for a in args]
+    line = refused(wd, args, "calibrate", f"big.{kind}: labels file is {180 * 10 ** 6:,} bytes, more than the "
+                                          f"limit of {MAX_LABELS_BYTES:,}")
+    assert "split it" in line

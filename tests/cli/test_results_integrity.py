@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import LOCK_NAME, digest, one_line
+from hosts_helpers import reseal_export
 from quantbench.cli import main
 
 # ---------------------------------------------------------------- calibrate --force never replaces results/
@@ -266,7 +267,7 @@ def forge(src: Path, dst: Path, table: str, edit) -> Path:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    return dst
+    return reseal_export(dst)
 
 
 def _set(col, fn):

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_helpers import digest, one_line
-from hosts_helpers import image_model, make_corpus
+from hosts_helpers import image_model, make_corpus, reseal_export
 from quantbench.cli import main
 
 
@@ -36,6 +36,7 @@ def _rewrite(path, change) -> None:
             data = change(m.name, data)
             m.size = len(data)
             tar.addfile(m, io.BytesIO(data))
+    reseal_export(path)
 
 
 def _table(name, edit):

@@ -7,7 +7,7 @@ import tarfile
 
 import pytest
 
-from hosts_helpers import image_model, make_corpus
+from hosts_helpers import image_model, make_corpus, reseal_export
 from quantbench.cli import main
 
 
@@ -76,6 +76,7 @@ def _replace_member(path, name, data):
             if m.name == name:
                 m.size, old = len(data), data
             tar.addfile(m, io.BytesIO(old))
+    reseal_export(path)
 
 
 def test_rows_repeated_past_the_manifest_are_refused_before_they_are_read(workdir, exported, capsys):

@@ -14,6 +14,7 @@ from quantbench.cli import main
 from quantbench.inputs.fixtures import fixtures_for_variants
 from quantbench.hosts import shards
 from quantbench.inputs.variantdir import resolve_variants
+from hosts_helpers import reseal_export
 from shard_helpers import analysis_rows, imported_hosts_toml
 
 COMMON = ["--no-progress", "--jobs", "1"]
@@ -179,6 +180,7 @@ def _as_another_cpu(src, dst) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
+    reseal_export(dst)
 
 
 def _parquet_bytes(pq, table) -> bytes:

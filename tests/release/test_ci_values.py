@@ -112,3 +112,54 @@ def test_the_largest_workflow_is_written_and_the_gitlab_merge_names_no_needs(wor
     gl = yaml.safe_load(gitlab_ci(p))
     assert "needs" not in gl["merge"] and gl["merge"]["stage"] == "merge" and gl["stages"][-1] == "merge"
     assert all(len(job.get("needs", [])) <= 50 for job in gl.values() if isinstance(job, dict))
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--variants", "../../../etc"], "--variants"),
+    (["--variants", "/etc"], "--variants"),
+    (["--fixtures", "/etc/passwd", "--images", "im"], "--fixtures"),
+    (["--fixtures", "l.json", "--images", "/"], "--images"),
+    (["--fixtures", "l.json", "--images", "im/../.."], "--images"),
+])
+def test_a_path_outside_the_checkout_is_refused(workdir, capsys, argv, flag):
+    """The prepare job copies these into the artifact every job downloads: `cp -r / qb-inputs/images` would ship
+    the runner's whole disk."""
+    line = _refused(capsys, workdir, argv, "must be a path inside the repository's checkout")
+    assert f"quantbench ci: error: {flag} " in line
+
+
+def test_a_link_out_of_the_checkout_is_refused(workdir, capsys):
+    (workdir / "models").symlink_to("/etc")
+    _refused(capsys, workdir, ["--variants", "models"], "--variants models: must be a path inside the repository")
+
+
+def test_a_path_inside_the_checkout_is_written(workdir, capsys):
+    (workdir / "models").mkdir()
+    assert main(["ci", "--variants", "models", "--fixtures", "data/l.json", "--images", "data/im"]) == 0
+    text = (workdir / "results" / "ci" / "quantbench.yml").read_text()
+    assert "cp -r models qb-inputs/variants" in text and "cp data/l.json qb-inputs/labels.json" in text
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--runners", ","], "--runners : names no native runner"),
+    (["--gate", ""], "--gate : names no gate"),
+    (["--gate", ","], "--gate ,: names no gate"),
+    (["--out", ""], "--out : is empty"),
+    (["--calibrate", "--model 'x"], "--calibrate --model 'x: not a shell argument list (No closing quotation)"),
+])
+def test_an_empty_or_unparsable_value_is_refused(workdir, capsys, argv, words):
+    _refused(capsys, workdir, argv, words)
+
+
+def test_out_over_a_dangling_link_is_refused(workdir, capsys):
+    (workdir / "o6").symlink_to(workdir / "gone")
+    _refused(capsys, workdir, ["--out", "o6"], "--out o6: is a symbolic link to nothing; nothing was written")
+    assert not (workdir / "gone").exists()
+
+
+def test_a_dangling_workflow_link_is_replaced_only_with_force(workdir, capsys):
+    (workdir / "o").mkdir()
+    (workdir / "o" / "quantbench.yml").symlink_to(workdir / "gone.yml")
+    _refused(capsys, workdir, ["--out", "o"], "o/quantbench.yml: exists; nothing was written")
+    assert main(["ci", "--out", "o", "--force"]) == 0
+    assert not (workdir / "o" / "quantbench.yml").is_symlink() and not (workdir / "gone.yml").exists()

@@ -96,3 +96,12 @@ def test_an_archive_the_kill_prevented_is_written_by_the_rerun(results, capsys, 
     assert release(results, "v1", "--archive") == 2
     assert f"--archive {archive}: exists; --force replaces it" in capsys.readouterr().err
     assert archive.read_bytes() == data
+
+
+def test_a_killed_archives_temporary_file_is_swept_by_a_later_release_of_another_tag(results, capsys):
+    """Was: `.v1.tar.gz.<pid>@....tmp` of a SIGKILLed `release --archive` stayed after a later successful release
+    (of another tag): the next archive writer removes any killed writer's temporary archive in the folder."""
+    _killed_release(results, "archive-written", "--archive")
+    assert [n for n in _hidden(results) if n.startswith(".v1.tar.gz.")]
+    assert release(results, "v2", "--archive") == 0
+    assert _hidden(results) == [] and (results / "releases" / "v2.tar.gz").is_file()

@@ -78,3 +78,29 @@ def test_a_reader_without_the_lock_names_the_part_to_move(bench):
     assert "\n" not in msg and msg.startswith(f"{part}: damaged fixtures table part (")
     assert f"move it out of {part.parent} (or delete it) and rerun" in msg
     assert part.read_bytes() == damaged  # a reader moves nothing
+
+
+def test_equiv_sets_aside_a_part_whose_strings_are_not_utf8(bench, capsys):
+    """A flipped byte inside a string value (the part parses, its footer is intact): equiv and report died with
+    UnicodeDecodeError ('placement'). Every value of a part is checked as it is read: equiv sets it aside and
+    recomputes its rows, a reader without the lock names it in one line."""
+    import pyarrow.parquet as pq
+
+    tdir, argv = bench
+    rows = partread.read("outputs", tdir, columns=["run_key", "output_name", "sha256"]).to_pylist()
+    part = partread.parts("outputs", tdir)[0]
+    t = pq.read_table(part)
+    pq.write_table(t, part, compression="none", write_statistics=False)
+    data = bytearray(part.read_bytes())
+    value = t.column("placement").to_pylist()[0].encode()
+    data[bytes(data).index(value) + 2] = 0x8B
+    part.write_bytes(bytes(data))
+    partread._PART_FOOTERS.clear()
+    with pytest.raises(UserError) as exc:
+        partread.read("outputs", tdir)
+    assert str(exc.value).startswith(f"{part}: damaged outputs table part (ArrowInvalid: ") and "\n" not in str(exc.value)
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert f"{part.relative_to(tdir.parents[1])}: damaged (" in capsys.readouterr().err
+    assert (tdir / ".quarantine" / "outputs" / part.name).exists()
+    assert partread.read("outputs", tdir, columns=["run_key", "output_name", "sha256"]).to_pylist() == rows

@@ -4,6 +4,7 @@ merge, gate and release."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from quantbench.errors import ParameterError, UserError
@@ -79,14 +80,21 @@ def run(args) -> int:
         raise ParameterError(_OPTION_OF[exc.param], exc.problem, exc.value, exc.show_value) from None
 
 
-def _write(args) -> int:
-    import shlex
+def _calibrate_args(text: str | None) -> list | None:
+    if not text:
+        return None
+    try:
+        return shlex.split(text)
+    except ValueError as exc:   # an unclosed quote: shlex says which
+        raise UserError(f"--calibrate {text}: not a shell argument list ({exc}); nothing was written") from None
 
+
+def _write(args) -> int:
     params = CIParams(onnxruntime=args.onnxruntime or local_ort_version(), python=args.python,
                       emulated=[h.strip() for h in args.hosts.split(",") if h.strip()], shards=args.shards,
                       runners=_runners(args.runners), native_shards=args.native_shards,
                       native_runs=args.native_runs, variants=args.variants,
-                      calibrate=shlex.split(args.calibrate) if args.calibrate else None, labels=args.fixtures,
+                      calibrate=_calibrate_args(args.calibrate), labels=args.fixtures,
                       images=args.images, limit=args.limit, split=args.split, gate=args.gate, install=args.install,
                       **({} if args.tiers is None else {"tiers": _tiers(args.tiers)}))
     for path in write_ci(params, args.out, force=args.force):

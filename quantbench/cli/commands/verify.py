@@ -26,7 +26,7 @@ def add_arguments(parser) -> None:
                              "is checked member by member and unpacked only into a private temporary folder")
     parser.add_argument("--host", default=None,
                         help="re-run a sample of fixtures on this host (one the release recorded) and compare hashes")
-    parser.add_argument("--sample", type=int, default=4, help="fixtures per variant to re-run with --host")
+    parser.add_argument("--sample", type=int, default=None, help="fixtures per variant to re-run with --host (default 4)")
     FLEET.add(parser)
     RESULTS.add(parser)
     parser.add_argument("--no-registry", action="store_true",
@@ -35,9 +35,12 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    if args.sample < 1:
+    if args.sample is not None and args.sample < 1:
         raise UserError("--sample: must be at least 1")
-    checks = verify(args.release, host=args.host, sample=args.sample, fleet=FLEET.parse(args),
+    if args.sample is not None and not args.host:   # was: ignored, and the verdict read as if a sample was re-run
+        raise UserError(f"--sample {args.sample}: re-runs fixtures on --host, and no --host was given; give one, "
+                        "or leave --sample out")
+    checks = verify(args.release, host=args.host, sample=4 if args.sample is None else args.sample, fleet=FLEET.parse(args),
                     results=RESULTS.parse(args), registry=not args.no_registry).checks
     render = getattr(args, "_render", render_params)   # a check's detail may point at a flag (errors.flag_mark)
     checks = [dataclasses.replace(c, detail=render(c.detail)) for c in checks]
