@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.searchfleet import Fleet
+from quantbench.explain.searchfleet import Fleet, decoder_key
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
@@ -431,11 +431,13 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     return None
 
 
-def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=()) -> str:
-    """The search's content key; an imported host's held outputs are part of it (a re-exported file is new input)."""
+def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=(), decoder="") -> str:
+    """The search's content key: the base, the fp32 reference, the hosts and their sessions, the fixtures, the
+    parameters, the decoder (searchfleet.decoder_key); an imported host's held outputs are part of it (a
+    re-exported file is new input)."""
     held = [[m.label, sorted([*k, v] for k, v in m.hashes.items())] for m in imported]
-    return content_key(["search/2", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
-                        params.key(), *([held] if held else [])])
+    return content_key(["search/3", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
+                        params.key(), decoder, *([held] if held else [])])
 
 
 def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
@@ -593,7 +595,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
     evaluation cache under `state_root` (resumed from on a rerun)."""
     with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation) as walk:
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
-                        walk.all_ids, params, walk.fleet.imported)
+                        walk.all_ids, params, walk.fleet.imported, decoder_key(spec))
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
         written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
     fleet = walk.fleet
