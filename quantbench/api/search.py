@@ -4,6 +4,7 @@ on a fleet: the recipe that meets a decision budget on every host, written into 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,7 +13,7 @@ from quantbench.analysis.decode import spec_for_variant
 from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.options import Fixtures, Fleet, Results, Session
 from quantbench.api.plan import explain_hosts
-from quantbench.errors import UserError, flag_mark, render_params
+from quantbench.errors import ParameterError, UserError, flag_mark, render_params
 from quantbench.explain.search import SearchParams, search as walk_search
 from quantbench.explain.searchreport import update_report
 from quantbench.inputs.sidecarfile import check_identity
@@ -72,6 +73,19 @@ def _base(variant):
     return statics[0]
 
 
+def _check_groups(variant, fleet, fixtures, session, results) -> None:
+    """The option groups of their types (the command line builds them; a Python caller may pass anything)."""
+    if variant is not None and not isinstance(variant, (str, os.PathLike)):
+        raise ParameterError("variant", "must be a variant name or an .onnx path (or None: the last calibrate "
+                             "run's first static variant)", variant)
+    for param, value, kind, example in (("fleet", fleet, Fleet, "Fleet('x86,x86-avx2')"),
+                                        ("fixtures", fixtures, Fixtures, "Fixtures()"),
+                                        ("session", session, Session, "Session()"),
+                                        ("results", results, Results, "Results('results')")):
+        if not isinstance(value, kind):
+            raise ParameterError(param, f"must be a quantbench.{kind.__name__}, e.g. {example}", value)
+
+
 def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Session = Session(),
            results: Results = Results(), *, budget: int = DEFAULT_BUDGET, max_float_share: float | None = None,
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
@@ -82,6 +96,7 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` decision flips against fp32 per host within the ceilings; the answer
     is written beside the base (named for what it is, or `name`). The evaluations are cached under the results
     folder's `search/` and a rerun resumes from them."""
+    _check_groups(variant, fleet, fixtures, session, results)
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,
                           screen_fixtures, error_images, jobs, name)
     params.check()

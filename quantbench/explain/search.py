@@ -34,6 +34,8 @@ measure latency (explain.searchlatency): a median over it there and the candidat
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, content_key
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
+from quantbench.inputs.variantdir import is_plain_name
 
 SPACES = ("all", "global", "nodes")
 #: the share of the evaluation budget localize's runs may take (one run on one host is one evaluation)
@@ -73,6 +76,7 @@ class SearchParams:
     name: str | None = None               # the written variant's name (default: named for what it is)
 
     def check(self) -> None:
+        self._check_types()
         if self.budget < 0:
             raise ParameterError("budget", f"must be 0 or more flips (got {self.budget})")
         if self.space not in SPACES:
@@ -89,6 +93,23 @@ class SearchParams:
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             raise ParameterError("max_latency_ms", f"must be more than 0 ms (got {self.max_latency_ms})")
 
+    def _check_types(self) -> None:
+        """Every parameter of the type the command line's flag gives (the API takes any Python value): whole
+        numbers for counts, finite numbers for ceilings, a plain name (calibrate's variant-name rule) for `name`."""
+        for key in ("budget", "max_evaluations", "screen_fixtures", "error_images", "jobs", "max_size"):
+            value = getattr(self, key)
+            if not (value is None and key == "max_size") and not _whole(value):
+                raise ParameterError(key, "must be a whole number", value)
+        for key in ("max_float_share", "max_seconds", "max_latency_ms"):
+            value = getattr(self, key)
+            if value is not None and not (_number(value) and math.isfinite(value)):
+                raise ParameterError(key, "must be a finite number", value)
+        if not isinstance(self.space, str):
+            raise ParameterError("space", f"must be one of {', '.join(SPACES)}", self.space)
+        if self.name is not None and not is_plain_name(self.name):
+            raise ParameterError("name", f"{self.name!r} is not a plain variant name (use letters, digits, '.', '_', "
+                                 "'+', '-'; not starting with '.'); nothing was run", self.name, show_value=False)
+
     def key(self) -> dict:
         """What decides the walk (not the evaluation and time budgets, nor jobs: they only stop it or pace it)."""
         out = {"budget": self.budget, "max_float_share": self.max_float_share, "max_size": self.max_size,
@@ -96,6 +117,14 @@ class SearchParams:
         if self.max_latency_ms is not None:   # a search without the ceiling keeps the id it had
             out["max_latency_ms"] = self.max_latency_ms
         return out
+
+
+def _whole(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class Stopped(Exception):

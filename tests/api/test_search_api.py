@@ -48,3 +48,33 @@ def test_its_errors_name_parameters(calibrated):
         quantbench.search("static-minmax", Fleet("x86"), budget=-1)
     with pytest.raises(UserError, match=r"m\.onnx: no labels recorded with this model .*; pass fixtures LABELS images DIR, or recalibrate$"):
         quantbench.search(os.fspath(calibrated / "m.onnx"), Fleet("x86"))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: quantbench.search(None, "x86"), "fleet='x86': must be a quantbench.Fleet, e.g. Fleet('x86,x86-avx2')"),
+    (lambda: quantbench.search(3, Fleet("x86")), "variant=3: must be a variant name or an .onnx path"),
+    (lambda: quantbench.search(None, Fleet("x86"), results="other"), "results='other': must be a quantbench.Results"),
+    (lambda: quantbench.search(None, Fleet("x86"), budget="0"), "budget='0': must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), budget=None), "budget: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), budget=0.5), "budget=0.5: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), jobs=2.5), "jobs=2.5: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_evaluations=float("nan")),
+     "max_evaluations=nan: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_evaluations=True), "max_evaluations=True: must be a whole"),
+    (lambda: quantbench.search(None, Fleet("x86"), screen_fixtures=float("nan")),
+     "screen_fixtures=nan: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_seconds=float("nan")), "max_seconds=nan: must be a finite"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_float_share="0.5"), "max_float_share='0.5': must be a fin"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_latency_ms=float("inf")), "max_latency_ms=inf: must be a"),
+    (lambda: quantbench.search(None, Fleet("x86"), name="../x"), "name: '../x' is not a plain variant name"),
+    (lambda: quantbench.search(None, Fleet("x86"), name=""), "name: '' is not a plain variant name"),
+])
+def test_a_wrong_type_or_value_is_a_parameter_error_before_anything_runs(workdir, call, message):
+    """The issue's probes (search(None, 'x86') was an AttributeError, budget='0' a TypeError, max_evaluations=nan
+    turned the evaluation budget off): the ParameterError the command line's flag would give, nothing written."""
+    from quantbench.errors import ParameterError
+
+    with pytest.raises(ParameterError) as exc:
+        call()
+    assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
+    assert list(workdir.iterdir()) == []
