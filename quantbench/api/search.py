@@ -86,6 +86,27 @@ def _check_groups(variant, fleet, fixtures, session, results) -> None:
             raise ParameterError(param, f"must be a quantbench.{kind.__name__}, e.g. {example}", value)
 
 
+def _check_session(fleet: Fleet, session: Session) -> None:
+    """A session setting the answer would not carry is refused: the figures of a search hold under the session
+    they were measured in, and its answer (a variant) records only session config entries, as its requirement.
+    An entry to deploy with belongs in the base's recipe (its session requirement, recorded at calibrate): the
+    search then runs every host under it and its answer carries it."""
+    if session.config:
+        raise ParameterError("session_config", "the search's answer carries only the session entries its variant "
+                             f"records; record {', '.join(f'{k}={v}' for k, v in session.config.items())} as the "
+                             "variant's session requirement at calibrate (the search then runs every host under it "
+                             "and its answer carries it), or search without it; nothing was run")
+    if session.graph_opt is not None:
+        raise ParameterError("graph_opt", "a variant cannot record a graph optimization level, so an answer found "
+                             "under one would ship without it; the search runs every host at its deployed level: "
+                             "search without it; nothing was run", session.graph_opt)
+    per_host = [item for item in (fleet.names() or "").split(",") if "+" in item]
+    if per_host:
+        raise ParameterError("hosts", f"{per_host[0].strip()!r}: a per-host session override gives one host a "
+                             "session the answer would not carry; name the host alone (an entry to deploy with is "
+                             "recorded as the variant's session requirement at calibrate); nothing was run")
+
+
 def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Session = Session(),
            results: Results = Results(), *, budget: int = DEFAULT_BUDGET, max_float_share: float | None = None,
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
@@ -97,6 +118,7 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     is written beside the base (named for what it is, or `name`). The evaluations are cached under the results
     folder's `search/` and a rerun resumes from them."""
     _check_groups(variant, fleet, fixtures, session, results)
+    _check_session(fleet, session)
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,
                           screen_fixtures, error_images, jobs, name)
     params.check()

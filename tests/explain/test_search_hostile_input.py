@@ -37,3 +37,22 @@ def test_a_name_that_is_not_a_plain_variant_name_is_refused_before_anything_runs
 ])
 def test_a_number_that_is_not_finite_is_refused(run_dir, capsys, flag, value, message):
     assert message in _refused(run_dir, capsys, [*SEARCH, flag, value])
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--graph-opt", "disabled"], "--graph-opt disabled: a variant cannot record a graph optimization level"),
+    (["--graph-opt", "basic"], "--graph-opt basic: a variant cannot record a graph optimization level"),
+    (["--session-config", "session.x64quantprecision=1"],
+     "--session-config: the search's answer carries only the session entries its variant records; record "
+     "session.x64quantprecision=1 as the variant's session requirement at calibrate"),
+    (["--hosts", "x86-avx2+session.x64quantprecision=1"],
+     "--hosts: 'x86-avx2+session.x64quantprecision=1': a per-host session override gives one host a session"),
+    (["--hosts", "x86,x86-avx2+graph_optimization_level=disabled"],
+     "--hosts: 'x86-avx2+graph_optimization_level=disabled': a per-host session override"),
+])
+def test_a_session_setting_the_answer_would_not_carry_is_refused(run_dir, capsys, extra, message):
+    """The issue's probes passed the base "as calibrated" with "session requirements: none" under these, while
+    equiv without them counts 4 flips on x86-avx2: an answer holds under the session it was measured in, and a
+    variant records config entries only as its session requirement (calibrate's), which the search carries."""
+    argv = [*SEARCH, *extra] if extra[0] != "--hosts" else [*SEARCH[:3], *extra, *SEARCH[5:]]
+    assert message in _refused(run_dir, capsys, argv)
