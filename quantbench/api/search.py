@@ -17,7 +17,7 @@ from quantbench.errors import ParameterError, UserError, flag_mark, render_param
 from quantbench.explain.search import SearchParams, search as walk_search
 from quantbench.explain.searchreport import update_report
 from quantbench.inputs.sidecarfile import check_identity
-from quantbench.inputs.variantdir import latest_variants, pick_variant
+from quantbench.inputs.variantdir import INDEX_FILE, LATEST_FILE, latest_folder, latest_variants, load_variants
 from quantbench.store import lazy
 
 if TYPE_CHECKING:
@@ -64,13 +64,52 @@ class Search:
         return pa.Table.from_pylist([flat(r) for r in self.result.tried])
 
 
-def _base(variant):
-    if variant:
-        return pick_variant(str(variant))
-    statics = [v for v in latest_variants() if (v.recipe or {}).get("method") == "static"]
-    if not statics:
-        raise UserError(f"the last calibrate run has no static variant to search from; pass {flag_mark('variant')}")
-    return statics[0]
+def _base(variant, results: Results) -> tuple:
+    """(the base variant, the fp32 variant of its folder): `variant` a name of the last calibrate run under the
+    results folder (None: its first static variant) or the .onnx of a variant in a variants folder calibrate wrote
+    (the search re-makes it from the ranges and prepared model calibrate left beside it, and writes its answer
+    there)."""
+    if variant is not None and (Path(variant).suffix == ".onnx" or Path(variant).exists()):
+        variants = _folder_of_file(Path(variant))
+        base = next(v for v in variants if Path(v.path).resolve() == Path(variant).resolve())
+    else:
+        variants = latest_variants(_confined_latest(results.folder))
+        statics = [v for v in variants if (v.recipe or {}).get("method") == "static"]
+        if variant is None and not statics:
+            raise UserError(f"the last calibrate run has no static variant to search from; pass {flag_mark('variant')}")
+        base = statics[0] if variant is None else next((v for v in variants if v.name == variant), None)
+        if base is None:
+            raise UserError(f"{flag_mark('variant')} {variant}: not among the latest variants "
+                            f"({', '.join(v.name for v in variants)})")
+    fp32 = next((v for v in variants if v.name == "fp32"), None)
+    if fp32 is None:
+        raise UserError(f"{Path(base.path).parent}: no fp32 variant beside {base.name}; rerun `quantbench calibrate`")
+    return base, fp32
+
+
+def _folder_of_file(path: Path) -> list:
+    """The variants of the folder holding the variant file `path` (calibrate's index.json beside it)."""
+    if not path.is_file():
+        raise UserError(f"{flag_mark('variant')} {path}: not found")
+    variants = load_variants(path.parent) if (path.parent / INDEX_FILE).is_file() else []
+    if not any(Path(v.path).resolve() == path.resolve() for v in variants):
+        raise UserError(f"{flag_mark('variant')} {path}: not a variant of a variants folder calibrate wrote (none "
+                        "lists it in an index.json beside it); the search re-makes its base from the ranges and "
+                        "prepared model calibrate leaves there: give a variant name or a variant's .onnx there")
+    return variants
+
+
+def _confined_latest(results_dir: Path) -> Path:
+    """`results_dir`, once its variants/latest.json names a folder inside the working folder or the results
+    folder: the search writes its answer into that folder, and a latest.json (a file a shared results folder can
+    bring) naming one elsewhere is refused."""
+    folder = latest_folder(results_dir).resolve()
+    if not any(folder == root or root in folder.parents for root in (Path.cwd().resolve(), results_dir.resolve())):
+        raise UserError(f"{Path(results_dir) / 'variants' / LATEST_FILE}: names the variants folder {folder}, outside "
+                        "the working folder and the results folder; the search writes its answer there, so it "
+                        f"takes such a folder only by its variant's path ({flag_mark('variant')} "
+                        f"{folder}/NAME.onnx); nothing was run")
+    return results_dir
 
 
 def _check_groups(variant, fleet, fixtures, session, results) -> None:
@@ -122,13 +161,9 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,
                           screen_fixtures, error_images, jobs, name)
     params.check()
-    base = _base(variant)
+    base, fp32 = _base(variant, results)
     hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render)
     (vi,) = plan.variants
-    fp32 = pick_variant("fp32") if variant is None or not Path(str(variant)).exists() else None
-    if fp32 is None:
-        raise UserError(f"{flag_mark('variant')} {variant}: give a variant name of the last calibrate run (the search "
-                        "re-makes it from the ranges and prepared model calibrate left beside it)")
     check_identity(fp32)
     spec = spec_for_variant(base, decode, vi.outputs)
     if spec is None:

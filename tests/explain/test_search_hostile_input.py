@@ -4,6 +4,9 @@ or written outside the results folder."""
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 
 from cli_helpers import digest, one_line
@@ -56,3 +59,41 @@ def test_a_session_setting_the_answer_would_not_carry_is_refused(run_dir, capsys
     variant records config entries only as its session requirement (calibrate's), which the search carries."""
     argv = [*SEARCH, *extra] if extra[0] != "--hosts" else [*SEARCH[:3], *extra, *SEARCH[5:]]
     assert message in _refused(run_dir, capsys, argv)
+
+
+def test_a_results_folder_option_reads_and_writes_only_that_folder(run_dir, capsys):
+    """`--results other` read ./results/variants and wrote its answer there (with only other/: "no variants
+    yet"); now the base, its fp32, the state and the answer are all other's."""
+    shutil.move(run_dir / "results", run_dir / "other")
+    rc = main([*SEARCH[:3], "--hosts", "x86-avx2", "--space", "global", "--name", "answer", "--results", "other",
+               "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc in (0, 1), out
+    assert not (run_dir / "results").exists()
+    assert (run_dir / "other/search/evaluations.jsonl").is_file()
+    if rc == 0:
+        assert "answer" in [e["name"] for e in json.loads((run_dir / "other/variants/m/index.json").read_text())]
+
+
+def test_the_variant_as_its_onnx_path_is_searched_like_its_name(run_dir, capsys):
+    """`--help` says a variant name or an .onnx file: a variant's file in a variants folder calibrate wrote is
+    taken (its fp32 is the one beside it); a model calibrate did not write is one line."""
+    path = run_dir / "results/variants/m/static-minmax.onnx"
+    assert main(["search", "--variant", str(path), "--hosts", "x86", "--space", "global", "--no-progress"]) in (0, 1)
+    assert "static-minmax" in capsys.readouterr().out
+    shutil.copy(path, run_dir / "loose.onnx")
+    line = _refused(run_dir, capsys, [*SEARCH[:2], "loose.onnx", *SEARCH[3:]])
+    assert "--variant loose.onnx: not a variant of a variants folder calibrate wrote" in line
+
+
+def test_a_latest_json_naming_a_folder_outside_is_refused(run_dir, capsys, tmp_path_factory):
+    """A results folder can bring a latest.json naming any folder: the search wrote its answer and index.json
+    there. Now it takes such a folder only by an explicit variant path."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    shutil.copytree(run_dir / "results/variants/m", elsewhere / "m")
+    (run_dir / "results/variants/latest.json").write_text(json.dumps({"model": "m", "folder": str(elsewhere / "m")}))
+    before = digest(elsewhere)
+    line = _refused(run_dir, capsys, SEARCH)
+    assert f"results/variants/latest.json: names the variants folder {elsewhere / 'm'}, outside the working folder" \
+           in line
+    assert digest(elsewhere) == before
