@@ -97,3 +97,44 @@ def test_a_latest_json_naming_a_folder_outside_is_refused(run_dir, capsys, tmp_p
     assert f"results/variants/latest.json: names the variants folder {elsewhere / 'm'}, outside the working folder" \
            in line
     assert digest(elsewhere) == before
+
+
+def _ranges(run_dir, edit) -> None:
+    path = run_dir / "results/variants/m/static-minmax.ranges.json"
+    saved = json.loads(path.read_text())
+    edit(saved["ranges"])
+    path.write_text(json.dumps(saved))
+
+
+RANGES = "results/variants/m/static-minmax.ranges.json"
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: r.update({"f": [0.0, 8.0], "images": [0.0, 8.0]}),
+     f"{RANGES}: not the ranges static-minmax was calibrated with (SHA-256 "),
+    (lambda r: r.update({"f": ["a", "b"]}), f"{RANGES}: not a quantbench ranges file ("),
+    (lambda r: r.update({"f": [float("nan"), 1.0]}), f"{RANGES}: tensor 'f' has the range [nan, 1.0], not finite"),
+    (lambda r: r.clear(), f"{RANGES}: holds no ranges; rerun `quantbench calibrate` to remake it"),
+])
+def test_the_base_is_re_made_only_from_the_ranges_it_was_calibrated_with(run_dir, capsys, edit, message):
+    """Widened ranges passed as "the variant as calibrated" (recipe `choice: base` while static-minmax flips 4);
+    string ranges were a ValueError, empty or NaN ones "space exhausted" without a word."""
+    _ranges(run_dir, edit)
+    assert message in _refused(run_dir, capsys, SEARCH)
+    assert index_of(run_dir) == ["fp32", "static-minmax"]
+
+
+def test_a_prepared_model_that_does_not_remake_the_base_is_one_line(run_dir, capsys):
+    """A prepared.onnx with every weight zeroed was searched without a word."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    path = run_dir / "results/variants/m/prepared.onnx"
+    model = onnx.load(str(path))
+    for init in model.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(np.zeros_like(numpy_helper.to_array(init)), init.name))
+    onnx.save(model, str(path))
+    line = _refused(run_dir, capsys, SEARCH)
+    assert "results/variants/m/prepared.onnx: static-minmax re-made from it and static-minmax.ranges.json is not " \
+           "the variant calibrate wrote (semantic hash " in line
