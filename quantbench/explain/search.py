@@ -34,6 +34,7 @@ measure latency (explain.searchlatency): a median over it there and the candidat
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import numbers
 import tempfile
@@ -47,14 +48,16 @@ from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
 from quantbench.explain.searchwrite import write_variant
-from quantbench.fsutil import atomic_write_json, content_key
+from quantbench.fsutil import atomic_write_json, check_writable, check_writable_for, clean_stale_tmp, content_key, owner_tag
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
-from quantbench.inputs.variantdir import is_plain_name
+from quantbench.inputs.variantdir import is_plain_name, load_variants
 
 SPACES = ("all", "global", "nodes")
 #: the share of the evaluation budget localize's runs may take (one run on one host is one evaluation)
 LOCALIZE_SHARE = 8
+#: the lock file of a results folder's search state (one search at a time)
+LOCK_NAME = ".lock"
 #: the SQNR that ranks the nodes after lint's layers and the localize node, the other breaking its ties; measured
 #: on the demo bench (scripts/bench_search.py --max-evaluations 300): the calibration images' loss leading kept
 #: 47.9% of the weights in int8, the flipping fixtures' loss leading 14.2% (the few flipping inputs rank worse)
@@ -590,10 +593,11 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
         raise UserError(f"{base.path}: no eval fixtures to count decisions on")
     t0 = time.monotonic()
     state_root = Path(state_root)
-    state_root.mkdir(parents=True, exist_ok=True)
+    prepare_state(state_root, base)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
     fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
-    with tempfile.TemporaryDirectory(prefix=".search.", dir=state_root) as work:
+    with search_lock(state_root), tempfile.TemporaryDirectory(prefix=f".search.{owner_tag()}.", suffix=".tmp",
+                                                              dir=state_root) as work:
         space = Space.open(base, Path(work))
         try:
             fleet.start(fp32_path, base)
@@ -605,6 +609,46 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
                        latency=latency)
         finally:
             fleet.close()
+
+
+def prepare_state(state_root: Path, base) -> None:
+    """The search's state folder made, before anything runs: never a symlink (the search would write through it),
+    taking new files, as the base's variants folder must (the answer is written there); one line else."""
+    if state_root.is_symlink() or (state_root.exists() and not state_root.is_dir()):
+        raise UserError(f"{state_root}: is a symbolic link or not a folder; the search keeps its state as a folder "
+                        "of its own results folder and never writes through a link: remove it")
+    check_writable(Path(base.path).parent, "the search writes its answer beside the base variant; nothing was run")
+    check_writable_for(state_root, "the search keeps its evaluations there; nothing was run")
+    state_root.mkdir(parents=True, exist_ok=True)
+
+
+@contextlib.contextmanager
+def search_lock(state_root: Path):
+    """One search at a time on a results folder (flock on its `search/.lock`; a second is refused in one line,
+    not run beside the first, repeating every evaluation); the candidates' folders a killed search left (their
+    owner process gone) swept once it is held."""
+    with open(state_root / LOCK_NAME, "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{state_root}: another search is running on this results folder; wait for it to end "
+                            "(or search in another results folder); nothing was run") from None
+        try:
+            clean_stale_tmp(state_root, "search")
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def check_base_unchanged(base) -> None:
+    """The base's folder still holds the base searched from (a calibrate run during the search re-made it): else
+    one line, nothing written, rather than an answer mixing two calibrations."""
+    folder = Path(base.path).parent
+    now = next((v for v in load_variants(folder) if v.name == base.name), None)
+    keys = ("semantic_sha256", "ranges_sha256")
+    if now is None or any((now.recipe or {}).get(k) != (base.recipe or {}).get(k) for k in keys):
+        raise UserError(f"{folder}: {base.name} changed during the search (a calibrate run re-made it); the search "
+                        "measured the one before, so nothing was written: rerun the search")
 
 
 def _count_latency(result: SearchResult, walk: Walk) -> None:
@@ -626,6 +670,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
                         walk.all_ids, params, walk.fleet.imported, decoder_key(spec))
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
+        check_base_unchanged(base)
         written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
     fleet = walk.fleet
     stop += unconfirmed_line(fleet.imported, name)

@@ -138,3 +138,108 @@ def test_a_prepared_model_that_does_not_remake_the_base_is_one_line(run_dir, cap
     line = _refused(run_dir, capsys, SEARCH)
     assert "results/variants/m/prepared.onnx: static-minmax re-made from it and static-minmax.ranges.json is not " \
            "the variant calibrate wrote (semantic hash " in line
+
+
+def test_a_second_search_on_a_folder_is_refused_while_one_runs(run_dir, capsys):
+    """Two searches at once both ran every evaluation (187 duplicated cache lines): the second is one line."""
+    import fcntl
+
+    state = run_dir / "results/search"
+    state.mkdir()
+    with open(state / ".lock", "a") as held:   # what a running search holds
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        line = _refused(run_dir, capsys, SEARCH)
+    assert f"results/search: another search is running on this results folder; wait for it to end" in line
+    assert sorted(p.name for p in state.iterdir()) == [".lock"]
+
+
+def test_a_killed_searchs_candidates_folder_is_swept_by_the_next(run_dir, capsys):
+    """SIGKILL left results/search/.search.* (candidate models, 55 MB after 4 kills) that no rerun swept: the next
+    search removes those whose owner process is gone, and never a live search's."""
+    import subprocess
+    import sys
+
+    from quantbench.fsutil import owner_tag
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = owner_tag().split("@")[1]
+    state = run_dir / "results/search"
+    stale, live = state / f".search.{dead.stdout.strip()}@{host}.abcd1234.tmp", state / f".search.1@{host}.x1.tmp"
+    for folder in (stale, live):
+        folder.mkdir(parents=True)
+        (folder / "c0.onnx").write_bytes(b"x" * 1000)
+    assert main(SEARCH) in (0, 1)
+    assert not stale.exists() and live.is_dir()
+    assert [p.name for p in state.iterdir() if p.name.startswith(".search.")] == [live.name]
+
+
+def test_a_state_folder_that_is_a_symlink_is_refused(run_dir, capsys, tmp_path_factory):
+    """A results folder shipping results/search as a link: the search wrote through it."""
+    target = tmp_path_factory.mktemp("users")
+    (run_dir / "results/search").symlink_to(target)
+    line = _refused(run_dir, capsys, SEARCH)
+    assert "results/search: is a symbolic link or not a folder; the search keeps its state" in line
+    assert list(target.iterdir()) == []
+
+
+def test_an_evaluations_file_that_is_a_symlink_is_refused(run_dir, capsys, tmp_path_factory):
+    target = tmp_path_factory.mktemp("users") / "notes.txt"
+    target.write_text("mine\n")
+    (run_dir / "results/search").mkdir()
+    (run_dir / "results/search/evaluations.jsonl").symlink_to(target)
+    line = _refused(run_dir, capsys, SEARCH)
+    assert "results/search/evaluations.jsonl: is a symbolic link; the search keeps its cache" in line
+    assert target.read_text() == "mine\n"
+
+
+def test_a_calibrate_run_during_the_search_stops_it_before_it_writes(run_dir, calibrated, capsys):
+    """`calibrate --force` during a search: the search wrote a recipe naming the old calibration set and base into a
+    folder whose static-minmax had been re-made. Now it stops with one line and writes nothing."""
+    from quantbench.analysis.decode import spec_for_variant
+    from quantbench.errors import UserError
+    from quantbench.explain.search import SearchParams, search
+    from quantbench.hosts.registry import parse_hosts
+    from quantbench.hosts.runner import plan_run
+    from quantbench.inputs.variantdir import latest_variants
+
+    vs = {v.name: v for v in latest_variants()}
+    hosts = parse_hosts("x86-avx2")
+    plan = plan_run([h.spec for h in hosts], [vs["static-minmax"]], check_hosts=False)
+    recalibrated = []
+
+    def recalibrate(walk, tried):   # after the first stage: another calibration set, other ranges
+        if not recalibrated:
+            recalibrated.append(main(["calibrate", "--model", str(calibrated / "m.onnx"), "--labels",
+                                      str(calibrated / "corpus/labels.json"), "--per-cell", "1", "--methods",
+                                      "minmax", "--allow-short", "--force", "--no-progress"]))
+
+    with pytest.raises(UserError, match=r"results/variants/m: static-minmax changed during the search \(a calibrate "
+                                        r"run re-made it\); the search measured the one before, so nothing was "
+                                        r"written: rerun the search$"):
+        search(vs["static-minmax"], vs["fp32"].path, hosts, plan.fixtures_for[plan.variants[0].variant_id],
+               spec_for_variant(vs["static-minmax"]), SearchParams(space="global", name="answer"),
+               run_dir / "results/search", on_evaluation=recalibrate)
+    assert recalibrated == [0]
+    assert index_of(run_dir) == ["fp32", "static-minmax"]
+    assert not (run_dir / "results/variants/m/answer.onnx").exists()
+
+
+def test_a_read_only_results_folder_is_one_line_before_any_evaluation(run_dir, capsys):
+    """A read-only results folder was an OSError traceback (results/search, its work folder, or the staging folder
+    beside the variants after every evaluation ran): now one line naming the folder, before anything runs."""
+    import os
+    import subprocess
+
+    from setup_required import missing_setup
+
+    results = run_dir / "results"
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", "-o", "ro", str(results), str(results)],
+                                           capture_output=True).returncode != 0:
+        missing_setup("needs root to bind-mount a read-only results folder (CI runs as root)")
+    try:
+        line = _refused(run_dir, capsys, SEARCH)
+    finally:
+        subprocess.run(["umount", str(results)], check=True)
+    assert "results/variants/m: cannot write there (Read-only file system); the search writes its answer beside " \
+           "the base variant; nothing was run" in line
+    assert not (results / "search").exists()
