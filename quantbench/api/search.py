@@ -4,6 +4,8 @@ on a fleet: the recipe that meets a decision budget on every host, written into 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ from quantbench.api.plan import explain_hosts
 from quantbench.errors import ParameterError, UserError, flag_mark, render_params
 from quantbench.explain.search import SearchParams, search as walk_search
 from quantbench.explain.searchreport import update_report
+from quantbench.hosts.process import stop_spawner
 from quantbench.inputs.sidecarfile import check_identity
 from quantbench.inputs.variantdir import INDEX_FILE, LATEST_FILE, latest_folder, latest_variants, load_variants
 from quantbench.store import lazy
@@ -168,6 +171,25 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     spec = spec_for_variant(base, decode, vi.outputs)
     if spec is None:
         raise UserError(f"{base.path}: no decoder; search counts decision flips, so pass {flag_mark('decode')} KIND")
-    result = walk_search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params,
-                         results.folder / "search")
+    with _caller_process_kept():
+        result = walk_search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params,
+                             results.folder / "search")
     return Search(result, update_report(result, results.folder))
+
+
+@contextlib.contextmanager
+def _caller_process_kept():
+    """The caller's process as it was: onnxruntime's quantizer logs with logging.warning(), which gives a root
+    logger without a handler a stderr handler for good (basicConfig), so its warnings go through Python's last
+    resort handler meanwhile instead (shown as without a handler, nothing left on the root logger); and the thread
+    that started the workers stops once they are all closed."""
+    root = logging.getLogger()
+    bare = not root.handlers
+    if bare:
+        root.addHandler(logging.lastResort)
+    try:
+        yield
+    finally:
+        if bare:
+            root.removeHandler(logging.lastResort)
+        stop_spawner()

@@ -78,3 +78,21 @@ def test_a_wrong_type_or_value_is_a_parameter_error_before_anything_runs(workdir
         call()
     assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
     assert list(workdir.iterdir()) == []
+
+
+def test_the_callers_root_logger_and_threads_are_as_they_were_after_a_search(calibrated):
+    """After quantbench.search(...) the caller's root logger had a stderr handler (the quantizer's logging.warning()
+    called basicConfig), and the thread that started the workers stayed. Run in a process of its own: pytest's
+    log capture gives the root logger handlers of its own."""
+    import subprocess
+    import sys
+
+    probe = ("import logging, threading\n"
+             "import quantbench\n"
+             "from quantbench import Fleet\n"
+             "for _ in range(2):\n"
+             "    quantbench.search('static-minmax', Fleet('x86'), space='global', screen_fixtures=1)\n"
+             "    print(logging.getLogger().handlers, sorted(t.name for t in threading.enumerate()))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=calibrated, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["[] ['MainThread']"] * 2, proc.stdout
