@@ -14,12 +14,15 @@ import threading
 
 import pytest
 
+from cli_helpers import one_line
 from quantbench.analysis.resultcache import seal
+from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.explain.searchcache import append_cache, read_cache
 from quantbench.explain.searchfleet import evaluation_row
 from quantbench.explain.searchlatency import latency_row
 from quantbench.fsutil import canonical_json
+from search_helpers import calibrated, result_of, run_dir  # noqa: F401  (fixtures)
 
 GOOD = {"flips": 4, "note": "", "flipped": ["f1", "f2"], "hashes": {"f1": "h1", "f2": "h2"}}
 
@@ -140,3 +143,53 @@ def test_a_torn_last_line_is_cut_off_and_the_next_append_starts_clean(tmp_path):
     assert path.read_bytes() == whole
     append_cache(path, "b", GOOD)
     assert read_cache(path, evaluation_row) == {"a": GOOD, "b": GOOD}
+
+
+SEARCH = ["search", "--variant", "static-minmax", "--space", "global", "--no-progress"]
+
+
+@pytest.mark.slow
+def test_a_search_over_an_edited_evaluations_file_measures_again(run_dir, capsys):
+    """The issue's probe 029: every "flips": 4 set to 0 made the rerun pass the base as calibrated (equiv: 4
+    flips). The edited lines are misses: the rerun measures static-minmax's 4 flips on x86-avx2 again."""
+    from setup_required import need_tier
+
+    need_tier("x86-avx2")
+    main([*SEARCH, "--hosts", "x86-avx2"])
+    first = result_of(capsys.readouterr().out)
+    assert first["tried"][0]["worst"] == 4
+    path = run_dir / "results/search/evaluations.jsonl"
+    path.write_text(path.read_text().replace('"flips":4', '"flips":0'))
+    main([*SEARCH, "--hosts", "x86-avx2"])
+    again = result_of(capsys.readouterr().out)
+    assert again["tried"][0]["worst"] == 4 and not again["tried"][0]["passes"]
+    assert again["evaluations_run"] >= 1
+
+
+def test_a_forged_latency_file_is_measured_again(run_dir, capsys):
+    """The issue's item 7: medians set to -5 were written into the recipe, "fast" was a TypeError."""
+    common = [*SEARCH, "--hosts", "x86", "--max-latency-ms", "1e6", "--screen-fixtures", "1"]
+    main(common)
+    first = result_of(capsys.readouterr().out)
+    path = run_dir / "results/search/latency.jsonl"
+    for forged in ("-5", '"fast"'):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        path.write_text("".join(json.dumps({**row, "median_ms": json.loads(forged)}) + "\n" for row in lines))
+        assert main(common) in (0, 1)
+        again = result_of(capsys.readouterr().out)
+        timed = [r["latency_ms"]["x86"] for r in again["tried"] if r["latency_ms"]]
+        assert timed and all(isinstance(ms, float) and ms > 0 for ms in timed)
+        assert again["latency_measurements_run"] >= 1
+    assert first["latency_measurements_run"] >= 1
+
+
+def test_a_fifo_for_the_evaluations_file_is_one_line_not_a_hang(run_dir):
+    """A FIFO results/search/evaluations.jsonl hung the search; now one line naming it, exit 2."""
+    (run_dir / "results/search").mkdir()
+    os.mkfifo(run_dir / "results/search/evaluations.jsonl")
+    proc = subprocess.run([sys.executable, "-m", "quantbench", *SEARCH, "--hosts", "x86"], cwd=run_dir,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert one_line(proc.stderr, "search").endswith("results/search/evaluations.jsonl: is a named pipe (FIFO), "
+                                                    "expected a search cache file (remove it: the search computes "
+                                                    "it again) (a regular file)")
