@@ -93,7 +93,7 @@ def _base(variant, results: Results) -> tuple:
 def _folder_of_file(path: Path) -> list:
     """The variants of the folder holding the variant file `path` (calibrate's index.json beside it)."""
     if not path.is_file():
-        raise UserError(f"{flag_mark('variant')} {path}: not found")
+        raise UserError(f"{flag_mark('variant')} {path}: not found (a variant name, or the .onnx file of a variant)")
     variants = load_variants(path.parent) if (path.parent / INDEX_FILE).is_file() else []
     if not any(Path(v.path).resolve() == path.resolve() for v in variants):
         raise UserError(f"{flag_mark('variant')} {path}: not a variant of a variants folder calibrate wrote (none "
@@ -135,7 +135,7 @@ def _check_session(fleet: Fleet, session: Session) -> None:
     search then runs every host under it and its answer carries it."""
     if session.config:
         raise ParameterError("session_config", "the search's answer carries only the session entries its variant "
-                             f"records; record {', '.join(f'{k}={v}' for k, v in session.config.items())} as the "
+                             f"records; record {', '.join(repr(f'{k}={v}') for k, v in session.config.items())} as the "
                              "variant's session requirement at calibrate (the search then runs every host under it "
                              "and its answer carries it), or search without it; nothing was run")
     if session.graph_opt is not None:
