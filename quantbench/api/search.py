@@ -4,6 +4,9 @@ on a fleet: the recipe that meets a decision budget on every host, written into 
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,11 +15,12 @@ from quantbench.analysis.decode import spec_for_variant
 from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.options import Fixtures, Fleet, Results, Session
 from quantbench.api.plan import explain_hosts
-from quantbench.errors import UserError, flag_mark, render_params
+from quantbench.errors import ParameterError, UserError, flag_mark, render_params
 from quantbench.explain.search import SearchParams, search as walk_search
 from quantbench.explain.searchreport import update_report
+from quantbench.hosts.process import stop_spawner
 from quantbench.inputs.sidecarfile import check_identity
-from quantbench.inputs.variantdir import latest_variants, pick_variant
+from quantbench.inputs.variantdir import INDEX_FILE, LATEST_FILE, latest_folder, latest_variants, load_variants
 from quantbench.store import lazy
 
 if TYPE_CHECKING:
@@ -63,13 +67,86 @@ class Search:
         return pa.Table.from_pylist([flat(r) for r in self.result.tried])
 
 
-def _base(variant):
-    if variant:
-        return pick_variant(str(variant))
-    statics = [v for v in latest_variants() if (v.recipe or {}).get("method") == "static"]
-    if not statics:
-        raise UserError(f"the last calibrate run has no static variant to search from; pass {flag_mark('variant')}")
-    return statics[0]
+def _base(variant, results: Results) -> tuple:
+    """(the base variant, the fp32 variant of its folder): `variant` a name of the last calibrate run under the
+    results folder (None: its first static variant) or the .onnx of a variant in a variants folder calibrate wrote
+    (the search re-makes it from the ranges and prepared model calibrate left beside it, and writes its answer
+    there)."""
+    if variant is not None and (Path(variant).suffix == ".onnx" or Path(variant).exists()):
+        variants = _folder_of_file(Path(variant))
+        base = next(v for v in variants if Path(v.path).resolve() == Path(variant).resolve())
+    else:
+        variants = latest_variants(_confined_latest(results.folder))
+        statics = [v for v in variants if (v.recipe or {}).get("method") == "static"]
+        if variant is None and not statics:
+            raise UserError(f"the last calibrate run has no static variant to search from; pass {flag_mark('variant')}")
+        base = statics[0] if variant is None else next((v for v in variants if v.name == variant), None)
+        if base is None:
+            raise UserError(f"{flag_mark('variant')} {variant}: not among the latest variants "
+                            f"({', '.join(v.name for v in variants)})")
+    fp32 = next((v for v in variants if v.name == "fp32"), None)
+    if fp32 is None:
+        raise UserError(f"{Path(base.path).parent}: no fp32 variant beside {base.name}; rerun `quantbench calibrate`")
+    return base, fp32
+
+
+def _folder_of_file(path: Path) -> list:
+    """The variants of the folder holding the variant file `path` (calibrate's index.json beside it)."""
+    if not path.is_file():
+        raise UserError(f"{flag_mark('variant')} {path}: not found (a variant name, or the .onnx file of a variant)")
+    variants = load_variants(path.parent) if (path.parent / INDEX_FILE).is_file() else []
+    if not any(Path(v.path).resolve() == path.resolve() for v in variants):
+        raise UserError(f"{flag_mark('variant')} {path}: not a variant of a variants folder calibrate wrote (none "
+                        "lists it in an index.json beside it); the search re-makes its base from the ranges and "
+                        "prepared model calibrate leaves there: give a variant name or a variant's .onnx there")
+    return variants
+
+
+def _confined_latest(results_dir: Path) -> Path:
+    """`results_dir`, once its variants/latest.json names a folder inside the working folder or the results
+    folder: the search writes its answer into that folder, and a latest.json (a file a shared results folder can
+    bring) naming one elsewhere is refused."""
+    folder = latest_folder(results_dir).resolve()
+    if not any(folder == root or root in folder.parents for root in (Path.cwd().resolve(), results_dir.resolve())):
+        raise UserError(f"{Path(results_dir) / 'variants' / LATEST_FILE}: names the variants folder {folder}, outside "
+                        "the working folder and the results folder; the search writes its answer there, so it "
+                        f"takes such a folder only by its variant's path ({flag_mark('variant')} "
+                        f"{folder}/NAME.onnx); nothing was run")
+    return results_dir
+
+
+def _check_groups(variant, fleet, fixtures, session, results) -> None:
+    """The option groups of their types (the command line builds them; a Python caller may pass anything)."""
+    if variant is not None and not isinstance(variant, (str, os.PathLike)):
+        raise ParameterError("variant", "must be a variant name or an .onnx path (or None: the last calibrate "
+                             "run's first static variant)", variant)
+    for param, value, kind, example in (("fleet", fleet, Fleet, "Fleet('x86,x86-avx2')"),
+                                        ("fixtures", fixtures, Fixtures, "Fixtures()"),
+                                        ("session", session, Session, "Session()"),
+                                        ("results", results, Results, "Results('results')")):
+        if not isinstance(value, kind):
+            raise ParameterError(param, f"must be a quantbench.{kind.__name__}, e.g. {example}", value)
+
+
+def _check_session(fleet: Fleet, session: Session) -> None:
+    """A session setting the answer would not carry is refused: the figures of a search hold under the session
+    they were measured in, and its answer (a variant) records only session config entries, as its requirement.
+    An entry to deploy with belongs in the base's recipe (its session requirement, recorded at calibrate): the
+    search then runs every host under it and its answer carries it."""
+    if session.config:
+        raise ParameterError("session_config", "the search's answer carries only the session entries its variant "
+                             f"records; record {', '.join(repr(f'{k}={v}') for k, v in session.config.items())} as the "
+                             "variant's session requirement at calibrate (the search then runs every host under it "
+                             "and its answer carries it), or search without it; nothing was run")
+    if session.graph_opt is not None:
+        raise ParameterError("graph_opt", "a variant cannot record a graph optimization level, so an answer found "
+                             "under one would ship without it; the search runs every host at its deployed level: "
+                             "search without it; nothing was run", session.graph_opt)
+    per_host = [item for item in (fleet.names() or "").split(",") if "+" in item]
+    if per_host:
+        raise ParameterError("hosts", f"{per_host[0].strip()!r}: a per-host session override gives one host a "
+                             "session the answer would not carry; name the host alone (an entry to deploy with is "
+                             "recorded as the variant's session requirement at calibrate); nothing was run")
 
 
 def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Session = Session(),
@@ -82,20 +159,37 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` decision flips against fp32 per host within the ceilings; the answer
     is written beside the base (named for what it is, or `name`). The evaluations are cached under the results
     folder's `search/` and a rerun resumes from them."""
+    _check_groups(variant, fleet, fixtures, session, results)
+    _check_session(fleet, session)
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,
                           screen_fixtures, error_images, jobs, name)
     params.check()
-    base = _base(variant)
+    base, fp32 = _base(variant, results)
     hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render)
     (vi,) = plan.variants
-    fp32 = pick_variant("fp32") if variant is None or not Path(str(variant)).exists() else None
-    if fp32 is None:
-        raise UserError(f"{flag_mark('variant')} {variant}: give a variant name of the last calibrate run (the search "
-                        "re-makes it from the ranges and prepared model calibrate left beside it)")
     check_identity(fp32)
     spec = spec_for_variant(base, decode, vi.outputs)
     if spec is None:
         raise UserError(f"{base.path}: no decoder; search counts decision flips, so pass {flag_mark('decode')} KIND")
-    result = walk_search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params,
-                         results.folder / "search")
+    with _caller_process_kept():
+        result = walk_search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params,
+                             results.folder / "search")
     return Search(result, update_report(result, results.folder))
+
+
+@contextlib.contextmanager
+def _caller_process_kept():
+    """The caller's process as it was: onnxruntime's quantizer logs with logging.warning(), which gives a root
+    logger without a handler a stderr handler for good (basicConfig), so its warnings go through Python's last
+    resort handler meanwhile instead (shown as without a handler, nothing left on the root logger); and the thread
+    that started the workers stops once they are all closed."""
+    root = logging.getLogger()
+    bare = not root.handlers
+    if bare:
+        root.addHandler(logging.lastResort)
+    try:
+        yield
+    finally:
+        if bare:
+            root.removeHandler(logging.lastResort)
+        stop_spawner()

@@ -34,24 +34,30 @@ measure latency (explain.searchlatency): a median over it there and the candidat
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import math
+import numbers
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.searchfleet import Fleet
+from quantbench.explain.searchfleet import Fleet, decoder_key
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
 from quantbench.explain.searchwrite import write_variant
-from quantbench.fsutil import atomic_write_json, content_key
+from quantbench.fsutil import atomic_write_json, check_writable, check_writable_for, clean_stale_tmp, content_key, owner_tag
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
+from quantbench.inputs.variantdir import is_plain_name, load_variants
 
 SPACES = ("all", "global", "nodes")
 #: the share of the evaluation budget localize's runs may take (one run on one host is one evaluation)
 LOCALIZE_SHARE = 8
+#: the lock file of a results folder's search state (one search at a time)
+LOCK_NAME = ".lock"
 #: the SQNR that ranks the nodes after lint's layers and the localize node, the other breaking its ties; measured
 #: on the demo bench (scripts/bench_search.py --max-evaluations 300): the calibration images' loss leading kept
 #: 47.9% of the weights in int8, the flipping fixtures' loss leading 14.2% (the few flipping inputs rank worse)
@@ -73,6 +79,7 @@ class SearchParams:
     name: str | None = None               # the written variant's name (default: named for what it is)
 
     def check(self) -> None:
+        self._check_types()
         if self.budget < 0:
             raise ParameterError("budget", f"must be 0 or more flips (got {self.budget})")
         if self.space not in SPACES:
@@ -89,6 +96,23 @@ class SearchParams:
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             raise ParameterError("max_latency_ms", f"must be more than 0 ms (got {self.max_latency_ms})")
 
+    def _check_types(self) -> None:
+        """Every parameter of the type the command line's flag gives (the API takes any Python value): whole
+        numbers for counts, finite numbers for ceilings, a plain name (calibrate's variant-name rule) for `name`."""
+        for key in ("budget", "max_evaluations", "screen_fixtures", "error_images", "jobs", "max_size"):
+            value = getattr(self, key)
+            if not (value is None and key == "max_size") and not _whole(value):
+                raise ParameterError(key, "must be a whole number", value)
+        for key in ("max_float_share", "max_seconds", "max_latency_ms"):
+            value = getattr(self, key)
+            if value is not None and not (_number(value) and math.isfinite(value)):
+                raise ParameterError(key, "must be a finite number", value)
+        if not isinstance(self.space, str):
+            raise ParameterError("space", f"must be one of {', '.join(SPACES)}", self.space)
+        if self.name is not None and not is_plain_name(self.name):
+            raise ParameterError("name", f"{self.name!r} is not a plain variant name (use letters, digits, '.', '_', "
+                                 "'+', '-'; not starting with '.'); nothing was run", self.name, show_value=False)
+
     def key(self) -> dict:
         """What decides the walk (not the evaluation and time budgets, nor jobs: they only stop it or pace it)."""
         out = {"budget": self.budget, "max_float_share": self.max_float_share, "max_size": self.max_size,
@@ -96,6 +120,14 @@ class SearchParams:
         if self.max_latency_ms is not None:   # a search without the ceiling keeps the id it had
             out["max_latency_ms"] = self.max_latency_ms
         return out
+
+
+def _whole(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class Stopped(Exception):
@@ -431,11 +463,13 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     return None
 
 
-def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=()) -> str:
-    """The search's content key; an imported host's held outputs are part of it (a re-exported file is new input)."""
+def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=(), decoder="") -> str:
+    """The search's content key: the base, the fp32 reference, the hosts and their sessions, the fixtures, the
+    parameters, the decoder (searchfleet.decoder_key); an imported host's held outputs are part of it (a
+    re-exported file is new input)."""
     held = [[m.label, sorted([*k, v] for k, v in m.hashes.items())] for m in imported]
-    return content_key(["search/2", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
-                        params.key(), *([held] if held else [])])
+    return content_key(["search/3", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
+                        params.key(), decoder, *([held] if held else [])])
 
 
 def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
@@ -559,10 +593,11 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
         raise UserError(f"{base.path}: no eval fixtures to count decisions on")
     t0 = time.monotonic()
     state_root = Path(state_root)
-    state_root.mkdir(parents=True, exist_ok=True)
+    prepare_state(state_root, base)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
     fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
-    with tempfile.TemporaryDirectory(prefix=".search.", dir=state_root) as work:
+    with search_lock(state_root), tempfile.TemporaryDirectory(prefix=f".search.{owner_tag()}.", suffix=".tmp",
+                                                              dir=state_root) as work:
         space = Space.open(base, Path(work))
         try:
             fleet.start(fp32_path, base)
@@ -574,6 +609,46 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
                        latency=latency)
         finally:
             fleet.close()
+
+
+def prepare_state(state_root: Path, base) -> None:
+    """The search's state folder made, before anything runs: never a symlink (the search would write through it),
+    taking new files, as the base's variants folder must (the answer is written there); one line else."""
+    if state_root.is_symlink() or (state_root.exists() and not state_root.is_dir()):
+        raise UserError(f"{state_root}: is a symbolic link or not a folder; the search keeps its state as a folder "
+                        "of its own results folder and never writes through a link: remove it")
+    check_writable(Path(base.path).parent, "the search writes its answer beside the base variant; nothing was run")
+    check_writable_for(state_root, "the search keeps its evaluations there; nothing was run")
+    state_root.mkdir(parents=True, exist_ok=True)
+
+
+@contextlib.contextmanager
+def search_lock(state_root: Path):
+    """One search at a time on a results folder (flock on its `search/.lock`; a second is refused in one line,
+    not run beside the first, repeating every evaluation); the candidates' folders a killed search left (their
+    owner process gone) swept once it is held."""
+    with open(state_root / LOCK_NAME, "a") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise UserError(f"{state_root}: another search is running on this results folder; wait for it to end "
+                            "(or search in another results folder); nothing was run") from None
+        try:
+            clean_stale_tmp(state_root, "search")
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def check_base_unchanged(base) -> None:
+    """The base's folder still holds the base searched from (a calibrate run during the search re-made it): else
+    one line, nothing written, rather than an answer mixing two calibrations."""
+    folder = Path(base.path).parent
+    now = next((v for v in load_variants(folder) if v.name == base.name), None)
+    keys = ("semantic_sha256", "ranges_sha256")
+    if now is None or any((now.recipe or {}).get(k) != (base.recipe or {}).get(k) for k in keys):
+        raise UserError(f"{folder}: {base.name} changed during the search (a calibrate run re-made it); the search "
+                        "measured the one before, so nothing was written: rerun the search")
 
 
 def _count_latency(result: SearchResult, walk: Walk) -> None:
@@ -593,8 +668,9 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
     evaluation cache under `state_root` (resumed from on a rerun)."""
     with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation) as walk:
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
-                        walk.all_ids, params, walk.fleet.imported)
+                        walk.all_ids, params, walk.fleet.imported, decoder_key(spec))
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
+        check_base_unchanged(base)
         written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
     fleet = walk.fleet
     stop += unconfirmed_line(fleet.imported, name)

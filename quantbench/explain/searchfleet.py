@@ -5,15 +5,16 @@ decision flips against the fp32 model on the same host (analysis.decisions.compa
 `equiv --gate decision` counts), the fixtures whose decisions flip, and a hash of each fixture's outputs (hosts
 whose hashes differ on a fixture computed different bytes there: what localize can explain). Evaluations are
 cached by content (the key version, the candidate's semantic hash, its session entries, the host and its
-fingerprint, the fixtures) in an append-only JSON-lines file, one line per finished evaluation (and per localize
-walk the search runs), flushed as it is written: a search killed at any point resumes from the lines
-that were written (a torn last line is ignored), and a rerun of the same search runs nothing again.
+fingerprint, the fixtures, the decoder and the fp32 reference) in an append-only JSON-lines file, one sealed line
+per finished evaluation (and per localize walk the search runs), flushed as it is written (explain.searchcache:
+a line this machine did not write as it is, or of the wrong types, is a miss): a search killed at any point
+resumes from the lines that were written (a torn last line is ignored), and a rerun of the same search runs
+nothing again.
 """
 
 from __future__ import annotations
 
-import json
-import os
+import dataclasses
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,16 +23,24 @@ from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
 from quantbench.explain.localize import decode_runs, localize, start_workers
+from quantbench.explain.searchcache import append_cache, count, read_cache, strings
 from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
-from quantbench.fsutil import atomic_write_text, canonical_json, content_key
+from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostRequest, make_host
 from quantbench.hosts.session import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
 
 #: the evaluation cache's key version: a line written under another version is never read as this one's
-#: (version 2 added the flipping fixtures and the outputs' hashes)
-CACHE_VERSION = "evaluation/2"
+#: (version 2 added the flipping fixtures and the outputs' hashes; 3 the decoder and the fp32 reference)
+CACHE_VERSION = "evaluation/3"
+
+
+def decoder_key(spec) -> str:
+    """What decides a decision besides the outputs: the decoder's kind, every key of its decode block, a plug-in's
+    SHA-256 (DecodeSpec.as_dict): a changed decoder counts other flips, so it is another key."""
+    return content_key([dataclasses.asdict(spec), spec.as_dict()])
+
 
 def session_with(session: dict, entries: dict | None) -> dict:
     """A host's session with extra config entries (a candidate's session requirements) on top."""
@@ -72,6 +81,7 @@ class Fleet:
     imported_requests: list = field(default_factory=list)
     imported: list = field(default_factory=list)
     base_id: str = ""
+    reference: str = ""      # the decoder and the fp32 model the flips are counted with (decoder_key, its hash)
 
     def __post_init__(self) -> None:
         runs = [make_host(h.spec).runs_workers for h in self.hosts]
@@ -91,7 +101,8 @@ class Fleet:
         if self.imported_requests and base is None:
             raise UserError("an imported host in the fleet needs the base variant to find the host that stands in "
                             "for it")
-        self.cache = read_cache(self.cache_file)
+        self.cache = read_cache(self.cache_file, evaluation_row)
+        self.reference = content_key([decoder_key(self.spec), semantic_sha256(fp32_path)])
         self.workers = start_workers(self.hosts)
         data = Path(fp32_path).read_bytes()
         runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,
@@ -198,7 +209,7 @@ class Fleet:
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
         return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
-                            self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs)])
+                            self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs), self.reference])
 
     def _run_one(self, i: int, data: bytes, entries: dict, fxs: list) -> dict:
         try:
@@ -216,36 +227,21 @@ class Fleet:
                 "hashes": dict(sorted(hashes.items()))}
 
 
+def evaluation_row(row: dict) -> bool:
+    """An evaluation line's values as the fleet writes them (flips a count, or None with the note saying why), or a
+    localize line's (its first divergent tensors, its runs on each host and the evaluations they took)."""
+    if row.keys() == {"first", "runs", "evaluations"}:
+        return strings(row["first"]) and count(row["runs"]) and count(row["evaluations"]) and row["evaluations"] == 2 * row["runs"]
+    if row.keys() != {"flips", "note", "flipped", "hashes"} or not isinstance(row["note"], str):
+        return False
+    hashes = row["hashes"]
+    if not (isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values())):
+        return False
+    if row["flips"] is None:
+        return bool(row["note"]) and row["flipped"] is None
+    return count(row["flips"]) and strings(row["flipped"]) and len(row["flipped"]) <= row["flips"]
+
+
 def _evaluation(host: str, result: dict, fixtures: int, cached: bool) -> Evaluation:
     return Evaluation(host, result["flips"], fixtures, cached, result["note"], flipped=result.get("flipped"),
                       hashes=result.get("hashes") or {})
-
-
-def read_cache(path: Path, fields: tuple | None = None) -> dict:
-    """{key: {field: value}} of the lines a previous (maybe killed) run wrote (evaluations and localize's runs, or
-    other results such as explain.searchlatency's measurements: `fields`, the keys a line must hold; None: all of
-    the line but its key); a torn last line is skipped."""
-    out: dict = {}
-    if not path.exists():
-        return out
-    text = path.read_text(encoding="utf-8")
-    if text and not text.endswith("\n"):   # a run killed mid-line: the torn line goes, so appends start clean
-        text = text[:text.rfind("\n") + 1]
-        atomic_write_text(path, text)
-    for line in text.splitlines():
-        try:
-            row = json.loads(line)
-            key = row.pop("key")
-            out[key] = row if fields is None else {f: row[f] for f in fields}
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue
-    return out
-
-
-def append_cache(path: Path, key: str, result: dict) -> None:
-    """One finished evaluation (or measurement), appended and flushed to disk before the search goes on."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(canonical_json({"key": key, **result}) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())

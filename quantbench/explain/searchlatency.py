@@ -6,7 +6,7 @@ measured. The timing is explain.latency.measure's protocol (warm-up, `repeats` b
 median of the block medians and their spread), with the small fixed numbers of PROTOCOL, on one fixture (the first
 by fixture id), under the candidate's session entries. Measurements are cached by content (the candidate's
 semantic hash, its session, the host and its worker's fingerprint identity, the fixture, the protocol) in an
-append-only JSON-lines file beside the evaluations (explain.searchfleet.read_cache / append_cache), so a rerun
+append-only JSON-lines file beside the evaluations, sealed like them (explain.searchcache), so a rerun
 or a resumed search reads the same times and walks the same candidates.
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.explain.latency import measure
-from quantbench.explain.searchfleet import append_cache, read_cache, session_with
+from quantbench.explain.searchcache import append_cache, finite, read_cache
+from quantbench.explain.searchfleet import session_with
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostSpec, make_host
@@ -58,6 +59,11 @@ def over_ceiling(latency_ms: dict, ceiling: float) -> str:
                      for host, ms in latency_ms.items() if ms > ceiling)
 
 
+def latency_row(row: dict) -> bool:
+    """A latency line's values as the probe writes them: a median over 0 ms and a spread of 0 or more."""
+    return row.keys() == set(FIELDS) and finite(row["median_ms"]) and row["median_ms"] > 0 and finite(row["spread_ms"])
+
+
 @dataclass
 class LatencyProbe:
     """The latency of candidates on the measuring hosts of a started fleet (explain.searchfleet.Fleet)."""
@@ -71,7 +77,7 @@ class LatencyProbe:
     fixture: object = None                      # the one fixture timed (the first by fixture id)
 
     def __post_init__(self) -> None:
-        self.cache = read_cache(self.cache_file, FIELDS)
+        self.cache = read_cache(self.cache_file, latency_row)
         self.hosts = [i for i, h in enumerate(self.fleet.hosts) if measures_latency(h)]
         self.fixture = min(self.fleet.fixtures, key=lambda fx: fx.fixture_id)
 

@@ -22,7 +22,7 @@ from quantbench.explain.lint import lint_model
 from quantbench.inputs.modelio import dims_of, semantic_sha256
 from quantbench.quantize import ort_api
 from quantbench.quantize import variants as QV
-from quantbench.quantize.calibration import ImageInputs, load_ranges
+from quantbench.quantize.calibration import ImageInputs, load_ranges, ranges_dict, ranges_sha256
 from quantbench.quantize.ort_api import load_with_shape_infer, method_name
 from quantbench.inputs.sidecarfile import input_spec_for
 
@@ -104,12 +104,30 @@ class Space:
         ranges, prepared = cls.check(base)
         space = cls(base, prepared, workdir)
         for f in sorted(stem.parent.glob("*.ranges.json")):
-            method = method_name(load_ranges(f))
+            method = method_name(checked_ranges(f))
             space.ranges_files.setdefault(method, f)
-        space.ranges_files[(base.recipe or {}).get("calibration_method", method_name(load_ranges(ranges)))] = ranges
+        space.ranges_files[(base.recipe or {}).get("calibration_method", method_name(checked_ranges(ranges)))] = ranges
         space.model = load_with_shape_infer(prepared)
         space._index_nodes()
+        space._check_base(ranges)
         return space
+
+    def _check_base(self, ranges: Path) -> None:
+        """The variant as calibrated, re-made from its ranges and the prepared model, is the variant calibrate
+        wrote: its ranges those its recipe records (ranges_sha256) and its model of its recipe's semantic hash;
+        else one line naming the file, before anything runs (an edited ranges file or prepared.onnx passed as
+        "the variant as calibrated")."""
+        recipe, name = self.base.recipe or {}, self.base.name
+        want, got = recipe.get("ranges_sha256"), ranges_sha256(checked_ranges(ranges))
+        if want and got != want:
+            raise UserError(f"{ranges}: not the ranges {name} was calibrated with (SHA-256 {got[:12]}, its recipe "
+                            f"records {str(want)[:12]}); rerun `quantbench calibrate` to remake them; nothing was run")
+        built = self.build(self.base_choice(), ())
+        if built is None or built.variant_id != recipe.get("semantic_sha256"):
+            made = "nothing (the quantizer refuses it)" if built is None else f"semantic hash {built.variant_id[:12]}"
+            raise UserError(f"{self.prepared}: {name} re-made from it and {ranges.name} is not the variant calibrate "
+                            f"wrote ({made}, its recipe records {str(recipe.get('semantic_sha256'))[:12]}); rerun "
+                            "`quantbench calibrate` to remake them; nothing was run")
 
     def _index_nodes(self) -> None:
         from onnx import numpy_helper
@@ -191,6 +209,23 @@ class Space:
         if built is None:
             raise UserError(f"{path}: the quantizer refused the chosen recipe when writing it")
         return built
+
+
+def checked_ranges(path: Path):
+    """The ranges a ranges file holds (quantize.calibration.load_ranges), each a finite [lowest, highest] pair and
+    at least one of them; else one line naming the file (a string, NaN or empty ranges left the search nothing to
+    build, "space exhausted" without a word, or a ValueError)."""
+    try:
+        data = load_ranges(path)
+        pairs = ranges_dict(data)
+    except (ValueError, TypeError, IndexError) as exc:
+        raise UserError(f"{path}: not a quantbench ranges file ({str(exc).splitlines()[0] if str(exc) else exc!r}); "
+                        "rerun `quantbench calibrate` to remake it") from None
+    bad = next((t for t, (lo, hi) in pairs.items() if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi)), None)
+    if not pairs or bad is not None:
+        why = "holds no ranges" if not pairs else f"tensor {bad!r} has the range {pairs[bad]}, not finite lowest <= highest"
+        raise UserError(f"{path}: {why}; rerun `quantbench calibrate` to remake it")
+    return data
 
 
 def _macs(node, inits: dict, dims: dict) -> int:

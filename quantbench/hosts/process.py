@@ -148,6 +148,7 @@ class _ForkedProcess:
 
 
 _SPAWNER: list = []
+_SPAWNED: list = []   # the processes the spawner thread started (it is stopped only when none still runs)
 _SPAWNER_LOCK = threading.Lock()
 
 
@@ -163,7 +164,20 @@ def spawn(argv: list[str], **popen_args) -> subprocess.Popen:
     with _SPAWNER_LOCK:
         if not _SPAWNER:
             _SPAWNER.append(ThreadPoolExecutor(1, thread_name_prefix="worker-spawner"))
-    return _SPAWNER[0].submit(subprocess.Popen, argv, **popen_args).result()
+        proc = _SPAWNER[0].submit(subprocess.Popen, argv, **popen_args).result()
+        _SPAWNED.append(proc)
+    return proc
+
+
+def stop_spawner() -> bool:
+    """Shut the spawner thread down once no worker it started still runs (a library caller's process keeps no
+    quantbench thread after a call; the next spawn starts another); whether it was stopped."""
+    with _SPAWNER_LOCK:
+        if not _SPAWNER or any(p.poll() is None for p in _SPAWNED):
+            return False
+        _SPAWNER.pop().shutdown(wait=True)
+        _SPAWNED.clear()
+        return True
 
 
 class WorkerClient:

@@ -46,5 +46,53 @@ def test_the_search_from_python_gives_the_command_lines_answer(calibrated, capsy
 def test_its_errors_name_parameters(calibrated):
     with pytest.raises(UserError, match=r"^budget: must be 0 or more flips \(got -1\)"):
         quantbench.search("static-minmax", Fleet("x86"), budget=-1)
-    with pytest.raises(UserError, match=r"m\.onnx: no labels recorded with this model .*; pass fixtures LABELS images DIR, or recalibrate$"):
+    with pytest.raises(UserError, match=r"^variant .*m\.onnx: not a variant of a variants folder calibrate wrote"):
         quantbench.search(os.fspath(calibrated / "m.onnx"), Fleet("x86"))
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: quantbench.search(None, "x86"), "fleet='x86': must be a quantbench.Fleet, e.g. Fleet('x86,x86-avx2')"),
+    (lambda: quantbench.search(3, Fleet("x86")), "variant=3: must be a variant name or an .onnx path"),
+    (lambda: quantbench.search(None, Fleet("x86"), results="other"), "results='other': must be a quantbench.Results"),
+    (lambda: quantbench.search(None, Fleet("x86"), budget="0"), "budget='0': must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), budget=None), "budget: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), budget=0.5), "budget=0.5: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), jobs=2.5), "jobs=2.5: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_evaluations=float("nan")),
+     "max_evaluations=nan: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_evaluations=True), "max_evaluations=True: must be a whole"),
+    (lambda: quantbench.search(None, Fleet("x86"), screen_fixtures=float("nan")),
+     "screen_fixtures=nan: must be a whole number"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_seconds=float("nan")), "max_seconds=nan: must be a finite"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_float_share="0.5"), "max_float_share='0.5': must be a fin"),
+    (lambda: quantbench.search(None, Fleet("x86"), max_latency_ms=float("inf")), "max_latency_ms=inf: must be a"),
+    (lambda: quantbench.search(None, Fleet("x86"), name="../x"), "name: '../x' is not a plain variant name"),
+    (lambda: quantbench.search(None, Fleet("x86"), name=""), "name: '' is not a plain variant name"),
+])
+def test_a_wrong_type_or_value_is_a_parameter_error_before_anything_runs(workdir, call, message):
+    """The issue's probes (search(None, 'x86') was an AttributeError, budget='0' a TypeError, max_evaluations=nan
+    turned the evaluation budget off): the ParameterError the command line's flag would give, nothing written."""
+    from quantbench.errors import ParameterError
+
+    with pytest.raises(ParameterError) as exc:
+        call()
+    assert str(exc.value).startswith(message) and "\n" not in str(exc.value)
+    assert list(workdir.iterdir()) == []
+
+
+def test_the_callers_root_logger_and_threads_are_as_they_were_after_a_search(calibrated):
+    """After quantbench.search(...) the caller's root logger had a stderr handler (the quantizer's logging.warning()
+    called basicConfig), and the thread that started the workers stayed. Run in a process of its own: pytest's
+    log capture gives the root logger handlers of its own."""
+    import subprocess
+    import sys
+
+    probe = ("import logging, threading\n"
+             "import quantbench\n"
+             "from quantbench import Fleet\n"
+             "for _ in range(2):\n"
+             "    quantbench.search('static-minmax', Fleet('x86'), space='global', screen_fixtures=1)\n"
+             "    print(logging.getLogger().handlers, sorted(t.name for t in threading.enumerate()))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=calibrated, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == ["[] ['MainThread']"] * 2, proc.stdout

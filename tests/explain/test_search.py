@@ -125,7 +125,7 @@ def test_a_killed_search_resumes_from_its_finished_evaluations(run_dir):
     with pytest.raises(KeyboardInterrupt):
         _search(run_dir, "s", on_evaluation=kill_after_two)
     assert _index(run_dir) == ["fp32", "static-minmax"]          # nothing half written
-    assert [p.name for p in (run_dir / "s").iterdir()] == ["evaluations.jsonl"]   # no work folder left
+    assert sorted(p.name for p in (run_dir / "s").iterdir()) == [".lock", "evaluations.jsonl"]   # no work folder left
     lines = [json.loads(line) for line in (run_dir / "s/evaluations.jsonl").read_text().splitlines()]
     done = sum(row.get("evaluations", 1) for row in lines)   # a localize line holds its runs on both hosts
     again = _search(run_dir, "s")
@@ -466,16 +466,16 @@ def test_the_written_variant_records_the_latency_ceiling_and_its_latency_on_the_
 def test_a_torn_last_line_of_the_latency_cache_is_dropped_and_the_rest_read(tmp_path):
     """A search killed while writing a latency measurement: the lines before it are read back, the torn one goes
     (so the next append starts a clean line)."""
-    from quantbench.explain.searchfleet import append_cache, read_cache
-    from quantbench.explain.searchlatency import FIELDS
+    from quantbench.explain.searchcache import append_cache, read_cache
+    from quantbench.explain.searchlatency import latency_row
 
     path = tmp_path / "search/latency.jsonl"
     append_cache(path, "a", {"median_ms": 1.5, "spread_ms": 0.25})
     append_cache(path, "b", {"median_ms": 2.0, "spread_ms": 0.5})
     whole = path.read_text()
     path.write_text(whole + '{"key": "c", "median_')
-    assert read_cache(path, FIELDS) == {"a": {"median_ms": 1.5, "spread_ms": 0.25},
-                                        "b": {"median_ms": 2.0, "spread_ms": 0.5}}
+    assert read_cache(path, latency_row) == {"a": {"median_ms": 1.5, "spread_ms": 0.25},
+                                             "b": {"median_ms": 2.0, "spread_ms": 0.5}}
     assert path.read_text() == whole
 
 
@@ -517,24 +517,6 @@ def test_the_fixtures_a_confirmed_base_flips_on_join_the_screening_set(run_dir):
     after = res.tried[res.tried.index(base) + 1]
     assert after["screened_on"] == sorted(set(base["screened_on"]) | set(flipping))
     assert res.chosen["exclude"] == ["fc_sat"]
-
-
-def test_the_cache_and_search_id_versions_say_what_a_line_holds(tmp_path):
-    """Evaluation lines now hold the flipping fixtures and the outputs' hashes: their keys carry the version
-    (evaluation/2), so a line an older search wrote is never read as one of these; the search id moved with it."""
-    from quantbench.explain.search import search_id
-    from quantbench.explain.searchfleet import CACHE_VERSION, read_cache
-    from quantbench.fsutil import content_key
-
-    assert CACHE_VERSION == "evaluation/2"
-    hosts = [HostRequest("x86", HostSpec("x86", "local"), {})]
-    params = SearchParams()
-    old = content_key(["search/1", "b", "f", [(h.label, h.session) for h in hosts], ["f1"], params.key()])
-    assert search_id("b", "f", hosts, ["f1"], params) != old
-    cache = tmp_path / "evaluations.jsonl"
-    cache.write_text('{"key": "k1", "flips": 3, "note": ""}\n{"key": "k2", "flips": 0, "note": "", "flipped": [], '
-                     '"hashes": {"f1": "h"}}\n')
-    assert read_cache(cache)["k2"] == {"flips": 0, "note": "", "flipped": [], "hashes": {"f1": "h"}}
 
 
 def test_a_choice_over_budget_with_every_node_in_float_costs_one_candidate(workdir, capsys):

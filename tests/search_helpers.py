@@ -1,0 +1,49 @@
+"""A calibrate run of the saturating classifier (tests/explain_helpers.saturating_image_model: static-minmax flips
+4 of 4 eval fixtures on x86-avx2, none on x86), copied into each test's working folder, and how the search tests
+read what a search wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from explain_helpers import bright_corpus, saturating_image_model
+from quantbench.cli import main
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    root = tmp_path_factory.mktemp("calibrated")
+    model = saturating_image_model(root / "m.onnx")
+    (root / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(root / "corpus", count=8)
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                     "minmax", "--allow-short", "--no-progress"]) == 0
+    finally:
+        os.chdir(here)
+    return root
+
+
+@pytest.fixture
+def run_dir(calibrated, workdir):
+    """The working folder holding the calibrate run's results/ and calib_sets/."""
+    for name in ("results", "calib_sets"):
+        shutil.copytree(calibrated / name, workdir / name, symlinks=True)
+    return workdir
+
+
+def result_of(out: str) -> dict:
+    """The result JSON a search printed the path of."""
+    path = next(line.split("result: ", 1)[1] for line in out.splitlines() if "; result: " in line)
+    return json.loads(Path(path).read_text())
+
+
+def index_of(run_dir) -> list[str]:
+    return [e["name"] for e in json.loads((run_dir / "results/variants/m/index.json").read_text())]
