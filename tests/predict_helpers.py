@@ -3,8 +3,12 @@ scripts/bench_predict.py)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from quantbench.analysis import predict as PR
 from quantbench.hosts import worker as W
+from quantbench.store.hostresults import load_hosts
 
 
 def leave_one_out(table: PR.DispatchTable, routines: dict, shown: dict[str, tuple[list, str]],
@@ -19,6 +23,15 @@ def leave_one_out(table: PR.DispatchTable, routines: dict, shown: dict[str, tupl
         rows.append({"host": h, "predicted": predicted, "measured": measured, "agree": predicted == measured,
                      "deciding": p.deciding})
     return rows
+
+
+def identities(work: Path, report: dict) -> dict[str, dict]:
+    """host -> its selected fingerprint's identity (the vector lengths sit there) over equiv's host summary, for an
+    equiv run in `work` whose equiv.json is `report`."""
+    rows = load_hosts(host=sorted(report["hosts"]), tables_root=work / "results" / "tables",
+                      columns=["host", "fingerprint_id", "fingerprint"]).to_pylist()
+    fps = {(r["host"], r["fingerprint_id"]): json.loads(r["fingerprint"] or "{}").get("identity", {}) for r in rows}
+    return {h: {**i, **fps.get((h, i["fingerprint_id"]), {})} for h, i in report["hosts"].items()}
 
 
 # HWCAP names of the CPUs qemu-user 10 models (the dispatch-relevant ones and a few beside them), as a guest reads

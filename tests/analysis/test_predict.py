@@ -15,10 +15,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from predict_helpers import ARM_BASE, ARM_DOT, ARM_MAX, ARM_MEASURED, ARM_N2, ARM_V1, arm_identity, leave_one_out
+from predict_helpers import (ARM_BASE, ARM_DOT, ARM_MAX, ARM_MEASURED, ARM_N2, ARM_V1, arm_identity, identities,
+                             leave_one_out)
 from quantbench.analysis import predict as PR
 from quantbench.analysis.tiers import int8_path
 from quantbench.hosts import cpuprofiles as P
+from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 
 T = PR.table_for("1.32.0")
@@ -313,3 +315,38 @@ def test_arm_thread_counts_are_apart_until_measured_alike():
     alike = {"pi": (_arm(ARM_DOT, threads=4), "A"), "pi-1": (_arm(ARM_DOT, threads=1), "A")}
     [q] = PR.predict(A, routines, alike, {"graviton2-1": _arm(ARM_DOT, threads=1)})
     assert q.joins == "A" and q.learned == ["intra_op_threads: 1 = 4 agreed on this graph"]
+
+
+def _arm_hosts_set_up():
+    from setup_required import missing_setup
+
+    hosts = [n for n, p in E.PRESETS.items() if p.arch == "aarch64" and p.runtime == "pypi" and E.ready(n)[0]]
+    if len(hosts) < 2:
+        missing_setup(f"ARM presets set up: {', '.join(hosts) or 'none'} (leave-one-out needs two)")
+    return hosts
+
+
+@pytest.mark.slow
+def test_arm_leave_one_out_over_the_hosts_set_up_here_never_predicts_a_false_join(workdir, capsys):
+    """Each ARM preset set up here (1 thread, 2 fixtures; the fp32, dynamic and static-minmax variants of the demo),
+    predicted from the others' measurements and fingerprints: where a prediction joins a class, the host is measured
+    in it."""
+    from quantbench.cli import main
+
+    hosts = _arm_hosts_set_up()
+    assert main(["calibrate", "--methods", "dynamic,minmax", "--no-progress"]) == 0
+    assert main(["equiv", "--hosts", ",".join(hosts), "--threads", "1", "--limit", "2", "--no-progress",
+                 "--no-plots"]) in (0, 1)
+    capsys.readouterr()
+    report = json.loads((workdir / "results" / "equiv.json").read_text())
+    ident = identities(workdir, report)
+    assert {PR.host_features(ident[h])[-1] for h in hosts} == {"intra_op_num_threads=1"}
+    rows = []
+    for v in report["variants"]:
+        routines = PR.graph_routines(workdir / "results" / "variants" / v["model"] / f"{v['variant']}.onnx", A)
+        shown = {h: (PR.host_features(ident[h]), c["label"]) for c in v["classes"] for h in c["hosts"]}
+        rows += [dict(r, variant=v["variant"]) for r in leave_one_out(A, routines, shown)]
+    assert {r["variant"] for r in rows} == {"fp32", "dynamic", "static-minmax"}
+    for r in rows:
+        assert not r["predicted"] or r["predicted"] == r["measured"], r
+    assert sum(r["agree"] for r in rows) > len(rows) // 2
