@@ -34,13 +34,13 @@ def identities(work: Path, report: dict) -> dict[str, dict]:
     return {h: {**i, **fps.get((h, i["fingerprint_id"]), {})} for h, i in report["hosts"].items()}
 
 
-# HWCAP names of the CPUs qemu-user 10 models (the dispatch-relevant ones and a few beside them), as a guest reads
-# them from AT_HWCAP/AT_HWCAP2
+# HWCAP names of the CPUs qemu-user 10.0 models (the dispatch-relevant ones and a few beside them), as a guest reads
+# them from AT_HWCAP/AT_HWCAP2 (its `max` shows SME, not SME2)
 ARM_BASE = ("fp", "asimd", "evtstrm", "aes", "pmull", "sha1", "sha2", "crc32", "cpuid")
 ARM_DOT = ARM_BASE + ("atomics", "fphp", "asimdhp", "asimdrdm", "lrcpc", "dcpop", "asimddp")
 ARM_V1 = ARM_DOT + ("sve", "svei8mm", "svebf16", "i8mm", "bf16")
 ARM_N2 = ARM_V1 + ("sve2", "svebitperm")
-ARM_MAX = ARM_N2 + ("sme", "sme2", "sme_i8i32", "sme_f32f32")
+ARM_MAX = ARM_N2 + ("sme", "sme_i8i32", "sme_f32f32")
 
 #: the demo detector under qemu-user 10 (issue 46, notes/emulated-hosts.md: 4 inputs, 1 thread): qemu -cpu ->
 #: (HWCAP names, SVE bits, SME bits, fp32 hash, dynamic hash); static-minmax was e3653dab on every one
@@ -68,5 +68,6 @@ def arm_identity(hwcaps, sve_bits: int, sme_bits: int, threads: int = 1) -> dict
         key, names = ("hwcap", W.ARM64_HWCAP) if name in W.ARM64_HWCAP else ("hwcap2", W.ARM64_HWCAP2)
         words[key] |= 1 << names.index(name)
     cpu, isa = W._cpu_identity("aarch64", {"features": sorted(hwcaps)}, words)
-    return {"arch": "aarch64", "cpu": cpu, "isa_flags": isa, "sve_vector_bits": sve_bits, "sme_vector_bits": sme_bits,
+    vectors = dict(zip(W.arm_vector_lengths("aarch64"), (sve_bits, sme_bits)))   # the worker's names, its order
+    return {"arch": "aarch64", "cpu": cpu, "isa_flags": isa, **vectors,
             "session": W.normalize_session({"intra_op_num_threads": threads})}

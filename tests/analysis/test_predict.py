@@ -213,7 +213,8 @@ def test_the_arm_signature_reads_hwcaps_vector_lengths_and_threads_of_a_worker_f
     assert PR.host_features({"arch": "x86_64", "isa_flags": ["AVX2", "fma3"], "sve_vector_bits": 256}) == ["avx2", "fma"]
     assert A.kernel("exp", _arm(ARM_V1, 256)) == ("MlasSveComputeSumExpF32Kernel", "sve, vl 256")
     assert A.kernel("exp", _arm(ARM_DOT))[1] == "neon"
-    assert A.kernel("sgemm", _arm(ARM_MAX, 128, 512)) == ("ArmKleidiAI::MlasGemmBatch (SME2)", "kleidiai sme2, svl 512")
+    assert A.kernel("sgemm", _arm(ARM_MAX, 128, 512)) == ("ArmKleidiAI::MlasGemmBatch (SME)", "kleidiai sme, svl 512")
+    assert A.kernel("sgemm", _arm(ARM_MAX + ("sme2",), 128, 512))[1] == "kleidiai sme2, svl 512"
     assert A.kernel("sgemm", _arm(ARM_MAX, 128, 512), {"mlas.disable_kleidiai": "1"})[1] == "neon fma"
     assert A.kernel("sgemm", _arm(ARM_V1, 256), {"mlas.enable_gemm_fastmath_arm64_bfloat16": "1"})[1] == "bf16"
     assert A.kernel("sgemm", _arm(ARM_DOT), {"mlas.enable_gemm_fastmath_arm64_bfloat16": "1"})[1] == "neon fma"
