@@ -218,7 +218,7 @@ def test_the_arm_signature_reads_hwcaps_vector_lengths_and_threads_of_a_worker_f
     assert A.kernel("sgemm", _arm(ARM_MAX, 128, 512), {"mlas.disable_kleidiai": "1"})[1] == "neon fma"
     assert A.kernel("sgemm", _arm(ARM_V1, 256), {"mlas.enable_gemm_fastmath_arm64_bfloat16": "1"})[1] == "bf16"
     assert A.kernel("sgemm", _arm(ARM_DOT), {"mlas.enable_gemm_fastmath_arm64_bfloat16": "1"})[1] == "neon fma"
-    assert A.kernel("intra_op_threads", _arm(ARM_DOT, threads=4)) == ("4 intra-op threads", "4")
+    assert A.kernel("intra_op_threads", _arm(ARM_DOT, threads=4)) == ("intra-op threads: 4", "4")
 
 
 def test_int8_kernels_are_exact_on_every_arm_cpu_unless_a_weight_is_minus_128():
@@ -311,8 +311,8 @@ def test_a_vector_length_the_host_did_not_record_joins_no_class():
 def test_arm_thread_counts_are_apart_until_measured_alike():
     routines = {"sgemm": ["MatMul"], "intra_op_threads": ["(every op)"]}
     [p] = PR.predict(A, routines, {"pi": (_arm(ARM_DOT, threads=4), "A")}, {"pi-1": _arm(ARM_DOT, threads=1)})
-    assert p.joins is None and p.deciding == ["intra_op_threads ((every op)): 1 intra-op threads here, "
-                                              "4 intra-op threads on pi"]
+    assert p.joins is None and p.deciding == ["intra_op_threads ((every op)): intra-op threads: 1 here, "
+                                              "intra-op threads: 4 on pi"]
     alike = {"pi": (_arm(ARM_DOT, threads=4), "A"), "pi-1": (_arm(ARM_DOT, threads=1), "A")}
     [q] = PR.predict(A, routines, alike, {"graviton2-1": _arm(ARM_DOT, threads=1)})
     assert q.joins == "A" and q.learned == ["intra_op_threads: 1 = 4 agreed on this graph"]
