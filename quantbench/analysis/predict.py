@@ -11,6 +11,10 @@ routines (and the ops using them) that decide it.
 What the measurements of the shown hosts teach is used too: two shown hosts whose signatures differ in one routine,
 yet whose bytes are identical, show that on this graph that routine's kernels agree (a learned merge).
 
+On arm64 (its own table) the signature also reads what a host's fingerprint recorded beside its HWCAP features: the
+SVE and SME vector lengths (the SVE sum of exps and KleidiAI's SME tiles follow them) and the intra-op thread count
+(it changes fp32 bytes there): `host_features`.
+
 A prediction is never a measurement: callers keep predicted rows apart from classes, and no gate counts them.
 """
 
