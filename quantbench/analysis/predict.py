@@ -21,6 +21,7 @@ A prediction is never a measurement: callers keep predicted rows apart from clas
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,6 +48,7 @@ class DispatchTable:
     arch: str = "x86_64"
     weight_routines: dict = field(default_factory=dict)
     every_graph: tuple = ()
+    short_reduction: dict = field(default_factory=dict)
 
     def kernel(self, routine: str, features, config: dict | None = None) -> tuple[str, str]:
         """(kernel, bytes) the routine dispatches on a CPU with `features` under session config `config`."""
@@ -101,7 +103,7 @@ def table_for(ort_version: str, arch: str = "x86_64") -> DispatchTable | None:
                 for name, r in raw["routines"].items()}
     return DispatchTable(raw["onnxruntime"], raw["source"], routines, raw["ops"], raw["int8_weight_input"],
                          raw.get("session", {}), raw.get("arch", arch), raw.get("int8_weight_routines", {}),
-                         tuple(raw.get("every_graph", ())))
+                         tuple(raw.get("every_graph", ())), raw.get("short_reduction", {}))
 
 
 def no_table_note(ort_version: str, arch: str = "x86_64") -> str:
@@ -141,7 +143,9 @@ def graph_routines(model_path, table: DispatchTable, level: str = "all") -> dict
     The optimized graph's op types do not depend on the tier (NCHWc applies on every x86, in blocks of 8 or 16),
     only its kernels do; the arm64 table reads the same graph (its ops reach its own routines). An int8 op's weight
     can move it to another routine (`table.weight_routines`): on x86 uint8 weights reach the exact U8U8 kernels on
-    every tier (left out); on arm64 a weight holding -128 reaches the routine where the NEON kernel's pairs wrap."""
+    every tier (left out); on arm64 a weight holding -128 reaches the routine where the NEON kernel's pairs wrap,
+    and a Softmax whose reduction is known to span few values one whose order no vector length changes
+    (`table.short_reduction`)."""
     import tempfile
 
     import onnx
@@ -155,12 +159,14 @@ def graph_routines(model_path, table: DispatchTable, level: str = "all") -> dict
         so.graph_optimization_level = levels.get(level, levels["all"])
         so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
         ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-        graph = onnx.load(so.optimized_model_filepath).graph
+        model = onnx.load(so.optimized_model_filepath)
+    graph = model.graph
     inits = {t.name: t for t in graph.initializer}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     out: dict[str, set] = {}
     for node in graph.node:
         op = f"{node.domain}:{node.op_type}" if node.domain == "com.microsoft.nchwc" else node.op_type
-        remap = table.weight_routines.get(_weight_kind(node, table, inits), {})
+        remap = dict(table.weight_routines.get(_weight_kind(node, table, inits), {}), **_reduction_remap(node, table, graph, opset))
         for r in table.ops.get(op, []):
             r = remap.get(r, r)
             if r is not None:
@@ -169,6 +175,24 @@ def graph_routines(model_path, table: DispatchTable, level: str = "all") -> dict
         for r in table.every_graph:
             out.setdefault(r, set()).update(["(every op)"])
     return {r: sorted(ops) for r, ops in sorted(out.items())}
+
+
+def _reduction_remap(node, table: DispatchTable, graph, opset: int) -> dict:
+    """{routine: its short form} for a Softmax/LogSoftmax whose reduction length the optimized graph knows and is at
+    most `short_reduction.max_len` (opset 13: the axis; before: every dimension from the axis on); {} otherwise."""
+    short = table.short_reduction
+    if not short or node.op_type not in short["ops"] or node.domain not in ("", "ai.onnx"):
+        return {}
+    shapes = {v.name: v.type.tensor_type.shape for v in [*graph.value_info, *graph.output, *graph.input]}
+    shape = shapes.get(node.output[0]) or shapes.get(node.input[0])
+    if shape is None or not shape.dim:
+        return {}
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in shape.dim]
+    axis = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1) % len(dims)
+    span = dims[axis:axis + 1] if opset >= 13 else dims[axis:]
+    if None in span or math.prod(span) > short["max_len"]:
+        return {}
+    return {short["routine"]: short["short"]}
 
 
 def _weight_kind(node, table: DispatchTable, inits: dict) -> str:

