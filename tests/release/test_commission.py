@@ -1,0 +1,116 @@
+"""The commissioning kit (`quantbench commission`, quantbench.release.commission): check.py run as a device runs
+it (its own process, quantbench made unimportable), natively, under a masked x86 tier and in the emulated Pi's
+guest Python; a changed kit file exits 2; bad input is one line, exit 2, nothing written; same inputs, same bytes.
+
+The results are release_helpers' tiny classifier (fp32 + dynamic) measured on x86 alone over 5 images."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quantbench.cli import main
+from release_helpers import base_results, make_release_results, results  # noqa: F401 (fixtures)
+from setup_required import need_tier
+
+#: check.py as a device runs it: its own interpreter, `quantbench` unimportable (a device has none)
+DEVICE = ("import runpy, sys; sys.modules['quantbench'] = None; sys.argv = sys.argv[1:]; "
+          "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def run_check(kit: Path, *args, prefix=(sys.executable,), env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, "-c", DEVICE, str(kit / "check.py"), *args], capture_output=True, text=True,
+                          timeout=1800, env=env, cwd=kit.parent)
+
+
+def commission(results, out, *extra) -> int:
+    return main(["commission", "--results", str(results), "--out", str(out), *extra])
+
+
+def digests(folder: Path) -> dict:
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_check_passes_natively_with_the_class_equiv_measured(results, tmp_path, capsys):
+    assert commission(results, tmp_path / "kit", "--variant", "fp32", "--count", "4") == 0
+    assert "4 fixtures, 1 measured class(es): A (x86)" in capsys.readouterr().out
+    r = run_check(tmp_path / "kit")
+    assert (r.returncode, r.stdout) == (0, "PASS: identical to class A (x86): 4 of 4 fixtures\n"), r.stderr
+    r = run_check(tmp_path / "kit", "--json")
+    got = json.loads(r.stdout)
+    assert r.returncode == 0 and got["result"] == "PASS" and got["hosts"] == ["x86"]
+    assert got["device"]["arch"] == "x86_64" and "avx2" in got["device"]["cpu_flags"]
+    assert got["device"]["sve_vector_length"] is None
+
+
+def test_the_kit_holds_what_a_device_needs(results, tmp_path):
+    assert commission(results, tmp_path / "kit", "--variant", "dynamic", "--count", "3") == 0
+    kit = tmp_path / "kit"
+    assert sorted(digests(kit)) == ["check.py", "expected.json", "fixtures/01.bin", "fixtures/02.bin",
+                                    "fixtures/03.bin", "model.onnx"]
+    exp = json.loads((kit / "expected.json").read_text())
+    (cls,) = exp["classes"]
+    assert [h["host"] for h in cls["hosts"]] == ["x86"] and cls["hosts"][0]["fingerprint"]["arch"] == "x86_64"
+    assert cls["hosts"][0]["session"]["providers"] == ["CPUExecutionProvider"]
+    assert len(cls["outputs"]) == 3 and all(set(o) == {"logits"} for o in cls["outputs"])
+    # the classifier's argmax is a built-in simple rule: its served decisions are recorded, one per fixture
+    assert exp["decode"]["decoder"] == "decode_classifier" and len(cls["decisions"]) == 3
+    assert all(len(d["served"]) == 1 for d in cls["decisions"])
+    # nearest the decision boundary first (no class separated anything: one class)
+    assert [f["why"].split(" (")[0] for f in exp["fixtures"]] == ["near the threshold"] * 3
+    src = (kit / "check.py").read_text()
+    assert "import quantbench" not in src and "from quantbench" not in src.split("SOURCES.update")[0]
+
+
+@pytest.mark.parametrize("member", ["model.onnx", "fixtures/01.bin", "expected.json"])
+def test_a_changed_byte_in_the_kit_exits_2(results, tmp_path, member):
+    kit = tmp_path / "kit"
+    assert commission(results, kit, "--variant", "fp32", "--count", "2") == 0
+    data = bytearray((kit / member).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (kit / member).write_bytes(bytes(data))
+    r = run_check(kit)
+    assert r.returncode == 2 and r.stdout.startswith("ERROR: ") and member.split("/")[0] in r.stdout, r.stdout + r.stderr
+    assert r.stdout.count("\n") == 1 and "Traceback" not in r.stderr
+
+
+def test_same_inputs_give_the_same_kit_bytes(results, tmp_path):
+    assert commission(results, tmp_path / "a", "--variant", "fp32", "--count", "3") == 0
+    assert commission(results, tmp_path / "b", "--variant", "fp32", "--count", "3") == 0
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
+    assert commission(results, tmp_path / "a", "--variant", "fp32", "--count", "3", "--force") == 0
+    assert digests(tmp_path / "a") == digests(tmp_path / "b")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--variant", "nosuch"], "--variant nosuch: no equiv analysis ran it (analysed: tiny/dynamic, tiny/fp32)"),
+    (["--variant", "fp32", "--count", "0"], "--count 0: must be a whole number of fixtures, at least 1"),
+    (["--variant", "fp32", "--out", "{results}/variants/tiny/kit"], "is inside the variants folder"),
+    (["--variant", "fp32", "--out", "{tmp}/full"], "exists and is not empty; --force replaces an earlier kit"),
+    (["--variant", "fp32", "--out", "{tmp}/full", "--force"], "holds no commissioning kit"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(results, tmp_path, capsys, argv, words):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "mine.txt").write_text("keep me")
+    argv = [a.format(results=results, tmp=tmp_path) for a in argv]
+    before = digests(tmp_path)
+    out = [] if "--out" in argv else ["--out", str(tmp_path / "kit")]
+    assert main(["commission", "--results", str(results), *out, *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1, err
+    assert digests(tmp_path) == before and not (tmp_path / "kit").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]   # no staging folder left
+
+
+def test_no_equiv_yet_is_one_line(tmp_path, capsys):
+    assert main(["commission", "--results", str(tmp_path / "results"), "--variant", "fp32",
+                 "--out", str(tmp_path / "kit")]) == 2
+    err = capsys.readouterr().err
+    assert "no equiv analysis in" in err and err.count("\n") == 1 and not (tmp_path / "kit").exists()
