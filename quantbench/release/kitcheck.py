@@ -88,10 +88,13 @@ def load_kit(kit: str, model_file: "str | None" = None) -> dict:
 
 def _namespace(name: str, extra: "dict | None" = None) -> dict:
     """One of the owners' sources the kit carries, run as a module namespace."""
-    ns = {"__name__": "kit_" + name.replace(".", "_")}
-    ns.update(extra or {})
-    exec(compile(SOURCES[name], name, "exec"), ns)
-    return ns
+    import types
+
+    module = types.ModuleType("kit_" + name.replace(".", "_"))
+    module.__dict__.update(extra or {})
+    sys.modules[module.__name__] = module   # a dataclass among them looks its module up there
+    exec(compile(SOURCES[name], name, "exec"), module.__dict__)
+    return module.__dict__
 
 
 def read_fixtures(expected: dict, tensorcode: dict) -> list:

@@ -114,3 +114,44 @@ def test_no_equiv_yet_is_one_line(tmp_path, capsys):
                  "--out", str(tmp_path / "kit")]) == 2
     err = capsys.readouterr().err
     assert "no equiv analysis in" in err and err.count("\n") == 1 and not (tmp_path / "kit").exists()
+
+
+def _kit_fixtures(kit: Path) -> list:
+    """The kit's fixtures as the worker takes them (explain_helpers.fixture), from its files."""
+    import numpy as np
+
+    from explain_helpers import fixture
+
+    exp = json.loads((kit / "expected.json").read_text())
+    return [fixture(np.frombuffer((kit / f["file"]).read_bytes(), f["dtype"]).reshape(f["shape"]), f["input_name"])
+            for f in exp["fixtures"]]
+
+
+@pytest.mark.parametrize("tier", ["x86-avx2", "x86-sse4"])
+def test_under_a_masked_tier_the_release_did_not_measure_check_says_what_its_bytes_say(results, tmp_path, tier):
+    """Measured on x86 alone; check.py run under a whole-process CPUID mask (`hosts exec`, as a user runs a script
+    there): PASS exactly when quantbench's own worker on that tier gives x86's bytes, NEW CLASS otherwise. Which one
+    follows from the CPU: without FMA (x86-sse4 on a CPU that has it) the fp32 convolution rounds differently."""
+    from quantbench.hosts import masked as M
+    from tier_helpers import output_hashes
+
+    need_tier(tier)
+    kit = tmp_path / "kit"
+    assert commission(results, kit, "--variant", "fp32", "--count", "3") == 0
+    exp = json.loads((kit / "expected.json").read_text())
+    measured = [sha for per in exp["classes"][0]["outputs"] for sha in per.values()]
+    same = output_hashes(tier, {"fp32": kit / "model.onnx"}, _kit_fixtures(kit))["fp32"] == measured
+    if "fma" in M.here_features() and tier == "x86-sse4":
+        assert not same
+    r = run_check(kit, prefix=(sys.executable, "-m", "quantbench", "hosts", "exec", "--no-progress", tier, "--",
+                               sys.executable))
+    if same:
+        assert (r.returncode, r.stdout) == (0, "PASS: identical to class A (x86): 3 of 3 fixtures\n"), r.stderr
+    else:
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert r.stdout.startswith("NEW CLASS: matches no measured class; first differs on fixture "), r.stdout
+        assert r.stdout.rstrip().endswith("of 3 fixtures differ from class A")
+    r = run_check(kit, "--json", prefix=(sys.executable, "-m", "quantbench", "hosts", "exec", "--no-progress", tier,
+                                         "--", sys.executable))
+    device = json.loads(r.stdout)["device"]
+    assert device["cpu_mechanism"] == "native-masked" and ("avx2" in device["cpu_flags"]) == (tier == "x86-avx2")
