@@ -12,6 +12,7 @@ The kit is written into a temporary folder beside DIR and moved into place when 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,7 +28,7 @@ from quantbench.fsutil import atomic_write_bytes, atomic_write_json, atomic_writ
 from quantbench.hosts.requirements import host_key
 from quantbench.inputs.modelio import model_hashes, write_self_contained
 from quantbench.inputs.sidecarfile import sidecar_for, variant_identity
-from quantbench.inputs.variantdir import resolve_variants, staging_folder
+from quantbench.inputs.variantdir import latest_variants, resolve_variants, staging_folder
 from quantbench.release import kitcheck, kitscript
 from quantbench.store import partread, tableschema
 from quantbench.store.hostresults import load_hosts, load_outputs, tensor_from_row
@@ -66,7 +67,7 @@ def commission(variant: str, out, count: int = DEFAULT_COUNT, results_dir="resul
     count = _check_count(count)
     tables_root = Path(tables_root) if tables_root is not None else Path(results_dir) / "tables"
     an = find_analysis(tables_root, variant)
-    model = _model_file(an)
+    model = _model_file(an, Path(results_dir))
     if _within(out, Path(model).parent):
         raise ParameterError("out", f"is inside the variants folder {Path(model).parent}; write the kit elsewhere",
                              str(out))
@@ -138,17 +139,24 @@ def find_analysis(tables_root: Path, variant: str) -> Analysis:
     return Analysis(eid, settings, entry, chosen)
 
 
-def _model_file(an: Analysis) -> str:
-    """The variant's ONNX file as equiv ran it (its identity checked: a file changed since is refused)."""
+def _model_file(an: Analysis, results_dir: Path) -> str:
+    """The variant's ONNX file as equiv ran it: the path equiv recorded (relative to where it ran: tried as given and
+    beside the results folder), else the latest calibrate output's variant of that name; its identity checked (a
+    file changed since is refused)."""
     path = an.variant["path"]
-    if not Path(path).is_file():
-        raise UserError(f"{path}: the model of variant {an.variant['name']} that equiv ran is gone; run `quantbench "
-                        "calibrate` and `quantbench equiv` again")
-    sem = model_hashes(path)["semantic_sha256"]
-    if variant_identity(sem, an.variant.get("session_requirements") or {}) != an.variant["variant_id"]:
-        raise UserError(f"{path}: variant {an.variant['name']} changed since equiv ran it; run `quantbench equiv` "
+    tried = [Path(path), results_dir.parent / path] if not Path(path).is_absolute() else [Path(path)]
+    with contextlib.suppress(UserError):
+        tried += [Path(v.path) for v in latest_variants(results_dir) if v.name == an.variant["name"]]
+    required = an.variant.get("session_requirements") or {}
+    found = [p for p in dict.fromkeys(tried) if p.is_file()]
+    for p in found:
+        if variant_identity(model_hashes(p)["semantic_sha256"], required) == an.variant["variant_id"]:
+            return str(p)
+    if found:
+        raise UserError(f"{found[0]}: variant {an.variant['name']} changed since equiv ran it; run `quantbench equiv` "
                         "again before commissioning it")
-    return path
+    raise UserError(f"{path}: the model of variant {an.variant['name']} that equiv ran is gone; run `quantbench "
+                    "calibrate` and `quantbench equiv` again")
 
 
 def host_runs(tables_root: Path, an: Analysis) -> dict:

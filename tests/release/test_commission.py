@@ -155,3 +155,41 @@ def test_under_a_masked_tier_the_release_did_not_measure_check_says_what_its_byt
                                          "--", sys.executable))
     device = json.loads(r.stdout)["device"]
     assert device["cpu_mechanism"] == "native-masked" and ("avx2" in device["cpu_flags"]) == (tier == "x86-avx2")
+
+
+@pytest.fixture(scope="module")
+def pi_results(tmp_path_factory):
+    """The tiny classifier's results after `equiv --hosts x86,pi` (the emulated Pi 5 under qemu)."""
+    import contextlib
+
+    from quantbench.hosts import emulated as E
+    from setup_required import missing_setup
+
+    ok, msg = E.ready("pi")
+    if not ok:
+        missing_setup(f"pi not set up: {msg}")
+    root = tmp_path_factory.mktemp("commission-pi")
+    results = make_release_results(root, "doc")
+    with contextlib.chdir(root):
+        assert main(["equiv", "--hosts", "x86,pi", "--fixtures", "labels.json", "--no-plots", "--no-progress"]) == 0
+    return results
+
+
+@pytest.mark.slow
+def test_check_passes_in_the_emulated_pis_guest_python_with_the_pis_class(pi_results, tmp_path):
+    """check.py in the emulated Pi's own Python (arm64 numpy and onnxruntime, no quantbench): PASS with the class equiv
+    put the Pi in, under the Pi's recorded session (its deployed threads)."""
+    from quantbench.hosts import emulated as E
+
+    kit = tmp_path / "kit"
+    assert commission(pi_results, kit, "--variant", "fp32", "--count", "3") == 0
+    exp = json.loads((kit / "expected.json").read_text())
+    pi_class = next(c for c in exp["classes"] if "pi" in [h["host"] for h in c["hosts"]])
+    argv, env = E.python_command("pi")
+    r = run_check(kit, "--json", prefix=tuple(argv[:-1]) if argv[-1] == "-u" else tuple(argv), env=env)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    got = json.loads(r.stdout)
+    hosts = [h["host"] for h in pi_class["hosts"]]
+    assert (got["result"], got["class"], got["hosts"]) == ("PASS", pi_class["label"], hosts)
+    assert got["device"]["arch"] == "aarch64" and "asimddp" in got["device"]["cpu_flags"]   # a Cortex-A76
+    assert got["device"]["cpu_mechanism"] == "qemu"
