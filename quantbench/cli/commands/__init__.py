@@ -44,6 +44,9 @@ COMMAND_HELP = {
     "verify": ("Check a release folder or archive (.tar.gz from `release --archive`): re-hash retained artifacts, "
                "re-read every Parquet table against its recorded hash, and with --host re-run a sample of fixtures "
                "there and compare output hashes (exit 0 pass, 1 fail)."),
+    "commission": ("Write a commissioning kit of one variant after equiv ran it (model, fixtures, expected.json, "
+                   "check.py): a device with Python, numpy and onnxruntime runs check.py to learn which measured class "
+                   "it is in."),
     "ci": ("Write a CI workflow (GitHub Actions and .gitlab-ci.yml): native ARM and x86 runners (and the masked x86 "
            "tiers each runner's CPU shows) and emulated hosts in shards, one job merging them, equiv with your gate "
            "and the release archive."),
