@@ -37,6 +37,7 @@ import contextlib
 import fcntl
 import math
 import numbers
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -627,7 +628,12 @@ def search_lock(state_root: Path):
     """One search at a time on a results folder (flock on its `search/.lock`; a second is refused in one line,
     not run beside the first, repeating every evaluation); the candidates' folders a killed search left (their
     owner process gone) swept once it is held."""
-    with open(state_root / LOCK_NAME, "a") as fh:
+    try:
+        fd = os.open(state_root / LOCK_NAME, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:   # a link in its place (never followed), or a folder
+        raise UserError(f"{state_root / LOCK_NAME}: cannot take the search's lock ({exc.strerror or exc}); remove "
+                        "it; nothing was run") from None
+    with os.fdopen(fd, "w") as fh:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -244,3 +244,11 @@ def test_a_read_only_results_folder_is_one_line_before_any_evaluation(run_dir, c
     assert "results/variants/m: cannot write there (Read-only file system); the search writes its answer beside " \
            "the base variant; nothing was run" in line
     assert not (results / "search").exists()
+
+
+def test_a_lock_file_that_is_a_symlink_is_never_followed(run_dir, capsys, tmp_path_factory):
+    target = tmp_path_factory.mktemp("users") / "absent.txt"
+    (run_dir / "results/search").mkdir()
+    (run_dir / "results/search/.lock").symlink_to(target)
+    assert "results/search/.lock: cannot take the search's lock (" in _refused(run_dir, capsys, SEARCH)
+    assert not target.exists()
