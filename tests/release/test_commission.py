@@ -268,3 +268,16 @@ def test_check_runs_on_python_3_8(results, tmp_path):
         return   # this 3.8 has numpy: the missing-runtime line is shown by the test above
     r = subprocess.run([py38, str(kit / "check.py")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stdout.startswith("ERROR: missing runtime: "), r.stdout + r.stderr
+
+
+def test_the_fixtures_alternate_those_separating_classes_and_those_nearest_the_threshold():
+    from quantbench.release.commission import choose_fixtures
+
+    ids = ["a", "b", "c", "d", "e"]
+    one = {f: {"out": f} for f in ids}
+    other = {f: {"out": "x" if f in ("d", "e") else f} for f in ids}   # the classes differ on d and e only
+    margins = {"a": 0.5, "b": 0.01, "c": 0.2, "d": 0.3, "e": 0.4}
+    assert choose_fixtures(ids, [one, other], margins, 4) == [
+        ("d", "separates classes"), ("b", "near the threshold (margin 0.01)"), ("e", "separates classes"),
+        ("c", "near the threshold (margin 0.2)")]
+    assert [f for f, _ in choose_fixtures(ids, [one], {}, 9)] == ids   # no decisions, one class: by id, all of them
