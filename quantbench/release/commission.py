@@ -139,6 +139,16 @@ def find_analysis(tables_root: Path, variant: str) -> Analysis:
     return Analysis(eid, settings, entry, chosen)
 
 
+def analysis_of(tables_root: Path, equiv_id: str, variant_id: str) -> Analysis:
+    """The analysis `equiv_id` of variant `variant_id` (the one a release recorded)."""
+    rows = partread.read("classes", root=tables_root, columns=["equiv_id", "variant_id", "variant", "model",
+                                                              "class_label", "hosts", "reference", "settings"],
+                         filter={"equiv_id": equiv_id, "variant_id": variant_id}).to_pylist()
+    rows.sort(key=lambda r: r["class_label"])
+    settings = json.loads(rows[0]["settings"])
+    return Analysis(equiv_id, settings, next(v for v in settings["variants"] if v["variant_id"] == variant_id), rows)
+
+
 def _model_file(an: Analysis, results_dir: Path) -> str:
     """The variant's ONNX file as equiv ran it: the path equiv recorded (relative to where it ran: tried as given and
     beside the results folder), else the latest calibrate output's variant of that name; its identity checked (a
@@ -300,3 +310,26 @@ def _decisions(tables_root: Path, an: Analysis, host: str, run: dict, fixtures: 
     for r in t.to_pylist():
         arrays[r["fixture_id"]][r["output_name"]] = tensor_from_row(r)
     return [kitcheck.served(decode.decode(spec, arrays[f])) for f in fixtures]
+
+
+# --- in a release ---------------------------------------------------------------------------------------------------
+
+def release_kits(stage: Path, record: dict, variants, tables_root: Path, count: int = DEFAULT_COUNT) -> list:
+    """kits/NAME/ in a release's staging folder for each variant an equiv analysis measured (the analysis the release
+    recorded), its model a reference to the release's artifact by SHA-256 (none retained: by SHA-256 alone); the
+    record's entries, every file with its SHA-256 (verify re-hashes them)."""
+    out = []
+    for v, vr in zip(variants, record["variants"]):
+        eid = next((t["equiv"]["equiv_id"] for t in vr["targets"] if t.get("equiv")), None)
+        if eid is None:
+            continue
+        kit = stage / "kits" / v.name
+        kit.mkdir(parents=True)
+        art = vr["artifact"]
+        ref = (f"../../{art['file']}", sha256_file(stage / art["file"])) if art["retained"] else (None, vr["raw_sha256"])
+        write_kit(kit, analysis_of(tables_root, eid, vr["variant_id"]), tables_root, count, model_file=str(v.path),
+                  model_ref=ref)
+        files = [{"file": p.relative_to(stage).as_posix(), "sha256": sha256_file(p)}
+                 for p in sorted(kit.rglob("*")) if p.is_file()]
+        out.append({"variant": v.name, "folder": f"kits/{v.name}", "equiv_id": eid, "files": files})
+    return out

@@ -79,6 +79,9 @@ def load_kit(kit: str, model_file: "str | None" = None) -> dict:
     model = expected["model"]
     if model_file:
         expected["_model_path"] = _checked_file(os.getcwd(), model_file, model["sha256"], "model")
+    elif not model["file"]:
+        raise KitError("the kit names its model by SHA-256 %s alone (the release did not retain it): give check.py "
+                       "the model file (see its help)" % model["sha256"][:16])
     else:
         expected["_model_path"] = _checked_file(kit, model["file"], model["sha256"], "model")
     for fx in expected["fixtures"]:

@@ -36,6 +36,7 @@ from quantbench.store.hostresults import load_hosts, load_outputs
 from quantbench.store.resultpaths import check_confined
 from quantbench.inputs.modelio import model_hashes, write_self_contained
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
+from quantbench.release.commission import release_kits
 from quantbench.release.bundledfiles import copy_linked, copy_plugins, copy_report_html, copy_sidecars, markdown_images
 from quantbench.textfmt import text_table
 from quantbench.inputs.variantdir import check_plain_name, inside, latest_variants, staging_folder
@@ -541,6 +542,7 @@ def _stage_release(stage: Path, record: dict, variants, results_dir: Path, scope
             (stage / "artifacts").mkdir(exist_ok=True)
             write_self_contained(v.path, _release_path(stage, vr["artifact"]["file"]))  # with its external data
     record["calibration_manifests"] = _copy_manifests(stage, variants)
+    record["kits"] = release_kits(stage, record, variants, results_dir / "tables")   # commissioning kits
     analysis = results_dir / "report.md"
     text = analysis.read_text(encoding="utf-8") if analysis.exists() else None
     report = _report(record, text)

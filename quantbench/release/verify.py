@@ -165,6 +165,9 @@ def named_files(rec) -> set[str] | None:
     for key in ("plugins", "calibration_manifests"):
         for entry in rec.get(key) or [] if isinstance(rec.get(key), list) else ():
             add(entry)
+    for kit in rec.get("kits") or [] if isinstance(rec.get("kits"), list) else ():
+        for entry in kit.get("files") or [] if isinstance(kit, dict) and isinstance(kit.get("files"), list) else ():
+            add(entry)
     return out
 
 
@@ -252,6 +255,21 @@ def check_artifacts(folder: Path, rec: dict) -> list[Check]:
             out.append(Check("artifact", v["name"], FAIL, why))
         else:
             out.append(Check("artifact", v["name"], PASS, f"raw {v['raw_sha256'][:16]}, semantic {v['semantic_sha256'][:16]}"))
+    return out
+
+
+def check_kits(folder: Path, rec: dict) -> list[Check]:
+    """Each commissioning kit (kits/NAME/): every file re-hashed against the record, one check per kit."""
+    out = []
+    for kit in rec.get("kits") or [] if isinstance(rec.get("kits"), list) else ():
+        files = kit.get("files") if isinstance(kit, dict) and isinstance(kit.get("files"), list) else None
+        if not files:
+            out.append(Check("kit", str(kit.get("folder") if isinstance(kit, dict) else kit), FAIL, "lists no files"))
+            continue
+        bad = [c for c in (_check_file(folder, f.get("file"), f.get("sha256") or "(none)", "kit") for f in files) if c.status != PASS]
+        out.append(Check("kit", kit.get("folder", ""), FAIL, f"{bad[0].item}: {bad[0].detail}") if bad else
+                   Check("kit", kit.get("folder", ""), PASS, f"{len(files)} files as recorded (check.py, expected.json, "
+                                                            "fixtures)"))
     return out
 
 
@@ -467,6 +485,7 @@ def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, 
         else:
             checks.append(Check("calibration manifest", m["name"], SKIP, "manifest was not found at release time"))
     checks += check_artifacts(folder, rec)
+    checks += check_kits(folder, rec)
     checks += check_registry(folder, rec, required=registry)
     checks += check_unnamed(folder, rec)
     if host:

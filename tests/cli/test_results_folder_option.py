@@ -9,7 +9,7 @@ from quantbench.cli.groups import TABLES_ALIAS_REMOVED_IN
 
 #: the commands that write or read the results folder
 RESULTS_COMMANDS = ("run", "equiv", "lint", "latency", "tables", "localize", "noise", "remedy", "report", "release",
-                    "verify")
+                    "verify", "commission")
 #: the ones that took --tables before --results
 OLD_TABLES = ("run", "lint", "latency", "tables", "localize", "noise", "remedy")
 

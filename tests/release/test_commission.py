@@ -193,3 +193,91 @@ def test_check_passes_in_the_emulated_pis_guest_python_with_the_pis_class(pi_res
     assert (got["result"], got["class"], got["hosts"]) == ("PASS", pi_class["label"], hosts)
     assert got["device"]["arch"] == "aarch64" and "asimddp" in got["device"]["cpu_flags"]   # a Cortex-A76
     assert got["device"]["cpu_mechanism"] == "qemu"
+
+
+def test_a_release_carries_a_kit_per_variant_and_verify_checks_it(results, tmp_path):
+    from release_helpers import release
+
+    assert release(results, "v1", "--archive") == 0
+    rel = results / "releases" / "v1"
+    rec = json.loads((rel / "release.json").read_text())
+    assert [k["folder"] for k in rec["kits"]] == ["kits/fp32", "kits/dynamic"]
+    exp = json.loads((rel / "kits" / "fp32" / "expected.json").read_text())
+    assert exp["model"]["file"] == "../../artifacts/fp32.onnx"   # the release's artifact, by reference
+    assert not (rel / "kits" / "fp32" / "model.onnx").exists()
+    r = run_check(rel / "kits" / "fp32")
+    assert (r.returncode, r.stdout) == (0, "PASS: identical to class A (x86): 5 of 5 fixtures\n"), r.stderr
+    for target in (str(rel), str(results / "releases" / "v1.tar.gz")):
+        assert main(["verify", target, "--results", str(results)]) == 0
+    fx = rel / "kits" / "dynamic" / "fixtures" / "01.bin"
+    fx.write_bytes(fx.read_bytes()[:-1] + bytes([fx.read_bytes()[-1] ^ 1]))
+    assert main(["verify", str(rel), "--results", str(results), "--json"]) == 1
+    assert run_check(rel / "kits" / "dynamic").returncode == 2
+
+
+def test_a_kit_of_a_release_without_artifacts_takes_the_model_by_hash(results, tmp_path):
+    from release_helpers import release
+
+    assert release(results, "v2", "--no-retain") == 0
+    kit = results / "releases" / "v2" / "kits" / "fp32"
+    r = run_check(kit)
+    assert r.returncode == 2 and "names its model by SHA-256" in r.stdout, r.stdout + r.stderr
+    model = str(results / "variants" / "tiny" / "fp32.onnx")
+    r = run_check(kit, "--model", model)
+    assert r.returncode == 0 and r.stdout.startswith("PASS: identical to class A (x86)"), r.stdout + r.stderr
+    r = run_check(kit, "--model", str(results / "variants" / "tiny" / "dynamic.onnx"))
+    assert r.returncode == 2 and "model" in r.stdout
+
+
+def test_a_device_without_onnxruntime_gets_one_line_and_exit_2(results, tmp_path):
+    kit = tmp_path / "kit"
+    assert commission(results, kit, "--variant", "fp32", "--count", "2") == 0
+    r = subprocess.run([sys.executable, "-c", DEVICE.replace("sys.modules['quantbench'] = None",
+                                                             "sys.modules['onnxruntime'] = None"), str(kit / "check.py")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stdout.startswith("ERROR: missing runtime: ") and r.stdout.count("\n") == 1, r
+    assert "Traceback" not in r.stderr
+
+
+def _python_3_8():
+    """A Python 3.8 interpreter that runs (on PATH, or one pyenv installed), else None."""
+    import shutil
+
+    found = [shutil.which("python3.8"), *sorted(map(str, Path.home().glob(".pyenv/versions/3.8*/bin/python3.8")))]
+    for exe in filter(None, found):
+        if subprocess.run([exe, "-c", "import sys; assert sys.version_info[:2] == (3, 8)"],
+                          capture_output=True, timeout=60).returncode == 0:
+            return exe
+    return None
+
+
+def test_check_runs_on_python_3_8(results, tmp_path):
+    """The oldest Python a kit promises: check.py and every source it carries compile there, and without numpy it
+    says so (one line, exit 2). A machine without a Python 3.8 cannot show it."""
+    py38 = _python_3_8()
+    if py38 is None:
+        pytest.skip("no Python 3.8 on this machine")
+    kit = tmp_path / "kit"
+    assert commission(results, kit, "--variant", "fp32", "--count", "2") == 0
+    code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1], run_name='kit'); "
+            "[compile(src, name, 'exec') for name, src in ns['SOURCES'].items()]; print(sorted(ns['SOURCES']))")
+    r = subprocess.run([py38, "-c", code, str(kit / "check.py")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "['decode.py', 'tensorcode.py', 'worker.py']", r.stderr
+    r = subprocess.run([py38, "-c", "import numpy"], capture_output=True, timeout=300)
+    if r.returncode == 0:
+        return   # this 3.8 has numpy: the missing-runtime line is shown by the test above
+    r = subprocess.run([py38, str(kit / "check.py")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout.startswith("ERROR: missing runtime: "), r.stdout + r.stderr
+
+
+def test_the_fixtures_alternate_those_separating_classes_and_those_nearest_the_threshold():
+    from quantbench.release.commission import choose_fixtures
+
+    ids = ["a", "b", "c", "d", "e"]
+    one = {f: {"out": f} for f in ids}
+    other = {f: {"out": "x" if f in ("d", "e") else f} for f in ids}   # the classes differ on d and e only
+    margins = {"a": 0.5, "b": 0.01, "c": 0.2, "d": 0.3, "e": 0.4}
+    assert choose_fixtures(ids, [one, other], margins, 4) == [
+        ("d", "separates classes"), ("b", "near the threshold (margin 0.01)"), ("e", "separates classes"),
+        ("c", "near the threshold (margin 0.2)")]
+    assert [f for f, _ in choose_fixtures(ids, [one], {}, 9)] == ids   # no decisions, one class: by id, all of them
