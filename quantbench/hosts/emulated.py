@@ -74,6 +74,21 @@ class Preset:
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     intra_op_threads: int = 1
     device: str = ""
+    #: the SVE and SME streaming vector lengths (bits; 0: none) the guest must show, read by prctl at setup and in
+    #: every fingerprint: MLAS's SVE kernels and KleidiAI's SME ones follow them, and qemu's `max` defaults to
+    #: 512-bit SVE, which no shipping core has
+    sve_bits: int = 0
+    sme_bits: int = 0
+
+    @property
+    def cpu_option(self) -> str:
+        """qemu's -cpu value: the model, with the vector lengths pinned where they are not the model's own."""
+        return cpu_option(self.qemu_cpu, self.sve_bits, self.sme_bits)
+
+    @property
+    def vector_text(self) -> str:
+        """'SVE 128-bit, SME 512-bit' ('' for a core with neither)."""
+        return ", ".join(f"{what} {bits}-bit" for what, bits in (("SVE", self.sve_bits), ("SME", self.sme_bits)) if bits)
 
     @property
     def midr_text(self) -> str:
@@ -82,11 +97,60 @@ class Preset:
         return f"implementer 0x{self.implementer:02x}, variant 0x{self.variant:x}, part 0x{self.part:03x}, revision {self.revision}"
 
 
-def _arm(name, cpu, desc, variant, part, revision, expect, absent, min_qemu=(7, 2, 0), threads=4, device="") -> Preset:
-    hint = (f"aarch64; CPU implementer 0x41, CPU part 0x{part:03x}, variant 0x{variant:x}, revision {revision}; "
-            f"features include {', '.join(expect)}" + (f"; no {', '.join(absent)}" if absent else ""))
-    return Preset(name, "aarch64", cpu, desc, 0x41, variant, part, revision, min_qemu, hint, tuple(expect), tuple(absent),
-                  intra_op_threads=threads, device=device)
+#: SVE/SME vector lengths (bits) a qemu CPU model can run and the ones qemu-user gives it by default: named cores
+#: have their silicon's lengths (qemu silently keeps 128 when neoverse-n2 is asked for 256), `max` any power of two
+#: from 128 to 2048 (measured with qemu-user 10.0.13; prctl inside the guest)
+_ANY = (128, 256, 512, 1024, 2048)
+CORE_VECTORS = {"neoverse-v1": ((128, 256), 256, (), 0), "neoverse-n2": ((128,), 128, (), 0),
+                "cortex-a710": ((128,), 128, (), 0), "a64fx": ((128, 256, 512), 512, (), 0),
+                "max": (_ANY, 512, _ANY, 256)}
+
+
+def vector_lengths(qemu_cpu: str) -> tuple[tuple, tuple]:
+    """(SVE lengths, SME lengths) qemu model `qemu_cpu` can run, in bits; () where it has none."""
+    sve, _, sme, _ = CORE_VECTORS.get(qemu_cpu, ((), 0, (), 0))
+    return sve, sme
+
+
+def cpu_option(qemu_cpu: str, sve_bits: int, sme_bits: int) -> str:
+    """`qemu_cpu` with sve-/sme-default-vector-length (bytes) where the lengths differ from the model's defaults."""
+    _, sve_default, _, sme_default = CORE_VECTORS.get(qemu_cpu, ((), 0, (), 0))
+    props = [f"{what}-default-vector-length={bits // 8}" for what, bits, default
+             in (("sve", sve_bits, sve_default), ("sme", sme_bits, sme_default)) if bits and bits != default]
+    return ",".join([qemu_cpu, *props])
+
+
+VECTOR_KEYS = ("sve_vector_bits", "sme_vector_bits")
+
+
+def check_vector_bits(preset_name: str, options: dict, where: str) -> dict:
+    """The vector lengths a hosts file sets for an emulated host (`sve_vector_bits`, `sme_vector_bits`), checked
+    against what the preset's qemu model can run (qemu would silently run another length); a one-line UserError at
+    `where` (the hosts file's line and host) naming the key otherwise. Returns {key: bits} of the keys set."""
+    p = preset(preset_name)
+    out = {}
+    for key, what, lengths in zip(VECTOR_KEYS, ("SVE", "SME"), vector_lengths(p.qemu_cpu)):
+        if key not in options:
+            continue
+        value = options[key]
+        if not lengths:
+            raise UserError(f"{where}: {key} = {value!r}: preset {p.name} (qemu -cpu {p.qemu_cpu}) has no {what}")
+        if isinstance(value, bool) or not isinstance(value, int) or value not in lengths:
+            can = " or ".join([", ".join(map(str, lengths[:-1])), str(lengths[-1])] if len(lengths) > 1 else [str(lengths[0])])
+            raise UserError(f"{where}: {key} = {value!r}: preset {p.name} (qemu -cpu {p.qemu_cpu}) runs {what} at "
+                            f"{can} bits" + ("" if len(lengths) > 1 else " only"))
+        out[key] = value
+    return out
+
+
+def _arm(name, cpu, desc, variant, part, revision, expect, absent, min_qemu=(7, 2, 0), threads=4, device="",
+         sve=0, sme=0, implementer=0x41) -> Preset:
+    vectors = ", ".join(f"{w} {b}-bit" for w, b in (("SVE", sve), ("SME", sme)) if b)
+    hint = (f"aarch64; CPU implementer 0x{implementer:02x}, CPU part 0x{part:03x}, variant 0x{variant:x}, revision "
+            f"{revision}; features include {', '.join(expect)}" + (f"; no {', '.join(absent)}" if absent else "")
+            + (f"; vector lengths {vectors}" if vectors else ""))
+    return Preset(name, "aarch64", cpu, desc, implementer, variant, part, revision, min_qemu, hint, tuple(expect),
+                  tuple(absent), intra_op_threads=threads, device=device, sve_bits=sve, sme_bits=sme)
 
 
 def _x86(name, cpu, desc, expect, absent) -> Preset:
@@ -111,7 +175,28 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
          0x4, 0xd0c, 1, ("asimd", "asimddp"), ("sve", "i8mm"), device="c6g.xlarge: 4 vCPUs, one core each"),
     _arm("graviton3", "neoverse-v1", "AWS Graviton3 (Neoverse-V1): SVE, int8 matrix multiply, bf16",
          0x1, 0xd40, 2, ("asimd", "asimddp", "sve", "i8mm", "bf16"), (), min_qemu=(8, 1, 0),
-         device="c7g.xlarge: 4 vCPUs, one core each"),
+         device="c7g.xlarge: 4 vCPUs, one core each", sve=256),
+    # Armv9 and later. qemu 10.0 has no Neoverse-V2 or Cortex-A78AE model: a stand-in with the same features MLAS
+    # dispatches on (HWCAP bits and the vector lengths; the core's MIDR only picks narrow-load variants on
+    # A53/A55) gives the same bytes (docs/hosts.md, "ARM generations"; checked where qemu has two models of one
+    # feature set: neoverse-n2, cortex-a710 and max at 128-bit SVE without SME agree).
+    _arm("graviton4", "neoverse-n2", "AWS Graviton4 / Google Axion (Neoverse-V2; stand-in Neoverse-N2, the same "
+         "features): SVE2 128-bit, int8 matrix multiply, bf16", 0x0, 0xd49, 3,
+         ("asimd", "asimddp", "sve", "sve2", "i8mm", "bf16"), ("sme",), min_qemu=(8, 1, 0),
+         device="AWS Graviton4 c8g.xlarge (Neoverse-V2): 4 vCPUs, one core each", sve=128),
+    _arm("orin", "cortex-a76", "NVIDIA Jetson Orin (Cortex-A78AE; stand-in Cortex-A76, the same features): NEON + "
+         "dot product + fp16, no SVE", 0x4, 0xd0b, 1, ("asimd", "asimddp", "asimdhp"), ("sve", "i8mm", "bf16"),
+         threads=6, device="NVIDIA Jetson Orin Nano 8GB (Cortex-A78AE): 6 cores"),
+    _arm("phone-sme2", "max", "Armv9.2 phone big core (Arm C1-Ultra class): SVE2 128-bit + SME with a 512-bit "
+         "streaming vector length, where KleidiAI's SME kernels replace MLAS's (qemu's max; qemu 10.0 shows SME, not "
+         "SME2)", 0x0, 0x051, 0, ("asimd", "asimddp", "sve", "sve2", "i8mm", "bf16", "sme"), (), min_qemu=(10, 0, 0),
+         threads=8, device="MediaTek Dimensity 9500 phone (Arm C1 cores, SME2): 8 cores", sve=128, sme=512,
+         implementer=0x00),
+    _arm("docker-arm64", "max", "an arm64 container on an x86 machine (binfmt runs it under qemu's max with its "
+         "defaults): SVE 512-bit + SME 256-bit, which no shipping device has", 0x0, 0x051, 0,
+         ("asimd", "asimddp", "sve", "sve2", "i8mm", "bf16", "sme"), (), min_qemu=(10, 0, 0),
+         device="no shipping device: the CPU an arm64 container runs on an x86 machine (docker --platform "
+         "linux/arm64 under binfmt); 4 vCPUs", sve=512, sme=256, implementer=0x00),
     dataclasses.replace(_arm("pi-xnnpack", "cortex-a76", "Raspberry Pi 5 (Cortex-A76), Debian trixie's onnxruntime "
                              "1.21.0: XNNPACK, then the CPU provider", 0x4, 0xd0b, 1, ("asimd", "asimddp"),
                              ("sve", "i8mm")),
@@ -253,9 +338,11 @@ def version_text(v: Sequence[int]) -> str:
 # --------------------------------------------------------------------------- readiness
 
 
-def ready(preset_name: str, rt: runtimes.Runtime | None = None, name: str | None = None) -> tuple[bool, str]:
+def ready(preset_name: str, rt: runtimes.Runtime | None = None, name: str | None = None,
+          cpu: str | None = None) -> tuple[bool, str]:
     """Whether qemu, the arm64 root and the runtime (wheels or a Debian root) are in place for a preset under
-    runtime `rt` (None: the preset's own); if not, what is missing. `name`: the host the fix names."""
+    runtime `rt` (None: the preset's own); if not, what is missing. `name`: the host the fix names; `cpu`: its
+    -cpu value (None: the preset's)."""
     p = preset(preset_name)
     fix = f"run `quantbench hosts setup {name or preset_name}`"
     qemu, source = qemu_binary(p.arch)
@@ -280,7 +367,7 @@ def ready(preset_name: str, rt: runtimes.Runtime | None = None, name: str | None
     if stamp.get("qemu") != str(qemu) or stamp.get("qemu_version") != version_text(version):
         return False, (f"the CPU prefix for {preset_name} was made for another qemu "
                        f"({stamp.get('qemu')} {stamp.get('qemu_version')}); {fix}")
-    return True, f"ready: qemu {version_text(version)} -cpu {p.qemu_cpu}" + (f" ({p.midr_text})" if p.part is not None else "")
+    return True, f"ready: qemu {version_text(version)} -cpu {cpu or p.cpu_option}" + (f" ({p.midr_text})" if p.part is not None else "")
 
 
 def _runtime_missing(rt: runtimes.Runtime) -> str:
@@ -305,20 +392,20 @@ def require_ready(preset_name: str, rt: runtimes.Runtime | None = None) -> None:
 # --------------------------------------------------------------------------- commands
 
 
-def python_command(preset_name: str, qemu_args: Sequence[str] = (),
-                   rt: runtimes.Runtime | None = None) -> tuple[list[str], dict[str, str]]:
+def python_command(preset_name: str, qemu_args: Sequence[str] = (), rt: runtimes.Runtime | None = None,
+                   cpu: str | None = None) -> tuple[list[str], dict[str, str]]:
     """argv starting a Python under qemu-user for the preset (append the script and its args), and its env.
 
     `qemu_args` are extra qemu options (e.g. `-d in_asm,nochain -D LOG`); they go
-    before the guest program; `rt`: the runtime (None: the preset's own). The env is a
-    full environment for subprocess.
+    before the guest program; `rt`: the runtime (None: the preset's own); `cpu`: the -cpu value (None: the
+    preset's, vector lengths pinned). The env is a full environment for subprocess.
     """
     rt = rt or runtime_of(preset_name)
     require_ready(preset_name, rt)
     p = preset(preset_name)
     qemu, _ = qemu_binary(p.arch)
     env = {k: v for k, v in without_process_mask(dict(os.environ)).items() if not k.startswith("QEMU_")}
-    argv = [str(qemu), "-cpu", p.qemu_cpu, "-L", str(prefix_dir(preset_name, rt)), *map(str, qemu_args)]
+    argv = [str(qemu), "-cpu", cpu or p.cpu_option, "-L", str(prefix_dir(preset_name, rt)), *map(str, qemu_args)]
     if p.arch == "aarch64":
         for key in ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "VIRTUAL_ENV", "PYTHONPATH"):
             env.pop(key, None)
@@ -401,15 +488,53 @@ class EmulatedHost(ProcessHost):
         """The onnxruntime this host carries (its options, else its preset's)."""
         return runtime_of(self.preset, self.options)
 
+    @property
+    def vector_bits(self) -> dict:
+        """{"sve_vector_bits", "sme_vector_bits"} the guest must have: the hosts file's, else the preset's."""
+        p = preset(self.preset)
+        own = {"sve_vector_bits": p.sve_bits, "sme_vector_bits": p.sme_bits} if p.arch == "aarch64" else {}
+        return {k: int(self.options.get(k, v)) for k, v in own.items()}
+
+    @property
+    def cpu(self) -> str:
+        """qemu's -cpu value for this host (its vector lengths pinned)."""
+        p = preset(self.preset)
+        bits = self.vector_bits
+        return cpu_option(p.qemu_cpu, bits["sve_vector_bits"], bits["sme_vector_bits"]) if bits else p.cpu_option
+
+    def fingerprint_problem(self, fingerprint: dict) -> str | None:
+        """Why the guest is not the CPU this host stands for: a feature of the preset missing (or one it must
+        not have), or vector lengths other than the pinned ones, as the worker read them inside the guest."""
+        p = preset(self.preset)
+        ident = fingerprint.get("identity", {})
+        if p.arch != "aarch64" or ident.get("arch") != "aarch64":
+            return None
+        seen = set(ident.get("isa_flags") or [])
+        missing = [f for f in p.expect_features if f not in seen]
+        extra = [f for f in p.absent_features if f in seen]
+        got = {k: ident.get(k, 0) for k in VECTOR_KEYS}
+        if missing or extra or got != self.vector_bits:
+            return (f"the guest on qemu -cpu {self.cpu} is not {p.name}'s CPU: "
+                    + "; ".join(x for x in (f"it lacks {', '.join(missing)}" if missing else "",
+                                            f"it has {', '.join(extra)}" if extra else "",
+                                            "" if got == self.vector_bits else
+                                            f"its vector lengths are SVE {got['sve_vector_bits']} and SME "
+                                            f"{got['sme_vector_bits']} bits, not {self.vector_bits['sve_vector_bits']} "
+                                            f"and {self.vector_bits['sme_vector_bits']}") if x)
+                    + f"; run `quantbench hosts setup {self.name}` again")
+        return None
+
     def ready(self):
         if self.preset not in PRESETS:
             return False, f"unknown emulated preset {self.preset!r}; presets: {', '.join(sorted(PRESETS))}"
-        ok, msg = ready(self.preset, self.runtime, self.name)
+        ok, msg = ready(self.preset, self.runtime, self.name, self.cpu)
         rt = self.runtime
-        return ok, msg + (f"; {rt.describe()}" if ok and (rt.debian or rt.version) else "")
+        device = preset(self.preset).device
+        return ok, (msg + (f"; {rt.describe()}" if ok and (rt.debian or rt.version) else "")
+                    + (f"; stands for {device}" if device else ""))
 
     def command(self):
-        argv, env = python_command(self.preset, tuple(self.options.get("qemu_args", ())), self.runtime)
+        argv, env = python_command(self.preset, tuple(self.options.get("qemu_args", ())), self.runtime, self.cpu)
         # python_command returns the guest's full environment (no host PYTHONPATH, no QEMU_* leaking in)
         full = dict(env) if env else {k: v for k, v in without_process_mask(dict(os.environ)).items()
                                       if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
@@ -427,7 +552,7 @@ class EmulatedHost(ProcessHost):
         written to `log`): the instructions it ran, and where onnxruntime's code lies in the guest
         (hosts.trace.run_probe; read by quantbench.explain.evidence)."""
         def command(script):
-            argv, env = python_command(self.preset, ["-d", "in_asm", "-D", str(log)], self.runtime)
+            argv, env = python_command(self.preset, ["-d", "in_asm", "-D", str(log)], self.runtime, self.cpu)
             return argv + list(script), env
         return run_probe(label, command, model_path, fixtures, session, timeout)
 

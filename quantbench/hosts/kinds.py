@@ -42,6 +42,8 @@ class HostKind:
     word_options: tuple = ()
     #: options that are lists of strings (arguments passed on)
     list_options: tuple = ()
+    #: options that are whole numbers (checked by the kind's `complete`)
+    int_options: tuple = ()
     #: options that may be one path or a non-empty list of paths
     path_lists: tuple = ()
     #: (host name, options, where, hosts file's folder) -> (kind, options): the options completed and checked
@@ -94,6 +96,7 @@ def _emulated(name: str, opts: dict, where: str, base: Path) -> tuple[str, dict]
     if opts["preset"] not in presets:
         raise UserError(f"{where}: host {name!r}: unknown preset {opts['preset']!r}; presets: {', '.join(presets)}")
     check_runtime("emulated", opts, f"{where}: host {name!r}")
+    emulated.check_vector_bits(opts["preset"], opts, f"{where}: host {name!r}")
     return "", opts
 
 
@@ -127,8 +130,9 @@ def _imported(name: str, opts: dict, where: str, base: Path) -> tuple[str, dict]
 KINDS = {k.name: k for k in (
     HostKind("local", "quantbench.hosts.local:LocalHost", (), ("python", "onnxruntime", "runtime"),
              complete=_local, installs_runtime=True, on_this_cpu=True, this_machine=True, setup_as="runtime"),
-    HostKind("emulated", "quantbench.hosts.emulated:EmulatedHost", (), ("preset", "qemu_args", "onnxruntime", "runtime"),
-             list_options=("qemu_args",), complete=_emulated, installs_runtime=True, tier_kind=True,
+    HostKind("emulated", "quantbench.hosts.emulated:EmulatedHost", (),
+             ("preset", "qemu_args", "onnxruntime", "runtime") + emulated.VECTOR_KEYS,
+             list_options=("qemu_args",), int_options=emulated.VECTOR_KEYS, complete=_emulated, installs_runtime=True, tier_kind=True,
              setup_as="qemu-root"),
     HostKind("ssh", "quantbench.hosts.ssh:SSHHost", ("address",), ("python", "ssh_options", "ssh", "tier"),
              word_options=(("address", "the destination (user@host or an ssh config alias)"),

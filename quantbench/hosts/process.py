@@ -341,7 +341,7 @@ EVERY_KIND = ("model_by_path", "runs_workers", "traces_instructions", "local_pid
               "ready", "describe", "recorded_session", "latency_refusal")
 WORKER_KIND = ("command", "start", "uses_local_cores", "runs_on_cluster", "died_message", "job_death_message",
                "version_policy", "start_failure", "fingerprint_cache_parts", "max_workers", "close_connection",
-               "can_fork", "reads_input_store")
+               "can_fork", "reads_input_store", "fingerprint_problem")
 
 
 @dataclass
@@ -355,7 +355,7 @@ class ProcessHost:
     (EVERY_KIND). A kind that starts workers (runs_workers) subclasses this class and writes `command` (how
     its worker starts) and whatever else differs from the defaults below: uses_local_cores, runs_on_cluster,
     `died_message`, `job_death_message`, `version_policy`, `start_failure`, `fingerprint_cache_parts`,
-    `max_workers`, `close_connection`, `can_fork`, `reads_input_store` (WORKER_KIND). A kind that starts
+    `max_workers`, `close_connection`, `can_fork`, `reads_input_store`, `fingerprint_problem` (WORKER_KIND). A kind that starts
     none (imported) sets runs_workers False and writes only the first set.
     """
 
@@ -431,6 +431,11 @@ class ProcessHost:
 
     def latency_refusal(self) -> str | None:
         """Why a time measured on this host is not a device latency (None: it is)."""
+        return None
+
+    def fingerprint_problem(self, fingerprint: dict) -> str | None:
+        """Why a worker's fingerprint is not the CPU this host stands for (an emulated preset's features and
+        vector lengths); None: nothing to check, or it is."""
         return None
 
     def max_workers(self, fingerprint: dict) -> int:

@@ -191,6 +191,8 @@ def _check_options(name: str, kind: str, opts: dict, where: str) -> None:
         if key in entry.path_lists and isinstance(value, list):  # the shards of one run
             if not value or not all(isinstance(v, str) and v for v in value):
                 raise UserError(f"{where}: host {name!r}: {key} must be a path or a list of paths (got {value!r:.40})")
+        elif key in entry.int_options:  # its kind's `complete` checks the number
+            continue
         elif key not in entry.list_options and not isinstance(value, str):
             raise UserError(f"{where}: host {name!r}: {key} must be a string (got {value!r:.40})")
         elif key not in entry.list_options and not value.strip():

@@ -88,6 +88,10 @@ class HostSession:
             self.kill()
             raise UserError(f"host {self.label}: the worker sent no fingerprint")
         self.fingerprint, self.fingerprint_id = self.frame["fingerprint"], self.frame["fingerprint_id"]
+        problem = self.host.fingerprint_problem(self.fingerprint)
+        if problem:
+            self.kill()
+            raise UserError(f"host {self.label}: {problem}")
         self.providers = self.fingerprint["identity"].get("resolved_providers", [])
         return self
 

@@ -586,6 +586,12 @@ try:
     out["cpuinfo"] = open("/proc/cpuinfo").read()
 except OSError:
     out["cpuinfo"] = ""
+if platform.machine() == "aarch64":  # PR_SVE_GET_VL, PR_SME_GET_VL: the vector lengths in bits, 0 when absent
+    import ctypes
+    prctl = ctypes.CDLL(None).prctl
+    for key, option in (("sve_vector_bits", 51), ("sme_vector_bits", 64)):
+        got = prctl(option, 0, 0, 0, 0)
+        out[key] = (got & 0xffff) * 8 if got > 0 else 0
 if platform.machine() in ("x86_64", "AMD64"):
     import ctypes, mmap
     code = bytes([0x53, 0x49, 0x89, 0xd0, 0x89, 0xf8, 0x89, 0xf1, 0x0f, 0xa2, 0x41, 0x89, 0x00,
@@ -650,13 +656,17 @@ def x86_cpuinfo(cpuid: dict, cpus: int) -> tuple[str, list[str]]:
     return "".join(f"processor\t: {i}\n{block}\n" for i in range(cpus)), flags
 
 
-def _check_seen(p: E.Preset, seen_cpuinfo: str, features: list[str]) -> None:
-    """The guest must see the preset's identity and features, or the prefix is wrong."""
+def _check_seen(p: E.Preset, seen_cpuinfo: str, features: list[str], vectors: dict | None = None) -> None:
+    """The guest must see the preset's identity, features and (ARM) vector lengths, or the prefix is wrong."""
     missing = [f for f in p.expect_features if f not in features]
     extra = [f for f in p.absent_features if f in features]
     if missing or extra:
-        raise SetupError(f"{p.name}: the guest on qemu -cpu {p.qemu_cpu} sees features {' '.join(features)}; "
+        raise SetupError(f"{p.name}: the guest on qemu -cpu {p.cpu_option} sees features {' '.join(features)}; "
                          f"expected {' '.join(p.expect_features)} and none of {' '.join(p.absent_features)}")
+    want = {"sve_vector_bits": p.sve_bits, "sme_vector_bits": p.sme_bits}
+    if vectors is not None and {k: vectors.get(k, 0) for k in want} != want:
+        raise SetupError(f"{p.name}: the guest on qemu -cpu {p.cpu_option} has SVE {vectors.get('sve_vector_bits', 0)} "
+                         f"and SME {vectors.get('sme_vector_bits', 0)} bits, not {p.sve_bits} and {p.sme_bits}")
     if p.part is not None and f"CPU part\t: 0x{p.part:03x}" not in seen_cpuinfo:
         got = re.search(r"CPU part\s*:\s*(\S+)", seen_cpuinfo)
         raise SetupError(f"{p.name}: the guest /proc/cpuinfo shows CPU part {got.group(1) if got else 'none'}, "
@@ -678,10 +688,10 @@ def _probe_guest(name: str, p, binary: str, tmp: Path, env: dict, cpus: int, pro
         if rt is None:
             env["PYTHONPATH"] = str(E.site_dir())
         env["PYTHONNOUSERSITE"] = "1"
-        argv = [binary, "-cpu", p.qemu_cpu, "-L", str(tmp), str(E.guest_python(rt))]
+        argv = [binary, "-cpu", p.cpu_option, "-L", str(tmp), str(E.guest_python(rt))]
         # First pass without onnxruntime (which would crash on qemu 7.2 without an ARM cpuinfo):
         # the HWCAP bits qemu gives this CPU model become the cpuinfo Features line.
-        _say(progress, f"{name}: probing qemu -cpu {p.qemu_cpu} ...")
+        _say(progress, f"{name}: probing qemu -cpu {p.cpu_option} ...")
         seen = run_probe(argv, env, import_ort=False)
         features = arm_features(seen.get("hwcap", 0), seen.get("hwcap2", 0))
         return argv, arm_cpuinfo(p, features, cpus), features
@@ -694,7 +704,7 @@ def _probe_guest(name: str, p, binary: str, tmp: Path, env: dict, cpus: int, pro
 
 def _prefix_key(p: E.Preset, binary: str, version: str, rt: R.Runtime | None) -> dict:
     """What a prefix is made from (a change remakes it): qemu, the CPU model, the root (and the default site)."""
-    key = {"qemu": binary, "qemu_version": version, "qemu_cpu": p.qemu_cpu, "midr": p.midr_text}
+    key = {"qemu": binary, "qemu_version": version, "qemu_cpu": p.cpu_option, "midr": p.midr_text}
     if p.arch != "aarch64":
         return dict(key, root=None, site=sys.executable)
     if rt is not None and rt.debian:
@@ -722,7 +732,7 @@ def ensure_prefix(name: str, qemu: dict, progress: bool, actions: list[str], rt:
     def publish(stamp: dict) -> dict:
         atomic_write_json(E.stamp_path(final), stamp)
         failure = f"; onnxruntime does not start there ({stamp['import_failure']})" if stamp["import_failure"] else ""
-        actions.append(f"{name}: prefix {final} for qemu {version} -cpu {p.qemu_cpu}; guest /proc/cpuinfo from "
+        actions.append(f"{name}: prefix {final} for qemu {version} -cpu {p.cpu_option}; guest /proc/cpuinfo from "
                        f"{stamp['cpuinfo_source']}; features {' '.join(stamp['features'])}{failure} "
                        f"({time.monotonic() - t0:.0f} s)")
         return stamp
@@ -756,11 +766,13 @@ def _verify_import(name: str, p: E.Preset, argv: list, env: dict, rt: R.Runtime 
         if rt is None or exc.returncode != -signal.SIGILL:
             raise
         check = dict(run_probe(argv, env, import_ort=False), import_failure="SIGILL at import")
+    vectors = None
     if p.arch == "aarch64":
         seen_features = arm_features(check.get("hwcap", 0), check.get("hwcap2", 0))
+        vectors = check
     else:
         seen_features = (re.search(r"^flags\s*:\s*(.*)$", check["cpuinfo"], re.M) or [None, ""])[1].split()
-    _check_seen(p, check["cpuinfo"], seen_features)
+    _check_seen(p, check["cpuinfo"], seen_features, vectors)
     want = rt.ort_version() if rt is not None else local_ort_version()
     if p.arch == "aarch64" and not check.get("import_failure") and not R.same_version(check.get("onnxruntime"), want):
         raise SetupError(f"{name}: the guest imported onnxruntime {check.get('onnxruntime')}, not {want}")

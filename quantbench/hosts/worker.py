@@ -391,6 +391,31 @@ def masked_problem(flags, numpy_features, ort_traps: int) -> "str | None":
     return None
 
 
+PR_SVE_GET_VL, PR_SME_GET_VL = 51, 64  # linux/prctl.h (arm64 only)
+
+
+def vector_bits(option: int) -> int:
+    """The SVE (PR_SVE_GET_VL) or SME streaming (PR_SME_GET_VL) vector length this process has, in bits, read
+    from the kernel (or qemu-user) by prctl: MLAS's SVE kernels and KleidiAI's SME ones follow it, and a CPU
+    model's name does not fix it (qemu's `max` defaults to 512-bit SVE). 0 when the CPU or kernel has none."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        got = prctl(option, 0, 0, 0, 0)
+    except (AttributeError, OSError):
+        return 0
+    return (got & 0xffff) * 8 if got > 0 else 0
+
+
+def arm_vector_lengths(arch: str) -> dict:
+    """{"sve_vector_bits", "sme_vector_bits"} of an aarch64 process (0 when absent); {} on other architectures,
+    so their fingerprints stay as they were."""
+    if arch.lower() not in ("aarch64", "arm64"):
+        return {}
+    return {"sve_vector_bits": vector_bits(PR_SVE_GET_VL), "sme_vector_bits": vector_bits(PR_SME_GET_VL)}
+
+
 def _libc() -> str:
     try:
         lib, ver = platform.libc_ver()
@@ -493,6 +518,7 @@ def collect_fingerprint(session: "dict | None" = None, resolved_providers=None, 
         "session_readback": session_readback or {},
         "resolved_providers": list(resolved_providers or []),
     }
+    identity.update(arm_vector_lengths(arch))
     info = {
         "hostname": platform.node(),
         "kernel": platform.release(),
