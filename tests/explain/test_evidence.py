@@ -41,6 +41,12 @@ KNOWN = {
     0x2518E3EF: "SVE",                       # ptrue p15.b
     0x2559E145: "SVE",                       # ptrues p5.h, vl32
     0xA540A000: "SVE",                       # ld1w {z0.s}, p0/z, [x0]
+    0x80800000: "SME",                       # fmopa za0.s, p0/m, p0/m, z0.s, z0.s
+    0xE0800000: "SME",                       # ld1w {za0h.s[w12, 0]}, p0/z, [x0, x0, lsl #2]
+    0xC00800FF: "SME",                       # zero {za}
+    0xD503477F: "SMSTART/SMSTOP",            # smstart
+    0xD503467F: "SMSTART/SMSTOP",            # smstop
+    0xD503437F: "SMSTART/SMSTOP",            # smstart sm
 }
 NOT_TRACKED = [
     0x0E22E020,  # pmull v0.8h, v1.8b, v2.8b (same group as smull, opcode 1110)
@@ -164,6 +170,9 @@ def test_verdicts_use_the_decoder_family_names():
     assert "dot-product" in ev("aarch64", "UDOT (by element)", "UADALP").verdict()
     assert "matrix-multiply" in ev("aarch64", "SMMLA", "UDOT (vector)").verdict()
     assert "plain NEON" in ev("aarch64", "SMULL (8-bit)", "SADALP").verdict()
+    sme = ev("aarch64", "SMSTART/SMSTOP", "SME", "SVE", "SMMLA").verdict()
+    assert sme.startswith("int8 matrix-multiply") and "KleidiAI SME kernels" in sme and sme.endswith("SVE kernels")
+    assert "KleidiAI" not in ev("aarch64", "SVE", "UDOT (vector)").verdict()
     assert "VNNI" in ev("x86_64", "VPDPBUSD", "VPMADDUBSW").verdict()
     assert "saturate" in ev("x86_64", "VPMADDUBSW", "PMADDWD").verdict()
     assert "exact" in ev("x86_64", "PMADDWD").verdict()
@@ -180,3 +189,13 @@ def test_hosts_without_a_translation_log_are_skipped_with_a_note(tmp_path):
     assert notes == [f"evidence: {h} is a {k} host; instruction evidence needs qemu's translation log "
                      f"(an emulated host), skipped" for h, k in (("x86", "local"), ("lab", "ssh"))]
     assert not (tmp_path / "t").exists()
+
+
+def test_the_aarch64_wheels_kleidiai_entry_points_are_named_from_its_bytes():
+    """The wheel's symbol table is stripped; the RTTI names of KleidiAI's thread-pool lambdas name its entry points."""
+    from quantbench.explain.evidence import kleidiai_entry_points
+
+    blob = (b"\0*ZN11ArmKleidiAI13MlasGemmBatchE15CBLAS_TRANSPOSES0_mmmPK22MLAS_SGEMM_DATA_PARAMSEUllE_\0"
+            b"*ZN11ArmKleidiAI21MlasDynamicQGemmBatchERK32MLAS_GEMM_DYN_QUANT_SHAPE_PARAMSEUllE0_\0")
+    assert kleidiai_entry_points(blob) == ["ArmKleidiAI::MlasDynamicQGemmBatch", "ArmKleidiAI::MlasGemmBatch"]
+    assert kleidiai_entry_points(b"\0MlasGemmBatch\0") == []

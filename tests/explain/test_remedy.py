@@ -25,8 +25,10 @@ def test_build_remedies_offline(workdir):
     rvs = build_remedies(base, fp32, workdir / "rem", {"activation_type": "u8", "weight_type": "s8"},
                          workdir / "base.ranges.json")
     by = {r.remedy: r for r in rvs}
-    assert list(by) == ["baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8"]
+    assert list(by) == ["baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8", "disable_kleidiai"]
     assert by["x64quantprecision"].config_entries == {"session.x64quantprecision": "1"}
+    assert by["disable_kleidiai"].config_entries == {"mlas.disable_kleidiai": "1"}
+    assert by["disable_kleidiai"].path == base
     assert by["reduce_range"].path is not None and "ranges from base.ranges.json" in by["reduce_range"].note
     # the lint predicts the split and that reduce_range removes it
     assert lint_model(base)[0].tiers == ["x86-vpmaddubsw"]
