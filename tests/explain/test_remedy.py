@@ -98,3 +98,23 @@ def test_a_remedy_onnxruntime_cannot_build_is_a_row(workdir):
     assert bad.note.startswith("onnxruntime cannot make this session on x86: ")
     assert "Attempt to replace the existing tensor" in bad.note and "\n" not in bad.note
     assert "onnxruntime cannot make this session on x86" in table(rows)
+
+
+def test_disabling_kleidiai_is_tried_only_where_a_host_has_sme():
+    """mlas.disable_kleidiai changes nothing without SME (KleidiAI's SME kernels run nowhere else): on such a fleet
+    the remedy is a row saying so, on a fleet with an SME host it runs."""
+    from types import SimpleNamespace
+
+    from quantbench.explain.remedy import RemedyVariant, _not_here
+
+    rv = RemedyVariant("disable_kleidiai", "v.onnx", {"mlas.disable_kleidiai": "1"}, "same model, session config "
+                       "mlas.disable_kleidiai=1 (MLAS's kernels, not KleidiAI's SME ones)")
+
+    def worker(*flags):
+        return SimpleNamespace(fingerprint={"identity": {"isa_flags": list(flags)}})
+
+    skipped = _not_here(rv, [worker("asimd", "asimddp"), worker("avx2", "fma")])
+    assert skipped.path is None and skipped.note.startswith("not tried: no host here has SME")
+    assert _not_here(rv, [worker("asimd"), worker("asimd", "sve", "sme")]) is rv
+    other = RemedyVariant("x64quantprecision", "v.onnx", {"session.x64quantprecision": "1"})
+    assert _not_here(other, [worker("asimd")]) is other
