@@ -137,6 +137,33 @@ def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
 
 
 @pytest.mark.slow
+def test_the_sme_phone_runs_kleidiais_sme_kernels_and_its_sve_twin_does_not(workdir):
+    """The fp32 demo classifier (1 fixture) on phone-sme2 and graviton4: SME instructions (KleidiAI's kernels, named
+    with the entry points the wheel carries) on the phone only; with mlas.disable_kleidiai=1 none on the phone."""
+    from quantbench.inputs.assets import demo_model, DEMO_CLASSIFIER
+    from quantbench.hosts import emulated as EM
+    from quantbench.explain.evidence import ARM_SME, collect, table
+    from quantbench.explain.localize import parallel
+    from explain_helpers import classifier_fixtures
+
+    for p in ("phone-sme2", "graviton4"):
+        ok, msg = EM.ready(p)
+        if not ok:
+            missing_setup(f"emulated host {p} not set up: {msg}")
+    model = demo_model(DEMO_CLASSIFIER)
+    fx = classifier_fixtures(model, 1)
+    off = {"config_entries": {"mlas.disable_kleidiai": "1"}}
+    phone, twin, phone_off = parallel(lambda a: collect(a[0], emulated_host(a[0]), model, fx, a[1]),
+                                      [("phone-sme2", None), ("graviton4", None), ("phone-sme2", off)])
+    assert phone.has(ARM_SME) and phone.has(("SVE",)), phone.families
+    assert "KleidiAI SME kernels" in phone.verdict()
+    assert "ArmKleidiAI::MlasGemmBatch" in phone.kleidiai
+    assert "its onnxruntime runs them from ArmKleidiAI::" in table([phone, twin])
+    assert not twin.has(ARM_SME) and "KleidiAI" not in twin.verdict()
+    assert not phone_off.has(ARM_SME), phone_off.families
+
+
+@pytest.mark.slow
 def test_avx2_shows_vpmaddubsw(workdir):
     """The saturating U8S8 kernel is seen in qemu's log on Haswell (one fixture)."""
     from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
