@@ -24,7 +24,10 @@ from quantbench.analysis.tiers import DISPATCH, canonical_flag, dispatch_rank
 # option or library version explains more than hardware; across architectures the
 # architecture explains more than any one ISA flag (x86 and ARM flag names do not compare)
 # what names a separation first: the architecture and ISA, then the runtime and session, then the CPU's name
-_PRIORITY = ("arch", "isa:", "ort_version", "session.", "cpu", "fp.")
+_PRIORITY = ("arch", "isa:", "sve_vector_bits", "sme_vector_bits", "ort_version", "session.", "cpu", "fp.")
+#: an aarch64 fingerprint's vector lengths (bits, read in the guest by prctl): MLAS's SVE kernels and KleidiAI's SME
+#: ones follow them, so they name a separation as the ISA flags do
+VECTOR_FEATURES = ("sve_vector_bits", "sme_vector_bits")
 # fingerprint keys that identify a machine or a moment, never the arithmetic
 _NOISE = ("hostname", "host", "node", "time", "date", "pid", "path", "address", "user", "uptime", "boot",
           "fingerprint_id", "kind", "name", "memory", "mem", "ram")
@@ -102,17 +105,19 @@ def _is_noise(key: str) -> bool:
 
 
 def fingerprint_features(arch=None, cpu=None, isa_flags=(), ort_version=None, session_options=None,
-                         fingerprint=None) -> dict:
+                         fingerprint=None, vectors=None) -> dict:
     """A flat {feature: value} view of what can change a host's numbers.
 
     ISA flags become one boolean feature each (``isa:avx2``, under its /proc/cpuinfo
     name: tiers.canonical_flag) so that the search can name the single flag that
-    matters; session options are flattened under ``session.``; the remaining fingerprint keys (minus identity noise such as
+    matters; `vectors`, an aarch64 host's SVE/SME vector lengths, as themselves (VECTOR_FEATURES); session
+    options are flattened under ``session.``; the remaining fingerprint keys (minus identity noise such as
     host names) under ``fp.``, as a last resort.
     """
     feats: dict = {"arch": arch, "cpu": cpu, "ort_version": ort_version}
     for flag in isa_flags or ():
         feats[f"isa:{canonical_flag(flag)}"] = True
+    feats.update({k: int(v) for k, v in (vectors or {}).items() if k in VECTOR_FEATURES})
     flat: dict = {}
     _flatten(session_options or {}, "", flat)
     for k, v in flat.items():
@@ -231,7 +236,8 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
             entry["families"].update(fams)
             entry["hosts"].append(h)
     smallest = separating_features(features, class_of, prefer=sorted((k for k in kernels if k in differ), key=_rank))
-    dispatch = {k for k in [*differ, *(smallest or [])] if k.startswith("isa:") and dispatch_rank(k[4:]) is not None}
+    dispatch = {k for k in [*differ, *(smallest or [])] if k in VECTOR_FEATURES
+                or (k.startswith("isa:") and dispatch_rank(k[4:]) is not None)}
     shown = sorted(dispatch, key=_rank)
     shown += [k for k in smallest or [] if k not in shown]
     return {"smallest": smallest, "features": shown, "others": len([k for k in differ if k not in shown]),

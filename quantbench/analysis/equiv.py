@@ -481,15 +481,17 @@ def _host_identity(r: dict, selected) -> tuple[dict, dict]:
             "isa_flags": list(r.get("isa_flags") or []), "session": ident.get("session") or {},
             # how the CPU was shown: "real", "qemu" or "native-masked" (the fingerprint's word; "" before it had one)
             "cpu_mechanism": ident.get("cpu_mechanism", "")}
+    vectors = {k: ident[k] for k in C.VECTOR_FEATURES if k in ident}   # aarch64: SVE/SME lengths, in bits
+    info.update(vectors)
     if (fp.get("imported_from") or {}).get("split_from"):  # an imported host whose files ran on several CPUs
         info["split_from"] = fp["imported_from"]["split_from"]
     rest = {k: v for k, v in ident.items() if k not in ("cpu", "isa_flags", "numpy_cpu_features", "session",
-                                                        "session_readback", "onnxruntime", "arch")}
+                                                        "session_readback", "onnxruntime", "arch", *vectors)}
     rest["onnxruntime_build"] = ident.get("onnxruntime", {}).get("build_info", "")
     sess = dict(ident.get("session") or {})
     sess.update(sess.pop("config_entries", {}) or {})
     return info, C.fingerprint_features(r.get("arch"), r.get("cpu"), r.get("isa_flags") or [],
-                                        r.get("ort_version"), sess, rest)
+                                        r.get("ort_version"), sess, rest, vectors)
 
 
 def _kernels_used(hosts, sel, host_info, variant_ids, tables_root) -> dict:

@@ -13,7 +13,9 @@ AVX512_VNNI; AVX-VNNI-INT8 selects the S8S8/U8U8 VNNI dispatch; AMX-TILE + AMX-I
 state enabled) select `MlasGemmU8S8DispatchAmx`; SSE4.1 is read for the U8S8 dispatch (MSVC builds).
 ARM64: HWCAP ASIMDDP selects the UDOT/SDOT dispatch, HWCAP2 I8MM the UMMLA/SMMLA one, HWCAP SVE the
 SVE activation kernels (erf, logistic, softmax), HWCAP2 SVEI8MM the SVE MMLA kernels, HWCAP2 BF16
-the bf16 paths. The features named first are the ones the issue lists; the rest are also read there.
+the bf16 paths, HWCAP2 SME the KleidiAI SGEMM, convolution and dynamic-quantization MatMul (KleidiAI's
+SME kernels: `ArmKleidiAI::MlasGemmBatch`, `MlasDynamicQGemmBatch`; `mlas.disable_kleidiai=1` turns them
+off). The features named first are the ones the issue lists; the rest are also read there.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 #: ISA flags onnxruntime's kernel dispatch reads, in the order a separation names them
 DISPATCH_X86 = ("avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "avx2", "fma", "sse4_1",
                 "avx", "avx512dq", "avx512vl", "avx_vnni_int8", "amx_tile")
-DISPATCH_ARM = ("asimddp", "i8mm", "sve", "bf16", "svei8mm")
+DISPATCH_ARM = ("asimddp", "i8mm", "sve", "sme", "bf16", "svei8mm")
 DISPATCH = DISPATCH_X86 + DISPATCH_ARM
 
 #: numpy's names for x86 features (what fingerprints reported before they read CPUID themselves)
@@ -39,6 +41,7 @@ FAMILY_FEATURES = {
     "UDOT (vector)": ("asimddp",), "SDOT (vector)": ("asimddp",), "UDOT (by element)": ("asimddp",),
     "SDOT (by element)": ("asimddp",), "USDOT (vector)": ("i8mm",), "USDOT (by element)": ("i8mm",),
     "SUDOT (by element)": ("i8mm",), "SMMLA": ("i8mm",), "UMMLA": ("i8mm",), "USMMLA": ("i8mm",), "SVE": ("sve",),
+    "SME": ("sme",), "SMSTART/SMSTOP": ("sme",),
     "VPMADDUBSW": ("avx512bw", "avx2"), "VPDPBUSD": ("avx512_vnni", "avx_vnni"),
     "VPDPB (AVX-VNNI-INT8)": ("avx_vnni_int8",), "TDPBUSD (AMX)": ("amx_int8",), "VFMADD": ("fma",),
 }

@@ -24,6 +24,14 @@ too. Encodings (Arm ARM, Advanced SIMD; checked against LLVM's MC test vectors):
   FMLA (vector)           0 Q 0 01110 0 sz 1 Rm 110011 Rn Rd  mask 0xbfa0fc00 == 0x0e20cc00
   FMLA (by element)       0 Q 0 01111 1 sz L M Rm 0001 H 0     mask 0xbf80f400 == 0x0f801000
   SVE (any)               bits 28:25 = 0010, the SVE encoding group  mask 0x1e000000 == 0x04000000
+  SME (any)               bit 31 = 1, bits 28:25 = 0000: the SME group (FMOPA/SMOPA outer products, ZA loads
+                          and stores, MOVA)                           mask 0x9e000000 == 0x80000000
+  SMSTART/SMSTOP          MSR SVCR*, #imm (streaming mode, ZA on/off) mask 0xfffff0ff == 0xd503407f
+
+SME instructions run only in KleidiAI's kernels (MLAS installs them where the CPU has SME: the fp32 SGEMM, the
+convolution and the dynamic-quantization MatMul), so a site of either SME family names KleidiAI's SME kernels;
+the library's own KleidiAI entry points are read from its bytes (`kleidiai_entry_points`: the aarch64 wheel keeps
+their RTTI names, `ArmKleidiAI::MlasGemmBatch` ..., though its symbol table is stripped).
 
 (U is bit 29.) The 8-bit SMULL/SMLAL forms (size 00) are the int16 pair path of
 NEON-only cores; wider forms are listed apart. x86 instructions are variable
@@ -62,7 +70,21 @@ ARM_PATTERNS = [
     (0xBFA0FC00, 0x0E20CC00, "FMLA (vector)", "fp32-fma"),
     (0xBF80F400, 0x0F801000, "FMLA (by element)", "fp32-fma"),
     (0x1E000000, 0x04000000, "SVE", "sve"),   # the whole SVE group: MLAS's SVE kernels (erf, logistic, softmax)
+    (0x9E000000, 0x80000000, "SME", "sme"),   # the whole SME group: KleidiAI's SME kernels
+    (0xFFFFF0FF, 0xD503407F, "SMSTART/SMSTOP", "sme"),
 ]
+ARM_SME = ("SME", "SMSTART/SMSTOP")
+_KLEIDIAI = re.compile(rb"N11ArmKleidiAI(\d+)([A-Za-z_]\w*)")
+
+
+def kleidiai_entry_points(data: bytes) -> list[str]:
+    """The KleidiAI entry points an onnxruntime library's bytes name (`ArmKleidiAI::MlasGemmBatch`, ...: the RTTI
+    names of their thread-pool lambdas, which a stripped library keeps): what its SME kernels run from."""
+    out = set()
+    for m in _KLEIDIAI.finditer(data):
+        n = int(m.group(1))
+        out.add("ArmKleidiAI::" + m.group(2)[:n].decode("ascii", "replace"))
+    return sorted(out)
 
 X86_FAMILIES = [
     (re.compile(r"^v?pmaddubsw$"), "VPMADDUBSW", "int8-saturating-pair"),
@@ -211,6 +233,8 @@ class Evidence:
     families: dict = field(default_factory=dict)  # family -> FamilyCount
     log_bytes: int = 0
     ranges: list = field(default_factory=list)
+    #: the KleidiAI entry points its onnxruntime library carries (aarch64; kleidiai_entry_points)
+    kleidiai: list = field(default_factory=list)
 
     @property
     def evidence_id(self) -> str:
@@ -225,7 +249,14 @@ class Evidence:
         return any(self.families.get(f) and self.families[f].sites for f in families)
 
     def verdict(self) -> str:
-        """One line: which int8 kernel family this host dispatched."""
+        """One line: which int8 kernel family this host dispatched (on ARM: and the SME/SVE kernels that ran)."""
+        if self.arch == "aarch64":
+            extra = [what for fams, what in ((ARM_SME, "KleidiAI SME kernels (streaming mode, ZA outer products)"),
+                                             (("SVE",), "SVE kernels")) if self.has(fams)]
+            return "; ".join([self._int8_verdict(), *extra])
+        return self._int8_verdict()
+
+    def _int8_verdict(self) -> str:
         f = self.families
         if self.arch == "aarch64":
             if self.has(ARM_INT8_MMLA):
@@ -262,7 +293,20 @@ def collect(host_name: str, host, model_path, fixtures, session: dict | None = N
                     variant=variant_name or Path(model_path).stem, variant_id=vid,
                     fingerprint_id=info["fingerprint_id"], fingerprint=info["fingerprint"],
                     fixtures=[o["fixture_id"] for o in info["outputs"]], families=families, log_bytes=size,
-                    ranges=[r[2] for r in info["ranges"]])
+                    ranges=[r[2] for r in info["ranges"]],
+                    kleidiai=_library_entry_points(info["ranges"]) if preset.arch == "aarch64" else [])
+
+
+def _library_entry_points(ranges) -> list[str]:
+    """The KleidiAI entry points of the onnxruntime libraries mapped in the guest (their files are this machine's:
+    the wheels' folder is on the guest's path as it is here)."""
+    out: set = set()
+    for path in sorted({r[2] for r in ranges}):
+        try:
+            out.update(kleidiai_entry_points(Path(path).read_bytes()))
+        except OSError:
+            continue
+    return sorted(out)
 
 
 def table(evs: list[Evidence]) -> str:
@@ -270,6 +314,8 @@ def table(evs: list[Evidence]) -> str:
     rows = [[f] + [e.families[f].sites if f in e.families else None for e in evs] for f in fams]
     lines = [text_table(["family"] + [e.host for e in evs], rows)]
     lines += [f"{e.host} ({e.qemu_cpu}): {e.verdict()}" for e in evs]
+    lines += [f"{e.host}: its onnxruntime runs them from {', '.join(e.kleidiai)}" for e in evs
+              if e.kleidiai and e.has(ARM_SME)]
     return "\n".join(lines)
 
 

@@ -9,7 +9,11 @@ and fixtures:
 * reduce_range       - re-quantized with 7-bit weights (``reduce_range=True``);
 * s8s8               - re-quantized with int8 activations and weights;
 * u8u8               - re-quantized with uint8 activations and weights, where the
-                       quantizer supports it (otherwise the row says why not).
+                       quantizer supports it (otherwise the row says why not);
+* disable_kleidiai   - the same model, session config ``mlas.disable_kleidiai=1``: on an
+                       SME host (phone-sme2, docker-arm64) MLAS's own kernels instead of
+                       KleidiAI's SME SGEMM, convolution and dynamic-quantization MatMul;
+                       tried where the fleet has an SME host (a row says so otherwise).
 
 Re-quantized remedies use the variant's own calibration ranges (its
 ``<stem>.ranges.json``) on the same prepared float model (``prepared.onnx``
@@ -43,10 +47,13 @@ from quantbench.quantize.calibration import compute_ranges, load_ranges
 from quantbench.quantize.ort_api import load_with_shape_infer, method_name
 from quantbench.textfmt import text_table
 
-REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8")
+REMEDIES = ("baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8", "disable_kleidiai")
 #: the remedies that run the variant's own file (its id is the base variant's)
-SAME_MODEL = ("baseline", "x64quantprecision")
+SAME_MODEL = ("baseline", "x64quantprecision", "disable_kleidiai")
 X64_ENTRY = "session.x64quantprecision"
+KLEIDIAI_ENTRY = "mlas.disable_kleidiai"
+#: the remedies that only change something on hosts with this ISA flag (the row says so when no host has it)
+ONLY_ON = {"disable_kleidiai": "sme"}
 
 
 @dataclass
@@ -111,7 +118,22 @@ def build_remedies(base_path, float_model, out_dir, recipe: dict | None = None, 
     requant = [r for r in ("reduce_range", "s8s8", "u8u8") if r in remedies]
     if requant:
         out += _requantized(base_path, float_model, out_dir, recipe, ranges_file, feeds, requant)
+    if "disable_kleidiai" in remedies:
+        out.append(RemedyVariant("disable_kleidiai", Path(base_path), {KLEIDIAI_ENTRY: "1"},
+                                 f"same model, session config {KLEIDIAI_ENTRY}=1 (MLAS's kernels, not KleidiAI's SME "
+                                 "ones)"))
     return _with_requirement(out, recipe)
+
+
+def _not_here(rv: RemedyVariant, workers) -> RemedyVariant:
+    """A remedy that changes nothing on a fleet without the ISA flag it acts on, as a row saying so."""
+    flag = ONLY_ON.get(rv.remedy)
+    if flag is None or rv.path is None:
+        return rv
+    if any(flag in (w.fingerprint.get("identity", {}).get("isa_flags") or []) for w in workers):
+        return rv
+    return RemedyVariant(rv.remedy, None, rv.config_entries, f"not tried: no host here has {flag.upper()} "
+                         f"({rv.note.split(' (')[0]} changes nothing without it)")
 
 
 def _with_requirement(out: list[RemedyVariant], recipe: dict) -> list[RemedyVariant]:
@@ -208,6 +230,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
         fp32_dec = [decode_runs(spec, r, names) for r in fp32_runs]
         bar = tqdm(remedies, desc="remedies", unit="remedy", disable=not progress, leave=False)
         for rv in bar:
+            rv = _not_here(rv, workers)
             rid = content_key([base_variant_id, rv.remedy, labels, fx_ids])
             if rv.path is None:
                 rows.append(RemedyRow(rid, base_variant_id, rv.remedy, "", "", labels, False, None, None, "", None,

@@ -28,6 +28,12 @@ SESSION_OPTIONS = {"intra_op_num_threads": "threads", "inter_op_num_threads": No
                    "graph_optimization_level": "graph_opt", "execution_mode": None, "providers": "providers",
                    "batch": None}
 _KEY = re.compile(rb"(?<=\x00)((?:session|optimization|mlas)\.[a-z0-9_.]*[a-z0-9_])(?=\x00)")
+#: keys a build may hold only as instruction immediates: an x86-64 compiler stores a short key it compares in
+#: 16-byte chunks, so the library's strings hold the key's first 16 bytes, not the key (onnxruntime 1.32.0's x86-64
+#: wheel: "mlas.disable_kle" alone; its aarch64 wheel holds the whole key). Known where that head is in the library.
+INLINED = ("mlas.disable_kleidiai",)
+#: what the scan reads (a change re-reads every cached library)
+_SCAN = 2
 
 
 def _library() -> Path | None:
@@ -48,12 +54,12 @@ def known_keys() -> frozenset | None:
     state = file_state(lib) if lib else None
     if state is None:
         return None
-    entry = quantbench_home() / "config-keys" / f"{content_key([str(lib.resolve()), state])}.json"
+    entry = quantbench_home() / "config-keys" / f"{content_key([str(lib.resolve()), state, _SCAN])}.json"
     cached = read_cached_json(entry)
     if isinstance(cached, list) and all(isinstance(k, str) for k in cached):
         return frozenset(cached)
     with open(lib, "rb") as fh:
-        keys = sorted({m.decode() for m in _KEY.findall(fh.read())})
+        keys = library_keys(fh.read())
     write_cache_entry(entry, keys, keep=8)
     return frozenset(keys)
 
@@ -64,6 +70,11 @@ def _option_hint(key: str) -> str:
     flag = f"{flag_mark(param)} for every host, or " if param else ""
     return (f"{key} is a session option, not a session config entry: set it with {flag}a host's own "
             f"NAME+{key}=VALUE (or its hosts-file entry)")
+
+
+def library_keys(data: bytes) -> list:
+    """The session config keys an onnxruntime library's bytes hold (whole strings, and INLINED keys by their head)."""
+    return sorted({m.decode() for m in _KEY.findall(data)} | {k for k in INLINED if k[:16].encode() in data})
 
 
 def check_config_keys(entries, where: str) -> None:

@@ -41,6 +41,12 @@ KNOWN = {
     0x2518E3EF: "SVE",                       # ptrue p15.b
     0x2559E145: "SVE",                       # ptrues p5.h, vl32
     0xA540A000: "SVE",                       # ld1w {z0.s}, p0/z, [x0]
+    0x80800000: "SME",                       # fmopa za0.s, p0/m, p0/m, z0.s, z0.s
+    0xE0800000: "SME",                       # ld1w {za0h.s[w12, 0]}, p0/z, [x0, x0, lsl #2]
+    0xC00800FF: "SME",                       # zero {za}
+    0xD503477F: "SMSTART/SMSTOP",            # smstart
+    0xD503467F: "SMSTART/SMSTOP",            # smstop
+    0xD503437F: "SMSTART/SMSTOP",            # smstart sm
 }
 NOT_TRACKED = [
     0x0E22E020,  # pmull v0.8h, v1.8b, v2.8b (same group as smull, opcode 1110)
@@ -131,6 +137,33 @@ def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
 
 
 @pytest.mark.slow
+def test_the_sme_phone_runs_kleidiais_sme_kernels_and_its_sve_twin_does_not(workdir):
+    """The fp32 demo classifier (1 fixture) on phone-sme2 and graviton4: SME instructions (KleidiAI's kernels, named
+    with the entry points the wheel carries) on the phone only; with mlas.disable_kleidiai=1 none on the phone."""
+    from quantbench.inputs.assets import demo_model, DEMO_CLASSIFIER
+    from quantbench.hosts import emulated as EM
+    from quantbench.explain.evidence import ARM_SME, collect, table
+    from quantbench.explain.localize import parallel
+    from explain_helpers import classifier_fixtures
+
+    for p in ("phone-sme2", "graviton4"):
+        ok, msg = EM.ready(p)
+        if not ok:
+            missing_setup(f"emulated host {p} not set up: {msg}")
+    model = demo_model(DEMO_CLASSIFIER)
+    fx = classifier_fixtures(model, 1)
+    off = {"config_entries": {"mlas.disable_kleidiai": "1"}}
+    phone, twin, phone_off = parallel(lambda a: collect(a[0], emulated_host(a[0]), model, fx, a[1]),
+                                      [("phone-sme2", None), ("graviton4", None), ("phone-sme2", off)])
+    assert phone.has(ARM_SME) and phone.has(("SVE",)), phone.families
+    assert "KleidiAI SME kernels" in phone.verdict()
+    assert "ArmKleidiAI::MlasGemmBatch" in phone.kleidiai
+    assert "its onnxruntime runs them from ArmKleidiAI::" in table([phone, twin])
+    assert not twin.has(ARM_SME) and "KleidiAI" not in twin.verdict()
+    assert not phone_off.has(ARM_SME), phone_off.families
+
+
+@pytest.mark.slow
 def test_avx2_shows_vpmaddubsw(workdir):
     """The saturating U8S8 kernel is seen in qemu's log on Haswell (one fixture)."""
     from explain_helpers import fixture, saturating_inputs, saturating_matmul, static_qdq
@@ -164,6 +197,9 @@ def test_verdicts_use_the_decoder_family_names():
     assert "dot-product" in ev("aarch64", "UDOT (by element)", "UADALP").verdict()
     assert "matrix-multiply" in ev("aarch64", "SMMLA", "UDOT (vector)").verdict()
     assert "plain NEON" in ev("aarch64", "SMULL (8-bit)", "SADALP").verdict()
+    sme = ev("aarch64", "SMSTART/SMSTOP", "SME", "SVE", "SMMLA").verdict()
+    assert sme.startswith("int8 matrix-multiply") and "KleidiAI SME kernels" in sme and sme.endswith("SVE kernels")
+    assert "KleidiAI" not in ev("aarch64", "SVE", "UDOT (vector)").verdict()
     assert "VNNI" in ev("x86_64", "VPDPBUSD", "VPMADDUBSW").verdict()
     assert "saturate" in ev("x86_64", "VPMADDUBSW", "PMADDWD").verdict()
     assert "exact" in ev("x86_64", "PMADDWD").verdict()
@@ -180,3 +216,13 @@ def test_hosts_without_a_translation_log_are_skipped_with_a_note(tmp_path):
     assert notes == [f"evidence: {h} is a {k} host; instruction evidence needs qemu's translation log "
                      f"(an emulated host), skipped" for h, k in (("x86", "local"), ("lab", "ssh"))]
     assert not (tmp_path / "t").exists()
+
+
+def test_the_aarch64_wheels_kleidiai_entry_points_are_named_from_its_bytes():
+    """The wheel's symbol table is stripped; the RTTI names of KleidiAI's thread-pool lambdas name its entry points."""
+    from quantbench.explain.evidence import kleidiai_entry_points
+
+    blob = (b"\0*ZN11ArmKleidiAI13MlasGemmBatchE15CBLAS_TRANSPOSES0_mmmPK22MLAS_SGEMM_DATA_PARAMSEUllE_\0"
+            b"*ZN11ArmKleidiAI21MlasDynamicQGemmBatchERK32MLAS_GEMM_DYN_QUANT_SHAPE_PARAMSEUllE0_\0")
+    assert kleidiai_entry_points(blob) == ["ArmKleidiAI::MlasDynamicQGemmBatch", "ArmKleidiAI::MlasGemmBatch"]
+    assert kleidiai_entry_points(b"\0MlasGemmBatch\0") == []

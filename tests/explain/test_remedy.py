@@ -25,8 +25,10 @@ def test_build_remedies_offline(workdir):
     rvs = build_remedies(base, fp32, workdir / "rem", {"activation_type": "u8", "weight_type": "s8"},
                          workdir / "base.ranges.json")
     by = {r.remedy: r for r in rvs}
-    assert list(by) == ["baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8"]
+    assert list(by) == ["baseline", "x64quantprecision", "reduce_range", "s8s8", "u8u8", "disable_kleidiai"]
     assert by["x64quantprecision"].config_entries == {"session.x64quantprecision": "1"}
+    assert by["disable_kleidiai"].config_entries == {"mlas.disable_kleidiai": "1"}
+    assert by["disable_kleidiai"].path == base
     assert by["reduce_range"].path is not None and "ranges from base.ranges.json" in by["reduce_range"].note
     # the lint predicts the split and that reduce_range removes it
     assert lint_model(base)[0].tiers == ["x86-vpmaddubsw"]
@@ -96,3 +98,55 @@ def test_a_remedy_onnxruntime_cannot_build_is_a_row(workdir):
     assert bad.note.startswith("onnxruntime cannot make this session on x86: ")
     assert "Attempt to replace the existing tensor" in bad.note and "\n" not in bad.note
     assert "onnxruntime cannot make this session on x86" in table(rows)
+
+
+def test_disabling_kleidiai_is_tried_only_where_a_host_has_sme():
+    """mlas.disable_kleidiai changes nothing without SME (KleidiAI's SME kernels run nowhere else): on such a fleet
+    the remedy is a row saying so, on a fleet with an SME host it runs."""
+    from types import SimpleNamespace
+
+    from quantbench.explain.remedy import RemedyVariant, _not_here
+
+    rv = RemedyVariant("disable_kleidiai", "v.onnx", {"mlas.disable_kleidiai": "1"}, "same model, session config "
+                       "mlas.disable_kleidiai=1 (MLAS's kernels, not KleidiAI's SME ones)")
+
+    def worker(*flags):
+        return SimpleNamespace(fingerprint={"identity": {"isa_flags": list(flags)}})
+
+    skipped = _not_here(rv, [worker("asimd", "asimddp"), worker("avx2", "fma")])
+    assert skipped.path is None and skipped.note.startswith("not tried: no host here has SME")
+    assert _not_here(rv, [worker("asimd"), worker("asimd", "sve", "sme")]) is rv
+    other = RemedyVariant("x64quantprecision", "v.onnx", {"session.x64quantprecision": "1"})
+    assert _not_here(other, [worker("asimd")]) is other
+
+
+@pytest.mark.slow
+def test_disabling_kleidiai_brings_the_sme_phone_into_the_class_of_its_sve_twin(workdir):
+    """phone-sme2 (SVE 128 + SME 512) and graviton4 (SVE 128, no SME) split on the demo detector's fp32; with
+    mlas.disable_kleidiai=1 the phone runs MLAS's own kernels and computes graviton4's bytes (measured: the SME
+    difference is KleidiAI's kernels alone)."""
+    from quantbench.analysis.decode import spec_from_sidecar
+    from quantbench.explain.remedy import build_remedies, remedy_matrix
+    from quantbench.hosts import emulated as EM
+    from quantbench.hosts.registry import parse_hosts
+    from quantbench.inputs import assets, sidecarfile
+    from quantbench.inputs.fixtures import build_fixtures
+    from quantbench.inputs.modelio import load_model
+    from quantbench.inputs.preprocess import input_spec
+
+    for name in ("phone-sme2", "graviton4"):
+        ok, msg = EM.ready(name)
+        if not ok:
+            missing_setup(f"{name} not set up: {msg}")
+    model = assets.demo_model()
+    first = load_model(model).graph.input[0]
+    sidecar = sidecarfile.load_sidecar(model)
+    fxs = build_fixtures(input_spec(sidecar, [d.dim_value or 1 for d in first.type.tensor_type.shape.dim], first.name),
+                         split="eval", limit=2)
+    rvs = build_remedies(model, model, workdir / "rem", remedies=("baseline", "disable_kleidiai"))
+    hosts = parse_hosts("phone-sme2+intra_op_num_threads=1,graviton4+intra_op_num_threads=1")
+    rows = remedy_matrix(rvs, model, hosts, fxs, spec_from_sidecar(sidecar), "fp32", progress=False)
+    by = {r.remedy: r for r in rows}
+    assert by["baseline"].classes == 2
+    assert by["disable_kleidiai"].supported and by["disable_kleidiai"].one_class
+    assert json.loads(by["disable_kleidiai"].session_options)["config_entries"] == {"mlas.disable_kleidiai": "1"}

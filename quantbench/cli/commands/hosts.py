@@ -123,6 +123,8 @@ def do_check(args) -> int:
         ("os / arch", f"{ident.get('os')} {ident.get('arch')} ({ident.get('libc')})"),
         ("cpu", cpu_summary(f)),
         ("isa flags", " ".join(ident.get("isa_flags", [])) or "-"),
+        *([("vector lengths", f"SVE {ident['sve_vector_bits'] or 'none'}, SME {ident['sme_vector_bits'] or 'none'} "
+                              "(bits, read inside the host by prctl)")] if "sve_vector_bits" in ident else []),
         ("onnxruntime", f"{ort_info.get('version')} ({ort_info.get('build_info') or 'no build info'})"),
         ("providers", f"requested {', '.join(session['providers'])}; resolved {', '.join(ident.get('resolved_providers', []))} "
                       f"(the session object's list; which provider ran each node is read from each run's profile)"),
