@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 import real_models as R
 from quantbench.cli import main
 from quantbench.hosts.registry import make_host, resolve_hosts
@@ -35,6 +37,7 @@ def _arm_hosts(workdir) -> None:
         'pi4-debian = { kind = "emulated", preset = "pi4", runtime = "debian:trixie" }\n')
 
 
+@pytest.mark.slow
 def test_the_arm_provider_study_reproduces(workdir, capsys):
     _arm_hosts(workdir)
     assert main(["calibrate", "--model", "litter-cnn", "--no-progress"]) == 0
@@ -52,6 +55,7 @@ def test_the_arm_provider_study_reproduces(workdir, capsys):
     assert f"- pi4-debian: {A72_SIGILL}" in report
 
 
+@pytest.mark.slow
 def test_the_arm_provider_study_on_a_real_model(workdir, capsys):
     _arm_hosts(workdir)
     try:

@@ -4,6 +4,7 @@ VNNI/AMX)."""
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from quantbench.analysis.tiers import int8_path
@@ -61,6 +62,7 @@ def test_clean_layers_affect_no_host():
     assert fleet_note(FLEET, [row]).endswith("0 of 1 int8 layer(s) can diverge; hosts affected: none")
 
 
+@pytest.mark.slow
 def test_lint_command_reads_the_hosts_fingerprints(workdir, capsys):
     """Real workers: this machine and the emulated Haswell (saturating). This machine's int8 path is derived
     from the features its CPUID shows this process (the local worker's, a whole-process mask included): exact

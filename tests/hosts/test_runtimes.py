@@ -89,6 +89,7 @@ def test_an_unknown_provider_is_one_line_error_naming_the_available_ones(workdir
     assert "CPUExecutionProvider" in str(err.value).split(" has ")[1] and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_a_version_runs_on_an_emulated_and_on_the_local_host(workdir):
     """pi4@1.20.1 (aarch64 cp311 wheels under qemu) and x86@1.20.1 (this interpreter with 1.20.1 first on its
     path) report the version they ran, a fingerprint field: their results are kept apart from x86's."""
@@ -115,6 +116,7 @@ def test_version_findings_name_a_version_only_where_the_bytes_differ():
     assert [f["finding"] for f in differ] == ["separated by version"]  # pi differs in its CPU: no version pair
 
 
+@pytest.mark.slow
 def test_two_versions_on_one_emulated_cpu_are_compared(workdir, capsys):
     """equiv names pi4 vs pi4@1.20.1 per variant: "separated by version" exactly where they are two classes."""
     _need("pi4", "pi4@1.20.1")
@@ -130,6 +132,7 @@ def test_two_versions_on_one_emulated_cpu_are_compared(workdir, capsys):
     assert f"pi4 (onnxruntime {local_ort_version()}) vs pi4@1.20.1 (1.20.1): {finding}" in text
 
 
+@pytest.mark.slow
 def test_debian_presets_run_their_own_onnxruntime_and_providers(workdir):
     """pi-debian (CPU provider), pi-xnnpack (XNNPACK then CPU) under qemu Cortex-A76, x86-dnnl (oneDNN then
     CPU) natively with the root's own loader: Debian trixie's onnxruntime 1.21 with its three providers."""
@@ -151,6 +154,7 @@ def test_debian_presets_run_their_own_onnxruntime_and_providers(workdir):
     assert provs["pi-xnnpack"][0] == "XnnpackExecutionProvider" and provs["x86-dnnl"][0] == "DnnlExecutionProvider"
 
 
+@pytest.mark.slow
 def test_debian_onnxruntime_does_not_start_on_a_cortex_a72(workdir, capsys):
     """Debian's 1.21.0 arm64 build dies of SIGILL at import on Cortex-A72 (a Pi 4): that host's result, recorded
     in the hosts table and named by run and equiv, while the other hosts run; set up at first use."""

