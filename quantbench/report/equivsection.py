@@ -57,6 +57,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     if plots:
         lines += charts.embed_plot(charts.plot_class_map, result, rdir, charts.CLASS_MAP, "class map", written)
     lines += classes_lines(result)
+    lines += pairs_lines(result)
     lines += predicted_lines(result)
     lines += providers_lines(result)
     lines += distance_lines(result)
@@ -117,6 +118,32 @@ def classes_lines(result) -> list[str]:
                        "flagged"], rows) + [f"- {line}" for line in termsummary.runtime_lines(result)] + ([""] if termsummary.runtime_lines(result) else [])
 
 
+def pairs_lines(result) -> list[str]:
+    """Per pair of classes, what tells them apart, for the variants no single feature splits (nearest pair first)."""
+    rows = []
+    for v in result.variants:
+        if not termsummary.named_pairs(v):
+            continue
+        for r in v["pairs"]:
+            (a, b), (ha, hb) = r["classes"], r["hosts"]
+            k = r.get("kernels") or {}
+            kernels = f"{a}: {', '.join(k[a])}; {b}: {', '.join(k[b])}" if k else "-"
+            evidence = "; ".join(f"{c}: {', '.join(f)}" for c, f in (r.get("evidence") or {}).items()) or "-"
+            rows.append([v["model"], v["variant"], f"{a}/{b}", f"{ha} / {hb}", "-" if r.get("agree") is None
+                         else f"{r['agree']}/{v['fixtures']}", ", ".join(r["features"]) or "not by fingerprint",
+                         kernels, evidence])
+    if not rows:
+        return []
+    return md_section("Separation per pair of classes",
+                      "Where no single fingerprint feature splits every class of a variant: per pair of classes "
+                      "(nearest first: most fixtures agreeing between their first hosts), the features on which no "
+                      "host of one class has a value a host of the other has; the kernels onnxruntime's x86 dispatch "
+                      "chose differently on the pair's hosts for the routines the variant's graph uses; and the "
+                      "instruction families the kernels used where qemu kernel evidence was taken.",
+                      ["model", "variant", "pair", "hosts", "fixtures agreeing", "separated by",
+                       "kernels (dispatch)", "kernels used (qemu evidence)"], rows)
+
+
 def predicted_lines(result) -> list[str]:
     """Tiers no machine in reach shows, each variant's predicted class: a section of its own, never a class."""
     rows = [[r["model"], r["variant"], r["host"], termsummary.prediction_text(r), "; ".join(r["deciding"]) or "-"]
@@ -139,7 +166,9 @@ def distance_lines(result) -> list[str]:
         return []
     return md_section("Numeric distance between classes",
                       "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
-                      "or exponent differ).",
+                      "or exponent differ); bits mean is over every element of every fixture, bits min the lowest "
+                      "of them: a 0 there with a tiny max abs delta is an element that changed sign or binade near "
+                      "zero, not a large error.",
                       ["variant", "class", "against", "output", "max abs delta", "mean abs delta", "bits mean",
                        "bits min"], dist_rows)
 
