@@ -130,7 +130,7 @@ def pairs_lines(result) -> list[str]:
             kernels = f"{a}: {', '.join(k[a])}; {b}: {', '.join(k[b])}" if k else "-"
             evidence = "; ".join(f"{c}: {', '.join(f)}" for c, f in (r.get("evidence") or {}).items()) or "-"
             rows.append([v["model"], v["variant"], f"{a}/{b}", f"{ha} / {hb}", "-" if r.get("agree") is None
-                         else f"{r['agree']}/{v['fixtures']}", ", ".join(r["features"]) or "not by fingerprint",
+                         else f"{r['agree']}/{v['fixtures']}", termsummary.features_text(r["features"], 6),
                          kernels, evidence])
     if not rows:
         return []

@@ -103,10 +103,18 @@ def _summary_flips(result, compared: list[dict]) -> list[str]:
                 rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
                              cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
         out += text_table(rows[0], rows[1:]).splitlines()
-        if any(c["comparison"] == "ref-same" and c.get("by_kind", {}).get("box-shift") is not None for c in compared):
+        if any(c["comparison"] == "ref-same" and _matches_boxes(c, result) for c in compared):
             out.append("(flips are counted per pair of runs, boxes matched by IoU in each: not transitive, so a "
                        "host's flips vs the reference's variant are not the difference of the two hosts' flips vs fp32)")
     return out
+
+
+def _matches_boxes(comparison: dict, result) -> bool:
+    """Whether a comparison's decisions are boxes (or regions) matched by IoU: a decoder with box shifts that serves
+    more than one decision per image (a classifier's or a recogniser's one decision matches nothing)."""
+    kinds = {v["variant_id"]: kind_of(v["decode"]["kind"]) for v in result.variants}
+    k = kinds.get(comparison["variant_id"])
+    return k is not None and not k.one_decision and "box-shift" in k.flips
 
 
 def _summary_concealed_and_margins(result, compared: list[dict]) -> list[str]:
@@ -214,15 +222,20 @@ def named_pairs(v: dict) -> bool:
     return bool(v.get("pairs")) and C.needs_pairs(v["separating_features"], len(v["classes"]))
 
 
+def features_text(feats: list, most: int) -> str:
+    """The first `most` features, then 'and N others' ('not by fingerprint' for none)."""
+    text = ", ".join(feats[:most]) if feats else "not by fingerprint"
+    if len(feats) > most:
+        text += f" and {len(feats) - most} other{'s' if len(feats) - most > 1 else ''}"
+    return text
+
+
 def pair_text(row: dict, most: int = 3) -> str:
     """One pair of classes in words: 'B/D (x86-avx2 / x86-avx512, 11 fixtures agree): isa:avx512f, isa:avx512bw and
     2 others; u8s8_gemm: MlasGemmU8S8KernelAvx2 / MlasGemmU8S8KernelAvx512Core (dispatch)'."""
     (a, b), (ha, hb) = row["classes"], row["hosts"]
     agree = "" if row.get("agree") is None else f", {row['agree']} fixture{'s' if row['agree'] != 1 else ''} agree"
-    feats = row["features"]
-    text = ", ".join(feats[:most]) if feats else "not by fingerprint"
-    if len(feats) > most:
-        text += f" and {len(feats) - most} other{'s' if len(feats) - most > 1 else ''}"
+    text = features_text(row["features"], most)
     kernels = row.get("kernels") or {}
     if kernels:
         text += "; " + "; ".join(f"{ka.split(': ')[0]}: {ka.split(': ', 1)[1]} / {kb.split(': ', 1)[1]}"
