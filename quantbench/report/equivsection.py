@@ -196,6 +196,11 @@ def decisions_lines(result) -> list[str]:
         lines += md_table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
                            "images disagree", "concealed", "fp32 band holding every flip"], rows)
         lines.append("")
+        if any(c["comparison"] == "ref-same" and termsummary.matches_boxes(c, result) for c in compared):
+            lines += ["Flips are counted per pair of runs, boxes matched by IoU in each, so they are not transitive: "
+                      "a host's flips against the reference's same variant are not the difference of the two hosts' "
+                      "flips against fp32. The fp32 band holds threshold and class flips only: a box shift crossed "
+                      "no threshold.", ""]
     elif not result.comparisons:
         lines += ["Nothing compared: one host and the fp32 variant only.", ""]
     return lines

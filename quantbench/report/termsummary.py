@@ -103,13 +103,13 @@ def _summary_flips(result, compared: list[dict]) -> list[str]:
                 rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
                              cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
         out += text_table(rows[0], rows[1:]).splitlines()
-        if any(c["comparison"] == "ref-same" and _matches_boxes(c, result) for c in compared):
+        if any(c["comparison"] == "ref-same" and matches_boxes(c, result) for c in compared):
             out.append("(flips are counted per pair of runs, boxes matched by IoU in each: not transitive, so a "
                        "host's flips vs the reference's variant are not the difference of the two hosts' flips vs fp32)")
     return out
 
 
-def _matches_boxes(comparison: dict, result) -> bool:
+def matches_boxes(comparison: dict, result) -> bool:
     """Whether a comparison's decisions are boxes (or regions) matched by IoU: a decoder with box shifts that serves
     more than one decision per image (a classifier's or a recogniser's one decision matches nothing)."""
     kinds = {v["variant_id"]: kind_of(v["decode"]["kind"]) for v in result.variants}

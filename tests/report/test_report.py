@@ -413,6 +413,7 @@ def test_no_fp32_verdict_points_at_the_fp32_parameter_and_the_command_line_at_it
 def test_the_flips_table_says_box_matched_counts_are_not_transitive():
     from types import SimpleNamespace
 
+    from quantbench.report.equivsection import decisions_lines
     from quantbench.report.termsummary import _summary_flips
 
     comps = [{"comparison": c, "model": "m", "variant": "static-minmax", "variant_id": "v1", "host": h, "flips": n,
@@ -424,5 +425,9 @@ def test_the_flips_table_says_box_matched_counts_are_not_transitive():
                                         "decode": {"kind": "yolo"}}])
     text = "\n".join(_summary_flips(result, comps))
     assert "not transitive" in text
+    for c in comps:
+        c.update(ref_variant="static-minmax", ref_host="x86", fixtures=2, margins={})
+    assert "not transitive" in "\n".join(decisions_lines(result))     # the report's table says it too
     result.variants[0]["decode"]["kind"] = "classifier-softmax"   # one decision per image: nothing matched
     assert "not transitive" not in "\n".join(_summary_flips(result, comps))
+    assert "not transitive" not in "\n".join(decisions_lines(result))
