@@ -18,7 +18,7 @@ import itertools
 import json
 from dataclasses import asdict, dataclass
 
-from quantbench.analysis.tiers import DISPATCH, INT8_ONLY, canonical_flag, dispatch_rank
+from quantbench.analysis.tiers import DISPATCH, INT8_ONLY, canonical_flag, dispatch_rank, int8_path
 
 # lower rank = preferred when several feature sets of the same size separate: a session
 # option or library version explains more than hardware; across architectures the
@@ -278,8 +278,9 @@ def pair_separation(features: dict, class_of: dict, agreement: dict | None = Non
     `agreement`: (host a, host b) -> fixtures agreeing (fixture_agreement); `used`: host -> {ISA flag: [instruction
     families]} (qemu evidence). Each row: {"classes": [a, b], "hosts": their first hosts, "features": pair_features,
     "agree": fixtures agreeing between those hosts (None: not known), "evidence": {label: [families its hosts'
-    kernels used]}, "kernels": {} (with_kernels fills it)}; ordered nearest first (most fixtures agreeing, then
-    fewest features)."""
+    kernels used]}, "kernels": {} (with_kernels fills it), "int8_path": {label: the U8S8 path its first host's
+    features select} where the two differ (an integer variant only)}; ordered nearest first (most fixtures
+    agreeing, then fewest features)."""
     first: dict = {}
     for h, c in class_of.items():
         first.setdefault(c, h)
@@ -289,9 +290,16 @@ def pair_separation(features: dict, class_of: dict, agreement: dict | None = Non
         agree = (agreement or {}).get((ha, hb), (agreement or {}).get((hb, ha)))
         evidence = {c: sorted({f for h, x in class_of.items() if x == c for fams in (used or {}).get(h, {}).values()
                                for f in fams}) for c in (a, b)}
+        paths = {} if float_only else {c: _int8_why(h, features.get(h, {})) for c, h in ((a, ha), (b, hb))}
         rows.append({"classes": [a, b], "hosts": [ha, hb], "features": pair_features(features, class_of, a, b, float_only),
-                     "agree": agree, "evidence": {c: f for c, f in evidence.items() if f}, "kernels": {}})
+                     "agree": agree, "evidence": {c: f for c, f in evidence.items() if f}, "kernels": {},
+                     "int8_path": paths if len(set(paths.values())) > 1 else {}})
     return sorted(rows, key=lambda r: (-(r["agree"] if r["agree"] is not None else -1), len(r["features"])))
+
+
+def _int8_why(host: str, feats: dict) -> str:
+    """The U8S8 int8 path a host's architecture and ISA flags select (tiers.int8_path), in words."""
+    return int8_path(host, feats.get("arch"), [k[4:] for k, v in feats.items() if k.startswith("isa:") and v]).why
 
 
 def with_kernels(rows: list[dict], kernels: dict) -> list[dict]:

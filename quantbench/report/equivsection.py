@@ -127,7 +127,9 @@ def pairs_lines(result) -> list[str]:
         for r in v["pairs"]:
             (a, b), (ha, hb) = r["classes"], r["hosts"]
             k = r.get("kernels") or {}
-            kernels = f"{a}: {', '.join(k[a])}; {b}: {', '.join(k[b])}" if k else "-"
+            paths = r.get("int8_path") or {}
+            kernels = "; ".join([f"{a}: {', '.join(k[a])}; {b}: {', '.join(k[b])}"] if k else []
+                                + [f"int8 {c}: {why}" for c, why in paths.items()]) or "-"
             evidence = "; ".join(f"{c}: {', '.join(f)}" for c, f in (r.get("evidence") or {}).items()) or "-"
             rows.append([v["model"], v["variant"], f"{a}/{b}", f"{ha} / {hb}", "-" if r.get("agree") is None
                          else f"{r['agree']}/{v['fixtures']}", termsummary.features_text(r["features"], 6),
@@ -138,7 +140,8 @@ def pairs_lines(result) -> list[str]:
                       "Where no single fingerprint feature splits every class of a variant: per pair of classes "
                       "(nearest first: most fixtures agreeing between their first hosts), the features on which no "
                       "host of one class has a value a host of the other has; the kernels onnxruntime's x86 dispatch "
-                      "chose differently on the pair's hosts for the routines the variant's graph uses; and the "
+                      "chose differently on the pair's hosts for the routines the variant's graph uses (and, for an "
+                      "integer variant, the U8S8 path each class's features select where they differ); and the "
                       "instruction families the kernels used where qemu kernel evidence was taken.",
                       ["model", "variant", "pair", "hosts", "fixtures agreeing", "separated by",
                        "kernels (dispatch)", "kernels used (qemu evidence)"], rows)

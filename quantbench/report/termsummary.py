@@ -240,6 +240,9 @@ def pair_text(row: dict, most: int = 3) -> str:
     if kernels:
         text += "; " + "; ".join(f"{ka.split(': ')[0]}: {ka.split(': ', 1)[1]} / {kb.split(': ', 1)[1]}"
                                  for ka, kb in zip(kernels[a], kernels[b])) + " (dispatch)"
+    paths = row.get("int8_path") or {}
+    if paths:
+        text += f"; int8 {paths[a]} / {paths[b]}"
     evidence = row.get("evidence") or {}
     if evidence:
         text += "; kernels used (qemu evidence): " + "; ".join(f"{c} {', '.join(f)}" for c, f in evidence.items())

@@ -47,6 +47,10 @@ def test_six_classes_no_feature_splits_are_named_per_pair():
     assert rows[("B", "E")]["features"] == ["isa:avx_vnni", "isa:gfni"]   # the dispatch-read flag first
     assert rows[("B", "D")]["features"][0] == "isa:avx512f" and "isa:avx_vnni" not in rows[("B", "D")]["features"]
     assert rows[("A", "F")]["features"][0] == "arch" and not any(k.startswith("isa:") for k in rows[("A", "F")]["features"])
+    assert "VPDPBUSD, exact" in rows[("A", "B")]["int8_path"]["A"] and "saturate" in rows[("A", "B")]["int8_path"]["B"]
+    assert "UDOT/SDOT" in rows[("A", "F")]["int8_path"]["F"] and rows[("A", "E")]["int8_path"] == {
+        "A": "avx512_vnni: VPDPBUSD, exact", "E": "avx_vnni: VPDPBUSD, exact"}   # one instruction, two kernels
+    assert not any(r["int8_path"] for r in pair_separation(f, ISSUE_CLASSES, agreement, float_only=True))
     first = pair_separation(f, ISSUE_CLASSES, agreement)[0]
     assert first["classes"] == ["B", "D"] and first["agree"] == 11   # the nearest pair: most fixtures agreeing
 
