@@ -18,7 +18,7 @@ import itertools
 import json
 from dataclasses import asdict, dataclass
 
-from quantbench.analysis.tiers import DISPATCH, canonical_flag, dispatch_rank
+from quantbench.analysis.tiers import DISPATCH, INT8_ONLY, canonical_flag, dispatch_rank, int8_path
 
 # lower rank = preferred when several feature sets of the same size separate: a session
 # option or library version explains more than hardware; across architectures the
@@ -216,11 +216,21 @@ def differing_features(features: dict, class_of: dict) -> list[str]:
     return [k for k in out if not k.startswith("isa:")] if "arch" in out else out
 
 
-def separation(features: dict, class_of: dict, used: dict | None = None) -> dict:
+def _int8_only(feature: str) -> bool:
+    return feature.startswith("isa:") and feature[4:] in INT8_ONLY
+
+
+def _float_rank(feature: str) -> tuple:
+    """_rank for a float variant: the flags only integer kernels read (tiers.INT8_ONLY) after every other feature."""
+    return (_int8_only(feature), _rank(feature))
+
+
+def separation(features: dict, class_of: dict, used: dict | None = None, float_only: bool = False) -> dict:
     """What tells the classes apart, as the report names it.
 
     `used`: host -> {ISA flag: [instruction families]} the host's kernels used (qemu evidence;
-    tiers.used_features). Returns {"smallest": the smallest separating set (None: none; []: one
+    tiers.used_features); `float_only`: the variant runs no integer kernel, so the int8-only flags
+    (tiers.INT8_ONLY) come last and enter the smallest set only where nothing else separates. Returns {"smallest": the smallest separating set (None: none; []: one
     class), "features": the ISA flags the dispatch reads among the differing features and the
     smallest set (in the dispatch's order), then the rest of the smallest set, "others": how many
     other features differ, "kernels": [{"feature", "families", "hosts", "separates"}] for each flag
@@ -235,14 +245,92 @@ def separation(features: dict, class_of: dict, used: dict | None = None) -> dict
             entry = kernels.setdefault(k, {"feature": k, "families": set(), "hosts": [], "separates": k in differ})
             entry["families"].update(fams)
             entry["hosts"].append(h)
-    smallest = separating_features(features, class_of, prefer=sorted((k for k in kernels if k in differ), key=_rank))
+    prefer = sorted((k for k in kernels if k in differ), key=_rank)
+    smallest = None
+    if float_only:   # a float variant's kernels read no int8-only flag: a set without them, where one separates
+        smallest = separating_features({h: {k: x for k, x in f.items() if not _int8_only(k)} for h, f in features.items()},
+                                       class_of, prefer=prefer)
+    if smallest is None:
+        smallest = separating_features(features, class_of, prefer=prefer)
     dispatch = {k for k in [*differ, *(smallest or [])] if k in VECTOR_FEATURES
                 or (k.startswith("isa:") and dispatch_rank(k[4:]) is not None)}
-    shown = sorted(dispatch, key=_rank)
+    shown = sorted(dispatch, key=_float_rank if float_only else _rank)
     shown += [k for k in smallest or [] if k not in shown]
     return {"smallest": smallest, "features": shown, "others": len([k for k in differ if k not in shown]),
             "kernels": [dict(e, families=sorted(e["families"]))
                         for _, e in sorted(kernels.items(), key=lambda kv: (not kv[1]["separates"], _rank(kv[0])))]}
+
+
+def pair_features(features: dict, class_of: dict, a: str, b: str, float_only: bool = False) -> list[str]:
+    """The features that tell class `a` from class `b`: no value a host of one has is a value a host of the other
+    has (every host pair across the two differs in it), in _rank order; across architectures no ISA flag (x86 and
+    ARM flag names do not compare); `float_only`: as for separation."""
+    hosts = [h for h, c in class_of.items() if c in (a, b)]
+    all_keys, value = _values(features, hosts)
+    out = []
+    for k in all_keys:
+        va = {_key(value[h][k]) for h in hosts if class_of[h] == a}
+        vb = {_key(value[h][k]) for h in hosts if class_of[h] == b}
+        if not va & vb:
+            out.append(k)
+    out = sorted(out, key=_float_rank) if float_only else out
+    return [k for k in out if not k.startswith("isa:")] if "arch" in out else out
+
+
+def pair_separation(features: dict, class_of: dict, agreement: dict | None = None, used: dict | None = None,
+                    float_only: bool = False) -> list[dict]:
+    """Per pair of classes, what tells them apart, for a partition no single feature splits.
+
+    `agreement`: (host a, host b) -> fixtures agreeing (fixture_agreement); `used`: host -> {ISA flag: [instruction
+    families]} (qemu evidence). Each row: {"classes": [a, b], "hosts": their first hosts, "features": pair_features,
+    "agree": fixtures agreeing between those hosts (None: not known), "evidence": {label: [families its hosts'
+    kernels used]}, "kernels": {} (with_kernels fills it), "int8_path": {label: the U8S8 path its first host's
+    features select} where the two differ (an integer variant only)}; ordered nearest first (most fixtures
+    agreeing, then fewest features)."""
+    first: dict = {}
+    for h, c in class_of.items():
+        first.setdefault(c, h)
+    rows = []
+    for a, b in itertools.combinations(list(first), 2):
+        ha, hb = first[a], first[b]
+        agree = (agreement or {}).get((ha, hb), (agreement or {}).get((hb, ha)))
+        evidence = {c: sorted({f for h, x in class_of.items() if x == c for fams in (used or {}).get(h, {}).values()
+                               for f in fams}) for c in (a, b)}
+        paths = {} if float_only else {c: _int8_why(h, features.get(h, {})) for c, h in ((a, ha), (b, hb))}
+        rows.append({"classes": [a, b], "hosts": [ha, hb], "features": pair_features(features, class_of, a, b, float_only),
+                     "agree": agree, "evidence": {c: f for c, f in evidence.items() if f}, "kernels": {},
+                     "int8_path": paths if len(set(paths.values())) > 1 else {}})
+    return sorted(rows, key=lambda r: (-(r["agree"] if r["agree"] is not None else -1), len(r["features"])))
+
+
+def _int8_why(host: str, feats: dict) -> str:
+    """The U8S8 int8 path a host's architecture and ISA flags select (tiers.int8_path), in words."""
+    return int8_path(host, feats.get("arch"), [k[4:] for k, v in feats.items() if k.startswith("isa:") and v]).why
+
+
+def with_kernels(rows: list[dict], kernels: dict) -> list[dict]:
+    """`rows` (pair_separation's) with each pair's kernels: {label: ["routine: kernel"]} for the routines whose
+    kernel differs between the pair's first hosts (`kernels`: host -> {routine: kernel} onnxruntime's dispatch
+    chose for the routines the variant's graph uses; a pair with a host it does not cover gets none)."""
+    out = []
+    for r in rows:
+        (a, b), (ha, hb) = r["classes"], r["hosts"]
+        ka, kb = kernels.get(ha), kernels.get(hb)
+        differ = sorted(x for x in set(ka or {}) & set(kb or {}) if ka[x] != kb[x])
+        out.append(dict(r, kernels={a: [f"{x}: {ka[x]}" for x in differ], b: [f"{x}: {kb[x]}" for x in differ]}
+                        if differ else {}))
+    return out
+
+
+def needs_pairs(smallest, classes: int = 2) -> bool:
+    """Whether a partition is worth a per-pair table: no single feature splits it (`smallest`, separation's), or
+    only a last-resort fingerprint key does (`fp.`: e.g. how each CPU was obtained, real, masked or qemu, which
+    tells three classes apart without saying which features changed their arithmetic) over `classes` >= 3."""
+    if smallest is None or len(smallest) > 1:
+        return True
+    return classes >= 3 and bool(smallest) and smallest[0].startswith("fp.")
+
+
 #: the features a runtime brings along with its onnxruntime version (its build, Python, numpy, C library)
 _RUNTIME_FEATURES = ("ort_version", "fp.onnxruntime_build", "fp.python", "fp.numpy", "fp.libc")
 

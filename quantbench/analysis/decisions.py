@@ -320,7 +320,8 @@ def summarize(comparison: str, host: str, variant: str, ref_host: str, ref_varia
               margin_kinds: tuple | None = None) -> ComparisonSummary:
     """One comparison's figures. `totals_fixed`: every image serves exactly one decision (the decoder's
     DecoderKind.totals_fixed), so equal totals are by construction and never flagged as concealing flips.
-    `margin_kinds`: the flip kinds whose margins make the margin band (DecoderKind.margin_flips; None: all)."""
+    `margin_kinds`: the flip kinds whose margins make the margin band (DecoderKind.margin_flips; None: every kind
+    but box-shift: a box that moved crossed no threshold, so its fp32 score's distance to one says nothing)."""
     flips = [f for fc in per_fixture for f in fc.flips]
     by_kind = {k: 0 for k in kinds}
     for f in flips:
@@ -334,7 +335,8 @@ def summarize(comparison: str, host: str, variant: str, ref_host: str, ref_varia
         fixtures=len(per_fixture), ref_total=ref_total, total=total, flips=len(flips), by_kind=by_kind,
         images_disagree=sum(1 for fc in per_fixture if not fc.agrees),
         concealed=not totals_fixed and concealed(ref_total, total, len(flips)),
-        margins=margin_summary([f.margin for f in flips if margin_kinds is None or f.kind in margin_kinds],
+        margins=margin_summary([f.margin for f in flips
+                                if (f.kind != "box-shift" if margin_kinds is None else f.kind in margin_kinds)],
                                threshold),
         flipped_pixels=sum(px) if px else None,
         flipped_pixel_regions=sum(pr) if pr else None,

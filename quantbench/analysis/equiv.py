@@ -46,6 +46,7 @@ from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.fsutil import canonical_json, check_writable
 from quantbench.hosts.requirements import host_key, ran_as
 from quantbench.store.hostresults import load_hosts, load_outputs, tensor_from_row
+from quantbench.inputs.modelio import load_model, quantized_ops
 from quantbench.inputs.plugins import require
 from quantbench.inputs.sidecarfile import allow_recorded, plain_sidecar, sidecar_for
 from quantbench.inputs.variantdir import Variant
@@ -628,13 +629,16 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
     eq = C.equivalence_classes(hh)
     class_of = {h: c.label for c in eq for h in c.hosts}
     agree = C.fixture_agreement(hh)
-    separation = C.separation({h: ctx.features[h] for h in hosts}, class_of, ctx.used.get(v.variant_id))
+    float_only = _float_only(v)
+    separation = C.separation({h: ctx.features[h] for h in hosts}, class_of, ctx.used.get(v.variant_id), float_only)
     sep = separation.pop("smallest")
+    pairs = C.pair_separation({h: ctx.features[h] for h in hosts}, class_of, agree, ctx.used.get(v.variant_id),
+                              float_only) if C.needs_pairs(sep, len(eq)) else []
     vinfo = {"variant": v.name, "variant_id": v.variant_id, "model": run.model, "fixtures": len(vfx),
              "session_requirements": dict(v.requirements),
              "classes": [c.as_dict() for c in eq],
              "agreement": [{"a": a, "b": b, "fixtures_agree": n} for (a, b), n in agree.items()],
-             "separating_features": sep, "separation": separation,
+             "separating_features": sep, "separation": separation, "pairs": pairs,
              "distances": _class_distances(ctx, run, v, vfx, eq, class_of.get(reference)),
              "versions": C.version_findings({h: ctx.features[h] for h in hosts}, class_of),
              "providers": {h: ctx.providers.get(h, {}).get(v.variant_id, {}) for h in hosts},
@@ -642,6 +646,13 @@ def _classes_and_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: li
                                     for k in dict.fromkeys([*(sep or []), *separation["features"]])}
                                 for h in hosts}}
     return eq, vinfo
+
+
+def _float_only(v: VariantRef) -> bool:
+    """Whether the variant runs no integer kernel (no quantized op in its graph; unknown without its file: False)."""
+    if not v.path or not Path(v.path).is_file():
+        return False
+    return not quantized_ops(load_model(v.path, check=False, load_external_data=False))
 
 
 def _class_distances(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, eq: list, ref_label) -> list[dict]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from quantbench.analysis import classes as C
 from quantbench.analysis.tiers import canonical_flags
 from quantbench.fsutil import canonical_json
 
@@ -338,3 +339,24 @@ def attach_predictions(result, refs: list, targets: dict[str, list], ort_version
     paths = {r.variant_id: r.path for r in refs}
     variants = [dict(v, path=paths[v["variant_id"]]) for v in result.variants if paths.get(v["variant_id"])]
     result.predicted, result.predicted_notes = predict_fleet(result.hosts, variants, targets, ort_version)
+
+
+def dispatched_kernels(hosts: dict, model_path, ort_version: str) -> dict[str, dict[str, str]]:
+    """host -> {routine: kernel} onnxruntime's x86 dispatch chose on each measured x86 host (`hosts`: host ->
+    selection, as predict_fleet's) for the routines the model's optimized graph uses; {} without a table."""
+    table = table_for(ort_version)
+    shown = _shown_x86(hosts, table) if table is not None else {}
+    if not shown:
+        return {}
+    routines = graph_routines(model_path, table, _level(shown))
+    return {h: {r: table.kernel(r, i["isa_flags"], (i.get("session") or {}).get("config_entries"))[0]
+                for r in routines} for h, i in shown.items()}
+
+
+def attach_pair_kernels(result, refs: list, ort_version: str) -> None:
+    """Each per-pair separation row of `result` (an analysis.equiv.EquivResult) with the kernels the pair's x86
+    hosts dispatch differently (classes.with_kernels): the kernel family each class ran, by onnxruntime's dispatch."""
+    paths = {r.variant_id: r.path for r in refs}
+    for v in result.variants:
+        if v.get("pairs") and paths.get(v["variant_id"]):
+            v["pairs"] = C.with_kernels(v["pairs"], dispatched_kernels(result.hosts, paths[v["variant_id"]], ort_version))

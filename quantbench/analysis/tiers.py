@@ -27,6 +27,10 @@ DISPATCH_X86 = ("avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "a
                 "avx", "avx512dq", "avx512vl", "avx_vnni_int8", "amx_tile")
 DISPATCH_ARM = ("asimddp", "i8mm", "sve", "sme", "bf16", "svei8mm")
 DISPATCH = DISPATCH_X86 + DISPATCH_ARM
+#: dispatch flags only MLAS's integer kernels read (U8S8/S8S8 GEMM and convolution): a float variant's kernels never
+#: look at them, so they cannot be what separates its classes (a float variant's separation names them last)
+INT8_ONLY = ("avx512bw", "avx512_vnni", "avx_vnni", "amx_int8", "avx_vnni_int8", "amx_tile", "asimddp", "i8mm",
+             "svei8mm")
 
 #: numpy's names for x86 features (what fingerprints reported before they read CPUID themselves)
 #: -> the /proc/cpuinfo names, so one feature has one name whichever way a host reported it

@@ -16,7 +16,7 @@ from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
-from quantbench.analysis.predict import attach_predictions
+from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, check_group, check_groups,
                                     check_path, check_text)
@@ -296,6 +296,7 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
                          cache_dir=cache_dir_of(results.folder), cannot_run=p.cannot_run, held=p.held)
         result.not_started = p.not_started
         attach_predictions(result, p.refs, p.predict, local_ort_version())
+        attach_pair_kernels(result, p.refs, local_ort_version())
         files = publish(result, results, checked=checked, plots=plots, labels=p.plan.labels,
                         images=p.plan.images, render=render)
         failures = result.gate_failures(checked)   # after the files: a gate's refusal still leaves the report

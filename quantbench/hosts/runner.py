@@ -27,7 +27,8 @@ from quantbench import tensorcode
 from quantbench.store import arrowrows, compaction, partread, partwrite
 from quantbench.store.resultpaths import TABLES_DIR
 from quantbench.errors import ParameterError, UserError, flag_mark
-from quantbench.inputs.fixtures import calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message
+from quantbench.inputs.fixtures import (calibration_labels, fixtures_chunks, fixtures_for_variants, no_fixtures_message,
+                                       squeeze_note)
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fingerprintcache, shards
 from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
@@ -158,6 +159,7 @@ def plan_run(hosts, variants, *, fixtures=None, labels=None, images=None, split:
         fixtures, _ = fixtures_for_variants(variants, labels, images, split, limit, sidecar, facts=facts)
         if not fixtures:
             raise UserError(no_fixtures_message(labels, split))
+        notes = notes + [n for n in [squeeze_note(fixtures)] if n]
     asked = [(v, variant_info(v, f)) for v, f in zip(variants, facts)]
     fixtures, shard_record = shards.select(fixtures, shard)
     plan = _plan_fixtures(specs, made, asked, fixtures, session, limit)

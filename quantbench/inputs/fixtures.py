@@ -33,7 +33,7 @@ from quantbench.fsutil import (cache_on, canonical_json, file_state, read_cached
                                remove_tree, sha256_file, temp_beside, write_cache_entry)
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.inputs.plugins import plugin_identity
-from quantbench.inputs.preprocess import load_rgb, to_tensor
+from quantbench.inputs.preprocess import load_rgb, squeezed_width, to_tensor, upright_size
 from quantbench.inputs.sidecarfile import input_spec_for
 from quantbench.inputs.strata import clean_label, density_label, single_label
 from quantbench.inputs.variantdir import inside, is_demo
@@ -55,6 +55,8 @@ class Fixture:
     labels: list = field(default_factory=list)
     stratum: str = ""
     split: str = ""
+    #: the width the image would take at the model's height, where a dynamic width's max_width squeezed it narrower
+    squeezed: int | None = None
 
     def row(self, spec: dict) -> dict:
         """This fixture's `fixtures` row without its tensor (fixtures_table adds that column)."""
@@ -548,6 +550,7 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
             labels=im["labels"],
             stratum=im["label"] or density_label(im["objects"]),
             split=im["split"],
+            squeezed=squeezed_width(upright_size(im["path"]), spec) if spec.get("max_width") else None,
         ))
     cache.trim()
     return out
@@ -618,6 +621,20 @@ def limit_note(fixtures: list) -> str:
         counts[fx.stratum] = counts.get(fx.stratum, 0) + 1
     per = ", ".join(f"{s or 'unlabelled'} {n}" for s, n in sorted(counts.items()))
     return f"{len(fixtures)} images taken in turn from each stratum (by file name within one): {per}"
+
+
+def squeeze_note(fixtures: list) -> str | None:
+    """Which images a dynamic width's max_width squeezed (Fixture.squeezed), in one line; None when none was."""
+    hit = [fx for fx in fixtures if getattr(fx, "squeezed", None)]
+    if not hit:
+        return None
+    widest = max(hit, key=lambda fx: fx.squeezed)
+    spec = getattr(widest, "preprocess", None) or {}
+    limit = f"max_width {spec['max_width']}" if spec.get("max_width") else "max_width"
+    return (f"{len(hit)} of {len(fixtures)} images are wider than {limit} at the model's height and are squeezed to "
+            f"it, aspect not kept (widest: {widest.source}, {widest.squeezed} px): a recogniser reads squeezed text "
+            "differently from the deployed code that feeds it whole; raise 'max_width' in the sidecar to the widest "
+            "line it serves")
 
 
 def fixtures_for_variants(variants, labels=None, images=None, split: str | None = "eval", limit: int | None = None,

@@ -454,6 +454,18 @@ def image_dims(spec: dict) -> tuple[int, int | None, int]:
     return h, (None if is_dynamic(w) else w), c
 
 
+def squeezed_width(image_hw: tuple[int, int], spec: dict) -> int | None:
+    """The width an image of `image_hw` (height, width) would take at the spec's height with its aspect kept, when a
+    dynamic-width spec's max_width squeezes it narrower (keep_ratio_width); None when it fits or the width is fixed.
+    A recogniser reads squeezed text differently, so callers say so."""
+    h, w, _ = image_dims(spec)
+    if w is not None or not spec.get("max_width") or spec.get("transpose_hw"):
+        return None
+    ih, iw = image_hw
+    natural = int(math.ceil(h * iw / ih))
+    return natural if natural > int(spec["max_width"]) else None
+
+
 def input_hw(spec: dict) -> tuple[int, int]:
     """(height, width) of the model input a spec makes (NCHW or NHWC; a dynamic dim is max_width)."""
     shape = [spec.get("max_width") if is_dynamic(d) else d for d in spec["shape"]]

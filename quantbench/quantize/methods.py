@@ -44,8 +44,12 @@ METHODS = {m.name: m for m in (
 STATIC = tuple(METHODS)
 #: the variant quantized without calibration (onnxruntime's quantize_dynamic)
 DYNAMIC = "dynamic"
-#: what calibrate makes besides fp32
+#: what calibrate can make besides fp32 (its --methods choices)
 VARIANT_METHODS = (DYNAMIC, *STATIC)
+#: what calibrate makes when no methods are named: not entropy, which at onnxruntime's default bins has a single KL
+#: candidate, so gives MinMax's range (a byte duplicate of static-minmax on every acceptance model, at several times
+#: MinMax's calibration time: scripts/bench_entropy.py, docs/benchmarks.md "Entropy calibration")
+DEFAULT_METHODS = (DYNAMIC, "minmax", "percentile")
 
 
 def takes(method: str, option: str) -> bool:

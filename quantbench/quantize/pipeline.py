@@ -60,7 +60,7 @@ class CalibrateOptions:
     seed: int = 0
     allow_short: bool = False
     skip_bad: bool = False
-    methods: Sequence[str] = M.VARIANT_METHODS
+    methods: Sequence[str] = M.DEFAULT_METHODS
     out: str | os.PathLike | None = None           # variants folder
     percentile: float | None = None
     entropy_bins: int | None = None
@@ -229,9 +229,9 @@ def eval_labels(calset_recipe: dict) -> dict:
 
 #: said before calibrating when Entropy runs at onnxruntime's default bins (docs/calibrate.md, "Note on Entropy")
 ENTROPY_DEFAULT_NOTE = (f"static-entropy at {ENTROPY_BINS} histogram bins (onnxruntime's default) has a single KL "
-                        "candidate, so it gives MinMax's range: on every model tried it was a byte-duplicate of "
-                        "static-minmax, at the cost of its histograms; 512 entropy bins let it clip outliers, or "
-                        "leave entropy out of the methods")
+                        "candidate, so it gives MinMax's range: it is a byte-duplicate of static-minmax, at the "
+                        "cost of its histograms (why it is not a default method); 256 entropy bins or more let it "
+                        "clip outliers, or leave entropy out of the methods")
 
 
 def _refuse_decode_only_change(opts: CalibrateOptions, out: Path, model_path: Path, spec: dict, sidecar) -> None:

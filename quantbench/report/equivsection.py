@@ -57,6 +57,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     if plots:
         lines += charts.embed_plot(charts.plot_class_map, result, rdir, charts.CLASS_MAP, "class map", written)
     lines += classes_lines(result)
+    lines += pairs_lines(result)
     lines += predicted_lines(result)
     lines += providers_lines(result)
     lines += distance_lines(result)
@@ -117,6 +118,35 @@ def classes_lines(result) -> list[str]:
                        "flagged"], rows) + [f"- {line}" for line in termsummary.runtime_lines(result)] + ([""] if termsummary.runtime_lines(result) else [])
 
 
+def pairs_lines(result) -> list[str]:
+    """Per pair of classes, what tells them apart, for the variants no single feature splits (nearest pair first)."""
+    rows = []
+    for v in result.variants:
+        if not termsummary.named_pairs(v):
+            continue
+        for r in v["pairs"]:
+            (a, b), (ha, hb) = r["classes"], r["hosts"]
+            k = r.get("kernels") or {}
+            paths = r.get("int8_path") or {}
+            kernels = "; ".join([f"{a}: {', '.join(k[a])}; {b}: {', '.join(k[b])}"] if k else []
+                                + [f"int8 {c}: {why}" for c, why in paths.items()]) or "-"
+            evidence = "; ".join(f"{c}: {', '.join(f)}" for c, f in (r.get("evidence") or {}).items()) or "-"
+            rows.append([v["model"], v["variant"], f"{a}/{b}", f"{ha} / {hb}", "-" if r.get("agree") is None
+                         else f"{r['agree']}/{v['fixtures']}", termsummary.features_text(r["features"], 6),
+                         kernels, evidence])
+    if not rows:
+        return []
+    return md_section("Separation per pair of classes",
+                      "Where no single fingerprint feature splits every class of a variant: per pair of classes "
+                      "(nearest first: most fixtures agreeing between their first hosts), the features on which no "
+                      "host of one class has a value a host of the other has; the kernels onnxruntime's x86 dispatch "
+                      "chose differently on the pair's hosts for the routines the variant's graph uses (and, for an "
+                      "integer variant, the U8S8 path each class's features select where they differ); and the "
+                      "instruction families the kernels used where qemu kernel evidence was taken.",
+                      ["model", "variant", "pair", "hosts", "fixtures agreeing", "separated by",
+                       "kernels (dispatch)", "kernels used (qemu evidence)"], rows)
+
+
 def predicted_lines(result) -> list[str]:
     """Tiers no machine in reach shows, each variant's predicted class: a section of its own, never a class."""
     rows = [[r["model"], r["variant"], r["host"], termsummary.prediction_text(r), "; ".join(r["deciding"]) or "-"]
@@ -139,7 +169,9 @@ def distance_lines(result) -> list[str]:
         return []
     return md_section("Numeric distance between classes",
                       "Remaining precision: leading identical mantissa bits of binary32 (23 = equal; 0 when sign "
-                      "or exponent differ).",
+                      "or exponent differ); bits mean is over every element of every fixture, bits min the lowest "
+                      "of them: a 0 there with a tiny max abs delta is an element that changed sign or binade near "
+                      "zero, not a large error.",
                       ["variant", "class", "against", "output", "max abs delta", "mean abs delta", "bits mean",
                        "bits min"], dist_rows)
 
@@ -167,6 +199,11 @@ def decisions_lines(result) -> list[str]:
         lines += md_table(["variant", "host", "against", "comparison", "totals", "flips", "thr/class/box",
                            "images disagree", "concealed", "fp32 band holding every flip"], rows)
         lines.append("")
+        if any(c["comparison"] == "ref-same" and termsummary.matches_boxes(c, result) for c in compared):
+            lines += ["Flips are counted per pair of runs, boxes matched by IoU in each, so they are not transitive: "
+                      "a host's flips against the reference's same variant are not the difference of the two hosts' "
+                      "flips against fp32. The fp32 band holds threshold and class flips only: a box shift crossed "
+                      "no threshold.", ""]
     elif not result.comparisons:
         lines += ["Nothing compared: one host and the fp32 variant only.", ""]
     return lines

@@ -55,16 +55,20 @@ def _summary_classes(result) -> list[str]:
     out = ["Equivalence classes (byte-identical outputs over every fixture)"]
     rows = [("model", "variant", "classes", "separated by")]
     for v in result.variants:
-        sep_s = separation_text(v, "(not by fingerprint)", values=True)
+        sep_s = separation_text(v, "(no feature splits them all: per pair below)" if named_pairs(v)
+                                else "(not by fingerprint)", values=True)
         rows.append((v["model"], v["variant"], " | ".join(f"{c['label']}: {','.join(c['hosts'])}" for c in v["classes"]),
                      sep_s))
     out += text_table(rows[0], rows[1:]).splitlines() + runtime_lines(result)
+    out += [f"{v['variant']}: no single feature the arithmetic reads splits its {len(v['classes'])} classes; nearest pair "
+            f"{pair_text(v['pairs'][0])} (every pair: the report)" for v in result.variants if named_pairs(v)]
     out += [f"PREDICTED (not measured, no gate) {r['variant']}: {r['host']} {prediction_text(r)}"
             for r in getattr(result, "predicted", [])]
     dists = [(v, d) for v in result.variants for d in v["distances"]]
     if dists:
         out.append("")
-        out.append("Distance to the reference class (max |d|, mean |d|, remaining bits mean/min)")
+        out.append("Distance to the reference class (max |d|, mean |d|; remaining bits: mean / min over every element "
+                   "of every fixture, 0 where an element changed sign or binade, as near zero)")
         rows = [("variant", "class", "output", "max|d|", "mean|d|", "bits")]
         for v, d in dists:
             bits = "-" if d["bits_mean"] is None else f"{d['bits_mean']:.1f}/{d['bits_min']}"
@@ -99,7 +103,18 @@ def _summary_flips(result, compared: list[dict]) -> list[str]:
                 rows.append((v["model"], v["variant"], h, cells.get(k + ("own-fp32",), "-"),
                              cells.get(k + ("ref-fp32",), "-"), cells.get(k + ("ref-same",), "-")))
         out += text_table(rows[0], rows[1:]).splitlines()
+        if any(c["comparison"] == "ref-same" and matches_boxes(c, result) for c in compared):
+            out.append("(flips are counted per pair of runs, boxes matched by IoU in each: not transitive, so a "
+                       "host's flips vs the reference's variant are not the difference of the two hosts' flips vs fp32)")
     return out
+
+
+def matches_boxes(comparison: dict, result) -> bool:
+    """Whether a comparison's decisions are boxes (or regions) matched by IoU: a decoder with box shifts that serves
+    more than one decision per image (a classifier's or a recogniser's one decision matches nothing)."""
+    kinds = {v["variant_id"]: kind_of(v["decode"]["kind"]) for v in result.variants}
+    k = kinds.get(comparison["variant_id"])
+    return k is not None and not k.one_decision and "box-shift" in k.flips
 
 
 def _summary_concealed_and_margins(result, compared: list[dict]) -> list[str]:
@@ -139,6 +154,11 @@ def _margin_lines(result, compared: list[dict]) -> list[str]:
     if shapes:
         out.append(f"{shapes} region flip(s) against fp32 changed a region's shape (IoU below {IOU_SHIFT:g} with its "
                    "fp32 region), not whether it is there: no probability measures those")
+    shifts = sum(c.get("by_kind", {}).get("box-shift", 0) for c in against
+                 if c["variant_id"] in decode_of and not kind_of(decode_of[c["variant_id"]]["kind"]).margin_flips)
+    if shifts:
+        out.append(f"{shifts} flip(s) against fp32 are box shifts (same class, IoU below {IOU_SHIFT:g} with the fp32 "
+                   "box), not threshold crossings: no fp32 margin is given for them")
     return out
 
 
@@ -195,6 +215,38 @@ def separation_text(v: dict, none: str, values: bool = False) -> str:
                      f"{'' if k.get('separates', True) else ': not what tells the classes apart'})"
                      for k in shown["kernels"])
     return text + (f"; kernels used (qemu evidence): {used}" if used else "")
+
+
+def named_pairs(v: dict) -> bool:
+    """Whether a variant's classes, split by no single feature, have a per-pair separation to show."""
+    return bool(v.get("pairs")) and C.needs_pairs(v["separating_features"], len(v["classes"]))
+
+
+def features_text(feats: list, most: int) -> str:
+    """The first `most` features, then 'and N others' ('not by fingerprint' for none)."""
+    text = ", ".join(feats[:most]) if feats else "not by fingerprint"
+    if len(feats) > most:
+        text += f" and {len(feats) - most} other{'s' if len(feats) - most > 1 else ''}"
+    return text
+
+
+def pair_text(row: dict, most: int = 3) -> str:
+    """One pair of classes in words: 'B/D (x86-avx2 / x86-avx512, 11 fixtures agree): isa:avx512f, isa:avx512bw and
+    2 others; u8s8_gemm: MlasGemmU8S8KernelAvx2 / MlasGemmU8S8KernelAvx512Core (dispatch)'."""
+    (a, b), (ha, hb) = row["classes"], row["hosts"]
+    agree = "" if row.get("agree") is None else f", {row['agree']} fixture{'s' if row['agree'] != 1 else ''} agree"
+    text = features_text(row["features"], most)
+    kernels = row.get("kernels") or {}
+    if kernels:
+        text += "; " + "; ".join(f"{ka.split(': ')[0]}: {ka.split(': ', 1)[1]} / {kb.split(': ', 1)[1]}"
+                                 for ka, kb in zip(kernels[a], kernels[b])) + " (dispatch)"
+    paths = row.get("int8_path") or {}
+    if paths:
+        text += f"; int8 {paths[a]} / {paths[b]}"
+    evidence = row.get("evidence") or {}
+    if evidence:
+        text += "; kernels used (qemu evidence): " + "; ".join(f"{c} {', '.join(f)}" for c, f in evidence.items())
+    return f"{a}/{b} ({ha} / {hb}{agree}): {text}"
 
 
 def _distinct_short(values: list, n: int = 24) -> list[str]:

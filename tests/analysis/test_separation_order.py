@@ -41,3 +41,19 @@ def test_a_masked_tier_is_separated_by_its_isa_flags_never_by_the_masks_vendor_s
     # without a masked host the CPU name stays a feature (two real machines differ in it)
     real = {"a": {"cpu": "x"}, "b": {"cpu": "y"}}
     assert without_mask_cpu(real, {"a": "real", "b": "qemu"}) == real
+
+
+def test_a_float_variant_is_never_separated_by_a_flag_only_int8_kernels_read():
+    """graviton3's fp32 class was "separated by isa:i8mm": the float kernels read SVE, never I8MM (nor ASIMDDP)."""
+    base = ["fp", "asimd", "atomics", "asimddp"]
+    features = {"pi": fingerprint_features("aarch64", "Neoverse", base, "1.32.0", {}),
+                "graviton2": fingerprint_features("aarch64", "Neoverse", base, "1.32.0", {}),
+                "graviton3": fingerprint_features("aarch64", "Neoverse", base + ["i8mm", "sve", "bf16"], "1.32.0", {})}
+    cls = {"pi": "A", "graviton2": "A", "graviton3": "B"}
+    assert separation(features, cls)["smallest"] == ["isa:i8mm"]          # an int8 variant: its kernels read i8mm
+    fp32 = separation(features, cls, float_only=True)
+    assert fp32["smallest"] == ["isa:sve"] and fp32["features"][-1] == "isa:i8mm"
+    # only an int8-only flag tells them apart: named, as the last resort, rather than nothing
+    only = {h: fingerprint_features("aarch64", "Neoverse", base + (["i8mm"] if h == "graviton3" else []), "1.32.0", {})
+            for h in cls}
+    assert separation(only, cls, float_only=True)["smallest"] == ["isa:i8mm"]

@@ -47,7 +47,7 @@ def test_full_run_writes_variants_and_is_reproducible(setup, capsys):
                  "results/variants/tiny", "calib_sets/tiny-n3-seed0"):
         assert word in out
     vs = latest_variants()
-    assert [v.name for v in vs] == ["fp32", "dynamic", "static-minmax", "static-percentile", "static-entropy"]
+    assert [v.name for v in vs] == ["fp32", "dynamic", "static-minmax", "static-percentile"]
     assert [(v.name, v.path.resolve()) for v in vs] == [
         (v.name, v.path.resolve()) for v in load_variants(wd / "results" / "variants" / "tiny")]
     assert (wd / "calib_sets" / "tiny-n3-seed0" / "manifest.parquet").exists()
@@ -161,7 +161,7 @@ def test_bundled_demo_no_arguments(workdir, capsys):
     assert main(["calibrate"]) == 0
     out = capsys.readouterr().out
     vs = latest_variants()
-    assert [v.name for v in vs] == ["fp32", "dynamic", "static-minmax", "static-percentile", "static-entropy"]
+    assert [v.name for v in vs] == ["fp32", "dynamic", "static-minmax", "static-percentile"]
     assert all(v.model == "litter-detr-tiny" for v in vs)
     assert "48 images" in out
     recipe = json.loads((workdir / "calib_sets" / "litter-detr-tiny-n12-seed0" / "recipe.json").read_text())

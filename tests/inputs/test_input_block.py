@@ -242,6 +242,9 @@ def test_input_option_through_calibrate_and_equiv(workdir, capsys, option):
     labels = corpus(workdir / "c", sizes)
     assert calibrate(model, labels) == 0, capsys.readouterr().err
     assert equiv(labels) == 0, capsys.readouterr().err
+    squeezed = [ln for ln in capsys.readouterr().out.splitlines() if "are squeezed" in ln]
+    # a dynamic width squeezes the widest image to max_width: the plan says so, once
+    assert len(squeezed) == (1 if option.startswith("dynamic-width") else 0), squeezed
     got = fixture_tensors()
     assert len(got) == 3
     for g, i in zip(got, (9, 10, 11)):

@@ -70,3 +70,10 @@ def test_a_threshold_maps_band_holds_only_the_regions_that_appeared_or_vanished(
     s = D.summarize("own-fp32", "x86", "dynamic", "x86", "fp32", [fc], 0.5,
                     margin_kinds=kind_of("threshold-map").margin_flips)
     assert s.flips == 2 and s.margins["band"] == [0.5, 0.55] and s.margins["flips"] == 1
+
+
+def test_box_shifts_are_said_to_have_no_fp32_margin():
+    result, compared = _result("yolo", 0.25)
+    compared[0]["by_kind"] = {"threshold": 1, "class": 0, "box-shift": 3}
+    line = " ".join(_summary_concealed_and_margins(result, compared))
+    assert "3 flip(s) against fp32 are box shifts" in line and "no fp32 margin is given for them" in line

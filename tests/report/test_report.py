@@ -408,3 +408,26 @@ def test_no_fp32_verdict_points_at_the_fp32_parameter_and_the_command_line_at_it
     cli = lambda text: render_params(text, lambda p: "--" + p.replace("_", "-"))
     md, _ = equivsection.render_equiv(r, tmp_path, plots=False, tables_root=tmp_path, render=cli)
     assert "no fp32 model given: pass --fp32 FILE" in md
+
+
+def test_the_flips_table_says_box_matched_counts_are_not_transitive():
+    from types import SimpleNamespace
+
+    from quantbench.report.equivsection import decisions_lines
+    from quantbench.report.termsummary import _summary_flips
+
+    comps = [{"comparison": c, "model": "m", "variant": "static-minmax", "variant_id": "v1", "host": h, "flips": n,
+              "images_disagree": 1, "ref_total": 4, "total": 4, "concealed": True,
+              "by_kind": {"threshold": 0, "class": 0, "box-shift": n}}
+             for c, h, n in (("ref-fp32", "x86-avx2", 2), ("ref-same", "x86-avx2", 5))]
+    result = SimpleNamespace(settings={"reference": "x86"}, comparisons=comps, hosts=["x86", "x86-avx2"],
+                             variants=[{"model": "m", "variant": "static-minmax", "variant_id": "v1",
+                                        "decode": {"kind": "yolo"}}])
+    text = "\n".join(_summary_flips(result, comps))
+    assert "not transitive" in text
+    for c in comps:
+        c.update(ref_variant="static-minmax", ref_host="x86", fixtures=2, margins={})
+    assert "not transitive" in "\n".join(decisions_lines(result))     # the report's table says it too
+    result.variants[0]["decode"]["kind"] = "classifier-softmax"   # one decision per image: nothing matched
+    assert "not transitive" not in "\n".join(_summary_flips(result, comps))
+    assert "not transitive" not in "\n".join(decisions_lines(result))

@@ -18,7 +18,7 @@ from quantbench.cli.commands import finite_float
 from quantbench.cli.groups import OUTPUT, PluginArgs, session_config
 from quantbench.errors import UserError
 from quantbench.quantize import variants as qv
-from quantbench.quantize.methods import DEFAULT_PERCENTILE, ENTROPY_BINS, VARIANT_METHODS as METHOD_CHOICES
+from quantbench.quantize.methods import DEFAULT_METHODS, DEFAULT_PERCENTILE, ENTROPY_BINS, VARIANT_METHODS as METHOD_CHOICES
 from quantbench.quantize.pipeline import decode_only
 from quantbench.inputs.sidecarfile import REQUIREMENTS
 from quantbench.textfmt import text_table
@@ -78,8 +78,9 @@ def _add_other_arguments(parser) -> None:
     g.add_argument("--skip-bad", action="store_true",
                    help="skip unreadable images (recorded in the manifest as skipped) instead of stopping")
     g = parser.add_argument_group("variants")
-    g.add_argument("--methods", default=",".join(METHOD_CHOICES),
-                   help=f"variants besides fp32, comma-separated from {', '.join(METHOD_CHOICES)}")
+    g.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                   help=f"variants besides fp32, comma-separated from {', '.join(METHOD_CHOICES)} (entropy is not a "
+                        "default: at its default bins it duplicates minmax)")
     g.add_argument("--out", default=None, help="variants folder; if omitted: results/variants/<model>")
     g.add_argument("--percentile", type=finite_float, default=DEFAULT_PERCENTILE,
                    help="Percentile calibration: percentile kept")
