@@ -188,8 +188,8 @@ def test_a_worker_importing_another_version_than_its_runtime_is_refused(workdir,
     import quantbench.hosts.emulated as EM
     from quantbench.cli import main
 
-    monkeypatch.setattr(EM, "ready", lambda name, rt=None, host=None: (True, "ready"))
-    monkeypatch.setattr(EM, "python_command", lambda name, qemu_args=(), rt=None: ([sys.executable, "-u"], None))
+    monkeypatch.setattr(EM, "ready", lambda name, rt=None, host=None, cpu=None: (True, "ready"))
+    monkeypatch.setattr(EM, "python_command", lambda name, qemu_args=(), rt=None, cpu=None: ([sys.executable, "-u"], None))
     model = matmul_model(workdir / "m.onnx")
     root = workdir / "t"
     with pytest.raises(RunFailed, match=r"host pi4@1\.20\.1: its worker imported onnxruntime .*, not the 1\.20\.1 "
