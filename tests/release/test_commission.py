@@ -185,6 +185,8 @@ def test_check_passes_in_the_emulated_pis_guest_python_with_the_pis_class(pi_res
     assert commission(pi_results, kit, "--variant", "fp32", "--count", "3") == 0
     exp = json.loads((kit / "expected.json").read_text())
     pi_class = next(c for c in exp["classes"] if "pi" in [h["host"] for h in c["hosts"]])
+    if len(exp["classes"]) > 1:   # x86 and the Pi apart: a fixture that separates them comes first
+        assert exp["fixtures"][0]["why"] == "separates classes"
     argv, env = E.python_command("pi")
     r = run_check(kit, "--json", prefix=tuple(argv[:-1]) if argv[-1] == "-u" else tuple(argv), env=env)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
