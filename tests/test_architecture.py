@@ -212,9 +212,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
     "quantbench.cli.commands.config": (("quantbench.textfmt",), "prints the defaults as a text table"),
     "quantbench.cli.commands.diff": (
         ("quantbench.inputs.modelio", "quantbench.release.diff"), "the ONNX diff has no API function yet"),
-    "quantbench.cli.commands.equiv": (
-        ("quantbench.analysis.decode", "quantbench.analysis.gates"),
-        "its flags' choices and defaults (decode kinds, gates, tolerances) from their owners"),
     "quantbench.cli.commands.hosts": (
         ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
-from quantbench.analysis.decode import NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
+from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, check_group, check_groups,
@@ -36,6 +36,11 @@ else:
     pa = lazy.module("pyarrow")
 
 DEFAULT_HOSTS = "pi,x86"
+#: what equiv's parameters take, for a caller and the command line's help: the gates `Gates.gate` names, the
+#: built-in decode kinds `decode` takes besides a plug-in, and the one that makes no decisions
+GATE_NAMES: tuple = GATES
+DECODE_KINDS: tuple = tuple(KINDS)
+NO_DECODE: str = NONE
 #: the tables an equiv analysis writes, by the result's rows
 TABLES = {"classes": "class_rows", "decisions": "decision_rows", "flips": "flip_rows"}
 

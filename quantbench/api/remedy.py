@@ -52,9 +52,9 @@ class Remedy:
 
 
 def _fp32(fp32) -> Path:
-    """The float model: the one given, else the fp32 variant of the last calibrate run (it runs too: it must be the
+    """The float model: the one given (not empty), else the fp32 variant of the last calibrate run (it runs too: it must be the
     model its recipe names)."""
-    if fp32 is not None:
+    if fp32:
         return Path(fp32)
     reference = pick_variant("fp32")
     check_identity(reference)
@@ -86,7 +86,7 @@ def remedy(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     chosen = plan.fixtures_for[vi.variant_id]
     stem = Path(picked.path)
     ranges = stem.with_name(stem.stem + ".ranges.json")
-    out = Path(out) if out is not None else results.folder / "remedies" / picked.name
+    out = Path(out) if out else results.folder / "remedies" / picked.name
     rvs = build_remedies(picked.path, fp32, out, picked.recipe, ranges if ranges.exists() else None,
                          [{fx.input_name: fx.array} for fx in chosen], wanted)
     rows = remedy_matrix(rvs, fp32, hosts, chosen, spec, vi.variant_id, progress=output.bars(),
