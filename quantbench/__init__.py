@@ -1,9 +1,9 @@
 """quantbench: what quantizing one ONNX model does on each CPU it ships to.
 
 The Python API (quantbench.api; docs/api.md), loaded on first use so `import quantbench` stays light:
-`calibrate`, `run`, `equiv`, `search`, `localize`, `lint`, `remedy`, `noise`, `latency`, `make_release`, `verify` and
-their option groups `Fleet`, `Fixtures`, `Session`,
-`Results`, `Output` (and `Gates` of equiv). `make_release`, since `quantbench.release` is the release package.
+`calibrate`, `run`, `equiv`, `search`, `localize`, `lint`, `remedy`, `noise`, `latency`, `diff`, `make_release`,
+`verify` and their option groups `Fleet`, `Fixtures`, `Session`, `Results`, `Output` (and `Gates` of equiv).
+`make_release`, since `quantbench.release` is the release package.
 """
 
 import importlib
@@ -20,6 +20,7 @@ _API = {
     "make_release": ("quantbench.api.release", "release"),
     "verify": ("quantbench.api.release", "verify"),
     "search": ("quantbench.api.search", "search"),
+    "diff": ("quantbench.api.diff", "diff"),
     **{name: (f"quantbench.api.{name}", name) for name in ("localize", "lint", "remedy", "noise", "latency")},
     **{name: ("quantbench.api.options", name) for name in ("Fleet", "Fixtures", "Session", "Results", "Output")},
 }

@@ -210,8 +210,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
         ("quantbench.hosts.keys", "quantbench.release.ci"),
         "writes the CI workflow (release.ci.write_ci) with no API function of its own yet"),
     "quantbench.cli.commands.config": (("quantbench.textfmt",), "prints the defaults as a text table"),
-    "quantbench.cli.commands.diff": (
-        ("quantbench.inputs.modelio", "quantbench.release.diff"), "the ONNX diff has no API function yet"),
     "quantbench.cli.commands.hosts": (
         ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
@@ -219,7 +217,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
         "hosts list/setup/check have no API functions yet (the hosts layer is being split, issue 44 item 5)"),
     "quantbench.cli.commands.release": (
         ("quantbench.release.record", "quantbench.textfmt"), "prints the release record's flips and a text table"),
-    "quantbench.cli.commands.report": (("quantbench.analysis.equiv",), "re-renders the report with no API function"),
     "quantbench.cli.commands.search": (
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
          "quantbench.explain.searchreport"),

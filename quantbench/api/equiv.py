@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
-from quantbench.analysis.equiv import VariantRef, analyze
+from quantbench.analysis.equiv import VariantRef, analyze, reanalyze
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
@@ -260,6 +260,21 @@ def publish(result, results: Results, gates=None, checked=None, plots: bool = Tr
     result.settings["gates"] = list(gates) if gates else list(checked or [])
     return publish_equiv(result, results.folder, results.tables, plots=plots, fixtures=labels, images=images,
                          render=render)
+
+
+def rerender(results: Results = Results(), equiv_id: str | None = None, labels=None, images=None,
+             plots: bool = True, render=render_params) -> tuple:
+    """The report re-rendered from the tables (the `report` command): the equiv analysis `equiv_id` (a prefix;
+    None: the last equiv's) computed again with the settings it ran with, report.md and its plots written;
+    `labels` and `images` for the accuracy (None: the ones that analysis read). Returns (the analysis, the files
+    written)."""
+    check_groups(results=results)
+    again = reanalyze(results.folder, equiv_id)
+    if not labels:   # the labels that analysis read
+        labels, images = again.labels.get("fixtures"), images or again.labels.get("images")
+    files = publish(again.result, results, gates=again.result.settings["gates"], plots=plots, labels=labels,
+                    images=images, render=render)
+    return again.result, files
 
 
 def _check_request(gates: Gates, decode: str | None) -> list:

@@ -99,7 +99,7 @@ def test_noise_returns_the_commands_rows(calibrated, tier, capsys):
 def test_remedy_returns_the_commands_rows(calibrated, tier, capsys):
     hosts = f"x86,{tier}:masked"
     done = quantbench.remedy("static-minmax", Fleet(hosts), results=Results("api"), limit=2,
-                             remedies="baseline,x64quantprecision")
+                             remedies="baseline,x64quantprecision", out="")   # '': the default, as on the command line
     assert [r.remedy for r in done.rows] == ["baseline", "x64quantprecision"]
     assert done.out.resolve() == calibrated / "api" / "remedies" / "static-minmax"
     argv = ["remedy", "--variant", "static-minmax", "--hosts", hosts, "--limit", "2", "--remedies",
