@@ -209,7 +209,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
     "quantbench.cli.commands.ci": (
         ("quantbench.hosts.keys", "quantbench.release.ci"),
         "writes the CI workflow (release.ci.write_ci) with no API function of its own yet"),
-    "quantbench.cli.commands.config": (("quantbench.textfmt",), "prints the defaults as a text table"),
     "quantbench.cli.commands.hosts": (
         ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
