@@ -1,8 +1,9 @@
 """quantbench: what quantizing one ONNX model does on each CPU it ships to.
 
 The Python API (quantbench.api; docs/api.md), loaded on first use so `import quantbench` stays light:
-`calibrate`, `run`, `equiv`, `search`, `make_release`, `verify`, `commission` and their option groups `Fleet`, `Fixtures`, `Session`,
-`Results`, `Output` (and `Gates` of equiv). `make_release`, since `quantbench.release` is the release package.
+`calibrate`, `run`, `equiv`, `search`, `localize`, `lint`, `remedy`, `noise`, `latency`, `diff`, `make_release`,
+`verify`, `commission` and their option groups `Fleet`, `Fixtures`, `Session`, `Results`, `Output` (and `Gates` of equiv).
+`make_release`, since `quantbench.release` is the release package.
 """
 
 import importlib
@@ -20,6 +21,8 @@ _API = {
     "verify": ("quantbench.api.release", "verify"),
     "search": ("quantbench.api.search", "search"),
     "commission": ("quantbench.api.commission", "commission"),
+    "diff": ("quantbench.api.diff", "diff"),
+    **{name: (f"quantbench.api.{name}", name) for name in ("localize", "lint", "remedy", "noise", "latency")},
     **{name: ("quantbench.api.options", name) for name in ("Fleet", "Fixtures", "Session", "Results", "Output")},
 }
 __all__ = sorted(_API)

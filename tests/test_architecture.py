@@ -103,11 +103,12 @@ LAYERS = [
      "calibrate: model intake, calibration ranges, variants and their recipes, smoke tests before publication"),
     ("report", ["quantbench.report"],
      "report.md and report.html assembled from sections; the equiv section (tables, verdict, accuracy, plots, "
-     "flip gallery) and the terminal summary"),
+     "flip gallery), the explain section and the terminal summary"),
     ("explain", ["quantbench.explain"], "localize, kernel evidence, lint, remedies, noise floors, latency"),
     ("release", ["quantbench.release"], "release record, archive, verify, ONNX diff, the CI recipe"),
     ("api", ["quantbench.api"],
-     "the public Python API (quantbench.calibrate, run, equiv, make_release, verify) and its typed option groups: "
+     "the public Python API (quantbench.calibrate, run, equiv, search, localize, lint, remedy, noise, latency, "
+     "make_release, verify) and its typed option groups: "
      "parameters in, result objects with pyarrow tables out"),
     ("cli", ["quantbench.cli", "quantbench.__main__"],
      "flags, defaults files, printing: a command parses flags into option groups, calls one API function, prints"),
@@ -192,6 +193,60 @@ def test_no_command_imports_another_command():
     cross = {m: sorted(t for t in ts if t.startswith("quantbench.cli.commands.") and t != m)
              for m, ts in graph.items() if m.startswith("quantbench.cli.commands.")}
     assert {m: ts for m, ts in cross.items() if ts} == {}
+
+
+#: what a command module may import of quantbench: the API, the command line and the errors (a command parses its
+#: flags, calls one API function, prints)
+COMMAND_IMPORTS = ("quantbench.api", "quantbench.cli", "quantbench.errors")
+#: command modules that still import below the API: module -> (those imports, why). It may only shrink: an entry
+#: whose imports are gone fails until it is removed, and no command may add one.
+COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
+    "quantbench.cli.commands.calibrate": (
+        ("quantbench.analysis.decode", "quantbench.inputs.sidecarfile", "quantbench.quantize.methods",
+         "quantbench.quantize.pipeline", "quantbench.quantize.variants", "quantbench.textfmt"),
+        "its flags' choices and defaults (calibration methods, decode kinds, requirement keys) and its summary table; "
+        "quantbench.calibrate is its API, these are still read from their owners"),
+    "quantbench.cli.commands.ci": (
+        ("quantbench.hosts.keys", "quantbench.release.ci"),
+        "writes the CI workflow (release.ci.write_ci) with no API function of its own yet"),
+    "quantbench.cli.commands.hosts": (
+        ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
+         "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
+         "quantbench.hosts.session", "quantbench.hosts.setup", "quantbench.textfmt"),
+        "hosts list/setup/check have no API functions yet (the hosts layer is being split, issue 44 item 5)"),
+    "quantbench.cli.commands.release": (
+        ("quantbench.release.record", "quantbench.textfmt"), "prints the release record's flips and a text table"),
+    "quantbench.cli.commands.search": (
+        ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
+         "quantbench.explain.searchreport"),
+        "its flags' defaults and summary; the search package is being rebuilt (issue 44 item 3)"),
+    "quantbench.cli.commands.tables": (
+        ("quantbench.store.compaction", "quantbench.store.partread", "quantbench.store.tableschema",
+         "quantbench.textfmt"), "tables show/compact have no API functions yet"),
+    "quantbench.cli.commands.verify": (
+        ("quantbench.release.verify", "quantbench.textfmt"), "prints the verdicts' wording and a text table"),
+}
+
+
+def commands_below_the_api() -> dict[str, set[str]]:
+    """Each command module's imports of quantbench outside COMMAND_IMPORTS."""
+    found = {}
+    for m, ts in import_graph().items():
+        if m.startswith("quantbench.cli.commands."):
+            below = {t for t in ts if not any(t == a or t.startswith(a + ".") for a in COMMAND_IMPORTS)}
+            if below:
+                found[m] = below
+    return found
+
+
+def test_a_command_imports_only_the_api_the_cli_and_errors():
+    """A command parses its flags into option groups, calls its one API function and prints: whatever it needs of a
+    lower layer moves into the API (quantbench.api), so a Python caller gets the same function."""
+    found = commands_below_the_api()
+    new = {m: sorted(ts - set(COMMANDS_BELOW_THE_API.get(m, ((), ""))[0])) for m, ts in found.items()}
+    assert {m: ts for m, ts in new.items() if ts} == {}
+    stale = {m: sorted(set(listed) - found.get(m, set())) for m, (listed, _) in COMMANDS_BELOW_THE_API.items()}
+    assert {m: ts for m, ts in stale.items() if ts} == {}, "no longer imported: remove them from COMMANDS_BELOW_THE_API"
 
 
 # Test files at tests/ top level: only those that protect no one module (docs and the package as a whole).

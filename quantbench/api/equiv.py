@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
-from quantbench.analysis.decode import NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
-from quantbench.analysis.equiv import VariantRef, analyze
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
+from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
+from quantbench.analysis.equiv import VariantRef, analyze, reanalyze
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
 from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, check_group, check_groups,
@@ -36,6 +36,11 @@ else:
     pa = lazy.module("pyarrow")
 
 DEFAULT_HOSTS = "pi,x86"
+#: what equiv's parameters take, for a caller and the command line's help: the gates `Gates.gate` names, the
+#: built-in decode kinds `decode` takes besides a plug-in, and the one that makes no decisions
+GATE_NAMES: tuple = GATES
+DECODE_KINDS: tuple = tuple(KINDS)
+NO_DECODE: str = NONE
 #: the tables an equiv analysis writes, by the result's rows
 TABLES = {"classes": "class_rows", "decisions": "decision_rows", "flips": "flip_rows"}
 
@@ -255,6 +260,21 @@ def publish(result, results: Results, gates=None, checked=None, plots: bool = Tr
     result.settings["gates"] = list(gates) if gates else list(checked or [])
     return publish_equiv(result, results.folder, results.tables, plots=plots, fixtures=labels, images=images,
                          render=render)
+
+
+def rerender(results: Results = Results(), equiv_id: str | None = None, labels=None, images=None,
+             plots: bool = True, render=render_params) -> tuple:
+    """The report re-rendered from the tables (the `report` command): the equiv analysis `equiv_id` (a prefix;
+    None: the last equiv's) computed again with the settings it ran with, report.md and its plots written;
+    `labels` and `images` for the accuracy (None: the ones that analysis read). Returns (the analysis, the files
+    written)."""
+    check_groups(results=results)
+    again = reanalyze(results.folder, equiv_id)
+    if not labels:   # the labels that analysis read
+        labels, images = again.labels.get("fixtures"), images or again.labels.get("images")
+    files = publish(again.result, results, gates=again.result.settings["gates"], plots=plots, labels=labels,
+                    images=images, render=render)
+    return again.result, files
 
 
 def _check_request(gates: Gates, decode: str | None) -> list:

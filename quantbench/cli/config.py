@@ -42,6 +42,7 @@ from pathlib import Path
 from quantbench.errors import UserError
 from quantbench.fsutil import MAX_SETTINGS_BYTES, inside, parse_toml, read_user_text
 from quantbench.inputs.plugins import is_ref
+from quantbench.textfmt import text_table
 
 PYPROJECT = Path("pyproject.toml")
 QUANTBENCH_TOML = Path("quantbench.toml")
@@ -247,3 +248,17 @@ def effective(parsers: dict, sources: list[Source], builtin: dict, every: bool =
         if per:
             rows.append({"key": key, "commands": per})
     return rows
+
+
+def effective_table(rows: list[dict]) -> str:
+    """effective()'s rows as the text table `quantbench config` prints: a key per value and source, with the
+    commands that take it."""
+    table = []
+    for r in rows:
+        groups: dict = {}
+        for c in r["commands"]:
+            groups.setdefault((repr(c["value"]) if not isinstance(c["value"], str) else c["value"], c["source"]),
+                              []).append(c["command"])
+        for (value, src), cmds in groups.items():
+            table.append([r["key"], value, src, ",".join(cmds)])
+    return text_table(["key", "value", "source", "commands"], table, rule=True)

@@ -33,7 +33,7 @@ class Section:
 
 
 #: every report section, in report order
-SECTIONS = (Section("equiv", "quantbench.report.equivsection"), Section("explain", "quantbench.explain"),
+SECTIONS = (Section("equiv", "quantbench.report.equivsection"), Section("explain", "quantbench.report.explainsection"),
             Section("search", "quantbench.explain.searchreport"), Section("release", None))
 SECTION_ORDER = tuple(s.name for s in SECTIONS)
 

@@ -50,3 +50,20 @@ def test_the_search_defaults_are_the_command_lines():
     shared = [k for k in params if k in cli and k not in ("variant", "fixtures", "results")]
     assert len(shared) >= 12, shared
     assert {k: params[k].default for k in shared} == {k: cli[k] for k in shared}
+
+
+def test_the_explain_defaults_are_the_command_lines():
+    """localize, lint, remedy, noise and latency take their commands' defaults (a list of names: comma-joined)."""
+    from quantbench.cli import build_parser
+
+    names = ["localize", "lint", "remedy", "noise", "latency"]
+    parser = build_parser(config=False, commands=names)
+    for name in names:
+        cli = {a.dest: a.default for a in parser._qb_leaves[name]._actions}
+        params = inspect.signature(getattr(quantbench, name)).parameters
+        shared = [k for k in params if k in cli and k not in ("variant", "model", "fixtures", "results", "fleet")]
+        api = {k: ",".join(d) if isinstance(d := params[k].default, tuple) else d for k in shared}
+        assert api == {k: cli[k] for k in shared}, name
+        assert len(shared) >= {"lint": 0, "localize": 5, "remedy": 5, "noise": 5, "latency": 5}[name], (name, shared)
+    assert inspect.signature(quantbench.latency).parameters["fleet"].default == Fleet(
+        {a.dest: a.default for a in parser._qb_leaves["latency"]._actions}["hosts"])

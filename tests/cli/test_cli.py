@@ -87,11 +87,12 @@ def test_a_command_line_imports_only_the_command_it_runs(tmp_path, argv, loaded)
 
 def test_help_loads_no_numpy(tmp_path):
     """`quantbench --help` (every invocation's first step) loads neither numpy nor the variants, fixtures or
-    recipe modules: only the commands that run hosts import them (quantbench/cli/runplan.py)."""
+    recipe modules: only the commands that run hosts import them (through quantbench/api/), nor the argparse types
+    that load the decoders (quantbench/cli/argtypes.py)."""
     root = Path(__file__).resolve().parents[2]
     code = ("import sys\nfrom quantbench.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
             "print('loaded:', sorted(m for m in ('numpy', 'quantbench.inputs.variantdir', 'quantbench.inputs.fixtures',"
-            " 'quantbench.inputs.sidecarfile', 'quantbench.cli.runplan') if m in sys.modules))")
+            " 'quantbench.inputs.sidecarfile', 'quantbench.cli.argtypes') if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PYTHONPATH": str(root)})
     assert p.returncode == 0, p.stderr

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from quantbench.cli import config as C
 from quantbench.cli.commands import declared
-from quantbench.textfmt import text_table
 
 HELP = ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
         "each comes from: a flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in.")
@@ -29,15 +28,7 @@ def run(args) -> int:
         return 0
     print("config files: " + (", ".join(f"{f['file']} [{f['table']}]" for f in files) or
                               "none (built-in defaults; see quantbench.toml [defaults] or pyproject.toml [tool.quantbench])"))
-    table = []
-    for r in rows:
-        groups: dict = {}
-        for c in r["commands"]:
-            groups.setdefault((repr(c["value"]) if not isinstance(c["value"], str) else c["value"], c["source"]),
-                              []).append(c["command"])
-        for (value, src), cmds in groups.items():
-            table.append([r["key"], value, src, ",".join(cmds)])
-    print(text_table(["key", "value", "source", "commands"], table, rule=True))
+    print(C.effective_table(rows))
     print("precedence: flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in")
     return 0
 

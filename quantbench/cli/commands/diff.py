@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from quantbench.errors import GateFailed
-from quantbench.inputs.modelio import parse_strip
-from quantbench.release.diff import SEMANTIC, diff_models, format_diff
+from quantbench.api.diff import diff
 
 HELP = ("Compare two ONNX files: op types, initializers, interface, opset, producer, value_info and "
         "doc_strings, ranked by semantic risk (not by bytes), with raw and semantic hashes of both.")
@@ -24,12 +22,11 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import json
 
-    d = diff_models(args.a, args.b, parse_strip(args.strip))
+    done = diff(args.a, args.b, args.strip)
     if args.json:
-        print(json.dumps(d.to_json(), indent=2, sort_keys=True))
+        print(json.dumps(done.to_json(), indent=2, sort_keys=True))
     else:
-        print(format_diff(d))
-    n = sum(f.differs and f.risk == SEMANTIC for f in d.findings)
-    if args.gate and n:
-        raise GateFailed(f"{n} semantic difference(s) between {args.a} and {args.b}")
+        print(done.text())
+    if args.gate:
+        done.check()
     return 0

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from quantbench.analysis.decode import KINDS, NONE, decode_arg
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
-from quantbench.api.equiv import Gates
+from quantbench.api.equiv import DECODE_KINDS, GATE_NAMES, NO_DECODE, Gates
 from quantbench.api.equiv import equiv as api_equiv
+from quantbench.cli.argtypes import decode_arg
 from quantbench.cli.commands import add_jobs_argument, add_shard_argument, finite_float
 from quantbench.cli.equivprint import print_equiv
 from quantbench.cli.groups import OUTPUT, FixtureArgs, FleetArgs, ResultsArgs, SessionArgs
@@ -32,15 +31,15 @@ def add_arguments(p) -> None:
     FIXTURES.add(p)
     p.add_argument("--reference", help="reference host for cross-host comparisons (default: the first of --hosts)")
     p.add_argument("--decode", type=decode_arg, metavar="KIND",
-                   help=f"how outputs become decisions: {', '.join(KINDS)}, {NONE} (classes and tensor gate only), "
+                   help=f"how outputs become decisions: {', '.join(DECODE_KINDS)}, {NO_DECODE} (classes and tensor gate only), "
                         "or a plug-in module:function / path/to/file.py:function (default: the model sidecar's "
                         "'decode' block; none without one)")
     p.add_argument("--threshold", type=finite_float, help="decision threshold (default: the sidecar's)")
-    p.add_argument("--atol", type=finite_float, default=DEFAULT_ATOL, help="tensor gate absolute tolerance")
-    p.add_argument("--rtol", type=finite_float, default=DEFAULT_RTOL, help="tensor gate relative tolerance")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="decision gate: flips allowed per comparison")
+    p.add_argument("--atol", type=finite_float, default=Gates.atol, help="tensor gate absolute tolerance")
+    p.add_argument("--rtol", type=finite_float, default=Gates.rtol, help="tensor gate relative tolerance")
+    p.add_argument("--budget", type=int, default=Gates.budget, help="decision gate: flips allowed per comparison")
     p.add_argument("--gate", metavar="NAMES",
-                   help=f"comma-separated conditions that make the exit code 1 when they fail: {', '.join(GATES)} "
+                   help=f"comma-separated conditions that make the exit code 1 when they fail: {', '.join(GATE_NAMES)} "
                         "(tensor and decision apply to every comparison; classes: every variant is one class)")
     p.add_argument("--no-run", action="store_true",
                    help="use only results already in the tables (e.g. hosts run with other session options)")

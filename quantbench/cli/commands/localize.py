@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-
-from quantbench.store import partwrite
+from quantbench.api.localize import localize
 from quantbench.cli.groups import OUTPUT, ExplainArgs
 from quantbench.errors import render_params
-from quantbench.explain import update_report
-from quantbench.explain.evidence import run_evidence_for, table
-from quantbench.explain.localize import localize, summary
-from quantbench.inputs.fixtures import limit_note, pick_balanced, pick_fixture
-from quantbench.cli.runplan import explain_run
-from quantbench.inputs.variantdir import pick_variant
 
 HELP = "Find the first node whose output differs between two hosts, hashing every intermediate tensor in bounded memory."
 
@@ -36,29 +29,18 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     ex = EXPLAIN.parse(args)
-    root = ex.results.tables
-    variant = pick_variant(ex.variant)
-    # the model parsed once: its id, its graph, its fixtures
-    hosts, plan = explain_run(ex, variant, render=getattr(args, "_render", render_params))
-    (vi,) = plan.variants
-    fixtures = plan.fixtures_for[vi.variant_id]
-    fixture = pick_fixture(fixtures, args.fixture, ex.fixtures.split)
-    res = localize(variant.path, hosts, fixture, args.opt_level, args.group, variant.name,
-                   progress=OUTPUT.parse(args).bars(), tables_root=root, variant_id=vi.variant_id,
-                   model=plan.models[vi.variant_id])
-    part = partwrite.append("localize", res.table_rows(), root=root)
-    print(summary(res))
-    print(f"localize table: {part.parent if part else root / 'localize'}")
+    done = localize(ex.variant, ex.fleet, ex.fixtures, ex.session, ex.results, OUTPUT.parse(args),
+                    fixture=args.fixture, opt_level=args.opt_level, group=args.group, evidence=args.evidence,
+                    evidence_fixtures=args.evidence_fixtures, render=getattr(args, "_render", render_params))
+    print(done.summary())
+    print(f"localize table: {done.part.parent if done.part else done.tables_root / 'localize'}")
     if args.evidence:
-        picked = pick_balanced(fixtures, [fx.stratum for fx in fixtures], max(1, args.evidence_fixtures))
-        print(f"--evidence-fixtures {len(picked)}: {limit_note(picked)}")
-        evs, notes = run_evidence_for(variant, hosts, picked, root, vi.variant_id)
-        for note in notes:
+        print(f"--evidence-fixtures {done.evidence_fixtures}")
+        for note in done.evidence_notes:
             print(note)
-        if evs:
+        if done.evidence:
             print("instruction families inside onnxruntime (distinct sites; qemu -d in_asm):")
-            print(table(evs))
-            print(f"evidence table: {root / 'evidence'}")
-
-    print(f"report: {update_report(ex.results.folder, root)}")
+            print(done.evidence_text())
+            print(f"evidence table: {done.tables_root / 'evidence'}")
+    print(f"report: {done.report}")
     return 0

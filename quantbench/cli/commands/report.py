@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from quantbench.analysis.equiv import reanalyze
-from quantbench.api.equiv import publish
+from quantbench.api.equiv import rerender
 from quantbench.cli.equivprint import print_equiv
 from quantbench.cli.groups import OUTPUT, PluginArgs, ResultsArgs
 from quantbench.errors import render_params
@@ -26,13 +25,7 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    results = RESULTS.parse(args)
-    again = reanalyze(results.folder, args.equiv_id)
-    labels, images = args.fixtures, args.images
-    if not labels:  # the labels that analysis read
-        labels, images = again.labels.get("fixtures"), images or again.labels.get("images")
-    gates = again.result.settings["gates"]
     render = getattr(args, "_render", render_params)   # the report's lines may point at a flag (errors.flag_mark)
-    files = publish(again.result, results, gates=gates, plots=not args.no_plots, labels=labels, images=images,
-                    render=render)
-    return print_equiv(again.result, files, [], [], OUTPUT.parse(args).json, render=render)
+    result, files = rerender(RESULTS.parse(args), args.equiv_id, args.fixtures, args.images, plots=not args.no_plots,
+                             render=render)
+    return print_equiv(result, files, [], [], OUTPUT.parse(args).json, render=render)
