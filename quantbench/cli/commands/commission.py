@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from quantbench.api.commission import commission
+from quantbench.api.commission import DEFAULT_COUNT, commission
 from quantbench.cli.groups import ResultsArgs
-from quantbench.release.commission import DEFAULT_COUNT
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write a commissioning kit of one variant after equiv ran it (model, fixtures, expected.json, check.py): a "
