@@ -214,8 +214,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
          "quantbench.hosts.session", "quantbench.hosts.setup", "quantbench.textfmt"),
         "hosts list/setup/check have no API functions yet (the hosts layer is being split, issue 44 item 5)"),
-    "quantbench.cli.commands.release": (
-        ("quantbench.release.record", "quantbench.textfmt"), "prints the release record's flips and a text table"),
     "quantbench.cli.commands.search": (
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
          "quantbench.explain.searchreport"),
@@ -223,8 +221,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
     "quantbench.cli.commands.tables": (
         ("quantbench.store.compaction", "quantbench.store.partread", "quantbench.store.tableschema",
          "quantbench.textfmt"), "tables show/compact have no API functions yet"),
-    "quantbench.cli.commands.verify": (
-        ("quantbench.release.verify", "quantbench.textfmt"), "prints the verdicts' wording and a text table"),
 }
 
 

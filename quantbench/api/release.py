@@ -13,8 +13,10 @@ from quantbench.api.options import Fleet, Results, check_group, check_groups, ch
 from quantbench.errors import ParameterError
 from quantbench.release.archive import verify_archive
 from quantbench.release.publish import publish_release
-from quantbench.release.verify import FAIL, verify as verify_folder
+from quantbench.release.record import flips_text
+from quantbench.release.verify import FAIL, NOT_RETAINED, verify as verify_folder
 from quantbench.inputs.variantdir import load_variants
+from quantbench.textfmt import text_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,6 +55,16 @@ class Release:
             "release_key")]))
 
 
+    def targets_text(self) -> str:
+        """The record's variant x host rows as the command prints them: short hashes, byte class with its hosts,
+        flips against fp32 on the same host, release key."""
+        rows = [[v["name"], v["raw_sha256"][:12], v["semantic_sha256"][:12], t["host"], t["fingerprint_id"][:12],
+                 f"{t['byte_class']} ({','.join(t['byte_class_hosts'])})", flips_text(v, t), t["release_key"][:12]]
+                for v in (self.record or {}).get("variants", []) for t in v["targets"]]
+        return text_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class",
+                           "flips vs fp32 (same host)", "release key"], rows, rule=True)
+
+
 def release(tag: str, results: Results = Results(), hosts=None, retain: bool = True, variants=None,
             archive=None, force: bool = False) -> Release:
     """Write `results`/releases/TAG/ (tables, report, release.json) and register its release keys; `hosts`: the
@@ -84,6 +96,21 @@ class Verification:
     @property
     def passed(self) -> bool:
         return not any(c.status == FAIL for c in self.checks)
+
+    @property
+    def failed(self) -> int:
+        """How many checks failed."""
+        return sum(c.status == FAIL for c in self.checks)
+
+    @property
+    def not_retained(self) -> int:
+        """How many artifacts the release deliberately did not retain."""
+        return sum(c.status == NOT_RETAINED for c in self.checks)
+
+    def text(self) -> str:
+        """The checks as the command prints them."""
+        return text_table(["check", "item", "status", "detail"],
+                          [[c.check, c.item, c.status, c.detail] for c in self.checks], rule=True)
 
     def table(self) -> "pa.Table":
         return pa.Table.from_pylist([dataclasses.asdict(c) for c in self.checks],

@@ -6,8 +6,6 @@ import argparse
 
 from quantbench.api.release import release
 from quantbench.cli.groups import ResultsArgs
-from quantbench.release.record import flips_text
-from quantbench.textfmt import text_table
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Write results/releases/NAME/ (Parquet tables, report.md, release.json with recipe, environment, "
@@ -38,8 +36,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    res = release(args.tag, RESULTS.parse(args), hosts=args.hosts, retain=args.retain, variants=args.variants,
-                  archive=args.archive, force=args.force).result
+    done = release(args.tag, RESULTS.parse(args), hosts=args.hosts, retain=args.retain, variants=args.variants,
+                   archive=args.archive, force=args.force)
+    res = done.result
     if res.refused:
         print(f"release {args.tag} REFUSED: {len(res.collisions)} release key(s) already name another artifact; "
               "nothing was written.")
@@ -54,7 +53,7 @@ def run(args) -> int:
 
         print(json.dumps(_json_summary(args.tag, res, archive), indent=2, sort_keys=True))
         return 0
-    _print_release(args.tag, res, archive)
+    _print_release(done, archive)
     return 0
 
 
@@ -73,17 +72,11 @@ def _json_summary(tag: str, res, archive) -> dict:
             "notes": res.notes, "reused_keys": res.reused_keys}
 
 
-def _print_release(tag: str, res, archive) -> None:
+def _print_release(done, archive) -> None:
     """The text summary of a written release: one row per variant x host, then what was written where."""
+    res, tag = done.result, done.tag
     rec = res.record
-    rows = []
-    for v in rec["variants"]:
-        for t in v["targets"]:
-            rows.append([v["name"], v["raw_sha256"][:12], v["semantic_sha256"][:12], t["host"],
-                         t["fingerprint_id"][:12], f"{t['byte_class']} ({','.join(t['byte_class_hosts'])})",
-                         flips_text(v, t), t["release_key"][:12]])
-    print(text_table(["variant", "raw", "semantic", "host", "fingerprint", "byte class", "flips vs fp32 (same host)",
-                      "release key"], rows, rule=True))
+    print(done.targets_text())
     n_rows = sum(t["rows"] for t in rec["tables"].values())
     print()
     print(f"release {tag}: {len(rec['variants'])} variant(s) x {len(rec['hosts'])} host(s), "

@@ -7,8 +7,6 @@ import dataclasses
 from quantbench.api.release import verify
 from quantbench.cli.groups import FleetArgs, ResultsArgs
 from quantbench.errors import UserError, render_params
-from quantbench.release.verify import FAIL, NOT_RETAINED
-from quantbench.textfmt import text_table
 
 JSON_NATIVE = True  # prints its own --json summary
 HELP = ("Check a release folder or archive (.tar.gz from `release --archive`): re-hash retained artifacts, re-read every Parquet table against its recorded hash, "
@@ -40,22 +38,19 @@ def run(args) -> int:
     if args.sample is not None and not args.host:   # was: ignored, and the verdict read as if a sample was re-run
         raise UserError(f"--sample {args.sample}: re-runs fixtures on --host, and no --host was given; give one, "
                         "or leave --sample out")
-    checks = verify(args.release, host=args.host, sample=4 if args.sample is None else args.sample, fleet=FLEET.parse(args),
-                    results=RESULTS.parse(args), registry=not args.no_registry).checks
+    done = verify(args.release, host=args.host, sample=4 if args.sample is None else args.sample, fleet=FLEET.parse(args),
+                  results=RESULTS.parse(args), registry=not args.no_registry)
     render = getattr(args, "_render", render_params)   # a check's detail may point at a flag (errors.flag_mark)
-    checks = [dataclasses.replace(c, detail=render(c.detail)) for c in checks]
-    n_fail = sum(c.status == FAIL for c in checks)
+    done = dataclasses.replace(done, checks=[dataclasses.replace(c, detail=render(c.detail)) for c in done.checks])
     if getattr(args, "json", False):
         import json
-        from dataclasses import asdict
 
-        print(json.dumps({"release": str(args.release), "pass": not n_fail, "checks": [asdict(c) for c in checks]},
-                         indent=2, sort_keys=True))
-        return 1 if n_fail else 0
-    print(text_table(["check", "item", "status", "detail"], [[c.check, c.item, c.status, c.detail] for c in checks], rule=True))
-    n_nr = sum(c.status == NOT_RETAINED for c in checks)
+        print(json.dumps({"release": str(args.release), "pass": done.passed,
+                          "checks": [dataclasses.asdict(c) for c in done.checks]}, indent=2, sort_keys=True))
+        return 0 if done.passed else 1
+    print(done.text())
     print()
-    verdict = "FAIL" if n_fail else "PASS"
-    extra = f", {n_nr} artifact(s) deliberately not retained" if n_nr else ""
-    print(f"verify {args.release}: {verdict} ({len(checks)} checks, {n_fail} failed{extra})")
-    return 1 if n_fail else 0
+    extra = f", {done.not_retained} artifact(s) deliberately not retained" if done.not_retained else ""
+    print(f"verify {args.release}: {'PASS' if done.passed else 'FAIL'} ({len(done.checks)} checks, {done.failed} "
+          f"failed{extra})")
+    return 0 if done.passed else 1
