@@ -38,8 +38,23 @@ class Search:
 
     @property
     def passed(self) -> bool:
-        """Something meets the budget on every host: a written variant, or the base as calibrated."""
-        return self.result.chosen is not None
+        """A candidate with int8 left meets every constraint on every host: a written variant, or the base as
+        calibrated (all-float is never an answer)."""
+        return self.result.passed
+
+    @property
+    def nearest(self) -> dict | None:
+        """Where nothing passed: the nearest candidate with int8 left (its row, `name`, the `fixtures` its flips were
+        counted on) and `change`, what would change the outcome; None when something passed."""
+        return self.result.nearest
+
+    def outcome(self) -> dict:
+        """What `search --json` prints: passed, the stop line, the nearest candidate, the chosen one and where it
+        and the result went."""
+        r = self.result
+        return {"passed": self.passed, "stop": r.stop, "nearest": r.nearest, "chosen": r.chosen,
+                "variant": r.variant_name, "written": r.written, "evaluations": r.evaluations,
+                "result_file": r.result_file, "report": str(self.report)}
 
     @property
     def variant(self) -> str | None:

@@ -43,6 +43,8 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
+from quantbench.explain.searchoutcome import ALL_FLOAT, NO_INT8, NO_INT8_MACS, NOT_DONE, int8_left, nearest, \
+    no_answer_tail
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, content_key
@@ -99,11 +101,11 @@ class SearchParams:
 
 
 class Stopped(Exception):
-    """The evaluation or time budget ran out; `reason` is the stop line."""
+    """The evaluation or time budget ran out (`kind`: evaluations | time); `reason` is the stop line."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, kind: str):
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.kind = reason, kind
 
 
 @dataclass
@@ -122,6 +124,7 @@ class Tried:
     screen: dict = field(default_factory=dict)   # the screening stage's flips (fast hosts, nearest fixtures)
     path: Path | None = None
     int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
+    int8_ops: int = 0                            # its QuantizeLinear/DequantizeLinear/integer nodes (0: all float)
     latency_ms: dict = field(default_factory=dict)         # {host: median ms} on the hosts that measure latency
     latency_spread_ms: dict = field(default_factory=dict)  # {host: spread ms} of those medians
     flipped: dict = field(default_factory=dict)  # per host of its last stage: the fixture ids that flip (None: unknown)
@@ -157,7 +160,8 @@ class Tried:
                 "session_requirements": self.requirements,
                 "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
-                "note": self.note, "screen": self.screen, "int8": self.int8, "latency_ms": self.latency_ms,
+                "note": self.note, "screen": self.screen, "int8": self.int8, "int8_ops": self.int8_ops,
+                "latency_ms": self.latency_ms,
                 "latency_spread_ms": self.latency_spread_ms, "flipped": self.flipped,
                 "screened_on": self.screened_on}
 
@@ -184,14 +188,15 @@ class Walk:
     latency: LatencyProbe | None = None               # with a latency ceiling: the measuring hosts' timer
     localize_spent: int = 0                           # evaluations localize's runs took
     localized: list = field(default_factory=list)     # per base choice ranked: localize's evidence (or why none)
+    stop_kind: str = ""                               # done | evaluations | time | exhausted
 
     def _spend(self, n: int) -> None:
         p = self.params
         if self.evaluations + n > p.max_evaluations:
             raise Stopped(f"stopped: evaluation budget reached ({self.evaluations} of {p.max_evaluations} "
-                          "evaluations spent; the next candidate needs more)")
+                          "evaluations spent; the next candidate needs more)", "evaluations")
         if p.max_seconds is not None and time.monotonic() - self.started > p.max_seconds:
-            raise Stopped(f"stopped: time budget reached ({p.max_seconds:g} s)")
+            raise Stopped(f"stopped: time budget reached ({p.max_seconds:g} s)", "time")
         self.evaluations += n
 
     def _stage(self, t: Tried, stage: str, hosts: list[int], fixture_ids: list) -> bool:
@@ -218,7 +223,10 @@ class Walk:
             t.stage, t.note = "not built", "the quantizer refuses this combination"
             return t
         t.variant_id, t.size, t.float_share, t.path = built.variant_id, built.size, built.float_share, built.path
-        t.int8 = self.space.int8_share(exclude)
+        t.int8, t.int8_ops = self.space.int8_share(exclude), built.int8_ops
+        if not t.int8_ops:   # the float model: the baseline, never evaluated nor chosen
+            t.stage, t.note = ALL_FLOAT, NO_INT8
+            return t
         why = self._over_ceiling(t)
         if why:
             t.stage, t.note = "ceiling", why
@@ -230,6 +238,8 @@ class Walk:
             t.passes = self._stage(t, "confirm", every, self.all_ids)
         if t.stage == "confirm" and not exclude:
             self._screen_on_flipping(t)
+        if t.passes and not int8_left(t):
+            t.passes, t.note = False, "; ".join(n for n in (t.note, NO_INT8_MACS) if n)
         if t.passes and self.latency is not None:
             self._time(t)
         return t
@@ -410,7 +420,7 @@ def _out_of_reach(walk: Walk, choice: Choice) -> bool:
     failed, not refused by a ceiling nor by the quantizer). The greedy growth ends at that candidate, so no set of
     its nodes is searched on such a choice: the evaluations ranking and growing would take go to the next one."""
     every = walk.try_candidate(choice, walk.space.nodes())
-    return every.stage in ("screen", "confirm") and not every.passes
+    return every.stage in ("screen", "confirm") and (every.worst is None or every.worst > walk.params.budget)
 
 
 def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
@@ -447,11 +457,15 @@ def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
             chosen = chosen if chosen is not None and chosen.passes else None
     except Stopped as stop:
         best = _best(walk.tried)
-        return best, stop.reason
+        walk.stop_kind = stop.kind
+        return best, stop.reason + (NOT_DONE if best is not None else "")
     if chosen is None:
         n = len(walk.tried)
+        walk.stop_kind = "exhausted"
         return None, (f"stopped: space exhausted ({n} candidate{'' if n == 1 else 's'} tried, none meets the budget of "
-                      f"{walk.params.budget} flips per host{_latency_tail(walk)})")
+                      f"{walk.params.budget} flips per host with int8 left{_latency_tail(walk)}"
+                      f"{no_answer_tail(walk.tried)})")
+    walk.stop_kind = "done"
     return chosen, "done: a candidate meets the budget on every host and every fixture"
 
 
@@ -498,6 +512,8 @@ class SearchResult:
     latency_measurements: int = 0          # candidate x measuring host timed (not fleet evaluations)
     latency_measurements_run: int = 0
     latency_measurements_cached: int = 0
+    passed: bool = False                  # a candidate with int8 left meets every constraint (chosen)
+    nearest: dict | None = None           # no candidate passed: the nearest with int8 left, what would change it
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -603,7 +619,8 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
                           round(time.monotonic() - walk.started, 3), localized=walk.localized,
-                          imported=[m.row() for m in fleet.imported])
+                          imported=[m.row() for m in fleet.imported], passed=chosen is not None,
+                          nearest=nearest(walk.tried, params, walk.stop_kind, len(walk.all_ids), variant_name))
     _count_latency(result, walk)
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

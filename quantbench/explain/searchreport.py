@@ -68,6 +68,14 @@ def _table(rows: list[dict]) -> tuple[list, list]:
     return head, [_cand(r, timed) for r in rows]
 
 
+def sqnr_change(loss_db: float) -> str:
+    """A node's SQNR loss in words: a negative loss is a gain (its output nearer the float model's than its
+    inputs), said so rather than "loses -5.55 dB"."""
+    if loss_db > 0:
+        return f"loses {loss_db:.2f} dB SQNR"
+    return f"gains {-loss_db:.2f} dB SQNR" if loss_db < 0 else "loses no SQNR"
+
+
 def _why(m: dict) -> str:
     parts = []
     if m.get("lint"):
@@ -77,14 +85,32 @@ def _why(m: dict) -> str:
         parts.append(f"localize: first divergent tensor {loc['tensor']} ({' vs '.join(loc['hosts'])}, fixture "
                      f"{loc['fixture'][:12]})")
     if m.get("sqnr_loss_db") is not None:
-        parts.append(f"qdq_loss_debug: loses {m['sqnr_loss_db']:.2f} dB SQNR ({m['error_on']})")
+        parts.append(f"qdq_loss_debug: {sqnr_change(m['sqnr_loss_db'])} ({m['error_on']})")
     if m.get("sqnr_loss_db_flipping") is not None:
-        parts.append(f"{m['sqnr_loss_db_flipping']:.2f} dB on {len(m['flipping_fixtures'])} flipping fixture(s)")
+        parts.append(f"{sqnr_change(m['sqnr_loss_db_flipping'])} on {len(m['flipping_fixtures'])} flipping "
+                     "fixture(s)")
     w = m.get("without_it")
     if w:
         parts.append(f"without it: {w['worst'] if w['worst'] is not None else 'no result'} flips worst host "
                      f"({w['host']}, {w['stage']})")
     return "; ".join(parts)
+
+
+def nearest_line(result) -> str:
+    """Where no candidate with int8 left meets every constraint: the nearest one (its int8 share, its flips per
+    host, the fixtures they were counted on) and what would change the outcome, in one line."""
+    n = result.nearest or {"name": None, "change": []}
+    change = " or ".join(n["change"]) or "nothing the search measured"
+    if n["name"] is None:
+        return f"nearest: no candidate with int8 left was evaluated; would change the outcome: {change}"
+    kept = f"{len(n['exclude'])} node(s) kept in float" if n["exclude"] else "nothing kept in float"
+    int8 = n.get("int8") or {}
+    flips = ", ".join(f"{h} {'cannot run' if v is None else v}" for h, v in n["flips"].items())
+    counted = (f"screened on {n['fixtures']} of {result.fixtures} fixtures" if n["stage"] == "screen"
+               else f"confirmed on {n['fixtures']} fixtures")
+    return (f"nearest: {n['name']} (choice {n['choice']}, {kept}): int8 {int8.get('macs', 1.0):.1%} of the MACs, "
+            f"{int8.get('weights', 1.0):.1%} of the weights; flips {flips} ({counted}), budget {result.budget} per "
+            f"host; would change the outcome: {change}")
 
 
 def imported_lines(result) -> list[str]:
@@ -122,7 +148,7 @@ def render(result) -> str:
         lines += md_section("Nodes kept in float", "The measurement that put each node there.",
                             ["node", "op", "why"], [[m["node"], m.get("op_type", ""), _why(m)] for m in result.nodes])
     if not result.chosen:
-        lines += md_section("Best candidates", None, *_table(result.best()))
+        lines += [nearest_line(result), ""] + md_section("Best candidates", None, *_table(result.best()))
     return "\n".join(lines)
 
 
@@ -143,6 +169,7 @@ def summary(result) -> str:
     else:
         out.append("no candidate meets the budget; best found:")
         out.append(text_table(*_table(result.best())))
+        out.append(nearest_line(result))
     out += imported_lines(result)
     out.append(f"evaluations: {result.evaluations} ({result.evaluations_run} run, {result.evaluations_cached} cached); "
                + _measurements(result) + f"result: {result.result_file}")

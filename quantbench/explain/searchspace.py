@@ -19,7 +19,7 @@ import numpy as np
 from quantbench.calibset import builder
 from quantbench.errors import UserError
 from quantbench.explain.lint import lint_model
-from quantbench.inputs.modelio import dims_of, semantic_sha256
+from quantbench.inputs.modelio import dims_of, load_model, semantic_sha256
 from quantbench.quantize import ort_api
 from quantbench.quantize import variants as QV
 from quantbench.quantize.calibration import ImageInputs, load_ranges
@@ -60,12 +60,26 @@ class Choice:
         return out
 
 
+#: the op types that compute or carry int8: a candidate holding none of them is the float model (explain.search
+#: never evaluates, chooses nor writes it: all-float is the baseline the search is measured against)
+INT8_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
+
+
 @dataclass
 class Built:
     path: Path
     variant_id: str
     size: int
     float_share: float
+    int8_ops: int = 0       # its QuantizeLinear/DequantizeLinear/integer nodes (0: no int8 left)
+
+
+def int8_op_count(path) -> int:
+    """The nodes of the model at `path` that quantize, dequantize or compute in integers (QLinear*, *Integer), its
+    weights not read."""
+    graph = load_model(path, check=False, load_external_data=False).graph
+    return sum(1 for n in graph.node
+               if n.op_type in INT8_OPS or n.op_type.startswith("QLinear") or n.op_type.endswith("Integer"))
 
 
 @dataclass
@@ -184,7 +198,7 @@ class Space:
             raise
         except Exception:  # the quantizer refuses a combination (e.g. U8U8 per-channel): not a candidate
             return None
-        return Built(path, semantic_sha256(path), path.stat().st_size, self.share(exclude))
+        return Built(path, semantic_sha256(path), path.stat().st_size, self.share(exclude), int8_op_count(path))
 
     def write(self, choice: Choice, exclude: tuple, path: Path, name: str, recipe_extra: dict) -> Built:
         built = self._make(choice, exclude, path, name, recipe_extra)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cli_helpers import one_line
-from explain_helpers import bright_corpus, saturating_image_model, tied_logits_image_model
+from explain_helpers import bright_corpus, near_tie_image_model, saturating_image_model, tied_logits_image_model
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.explain.search import SearchParams
@@ -557,3 +557,71 @@ def test_a_choice_over_budget_with_every_node_in_float_costs_one_candidate(workd
     assert main(["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "global",
                  "--no-progress"]) == 0
     assert "chosen: static-minmax-maconly" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def near_tie(tmp_path_factory):
+    """A calibrate run of the near-tie classifier (every int8 form of its one MatMul flips every bright image)."""
+    import os
+
+    root = tmp_path_factory.mktemp("near_tie")
+    model = near_tie_image_model(root / "m.onnx")
+    (root / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(root / "corpus", count=8)
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                     "minmax", "--allow-short", "--no-progress"]) == 0
+    finally:
+        os.chdir(here)
+    return root
+
+
+@pytest.fixture
+def tie_dir(near_tie, workdir):
+    for name in ("results", "calib_sets"):
+        shutil.copytree(near_tie / name, workdir / name)
+    return workdir
+
+
+def test_all_float_is_never_the_answer_the_search_exits_1_naming_the_nearest_candidate(tie_dir, capsys):
+    """Only `fc` kept in float meets the budget, and that candidate holds no int8 (no QuantizeLinear, no
+    DequantizeLinear, no integer op): the fp32 baseline, not an answer. It is never evaluated nor chosen nor
+    written; the search exits 1 and says in one line the nearest candidate (its int8 share, its flips per host)
+    and what would change the outcome; --json carries the same outcome."""
+    files = sorted(p.name for p in (tie_dir / "results/variants/m").iterdir())
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--no-progress"]
+    rc = main(args)
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "chosen:" not in out
+    assert sorted(p.name for p in (tie_dir / "results/variants/m").iterdir()) == files
+    (nearest,) = _lines(out, "nearest: ")
+    assert nearest.startswith("nearest: static-minmax (choice base, nothing kept in float): int8 100.0% of the "
+                              "MACs, 100.0% of the weights; flips x86 4 (confirmed on 4 fixtures), budget 0 per "
+                              "host; would change the outcome: a budget of 4 flips per host"), nearest
+    (stop,) = _lines(out, "stopped:", "done:")
+    assert stop.startswith("stopped: space exhausted (") and "none meets the budget of 0 flips per host with " \
+        "int8 left" in stop, stop
+    result = _result(out)
+    assert result["passed"] is False and result["chosen"] is None and result["written"] is None
+    (flat,) = [r for r in result["tried"] if r["exclude"] == ["fc"]]
+    assert flat["stage"] == "all float" and not flat["passes"] and flat["flips"] == {}
+    assert "no int8 left" in flat["note"]
+    assert result["nearest"]["choice"] == "base" and result["nearest"]["flips"] == {"x86": 4}
+    assert main([*args, "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["passed"] is False and shown["stop"] == result["stop"] and shown["nearest"] == result["nearest"]
+    assert shown["written"] is None
+
+
+
+def test_a_negative_sqnr_loss_is_said_as_a_gain():
+    """A node whose output is nearer the float model's than its inputs has a negative loss: "gains", never
+    "loses -5.55 dB"."""
+    from quantbench.explain.searchreport import sqnr_change
+
+    assert sqnr_change(5.554) == "loses 5.55 dB SQNR"
+    assert sqnr_change(-5.554) == "gains 5.55 dB SQNR"
+    assert sqnr_change(0.0) == "loses no SQNR"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from quantbench.analysis.decode import decode_arg
 from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.search import search
@@ -13,6 +15,8 @@ from quantbench.explain.searchreport import summary
 HELP = ("Search recipes (global remedies, calibration, nodes kept in float) for the one that meets a decision budget "
         "on every host, and write it as a variant.")
 
+
+JSON_NATIVE = True  # prints its own --json outcome (Search.outcome)
 
 EXPLAIN = ExplainArgs(variant_required=False)  # default: the last calibrate run's first static variant
 
@@ -46,6 +50,9 @@ def run(args) -> int:
                   screen_fixtures=args.screen_fixtures, error_images=args.error_images, jobs=args.jobs,
                   name=args.name, decode=args.decode, limit=args.limit,
                   render=getattr(args, "_render", render_params))
-    print(summary(done.result))
-    print(f"report: {done.report}")
-    return 0 if done.written else 1
+    if getattr(args, "json", False):
+        print(json.dumps(done.outcome(), indent=2, sort_keys=True))
+    else:
+        print(summary(done.result))
+        print(f"report: {done.report}")
+    return 0 if done.passed else 1
