@@ -625,3 +625,20 @@ def test_a_negative_sqnr_loss_is_said_as_a_gain():
     assert sqnr_change(5.554) == "loses 5.55 dB SQNR"
     assert sqnr_change(-5.554) == "gains 5.55 dB SQNR"
     assert sqnr_change(0.0) == "loses no SQNR"
+
+
+def test_a_search_stopped_early_holding_an_answer_writes_it_and_says_stopped_not_done(run_dir, capsys):
+    """On x86-avx2 the variant as calibrated flips (fc_sat saturates) and x64quantprecision, the next global
+    choice, meets the budget; two evaluations spent, the third choice stops the walk: the answer it holds is
+    written, and the stop line says the space was not walked to its end."""
+    need_tier("x86-avx2")
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-avx2", "--space", "global",
+               "--max-evaluations", "2", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "chosen: static-minmax-x64quantprecision" in out and "nearest:" not in out
+    (stop,) = _lines(out, "stopped:", "done:")
+    assert stop.startswith("stopped: evaluation budget reached (2 of 2 evaluations") and "; stopped, not done: " in stop
+    assert _index(run_dir) == ["fp32", "static-minmax", "static-minmax-x64quantprecision"]
+    result = _result(out)
+    assert result["passed"] is True and result["nearest"] is None
