@@ -88,13 +88,13 @@ def _base(variant):
 
 
 def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Session = Session(),
-           results: Results = Results(), *, budget: int = DEFAULT_BUDGET, max_float_share: float | None = None,
+           results: Results = Results(), *, budget: int | str = DEFAULT_BUDGET, max_float_share: float | None = None,
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
            max_seconds: float | None = None, space: str = "all", screen_fixtures: int = 4, error_images: int = 4,
            jobs: int = 1, name: str | None = None, decode: str | None = None, limit: int | None = None,
            render=render_params) -> Search:
     """Search from `variant` (a static variant name of the last calibrate run; None: its first static one) on
-    `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` decision flips against fp32 per host within the ceilings; the answer
+    `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` (decision flips against fp32 per host, or a share of the decisions fp32 serves there: "1%") within the ceilings; the answer
     is written beside the base (named for what it is, or `name`). The evaluations are cached under the results
     folder's `search/` and a rerun resumes from them."""
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,

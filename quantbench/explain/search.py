@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quantbench.analysis.gates import Budget, parse_budget
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
@@ -62,7 +63,8 @@ SQNR_LEAD = ("sqnr_loss_db", "sqnr_loss_db_flipping")
 
 @dataclass
 class SearchParams:
-    budget: int = 0                       # decision flips against fp32 allowed per host
+    budget: int | str = 0                 # decision flips against fp32 allowed per host, or a share ("1%") of the
+    #                                       decisions fp32 serves there (analysis.gates.parse_budget)
     max_float_share: float | None = None  # share of the candidate nodes' weights kept in float
     max_size: int | None = None           # bytes of the variant file
     max_latency_ms: float | None = None   # median ms on every host that measures latency (confirmed candidates)
@@ -75,8 +77,7 @@ class SearchParams:
     name: str | None = None               # the written variant's name (default: named for what it is)
 
     def check(self) -> None:
-        if self.budget < 0:
-            raise ParameterError("budget", f"must be 0 or more flips (got {self.budget})")
+        parse_budget(self.budget)
         if self.space not in SPACES:
             raise ParameterError("space", f"unknown {self.space!r}; choose from {', '.join(SPACES)}")
         if self.max_float_share is not None and not 0 <= self.max_float_share <= 1:
@@ -91,9 +92,13 @@ class SearchParams:
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             raise ParameterError("max_latency_ms", f"must be more than 0 ms (got {self.max_latency_ms})")
 
+    @property
+    def limit(self) -> Budget:
+        return parse_budget(self.budget)
+
     def key(self) -> dict:
         """What decides the walk (not the evaluation and time budgets, nor jobs: they only stop it or pace it)."""
-        out = {"budget": self.budget, "max_float_share": self.max_float_share, "max_size": self.max_size,
+        out = {"budget": self.limit.value(), "max_float_share": self.max_float_share, "max_size": self.max_size,
                "space": self.space, "screen_fixtures": self.screen_fixtures, "error_images": self.error_images}
         if self.max_latency_ms is not None:   # a search without the ceiling keeps the id it had
             out["max_latency_ms"] = self.max_latency_ms
@@ -189,6 +194,19 @@ class Walk:
     localize_spent: int = 0                           # evaluations localize's runs took
     localized: list = field(default_factory=list)     # per base choice ranked: localize's evidence (or why none)
     stop_kind: str = ""                               # done | evaluations | time | exhausted
+    served: dict = field(default_factory=dict)        # {host: decisions fp32 serves there over every fixture}
+
+    def allowed(self, host: str) -> int:
+        """The flips the budget allows on `host` (a share: of the decisions fp32 serves there on every fixture, so
+        a screening subset is held to the whole set's count and never rejects what the whole set passes)."""
+        return self.params.limit.allowed(self.served.get(host, 0))
+
+    def meets(self, t: "Tried") -> bool:
+        """Whether `t`'s flips (its last stage) are within the budget on every host that measured it."""
+        return bool(t.flips) and all(v is not None and v <= self.allowed(h) for h, v in t.flips.items())
+
+    def budget_text(self) -> str:
+        return self.params.limit.describe(self.served)
 
     def _spend(self, n: int) -> None:
         p = self.params
@@ -209,7 +227,7 @@ class Walk:
         t.note = "; ".join(e.note for e in evs if e.note)
         if self.on_evaluation is not None:
             self.on_evaluation(self, t)
-        return t.worst is not None and t.worst <= self.params.budget
+        return self.meets(t)
 
     def try_candidate(self, choice: Choice, exclude) -> Tried:
         exclude = tuple(sorted(exclude))
@@ -420,7 +438,7 @@ def _out_of_reach(walk: Walk, choice: Choice) -> bool:
     failed, not refused by a ceiling nor by the quantizer). The greedy growth ends at that candidate, so no set of
     its nodes is searched on such a choice: the evaluations ranking and growing would take go to the next one."""
     every = walk.try_candidate(choice, walk.space.nodes())
-    return every.stage in ("screen", "confirm") and (every.worst is None or every.worst > walk.params.budget)
+    return every.stage in ("screen", "confirm") and not walk.meets(every)
 
 
 def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
@@ -463,7 +481,7 @@ def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
         n = len(walk.tried)
         walk.stop_kind = "exhausted"
         return None, (f"stopped: space exhausted ({n} candidate{'' if n == 1 else 's'} tried, none meets the budget of "
-                      f"{walk.params.budget} flips per host with int8 left{_latency_tail(walk)}"
+                      f"{walk.budget_text()} with int8 left{_latency_tail(walk)}"
                       f"{no_answer_tail(walk.tried)})")
     walk.stop_kind = "done"
     return chosen, "done: a candidate meets the budget on every host and every fixture"
@@ -492,7 +510,7 @@ class SearchResult:
     base: str
     hosts: list
     fixtures: int
-    budget: int
+    budget: int | str          # as given: flips per host, or a share of the served decisions ("1%")
     stop: str
     chosen: dict | None
     written: str | None
@@ -514,6 +532,8 @@ class SearchResult:
     latency_measurements_cached: int = 0
     passed: bool = False                  # a candidate with int8 left meets every constraint (chosen)
     nearest: dict | None = None           # no candidate passed: the nearest with int8 left, what would change it
+    budget_text: str = ""                 # the budget in words, with the count it allows on each host for a share
+    allowed: dict = field(default_factory=dict)   # {host: flips the budget allows there}
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -554,7 +574,7 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
     name = params.name or variant_name(t)
     extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}
     extra["search"] = {"search_id": sid, "base_variant": base.name, "base_variant_id": base.recipe.get(
-        "semantic_sha256"), "choice": t.choice.name, "budget": params.budget, "hosts": list(t.flips),
+        "semantic_sha256"), "choice": t.choice.name, "budget": params.limit.value(), "hosts": list(t.flips),
         "flips": t.flips, "float_share": t.float_share, **recipe_marks(walk.fleet.imported, t.flips)}
     if params.max_latency_ms is not None:
         extra["search"].update({"max_latency_ms": params.max_latency_ms, "latency_ms": t.latency_ms})
@@ -587,7 +607,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
             latency = (LatencyProbe(fleet, state_root / "latency.jsonl") if params.max_latency_ms is not None
                        else None)
             yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation,
-                       latency=latency)
+                       latency=latency, served=fleet.served())
         finally:
             fleet.close()
 
@@ -614,13 +634,14 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
         written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
     fleet = walk.fleet
     stop += unconfirmed_line(fleet.imported, name)
-    result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.budget,
+    result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.limit.value(),
                           stop + (f"; {note}" if note else ""), chosen.row() if chosen else None, written, name,
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
                           round(time.monotonic() - walk.started, 3), localized=walk.localized,
                           imported=[m.row() for m in fleet.imported], passed=chosen is not None,
-                          nearest=nearest(walk.tried, params, walk.stop_kind, len(walk.all_ids), variant_name))
+                          nearest=nearest(walk, variant_name), budget_text=walk.budget_text(),
+                          allowed={h: walk.allowed(h) for h in walk.served})
     _count_latency(result, walk)
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

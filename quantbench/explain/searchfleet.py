@@ -126,6 +126,14 @@ class Fleet:
         """Every host's int8 path: the started workers', then the imported hosts' (from their files' fingerprints)."""
         return fleet_paths(self.workers) + [m.path for m in self.imported]
 
+    def served(self) -> dict:
+        """{host label: the decisions fp32 serves there over every fixture}: what a budget given as a share counts
+        against (an imported host's from its file)."""
+        out = {h.label: sum(d.total for d in dec.values()) for h, dec in zip(self.hosts, self.fp32)}
+        for member in self.imported:
+            out[member.label] = sum(d.total for d in member.fp32.values())
+        return out
+
     def fast(self) -> list[int]:
         """The hosts screened first (their kind runs on this machine's own CPU: HostKind.on_this_cpu), else every
         host."""

@@ -25,17 +25,24 @@ def int8_left(t) -> bool:
     return t.int8_ops > 0 and max((t.int8 or {}).values(), default=1.0) > 0
 
 
-def _over_budget(t, budget: int) -> bool:
-    return t.worst is None or t.worst > budget
+def _budget_needed(walk, t) -> str:
+    """The budget that would take `t` (its flips on every host): a count, or for a share the share of the served
+    decisions its worst host needs; "at least" when it was only screened."""
+    least = "at least " if t.stage == "screen" else ""
+    if walk.params.limit.share is None:
+        return f"a budget of {least}{t.worst} flips per host"
+    need = max(v / max(1, walk.served.get(h, 0)) for h, v in t.flips.items())
+    return f"a budget of {least}{100 * need:.3g}% of the served decisions per host"
 
 
-def changes(tried: list, t, params, kind: str) -> list[str]:
-    """What would change the outcome of a search that ended (`kind`: evaluations | time | exhausted) without an
-    answer, `t` its nearest candidate (or None)."""
+def changes(walk, t) -> list[str]:
+    """What would change the outcome of a search that ended (walk.stop_kind: evaluations | time | exhausted)
+    without an answer, `t` its nearest candidate (or None)."""
     out = []
-    if t is not None and t.worst is not None and t.worst > params.budget:
-        out.append(f"a budget of {'at least ' if t.stage == 'screen' else ''}{t.worst} flips per host")
-    if t is not None and t.latency_ms and not _over_budget(t, params.budget):
+    params, kind, tried = walk.params, walk.stop_kind, walk.tried
+    if t is not None and not walk.meets(t):
+        out.append(_budget_needed(walk, t))
+    if t is not None and t.latency_ms and walk.meets(t):
         out.append(f"a latency ceiling of {max(t.latency_ms.values()):.3g} ms")
     if kind == "evaluations":
         out.append(f"more evaluations than {params.max_evaluations}")
@@ -50,18 +57,19 @@ def changes(tried: list, t, params, kind: str) -> list[str]:
     return out
 
 
-def nearest(tried: list, params, kind: str, fixtures: int, name_of) -> dict | None:
+def nearest(walk, name_of) -> dict | None:
     """The candidate with int8 left nearest to an answer: the fewest worst-host flips, then the largest share of
     MACs in int8, then the earlier one; its row, variant name (`name_of`), the fixtures its flips were counted on
     and what would change the outcome (`changes`). None when a candidate passed."""
+    tried = walk.tried
     if any(t.passes for t in tried):
         return None
     measured = [t for t in tried if int8_left(t) and t.worst is not None]
     t = min(measured, key=lambda t: (t.worst, -(t.int8 or {}).get("macs", 1.0), tried.index(t)), default=None)
-    change = changes(tried, t, params, kind)
+    change = changes(walk, t)
     if t is None:
         return {"name": None, "change": change}
-    counted = len(t.screened_on) if t.stage == "screen" else fixtures
+    counted = len(t.screened_on) if t.stage == "screen" else len(walk.all_ids)
     return {**t.row(), "name": name_of(t), "fixtures": counted, "change": change}
 
 

@@ -96,6 +96,11 @@ def _why(m: dict) -> str:
     return "; ".join(parts)
 
 
+def _budget(result) -> str:
+    """The budget in words (a result written before budgets took shares: the count per host)."""
+    return result.budget_text or f"{result.budget} flips per host"
+
+
 def nearest_line(result) -> str:
     """Where no candidate with int8 left meets every constraint: the nearest one (its int8 share, its flips per
     host, the fixtures they were counted on) and what would change the outcome, in one line."""
@@ -109,8 +114,7 @@ def nearest_line(result) -> str:
     counted = (f"screened on {n['fixtures']} of {result.fixtures} fixtures" if n["stage"] == "screen"
                else f"confirmed on {n['fixtures']} fixtures")
     return (f"nearest: {n['name']} (choice {n['choice']}, {kept}): int8 {int8.get('macs', 1.0):.1%} of the MACs, "
-            f"{int8.get('weights', 1.0):.1%} of the weights; flips {flips} ({counted}), budget {result.budget} per "
-            f"host; would change the outcome: {change}")
+            f"{int8.get('weights', 1.0):.1%} of the weights; flips {flips} ({counted}), budget {_budget(result)}; would change the outcome: {change}")
 
 
 def imported_lines(result) -> list[str]:
@@ -131,7 +135,7 @@ def imported_lines(result) -> list[str]:
 def render(result) -> str:
     lines = ["## Ship search (`quantbench search`)", "",
              f"Base variant {result.base} on {', '.join(result.hosts)}, {result.fixtures} fixtures, budget "
-             f"{result.budget} flips per host. {result.stop}. Evaluations: {result.evaluations} "
+             f"{_budget(result)}. {result.stop}. Evaluations: {result.evaluations} "
              f"({result.evaluations_run} run, {result.evaluations_cached} from the cache), {result.seconds:.1f} s.", ""]
     if result.chosen:
         c = result.chosen
@@ -161,7 +165,8 @@ def summary(result) -> str:
         out.append(f"  choice {c['choice']}; kept in float: {', '.join(c['exclude']) or 'nothing'} "
                    f"({c['float_share']:.1%} of the weights); session requirements: "
                    f"{entries_text(c['session_requirements']) or 'none'}")
-        out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items()))
+        out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items())
+                   + f"; budget {_budget(result)}")
         if c.get("latency_ms"):
             out.append(f"  latency (median of medians, ms; ceiling {result.max_latency_ms:g}): {_latency(c)}")
         for m in result.nodes:

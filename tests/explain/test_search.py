@@ -163,6 +163,8 @@ def test_an_evaluation_budget_stops_the_search_saying_so(run_dir, capsys):
     (["--variant", "fp32"], "not a static QDQ variant (its recipe says method 'fp32')"),
     (["--max-float-share", "2"], "--max-float-share: must be between 0 and 1 (got 2.0)"),
     (["--max-latency-ms", "0"], "--max-latency-ms: must be more than 0 ms (got 0.0)"),
+    (["--budget", "150%"], "--budget 150%: a share of the served decisions is between 0% and 100%"),
+    (["--budget", "1.5"], "--budget 1.5: give a number of flips (3) or a share of the served decisions (1%)"),
 ])
 def test_bad_input_is_one_line(run_dir, capsys, args, message):
     before = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "results").rglob("*"))
@@ -599,7 +601,7 @@ def test_all_float_is_never_the_answer_the_search_exits_1_naming_the_nearest_can
     assert sorted(p.name for p in (tie_dir / "results/variants/m").iterdir()) == files
     (nearest,) = _lines(out, "nearest: ")
     assert nearest.startswith("nearest: static-minmax (choice base, nothing kept in float): int8 100.0% of the "
-                              "MACs, 100.0% of the weights; flips x86 4 (confirmed on 4 fixtures), budget 0 per "
+                              "MACs, 100.0% of the weights; flips x86 4 (confirmed on 4 fixtures), budget 0 flips per "
                               "host; would change the outcome: a budget of 4 flips per host"), nearest
     (stop,) = _lines(out, "stopped:", "done:")
     assert stop.startswith("stopped: space exhausted (") and "none meets the budget of 0 flips per host with " \
@@ -642,3 +644,21 @@ def test_a_search_stopped_early_holding_an_answer_writes_it_and_says_stopped_not
     assert _index(run_dir) == ["fp32", "static-minmax", "static-minmax-x64quantprecision"]
     result = _result(out)
     assert result["passed"] is True and result["nearest"] is None
+
+
+def test_a_budget_as_a_share_counts_against_the_decisions_fp32_serves_on_each_host(tie_dir, capsys):
+    """The near-tie classifier serves one decision per fixture (4 on x86) and flips all 4 when quantized: 50% allows
+    2 (printed with its count), so nothing passes and the nearest candidate needs 100%; 100% allows 4, and the
+    variant as calibrated meets it."""
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--no-progress"]
+    assert main([*args, "--budget", "50%"]) == 1
+    out = capsys.readouterr().out
+    result = _result(out)
+    assert result["budget"] == "50%" and result["allowed"] == {"x86": 2}
+    assert result["budget_text"] == "50% of the served decisions per host (x86 2 of 4)"
+    assert "none meets the budget of 50% of the served decisions per host (x86 2 of 4) with int8 left" in out
+    assert result["nearest"]["change"][0] == "a budget of 100% of the served decisions per host"
+    assert main([*args, "--budget", "100%"]) == 0
+    out = capsys.readouterr().out
+    assert "worst-host flips 4: x86 4; budget 100% of the served decisions per host (x86 4 of 4)" in out
+    assert "the variant as calibrated meets the budget: nothing new written" in out

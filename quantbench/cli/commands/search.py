@@ -23,8 +23,9 @@ EXPLAIN = ExplainArgs(variant_required=False)  # default: the last calibrate run
 
 def add_arguments(p) -> None:
     EXPLAIN.add(p)
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help="decision flips against fp32 allowed per host (as `equiv --gate decision` counts them)")
+    p.add_argument("--budget", default=DEFAULT_BUDGET, metavar="N|P%",
+                   help="decision flips against fp32 allowed per host (as `equiv --gate decision` counts them), or a "
+                        "share of the decisions fp32 serves on each host (1%%; the count it allows is printed)")
     p.add_argument("--max-float-share", type=float, help="ceiling on the share of weights kept in float (0..1)")
     p.add_argument("--max-size", type=int, help="ceiling on the variant's file size, bytes")
     p.add_argument("--max-latency-ms", type=float,
