@@ -124,8 +124,35 @@ def parse_budget(value, param: str = "budget") -> Budget:
     return Budget(flips)
 
 
-def decision_passed(flips: int, budget: int = DEFAULT_BUDGET) -> bool:
-    return flips <= budget
+def decision_passed(flips: int, budget=DEFAULT_BUDGET, served: int = 0) -> bool:
+    """Whether `flips` are within `budget` (a count, or a share of the `served` decisions fp32 serves)."""
+    return flips <= parse_budget(budget).allowed(served)
+
+
+def budget_value(text: str):
+    """argparse type of a --budget (command line or defaults table): a count as int, a share as given ("1%"); neither
+    fails before any run."""
+    import argparse
+
+    try:
+        return parse_budget(text).value()
+    except ParameterError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc.problem}" if exc.show_value else exc.problem) from None
+
+
+def budget_words(budget) -> str:
+    """"3 flips", or "1% of the served decisions"."""
+    b = parse_budget(budget)
+    return f"{b.flips} flips" if b.share is None else f"{b.value()} of the served decisions"
+
+
+def over_budget(flips: int, budget, served: int) -> str:
+    """A decision gate's failure in numbers: "5 flips > budget 3", or "5 flips > budget 1% of 312 served decisions
+    (3)"."""
+    b = parse_budget(budget)
+    if b.share is None:
+        return f"{flips} flips > budget {b.flips}"
+    return f"{flips} flips > budget {b.value()} of {served} served decisions ({b.allowed(served)})"
 
 
 def disagreement(tensor_passed: bool, decision_ok: bool) -> str:

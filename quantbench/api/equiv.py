@@ -14,7 +14,7 @@ from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_gates
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, parse_budget, parse_gates
 from quantbench.analysis.predict import attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.api.options import Fixtures, Fleet, Output, Results, Session
@@ -81,7 +81,7 @@ class Gates:
 
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
-    budget: int = DEFAULT_BUDGET
+    budget: int | str = DEFAULT_BUDGET   # flips per comparison, or a share of the decisions fp32 serves ("1%")
     gate: str | None = None
 
 
@@ -244,6 +244,7 @@ def publish(result, results: Results, gates=None, checked=None, plots: bool = Tr
 def _check_request(gates: Gates, decode: str | None) -> list:
     """The gates checked, once the request's tolerances and gates are valid (before any work)."""
     checked = parse_gates(gates.gate)   # a typo in the gates fails before any work
+    parse_budget(gates.budget)          # and so does a budget that is neither a count nor a share
     if "decision" in checked and decode is not None and not kind_of(decode).decides:
         raise UserError(f"{flag_mark('gate')} decision with {flag_mark('decode')} none: no decisions are compared; drop one "
                         "of them")

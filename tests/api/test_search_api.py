@@ -46,6 +46,8 @@ def test_the_search_from_python_gives_the_command_lines_answer(calibrated, capsy
 def test_its_errors_name_parameters(calibrated):
     with pytest.raises(UserError, match=r"^budget: must be 0 or more flips \(got -1\)"):
         quantbench.search("static-minmax", Fleet("x86"), budget=-1)
+    with pytest.raises(UserError, match=r"^budget='150%': a share of the served decisions is between 0% and 100%"):
+        quantbench.search("static-minmax", Fleet("x86"), budget="150%")
     with pytest.raises(UserError, match=r"m\.onnx: no labels recorded with this model .*; pass fixtures LABELS images DIR, or recalibrate$"):
         quantbench.search(os.fspath(calibrated / "m.onnx"), Fleet("x86"))
 

@@ -336,3 +336,20 @@ def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeyp
         assert _outputs(results) == first and capsys.readouterr().out == text
         assert "Traceback" not in capsys.readouterr().err
         assert entry.read_bytes() == good                     # and the entry written anew
+
+
+def test_a_decision_budget_as_a_share_counts_against_the_decisions_fp32_serves(two_sessions, capsys):
+    """dynamic flips 8 of the 8 top-1 decisions fp32 serves on x86: a budget of 100% passes them, 50% allows 4 and
+    the failure names the variant, the comparison and the count the share allows; the analysis keeps the budget as
+    given."""
+    common = ["--hosts", "x86,x86b", *two_sessions, "--no-plots", "--gate", "decision"]
+    code, s = _equiv_json(capsys, [*common, "--budget", "100%"])
+    assert code == 0 and s["settings"]["budget"] == "100%"
+    assert main(["equiv", "--no-run", *common, "--budget", "50%"]) == 1
+    err = capsys.readouterr().err
+    assert "decision: dynamic on x86 vs fp32 on x86: 8 flips > budget 50% of 8 served decisions (4)" in err, err
+    with pytest.raises(SystemExit) as refused:   # argparse's refusal, before any work
+        main(["equiv", "--no-run", *common, "--budget", "5.5%x"])
+    assert refused.value.code == 2
+    assert "argument --budget: '5.5%x': give a number of flips (3) or a share of the served decisions (1%)" in \
+        capsys.readouterr().err

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from quantbench.analysis.decode import KINDS, NONE, decode_arg
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, budget_value
 from quantbench.api.equiv import Gates
 from quantbench.api.equiv import equiv as api_equiv
 from quantbench.cli.commands import add_jobs_argument, add_shard_argument, finite_float
@@ -38,7 +38,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threshold", type=finite_float, help="decision threshold (default: the sidecar's)")
     p.add_argument("--atol", type=finite_float, default=DEFAULT_ATOL, help="tensor gate absolute tolerance")
     p.add_argument("--rtol", type=finite_float, default=DEFAULT_RTOL, help="tensor gate relative tolerance")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="decision gate: flips allowed per comparison")
+    p.add_argument("--budget", type=budget_value, default=DEFAULT_BUDGET, metavar="N|P%",
+                   help="decision gate: flips allowed per comparison, or a share of the decisions fp32 serves in it "
+                        "(1%%)")
     p.add_argument("--gate", metavar="NAMES",
                    help=f"comma-separated conditions that make the exit code 1 when they fail: {', '.join(GATES)} "
                         "(tensor and decision apply to every comparison; classes: every variant is one class)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from quantbench.analysis.decode import decode_arg
-from quantbench.analysis.gates import DEFAULT_BUDGET
+from quantbench.analysis.gates import DEFAULT_BUDGET, budget_value
 from quantbench.api.search import search
 from quantbench.cli.groups import ExplainArgs
 from quantbench.errors import render_params
@@ -23,7 +23,7 @@ EXPLAIN = ExplainArgs(variant_required=False)  # default: the last calibrate run
 
 def add_arguments(p) -> None:
     EXPLAIN.add(p)
-    p.add_argument("--budget", default=DEFAULT_BUDGET, metavar="N|P%",
+    p.add_argument("--budget", type=budget_value, default=DEFAULT_BUDGET, metavar="N|P%",
                    help="decision flips against fp32 allowed per host (as `equiv --gate decision` counts them), or a "
                         "share of the decisions fp32 serves on each host (1%%; the count it allows is printed)")
     p.add_argument("--max-float-share", type=float, help="ceiling on the share of weights kept in float (0..1)")
