@@ -92,7 +92,7 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
            max_seconds: float | None = None, space: str = "all", screen_fixtures: int = 4, error_images: int = 4,
            jobs: int = 1, name: str | None = None, decode: str | None = None, limit: int | None = None,
-           render=render_params) -> Search:
+           render=render_params, on_status=None) -> Search:
     """Search from `variant` (a static variant name of the last calibrate run; None: its first static one) on
     `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` (decision flips against fp32 per host, or a share of the decisions fp32 serves there: "1%") within the ceilings; the answer
     is written beside the base (named for what it is, or `name`). The evaluations are cached under the results
@@ -112,5 +112,5 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     if spec is None:
         raise UserError(f"{base.path}: no decoder; search counts decision flips, so pass {flag_mark('decode')} KIND")
     result = walk_search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params,
-                         results.folder / "search")
+                         results.folder / "search", on_status=on_status)
     return Search(result, update_report(result, results.folder))

@@ -194,6 +194,7 @@ class Walk:
     localize_spent: int = 0                           # evaluations localize's runs took
     localized: list = field(default_factory=list)     # per base choice ranked: localize's evidence (or why none)
     stop_kind: str = ""                               # done | evaluations | time | exhausted
+    on_status: object = None                          # callable(line): one line per phase and confirmed candidate
     served: dict = field(default_factory=dict)        # {host: decisions fp32 serves there over every fixture}
 
     def allowed(self, host: str) -> int:
@@ -207,6 +208,19 @@ class Walk:
 
     def budget_text(self) -> str:
         return self.params.limit.describe(self.served)
+
+    def say(self, line: str) -> None:
+        """One status line (a phase begun, a candidate confirmed) to `on_status`, when there is one."""
+        if self.on_status is not None:
+            self.on_status(f"search: {line}")
+
+    def _confirmed(self, t: "Tried") -> None:
+        flips = ", ".join(f"{h} {'cannot run' if v is None else v}" for h, v in t.flips.items())
+        verdict = "meets the budget" if self.meets(t) else "over the budget"
+        kept = f"{len(t.exclude)} node(s) in float" if t.exclude else "nothing in float"
+        self.say(f"confirmed {variant_name(t)} ({t.choice.name}, {kept}; int8 "
+                 f"{(t.int8 or {}).get('macs', 1.0):.1%} of the MACs): flips {flips}, {verdict}; "
+                 f"{self.evaluations} of {self.params.max_evaluations} evaluations spent")
 
     def _spend(self, n: int) -> None:
         p = self.params
@@ -225,6 +239,8 @@ class Walk:
         if stage == "screen" or not t.screen:   # a candidate confirmed at once was screened on everything
             t.screen, t.screened_on = dict(t.flips), list(fixture_ids)
         t.note = "; ".join(e.note for e in evs if e.note)
+        if stage == "confirm":
+            self._confirmed(t)
         if self.on_evaluation is not None:
             self.on_evaluation(self, t)
         return self.meets(t)
@@ -292,7 +308,10 @@ def _best(tried: list) -> Tried | None:
 
 def _global_phase(walk: Walk) -> Tried | None:
     """The best global choice that meets the budget; the variant as calibrated at once when it does."""
-    for choice in walk.space.choices():
+    choices = walk.space.choices()
+    walk.say(f"global choices: {len(choices)} ({', '.join(c.name for c in choices)}) on "
+             f"{len(walk.fleet.hosts) + len(walk.fleet.imported)} host(s), {len(walk.all_ids)} fixtures")
+    for choice in choices:
         t = walk.try_candidate(choice, ())
         if t.passes and choice.name == "base":
             return t
@@ -447,6 +466,7 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     for choice in _mixed_bases(walk):
         if _out_of_reach(walk, choice):
             continue
+        walk.say(f"nodes kept in float on choice {choice.name}: ranking {len(walk.space.nodes())} node(s)")
         walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
         plain = walk.try_candidate(choice, ())
         if plain.passes:   # nothing needs keeping in float
@@ -585,7 +605,8 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
 
 
 @contextlib.contextmanager
-def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None):
+def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None,
+              on_status=None):
     """A Walk over `base`'s space on the started fleet (fp32 run on every host, the screening fixtures picked);
     the workers closed and the candidates' folder removed afterwards."""
     params.check()
@@ -607,7 +628,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
             latency = (LatencyProbe(fleet, state_root / "latency.jsonl") if params.max_latency_ms is not None
                        else None)
             yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation,
-                       latency=latency, served=fleet.served())
+                       latency=latency, served=fleet.served(), on_status=on_status)
         finally:
             fleet.close()
 
@@ -622,12 +643,12 @@ def _count_latency(result: SearchResult, walk: Walk) -> None:
     result.latency_measurements = probe.run_count + probe.cached_count
 
 
-def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None
-           ) -> SearchResult:
+def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None,
+           on_status=None) -> SearchResult:
     """Walk the space of `base` (a static QDQ Variant calibrate wrote) on `hosts` (HostRequests) over
     `fixtures`, decisions decoded by `spec`; write the chosen variant beside `base`; the result and the
     evaluation cache under `state_root` (resumed from on a rerun)."""
-    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation) as walk:
+    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation, on_status) as walk:
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
                         walk.all_ids, params, walk.fleet.imported)
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))

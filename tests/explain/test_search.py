@@ -666,3 +666,19 @@ def test_a_budget_as_a_share_counts_against_the_decisions_fp32_serves_on_each_ho
     out = capsys.readouterr().out
     assert "worst-host flips 4: x86 4; budget 100% of the served decisions per host (x86 4 of 4)" in out
     assert "the variant as calibrated meets the budget: nothing new written" in out
+
+
+def test_a_search_says_each_phase_and_each_confirmed_candidate_on_stderr(tie_dir, capsys):
+    """stderr not a terminal (a log, CI): one flushed line per phase begun and per candidate confirmed on every host,
+    so a long search is not silent; none with -q."""
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--no-progress"]
+    assert main(args) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("search: ")]
+    assert err[0].startswith("search: global choices: ") and "(base, x64quantprecision, " in err[0], err
+    assert err[0].endswith(" on 1 host(s), 4 fixtures")
+    confirmed = [ln for ln in err if ln.startswith("search: confirmed ")]
+    assert confirmed[0].startswith("search: confirmed static-minmax (base, nothing in float; int8 100.0% of the "
+                                   "MACs): flips x86 4, over the budget; 1 of 200 evaluations spent"), confirmed
+    assert any(ln.startswith("search: nodes kept in float on choice ") for ln in err), err
+    assert main([*args, "-q"]) == 1
+    assert "search: " not in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from quantbench.analysis.decode import decode_arg
 from quantbench.analysis.gates import DEFAULT_BUDGET, budget_value
@@ -43,6 +44,14 @@ def add_arguments(p) -> None:
     p.add_argument("--decode", type=decode_arg, metavar="KIND", help="decode kind (default: the model's sidecar)")
 
 
+def _status(args):
+    """The search's status lines (each phase begun, each candidate confirmed on every host) on stderr, one flushed
+    line each, so a log or a CI job shows a long search as it goes; none with -q."""
+    if getattr(args, "quiet", False):
+        return None
+    return lambda line: print(line, file=sys.stderr, flush=True)
+
+
 def run(args) -> int:
     ex = EXPLAIN.parse(args)
     done = search(ex.variant, ex.fleet, ex.fixtures, ex.session, ex.results, budget=args.budget,
@@ -50,7 +59,7 @@ def run(args) -> int:
                   max_evaluations=args.max_evaluations, max_seconds=args.max_seconds, space=args.space,
                   screen_fixtures=args.screen_fixtures, error_images=args.error_images, jobs=args.jobs,
                   name=args.name, decode=args.decode, limit=args.limit,
-                  render=getattr(args, "_render", render_params))
+                  render=getattr(args, "_render", render_params), on_status=_status(args))
     if getattr(args, "json", False):
         print(json.dumps(done.outcome(), indent=2, sort_keys=True))
     else:
