@@ -88,7 +88,7 @@ def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_i
                 "global", "--max-evaluations", "8", "--json", "--no-progress")
     outcome = json.loads(found.stdout)
     assert found.returncode == (0 if outcome["passed"] else 1), found.stderr[-2000:]
-    result = json.loads(Path(outcome["result_file"]).read_text())
+    result = json.loads((tmp_path / outcome["result_file"]).read_text())
     allowed = result["fixtures"] // 4
     assert result["budget"] == "25%" and result["allowed"] == {"x86": allowed}
     assert result["budget_text"] == f"25% of the served decisions per host (x86 {allowed} of {result['fixtures']})"
