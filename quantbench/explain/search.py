@@ -466,7 +466,9 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     for choice in _mixed_bases(walk):
         if _out_of_reach(walk, choice):
             continue
-        walk.say(f"nodes kept in float on choice {choice.name}: ranking {len(walk.space.nodes())} node(s)")
+        named = walk.space.named
+        walk.say(f"nodes kept in float on choice {choice.name}: ranking {len(walk.space.nodes())} node(s)"
+                 + (f" ({len(named)} unnamed, named by op type and output, e.g. {named[0]})" if named else ""))
         walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
         plain = walk.try_candidate(choice, ())
         if plain.passes:   # nothing needs keeping in float
@@ -589,7 +591,10 @@ def _kept_nodes(walk: Walk, t: Tried) -> list[dict]:
 def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | None, str | None, str]:
     """(written path, name, note) of the chosen candidate; nothing when it is the variant as calibrated."""
     base = walk.space.base
-    if t.identity == variant_identity(base.recipe.get("semantic_sha256", ""), requirements_of(base)):
+    # the search named the base's unnamed nodes: its own "base" candidate is the calibrated model under new names
+    as_calibrated = bool(walk.space.named) and t.choice == walk.space.base_choice() and not t.exclude and not (
+        base.recipe.get("exclude_nodes"))
+    if as_calibrated or t.identity == variant_identity(base.recipe.get("semantic_sha256", ""), requirements_of(base)):
         return str(base.path), base.name, "the variant as calibrated meets the budget: nothing new written"
     name = params.name or variant_name(t)
     extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}

@@ -95,6 +95,7 @@ class Space:
     op_types: dict = field(default_factory=dict)        # node -> op type
     macs: dict = field(default_factory=dict)            # node -> multiply-accumulates per inference (shape-inferred)
     model: object = None
+    named: list = field(default_factory=list)           # the unnamed MAC nodes given names here (name_unnamed)
 
     @staticmethod
     def check(base) -> tuple[Path, Path]:
@@ -122,6 +123,7 @@ class Space:
             space.ranges_files.setdefault(method, f)
         space.ranges_files[(base.recipe or {}).get("calibration_method", method_name(load_ranges(ranges)))] = ranges
         space.model = load_with_shape_infer(prepared)
+        space.named = name_unnamed(space.model)
         space._index_nodes()
         return space
 
@@ -205,6 +207,26 @@ class Space:
         if built is None:
             raise UserError(f"{path}: the quantizer refused the chosen recipe when writing it")
         return built
+
+
+def name_unnamed(model) -> list[str]:
+    """Stable names for the multiply-accumulate nodes (NODE_OPS) a model leaves unnamed (CenterFace's 63 Convs), so
+    the search can rank them and keep them in float (the quantizer excludes nodes by name): `<op type>@<its first
+    output>` (output names are unique in a graph; a name already taken gets `#k`). Returns the names given; every
+    candidate is built from this model, so the written variant carries them."""
+    taken = {n.name for n in model.graph.node if n.name}
+    given = []
+    for node in model.graph.node:
+        if node.op_type not in NODE_OPS or node.name:
+            continue
+        stem = f"{node.op_type}@{node.output[0]}"
+        name, k = stem, 1
+        while name in taken:
+            name, k = f"{stem}#{k}", k + 1
+        node.name = name
+        taken.add(name)
+        given.append(name)
+    return given
 
 
 def _macs(node, inits: dict, dims: dict) -> int:

@@ -682,3 +682,31 @@ def test_a_search_says_each_phase_and_each_confirmed_candidate_on_stderr(tie_dir
     assert any(ln.startswith("search: nodes kept in float on choice ") for ln in err), err
     assert main([*args, "-q"]) == 1
     assert "search: " not in capsys.readouterr().err
+
+
+def test_unnamed_nodes_get_stable_names_the_search_ranks_and_keeps_in_float(workdir, capsys):
+    """The saturating classifier with its MatMul nodes unnamed (as CenterFace's Convs are): the search names each
+    by its op type and output (`MatMul@a` is fc_sat; intake fuses fc_side and the Add into a Gemm it names), ranks them and keeps the saturating one in float; the written
+    variant carries the names its recipe's exclude_nodes gives."""
+    from explain_helpers import unnamed_nodes
+
+    need_tier("x86-avx2")
+    model = unnamed_nodes(saturating_image_model(workdir / "m.onnx"))
+    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(workdir / "corpus", count=8)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--no-progress"]) == 0
+    capsys.readouterr()
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-avx2", "--space", "nodes", "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.out
+    assert " unnamed, named by op type and output, e.g. MatMul@a)" in captured.err, captured.err
+    result = _result(captured.out)
+    assert {"MatMul@a", "MatMul@logits"} <= {m["node"] for m in result["ranking"]}   # fc_side+add: a named Gemm
+    assert result["chosen"]["exclude"] == ["MatMul@a"], result["stop"]
+    recipe = _recipe(workdir, result["variant_name"])
+    assert recipe["exclude_nodes"] == ["MatMul@a"]
+    import onnx
+
+    written = onnx.load(str(workdir / f"results/variants/m/{result['variant_name']}.onnx"))
+    assert "MatMul@a" in {n.name for n in written.graph.node}
