@@ -25,6 +25,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
+from quantbench.inputs.variantdir import latest_variants, pick_variant
 from quantbench.inputs.sidecarfile import requirements_of, sidecar_for, sidecar_source
 from quantbench.report.equivsection import publish_equiv
 
@@ -253,19 +254,35 @@ def _check_request(gates: Gates, decode: str | None) -> list:
     return checked
 
 
+def _one_variant(variant, variants):
+    """`variants`, or for `variant` (a name of the last calibrate run, or an .onnx file) that variant with the run's
+    fp32 beside it (the reference its flips count against; alone when it is fp32 or the run has none)."""
+    if variant is None:
+        return variants
+    if variants:
+        raise ParameterError("variant", "give one variant by name or a list of variants, not both", variant)
+    chosen = pick_variant(str(variant))
+    if chosen.name == "fp32" or Path(str(variant)).suffix == ".onnx":
+        return [chosen]
+    fp32 = next((v for v in latest_variants() if v.name == "fp32"), None)
+    return [chosen] if fp32 is None else [fp32, chosen]
+
+
 def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures = Fixtures(),
           session: Session = Session(), results: Results = Results(), output: Output = Output(),
           gates: Gates = Gates(), fp32=None, reference: str | None = None, decode: str | None = None,
           threshold: float | None = None, run: bool = True, jobs: int | None = None, cluster: str | None = None,
-          shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params) -> Equiv:
+          shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params,
+          variant: str | None = None) -> Equiv:
     """Run (or with run=False, reuse) every variant (folders or .onnx files; None: the latest calibrate output)
     on each host of `fleet`, then analyse: classes, flips against fp32 (or `fp32`, the float model of
     already-quantized variants), gates. Writes the tables, report and equiv.json under `results`; returns the
     analysis with the gates that failed (`Equiv.failures`: a failed gate is a result, not an exception).
     `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
-    (default: the sidecar's)."""
+    (default: the sidecar's). `variant`: one variant by name (of the last calibrate run) or .onnx file, analysed
+    beside that run's fp32 as the reference it flips against (instead of `variants`)."""
     checked = _check_request(gates, decode)
-    resolved = variants_named(variants, fp32, to_stderr=output.json)   # the demo says so first
+    resolved = variants_named(_one_variant(variant, variants), fp32, to_stderr=output.json)   # the demo says so first
     announce_hosts_file(fleet.hosts_file, to_stderr=output.json)
     req = _Request(fleet, fixtures, session, results, output, reference, decode, threshold, run, jobs, cluster,
                    shard, wait, render)

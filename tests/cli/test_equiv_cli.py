@@ -353,3 +353,28 @@ def test_a_decision_budget_as_a_share_counts_against_the_decisions_fp32_serves(t
     assert refused.value.code == 2
     assert "argument --budget: '5.5%x': give a number of flips (3) or a share of the served decisions (1%)" in \
         capsys.readouterr().err
+
+
+def test_one_variant_by_name_is_analysed_beside_its_fp32_and_a_gate_failure_names_it(workdir, capsys):
+    """`equiv --variant NAME` (the spelling for gating the one variant a search wrote): that variant of the last
+    calibrate run with the run's fp32 added as its reference; the decision gate's failure names the variant."""
+    from explain_helpers import bright_corpus, near_tie_image_model
+
+    model = near_tie_image_model(workdir / "m.onnx")
+    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(workdir / "corpus", count=8)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--no-progress"]) == 0
+    capsys.readouterr()
+    rc = main(["equiv", "--variant", "static-minmax", "--hosts", "x86", "--gate", "decision", "--no-progress",
+               "--no-plots"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "decision: static-minmax on x86 vs fp32 on x86: 4 flips > budget 0" in err, err
+    summary = json.loads((workdir / "results" / "equiv.json").read_text())
+    assert sorted(v["variant"] for v in summary["variants"]) == ["fp32", "static-minmax"]
+    rc = main(["equiv", "--variant", "static-minmax", "--variants", "results/variants/m", "--hosts", "x86",
+               "--no-progress", "--no-plots"])
+    assert rc == 2
+    assert "--variant static-minmax: give one variant by name or a list of variants, not both" in \
+        capsys.readouterr().err

@@ -26,6 +26,9 @@ def add_arguments(p) -> None:
     FLEET.add(p)
     p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
                    help="variant folders or .onnx files (one of them the fp32 model); default: the latest calibrate output")
+    p.add_argument("--variant", metavar="NAME",
+                   help="one variant by name (of the last calibrate run, e.g. the one search wrote) or .onnx file, "
+                        "analysed beside that run's fp32 (instead of --variants)")
     p.add_argument("--fp32", metavar="FILE",
                    help="the float model the --variants (an already-quantized file) flip against; without an fp32 "
                         "model, flips count against the same file on the reference host")
@@ -61,5 +64,5 @@ def run(args) -> int:
                     output, Gates(atol=args.atol, rtol=args.rtol, budget=args.budget, gate=args.gate), fp32=args.fp32,
                     reference=args.reference, decode=args.decode, threshold=args.threshold, run=not args.no_run,
                     jobs=args.jobs, cluster=args.cluster, shard=args.shard, plots=not args.no_plots,
-                    wait=not args.no_wait, render=render)
+                    wait=not args.no_wait, render=render, variant=args.variant)
     return print_equiv(res.analysis, res.files, res.gates, res.failures, output.json, res.run_line, render)
