@@ -15,6 +15,7 @@ from quantbench.api.plan import explain_hosts
 from quantbench.errors import UserError, flag_mark, render_params
 from quantbench.explain.search import SearchParams, search as walk_search
 from quantbench.explain.searchreport import update_report
+from quantbench.hosts.registry import known_hosts
 from quantbench.inputs.sidecarfile import check_identity
 from quantbench.inputs.variantdir import latest_variants, pick_variant
 from quantbench.store import lazy
@@ -111,6 +112,8 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     spec = spec_for_variant(base, decode, vi.outputs)
     if spec is None:
         raise UserError(f"{base.path}: no decoder; search counts decision flips, so pass {flag_mark('decode')} KIND")
+    unchecked = sorted(set(known_hosts(fleet.hosts_file)) - {h.spec.name for h in hosts})
     result = walk_search(base, fp32.path, hosts, plan.fixtures_for[vi.variant_id], spec, params,
-                         results.folder / "search", on_status=on_status)
+                         results.folder / "search", on_status=on_status,
+                         coverage={"limit": plan.limit, "unchecked_hosts": unchecked})
     return Search(result, update_report(result, results.folder))

@@ -556,6 +556,7 @@ class SearchResult:
     nearest: dict | None = None           # no candidate passed: the nearest with int8 left, what would change it
     budget_text: str = ""                 # the budget in words, with the count it allows on each host for a share
     allowed: dict = field(default_factory=dict)   # {host: flips the budget allows there}
+    holds_on: dict = field(default_factory=dict)  # the answer's fixtures, hosts and the known hosts not checked
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -588,7 +589,7 @@ def _kept_nodes(walk: Walk, t: Tried) -> list[dict]:
     return out
 
 
-def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | None, str | None, str]:
+def _write(walk: Walk, t: Tried, params: SearchParams, sid: str, held: dict) -> tuple[str | None, str | None, str]:
     """(written path, name, note) of the chosen candidate; nothing when it is the variant as calibrated."""
     base = walk.space.base
     # the search named the base's unnamed nodes: its own "base" candidate is the calibrated model under new names
@@ -600,7 +601,8 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
     extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}
     extra["search"] = {"search_id": sid, "base_variant": base.name, "base_variant_id": base.recipe.get(
         "semantic_sha256"), "choice": t.choice.name, "budget": params.limit.value(), "hosts": list(t.flips),
-        "flips": t.flips, "float_share": t.float_share, **recipe_marks(walk.fleet.imported, t.flips)}
+        "flips": t.flips, "float_share": t.float_share, "holds_on": held,
+        **recipe_marks(walk.fleet.imported, t.flips)}
     if params.max_latency_ms is not None:
         extra["search"].update({"max_latency_ms": params.max_latency_ms, "latency_ms": t.latency_ms})
     if t.requirements:
@@ -648,8 +650,24 @@ def _count_latency(result: SearchResult, walk: Walk) -> None:
     result.latency_measurements = probe.run_count + probe.cached_count
 
 
+def holds_on(walk: Walk, t: Tried, coverage: dict | None) -> dict:
+    """Where the answer was measured to hold: its fixtures (the whole eval split, or a limit of it), its hosts, and
+    the hosts known here (built in, or in the hosts file) it was not checked on."""
+    cov = coverage or {}
+    return {"fixtures": len(walk.all_ids), "limit": cov.get("limit"), "hosts": list(t.flips),
+            "unchecked_hosts": list(cov.get("unchecked_hosts") or [])}
+
+
+def confirm_tail(held: dict) -> str:
+    """The stop line's note for an answer measured on a limit of the eval split ("" on the whole split)."""
+    if held.get("limit") is None:
+        return ""
+    return (f"; holds on the {held['fixtures']} fixtures searched (a limit of the eval split) on "
+            f"{', '.join(held['hosts'])}: confirm with a fresh equiv over the whole split on every host it ships to")
+
+
 def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None,
-           on_status=None) -> SearchResult:
+           on_status=None, coverage: dict | None = None) -> SearchResult:
     """Walk the space of `base` (a static QDQ Variant calibrate wrote) on `hosts` (HostRequests) over
     `fixtures`, decisions decoded by `spec`; write the chosen variant beside `base`; the result and the
     evaluation cache under `state_root` (resumed from on a rerun)."""
@@ -657,7 +675,9 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
                         walk.all_ids, params, walk.fleet.imported)
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
-        written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
+        held = holds_on(walk, chosen, coverage) if chosen is not None else {}
+        written, name, note = _write(walk, chosen, params, sid, held) if chosen is not None else (None, None, "")
+        stop += confirm_tail(held)
     fleet = walk.fleet
     stop += unconfirmed_line(fleet.imported, name)
     result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.limit.value(),
@@ -667,7 +687,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
                           round(time.monotonic() - walk.started, 3), localized=walk.localized,
                           imported=[m.row() for m in fleet.imported], passed=chosen is not None,
                           nearest=nearest(walk, variant_name), budget_text=walk.budget_text(),
-                          allowed={h: walk.allowed(h) for h in walk.served})
+                          allowed={h: walk.allowed(h) for h in walk.served}, holds_on=held)
     _count_latency(result, walk)
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

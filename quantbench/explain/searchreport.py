@@ -117,6 +117,16 @@ def nearest_line(result) -> str:
             f"{int8.get('weights', 1.0):.1%} of the weights; flips {flips} ({counted}), budget {_budget(result)}; would change the outcome: {change}")
 
 
+def holds_line(result) -> str:
+    """Where the answer holds, measured: its fixtures and hosts, and the known hosts it was not checked on."""
+    h = result.holds_on or {}
+    if not h:
+        return ""
+    where = ("a limit of the eval split" if h.get("limit") is not None else "every fixture of the eval split")
+    unchecked = ", ".join(h.get("unchecked_hosts") or []) or "none"
+    return (f"holds on: {h['fixtures']} fixtures ({where}) on {', '.join(h['hosts'])}; not checked on: {unchecked}")
+
+
 def imported_lines(result) -> list[str]:
     """One line per imported host of the fleet: who stands in for it, or that the answer is unconfirmed there."""
     out = []
@@ -141,7 +151,8 @@ def render(result) -> str:
         c = result.chosen
         lines += [f"Chosen: **{result.variant_name}** ({result.written}): choice {c['choice']}, recipe "
                   f"{c['recipe']}, kept in float: {', '.join(c['exclude']) or 'nothing'}, session requirements: "
-                  f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", ""]
+                  f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", "",
+                  holds_line(result) + ".", ""]
     lines += [f"- {line}" for line in imported_lines(result)] + ([""] if imported_lines(result) else [])
     timed = result.max_latency_ms is not None
     lines += md_section("Frontier", "Worst-host flips against the share of weights kept in float and the size"
@@ -167,6 +178,8 @@ def summary(result) -> str:
                    f"{entries_text(c['session_requirements']) or 'none'}")
         out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items())
                    + f"; budget {_budget(result)}")
+        if result.holds_on:
+            out.append(f"  {holds_line(result)}")
         if c.get("latency_ms"):
             out.append(f"  latency (median of medians, ms; ceiling {result.max_latency_ms:g}): {_latency(c)}")
         for m in result.nodes:

@@ -710,3 +710,25 @@ def test_unnamed_nodes_get_stable_names_the_search_ranks_and_keeps_in_float(work
 
     written = onnx.load(str(workdir / f"results/variants/m/{result['variant_name']}.onnx"))
     assert "MatMul@a" in {n.name for n in written.graph.node}
+
+
+def test_the_answer_says_where_it_holds_and_a_limited_search_says_to_confirm(tie_dir, capsys):
+    """An answer measured on a limit of the eval split: the summary and the result say on which fixtures and hosts it
+    holds and the known hosts it was not checked on, and the stop line says to confirm on the whole split; on the
+    whole split it says so and asks nothing."""
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--budget", "100%",
+            "--no-progress"]
+    assert main([*args, "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    (held,) = _lines(out, "  holds on: ")
+    assert held.startswith("  holds on: 2 fixtures (a limit of the eval split) on x86; not checked on: ")
+    assert "pi" in held.split("not checked on: ", 1)[1].split(", ")
+    (stop,) = _lines(out, "stopped:", "done:")
+    assert ("; holds on the 2 fixtures searched (a limit of the eval split) on x86: confirm with a fresh equiv over "
+            "the whole split on every host it ships to") in stop
+    result = _result(out)
+    assert result["holds_on"]["limit"] == 2 and result["holds_on"]["hosts"] == ["x86"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert _lines(out, "  holds on: 4 fixtures (every fixture of the eval split) on x86; not checked on: ")
+    assert "confirm with a fresh equiv" not in out
