@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from quantbench.analysis.gates import budget_value
 from quantbench.errors import ParameterError, UserError
 from quantbench.hosts.keys import local_ort_version
 from quantbench.release.ci import GITHUB_RUNNERS, GITHUB_FILE, CIParams, write_ci
@@ -37,6 +38,9 @@ def add_arguments(p) -> None:
     p.add_argument("--limit", type=int, help="evaluate on this many images, balanced over strata")
     p.add_argument("--split", default=None, help="labels split to evaluate on (default eval)")
     p.add_argument("--gate", metavar="NAMES", help="the merge job's equiv --gate (e.g. decision)")
+    p.add_argument("--budget", type=budget_value, metavar="N|P%",
+                   help="the merge job's equiv --budget: flips per comparison, or a share of the decisions fp32 "
+                        "serves (1%%)")
     p.add_argument("--install", default=".[plots]", metavar="SPEC",
                    help="what pip installs in every job (default: this repository's checkout, '.[plots]')")
     p.add_argument("--onnxruntime", default=None, metavar="VERSION", help="onnxruntime pinned in every job "
@@ -87,7 +91,8 @@ def _write(args) -> int:
                       runners=_runners(args.runners), native_shards=args.native_shards,
                       native_runs=args.native_runs, variants=args.variants,
                       calibrate=shlex.split(args.calibrate) if args.calibrate else None, labels=args.fixtures,
-                      images=args.images, limit=args.limit, split=args.split, gate=args.gate, install=args.install,
+                      images=args.images, limit=args.limit, split=args.split, gate=args.gate, budget=args.budget,
+                      install=args.install,
                       **({} if args.tiers is None else {"tiers": _tiers(args.tiers)}))
     for path in write_ci(params, args.out, force=args.force):
         print(f"wrote {path}")
