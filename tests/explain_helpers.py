@@ -201,3 +201,15 @@ def unnamed_nodes(path, op_types=("Conv", "MatMul")):
             node.name = ""
     onnx.save(m, str(path))
     return path
+
+
+def softmax_sigmoid_image_model(path, size: int = 8, classes: int = 8, seed: int = 0):
+    """images -> Flatten -> fc1 (MatMul) -> Sigmoid -> fc2 (MatMul) -> Softmax -> logits: a classifier with the
+    activation and normalisation op types a transformer's int8 form may leave in float."""
+    rng = np.random.default_rng(seed)
+    k = 3 * size * size
+    w1 = rng.normal(0, 1.0 / k, (k, 16)).astype(np.float32)
+    w2 = rng.normal(0, 0.5, (16, classes)).astype(np.float32)
+    return _image_classifier(path, "softmax_sigmoid", size, classes, {"w1": w1, "w2": w2},
+                             [("MatMul", ["f", "w1"], "a", "fc1"), ("Sigmoid", ["a"], "s", "act"),
+                              ("MatMul", ["s", "w2"], "z", "fc2"), ("Softmax", ["z"], "logits", "norm")])

@@ -29,6 +29,11 @@ from quantbench.inputs.sidecarfile import input_spec_for
 #: the op types whose nodes the search may keep in float (the multiply-accumulate ones int8 kernels run)
 NODE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 X64_ENTRY = "session.x64quantprecision"
+#: op types left out of QDQ as one global choice each, where the graph has one and the base quantizes it: a
+#: transformer keeps its MatMuls in int8 while its normalisations and activations stay float (Gelu and Erf are not
+#: among onnxruntime's static op types: already float; a decomposed LayerNorm's ReduceMean/Pow/Sqrt/Div are not
+#: either, and its Add/Mul go with mac_only)
+FLOAT_OP_CHOICES = ("Softmax", "LayerNormalization", "Sigmoid")
 #: the SQNR at which a tensor counts as exact (onnxruntime reports inf for no noise, and 300+ dB for an input
 #: whose values fall on the quantization grid): higher values are taken as this, so a node's loss is not its
 #: input's rounding luck
@@ -176,6 +181,10 @@ class Space:
             if method != b.method:
                 out.append(_with(b, method, method=method, ranges_file=str(f)))
         present = {n.op_type for n in self.model.graph.node}
+        quantized = (present & set(QV.static_op_types())) - set(b.exclude_op_types)
+        for op in FLOAT_OP_CHOICES:
+            if op in quantized:
+                out.append(_with(b, f"float_{op.lower()}", exclude_op_types=tuple(sorted({*b.exclude_op_types, op}))))
         mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
         if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
             out.append(_with(b, "mac_only", exclude_op_types=mac_only))

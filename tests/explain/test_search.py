@@ -732,3 +732,40 @@ def test_the_answer_says_where_it_holds_and_a_limited_search_says_to_confirm(tie
     out = capsys.readouterr().out
     assert _lines(out, "  holds on: 4 fixtures (every fixture of the eval split) on x86; not checked on: ")
     assert "confirm with a fresh equiv" not in out
+
+
+def test_softmax_and_sigmoid_left_out_of_qdq_are_one_global_choice_each(workdir):
+    """A graph holding Softmax and Sigmoid the base quantizes: each left in float is one global choice (the others
+    quantized as the base); the Softmax at the graph's end then leaves its QDQ group while the MatMuls stay int8;
+    LayerNormalization, absent, is no choice."""
+    from explain_helpers import softmax_sigmoid_image_model
+    from quantbench.explain.searchspace import Space
+    from quantbench.inputs.variantdir import latest_variants
+
+    model = softmax_sigmoid_image_model(workdir / "m.onnx")
+    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(workdir / "corpus", count=6)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--no-progress"]) == 0
+    base = next(v for v in latest_variants() if v.name == "static-minmax")
+    space = Space.open(base, workdir)
+    choices = {c.name: c for c in space.choices()}
+    assert "float_softmax" in choices and "float_sigmoid" in choices and "float_layernormalization" not in choices
+    assert choices["float_softmax"].exclude_op_types == ("Softmax",)
+    import onnx
+
+    def in_qdq_group(choice, op):
+        """Whether `op` of the candidate of `choice` (nothing in float) sits in a QDQ group onnxruntime runs in int8:
+        its input dequantized and its output quantized."""
+        built = space.build(choice, ())
+        g = onnx.load(str(built.path)).graph
+        producer = {o: n.op_type for n in g.node for o in n.output}
+        (node,) = [n for n in g.node if n.op_type == op]
+        assert built.int8_ops > 0 and "DequantizeLinear" in producer.values()   # the MatMuls stay int8
+        return producer.get(node.input[0]) == "DequantizeLinear" and any(
+            n.op_type == "QuantizeLinear" and node.output[0] in n.input for n in g.node)
+
+    assert in_qdq_group(choices["base"], "Softmax") and not in_qdq_group(choices["float_softmax"], "Softmax")
+    # Sigmoid sits between two MatMuls, which quantize their output and input themselves: left out, it still has a
+    # DequantizeLinear before and a QuantizeLinear after (the choice is measured all the same)
+    assert choices["float_sigmoid"].exclude_op_types == ("Sigmoid",) and in_qdq_group(choices["base"], "Sigmoid")
