@@ -117,6 +117,13 @@ def nearest_line(result) -> str:
             f"{int8.get('weights', 1.0):.1%} of the weights; flips {flips} ({counted}), budget {_budget(result)}; would change the outcome: {change}")
 
 
+def int8_text(row: dict) -> str:
+    """What an answer leads with: the share of the multiply-accumulates and of the weights it keeps in int8."""
+    int8 = row.get("int8") or {}
+    return (f"{int8.get('macs', 1.0):.1%} of the MACs and {int8.get('weights', 1.0):.1%} of the weights in int8 "
+            f"({row['float_share']:.1%} of the weights in float)")
+
+
 def holds_line(result) -> str:
     """Where the answer holds, measured: its fixtures and hosts, and the known hosts it was not checked on."""
     h = result.holds_on or {}
@@ -149,7 +156,8 @@ def render(result) -> str:
              f"({result.evaluations_run} run, {result.evaluations_cached} from the cache), {result.seconds:.1f} s.", ""]
     if result.chosen:
         c = result.chosen
-        lines += [f"Chosen: **{result.variant_name}** ({result.written}): choice {c['choice']}, recipe "
+        lines += [f"Chosen: **{result.variant_name}** keeps {int8_text(c)} ({result.written}): choice "
+                  f"{c['choice']}, recipe "
                   f"{c['recipe']}, kept in float: {', '.join(c['exclude']) or 'nothing'}, session requirements: "
                   f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", "",
                   holds_line(result) + ".", ""]
@@ -173,6 +181,7 @@ def summary(result) -> str:
     if result.chosen:
         c = result.chosen
         out.append(f"chosen: {result.variant_name} -> {result.written}")
+        out.append(f"  keeps {int8_text(c)}")
         out.append(f"  choice {c['choice']}; kept in float: {', '.join(c['exclude']) or 'nothing'} "
                    f"({c['float_share']:.1%} of the weights); session requirements: "
                    f"{entries_text(c['session_requirements']) or 'none'}")

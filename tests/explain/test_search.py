@@ -769,3 +769,12 @@ def test_softmax_and_sigmoid_left_out_of_qdq_are_one_global_choice_each(workdir)
     # Sigmoid sits between two MatMuls, which quantize their output and input themselves: left out, it still has a
     # DequantizeLinear before and a QuantizeLinear after (the choice is measured all the same)
     assert choices["float_sigmoid"].exclude_op_types == ("Sigmoid",) and in_qdq_group(choices["base"], "Sigmoid")
+
+
+def test_the_answer_leads_with_the_share_it_keeps_in_int8(tie_dir, capsys):
+    assert main(["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--budget", "100%",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("chosen: static-minmax -> ")
+    assert out[1] == "  keeps 100.0% of the MACs and 100.0% of the weights in int8 (0.0% of the weights in float)"
+    assert "Chosen: **static-minmax** keeps 100.0% of the MACs" in (tie_dir / "results/report.md").read_text()
