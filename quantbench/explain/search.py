@@ -75,6 +75,7 @@ class SearchParams:
     error_images: int = 4
     jobs: int = 1
     name: str | None = None               # the written variant's name (default: named for what it is)
+    max_drop: float | None = None         # the accuracy against the labels may fall at most this below fp32's, per host
 
     def check(self) -> None:
         parse_budget(self.budget)
@@ -89,6 +90,8 @@ class SearchParams:
             raise ParameterError("max_seconds", f"must be more than 0 (got {self.max_seconds})")
         if self.max_size is not None and self.max_size <= 0:
             raise ParameterError("max_size", f"must be more than 0 bytes (got {self.max_size})")
+        if self.max_drop is not None and not 0 <= self.max_drop <= 1:
+            raise ParameterError("max_drop", f"must be between 0 and 1 (got {self.max_drop})")
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             raise ParameterError("max_latency_ms", f"must be more than 0 ms (got {self.max_latency_ms})")
 
@@ -102,6 +105,8 @@ class SearchParams:
                "space": self.space, "screen_fixtures": self.screen_fixtures, "error_images": self.error_images}
         if self.max_latency_ms is not None:   # a search without the ceiling keeps the id it had
             out["max_latency_ms"] = self.max_latency_ms
+        if self.max_drop is not None:
+            out["max_drop"] = self.max_drop
         return out
 
 
@@ -135,6 +140,7 @@ class Tried:
     flipped: dict = field(default_factory=dict)  # per host of its last stage: the fixture ids that flip (None: unknown)
     hashes: dict = field(default_factory=dict)   # per host run: {fixture id: hash of its outputs}
     screened_on: list = field(default_factory=list)   # the fixture ids of its screening stage
+    accuracy: dict = field(default_factory=dict)      # {host: the metric against the labels} (with a max drop)
     base_requirements: dict = field(default_factory=dict)   # the base variant's session requirement (every host
     #                                                         runs every candidate under it)
 
@@ -168,7 +174,7 @@ class Tried:
                 "note": self.note, "screen": self.screen, "int8": self.int8, "int8_ops": self.int8_ops,
                 "latency_ms": self.latency_ms,
                 "latency_spread_ms": self.latency_spread_ms, "flipped": self.flipped,
-                "screened_on": self.screened_on}
+                "screened_on": self.screened_on, "accuracy": self.accuracy}
 
     def flipping(self) -> list:
         """The fixture ids that flip on any host of its last stage, sorted."""
@@ -203,8 +209,19 @@ class Walk:
         return self.params.limit.allowed(self.served.get(host, 0))
 
     def meets(self, t: "Tried") -> bool:
-        """Whether `t`'s flips (its last stage) are within the budget on every host that measured it."""
-        return bool(t.flips) and all(v is not None and v <= self.allowed(h) for h, v in t.flips.items())
+        """Whether `t`'s flips (its last stage) are within the budget on every host that measured it, and, with a
+        max drop, confirmed on every fixture, its accuracy at most that below fp32's on every host run."""
+        flips = bool(t.flips) and all(v is not None and v <= self.allowed(h) for h, v in t.flips.items())
+        return flips and (self.params.max_drop is None or t.stage != "confirm" or not self.dropped(t))
+
+    def dropped(self, t: "Tried") -> list[str]:
+        """The hosts where `t`'s accuracy falls more than the max drop below fp32's (or was not measured)."""
+        out = []
+        for host, ref in zip(self.fleet.hosts, self.fleet.fp32_metric):
+            got = t.accuracy.get(host.label)
+            if ref is not None and (got is None or ref - got > self.params.max_drop + 1e-12):
+                out.append(host.label)
+        return out
 
     def budget_text(self) -> str:
         return self.params.limit.describe(self.served)
@@ -236,6 +253,7 @@ class Walk:
         evs = self.fleet.evaluate(t.path, t.variant_id, t.choice.entries, hosts, fixture_ids)
         t.stage, t.flips = stage, {e.host: e.flips for e in evs}
         t.flipped, t.hashes = {e.host: e.flipped for e in evs}, {e.host: e.hashes for e in evs if e.hashes}
+        t.accuracy = {e.host: e.metric for e in evs if e.metric is not None}
         if stage == "screen" or not t.screen:   # a candidate confirmed at once was screened on everything
             t.screen, t.screened_on = dict(t.flips), list(fixture_ids)
         t.note = "; ".join(e.note for e in evs if e.note)
@@ -557,6 +575,9 @@ class SearchResult:
     budget_text: str = ""                 # the budget in words, with the count it allows on each host for a share
     allowed: dict = field(default_factory=dict)   # {host: flips the budget allows there}
     holds_on: dict = field(default_factory=dict)  # the answer's fixtures, hosts and the known hosts not checked
+    max_drop: float | None = None
+    fp32_accuracy: dict = field(default_factory=dict)   # {host: fp32's metric against the labels} (with a max drop)
+    metric: str = ""                                    # that metric (top-1, AP, text)
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -613,7 +634,7 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str, held: dict) -> 
 
 @contextlib.contextmanager
 def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None,
-              on_status=None):
+              on_status=None, accuracy=None):
     """A Walk over `base`'s space on the started fleet (fp32 run on every host, the screening fixtures picked);
     the workers closed and the candidates' folder removed afterwards."""
     params.check()
@@ -626,6 +647,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
     state_root.mkdir(parents=True, exist_ok=True)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
     fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
+    fleet.accuracy = accuracy if params.max_drop is not None else None
     with tempfile.TemporaryDirectory(prefix=".search.", dir=state_root) as work:
         space = Space.open(base, Path(work))
         try:
@@ -667,11 +689,12 @@ def confirm_tail(held: dict) -> str:
 
 
 def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None,
-           on_status=None, coverage: dict | None = None) -> SearchResult:
+           on_status=None, coverage: dict | None = None, accuracy=None) -> SearchResult:
     """Walk the space of `base` (a static QDQ Variant calibrate wrote) on `hosts` (HostRequests) over
     `fixtures`, decisions decoded by `spec`; write the chosen variant beside `base`; the result and the
     evaluation cache under `state_root` (resumed from on a rerun)."""
-    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation, on_status) as walk:
+    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation, on_status,
+                   accuracy) as walk:
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
                         walk.all_ids, params, walk.fleet.imported)
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
@@ -689,5 +712,8 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
                           nearest=nearest(walk, variant_name), budget_text=walk.budget_text(),
                           allowed={h: walk.allowed(h) for h in walk.served}, holds_on=held)
     _count_latency(result, walk)
+    if fleet.accuracy is not None:
+        result.max_drop, result.metric = params.max_drop, fleet.accuracy[0].metric
+        result.fp32_accuracy = {h.label: m for h, m in zip(fleet.hosts, fleet.fp32_metric)}
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

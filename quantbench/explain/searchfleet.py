@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quantbench.analysis import accuracy as A
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
@@ -50,6 +51,7 @@ class Evaluation:
     predicted_from: str | None = None   # an imported host's flips: those of the host that stands in for it
     flipped: list | None = None         # the fixture ids whose decisions flip (sorted; None: unknown)
     hashes: dict = field(default_factory=dict)   # {fixture id: hash of its outputs' bytes}
+    metric: float | None = None         # with an accuracy plan, over every fixture it scores: the metric's value
 
 
 @dataclass
@@ -72,6 +74,8 @@ class Fleet:
     imported_requests: list = field(default_factory=list)
     imported: list = field(default_factory=list)
     base_id: str = ""
+    accuracy: tuple | None = None    # (analysis.accuracy Plan, Truth): a max drop's metric against the labels
+    fp32_metric: list = field(default_factory=list)   # per host: fp32's value of that metric
 
     def __post_init__(self) -> None:
         runs = [make_host(h.spec).runs_workers for h in self.hosts]
@@ -97,6 +101,7 @@ class Fleet:
         runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,
                                                        return_tensors=self.names), range(len(self.hosts)))
         self.fp32 = [decode_runs(self.spec, r, self.names) for r in runs]
+        self.fp32_metric = [self._metric(dec) for dec in self.fp32]
         if self.imported_requests:
             self._read_imported(semantic_sha256(fp32_path), base, runs)
 
@@ -203,10 +208,18 @@ class Fleet:
         self.cache[key] = result
         return result["first"], result["runs"], False
 
+    def _metric(self, decoded: dict) -> float | None:
+        """The accuracy plan's value over `decoded` ({fixture id: Decoded}); None without a plan or when some
+        fixture it scores is not among them (a screening subset)."""
+        if self.accuracy is None or not set(self.accuracy[0].fixtures) <= set(decoded):
+            return None
+        return A.score(self.accuracy[0], decoded, self.accuracy[1])["value"]
+
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
+        scored = [A.plan_key(*self.accuracy)] if self.accuracy is not None else []   # a line without it holds none
         return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
-                            self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs)])
+                            self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs), *scored])
 
     def _run_one(self, i: int, data: bytes, entries: dict, fxs: list) -> dict:
         try:
@@ -220,13 +233,15 @@ class Fleet:
         dec = decode_runs(self.spec, runs, self.names)
         per = {f: len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec)}
         hashes = {r["fixture_id"]: content_key([r["outputs"][n]["sha256"] for n in self.names]) for r in runs}
-        return {"flips": sum(per.values()), "note": "", "flipped": [f for f in sorted(per) if per[f]],
-                "hashes": dict(sorted(hashes.items()))}
+        out = {"flips": sum(per.values()), "note": "", "flipped": [f for f in sorted(per) if per[f]],
+               "hashes": dict(sorted(hashes.items()))}
+        metric = self._metric(dec)
+        return out if metric is None else {**out, "metric": metric}
 
 
 def _evaluation(host: str, result: dict, fixtures: int, cached: bool) -> Evaluation:
     return Evaluation(host, result["flips"], fixtures, cached, result["note"], flipped=result.get("flipped"),
-                      hashes=result.get("hashes") or {})
+                      hashes=result.get("hashes") or {}, metric=result.get("metric"))
 
 
 def read_cache(path: Path, fields: tuple | None = None) -> dict:

@@ -40,8 +40,15 @@ def changes(walk, t) -> list[str]:
     without an answer, `t` its nearest candidate (or None)."""
     out = []
     params, kind, tried = walk.params, walk.stop_kind, walk.tried
-    if t is not None and not walk.meets(t):
+    flips_ok = t is not None and bool(t.flips) and all(v is not None and v <= walk.allowed(h)
+                                                        for h, v in t.flips.items())
+    if t is not None and not flips_ok:
         out.append(_budget_needed(walk, t))
+    if t is not None and params.max_drop is not None and t.stage == "confirm" and walk.dropped(t):
+        refs = dict(zip((h.label for h in walk.fleet.hosts), walk.fleet.fp32_metric))
+        need = max((refs[h] - t.accuracy[h] for h in walk.dropped(t) if h in t.accuracy), default=None)
+        if need is not None:
+            out.append(f"a max drop of {need:.3g}")
     if t is not None and t.latency_ms and walk.meets(t):
         out.append(f"a latency ceiling of {max(t.latency_ms.values()):.3g} ms")
     if kind == "evaluations":

@@ -124,6 +124,13 @@ def int8_text(row: dict) -> str:
             f"({row['float_share']:.1%} of the weights in float)")
 
 
+def accuracy_line(result, row: dict) -> str:
+    """A candidate's accuracy against the labels beside fp32's, per host, and the max drop it is held to."""
+    per = ", ".join(f"{h} {row.get('accuracy', {}).get(h, float('nan')):.3f} (fp32 {ref:.3f})"
+                    for h, ref in result.fp32_accuracy.items() if ref is not None)
+    return f"accuracy ({result.metric}): {per or 'not measured'}; max drop {result.max_drop:g}"
+
+
 def holds_line(result) -> str:
     """Where the answer holds, measured: its fixtures and hosts, and the known hosts it was not checked on."""
     h = result.holds_on or {}
@@ -189,6 +196,8 @@ def summary(result) -> str:
                    + f"; budget {_budget(result)}")
         if result.holds_on:
             out.append(f"  {holds_line(result)}")
+        if getattr(result, "max_drop", None) is not None:
+            out.append(f"  {accuracy_line(result, c)}")
         if c.get("latency_ms"):
             out.append(f"  latency (median of medians, ms; ceiling {result.max_latency_ms:g}): {_latency(c)}")
         for m in result.nodes:

@@ -778,3 +778,16 @@ def test_the_answer_leads_with_the_share_it_keeps_in_int8(tie_dir, capsys):
     assert out[0].startswith("chosen: static-minmax -> ")
     assert out[1] == "  keeps 100.0% of the MACs and 100.0% of the weights in int8 (0.0% of the weights in float)"
     assert "Chosen: **static-minmax** keeps 100.0% of the MACs" in (tie_dir / "results/report.md").read_text()
+
+
+def test_a_max_drop_without_labels_to_score_is_one_line(tie_dir, capsys):
+    """The near-tie classifier's sidecar names no classes, so its labels give no top-1 to hold candidates to: one
+    line before anything runs, nothing written."""
+    before = sorted(p.relative_to(tie_dir).as_posix() for p in (tie_dir / "results").rglob("*"))
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--max-drop", "0.01", "--no-progress"])
+    assert rc == 2
+    line = one_line(capsys.readouterr().err, "search")
+    assert "--max-drop 0.01: no accuracy against labels to hold the candidates to (" in line, line
+    assert sorted(p.relative_to(tie_dir).as_posix() for p in (tie_dir / "results").rglob("*")) == before
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--max-drop", "2", "--no-progress"])
+    assert rc == 2 and "--max-drop: must be between 0 and 1 (got 2.0)" in one_line(capsys.readouterr().err, "search")
