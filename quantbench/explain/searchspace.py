@@ -54,6 +54,7 @@ class Choice:
     reduce_range: bool
     session: tuple = ()     # sorted (key, value) pairs
     exclude_op_types: tuple = ()   # op types left in float everywhere (the op types quantized: the rest)
+    extra_options: tuple = ()      # sorted (key, value) pairs for the quantizer (ActivationSymmetric)
 
     @property
     def entries(self) -> dict:
@@ -62,6 +63,7 @@ class Choice:
     def describe(self) -> dict:
         out = asdict(self)
         out["session"] = self.entries
+        out["extra_options"] = dict(self.extra_options)
         return out
 
 
@@ -185,6 +187,8 @@ class Space:
         for op in FLOAT_OP_CHOICES:
             if op in quantized:
                 out.append(_with(b, f"float_{op.lower()}", exclude_op_types=tuple(sorted({*b.exclude_op_types, op}))))
+        if not (self.base.recipe.get("extra_options") or {}).get("ActivationSymmetric"):
+            out.append(_with(b, "symmetric_activations", extra_options=(("ActivationSymmetric", True),)))
         mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
         if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
             out.append(_with(b, "mac_only", exclude_op_types=mac_only))
@@ -203,7 +207,7 @@ class Space:
                            percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
                            activation_type=choice.activation_type, weight_type=choice.weight_type,
                            per_channel=choice.per_channel, reduce_range=choice.reduce_range, exclude_nodes=exclude,
-                           exclude_op_types=choice.exclude_op_types,
+                           exclude_op_types=choice.exclude_op_types, extra_options=dict(choice.extra_options),
                            name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra)
         except UserError:
             raise
@@ -256,6 +260,7 @@ def _with(b: Choice, name: str, **changes) -> Choice:
     fields = {**asdict(b), "name": name, **changes}
     fields["session"] = tuple(fields["session"])
     fields["exclude_op_types"] = tuple(fields["exclude_op_types"])
+    fields["extra_options"] = tuple(tuple(kv) for kv in fields["extra_options"])
     return Choice(**fields)
 
 

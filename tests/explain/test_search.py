@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cli_helpers import one_line
@@ -791,3 +792,27 @@ def test_a_max_drop_without_labels_to_score_is_one_line(tie_dir, capsys):
     assert sorted(p.relative_to(tie_dir).as_posix() for p in (tie_dir / "results").rglob("*")) == before
     rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--max-drop", "2", "--no-progress"])
     assert rc == 2 and "--max-drop: must be between 0 and 1 (got 2.0)" in one_line(capsys.readouterr().err, "search")
+
+
+def test_symmetric_activations_are_one_global_choice(tie_dir):
+    """Symmetric activation ranges (onnxruntime's ActivationSymmetric) are a global choice of a base that is not
+    symmetric: its candidate's u8 activations sit on zero point 128, recorded in the recipe's extra options."""
+    import onnx
+    from onnx import numpy_helper
+
+    from quantbench.explain.searchspace import Space
+    from quantbench.inputs.variantdir import latest_variants
+
+    base = next(v for v in latest_variants() if v.name == "static-minmax")
+    space = Space.open(base, tie_dir)
+    choices = {c.name: c for c in space.choices()}
+    sym = choices["symmetric_activations"]
+    assert sym.describe()["extra_options"] == {"ActivationSymmetric": True}
+
+    def activation_zero_points(choice):
+        g = onnx.load(str(space.build(choice, ()).path)).graph
+        inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+        return {int(inits[n.input[2]].reshape(-1)[0]) for n in g.node if n.op_type == "QuantizeLinear"
+                and n.input[2] in inits and inits[n.input[2]].dtype == np.uint8}
+
+    assert activation_zero_points(sym) == {128} != activation_zero_points(choices["base"])
