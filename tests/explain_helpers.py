@@ -148,6 +148,27 @@ def tied_logits_image_model(path):
                               ("MatMul", ["b", "w3"], "c", "fc3"), ("Mul", ["c", "scale"], "logits", "scale")])
 
 
+def near_tie_image_model(path, size: int = 8, classes: int = 8, seed: int = 0):
+    """images[1,3,size,size] -> Flatten -> `fc` (one MatMul) -> logits[1,classes] where classes 0 and 1 differ only
+    by weights below half an int8 step: column 1 is column 0 (integers times a step, one at 127, so both columns
+    take the same per-channel and per-tensor scale) plus 0.2 step on 32 elements, the other classes far below. On
+    bright images fp32 picks class 1; every int8 form of `fc` (any scale, S8 or U8, 7 or 8 bits) rounds the two
+    columns to the same integers, ties them and serves class 0: only `fc` kept in float, the fp32 model itself,
+    meets a budget of 0 flips."""
+    rng = np.random.default_rng(seed)
+    k = 3 * size * size
+    step = 1.0 / (k * 64)
+    ints = rng.integers(1, 100, k).astype(np.float32)
+    ints[0] = 127
+    w = np.empty((k, classes), np.float32)
+    w[:, 0] = ints * step
+    w[:, 1] = w[:, 0]
+    w[1:33, 1] += np.float32(0.2 * step)
+    for c in range(2, classes):
+        w[:, c] = -ints * step
+    return _image_classifier(path, "near_tie", size, classes, {"w": w}, [("MatMul", ["f", "w"], "logits", "fc")])
+
+
 def bright_corpus(folder, count: int = 6, size: int = 8, seed: int = 0):
     """`count` bright PNGs (every channel 230..255: activations near the top of their range) and a COCO
     labels.json, the first half in the train split (calibration), the rest in eval; returns the labels path."""
@@ -169,3 +190,26 @@ def bright_corpus(folder, count: int = 6, size: int = 8, seed: int = 0):
     labels = folder / "labels.json"
     labels.write_text(json.dumps({"images": images, "annotations": [], "categories": [{"id": 1, "name": "x"}]}))
     return labels
+
+
+def unnamed_nodes(path, op_types=("Conv", "MatMul")):
+    """The model at `path` with the names of its `op_types` nodes emptied (as CenterFace's exporter leaves its 63
+    Convs), saved in place."""
+    m = onnx.load(str(path))
+    for node in m.graph.node:
+        if node.op_type in op_types:
+            node.name = ""
+    onnx.save(m, str(path))
+    return path
+
+
+def softmax_sigmoid_image_model(path, size: int = 8, classes: int = 8, seed: int = 0):
+    """images -> Flatten -> fc1 (MatMul) -> Sigmoid -> fc2 (MatMul) -> Softmax -> logits: a classifier with the
+    activation and normalisation op types a transformer's int8 form may leave in float."""
+    rng = np.random.default_rng(seed)
+    k = 3 * size * size
+    w1 = rng.normal(0, 1.0 / k, (k, 16)).astype(np.float32)
+    w2 = rng.normal(0, 0.5, (16, classes)).astype(np.float32)
+    return _image_classifier(path, "softmax_sigmoid", size, classes, {"w1": w1, "w2": w2},
+                             [("MatMul", ["f", "w1"], "a", "fc1"), ("Sigmoid", ["a"], "s", "act"),
+                              ("MatMul", ["s", "w2"], "z", "fc2"), ("Softmax", ["z"], "logits", "norm")])

@@ -121,6 +121,20 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
             fixture_id=r["fixture_id"], source=r["source"] or "", image_sha256=r["image_sha256"] or "",
             annotations=list(_json_value(r["labels"], [])), stratum=r["stratum"] or "", split=r["split"] or "",
             preprocess=dict(_json_value(r["preprocess"], {})))
+    return _checked_truth(fx, labels, images)
+
+
+def truth_of_fixtures(fixtures, preprocess: dict, labels=None, images=None) -> Truth:
+    """load_truth's Truth from the Fixture objects themselves (a search writes no fixtures table): each one's
+    annotations, stratum and split, `preprocess` their input recipe, checked against the labels file alike."""
+    fx = {f.fixture_id: FixtureTruth(fixture_id=f.fixture_id, source=f.source or "", image_sha256=f.image_sha256 or "",
+                                     annotations=list(f.labels or []), stratum=f.stratum or "", split=f.split or "",
+                                     preprocess=dict(preprocess or {})) for f in fixtures}
+    return _checked_truth(fx, labels, images)
+
+
+def _checked_truth(fx: dict, labels, images) -> Truth:
+    """`fx` ({fixture id: FixtureTruth}) checked against the labels file, with its categories, sizes and images."""
     labels_path = Path(labels) if labels else CORPUS_LABELS
     images_dir = Path(images) if images else (CORPUS_IMAGES if labels_path == CORPUS_LABELS
                                               else default_images_dir(labels_path))

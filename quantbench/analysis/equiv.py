@@ -117,7 +117,8 @@ class EquivResult:
                     out.append(f"tensor: {where}: {c['tensor_gate']['failing']} of {c['tensor_gate']['elements']} "
                                f"elements beyond atol/rtol")
                 if g == "decision" and not c["decision_passed"]:
-                    out.append(f"decision: {where}: {c['flips']} flips > budget {self.settings['budget']}")
+                    out.append(f"decision: {where}: "
+                               f"{G.over_budget(c['flips'], self.settings['budget'], c.get('ref_total', 0))}")
         return out
 
     def summary(self) -> dict:
@@ -263,7 +264,7 @@ def equiv_id_of(settings: dict, selections: dict) -> str:
 
 def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, reference: str | None = None,
             decode_kind: str | None = None, threshold: float | None = None, atol: float = G.DEFAULT_ATOL,
-            rtol: float = G.DEFAULT_RTOL, budget: int = G.DEFAULT_BUDGET, prefer: dict | None = None,
+            rtol: float = G.DEFAULT_RTOL, budget: int | str = G.DEFAULT_BUDGET, prefer: dict | None = None,
             run_hint: str = "", tables_root=None, duplicates: list | None = None, cache_dir=None,
             cannot_run: dict | None = None, held: dict | None = None) -> EquivResult:
     """The whole equivalence analysis; see the module docstring.
@@ -279,7 +280,8 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
     (the run's merge); no other row of that host is taken, so an earlier import's rows fill no gap. The reference host too: a
     variant it cannot run has no comparison against it there, and no distances to a reference class.
     """
-    hosts, reference, by_model = _check_request(hosts, variants, reference, budget)
+    budget = G.parse_budget(budget).value()   # a count (int), or a share of the served decisions ("1%")
+    hosts, reference, by_model = _check_request(hosts, variants, reference)
     cannot = dict(cannot_run or {})
     specs = {model: spec_from_sidecar(_base_of(vs).sidecar, decode_kind, threshold, source=f"model {model} sidecar")
              for model, vs in by_model.items()}
@@ -433,14 +435,12 @@ def _base_of(vs: list[VariantRef]) -> VariantRef:
     return _fp32_of(vs) or vs[0]
 
 
-def _check_request(hosts, variants, reference, budget) -> tuple[list, str, dict]:
+def _check_request(hosts, variants, reference) -> tuple[list, str, dict]:
     """(hosts without repeats, the reference host, {model: [VariantRef]}); refuses what cannot be analysed."""
     hosts = list(dict.fromkeys(hosts))
     reference = reference or hosts[0]
     if reference not in hosts:
         raise ParameterError("reference", f"not one of the hosts {','.join(hosts)}", reference)
-    if budget < 0:
-        raise ParameterError("budget", "must be at least 0", budget)
     by_model: dict = defaultdict(list)
     for v in variants:
         by_model[v.model].append(v)
@@ -526,7 +526,7 @@ class _Context:
     source: dict         # fixture_id -> source image
     atol: float
     rtol: float
-    budget: int
+    budget: int | str    # flips per comparison, or a share of the decisions fp32 serves in it ("1%")
     used: dict = field(default_factory=dict)   # variant_id -> host -> {ISA flag: [families]} (qemu evidence)
     cannot: dict = field(default_factory=dict)   # (host, variant_id) -> why its runtime cannot run it
     providers: dict = field(default_factory=dict)   # host -> variant_id -> resolved providers (analysis.providers)
@@ -721,7 +721,7 @@ def _compare(ctx: _Context, run: _ModelRun, v: VariantRef, vfx: list, comp, h, r
     s = D.summarize(comp, h, v.name, rh, rname, per_fx, run.spec.threshold, D.flip_kinds(run.spec),
                     totals_fixed=run.spec.decoder_kind.totals_fixed(run.spec.threshold),
                     margin_kinds=run.spec.decoder_kind.margin_flips)
-    dec_ok = G.decision_passed(s.flips, ctx.budget)
+    dec_ok = G.decision_passed(s.flips, ctx.budget, s.ref_total)
     return {**s.as_dict(), "variant_id": v.variant_id, "model": run.model, "tensor_gate": tgate.as_dict(),
             "decision_passed": dec_ok, "gates_disagree": G.disagreement(tgate.passed, dec_ok),
             "decisions_compared": True}, flips

@@ -12,11 +12,12 @@ and host agreement into the answer its verdict line opens with.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from quantbench.errors import UserError, flag_mark
+from quantbench.errors import ParameterError, UserError, flag_mark
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5
@@ -73,8 +74,75 @@ class TensorGate:
         return {**asdict(self), "passed": self.passed}
 
 
-def decision_passed(flips: int, budget: int = DEFAULT_BUDGET) -> bool:
-    return flips <= budget
+@dataclass(frozen=True)
+class Budget:
+    """A decision budget per host: a count of flips, or a share of the decisions fp32 serves on that host over the
+    fixtures counted (``1%``: users think in shares; the count it allows is printed beside it)."""
+
+    flips: int = DEFAULT_BUDGET
+    share: float | None = None     # 0..1; None: `flips` is the budget
+
+    def allowed(self, served: int) -> int:
+        """The flips allowed on a host where fp32 serves `served` decisions."""
+        return self.flips if self.share is None else math.floor(self.share * served + 1e-9)
+
+    def value(self):
+        """As the user gave it: the count (int), or the share as text ("1%")."""
+        return self.flips if self.share is None else f"{self.share * 100:g}%"
+
+    def describe(self, served: dict | None = None) -> str:
+        """"0 flips per host", or "1% of the served decisions per host (x86 3 of 312, ...)"."""
+        if self.share is None:
+            return f"{self.flips} flips per host"
+        counts = ", ".join(f"{h} {self.allowed(n)} of {n}" for h, n in (served or {}).items())
+        return f"{self.value()} of the served decisions per host" + (f" ({counts})" if counts else "")
+
+
+def parse_budget(value, param: str = "budget") -> Budget:
+    """A Budget from a count (3, "3") or a share of the served decisions ("1%", "0.5%"); ParameterError(`param`)
+    otherwise."""
+    if isinstance(value, Budget):
+        return value
+    text = str(value).strip()
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ParameterError(param, "give a number of flips (3) or a share of the served decisions (1%)", value)
+    if text.endswith("%"):
+        try:
+            pct = float(text[:-1])
+        except ValueError:
+            pct = float("nan")
+        if not math.isfinite(pct) or not 0 <= pct <= 100:
+            raise ParameterError(param, "a share of the served decisions is between 0% and 100%", value)
+        return Budget(0, pct / 100)
+    try:
+        flips = int(text)
+    except ValueError:
+        raise ParameterError(param, "give a number of flips (3) or a share of the served decisions (1%)",
+                             value) from None
+    if flips < 0:
+        raise ParameterError(param, f"must be 0 or more flips (got {flips})")
+    return Budget(flips)
+
+
+def decision_passed(flips: int, budget=DEFAULT_BUDGET, served: int = 0) -> bool:
+    """Whether `flips` are within `budget` (a count, or a share of the `served` decisions fp32 serves)."""
+    return flips <= parse_budget(budget).allowed(served)
+
+
+
+def budget_words(budget) -> str:
+    """"3 flips", or "1% of the served decisions"."""
+    b = parse_budget(budget)
+    return f"{b.flips} flips" if b.share is None else f"{b.value()} of the served decisions"
+
+
+def over_budget(flips: int, budget, served: int) -> str:
+    """A decision gate's failure in numbers: "5 flips > budget 3", or "5 flips > budget 1% of 312 served decisions
+    (3)"."""
+    b = parse_budget(budget)
+    if b.share is None:
+        return f"{flips} flips > budget {b.flips}"
+    return f"{flips} flips > budget {b.value()} of {served} served decisions ({b.allowed(served)})"
 
 
 def disagreement(tensor_passed: bool, decision_ok: bool) -> str:

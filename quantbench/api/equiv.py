@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,7 @@ from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
 from quantbench.analysis.equiv import VariantRef, analyze, reanalyze
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_gates
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_budget, parse_gates
 from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, check_group, check_groups,
@@ -27,6 +28,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
 from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
+from quantbench.inputs.variantdir import latest_variants, pick_variant
 from quantbench.inputs.sidecarfile import requirements_of, sidecar_for, sidecar_source
 from quantbench.report.equivsection import publish_equiv
 
@@ -88,7 +90,7 @@ class Gates:
 
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
-    budget: int = DEFAULT_BUDGET
+    budget: int | str = DEFAULT_BUDGET   # flips per comparison, or a share of the decisions fp32 serves ("1%")
     gate: str | None = None
 
     def __post_init__(self):
@@ -100,8 +102,11 @@ class Gates:
                 raise ParameterError(name, "must be a finite number", value)
             if value < 0:
                 raise ParameterError(name, "must be at least 0", value)
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0:
-            raise ParameterError("budget", "must be a whole number of flips, at least 0", self.budget)
+        share = isinstance(self.budget, str) and self.budget.strip().endswith("%")
+        if not share and (isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0):
+            raise ParameterError("budget", "must be a whole number of flips, at least 0, or a share of the "
+                                 "decisions fp32 serves (\"1%\")", self.budget)
+        parse_budget(self.budget)
         if self.gate is not None and not isinstance(self.gate, str):
             raise ParameterError("gate", "must be comma-separated gate names, e.g. 'decision,classes'", self.gate)
 
@@ -280,6 +285,7 @@ def rerender(results: Results = Results(), equiv_id: str | None = None, labels=N
 def _check_request(gates: Gates, decode: str | None) -> list:
     """The gates checked, once the request's tolerances and gates are valid (before any work)."""
     checked = parse_gates(gates.gate)   # a typo in the gates fails before any work
+    parse_budget(gates.budget)          # and so does a budget that is neither a count nor a share
     if "decision" in checked and decode is not None and not kind_of(decode).decides:
         raise UserError(f"{flag_mark('gate')} decision with {flag_mark('decode')} none: no decisions are compared; drop one "
                         "of them")
@@ -288,23 +294,41 @@ def _check_request(gates: Gates, decode: str | None) -> list:
     return checked
 
 
+def _one_variant(variant, variants):
+    """`variants`, or for `variant` (a name of the last calibrate run, or an .onnx file) that variant with the run's
+    fp32 beside it (the reference its flips count against; alone when it is fp32 or the run has none)."""
+    if variant is None:
+        return variants
+    if variants:
+        raise ParameterError("variant", "give one variant by name or a list of variants, not both", variant)
+    chosen = pick_variant(str(variant))
+    if chosen.name == "fp32" or Path(str(variant)).suffix == ".onnx":
+        return [chosen]
+    fp32 = next((v for v in latest_variants() if v.name == "fp32"), None)
+    return [chosen] if fp32 is None else [fp32, chosen]
+
+
 def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures = Fixtures(),
           session: Session = Session(), results: Results = Results(), output: Output = Output(),
           gates: Gates = Gates(), fp32=None, reference: str | None = None, decode: str | None = None,
           threshold: float | None = None, run: bool = True, jobs: int | None = None, cluster: str | None = None,
-          shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params) -> Equiv:
+          shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params,
+          variant: str | None = None) -> Equiv:
     """Run (or with run=False, reuse) every variant (folders or .onnx files; None: the latest calibrate output)
     on each host of `fleet`, then analyse: classes, flips against fp32 (or `fp32`, the float model of
     already-quantized variants), gates. Writes the tables, report and equiv.json under `results`; returns the
     analysis with the gates that failed (`Equiv.failures`: a failed gate is a result, not an exception).
     `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
-    (default: the sidecar's)."""
+    (default: the sidecar's). `variant`: one variant by name (of the last calibrate run) or .onnx file, analysed
+    beside that run's fp32 as the reference it flips against (instead of `variants`)."""
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_group("gates", gates, Gates)
     check_path("fp32", fp32)
     check_text("cluster", cluster)
+    if variant is not None and not isinstance(variant, (str, os.PathLike)):
+        raise ParameterError("variant", "must be a variant name or an .onnx path", variant)
     checked = _check_request(gates, decode)
-    resolved = variants_named(variants, fp32, to_stderr=output.json)   # the demo says so first
+    resolved = variants_named(_one_variant(variant, variants), fp32, to_stderr=output.json)   # the demo says so first
     announce_hosts_file(fleet.hosts_file, to_stderr=output.json)
     req = _Request(fleet, fixtures, session, results, output, reference, decode, threshold, run, jobs, cluster,
                    shard, wait, render)

@@ -43,10 +43,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quantbench.analysis.gates import Budget, parse_budget
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet, decoder_key
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
+from quantbench.explain.searchoutcome import ALL_FLOAT, NO_INT8, NO_INT8_MACS, NOT_DONE, int8_left, nearest, \
+    no_answer_tail
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, check_writable, check_writable_for, clean_stale_tmp, content_key, owner_tag
@@ -67,7 +70,8 @@ SQNR_LEAD = ("sqnr_loss_db", "sqnr_loss_db_flipping")
 
 @dataclass
 class SearchParams:
-    budget: int = 0                       # decision flips against fp32 allowed per host
+    budget: int | str = 0                 # decision flips against fp32 allowed per host, or a share ("1%") of the
+    #                                       decisions fp32 serves there (analysis.gates.parse_budget)
     max_float_share: float | None = None  # share of the candidate nodes' weights kept in float
     max_size: int | None = None           # bytes of the variant file
     max_latency_ms: float | None = None   # median ms on every host that measures latency (confirmed candidates)
@@ -78,11 +82,11 @@ class SearchParams:
     error_images: int = 4
     jobs: int = 1
     name: str | None = None               # the written variant's name (default: named for what it is)
+    max_drop: float | None = None         # the accuracy against the labels may fall at most this below fp32's, per host
 
     def check(self) -> None:
         self._check_types()
-        if self.budget < 0:
-            raise ParameterError("budget", f"must be 0 or more flips (got {self.budget})")
+        parse_budget(self.budget)
         if self.space not in SPACES:
             raise ParameterError("space", f"unknown {self.space!r}; choose from {', '.join(SPACES)}")
         if self.max_float_share is not None and not 0 <= self.max_float_share <= 1:
@@ -94,17 +98,22 @@ class SearchParams:
             raise ParameterError("max_seconds", f"must be more than 0 (got {self.max_seconds})")
         if self.max_size is not None and self.max_size <= 0:
             raise ParameterError("max_size", f"must be more than 0 bytes (got {self.max_size})")
+        if self.max_drop is not None and not 0 <= self.max_drop <= 1:
+            raise ParameterError("max_drop", f"must be between 0 and 1 (got {self.max_drop})")
         if self.max_latency_ms is not None and not self.max_latency_ms > 0:
             raise ParameterError("max_latency_ms", f"must be more than 0 ms (got {self.max_latency_ms})")
 
     def _check_types(self) -> None:
         """Every parameter of the type the command line's flag gives (the API takes any Python value): whole
         numbers for counts, finite numbers for ceilings, a plain name (calibrate's variant-name rule) for `name`."""
-        for key in ("budget", "max_evaluations", "screen_fixtures", "error_images", "jobs", "max_size"):
+        if not (isinstance(self.budget, str) and self.budget.strip().endswith("%")) and not _whole(self.budget):
+            raise ParameterError("budget", "must be a whole number of flips or a share of the served decisions "
+                                 "(\"1%\")", self.budget)
+        for key in ("max_evaluations", "screen_fixtures", "error_images", "jobs", "max_size"):
             value = getattr(self, key)
             if not (value is None and key == "max_size") and not _whole(value):
                 raise ParameterError(key, "must be a whole number", value)
-        for key in ("max_float_share", "max_seconds", "max_latency_ms"):
+        for key in ("max_float_share", "max_seconds", "max_latency_ms", "max_drop"):
             value = getattr(self, key)
             if value is not None and not (_number(value) and math.isfinite(value)):
                 raise ParameterError(key, "must be a finite number", value)
@@ -114,12 +123,18 @@ class SearchParams:
             raise ParameterError("name", f"{self.name!r} is not a plain variant name (use letters, digits, '.', '_', "
                                  "'+', '-'; not starting with '.'); nothing was run", self.name, show_value=False)
 
+    @property
+    def limit(self) -> Budget:
+        return parse_budget(self.budget)
+
     def key(self) -> dict:
         """What decides the walk (not the evaluation and time budgets, nor jobs: they only stop it or pace it)."""
-        out = {"budget": self.budget, "max_float_share": self.max_float_share, "max_size": self.max_size,
+        out = {"budget": self.limit.value(), "max_float_share": self.max_float_share, "max_size": self.max_size,
                "space": self.space, "screen_fixtures": self.screen_fixtures, "error_images": self.error_images}
         if self.max_latency_ms is not None:   # a search without the ceiling keeps the id it had
             out["max_latency_ms"] = self.max_latency_ms
+        if self.max_drop is not None:
+            out["max_drop"] = self.max_drop
         return out
 
 
@@ -132,11 +147,11 @@ def _number(value) -> bool:
 
 
 class Stopped(Exception):
-    """The evaluation or time budget ran out; `reason` is the stop line."""
+    """The evaluation or time budget ran out (`kind`: evaluations | time); `reason` is the stop line."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, kind: str):
         super().__init__(reason)
-        self.reason = reason
+        self.reason, self.kind = reason, kind
 
 
 @dataclass
@@ -155,11 +170,13 @@ class Tried:
     screen: dict = field(default_factory=dict)   # the screening stage's flips (fast hosts, nearest fixtures)
     path: Path | None = None
     int8: dict = field(default_factory=dict)     # {"weights", "macs"}: the candidate nodes' shares left in int8
+    int8_ops: int = 0                            # its QuantizeLinear/DequantizeLinear/integer nodes (0: all float)
     latency_ms: dict = field(default_factory=dict)         # {host: median ms} on the hosts that measure latency
     latency_spread_ms: dict = field(default_factory=dict)  # {host: spread ms} of those medians
     flipped: dict = field(default_factory=dict)  # per host of its last stage: the fixture ids that flip (None: unknown)
     hashes: dict = field(default_factory=dict)   # per host run: {fixture id: hash of its outputs}
     screened_on: list = field(default_factory=list)   # the fixture ids of its screening stage
+    accuracy: dict = field(default_factory=dict)      # {host: the metric against the labels} (with a max drop)
     base_requirements: dict = field(default_factory=dict)   # the base variant's session requirement (every host
     #                                                         runs every candidate under it)
 
@@ -190,9 +207,10 @@ class Tried:
                 "session_requirements": self.requirements,
                 "float_share": self.float_share,
                 "stage": self.stage, "flips": self.flips, "worst": self.worst, "passes": self.passes,
-                "note": self.note, "screen": self.screen, "int8": self.int8, "latency_ms": self.latency_ms,
+                "note": self.note, "screen": self.screen, "int8": self.int8, "int8_ops": self.int8_ops,
+                "latency_ms": self.latency_ms,
                 "latency_spread_ms": self.latency_spread_ms, "flipped": self.flipped,
-                "screened_on": self.screened_on}
+                "screened_on": self.screened_on, "accuracy": self.accuracy}
 
     def flipping(self) -> list:
         """The fixture ids that flip on any host of its last stage, sorted."""
@@ -217,14 +235,53 @@ class Walk:
     latency: LatencyProbe | None = None               # with a latency ceiling: the measuring hosts' timer
     localize_spent: int = 0                           # evaluations localize's runs took
     localized: list = field(default_factory=list)     # per base choice ranked: localize's evidence (or why none)
+    stop_kind: str = ""                               # done | evaluations | time | exhausted
+    on_status: object = None                          # callable(line): one line per phase and confirmed candidate
+    served: dict = field(default_factory=dict)        # {host: decisions fp32 serves there over every fixture}
+
+    def allowed(self, host: str) -> int:
+        """The flips the budget allows on `host` (a share: of the decisions fp32 serves there on every fixture, so
+        a screening subset is held to the whole set's count and never rejects what the whole set passes)."""
+        return self.params.limit.allowed(self.served.get(host, 0))
+
+    def meets(self, t: "Tried") -> bool:
+        """Whether `t`'s flips (its last stage) are within the budget on every host that measured it, and, with a
+        max drop, confirmed on every fixture, its accuracy at most that below fp32's on every host run."""
+        flips = bool(t.flips) and all(v is not None and v <= self.allowed(h) for h, v in t.flips.items())
+        return flips and (self.params.max_drop is None or t.stage != "confirm" or not self.dropped(t))
+
+    def dropped(self, t: "Tried") -> list[str]:
+        """The hosts where `t`'s accuracy falls more than the max drop below fp32's (or was not measured)."""
+        out = []
+        for host, ref in zip(self.fleet.hosts, self.fleet.fp32_metric):
+            got = t.accuracy.get(host.label)
+            if ref is not None and (got is None or ref - got > self.params.max_drop + 1e-12):
+                out.append(host.label)
+        return out
+
+    def budget_text(self) -> str:
+        return self.params.limit.describe(self.served)
+
+    def say(self, line: str) -> None:
+        """One status line (a phase begun, a candidate confirmed) to `on_status`, when there is one."""
+        if self.on_status is not None:
+            self.on_status(f"search: {line}")
+
+    def _confirmed(self, t: "Tried") -> None:
+        flips = ", ".join(f"{h} {'cannot run' if v is None else v}" for h, v in t.flips.items())
+        verdict = "meets the budget" if self.meets(t) else "over the budget"
+        kept = f"{len(t.exclude)} node(s) in float" if t.exclude else "nothing in float"
+        self.say(f"confirmed {variant_name(t)} ({t.choice.name}, {kept}; int8 "
+                 f"{(t.int8 or {}).get('macs', 1.0):.1%} of the MACs): flips {flips}, {verdict}; "
+                 f"{self.evaluations} of {self.params.max_evaluations} evaluations spent")
 
     def _spend(self, n: int) -> None:
         p = self.params
         if self.evaluations + n > p.max_evaluations:
             raise Stopped(f"stopped: evaluation budget reached ({self.evaluations} of {p.max_evaluations} "
-                          "evaluations spent; the next candidate needs more)")
+                          "evaluations spent; the next candidate needs more)", "evaluations")
         if p.max_seconds is not None and time.monotonic() - self.started > p.max_seconds:
-            raise Stopped(f"stopped: time budget reached ({p.max_seconds:g} s)")
+            raise Stopped(f"stopped: time budget reached ({p.max_seconds:g} s)", "time")
         self.evaluations += n
 
     def _stage(self, t: Tried, stage: str, hosts: list[int], fixture_ids: list) -> bool:
@@ -232,12 +289,15 @@ class Walk:
         evs = self.fleet.evaluate(t.path, t.variant_id, t.choice.entries, hosts, fixture_ids)
         t.stage, t.flips = stage, {e.host: e.flips for e in evs}
         t.flipped, t.hashes = {e.host: e.flipped for e in evs}, {e.host: e.hashes for e in evs if e.hashes}
+        t.accuracy = {e.host: e.metric for e in evs if e.metric is not None}
         if stage == "screen" or not t.screen:   # a candidate confirmed at once was screened on everything
             t.screen, t.screened_on = dict(t.flips), list(fixture_ids)
         t.note = "; ".join(e.note for e in evs if e.note)
+        if stage == "confirm":
+            self._confirmed(t)
         if self.on_evaluation is not None:
             self.on_evaluation(self, t)
-        return t.worst is not None and t.worst <= self.params.budget
+        return self.meets(t)
 
     def try_candidate(self, choice: Choice, exclude) -> Tried:
         exclude = tuple(sorted(exclude))
@@ -251,7 +311,10 @@ class Walk:
             t.stage, t.note = "not built", "the quantizer refuses this combination"
             return t
         t.variant_id, t.size, t.float_share, t.path = built.variant_id, built.size, built.float_share, built.path
-        t.int8 = self.space.int8_share(exclude)
+        t.int8, t.int8_ops = self.space.int8_share(exclude), built.int8_ops
+        if not t.int8_ops:   # the float model: the baseline, never evaluated nor chosen
+            t.stage, t.note = ALL_FLOAT, NO_INT8
+            return t
         why = self._over_ceiling(t)
         if why:
             t.stage, t.note = "ceiling", why
@@ -263,6 +326,8 @@ class Walk:
             t.passes = self._stage(t, "confirm", every, self.all_ids)
         if t.stage == "confirm" and not exclude:
             self._screen_on_flipping(t)
+        if t.passes and not int8_left(t):
+            t.passes, t.note = False, "; ".join(n for n in (t.note, NO_INT8_MACS) if n)
         if t.passes and self.latency is not None:
             self._time(t)
         return t
@@ -297,7 +362,10 @@ def _best(tried: list) -> Tried | None:
 
 def _global_phase(walk: Walk) -> Tried | None:
     """The best global choice that meets the budget; the variant as calibrated at once when it does."""
-    for choice in walk.space.choices():
+    choices = walk.space.choices()
+    walk.say(f"global choices: {len(choices)} ({', '.join(c.name for c in choices)}) on "
+             f"{len(walk.fleet.hosts) + len(walk.fleet.imported)} host(s), {len(walk.all_ids)} fixtures")
+    for choice in choices:
         t = walk.try_candidate(choice, ())
         if t.passes and choice.name == "base":
             return t
@@ -443,7 +511,7 @@ def _out_of_reach(walk: Walk, choice: Choice) -> bool:
     failed, not refused by a ceiling nor by the quantizer). The greedy growth ends at that candidate, so no set of
     its nodes is searched on such a choice: the evaluations ranking and growing would take go to the next one."""
     every = walk.try_candidate(choice, walk.space.nodes())
-    return every.stage in ("screen", "confirm") and not every.passes
+    return every.stage in ("screen", "confirm") and not walk.meets(every)
 
 
 def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
@@ -452,6 +520,9 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     for choice in _mixed_bases(walk):
         if _out_of_reach(walk, choice):
             continue
+        named = walk.space.named
+        walk.say(f"nodes kept in float on choice {choice.name}: ranking {len(walk.space.nodes())} node(s)"
+                 + (f" ({len(named)} unnamed, named by op type and output, e.g. {named[0]})" if named else ""))
         walk.ranking, walk.kept_because = rank_nodes(walk, choice, feeds, feeds_from), {}
         plain = walk.try_candidate(choice, ())
         if plain.passes:   # nothing needs keeping in float
@@ -482,11 +553,15 @@ def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
             chosen = chosen if chosen is not None and chosen.passes else None
     except Stopped as stop:
         best = _best(walk.tried)
-        return best, stop.reason
+        walk.stop_kind = stop.kind
+        return best, stop.reason + (NOT_DONE if best is not None else "")
     if chosen is None:
         n = len(walk.tried)
+        walk.stop_kind = "exhausted"
         return None, (f"stopped: space exhausted ({n} candidate{'' if n == 1 else 's'} tried, none meets the budget of "
-                      f"{walk.params.budget} flips per host{_latency_tail(walk)})")
+                      f"{walk.budget_text()} with int8 left{_latency_tail(walk)}"
+                      f"{no_answer_tail(walk.tried)})")
+    walk.stop_kind = "done"
     return chosen, "done: a candidate meets the budget on every host and every fixture"
 
 
@@ -513,7 +588,7 @@ class SearchResult:
     base: str
     hosts: list
     fixtures: int
-    budget: int
+    budget: int | str          # as given: flips per host, or a share of the served decisions ("1%")
     stop: str
     chosen: dict | None
     written: str | None
@@ -533,6 +608,14 @@ class SearchResult:
     latency_measurements: int = 0          # candidate x measuring host timed (not fleet evaluations)
     latency_measurements_run: int = 0
     latency_measurements_cached: int = 0
+    passed: bool = False                  # a candidate with int8 left meets every constraint (chosen)
+    nearest: dict | None = None           # no candidate passed: the nearest with int8 left, what would change it
+    budget_text: str = ""                 # the budget in words, with the count it allows on each host for a share
+    allowed: dict = field(default_factory=dict)   # {host: flips the budget allows there}
+    holds_on: dict = field(default_factory=dict)  # the answer's fixtures, hosts and the known hosts not checked
+    max_drop: float | None = None
+    fp32_accuracy: dict = field(default_factory=dict)   # {host: fp32's metric against the labels} (with a max drop)
+    metric: str = ""                                    # that metric (top-1, AP, text)
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -565,16 +648,20 @@ def _kept_nodes(walk: Walk, t: Tried) -> list[dict]:
     return out
 
 
-def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | None, str | None, str]:
+def _write(walk: Walk, t: Tried, params: SearchParams, sid: str, held: dict) -> tuple[str | None, str | None, str]:
     """(written path, name, note) of the chosen candidate; nothing when it is the variant as calibrated."""
     base = walk.space.base
-    if t.identity == variant_identity(base.recipe.get("semantic_sha256", ""), requirements_of(base)):
+    # the search named the base's unnamed nodes: its own "base" candidate is the calibrated model under new names
+    as_calibrated = bool(walk.space.named) and t.choice == walk.space.base_choice() and not t.exclude and not (
+        base.recipe.get("exclude_nodes"))
+    if as_calibrated or t.identity == variant_identity(base.recipe.get("semantic_sha256", ""), requirements_of(base)):
         return str(base.path), base.name, "the variant as calibrated meets the budget: nothing new written"
     name = params.name or variant_name(t)
     extra = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}
     extra["search"] = {"search_id": sid, "base_variant": base.name, "base_variant_id": base.recipe.get(
-        "semantic_sha256"), "choice": t.choice.name, "budget": params.budget, "hosts": list(t.flips),
-        "flips": t.flips, "float_share": t.float_share, **recipe_marks(walk.fleet.imported, t.flips)}
+        "semantic_sha256"), "choice": t.choice.name, "budget": params.limit.value(), "hosts": list(t.flips),
+        "flips": t.flips, "float_share": t.float_share, "holds_on": held,
+        **recipe_marks(walk.fleet.imported, t.flips)}
     if params.max_latency_ms is not None:
         extra["search"].update({"max_latency_ms": params.max_latency_ms, "latency_ms": t.latency_ms})
     if t.requirements:
@@ -584,7 +671,8 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str) -> tuple[str | 
 
 
 @contextlib.contextmanager
-def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None):
+def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None,
+              on_status=None, accuracy=None):
     """A Walk over `base`'s space on the started fleet (fp32 run on every host, the screening fixtures picked);
     the workers closed and the candidates' folder removed afterwards."""
     params.check()
@@ -597,6 +685,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
     prepare_state(state_root, base)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
     fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
+    fleet.accuracy = accuracy if params.max_drop is not None else None
     with search_lock(state_root), tempfile.TemporaryDirectory(prefix=f".search.{owner_tag()}.", suffix=".tmp",
                                                               dir=state_root) as work:
         space = Space.open(base, Path(work))
@@ -607,7 +696,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
             latency = (LatencyProbe(fleet, state_root / "latency.jsonl") if params.max_latency_ms is not None
                        else None)
             yield Walk(space, fleet, params, sorted(screen), fx_ids, t0, on_evaluation=on_evaluation,
-                       latency=latency)
+                       latency=latency, served=fleet.served(), on_status=on_status)
         finally:
             fleet.close()
 
@@ -667,25 +756,49 @@ def _count_latency(result: SearchResult, walk: Walk) -> None:
     result.latency_measurements = probe.run_count + probe.cached_count
 
 
-def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None
-           ) -> SearchResult:
+def holds_on(walk: Walk, t: Tried, coverage: dict | None) -> dict:
+    """Where the answer was measured to hold: its fixtures (the whole eval split, or a limit of it), its hosts, and
+    the hosts known here (built in, or in the hosts file) it was not checked on."""
+    cov = coverage or {}
+    return {"fixtures": len(walk.all_ids), "limit": cov.get("limit"), "hosts": list(t.flips),
+            "unchecked_hosts": list(cov.get("unchecked_hosts") or [])}
+
+
+def confirm_tail(held: dict) -> str:
+    """The stop line's note for an answer measured on a limit of the eval split ("" on the whole split)."""
+    if held.get("limit") is None:
+        return ""
+    return (f"; holds on the {held['fixtures']} fixtures searched (a limit of the eval split) on "
+            f"{', '.join(held['hosts'])}: confirm with a fresh equiv over the whole split on every host it ships to")
+
+
+def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_root, on_evaluation=None,
+           on_status=None, coverage: dict | None = None, accuracy=None) -> SearchResult:
     """Walk the space of `base` (a static QDQ Variant calibrate wrote) on `hosts` (HostRequests) over
     `fixtures`, decisions decoded by `spec`; write the chosen variant beside `base`; the result and the
     evaluation cache under `state_root` (resumed from on a rerun)."""
-    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation) as walk:
+    with open_walk(base, fp32_path, hosts, fixtures, spec, params, state_root, on_evaluation, on_status,
+                   accuracy) as walk:
         sid = search_id(base.recipe.get("semantic_sha256", ""), semantic_sha256(fp32_path), hosts,
                         walk.all_ids, params, walk.fleet.imported, decoder_key(spec))
         chosen, stop = walk_space(walk, lambda: error_feeds(base, fixtures, params.error_images))
+        held = holds_on(walk, chosen, coverage) if chosen is not None else {}
         check_base_unchanged(base)
-        written, name, note = _write(walk, chosen, params, sid) if chosen is not None else (None, None, "")
+        written, name, note = _write(walk, chosen, params, sid, held) if chosen is not None else (None, None, "")
+        stop += confirm_tail(held)
     fleet = walk.fleet
     stop += unconfirmed_line(fleet.imported, name)
-    result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.budget,
+    result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.limit.value(),
                           stop + (f"; {note}" if note else ""), chosen.row() if chosen else None, written, name,
                           [t.row() for t in walk.tried], _kept_nodes(walk, chosen) if chosen else [],
                           [m for _, m in walk.ranking], walk.evaluations, fleet.run_count, fleet.cached_count,
                           round(time.monotonic() - walk.started, 3), localized=walk.localized,
-                          imported=[m.row() for m in fleet.imported])
+                          imported=[m.row() for m in fleet.imported], passed=chosen is not None,
+                          nearest=nearest(walk, variant_name), budget_text=walk.budget_text(),
+                          allowed={h: walk.allowed(h) for h in walk.served}, holds_on=held)
     _count_latency(result, walk)
+    if fleet.accuracy is not None:
+        result.max_drop, result.metric = params.max_drop, fleet.accuracy[0].metric
+        result.fp32_accuracy = {h.label: m for h, m in zip(fleet.hosts, fleet.fp32_metric)}
     result.result_file = str(atomic_write_json(Path(state_root) / sid / "result.json", result.__dict__))
     return result

@@ -15,10 +15,12 @@ nothing again.
 from __future__ import annotations
 
 import dataclasses
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from quantbench.analysis import accuracy as A
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
@@ -59,6 +61,7 @@ class Evaluation:
     predicted_from: str | None = None   # an imported host's flips: those of the host that stands in for it
     flipped: list | None = None         # the fixture ids whose decisions flip (sorted; None: unknown)
     hashes: dict = field(default_factory=dict)   # {fixture id: hash of its outputs' bytes}
+    metric: float | None = None         # with an accuracy plan, over every fixture it scores: the metric's value
 
 
 @dataclass
@@ -82,6 +85,8 @@ class Fleet:
     imported: list = field(default_factory=list)
     base_id: str = ""
     reference: str = ""      # the decoder and the fp32 model the flips are counted with (decoder_key, its hash)
+    accuracy: tuple | None = None    # (analysis.accuracy Plan, Truth): a max drop's metric against the labels
+    fp32_metric: list = field(default_factory=list)   # per host: fp32's value of that metric
 
     def __post_init__(self) -> None:
         runs = [make_host(h.spec).runs_workers for h in self.hosts]
@@ -108,6 +113,7 @@ class Fleet:
         runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,
                                                        return_tensors=self.names), range(len(self.hosts)))
         self.fp32 = [decode_runs(self.spec, r, self.names) for r in runs]
+        self.fp32_metric = [self._metric(dec) for dec in self.fp32]
         if self.imported_requests:
             self._read_imported(semantic_sha256(fp32_path), base, runs)
 
@@ -136,6 +142,14 @@ class Fleet:
     def int8_paths(self) -> list:
         """Every host's int8 path: the started workers', then the imported hosts' (from their files' fingerprints)."""
         return fleet_paths(self.workers) + [m.path for m in self.imported]
+
+    def served(self) -> dict:
+        """{host label: the decisions fp32 serves there over every fixture}: what a budget given as a share counts
+        against (an imported host's from its file)."""
+        out = {h.label: sum(d.total for d in dec.values()) for h, dec in zip(self.hosts, self.fp32)}
+        for member in self.imported:
+            out[member.label] = sum(d.total for d in member.fp32.values())
+        return out
 
     def fast(self) -> list[int]:
         """The hosts screened first (their kind runs on this machine's own CPU: HostKind.on_this_cpu), else every
@@ -206,10 +220,19 @@ class Fleet:
         self.cache[key] = result
         return result["first"], result["runs"], False
 
+    def _metric(self, decoded: dict) -> float | None:
+        """The accuracy plan's value over `decoded` ({fixture id: Decoded}); None without a plan or when some
+        fixture it scores is not among them (a screening subset)."""
+        if self.accuracy is None or not set(self.accuracy[0].fixtures) <= set(decoded):
+            return None
+        return A.score(self.accuracy[0], decoded, self.accuracy[1])["value"]
+
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
+        scored = [A.plan_key(*self.accuracy)] if self.accuracy is not None else []   # a line without it holds none
         return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
-                            self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs), self.reference])
+                            self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs), self.reference,
+                            *scored])
 
     def _run_one(self, i: int, data: bytes, entries: dict, fxs: list) -> dict:
         try:
@@ -223,8 +246,10 @@ class Fleet:
         dec = decode_runs(self.spec, runs, self.names)
         per = {f: len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec)}
         hashes = {r["fixture_id"]: content_key([r["outputs"][n]["sha256"] for n in self.names]) for r in runs}
-        return {"flips": sum(per.values()), "note": "", "flipped": [f for f in sorted(per) if per[f]],
-                "hashes": dict(sorted(hashes.items()))}
+        out = {"flips": sum(per.values()), "note": "", "flipped": [f for f in sorted(per) if per[f]],
+               "hashes": dict(sorted(hashes.items()))}
+        metric = self._metric(dec)
+        return out if metric is None else {**out, "metric": metric}
 
 
 def evaluation_row(row: dict) -> bool:
@@ -232,7 +257,10 @@ def evaluation_row(row: dict) -> bool:
     localize line's (its first divergent tensors, its runs on each host and the evaluations they took)."""
     if row.keys() == {"first", "runs", "evaluations"}:
         return strings(row["first"]) and count(row["runs"]) and count(row["evaluations"]) and row["evaluations"] == 2 * row["runs"]
-    if row.keys() != {"flips", "note", "flipped", "hashes"} or not isinstance(row["note"], str):
+    if row.keys() - {"metric"} != {"flips", "note", "flipped", "hashes"} or not isinstance(row["note"], str):
+        return False
+    if "metric" in row and not (isinstance(row["metric"], (int, float)) and not isinstance(row["metric"], bool)
+                                and math.isfinite(row["metric"])):
         return False
     hashes = row["hashes"]
     if not (isinstance(hashes, dict) and all(isinstance(v, str) for v in hashes.values())):
@@ -244,4 +272,4 @@ def evaluation_row(row: dict) -> bool:
 
 def _evaluation(host: str, result: dict, fixtures: int, cached: bool) -> Evaluation:
     return Evaluation(host, result["flips"], fixtures, cached, result["note"], flipped=result.get("flipped"),
-                      hashes=result.get("hashes") or {})
+                      hashes=result.get("hashes") or {}, metric=result.get("metric"))

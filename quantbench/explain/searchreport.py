@@ -68,6 +68,14 @@ def _table(rows: list[dict]) -> tuple[list, list]:
     return head, [_cand(r, timed) for r in rows]
 
 
+def sqnr_change(loss_db: float) -> str:
+    """A node's SQNR loss in words: a negative loss is a gain (its output nearer the float model's than its
+    inputs), said so rather than "loses -5.55 dB"."""
+    if loss_db > 0:
+        return f"loses {loss_db:.2f} dB SQNR"
+    return f"gains {-loss_db:.2f} dB SQNR" if loss_db < 0 else "loses no SQNR"
+
+
 def _why(m: dict) -> str:
     parts = []
     if m.get("lint"):
@@ -77,14 +85,60 @@ def _why(m: dict) -> str:
         parts.append(f"localize: first divergent tensor {loc['tensor']} ({' vs '.join(loc['hosts'])}, fixture "
                      f"{loc['fixture'][:12]})")
     if m.get("sqnr_loss_db") is not None:
-        parts.append(f"qdq_loss_debug: loses {m['sqnr_loss_db']:.2f} dB SQNR ({m['error_on']})")
+        parts.append(f"qdq_loss_debug: {sqnr_change(m['sqnr_loss_db'])} ({m['error_on']})")
     if m.get("sqnr_loss_db_flipping") is not None:
-        parts.append(f"{m['sqnr_loss_db_flipping']:.2f} dB on {len(m['flipping_fixtures'])} flipping fixture(s)")
+        parts.append(f"{sqnr_change(m['sqnr_loss_db_flipping'])} on {len(m['flipping_fixtures'])} flipping "
+                     "fixture(s)")
     w = m.get("without_it")
     if w:
         parts.append(f"without it: {w['worst'] if w['worst'] is not None else 'no result'} flips worst host "
                      f"({w['host']}, {w['stage']})")
     return "; ".join(parts)
+
+
+def _budget(result) -> str:
+    """The budget in words (a result written before budgets took shares: the count per host)."""
+    return result.budget_text or f"{result.budget} flips per host"
+
+
+def nearest_line(result) -> str:
+    """Where no candidate with int8 left meets every constraint: the nearest one (its int8 share, its flips per
+    host, the fixtures they were counted on) and what would change the outcome, in one line."""
+    n = result.nearest or {"name": None, "change": []}
+    change = " or ".join(n["change"]) or "nothing the search measured"
+    if n["name"] is None:
+        return f"nearest: no candidate with int8 left was evaluated; would change the outcome: {change}"
+    kept = f"{len(n['exclude'])} node(s) kept in float" if n["exclude"] else "nothing kept in float"
+    int8 = n.get("int8") or {}
+    flips = ", ".join(f"{h} {'cannot run' if v is None else v}" for h, v in n["flips"].items())
+    counted = (f"screened on {n['fixtures']} of {result.fixtures} fixtures" if n["stage"] == "screen"
+               else f"confirmed on {n['fixtures']} fixtures")
+    return (f"nearest: {n['name']} (choice {n['choice']}, {kept}): int8 {int8.get('macs', 1.0):.1%} of the MACs, "
+            f"{int8.get('weights', 1.0):.1%} of the weights; flips {flips} ({counted}), budget {_budget(result)}; would change the outcome: {change}")
+
+
+def int8_text(row: dict) -> str:
+    """What an answer leads with: the share of the multiply-accumulates and of the weights it keeps in int8."""
+    int8 = row.get("int8") or {}
+    return (f"{int8.get('macs', 1.0):.1%} of the MACs and {int8.get('weights', 1.0):.1%} of the weights in int8 "
+            f"({row['float_share']:.1%} of the weights in float)")
+
+
+def accuracy_line(result, row: dict) -> str:
+    """A candidate's accuracy against the labels beside fp32's, per host, and the max drop it is held to."""
+    per = ", ".join(f"{h} {row.get('accuracy', {}).get(h, float('nan')):.3f} (fp32 {ref:.3f})"
+                    for h, ref in result.fp32_accuracy.items() if ref is not None)
+    return f"accuracy ({result.metric}): {per or 'not measured'}; max drop {result.max_drop:g}"
+
+
+def holds_line(result) -> str:
+    """Where the answer holds, measured: its fixtures and hosts, and the known hosts it was not checked on."""
+    h = result.holds_on or {}
+    if not h:
+        return ""
+    where = ("a limit of the eval split" if h.get("limit") is not None else "every fixture of the eval split")
+    unchecked = ", ".join(h.get("unchecked_hosts") or []) or "none"
+    return (f"holds on: {h['fixtures']} fixtures ({where}) on {', '.join(h['hosts'])}; not checked on: {unchecked}")
 
 
 def imported_lines(result) -> list[str]:
@@ -105,13 +159,15 @@ def imported_lines(result) -> list[str]:
 def render(result) -> str:
     lines = ["## Ship search (`quantbench search`)", "",
              f"Base variant {result.base} on {', '.join(result.hosts)}, {result.fixtures} fixtures, budget "
-             f"{result.budget} flips per host. {result.stop}. Evaluations: {result.evaluations} "
+             f"{_budget(result)}. {result.stop}. Evaluations: {result.evaluations} "
              f"({result.evaluations_run} run, {result.evaluations_cached} from the cache), {result.seconds:.1f} s.", ""]
     if result.chosen:
         c = result.chosen
-        lines += [f"Chosen: **{result.variant_name}** ({result.written}): choice {c['choice']}, recipe "
+        lines += [f"Chosen: **{result.variant_name}** keeps {int8_text(c)} ({result.written}): choice "
+                  f"{c['choice']}, recipe "
                   f"{c['recipe']}, kept in float: {', '.join(c['exclude']) or 'nothing'}, session requirements: "
-                  f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", ""]
+                  f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", "",
+                  holds_line(result) + ".", ""]
     lines += [f"- {line}" for line in imported_lines(result)] + ([""] if imported_lines(result) else [])
     timed = result.max_latency_ms is not None
     lines += md_section("Frontier", "Worst-host flips against the share of weights kept in float and the size"
@@ -122,7 +178,7 @@ def render(result) -> str:
         lines += md_section("Nodes kept in float", "The measurement that put each node there.",
                             ["node", "op", "why"], [[m["node"], m.get("op_type", ""), _why(m)] for m in result.nodes])
     if not result.chosen:
-        lines += md_section("Best candidates", None, *_table(result.best()))
+        lines += [nearest_line(result), ""] + md_section("Best candidates", None, *_table(result.best()))
     return "\n".join(lines)
 
 
@@ -132,10 +188,16 @@ def summary(result) -> str:
     if result.chosen:
         c = result.chosen
         out.append(f"chosen: {result.variant_name} -> {result.written}")
+        out.append(f"  keeps {int8_text(c)}")
         out.append(f"  choice {c['choice']}; kept in float: {', '.join(c['exclude']) or 'nothing'} "
                    f"({c['float_share']:.1%} of the weights); session requirements: "
                    f"{entries_text(c['session_requirements']) or 'none'}")
-        out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items()))
+        out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items())
+                   + f"; budget {_budget(result)}")
+        if result.holds_on:
+            out.append(f"  {holds_line(result)}")
+        if getattr(result, "max_drop", None) is not None:
+            out.append(f"  {accuracy_line(result, c)}")
         if c.get("latency_ms"):
             out.append(f"  latency (median of medians, ms; ceiling {result.max_latency_ms:g}): {_latency(c)}")
         for m in result.nodes:
@@ -143,6 +205,7 @@ def summary(result) -> str:
     else:
         out.append("no candidate meets the budget; best found:")
         out.append(text_table(*_table(result.best())))
+        out.append(nearest_line(result))
     out += imported_lines(result)
     out.append(f"evaluations: {result.evaluations} ({result.evaluations_run} run, {result.evaluations_cached} cached); "
                + _measurements(result) + f"result: {result.result_file}")

@@ -19,7 +19,7 @@ import numpy as np
 from quantbench.calibset import builder
 from quantbench.errors import UserError
 from quantbench.explain.lint import lint_model
-from quantbench.inputs.modelio import dims_of, semantic_sha256
+from quantbench.inputs.modelio import dims_of, load_model, semantic_sha256
 from quantbench.quantize import ort_api
 from quantbench.quantize import variants as QV
 from quantbench.quantize.calibration import ImageInputs, load_ranges, ranges_dict, ranges_sha256
@@ -29,6 +29,11 @@ from quantbench.inputs.sidecarfile import input_spec_for
 #: the op types whose nodes the search may keep in float (the multiply-accumulate ones int8 kernels run)
 NODE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 X64_ENTRY = "session.x64quantprecision"
+#: op types left out of QDQ as one global choice each, where the graph has one and the base quantizes it: a
+#: transformer keeps its MatMuls in int8 while its normalisations and activations stay float (Gelu and Erf are not
+#: among onnxruntime's static op types: already float; a decomposed LayerNorm's ReduceMean/Pow/Sqrt/Div are not
+#: either, and its Add/Mul go with mac_only)
+FLOAT_OP_CHOICES = ("Softmax", "LayerNormalization", "Sigmoid")
 #: the SQNR at which a tensor counts as exact (onnxruntime reports inf for no noise, and 300+ dB for an input
 #: whose values fall on the quantization grid): higher values are taken as this, so a node's loss is not its
 #: input's rounding luck
@@ -49,6 +54,7 @@ class Choice:
     reduce_range: bool
     session: tuple = ()     # sorted (key, value) pairs
     exclude_op_types: tuple = ()   # op types left in float everywhere (the op types quantized: the rest)
+    extra_options: tuple = ()      # sorted (key, value) pairs for the quantizer (ActivationSymmetric)
 
     @property
     def entries(self) -> dict:
@@ -57,7 +63,13 @@ class Choice:
     def describe(self) -> dict:
         out = asdict(self)
         out["session"] = self.entries
+        out["extra_options"] = dict(self.extra_options)
         return out
+
+
+#: the op types that compute or carry int8: a candidate holding none of them is the float model (explain.search
+#: never evaluates, chooses nor writes it: all-float is the baseline the search is measured against)
+INT8_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear")
 
 
 @dataclass
@@ -66,6 +78,15 @@ class Built:
     variant_id: str
     size: int
     float_share: float
+    int8_ops: int = 0       # its QuantizeLinear/DequantizeLinear/integer nodes (0: no int8 left)
+
+
+def int8_op_count(path) -> int:
+    """The nodes of the model at `path` that quantize, dequantize or compute in integers (QLinear*, *Integer), its
+    weights not read."""
+    graph = load_model(path, check=False, load_external_data=False).graph
+    return sum(1 for n in graph.node
+               if n.op_type in INT8_OPS or n.op_type.startswith("QLinear") or n.op_type.endswith("Integer"))
 
 
 @dataclass
@@ -81,6 +102,7 @@ class Space:
     op_types: dict = field(default_factory=dict)        # node -> op type
     macs: dict = field(default_factory=dict)            # node -> multiply-accumulates per inference (shape-inferred)
     model: object = None
+    named: list = field(default_factory=list)           # the unnamed MAC nodes given names here (name_unnamed)
 
     @staticmethod
     def check(base) -> tuple[Path, Path]:
@@ -108,8 +130,9 @@ class Space:
             space.ranges_files.setdefault(method, f)
         space.ranges_files[(base.recipe or {}).get("calibration_method", method_name(checked_ranges(ranges)))] = ranges
         space.model = load_with_shape_infer(prepared)
+        space._check_base(ranges)   # before naming: the variant as calibrated keeps the model's own (empty) names
+        space.named = name_unnamed(space.model)
         space._index_nodes()
-        space._check_base(ranges)
         return space
 
     def _check_base(self, ranges: Path) -> None:
@@ -178,6 +201,12 @@ class Space:
             if method != b.method:
                 out.append(_with(b, method, method=method, ranges_file=str(f)))
         present = {n.op_type for n in self.model.graph.node}
+        quantized = (present & set(QV.static_op_types())) - set(b.exclude_op_types)
+        for op in FLOAT_OP_CHOICES:
+            if op in quantized:
+                out.append(_with(b, f"float_{op.lower()}", exclude_op_types=tuple(sorted({*b.exclude_op_types, op}))))
+        if not (self.base.recipe.get("extra_options") or {}).get("ActivationSymmetric"):
+            out.append(_with(b, "symmetric_activations", extra_options=(("ActivationSymmetric", True),)))
         mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
         if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
             out.append(_with(b, "mac_only", exclude_op_types=mac_only))
@@ -196,13 +225,13 @@ class Space:
                            percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
                            activation_type=choice.activation_type, weight_type=choice.weight_type,
                            per_channel=choice.per_channel, reduce_range=choice.reduce_range, exclude_nodes=exclude,
-                           exclude_op_types=choice.exclude_op_types,
+                           exclude_op_types=choice.exclude_op_types, extra_options=dict(choice.extra_options),
                            name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra)
         except UserError:
             raise
         except Exception:  # the quantizer refuses a combination (e.g. U8U8 per-channel): not a candidate
             return None
-        return Built(path, semantic_sha256(path), path.stat().st_size, self.share(exclude))
+        return Built(path, semantic_sha256(path), path.stat().st_size, self.share(exclude), int8_op_count(path))
 
     def write(self, choice: Choice, exclude: tuple, path: Path, name: str, recipe_extra: dict) -> Built:
         built = self._make(choice, exclude, path, name, recipe_extra)
@@ -228,6 +257,26 @@ def checked_ranges(path: Path):
     return data
 
 
+def name_unnamed(model) -> list[str]:
+    """Stable names for the multiply-accumulate nodes (NODE_OPS) a model leaves unnamed (CenterFace's 63 Convs), so
+    the search can rank them and keep them in float (the quantizer excludes nodes by name): `<op type>@<its first
+    output>` (output names are unique in a graph; a name already taken gets `#k`). Returns the names given; every
+    candidate is built from this model, so the written variant carries them."""
+    taken = {n.name for n in model.graph.node if n.name}
+    given = []
+    for node in model.graph.node:
+        if node.op_type not in NODE_OPS or node.name:
+            continue
+        stem = f"{node.op_type}@{node.output[0]}"
+        name, k = stem, 1
+        while name in taken:
+            name, k = f"{stem}#{k}", k + 1
+        node.name = name
+        taken.add(name)
+        given.append(name)
+    return given
+
+
 def _macs(node, inits: dict, dims: dict) -> int:
     """Multiply-accumulates of one Conv/MatMul/Gemm node: output elements x reduction length (unknown dims: 1)."""
     out = [d if isinstance(d, int) and d > 0 else 1 for d in dims.get(node.output[0], [])]
@@ -246,6 +295,7 @@ def _with(b: Choice, name: str, **changes) -> Choice:
     fields = {**asdict(b), "name": name, **changes}
     fields["session"] = tuple(fields["session"])
     fields["exclude_op_types"] = tuple(fields["exclude_op_types"])
+    fields["extra_options"] = tuple(tuple(kv) for kv in fields["extra_options"])
     return Choice(**fields)
 
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench.analysis.gates import parse_gates
+from quantbench.analysis.gates import parse_budget, parse_gates
 from quantbench.errors import ParameterError, UserError, flag_mark
 from quantbench.fsutil import atomic_write_text, check_writable_for
 from quantbench.hosts.cpuprofiles import PROFILES
@@ -64,6 +64,7 @@ class CIParams:
     images: str | None = None
     extra: list = field(default_factory=list)
     gate: str | None = None
+    budget: int | str | None = None   # the merge job's decision budget: flips, or a share of the served ("1%")
     install: str = ".[plots]"
     emulated_runner: str = "ubuntu-24.04"
     limit: int | None = None   # evaluate on this many images (balanced over strata)
@@ -80,6 +81,8 @@ class CIParams:
         if self.gate is not None and not parse_gates(self.gate):   # an unknown gate fails here, not in the merge job
             raise ParameterError("gate", "names no gate: the merge job's equiv would gate nothing and always pass "
                                          "(name one, e.g. decision, or leave it out)", self.gate)
+        if self.budget is not None:
+            parse_budget(self.budget)   # and so does a budget that is neither a count nor a share
         if not self.runners:
             raise ParameterError("runners", "names no native runner: the workflow would run no real CPU "
                                             "(give LABEL=NAME, e.g. ubuntu-24.04=gh-x86)", "")
@@ -270,6 +273,8 @@ def merge_script(p: CIParams) -> str:
              *_input_args(p), "--results", "results", "--no-progress"]
     if p.gate:
         equiv += ["--gate", p.gate]
+    if p.budget is not None:
+        equiv += ["--budget", str(parse_budget(p.budget).value())]
     lines = [f"cat > {SHARDS}/hosts.toml <<'EOF'", *hosts_file(p).splitlines(), "EOF", f"hosts={_sh([','.join(names)])}",
              *_merge_tiers(p), _sh(equiv).replace(" HOSTS ", ' "$hosts" ', 1)]
     if p.variants or p.calibrate:

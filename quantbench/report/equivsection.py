@@ -11,6 +11,7 @@ from pathlib import Path
 from quantbench.analysis.accuracy import report_accuracy
 from quantbench.analysis.decisions import band_labels
 from quantbench.analysis.equiv import as_json, write_tables
+from quantbench.analysis.gates import budget_words
 from quantbench.store.resultpaths import RESULTS_DIR
 from quantbench.errors import render_params
 from quantbench.fsutil import atomic_write_text
@@ -49,7 +50,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
     lines += verdict.requirement_lines(result)
     lines.append(f"Analysis `{result.equiv_id[:12]}`: hosts {', '.join(result.hosts)} (reference "
                  f"**{s['reference']}**); tensor gate atol {s['atol']:g}, rtol {s['rtol']:g}; decision budget "
-                 f"{s['budget']} flips. Flips count against fp32 on the reference host; the gate is "
+                 f"{budget_words(s['budget'])}. Flips count against fp32 on the reference host; the gate is "
                  f"{', '.join(verdict.gates_checked(result))} over every comparison of the variant.")
     lines.append("")
     lines += accuracysection.accuracy_lines(result, accuracy)

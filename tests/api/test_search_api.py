@@ -46,6 +46,8 @@ def test_the_search_from_python_gives_the_command_lines_answer(calibrated, capsy
 def test_its_errors_name_parameters(calibrated):
     with pytest.raises(UserError, match=r"^budget: must be 0 or more flips \(got -1\)"):
         quantbench.search("static-minmax", Fleet("x86"), budget=-1)
+    with pytest.raises(UserError, match=r"^budget='150%': a share of the served decisions is between 0% and 100%"):
+        quantbench.search("static-minmax", Fleet("x86"), budget="150%")
     with pytest.raises(UserError, match=r"^variant .*m\.onnx: not a variant of a variants folder calibrate wrote"):
         quantbench.search(os.fspath(calibrated / "m.onnx"), Fleet("x86"))
 
@@ -96,3 +98,25 @@ def test_the_callers_root_logger_and_threads_are_as_they_were_after_a_search(cal
     proc = subprocess.run([sys.executable, "-c", probe], cwd=calibrated, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.splitlines() == ["[] ['MainThread']"] * 2, proc.stdout
+
+
+def test_a_search_with_no_answer_carries_the_commands_outcome(workdir):
+    """The near-tie classifier: every int8 form of its one MatMul flips, and keeping it in float leaves no int8 (the
+    fp32 baseline, not an answer): not passed, nothing written, the nearest candidate and the stop line as the
+    command gives them."""
+    from explain_helpers import bright_corpus, near_tie_image_model
+    from quantbench.cli import main
+
+    model = near_tie_image_model(workdir / "m.onnx")
+    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(workdir / "corpus", count=8)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--no-progress"]) == 0
+    done = quantbench.search("static-minmax", Fleet("x86"), space="nodes")
+    assert not done.passed and done.written is None and done.variant is None
+    assert done.nearest["choice"] == "base" and done.nearest["flips"] == {"x86": 4}
+    assert done.nearest["change"] == ["a budget of 4 flips per host",
+                                      "the whole space (global choices and nodes kept in float)"]
+    assert done.stop.startswith("stopped: space exhausted (")
+    outcome = done.outcome()
+    assert outcome["passed"] is False and outcome["nearest"] == done.nearest and outcome["stop"] == done.stop

@@ -336,3 +336,45 @@ def test_equiv_damaged_cache_entry_is_recomputed(two_sessions, tmp_path, monkeyp
         assert _outputs(results) == first and capsys.readouterr().out == text
         assert "Traceback" not in capsys.readouterr().err
         assert entry.read_bytes() == good                     # and the entry written anew
+
+
+def test_a_decision_budget_as_a_share_counts_against_the_decisions_fp32_serves(two_sessions, capsys):
+    """dynamic flips 8 of the 8 top-1 decisions fp32 serves on x86: a budget of 100% passes them, 50% allows 4 and
+    the failure names the variant, the comparison and the count the share allows; the analysis keeps the budget as
+    given."""
+    common = ["--hosts", "x86,x86b", *two_sessions, "--no-plots", "--gate", "decision"]
+    code, s = _equiv_json(capsys, [*common, "--budget", "100%"])
+    assert code == 0 and s["settings"]["budget"] == "100%"
+    assert main(["equiv", "--no-run", *common, "--budget", "50%"]) == 1
+    err = capsys.readouterr().err
+    assert "decision: dynamic on x86 vs fp32 on x86: 8 flips > budget 50% of 8 served decisions (4)" in err, err
+    with pytest.raises(SystemExit) as refused:   # argparse's refusal, before any work
+        main(["equiv", "--no-run", *common, "--budget", "5.5%x"])
+    assert refused.value.code == 2
+    assert "argument --budget: '5.5%x': give a number of flips (3) or a share of the served decisions (1%)" in \
+        capsys.readouterr().err
+
+
+def test_one_variant_by_name_is_analysed_beside_its_fp32_and_a_gate_failure_names_it(workdir, capsys):
+    """`equiv --variant NAME` (the spelling for gating the one variant a search wrote): that variant of the last
+    calibrate run with the run's fp32 added as its reference; the decision gate's failure names the variant."""
+    from explain_helpers import bright_corpus, near_tie_image_model
+
+    model = near_tie_image_model(workdir / "m.onnx")
+    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(workdir / "corpus", count=8)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--no-progress"]) == 0
+    capsys.readouterr()
+    rc = main(["equiv", "--variant", "static-minmax", "--hosts", "x86", "--gate", "decision", "--no-progress",
+               "--no-plots"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "decision: static-minmax on x86 vs fp32 on x86: 4 flips > budget 0" in err, err
+    summary = json.loads((workdir / "results" / "equiv.json").read_text())
+    assert sorted(v["variant"] for v in summary["variants"]) == ["fp32", "static-minmax"]
+    rc = main(["equiv", "--variant", "static-minmax", "--variants", "results/variants/m", "--hosts", "x86",
+               "--no-progress", "--no-plots"])
+    assert rc == 2
+    assert "--variant static-minmax: give one variant by name or a list of variants, not both" in \
+        capsys.readouterr().err

@@ -14,10 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cli_helpers import one_line
-from explain_helpers import bright_corpus, saturating_image_model, tied_logits_image_model
+from explain_helpers import bright_corpus, near_tie_image_model, saturating_image_model, tied_logits_image_model
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.explain.search import SearchParams
@@ -163,10 +164,16 @@ def test_an_evaluation_budget_stops_the_search_saying_so(run_dir, capsys):
     (["--variant", "fp32"], "not a static QDQ variant (its recipe says method 'fp32')"),
     (["--max-float-share", "2"], "--max-float-share: must be between 0 and 1 (got 2.0)"),
     (["--max-latency-ms", "0"], "--max-latency-ms: must be more than 0 ms (got 0.0)"),
+    (["--budget", "150%"], "argument --budget: '150%': a share of the served decisions is between 0% and 100%"),
+    (["--budget", "1.5"], "argument --budget: '1.5': give a number of flips (3) or a share of the served decisions "
+                          "(1%)"),
 ])
 def test_bad_input_is_one_line(run_dir, capsys, args, message):
     before = sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "results").rglob("*"))
-    rc = main(["search", "--hosts", "x86", "--no-progress", *args])
+    try:
+        rc = main(["search", "--hosts", "x86", "--no-progress", *args])
+    except SystemExit as exc:   # argparse refusals: a --budget neither a count nor a share
+        rc = exc.code
     assert rc == 2
     assert message in one_line(capsys.readouterr().err, "search")
     assert sorted(p.relative_to(run_dir).as_posix() for p in (run_dir / "results").rglob("*")) == before
@@ -539,3 +546,255 @@ def test_a_choice_over_budget_with_every_node_in_float_costs_one_candidate(workd
     assert main(["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "global",
                  "--no-progress"]) == 0
     assert "chosen: static-minmax-maconly" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def near_tie(tmp_path_factory):
+    """A calibrate run of the near-tie classifier (every int8 form of its one MatMul flips every bright image)."""
+    import os
+
+    root = tmp_path_factory.mktemp("near_tie")
+    model = near_tie_image_model(root / "m.onnx")
+    (root / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(root / "corpus", count=8)
+    here = os.getcwd()
+    os.chdir(root)
+    try:
+        assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                     "minmax", "--allow-short", "--no-progress"]) == 0
+    finally:
+        os.chdir(here)
+    return root
+
+
+@pytest.fixture
+def tie_dir(near_tie, workdir):
+    for name in ("results", "calib_sets"):
+        shutil.copytree(near_tie / name, workdir / name)
+    return workdir
+
+
+def test_all_float_is_never_the_answer_the_search_exits_1_naming_the_nearest_candidate(tie_dir, capsys):
+    """Only `fc` kept in float meets the budget, and that candidate holds no int8 (no QuantizeLinear, no
+    DequantizeLinear, no integer op): the fp32 baseline, not an answer. It is never evaluated nor chosen nor
+    written; the search exits 1 and says in one line the nearest candidate (its int8 share, its flips per host)
+    and what would change the outcome; --json carries the same outcome."""
+    files = sorted(p.name for p in (tie_dir / "results/variants/m").iterdir())
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--no-progress"]
+    rc = main(args)
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    assert "chosen:" not in out
+    assert sorted(p.name for p in (tie_dir / "results/variants/m").iterdir()) == files
+    (nearest,) = _lines(out, "nearest: ")
+    assert nearest.startswith("nearest: static-minmax (choice base, nothing kept in float): int8 100.0% of the "
+                              "MACs, 100.0% of the weights; flips x86 4 (confirmed on 4 fixtures), budget 0 flips per "
+                              "host; would change the outcome: a budget of 4 flips per host"), nearest
+    (stop,) = _lines(out, "stopped:", "done:")
+    assert stop.startswith("stopped: space exhausted (") and "none meets the budget of 0 flips per host with " \
+        "int8 left" in stop, stop
+    result = _result(out)
+    assert result["passed"] is False and result["chosen"] is None and result["written"] is None
+    (flat,) = [r for r in result["tried"] if r["exclude"] == ["fc"]]
+    assert flat["stage"] == "all float" and not flat["passes"] and flat["flips"] == {}
+    assert "no int8 left" in flat["note"]
+    assert result["nearest"]["choice"] == "base" and result["nearest"]["flips"] == {"x86": 4}
+    assert main([*args, "--json"]) == 1
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["passed"] is False and shown["stop"] == result["stop"] and shown["nearest"] == result["nearest"]
+    assert shown["written"] is None
+
+
+
+def test_a_negative_sqnr_loss_is_said_as_a_gain():
+    """A node whose output is nearer the float model's than its inputs has a negative loss: "gains", never
+    "loses -5.55 dB"."""
+    from quantbench.explain.searchreport import sqnr_change
+
+    assert sqnr_change(5.554) == "loses 5.55 dB SQNR"
+    assert sqnr_change(-5.554) == "gains 5.55 dB SQNR"
+    assert sqnr_change(0.0) == "loses no SQNR"
+
+
+def test_a_search_stopped_early_holding_an_answer_writes_it_and_says_stopped_not_done(run_dir, capsys):
+    """On x86-avx2 the variant as calibrated flips (fc_sat saturates) and x64quantprecision, the next global
+    choice, meets the budget; two evaluations spent, the third choice stops the walk: the answer it holds is
+    written, and the stop line says the space was not walked to its end."""
+    need_tier("x86-avx2")
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-avx2", "--space", "global",
+               "--max-evaluations", "2", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "chosen: static-minmax-x64quantprecision" in out and "nearest:" not in out
+    (stop,) = _lines(out, "stopped:", "done:")
+    assert stop.startswith("stopped: evaluation budget reached (2 of 2 evaluations") and "; stopped, not done: " in stop
+    assert _index(run_dir) == ["fp32", "static-minmax", "static-minmax-x64quantprecision"]
+    result = _result(out)
+    assert result["passed"] is True and result["nearest"] is None
+
+
+def test_a_budget_as_a_share_counts_against_the_decisions_fp32_serves_on_each_host(tie_dir, capsys):
+    """The near-tie classifier serves one decision per fixture (4 on x86) and flips all 4 when quantized: 50% allows
+    2 (printed with its count), so nothing passes and the nearest candidate needs 100%; 100% allows 4, and the
+    variant as calibrated meets it."""
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--no-progress"]
+    assert main([*args, "--budget", "50%"]) == 1
+    out = capsys.readouterr().out
+    result = _result(out)
+    assert result["budget"] == "50%" and result["allowed"] == {"x86": 2}
+    assert result["budget_text"] == "50% of the served decisions per host (x86 2 of 4)"
+    assert "none meets the budget of 50% of the served decisions per host (x86 2 of 4) with int8 left" in out
+    assert result["nearest"]["change"][0] == "a budget of 100% of the served decisions per host"
+    assert main([*args, "--budget", "100%"]) == 0
+    out = capsys.readouterr().out
+    assert "worst-host flips 4: x86 4; budget 100% of the served decisions per host (x86 4 of 4)" in out
+    assert "the variant as calibrated meets the budget: nothing new written" in out
+
+
+def test_a_search_says_each_phase_and_each_confirmed_candidate_on_stderr(tie_dir, capsys):
+    """stderr not a terminal (a log, CI): one flushed line per phase begun and per candidate confirmed on every host,
+    so a long search is not silent; none with -q."""
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--no-progress"]
+    assert main(args) == 1
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("search: ")]
+    assert err[0].startswith("search: global choices: ") and "(base, x64quantprecision, " in err[0], err
+    assert err[0].endswith(" on 1 host(s), 4 fixtures")
+    confirmed = [ln for ln in err if ln.startswith("search: confirmed ")]
+    assert confirmed[0].startswith("search: confirmed static-minmax (base, nothing in float; int8 100.0% of the "
+                                   "MACs): flips x86 4, over the budget; 1 of 200 evaluations spent"), confirmed
+    assert any(ln.startswith("search: nodes kept in float on choice ") for ln in err), err
+    assert main([*args, "-q"]) == 1
+    assert "search: " not in capsys.readouterr().err
+
+
+def test_unnamed_nodes_get_stable_names_the_search_ranks_and_keeps_in_float(workdir, capsys):
+    """The saturating classifier with its MatMul nodes unnamed (as CenterFace's Convs are): the search names each
+    by its op type and output (`MatMul@a` is fc_sat; intake fuses fc_side and the Add into a Gemm it names), ranks them and keeps the saturating one in float; the written
+    variant carries the names its recipe's exclude_nodes gives."""
+    from explain_helpers import unnamed_nodes
+
+    need_tier("x86-avx2")
+    model = unnamed_nodes(saturating_image_model(workdir / "m.onnx"))
+    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(workdir / "corpus", count=8)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--no-progress"]) == 0
+    capsys.readouterr()
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86-avx2", "--space", "nodes", "--no-progress"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.out
+    assert " unnamed, named by op type and output, e.g. MatMul@a)" in captured.err, captured.err
+    result = _result(captured.out)
+    assert {"MatMul@a", "MatMul@logits"} <= {m["node"] for m in result["ranking"]}   # fc_side+add: a named Gemm
+    assert result["chosen"]["exclude"] == ["MatMul@a"], result["stop"]
+    recipe = _recipe(workdir, result["variant_name"])
+    assert recipe["exclude_nodes"] == ["MatMul@a"]
+    import onnx
+
+    written = onnx.load(str(workdir / f"results/variants/m/{result['variant_name']}.onnx"))
+    assert "MatMul@a" in {n.name for n in written.graph.node}
+
+
+def test_the_answer_says_where_it_holds_and_a_limited_search_says_to_confirm(tie_dir, capsys):
+    """An answer measured on a limit of the eval split: the summary and the result say on which fixtures and hosts it
+    holds and the known hosts it was not checked on, and the stop line says to confirm on the whole split; on the
+    whole split it says so and asks nothing."""
+    args = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--budget", "100%",
+            "--no-progress"]
+    assert main([*args, "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    (held,) = _lines(out, "  holds on: ")
+    assert held.startswith("  holds on: 2 fixtures (a limit of the eval split) on x86; not checked on: ")
+    assert "pi" in held.split("not checked on: ", 1)[1].split(", ")
+    (stop,) = _lines(out, "stopped:", "done:")
+    assert ("; holds on the 2 fixtures searched (a limit of the eval split) on x86: confirm with a fresh equiv over "
+            "the whole split on every host it ships to") in stop
+    result = _result(out)
+    assert result["holds_on"]["limit"] == 2 and result["holds_on"]["hosts"] == ["x86"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert _lines(out, "  holds on: 4 fixtures (every fixture of the eval split) on x86; not checked on: ")
+    assert "confirm with a fresh equiv" not in out
+
+
+def test_softmax_and_sigmoid_left_out_of_qdq_are_one_global_choice_each(workdir):
+    """A graph holding Softmax and Sigmoid the base quantizes: each left in float is one global choice (the others
+    quantized as the base); the Softmax at the graph's end then leaves its QDQ group while the MatMuls stay int8;
+    LayerNormalization, absent, is no choice."""
+    from explain_helpers import softmax_sigmoid_image_model
+    from quantbench.explain.searchspace import Space
+    from quantbench.inputs.variantdir import latest_variants
+
+    model = softmax_sigmoid_image_model(workdir / "m.onnx")
+    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
+    labels = bright_corpus(workdir / "corpus", count=6)
+    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
+                 "minmax", "--allow-short", "--no-progress"]) == 0
+    base = next(v for v in latest_variants() if v.name == "static-minmax")
+    space = Space.open(base, workdir)
+    choices = {c.name: c for c in space.choices()}
+    assert "float_softmax" in choices and "float_sigmoid" in choices and "float_layernormalization" not in choices
+    assert choices["float_softmax"].exclude_op_types == ("Softmax",)
+    import onnx
+
+    def in_qdq_group(choice, op):
+        """Whether `op` of the candidate of `choice` (nothing in float) sits in a QDQ group onnxruntime runs in int8:
+        its input dequantized and its output quantized."""
+        built = space.build(choice, ())
+        g = onnx.load(str(built.path)).graph
+        producer = {o: n.op_type for n in g.node for o in n.output}
+        (node,) = [n for n in g.node if n.op_type == op]
+        assert built.int8_ops > 0 and "DequantizeLinear" in producer.values()   # the MatMuls stay int8
+        return producer.get(node.input[0]) == "DequantizeLinear" and any(
+            n.op_type == "QuantizeLinear" and node.output[0] in n.input for n in g.node)
+
+    assert in_qdq_group(choices["base"], "Softmax") and not in_qdq_group(choices["float_softmax"], "Softmax")
+    # Sigmoid sits between two MatMuls, which quantize their output and input themselves: left out, it still has a
+    # DequantizeLinear before and a QuantizeLinear after (the choice is measured all the same)
+    assert choices["float_sigmoid"].exclude_op_types == ("Sigmoid",) and in_qdq_group(choices["base"], "Sigmoid")
+
+
+def test_the_answer_leads_with_the_share_it_keeps_in_int8(tie_dir, capsys):
+    assert main(["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "nodes", "--budget", "100%",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("chosen: static-minmax -> ")
+    assert out[1] == "  keeps 100.0% of the MACs and 100.0% of the weights in int8 (0.0% of the weights in float)"
+    assert "Chosen: **static-minmax** keeps 100.0% of the MACs" in (tie_dir / "results/report.md").read_text()
+
+
+def test_a_max_drop_without_labels_to_score_is_one_line(tie_dir, capsys):
+    """The near-tie classifier's sidecar names no classes, so its labels give no top-1 to hold candidates to: one
+    line before anything runs, nothing written."""
+    before = sorted(p.relative_to(tie_dir).as_posix() for p in (tie_dir / "results").rglob("*"))
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--max-drop", "0.01", "--no-progress"])
+    assert rc == 2
+    line = one_line(capsys.readouterr().err, "search")
+    assert "--max-drop 0.01: no accuracy against labels to hold the candidates to (" in line, line
+    assert sorted(p.relative_to(tie_dir).as_posix() for p in (tie_dir / "results").rglob("*")) == before
+    rc = main(["search", "--variant", "static-minmax", "--hosts", "x86", "--max-drop", "2", "--no-progress"])
+    assert rc == 2 and "--max-drop: must be between 0 and 1 (got 2.0)" in one_line(capsys.readouterr().err, "search")
+
+
+def test_symmetric_activations_are_one_global_choice(tie_dir):
+    """Symmetric activation ranges (onnxruntime's ActivationSymmetric) are a global choice of a base that is not
+    symmetric: its candidate's u8 activations sit on zero point 128, recorded in the recipe's extra options."""
+    import onnx
+    from onnx import numpy_helper
+
+    from quantbench.explain.searchspace import Space
+    from quantbench.inputs.variantdir import latest_variants
+
+    base = next(v for v in latest_variants() if v.name == "static-minmax")
+    space = Space.open(base, tie_dir)
+    choices = {c.name: c for c in space.choices()}
+    sym = choices["symmetric_activations"]
+    assert sym.describe()["extra_options"] == {"ActivationSymmetric": True}
+
+    def activation_zero_points(choice):
+        g = onnx.load(str(space.build(choice, ()).path)).graph
+        inits = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+        return {int(inits[n.input[2]].reshape(-1)[0]) for n in g.node if n.op_type == "QuantizeLinear"
+                and n.input[2] in inits and inits[n.input[2]].dtype == np.uint8}
+
+    assert activation_zero_points(sym) == {128} != activation_zero_points(choices["base"])

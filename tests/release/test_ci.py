@@ -173,3 +173,18 @@ def test_committed_variants_are_passed_on_and_the_workflow_lints(workdir):
     merge = [s["run"] for s in wf["jobs"]["merge"]["steps"] if "run" in s][-1]
     assert "--gate decision" in merge and "quantbench release --tag" in merge and "--archive" in merge
     assert github_workflow(p) == github_workflow(p)
+
+
+def test_the_merge_jobs_decision_budget_takes_a_share_as_equiv_does(workdir, capsys):
+    """`ci --gate decision --budget 1%`: the merge job's equiv gets the same budget form; one that is neither a
+    count nor a share is refused before anything is written."""
+    from quantbench.release.ci import merge_script
+
+    p = CIParams(onnxruntime=local_ort_version(), emulated=[], gate="decision", budget="1%")
+    p.check()
+    assert " --gate decision --budget 1%\n" in merge_script(p)
+    assert " --budget 3" in merge_script(CIParams(onnxruntime=local_ort_version(), emulated=[], budget=3))
+    with pytest.raises(SystemExit):
+        main(["ci", "--gate", "decision", "--budget", "lots"])
+    assert "argument --budget: 'lots': give a number of flips (3) or a share" in capsys.readouterr().err
+    assert not (workdir / "results").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import sys
 
+from quantbench.cli.argtypes import budget_value
 from quantbench.errors import ParameterError, UserError
 from quantbench.hosts.keys import local_ort_version
 from quantbench.release.ci import GITHUB_RUNNERS, GITHUB_FILE, CIParams, write_ci
@@ -38,6 +39,9 @@ def add_arguments(p) -> None:
     p.add_argument("--limit", type=int, help="evaluate on this many images, balanced over strata")
     p.add_argument("--split", default=None, help="labels split to evaluate on (default eval)")
     p.add_argument("--gate", metavar="NAMES", help="the merge job's equiv --gate (e.g. decision)")
+    p.add_argument("--budget", type=budget_value, metavar="N|P%",
+                   help="the merge job's equiv --budget: flips per comparison, or a share of the decisions fp32 "
+                        "serves (1%%)")
     p.add_argument("--install", default=".[plots]", metavar="SPEC",
                    help="what pip installs in every job (default: this repository's checkout, '.[plots]')")
     p.add_argument("--onnxruntime", default=None, metavar="VERSION", help="onnxruntime pinned in every job "
@@ -95,7 +99,8 @@ def _write(args) -> int:
                       runners=_runners(args.runners), native_shards=args.native_shards,
                       native_runs=args.native_runs, variants=args.variants,
                       calibrate=_calibrate_args(args.calibrate), labels=args.fixtures,
-                      images=args.images, limit=args.limit, split=args.split, gate=args.gate, install=args.install,
+                      images=args.images, limit=args.limit, split=args.split, gate=args.gate, budget=args.budget,
+                      install=args.install,
                       **({} if args.tiers is None else {"tiers": _tiers(args.tiers)}))
     for path in write_ci(params, args.out, force=args.force):
         print(f"wrote {path}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quantbench.api.equiv import DECODE_KINDS, GATE_NAMES, NO_DECODE, Gates
 from quantbench.api.equiv import equiv as api_equiv
-from quantbench.cli.argtypes import decode_arg
+from quantbench.cli.argtypes import budget_value, decode_arg
 from quantbench.cli.commands import add_jobs_argument, add_shard_argument, finite_float
 from quantbench.cli.equivprint import print_equiv
 from quantbench.cli.groups import OUTPUT, FixtureArgs, FleetArgs, ResultsArgs, SessionArgs
@@ -25,6 +25,9 @@ def add_arguments(p) -> None:
     FLEET.add(p)
     p.add_argument("--variants", nargs="+", metavar="DIR_OR_FILE",
                    help="variant folders or .onnx files (one of them the fp32 model); default: the latest calibrate output")
+    p.add_argument("--variant", metavar="NAME",
+                   help="one variant by name (of the last calibrate run, e.g. the one search wrote) or .onnx file, "
+                        "analysed beside that run's fp32 (instead of --variants)")
     p.add_argument("--fp32", metavar="FILE",
                    help="the float model the --variants (an already-quantized file) flip against; without an fp32 "
                         "model, flips count against the same file on the reference host")
@@ -37,7 +40,9 @@ def add_arguments(p) -> None:
     p.add_argument("--threshold", type=finite_float, help="decision threshold (default: the sidecar's)")
     p.add_argument("--atol", type=finite_float, default=Gates.atol, help="tensor gate absolute tolerance")
     p.add_argument("--rtol", type=finite_float, default=Gates.rtol, help="tensor gate relative tolerance")
-    p.add_argument("--budget", type=int, default=Gates.budget, help="decision gate: flips allowed per comparison")
+    p.add_argument("--budget", type=budget_value, default=Gates.budget, metavar="N|P%",
+                   help="decision gate: flips allowed per comparison, or a share of the decisions fp32 serves in it "
+                        "(1%%)")
     p.add_argument("--gate", metavar="NAMES",
                    help=f"comma-separated conditions that make the exit code 1 when they fail: {', '.join(GATE_NAMES)} "
                         "(tensor and decision apply to every comparison; classes: every variant is one class)")
@@ -58,5 +63,5 @@ def run(args) -> int:
                     output, Gates(atol=args.atol, rtol=args.rtol, budget=args.budget, gate=args.gate), fp32=args.fp32,
                     reference=args.reference, decode=args.decode, threshold=args.threshold, run=not args.no_run,
                     jobs=args.jobs, cluster=args.cluster, shard=args.shard, plots=not args.no_plots,
-                    wait=not args.no_wait, render=render)
+                    wait=not args.no_wait, render=render, variant=args.variant)
     return print_equiv(res.analysis, res.files, res.gates, res.failures, output.json, res.run_line, render)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sys
+
 from quantbench.analysis.decode import decode_arg
 from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.search import search
+from quantbench.cli.argtypes import budget_value
 from quantbench.cli.groups import ExplainArgs
 from quantbench.errors import render_params
 from quantbench.explain.search import SPACES
@@ -14,13 +18,19 @@ HELP = ("Search recipes (global remedies, calibration, nodes kept in float) for 
         "on every host, and write it as a variant.")
 
 
+JSON_NATIVE = True  # prints its own --json outcome (Search.outcome)
+
 EXPLAIN = ExplainArgs(variant_required=False)  # default: the last calibrate run's first static variant
 
 
 def add_arguments(p) -> None:
     EXPLAIN.add(p)
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help="decision flips against fp32 allowed per host (as `equiv --gate decision` counts them)")
+    p.add_argument("--budget", type=budget_value, default=DEFAULT_BUDGET, metavar="N|P%",
+                   help="decision flips against fp32 allowed per host (as `equiv --gate decision` counts them), or a "
+                        "share of the decisions fp32 serves on each host (1%%; the count it allows is printed)")
+    p.add_argument("--max-drop", type=float, metavar="D",
+                   help="the accuracy against the labels (the report's metric: top-1, AP50, text) may fall at most D "
+                        "below fp32's on every host (0..1), with the flip budget")
     p.add_argument("--max-float-share", type=float, help="ceiling on the share of weights kept in float (0..1)")
     p.add_argument("--max-size", type=int, help="ceiling on the variant's file size, bytes")
     p.add_argument("--max-latency-ms", type=float,
@@ -38,6 +48,14 @@ def add_arguments(p) -> None:
     p.add_argument("--decode", type=decode_arg, metavar="KIND", help="decode kind (default: the model's sidecar)")
 
 
+def _status(args):
+    """The search's status lines (each phase begun, each candidate confirmed on every host) on stderr, one flushed
+    line each, so a log or a CI job shows a long search as it goes; none with -q."""
+    if getattr(args, "quiet", False):
+        return None
+    return lambda line: print(line, file=sys.stderr, flush=True)
+
+
 def run(args) -> int:
     ex = EXPLAIN.parse(args)
     done = search(ex.variant, ex.fleet, ex.fixtures, ex.session, ex.results, budget=args.budget,
@@ -45,7 +63,10 @@ def run(args) -> int:
                   max_evaluations=args.max_evaluations, max_seconds=args.max_seconds, space=args.space,
                   screen_fixtures=args.screen_fixtures, error_images=args.error_images, jobs=args.jobs,
                   name=args.name, decode=args.decode, limit=args.limit,
-                  render=getattr(args, "_render", render_params))
-    print(summary(done.result))
-    print(f"report: {done.report}")
-    return 0 if done.written else 1
+                  render=getattr(args, "_render", render_params), on_status=_status(args), max_drop=args.max_drop)
+    if getattr(args, "json", False):
+        print(json.dumps(done.outcome(), indent=2, sort_keys=True))
+    else:
+        print(summary(done.result))
+        print(f"report: {done.report}")
+    return 0 if done.passed else 1
