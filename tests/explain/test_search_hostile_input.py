@@ -48,7 +48,8 @@ def test_a_number_that_is_not_finite_is_refused(run_dir, capsys, flag, value, me
     (["--session-config", "session.x64quantprecision=1"],
      "--session-config: the search's answer carries only the session entries its variant records; record "
      "'session.x64quantprecision=1' as the variant's session requirement at calibrate"),
-    (["--session-config", "session.x64quantprecision=1\nX"], "record 'session.x64quantprecision=1\\nX' as the"),
+    (["--session-config", "session.x64quantprecision=1\nX"],
+     "--session-config 'session.x64quantprecision': a config entry is one line"),
     (["--hosts", "x86-avx2+session.x64quantprecision=1"],
      "--hosts: 'x86-avx2+session.x64quantprecision=1': a per-host session override gives one host a session"),
     (["--hosts", "x86,x86-avx2+graph_optimization_level=disabled"],
