@@ -218,9 +218,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
          "quantbench.explain.searchreport"),
         "its flags' defaults and summary; the search package is being rebuilt (issue 44 item 3)"),
-    "quantbench.cli.commands.tables": (
-        ("quantbench.store.compaction", "quantbench.store.partread", "quantbench.store.tableschema",
-         "quantbench.textfmt"), "tables show/compact have no API functions yet"),
 }
 
 

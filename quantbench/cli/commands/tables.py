@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from quantbench.store import compaction, partread, tableschema
+from quantbench.api.tables import compact_tables, tables_info
 from quantbench.cli.groups import ResultsArgs
-from quantbench.errors import UserError
-from quantbench.textfmt import text_table
 
 HELP = "Show the result tables' parts and rows, or compact small parts into sorted parts with statistics."
 
@@ -27,26 +25,13 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
-    root = RESULTS.parse(args).tables
-    present = [n for n in tableschema.COLUMNS if partread.parts(n, root)]
+    results = RESULTS.parse(args)
     if args.action == "info":
-        rows = [("table", "parts", "small", "MB")]
-        for n in present:
-            ps = partread.parts(n, root)
-            sizes = [p.stat().st_size for p in ps]
-            rows.append((n, str(len(ps)), str(sum(1 for s in sizes if s < compaction.SMALL_PART_BYTES)),
-                         f"{sum(sizes) / 1e6:.1f}"))
-
-        print(text_table(rows[0], rows[1:]))
+        print(tables_info(results).text())
         return 0
-    names = args.names or present
-    unknown = [n for n in names if n not in tableschema.COLUMNS]
-    if unknown:
-        raise UserError(f"unknown table(s) {', '.join(unknown)}; tables: {', '.join(tableschema.COLUMNS)}")
-    for n in names:
-        r = compaction.compact(n, root)
+    for r in compact_tables(results, args.names):
         if r["parts_in"]:
-            print(f"{n}: {r['parts_in']} parts -> {r['parts_out']} ({r['rows']} rows)")
+            print(f"{r['table']}: {r['parts_in']} parts -> {r['parts_out']} ({r['rows']} rows)")
         else:
-            print(f"{n}: nothing to compact")
+            print(f"{r['table']}: nothing to compact")
     return 0
