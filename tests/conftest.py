@@ -115,21 +115,21 @@ def _fail_if_qemu(item, watch) -> None:
                     f"set (@pytest.mark.slow), the fast subset (-m 'not slow') runs none", pytrace=False)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item):
+def _watched_phase(item):
+    """A phase (setup or call) of an unmarked test, run under a qemu watch."""
     if not _watched(item):
         return (yield)
     with _QemuWatch() as watch:
         result = yield
     _fail_if_qemu(item, watch)
     return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _watched_phase(item))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    if not _watched(item):
-        return (yield)
-    with _QemuWatch() as watch:
-        result = yield
-    _fail_if_qemu(item, watch)
-    return result
+    return (yield from _watched_phase(item))

@@ -15,10 +15,10 @@ from explain_helpers import bright_corpus, saturating_image_model
 from quantbench.cli import main
 
 
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory):
-    root = tmp_path_factory.mktemp("calibrated")
-    model = saturating_image_model(root / "m.onnx")
+def calibrate_small(root: Path, build) -> Path:
+    """`root` after a calibrate run (static-minmax only) of the image classifier `build(path)` writes, on 8 bright
+    images: its results/ and calib_sets/ to copy into each test's working folder."""
+    model = build(root / "m.onnx")
     (root / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
     labels = bright_corpus(root / "corpus", count=8)
     here = os.getcwd()
@@ -31,12 +31,22 @@ def calibrated(tmp_path_factory):
     return root
 
 
+def copy_run(source: Path, workdir: Path) -> Path:
+    """`workdir` holding a copy of the calibrate run's results/ and calib_sets/ in `source`."""
+    for name in ("results", "calib_sets"):
+        shutil.copytree(source / name, workdir / name, symlinks=True)
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    return calibrate_small(tmp_path_factory.mktemp("calibrated"), saturating_image_model)
+
+
 @pytest.fixture
 def run_dir(calibrated, workdir):
     """The working folder holding the calibrate run's results/ and calib_sets/."""
-    for name in ("results", "calib_sets"):
-        shutil.copytree(calibrated / name, workdir / name, symlinks=True)
-    return workdir
+    return copy_run(calibrated, workdir)
 
 
 def result_of(out: str) -> dict:

@@ -45,6 +45,16 @@ def test_a_version_without_a_table_says_so_instead_of_guessing():
     assert rows == [] and notes == [PR.no_table_note("1.99.0")]
 
 
+def _save(nodes, inits, path):
+    """The graph x [1, 8] -> p [1, 4] of `nodes` and `inits`, saved at opset 13."""
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 4])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
 def _model(path, weight_type):
     """x -> Q/DQ -> MatMul with a quantized weight -> Softmax: QLinearMatMul-able int8 and an exp kernel."""
     w = (np.arange(32).reshape(8, 4) % 7 - 3).astype(np.int8 if weight_type == "s8" else np.uint8)
@@ -59,12 +69,7 @@ def _model(path, weight_type):
              helper.make_node("QuantizeLinear", ["y", "s", "zp"], ["yq"]),
              helper.make_node("DequantizeLinear", ["yq", "s", "zp"], ["yd"]),
              helper.make_node("Softmax", ["yd"], ["p"], axis=-1)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 4])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return _save(nodes, inits, path)
 
 
 def test_graphs_reach_the_routines_of_their_optimized_ops(tmp_path):
@@ -244,12 +249,7 @@ def _int8_model(path, low):
              helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_zp"], ["wd"]),
              helper.make_node("MatMul", ["xd", "wd"], ["y"]),
              helper.make_node("Softmax", ["y"], ["p"], axis=-1)]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                          [helper.make_tensor_value_info("p", TensorProto.FLOAT, [1, 4])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return path
+    return _save(nodes, inits, path)
 
 
 def test_arm_graphs_reach_their_routines_and_a_minus_128_weight_the_wrapping_one(tmp_path):

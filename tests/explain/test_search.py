@@ -9,7 +9,6 @@ variant it writes must pass `equiv --gate decision` on x86, x86-avx2 and x86-sse
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,35 +23,10 @@ from quantbench.errors import UserError
 from quantbench.explain.search import SearchParams
 from quantbench.explain.searchfleet import Fleet
 from quantbench.hosts.registry import HostRequest, HostSpec
+from search_helpers import calibrate_small, calibrated, copy_run, run_dir  # noqa: F401 (fixtures)
 from setup_required import need_tier
 
 FLEET = "x86,x86-avx2,x86-sse4"
-
-
-@pytest.fixture(scope="module")
-def calibrated(tmp_path_factory):
-    """A calibrate run of the saturating classifier (results/ and calib_sets/ in a folder copied per test)."""
-    import os
-
-    root = tmp_path_factory.mktemp("calibrated")
-    model = saturating_image_model(root / "m.onnx")
-    (root / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
-    labels = bright_corpus(root / "corpus", count=8)
-    here = os.getcwd()
-    os.chdir(root)
-    try:
-        assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
-                     "minmax", "--allow-short", "--no-progress"]) == 0
-    finally:
-        os.chdir(here)
-    return root
-
-
-@pytest.fixture
-def run_dir(calibrated, workdir):
-    for name in ("results", "calib_sets"):
-        shutil.copytree(calibrated / name, workdir / name)
-    return workdir
 
 
 def _index(run_dir) -> list[str]:
@@ -551,27 +525,12 @@ def test_a_choice_over_budget_with_every_node_in_float_costs_one_candidate(workd
 @pytest.fixture(scope="module")
 def near_tie(tmp_path_factory):
     """A calibrate run of the near-tie classifier (every int8 form of its one MatMul flips every bright image)."""
-    import os
-
-    root = tmp_path_factory.mktemp("near_tie")
-    model = near_tie_image_model(root / "m.onnx")
-    (root / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
-    labels = bright_corpus(root / "corpus", count=8)
-    here = os.getcwd()
-    os.chdir(root)
-    try:
-        assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
-                     "minmax", "--allow-short", "--no-progress"]) == 0
-    finally:
-        os.chdir(here)
-    return root
+    return calibrate_small(tmp_path_factory.mktemp("near_tie"), near_tie_image_model)
 
 
 @pytest.fixture
 def tie_dir(near_tie, workdir):
-    for name in ("results", "calib_sets"):
-        shutil.copytree(near_tie / name, workdir / name)
-    return workdir
+    return copy_run(near_tie, workdir)
 
 
 def test_all_float_is_never_the_answer_the_search_exits_1_naming_the_nearest_candidate(tie_dir, capsys):
