@@ -57,6 +57,7 @@ def test_missing_setup_names_the_setup_command(tmp_path, monkeypatch):
             E.python_command(name)
 
 
+@pytest.mark.slow   # runs qemu-aarch64 for its version
 def test_missing_root_and_old_qemu_are_named(tmp_path, monkeypatch):
     """With a qemu in place but nothing else: the root is named; graviton3 needs qemu >= 8.1."""
     bin_dir = tmp_path / "bin"
@@ -76,6 +77,7 @@ def test_missing_root_and_old_qemu_are_named(tmp_path, monkeypatch):
     assert E.qemu_version(bin_dir / "qemu-aarch64") == (7, 2, 22)
 
 
+@pytest.mark.slow   # runs qemu-aarch64 for its version
 def test_a_binary_that_prints_no_version_is_no_qemu(tmp_path):
     fake = tmp_path / "qemu-aarch64"
     fake.write_text("#!/bin/sh\necho hello\n")
