@@ -15,6 +15,9 @@ give integers in the dtype's range for every pixel value, never a lossy cast.
 Optional keys of the input block, read by `to_tensor`:
     "color": "RGB" (default), "BGR", or "GRAY": one channel, PIL's "L" conversion (ITU-R 601-2 luma,
               L = R * 299/1000 + G * 587/1000 + B * 114/1000) after the resize; mean/std then hold 1 number.
+    "normalize": "scale-first" (default) ((pixels * scale) - mean) / std; "albumentations": albumentations'
+              Normalize, (pixels - mean * max_pixel_value) / (std * max_pixel_value) in its float32 order
+              (albumentations_normalize), mean/std in 0..1 units, "max_pixel_value" (default 255), no scale.
     "resize": "stretch"      (default) both sides to the model's H x W, aspect ratio lost;
               "letterbox"    keep the aspect ratio, scale to fit, pad with "pad_value" (default 114,
                              or [r, g, b]): "pad": "center" (default, as Ultralytics' LetterBox) or
@@ -147,11 +150,15 @@ def _to_rgb8(im) -> np.ndarray:
     return np.asarray(im.convert("RGB"), dtype=np.uint8)
 
 
-INPUT_KEYS = ("name", "shape", "layout", "color", "dtype", "scale", "mean", "std", "resize", "pad", "pad_value",
-              "crop_ratio", "max_width", "transpose_hw", "plugin")
+INPUT_KEYS = ("name", "shape", "layout", "color", "dtype", "scale", "mean", "std", "normalize", "max_pixel_value",
+              "resize", "pad", "pad_value", "crop_ratio", "max_width", "transpose_hw", "plugin")
 LAYOUTS = ("NCHW", "NHWC")
 COLORS = ("RGB", "BGR", "GRAY")
 PADS = ("center", "top-left")
+#: the order of the float arithmetic: "scale-first" ((pixels * scale - mean) / std) or albumentations' Normalize
+NORMALIZE = ("scale-first", "albumentations")
+ALBUMENTATIONS = "albumentations"
+DEFAULT_MAX_PIXEL = 255.0
 DTYPES = ("float32", "float16", "float64", "uint8", "int8", "uint16", "int16", "int32", "int64")
 
 
@@ -174,7 +181,7 @@ def check_input_block(block, source) -> dict:
         raise UserError(f"{source}: unknown input key {unknown[0]!r}; the input block takes "
                         f"{', '.join(map(repr, INPUT_KEYS))}")
     for key, allowed in (("layout", LAYOUTS), ("color", COLORS), ("dtype", DTYPES), ("resize", RESIZE_MODES),
-                         ("pad", PADS), ("transpose_hw", (True, False))):
+                         ("pad", PADS), ("normalize", NORMALIZE), ("transpose_hw", (True, False))):
         if key in block and (block[key] not in allowed or isinstance(block[key], bool) != (key == "transpose_hw")):
             raise UserError(f"{source}: input {key!r} {block[key]!r}: use one of {', '.join(map(_show, allowed))}")
     if "shape" in block:
@@ -192,6 +199,7 @@ def check_input_block(block, source) -> dict:
     if "scale" in block and not (_finite_number(block["scale"]) and float(block["scale"]) != 0.0):
         raise UserError(f"{source}: input 'scale' must be a finite non-zero number (got {block['scale']!r})")
     _check_geometry(block, source)
+    _check_normalize(block, source)
     if not block.get("plugin") and np.issubdtype(np.dtype(block.get("dtype", "float32")), np.integer):
         _check_integer(block, source)
     return block
@@ -276,6 +284,25 @@ def _check_geometry(block: dict, source) -> None:
                         "\"path/to/file.py:function\"")
 
 
+def _check_normalize(block: dict, source) -> None:
+    """albumentations' order takes mean and std in 0..1 units and max_pixel_value, no scale, and makes floats."""
+    albu = block.get("normalize") == ALBUMENTATIONS
+    if "max_pixel_value" in block:
+        m = block["max_pixel_value"]
+        if not albu:
+            raise UserError(f"{source}: input 'max_pixel_value' applies to \"normalize\": \"albumentations\" only")
+        if not (_finite_number(m) and m > 0):
+            raise UserError(f"{source}: input 'max_pixel_value' {m!r}: use a positive number, e.g. 255")
+    if not albu:
+        return
+    if "scale" in block:
+        raise UserError(f"{source}: input 'scale' with \"normalize\": \"albumentations\": albumentations divides by "
+                        "'max_pixel_value' (default 255) instead; drop 'scale'")
+    if np.issubdtype(np.dtype(block.get("dtype", "float32")), np.integer):
+        raise UserError(f"{source}: input \"normalize\": \"albumentations\" makes floats; the input 'dtype' "
+                        f"{block['dtype']} takes the raw pixels: drop 'normalize'")
+
+
 def _check_integer(block: dict, source) -> None:
     """An integer input: every pixel value 0..255 must become an integer of the dtype's range, exactly."""
     dtype = np.dtype(block.get("dtype"))
@@ -333,7 +360,10 @@ def input_spec(sidecar: dict | None, model_input_shape=None, model_input_name: s
     spec.setdefault("color", "RGB")
     spec.setdefault("dtype", "float32")
     integer = spec["dtype"] in DTYPES and np.issubdtype(np.dtype(spec["dtype"]), np.integer)
-    spec.setdefault("scale", 1.0 if integer else 1.0 / 255.0)  # an integer input takes the raw pixels
+    if spec.get("normalize") == ALBUMENTATIONS:   # albumentations divides by max_pixel_value; it has no scale
+        spec.setdefault("max_pixel_value", DEFAULT_MAX_PIXEL)
+    else:
+        spec.setdefault("scale", 1.0 if integer else 1.0 / 255.0)  # an integer input takes the raw pixels
     channels = 1 if spec["color"] == "GRAY" else 3
     spec.setdefault("mean", [0.0] * channels)
     spec.setdefault("std", [1.0] * channels)
@@ -548,6 +578,16 @@ def _plugin_tensor(rgb: np.ndarray, spec: dict, ref: str) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
+def albumentations_normalize(img: np.ndarray, mean, std, max_pixel_value: float) -> np.ndarray:
+    """HxWxC uint8 -> float32 as albumentations' Normalize (2.x, albucore's LUT for uint8) computes it:
+    (pixel - mean * max_pixel_value) * (1 / (std * max_pixel_value)), every step in float32 (the documented
+    (pixel / max_pixel_value - mean) / std rounds differently in 1 ulp on most pixels)."""
+    m = np.asarray(mean, np.float32) * np.float32(max_pixel_value)
+    den = np.reciprocal(np.asarray(std, np.float32) * np.float32(max_pixel_value))
+    lut = (np.arange(256, dtype=np.float32)[:, None] - m) * den        # [256, C], one table per channel
+    return lut[img, np.arange(img.shape[-1])]
+
+
 def to_tensor(rgb: np.ndarray, spec: dict) -> np.ndarray:
     """HxWx3 uint8 -> the model input tensor (batch 1) per `spec` (resize mode, or a plug-in).
 
@@ -564,7 +604,9 @@ def to_tensor(rgb: np.ndarray, spec: dict) -> np.ndarray:
     h, w, _ = image_dims(spec)
     img = _colored(_resized(rgb, h, w, spec), spec.get("color", "RGB"))
     dtype = np.dtype(spec["dtype"])
-    if np.issubdtype(dtype, np.integer):
+    if spec.get("normalize") == ALBUMENTATIONS:
+        x = albumentations_normalize(img, spec["mean"], spec["std"], spec.get("max_pixel_value", DEFAULT_MAX_PIXEL))
+    elif np.issubdtype(dtype, np.integer):
         x = (img.astype(np.float64) * float(spec["scale"]) - np.asarray(spec["mean"], np.float64)) \
             / np.asarray(spec["std"], np.float64)
     else:
