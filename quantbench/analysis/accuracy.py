@@ -58,7 +58,7 @@ from quantbench.inputs.fixtures import annotations_by_image, default_images_dir,
 from quantbench.fsutil import atomic_write_json, content_key, sha256_file
 from quantbench.analysis.metrics import coco_matches, edit_distance, text_accuracy, weighted_ap
 from quantbench.analysis.resultcache import seal, sealed
-from quantbench.inputs.preprocess import boxes_to_image, input_hw, upright_size
+from quantbench.inputs.preprocess import Geometry, boxes_to_image, input_hw, upright_size
 
 METRIC_VERSION = 2   # of plan() and score(): a change of what a figure means bumps it
 CACHE_FILE = ".cache/accuracy.json"   # under the results folder (hidden: no release archive holds it)
@@ -79,6 +79,7 @@ class FixtureTruth:
     size: tuple | None = None          # (height, width) of the source image, when known
     image_path: str | None = None      # the source image file, when found with the recorded hash
     text: str | None = None            # the image's "text" label (a text recogniser's truth), when it has one
+    geometry: dict | None = None       # where the image went in the input, as the fixture row records it
 
 
 @dataclass
@@ -113,14 +114,14 @@ def load_truth(fixture_ids, tables_root, labels=None, images=None) -> Truth:
     and `equiv` default); `images`: its images folder (None: images/ beside it).
     """
     ids = sorted(set(fixture_ids))
-    cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess"]
+    cols = ["fixture_id", "source", "image_sha256", "labels", "stratum", "split", "preprocess", "geometry"]
     t = partread.read("fixtures", root=tables_root, columns=cols, filter={"fixture_id": ids})
     fx = {}
     for r in t.to_pylist():
         fx[r["fixture_id"]] = FixtureTruth(
             fixture_id=r["fixture_id"], source=r["source"] or "", image_sha256=r["image_sha256"] or "",
             annotations=list(_json_value(r["labels"], [])), stratum=r["stratum"] or "", split=r["split"] or "",
-            preprocess=dict(_json_value(r["preprocess"], {})))
+            preprocess=dict(_json_value(r["preprocess"], {})), geometry=_json_value(r["geometry"], None))
     return _checked_truth(fx, labels, images)
 
 
@@ -129,7 +130,7 @@ def truth_of_fixtures(fixtures, preprocess: dict, labels=None, images=None) -> T
     annotations, stratum and split, `preprocess` their input recipe, checked against the labels file alike."""
     fx = {f.fixture_id: FixtureTruth(fixture_id=f.fixture_id, source=f.source or "", image_sha256=f.image_sha256 or "",
                                      annotations=list(f.labels or []), stratum=f.stratum or "", split=f.split or "",
-                                     preprocess=dict(preprocess or {})) for f in fixtures}
+                                     preprocess=dict(preprocess or {}), geometry=f.geometry) for f in fixtures}
     return _checked_truth(fx, labels, images)
 
 
@@ -161,6 +162,8 @@ def _checked_truth(fx: dict, labels, images) -> Truth:
             f.size = (im["height"], im["width"])
         elif f.image_path:
             f.size = upright_size(f.image_path)   # as load_rgb decoded it: EXIF orientation applied
+        elif f.geometry:
+            f.size = tuple(f.geometry["image_size"])   # as the fixture recorded it when it was made
     if truth.mismatched and len(truth.mismatched) == len(fx):
         truth.note = f"{labels_path} does not hold the fixtures' labels (another labels file made them)"
         truth.categories = None
@@ -342,7 +345,8 @@ def _detections(p: Plan, decoded: dict, truth: Truth) -> dict:
         if p.frame == "normalized":
             h, w = input_hw(ft.preprocess)
             box = box * np.array([w, h, w, h], np.float64)
-        box = boxes_to_image(box, ft.preprocess, ft.size)
+        box = boxes_to_image(box, ft.preprocess, ft.size) if ft.geometry is None else \
+            Geometry.from_dict(ft.geometry).to_image(box)   # as the fixture was made
         cls = np.asarray(d.cls)
         ok = (cls >= 0) & (cls < cats.size) & np.isfinite(d.score)
         ok[ok] = cats[cls[ok]] >= 0

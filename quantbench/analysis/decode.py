@@ -82,7 +82,11 @@ a ``.py`` file, relative to the current folder; see quantbench.inputs.plugins)::
 
 ``outputs`` holds every model output of one fixture (batch of one); ``spec``
 carries ``threshold`` (sidecar or --threshold, default None), ``classes`` and
-``params`` (the whole sidecar decode block, for the plug-in's own keys). It
+``params`` (the whole sidecar decode block, for the plug-in's own keys). A plug-in
+that declares a ``geometry`` parameter (``def my_decode(outputs, spec, geometry=None)``)
+also gets where the fixture's image went in the input (a letterbox's scale and pad,
+the original size: quantbench.inputs.preprocess.Geometry.as_dict, None when unknown);
+one without it is called as before. It
 returns 1-D arrays of equal length: ``cls`` (int), ``score`` (finite float),
 ``kept`` (bool), and optionally ``box`` ([n, 4] xyxy: compared by matching,
 like ``nms-boxes``; without it, compared slot by slot), ``slot`` (unique int
@@ -103,6 +107,7 @@ the top-1 and top-2 probabilities.
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -169,6 +174,7 @@ class DecoderKind:
     one_decision: bool = False          # one decision per image (a classifier's top-1, a recogniser's string)
     class_agnostic: bool = False        # scored against every labelled box whatever its category (a map's regions)
     own_keys: tuple = ()                # the decode block keys of its own (beyond COMMON_KEYS and its output roles)
+    takes_geometry: bool = False        # its decoder is given each fixture's preprocess.Geometry (a plug-in's argument)
 
     @property
     def decides(self) -> bool:
@@ -274,6 +280,7 @@ class PluginKind(DecoderKind):
     compare: str = "plugin"
     metric: str | None = "AP"
     plugin: bool = True
+    takes_geometry: bool = True
     no_threshold_margin: str = "fp32 margin as the plug-in returns it"
 
     def describe(self, spec):
@@ -1017,10 +1024,24 @@ def plugin_decoded(ref: str, result, threshold: float | None) -> Decoded:
                    box=box)
 
 
-def decode_plugin(spec: DecodeSpec, outputs: dict) -> Decoded:
+def _takes_geometry(fn) -> bool:
+    """A plug-in declaring a `geometry` parameter (or **kwargs) is given it; one written before it is not."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):   # a builtin or a callable without a signature: called as before
+        return False
+    return any(p.kind is p.VAR_KEYWORD or (p.name == "geometry" and p.kind is not p.POSITIONAL_ONLY) for p in params)
+
+
+def decode_plugin(spec: DecodeSpec, outputs: dict, geometry: dict | None = None) -> Decoded:
+    """Run a decode plug-in on one fixture; `geometry` (preprocess.Geometry.as_dict, None when unknown) goes to
+    a plug-in that declares it, as `geometry=`."""
     fn = plugins.load(spec.kind, flag_mark("decode"))
     try:
-        result = fn(dict(outputs), spec)
+        if _takes_geometry(fn):
+            result = fn(dict(outputs), spec, geometry=None if geometry is None else dict(geometry))
+        else:
+            result = fn(dict(outputs), spec)
     except UserError:
         raise
     except plugins.FAILURES as exc:  # user code (sys.exit too): one line naming it, never a traceback
@@ -1050,11 +1071,14 @@ NONE_KIND = NoneKind(NONE)
 KINDS = tuple(_BUILTIN)   # the built-in decoders, in the order help and errors list them
 
 
-def decode(spec: DecodeSpec, outputs: dict) -> Decoded:
-    """Decode one fixture's outputs (name -> array)."""
+def decode(spec: DecodeSpec, outputs: dict, geometry: dict | None = None) -> Decoded:
+    """Decode one fixture's outputs (name -> array). `geometry`: where its image went in the input
+    (preprocess.Geometry.as_dict; None: unknown), for a kind that takes it (a plug-in declaring it)."""
     kind = spec.decoder_kind
     if not kind.decides:
         raise ValueError("decode none has no decisions; callers check spec.decoder_kind.decides first")
+    if kind.takes_geometry:
+        return kind.decoder(spec, outputs, geometry)
     return kind.decoder(spec, outputs)
 
 

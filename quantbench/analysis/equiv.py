@@ -508,6 +508,14 @@ def _kernels_used(hosts, sel, host_info, variant_ids, tables_root) -> dict:
             for vid, by_host in sorted(seen.items())}
 
 
+def _fixture_geometry(fixture_ids, tables_root) -> dict:
+    """{fixture_id: the geometry its row records (preprocess.Geometry.as_dict)}; fixtures without one left out."""
+    ft = partread.read("fixtures", root=tables_root, columns=["fixture_id", "geometry"],
+                       filter={"fixture_id": sorted(fixture_ids)})
+    return {f: json.loads(g) for f, g in zip(ft.column("fixture_id").to_pylist(), ft.column("geometry").to_pylist())
+            if g}
+
+
 def _fixture_sources(tables_root) -> dict:
     ft = partread.read("fixtures", root=tables_root, columns=["fixture_id", "source"])
     return dict(zip(ft.column("fixture_id").to_pylist(), ft.column("source").to_pylist()))
@@ -555,6 +563,7 @@ class _ModelRun:
     spec: DecodeSpec
     compared: bool       # False under decode none: classes, distances and the tensor gate only
     cache: dict = field(default_factory=dict)
+    geometry: dict = field(default_factory=dict)   # fixture_id -> its recorded geometry, for a decoder taking it
 
     def arrays(self, h, vid, f) -> dict:
         return self.data[(h, vid)][f][0]
@@ -564,7 +573,7 @@ class _ModelRun:
         key = (vid, f, tuple(sorted(shas.items())))
         if key not in self.cache:
             try:
-                self.cache[key] = decode(self.spec, arrs)
+                self.cache[key] = decode(self.spec, arrs, self.geometry.get(f))
             except UserError as exc:
                 raise UserError(f"model {self.model}: {marked(exc)}; or {NONE_HINT}") from None
         return self.cache[key]
@@ -584,6 +593,8 @@ def _load_model(ctx: _Context, model, vs, spec, fixtures_for, tables_root) -> _M
     except UserError as exc:
         raise UserError(f"model {model}: {marked(exc)}; or {NONE_HINT}") from None
     run = _ModelRun(model=model, fp32=fp32, data=data, spec=spec, compared=compared)
+    if compared and spec.decoder_kind.takes_geometry:
+        run.geometry = _fixture_geometry({f for v in vs for f in fixtures_for[v.variant_id]}, tables_root)
     if compared:
         run.decoded(fit_host, fit_vid, sorted(fixtures_for[fit_vid])[0])   # a decoder that does not fit fails first
     return run

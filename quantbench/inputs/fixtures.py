@@ -33,7 +33,7 @@ from quantbench.fsutil import (cache_on, canonical_json, file_state, read_cached
                                remove_tree, sha256_file, temp_beside, write_cache_entry)
 from quantbench.tensorcode import canonical, tensor_sha256
 from quantbench.inputs.plugins import plugin_identity
-from quantbench.inputs.preprocess import load_rgb, squeezed_width, to_tensor, upright_size
+from quantbench.inputs.preprocess import geometry, load_rgb, squeezed_width, to_tensor, upright_size
 from quantbench.inputs.sidecarfile import input_spec_for
 from quantbench.inputs.strata import clean_label, density_label, single_label
 from quantbench.inputs.variantdir import inside, is_demo
@@ -57,6 +57,8 @@ class Fixture:
     split: str = ""
     #: the width the image would take at the model's height, where a dynamic width's max_width squeezed it narrower
     squeezed: int | None = None
+    #: where the image went in the input tensor (preprocess.Geometry.as_dict), None when unknown; decoders undo it
+    geometry: dict | None = None
 
     def row(self, spec: dict) -> dict:
         """This fixture's `fixtures` row without its tensor (fixtures_table adds that column)."""
@@ -72,6 +74,7 @@ class Fixture:
             "stratum": self.stratum,
             "split": self.split,
             "preprocess": canonical_json(spec),
+            "geometry": None if self.geometry is None else canonical_json(self.geometry),
         }
 
 
@@ -541,6 +544,8 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
         arr = cache.get(image_sha)
         if arr is None:
             arr = cache.put(image_sha, to_tensor(load_rgb(im["path"]), spec))
+        hw = upright_size(im["path"])
+        geo = geometry(spec, hw)
         out.append(Fixture(
             fixture_id=tensor_sha256(arr),
             input_name=spec.get("name", "input"),
@@ -550,7 +555,8 @@ def build_fixtures(spec: dict, labels_path: str | os.PathLike = CORPUS_LABELS,
             labels=im["labels"],
             stratum=im["label"] or density_label(im["objects"]),
             split=im["split"],
-            squeezed=squeezed_width(upright_size(im["path"]), spec) if spec.get("max_width") else None,
+            squeezed=squeezed_width(hw, spec) if spec.get("max_width") else None,
+            geometry=None if geo is None else geo.as_dict(),
         ))
     cache.trim()
     return out

@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -504,34 +505,80 @@ def input_hw(spec: dict) -> tuple[int, int]:
     return shape[2], shape[3]
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """Where one image went in the model input, as `to_tensor` placed it: the image (upright) of `image_size`
+    (height, width) was resized to `resized` and its top-left corner put at `offset` (top, left) of the model
+    input of `input_size` (before transpose_hw swaps H and W; negative: cropped away, center-crop). `scale` is
+    resized / image_size per axis (y, x). A decoder undoes it (`to_image`); a decode plug-in gets `as_dict()`."""
+
+    image_size: tuple
+    input_size: tuple
+    resized: tuple
+    offset: tuple
+    resize: str
+    transpose_hw: bool = False
+
+    @property
+    def scale(self) -> tuple:
+        return (self.resized[0] / self.image_size[0], self.resized[1] / self.image_size[1])
+
+    def as_dict(self) -> dict:
+        return {"image_size": list(self.image_size), "input_size": list(self.input_size),
+                "resized": list(self.resized), "offset": list(self.offset), "scale": list(self.scale),
+                "resize": self.resize, "transpose_hw": self.transpose_hw}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Geometry:
+        return cls(image_size=tuple(d["image_size"]), input_size=tuple(d["input_size"]), resized=tuple(d["resized"]),
+                   offset=tuple(d["offset"]), resize=str(d["resize"]), transpose_hw=bool(d.get("transpose_hw")))
+
+    def to_image(self, boxes) -> np.ndarray:
+        """xyxy boxes in model-input pixels -> the image's pixels, clipped to the image."""
+        ih, iw = self.image_size
+        (nh, nw), (top, left) = self.resized, self.offset
+        b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+        if self.transpose_hw:     # model x runs along the image's rows
+            b = b[:, [1, 0, 3, 2]]
+        sx, sy, ox, oy = iw / nw, ih / nh, -left, -top
+        out = np.stack([(b[:, 0] + ox) * sx, (b[:, 1] + oy) * sy, (b[:, 2] + ox) * sx, (b[:, 3] + oy) * sy], axis=1)
+        return np.clip(out, 0.0, [iw, ih, iw, ih])
+
+
+def geometry(spec: dict, image_hw: tuple[int, int]) -> Geometry | None:
+    """The Geometry `to_tensor` gives an image of `image_hw` (height, width, upright) under `spec`; None for a
+    preprocessing plug-in (its geometry is its own)."""
+    if spec.get("plugin"):
+        return None
+    ih, iw = (int(x) for x in image_hw)
+    h, w, _ = image_dims(spec)
+    mode = spec.get("resize", "stretch")
+    if w is None:     # a dynamic width: the height fixed, the aspect kept, padded on the right to max_width
+        mode, w = "keep-ratio", int(spec["max_width"])
+        nh, nw, top, left = h, keep_ratio_width(ih, iw, h, w), 0, 0
+    elif mode == "letterbox":
+        nh, nw, top, left = letterbox_geometry(ih, iw, h, w, spec.get("pad", "center"))
+    elif mode == "center-crop":
+        nh, nw, top, left = center_crop_geometry(ih, iw, h, w, float(spec.get("crop_ratio", 1.0)))
+        top, left = -top, -left
+    elif mode == "stretch":
+        nh, nw, top, left = h, w, 0, 0
+    else:
+        raise ValueError(f"unknown resize mode {mode!r}")
+    return Geometry(image_size=(ih, iw), input_size=(h, w), resized=(nh, nw), offset=(top, left), resize=mode,
+                    transpose_hw=bool(spec.get("transpose_hw")))
+
+
 def boxes_to_image(boxes: np.ndarray, spec: dict, image_hw: tuple[int, int]) -> np.ndarray:
     """xyxy boxes in model-input pixels -> the source image's pixels, undoing the spec's resize.
 
     The inverse of `to_tensor`'s geometry (stretch, letterbox, center-crop, a dynamic width,
     transpose_hw), clipped to the image. A preprocessing plug-in has no known geometry: ValueError.
     """
-    if spec.get("plugin"):
+    g = geometry(spec, image_hw)
+    if g is None:
         raise ValueError("a preprocessing plug-in's geometry is unknown")
-    ih, iw = image_hw
-    h, w, _ = image_dims(spec)
-    mode = spec.get("resize", "stretch")
-    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
-    if spec.get("transpose_hw"):     # model x runs along the image's rows
-        b = b[:, [1, 0, 3, 2]]
-    if w is None:
-        sx, sy, ox, oy = iw / keep_ratio_width(ih, iw, h, int(spec["max_width"])), ih / h, 0.0, 0.0
-    elif mode == "stretch":
-        sx, sy, ox, oy = iw / w, ih / h, 0.0, 0.0
-    elif mode == "letterbox":
-        nh, nw, top, left = letterbox_geometry(ih, iw, h, w, spec.get("pad", "center"))
-        sx, sy, ox, oy = iw / nw, ih / nh, -left, -top
-    elif mode == "center-crop":
-        nh, nw, top, left = center_crop_geometry(ih, iw, h, w, float(spec.get("crop_ratio", 1.0)))
-        sx, sy, ox, oy = iw / nw, ih / nh, left, top
-    else:
-        raise ValueError(f"unknown resize mode {mode!r}")
-    out = np.stack([(b[:, 0] + ox) * sx, (b[:, 1] + oy) * sy, (b[:, 2] + ox) * sx, (b[:, 3] + oy) * sy], axis=1)
-    return np.clip(out, 0.0, [iw, ih, iw, ih])
+    return g.to_image(boxes)
 
 
 def _resized(rgb: np.ndarray, h: int, w: int | None, spec: dict) -> np.ndarray:

@@ -344,7 +344,8 @@ def _fixtures(folder: Path, rec: dict, ids: list[str]) -> list:
             bad.append(r["fixture_id"])
             continue
         out.append(Fixture(r["fixture_id"], r["input_name"], arr, r["source"], r["image_sha256"],
-                           json.loads(r["labels"] or "[]"), r["stratum"], r["split"]))
+                           json.loads(r["labels"] or "[]"), r["stratum"], r["split"],
+                           geometry=json.loads(r["geometry"]) if r.get("geometry") else None))
     bad += sorted(set(ids) - {r["fixture_id"] for r in t})
     return out, bad
 

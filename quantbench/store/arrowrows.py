@@ -77,7 +77,9 @@ def _fingerprint_cols(row):
 
 # table -> [(derived columns, source columns, function row -> {column: value})]
 DERIVED = {
-    "fixtures": [(("objects",), ("labels",), _objects), (("preprocess_id",), ("preprocess",), _preprocess_id)],
+    # a fixture written before the geometry was recorded (or from a preprocessing plug-in): its geometry unknown
+    "fixtures": [(("objects",), ("labels",), _objects), (("preprocess_id",), ("preprocess",), _preprocess_id),
+                 (("geometry",), ("preprocess",), lambda r: {"geometry": None})],
     # a part written before variant_id named a session requirement: its variant_id was the semantic hash
     "models": [(("semantic_sha256",), ("variant_id",), lambda r: {"semantic_sha256": r.get("variant_id")}),
                (("method", "activation_type", "weight_type", "per_channel", "reduce_range", "percentile",

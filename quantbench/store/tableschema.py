@@ -75,6 +75,9 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("split", STRING, "corpus split: train, val or eval"),
         ("preprocess", STRING, "preprocessing recipe as canonical JSON"),
         ("preprocess_id", STRING, "SHA-256 of the preprocess JSON: tells fixtures of one image under two recipes apart"),
+        ("geometry", STRING, "JSON: where the image went in the input (image_size, input_size, resized, offset [top, "
+                             "left], scale, resize, transpose_hw; preprocess.Geometry); null: unknown (a "
+                             "preprocessing plug-in, or written before it was recorded)"),
         ("tensor", _BIN, "raw C-order little-endian bytes of the input tensor"),
     ],
     "models": [
