@@ -3,6 +3,8 @@
 import contextlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +155,19 @@ def run_read_only(folder, argv, cwd):
     if p.returncode == 97:
         missing_setup(f"cannot bind-mount read-only here: {p.stderr.strip()}")
     return p
+
+
+# ---- a commissioning kit run as a device runs it (tests/release/test_commission*.py) ----
+
+#: check.py as a device runs it: its own interpreter, `quantbench` unimportable (a device has none)
+DEVICE = ("import runpy, sys; sys.modules['quantbench'] = None; sys.argv = sys.argv[1:]; "
+          "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def run_check(kit: Path, *args, prefix=(sys.executable,), env=None) -> subprocess.CompletedProcess:
+    return subprocess.run([*prefix, "-c", DEVICE, str(kit / "check.py"), *args], capture_output=True, text=True,
+                          timeout=1800, env=env, cwd=kit.parent)
+
+
+def commission(results, out, *extra) -> int:
+    return main(["commission", "--results", str(results), "--out", str(out), *extra])

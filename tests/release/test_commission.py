@@ -16,21 +16,8 @@ from pathlib import Path
 import pytest
 
 from quantbench.cli import main
-from release_helpers import base_results, make_release_results, results  # noqa: F401 (fixtures)
+from release_helpers import DEVICE, base_results, commission, make_release_results, results, run_check  # noqa: F401
 from setup_required import need_tier
-
-#: check.py as a device runs it: its own interpreter, `quantbench` unimportable (a device has none)
-DEVICE = ("import runpy, sys; sys.modules['quantbench'] = None; sys.argv = sys.argv[1:]; "
-          "runpy.run_path(sys.argv[0], run_name='__main__')")
-
-
-def run_check(kit: Path, *args, prefix=(sys.executable,), env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([*prefix, "-c", DEVICE, str(kit / "check.py"), *args], capture_output=True, text=True,
-                          timeout=1800, env=env, cwd=kit.parent)
-
-
-def commission(results, out, *extra) -> int:
-    return main(["commission", "--results", str(results), "--out", str(out), *extra])
 
 
 def digests(folder: Path) -> dict:
