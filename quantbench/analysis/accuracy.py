@@ -343,7 +343,7 @@ def _detections(p: Plan, decoded: dict, truth: Truth) -> dict:
             continue
         box = np.asarray(d.box, np.float64)
         if p.frame == "normalized":
-            h, w = input_hw(ft.preprocess)
+            h, w = Geometry.from_dict(ft.geometry).model_hw() if ft.geometry else input_hw(ft.preprocess)
             box = box * np.array([w, h, w, h], np.float64)
         box = boxes_to_image(box, ft.preprocess, ft.size) if ft.geometry is None else \
             Geometry.from_dict(ft.geometry).to_image(box)   # as the fixture was made

@@ -629,11 +629,40 @@ def limit_note(fixtures: list) -> str:
     return f"{len(fixtures)} images taken in turn from each stratum (by file name within one): {per}"
 
 
-def squeeze_note(fixtures: list) -> str | None:
-    """Which images a dynamic width's max_width squeezed (Fixture.squeezed), in one line; None when none was."""
-    hit = [fx for fx in fixtures if getattr(fx, "squeezed", None)]
+#: an image whose aspect ratio the resize changes by more than this share is named as squeezed (rounding a size to
+#: whole pixels, or to PaddleOCR's multiples of 32 at a realistic size, stays well below it)
+SQUEEZE_TOLERANCE = 0.10
+
+
+def _distortion(fx) -> float:
+    """How much the resize changed an image's aspect ratio (0: kept), from its recorded geometry."""
+    g = getattr(fx, "geometry", None)
+    if not g:
+        return 0.0
+    sy, sx = g["scale"]
+    return max(sx / sy, sy / sx) - 1.0
+
+
+def _aspect_note(fixtures: list) -> str | None:
+    """Which images a fixed input size squeezed (aspect changed by more than SQUEEZE_TOLERANCE), in one line."""
+    hit = [fx for fx in fixtures if _distortion(fx) > SQUEEZE_TOLERANCE]
     if not hit:
         return None
+    worst = max(hit, key=_distortion)
+    g = worst.geometry
+    (ih, iw), (nh, nw) = g["image_size"], g["resized"]
+    return (f"{len(hit)} of {len(fixtures)} images are squeezed by \"resize\": \"{g['resize']}\" to the input's "
+            f"{g['input_size'][1]}x{g['input_size'][0]}, aspect changed by more than {SQUEEZE_TOLERANCE:.0%} (most: "
+            f"{worst.source}, {iw}x{ih} -> {nw}x{nh}): deployed code that keeps the aspect feeds other pixels; if "
+            "yours does, set 'resize' in the sidecar as it does (letterbox, center-crop, limit-side)")
+
+
+def squeeze_note(fixtures: list) -> str | None:
+    """Which images the preprocessing squeezed, in one line (None when none was): a dynamic width's max_width
+    (Fixture.squeezed), else a fixed input size that changed their aspect ratio (Fixture.geometry)."""
+    hit = [fx for fx in fixtures if getattr(fx, "squeezed", None)]
+    if not hit:
+        return _aspect_note(fixtures)
     widest = max(hit, key=lambda fx: fx.squeezed)
     spec = getattr(widest, "preprocess", None) or {}
     limit = f"max_width {spec['max_width']}" if spec.get("max_width") else "max_width"

@@ -63,7 +63,10 @@ from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import regular_file
 
 LUMA_709 = (0.2126, 0.7152, 0.0722)
-RESIZE_MODES = ("stretch", "letterbox", "center-crop")
+RESIZE_MODES = ("stretch", "letterbox", "center-crop", "limit-side")
+#: PaddleOCR DetResizeForTest's limit_type: the shorter side at least, the longer side at most, the longer side to
+LIMIT_TYPES = ("min", "max", "resize_long")
+DEFAULT_LIMIT_SIDE, DEFAULT_LIMIT_TYPE = 736, "min"   # DetResizeForTest's defaults
 DEFAULT_PAD_VALUE = 114
 
 
@@ -152,7 +155,8 @@ def _to_rgb8(im) -> np.ndarray:
 
 
 INPUT_KEYS = ("name", "shape", "layout", "color", "dtype", "scale", "mean", "std", "normalize", "max_pixel_value",
-              "resize", "pad", "pad_value", "crop_ratio", "max_width", "transpose_hw", "plugin")
+              "resize", "pad", "pad_value", "crop_ratio", "limit_side_len", "limit_type", "max_width", "transpose_hw",
+              "plugin")
 LAYOUTS = ("NCHW", "NHWC")
 COLORS = ("RGB", "BGR", "GRAY")
 PADS = ("center", "top-left")
@@ -182,7 +186,8 @@ def check_input_block(block, source) -> dict:
         raise UserError(f"{source}: unknown input key {unknown[0]!r}; the input block takes "
                         f"{', '.join(map(repr, INPUT_KEYS))}")
     for key, allowed in (("layout", LAYOUTS), ("color", COLORS), ("dtype", DTYPES), ("resize", RESIZE_MODES),
-                         ("pad", PADS), ("normalize", NORMALIZE), ("transpose_hw", (True, False))):
+                         ("pad", PADS), ("normalize", NORMALIZE), ("limit_type", LIMIT_TYPES),
+                         ("transpose_hw", (True, False))):
         if key in block and (block[key] not in allowed or isinstance(block[key], bool) != (key == "transpose_hw")):
             raise UserError(f"{source}: input {key!r} {block[key]!r}: use one of {', '.join(map(_show, allowed))}")
     if "shape" in block:
@@ -221,15 +226,30 @@ def _width_axis(block: dict) -> int:
     return (2 if nchw else 1) if block.get("transpose_hw") else (3 if nchw else 2)
 
 
+def _hw_axes(block: dict) -> list:
+    """The axes of a 4-d input shape that hold the image's height and width."""
+    return [2, 3] if block.get("layout", "NCHW") == "NCHW" else [1, 2]
+
+
 def _check_shape(block: dict, source) -> None:
     shape = block["shape"]
     dyn = [i for i, d in enumerate(shape) if is_dynamic(d)] if isinstance(shape, list) else []
+    limit = block.get("resize") == "limit-side"     # each image at its own size: H and W dynamic
+    if limit and (not isinstance(shape, list) or len(shape) != 4 or dyn != _hw_axes(block)
+                  or block.get("transpose_hw") or "max_width" in block):
+        raise UserError(f"{source}: input \"resize\": \"limit-side\" makes each image its own size (multiples of 32): "
+                        f"give 'shape' with H and W dynamic, e.g. [1, 3, -1, -1], without max_width or transpose_hw "
+                        f"(got {shape!r})")
     if (not isinstance(shape, list) or not shape
             or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for i, d in enumerate(shape)
                        if i not in dyn)
-            or (dyn and (len(shape) != 4 or dyn != [_width_axis(block)] or block.get("plugin")))):
+            or (dyn and not limit and (len(shape) != 4 or dyn != [_width_axis(block)] or block.get("plugin")))):
         raise UserError(f"{source}: input 'shape' must be a list of positive integers, only the image width "
-                        f"dynamic (-1 or a name, with 'max_width') (got {shape!r})")
+                        f"dynamic (-1 or a name, with 'max_width'; H and W with \"resize\": \"limit-side\") "
+                        f"(got {shape!r})")
+    if limit:
+        _check_channels(block, source)
+        return
     if dyn and "max_width" not in block:
         raise UserError(f"{source}: input 'shape' {shape} has a dynamic width: give 'max_width', the widest "
                         "tensor (each image is resized to the height keeping its aspect ratio, padded to it)")
@@ -267,6 +287,13 @@ def _check_geometry(block: dict, source) -> None:
     """pad, pad_value, crop_ratio, max_width and plugin values (choices are checked by check_input_block)."""
     if "pad" in block and block.get("resize") != "letterbox":
         raise UserError(f"{source}: input 'pad' applies to \"resize\": \"letterbox\" only")
+    for key in ("limit_side_len", "limit_type"):
+        if key in block and block.get("resize") != "limit-side":
+            raise UserError(f"{source}: input {key!r} applies to \"resize\": \"limit-side\" only")
+    if "limit_side_len" in block:
+        n = block["limit_side_len"]
+        if not (isinstance(n, int) and not isinstance(n, bool) and n > 0):
+            raise UserError(f"{source}: input 'limit_side_len' {n!r}: use a positive number of pixels, e.g. 736")
     if "pad_value" in block:
         v = block["pad_value"]
         vals = v if isinstance(v, list) else [v] * 3
@@ -472,9 +499,10 @@ def center_crop(rgb: np.ndarray, h: int, w: int, crop_ratio: float = 1.0) -> np.
     return rgb[top:top + h, left:left + w]
 
 
-def image_dims(spec: dict) -> tuple[int, int | None, int]:
+def image_dims(spec: dict) -> tuple[int | None, int | None, int]:
     """(height, width, channels) of the image a spec makes, before transpose_hw swaps H and W; a dynamic
-    width is None (each image then gets keep_ratio_width, padded to max_width)."""
+    width is None (each image then gets keep_ratio_width, padded to max_width), and so is a dynamic height
+    (resize limit-side: each image its own size, limit_side)."""
     shape = list(spec["shape"])
     if spec.get("layout", "NCHW") == "NHWC":
         _, h, w, c = shape
@@ -482,7 +510,27 @@ def image_dims(spec: dict) -> tuple[int, int | None, int]:
         _, c, h, w = shape
     if spec.get("transpose_hw"):
         h, w = w, h
-    return h, (None if is_dynamic(w) else w), c
+    return (None if is_dynamic(h) else h), (None if is_dynamic(w) else w), c
+
+
+def limit_side(ih: int, iw: int, side: int = DEFAULT_LIMIT_SIDE, limit_type: str = DEFAULT_LIMIT_TYPE) -> tuple:
+    """(height, width) PaddleOCR's DetResizeForTest (resize_image_type0) gives an ih x iw image: scaled so the
+    shorter side is at least `side` ("min"; an image already that large keeps its size), the longer side at most
+    `side` ("max") or exactly `side` ("resize_long"), truncated, then each rounded to a multiple of 32 (at least
+    32), aspect kept up to that rounding."""
+    if limit_type == "max":
+        ratio = float(side) / (ih if ih > iw else iw) if max(ih, iw) > side else 1.0
+    elif limit_type == "min":
+        ratio = float(side) / (ih if ih < iw else iw) if min(ih, iw) < side else 1.0
+    else:
+        ratio = float(side) / max(ih, iw)
+    nh, nw = int(ih * ratio), int(iw * ratio)
+    return max(int(round(nh / 32) * 32), 32), max(int(round(nw / 32) * 32), 32)
+
+
+def _limit_side_of(spec: dict, ih: int, iw: int) -> tuple:
+    return limit_side(ih, iw, int(spec.get("limit_side_len", DEFAULT_LIMIT_SIDE)),
+                      spec.get("limit_type", DEFAULT_LIMIT_TYPE))
 
 
 def squeezed_width(image_hw: tuple[int, int], spec: dict) -> int | None:
@@ -533,6 +581,10 @@ class Geometry:
         return cls(image_size=tuple(d["image_size"]), input_size=tuple(d["input_size"]), resized=tuple(d["resized"]),
                    offset=tuple(d["offset"]), resize=str(d["resize"]), transpose_hw=bool(d.get("transpose_hw")))
 
+    def model_hw(self) -> tuple:
+        """(height, width) of the model input (input_size with transpose_hw's swap)."""
+        return tuple(reversed(self.input_size)) if self.transpose_hw else tuple(self.input_size)
+
     def to_image(self, boxes) -> np.ndarray:
         """xyxy boxes in model-input pixels -> the image's pixels, clipped to the image."""
         ih, iw = self.image_size
@@ -553,7 +605,10 @@ def geometry(spec: dict, image_hw: tuple[int, int]) -> Geometry | None:
     ih, iw = (int(x) for x in image_hw)
     h, w, _ = image_dims(spec)
     mode = spec.get("resize", "stretch")
-    if w is None:     # a dynamic width: the height fixed, the aspect kept, padded on the right to max_width
+    if mode == "limit-side":    # the input is the resized image itself
+        nh, nw = _limit_side_of(spec, ih, iw)
+        h, w, top, left = nh, nw, 0, 0
+    elif w is None:     # a dynamic width: the height fixed, the aspect kept, padded on the right to max_width
         mode, w = "keep-ratio", int(spec["max_width"])
         nh, nw, top, left = h, keep_ratio_width(ih, iw, h, w), 0, 0
     elif mode == "letterbox":
@@ -581,7 +636,13 @@ def boxes_to_image(boxes: np.ndarray, spec: dict, image_hw: tuple[int, int]) -> 
     return g.to_image(boxes)
 
 
-def _resized(rgb: np.ndarray, h: int, w: int | None, spec: dict) -> np.ndarray:
+def _resized(rgb: np.ndarray, h: int | None, w: int | None, spec: dict) -> np.ndarray:
+    if spec.get("resize") == "limit-side":
+        nh, nw = _limit_side_of(spec, *rgb.shape[:2])
+        if nh * nw * 3 > MAX_INPUT_ELEMENTS:
+            raise UserError(f"input resize limit-side: an image of {rgb.shape[1]}x{rgb.shape[0]} becomes {nw}x{nh}, "
+                            f"more than the limit of {MAX_INPUT_ELEMENTS} (2**28) elements one input tensor may hold")
+        return _bilinear(rgb, nh, nw) if rgb.shape[:2] != (nh, nw) else rgb
     if w is None:
         w = keep_ratio_width(*rgb.shape[:2], h, int(spec["max_width"]))
         return _bilinear(rgb, h, w) if rgb.shape[:2] != (h, w) else rgb
@@ -659,7 +720,7 @@ def to_tensor(rgb: np.ndarray, spec: dict) -> np.ndarray:
     else:
         x = img.astype(np.float32) * np.float32(spec["scale"])
         x = (x - np.asarray(spec["mean"], np.float32)) / np.asarray(spec["std"], np.float32)
-    if w is None and x.shape[1] < spec["max_width"]:
+    if w is None and spec.get("max_width") and x.shape[1] < spec["max_width"]:
         x = np.pad(x, ((0, 0), (0, spec["max_width"] - x.shape[1]), (0, 0)))
     x = x[None]
     if spec.get("transpose_hw"):
