@@ -24,6 +24,10 @@ Optional keys of the input block, read by `to_tensor`:
                              "top-left" (the image at the top-left, padding bottom and right);
               "center-crop"  scale the short side to the target / "crop_ratio" (default 1.0;
                              0.875 is torchvision's Resize(256) + CenterCrop(224)), crop the centre.
+              "limit-side"   PaddleOCR's DetResizeForTest (DBNet): "limit_side_len" (default 736) and
+                             "limit_type" min (default) / max / resize_long, each side to a multiple of 32;
+                             every image its own size, so the shape's H and W are dynamic ([1, 3, -1, -1]).
+    Where each image went (size, scale, pad offsets) is its Geometry (`geometry`), recorded per fixture.
     a dynamic width in "shape" (-1 or a name, e.g. [1, 1, 48, -1]) with "max_width": each image is
               resized to the fixed height keeping its aspect ratio, width min(ceil(H * w / h), max_width),
               normalised, then padded on the right with zeros to max_width (PaddleOCR's rec convention):
