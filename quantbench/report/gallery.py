@@ -60,13 +60,15 @@ def tensor_rgb(arr: np.ndarray, spec: dict) -> np.ndarray:
     if x.shape[-1] == 1:
         x = x.repeat(3, axis=2)
     x = x[..., :3]
-    if spec.get("plugin") or "scale" not in spec:   # unknown arithmetic: stretch the values for display
+    # albumentations' order divides by max_pixel_value where the default multiplies by scale (preprocess.to_tensor)
+    scale = 1.0 / float(spec["max_pixel_value"]) if "max_pixel_value" in spec else spec.get("scale")
+    if spec.get("plugin") or scale is None:   # unknown arithmetic: stretch the values for display
         lo, hi = float(np.nanmin(x)), float(np.nanmax(x))
         rgb = (x - lo) / (hi - lo if hi > lo else 1.0) * 255.0
     else:
         mean = np.asarray(spec.get("mean", [0, 0, 0]), np.float64)
         std = np.asarray(spec.get("std", [1, 1, 1]), np.float64)
-        rgb = (x * std + mean) / float(spec["scale"])
+        rgb = (x * std + mean) / float(scale)
     if spec.get("color", "RGB") == "BGR":
         rgb = rgb[..., ::-1]
     return np.clip(np.rint(np.nan_to_num(rgb)), 0, 255).astype(np.uint8)
