@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
-from quantbench.hosts.resultrows import HostRows, summary_message, run_host
+from quantbench.hosts.resultrows import HostRows, host_outcome, summary_message
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
+from quantbench.hosts.scheduling import HostRunState
 from quantbench.hosts.session import HostSession
 from quantbench.hosts.taskloop import chunks, job_frame, task_request
 
@@ -313,18 +314,17 @@ class ClusterHostRun:
 
     def __init__(self, spec, host, ctx, summary, cluster: Cluster):
         self.spec, self.host, self.ctx, self.summary, self.cluster = spec, host, ctx, summary, cluster
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.rows = HostRows(spec, host, ctx, summary, self.lock)
+        self.state = HostRunState(summary)   # its stop, lock and progress bar; the cluster schedules its tasks
+        self.rows = HostRows(spec, host, ctx, summary, self.state.lock)
         self.futures: list = []
-        self.bar = None
 
     def run(self) -> None:
-        run_host(self)
+        with host_outcome(self.state, self.rows):
+            self._run()
 
     def kill(self) -> None:
         """Stop now (interrupt): the tasks not finished are cancelled; finished results are already buffered."""
-        self.stop.set()
+        self.state.halt()
         for f in list(self.futures):
             f.cancel()
 
@@ -336,15 +336,15 @@ class ClusterHostRun:
         self.rows.adopt(fp, fid)
         work = self.rows.plan(fid)
         total = self.summary.planned
-        if not total or self.stop.is_set():
+        if not total or self.state.stop.is_set():
             return
         per = min(MAX_TASK_FIXTURES, max(1, -(-total // (TASKS_PER_THREAD * self.cluster.threads))))
         tasks = chunks(work, per)
         if ctx.progress:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", leave=True, unit="fixture",
-                            dynamic_ncols=True)
+            self.state.show_progress(tqdm(total=total, desc=f"{self.spec.name:>10}", leave=True, unit="fixture",
+                                          dynamic_ncols=True))
         t1 = time.monotonic()
         by_key = self._submit(tasks, fid)
         self._collect(by_key, fid)
@@ -377,7 +377,7 @@ class ClusterHostRun:
         distributed = _distributed()
         done = 0
         for fut in distributed.as_completed(self.futures, loop=self.cluster.client.loop):
-            if self.stop.is_set():
+            if self.state.stop.is_set():
                 break
             vi, fxs = by_key[fut.key]
             if not self._task_done(fut, vi, fxs, fid):
@@ -399,9 +399,9 @@ class ClusterHostRun:
             self.rows.error(f"host {self.spec.name}: a cluster worker reports fingerprint {ran_under[:12]}, the "
                             f"others {fid[:12]}; the machines differ, so they cannot run one host")
             return False
-        state = self.rows.new_state()
+        job = self.rows.new_state()
         for h, p in frames:
-            if not job_frame(self, vi, h, p, state):
+            if not job_frame(self.state, self.rows, vi, h, p, job):
                 return False
         self.rows.writer.flush()
         return True

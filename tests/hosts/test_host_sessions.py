@@ -13,7 +13,8 @@ from quantbench.hosts import emulated
 from quantbench.hosts.deploy import deployed_session, describe, worker_threads
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import hosts_from_text, parse_hosts, resolve_hosts
-from quantbench.hosts.runner import _HostRun, _Scheduler, plan_run, run_hosts
+from quantbench.hosts.runner import _HostRun, plan_run, run_hosts
+from quantbench.hosts.scheduling import Scheduler
 
 
 def _spec(name, hosts_file=None):
@@ -94,7 +95,7 @@ class _Run:
 
 
 def test_the_scheduler_hands_a_worker_one_slot_per_thread():
-    sched = _Scheduler(2)
+    sched = Scheduler(2)
     four, one = _Run(2), _Run(1)   # a 4-thread worker on 2 cores takes both slots (min(threads, slots))
     assert sched.first_slot(four) and sched.free == 0
     sched.runs = [one]
