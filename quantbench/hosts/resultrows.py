@@ -18,7 +18,7 @@ from pathlib import Path
 from quantbench.store import partread, partwrite
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
-from quantbench.hosts.keys import hosts_row, not_started_row, run_key, session_key
+from quantbench.hosts.keys import hosts_row, not_started_row, run_key, session_key, session_options
 from quantbench.hosts.placement import note_placement
 from quantbench.hosts.requirements import RequirementConflict, entries_text, for_variant
 from quantbench.inputs.sidecarfile import requirements_of
@@ -81,7 +81,8 @@ class VariantSession:
     (hosts/requirements.py): the session, its JSON and key (recorded with every result of it there)."""
 
     def __init__(self, session: dict):
-        self.session, self.json, self.key = session, canonical_json(session), session_key(session)
+        options = session_options(session)
+        self.session, self.json, self.key = options.wire(), options.json(), options.key()
 
 
 class HostRows:
