@@ -212,7 +212,7 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
     "quantbench.cli.commands.hosts": (
         ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
-         "quantbench.hosts.session", "quantbench.hosts.setup", "quantbench.textfmt"),
+         "quantbench.hosts.workerclient", "quantbench.hosts.setup", "quantbench.textfmt"),
         "hosts list/setup/check have no API functions yet (they wait for the hosts layer to be split into kinds, worker and run execution)"),
     "quantbench.cli.commands.search": (
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",

@@ -33,7 +33,7 @@ from quantbench.fsutil import content_key
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
 from quantbench.store.hostresults import load_outputs
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import num
 
@@ -46,8 +46,8 @@ DEFAULT_GROUP = 8
 
 
 def open_session(host: HostRequest, require_providers: bool = False):
-    """A started, fingerprinted worker of `host` under its session (quantbench.hosts.session.HostSession)."""
-    return HostSession(host.spec, host.session, require_providers, label=host.label).open()
+    """A started, fingerprinted worker of `host` under its session (quantbench.hosts.workerclient.WorkerClient)."""
+    return WorkerClient(host.spec, host.session, require_providers, label=host.label).open()
 
 
 def start_workers(hosts: list[HostRequest], require_providers: bool = False) -> list:

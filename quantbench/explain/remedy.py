@@ -38,7 +38,7 @@ from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
 from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json, check_writable_for, content_key
 from quantbench.hosts.keys import session_options
-from quantbench.hosts.session import JobFailed
+from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.quantize import intake
 from quantbench.quantize import variants as QV

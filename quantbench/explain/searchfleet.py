@@ -31,7 +31,7 @@ from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.keys import session_options
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostRequest, make_host
-from quantbench.hosts.session import JobFailed
+from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
 
 #: the evaluation cache's key version: a line written under another version is never read as this one's

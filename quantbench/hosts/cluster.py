@@ -10,7 +10,7 @@ CPU) runs on the cluster's workers; local and ssh hosts stay on this machine and
   host is set up there (`hosts setup`); any difference or gap is one UserError.
 - Each cluster worker process keeps its host workers alive across tasks (`_lease`: a pool of
   opened HostSessions per host and session, one per Dask thread at most), so qemu starts once
-  per cluster worker, and each task runs through the one worker-protocol client (HostSession).
+  per cluster worker, and each task runs through the one worker-protocol client (WorkerClient).
   A host's session pins its threads (one intra-op thread by default): run `dask worker
   --nthreads N` with N the machine's cores.
 - Every worker fingerprints the host before its tasks are submitted (`fingerprint`): the host's
@@ -38,7 +38,7 @@ from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
 from quantbench.hosts.scheduling import HostRunState
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from quantbench.hosts.taskloop import chunks, job_frame, task_request
 
 CONNECT_SECONDS = 10
@@ -80,25 +80,25 @@ def _pool_key(spec, session: dict, require_providers: bool) -> str:
     return content_key([spec.name, spec.kind, canonical_json(spec.options), session, bool(require_providers)])
 
 
-def _lease(spec, session: dict, require_providers: bool) -> HostSession:
+def _lease(spec, session: dict, require_providers: bool) -> WorkerClient:
     """An opened (started, fingerprinted) worker of `spec` on this cluster worker: an idle one, else a new one."""
     with _IDLE_LOCK:
         idle = _IDLE.get(_pool_key(spec, session, require_providers))
         if idle:
             return idle.pop()
-    hs = HostSession(spec, session, require_providers).open()
+    hs = WorkerClient(spec, session, require_providers).open()
     _count(hs, 1)
     return hs
 
 
-def _count(hs: HostSession, n: int) -> None:
+def _count(hs: WorkerClient, n: int) -> None:
     """Count a worker made (n=1) or killed (n=-1) for its key on this process."""
     with _IDLE_LOCK:
         key = _pool_key(hs.spec, hs.session, hs.require_providers)
         _MADE[key] = _MADE.get(key, 0) + n
 
 
-def _give_back(hs: HostSession) -> None:
+def _give_back(hs: WorkerClient) -> None:
     with _IDLE_LOCK:
         key = _pool_key(hs.spec, hs.session, hs.require_providers)
         if hs not in _IDLE.setdefault(key, []):

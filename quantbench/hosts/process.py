@@ -1,5 +1,5 @@
 """The process transport of the worker protocol: a worker is a process (local python, qemu-user, the OpenSSH
-client) this machine starts; `WorkerClient` speaks the worker's framed protocol over its pipes, `ProcessHost`
+client) this machine starts; `WorkerConnection` speaks the worker's framed protocol over its pipes, `ProcessHost`
 is the base of every host kind that starts one (local, emulated, ssh), `WorkerDied` says a worker ended.
 
 The worker always runs in a subprocess, so a crash in onnxruntime (or qemu) cannot take
@@ -105,7 +105,7 @@ def _grow_pipe(stream, size: int = 1 << 20) -> None:
 
 class _ForkedProcess:
     """A worker forked by another worker (not a child of this process), seen through the Popen calls
-    WorkerClient makes: its two socket connections stand for the pipes, a pidfd for the process
+    WorkerConnection makes: its two socket connections stand for the pipes, a pidfd for the process
     (signalled and waited on without a pid reuse race). Its exit status goes to its parent worker,
     so returncode is only known when this side killed it."""
 
@@ -180,7 +180,7 @@ def stop_spawner() -> bool:
         return True
 
 
-class WorkerClient:
+class WorkerConnection:
     """One worker process: send a request frame, iterate the answer frames up to "done"."""
 
     def __init__(self, argv: list[str], env: dict | None, host: str, preamble: bytes = b"", proc=None):
@@ -287,7 +287,7 @@ class WorkerClient:
             self.proc.kill()
         self.close()
 
-    def fork(self, timeout: float = 120.0) -> "WorkerClient":
+    def fork(self, timeout: float = 120.0) -> "WorkerConnection":
         """Another worker, forked from this idle one: it starts warm (imports done, and under qemu-user
         the parent's translated code copied), where a new process pays its whole start-up again.
         Same machine only: the child connects back through a Unix socket in a private folder; a child
@@ -337,7 +337,7 @@ class WorkerClient:
         finally:
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)
-        return WorkerClient(self.argv, None, self.host, proc=proc)
+        return WorkerConnection(self.argv, None, self.host, proc=proc)
 
 
 def signal_kill(pidfd: int) -> None:
@@ -402,13 +402,13 @@ class ProcessHost:
     def ready(self) -> tuple[bool, str]:
         return True, "ready"
 
-    def start(self) -> WorkerClient:
+    def start(self) -> WorkerConnection:
         if not self.ready_checked:
             ok, msg = self.ready()
             if not ok:
                 raise UserError(f"host {self.name}: {msg}")
         argv, env, preamble = self.command()
-        return WorkerClient(argv, env, self.name, preamble)
+        return WorkerConnection(argv, env, self.name, preamble)
 
     def describe(self) -> str:
         return self.kind
@@ -460,7 +460,7 @@ class ProcessHost:
         """Release what the host's workers shared once they are all done (nothing, but for ssh)."""
 
     def can_fork(self) -> bool:
-        """Whether a running worker can fork more (WorkerClient.fork): it runs on this machine, which
+        """Whether a running worker can fork more (WorkerConnection.fork): it runs on this machine, which
         has pidfds (Linux) to watch a process that is not this one's child."""
         return hasattr(os, "pidfd_open")
 

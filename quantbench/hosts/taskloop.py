@@ -1,6 +1,6 @@
 """A host's tasks and one worker's loop over them: the unclaimed tasks of a host (a few fixtures of one
 variant each, handed out so that workers build few sessions), the request one task sends, and the loop
-that claims each from the host's run state (hosts/scheduling.py), sends it through the worker's HostSession
+that claims each from the host's run state (hosts/scheduling.py), sends it through the worker's WorkerClient
 and hands its result frames to the host's rows (hosts/resultrows.py)."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def chunks(work: list, per: int) -> list:
 
 def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: bytes | None = None,
                  session: dict | None = None) -> tuple[dict, list]:
-    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts). `remote`: the
+    """(the request of one task on `host`, as WorkerClient.run_job takes it; its payload parts). `remote`: the
     worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it.
     `model_data`: vi.model_bytes() when the caller holds them already (a cluster reads each model once).
     `session`: the variant's own session on this host (HostRows.job_session; None: the host's)."""
@@ -141,7 +141,7 @@ def job_frame(state, rows, vi, h: dict, p: bytes, job: dict) -> bool:
 
 class TaskLoop:
     """One worker's task loop: claims its host's tasks in turn (HostRunState.claim), sends each as one request
-    through its HostSession `hs`, hands the result frames to the host's rows; the first worker also serves the
+    through its WorkerClient `hs`, hands the result frames to the host's rows; the first worker also serves the
     fork requests of extra workers between two tasks (`serve_forks`, from hosts/workerpool.py)."""
 
     def __init__(self, state, rows, host, hs, serve_forks=None):

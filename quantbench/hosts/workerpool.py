@@ -13,7 +13,7 @@ import time
 
 from quantbench.errors import UserError, flag_mark
 from quantbench.hosts.resultrows import failure
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from quantbench.hosts.taskloop import TaskLoop
 
 
@@ -22,7 +22,7 @@ class ForkRequest:
 
     def __init__(self):
         self.done = threading.Event()
-        self.session = None     # the forked HostSession, not yet fingerprinted; None: start one instead
+        self.session = None     # the forked WorkerClient, not yet fingerprinted; None: start one instead
         self.error = ""
         self.t0 = 0.0
 
@@ -42,7 +42,7 @@ class HostWorkers:
         self.state, self.rows, self.host, self.sched = state, rows, host, sched
         self.clients: list = []
         self.extra_threads: list = []
-        #: the first worker while it runs tasks, if it can fork extra ones (HostSession.fork); else None
+        #: the first worker while it runs tasks, if it can fork extra ones (WorkerClient.fork); else None
         self.origin = None
         self.fork_requests: list = []
 
@@ -64,10 +64,10 @@ class HostWorkers:
             kill_client(hs.client)
 
     def start_and_fingerprint(self, forked=None):
-        """A new worker of this host (quantbench.hosts.session.HostSession), fingerprinted: started, or
+        """A new worker of this host (quantbench.hosts.workerclient.WorkerClient), fingerprinted: started, or
         `forked` from the first one (already tracked)."""
         rows = self.rows
-        hs = forked or HostSession(rows.spec, rows.session, rows.ctx.require_providers, host=self.host)
+        hs = forked or WorkerClient(rows.spec, rows.session, rows.ctx.require_providers, host=self.host)
         try:
             hs.open()
         finally:
@@ -154,7 +154,7 @@ class HostWorkers:
         return req.session
 
     def _open_extra(self, req):
-        """The extra worker's HostSession, started or forked and fingerprinted; None when it is not needed."""
+        """The extra worker's WorkerClient, started or forked and fingerprinted; None when it is not needed."""
         try:
             forked = self._forked(req)
             if forked is False:
