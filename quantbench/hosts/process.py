@@ -17,6 +17,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
@@ -351,11 +352,66 @@ def signal_kill(pidfd: int) -> None:
 
 
 #: what every host kind's class implements, and what a kind that starts workers adds (ProcessHost)
-EVERY_KIND = ("model_by_path", "runs_workers", "traces_instructions", "local_pid_memory", "caches_fingerprint",
-              "ready", "describe", "recorded_session", "latency_refusal")
-WORKER_KIND = ("command", "start", "uses_local_cores", "runs_on_cluster", "died_message", "job_death_message",
-               "version_policy", "start_failure", "fingerprint_cache_parts", "max_workers", "close_connection",
-               "can_fork", "reads_input_store", "fingerprint_problem")
+class AnyHost(Protocol):
+    """What every host kind's class offers (an imported file's too): runner, registry, explain and the API ask
+    these, never the kind's name."""
+
+    name: str
+    kind: str
+    model_by_path: bool       # the worker can open the model file by path (same filesystem)
+    runs_workers: bool        # results come from workers it starts (False: a file is merged)
+    traces_instructions: bool
+    local_pid_memory: bool
+    caches_fingerprint: bool
+
+    def ready(self) -> tuple[bool, str]: ...
+
+    def describe(self) -> str: ...
+
+    def recorded_session(self) -> dict | None: ...
+
+    def latency_refusal(self) -> str | None: ...
+
+
+class WorkerHost(AnyHost, Protocol):
+    """What a kind that starts workers (runs_workers) adds: how its worker starts and is told apart, what a dead
+    one means, its cores and its fingerprint cache's material (ProcessHost's defaults, a kind overriding what
+    differs)."""
+
+    uses_local_cores: bool
+    runs_on_cluster: bool
+
+    def command(self) -> tuple[list[str], dict | None, bytes]: ...
+
+    def start(self) -> "WorkerConnection": ...
+
+    def died_message(self, exc: WorkerDied) -> str: ...
+
+    def job_death_message(self, exc: WorkerDied) -> str: ...
+
+    def version_policy(self, remote: str, local: str) -> str | None: ...
+
+    def start_failure(self, exc: WorkerDied) -> str | None: ...
+
+    def fingerprint_cache_parts(self, env: dict) -> dict: ...
+
+    def max_workers(self, fingerprint: dict) -> int: ...
+
+    def close_connection(self) -> None: ...
+
+    def can_fork(self) -> bool: ...
+
+    def reads_input_store(self) -> bool: ...
+
+    def fingerprint_problem(self, fingerprint: dict) -> str | None: ...
+
+
+def protocol_members(protocol) -> tuple[str, ...]:
+    """The attributes and methods `protocol` (AnyHost, WorkerHost) declares itself, in order (what a kind's class
+    must have; tests/hosts/test_host_kinds.py checks every kind's)."""
+    own = [*protocol.__dict__.get("__annotations__", {}),
+           *(n for n, v in protocol.__dict__.items() if callable(v) and not n.startswith("_"))]
+    return tuple(own)
 
 
 @dataclass
@@ -366,10 +422,10 @@ class ProcessHost:
     A kind's class is built as Class(name=, kind=, options=). Every kind implements the attributes
     model_by_path, runs_workers, traces_instructions, local_pid_memory, caches_fingerprint and the methods
     `ready` (whether it can be used here, and why not), `describe`, `recorded_session` and `latency_refusal`
-    (EVERY_KIND). A kind that starts workers (runs_workers) subclasses this class and writes `command` (how
+    (AnyHost). A kind that starts workers (runs_workers) subclasses this class and writes `command` (how
     its worker starts) and whatever else differs from the defaults below: uses_local_cores, runs_on_cluster,
     `died_message`, `job_death_message`, `version_policy`, `start_failure`, `fingerprint_cache_parts`,
-    `max_workers`, `close_connection`, `can_fork`, `reads_input_store`, `fingerprint_problem` (WORKER_KIND). A kind that starts
+    `max_workers`, `close_connection`, `can_fork`, `reads_input_store`, `fingerprint_problem` (WorkerHost). A kind that starts
     none (imported) sets runs_workers False and writes only the first set.
     """
 

@@ -12,6 +12,7 @@ import threading
 import time
 
 from quantbench.errors import UserError, flag_mark
+from quantbench.hosts.process import WorkerHost
 from quantbench.hosts.resultrows import failure
 from quantbench.hosts.workerclient import WorkerClient
 from quantbench.hosts.taskloop import TaskLoop
@@ -38,7 +39,7 @@ class HostWorkers:
     """The worker processes of one host: `state` (its HostRunState), `rows` (its HostRows), `host` (its host
     object), `sched` (the scheduling.Scheduler an extra worker's slot goes back to)."""
 
-    def __init__(self, state, rows, host, sched):
+    def __init__(self, state, rows, host: WorkerHost, sched):
         self.state, self.rows, self.host, self.sched = state, rows, host, sched
         self.clients: list = []
         self.extra_threads: list = []
