@@ -45,7 +45,7 @@ DEFAULT_GROUP = 8
 # `--hosts` parser, registry.parse_hosts, reads NAME+KEY=VALUE items for every command.
 
 
-def open_session(host: HostRequest, require_providers: bool = False):
+def open_worker(host: HostRequest, require_providers: bool = False):
     """A started, fingerprinted worker of `host` under its session (quantbench.hosts.workerclient.WorkerClient)."""
     return WorkerClient(host.spec, host.session, require_providers, label=host.label).open()
 
@@ -55,7 +55,7 @@ def start_workers(hosts: list[HostRequest], require_providers: bool = False) -> 
     workers: list = [None] * len(hosts)
 
     def start(i):
-        workers[i] = open_session(hosts[i], require_providers)
+        workers[i] = open_worker(hosts[i], require_providers)
 
     try:
         parallel(start, list(range(len(hosts))))

@@ -33,14 +33,14 @@ def count_loads(monkeypatch, sessions: bool = False, home=None):
         at_start.append(dict(loads))
         return real_run_all(*a, **kw)
 
-    def open_session(self, *a, **kw):
+    def open_worker(self, *a, **kw):
         at_start.append(dict(loads))
         return real_open(self, *a, **kw)
 
     monkeypatch.setattr(onnx, "load", load)
     monkeypatch.setattr(runner, "_run_all", run_all)
     if sessions:
-        monkeypatch.setattr(WorkerClient, "open", open_session)
+        monkeypatch.setattr(WorkerClient, "open", open_worker)
     return loads, at_start
 
 
