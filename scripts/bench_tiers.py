@@ -41,7 +41,7 @@ from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts import cpuprofiles as P  # noqa: E402
 from quantbench.hosts import masked as M  # noqa: E402
 from quantbench.hosts.registry import resolve_hosts  # noqa: E402
-from quantbench.hosts.session import HostSession  # noqa: E402
+from quantbench.hosts.workerclient import WorkerClient  # noqa: E402
 from bench_speed import byte_compile  # noqa: E402  (scripts/, this script's own folder)
 
 OUT = ROOT / "results" / "bench" / "tiers.json"
@@ -51,7 +51,7 @@ QB = [sys.executable, "-m", "quantbench"]
 def _timed_run(host: str, models: dict, fixtures, repeat: int) -> dict:
     """{variant: {"seconds": median per inference, "hashes": [...]}} on a fresh worker of `host`."""
     out = {}
-    with HostSession(resolve_hosts([host])[0]) as hs:
+    with WorkerClient(resolve_hosts([host])[0]) as hs:
         for name, path in models.items():
             rows = hs.run(Path(path).read_bytes(), fixtures, repeat=repeat)
             secs = [r["seconds"] for r in rows if r.get("seconds") is not None]

@@ -212,7 +212,7 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
     "quantbench.cli.commands.hosts": (
         ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
-         "quantbench.hosts.session", "quantbench.hosts.setup", "quantbench.textfmt"),
+         "quantbench.hosts.workerclient", "quantbench.hosts.setup", "quantbench.textfmt"),
         "hosts list/setup/check have no API functions yet (they wait for the hosts layer to be split into kinds, worker and run execution)"),
     "quantbench.cli.commands.search": (
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
@@ -472,3 +472,79 @@ def test_only_the_recipe_module_reads_sidecars():
     assert recipe_owner_breaches([("quantbench/rogue.py", rogue)]) == [
         "quantbench/rogue.py:5 reads a sidecar", "quantbench/rogue.py:6 reads a sidecar",
         "quantbench/rogue.py:7 checks an input block"]
+
+
+# No module reads another module's private attribute: `x._name` where x is not self/cls and `_name` is defined
+# nowhere in the reading module (a function, class, assignment, parameter, import or keyword of its own). What a
+# module keeps private may change without a caller noticing; a name another module needs is made public.
+#: the public names spelled with an underscore: read anywhere
+PUBLIC_UNDERSCORED = {"os._exit": "the standard library's documented exit without clean-up (a forked child)"}
+#: reads that stay: module -> ({expression as written}, why). It may only shrink: an entry no longer read fails
+#: until it is removed, and no module may add one.
+PRIVATE_READS: dict[str, tuple[tuple[str, ...], str]] = {
+    "quantbench/cli/cli.py": (
+        ("argparse._SubParsersAction",),
+        "argparse has no public name for its sub-command action, which the help walks"),
+    "quantbench/cli/config.py": (
+        ("argparse._CountAction", "argparse._StoreFalseAction", "argparse._StoreTrueAction", "parser._actions"),
+        "argparse has no public list of a parser's actions nor names for their kinds; a defaults file is checked "
+        "against them"),
+    "quantbench/cli/groups.py": (
+        ("argparse._StoreFalseAction", "argparse._StoreTrueAction", "p._actions", "parser._actions"),
+        "argparse has no public list of a parser's actions nor names for their kinds; a group reads its own back"),
+    "quantbench/cli/commands/config.py": (
+        ("args._parser", "parser._qb_builtin", "parser._qb_leaves", "parser._qb_sources"),
+        "the parser cli.main built, carried on the namespace with the defaults files it applied (underscored so no "
+        "option's destination can clash); they wait for a defaults API"),
+    "quantbench/release/kitscript.py": (
+        ("decode._sigmoid", "decode._squeeze_batch"),
+        "a kit's check.py copies the source text of the helpers the simple decoders call (it calls neither)"),
+}
+
+
+def _names_defined(tree) -> set[str]:
+    """Every name a module defines or binds: functions, classes, assignments (attributes too), parameters,
+    imports and call keywords (argparse's set_defaults(_run=...) sets a namespace attribute)."""
+    out = set()
+    for n in ast.walk(tree):
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(n.name)
+        elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+            out.add(n.attr)
+        elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            out.add(n.id)
+        elif isinstance(n, ast.arg):
+            out.add(n.arg)
+        elif isinstance(n, ast.alias):
+            out.add(n.asname or n.name.split(".")[0])
+        elif isinstance(n, ast.keyword) and n.arg:
+            out.add(n.arg)
+    return out
+
+
+def private_reads(files) -> dict[str, set[str]]:
+    """path -> the `x._name` expressions it reads of another module's private attributes."""
+    found = {}
+    for path, text in files:
+        tree = ast.parse(text)
+        mine = _names_defined(tree)
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")):
+                continue
+            if isinstance(n.value, ast.Name) and n.value.id in ("self", "cls") or n.attr in mine:
+                continue
+            if ast.unparse(n) not in PUBLIC_UNDERSCORED:
+                found.setdefault(path, set()).add(ast.unparse(n))
+    return found
+
+
+def test_no_module_reads_another_modules_private_attribute():
+    files = [(p.relative_to(ROOT.parent).as_posix(), p.read_text()) for p in sorted(ROOT.rglob("*.py"))]
+    found = private_reads(files)
+    new = {p: sorted(xs - set(PRIVATE_READS.get(p, ((), ""))[0])) for p, xs in found.items()}
+    assert {p: xs for p, xs in new.items() if xs} == {}, "make the name public in its module, or read it another way"
+    stale = {p: sorted(set(listed) - found.get(p, set())) for p, (listed, _) in PRIVATE_READS.items()}
+    assert {p: xs for p, xs in stale.items() if xs} == {}, "no longer read: remove them from PRIVATE_READS"
+    # the rule sees a read of another module's private method, and lets a module read its own
+    rogue = "def run_host(run):\n    run._run()\n\nclass A:\n    def _own(self):\n        return other._own\n"
+    assert private_reads([("quantbench/rogue.py", rogue)]) == {"quantbench/rogue.py": {"run._run"}}

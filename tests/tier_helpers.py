@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 from explain_helpers import fixture
 from quantbench.hosts.registry import resolve_hosts
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 
 LIBM_OPS = ("Pow", "Log", "Sin", "Cos", "Atan", "Sinh", "Erf", "Tanh", "Exp")
 
@@ -52,7 +52,7 @@ def output_hashes(host: str, models: dict, fixtures) -> dict:
     """{variant: [sha256 of every output of every fixture]} of one host (a fresh worker)."""
     spec = resolve_hosts([host])[0]
     out = {}
-    with HostSession(spec) as hs:
+    with WorkerClient(spec) as hs:
         for name, path in models.items():
             rows = hs.run(Path(path).read_bytes(), fixtures)
             out[name] = [o["sha256"] for r in rows for o in r["outputs"].values()]

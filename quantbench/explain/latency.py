@@ -17,7 +17,7 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.localize import open_session
+from quantbench.explain.localize import open_worker
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.registry import make_host
 from quantbench.inputs.modelio import load_model, semantic_sha256
@@ -87,7 +87,7 @@ def measure(model_path, host, fixture, warmup: int = 3, runs: int = 10, repeats:
     check_host(host)
     check_counts(warmup, runs, repeats)
     model = Path(model_path).read_bytes()
-    w = open_session(host, require_providers)
+    w = open_worker(host, require_providers)
     try:
         res = w.run(model, [fixture], host.session, return_tensors=False, repeat=warmup + runs * repeats)
         rss = _vm_hwm_mb(w.client.pid) if w.host.local_pid_memory else None

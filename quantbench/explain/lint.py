@@ -177,7 +177,7 @@ def affected(layer: LayerLint, fleet: list[Int8Path]) -> list[Int8Path]:
 
 
 def fleet_paths(workers) -> list[Int8Path]:
-    """Each started worker's int8 path (quantbench.hosts.session.HostSession), from the fingerprint it sent."""
+    """Each started worker's int8 path (quantbench.hosts.workerclient.WorkerClient), from the fingerprint it sent."""
     out = []
     for w in workers:
         ident = w.fingerprint.get("identity", {})

@@ -33,7 +33,7 @@ from quantbench.fsutil import content_key
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
 from quantbench.store.hostresults import load_outputs
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import num
 
@@ -45,9 +45,9 @@ DEFAULT_GROUP = 8
 # `--hosts` parser, registry.parse_hosts, reads NAME+KEY=VALUE items for every command.
 
 
-def open_session(host: HostRequest, require_providers: bool = False):
-    """A started, fingerprinted worker of `host` under its session (quantbench.hosts.session.HostSession)."""
-    return HostSession(host.spec, host.session, require_providers, label=host.label).open()
+def open_worker(host: HostRequest, require_providers: bool = False):
+    """A started, fingerprinted worker of `host` under its session (quantbench.hosts.workerclient.WorkerClient)."""
+    return WorkerClient(host.spec, host.session, require_providers, label=host.label).open()
 
 
 def start_workers(hosts: list[HostRequest], require_providers: bool = False) -> list:
@@ -55,7 +55,7 @@ def start_workers(hosts: list[HostRequest], require_providers: bool = False) -> 
     workers: list = [None] * len(hosts)
 
     def start(i):
-        workers[i] = open_session(hosts[i], require_providers)
+        workers[i] = open_worker(hosts[i], require_providers)
 
     try:
         parallel(start, list(range(len(hosts))))

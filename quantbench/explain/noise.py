@@ -24,7 +24,7 @@ from pathlib import Path
 
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.localize import decode_runs, open_session
+from quantbench.explain.localize import decode_runs, open_worker
 from quantbench.hosts.deploy import thread_limit
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
@@ -168,7 +168,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int | None = Non
     want = names or False
     base = dict(host.session)
     rows: list[NoiseRow] = []
-    w = open_session(host, require_providers)
+    w = open_worker(host, require_providers)
     try:
         def row(factor, sa, sb, a, b, note=""):
             differ, flips, _ = _compare(spec, a, b, names)

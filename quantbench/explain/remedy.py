@@ -37,7 +37,8 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
 from quantbench.explain.localize import decode_runs, parallel, start_workers
 from quantbench.fsutil import canonical_json, check_writable_for, content_key
-from quantbench.hosts.session import JobFailed
+from quantbench.hosts.keys import session_options
+from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.quantize import intake
 from quantbench.quantize import variants as QV
@@ -189,12 +190,6 @@ def _requantized(base_path, float_model, out_dir: Path, recipe: dict, ranges_fil
     return out
 
 
-def _session_of(session: dict, extra) -> dict:
-    s = dict(session)
-    s["config_entries"] = {**s["config_entries"], **(extra or {})}
-    return s
-
-
 def _run_on_all(workers, hosts, path, fixtures, names, extra_entries=None):
     """(runs per host, the first host's session, the hosts whose onnxruntime could not make the session, in
     host order: their JobFailed); any other failure raises."""
@@ -202,13 +197,15 @@ def _run_on_all(workers, hosts, path, fixtures, names, extra_entries=None):
 
     def one(i):
         try:
-            return workers[i].run(data, fixtures, _session_of(hosts[i].session, extra_entries), return_tensors=names)
+            session = session_options(hosts[i].session).with_entries(extra_entries).wire()
+            return workers[i].run(data, fixtures, session, return_tensors=names)
         except JobFailed as exc:
             if not exc.cannot_run:
                 raise
             return exc
     runs = parallel(one, list(range(len(hosts))))
-    return runs, _session_of(hosts[0].session, extra_entries), [r for r in runs if isinstance(r, JobFailed)]
+    first = session_options(hosts[0].session).with_entries(extra_entries).wire()
+    return runs, first, [r for r in runs if isinstance(r, JobFailed)]
 
 
 def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spec, base_variant_id: str = "",

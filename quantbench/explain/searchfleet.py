@@ -28,9 +28,10 @@ from quantbench.explain.localize import decode_runs, localize, start_workers
 from quantbench.explain.searchcache import append_cache, count, read_cache, strings
 from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import canonical_json, content_key
+from quantbench.hosts.keys import session_options
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostRequest, make_host
-from quantbench.hosts.session import JobFailed
+from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
 
 #: the evaluation cache's key version: a line written under another version is never read as this one's
@@ -46,9 +47,7 @@ def decoder_key(spec) -> str:
 
 def session_with(session: dict, entries: dict | None) -> dict:
     """A host's session with extra config entries (a candidate's session requirements) on top."""
-    out = dict(session)
-    out["config_entries"] = {**session.get("config_entries", {}), **(entries or {})}
-    return out
+    return session_options(session).with_entries(entries).wire()
 
 
 @dataclass

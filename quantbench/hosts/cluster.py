@@ -10,7 +10,7 @@ CPU) runs on the cluster's workers; local and ssh hosts stay on this machine and
   host is set up there (`hosts setup`); any difference or gap is one UserError.
 - Each cluster worker process keeps its host workers alive across tasks (`_lease`: a pool of
   opened HostSessions per host and session, one per Dask thread at most), so qemu starts once
-  per cluster worker, and each task runs through the one worker-protocol client (HostSession).
+  per cluster worker, and each task runs through the one worker-protocol client (WorkerClient).
   A host's session pins its threads (one intra-op thread by default): run `dask worker
   --nthreads N` with N the machine's cores.
 - Every worker fingerprints the host before its tasks are submitted (`fingerprint`): the host's
@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
-from quantbench.hosts.resultrows import HostRows, summary_message, run_host
+from quantbench.hosts.resultrows import HostRows, host_outcome, summary_message
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.scheduling import HostRunState
+from quantbench.hosts.workerclient import WorkerClient
 from quantbench.hosts.taskloop import chunks, job_frame, task_request
 
 CONNECT_SECONDS = 10
@@ -79,25 +80,25 @@ def _pool_key(spec, session: dict, require_providers: bool) -> str:
     return content_key([spec.name, spec.kind, canonical_json(spec.options), session, bool(require_providers)])
 
 
-def _lease(spec, session: dict, require_providers: bool) -> HostSession:
+def _lease(spec, session: dict, require_providers: bool) -> WorkerClient:
     """An opened (started, fingerprinted) worker of `spec` on this cluster worker: an idle one, else a new one."""
     with _IDLE_LOCK:
         idle = _IDLE.get(_pool_key(spec, session, require_providers))
         if idle:
             return idle.pop()
-    hs = HostSession(spec, session, require_providers).open()
+    hs = WorkerClient(spec, session, require_providers).open()
     _count(hs, 1)
     return hs
 
 
-def _count(hs: HostSession, n: int) -> None:
+def _count(hs: WorkerClient, n: int) -> None:
     """Count a worker made (n=1) or killed (n=-1) for its key on this process."""
     with _IDLE_LOCK:
         key = _pool_key(hs.spec, hs.session, hs.require_providers)
         _MADE[key] = _MADE.get(key, 0) + n
 
 
-def _give_back(hs: HostSession) -> None:
+def _give_back(hs: WorkerClient) -> None:
     with _IDLE_LOCK:
         key = _pool_key(hs.spec, hs.session, hs.require_providers)
         if hs not in _IDLE.setdefault(key, []):
@@ -313,18 +314,17 @@ class ClusterHostRun:
 
     def __init__(self, spec, host, ctx, summary, cluster: Cluster):
         self.spec, self.host, self.ctx, self.summary, self.cluster = spec, host, ctx, summary, cluster
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.rows = HostRows(spec, host, ctx, summary, self.lock)
+        self.state = HostRunState(summary)   # its stop, lock and progress bar; the cluster schedules its tasks
+        self.rows = HostRows(spec, host, ctx, summary, self.state.lock)
         self.futures: list = []
-        self.bar = None
 
     def run(self) -> None:
-        run_host(self)
+        with host_outcome(self.state, self.rows):
+            self._run()
 
     def kill(self) -> None:
         """Stop now (interrupt): the tasks not finished are cancelled; finished results are already buffered."""
-        self.stop.set()
+        self.state.halt()
         for f in list(self.futures):
             f.cancel()
 
@@ -336,15 +336,15 @@ class ClusterHostRun:
         self.rows.adopt(fp, fid)
         work = self.rows.plan(fid)
         total = self.summary.planned
-        if not total or self.stop.is_set():
+        if not total or self.state.stop.is_set():
             return
         per = min(MAX_TASK_FIXTURES, max(1, -(-total // (TASKS_PER_THREAD * self.cluster.threads))))
         tasks = chunks(work, per)
         if ctx.progress:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", leave=True, unit="fixture",
-                            dynamic_ncols=True)
+            self.state.show_progress(tqdm(total=total, desc=f"{self.spec.name:>10}", leave=True, unit="fixture",
+                                          dynamic_ncols=True))
         t1 = time.monotonic()
         by_key = self._submit(tasks, fid)
         self._collect(by_key, fid)
@@ -377,7 +377,7 @@ class ClusterHostRun:
         distributed = _distributed()
         done = 0
         for fut in distributed.as_completed(self.futures, loop=self.cluster.client.loop):
-            if self.stop.is_set():
+            if self.state.stop.is_set():
                 break
             vi, fxs = by_key[fut.key]
             if not self._task_done(fut, vi, fxs, fid):
@@ -399,9 +399,9 @@ class ClusterHostRun:
             self.rows.error(f"host {self.spec.name}: a cluster worker reports fingerprint {ran_under[:12]}, the "
                             f"others {fid[:12]}; the machines differ, so they cannot run one host")
             return False
-        state = self.rows.new_state()
+        job = self.rows.new_state()
         for h, p in frames:
-            if not job_frame(self, vi, h, p, state):
+            if not job_frame(self.state, self.rows, vi, h, p, job):
                 return False
         self.rows.writer.flush()
         return True

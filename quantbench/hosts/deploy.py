@@ -19,7 +19,7 @@ from __future__ import annotations
 from quantbench.errors import UserError
 from quantbench.hosts import emulated
 from quantbench.hosts import worker as W
-from quantbench.hosts.keys import normalize_session
+from quantbench.hosts.keys import normalize_session, session_options
 
 #: hosts-file keys that set a host's session
 HOST_SESSION_KEYS = ("providers", "intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level",
@@ -67,13 +67,8 @@ def deployed_session(spec, overrides: dict | None = None, recorded: dict | None 
     own = getattr(spec, "session", None) or {}
     session = dict(recorded) if recorded and not own else dict(preset_session(spec))
     session.update(own)
-    own = normalize_session(session)
-    for key, value in (overrides or {}).items():
-        if key == "config_entries":
-            session["config_entries"] = {**(session.get("config_entries") or {}), **(value or {})}
-        elif value is not None:
-            session[key] = value
-    out = normalize_session(session)
+    own = session_options(session)
+    out = own.layered(overrides).wire()
     for key in ("intra_op_num_threads", "inter_op_num_threads"):
         if out[key] == 0:
             out[key] = own[key] or 1

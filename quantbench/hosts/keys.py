@@ -14,24 +14,30 @@ import functools
 import hashlib
 
 from quantbench.errors import UserError
-from quantbench.fsutil import canonical_json, content_key
+from quantbench.fsutil import canonical_json
 from quantbench.hosts import worker as W
 from quantbench import tensorcode
 
 # --------------------------------------------------------------------------- keys
 
 
-def normalize_session(session: dict | None) -> dict:
-    """Session options with the worker's defaults filled in (a bad option is a UserError)."""
+def session_options(session) -> W.SessionOptions:
+    """Session options (a dict, None: the defaults, or a SessionOptions) as the worker's one value type, normalised
+    (a bad option is a UserError)."""
     try:
-        return W.normalize_session(session)
+        return W.SessionOptions(session)
     except ValueError as exc:
         raise UserError(f"session options: {exc}") from None
 
 
+def normalize_session(session: dict | None) -> dict:
+    """Session options with the worker's defaults filled in (a bad option is a UserError), as a request sends them."""
+    return session_options(session).wire()
+
+
 def session_key(session: dict | None) -> str:
-    """SHA-256 of the canonical JSON of the normalised session options."""
-    return content_key(normalize_session(session))
+    """SHA-256 of the canonical JSON of the normalised session options (SessionOptions.key)."""
+    return session_options(session).key()
 
 
 def run_key(variant_id: str, fixture_id: str, fingerprint_id: str, session_key: str) -> str:

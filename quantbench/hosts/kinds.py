@@ -5,10 +5,10 @@ required ones first), which of them are one word passed to a program, which are 
 options are completed (`complete`), whether quantbench installs onnxruntime for it (so `NAME@VERSION` applies)
 and its host class, as `module:Class` (imported when a host is made, so this table imports no host module).
 
-A host class implements the protocol documented on quantbench.hosts.process.ProcessHost: EVERY_KIND
-(ready, describe, recorded_session, latency_refusal, runs_workers, ...) for every kind, and WORKER_KIND
+A host class implements the protocols of quantbench.hosts.process: AnyHost
+(ready, describe, recorded_session, latency_refusal, runs_workers, ...) for every kind, and WorkerHost
 (command, died_message, version_policy, max_workers, can_fork, ...) for a kind that starts workers, which
-subclasses ProcessHost and overrides what differs; a kind that starts none (imported) writes EVERY_KIND itself.
+subclasses ProcessHost and overrides what differs; a kind that starts none (imported) writes AnyHost itself.
 
 Adding a kind: write its host class in its own module, then add one HostKind to KINDS below.
 """

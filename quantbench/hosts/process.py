@@ -1,5 +1,5 @@
 """The process transport of the worker protocol: a worker is a process (local python, qemu-user, the OpenSSH
-client) this machine starts; `WorkerClient` speaks the worker's framed protocol over its pipes, `ProcessHost`
+client) this machine starts; `WorkerConnection` speaks the worker's framed protocol over its pipes, `ProcessHost`
 is the base of every host kind that starts one (local, emulated, ssh), `WorkerDied` says a worker ended.
 
 The worker always runs in a subprocess, so a crash in onnxruntime (or qemu) cannot take
@@ -17,6 +17,7 @@ import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
@@ -105,7 +106,7 @@ def _grow_pipe(stream, size: int = 1 << 20) -> None:
 
 class _ForkedProcess:
     """A worker forked by another worker (not a child of this process), seen through the Popen calls
-    WorkerClient makes: its two socket connections stand for the pipes, a pidfd for the process
+    WorkerConnection makes: its two socket connections stand for the pipes, a pidfd for the process
     (signalled and waited on without a pid reuse race). Its exit status goes to its parent worker,
     so returncode is only known when this side killed it."""
 
@@ -180,7 +181,7 @@ def stop_spawner() -> bool:
         return True
 
 
-class WorkerClient:
+class WorkerConnection:
     """One worker process: send a request frame, iterate the answer frames up to "done"."""
 
     def __init__(self, argv: list[str], env: dict | None, host: str, preamble: bytes = b"", proc=None):
@@ -287,7 +288,7 @@ class WorkerClient:
             self.proc.kill()
         self.close()
 
-    def fork(self, timeout: float = 120.0) -> "WorkerClient":
+    def fork(self, timeout: float = 120.0) -> "WorkerConnection":
         """Another worker, forked from this idle one: it starts warm (imports done, and under qemu-user
         the parent's translated code copied), where a new process pays its whole start-up again.
         Same machine only: the child connects back through a Unix socket in a private folder; a child
@@ -337,7 +338,7 @@ class WorkerClient:
         finally:
             listener.close()
             shutil.rmtree(folder, ignore_errors=True)
-        return WorkerClient(self.argv, None, self.host, proc=proc)
+        return WorkerConnection(self.argv, None, self.host, proc=proc)
 
 
 def signal_kill(pidfd: int) -> None:
@@ -351,11 +352,66 @@ def signal_kill(pidfd: int) -> None:
 
 
 #: what every host kind's class implements, and what a kind that starts workers adds (ProcessHost)
-EVERY_KIND = ("model_by_path", "runs_workers", "traces_instructions", "local_pid_memory", "caches_fingerprint",
-              "ready", "describe", "recorded_session", "latency_refusal")
-WORKER_KIND = ("command", "start", "uses_local_cores", "runs_on_cluster", "died_message", "job_death_message",
-               "version_policy", "start_failure", "fingerprint_cache_parts", "max_workers", "close_connection",
-               "can_fork", "reads_input_store", "fingerprint_problem")
+class AnyHost(Protocol):
+    """What every host kind's class offers (an imported file's too): runner, registry, explain and the API ask
+    these, never the kind's name."""
+
+    name: str
+    kind: str
+    model_by_path: bool       # the worker can open the model file by path (same filesystem)
+    runs_workers: bool        # results come from workers it starts (False: a file is merged)
+    traces_instructions: bool
+    local_pid_memory: bool
+    caches_fingerprint: bool
+
+    def ready(self) -> tuple[bool, str]: ...
+
+    def describe(self) -> str: ...
+
+    def recorded_session(self) -> dict | None: ...
+
+    def latency_refusal(self) -> str | None: ...
+
+
+class WorkerHost(AnyHost, Protocol):
+    """What a kind that starts workers (runs_workers) adds: how its worker starts and is told apart, what a dead
+    one means, its cores and its fingerprint cache's material (ProcessHost's defaults, a kind overriding what
+    differs)."""
+
+    uses_local_cores: bool
+    runs_on_cluster: bool
+
+    def command(self) -> tuple[list[str], dict | None, bytes]: ...
+
+    def start(self) -> "WorkerConnection": ...
+
+    def died_message(self, exc: WorkerDied) -> str: ...
+
+    def job_death_message(self, exc: WorkerDied) -> str: ...
+
+    def version_policy(self, remote: str, local: str) -> str | None: ...
+
+    def start_failure(self, exc: WorkerDied) -> str | None: ...
+
+    def fingerprint_cache_parts(self, env: dict) -> dict: ...
+
+    def max_workers(self, fingerprint: dict) -> int: ...
+
+    def close_connection(self) -> None: ...
+
+    def can_fork(self) -> bool: ...
+
+    def reads_input_store(self) -> bool: ...
+
+    def fingerprint_problem(self, fingerprint: dict) -> str | None: ...
+
+
+def protocol_members(protocol) -> tuple[str, ...]:
+    """The attributes and methods `protocol` (AnyHost, WorkerHost) declares itself, in order (what a kind's class
+    must have; tests/hosts/test_host_kinds.py checks every kind's)."""
+    own = [*protocol.__dict__.get("__annotations__", {}),
+           *(n for n, v in protocol.__dict__.items() if callable(v) and not n.startswith("_"))]
+    return tuple(own)
 
 
 @dataclass
@@ -366,10 +422,10 @@ class ProcessHost:
     A kind's class is built as Class(name=, kind=, options=). Every kind implements the attributes
     model_by_path, runs_workers, traces_instructions, local_pid_memory, caches_fingerprint and the methods
     `ready` (whether it can be used here, and why not), `describe`, `recorded_session` and `latency_refusal`
-    (EVERY_KIND). A kind that starts workers (runs_workers) subclasses this class and writes `command` (how
+    (AnyHost). A kind that starts workers (runs_workers) subclasses this class and writes `command` (how
     its worker starts) and whatever else differs from the defaults below: uses_local_cores, runs_on_cluster,
     `died_message`, `job_death_message`, `version_policy`, `start_failure`, `fingerprint_cache_parts`,
-    `max_workers`, `close_connection`, `can_fork`, `reads_input_store`, `fingerprint_problem` (WORKER_KIND). A kind that starts
+    `max_workers`, `close_connection`, `can_fork`, `reads_input_store`, `fingerprint_problem` (WorkerHost). A kind that starts
     none (imported) sets runs_workers False and writes only the first set.
     """
 
@@ -402,13 +458,13 @@ class ProcessHost:
     def ready(self) -> tuple[bool, str]:
         return True, "ready"
 
-    def start(self) -> WorkerClient:
+    def start(self) -> WorkerConnection:
         if not self.ready_checked:
             ok, msg = self.ready()
             if not ok:
                 raise UserError(f"host {self.name}: {msg}")
         argv, env, preamble = self.command()
-        return WorkerClient(argv, env, self.name, preamble)
+        return WorkerConnection(argv, env, self.name, preamble)
 
     def describe(self) -> str:
         return self.kind
@@ -460,7 +516,7 @@ class ProcessHost:
         """Release what the host's workers shared once they are all done (nothing, but for ssh)."""
 
     def can_fork(self) -> bool:
-        """Whether a running worker can fork more (WorkerClient.fork): it runs on this machine, which
+        """Whether a running worker can fork more (WorkerConnection.fork): it runs on this machine, which
         has pidfds (Linux) to watch a process that is not this one's child."""
         return hasattr(os, "pidfd_open")
 

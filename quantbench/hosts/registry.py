@@ -28,6 +28,7 @@ from quantbench.hosts import cpuprofiles, emulated, masked, runtimes
 from quantbench.inputs.configkeys import check_entries
 from quantbench.hosts.deploy import HOST_SESSION_KEYS, check_host_session, deployed_session
 from quantbench.hosts.kinds import KINDS, check_runtime, kind_names
+from quantbench.hosts.process import AnyHost
 
 DEFAULT_HOSTS_FILE = Path("quantbench.toml")
 #: where host names come from unless a caller says (`hosts check`): the hosts parameter, a flag on the command line
@@ -352,7 +353,7 @@ def parse_hosts(text: str, base_session: dict | None = None, hosts_file: str | o
     return out
 
 
-def make_host(spec: HostSpec):
+def make_host(spec: HostSpec) -> AnyHost:
     """The host object for a spec: its kind's host class (quantbench.hosts.kinds.KINDS)."""
     if spec.kind not in KINDS:
         raise UserError(f"host {spec.name}: unknown kind {spec.kind!r}; choose from {kind_names()}")

@@ -16,7 +16,7 @@ import json
 
 from quantbench.errors import UserError
 from quantbench.hosts import worker as W
-from quantbench.hosts.keys import normalize_session, session_key
+from quantbench.hosts.keys import session_key, session_options
 from quantbench.inputs.sidecarfile import requirements_of
 
 REQUIRED = W.REQUIRED
@@ -34,16 +34,13 @@ def entries_text(required: dict) -> str:
 def applied(session: dict, required: dict) -> dict:
     """`session` (a host's) with the `required` entries added: the session the variant runs under there (the
     host's own, unchanged, when it sets them all already)."""
-    s = normalize_session(session)
+    s = session_options(session)
     own = s["config_entries"]
     clash = {k: v for k, v in required.items() if k in own and own[k] != v}
     if clash:
         raise RequirementConflict("its session sets " + entries_text({k: own[k] for k in clash}) + "; the variant "
                                   f"requires {entries_text(clash)}")
-    added = {k: v for k, v in required.items() if k not in own}
-    if not added:
-        return s
-    return normalize_session({**s, "config_entries": {**own, **added}, REQUIRED: added})
+    return s.required({k: v for k, v in required.items() if k not in own}).wire()
 
 
 def for_variant(session: dict, variant) -> dict:
@@ -53,11 +50,7 @@ def for_variant(session: dict, variant) -> dict:
 
 def host_session(session: dict) -> dict:
     """The host's own session of a session a variant ran under (applied's inverse)."""
-    s = normalize_session(session)
-    added = s.pop(REQUIRED, None)
-    if added:
-        s["config_entries"] = {k: v for k, v in s["config_entries"].items() if k not in added}
-    return s
+    return session_options(session).own().wire()
 
 
 def host_key(session_options: str, skey: str) -> str:

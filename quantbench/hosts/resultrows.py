@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from quantbench.store import partread, partwrite
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
-from quantbench.hosts.keys import hosts_row, not_started_row, run_key, session_key
+from quantbench.hosts.keys import hosts_row, not_started_row, run_key, session_key, session_options
 from quantbench.hosts.placement import note_placement
 from quantbench.hosts.requirements import RequirementConflict, entries_text, for_variant
 from quantbench.inputs.sidecarfile import requirements_of
@@ -80,7 +81,8 @@ class VariantSession:
     (hosts/requirements.py): the session, its JSON and key (recorded with every result of it there)."""
 
     def __init__(self, session: dict):
-        self.session, self.json, self.key = session, canonical_json(session), session_key(session)
+        options = session_options(session)
+        self.session, self.json, self.key = options.wire(), options.json(), options.key()
 
 
 class HostRows:
@@ -193,6 +195,13 @@ class HostRows:
         with self.lock:
             self.summary.errors.append(msg)
 
+    def does_not_start(self, exc: DoesNotStart) -> None:
+        """This host's runtime cannot start on its CPU: a result, noted and recorded in the hosts table."""
+        self.summary.does_not_start = exc.reason
+        self.summary.notes.append(str(exc))
+        partwrite.append("hosts", [not_started_row(self.spec.name, self.spec.kind, exc.reason, self.host.describe())],
+                         root=self.ctx.root, ledger=True)
+
     def cannot_run(self, vi, message: str, requirement: bool = False) -> None:
         """This host's runtime cannot run variant `vi` (an "unsupported" error frame; `requirement`: a "requirement"
         one, its session requirement could not be applied): a result, noted once."""
@@ -205,24 +214,23 @@ class HostRows:
                 self.summary.notes.append(f"host {self.spec.name} cannot run variant {vi.name}: {why}")
 
 
-def run_host(run) -> None:
-    """What every executor of a host does around its work (`run._run()`): a failure becomes the host's one error
-    line (the other hosts go on), its rows are flushed, its progress bar closed and its seconds counted."""
+@contextmanager
+def host_outcome(state, rows):
+    """What every executor of a host does around its work (a local run's or a cluster's; `state`: the host's
+    scheduling.HostRunState, `rows`: its HostRows): a failure becomes the host's one error line (the other hosts
+    go on), a runtime that cannot start its result; its rows are flushed, its progress bar closed and its
+    seconds counted."""
     t0 = time.monotonic()
     try:
-        run._run()
+        yield
     except DoesNotStart as exc:  # a result for this host, not a failure
-        run.summary.does_not_start = exc.reason
-        run.summary.notes.append(str(exc))
-        partwrite.append("hosts", [not_started_row(run.spec.name, run.spec.kind, exc.reason, run.host.describe())],
-                      root=run.ctx.root, ledger=True)
+        rows.does_not_start(exc)
     except Exception as exc:  # keep the other hosts going; report this one
-        run.rows.error(failure(run.spec.name, exc))
+        rows.error(failure(rows.spec.name, exc))
     finally:
-        run.rows.writer.flush()
-        if run.bar is not None:
-            run.bar.close()
-        run.summary.seconds = time.monotonic() - t0
+        rows.writer.flush()
+        state.close_bar()
+        rows.summary.seconds = time.monotonic() - t0
 
 
 def _reason(message: str, limit: int = 360) -> str:

@@ -33,14 +33,15 @@ from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fingerprintcache, shards
 from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
-from quantbench.hosts.resultrows import HostRows, failure, run_host
+from quantbench.hosts.resultrows import HostRows, failure, host_outcome
 from quantbench.hosts.keys import local_ort_version, session_key
 from quantbench.hosts.deploy import deployed_session, describe, usable_cores, worker_threads
 from quantbench.hosts.placement import summary_text as placement_text
 from quantbench.hosts.requirements import RequirementConflict, entries_text, for_variant
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
+from quantbench.hosts.scheduling import HostRunState, Scheduler
 from quantbench.hosts.setup import first_use_setup
-from quantbench.hosts.taskloop import TaskLoop, Tasks, chunks
+from quantbench.hosts.taskloop import Tasks, chunks
 from quantbench.hosts.workerpool import HostWorkers
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 from quantbench.inputs.modelio import (ModelFacts, fits, load_with_data, model_facts, refuse_non_tensors,
@@ -328,105 +329,32 @@ class RunFailed(UserError):
 # --------------------------------------------------------------------------- the run
 
 
-class _Scheduler:
-    """One pool of worker slots (default: the usable cores) shared by every host.
-
-    A host's first worker takes a slot as soon as one is free (hosts in the order
-    named). Every slot freed later (a host finished, or had nothing to run) goes to
-    the host with the most work left, which starts another worker, as long as its
-    unclaimed work outlasts a worker's start-up (a local or emulated host forks its
-    first worker instead: that takes a fraction of a second, so such a host takes a
-    free slot as soon as its work is planned). Work is split into tasks of a few
-    fixtures per variant that a host's workers take in turn; results are merged by
-    content key, so who ran what does not matter. ssh workers run on the remote's
-    cores: they take no local slot and are capped by the remote's core count.
-    """
-
-    def __init__(self, slots: int):
-        self.slots = max(1, int(slots))
-        self.free = self.slots
-        self.cond = threading.Condition()
-        self.runs: list = []
-        self.waiting: list = []
-
-    def first_slot(self, run) -> bool:
-        """Block until `run` may start its first worker (it takes `run.cores` slots: one per thread of its
-        session); False if it was stopped meanwhile."""
-        if not run.uses_local_slot:
-            return True
-        with self.cond:
-            self.waiting.append(run)
-            try:
-                while not run.stop.is_set():
-                    if self.free >= run.cores and self.waiting[0] is run:
-                        self.free -= run.cores
-                        return True
-                    self.cond.wait(0.2)
-                return False
-            finally:
-                self.waiting.remove(run)
-                self.cond.notify_all()
-
-    def release(self, run) -> None:
-        if run.uses_local_slot:
-            with self.cond:
-                self.free += run.cores
-                self.cond.notify_all()
-        self.rebalance()
-
-    def rebalance(self) -> None:
-        """Start a worker for the busiest host on each free slot (first workers are served first)."""
-        grants = []
-        with self.cond:
-            while True:
-                cands = [r for r in self.runs if r.wants_worker()]
-                if self.waiting:
-                    cands = [r for r in cands if not r.uses_local_slot]
-                cands = [r for r in cands if not r.uses_local_slot or r.cores <= self.free]
-                if not cands:
-                    break
-                best = max(cands, key=lambda r: r.work_left())
-                with best.lock:
-                    best.starting += 1
-                if best.uses_local_slot:
-                    self.free -= best.cores
-                grants.append(best)
-        for r in grants:
-            r.grant()
+#: the scheduler's old name (tests that predate hosts/scheduling.py patch it here)
+_Scheduler = Scheduler
 
 
 class _HostRun:
-    """One host that runs workers: its fingerprint and plan (resultrows.HostRows), its tasks, the scheduling
-    figures the scheduler asks (work left, workers wanted), its worker processes (workerpool.HostWorkers)."""
+    """One host that runs workers, top-down: its fingerprint (remembered, or its first worker's) and plan
+    (resultrows.HostRows), then its first worker runs the tasks while free slots start more
+    (workerpool.HostWorkers). Its run state (scheduling.HostRunState) is what the scheduler asks."""
 
     #: an extra worker pays when the work it would share outlasts this many of its start-ups
     STARTUP_FACTOR = 1.0
 
-    def __init__(self, spec: HostSpec, host, ctx: "_Context", position: int, sched: "_Scheduler"):
-        self.spec = spec
-        self.host = host
-        self.ctx = ctx
-        self.position = position
-        self.sched = sched
+    def __init__(self, spec: HostSpec, host, ctx: "_Context", position: int, sched: Scheduler):
+        self.spec, self.host, self.ctx, self.position, self.sched = spec, host, ctx, position, sched
         self.summary = HostSummary(spec.name, spec.kind)
-        self.stop = threading.Event()
-        self.bar = None
-        self.lock = threading.Lock()
-        self.rows = HostRows(spec, host, ctx, self.summary, self.lock)   # owns the host's session and its key
         #: core slots each worker takes: its threads, at most every slot (a 4-thread guest on 2 cores takes both)
-        self.cores = min(worker_threads(self.rows.session), sched.slots)
-        self.workers = HostWorkers(self)
-        self.uses_local_slot = self.host.uses_local_cores
-        self.tasks: Tasks | None = None
-        self.unclaimed = 0      # fixtures in tasks no worker has taken yet
-        self.active = 0         # workers running tasks
-        self.starting = 0       # workers granted and starting
-        self.max_workers = 1 << 30
-        self.t_run = 0.0
+        cores = min(worker_threads(ctx.sessions[spec.name]), sched.slots)
+        self.state = HostRunState(self.summary, cores=cores, uses_local_slot=host.uses_local_cores, grant=self.grant,
+                                  startup_factor=self.STARTUP_FACTOR)
+        self.rows = HostRows(spec, host, ctx, self.summary, self.state.lock)   # owns the host's session and its key
+        self.workers = HostWorkers(self.state, self.rows, host, sched)
+        self.holds_first_slot = False
 
     @property
-    def fingerprint_id(self) -> str:
-        return self.rows.fingerprint_id
+    def stop(self):
+        return self.state.stop
 
     def kill(self) -> None:
         """Stop every worker of this host now (interrupt): finished results are already buffered."""
@@ -447,13 +375,13 @@ class _HostRun:
     # -- the host's thread
 
     def run(self) -> None:
-        run_host(self)
+        with host_outcome(self.state, self.rows):
+            self._run()
 
     def _run(self) -> None:
-        ctx = self.ctx
-
+        """The remembered fingerprint first (nothing to start when it holds every result), then a first slot."""
         try:
-            key = fingerprintcache.cache_key(self.host, self.rows.session, ctx.require_providers)
+            key = fingerprintcache.cache_key(self.host, self.rows.session, self.ctx.require_providers)
         except Exception:  # the cache is an optimisation: never a reason to fail
             key = None
         hit = fingerprintcache.lookup(key)
@@ -465,21 +393,20 @@ class _HostRun:
             if not planned[1]:
                 self.summary.fingerprint_cached = True
                 return
-        if not self.sched.first_slot(self):
+        if not self.sched.first_slot(self.state):
             return
-        released = []
-
-        def free_first_slot():
-            if not released:
-                released.append(True)
-                self.sched.release(self)
-
-        self._free_first_slot = free_first_slot
+        self.holds_first_slot = True
         try:
             self._run_workers(key, planned)
         finally:
-            free_first_slot()
+            self._free_first_slot()
             self.host.close_connection()
+
+    def _free_first_slot(self) -> None:
+        """The first worker is done: its slot goes back to the pool (the busiest host, or nobody), once."""
+        if self.holds_first_slot:
+            self.holds_first_slot = False
+            self.sched.release(self.state)
 
     def _run_workers(self, key, planned=None) -> None:
         """Start the first worker, fingerprint it, plan, and run tasks (more workers join via grant).
@@ -499,13 +426,14 @@ class _HostRun:
                 self.rows.adopt(fp, fid)
                 work = self._plan(fid)
             if self.summary.planned:
-                self.max_workers = self.host.max_workers(fp)  # e.g. an ssh remote's cores
+                self.state.cap_workers(self.host.max_workers(fp))  # e.g. an ssh remote's cores
                 self._drive_first(hs, work)
         finally:
             self.workers.join()
             hs.close()  # after the extra workers: the forked ones are its children
         self.rows.writer.flush()
-        self.summary.run_seconds = time.monotonic() - self.t_run if self.t_run else 0.0
+        t_run = self.state.t_run  # when the first worker began its tasks (0: it had none)
+        self.summary.run_seconds = time.monotonic() - t_run if t_run else 0.0
 
     def _drive_first(self, hs, work: list) -> None:
         """The first worker runs the host's tasks (`work`, split in tasks); free slots start more meanwhile."""
@@ -515,52 +443,16 @@ class _HostRun:
         tasks = Tasks()
         for vi, fxs in chunks(work, max(1, -(-total // (8 * max(self.sched.slots, 1))))):
             tasks.put(vi, fxs)
-        if self.ctx.progress:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
-                            unit="fixture", file=sys.stderr, dynamic_ncols=True)
-        origin = hs if self.host.can_fork() else None
-        with self.lock:
-            self.unclaimed = total
-            self.active = 1
-            self.t_run = time.monotonic()
-            self.tasks = tasks
-            self.workers.origin = origin
-        self.sched.rebalance()  # free slots (more cores than hosts) go to the busiest hosts now
-        TaskLoop(self, hs, tasks, origin).drive()
-        with self.lock:
-            self.active -= 1
-        # this worker is done: its slot goes back to the pool (the busiest host, or nobody)
+        self.workers.drive_first(hs, tasks, total, self._progress_bar(total))
         self._free_first_slot()
 
-    # -- scheduling
-
-    def seconds_per_fixture(self) -> float | None:
-        """Wall seconds one worker spends per fixture, from this run so far (None before a result)."""
-        ran = self.summary.ran
-        if ran < 1 or not self.t_run:
+    def _progress_bar(self, total: int):
+        if not self.ctx.progress:
             return None
-        return (time.monotonic() - self.t_run) * max(1, self.active) / ran
+        from tqdm import tqdm
 
-    def wants_worker(self) -> bool:
-        with self.lock:
-            if self.stop.is_set() or self.tasks is None or self.unclaimed <= 0:
-                return False
-            workers = self.active + self.starting
-            if workers >= self.max_workers or self.tasks.qsize() <= 0:
-                return False
-            origin, fork_seconds = self.workers.origin, self.workers.fork_seconds
-            spf = self.seconds_per_fixture()
-            if spf is None:  # no result to measure yet: only a fork (warm, a fraction of a second) is worth it
-                return origin is not None and self.tasks.qsize() > workers
-            left = self.unclaimed * spf  # one worker's seconds of work nobody has taken yet
-            startup = fork_seconds if origin is not None and fork_seconds else self.summary.startup_seconds
-            return left / (workers + 1) > self.STARTUP_FACTOR * max(startup, 1e-3)
-
-    def work_left(self) -> float:
-        spf = self.seconds_per_fixture() or 0.0
-        return self.unclaimed * spf / max(1, self.active + self.starting)
+        return tqdm(total=total, desc=f"{self.spec.name:>10}", position=self.position, leave=True,
+                    unit="fixture", file=sys.stderr, dynamic_ncols=True)
 
 
 class _ImportedRun:
@@ -741,7 +633,7 @@ def _join_all(threads, runs) -> None:
         pass
 
 
-def _host_run(spec, host, ctx: _Context, i: int, sched: _Scheduler, cluster):
+def _host_run(spec, host, ctx: _Context, i: int, sched: Scheduler, cluster):
     """The run of one host: on the cluster (the ones it takes), with local workers, or an imported file merged."""
     if cluster is not None and takes_host(host):
         return ClusterHostRun(spec, host, ctx, HostSummary(spec.name, spec.kind), cluster)
@@ -752,9 +644,9 @@ def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None, 
     """Each host in its own thread, in the order named: hosts that run workers share the scheduler's
     slots (or run on the `cluster`); imported hosts merge their file. The fixtures and models rows are
     written meanwhile. Returns the hosts' summaries in that order."""
-    sched = _Scheduler(slots)
+    sched = Scheduler(slots)
     runs = [_host_run(spec, host, ctx, i, sched, cluster) for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
-    sched.runs = [r for r in runs if isinstance(r, _HostRun)]
+    sched.runs = [r.state for r in runs if isinstance(r, _HostRun)]
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None
     try:

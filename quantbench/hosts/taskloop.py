@@ -1,7 +1,7 @@
 """A host's tasks and one worker's loop over them: the unclaimed tasks of a host (a few fixtures of one
 variant each, handed out so that workers build few sessions), the request one task sends, and the loop
-that sends each through the worker's HostSession and hands its result frames to the host's rows
-(hosts/resultrows.py)."""
+that claims each from the host's run state (hosts/scheduling.py), sends it through the worker's WorkerClient
+and hands its result frames to the host's rows (hosts/resultrows.py)."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def chunks(work: list, per: int) -> list:
 
 def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: bytes | None = None,
                  session: dict | None = None) -> tuple[dict, list]:
-    """(the request of one task on `host`, as HostSession.run_job takes it; its payload parts). `remote`: the
+    """(the request of one task on `host`, as WorkerClient.run_job takes it; its payload parts). `remote`: the
     worker runs on another machine (a cluster's): the model travels as bytes, first, and the inputs after it.
     `model_data`: vi.model_bytes() when the caller holds them already (a cluster reads each model once).
     `session`: the variant's own session on this host (HostRows.job_session; None: the host's)."""
@@ -108,96 +108,95 @@ def task_request(host, ctx, vi, fxs: list, remote: bool = False, model_data: byt
     return request, parts
 
 
-def error_line(run, vi, h: dict) -> str:
-    """The summary line of a job's "error" frame `h` (host, variant, the fixture it stopped at)."""
-    fx = run.ctx.fixtures_by_id.get(h.get("fixture_id") or "")
+def error_line(rows, vi, h: dict) -> str:
+    """The summary line of a job's "error" frame `h` (host, variant, the fixture it stopped at); `rows`: the host's
+    resultrows.HostRows (its spec and the run's context)."""
+    ctx, name = rows.ctx, rows.spec.name
+    fx = ctx.fixtures_by_id.get(h.get("fixture_id") or "")
     where = f", fixture {fixture_label(fx)}" if fx else ""
     if h.get("stage") == "disk":   # a full disk: named by the folder the user knows (the run's scratch is in the tables)
         folder = str(h.get("folder") or "")
-        inside = folder and Path(folder).is_relative_to(Path(run.ctx.root).resolve())
-        return (f"{run.ctx.root if inside else folder}: no space left on device (host {run.spec.name}, variant "
+        inside = folder and Path(folder).is_relative_to(Path(ctx.root).resolve())
+        return (f"{ctx.root if inside else folder}: no space left on device (host {name}, variant "
                 f"{vi.name}{where}: {h['message']}); free some space and rerun")
-    return f"host {run.spec.name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}"
+    return f"host {name}, variant {vi.name}{where}: {h['stage']} error: {h['message']}"
 
 
-def job_frame(run, vi, h: dict, p: bytes, state: dict) -> bool:
-    """One frame of a job on `run`'s host (a local worker's or a cluster task's): counted, its results as outputs
-    rows (HostRows.frame; `state`: the job's), the progress bar moved; False for an error frame (noted) after
-    which the job stopped. An "unsupported" error is a result for this host and variant, not a failure."""
-    run.rows.frame(vi, h, p, state)
+def job_frame(state, rows, vi, h: dict, p: bytes, job: dict) -> bool:
+    """One frame of a job on a host (a local worker's or a cluster task's; `state`: the host's
+    scheduling.HostRunState, `rows`: its resultrows.HostRows): counted, its results as outputs rows (HostRows.frame;
+    `job`: the job's frame state), the progress bar moved; False for an error frame (noted) after which the job
+    stopped. An "unsupported" error is a result for this host and variant, not a failure."""
+    rows.frame(vi, h, p, job)
     t = h.get("type")
     if t == "result":
-        if run.bar is not None:
-            run.bar.update(1)
+        state.advance()
     elif t == "error" and h.get("stage") in ("unsupported", "requirement"):
-        run.rows.cannot_run(vi, h["message"], requirement=h.get("stage") == "requirement")
+        rows.cannot_run(vi, h["message"], requirement=h.get("stage") == "requirement")
     elif t == "error":
-        run.rows.error(error_line(run, vi, h))
+        rows.error(error_line(rows, vi, h))
         return False
     return True
 
 
 class TaskLoop:
-    """One worker's task loop: takes its host's tasks (Tasks) in turn, sends each as one request through its
-    HostSession, hands the result frames to the host's rows; the first worker (`origin`) also forks the
-    extra workers asked for between two tasks (the host's workers: hosts/workerpool.py)."""
+    """One worker's task loop: claims its host's tasks in turn (HostRunState.claim), sends each as one request
+    through its WorkerClient `hs`, hands the result frames to the host's rows; the first worker also serves the
+    fork requests of extra workers between two tasks (`serve_forks`, from hosts/workerpool.py)."""
 
-    def __init__(self, run, hs, tasks: Tasks, origin=None):
-        self.run, self.hs, self.tasks, self.origin = run, hs, tasks, origin
+    def __init__(self, state, rows, host, hs, serve_forks=None):
+        self.state, self.rows, self.host, self.hs, self.serve_forks = state, rows, host, hs, serve_forks
 
     def drive(self) -> None:
-        """Run tasks until none are left (or the host stops); the first worker (`origin`) forks the extra
+        """Run tasks until none are left (or the host stops); the first worker (`serve_forks`) forks the extra
         workers asked for before each task."""
         last = None
         try:
-            while not self.run.stop.is_set():
-                if self.origin is not None:
-                    self.run.workers.serve_forks(self.origin)
-                got = self.tasks.take(last)
+            while not self.state.stop.is_set():
+                if self.serve_forks is not None:
+                    self.serve_forks()
+                got = self.state.claim(last)
                 if got is None:
-                    last = None  # take() already counted this worker off its last variant
+                    last = None  # claim() already counted this worker off its last variant
                     return
                 vi, fxs = got
                 last = vi.variant_id
-                with self.run.lock:
-                    self.run.unclaimed -= len(fxs)
                 if not self._run_task(vi, fxs):
                     return
         finally:
-            self.tasks.done(last)
-            if self.origin is not None:
-                self.run.workers.serve_forks(self.origin, last=True)
+            self.state.leave(last)
+            if self.serve_forks is not None:
+                self.serve_forks(last=True)
 
     def _run_task(self, vi, fxs) -> bool:
         """One job on this worker; False when the worker (or the host) must stop."""
-        request, payload = task_request(self.run.host, self.run.ctx, vi, fxs, session=self.run.rows.job_session(vi))
+        request, payload = task_request(self.host, self.rows.ctx, vi, fxs, session=self.rows.job_session(vi))
         pending = {fx.fixture_id: fx for fx in fxs}  # in order: the first one left was in flight
-        state = self.run.rows.new_state()
+        job = self.rows.new_state()
         try:
             for h, p in self.hs.run_job(payload, **request):
-                self._frame(vi, h, p, state, pending)
+                self._frame(vi, h, p, job, pending)
         except Exception as exc:
             self._failed(vi, pending, exc)
             return False
-        self.run.rows.writer.flush()
-        return not self.run.stop.is_set()
+        self.rows.writer.flush()
+        return not self.state.stop.is_set()
 
-    def _frame(self, vi, h: dict, p: bytes, state: dict, pending: dict) -> None:
+    def _frame(self, vi, h: dict, p: bytes, job: dict, pending: dict) -> None:
         """Count one frame of a job (job_frame); an error frame stops the host (results so far stand)."""
-        if not job_frame(self.run, vi, h, p, state):
-            self.run.stop.set()  # the job stopped at the failing fixture: so does the host
+        if not job_frame(self.state, self.rows, vi, h, p, job):
+            self.state.halt()  # the job stopped at the failing fixture: so does the host
         elif h.get("type") == "result":
             pending.pop(h["fixture_id"], None)
 
     def _failed(self, vi, pending: dict, exc: Exception) -> None:
         """The job ended with `exc` (a dead worker: its host says why): one error naming the fixture in flight."""
-        run = self.run
-        run.rows.writer.flush()
+        self.rows.writer.flush()
         in_flight = next(iter(pending.values()), None)
         where = f", fixture {fixture_label(in_flight)}" if in_flight else ""
         if isinstance(exc, WorkerDied):
-            msg = run.host.job_death_message(exc)
+            msg = self.host.job_death_message(exc)
         else:
             msg = summary_message(exc) if isinstance(exc, UserError) else f"{type(exc).__name__}: {exc}"
-        run.rows.error(f"host {run.spec.name}, variant {vi.name}{where}: {msg}")
-        run.stop.set()
+        self.rows.error(f"host {self.rows.spec.name}, variant {vi.name}{where}: {msg}")
+        self.state.halt()

@@ -130,6 +130,78 @@ def _normalize_required(out: dict) -> None:
         out[REQUIRED] = required
 
 
+class SessionOptions:
+    """onnxruntime's session options as one value: normalised once (normalize_session: defaults filled, unknown
+    keys and bad values a ValueError), then keyed, layered and sent as they are. Standard library only, so this
+    worker builds its sessions from the very value the workbench keys its results by.
+
+    - wire(): the normalised options as a request carries them and a result records them (a fresh dict);
+    - json() / key(): their canonical JSON and its SHA-256 (the session key in every run key);
+    - layered(overrides): another layer on top (a hosts file's keys, the command line's): config entries merge
+      key by key, a None value leaves the option as it was;
+    - with_entries(entries): config entries added on top (a remedy's or a search candidate's);
+    - required(entries) / own(): a variant's required entries added and named (REQUIRED), and taken off again.
+    """
+
+    __slots__ = ("_options",)
+
+    def __init__(self, options=None):
+        self._options = options.wire() if isinstance(options, SessionOptions) else normalize_session(options)
+
+    def wire(self) -> dict:
+        return json.loads(json.dumps(self._options))
+
+    def json(self) -> str:
+        return json.dumps(self._options, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+
+    def key(self) -> str:
+        return hashlib.sha256(self.json().encode()).hexdigest()
+
+    def __getitem__(self, name: str):
+        return self._options[name]
+
+    def get(self, name: str, default=None):
+        return self._options.get(name, default)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SessionOptions) and self.json() == other.json()
+
+    def __hash__(self) -> int:
+        return hash(self.json())
+
+    def __repr__(self) -> str:
+        return "SessionOptions(%s)" % self.json()
+
+    def layered(self, overrides: "dict | None") -> "SessionOptions":
+        out = self.wire()
+        for key, value in (overrides or {}).items():
+            if key == "config_entries":
+                out["config_entries"] = dict(out["config_entries"], **(value or {}))
+            elif value is not None:
+                out[key] = value
+        return SessionOptions(out)
+
+    def with_entries(self, entries: "dict | None") -> "SessionOptions":
+        return self.layered({"config_entries": entries or {}})
+
+    def required(self, added: dict) -> "SessionOptions":
+        """These options with `added` config entries, named as a variant's required entries (none: unchanged)."""
+        if not added:
+            return self
+        out = self.wire()
+        out["config_entries"] = dict(out["config_entries"], **added)
+        out[REQUIRED] = added
+        return SessionOptions(out)
+
+    def own(self) -> "SessionOptions":
+        """The host's own options of options a variant ran under (required's inverse)."""
+        out = self.wire()
+        added = out.pop(REQUIRED, None)
+        if added:
+            out["config_entries"] = {k: v for k, v in out["config_entries"].items() if k not in added}
+        return SessionOptions(out)
+
+
 # --------------------------------------------------------------------------- framing
 
 

@@ -23,6 +23,7 @@ from quantbench.errors import UserError
 from quantbench.hosts import cluster as C
 from quantbench.hosts import emulated as E
 from quantbench.hosts.runner import plan_run, run_plan
+from quantbench.hosts.scheduling import Scheduler
 from quantbench.inputs.variantdir import resolve_variants
 from setup_required import missing_setup
 
@@ -165,7 +166,7 @@ def test_ctrl_c_during_a_cluster_run_cancels_its_tasks_and_writes_nothing_after(
     from quantbench.hosts import runner as R
 
     pause, root = tmp_path / "go", workdir / "t"
-    real_rebalance = R._Scheduler.rebalance
+    real_rebalance = Scheduler.rebalance
 
     def rebalance(self):  # the user presses Ctrl-C once a cluster worker is paused in a task
         if threading.current_thread() is threading.main_thread() and Path(f"{pause}.paused").exists():
@@ -175,7 +176,7 @@ def test_ctrl_c_during_a_cluster_run_cancels_its_tasks_and_writes_nothing_after(
     plan = _demo_plan(["pi"])
     with _local_cluster(tmp_path, QUANTBENCH_TEST_PAUSE_AFTER=1, QUANTBENCH_TEST_PAUSE_FILE=pause) as lc, \
             C.connect_plan(lc.scheduler_address, plan) as cluster:
-        monkeypatch.setattr(R._Scheduler, "rebalance", rebalance)
+        monkeypatch.setattr(Scheduler, "rebalance", rebalance)
         before = set(threading.enumerate())
         try:
             with pytest.raises(KeyboardInterrupt):

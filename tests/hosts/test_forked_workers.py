@@ -1,4 +1,4 @@
-"""Extra workers forked from a host's warm first worker (worker.py "fork", WorkerClient.fork).
+"""Extra workers forked from a host's warm first worker (worker.py "fork", WorkerConnection.fork).
 
 A forked worker must be indistinguishable from a started one: same fingerprint, the
 same bytes out; it must let go of its parent's pipes, and die with the run on an
@@ -22,7 +22,7 @@ from quantbench.store import hostresults
 from quantbench.hosts.keys import normalize_session
 from quantbench.hosts.registry import HostSpec
 from quantbench.hosts.runner import run_hosts
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from setup_required import missing_setup
 
 PI = HostSpec("pi", "emulated", {"preset": "pi"})
@@ -59,8 +59,8 @@ def test_forked_emulated_worker_is_indistinguishable_from_a_started_one(tmp_path
     model = matmul_model(tmp_path / "m.onnx", n=64, k=16).read_bytes()
     fxs = fixtures(4, n=64)
     sess = normalize_session(None)
-    origin = HostSession(PI, sess).open()
-    started = HostSession(PI, sess).open()
+    origin = WorkerClient(PI, sess).open()
+    started = WorkerClient(PI, sess).open()
     try:
         child = origin.fork().open()
         try:
@@ -198,7 +198,7 @@ def test_a_local_forked_worker_serves_and_ends(tmp_path):
 
     model = matmul_model(tmp_path / "m.onnx").read_bytes()
     fxs = fixtures(3)
-    origin = HostSession(resolve_hosts(["x86"], None)[0], normalize_session(None)).open()
+    origin = WorkerClient(resolve_hosts(["x86"], None)[0], normalize_session(None)).open()
     try:
         want = _outputs(origin.run(model, fxs, return_tensors=True))
         child = origin.fork()

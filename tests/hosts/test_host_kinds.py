@@ -11,7 +11,7 @@ import pytest
 
 from quantbench.errors import UserError
 from quantbench.hosts import kinds, registry
-from quantbench.hosts.process import EVERY_KIND, WORKER_KIND, ProcessHost
+from quantbench.hosts.process import AnyHost, ProcessHost, WorkerHost, protocol_members
 
 def _class(kind: kinds.HostKind):
     module, name = kind.host_class.split(":")
@@ -23,8 +23,9 @@ def test_every_kind_has_its_class_and_options(name):
     kind = kinds.KINDS[name]
     assert kind.name == name
     cls = _class(kind)
-    protocol = EVERY_KIND + (WORKER_KIND if cls.runs_workers else ())
-    missing = [m for m in protocol if not hasattr(cls, m)]
+    protocol = protocol_members(AnyHost) + (protocol_members(WorkerHost) if cls.runs_workers else ())
+    fields = getattr(cls, "__dataclass_fields__", {})   # name, kind: set by its constructor
+    missing = [m for m in protocol if not hasattr(cls, m) and m not in fields]
     assert not missing, f"{cls.__name__} lacks {missing}"
     assert set(kind.list_options) | set(kind.path_lists) | {k for k, _ in kind.word_options} <= set(kind.options)
     assert len(set(kind.options)) == len(kind.options)

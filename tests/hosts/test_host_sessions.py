@@ -13,7 +13,8 @@ from quantbench.hosts import emulated
 from quantbench.hosts.deploy import deployed_session, describe, worker_threads
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import hosts_from_text, parse_hosts, resolve_hosts
-from quantbench.hosts.runner import _HostRun, _Scheduler, plan_run, run_hosts
+from quantbench.hosts.runner import _HostRun, plan_run, run_hosts
+from quantbench.hosts.scheduling import Scheduler
 
 
 def _spec(name, hosts_file=None):
@@ -94,7 +95,7 @@ class _Run:
 
 
 def test_the_scheduler_hands_a_worker_one_slot_per_thread():
-    sched = _Scheduler(2)
+    sched = Scheduler(2)
     four, one = _Run(2), _Run(1)   # a 4-thread worker on 2 cores takes both slots (min(threads, slots))
     assert sched.first_slot(four) and sched.free == 0
     sched.runs = [one]
@@ -145,12 +146,12 @@ def test_a_job_that_fails_leaves_the_worker_in_step(workdir):
     """A worker answers a failed job with an error frame and then its "done": the session reads both before it
     raises, so the next job on the same worker gets its own results (measured before: the stale "done" ended the
     next request at once with no results, and every later one read its predecessor's frames)."""
-    from quantbench.explain.localize import open_session
-    from quantbench.hosts.session import JobFailed
+    from quantbench.explain.localize import open_worker
+    from quantbench.hosts.workerclient import JobFailed
 
     good = matmul_model(workdir / "m.onnx").read_bytes()
     fxs = fixtures(2)
-    w = open_session(parse_hosts("x86")[0])
+    w = open_worker(parse_hosts("x86")[0])
     try:
         before = [r["outputs"]["logits"]["sha256"] for r in w.run(good, fxs)]
         with pytest.raises(JobFailed):

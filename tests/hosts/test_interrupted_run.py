@@ -11,6 +11,7 @@ from quantbench.hosts import runner as R
 from quantbench.hosts.resultrows import Writer
 from quantbench.hosts.workerpool import HostWorkers
 from quantbench.hosts.runner import run_hosts
+from quantbench.hosts.scheduling import Scheduler
 
 
 def _worker_threads():
@@ -21,7 +22,7 @@ def test_ctrl_c_stops_the_extra_workers_before_run_hosts_raises(workdir, monkeyp
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
     root = workdir / "t"
     extra_ran, interrupted = threading.Event(), threading.Event()
-    real_add, real_rebalance, real_write = Writer.add, R._Scheduler.rebalance, R._write_inputs
+    real_add, real_rebalance, real_write = Writer.add, Scheduler.rebalance, R._write_inputs
 
     def add(self, rows):  # an extra worker has a finished result in hand
         real_add(self, rows)
@@ -39,7 +40,7 @@ def test_ctrl_c_stops_the_extra_workers_before_run_hosts_raises(workdir, monkeyp
         real_write(ctx, preprocess)
 
     monkeypatch.setattr(Writer, "add", add)
-    monkeypatch.setattr(R._Scheduler, "rebalance", rebalance)
+    monkeypatch.setattr(Scheduler, "rebalance", rebalance)
     monkeypatch.setattr(R, "_write_inputs", write_inputs)
     before = set(threading.enumerate())
     with pytest.raises(KeyboardInterrupt):
@@ -59,7 +60,7 @@ def test_a_worker_granted_as_ctrl_c_comes_never_outlives_run_hosts(workdir, monk
     runs once run_hosts has raised (it used to start anyway and outlive run_hosts, writing a part later)."""
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
     granting, released = threading.Event(), threading.Event()
-    real_grant, real_rebalance, real_extra = R._HostRun.grant, R._Scheduler.rebalance, HostWorkers._extra_worker
+    real_grant, real_rebalance, real_extra = R._HostRun.grant, Scheduler.rebalance, HostWorkers._extra_worker
 
     def rebalance(self):
         if threading.current_thread() is threading.main_thread():
@@ -77,7 +78,7 @@ def test_a_worker_granted_as_ctrl_c_comes_never_outlives_run_hosts(workdir, monk
         released.wait()
         real_extra(self, req)
 
-    monkeypatch.setattr(R._Scheduler, "rebalance", rebalance)
+    monkeypatch.setattr(Scheduler, "rebalance", rebalance)
     monkeypatch.setattr(R._HostRun, "grant", grant)
     monkeypatch.setattr(HostWorkers, "_extra_worker", extra_worker)
     before = set(threading.enumerate())

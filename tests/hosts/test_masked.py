@@ -26,7 +26,7 @@ from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 from quantbench.hosts.process import without_process_mask
 from quantbench.hosts.registry import hosts_from_text, make_host, resolve_hosts
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from quantbench.hosts.worker import masked_problem
 from setup_required import missing_setup, need_tier
 
@@ -217,7 +217,7 @@ def test_the_masked_copy_carries_its_own_bytecode():
 
 def test_a_masked_worker_sees_only_the_profile():
     _need_masked("x86-avx2")
-    with HostSession(resolve_hosts(["x86-avx2:masked"])[0]) as hs:
+    with WorkerClient(resolve_hosts(["x86-avx2:masked"])[0]) as hs:
         ident = hs.frame["fingerprint"]["identity"]
     isa = set(ident["isa_flags"])
     assert {"avx2", "fma", "sse4_2"} <= isa and not {f for f in isa if f.startswith(("avx512", "amx", "avx_vnni"))}
@@ -235,7 +235,7 @@ def test_a_mask_that_does_not_take_fails_with_one_clear_line(monkeypatch, tmp_pa
     real = M.worker_env
     monkeypatch.setattr(M, "worker_env", lambda p, site, shim: real(p, tmp_path, shim))
     with pytest.raises(UserError) as exc:
-        HostSession(resolve_hosts(["x86-sse4:masked"])[0]).open()
+        WorkerClient(resolve_hosts(["x86-sse4:masked"])[0]).open()
     msg = str(exc.value)
     assert "\n" not in msg and "the CPUID mask did not take: numpy still sees AVX" in msg
     assert masked_problem(["avx2"], ["AVX2"], 0).startswith("onnxruntime's library never executed")
@@ -302,9 +302,9 @@ def test_a_worker_that_crashes_is_reported_as_a_crash(tmp_path):
     argv, env, _ = host.command()
     script = tmp_path / "crash.py"
     script.write_text(CRASH)
-    from quantbench.hosts.process import WorkerClient, WorkerDied
+    from quantbench.hosts.process import WorkerConnection, WorkerDied
 
-    client = WorkerClient([sys.executable, "-u", str(script), "faulthandler-ud2"], env, "x86-avx2")
+    client = WorkerConnection([sys.executable, "-u", str(script), "faulthandler-ud2"], env, "x86-avx2")
     with pytest.raises(WorkerDied) as exc:
         list(client.request({"type": "fingerprint"}))
     assert "killed by signal 4" in str(exc.value) and p.name == "x86-avx2"

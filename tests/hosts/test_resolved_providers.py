@@ -83,13 +83,13 @@ def test_a_failed_job_leaves_no_profile_behind(workdir, monkeypatch):
     from hosts_helpers import gather_model
     from quantbench.errors import UserError
     from quantbench.hosts.registry import resolve_hosts
-    from quantbench.hosts.session import HostSession
+    from quantbench.hosts.workerclient import WorkerClient
 
     tmp = workdir / "systmp"
     tmp.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp))
     model = gather_model(workdir / "g.onnx").read_bytes()
-    with HostSession(resolve_hosts(["x86"])[0]) as hs:
+    with WorkerClient(resolve_hosts(["x86"])[0]) as hs:
         with pytest.raises(UserError, match="run error"):
             hs.run(model, fixtures(1, first_values=[9]))
         assert list(tmp.iterdir()) == []

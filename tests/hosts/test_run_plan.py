@@ -14,16 +14,16 @@ from quantbench.cli import main
 from quantbench.errors import ParameterError
 from quantbench.hosts import runner
 from quantbench.hosts.runner import plan_run, run_plan
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 
 
 def count_loads(monkeypatch, sessions: bool = False, home=None):
     """Every onnx.load in this process, by resolved path; and the counts when the hosts started (runner._run_all;
-    `sessions`: each worker an explain command opens, session.HostSession.open). `home`: a QUANTBENCH_HOME of
+    `sessions`: each worker an explain command opens, workerclient.WorkerClient.open). `home`: a QUANTBENCH_HOME of
     its own, so no model's facts are remembered from elsewhere (default: the workdir's)."""
     monkeypatch.setenv("QUANTBENCH_HOME", str(home or Path.cwd() / "qb-home"))
     loads, at_start = collections.Counter(), []
-    real_load, real_run_all, real_open = onnx.load, runner._run_all, HostSession.open
+    real_load, real_run_all, real_open = onnx.load, runner._run_all, WorkerClient.open
 
     def load(f, *a, **kw):
         loads[str(Path(f).resolve())] += 1
@@ -33,14 +33,14 @@ def count_loads(monkeypatch, sessions: bool = False, home=None):
         at_start.append(dict(loads))
         return real_run_all(*a, **kw)
 
-    def open_session(self, *a, **kw):
+    def open_worker(self, *a, **kw):
         at_start.append(dict(loads))
         return real_open(self, *a, **kw)
 
     monkeypatch.setattr(onnx, "load", load)
     monkeypatch.setattr(runner, "_run_all", run_all)
     if sessions:
-        monkeypatch.setattr(HostSession, "open", open_session)
+        monkeypatch.setattr(WorkerClient, "open", open_worker)
     return loads, at_start
 
 

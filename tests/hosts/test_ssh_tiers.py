@@ -17,7 +17,7 @@ from quantbench.errors import UserError
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import masked as M
 from quantbench.hosts.registry import resolve_hosts
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from setup_required import need_tier
 from ssh_helpers import ssh_machine_is_this_cpu, sshd  # noqa: F401 (fixture)
 from tier_helpers import random_fixtures, real_tier_inputs, tier_variants
@@ -29,7 +29,7 @@ TIER = "x86-sse4"
 def _hashes(name: str, hosts_file, models: dict, fixtures) -> tuple[dict, dict]:
     spec = resolve_hosts([name], hosts_file)[0]
     out = {}
-    with HostSession(spec) as hs:
+    with WorkerClient(spec) as hs:
         for variant, path in models.items():
             rows = hs.run(Path(path).read_bytes(), fixtures)
             out[variant] = [o["sha256"] for r in rows for o in r["outputs"].values()]
@@ -90,7 +90,7 @@ def test_a_tier_the_machine_cannot_show_is_one_line(sshd):
         pytest.skip("this CPU shows every x86 tier")
     need_tier(TIER)
     with pytest.raises(UserError) as exc:
-        HostSession(resolve_hosts([f"robot:{lacking[0]}"], sshd)[0]).open()
+        WorkerClient(resolve_hosts([f"robot:{lacking[0]}"], sshd)[0]).open()
     msg = str(exc.value)
     assert "\n" not in msg and f"{lacking[0]} on this machine" in msg and "this CPU lacks" in msg, msg
 

@@ -22,7 +22,7 @@ def client():
 
 
 def fingerprint_request(host: str, session: dict, allow_fallback: bool) -> tuple[dict, list[bytes]]:
-    """A fingerprint request as HostSession.open sends it (keys.request_header over keys.probe_job), for the
+    """A fingerprint request as WorkerClient.open sends it (keys.request_header over keys.probe_job), for the
     tests that speak the protocol to a worker directly."""
     model, fixtures, parts = probe_job()
     return request_header("fingerprint", host, session, allow_fallback, model, fixtures), parts

@@ -117,11 +117,11 @@ def test_a_worker_opened_by_a_thread_that_ended_lives_on():
     import threading
 
     from quantbench.hosts.registry import parse_hosts
-    from quantbench.hosts.session import HostSession
+    from quantbench.hosts.workerclient import WorkerClient
 
     (req,) = parse_hosts("x86")
     box = []
-    th = threading.Thread(target=lambda: box.append(HostSession(req.spec, req.session).open()))
+    th = threading.Thread(target=lambda: box.append(WorkerClient(req.spec, req.session).open()))
     th.start()
     th.join()
     (hs,) = box   # fingerprinted: the worker ran its prctl before the thread ended

@@ -18,7 +18,7 @@ from quantbench.hosts.keys import cpu_summary, local_probe_sha256
 from quantbench.hosts.masked import check_showable, masked_unavailable, process_env, setup_masked, shown_tiers
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostSpec, known_hosts, make_host, parse_hosts, resolve_hosts
-from quantbench.hosts.session import HostSession
+from quantbench.hosts.workerclient import WorkerClient
 from quantbench.hosts.setup import setup_hosts
 from quantbench.textfmt import text_table
 
@@ -106,7 +106,7 @@ def do_check(args) -> int:
         print(f"{spec.name}: {msg}")
         return 0
     t0 = time.monotonic()
-    with HostSession(spec, session, given.require_providers, label=req.label, host=host) as hs:
+    with WorkerClient(spec, session, given.require_providers, label=req.label, host=host) as hs:
         fp = hs.frame
     seconds = time.monotonic() - t0
     expect = local_probe_sha256()

@@ -1,8 +1,11 @@
-"""One worker of one host, as a session: open -> fingerprint -> run -> close.
+"""One worker of one host, through its client: open -> fingerprint -> run -> close.
+
+("Session" is onnxruntime's alone: the options a worker builds its InferenceSession with, worker.SessionOptions;
+the client's process connection is process.WorkerConnection.)
 
 The one client of the worker protocol (quantbench/hosts/worker.py) for every
 caller: the runner's workers, the explain commands' workers, `hosts check`.
-Like Polygraphy's runners (activate / infer / deactivate), a HostSession is a
+Like Polygraphy's runners (activate / infer / deactivate), a WorkerClient is a
 context manager; the host kind it wraps (local, emulated, ssh) owns how its
 worker starts and how a dead worker is explained (`died_message`), so no caller
 branches on the kind or translates a dead connection itself.
@@ -38,7 +41,7 @@ class JobFailed(UserError):
         return " ".join(self.detail.split()).removeprefix("could not create the session: ")
 
 
-class HostSession:
+class WorkerClient:
     """A started, fingerprinted worker of `spec` (a quantbench.hosts.registry.HostSpec).
 
     `session` is the normalised session the fingerprint is taken under; `label`
@@ -63,7 +66,7 @@ class HostSession:
 
     # -- lifecycle
 
-    def open(self) -> "HostSession":
+    def open(self) -> "WorkerClient":
         """Start the worker (unless forked) and fingerprint it; a worker that dies on the way is one UserError
         (DoesNotStart when its runtime cannot start on the host's CPU)."""
         try:
@@ -95,10 +98,10 @@ class HostSession:
         self.providers = self.fingerprint["identity"].get("resolved_providers", [])
         return self
 
-    def fork(self) -> "HostSession":
-        """Another worker of this host forked from this idle one (WorkerClient.fork: it starts warm);
+    def fork(self) -> "WorkerClient":
+        """Another worker of this host forked from this idle one (WorkerConnection.fork: it starts warm);
         open() then fingerprints it like a started one."""
-        child = HostSession(self.spec, self.session, self.require_providers, self.label, host=self.host)
+        child = WorkerClient(self.spec, self.session, self.require_providers, self.label, host=self.host)
         try:
             child.client = self.client.fork()
         except WorkerDied as exc:
@@ -113,7 +116,7 @@ class HostSession:
         if self.client is not None:
             self.client.kill()
 
-    def __enter__(self) -> "HostSession":
+    def __enter__(self) -> "WorkerClient":
         return self.open() if self.fingerprint is None else self
 
     def __exit__(self, *exc) -> None:
