@@ -167,3 +167,18 @@ def reseal_export(path) -> Path:
             m.size = len(d)
             tar.addfile(m, io.BytesIO(d))
     return path
+
+
+def count_starts(monkeypatch) -> list:
+    """The names of the hosts whose worker process starts from now on (ProcessHost.start), in order."""
+    from quantbench.hosts.process import ProcessHost
+
+    starts = []
+    real = ProcessHost.start
+
+    def start(self):
+        starts.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(ProcessHost, "start", start)
+    return starts
