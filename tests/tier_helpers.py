@@ -11,22 +11,7 @@ from onnx import TensorProto, helper
 from explain_helpers import fixture
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.session import HostSession
-
-LIBM_OPS = ("Pow", "Log", "Sin", "Cos", "Atan", "Sinh", "Erf", "Tanh", "Exp")
-
-
-def libm_model(path, n: int = 64) -> Path:
-    """x[1,n] (values in (0.1, 2)) through ops that reach libm (Pow, Log, Sin, Cos, Atan, Sinh) and MLAS's own
-    vector code (Erf, Tanh, Exp): one output per op."""
-    nodes, outs = [helper.make_node("Constant", [], ["p"], value=helper.make_tensor("p", TensorProto.FLOAT, [], [1.37]))], []
-    for op in LIBM_OPS:
-        nodes.append(helper.make_node(op, ["x", "p"] if op == "Pow" else ["x"], [op.lower()]))
-        outs.append(helper.make_tensor_value_info(op.lower(), TensorProto.FLOAT, [1, n]))
-    g = helper.make_graph(nodes, "libm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])], outs)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return Path(path)
+from models import LIBM_OPS, libm_model  # noqa: F401 (the catalogue: tests/models.py)
 
 
 def libm_fixtures(count: int = 3, n: int = 64):
