@@ -69,10 +69,11 @@ def make_release_results(root: Path, doc: str, twin: bool = False, labelled: boo
     return results
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def base_results(tmp_path_factory):
     """results/ with fp32 + dynamic variants of a tiny classifier, run on the local host (x86) over
-    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md)."""
+    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md). Built once per session (per
+    xdist worker), not per module: tests read it or write into their own copy (`results`)."""
     return make_release_results(tmp_path_factory.mktemp("release"), "/home/alice/export.py(12): forward")
 
 
