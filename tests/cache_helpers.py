@@ -1,5 +1,6 @@
-"""Shared by the tests of caches built on first use: a cache entry builder over fsutil.build_once (for
-tests/fsutil/ and the processes they start) and the wait for the build gate's marks (fsutil.gate_mark)."""
+"""Shared by the tests of caches: a cache entry builder over fsutil.build_once (for tests/fsutil/ and the
+processes they start), the wait for the build gate's marks (fsutil.gate_mark), and a QUANTBENCH_HOME of a test's
+own (`home`: the fingerprint and tensor caches' tests)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,11 @@ def folder_builder(entry: Path, log: list):
         return record
 
     return lambda: fsutil.build_once(entry, done, build, publish)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """A QUANTBENCH_HOME of the test's own, its fingerprint cache on (whatever the environment says)."""
+    monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("QUANTBENCH_FINGERPRINT_CACHE", raising=False)
+    return tmp_path / "home"

@@ -1,5 +1,6 @@
 """Helpers for the CI workflow tests (tests/release/test_ci.py): actionlint, and a GitHub Actions workflow's jobs run
-here one after the other, each in its own folder with its own QUANTBENCH_HOME, artifacts passed between them."""
+here one after the other, each in its own folder with its own QUANTBENCH_HOME (warm, as a runner's cache restores
+it, or cold), artifacts passed between them."""
 
 from __future__ import annotations
 
@@ -87,8 +88,31 @@ def _run_step(step: dict, job_dir: Path, artifacts: Path, env: dict, checkout: P
         assert proc.returncode == 0, f"step {step.get('name')!r} exited {proc.returncode}:\n{log[-1]}"
 
 
-def run_workflow(text: str, checkout: Path, work: Path) -> dict:
-    """Run every job of a workflow here in `needs` order; returns {job id: its folder}."""
+#: the tool caches of a QUANTBENCH_HOME a warm job home shares with this machine's: built from the same interpreter's
+#: packages (the masked copy of onnxruntime: ~50 s to build, per job on a cold home), never a job's results
+WARM_CACHES = ("masked",)
+
+
+def warm_home(home: Path) -> None:
+    """A job's QUANTBENCH_HOME holding this machine's tool caches (built here first, as a runner's cached ones
+    would be): the folders link to the user cache's, so no job builds them again; results caches stay the job's."""
+    from quantbench.errors import UserError
+    from quantbench.hosts.masked import setup_masked
+    from quantbench.inputs.assets import quantbench_home
+
+    try:
+        setup_masked(progress=False)
+    except UserError:  # no compiler here: the job says so itself, as a cold one would
+        pass
+    home.mkdir(parents=True, exist_ok=True)
+    for name in WARM_CACHES:
+        if (quantbench_home() / name).is_dir():
+            (home / name).symlink_to(quantbench_home() / name, target_is_directory=True)
+
+
+def run_workflow(text: str, checkout: Path, work: Path, cold: tuple = ()) -> dict:
+    """Run every job of a workflow here in `needs` order; returns {job id: its folder}. A job named in `cold`
+    starts with an empty QUANTBENCH_HOME, as on a fresh runner; every other job with a warm one (warm_home)."""
     wf = yaml.safe_load(text)
     jobs, done, folders, log = wf["jobs"], [], {}, []
     artifacts = work / "artifacts"
@@ -98,6 +122,8 @@ def run_workflow(text: str, checkout: Path, work: Path) -> dict:
         for jid in ready:
             folders[jid] = job_dir = work / "jobs" / jid
             job_dir.mkdir(parents=True)
+            if jid not in cold:
+                warm_home(work / "homes" / jid)
             env = {**os.environ, "QUANTBENCH_HOME": str(work / "homes" / jid), "GITHUB_RUN_ID": "4242",
                    "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
             env.pop("CI", None)

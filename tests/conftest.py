@@ -63,6 +63,11 @@ def _boot_ticks_now() -> int:
         return int(float(fh.read().split()[0]) * _CLK_TCK)
 
 
+#: the processes an unmarked test may not start: qemu-user, and a Dask cluster's scheduler or workers started as
+#: programs (`dask scheduler`, `dask-worker`); a cluster made in the test's own process is caught by _ClusterWatch
+EMULATION_COMMS = ("qemu-", "dask", "dask-scheduler", "dask-worker")
+
+
 class _QemuWatch:
     """Polls /proc for qemu processes that descend from this pytest process and started after the watch did."""
 
@@ -95,7 +100,7 @@ class _QemuWatch:
             if name.isdigit() and (st := _proc_stat(name)) is not None:
                 stats[int(name)] = st
         for pid, (comm, _ppid, start) in stats.items():
-            if comm.startswith("qemu-") and start >= self._since and self._descends(stats, pid):
+            if comm.startswith(EMULATION_COMMS) and start >= self._since and self._descends(stats, pid):
                 self.seen.append(f"{comm} (pid {pid})")
 
     def _loop(self) -> None:
@@ -109,19 +114,65 @@ def _watched(item):
     return item.get_closest_marker("slow") is None and os.path.isdir("/proc")
 
 
-def _fail_if_qemu(item, watch) -> None:
-    if watch.seen:
-        pytest.fail(f"{item.nodeid} started {watch.seen[0]} but is not marked slow: emulation belongs in the slow "
-                    f"set (@pytest.mark.slow), the fast subset (-m 'not slow') runs none", pytrace=False)
+class _ClusterWatch:
+    """Counts the Dask clusters (distributed's SpecCluster, LocalCluster's base) made in this process: the class is
+    wrapped when distributed.deploy.spec is first imported, so a test that never imports it pays nothing."""
+
+    made = 0
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "distributed.deploy.spec":
+            return None
+        import importlib.util
+
+        _sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            _sys.meta_path.insert(0, self)
+        if spec is not None and spec.loader is not None:
+            run = spec.loader.exec_module
+
+            def exec_module(module, _run=run):
+                _run(module)
+                _ClusterWatch.counting(module.SpecCluster)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+    @staticmethod
+    def counting(cls) -> None:
+        init = cls.__init__
+
+        def __init__(self, *args, **kwargs):
+            _ClusterWatch.made += 1
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__
+
+
+if "distributed.deploy.spec" in _sys.modules:
+    _ClusterWatch.counting(_sys.modules["distributed.deploy.spec"].SpecCluster)
+else:
+    _sys.meta_path.insert(0, _ClusterWatch())
+
+
+def _fail_if_emulating(item, watch, clusters_before: int) -> None:
+    started = watch.seen[0] if watch.seen else \
+        "a Dask cluster" if _ClusterWatch.made > clusters_before else None
+    if started:
+        pytest.fail(f"{item.nodeid} started {started} but is not marked slow: emulation and clusters belong in the "
+                    f"slow set (@pytest.mark.slow), the fast subset (-m 'not slow') runs none", pytrace=False)
 
 
 def _watched_phase(item):
-    """A phase (setup or call) of an unmarked test, run under a qemu watch."""
+    """A phase (setup or call) of an unmarked test, run under a qemu and cluster watch."""
     if not _watched(item):
         return (yield)
+    clusters = _ClusterWatch.made
     with _QemuWatch() as watch:
         result = yield
-    _fail_if_qemu(item, watch)
+    _fail_if_emulating(item, watch, clusters)
     return result
 
 
@@ -133,3 +184,54 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     return (yield from _watched_phase(item))
+
+
+# --- two workers (pytest-xdist, `-n 2 --dist loadgroup`): what measures the machine or fights for it runs on one -----
+# Tests that start qemu, a cluster or an sshd (marked slow or ssh) and tests that count this machine's cores take
+# one xdist group, so one worker runs them one after another while the other runs the light body. Without xdist the
+# mark does nothing. A core-counting module is one whose source asks for the cores (CORE_COUNTING names).
+
+#: what a test asks to count the cores this process may use
+CORE_COUNTING = ("usable_cores", "need_cores", "cpu_count", "sched_getaffinity")
+MACHINE_GROUP = "machine"
+_counts_cores: dict = {}
+
+
+def _module_counts_cores(path) -> bool:
+    if path not in _counts_cores:
+        try:
+            text = _Path(path).read_text()
+        except OSError:
+            text = ""
+        _counts_cores[path] = any(word in text for word in CORE_COUNTING)
+    return _counts_cores[path]
+
+
+def machine_bound(item) -> bool:
+    """Whether a test measures or loads the whole machine: emulation, clusters, sshd, or a count of its cores."""
+    marked = any(item.get_closest_marker(m) is not None for m in ("slow", "ssh"))
+    return marked or _module_counts_cores(str(item.path))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if machine_bound(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's hook sends the node ids to the controller
+def pytest_collection_finish(session):
+    """`--dist loadgroup` sends a test to its group's worker by the `@GROUP` suffix of its node id, which xdist 3.8
+    writes to `item._nodeid`; pytest 9.2 keeps the id in `item._id`, so there the suffix never showed and every group
+    was spread over both workers. The suffix is written where the running pytest reads it."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in session.items:
+        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                        for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
+            item._id = coerce_node_id(item.nodeid + suffix)

@@ -13,56 +13,7 @@ from quantbench.inputs.fixtures import Fixture
 from quantbench.store import hostresults
 from quantbench.tensorcode import tensor_sha256
 from quantbench.inputs.variantdir import Variant
-
-
-def _save(graph, path) -> Path:
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="quantbench-tests")
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    onnx.save(m, str(path))
-    return Path(path)
-
-
-def matmul_model(path, n: int = 16, k: int = 4, seed: int = 0) -> Path:
-    """x[1,n] -> logits = x @ W (+ softmax probs): two float outputs."""
-    w = numpy_helper.from_array(np.random.RandomState(seed).randn(n, k).astype(np.float32), "w")
-    g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["logits"]), helper.make_node("Softmax", ["logits"], ["probs"])],
-        "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, k]),
-         helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, k])], [w])
-    return _save(g, path)
-
-
-def gather_model(path, n: int = 16) -> Path:
-    """Gathers data[int(x[0,0])]: an input whose first value is out of range makes onnxruntime raise at run time."""
-    data = numpy_helper.from_array(np.arange(4, dtype=np.float32), "data")
-    start = numpy_helper.from_array(np.array([0], np.int64), "s0")
-    end = numpy_helper.from_array(np.array([1], np.int64), "s1")
-    axis = numpy_helper.from_array(np.array([1], np.int64), "ax")
-    g = helper.make_graph(
-        [helper.make_node("Slice", ["x", "s0", "s1", "ax"], ["first"]),
-         helper.make_node("Cast", ["first"], ["idx"], to=TensorProto.INT64),
-         helper.make_node("Gather", ["data", "idx"], ["y"], axis=0)],
-        "gather", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])], [data, start, end, axis])
-    return _save(g, path)
-
-
-def slow_model(path, n: int = 16, rows: int = 128, size: int = 384, layers: int = 24) -> Path:
-    """x[1,n] tiled to rows x n, then a chain of size x size MatMuls: ~0.1-0.3 s per fixture, so a run can be killed midway."""
-    rs = np.random.RandomState(1)
-    inits = [numpy_helper.from_array(np.array([rows, 1], np.int64), "reps"),
-             numpy_helper.from_array((rs.randn(n, size) / np.sqrt(n)).astype(np.float32), "w_in")]
-    nodes = [helper.make_node("Tile", ["x", "reps"], ["xt"]), helper.make_node("MatMul", ["xt", "w_in"], ["h0"])]
-    for i in range(layers):
-        inits.append(numpy_helper.from_array((rs.randn(size, size) / np.sqrt(size)).astype(np.float32), f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [f"h{i}", f"w{i}"], [f"m{i}"]))
-        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"h{i + 1}"]))
-    nodes.append(helper.make_node("ReduceMean", [f"h{layers}"], ["y"], axes=[0], keepdims=1))
-    g = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, size])], inits)
-    return _save(g, path)
+from models import matmul_model, gather_model, slow_model, image_model  # noqa: F401 (the catalogue: tests/models.py)
 
 
 def fixtures(count: int, n: int = 16, first_values=None) -> list[Fixture]:
@@ -78,16 +29,6 @@ def fixtures(count: int, n: int = 16, first_values=None) -> list[Fixture]:
 
 def variant(path, name: str = "fp32", model: str = "tiny") -> Variant:
     return Variant(name=name, path=Path(path), model=model, recipe={"variant": name})
-
-
-def image_model(path, size: int = 8, classes: int = 4) -> Path:
-    """images[1,3,size,size] -> logits[1,classes]: a stand-in classifier for CLI runs on a tiny corpus."""
-    w = numpy_helper.from_array(np.random.RandomState(3).randn(3 * size * size, classes).astype(np.float32), "w")
-    g = helper.make_graph(
-        [helper.make_node("Flatten", ["images"], ["f"]), helper.make_node("MatMul", ["f", "w"], ["logits"])],
-        "img", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, size, size])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes])], [w])
-    return _save(g, path)
 
 
 def make_corpus(folder, count: int = 3, size: int = 8) -> Path:
@@ -167,3 +108,18 @@ def reseal_export(path) -> Path:
             m.size = len(d)
             tar.addfile(m, io.BytesIO(d))
     return path
+
+
+def count_starts(monkeypatch) -> list:
+    """The names of the hosts whose worker process starts from now on (ProcessHost.start), in order."""
+    from quantbench.hosts.process import ProcessHost
+
+    starts = []
+    real = ProcessHost.start
+
+    def start(self):
+        starts.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(ProcessHost, "start", start)
+    return starts

@@ -12,6 +12,7 @@ import pytest
 
 from quantbench.cli import main
 from setup_required import missing_setup
+from models import documented_classifier as tiny_classifier  # noqa: F401 (the catalogue: tests/models.py)
 
 
 SIDE = {"classes": ["bottle", "can", "bag", "cup", "lid"],
@@ -19,31 +20,6 @@ SIDE = {"classes": ["bottle", "can", "bag", "cup", "lid"],
                   "scale": 1 / 255, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
         "decode": {"kind": "classifier-softmax", "logits": "logits", "threshold": None}}
 # (0..1 inputs: the range tiny_classifier's near-tied classes are built for)
-
-
-def tiny_classifier(path, doc: str) -> None:
-    """Conv + MatMul classifier with two nearly tied classes (int8 flips them); `doc` in every node."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(7)
-    w = rng.normal(0, 0.5, (6, 3, 3, 3)).astype(np.float32)
-    w2 = rng.normal(0, 1.0, (6, 5)).astype(np.float32)
-    w2[:, 1] = w2[:, 0] + rng.normal(0, 2e-3, 6).astype(np.float32)
-    b2 = np.zeros(5, np.float32)
-    b2[2:] = -3.0
-    inits = [numpy_helper.from_array(a, n) for a, n in ((w, "w"), (w2, "w2"), (b2, "b2"))]
-    nodes = [helper.make_node("Conv", ["images", "w"], ["c"], pads=[1, 1, 1, 1], doc_string=doc),
-             helper.make_node("Relu", ["c"], ["r"], doc_string=doc),
-             helper.make_node("GlobalAveragePool", ["r"], ["g"], doc_string=doc),
-             helper.make_node("Flatten", ["g"], ["f"], doc_string=doc),
-             helper.make_node("MatMul", ["f", "w2"], ["mm"], doc_string=doc),
-             helper.make_node("Add", ["mm", "b2"], ["logits"], doc_string=doc)]
-    g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
 
 
 PRE_PY = "def prep(image, spec):\n    return image\n"   # a preprocessing plug-in file (root/pre.py)
@@ -95,10 +71,11 @@ def make_release_results(root: Path, doc: str, twin: bool = False, labelled: boo
     return results
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def base_results(tmp_path_factory):
     """results/ with fp32 + dynamic variants of a tiny classifier, run on the local host (x86) over
-    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md)."""
+    5 images, and a `quantbench equiv` analysis (classes, decisions, flips, report.md). Built once per session (per
+    xdist worker), not per module: tests read it or write into their own copy (`results`)."""
     return make_release_results(tmp_path_factory.mktemp("release"), "/home/alice/export.py(12): forward")
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from models import saturating_flat_model as saturating_image_model  # noqa: F401 (the catalogue: tests/models.py)
 
 X64 = {"session.x64quantprecision": "1"}
 CLASSES = [f"c{i}" for i in range(8)]
@@ -15,37 +16,6 @@ SIDE = {"classes": CLASSES,
         "input": {"name": "images", "shape": [1, 3, 8, 8], "layout": "NCHW", "color": "RGB", "dtype": "float32",
                   "scale": 1 / 255, "mean": [0.0, 0.0, 0.0], "std": [1.0, 1.0, 1.0]},
         "decode": {"kind": "classifier-softmax", "logits": "logits", "threshold": None}}
-
-
-def saturating_image_model(path, shared: bool = False, seed: int = 0) -> Path:
-    """images [1,3,8,8] -> Flatten -> MatMul -> logits [1,8] (explain_helpers.saturating_matmul on a flattened
-    image: every weight column of one sign and large, bright images near the top of the u8 range, so U8S8's
-    VPMADDUBSW saturates). `shared`: a second MatMul reuses the weight (tied weights: onnxruntime 1.32 cannot make
-    the session of its static QDQ form under session.x64quantprecision=1 where the S8-to-U8 transformer applies)."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(seed)
-    k, n = 192, 8
-    signs = np.where(np.arange(n) % 2 == 0, 1.0, -1.0).astype(np.float32)
-    inits = [numpy_helper.from_array((rng.uniform(0.5, 1.0, (k, n)) * signs).astype(np.float32), "w")]
-    nodes = [helper.make_node("Flatten", ["images"], ["f"], name="flat"),
-             helper.make_node("MatMul", ["f", "w"], ["m"], name="fc")]
-    if shared:
-        inits.append(numpy_helper.from_array(rng.uniform(0.5, 1.0, (n, k)).astype(np.float32), "back"))
-        nodes += [helper.make_node("MatMul", ["m", "back"], ["b"], name="up"),
-                  helper.make_node("Relu", ["b"], ["r"], name="relu"),
-                  helper.make_node("MatMul", ["r", "w"], ["logits"], name="fc2")]
-    else:
-        nodes[-1].output[0] = "logits"
-    g = helper.make_graph(nodes, "sat", [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
-                          [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, n])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(m, str(path))
-    return path
 
 
 def bright_images(root, count: int = 4, seed: int = 3) -> Path:

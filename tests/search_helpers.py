@@ -38,8 +38,9 @@ def copy_run(source: Path, workdir: Path) -> Path:
     return workdir
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def calibrated(tmp_path_factory):
+    """One calibrate run per session (per xdist worker) for every search test file: each test copies it (run_dir)."""
     return calibrate_small(tmp_path_factory.mktemp("calibrated"), saturating_image_model)
 
 

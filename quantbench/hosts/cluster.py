@@ -9,7 +9,7 @@ CPU) runs on the cluster's workers; local and ssh hosts stay on this machine and
   quantbench and onnxruntime versions (and the worker code's hash) and whether each requested
   host is set up there (`hosts setup`); any difference or gap is one UserError.
 - Each cluster worker process keeps its host workers alive across tasks (`_lease`: a pool of
-  opened HostSessions per host and session, one per Dask thread at most), so qemu starts once
+  opened worker clients per host and session, one per Dask thread at most), so qemu starts once
   per cluster worker, and each task runs through the one worker-protocol client (WorkerClient).
   A host's session pins its threads (one intra-op thread by default): run `dask worker
   --nthreads N` with N the machine's cores.
@@ -71,7 +71,7 @@ def facts(specs=()) -> dict:
 
 # --------------------------------------------------------------------------- on each cluster worker
 
-_IDLE: dict = {}   # (host, session, fallback) key -> opened HostSessions no task is using
+_IDLE: dict = {}   # (host, session, fallback) key -> opened worker clients no task is using
 _MADE: dict = {}   # the same key -> how many workers this process made for it (started or forked)
 _IDLE_LOCK = threading.Lock()
 

@@ -111,7 +111,7 @@ def worker_env(p: P.Profile, site, shim) -> dict:
     env["QUANTBENCH_CPUID_PROFILE"] = P.encode(p)
     env["QUANTBENCH_CPUID_PROFILE_NAME"] = p.name
     env["QUANTBENCH_CPUID_BRAND"] = p.brand
-    env["QUANTBENCH_CPUID_ROOT"] = str(site) + os.sep
+    env["QUANTBENCH_CPUID_ROOT"] = os.path.realpath(site) + os.sep  # the shim reads real paths in /proc/self/maps
     env["QUANTBENCH_CPUID_SITES"] = str(Path(site).parent / "cpuid-sites.tsv")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("OPENBLAS_CORETYPE", None)  # OpenBLAS reads the masked CPUID itself

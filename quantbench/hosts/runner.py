@@ -329,8 +329,6 @@ class RunFailed(UserError):
 # --------------------------------------------------------------------------- the run
 
 
-#: the scheduler's old name (tests that predate hosts/scheduling.py patch it here)
-_Scheduler = Scheduler
 
 
 class _HostRun:

@@ -227,6 +227,21 @@ def test_a_masked_worker_sees_only_the_profile():
     assert "AVX2" in ident["numpy_cpu_features"] and "AVX512F" not in ident["numpy_cpu_features"]
 
 
+def test_a_masked_worker_runs_from_a_home_reached_through_a_symbolic_link(monkeypatch, tmp_path):
+    """QUANTBENCH_HOME (or ~/.cache) a symbolic link to another folder, as a home on another disk often is: the shim
+    found the patched sites by the home's path as given while /proc/self/maps names the real one, so the first
+    patched cpuid killed every masked worker with SIGILL."""
+    from quantbench.inputs.assets import quantbench_home
+
+    _need_masked("x86-avx2")
+    link = tmp_path / "home-link"
+    link.symlink_to(quantbench_home().resolve(), target_is_directory=True)
+    monkeypatch.setenv("QUANTBENCH_HOME", str(link))
+    with WorkerClient(resolve_hosts(["x86-avx2:masked"])[0]) as hs:
+        ident = hs.frame["fingerprint"]["identity"]
+    assert ident["cpu_mechanism"] == "native-masked" and "avx512f" not in ident["isa_flags"]
+
+
 def test_a_mask_that_does_not_take_fails_with_one_clear_line(monkeypatch, tmp_path):
     """The masked copy not on sys.path: numpy and onnxruntime load unpatched, and the fingerprint refuses."""
     _need_masked("x86-sse4")  # any CPU that can run it has AVX or more for the mask to hide

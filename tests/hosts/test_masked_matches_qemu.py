@@ -17,8 +17,8 @@ from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 from setup_required import missing_setup, need_tier
-from tier_helpers import (LIBM_OPS, libm_fixtures, libm_model, output_hashes, random_fixtures, real_tier_inputs,
-                          tier_variants)
+from tier_helpers import (LIBM_OPS, demo_tiers, libm_fixtures, libm_model, output_hashes,  # noqa: F401 (fixture)
+                          random_fixtures, real_tier_inputs)
 
 
 def _need(profile: str) -> None:
@@ -35,11 +35,8 @@ def _both(profile: str, models: dict, fixtures) -> tuple[dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def demo_variants(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("demo")
-    models = tier_variants(demo_model(), folder, [f.array for f in random_fixtures(demo_model(), 4, seed=9)])
-    models["libm"] = libm_model(folder / "libm.onnx")
-    return models
+def demo_variants(demo_tiers, tmp_path_factory):
+    return dict(demo_tiers, libm=libm_model(tmp_path_factory.mktemp("libm") / "libm.onnx"))
 
 
 @pytest.mark.slow

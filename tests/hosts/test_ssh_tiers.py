@@ -20,7 +20,7 @@ from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.workerclient import WorkerClient
 from setup_required import need_tier
 from ssh_helpers import ssh_machine_is_this_cpu, sshd  # noqa: F401 (fixture)
-from tier_helpers import random_fixtures, real_tier_inputs, tier_variants
+from tier_helpers import demo_tiers, random_fixtures, real_tier_inputs  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.ssh
 TIER = "x86-sse4"
@@ -37,9 +37,8 @@ def _hashes(name: str, hosts_file, models: dict, fixtures) -> tuple[dict, dict]:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("demo")
-    return tier_variants(demo_model(), folder, [f.array for f in random_fixtures(demo_model(), 4, seed=9)])
+def demo(demo_tiers):
+    return dict(demo_tiers)
 
 
 def test_hosts_setup_builds_the_tier_on_the_machine(sshd, capsys):

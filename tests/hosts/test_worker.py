@@ -306,3 +306,34 @@ def test_results_leave_in_order_behind_a_slow_reader(tmp_path, monkeypatch):
     sess = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"])
     for (h, _), x in zip(frames[1:-1:2], xs):
         assert [o["sha256"] for o in h["outputs"]] == [tensorcode.tensor_sha256(w) for w in sess.run(None, {"x": x})]
+
+
+def test_worker_reuses_a_session_for_the_same_model_and_options(tmp_path):
+    import io
+
+    from quantbench.hosts import worker as W
+
+    W._SESSIONS.clear()
+    model = matmul_model(tmp_path / "m.onnx")
+    a = np.ones((1, 16), np.float32)
+
+    def job(session):
+        raw = tensorcode.tensor_bytes(a)
+        return {"type": "run", "host": "h", "variant": "v", "model": {"path": str(model)}, "session": session,
+                "fixtures": [{"fixture_id": tensorcode.tensor_sha256(a), "input_name": "x", "dtype": "<f4", "shape": [1, 16],
+                              "offset": 0, "nbytes": len(raw)}]}, [raw]
+
+    inp = io.BytesIO()
+    for sess in ({}, {}, {"graph_optimization_level": "basic"}, {}):  # same, same, other options, first again
+        W.write_frame(inp, *job(sess))
+    inp.seek(0)
+    out = io.BytesIO()
+    W.serve(inp, out)
+    out.seek(0)
+    frames = []
+    while (f := W.read_frame(out)) is not None:
+        frames.append(f[0])
+    reused = [f["reused"] for f in frames if f["type"] == "session"]
+    assert reused == [False, True, False, False]  # one session kept at a time
+    results_ = [f for f in frames if f["type"] == "result"]
+    assert len({tuple(o["sha256"] for o in f["outputs"]) for f in results_}) == 1

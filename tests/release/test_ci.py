@@ -1,6 +1,6 @@
 """`quantbench ci`: the GitHub workflow passes actionlint, and its jobs, run here one by one (each in its own folder
-with its own cache, artifacts passed on as Actions passes them), give the tables of one machine's run; the
-.gitlab-ci.yml has the same jobs; same parameters, same bytes; an existing file is not overwritten."""
+with its own cache, warm but for one cold job, artifacts passed on as Actions passes them), give the tables of one
+machine's run; the .gitlab-ci.yml has the same jobs; same parameters, same bytes; an existing file is not overwritten."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from quantbench.analysis.predict import table_for
 from quantbench.cli import main
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts.keys import local_ort_version
-from quantbench.hosts.masked import here_features
+from quantbench.hosts.masked import here_features, masked_unavailable
 from quantbench.release.ci import CIParams, github_workflow, gitlab_ci
 from shard_helpers import analysis_rows
 
@@ -113,7 +113,12 @@ def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
     text = github_workflow(REAL)
     (workdir / "wf.yml").write_text(text)
     assert actionlint(workdir / "wf.yml") == []
-    folders = run_workflow(text, repo, workdir / "ci")
+    # one shard job starts on a cold QUANTBENCH_HOME (it builds the masked copy for its tier itself), the others
+    # on warm ones, as a runner's restored cache would have them
+    folders = run_workflow(text, repo, workdir / "ci", cold=("gh-x86-1of3",))
+    built = sorted(h.name for h in (workdir / "ci" / "homes").iterdir()
+                   if (h / "masked").is_dir() and not (h / "masked").is_symlink())
+    assert built == (["gh-x86-1of3"] if masked_unavailable(P.PROFILES["x86-sse4"]) is None else [])
     merged = folders["merge"]
     assert list((merged / "results" / "releases").glob("ci-4242.tar.gz")), "the merge job built no release archive"
     # one machine: both hosts local, the same inputs at the same (relative) paths

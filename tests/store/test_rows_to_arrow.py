@@ -134,3 +134,22 @@ def test_writing_and_reading_tables_loads_no_pandas(tmp_path):
                        capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["False"]
+
+
+def test_equiv_on_the_demo_loads_no_pandas_fresh_or_cached(workdir):
+    """pyarrow imports pandas (~0.2 s) the first time it converts Python values (pa.array, Table.from_pylist); the
+    tables lay every value they write into Arrow buffers and read an empty table without one (arrowrows.arrow_array), so
+    neither a fresh equiv on the demo nor the cached one after it loads pandas (each its own process)."""
+    import subprocess
+    import sys
+
+    from quantbench.cli import main
+
+    vdir = workdir / "variants"
+    assert main(["calibrate", "--out", str(vdir), "--methods", "dynamic", "--no-progress", "-q"]) == 0
+    code = "import sys\nfrom quantbench.cli import main\nrc = main(sys.argv[1:])\nprint(rc, 'pandas' in sys.modules)"
+    argv = ["equiv", "--hosts", "x86", "--variants", str(vdir), "--results", str(workdir / "r"), "--no-progress"]
+    for run in ("fresh", "cached"):
+        p = subprocess.run([sys.executable, "-c", code, *argv], cwd=workdir, capture_output=True, text=True)
+        assert p.stdout.split()[-2:] == ["0", "False"], (run, p.stdout[-300:], p.stderr[-2000:])
+        assert ("runs: x86 0 ran," in p.stdout) == (run == "cached"), p.stdout[:300]
