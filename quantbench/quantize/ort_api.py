@@ -27,6 +27,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from quantbench.fsutil import has_room, no_space, no_space_error
 from quantbench.quantize.methods import METHODS as _METHODS
 
@@ -380,6 +382,8 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
     from onnxruntime.quantization.quant_utils import update_opset_version
 
+    if extra.get("TensorQuantOverrides"):
+        extra = {**extra, "TensorQuantOverrides": tensor_overrides(extra["TensorQuantOverrides"])}
     room = lambda: _room_needed("qdq", model.ByteSize())   # worked out only if something failed
     with _short_of_space(workdir or tempfile.gettempdir(), room), _temp_in(workdir):
         qmodel = update_opset_version(model, weight_type, activation_type,
@@ -390,6 +394,32 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
         with _fast_lookups(quantizer):
             quantizer.quantize_model()
     return quantizer.model
+
+
+#: the quant types a plain (JSON) per-tensor override names, by quantbench's type names
+_OVERRIDE_TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
+
+
+def tensor_overrides(plain: Mapping) -> dict:
+    """onnxruntime's ``TensorQuantOverrides`` extra option from its plain form (what a recipe records as JSON):
+    {tensor: [{"quant_type": "u16" | "s16" | "u8" | "s8", "symmetric": bool, "rmin": float, "rmax": float}]}.
+
+    onnxruntime 1.32.0 (``tensor_quant_overrides``, ``QDQQuantizer.calc_quant_params``): quant_type must be a
+    ``QuantType`` and rmin/rmax numpy values (it reads their dtype); an override already in that form is kept."""
+    from onnxruntime.quantization.quant_utils import QuantType
+
+    out = {}
+    for tensor, overrides in plain.items():
+        out[tensor] = []
+        for o in overrides:
+            o = dict(o)
+            if isinstance(o.get("quant_type"), str):
+                o["quant_type"] = getattr(QuantType, _OVERRIDE_TYPES[o["quant_type"]])
+            for key in ("rmin", "rmax"):
+                if key in o:
+                    o[key] = np.array(o[key], dtype=np.float32)
+            out[tensor].append(o)
+    return out
 
 
 def save_quantized(quantized, path: str | os.PathLike) -> None:
