@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 import os
 import shutil
 import sys
@@ -454,28 +455,33 @@ def dynamic_quantize(src: str | os.PathLike, dst: str | os.PathLike, *, op_types
 def activation_errors(float_model: str | os.PathLike, qdq_model: str | os.PathLike, feeds: Sequence[Mapping],
                       workdir: str | os.PathLike) -> dict[str, float]:
     """{activation tensor: signal-to-quantization-noise ratio (dB) of the QDQ model's dequantized tensor against
-    the float model's same tensor}, over `feeds` (a few inputs: every activation of every feed is held).
+    the float model's same tensor}, over `feeds`, one feed's activations held at a time.
 
     onnxruntime 1.32.0 ``qdq_loss_debug``: ``modify_model_output_intermediate_tensors`` exposes every float
-    tensor of both models, ``collect_activations`` runs them (graph optimisation off, CPU provider),
-    ``create_activation_matching`` pairs each QDQ tensor with the float one of the same name and
-    ``compute_activation_error`` gives ``xmodel_err`` (higher: closer to float). Augmented copies go to
-    `workdir`. A tensor with no float counterpart is left out.
+    tensor of both models, ``collect_activations`` runs them (graph optimisation off, CPU provider) on one feed at a
+    time, ``create_activation_matching`` pairs each QDQ tensor with the float one of the same name, and the
+    SQNR is ``compute_signal_to_quantization_noice_ratio``'s over every feed (20 log10 of the norm of the float
+    tensors over the norm of their difference, both over every feed's values: accumulated here as sums of squares,
+    so a 100 MB model's activations of every feed are never held at once; higher: closer to float). Augmented
+    copies go to `workdir`. A tensor with no float counterpart is left out.
     """
     from onnxruntime.quantization import qdq_loss_debug as QL
 
-    feeds = [dict(f) for f in feeds]
-
-    class _Reader:   # collect_activations iterates its reader
-        def __iter__(self):
-            return iter(feeds)
-
     workdir = Path(workdir)
-    acts = {}
+    augmented = {}
     for tag, src in (("float", float_model), ("qdq", qdq_model)):
-        aug = workdir / f"{tag}.augmented.onnx"
-        QL.modify_model_output_intermediate_tensors(str(src), str(aug))
-        acts[tag] = QL.collect_activations(str(aug), _Reader())
-    matched = QL.create_activation_matching(acts["qdq"], acts["float"])
-    errors = QL.compute_activation_error({k: v for k, v in matched.items() if v.get("float")})
-    return {k: float(v["xmodel_err"]) for k, v in sorted(errors.items()) if "xmodel_err" in v}
+        augmented[tag] = workdir / f"{tag}.augmented.onnx"
+        QL.modify_model_output_intermediate_tensors(str(src), str(augmented[tag]))
+    signal: dict = {}
+    noise: dict = {}
+    for feed in feeds:
+        acts = {tag: QL.collect_activations(str(aug), iter([dict(feed)])) for tag, aug in augmented.items()}
+        for name, m in QL.create_activation_matching(acts["qdq"], acts["float"]).items():
+            if m.get("float"):
+                x = np.concatenate(m["float"]).ravel()
+                d = (x - np.concatenate(m["post_qdq"]).ravel()).astype(np.float64)
+                signal[name] = signal.get(name, 0.0) + float(np.dot(x.astype(np.float64), x.astype(np.float64)))
+                noise[name] = noise.get(name, 0.0) + float(np.dot(d, d))
+        del acts
+    eps = np.finfo("float").eps
+    return {k: 20 * math.log10(max(math.sqrt(signal[k]), eps) / max(math.sqrt(noise[k]), eps)) for k in sorted(signal)}
