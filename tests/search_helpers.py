@@ -15,9 +15,9 @@ from explain_helpers import bright_corpus, saturating_image_model
 from quantbench.cli import main
 
 
-def calibrate_small(root: Path, build) -> Path:
-    """`root` after a calibrate run (static-minmax only) of the image classifier `build(path)` writes, on 8 bright
-    images: its results/ and calib_sets/ to copy into each test's working folder."""
+def calibrate_small(root: Path, build, methods: str = "minmax") -> Path:
+    """`root` after a calibrate run (static-minmax only, or `methods`) of the image classifier `build(path)` writes,
+    on 8 bright images: its results/ and calib_sets/ to copy into each test's working folder."""
     model = build(root / "m.onnx")
     (root / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
     labels = bright_corpus(root / "corpus", count=8)
@@ -25,7 +25,7 @@ def calibrate_small(root: Path, build) -> Path:
     os.chdir(root)
     try:
         assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
-                     "minmax", "--allow-short", "--no-progress"]) == 0
+                     methods, "--allow-short", "--no-progress"]) == 0
     finally:
         os.chdir(here)
     return root

@@ -199,7 +199,7 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     spec = spec_for_variant(base, decode, vi.outputs)
     if spec is None:
         raise UserError(f"{base.path}: no decoder; search counts decision flips, so pass {flag_mark('decode')} KIND")
-    unchecked = sorted(set(known_hosts(fleet.hosts_file)) - {h.spec.name for h in hosts})
+    unchecked = unchecked_hosts(known_hosts(fleet.hosts_file), [h.spec for h in hosts])
     fxs = plan.fixtures_for[vi.variant_id]
     scored = _accuracy(base, spec, fxs, plan, max_drop) if max_drop is not None else None
     with _caller_process_kept():
@@ -207,6 +207,16 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
                              on_status=on_status, coverage={"limit": plan.limit, "unchecked_hosts": unchecked},
                              accuracy=scored)
     return Search(result, update_report(result, results.folder))
+
+
+def unchecked_hosts(known: dict, searched: list) -> list[str]:
+    """The known hosts (name -> HostSpec) the search did not run, sorted: another name for a host it ran (`local`
+    for `x86`: the same kind, options and session) is that host, not one left unchecked."""
+    def same(spec):
+        return (spec.kind, sorted(spec.options.items()), sorted(spec.session.items()))
+
+    ran = [same(s) for s in searched]
+    return sorted(n for n, spec in known.items() if n not in {s.name for s in searched} and same(spec) not in ran)
 
 
 @contextlib.contextmanager

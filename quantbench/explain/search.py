@@ -51,6 +51,7 @@ from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet
 from quantbench.explain.searchoutcome import ALL_FLOAT, NO_INT8, NO_INT8_MACS, NOT_DONE, int8_left, nearest, \
     no_answer_tail
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
+from quantbench.explain.searchtensors import tensor_phase
 from quantbench.explain.searchwrite import write_variant
 from quantbench.fsutil import atomic_write_json, check_writable, check_writable_for, clean_stale_tmp, content_key, owner_tag
 from quantbench.inputs.modelio import load_model, semantic_sha256
@@ -311,7 +312,7 @@ class Walk:
             t.stage, t.note = "not built", "the quantizer refuses this combination"
             return t
         t.variant_id, t.size, t.float_share, t.path = built.variant_id, built.size, built.float_share, built.path
-        t.int8, t.int8_ops = self.space.int8_share(exclude), built.int8_ops
+        t.int8, t.int8_ops = self.space.int8_share(exclude, choice), built.int8_ops
         if not t.int8_ops:   # the float model: the baseline, never evaluated nor chosen
             t.stage, t.note = ALL_FLOAT, NO_INT8
             return t
@@ -517,6 +518,7 @@ def _out_of_reach(walk: Walk, choice: Choice) -> bool:
 def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
     """Nodes kept in float on each base choice in turn (passing over those out of reach), until one has a set that
     meets the budget."""
+    scratch = True   # per-node tensor choices grown from one node: once, on the first choice the float walk fails
     for choice in _mixed_bases(walk):
         if _out_of_reach(walk, choice):
             continue
@@ -529,9 +531,15 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
             return plain
         order = [n for n, _ in walk.ranking]
         k = shortest_prefix(walk, choice, order) if order else None
-        if k is not None:
-            kept = _shrink(walk, choice, order[:k])
-            return walk.try_candidate(choice, kept)
+        floated = walk.try_candidate(choice, _shrink(walk, choice, order[:k])) if k is not None else None
+        if floated is None:
+            if not scratch:
+                continue
+            scratch = False
+        # per-node tensor choices (16-bit activations, another method's or symmetric ranges) where they keep more
+        formed = tensor_phase(walk, choice, order, floated)
+        if formed is not None:
+            return formed
     return None
 
 

@@ -167,6 +167,7 @@ def render(result) -> str:
                   f"{c['choice']}, recipe "
                   f"{c['recipe']}, kept in float: {', '.join(c['exclude']) or 'nothing'}, session requirements: "
                   f"{entries_text(c['session_requirements']) or 'none'}, worst-host flips {c['worst']}.", "",
+                  *([forms_line(c) + ".", ""] if c["recipe"].get("node_forms") else []),
                   holds_line(result) + ".", ""]
     lines += [f"- {line}" for line in imported_lines(result)] + ([""] if imported_lines(result) else [])
     timed = result.max_latency_ms is not None
@@ -182,6 +183,16 @@ def render(result) -> str:
     return "\n".join(lines)
 
 
+def forms_line(row: dict) -> str:
+    """The per-node tensor choices a candidate used (explain.searchtensors): which nodes, which form."""
+    words = {"a16": "16-bit activations (A16W8, weights int8)", "symmetric": "symmetric activation ranges"}
+    by_form: dict = {}
+    for node, form in sorted(row["recipe"]["node_forms"].items()):
+        by_form.setdefault(form, []).append(node)
+    return "per-node tensor choices: " + "; ".join(
+        f"{words.get(form, f'{form} ranges')} on {', '.join(nodes)}" for form, nodes in sorted(by_form.items()))
+
+
 def summary(result) -> str:
     """What the command prints: the chosen variant or the best candidates, then the stop line."""
     out = []
@@ -194,6 +205,8 @@ def summary(result) -> str:
                    f"{entries_text(c['session_requirements']) or 'none'}")
         out.append("  worst-host flips " + str(c["worst"]) + ": " + ", ".join(f"{h} {n}" for h, n in c["flips"].items())
                    + f"; budget {_budget(result)}")
+        if (c.get("recipe") or {}).get("node_forms"):
+            out.append(f"  {forms_line(c)}")
         if result.holds_on:
             out.append(f"  {holds_line(result)}")
         if getattr(result, "max_drop", None) is not None:

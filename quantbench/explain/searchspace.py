@@ -19,6 +19,8 @@ import numpy as np
 from quantbench.calibset import builder
 from quantbench.errors import UserError
 from quantbench.explain.lint import lint_model
+from quantbench.explain.searchpatterns import PATTERNS
+from quantbench.explain.searchtensors import sixteen_bit_nodes, tensor_extra
 from quantbench.inputs.modelio import dims_of, load_model, semantic_sha256
 from quantbench.quantize import ort_api
 from quantbench.quantize import variants as QV
@@ -29,11 +31,11 @@ from quantbench.inputs.sidecarfile import input_spec_for
 #: the op types whose nodes the search may keep in float (the multiply-accumulate ones int8 kernels run)
 NODE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 X64_ENTRY = "session.x64quantprecision"
-#: op types left out of QDQ as one global choice each, where the graph has one and the base quantizes it: a
-#: transformer keeps its MatMuls in int8 while its normalisations and activations stay float (Gelu and Erf are not
-#: among onnxruntime's static op types: already float; a decomposed LayerNorm's ReduceMean/Pow/Sqrt/Div are not
-#: either, and its Add/Mul go with mac_only)
-FLOAT_OP_CHOICES = ("Softmax", "LayerNormalization", "Sigmoid")
+#: op types left out of QDQ as one global choice each, where the graph has one the base quantizes or its decomposed
+#: form (explain.searchpatterns: a LayerNorm as older opsets export it, a Gelu in its Erf form, their quantized
+#: Add/Mul nodes by name): a transformer keeps its MatMuls in int8 while its normalisations and activations stay
+#: float (a Gelu op is not among onnxruntime's static op types: already float; its Erf form's Add/Mul are)
+FLOAT_OP_CHOICES = ("Softmax", "LayerNormalization", "Sigmoid", "Gelu")
 #: the SQNR at which a tensor counts as exact (onnxruntime reports inf for no noise, and 300+ dB for an input
 #: whose values fall on the quantization grid): higher values are taken as this, so a node's loss is not its
 #: input's rounding luck
@@ -55,6 +57,8 @@ class Choice:
     session: tuple = ()     # sorted (key, value) pairs
     exclude_op_types: tuple = ()   # op types left in float everywhere (the op types quantized: the rest)
     extra_options: tuple = ()      # sorted (key, value) pairs for the quantizer (ActivationSymmetric)
+    node_forms: tuple = ()         # sorted (node, form) pairs: per-node tensor choices (searchtensors.FORMS)
+    float_nodes: tuple = ()        # nodes left out of QDQ by the choice itself (a decomposed LayerNorm's Add/Mul)
 
     @property
     def entries(self) -> dict:
@@ -64,6 +68,8 @@ class Choice:
         out = asdict(self)
         out["session"] = self.entries
         out["extra_options"] = dict(self.extra_options)
+        out["node_forms"] = dict(self.node_forms)
+        out["float_nodes"] = list(self.float_nodes)
         return out
 
 
@@ -164,12 +170,14 @@ class Space:
                 self.weights[node.name] = sum(int(np.prod(inits[x])) for x in node.input if x in inits)
                 self.macs[node.name] = _macs(node, inits, dims)
 
-    def int8_share(self, exclude) -> dict:
-        """{"weights", "macs"}: the share of the candidate nodes' weights and multiply-accumulates left in int8."""
+    def int8_share(self, exclude, choice: Choice | None = None) -> dict:
+        """{"weights", "macs"}: the share of the candidate nodes' weights and multiply-accumulates left in int8 (a
+        node reading 16-bit activations keeps its weights in int8, not its MACs)."""
         out = {}
-        for what, per in (("weights", self.weights), ("macs", self.macs)):
+        wide = sixteen_bit_nodes(self, choice) if choice is not None else set()
+        for what, per, off in (("weights", self.weights, set(exclude)), ("macs", self.macs, {*exclude, *wide})):
             total = sum(per.values())
-            out[what] = 1 - sum(per[n] for n in exclude) / total if total else 1.0
+            out[what] = 1 - sum(per[n] for n in off) / total if total else 1.0
         return out
 
     def nodes(self) -> list[str]:
@@ -203,14 +211,25 @@ class Space:
         present = {n.op_type for n in self.model.graph.node}
         quantized = (present & set(QV.static_op_types())) - set(b.exclude_op_types)
         for op in FLOAT_OP_CHOICES:
-            if op in quantized:
-                out.append(_with(b, f"float_{op.lower()}", exclude_op_types=tuple(sorted({*b.exclude_op_types, op}))))
+            nodes = self.pattern_nodes(op, quantized)
+            if op in quantized or nodes:
+                ops = tuple(sorted({*b.exclude_op_types, op})) if op in quantized else b.exclude_op_types
+                out.append(_with(b, f"float_{op.lower()}", exclude_op_types=ops, float_nodes=nodes))
         if not (self.base.recipe.get("extra_options") or {}).get("ActivationSymmetric"):
             out.append(_with(b, "symmetric_activations", extra_options=(("ActivationSymmetric", True),)))
         mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
         if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
             out.append(_with(b, "mac_only", exclude_op_types=mac_only))
         return out
+
+    def pattern_nodes(self, op: str, quantized: set) -> tuple:
+        """The named nodes of `op`'s decomposed form (explain.searchpatterns) that the base quantizes, sorted (an
+        unnamed one cannot be excluded by name, and is left as it is)."""
+        finder = PATTERNS.get(op)
+        if finder is None:
+            return ()
+        types = {n.name: n.op_type for n in self.model.graph.node if n.name}
+        return tuple(sorted(n for n in finder(self.model) if n and types.get(n) in quantized))
 
     def build(self, choice: Choice, exclude: tuple) -> Built | None:
         """The candidate (choice, nodes kept in float), built once; None when the quantizer refuses it."""
@@ -221,11 +240,13 @@ class Space:
 
     def _make(self, choice: Choice, exclude: tuple, path: Path, name: str = "candidate", recipe_extra=None):
         try:
+            extra = {**dict(choice.extra_options), **tensor_extra(self, choice)}
             QV.make_static(self.prepared, path, ranges=load_ranges(Path(choice.ranges_file)), method=choice.method,
                            percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
                            activation_type=choice.activation_type, weight_type=choice.weight_type,
-                           per_channel=choice.per_channel, reduce_range=choice.reduce_range, exclude_nodes=exclude,
-                           exclude_op_types=choice.exclude_op_types, extra_options=dict(choice.extra_options),
+                           per_channel=choice.per_channel, reduce_range=choice.reduce_range,
+                           exclude_nodes=tuple(sorted({*exclude, *choice.float_nodes})),
+                           exclude_op_types=choice.exclude_op_types, extra_options=extra,
                            name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra)
         except UserError:
             raise

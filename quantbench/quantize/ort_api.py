@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import math
 import os
 import shutil
 import sys
@@ -26,6 +27,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Mapping, Sequence
+
+import numpy as np
 
 from quantbench.fsutil import has_room, no_space, no_space_error
 from quantbench.quantize.methods import METHODS as _METHODS
@@ -380,6 +383,8 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
     from onnxruntime.quantization.quant_utils import update_opset_version
 
+    if extra.get("TensorQuantOverrides"):
+        extra = {**extra, "TensorQuantOverrides": tensor_overrides(extra["TensorQuantOverrides"])}
     room = lambda: _room_needed("qdq", model.ByteSize())   # worked out only if something failed
     with _short_of_space(workdir or tempfile.gettempdir(), room), _temp_in(workdir):
         qmodel = update_opset_version(model, weight_type, activation_type,
@@ -390,6 +395,32 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
         with _fast_lookups(quantizer):
             quantizer.quantize_model()
     return quantizer.model
+
+
+#: the quant types a plain (JSON) per-tensor override names, by quantbench's type names
+_OVERRIDE_TYPES = {"u8": "QUInt8", "s8": "QInt8", "u16": "QUInt16", "s16": "QInt16"}
+
+
+def tensor_overrides(plain: Mapping) -> dict:
+    """onnxruntime's ``TensorQuantOverrides`` extra option from its plain form (what a recipe records as JSON):
+    {tensor: [{"quant_type": "u16" | "s16" | "u8" | "s8", "symmetric": bool, "rmin": float, "rmax": float}]}.
+
+    onnxruntime 1.32.0 (``tensor_quant_overrides``, ``QDQQuantizer.calc_quant_params``): quant_type must be a
+    ``QuantType`` and rmin/rmax numpy values (it reads their dtype); an override already in that form is kept."""
+    from onnxruntime.quantization.quant_utils import QuantType
+
+    out = {}
+    for tensor, overrides in plain.items():
+        out[tensor] = []
+        for o in overrides:
+            o = dict(o)
+            if isinstance(o.get("quant_type"), str):
+                o["quant_type"] = getattr(QuantType, _OVERRIDE_TYPES[o["quant_type"]])
+            for key in ("rmin", "rmax"):
+                if key in o:
+                    o[key] = np.array(o[key], dtype=np.float32)
+            out[tensor].append(o)
+    return out
 
 
 def save_quantized(quantized, path: str | os.PathLike) -> None:
@@ -424,28 +455,33 @@ def dynamic_quantize(src: str | os.PathLike, dst: str | os.PathLike, *, op_types
 def activation_errors(float_model: str | os.PathLike, qdq_model: str | os.PathLike, feeds: Sequence[Mapping],
                       workdir: str | os.PathLike) -> dict[str, float]:
     """{activation tensor: signal-to-quantization-noise ratio (dB) of the QDQ model's dequantized tensor against
-    the float model's same tensor}, over `feeds` (a few inputs: every activation of every feed is held).
+    the float model's same tensor}, over `feeds`, one feed's activations held at a time.
 
     onnxruntime 1.32.0 ``qdq_loss_debug``: ``modify_model_output_intermediate_tensors`` exposes every float
-    tensor of both models, ``collect_activations`` runs them (graph optimisation off, CPU provider),
-    ``create_activation_matching`` pairs each QDQ tensor with the float one of the same name and
-    ``compute_activation_error`` gives ``xmodel_err`` (higher: closer to float). Augmented copies go to
-    `workdir`. A tensor with no float counterpart is left out.
+    tensor of both models, ``collect_activations`` runs them (graph optimisation off, CPU provider) on one feed at a
+    time, ``create_activation_matching`` pairs each QDQ tensor with the float one of the same name, and the
+    SQNR is ``compute_signal_to_quantization_noice_ratio``'s over every feed (20 log10 of the norm of the float
+    tensors over the norm of their difference, both over every feed's values: accumulated here as sums of squares,
+    so a 100 MB model's activations of every feed are never held at once; higher: closer to float). Augmented
+    copies go to `workdir`. A tensor with no float counterpart is left out.
     """
     from onnxruntime.quantization import qdq_loss_debug as QL
 
-    feeds = [dict(f) for f in feeds]
-
-    class _Reader:   # collect_activations iterates its reader
-        def __iter__(self):
-            return iter(feeds)
-
     workdir = Path(workdir)
-    acts = {}
+    augmented = {}
     for tag, src in (("float", float_model), ("qdq", qdq_model)):
-        aug = workdir / f"{tag}.augmented.onnx"
-        QL.modify_model_output_intermediate_tensors(str(src), str(aug))
-        acts[tag] = QL.collect_activations(str(aug), _Reader())
-    matched = QL.create_activation_matching(acts["qdq"], acts["float"])
-    errors = QL.compute_activation_error({k: v for k, v in matched.items() if v.get("float")})
-    return {k: float(v["xmodel_err"]) for k, v in sorted(errors.items()) if "xmodel_err" in v}
+        augmented[tag] = workdir / f"{tag}.augmented.onnx"
+        QL.modify_model_output_intermediate_tensors(str(src), str(augmented[tag]))
+    signal: dict = {}
+    noise: dict = {}
+    for feed in feeds:
+        acts = {tag: QL.collect_activations(str(aug), iter([dict(feed)])) for tag, aug in augmented.items()}
+        for name, m in QL.create_activation_matching(acts["qdq"], acts["float"]).items():
+            if m.get("float"):
+                x = np.concatenate(m["float"]).ravel()
+                d = (x - np.concatenate(m["post_qdq"]).ravel()).astype(np.float64)
+                signal[name] = signal.get(name, 0.0) + float(np.dot(x.astype(np.float64), x.astype(np.float64)))
+                noise[name] = noise.get(name, 0.0) + float(np.dot(d, d))
+        del acts
+    eps = np.finfo("float").eps
+    return {k: 20 * math.log10(max(math.sqrt(signal[k]), eps) / max(math.sqrt(noise[k]), eps)) for k in sorted(signal)}

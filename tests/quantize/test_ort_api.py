@@ -323,3 +323,64 @@ def test_ort_api_quantizes_byte_for_byte_as_quantize_static(model, tmp_path):
     assert sha256_file(ours) == sha256_file(stock), drifted(
         "quantize_static's QDQ path", "qdq_quantize",
         "a model quantized through ort_api no longer equals stock quantize_static byte for byte")
+
+
+def test_plain_tensor_overrides_quantize_as_onnxruntimes_own(model, tmp_path):
+    """A per-tensor override in the plain form a recipe records (quant_type "u16", rmin/rmax floats, symmetric)
+    gives the model stock quantize_static gives with onnxruntime's own form (QuantType, numpy ranges)."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    from quantbench.quantize.calibration import compute_ranges
+
+    feeds = random_feeds(4)
+
+    class Reader:
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    native = {"c1": [{"quant_type": QuantType.QUInt16}], "q": [{"rmin": np.array(-1.5, np.float32),
+                                                              "rmax": np.array(2.0, np.float32)}],
+              "k": [{"symmetric": True}]}
+    plain = {"c1": [{"quant_type": "u16"}], "q": [{"rmin": -1.5, "rmax": 2.0}], "k": [{"symmetric": True}]}
+    stock = tmp_path / "stock.onnx"
+    quantize_static(str(model), str(stock), Reader(), calibrate_method=CalibrationMethod.MinMax,
+                    quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8, extra_options={"TensorQuantOverrides": native})
+    ranges = compute_ranges(model, feeds, ["minmax"])["minmax"]
+    at, wt = ort_api.quant_type("QUInt8"), ort_api.quant_type("QInt8")
+    quantized = ort_api.qdq_quantize(ort_api.load_with_shape_infer(model), True, False, wt, at, ranges, [],
+                                     ort_api.static_op_types(), {"TensorQuantOverrides": plain})
+    ours = tmp_path / "ours.onnx"
+    ort_api.save_quantized(quantized, ours)
+    assert sha256_file(ours) == sha256_file(stock), drifted(
+        "TensorQuantOverrides (tensor_quant_overrides, calc_quant_params)", "tensor_overrides",
+        "the plain per-tensor overrides no longer quantize as onnxruntime's own form")
+    assert plain == {"c1": [{"quant_type": "u16"}], "q": [{"rmin": -1.5, "rmax": 2.0}], "k": [{"symmetric": True}]}
+
+
+def test_activation_errors_one_feed_at_a_time_equal_qdq_loss_debugs_over_every_feed(model, tmp_path):
+    """activation_errors holds one feed's activations at a time (a 100 MB model's, every feed at once, was most of a
+    search's memory) and gives the SQNR onnxruntime's compute_activation_error gives over every feed at once."""
+    from onnxruntime.quantization import qdq_loss_debug as QL
+
+    from quantbench.quantize import intake
+    from quantbench.quantize import variants as QV
+
+    feeds = random_feeds(3)
+    prepared = tmp_path / "prepared.onnx"
+    intake.prepare(model, prepared)
+    QV.make_static(prepared, tmp_path / "q.onnx", inputs=feeds, method="minmax")
+    ours = ort_api.activation_errors(prepared, tmp_path / "q.onnx", feeds, tmp_path)
+    acts = {}
+    for tag, src in (("float", prepared), ("qdq", tmp_path / "q.onnx")):
+        QL.modify_model_output_intermediate_tensors(str(src), str(tmp_path / f"{tag}.aug.onnx"))
+        acts[tag] = QL.collect_activations(str(tmp_path / f"{tag}.aug.onnx"), iter([dict(f) for f in feeds]))
+    matched = QL.create_activation_matching(acts["qdq"], acts["float"])
+    stock = {k: v["xmodel_err"] for k, v in QL.compute_activation_error(
+        {k: v for k, v in matched.items() if v.get("float")}).items()}
+    assert sorted(ours) == sorted(stock) and len(ours) > 3
+    for k, v in stock.items():
+        assert ours[k] == pytest.approx(v, abs=1e-3), drifted("qdq_loss_debug's SQNR", "activation_errors", k)

@@ -1,0 +1,55 @@
+"""The decomposed forms of a transformer's normalisation and activation (a LayerNorm as opset < 17 exporters write
+it, a Gelu in its Erf form) found in the graph and left out of QDQ as the float_layernormalization and float_gelu
+global choices, by node name: their Add/Mul go back to float while the MatMuls stay int8."""
+
+from __future__ import annotations
+
+import onnx
+
+from model_helpers import transformer_like_classifier
+from search_helpers import calibrate_small
+
+
+def _space(workdir):
+    from quantbench.explain.searchspace import Space
+    from quantbench.inputs.variantdir import latest_variants
+
+    base = next(v for v in latest_variants() if v.name == "static-minmax")
+    return Space.open(base, workdir)
+
+
+def _reads_dequantized(path, node_names) -> dict:
+    """{node: whether every input comes from a DequantizeLinear (a QDQ group onnxruntime may run in int8)} for
+    `node_names` of the model at `path`."""
+    g = onnx.load(str(path)).graph
+    producer = {o: n.op_type for n in g.node for o in n.output}
+    return {n.name: all(producer.get(t) == "DequantizeLinear" for t in n.input) for n in g.node if n.name in node_names}
+
+
+def test_a_decomposed_layernorm_and_an_erf_gelu_are_one_global_choice_each(workdir):
+    from quantbench.explain.searchpatterns import decomposed_layernorms, erf_gelus
+
+    calibrate_small(workdir, lambda p: transformer_like_classifier(p, decomposed_layernorm=True, gelu=True))
+    space = _space(workdir)
+    assert decomposed_layernorms(space.model) == [f"ln_{i}" for i in range(9)]   # as calibrate's intake left it
+    assert erf_gelus(space.model) == [f"gelu_{i}" for i in range(5)]
+    choices = {c.name: c for c in space.choices()}
+    ln, gelu = choices["float_layernormalization"], choices["float_gelu"]
+    # the quantized members only (onnxruntime's static quantizer takes Add and Mul, not ReduceMean/Pow/Sqrt/Div/Erf)
+    assert ln.float_nodes == ("ln_4", "ln_7", "ln_8") and ln.exclude_op_types == choices["base"].exclude_op_types
+    assert gelu.float_nodes == ("gelu_2", "gelu_3", "gelu_4")
+    members = {*ln.float_nodes, *gelu.float_nodes}
+    base = _reads_dequantized(space.build(choices["base"], ()).path, members | {"fc2"})
+    assert all(base[n] for n in members)
+    for choice, nodes in ((ln, ln.float_nodes), (gelu, gelu.float_nodes)):
+        built = space.build(choice, ())
+        got = _reads_dequantized(built.path, members | {"fc2"})
+        assert not any(got[n] for n in nodes) and got["fc2"] and built.int8_ops > 0, (choice.name, got)
+        assert all(got[n] for n in members - set(nodes))   # the other pattern stays as the base makes it
+    assert ln.describe()["float_nodes"] == ["ln_4", "ln_7", "ln_8"]
+
+
+def test_a_graph_without_the_decomposed_forms_offers_neither_choice(workdir):
+    calibrate_small(workdir, transformer_like_classifier)
+    names = {c.name for c in _space(workdir).choices()}
+    assert "float_gelu" not in names and "float_layernormalization" in names   # the LayerNormalization op itself
