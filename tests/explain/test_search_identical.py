@@ -1,0 +1,114 @@
+"""`search --identical`: the answer must also give byte-identical outputs (one class) on every measured host, or
+the search exits 1 naming the nearest candidate's classes and the ops that separate them.
+
+On the saturating classifier (tests/explain_helpers.saturating_image_model) x86 and x86-sse4 split wherever this
+machine's own int8 path saturates (VPMADDUBSW: AVX2 without VNNI, read from its CPU features); the exact integer
+paths (x64quantprecision, reduce_range, U8U8) make them one class.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from quantbench.analysis.tiers import int8_path
+from quantbench.cli import main
+from quantbench.errors import ParameterError
+from quantbench.hosts.masked import here_features
+from search_helpers import calibrated, run_dir  # noqa: F401 (fixtures)
+from setup_required import need_tier
+
+FLEET = "x86,x86-sse4"
+
+
+def _here_saturates() -> bool:
+    return int8_path("x86", "x86_64", here_features()).kind == "saturates"
+
+
+def _need_a_split() -> None:
+    need_tier("x86-sse4")
+    if not _here_saturates():
+        pytest.skip("this CPU's int8 path is exact (VNNI/AMX or no AVX2): x86 and x86-sse4 give one class as "
+                    "calibrated (a fact about the CPU)")
+
+
+def _classes_in_a_fresh_equiv(cwd, hosts, folder, name, *more) -> list:
+    """The classes a fresh `equiv` (its own run, results/equiv.json) finds for variant `name` beside its fp32."""
+    proc = subprocess.run([sys.executable, "-m", "quantbench", "equiv", "--hosts", hosts, *more, "--variants",
+                           str(folder / "fp32.onnx"), str(folder / f"{name}.onnx"), "--no-progress"], cwd=cwd,
+                          capture_output=True, text=True)
+    assert proc.returncode in (0, 1), proc.stdout[-3000:] + proc.stderr[-3000:]
+    found = json.loads((cwd / "results/equiv.json").read_text())
+    return [c["hosts"] for v in found["variants"] if v["variant"] == name for c in v["classes"]]
+
+
+def test_an_identical_search_answer_is_one_class_in_a_fresh_equiv(run_dir, capsys):
+    need_tier("x86-sse4")
+    rc = main(["search", "--variant", "static-minmax", "--hosts", FLEET, "--identical", "--space", "global",
+               "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "identical outputs: one class (x86, x86-sse4) on the whole fleet" in out
+    name = out.split("chosen: ", 1)[1].split()[0]
+    folder = run_dir / "results/variants/m"
+    if _here_saturates():   # the variant as calibrated splits the two: the answer is a new variant
+        assert name != "static-minmax"
+        assert json.loads((folder / f"{name}.recipe.json").read_text())["search"]["one_class"] == ["x86", "x86-sse4"]
+    assert _classes_in_a_fresh_equiv(run_dir, FLEET, folder, name) == [["x86", "x86-sse4"]]
+
+
+def test_an_identical_search_without_one_class_exits_1_naming_the_classes_and_the_separating_op(run_dir, capsys):
+    """Stopped after the variant as calibrated (3 evaluations): it splits x86 from x86-sse4, and localize on that
+    pair names the op whose outputs differ first."""
+    _need_a_split()
+    rc = main(["search", "--variant", "static-minmax", "--hosts", FLEET, "--identical", "--max-evaluations", "3",
+               "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 1, out
+    line = next(ln for ln in out.splitlines() if ln.startswith("not one class: "))
+    assert line.startswith("not one class: nearest base gives 2 classes (A: x86 | B: x86-sse4); separated by: A|B: ")
+    assert "MatMul" in line, line
+    assert (run_dir / "results/variants/m/index.json").read_text().count('"name"') == 2   # nothing written
+
+
+def test_the_api_outcome_carries_the_classes_and_the_separating_ops(run_dir):
+    import quantbench
+
+    _need_a_split()
+    with pytest.raises(ParameterError):
+        quantbench.search("static-minmax", quantbench.Fleet(FLEET), identical="yes")
+    done = quantbench.search("static-minmax", quantbench.Fleet(FLEET), identical=True, max_evaluations=3)
+    assert not done.passed
+    assert done.identity["classes"] == [["x86"], ["x86-sse4"]] and done.identity["candidate"] == "base"
+    (sep,) = done.identity["separating"]
+    assert sep["classes"] == ["A", "B"] and sep["hosts"] == ["x86", "x86-sse4"] and sep["evaluations"] > 0
+    assert done.outcome()["identity"] == done.identity
+    assert "identity" not in quantbench.search("static-minmax", quantbench.Fleet("x86"), max_evaluations=3).outcome()
+
+
+@pytest.mark.slow
+def test_an_identical_search_on_the_demo_detector_ends_in_one_class_or_names_the_separating_ops(workdir):
+    """The demo detector over x86 and x86-sse4 (4 fixtures; a budget every candidate meets, so identity decides): a
+    variant a fresh equiv puts in one class, or exit 1 with the nearest candidate's classes and the ops."""
+    need_tier("x86-sse4")
+
+    def qb(*args):
+        return subprocess.run([sys.executable, "-m", "quantbench", *args], cwd=workdir, capture_output=True,
+                              text=True)
+
+    assert qb("calibrate", "--model", "litter-detr-tiny", "--methods", "minmax", "--no-progress").returncode == 0
+    found = qb("search", "--variant", "static-minmax", "--hosts", FLEET, "--identical", "--budget", "100%",
+               "--limit", "4", "--space", "global", "--json", "--no-progress")
+    assert "{" in found.stdout, found.stdout[-3000:] + found.stderr[-3000:]
+    outcome = json.loads(found.stdout[found.stdout.index("{"):])   # after the --limit note
+    assert found.returncode == (0 if outcome["passed"] else 1), found.stderr[-3000:]
+    if not outcome["passed"]:
+        assert len(outcome["identity"]["classes"]) > 1 and outcome["identity"]["separating"], outcome
+        return
+    assert outcome["identity"]["classes"] == [["x86", "x86-sse4"]]
+    folder = next((workdir / "results" / "variants").glob("*/index.json")).parent
+    assert _classes_in_a_fresh_equiv(workdir, FLEET, folder, outcome["variant"], "--limit", "4") == [
+        ["x86", "x86-sse4"]]
