@@ -112,3 +112,51 @@ def test_an_identical_search_on_the_demo_detector_ends_in_one_class_or_names_the
     folder = next((workdir / "results" / "variants").glob("*/index.json")).parent
     assert _classes_in_a_fresh_equiv(workdir, FLEET, folder, outcome["variant"], "--limit", "4") == [
         ["x86", "x86-sse4"]]
+
+
+def _tried(hashes: dict, flips: dict | None = None):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(hashes=hashes, flips=flips or {h: 0 for h in hashes})
+
+
+def test_classes_group_hosts_by_their_outputs_and_an_unknown_host_is_a_class_of_its_own():
+    from types import SimpleNamespace
+
+    from quantbench.explain.searchidentity import class_text, classes_of, differing_fixtures, one_class, pair_of
+
+    t = _tried({"pi": {"f1": "a", "f2": "b"}, "x86": {"f1": "a", "f2": "c"}, "x86-sse4": {"f1": "a", "f2": "b"}})
+    assert classes_of(t) == [["pi", "x86-sse4"], ["x86"]] and not one_class(t)
+    assert class_text(classes_of(t)) == "2 classes (A: pi, x86-sse4 | B: x86)"
+    assert differing_fixtures(t) == ["f2"] and pair_of(t, ["pi", "x86-sse4"], ["x86"]) == ("pi", "x86", "f2")
+    # a host that could not run the candidate is not known to give anyone's bytes
+    assert classes_of(_tried({"a": {"f": "h"}, "b": {"f": "h"}}, {"a": 0, "b": None})) == [["a"], ["b"]]
+    # an imported host joins the host standing in for it; one with no stand-in stays apart
+    board = SimpleNamespace(label="board", stand_in_label="b")
+    t = _tried({"a": {"f": "h"}, "b": {"f": "h"}}, {"a": 0, "b": 0, "board": 0})
+    assert one_class(t, [board]) and class_text(classes_of(t, [board])) == "one class (a, b, board)"
+    assert classes_of(t, [SimpleNamespace(label="board", stand_in_label=None)]) == [["a", "b"], ["board"]]
+
+
+def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_choice(tmp_path):
+    """A multiply-accumulate op (or a Relu fused into it) gets the exact integer paths it lacks; an elementwise op,
+    an activation or a normalisation the graph has, kept out of QDQ; an op no measurement speaks for, nothing."""
+    from types import SimpleNamespace
+
+    from onnx import helper
+
+    from quantbench.explain.searchidentity import stacked
+    from quantbench.explain.searchspace import Choice
+
+    nodes = [helper.make_node(op, ["x"], [f"y{i}"]) for i, op in enumerate(("Conv", "Add", "Softmax"))]
+    space = SimpleNamespace(model=helper.make_model(helper.make_graph(nodes, "g", [], [])))
+    base = Choice("base", "minmax", "r.json", "u8", "s8", True, False)
+    assert [c.name for c in stacked(base, "Conv", space)] == ["x64quantprecision", "reduce_range", "u8u8"]
+    rr = stacked(base, "Relu", space)[1]
+    assert rr.reduce_range and [c.name for c in stacked(rr, "Conv", space)] == [
+        "reduce_range+x64quantprecision", "reduce_range+u8u8"]
+    assert stacked(rr, "Conv", space)[0].entries == {"session.x64quantprecision": "1"}
+    (soft,) = stacked(rr, "Softmax", space)
+    assert soft.name == "reduce_range+float_softmax" and soft.exclude_op_types == ("Softmax",) and soft.reduce_range
+    assert stacked(soft, "Softmax", space) == [] and stacked(base, "Sigmoid", space) == []   # done / not in the graph
+    assert stacked(base, "Transpose", space) == [] and stacked(base, None, space) == []
