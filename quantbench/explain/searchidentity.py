@@ -231,11 +231,17 @@ def separation(walk, t) -> list[dict]:
 
 
 def outcome(walk, chosen) -> dict:
-    """The identity block of a search's result: the classes of the answer (one), or of the nearest candidate that
-    splits the fleet and the op separating each pair of its classes."""
+    """The identity block of a search's result: the classes of the answer (one); without an answer, the first
+    candidate confirmed in one class that another constraint kept out (`over`), else the nearest candidate that splits
+    the fleet and the op separating each pair of its classes."""
     imported = walk.fleet.imported
     if chosen is not None:
         return {"candidate": chosen.choice.name, "classes": classes_of(chosen, imported), "separating": []}
+    whole = [t for t in walk.tried if int8_left(t) and t.stage == "confirm" and one_class(t, imported)]
+    if whole:   # one class, but over another constraint (the nearest line says which)
+        t = whole[0]
+        return {"candidate": t.choice.name, "exclude": list(t.exclude), "stage": t.stage,
+                "classes": classes_of(t, imported), "separating": [], "over": "another constraint"}
     split = split_candidates(walk)
     if not split:
         return {"candidate": None, "classes": [], "separating": []}
@@ -249,6 +255,9 @@ def identity_line(identity: dict, name: str | None) -> str:
     still separate them."""
     if not identity or not identity.get("classes"):
         return "not one class: no candidate with int8 left was run on two hosts"
+    if len(identity["classes"]) == 1:
+        return (f"one class: {name or identity['candidate']} gives {class_text(identity['classes'])} on the whole "
+                "fleet, but does not meet the other constraints (see the nearest candidate)")
     ops = "; ".join(f"{'|'.join(s['classes'])}: {op_text(s)}" for s in identity["separating"]) or "not localized"
     return (f"not one class: nearest {name or identity['candidate']} gives {class_text(identity['classes'])}"
             f"{' (screened only)' if identity.get('stage') == 'screen' else ''}; separated by: {ops}")

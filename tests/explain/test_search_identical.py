@@ -160,3 +160,24 @@ def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_ch
     assert soft.name == "reduce_range+float_softmax" and soft.exclude_op_types == ("Softmax",) and soft.reduce_range
     assert stacked(soft, "Softmax", space) == [] and stacked(base, "Sigmoid", space) == []   # done / not in the graph
     assert stacked(base, "Transpose", space) == [] and stacked(base, None, space) == []
+
+
+def test_without_an_answer_a_candidate_in_one_class_over_the_budget_is_named_rather_than_a_split_one():
+    """The identity line must not say "not one class" when a confirmed candidate is one class and another constraint
+    (the flip budget) kept it out; no localize runs for it."""
+    from types import SimpleNamespace
+
+    from quantbench.explain.searchidentity import identity_line, outcome
+
+    def cand(name, hashes, stage="confirm"):
+        return SimpleNamespace(choice=SimpleNamespace(name=name), exclude=(), stage=stage, int8_ops=5,
+                               int8={"macs": 1.0, "weights": 1.0}, hashes=hashes, flips={h: 3 for h in hashes},
+                               worst=3)
+
+    split = cand("base", {"x86": {"f": "a"}, "x86-sse4": {"f": "b"}})
+    whole = cand("reduce_range", {"x86": {"f": "c"}, "x86-sse4": {"f": "c"}})
+    walk = SimpleNamespace(tried=[split, whole], fleet=SimpleNamespace(imported=[]))
+    got = outcome(walk, None)
+    assert got["candidate"] == "reduce_range" and got["classes"] == [["x86", "x86-sse4"]] and not got["separating"]
+    assert identity_line(got, None) == ("one class: reduce_range gives one class (x86, x86-sse4) on the whole fleet, "
+                                        "but does not meet the other constraints (see the nearest candidate)")
