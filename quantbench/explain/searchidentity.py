@@ -193,7 +193,8 @@ def identity_phase(walk):
     for start in split_candidates(walk)[:2]:
         t = start
         for _ in range(MAX_STEPS):
-            pair = pair_of(t, *classes_of(t, walk.fleet.imported)[:2])
+            classes = classes_of(t, walk.fleet.imported)
+            pair = pair_of(t, *classes[:2]) if len(classes) > 1 else None   # one class: another constraint missed
             if pair is None or _cap(walk) < 2:
                 break
             ev = separating_op(walk, t, pair, _cap(walk))

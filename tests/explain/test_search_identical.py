@@ -181,3 +181,42 @@ def test_without_an_answer_a_candidate_in_one_class_over_the_budget_is_named_rat
     assert got["candidate"] == "reduce_range" and got["classes"] == [["x86", "x86-sse4"]] and not got["separating"]
     assert identity_line(got, None) == ("one class: reduce_range gives one class (x86, x86-sse4) on the whole fleet, "
                                         "but does not meet the other constraints (see the nearest candidate)")
+
+
+def test_the_identity_walk_stops_at_a_step_that_makes_one_class_but_misses_the_budget(tmp_path):
+    """A stacked step that gives one class but flips over the budget lowers the classes: the walk keeps it, has no
+    pair of classes left to localize on, and ends without an answer (it once asked for a second class and died)."""
+    from types import SimpleNamespace
+
+    import onnx
+    from onnx import TensorProto, helper
+
+    from quantbench.explain.searchidentity import identity_phase
+    from quantbench.explain.searchspace import Choice
+
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv"),
+                           helper.make_node("QuantizeLinear", ["y", "s"], ["y_q"], name="q")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                          [helper.make_tensor_value_info("y_q", TensorProto.UINT8, [1, 1, 2, 2])])
+    onnx.save(helper.make_model(g), tmp_path / "m.onnx")
+
+    def cand(choice, hashes):
+        return SimpleNamespace(choice=choice, exclude=(), stage="confirm", int8_ops=2, passes=False, worst=3,
+                               int8={"macs": 1.0}, hashes=hashes, flips={h: 3 for h in hashes},
+                               path=tmp_path / "m.onnx", variant_id="v")
+
+    base = Choice("base", "minmax", "r.json", "u8", "s8", True, False)
+    tried = [cand(base, {"x86": {"f": "a"}, "x86-sse4": {"f": "b"}})]
+
+    def try_candidate(choice, exclude):
+        tried.append(cand(choice, {"x86": {"f": "c"}, "x86-sse4": {"f": "c"}}))
+        return tried[-1]
+
+    fleet = SimpleNamespace(imported=[], hosts=[SimpleNamespace(label="x86"), SimpleNamespace(label="x86-sse4")],
+                            localize=lambda *a: (["y_q"], 2, False))
+    walk = SimpleNamespace(tried=tried, fleet=fleet, try_candidate=try_candidate, say=lambda line: None,
+                           params=SimpleNamespace(max_evaluations=200), evaluations=0, localize_spent=0,
+                           space=SimpleNamespace(op_types={"conv": "Conv"}, model=onnx.load(tmp_path / "m.onnx")))
+    assert identity_phase(walk) is None
+    assert [t.choice.name for t in tried] == ["base", "x64quantprecision", "reduce_range", "u8u8"]
+    assert walk.evaluations == 4   # one localize: 2 runs on each host
