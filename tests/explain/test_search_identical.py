@@ -220,3 +220,21 @@ def test_the_identity_walk_stops_at_a_step_that_makes_one_class_but_misses_the_b
     assert identity_phase(walk) is None
     assert [t.choice.name for t in tried] == ["base", "x64quantprecision", "reduce_range", "u8u8"]
     assert walk.evaluations == 4   # one localize: 2 runs on each host
+
+
+@pytest.mark.slow
+def test_a_session_entry_the_pis_onnxruntime_does_not_know_is_a_candidate_it_cannot_run(run_dir):
+    """session.x64quantprecision is an x86 key: the Pi's onnxruntime (aarch64) does not know it, so `equiv` refuses
+    to run a variant requiring it there; the search must count that candidate as one the Pi cannot run (it once ran
+    it with the key silently ignored and called it one class), so its answer is one a fresh equiv can run
+    everywhere."""
+    import quantbench
+    from pipeline_helpers import _need_pi
+
+    _need_pi()
+    done = quantbench.search("static-minmax", quantbench.Fleet("x86,pi"), identical=True, space="global")
+    x64 = next(r for r in done.result.tried if r["choice"] == "x64quantprecision")
+    assert x64["stage"] == "confirm" and x64["flips"]["pi"] is None and not x64["passes"], x64
+    assert "cannot make this session on pi" in x64["note"] and "session.x64quantprecision" in x64["note"], x64
+    if done.passed:
+        assert "session.x64quantprecision" not in done.result.chosen["session_requirements"]
