@@ -153,11 +153,14 @@ def _never_run_gate(result) -> str:
     return f"gate {', '.join(named)}: FAIL (never run)" if named else "no gate checks it"
 
 
-def class_verdict(v: dict) -> str:
-    """A variant's classes of bytes in the verdict: "one class of bytes on the whole fleet" (every host that ran it
-    computes the same bytes, so a device is commissioned by a hash check), or how many classes, which hosts, and why:
-    the fingerprint features that separate them (dispatch-read ISA flags first)."""
+def class_verdict(v: dict, refused: list | None = None) -> str:
+    """A variant's classes of bytes in the verdict: "one class of bytes on the whole fleet" (every host computes the
+    same bytes, so a device is commissioned by a hash check; with hosts that could not run it, `refused`, on the
+    hosts that ran it), or how many classes, which hosts, and why: the fingerprint features that separate them
+    (dispatch-read ISA flags first)."""
     n = len(v["classes"])
+    if n == 1 and refused:
+        return f"one class of bytes on the hosts that ran it ({', '.join(refused)} could not)"
     if n == 1:
         return "one class of bytes on the whole fleet"
     hosts = " | ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
@@ -190,7 +193,8 @@ def verdict_lines(result) -> list[str]:
     for v in result.variants:
         name = f"{v['model']} / {v['variant']}" if multi else v["variant"]
         n = len(v["classes"])
-        cls = class_verdict(v)
+        cls = class_verdict(v, [h for h, by in sorted((getattr(result, "cannot_run", {}) or {}).items())
+                                if v["variant"] in by])
         compared = kind_of(v["decode"]["kind"]).decides
         if n == 0:
             counts, differ, why = [], None, ["no host's runtime can run it (named under the classes)"]

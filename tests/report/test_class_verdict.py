@@ -32,3 +32,11 @@ def test_classes_no_feature_tells_apart_say_so_and_a_result_without_features_nam
     assert verdict.class_verdict(v).endswith("separated by isa:avx2, isa:fma, isa:avx and 13 other feature(s)")
     del v["separating_features"]
     assert verdict.class_verdict(v) == "2 classes of bytes (A: x86 | B: x86b)"
+
+
+def test_one_class_is_not_the_whole_fleet_when_a_host_could_not_run_the_variant():
+    r = hand_result()
+    r.cannot_run = {"pi": {"dynamic": "session requirement session.x64quantprecision=1 not applied"}}
+    dyn = verdict.verdict_lines(r)[1]
+    assert "one class of bytes on the hosts that ran it (pi could not)" in dyn and "whole fleet" not in dyn
+    assert "; one class of bytes on the whole fleet; " in verdict.verdict_lines(r)[0]
