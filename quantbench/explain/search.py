@@ -276,11 +276,20 @@ class Walk:
 
     def _confirmed(self, t: "Tried") -> None:
         flips = ", ".join(f"{h} {'cannot run' if v is None else v}" for h, v in t.flips.items())
-        verdict = "meets the budget" if self.meets(t) else "over the budget"
+        verdict = "meets the budget" if self.meets(t) else self._over(t)
         kept = f"{len(t.exclude)} node(s) in float" if t.exclude else "nothing in float"
         self.say(f"confirmed {variant_name(t)} ({t.choice.name}, {kept}; int8 "
                  f"{(t.int8 or {}).get('macs', 1.0):.1%} of the MACs): flips {flips}, {verdict}; "
                  f"{self.evaluations} of {self.params.max_evaluations} evaluations spent")
+
+    def _over(self, t: "Tried") -> str:
+        """Why a confirmed candidate does not pass, in its status line: over the budget, or (with the identity
+        constraint) within it but split into classes."""
+        flips_ok = all(v is not None and v <= self.allowed(h) for h, v in t.flips.items())
+        classes = identity.classes_of(t, self.fleet.imported)
+        if self.params.identical and flips_ok and len(classes) > 1:
+            return f"within the budget but {identity.class_text(classes)}"
+        return "over the budget"
 
     def _spend(self, n: int) -> None:
         p = self.params

@@ -238,3 +238,16 @@ def test_a_session_entry_the_pis_onnxruntime_does_not_know_is_a_candidate_it_can
     assert "cannot make this session on pi" in x64["note"] and "session.x64quantprecision" in x64["note"], x64
     if done.passed:
         assert "session.x64quantprecision" not in done.result.chosen["session_requirements"]
+
+
+def test_a_confirmed_candidate_within_the_budget_but_split_says_so_in_its_status_line(run_dir):
+    """Within a budget of 100% the variant as calibrated is kept out by its classes alone: its status line names them
+    rather than calling it over the budget."""
+    import quantbench
+
+    _need_a_split()
+    lines = []
+    quantbench.search("static-minmax", quantbench.Fleet(FLEET), identical=True, budget="100%", max_evaluations=3,
+                      on_status=lines.append)
+    base = next(ln for ln in lines if ln.startswith("search: confirmed static-minmax ("))
+    assert "flips x86 4, x86-sse4 0, within the budget but 2 classes (A: x86 | B: x86-sse4)" in base, base
