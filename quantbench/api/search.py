@@ -54,13 +54,21 @@ class Search:
         counted on) and `change`, what would change the outcome; None when something passed."""
         return self.result.nearest
 
+    @property
+    def identity(self) -> dict:
+        """With `identical=True`: {"classes": the answer's one class, or the nearest candidate's classes (host
+        lists), "separating": per pair of those classes, the op localize finds first divergent, "candidate"}; {}
+        without the constraint."""
+        return self.result.identity
+
     def outcome(self) -> dict:
         """What `search --json` prints: passed, the stop line, the nearest candidate, the chosen one and where it
         and the result went."""
         r = self.result
         return {"passed": self.passed, "stop": r.stop, "nearest": r.nearest, "chosen": r.chosen,
                 "variant": r.variant_name, "written": r.written, "evaluations": r.evaluations,
-                "result_file": r.result_file, "report": str(self.report)}
+                "result_file": r.result_file, "report": str(self.report),
+                **({"identity": r.identity} if r.identical else {})}
 
     @property
     def variant(self) -> str | None:
@@ -182,15 +190,17 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
            max_seconds: float | None = None, space: str = "all", screen_fixtures: int = 4, error_images: int = 4,
            jobs: int = 1, name: str | None = None, decode: str | None = None, limit: int | None = None,
-           render=render_params, on_status=None, max_drop: float | None = None) -> Search:
+           render=render_params, on_status=None, max_drop: float | None = None, identical: bool = False) -> Search:
     """Search from `variant` (a static variant name of the last calibrate run; None: its first static one) on
     `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` (decision flips against fp32 per host, or a share of the decisions fp32 serves there: "1%") within the ceilings; the answer
-    is written beside the base (named for what it is, or `name`). The evaluations are cached under the results
+    is written beside the base (named for what it is, or `name`); `identical`: it must also give byte-identical
+    outputs (one class) on every measured host, else the nearest candidate's classes and the ops separating them
+    (`Search.identity`). The evaluations are cached under the results
     folder's `search/` and a rerun resumes from them."""
     _check_groups(variant, fleet, fixtures, session, results)
     _check_session(fleet, session)
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,
-                          screen_fixtures, error_images, jobs, name, max_drop)
+                          screen_fixtures, error_images, jobs, name, max_drop, identical)
     params.check()
     base, fp32 = _base(variant, results)
     hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render)

@@ -46,6 +46,7 @@ from pathlib import Path
 from quantbench.analysis.gates import Budget, parse_budget
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.searchfleet import Fleet, decoder_key
+from quantbench.explain import searchidentity as identity
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
 from quantbench.explain.searchoutcome import ALL_FLOAT, NO_INT8, NO_INT8_MACS, NOT_DONE, int8_left, nearest, \
@@ -84,6 +85,7 @@ class SearchParams:
     jobs: int = 1
     name: str | None = None               # the written variant's name (default: named for what it is)
     max_drop: float | None = None         # the accuracy against the labels may fall at most this below fp32's, per host
+    identical: bool = False               # the answer must also give byte-identical outputs on every measured host
 
     def check(self) -> None:
         self._check_types()
@@ -118,6 +120,8 @@ class SearchParams:
             value = getattr(self, key)
             if value is not None and not (_number(value) and math.isfinite(value)):
                 raise ParameterError(key, "must be a finite number", value)
+        if not isinstance(self.identical, bool):
+            raise ParameterError("identical", "must be True or False", self.identical)
         if not isinstance(self.space, str):
             raise ParameterError("space", f"must be one of {', '.join(SPACES)}", self.space)
         if self.name is not None and not is_plain_name(self.name):
@@ -136,6 +140,8 @@ class SearchParams:
             out["max_latency_ms"] = self.max_latency_ms
         if self.max_drop is not None:
             out["max_drop"] = self.max_drop
+        if self.identical:   # a search without the constraint keeps the id it had
+            out["identical"] = True
         return out
 
 
@@ -249,7 +255,8 @@ class Walk:
         """Whether `t`'s flips (its last stage) are within the budget on every host that measured it, and, with a
         max drop, confirmed on every fixture, its accuracy at most that below fp32's on every host run."""
         flips = bool(t.flips) and all(v is not None and v <= self.allowed(h) for h, v in t.flips.items())
-        return flips and (self.params.max_drop is None or t.stage != "confirm" or not self.dropped(t))
+        same = not self.params.identical or identity.one_class(t, self.fleet.imported)
+        return flips and same and (self.params.max_drop is None or t.stage != "confirm" or not self.dropped(t))
 
     def dropped(self, t: "Tried") -> list[str]:
         """The hosts where `t`'s accuracy falls more than the max drop below fp32's (or was not measured)."""
@@ -270,11 +277,20 @@ class Walk:
 
     def _confirmed(self, t: "Tried") -> None:
         flips = ", ".join(f"{h} {'cannot run' if v is None else v}" for h, v in t.flips.items())
-        verdict = "meets the budget" if self.meets(t) else "over the budget"
+        verdict = "meets the budget" if self.meets(t) else self._over(t)
         kept = f"{len(t.exclude)} node(s) in float" if t.exclude else "nothing in float"
         self.say(f"confirmed {variant_name(t)} ({t.choice.name}, {kept}; int8 "
                  f"{(t.int8 or {}).get('macs', 1.0):.1%} of the MACs): flips {flips}, {verdict}; "
                  f"{self.evaluations} of {self.params.max_evaluations} evaluations spent")
+
+    def _over(self, t: "Tried") -> str:
+        """Why a confirmed candidate does not pass, in its status line: over the budget, or (with the identity
+        constraint) within it but split into classes."""
+        flips_ok = all(v is not None and v <= self.allowed(h) for h, v in t.flips.items())
+        classes = identity.classes_of(t, self.fleet.imported)
+        if self.params.identical and flips_ok and len(classes) > 1:
+            return f"within the budget but {identity.class_text(classes)}"
+        return "over the budget"
 
     def _spend(self, n: int) -> None:
         p = self.params
@@ -335,8 +351,10 @@ class Walk:
 
     def _screen_on_flipping(self, t: Tried) -> None:
         """A base choice confirmed on every host and fixture: the fixtures that flip on any host join the screening
-        set (a subset of every fixture still: its flips never exceed those on the whole set)."""
-        self.screen_ids = sorted(set(self.screen_ids) | set(t.flipping()))
+        set (a subset of every fixture still: its flips never exceed those on the whole set); with the identity
+        constraint, the fixtures whose outputs differ between hosts too."""
+        split = identity.differing_fixtures(t) if self.params.identical else []
+        self.screen_ids = sorted(set(self.screen_ids) | set(t.flipping()) | set(split))
 
     def _time(self, t: Tried) -> None:
         """A confirmed survivor's latency on the measuring hosts; over the ceiling somewhere, it does not pass."""
@@ -556,6 +574,8 @@ def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
     """(the chosen candidate or None, the stop line)."""
     try:
         chosen = _global_phase(walk) if walk.params.space in ("all", "global") else None
+        if chosen is None and walk.params.identical:
+            chosen = identity.identity_phase(walk)
         if chosen is None and walk.params.space in ("all", "nodes"):
             chosen = _mixed_phase(walk, *feeds_of())
             chosen = chosen if chosen is not None and chosen.passes else None
@@ -567,7 +587,8 @@ def walk_space(walk: Walk, feeds_of) -> tuple[Tried | None, str]:
         n = len(walk.tried)
         walk.stop_kind = "exhausted"
         return None, (f"stopped: space exhausted ({n} candidate{'' if n == 1 else 's'} tried, none meets the budget of "
-                      f"{walk.budget_text()} with int8 left{_latency_tail(walk)}"
+                      f"{walk.budget_text()}{' in one class' if walk.params.identical else ''} with int8 left"
+                      f"{_latency_tail(walk)}"
                       f"{no_answer_tail(walk.tried)})")
     walk.stop_kind = "done"
     return chosen, "done: a candidate meets the budget on every host and every fixture"
@@ -624,6 +645,8 @@ class SearchResult:
     max_drop: float | None = None
     fp32_accuracy: dict = field(default_factory=dict)   # {host: fp32's metric against the labels} (with a max drop)
     metric: str = ""                                    # that metric (top-1, AP, text)
+    identical: bool = False                             # the answer had to be one class on every measured host
+    identity: dict = field(default_factory=dict)        # its classes, or the nearest's and the ops separating them
 
     def best(self, n: int = 5) -> list[dict]:
         scored = [r for r in self.tried if (r["worst"] if r["worst"] is not None else _max(r["screen"])) is not None]
@@ -670,6 +693,8 @@ def _write(walk: Walk, t: Tried, params: SearchParams, sid: str, held: dict) -> 
         "semantic_sha256"), "choice": t.choice.name, "budget": params.limit.value(), "hosts": list(t.flips),
         "flips": t.flips, "float_share": t.float_share, "holds_on": held,
         **recipe_marks(walk.fleet.imported, t.flips)}
+    if params.identical:   # the hosts it was measured to give one class on
+        extra["search"]["one_class"] = identity.classes_of(t, walk.fleet.imported)[0]
     if params.max_latency_ms is not None:
         extra["search"].update({"max_latency_ms": params.max_latency_ms, "latency_ms": t.latency_ms})
     if t.requirements:
@@ -794,6 +819,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
         check_base_unchanged(base)
         written, name, note = _write(walk, chosen, params, sid, held) if chosen is not None else (None, None, "")
         stop += confirm_tail(held)
+        same = identity.outcome(walk, chosen) if params.identical else {}
     fleet = walk.fleet
     stop += unconfirmed_line(fleet.imported, name)
     result = SearchResult(sid, base.name, [h.label for h in hosts], len(walk.all_ids), params.limit.value(),
@@ -805,6 +831,7 @@ def search(base, fp32_path, hosts, fixtures, spec, params: SearchParams, state_r
                           nearest=nearest(walk, variant_name), budget_text=walk.budget_text(),
                           allowed={h: walk.allowed(h) for h in walk.served}, holds_on=held)
     _count_latency(result, walk)
+    result.identical, result.identity = params.identical, same
     if fleet.accuracy is not None:
         result.max_drop, result.metric = params.max_drop, fleet.accuracy[0].metric
         result.fp32_accuracy = {h.label: m for h, m in zip(fleet.hosts, fleet.fp32_metric)}

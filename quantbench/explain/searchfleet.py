@@ -30,6 +30,7 @@ from quantbench.explain.searchimported import assign_stand_ins, read_member, run
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.keys import session_options
 from quantbench.hosts.kinds import KINDS
+from quantbench.hosts.requirements import applied
 from quantbench.hosts.registry import HostRequest, make_host
 from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
@@ -46,8 +47,13 @@ def decoder_key(spec) -> str:
 
 
 def session_with(session: dict, entries: dict | None) -> dict:
-    """A host's session with extra config entries (a candidate's session requirements) on top."""
-    return session_options(session).with_entries(entries).wire()
+    """A host's session with extra config entries (a candidate's session requirements) on top, applied as `equiv`
+    applies a variant's requirement (hosts.requirements.applied): the entries the host did not set are named
+    required, so a host whose onnxruntime does not know one (session.x64quantprecision on aarch64) cannot run the
+    candidate, as it cannot run the written variant, rather than running it with the entry silently ignored."""
+    if not entries:
+        return session_options(session).wire()
+    return applied(session, entries)
 
 
 @dataclass

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from quantbench.explain.searchidentity import class_text, identity_line
 from quantbench.hosts.requirements import entries_text
 from quantbench.report import document
 from quantbench.textfmt import md_section, text_table
@@ -141,6 +142,11 @@ def holds_line(result) -> str:
     return (f"holds on: {h['fixtures']} fixtures ({where}) on {', '.join(h['hosts'])}; not checked on: {unchecked}")
 
 
+def one_class_line(result) -> str:
+    """An identity search's answer: the one class it gives on the whole fleet."""
+    return f"identical outputs: {class_text((result.identity or {}).get('classes') or [[]])} on the whole fleet"
+
+
 def imported_lines(result) -> list[str]:
     """One line per imported host of the fleet: who stands in for it, or that the answer is unconfirmed there."""
     out = []
@@ -178,8 +184,12 @@ def render(result) -> str:
     if result.nodes:
         lines += md_section("Nodes kept in float", "The measurement that put each node there.",
                             ["node", "op", "why"], [[m["node"], m.get("op_type", ""), _why(m)] for m in result.nodes])
+    if result.chosen and getattr(result, "identical", False):
+        lines += [one_class_line(result) + ".", ""]
     if not result.chosen:
-        lines += [nearest_line(result), ""] + md_section("Best candidates", None, *_table(result.best()))
+        lines += [nearest_line(result), ""]
+        lines += [identity_line(result.identity, None), ""] if getattr(result, "identical", False) else []
+        lines += md_section("Best candidates", None, *_table(result.best()))
     return "\n".join(lines)
 
 
@@ -209,6 +219,8 @@ def summary(result) -> str:
             out.append(f"  {forms_line(c)}")
         if result.holds_on:
             out.append(f"  {holds_line(result)}")
+        if getattr(result, "identical", False):
+            out.append(f"  {one_class_line(result)}")
         if getattr(result, "max_drop", None) is not None:
             out.append(f"  {accuracy_line(result, c)}")
         if c.get("latency_ms"):
@@ -219,6 +231,8 @@ def summary(result) -> str:
         out.append("no candidate meets the budget; best found:")
         out.append(text_table(*_table(result.best())))
         out.append(nearest_line(result))
+        if getattr(result, "identical", False):
+            out.append(identity_line(result.identity, None))
     out += imported_lines(result)
     out.append(f"evaluations: {result.evaluations} ({result.evaluations_run} run, {result.evaluations_cached} cached); "
                + _measurements(result) + f"result: {result.result_file}")

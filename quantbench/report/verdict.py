@@ -153,6 +153,32 @@ def _never_run_gate(result) -> str:
     return f"gate {', '.join(named)}: FAIL (never run)" if named else "no gate checks it"
 
 
+def class_verdict(v: dict, refused: list | None = None) -> str:
+    """A variant's classes of bytes in the verdict: "one class of bytes on the whole fleet" (every host computes the
+    same bytes, so a device is commissioned by a hash check; with hosts that could not run it, `refused`, on the
+    hosts that ran it), or how many classes, which hosts, and why: the fingerprint features that separate them
+    (dispatch-read ISA flags first)."""
+    n = len(v["classes"])
+    if n == 1 and refused:
+        return f"one class of bytes on the hosts that ran it ({', '.join(refused)} could not)"
+    if n == 1:
+        return "one class of bytes on the whole fleet"
+    hosts = " | ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
+    why = _separated_by(v) if n > 1 and "separating_features" in v else ""
+    return f"{n} classes of bytes ({hosts})" + (f", {why}" if why else "")
+
+
+def _separated_by(v: dict) -> str:
+    """What separates a variant's classes, shortly: the smallest separating features, then how many others differ."""
+    sep = v["separating_features"]
+    if not sep:
+        return "no fingerprint feature tells them apart"
+    shown = v.get("separation") or {"features": sep, "others": 0}
+    feats = list(shown.get("features") or sep)
+    others = int(shown.get("others") or 0) + max(0, len(feats) - 3)
+    return f"separated by {', '.join(feats[:3])}" + (f" and {others} other feature(s)" if others else "")
+
+
 def verdict_lines(result) -> list[str]:
     """One line per variant opening with its answer (gates.ship_verdict: SHIP, SHIP WITH CARE, DO NOT SHIP, NOT RUN), then
     why in numbers: flips vs fp32 per host against the budget, whether the hosts serve identical decisions, the
@@ -167,8 +193,8 @@ def verdict_lines(result) -> list[str]:
     for v in result.variants:
         name = f"{v['model']} / {v['variant']}" if multi else v["variant"]
         n = len(v["classes"])
-        cls = "one class of bytes" if n == 1 else (f"{n} classes of bytes (" + " | ".join(
-            f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"]) + ")")
+        cls = class_verdict(v, [h for h, by in sorted((getattr(result, "cannot_run", {}) or {}).items())
+                                if v["variant"] in by])
         compared = kind_of(v["decode"]["kind"]).decides
         if n == 0:
             counts, differ, why = [], None, ["no host's runtime can run it (named under the classes)"]

@@ -31,6 +31,9 @@ def add_arguments(p) -> None:
     p.add_argument("--max-drop", type=float, metavar="D",
                    help="the accuracy against the labels (the report's metric: top-1, AP50, text) may fall at most D "
                         "below fp32's on every host (0..1), with the flip budget")
+    p.add_argument("--identical", action="store_true",
+                   help="the answer must also give byte-identical outputs (one class) on every measured host; "
+                        "without one, exit 1 naming the nearest candidate's classes and the ops separating them")
     p.add_argument("--max-float-share", type=float, help="ceiling on the share of weights kept in float (0..1)")
     p.add_argument("--max-size", type=int, help="ceiling on the variant's file size, bytes")
     p.add_argument("--max-latency-ms", type=float,
@@ -63,7 +66,8 @@ def run(args) -> int:
                   max_evaluations=args.max_evaluations, max_seconds=args.max_seconds, space=args.space,
                   screen_fixtures=args.screen_fixtures, error_images=args.error_images, jobs=args.jobs,
                   name=args.name, decode=args.decode, limit=args.limit,
-                  render=getattr(args, "_render", render_params), on_status=_status(args), max_drop=args.max_drop)
+                  render=getattr(args, "_render", render_params), on_status=_status(args), max_drop=args.max_drop,
+                  identical=args.identical)
     if getattr(args, "json", False):
         print(json.dumps(done.outcome(), indent=2, sort_keys=True))
     else:
