@@ -26,7 +26,7 @@ from quantbench.fsutil import canonical_json
 ALL = "all"
 #: fixtures nearest the threshold a predicted host runs besides the separating ones (docs/equiv.md: measured on the
 #: demo, results/bench/confirm.json)
-DEFAULT_CONFIRM = 4
+DEFAULT_CONFIRM = 2
 
 
 @dataclass

@@ -320,7 +320,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
         found = _from_payload(RC.load(cache_dir, key), ctx, by_model, fixtures_for)
         if found is not None:
             found.cache_key, found.cannot_run = key, _named_cannot(cannot, variants)
-            return found
+            return mark_inherited(found, _inherited_of(cols, sel, variants, fixtures_for))
     out = _Rows()
     for model, vs in by_model.items():
         run = _load_model(ctx, model, vs, specs[model], fixtures_for, tables_root)
@@ -336,6 +336,34 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                          cache_key=key, cannot_run=_named_cannot(cannot, variants))
     if cache_dir is not None:
         RC.save(cache_dir, key, _payload(result, out.boxed))
+    return mark_inherited(result, _inherited_of(cols, sel, variants, fixtures_for))
+
+
+def _inherited_of(cols: dict, sel: dict, variants, fixtures_for: dict) -> dict:
+    """{host: {variant name: the host it inherited from}}: the selected rows a host inherited (equiv's confirm)."""
+    names = {v.variant_id: v.name for v in variants}
+    want = {v: set(fs) for v, fs in fixtures_for.items()}
+    out: dict = {}
+    for h, fp, sk, v, f, inh in zip(*(cols[c] for c in ("host", "fingerprint_id", "session_key", "variant_id",
+                                                           "fixture_id", "inherited"))):
+        if inh is not None and h in sel and (fp, sk) == tuple(sel[h]) and f in want.get(v, ()):
+            out.setdefault(h, {})[names[v]] = inh
+    return out
+
+
+def mark_inherited(result: EquivResult, inherited: dict) -> EquivResult:
+    """`result` with its hosts' inherited rows named: `inherited`, each class row's `inherited_hosts` and each
+    variant's class `inherited` (only where a host inherited: an analysis without any reads as before)."""
+    result.inherited = inherited
+    for row in result.class_rows:
+        hosts = [h for h in row["hosts"] if row["variant"] in inherited.get(h, {})]
+        if hosts:
+            row["inherited_hosts"] = hosts
+    for v in result.variants:
+        for c in v["classes"]:
+            hosts = [h for h in c["hosts"] if v["variant"] in inherited.get(h, {})]
+            if hosts:
+                c["inherited"] = hosts
     return result
 
 

@@ -253,25 +253,6 @@ def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepar
     return prep
 
 
-def _inherited_names(p: Prepared) -> dict:
-    """{host: {variant name: the host it inherited from}} for the result, the tables and the report."""
-    names = {r.variant_id: r.name for r in p.refs}
-    out: dict = {}
-    for (h, vid), anchor in sorted(p.inherited.items()):
-        out.setdefault(h, {})[names.get(vid, vid)] = anchor
-    return out
-
-
-def _mark_inherited(result) -> None:
-    """Each class row (and each variant's class) with its hosts that inherited rows of that variant."""
-    for row in result.class_rows:
-        marked_hosts = [h for h in row["hosts"] if row["variant"] in result.inherited.get(h, {})]
-        row["inherited_hosts"] = marked_hosts or None
-    for v in result.variants:
-        for c in v["classes"]:
-            c["inherited"] = [h for h in c["hosts"] if v["variant"] in result.inherited.get(h, {})]
-
-
 def duplicate_variants(plan) -> list[dict]:
     """Variants asked for whose model is semantically identical to an analysed one (run once, named in the report)."""
     kept = {vi.variant_id: vi for vi in plan.variants}
@@ -372,9 +353,7 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
                          cache_dir=cache_dir_of(results.folder), cannot_run=p.cannot_run, held=p.held)
         result.not_started = p.not_started
         names = {r.variant_id: r.name for r in p.refs}
-        result.inherited = _inherited_names(p)
         result.prediction_misses = [dict(m, variant=names.get(m["variant_id"])) for m in p.misses]
-        _mark_inherited(result)
         attach_predictions(result, p.refs, p.predict, local_ort_version())
         attach_pair_kernels(result, p.refs, local_ort_version())
         files = publish(result, results, checked=checked, plots=plots, labels=p.plan.labels,
