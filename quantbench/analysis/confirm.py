@@ -4,9 +4,9 @@ confirm them, and the rows a confirmed host inherits.
 A host whose kernel-dispatch signature (analysis.predict: every routine the variant's graph reaches, its kernel's
 `bytes` value on the host's features, same onnxruntime version, session and arch) equals that of a host named
 before it is *predicted* to share that host's class (its anchor). The anchor runs every fixture; the predicted host
-runs only the confirming fixtures: every fixture on which the hosts run in full served different decisions for some
-variant (it separated classes there: bytes differ on nearly every fixture once kernels differ, decisions on few)
-and the K whose decisions lie nearest the threshold (where a small difference flips one). When every output of those fixtures is byte-identical to its anchor's, the host inherits the
+runs only K confirming fixtures: first those on which the hosts run in full served different decisions for some
+variant (they separated classes there: bytes differ on nearly every fixture once kernels differ, decisions on few),
+then those whose decisions lie nearest the threshold (where a small difference flips one). When every output of those fixtures is byte-identical to its anchor's, the host inherits the
 anchor's other rows (marked `inherited` with the anchor's name, under a run key no run looks up, so a later full
 run measures them); any difference makes the host run in full, and the miss is kept for the predictor. A host
 whose fingerprint is not known before it runs (never started under these settings, or a kind whose fingerprint is
@@ -105,11 +105,11 @@ def nearest_margins(decision_rows) -> dict:
 
 
 def confirm_fixtures(k: int, fixture_ids: list, vid: str, separating: set, margins: dict) -> list:
-    """The fixtures a predicted host runs first for variant `vid`: the separating ones, then the `k` nearest the
-    threshold (no margin known: by fixture id), sorted."""
-    sep = [f for f in fixture_ids if f in separating]
-    rest = sorted((f for f in fixture_ids if f not in separating), key=lambda f: (margins.get((vid, f), math.inf), f))
-    return sorted(sep + rest[:k])
+    """The `k` fixtures a predicted host runs first for variant `vid`: those that separated classes (decisions
+    differed between hosts run in full) before the others, each group nearest the threshold first (no margin
+    known: by fixture id); sorted."""
+    ranked = sorted(fixture_ids, key=lambda f: (f not in separating, margins.get((vid, f), math.inf), f))
+    return sorted(ranked[:k])
 
 
 def confirmed(digest: dict, host: str, anchor: str, vid: str, fixture_ids) -> bool:

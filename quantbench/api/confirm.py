@@ -21,13 +21,14 @@ DEFAULT_CONFIRM = C.DEFAULT_CONFIRM
 
 
 def check_confirm(confirm) -> int | None:
-    """The K of `confirm` (a whole number >= 0, or "all": None, every host runs every fixture)."""
+    """The K of `confirm` (a whole number >= 1: no host inherits unmeasured; or "all": None, every host runs every
+    fixture)."""
     if isinstance(confirm, str) and confirm.strip().lower() == ALL:
         return None
     if isinstance(confirm, str) and confirm.strip().isdigit():
         confirm = int(confirm.strip())
-    if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 0:
-        raise ParameterError("confirm", "must be a whole number of fixtures, at least 0, or 'all'", confirm)
+    if isinstance(confirm, bool) or not isinstance(confirm, int) or confirm < 1:
+        raise ParameterError("confirm", "must be a whole number of fixtures, at least 1, or 'all'", confirm)
     return confirm
 
 
