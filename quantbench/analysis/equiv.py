@@ -92,6 +92,10 @@ class EquivResult:
     #: tiers no machine in reach shows, predicted per variant (analysis.predict): never a class, never gated
     predicted: list = field(default_factory=list)
     predicted_notes: list = field(default_factory=list)
+    #: equiv --confirm (api.confirm): host -> {variant: the host whose rows it inherited}, and the hosts predicted
+    #: to share a class whose confirming fixtures differed (run in full: the predictor's misses)
+    inherited: dict = field(default_factory=dict)
+    prediction_misses: list = field(default_factory=list)
 
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""
@@ -124,7 +128,8 @@ class EquivResult:
     def summary(self) -> dict:
         return {"equiv_id": self.equiv_id, "settings": self.settings, "hosts": self.hosts,
                 "variants": self.variants, "comparisons": self.comparisons, "not_started": self.not_started,
-                "cannot_run": self.cannot_run, "predicted": self.predicted, "predicted_notes": self.predicted_notes}
+                "cannot_run": self.cannot_run, "predicted": self.predicted, "predicted_notes": self.predicted_notes,
+                "inherited": self.inherited, "prediction_misses": self.prediction_misses}
 
 
 def _run_hint(host: str, variant: VariantRef, hint: str) -> str:
@@ -140,15 +145,24 @@ _HASH_COLS = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id
 def _hash_rows(hosts, variants, tables_root) -> dict:
     """{column: values} of the outputs rows of these hosts and variants, hashes only (no tensor), and what
     analysis.providers reads of them (one read for both)."""
-    cols = list(dict.fromkeys(_HASH_COLS + PR.COLUMNS))
+    cols = list(dict.fromkeys(_HASH_COLS + PR.COLUMNS + ("inherited",)))
     t = load_outputs(host=list(hosts), variant_id=[v.variant_id for v in variants], columns=cols,
                      tables_root=tables_root)
     out = {c: t.column(c).to_pylist() for c in cols}
-    keep = _as_deployed(variants, out["variant_id"], out["session_options"])
+    keep = [a and b for a, b in zip(_as_deployed(variants, out["variant_id"], out["session_options"]),
+                                    _measured_first(out))]
     out = {c: [x for x, k in zip(vals, keep) if k] for c, vals in out.items()}
     out["stored_session_key"] = out["session_key"]   # as the rows hold it (an import's `held` names these)
     out["session_key"] = [host_key(o, k) for o, k in zip(out["session_options"], out["session_key"])]
     return out
+
+
+def _measured_first(cols: dict) -> list:
+    """Per row, False for an inherited row (equiv --confirm) of a fixture the host has since measured itself."""
+    key = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id", "output_name")
+    rows = list(zip(*(cols[c] for c in key)))
+    measured = {r for r, i in zip(rows, cols["inherited"]) if i is None}
+    return [i is None or r not in measured for r, i in zip(rows, cols["inherited"])]
 
 
 def _as_deployed(variants, variant_ids: list, options: list) -> list:
@@ -243,9 +257,10 @@ def _load_arrays(hosts, sel, variants, fixture_ids, tables_root) -> dict:
     variant_ids = [v.variant_id for v in variants]
     required = {v.variant_id: v.requirements for v in variants}
     t = load_outputs(host=list(hosts), variant_id=list(variant_ids), fixture_id=sorted(fixture_ids),
-                     columns=[*_HASH_COLS, "session_options", "tensor"], tables_root=tables_root)
+                     columns=[*_HASH_COLS, "session_options", "tensor", "inherited"], tables_root=tables_root)
     out: dict = {(h, v): {} for h in hosts for v in variant_ids}
-    for r in t.to_pylist():
+    # an inherited row first, so a row the host measured for the same fixture since replaces it
+    for r in sorted(t.to_pylist(), key=lambda r: r["inherited"] is None):
         h = r["host"]
         if not ran_as(r["session_options"], required.get(r["variant_id"]) or {}):
             continue
@@ -305,7 +320,7 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
         found = _from_payload(RC.load(cache_dir, key), ctx, by_model, fixtures_for)
         if found is not None:
             found.cache_key, found.cannot_run = key, _named_cannot(cannot, variants)
-            return found
+            return mark_inherited(found, _inherited_of(cols, sel, variants, fixtures_for))
     out = _Rows()
     for model, vs in by_model.items():
         run = _load_model(ctx, model, vs, specs[model], fixtures_for, tables_root)
@@ -321,6 +336,34 @@ def analyze(hosts: list[str], variants: list[VariantRef], fixtures_for: dict, re
                          cache_key=key, cannot_run=_named_cannot(cannot, variants))
     if cache_dir is not None:
         RC.save(cache_dir, key, _payload(result, out.boxed))
+    return mark_inherited(result, _inherited_of(cols, sel, variants, fixtures_for))
+
+
+def _inherited_of(cols: dict, sel: dict, variants, fixtures_for: dict) -> dict:
+    """{host: {variant name: the host it inherited from}}: the selected rows a host inherited (equiv's confirm)."""
+    names = {v.variant_id: v.name for v in variants}
+    want = {v: set(fs) for v, fs in fixtures_for.items()}
+    out: dict = {}
+    for h, fp, sk, v, f, inh in zip(*(cols[c] for c in ("host", "fingerprint_id", "session_key", "variant_id",
+                                                           "fixture_id", "inherited"))):
+        if inh is not None and h in sel and (fp, sk) == tuple(sel[h]) and f in want.get(v, ()):
+            out.setdefault(h, {})[names[v]] = inh
+    return out
+
+
+def mark_inherited(result: EquivResult, inherited: dict) -> EquivResult:
+    """`result` with its hosts' inherited rows named: `inherited`, each class row's `inherited_hosts` and each
+    variant's class `inherited` (only where a host inherited: an analysis without any reads as before)."""
+    result.inherited = inherited
+    for row in result.class_rows:
+        hosts = [h for h in row["hosts"] if row["variant"] in inherited.get(h, {})]
+        if hosts:
+            row["inherited_hosts"] = hosts
+    for v in result.variants:
+        for c in v["classes"]:
+            hosts = [h for h in c["hosts"] if v["variant"] in inherited.get(h, {})]
+            if hosts:
+                c["inherited"] = hosts
     return result
 
 

@@ -295,37 +295,59 @@ def predict(table: DispatchTable, routines: dict, shown: dict[str, tuple[list, s
     return out
 
 
-def _shown_x86(hosts: dict, table: DispatchTable) -> dict[str, dict]:
-    """Measured hosts a prediction may stand on: x86-64, the table's onnxruntime version, the CPU provider only."""
+def _shown(hosts: dict, table: DispatchTable) -> dict[str, dict]:
+    """Measured hosts a prediction may stand on: the table's architecture and onnxruntime version, the CPU
+    provider only."""
     return {h: i for h, i in hosts.items()
-            if str(i.get("arch", "")).lower() in ("x86_64", "amd64") and i.get("isa_flags")
+            if arch_tag(i.get("arch", "")) == arch_tag(table.arch) and i.get("isa_flags")
             and _version_key(i.get("ort_version", "")) == table.version
             and list((i.get("session") or {}).get("providers") or ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]}
 
 
-def predict_fleet(hosts: dict, variants: list, targets: dict[str, list], ort_version: str) -> tuple[list[dict], list[str]]:
-    """(rows, notes): a predicted row per variant and tier no machine in reach shows (`targets`: tier ->
-    features), from the measured classes of the x86 hosts (`hosts`: host -> selection with arch, isa_flags,
-    ort_version, session; `variants`: equiv's per-variant dicts with model, variant, path and classes)."""
-    if not targets:
-        return [], []
-    table = table_for(ort_version)
+def _by_arch(targets: dict) -> dict[str, dict[str, list]]:
+    """{arch: {target: features}}: a target given as features is an x86 tier (no machine here shows it); one given
+    as a host summary (arch, isa_flags, vector lengths, session) is read by host_features on its own arch."""
+    out: dict = {}
+    for t, f in targets.items():
+        arch = str(f.get("arch", "")) if isinstance(f, dict) else "x86_64"
+        arch = {"x86": "x86_64", "arm64": "aarch64"}.get(arch_tag(arch), arch)
+        out.setdefault(arch, {})[t] = host_features(f) if isinstance(f, dict) else list(f)
+    return out
+
+
+def predict_fleet(hosts: dict, variants: list, targets: dict, ort_version: str) -> tuple[list[dict], list[str]]:
+    """(rows, notes): a predicted row per variant and target host (`targets`: tier -> features, an x86 tier no
+    machine in reach shows; or host -> its summary with arch, isa_flags, vector lengths and session, an x86 or
+    arm64 host), from the measured classes of the hosts of its architecture (`hosts`: host -> selection with arch,
+    isa_flags, ort_version, session; `variants`: equiv's per-variant dicts with model, variant, path and classes).
+    The arm64 prediction reads the vector lengths and thread count (host_features): measured on the ARM presets,
+    results/bench/predict-arm.json."""
+    rows, notes = [], []
+    for arch, tg in sorted(_by_arch(targets).items()):
+        r, n = _predict_arch(hosts, variants, tg, ort_version, arch)
+        rows, notes = rows + r, notes + n
+    return rows, notes
+
+
+def _predict_arch(hosts: dict, variants: list, targets: dict, ort_version: str, arch: str):
+    table = table_for(ort_version, arch)
     if table is None:
-        return [], [no_table_note(ort_version)]
-    shown_info = _shown_x86(hosts, table)
+        return [], [no_table_note(ort_version, arch)]
+    shown_info = _shown(hosts, table)
     configs = {canonical_json((i.get("session") or {}).get("config_entries") or {}) for i in shown_info.values()}
     config = json.loads(next(iter(configs))) if len(configs) == 1 else {}
     rows = []
     for v in variants:
         label = {h: c["label"] for c in v["classes"] for h in c["hosts"]}
-        shown = {h: (i["isa_flags"], label[h]) for h, i in shown_info.items() if h in label}
+        shown = {h: (host_features(i), label[h]) for h, i in shown_info.items() if h in label}
         routines = graph_routines(v["path"], table, _level(shown_info))
         for p in predict(table, routines, shown, targets, config):
             rows.append({"model": v["model"], "variant": v["variant"], "host": p.host, "joins": p.joins,
                          "like": p.like, "peers": p.peers, "deciding": p.deciding, "learned": p.learned,
                          "text": p.describe()})
-    note = (f"predicted from onnxruntime {table.version}'s kernel dispatch ({table.source.split(';')[0]}), over "
-            f"{', '.join(sorted(shown_info)) or 'no measured x86 host'}: not measured, counted by no gate")
+    note = (f"predicted from onnxruntime {table.version}'s {arch_tag(arch)} kernel dispatch "
+            f"({table.source.split(';')[0]}), over {', '.join(sorted(shown_info)) or f'no measured {arch_tag(arch)} host'}"
+            ": not measured, counted by no gate")
     return rows, [note]
 
 
@@ -345,7 +367,7 @@ def dispatched_kernels(hosts: dict, model_path, ort_version: str) -> dict[str, d
     """host -> {routine: kernel} onnxruntime's x86 dispatch chose on each measured x86 host (`hosts`: host ->
     selection, as predict_fleet's) for the routines the model's optimized graph uses; {} without a table."""
     table = table_for(ort_version)
-    shown = _shown_x86(hosts, table) if table is not None else {}
+    shown = _shown(hosts, table) if table is not None else {}
     if not shown:
         return {}
     routines = graph_routines(model_path, table, _level(shown))

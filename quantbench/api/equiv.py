@@ -19,6 +19,7 @@ from quantbench.analysis.equiv import VariantRef, analyze, reanalyze
 from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_budget, parse_gates
 from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
+from quantbench.api.confirm import ALL as CONFIRM_ALL, DEFAULT_CONFIRM, check_confirm, run_confirmed
 from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, check_group, check_groups,
                                     check_path, check_text)
 from quantbench.api.plan import fixture_params, note_plan, variants_named
@@ -130,6 +131,9 @@ class Prepared:
     held: dict = field(default_factory=dict)
     #: tier -> its profile's features: tiers this CPU cannot show, predicted (analysis.predict), never run
     predict: dict = field(default_factory=dict)
+    #: (host, variant_id) -> the host whose rows it inherited (api.confirm), and the predictions that missed
+    inherited: dict = field(default_factory=dict)
+    misses: list = field(default_factory=list)
 
 
 def run_hint(fixtures: Fixtures, session: Session) -> str:
@@ -201,6 +205,7 @@ class _Request:
     shard: str | None
     wait: bool
     render: object
+    confirm: int | None = None   # analysis.confirm's K; None: every host runs every fixture
 
 
 def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepared:
@@ -236,10 +241,15 @@ def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepar
     prep = Prepared(list(plan.names), refs, fixtures_for, None, f"runs: none ({flag_mark('no_run')}: results from the "
                     "tables)", duplicate_variants(plan), plan, predict=unshown)
     if req.run:
+        def run(p):
+            return run_plan(p, progress=req.output.bars(), tables_root=root, jobs=jobs, cluster=cluster,
+                            require_providers=req.session.require_providers)
+
         with arrowrows.run_scope(plan.run_id):
-            summary = run_plan(plan, progress=req.output.bars(), tables_root=root, jobs=jobs, cluster=cluster,
-                               require_providers=req.session.require_providers)
-        _ran(prep, summary)
+            done = run_confirmed(plan, req.confirm, run, refs, req.reference, req.decode, req.threshold, root,
+                                 req.session.require_providers)
+        prep.inherited, prep.misses = done.inherited, done.misses
+        _ran(prep, done.summary)
     return prep
 
 
@@ -313,14 +323,16 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
           gates: Gates = Gates(), fp32=None, reference: str | None = None, decode: str | None = None,
           threshold: float | None = None, run: bool = True, jobs: int | None = None, cluster: str | None = None,
           shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params,
-          variant: str | None = None) -> Equiv:
+          variant: str | None = None, confirm: int | str = DEFAULT_CONFIRM) -> Equiv:
     """Run (or with run=False, reuse) every variant (folders or .onnx files; None: the latest calibrate output)
     on each host of `fleet`, then analyse: classes, flips against fp32 (or `fp32`, the float model of
     already-quantized variants), gates. Writes the tables, report and equiv.json under `results`; returns the
     analysis with the gates that failed (`Equiv.failures`: a failed gate is a result, not an exception).
     `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
     (default: the sidecar's). `variant`: one variant by name (of the last calibrate run) or .onnx file, analysed
-    beside that run's fp32 as the reference it flips against (instead of `variants`)."""
+    beside that run's fp32 as the reference it flips against (instead of `variants`). `confirm`: K (a host
+    predicted to share a class with one run in full runs the separating fixtures and the K nearest the threshold,
+    and inherits the others when they are byte-identical: analysis.confirm) or "all" (every fixture everywhere)."""
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_group("gates", gates, Gates)
     check_path("fp32", fp32)
@@ -328,10 +340,11 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
     if variant is not None and not isinstance(variant, (str, os.PathLike)):
         raise ParameterError("variant", "must be a variant name or an .onnx path", variant)
     checked = _check_request(gates, decode)
+    k = check_confirm(confirm)
     resolved = variants_named(_one_variant(variant, variants), fp32, to_stderr=output.json)   # the demo says so first
     announce_hosts_file(fleet.hosts_file, to_stderr=output.json)
     req = _Request(fleet, fixtures, session, results, output, reference, decode, threshold, run, jobs, cluster,
-                   shard, wait, render)
+                   shard, wait, render, k)
     with contextlib.ExitStack() as held:   # prepare() takes the tables lock once its inputs are valid
         p = prepare(req, held, resolved)
         result = analyze(p.hosts, p.refs, p.fixtures_for, reference=reference, decode_kind=decode,
@@ -339,6 +352,8 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
                          run_hint=run_hint(fixtures, session), tables_root=results.tables, duplicates=p.duplicates,
                          cache_dir=cache_dir_of(results.folder), cannot_run=p.cannot_run, held=p.held)
         result.not_started = p.not_started
+        names = {r.variant_id: r.name for r in p.refs}
+        result.prediction_misses = [dict(m, variant=names.get(m["variant_id"])) for m in p.misses]
         attach_predictions(result, p.refs, p.predict, local_ort_version())
         attach_pair_kernels(result, p.refs, local_ort_version())
         files = publish(result, results, checked=checked, plots=plots, labels=p.plan.labels,

@@ -19,6 +19,7 @@ def print_equiv(result, files, gates, failures, as_json_text: bool, run_line: st
         summary = result.summary()
         summary["files"] = [str(f) for f in files]
         summary["gates"] = {"checked": gates, "failures": failures}
+        summary["run_line"] = run_line or ""
         print(as_json(summary))
     else:
         if run_line:

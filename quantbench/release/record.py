@@ -238,6 +238,7 @@ def _scope_to_analysis(targets: list[dict], variant_id: str, settings: dict) -> 
             t["fixtures"] = len({x[0] for x in t["_lines"]})
             t["outputs"] = len(t["_lines"])
             t["outputs_digest"] = _digest(t["_lines"])
+            t["_inherited"] = {f: a for f, a in t.get("_inherited", {}).items() if f in fixtures}
         if t["_lines"]:
             out.append(t)
     return out
@@ -288,12 +289,18 @@ def _targets_of(tables_root: Path, variant_id: str, hosts: list[str] | None, req
     t = load_outputs(variant_id=variant_id, host=hosts, tensors=False, tables_root=tables_root)
     groups: dict = defaultdict(list)
     meta = {}
-    cols = ["host", "fingerprint_id", "session_key", "session_options", "fixture_id", "output_name", "sha256"]
-    for h, fp, sk, so, fx, on, sha in zip(*(t.column(c).to_pylist() for c in cols)):
-        if not ran_as(so, required):
-            continue
+    cols = ["host", "fingerprint_id", "session_key", "session_options", "fixture_id", "output_name", "sha256",
+            "inherited"]
+    rows = [r for r in zip(*(t.column(c).to_pylist() for c in cols)) if ran_as(r[3], required)]
+    measured = {(h, fp, sk, fx, on) for h, fp, sk, _, fx, on, _, inh in rows if inh is None}
+    inherited: dict = defaultdict(dict)   # (host, fp, sk) -> {fixture: the host it was inherited from}
+    for h, fp, sk, so, fx, on, sha, inh in rows:
+        if inh is not None and (h, fp, sk, fx, on) in measured:
+            continue   # measured since (a full run): the measured row stands
         groups[(h, fp, sk)].append((fx, on, sha))
         meta[(h, fp, sk)] = so
+        if inh is not None:
+            inherited[(h, fp, sk)][fx] = inh
     host_rows = {(r["host"], r["fingerprint_id"]): r for r in load_hosts(tables_root=tables_root).to_pylist()}
     targets = []
     for (h, fp, sk), lines in sorted(groups.items()):
@@ -308,7 +315,7 @@ def _targets_of(tables_root: Path, variant_id: str, hosts: list[str] | None, req
             "cpu": hr.get("cpu", ""), "isa_flags": list(hr.get("isa_flags") or []),
             "ort_version": hr.get("ort_version", ""), "fingerprint": fingerprint,
             "fixtures": len({x[0] for x in lines}), "outputs": len(lines), "outputs_digest": _digest(lines),
-            "_lines": lines,
+            "_lines": lines, "_inherited": inherited.get((h, fp, sk), {}),
         })
     return targets
 
@@ -506,7 +513,12 @@ def _variant_record(v, hashes: dict, targets: list, eid, eclasses: dict, eflips,
     env = environment_of(v.recipe)
     entries = []
     for t in targets:
-        lines = t.pop("_lines")
+        lines, inherited = t.pop("_lines"), t.pop("_inherited", {})
+        # equiv --confirm: fixtures whose rows the host inherited from a host predicted (and confirmed) to share
+        # its class; measured_fixtures never counts them
+        t["measured_fixtures"] = len({x[0] for x in lines} - set(inherited))
+        t["inherited"] = ({"fixtures": len(inherited), "from": sorted(set(inherited.values()))}
+                          if inherited else None)
         scope["fixture_id"] |= {x[0] for x in lines}
         scope["fingerprint_id"].add(t["fingerprint_id"])
         scope["session_key"].add(t["session_key"])

@@ -392,7 +392,8 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
             out.append(Check("re-run", item, FAIL, f"cannot re-run: {exc}"))
             continue
         for t in targets:
-            rows = partread.read("outputs", root=folder / "tables", columns=["fixture_id", "output_name", "sha256"],
+            rows = partread.read("outputs", root=folder / "tables",
+                                 columns=["fixture_id", "output_name", "sha256", "inherited"],
                                filter={"variant_id": v["variant_id"], "host": host,
                                        "fingerprint_id": t["fingerprint_id"], "session_key": t["session_key"]}
                                ).to_pylist()
@@ -400,8 +401,13 @@ def _rerun_jobs(folder: Path, rec: dict, host: str, sample: int) -> tuple[list[C
                 out.append(Check("re-run", item, FAIL, f"the release's outputs table holds no results of variant_id "
                                                        f"{str(v['variant_id'])[:16]} on {host} to compare with"))
                 continue
-            ids = sorted({r["fixture_id"] for r in rows})[:sample]
+            # a row the host inherited (equiv's confirm) was never measured on it: those fixtures re-run first,
+            # and a fixture measured since counts as measured
+            measured = {r["fixture_id"] for r in rows if r["inherited"] is None}
+            rows = [r for r in rows if r["inherited"] is None or r["fixture_id"] not in measured]
+            ids = sorted({r["fixture_id"] for r in rows}, key=lambda f: (f in measured, f))[:sample]
             want = {(r["fixture_id"], r["output_name"]): r["sha256"] for r in rows if r["fixture_id"] in ids}
+            t["_rerun_inherited"] = sum(f not in measured for f in ids)
             # the host's own session: the runner adds the variant's session requirement (its recipe's) again
             own = host_session(t["session_options"] or {})
             job = jobs.setdefault(session_key(own), {"session": own, "items": []})
@@ -465,7 +471,9 @@ def _compare(v: dict, t: dict, vi, want: dict, new: list[dict], summary, host: s
     extra = sorted({o for (f, o) in got if f in {fx for fx, _ in want}} - {o for _, o in want})
     if extra:
         return Check("re-run", item, FAIL, f"the re-run produced outputs the record lacks ({', '.join(extra)}){note}")
-    return Check("re-run", item, PASS, f"{n} fixtures, {len(want)} output hashes identical{note}")
+    inherited = t.get("_rerun_inherited") or 0
+    what = f" ({inherited} of them inherited in the record, measured on {host} now)" if inherited else ""
+    return Check("re-run", item, PASS, f"{n} fixtures{what}, {len(want)} output hashes identical{note}")
 
 
 def verify(folder: str | os.PathLike, host: str | None = None, sample: int = 4, hosts_file=None,

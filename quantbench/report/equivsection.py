@@ -59,6 +59,7 @@ def render_equiv(result, results_dir: str | os.PathLike = RESULTS_DIR, plots: bo
         lines += charts.embed_plot(charts.plot_class_map, result, rdir, charts.CLASS_MAP, "class map", written)
     lines += classes_lines(result)
     lines += pairs_lines(result)
+    lines += confirmed_lines(result)
     lines += predicted_lines(result)
     lines += providers_lines(result)
     lines += distance_lines(result)
@@ -101,7 +102,8 @@ def providers_lines(result) -> list[str]:
 def classes_lines(result) -> list[str]:
     rows = []
     for v in result.variants:
-        cls = "; ".join(f"{c['label']}: {', '.join(c['hosts'])}" for c in v["classes"])
+        cls = "; ".join(f"{c['label']}: {', '.join(h + (' (inherited)' if h in c.get('inherited', ()) else '') for h in c['hosts'])}"
+                        for c in v["classes"])
         sep_s = termsummary.separation_text(v, "not separable by the fingerprint")
         agree = ", ".join(f"{a}~{b} {n}/{v['fixtures']}" for a, b, n in
                           ((x["a"], x["b"], x["fixtures_agree"]) for x in v["agreement"]))
@@ -146,6 +148,23 @@ def pairs_lines(result) -> list[str]:
                       "instruction families the kernels used where qemu kernel evidence was taken.",
                       ["model", "variant", "pair", "hosts", "fixtures agreeing", "separated by",
                        "kernels (dispatch)", "kernels used (qemu evidence)"], rows)
+
+
+def confirmed_lines(result) -> list[str]:
+    """Hosts that ran only the confirming fixtures and inherited the rest (equiv's confirm), and the predictions
+    those fixtures refuted (the host then ran in full)."""
+    rows = [[h, v, f"inherited from {a}"] for h, vs in sorted(getattr(result, "inherited", {}).items())
+            for v, a in vs.items()]
+    rows += [[m["host"], m.get("variant") or m["variant_id"][:12], f"predicted with {m['anchor']}, differed: ran in full"]
+             for m in getattr(result, "prediction_misses", [])]
+    if not rows:
+        return []
+    return md_section("Confirmed on a few fixtures (inherited rows)",
+                      "A host predicted by onnxruntime's kernel dispatch to share the class of a host run in full ran "
+                      "only the fixtures that separated classes and those nearest the threshold; byte-identical "
+                      "there, it inherited that host's other rows (outputs.inherited names it): its class holds on "
+                      "the fixtures it ran, the others are not measured on it.",
+                      ["host", "variant", "rows"], rows)
 
 
 def predicted_lines(result) -> list[str]:

@@ -133,6 +133,8 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("tensor", _BIN, "raw C-order little-endian bytes of the output tensor"),
         ("providers", _list(STRING), "execution providers that ran at least one node (read from the run's profile)"),
         ("placement", STRING, "which provider ran the nodes, from the run's profile: canonical JSON {provider: {op type: nodes}}"),
+        ("inherited", STRING, "confirmed by equiv (its confirm K): the host whose measured row this is (the host was predicted to share "
+                              "its class and byte-identical on every confirming fixture); null: measured on this host"),
     ],
     "calib_manifest": [
         ("path", STRING, "image path relative to the images folder named in the set's recipe.json (calib_sets/<name>/manifest.parquet, not under results/tables)"),
@@ -168,6 +170,8 @@ COLUMNS: dict[str, list[tuple[str, ArrowType, str]]] = {
         ("provider_findings", _list(STRING), "flagged: a host of the class whose requested execution provider was not available or ran no node (HOST: requested ...)"),
         ("placements", STRING, "JSON: per host, which provider ran how many nodes of each op type (from the run's profile)"),
         ("settings", STRING, "the equiv settings as canonical JSON (hosts, reference, variants, fixtures, decode, gates)"),
+        ("inherited_hosts", _list(STRING), "confirmed by equiv (its confirm K): hosts of the class that ran only the confirming "
+                                           "fixtures and inherited the others' rows (outputs.inherited); null: none"),
     ],
     "decisions": [
         ("equiv_id", STRING, "the analysis (see classes)"),

@@ -39,6 +39,7 @@ def test_the_defaults_are_the_command_lines():
     assert run["fixtures"].default.split == defaults["run"]["split"] == Fixtures().split
     gates = equiv["gates"].default
     assert (gates.atol, gates.rtol, gates.budget) == tuple(defaults["equiv"][k] for k in ("atol", "rtol", "budget"))
+    assert str(equiv["confirm"].default) == defaults["equiv"]["confirm"]
 
 
 def test_the_search_defaults_are_the_command_lines():

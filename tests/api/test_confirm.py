@@ -1,0 +1,139 @@
+"""equiv's `confirm`: a host predicted (by onnxruntime's kernel dispatch) to share a class with a host run in full
+runs only a few fixtures; byte-identical there, it inherits the others, marked as inherited in the outputs table,
+the classes table, the report and the release (whose verify re-measures them); when they differ it runs in full and
+the miss is kept. Real runs on masked x86 tiers of this machine (CPUID faulting), the demo classifier."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+import quantbench
+from quantbench import Fixtures, Fleet, Output
+from quantbench.api import confirm as AC
+from quantbench.hosts.masked import here_features
+from quantbench.store import partread
+
+LIMIT = 8
+K = 2
+
+
+def _needs_avx2() -> None:
+    """The x86-avx2 tier shows this CPU's own AVX2+FMA kernels (masked), x86-sse4 other ones: derived from here."""
+    if not {"avx2", "fma"} <= set(here_features()):
+        pytest.skip("this CPU shows no AVX2+FMA: x86-avx2 is not a masked view of it")
+
+
+def _demo_variants(root):
+    """fp32 + dynamic int8 of the bundled demo classifier, sidecar beside each, as a variants folder."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from quantbench.inputs.assets import demo_model
+    from quantbench.inputs.sidecarfile import load_sidecar
+    from quantbench.inputs.variantdir import Variant, write_index
+
+    src = demo_model("litter-cnn")
+    side = load_sidecar(src)
+    vdir = root / "variants" / "litter-cnn"
+    vdir.mkdir(parents=True)
+    shutil.copyfile(src, vdir / "fp32.onnx")
+    quantize_dynamic(str(src), str(vdir / "dynamic.onnx"), weight_type=QuantType.QInt8)
+    vs = []
+    for name in ("fp32", "dynamic"):
+        recipe = {"variant": name, "method": name, "model": "litter-cnn", "sidecar": side,
+                  "source_model": {"path": f"bundled:models/{src.name}"}}
+        (vdir / f"{name}.recipe.json").write_text(json.dumps(recipe))
+        (vdir / f"{name}.json").write_text(json.dumps(side))
+        vs.append(Variant(name=name, path=vdir / f"{name}.onnx", model="litter-cnn", recipe=recipe))
+    write_index(vdir, vs)
+    return vdir
+
+
+def _equiv(vdir, hosts: str, confirm, limit: int = LIMIT):
+    return quantbench.equiv([str(vdir)], fleet=Fleet(hosts), fixtures=Fixtures(limit=limit), plots=False,
+                            output=Output(progress=False), confirm=confirm)
+
+
+def _remember(workdir, vdir, hosts: str, monkeypatch) -> None:
+    """The hosts fingerprinted once (a one-fixture run in another folder): a prediction needs their fingerprints."""
+    warm = workdir / "warm"
+    warm.mkdir()
+    monkeypatch.chdir(warm)
+    _equiv(vdir, hosts, "all", limit=1)
+    monkeypatch.chdir(workdir)
+
+
+def _outputs(workdir) -> list[dict]:
+    return partread.read("outputs", root=workdir / "results" / "tables",
+                         columns=["host", "variant", "fixture_id", "inherited"]).to_pylist()
+
+
+@pytest.mark.slow
+def test_a_confirmed_host_inherits_marked_rows_and_a_release_re_measures_them(workdir, monkeypatch):
+    _needs_avx2()
+    vdir = _demo_variants(workdir)
+    _remember(workdir, vdir, "x86,x86-avx2", monkeypatch)
+    done = _equiv(vdir, "x86,x86-avx2", K)
+    assert done.analysis.inherited == {"x86-avx2": {"fp32": "x86", "dynamic": "x86"}}
+    assert done.analysis.prediction_misses == []
+    rows = _outputs(workdir)
+    for variant in ("fp32", "dynamic"):
+        mine = [r for r in rows if r["host"] == "x86-avx2" and r["variant"] == variant]
+        measured = {r["fixture_id"] for r in mine if r["inherited"] is None}
+        inherited = {r["fixture_id"] for r in mine if r["inherited"] == "x86"}
+        # one host run in full: no decision separated classes, so only the K nearest the threshold ran
+        assert len(measured) == K and len(inherited) == LIMIT - K and not measured & inherited
+    classes = done.classes.to_pylist()
+    assert {(c["variant"], tuple(c["hosts"])) for c in classes} == {("fp32", ("x86", "x86-avx2")),
+                                                                     ("dynamic", ("x86", "x86-avx2"))}
+    assert all(c["inherited_hosts"] == ["x86-avx2"] for c in classes)
+    report = (workdir / "results" / "report.md").read_text()
+    assert "x86, x86-avx2 (inherited)" in report and "inherited from x86" in report
+
+    quantbench.make_release("v1", variants=str(vdir))
+    record = json.loads((workdir / "results" / "releases" / "v1" / "release.json").read_text())
+    for v in record["variants"]:
+        [t] = [t for t in v["targets"] if t["host"] == "x86-avx2"]
+        assert t["inherited"] == {"fixtures": LIMIT - K, "from": ["x86"]} and t["measured_fixtures"] == K
+        [x86] = [t for t in v["targets"] if t["host"] == "x86"]
+        assert x86["inherited"] is None and x86["measured_fixtures"] == LIMIT
+    checked = quantbench.verify(str(workdir / "results" / "releases" / "v1"), host="x86-avx2", sample=3)
+    reruns = [c for c in checked.checks if c.check == "re-run"]
+    assert checked.passed and len(reruns) == 2
+    assert all("3 of them inherited in the record, measured on x86-avx2 now" in c.detail for c in reruns)
+
+    again = _equiv(vdir, "x86,x86-avx2", "all")   # every fixture measured: nothing inherited any more
+    assert f"x86-avx2 {2 * (LIMIT - K)} ran" in again.run_line
+    assert again.analysis.inherited == {} and all(c["inherited_hosts"] is None for c in again.classes.to_pylist())
+    assert [(c["variant"], c["hosts"]) for c in again.classes.to_pylist()] == [(c["variant"], c["hosts"]) for c in classes]
+
+
+@pytest.mark.slow
+def test_a_host_wrongly_predicted_to_join_runs_in_full_and_the_miss_is_kept(workdir, monkeypatch):
+    _needs_avx2()
+    vdir = _demo_variants(workdir)
+    _remember(workdir, vdir, "x86,x86-sse4", monkeypatch)
+    remembered = AC.remembered_infos
+
+    def stale(plan, require_providers):
+        """x86-sse4's remembered fingerprint says this CPU's AVX2 (a stale entry): the predictor joins it to x86."""
+        infos = remembered(plan, require_providers)
+        return dict(infos, **{"x86-sse4": infos["x86"]})
+
+    monkeypatch.setattr(AC, "remembered_infos", stale)
+    done = _equiv(vdir, "x86,x86-sse4", K)
+    missed = {m["variant"] for m in done.analysis.prediction_misses}
+    # SSE4's fp32 kernels (no FMA, 4-wide) give other bytes than AVX2+FMA on every input
+    assert "fp32" in missed and all(m["host"] == "x86-sse4" and m["anchor"] == "x86"
+                                    for m in done.analysis.prediction_misses)
+    rows = _outputs(workdir)
+    for variant in missed:
+        mine = [r for r in rows if r["host"] == "x86-sse4" and r["variant"] == variant]
+        assert {r["inherited"] for r in mine} == {None} and len({r["fixture_id"] for r in mine}) == LIMIT
+    assert "x86-sse4" not in done.analysis.inherited or set(done.analysis.inherited["x86-sse4"]).isdisjoint(missed)
+    equiv_json = json.loads((workdir / "results" / "equiv.json").read_text())
+    assert {m["variant"] for m in equiv_json["prediction_misses"]} == missed
+    fp32 = [c["hosts"] for c in done.classes.to_pylist() if c["variant"] == "fp32"]
+    assert fp32 == [["x86"], ["x86-sse4"]]
