@@ -291,6 +291,17 @@ def test_only_ort_api_imports_onnxruntime_quantization():
 
 # --- behaviour ------------------------------------------------------------------------------
 
+
+class _Reader:
+    """onnxruntime's CalibrationDataReader over a list of feeds."""
+
+    def __init__(self, feeds):
+        self.it = iter(feeds)
+
+    def get_next(self):
+        return next(self.it, None)
+
+
 def test_ort_api_quantizes_byte_for_byte_as_quantize_static(model, tmp_path):
     """MinMax ranges computed by quantbench, QDQ through ort_api == stock quantize_static.
 
@@ -302,15 +313,8 @@ def test_ort_api_quantizes_byte_for_byte_as_quantize_static(model, tmp_path):
 
     feeds = random_feeds(4)
 
-    class Reader:
-        def __init__(self):
-            self.it = iter(feeds)
-
-        def get_next(self):
-            return next(self.it, None)
-
     stock = tmp_path / "stock.onnx"
-    quantize_static(str(model), str(stock), Reader(), calibrate_method=CalibrationMethod.MinMax,
+    quantize_static(str(model), str(stock), _Reader(feeds), calibrate_method=CalibrationMethod.MinMax,
                     quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8)
     ranges = compute_ranges(model, feeds, ["minmax"])["minmax"]
@@ -334,19 +338,12 @@ def test_plain_tensor_overrides_quantize_as_onnxruntimes_own(model, tmp_path):
 
     feeds = random_feeds(4)
 
-    class Reader:
-        def __init__(self):
-            self.it = iter(feeds)
-
-        def get_next(self):
-            return next(self.it, None)
-
     native = {"c1": [{"quant_type": QuantType.QUInt16}], "q": [{"rmin": np.array(-1.5, np.float32),
                                                               "rmax": np.array(2.0, np.float32)}],
               "k": [{"symmetric": True}]}
     plain = {"c1": [{"quant_type": "u16"}], "q": [{"rmin": -1.5, "rmax": 2.0}], "k": [{"symmetric": True}]}
     stock = tmp_path / "stock.onnx"
-    quantize_static(str(model), str(stock), Reader(), calibrate_method=CalibrationMethod.MinMax,
+    quantize_static(str(model), str(stock), _Reader(feeds), calibrate_method=CalibrationMethod.MinMax,
                     quant_format=QuantFormat.QDQ, per_channel=True, activation_type=QuantType.QUInt8,
                     weight_type=QuantType.QInt8, extra_options={"TensorQuantOverrides": native})
     ranges = compute_ranges(model, feeds, ["minmax"])["minmax"]
