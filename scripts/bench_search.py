@@ -23,7 +23,8 @@ multiply-accumulate nodes' weights and MACs in int8 (read from each answer's gra
 against fp32, the fresh equiv's flips per host. A host this machine cannot run is left out, saying so.
 
 Usage: python scripts/bench_search.py [--models demo,nudenet-320n,vit-s-focus] [--hosts pi,x86,x86-avx2,x86-sse4]
-       [--limit 12] [--budget 0] [--max-evaluations 150] [--max-seconds 1200] [--skip-nncf] [--out JSON]
+       [--limit 12] [--budget 0] [--max-evaluations 150] [--max-seconds 1200] [--recipes search,topk,nncf]
+       [--nncf-model-type auto|none] [--out JSON]
        (per model: --limit and the search's bounds as `model:value`, e.g. --limit 12,vit-s-focus:2)
 """
 
@@ -122,12 +123,13 @@ def _topk(walk, base, fixtures, params) -> tuple[str, object, bool]:
     return f"top-k by qdq_loss_debug (k={k})", walk.space.build(choice, tuple(order[:k])).path, True
 
 
-def _baselines(base, fp32, hosts, fixtures, spec, params, state, answers: Path) -> tuple[list[dict], object]:
-    """The all-float and top-k rows, and the search space (its nodes' weights and MACs count every row's share)."""
+def _baselines(base, fp32, hosts, fixtures, spec, params, state, answers: Path, run: bool) -> tuple[list, object]:
+    """The top-k row (`run` False: not run, saying so), and the search space (its nodes' weights and MACs count
+    every row's share)."""
     with open_walk(base, fp32.path, hosts, fixtures, spec, params, state) as walk:
         size = Path(fp32.path).stat().st_size
         t0, spent = time.monotonic(), walk.evaluations
-        what, path, meets = _topk(walk, base, fixtures, params)
+        what, path, meets = _topk(walk, base, fixtures, params) if run else ("top-k: not run (--recipes)", None, None)
         if path is not None:
             path = Path(shutil.copyfile(path, answers / "topk.onnx"))
         rows = [_row(what, path, walk.space, size, walk.evaluations - spent, time.monotonic() - t0, meets=meets,
@@ -143,11 +145,13 @@ def _local_decisions(model_bytes: bytes, fixtures, spec, names) -> dict:
             for fx in fixtures}
 
 
-def nncf_answer(base, fp32, fixtures, spec, budget: int, out: Path) -> dict:
+def nncf_answer(base, fp32, fixtures, spec, budget: int, out: Path, model_type: str = "auto") -> dict:
     """NNCF's accuracy-aware quantization of the prepared float model: calibrated on the calibration set's images,
     validated on `fixtures` with 1 - (decision flips against fp32) / (fp32's decisions) as its metric (per fixture
     too, which its ranking of quantizer groups reads) and `budget` flips over those decisions as its absolute
-    max_drop (the same budget; NNCF divides by the initial metric, so it is kept above 0). Writes `out`; returns what it
+    max_drop (the same budget; NNCF divides by the initial metric, so it is kept above 0). `model_type` "auto":
+    NNCF's TRANSFORMER type (SmoothQuant, attention MatMuls left float) where the graph has a Softmax, as NNCF
+    advises for transformers; "none": its defaults. Writes `out`; returns what it
     cost (validation runs, seconds) and its settings."""
     import nncf
     import onnx
@@ -165,7 +169,7 @@ def nncf_answer(base, fp32, fixtures, spec, budget: int, out: Path) -> dict:
 
     feeds = error_feeds(base, fixtures, 10 ** 6)[0]
     prepared = onnx.load(str(Path(base.path).parent / "prepared.onnx"))
-    transformer = any(n.op_type == "Softmax" for n in prepared.graph.node)
+    transformer = model_type == "auto" and any(n.op_type == "Softmax" for n in prepared.graph.node)
     kw = {"model_type": nncf.ModelType.TRANSFORMER} if transformer else {}
     t0 = time.monotonic()
     q = nncf.quantize_with_accuracy_control(
@@ -181,11 +185,11 @@ def nncf_answer(base, fp32, fixtures, spec, budget: int, out: Path) -> dict:
 
 def _nncf_row(base, fp32, fixtures, spec, args, space, answers: Path) -> dict:
     size = Path(fp32.path).stat().st_size
-    if args.skip_nncf:
-        return _row("NNCF quantize_with_accuracy_control: skipped (--skip-nncf)", None, space, size, 0, 0.0)
+    if "nncf" not in args.recipes:
+        return _row("NNCF quantize_with_accuracy_control: not run (--recipes)", None, space, size, 0, 0.0)
     t0 = time.monotonic()
     try:
-        got = nncf_answer(base, fp32, fixtures, spec, args.budget, answers / "nncf.onnx")
+        got = nncf_answer(base, fp32, fixtures, spec, args.budget, answers / "nncf.onnx", args.nncf_model_type)
     except ImportError as exc:
         return _row(f"NNCF: not installed ({exc}; pip install -e '.[bench]')", None, space, size, 0, 0.0)
     except Exception as exc:   # NNCF refuses the model: the row says so and the bench goes on
@@ -232,10 +236,13 @@ def _bench_here(folder: Path, key: str, hosts_text: str, args, limit: int, max_e
     answers.mkdir()
     size = Path(fp32.path).stat().st_size
     t0 = time.monotonic()
-    res = search(base, fp32.path, hosts, fixtures, spec, params, folder / "results" / "search")
+    res = search(base, fp32.path, hosts, fixtures, spec, params, folder / "results" / "search") \
+        if "search" in args.recipes else None
     search_s = time.monotonic() - t0
-    rows, space = _baselines(base, fp32, hosts, fixtures, spec, params, folder / "results" / "search-topk", answers)
-    rows = [_search_row(res, space, size, search_s)] + rows
+    rows, space = _baselines(base, fp32, hosts, fixtures, spec, params, folder / "results" / "search-topk", answers,
+                             "topk" in args.recipes)
+    rows = [_search_row(res, space, size, search_s) if res else
+            _row("search: not run (--recipes)", None, space, size, 0, 0.0)] + rows
     rows.append(_nncf_row(base, fp32, fixtures, spec, args, space, answers))
     for r in rows[1:]:
         if r["file"]:
@@ -298,9 +305,12 @@ def main() -> int:
     ap.add_argument("--budget", type=int, default=0)
     ap.add_argument("--max-evaluations", default="150", help="the search's and top-k's (per model as --limit)")
     ap.add_argument("--max-seconds", default="1200", help="the search's and top-k's (per model as --limit)")
-    ap.add_argument("--skip-nncf", action="store_true", help="leave NNCF out (its row says so)")
+    ap.add_argument("--recipes", default="search,topk,nncf", help="which of search,topk,nncf to run")
+    ap.add_argument("--nncf-model-type", choices=("auto", "none"), default="auto",
+                    help="auto: NNCF's TRANSFORMER type where the graph has a Softmax; none: NNCF's defaults")
     ap.add_argument("--out", type=Path, default=OUT, help="JSON written (default: results/bench/search.json)")
     args = ap.parse_args()
+    args.recipes = {r.strip() for r in args.recipes.split(",") if r.strip()}
     hosts, notes = _hosts(args.hosts)
     for note in notes:
         print(note)
