@@ -402,38 +402,46 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
 
 def quantize_float_outputs(quantizer) -> list[str]:
     """Put each float graph output (one an op left in float writes, not a DequantizeLinear) through a
-    QuantizeLinear -> DequantizeLinear pair at the scale and zero point the quantizer computed from its calibrated
-    range; returns the outputs so quantized, sorted. Tiny host-to-host differences of a float tail then round to
-    the same grid step (the identity search's "quantized outputs").
+    QuantizeLinear -> DequantizeLinear pair on the activations' grid at its calibrated range; returns the outputs so
+    quantized, sorted. Tiny host-to-host differences of a float tail then round to the same grid step (the
+    identity search's "quantized outputs"). The pair holds that grid in 16 bits (com.microsoft Q/DQ, the signedness
+    of the activations): onnxruntime 1.32.0 fuses DQ(8-bit) -> Softmax -> Q(8-bit, either signedness, even
+    per-axis) into a QLinearSoftmax, the integer kernel the op was kept out of QDQ to avoid, and fuses no 16-bit
+    group on the CPU; past the calibrated range the output keeps its grid rather than saturating.
 
     onnxruntime 1.32.0 has no option for it (extra_options' ForceQuantizeNoInputCheck and
-    OpTypesToExcludeOutputQuantization concern quantized ops only), hence a graph edit after ``quantize_model``;
-    ``QDQQuantizer.quantization_params`` ({tensor: QDQTensorQuantParams}, ``calc_graph_quant_params``: its
-    ``original`` QuantizationParams: scale, zero_point, quant_type) holds every calibrated tensor's parameters, as the quantizer's
-    own pairs use them (activation type, ActivationSymmetric, overrides). Outputs without a range are left float.
+    OpTypesToExcludeOutputQuantization concern quantized ops only), hence a graph edit after ``quantize_model``:
+    ``QDQQuantizer.tensors_range`` holds each calibrated tensor's TensorData and ``calc_quant_params(td, {})`` gives
+    its QuantizationParams (scale, zero_point) as the quantizer's own pairs get them (activation type,
+    ActivationSymmetric, MinimumRealRange). Outputs without a range are left float.
     """
     from onnx import helper, numpy_helper
 
-    graph = quantizer.model.model.graph
-    params = quantizer.quantization_params or {}
+    model = quantizer.model.model
+    graph, ranges = model.graph, quantizer.tensors_range
     producer = {o: n for n in graph.node for o in n.output}
     done = []
     for out in graph.output:
-        node, p = producer.get(out.name), params.get(out.name)
-        if node is None or node.op_type == "DequantizeLinear" or p is None:
+        node = producer.get(out.name)
+        if node is None or node.op_type == "DequantizeLinear" or ranges is None or out.name not in ranges:
             continue
-        q = p.original
+        q = quantizer.calc_quant_params(ranges[out.name], {})
+        zero = np.asarray(q["zero_point"])
+        zero = zero.astype(np.int16 if zero.dtype.kind == "i" else np.uint16)
         fl, qt, scale, zp = (f"{out.name}_float", f"{out.name}_QuantizeLinear_Output", f"{out.name}_out_scale",
                              f"{out.name}_out_zero_point")
         for n in graph.node:
             n.input[:] = [fl if i == out.name else i for i in n.input]
             n.output[:] = [fl if o == out.name else o for o in n.output]
         graph.initializer.extend([numpy_helper.from_array(np.asarray(q["scale"]), scale),
-                                  numpy_helper.from_array(np.asarray(q["zero_point"]), zp)])
-        graph.node.extend([helper.make_node("QuantizeLinear", [fl, scale, zp], [qt], f"{out.name}_QuantizeLinear"),
+                                  numpy_helper.from_array(zero, zp)])
+        graph.node.extend([helper.make_node("QuantizeLinear", [fl, scale, zp], [qt], f"{out.name}_QuantizeLinear",
+                                            domain="com.microsoft"),
                            helper.make_node("DequantizeLinear", [qt, scale, zp], [out.name],
-                                            f"{out.name}_DequantizeLinear")])
+                                            f"{out.name}_DequantizeLinear", domain="com.microsoft")])
         done.append(out.name)
+    if done and not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
     return sorted(done)
 
 
