@@ -16,10 +16,12 @@ answer's "why".
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 from quantbench.explain.searchoutcome import int8_left
 from quantbench.explain.searchspace import NODE_OPS, X64_ENTRY, Choice, mac_node_of
 from quantbench.inputs.modelio import load_model
+from quantbench.quantize.calibration import load_ranges, ranges_dict
 
 #: the op types whose integer kernels (QLinearAdd/QLinearMul, lookup-table activations, QLinearSoftmax,
 #: normalisations) an identity search may keep out of QDQ, one stacked choice each, when localize names one first
@@ -107,8 +109,8 @@ def stacked(choice: Choice, op_type: str | None, space) -> list[Choice]:
     tried: for a multiply-accumulate op (or one fused into it) the exact integer paths it does not take yet
     (x64quantprecision, reduce_range, U8U8); for an op of FLOAT_IDENTITY_OPS the base quantizes, that op type kept out
     of QDQ, then that with its float outputs quantized (QUANTIZED_OUTPUTS); for the float tail writing the outputs
-    (`op_type` None: no intermediate QuantizeLinear output differs), the outputs quantized; nothing else (no
-    measurement says what would help)."""
+    (`op_type` None: no intermediate QuantizeLinear output differs), the outputs quantized (either where an output
+    has a calibrated range); nothing else (no measurement says what would help)."""
     if op_type in (*NODE_OPS, *FUSED_ACTIVATIONS):
         out = []
         if X64_ENTRY not in choice.entries:
@@ -123,9 +125,16 @@ def stacked(choice: Choice, op_type: str | None, space) -> list[Choice]:
     if op_type in FLOAT_IDENTITY_OPS and op_type in present and op_type not in choice.exclude_op_types:
         out.append(_step(choice, f"float_{op_type.lower()}",
                          exclude_op_types=tuple(sorted({*choice.exclude_op_types, op_type}))))
-    if (op_type is None or out) and not choice.quantize_outputs:   # a float tail: its outputs onto the int8 grid
-        out.append(_step(out[0] if out else choice, QUANTIZED_OUTPUTS, quantize_outputs=True))
+    if (op_type is None or out) and not choice.quantize_outputs and ranged_outputs(choice, space):
+        out.append(_step(out[0] if out else choice, QUANTIZED_OUTPUTS, quantize_outputs=True))   # onto the grid
     return out
+
+
+def ranged_outputs(choice: Choice, space) -> list[str]:
+    """The graph outputs `choice`'s ranges file holds a range for, sorted: the ones quantized outputs can put on a
+    grid (an op type calibrate left out of QDQ has no calibrated output: the step would re-make the same model)."""
+    names = {o.name for o in space.model.graph.output}
+    return sorted(names & set(ranges_dict(load_ranges(Path(choice.ranges_file)))))
 
 
 def _step(b: Choice, what: str, **changes) -> Choice:

@@ -149,9 +149,14 @@ def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_ch
     from quantbench.explain.searchidentity import stacked
     from quantbench.explain.searchspace import Choice
 
+    from onnx import TensorProto
+
     nodes = [helper.make_node(op, ["x"], [f"y{i}"]) for i, op in enumerate(("Conv", "Add", "Softmax"))]
-    space = SimpleNamespace(model=helper.make_model(helper.make_graph(nodes, "g", [], [])))
-    base = Choice("base", "minmax", "r.json", "u8", "s8", True, False)
+    out = [helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1])]
+    space = SimpleNamespace(model=helper.make_model(helper.make_graph(nodes, "g", [], out)))
+    ranges = tmp_path / "r.ranges.json"
+    ranges.write_text(json.dumps({"method": "minmax", "ranges": {"y2": [0.0, 1.0]}}))
+    base = Choice("base", "minmax", str(ranges), "u8", "s8", True, False)
     assert [c.name for c in stacked(base, "Conv", space)] == ["x64quantprecision", "reduce_range", "u8u8"]
     rr = stacked(base, "Relu", space)[1]
     assert rr.reduce_range and [c.name for c in stacked(rr, "Conv", space)] == [
@@ -166,6 +171,8 @@ def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_ch
     assert stacked(base, "Transpose", space) == []
     (tail,) = stacked(base, None, space)   # the float tail writing the outputs differs: the outputs quantized
     assert tail.name == "quantized_outputs" and tail.quantize_outputs and stacked(tail, None, space) == []
+    ranges.write_text(json.dumps({"method": "minmax", "ranges": {"y1": [0.0, 1.0]}}))   # no output calibrated
+    assert stacked(base, None, space) == [] and len(stacked(rr, "Softmax", space)) == 1
 
 
 def test_without_an_answer_a_candidate_in_one_class_over_the_budget_is_named_rather_than_a_split_one():
