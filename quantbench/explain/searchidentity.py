@@ -108,9 +108,10 @@ def stacked(choice: Choice, op_type: str | None, space) -> list[Choice]:
     """The choices that move `choice` towards identity where localize found `op_type` divergent first, in the order
     tried: for a multiply-accumulate op (or one fused into it) the exact integer paths it does not take yet
     (x64quantprecision, reduce_range, U8U8); for an op of FLOAT_IDENTITY_OPS the base quantizes, that op type kept out
-    of QDQ, then that with its float outputs quantized (QUANTIZED_OUTPUTS); for the float tail writing the outputs
-    (`op_type` None: no intermediate QuantizeLinear output differs), the outputs quantized (either where an output
-    has a calibrated range); nothing else (no measurement says what would help)."""
+    of QDQ, then (where an op of that type writes a graph output) that with its outputs quantized
+    (QUANTIZED_OUTPUTS); for the float tail writing the outputs (`op_type` None: no intermediate QuantizeLinear output
+    differs), the outputs quantized (either where an output has a calibrated range); nothing else (no measurement
+    says what would help)."""
     if op_type in (*NODE_OPS, *FUSED_ACTIVATIONS):
         out = []
         if X64_ENTRY not in choice.entries:
@@ -125,7 +126,8 @@ def stacked(choice: Choice, op_type: str | None, space) -> list[Choice]:
     if op_type in FLOAT_IDENTITY_OPS and op_type in present and op_type not in choice.exclude_op_types:
         out.append(_step(choice, f"float_{op_type.lower()}",
                          exclude_op_types=tuple(sorted({*choice.exclude_op_types, op_type}))))
-    if (op_type is None or out) and not choice.quantize_outputs and ranged_outputs(choice, space):
+    at_output = op_type is None or (out and op_type in {o.split()[0] for o in output_ops(space.model)})
+    if at_output and not choice.quantize_outputs and ranged_outputs(choice, space):
         out.append(_step(out[0] if out else choice, QUANTIZED_OUTPUTS, quantize_outputs=True))   # onto the grid
     return out
 

@@ -169,6 +169,7 @@ def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_ch
     assert soft_q.exclude_op_types == ("Softmax",)
     assert stacked(soft, "Softmax", space) == [] and stacked(base, "Sigmoid", space) == []   # done / not in the graph
     assert stacked(base, "Transpose", space) == []
+    assert [c.name for c in stacked(base, "Add", space)] == ["float_add"]   # inside the graph: its output not one
     (tail,) = stacked(base, None, space)   # the float tail writing the outputs differs: the outputs quantized
     assert tail.name == "quantized_outputs" and tail.quantize_outputs and stacked(tail, None, space) == []
     ranges.write_text(json.dumps({"method": "minmax", "ranges": {"y1": [0.0, 1.0]}}))   # no output calibrated
