@@ -608,7 +608,8 @@ def _latency_tail(walk: Walk) -> str:
 MADE_BY_STATIC = ("variant", "model", "method", "quant_format", "calibration_method", "calibration_options",
                   "activation_type", "weight_type", "per_channel", "reduce_range", "exclude_nodes", "exclude_op_types",
                   "op_types_to_quantize", "extra_options", "ranges_sha256", "ranges_file", "calibrated_tensors",
-                  "input_model_sha256", "versions", "semantic_sha256", "search", "session_requirements")
+                  "input_model_sha256", "versions", "semantic_sha256", "search", "session_requirements",
+                  "quantize_outputs")
 
 
 @dataclass

@@ -7,17 +7,21 @@ lets through what confirming would split). Where the fleet splits, localize name
 between two classes and the op that wrote it; the search then stacks on the choice what moves that op towards
 identity (measured, not tuned to one model): for a multiply-accumulate op the exact integer paths
 (`session.x64quantprecision`, reduce_range, U8U8), for an elementwise op, a lookup-table activation, Softmax or a
-normalisation, that op type kept out of QDQ. Where nothing makes one class, the nearest candidate's classes and,
-per pair of classes, the op localize finds first divergent are the answer's "why".
+normalisation, that op type kept out of QDQ (and then its float outputs quantized), for the float tail writing the
+outputs, those outputs put through Q/DQ at their calibrated ranges ("quantized outputs"). Where nothing makes one
+class, the nearest candidate's classes and, per pair of classes, the op localize finds first divergent are the
+answer's "why".
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 from quantbench.explain.searchoutcome import int8_left
 from quantbench.explain.searchspace import NODE_OPS, X64_ENTRY, Choice, mac_node_of
 from quantbench.inputs.modelio import load_model
+from quantbench.quantize.calibration import load_ranges, ranges_dict
 
 #: the op types whose integer kernels (QLinearAdd/QLinearMul, lookup-table activations, QLinearSoftmax,
 #: normalisations) an identity search may keep out of QDQ, one stacked choice each, when localize names one first
@@ -27,6 +31,9 @@ FLOAT_IDENTITY_OPS = ("Add", "Mul", "Softmax", "LayerNormalization", "InstanceNo
 FUSED_ACTIVATIONS = ("Relu", "Clip")
 #: the QDQ plumbing localize's tensor is walked back through to the op that computed it
 PLUMBING = ("QuantizeLinear", "DequantizeLinear")
+#: the step putting each float graph output through Q/DQ at its calibrated range
+#: (quantize.ort_api.quantize_float_outputs): tiny host-to-host differences of a float tail round to one grid step
+QUANTIZED_OUTPUTS = "quantized_outputs"
 #: the most stacked steps an identity walk takes from one global choice (each one localize run and one candidate)
 MAX_STEPS = 4
 #: the share of the evaluation budget the identity walk's localize runs may take over the search (the node
@@ -101,7 +108,10 @@ def stacked(choice: Choice, op_type: str | None, space) -> list[Choice]:
     """The choices that move `choice` towards identity where localize found `op_type` divergent first, in the order
     tried: for a multiply-accumulate op (or one fused into it) the exact integer paths it does not take yet
     (x64quantprecision, reduce_range, U8U8); for an op of FLOAT_IDENTITY_OPS the base quantizes, that op type kept out
-    of QDQ; nothing else (no measurement says what would help)."""
+    of QDQ, then (where an op of that type writes a graph output) that with its outputs quantized
+    (QUANTIZED_OUTPUTS); for the float tail writing the outputs (`op_type` None: no intermediate QuantizeLinear output
+    differs), the outputs quantized (either where an output has a calibrated range); nothing else (no measurement
+    says what would help)."""
     if op_type in (*NODE_OPS, *FUSED_ACTIVATIONS):
         out = []
         if X64_ENTRY not in choice.entries:
@@ -112,10 +122,21 @@ def stacked(choice: Choice, op_type: str | None, space) -> list[Choice]:
             out.append(_step(choice, "u8u8", activation_type="u8", weight_type="u8"))
         return out
     present = {n.op_type for n in space.model.graph.node}
+    out = []
     if op_type in FLOAT_IDENTITY_OPS and op_type in present and op_type not in choice.exclude_op_types:
-        return [_step(choice, f"float_{op_type.lower()}",
-                      exclude_op_types=tuple(sorted({*choice.exclude_op_types, op_type})))]
-    return []
+        out.append(_step(choice, f"float_{op_type.lower()}",
+                         exclude_op_types=tuple(sorted({*choice.exclude_op_types, op_type}))))
+    at_output = op_type is None or (out and op_type in {o.split()[0] for o in output_ops(space.model)})
+    if at_output and not choice.quantize_outputs and ranged_outputs(choice, space):
+        out.append(_step(out[0] if out else choice, QUANTIZED_OUTPUTS, quantize_outputs=True))   # onto the grid
+    return out
+
+
+def ranged_outputs(choice: Choice, space) -> list[str]:
+    """The graph outputs `choice`'s ranges file holds a range for, sorted: the ones quantized outputs can put on a
+    grid (an op type calibrate left out of QDQ has no calibrated output: the step would re-make the same model)."""
+    names = {o.name for o in space.model.graph.output}
+    return sorted(names & set(ranges_dict(load_ranges(Path(choice.ranges_file)))))
 
 
 def _step(b: Choice, what: str, **changes) -> Choice:

@@ -59,6 +59,7 @@ class Choice:
     extra_options: tuple = ()      # sorted (key, value) pairs for the quantizer (ActivationSymmetric)
     node_forms: tuple = ()         # sorted (node, form) pairs: per-node tensor choices (searchtensors.FORMS)
     float_nodes: tuple = ()        # nodes left out of QDQ by the choice itself (a decomposed LayerNorm's Add/Mul)
+    quantize_outputs: bool = False  # float graph outputs through Q/DQ at their calibrated ranges (identity walk)
 
     @property
     def entries(self) -> dict:
@@ -192,7 +193,8 @@ class Space:
         method = r.get("calibration_method", "minmax")
         return Choice("base", method, str(self.ranges_files[method]), r.get("activation_type", "u8"),
                       r.get("weight_type", "s8"), bool(r.get("per_channel", True)), bool(r.get("reduce_range", False)),
-                      (), tuple(sorted(r.get("exclude_op_types") or ())))
+                      (), tuple(sorted(r.get("exclude_op_types") or ())),
+                      quantize_outputs=bool(r.get("quantize_outputs", False)))
 
     def choices(self) -> list[Choice]:
         """The global choices, the variant as calibrated first."""
@@ -247,7 +249,8 @@ class Space:
                            per_channel=choice.per_channel, reduce_range=choice.reduce_range,
                            exclude_nodes=tuple(sorted({*exclude, *choice.float_nodes})),
                            exclude_op_types=choice.exclude_op_types, extra_options=extra,
-                           name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra)
+                           name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra,
+                           quantize_outputs=choice.quantize_outputs)
         except UserError:
             raise
         except Exception:  # the quantizer refuses a combination (e.g. U8U8 per-channel): not a candidate

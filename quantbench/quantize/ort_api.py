@@ -367,7 +367,7 @@ def _fast_lookups(quantizer):
 
 def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, activation_type, ranges,
                  nodes_to_exclude: Sequence[str], op_types: Sequence[str], extra: Mapping,
-                 workdir: str | os.PathLike | None = None):
+                 workdir: str | os.PathLike | None = None, quantize_outputs: bool = False):
     """QDQ-quantize shape-inferred `model` with given `ranges` (TensorsData) -> the quantized
     model (onnxruntime's ONNXModel wrapper; write it with save_quantized).
 
@@ -379,6 +379,7 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
     own ranges give models byte-identical to stock quantize_static. `extra` is
     passed as is (not copied), as quantize_static passes extra_options. onnxruntime's ``ort.quant.``
     temporary folders (an old opset's reload with shape inference) are made in `workdir` (_temp_in).
+    `quantize_outputs`: then quantize_float_outputs.
     """
     from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
     from onnxruntime.quantization.quant_utils import update_opset_version
@@ -394,7 +395,54 @@ def qdq_quantize(model, per_channel: bool, reduce_range: bool, weight_type, acti
                                  list(nodes_to_exclude), op_types, extra)
         with _fast_lookups(quantizer):
             quantizer.quantize_model()
+    if quantize_outputs:
+        quantize_float_outputs(quantizer)
     return quantizer.model
+
+
+def quantize_float_outputs(quantizer) -> list[str]:
+    """Put each float graph output (one an op left in float writes, not a DequantizeLinear) through a
+    QuantizeLinear -> DequantizeLinear pair on the activations' grid at its calibrated range; returns the outputs so
+    quantized, sorted. Tiny host-to-host differences of a float tail then round to the same grid step (the
+    identity search's "quantized outputs"). The pair holds that grid in 16 bits (com.microsoft Q/DQ, the signedness
+    of the activations): onnxruntime 1.32.0 fuses DQ(8-bit) -> Softmax -> Q(8-bit, either signedness, even
+    per-axis) into a QLinearSoftmax, the integer kernel the op was kept out of QDQ to avoid, and fuses no 16-bit
+    group on the CPU; past the calibrated range the output keeps its grid rather than saturating.
+
+    onnxruntime 1.32.0 has no option for it (extra_options' ForceQuantizeNoInputCheck and
+    OpTypesToExcludeOutputQuantization concern quantized ops only), hence a graph edit after ``quantize_model``:
+    ``QDQQuantizer.tensors_range`` holds each calibrated tensor's TensorData and ``calc_quant_params(td, {})`` gives
+    its QuantizationParams (scale, zero_point) as the quantizer's own pairs get them (activation type,
+    ActivationSymmetric, MinimumRealRange). Outputs without a range are left float.
+    """
+    from onnx import helper, numpy_helper
+
+    model = quantizer.model.model
+    graph, ranges = model.graph, quantizer.tensors_range
+    producer = {o: n for n in graph.node for o in n.output}
+    done = []
+    for out in graph.output:
+        node = producer.get(out.name)
+        if node is None or node.op_type == "DequantizeLinear" or ranges is None or out.name not in ranges:
+            continue
+        q = quantizer.calc_quant_params(ranges[out.name], {})
+        zero = np.asarray(q["zero_point"])
+        zero = zero.astype(np.int16 if zero.dtype.kind == "i" else np.uint16)
+        fl, qt, scale, zp = (f"{out.name}_float", f"{out.name}_QuantizeLinear_Output", f"{out.name}_out_scale",
+                             f"{out.name}_out_zero_point")
+        for n in graph.node:
+            n.input[:] = [fl if i == out.name else i for i in n.input]
+            n.output[:] = [fl if o == out.name else o for o in n.output]
+        graph.initializer.extend([numpy_helper.from_array(np.asarray(q["scale"]), scale),
+                                  numpy_helper.from_array(zero, zp)])
+        graph.node.extend([helper.make_node("QuantizeLinear", [fl, scale, zp], [qt], f"{out.name}_QuantizeLinear",
+                                            domain="com.microsoft"),
+                           helper.make_node("DequantizeLinear", [qt, scale, zp], [out.name],
+                                            f"{out.name}_DequantizeLinear", domain="com.microsoft")])
+        done.append(out.name)
+    if done and not any(o.domain == "com.microsoft" for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    return sorted(done)
 
 
 #: the quant types a plain (JSON) per-tensor override names, by quantbench's type names

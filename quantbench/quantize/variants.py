@@ -213,7 +213,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
                 exclude_nodes: Sequence[str] = (), exclude_op_types: Sequence[str] = (),
                 extra_options: Mapping | None = None, chunk_size: int | None = None, calibration_options: Mapping | None = None,
                 name: str | None = None, model_name: str | None = None,
-                recipe_extra: Mapping | None = None, model=None) -> Variant:
+                recipe_extra: Mapping | None = None, model=None, quantize_outputs: bool = False) -> Variant:
     """A static QDQ variant of `model_path` (float; use quantbench.quantize.intake.prepare's output).
 
     ranges: onnxruntime TensorsData from compute_ranges(model_path, ...) for
@@ -222,6 +222,8 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     calibration_options: extra keyword arguments for compute_ranges (bins), recorded.
     model: the shape-inferred ModelProto of model_path (load_with_shape_infer), when the caller
         has it: a copy is quantized, so one load serves calibration and every variant.
+    quantize_outputs: each float graph output through a Q/DQ pair at its calibrated range
+        (ort_api.quantize_float_outputs); recorded in the recipe only when set (older recipes: unset).
     Writes out_path, <stem>.ranges.json and <stem>.recipe.json beside it.
     """
     name = name or f"static-{method}"
@@ -245,7 +247,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     extra = dict(extra_options or {})
     out_path = Path(out_path)
     quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra,
-                                     workdir=out_path.parent)   # beside the output: calibrate's stage
+                                     workdir=out_path.parent, quantize_outputs=quantize_outputs)   # calibrate's stage
     with atomic_path(out_path, suffix=".onnx") as tmp:
         ort_api.save_quantized(quantized, tmp)
     rdict = ranges_dict(ranges)
@@ -262,5 +264,6 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
               "exclude_op_types": sorted(exclude_op_types), "op_types_to_quantize": op_types,
               "extra_options": dict(sorted(extra.items())), "ranges_sha256": ranges_sha256(ranges),
               "ranges_file": ranges_path(out_path).name, "calibrated_tensors": len(rdict),
-              "input_model_sha256": sha256_file(model_path), "versions": versions(), **(recipe_extra or {})}
+              "input_model_sha256": sha256_file(model_path), "versions": versions(),
+              **({"quantize_outputs": True} if quantize_outputs else {}), **(recipe_extra or {})}
     return _finish(name, out_path, model_name, recipe)

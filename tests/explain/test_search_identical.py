@@ -140,7 +140,8 @@ def test_classes_group_hosts_by_their_outputs_and_an_unknown_host_is_a_class_of_
 
 def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_choice(tmp_path):
     """A multiply-accumulate op (or a Relu fused into it) gets the exact integer paths it lacks; an elementwise op,
-    an activation or a normalisation the graph has, kept out of QDQ; an op no measurement speaks for, nothing."""
+    an activation or a normalisation the graph has, kept out of QDQ, then that with its outputs quantized; the float
+    tail writing the outputs, the outputs quantized; an op no measurement speaks for, nothing."""
     from types import SimpleNamespace
 
     from onnx import helper
@@ -148,18 +149,31 @@ def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_ch
     from quantbench.explain.searchidentity import stacked
     from quantbench.explain.searchspace import Choice
 
+    from onnx import TensorProto
+
     nodes = [helper.make_node(op, ["x"], [f"y{i}"]) for i, op in enumerate(("Conv", "Add", "Softmax"))]
-    space = SimpleNamespace(model=helper.make_model(helper.make_graph(nodes, "g", [], [])))
-    base = Choice("base", "minmax", "r.json", "u8", "s8", True, False)
+    out = [helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1])]
+    space = SimpleNamespace(model=helper.make_model(helper.make_graph(nodes, "g", [], out)))
+    ranges = tmp_path / "r.ranges.json"
+    ranges.write_text(json.dumps({"method": "minmax", "ranges": {"y2": [0.0, 1.0]}}))
+    base = Choice("base", "minmax", str(ranges), "u8", "s8", True, False)
     assert [c.name for c in stacked(base, "Conv", space)] == ["x64quantprecision", "reduce_range", "u8u8"]
     rr = stacked(base, "Relu", space)[1]
     assert rr.reduce_range and [c.name for c in stacked(rr, "Conv", space)] == [
         "reduce_range+x64quantprecision", "reduce_range+u8u8"]
     assert stacked(rr, "Conv", space)[0].entries == {"session.x64quantprecision": "1"}
-    (soft,) = stacked(rr, "Softmax", space)
+    soft, soft_q = stacked(rr, "Softmax", space)
     assert soft.name == "reduce_range+float_softmax" and soft.exclude_op_types == ("Softmax",) and soft.reduce_range
+    assert not soft.quantize_outputs   # then its now float outputs put on the grid, on top of it
+    assert soft_q.name == "reduce_range+float_softmax+quantized_outputs" and soft_q.quantize_outputs
+    assert soft_q.exclude_op_types == ("Softmax",)
     assert stacked(soft, "Softmax", space) == [] and stacked(base, "Sigmoid", space) == []   # done / not in the graph
-    assert stacked(base, "Transpose", space) == [] and stacked(base, None, space) == []
+    assert stacked(base, "Transpose", space) == []
+    assert [c.name for c in stacked(base, "Add", space)] == ["float_add"]   # inside the graph: its output not one
+    (tail,) = stacked(base, None, space)   # the float tail writing the outputs differs: the outputs quantized
+    assert tail.name == "quantized_outputs" and tail.quantize_outputs and stacked(tail, None, space) == []
+    ranges.write_text(json.dumps({"method": "minmax", "ranges": {"y1": [0.0, 1.0]}}))   # no output calibrated
+    assert stacked(base, None, space) == [] and len(stacked(rr, "Softmax", space)) == 1
 
 
 def test_without_an_answer_a_candidate_in_one_class_over_the_budget_is_named_rather_than_a_split_one():

@@ -61,6 +61,17 @@ def test_qdq_quantizer_positional_parameters():
         "QDQQuantizer.quantize_model", "qdq_quantize", "method missing")
 
 
+def test_quantizer_parameters_quantized_outputs_read():
+    """quantize_float_outputs reads a quantizer's ranges and asks it for a tensor's parameters as its own pairs do."""
+    from onnxruntime.quantization.qdq_quantizer import QDQQuantizer
+
+    got = params(QDQQuantizer.calc_quant_params)
+    assert got[:3] == ["self", "tensor_data", "quant_overrides"], drifted(
+        "QDQQuantizer.calc_quant_params", "quantize_float_outputs", f"parameters {got}")
+    assert "tensors_range" in self_attributes(QDQQuantizer.calc_graph_quant_params), drifted(
+        "QDQQuantizer.tensors_range", "quantize_float_outputs", "no longer where the quantizer keeps its ranges")
+
+
 def test_opset_update_and_argument_check():
     from onnxruntime.quantization.quant_utils import update_opset_version
     from onnxruntime.quantization.quantize import check_static_quant_arguments
