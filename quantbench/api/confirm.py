@@ -38,7 +38,7 @@ def remembered_infos(plan, require_providers: bool) -> dict:
     out = {}
     for spec, host in zip(plan.specs, plan.hosts):
         try:
-            hit = fingerprintcache.lookup(fingerprintcache.cache_key(host, plan.sessions[spec.name], require_providers))
+            hit = fingerprintcache.remembered(host, plan.sessions[spec.name], require_providers)
         except Exception:   # the cache is an optimisation: an unknown host runs in full
             hit = None
         ident = (hit[0].get("identity") or {}) if hit else None

@@ -129,6 +129,15 @@ def _common_parts(host, session: dict, require_providers: bool, argv, env: dict,
     }
 
 
+def remembered(host, session: dict, require_providers: bool) -> tuple[dict, str] | None:
+    """`host`'s remembered (fingerprint, fingerprint_id) without setting anything up: a host whose worker command
+    would build first (a masked copy on first use) has none yet, and a lookup must not start that build ahead of
+    the run that shares it between hosts."""
+    if not enabled() or not host.caches_fingerprint or not host.set_up():
+        return None
+    return lookup(cache_key(host, session, require_providers))
+
+
 def lookup(key: str | None) -> tuple[dict, str] | None:
     """(fingerprint, fingerprint_id) stored under `key`, if any (a damaged entry is a miss)."""
     if not key:

@@ -176,6 +176,9 @@ class MaskedHost(ProcessHost):
         ok, msg = cpuidpatch.state()
         return True, f"native-masked: {p.description}" + ("" if ok else " (the masked copy is built on first use)")
 
+    def set_up(self) -> bool:
+        return cpuidpatch.state()[0]
+
     def command(self):
         p = self.profile
         setup_masked(progress=False)

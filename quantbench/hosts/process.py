@@ -383,6 +383,8 @@ class WorkerHost(AnyHost, Protocol):
 
     def command(self) -> tuple[list[str], dict | None, bytes]: ...
 
+    def set_up(self) -> bool: ...
+
     def start(self) -> "WorkerConnection": ...
 
     def died_message(self, exc: WorkerDied) -> str: ...
@@ -457,6 +459,10 @@ class ProcessHost:
 
     def ready(self) -> tuple[bool, str]:
         return True, "ready"
+
+    def set_up(self) -> bool:
+        """Whether command() can be made without building anything first (a kind that builds at first use says)."""
+        return True
 
     def start(self) -> WorkerConnection:
         if not self.ready_checked:
