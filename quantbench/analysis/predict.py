@@ -160,7 +160,9 @@ def graph_routines(model_path, table: DispatchTable, level: str = "all") -> dict
         so.graph_optimization_level = levels.get(level, levels["all"])
         so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
         ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
-        model = onnx.load(so.optimized_model_filepath)
+        # a model whose weights are external: the optimized copy still points at the original's data file
+        model = onnx.load(so.optimized_model_filepath, load_external_data=False)
+        onnx.external_data_helper.load_external_data_for_model(model, str(Path(model_path).resolve().parent))
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)

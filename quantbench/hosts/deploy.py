@@ -68,7 +68,7 @@ def deployed_session(spec, overrides: dict | None = None, recorded: dict | None 
     session = dict(recorded) if recorded and not own else dict(preset_session(spec))
     session.update(own)
     own = session_options(session)
-    out = own.layered(overrides).wire()
+    out = session_options(own, overrides).wire()
     for key in ("intra_op_num_threads", "inter_op_num_threads"):
         if out[key] == 0:
             out[key] = own[key] or 1

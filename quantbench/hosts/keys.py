@@ -21,11 +21,12 @@ from quantbench import tensorcode
 # --------------------------------------------------------------------------- keys
 
 
-def session_options(session) -> W.SessionOptions:
-    """Session options (a dict, None: the defaults, or a SessionOptions) as the worker's one value type, normalised
-    (a bad option is a UserError)."""
+def session_options(session, overrides: dict | None = None) -> W.SessionOptions:
+    """Session options (a dict, None: the defaults, or a SessionOptions) as the worker's one value type, normalised,
+    with `overrides` layered on top (config entries merge key by key); a bad option is a UserError."""
     try:
-        return W.SessionOptions(session)
+        options = W.SessionOptions(session)
+        return options.layered(overrides) if overrides else options
     except ValueError as exc:
         raise UserError(f"session options: {exc}") from None
 
