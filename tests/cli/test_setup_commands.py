@@ -18,7 +18,7 @@ def _readme_commands() -> list[str]:
 def test_the_first_command_sets_up_the_demo_and_the_test_command_everything():
     demo, tests = _readme_commands()
     assert demo.startswith("bash scripts/setup.sh && ") and "equiv --hosts pi,x86" in demo
-    assert tests.startswith("bash scripts/setup.sh --for-tests && ") and tests.endswith("pytest -ra")
+    assert tests.startswith("bash scripts/setup.sh --for-tests && ") and tests.endswith("pytest -ra -n 2 --dist loadgroup")
     ci = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("bash ")]
     assert ci == [tests]  # CI runs the README's test command
 
