@@ -28,14 +28,16 @@ typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
 static sigaction_fn real_sigaction;
 static struct sigaction next_ill; /* the SIGILL handler to chain to (SIG_DFL until someone installs one) */
 static int active;
-static char vendor[12], brand[48], root[1024];
+/* paths as long as the kernel's: a QUANTBENCH_HOME deep in a runner's folders reaches past 200 characters */
+#define QB_PATH 4096
+static char vendor[12], brand[48], root[QB_PATH];
 static uint32_t sig1, m[10];
-static struct { uintptr_t lo, hi, mapoff; unsigned long traps; int path_id; char path[200]; } ranges[64];
+static struct { uintptr_t lo, hi, mapoff; unsigned long traps; int path_id; char path[QB_PATH]; } ranges[64];
 static int nranges;
 /* QUANTBENCH_CPUID_SITES: "PATH<TAB>HEX-FILE-OFFSET" lines, every patched site; a ud2 elsewhere in the copy
  * (a compiler's trap that was there before patching) is a real SIGILL. */
 static struct { int path_id; unsigned long off; } sites[8192];
-static char site_paths[32][200];
+static char site_paths[32][QB_PATH];
 static int nsites, npaths;
 extern char qb_trap_site[]; /* the ud2 in qb_cpuid: CPUID through the trap path, for the worker */
 
@@ -160,9 +162,9 @@ __attribute__((constructor)) static void qb_init(void) {
     strcpy(root, r);
     if (b) strncpy(brand, b, sizeof brand);
     FILE *f = getenv("QUANTBENCH_CPUID_SITES") ? fopen(getenv("QUANTBENCH_CPUID_SITES"), "r") : NULL;
-    char path[200];
+    static char path[QB_PATH];
     unsigned long off;
-    while (f && nsites < 8192 && fscanf(f, "%199[^\t]\t%lx\n", path, &off) == 2) {
+    while (f && nsites < 8192 && fscanf(f, "%4095[^\t]\t%lx\n", path, &off) == 2) {
         int j = 0;
         while (j < npaths && strcmp(site_paths[j], path)) j++;
         if (j == npaths && npaths < 32) strcpy(site_paths[npaths++], path);

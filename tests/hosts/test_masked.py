@@ -242,6 +242,20 @@ def test_a_masked_worker_runs_from_a_home_reached_through_a_symbolic_link(monkey
     assert ident["cpu_mechanism"] == "native-masked" and "avx512f" not in ident["isa_flags"]
 
 
+@pytest.mark.slow
+def test_a_masked_worker_runs_from_a_home_whose_path_is_longer_than_200_characters(monkeypatch, tmp_path):
+    """A QUANTBENCH_HOME deep in a runner's work folders (a CI job's home under pytest's per-worker temp folders):
+    the shim kept 199 characters of each library's path, matched none of the patched sites, and every masked
+    worker died with SIGILL."""
+    _need_masked("x86-avx2")
+    home = tmp_path / ("runner-" + "r" * 80) / ("job-" + "j" * 80)
+    monkeypatch.setenv("QUANTBENCH_HOME", str(home))
+    with WorkerClient(resolve_hosts(["x86-avx2:masked"])[0]) as hs:
+        ident = hs.frame["fingerprint"]["identity"]
+    assert len(str(home)) > 200 - len("/masked/1.32.0-0123456789abcdef/site/onnxruntime/capi/x.so")
+    assert ident["cpu_mechanism"] == "native-masked" and "avx512f" not in ident["isa_flags"]
+
+
 def test_a_mask_that_does_not_take_fails_with_one_clear_line(monkeypatch, tmp_path):
     """The masked copy not on sys.path: numpy and onnxruntime load unpatched, and the fingerprint refuses."""
     _need_masked("x86-sse4")  # any CPU that can run it has AVX or more for the mask to hide
