@@ -130,7 +130,8 @@ def test_workflow_jobs_run_here_give_the_single_run(workdir, monkeypatch):
     hosts = names + [f"{n}-{t}" for n in names for t in shown] + [t for t in REAL.tiers if t not in shown]
     assert main(["equiv", "--hosts", ",".join(hosts), "--hosts-file", "local.toml", "--variants",
                  "qb-inputs/variants", "--fixtures", "qb-inputs/labels.json", "--images", "qb-inputs/images",
-                 "--results", "single", "--no-plots", "--no-progress", "--jobs", "1"]) == 0
+                 "--results", "single", "--no-plots", "--no-progress", "--jobs", "1",
+                 "--confirm", "all"]) == 0
     single = analysis_rows(one / "single")
     assert single["classes"] and single["decisions"]
     assert analysis_rows(merged / "results") == single
@@ -161,7 +162,7 @@ def test_demo_workflow_with_repeated_native_runs_gives_the_single_run(workdir):
     (workdir / "local.toml").write_text(tier_hosts_toml(names, p.tiers))
     hosts = ",".join(measured + [t for t in p.tiers if t not in shown])
     assert main(["equiv", "--hosts", hosts, "--hosts-file", "local.toml", "--limit", "6",
-                 "--results", "single", "--no-progress", "--jobs", "1"]) == 0
+                 "--results", "single", "--no-progress", "--jobs", "1", "--confirm", "all"]) == 0
     single = analysis_rows(workdir / "single")
     assert single["classes"] and single["decisions"]
     assert analysis_rows(folders["merge"] / "results") == single
