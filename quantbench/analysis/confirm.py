@@ -24,9 +24,10 @@ from quantbench.fsutil import canonical_json
 
 #: what `confirm` takes for today's behaviour: every host runs every fixture
 ALL = "all"
-#: fixtures nearest the threshold a predicted host runs besides the separating ones (docs/equiv.md: measured on the
-#: demo, results/bench/confirm.json)
-DEFAULT_CONFIRM = 2
+#: every host runs every fixture unless asked: inheriting depends on the fingerprints this machine remembers, so the
+#: same command would write other rows on a fresh machine, and the measured saving (results/bench/confirm.json: wall
+#: 0.85 of --confirm all on the demo, K = 2) does not yet pay for that (docs/equiv.md)
+DEFAULT_CONFIRM = ALL
 
 
 @dataclass
