@@ -14,8 +14,16 @@ from quantbench.hosts.runner import run_hosts
 from quantbench.hosts.scheduling import Scheduler
 
 
+#: process.py's one spawner thread lives as long as the process once the first run made it: not a run's worker
+SPAWNER = "worker-spawner"
+
+
 def _worker_threads():
-    return [t for t in threading.enumerate() if t.name.startswith("worker-")]
+    return [t for t in threading.enumerate() if t.name.startswith("worker-") and not t.name.startswith(SPAWNER)]
+
+
+def _new_live_threads(before: set) -> list:
+    return [t.name for t in set(threading.enumerate()) - before if t.is_alive() and not t.name.startswith(SPAWNER)]
 
 
 def test_ctrl_c_stops_the_extra_workers_before_run_hosts_raises(workdir, monkeypatch):
@@ -47,7 +55,7 @@ def test_ctrl_c_stops_the_extra_workers_before_run_hosts_raises(workdir, monkeyp
         run_hosts(["x86"], [variant(model)], fixtures(64, n=64), progress=False, tables_root=root, jobs=2)
     assert interrupted.is_set()
     assert [t for t in _worker_threads() if t not in before] == []
-    assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+    assert _new_live_threads(before) == []
     parts = sorted(p.name for p in (root / "outputs").glob("*.parquet")) if (root / "outputs").exists() else []
     rows = partread.read("outputs", root=root, columns=["run_key"]).num_rows
     # the finished results were kept (the rerun resumes from them), all written before run_hosts raised
@@ -87,6 +95,6 @@ def test_a_worker_granted_as_ctrl_c_comes_never_outlives_run_hosts(workdir, monk
             run_hosts(["x86"], [variant(model)], fixtures(16, n=64), progress=False, tables_root=workdir / "t",
                       jobs=2)
         assert granting.is_set()
-        assert [t.name for t in set(threading.enumerate()) - before if t.is_alive()] == []
+        assert _new_live_threads(before) == []
     finally:
         released.set()
