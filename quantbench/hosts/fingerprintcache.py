@@ -133,7 +133,7 @@ def remembered(host, session: dict, require_providers: bool) -> tuple[dict, str]
     """`host`'s remembered (fingerprint, fingerprint_id) without setting anything up: a host whose worker command
     would build first (a masked copy on first use) has none yet, and a lookup must not start that build ahead of
     the run that shares it between hosts."""
-    if not enabled() or not host.caches_fingerprint or not host.set_up():
+    if not host.caches_fingerprint or not host.set_up():   # cache_key asks the rest
         return None
     return lookup(cache_key(host, session, require_providers))
 

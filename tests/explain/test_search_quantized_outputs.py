@@ -12,17 +12,9 @@ import sys
 
 import pytest
 
-from explain_helpers import bright_corpus, softmax_sigmoid_image_model
-from quantbench.cli import main
+from explain_helpers import softmax_sigmoid_image_model
+from search_helpers import calibrate_small
 from setup_required import need_tier
-
-
-def _calibrated(workdir):
-    model = softmax_sigmoid_image_model(workdir / "m.onnx")
-    (workdir / "m.json").write_text(json.dumps({"decode": {"kind": "classifier-softmax", "logits": "logits"}}))
-    labels = bright_corpus(workdir / "corpus", count=6)
-    assert main(["calibrate", "--model", str(model), "--labels", str(labels), "--per-cell", "2", "--methods",
-                 "minmax", "--allow-short", "--no-progress"]) == 0
 
 
 def test_a_variant_with_quantized_outputs_is_re_made_from_its_recipe(workdir):
@@ -30,7 +22,7 @@ def test_a_variant_with_quantized_outputs_is_re_made_from_its_recipe(workdir):
     from quantbench.explain.searchspace import Space
     from quantbench.inputs.variantdir import Variant, latest_variants
 
-    _calibrated(workdir)
+    calibrate_small(workdir, softmax_sigmoid_image_model)
     base = next(v for v in latest_variants() if v.name == "static-minmax")
     space = Space.open(base, workdir / "s1")
     soft, soft_q = stacked(space.base_choice(), "Softmax", space)   # Softmax kept float, then its output quantized
@@ -78,7 +70,7 @@ def test_quantized_outputs_put_a_float_softmax_tail_of_two_x86_tiers_in_one_clas
     need_tier("x86-sse4")
     if not {"avx2", "fma"} <= set(here_features()):
         pytest.skip("this CPU has no AVX2+FMA: x86 runs the same float kernels as x86-sse4 (a fact about the CPU)")
-    _calibrated(workdir)
+    calibrate_small(workdir, softmax_sigmoid_image_model)
     base = next(v for v in latest_variants() if v.name == "static-minmax")
     space = Space.open(base, workdir / "s1")
     exact = _step(space.base_choice(), "reduce_range", reduce_range=True)
