@@ -126,8 +126,9 @@ def check_threads(threads, hosts) -> int:
         return max(2, min(DEFAULT_THREADS, limit))
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 2:
         raise ParameterError("threads", "must be at least 2 (the factor compares 1 thread against N)", threads)
-    if threads > max(2, limit):
-        raise ParameterError("threads", f"more than the {limit} cores host {name} runs on; use at most {limit}",
+    most = max(2, limit)   # on one core the factor still compares 1 thread against 2
+    if threads > most:
+        raise ParameterError("threads", f"more than the {limit} cores host {name} runs on; use at most {most}",
                              threads)
     return threads
 

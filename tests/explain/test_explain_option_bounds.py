@@ -39,12 +39,37 @@ def _refused(calibrated, monkeypatch, capsys, command, *argv) -> str:
     return line
 
 
-@pytest.mark.parametrize("threads", [usable_cores() + 1, 100000])
+def _most_threads() -> int:
+    """The largest --threads noise takes here: the usable cores (under taskset too), but never below the 2 the
+    threads factor compares 1 thread against."""
+    return max(2, usable_cores())
+
+
+@pytest.mark.parametrize("threads", [_most_threads() + 1, 100000])
 def test_noise_threads_over_the_cores_are_refused(calibrated, monkeypatch, capsys, threads):
     line = _refused(calibrated, monkeypatch, capsys, "noise", "--variant", "static-minmax", "--hosts", "x86",
                     "--threads", str(threads), "--decode", "threshold-map")
-    cores = usable_cores()
-    assert f"--threads {threads}: more than the {cores} cores host x86 runs on; use at most {cores}" in line, line
+    cores, most = usable_cores(), _most_threads()
+    assert f"--threads {threads}: more than the {cores} cores host x86 runs on; use at most {most}" in line, line
+
+
+@pytest.fixture
+def one_core():
+    """This thread (and what it starts) may use one core only, as under `taskset -c 0`; restored afterwards."""
+    import os
+
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(before)})
+    yield
+    os.sched_setaffinity(0, before)
+
+
+def test_noise_threads_on_one_core_advise_the_two_the_factor_takes(calibrated, monkeypatch, capsys, one_core):
+    """On one core noise takes 2 threads (the factor needs N >= 2); the refusal of 3 must advise 2, not the 1
+    that --threads refuses as below 2."""
+    line = _refused(calibrated, monkeypatch, capsys, "noise", "--variant", "static-minmax", "--hosts", "x86",
+                    "--threads", "3", "--decode", "threshold-map")
+    assert "--threads 3: more than the 1 cores host x86 runs on; use at most 2" in line, line
 
 
 def test_noise_threads_below_two_are_refused(calibrated, monkeypatch, capsys):
