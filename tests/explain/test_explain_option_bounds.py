@@ -6,6 +6,8 @@ inside a variants folder (files its index.json does not list)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from calib_helpers import make_corpus, tiny_model
@@ -56,8 +58,6 @@ def test_noise_threads_over_the_cores_are_refused(calibrated, monkeypatch, capsy
 @pytest.fixture
 def one_core():
     """This thread (and what it starts) may use one core only, as under `taskset -c 0`; restored afterwards."""
-    import os
-
     before = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(before)})
     yield
