@@ -81,12 +81,15 @@ def test_nothing_below_the_cli_imports_a_command():
 # layer or a lower one. The package root is the shared layer (its own modules: at most ROOT_MODULES); the CLI layer is
 # listed by module (the entry point stays in the root: `python -m quantbench`). tensorcode.py, the canonical tensor
 # encoding, travels with the worker (standard library and numpy only), below everything that hashes a tensor; the
-# worker itself is a hosts module. docs/architecture.md lists these folders, in this order, with their jobs
+# worker, shipped to every host as its sources, sits right above it. docs/architecture.md lists these folders, in this order, with their jobs
 # (python scripts/update_architecture_doc.py writes it).
 LAYERS = [
     ("shared", ["quantbench"],
      "what every layer shares: errors (UserError, ParameterError, flag_mark), fsutil (atomic writes, hashing, JSON), "
      "tensorcode (the canonical tensor encoding; it travels with the worker), textfmt (text and Markdown tables)"),
+    ("worker", ["quantbench.worker"],
+     "the worker every host runs, shipped as its sources: the protocol's frames, onnxruntime sessions, the "
+     "fingerprint, the request loop"),
     ("store", ["quantbench.store"],
      "the results folder on disk: the result tables' schema, their Parquet parts written, locked, read and "
      "compacted, host results read back as arrays, the folder's layout"),
@@ -95,7 +98,7 @@ LAYERS = [
      "and their consent, strata, the ONNX file's facts and hashes, labels and fixtures, the bundled demo"),
     ("calibset", ["quantbench.calibset"], "calibration sets: stratified, reproducible, disjoint from the eval split"),
     ("hosts", ["quantbench.hosts"],
-     "hosts of every kind and the hosts file, their runtimes and set-up, the worker and its one client"),
+     "hosts of every kind and the hosts file, their runtimes and set-up, the worker's one client"),
     ("runs", ["quantbench.runs"],
      "run execution: the run plan, its scheduler and each host run's state, the task loop, the worker pool, a run's "
      "result rows, the Dask cluster's host runs, thread placement"),
@@ -182,12 +185,18 @@ def test_no_import_from_a_lower_layer_up():
     assert upward == []
 
 
-def test_the_worker_imports_only_the_tensor_encoding():
-    """The worker runs on a bare host (started by path, or sent as source over ssh) with the one module that
-    travels with it, the tensor encoding, which imports nothing of quantbench."""
+def test_the_worker_imports_only_the_tensor_encoding_and_its_earlier_sources():
+    """The worker runs on a bare host (started by path, or sent as source over ssh, or in a kit) as its sources in
+    load order (worker.jobs.SOURCES, the entry last): each imports only the ones before it, the first of which is the
+    tensor encoding, which imports nothing of quantbench; every module of the folder but its __init__ ships."""
+    from quantbench.worker.jobs import SOURCES
+
     graph = import_graph()
-    assert graph["quantbench.hosts.worker"] == {"quantbench.tensorcode"}
-    assert graph["quantbench.tensorcode"] == set()
+    order = [module for module, _path in SOURCES] + ["quantbench.worker.jobs"]
+    assert order[0] == "quantbench.tensorcode" and graph["quantbench.tensorcode"] == set()
+    for rank, module in enumerate(order[1:], 1):
+        assert graph[module] <= set(order[:rank]), f"{module} imports {sorted(graph[module] - set(order[:rank]))}"
+    assert {m for m in graph if m.startswith("quantbench.worker.")} == set(order[1:])
 
 
 def test_no_command_imports_another_command():
@@ -215,7 +224,7 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
         ("quantbench.hosts.cpuprofiles", "quantbench.hosts.deploy", "quantbench.hosts.emulated",
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
          "quantbench.hosts.workerclient", "quantbench.hosts.setup", "quantbench.textfmt"),
-        "hosts list/setup/check have no API functions yet (they wait for the hosts layer to be split into kinds, worker and run execution)"),
+        "hosts list/setup/check have no API functions yet"),
     "quantbench.cli.commands.search": (
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
          "quantbench.explain.searchreport"),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.runs.placement import parse, ran_providers
 from quantbench.store.hostresults import load_hosts
 

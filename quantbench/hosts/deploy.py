@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from quantbench.errors import UserError
 from quantbench.hosts import emulated
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.hosts.keys import normalize_session, session_options
 
 #: hosts-file keys that set a host's session

@@ -38,10 +38,10 @@ from pathlib import Path
 
 from quantbench.inputs.assets import quantbench_home
 from quantbench.fsutil import atomic_write_text, cache_on, canonical_json, content_key
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.hosts.process import worker_code_sha256
 
-VERSION = 2  # 2: the key says require_providers (was allow_fallback, inverted); the worker's code is tensorcode.py + worker.py
+VERSION = 2  # 2: the key says require_providers (was allow_fallback, inverted); the worker's code: process.worker_code_sha256
 _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY",
                  "QUANTBENCH_CPUID", "GLIBC_TUNABLES")  # the last two: a CPUID mask (masked hosts, hosts exec)
 

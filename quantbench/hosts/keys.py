@@ -15,7 +15,7 @@ import hashlib
 
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench import tensorcode
 
 # --------------------------------------------------------------------------- keys
@@ -78,7 +78,7 @@ def probe_model() -> tuple[bytes, object]:
 
 def request_header(kind: str, host: str, session: dict, require_providers: bool, model: dict, fixtures: list,
                    **fields) -> dict:
-    """The header of one worker request ("run" or "fingerprint", read by worker.py): the one place a request
+    """The header of one worker request ("run" or "fingerprint", read by the worker): the one place a request
     is encoded. `model`: where its bytes are (model_entry, or {"path", "sha256"}); `fixtures`: fixture_entry
     each; `fields`: the rest (return_tensors, repeat, output_names, store, variant names)."""
     return {"type": kind, "host": host, "session": session, "require_providers": require_providers, "model": model,

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from quantbench.hosts import cpuidpatch
 from quantbench.hosts import cpuprofiles as P
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.errors import UserError
 from quantbench.hosts.process import UNMASKED_ENV, WORKER_PATH, ProcessHost, without_process_mask
 

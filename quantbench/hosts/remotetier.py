@@ -25,7 +25,7 @@ from quantbench.hosts import cpuidpatch
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import masked as M
 from quantbench.hosts.process import BOOTSTRAP
-from quantbench.hosts.worker import cpuid_function, cpuid_leaves, x86_identity
+from quantbench.worker import cpuid_function, cpuid_leaves, x86_identity
 
 #: the remote's first program: reads the code zip (its length, then its bytes), the tier and the mode (`worker`
 #: or `setup`) from fd 0 unbuffered (the worker reads the rest of the stream after the exec), unpacks the zip once
@@ -47,7 +47,8 @@ TIER_BOOTSTRAP = (
 #: the modules the remote imports (hosts.masked's closure) and the shim's source
 _MODULES = ("__init__", "errors", "fsutil", "tensorcode", "inputs/__init__", "inputs/assets", "hosts/__init__",
             "hosts/cpuidpatch", "hosts/cpuprofiles", "hosts/keys", "hosts/masked", "hosts/process", "hosts/remotetier",
-            "hosts/runtimes", "hosts/worker")
+            "hosts/runtimes", "worker/__init__", "worker/protocol", "worker/session", "worker/fingerprint",
+            "worker/jobs")
 
 
 @lru_cache(maxsize=1)

@@ -15,7 +15,7 @@ import dataclasses
 import json
 
 from quantbench.errors import UserError
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.hosts.keys import session_key, session_options
 from quantbench.inputs.sidecarfile import requirements_of
 
