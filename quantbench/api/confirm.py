@@ -8,7 +8,7 @@ import dataclasses
 import sys
 
 from quantbench.analysis import confirm as C
-from quantbench.analysis.equiv import analyze
+from quantbench.analysis.equiv import AnalysisRequest, Selection, analyze
 from quantbench.errors import ParameterError, UserError
 from quantbench.hosts import fingerprintcache
 from quantbench.hosts.keys import run_key
@@ -108,8 +108,10 @@ def _anchor_decisions(refs, order: list, runs_full: dict, full: dict, sel: dict,
         if not hosts:
             continue
         try:
-            res = analyze(hosts, [v], {v.variant_id: full[v.variant_id]}, reference=hosts[0], decode_kind=decode,
-                          threshold=threshold, prefer={h: sel[h] for h in hosts}, tables_root=root)
+            selection = Selection(hosts=hosts, variants=[v], fixtures_for={v.variant_id: full[v.variant_id]},
+                                  prefer={h: sel[h] for h in hosts})
+            res = analyze(AnalysisRequest(selection, reference=hosts[0], decode_kind=decode, threshold=threshold,
+                                          tables_root=root))
         except (UserError, KeyError, ValueError):
             continue
         margins.update(C.nearest_margins([r for r in res.decision_rows if r["host"] == hosts[0]]))

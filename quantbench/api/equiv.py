@@ -5,7 +5,6 @@ folder's tables, report and equiv.json."""
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -15,8 +14,9 @@ from typing import TYPE_CHECKING
 from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
-from quantbench.analysis.equiv import VariantRef, analyze, reanalyze
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_budget, parse_gates
+from quantbench.analysis.equiv import AnalysisRequest, Selection, VariantRef, analyze, reanalyze
+from quantbench.analysis.gates import (DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, check_tolerance, parse_budget,
+                                      parse_gates)
 from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.api.confirm import ALL as CONFIRM_ALL, DEFAULT_CONFIRM, check_confirm, run_confirmed
@@ -98,11 +98,7 @@ class Gates:
         """Checked as the command line checks its flags: finite tolerances >= 0 (nan passed every tensor gate), a
         whole budget >= 0, the gates' names as text."""
         for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ParameterError(name, "must be a finite number", value)
-            if value < 0:
-                raise ParameterError(name, "must be at least 0", value)
+            check_tolerance(name, getattr(self, name))
         share = isinstance(self.budget, str) and self.budget.strip().endswith("%")
         if not share and (isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0):
             raise ParameterError("budget", "must be a whole number of flips, at least 0, or a share of the "
@@ -347,10 +343,12 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
                    shard, wait, render, k)
     with contextlib.ExitStack() as held:   # prepare() takes the tables lock once its inputs are valid
         p = prepare(req, held, resolved)
-        result = analyze(p.hosts, p.refs, p.fixtures_for, reference=reference, decode_kind=decode,
-                         threshold=threshold, atol=gates.atol, rtol=gates.rtol, budget=gates.budget, prefer=p.prefer,
-                         run_hint=run_hint(fixtures, session), tables_root=results.tables, duplicates=p.duplicates,
-                         cache_dir=cache_dir_of(results.folder), cannot_run=p.cannot_run, held=p.held)
+        selection = Selection(hosts=p.hosts, variants=p.refs, fixtures_for=p.fixtures_for, prefer=p.prefer,
+                              cannot_run=p.cannot_run, held=p.held)
+        result = analyze(AnalysisRequest(
+            selection, reference=reference, decode_kind=decode, threshold=threshold, atol=gates.atol,
+            rtol=gates.rtol, budget=gates.budget, run_hint=run_hint(fixtures, session), tables_root=results.tables,
+            duplicates=p.duplicates, cache_dir=cache_dir_of(results.folder)))
         result.not_started = p.not_started
         names = {r.variant_id: r.name for r in p.refs}
         result.prediction_misses = [dict(m, variant=names.get(m["variant_id"])) for m in p.misses]
