@@ -33,13 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from quantbench.store import compaction, partread, partwrite
-from quantbench.analysis import classes as C
-from quantbench.analysis import decisions as D
-from quantbench.analysis import gates as G
-from quantbench.analysis import resultcache as RC
+from quantbench.analysis import classes
+from quantbench.analysis import decisions
+from quantbench.analysis import gates
+from quantbench.analysis import resultcache
 from quantbench.analysis.decode import (NONE_HINT, Decoded, DecodeSpec, check_outputs, decode, is_plugin, kind_of,
                                         spec_from_sidecar)
-from quantbench.analysis import providers as PR
+from quantbench.analysis import providers
 from quantbench.analysis.precision import DistanceAccumulator
 from quantbench.analysis.tiers import used_features
 from quantbench.errors import ParameterError, UserError, flag_mark, marked
@@ -121,9 +121,9 @@ class AnalysisRequest:
     decode_kind: str | None = None
     threshold: float | None = None
     #: the tensor gate's tolerances, and the decision gate's budget (flips, or a share of fp32's decisions: "1%")
-    atol: float = G.DEFAULT_ATOL
-    rtol: float = G.DEFAULT_RTOL
-    budget: int | str = G.DEFAULT_BUDGET
+    atol: float = gates.DEFAULT_ATOL
+    rtol: float = gates.DEFAULT_RTOL
+    budget: int | str = gates.DEFAULT_BUDGET
     #: the options a hint to run a missing host repeats (api.equiv.run_hint)
     run_hint: str = ""
     #: the tables folder read (None: the default results folder's)
@@ -146,12 +146,12 @@ class AnalysisRequest:
             raise ParameterError("decode_kind", "give a decode kind's name, or None for the sidecar's",
                                  self.decode_kind)
         for name in ("atol", "rtol"):
-            G.check_tolerance(name, getattr(self, name))
+            gates.check_tolerance(name, getattr(self, name))
         if not isinstance(self.run_hint, str):
             raise ParameterError("run_hint", "give the repeated options as text", self.run_hint)
         object.__setattr__(self, "reference", reference)
         # a count (int), or a share of the served decisions ("1%")
-        object.__setattr__(self, "budget", G.parse_budget(self.budget).value())
+        object.__setattr__(self, "budget", gates.parse_budget(self.budget).value())
         object.__setattr__(self, "duplicates", tuple(self.duplicates or ()))
 
 
@@ -210,7 +210,7 @@ class EquivResult:
                                f"elements beyond atol/rtol")
                 if g == "decision" and not c["decision_passed"]:
                     out.append(f"decision: {where}: "
-                               f"{G.over_budget(c['flips'], self.settings['budget'], c.get('ref_total', 0))}")
+                               f"{gates.over_budget(c['flips'], self.settings['budget'], c.get('ref_total', 0))}")
         return out
 
     def summary(self) -> dict:
@@ -233,7 +233,7 @@ _HASH_COLS = ("host", "fingerprint_id", "session_key", "variant_id", "fixture_id
 def _hash_rows(hosts, variants, tables_root) -> dict:
     """{column: values} of the outputs rows of these hosts and variants, hashes only (no tensor), and what
     analysis.providers reads of them (one read for both)."""
-    columns = list(dict.fromkeys(_HASH_COLS + PR.COLUMNS + ("inherited",)))
+    columns = list(dict.fromkeys(_HASH_COLS + providers.COLUMNS + ("inherited",)))
     table = load_outputs(host=list(hosts), variant_id=[variant.variant_id for variant in variants], columns=columns,
                          tables_root=tables_root)
     out = {column: table.column(column).to_pylist() for column in columns}
@@ -406,12 +406,12 @@ def analyze(request: AnalysisRequest) -> EquivResult:
                        selected=selected, settings=settings, features=features,
                        source=_fixture_sources(tables_root), atol=request.atol, rtol=request.rtol,
                        budget=request.budget, cannot=dict(selection.cannot_run),
-                       providers=PR.provider_runs(hosts, selected, columns, tables_root),
+                       providers=providers.provider_runs(hosts, selected, columns, tables_root),
                        used=_kernels_used(hosts, selected, host_info, [v.variant_id for v in variants], tables_root))
     key = _content_key(request, context, host_info, specs, columns)
     inherited = _inherited_of(columns, selected, variants, fixtures_for)
     if request.cache_dir is not None:
-        found = _from_payload(RC.load(request.cache_dir, key), context, by_model, fixtures_for)
+        found = _from_payload(resultcache.load(request.cache_dir, key), context, by_model, fixtures_for)
         if found is not None:
             found.cache_key, found.cannot_run = key, _named_cannot(context.cannot, variants)
             return mark_inherited(found, inherited)
@@ -431,7 +431,7 @@ def analyze(request: AnalysisRequest) -> EquivResult:
                                    for model, model_variants in by_model.items()},
                          cache_key=key, cannot_run=_named_cannot(context.cannot, variants))
     if request.cache_dir is not None:
-        RC.save(request.cache_dir, key, _payload(result, out.boxed))
+        resultcache.save(request.cache_dir, key, _payload(result, out.boxed))
     return mark_inherited(result, inherited)
 
 
@@ -439,7 +439,7 @@ def _content_key(request: AnalysisRequest, context: _Context, host_info: dict, s
     """The content key of everything the analysis reads (analysis.resultcache): same key, same rows."""
     selection = request.selection
     fixture_ids = sorted({fixture_id for ids in selection.fixtures_for.values() for fixture_id in ids})
-    return RC.key_of({"settings": context.settings, "selections": context.selected, "atol": request.atol,
+    return resultcache.key_of({"settings": context.settings, "selections": context.selected, "atol": request.atol,
                       "rtol": request.rtol, "budget": request.budget, "hosts": host_info,
                       "features": context.features, "kernels_used": context.used, "providers": context.providers,
                       "sources": {fixture_id: context.source.get(fixture_id) for fixture_id in fixture_ids},
@@ -496,7 +496,7 @@ def _payload(result: EquivResult, boxed: dict) -> dict:
             "flip_rows": result.flip_rows, "sidecars": result.sidecars,
             "decoded": {"keys": [[host, variant_id, fixture_id, boxed[(host, variant_id, fixture_id)]]
                                  for host, variant_id, fixture_id in result.decoded],
-                        "arrays": {name: RC.arrays_to_json([getattr(d, name) for d in result.decoded.values()])
+                        "arrays": {name: resultcache.arrays_to_json([getattr(d, name) for d in result.decoded.values()])
                                    for name in _SLIM_FIELDS},
                         "text": [d.text for d in result.decoded.values()]}}
 
@@ -512,7 +512,8 @@ def _payload_well_formed(payload: dict, context: _Context) -> bool:
         return False
     if not all(isinstance(row, dict) for name in ("variants", "comparisons") for row in payload[name]):
         return False
-    if not (RC.rows_typed("classes", payload["class_rows"]) and RC.rows_typed("flips", payload["flip_rows"])):
+    if not (resultcache.rows_typed("classes", payload["class_rows"])
+            and resultcache.rows_typed("flips", payload["flip_rows"])):
         return False
     return payload["equiv_id"] == context.equiv_id
 
@@ -522,7 +523,7 @@ def _decoded_of(stored: dict) -> tuple[dict, dict] | None:
     keys, arrays = stored.get("keys"), stored.get("arrays")
     if not (isinstance(keys, list) and isinstance(arrays, dict) and set(arrays) == set(_SLIM_FIELDS)):
         return None
-    fields = {name: RC.arrays_from_json(arrays[name], len(keys)) for name in _SLIM_FIELDS}
+    fields = {name: resultcache.arrays_from_json(arrays[name], len(keys)) for name in _SLIM_FIELDS}
     texts = stored.get("text", [None] * len(keys))
     if not (isinstance(texts, list) and len(texts) == len(keys) and all(
             text is None or (isinstance(text, list) and all(isinstance(x, str) for x in text)) for text in texts)):
@@ -645,7 +646,7 @@ def _host_identities(hosts, selected, tables_root) -> tuple[dict, dict]:
     host_info, features = {}, {}
     for host in hosts:
         host_info[host], features[host] = _host_identity(rows.get((host, selected[host][0]), {}), selected[host])
-    return host_info, C.without_mask_cpu(features, {host: info.get("cpu_mechanism", "")
+    return host_info, classes.without_mask_cpu(features, {host: info.get("cpu_mechanism", "")
                                                     for host, info in host_info.items()})
 
 
@@ -658,7 +659,7 @@ def _host_identity(row: dict, selected) -> tuple[dict, dict]:
             "isa_flags": list(row.get("isa_flags") or []), "session": identity.get("session") or {},
             # how the CPU was shown: "real", "qemu" or "native-masked" (the fingerprint's word; "" before it had one)
             "cpu_mechanism": identity.get("cpu_mechanism", "")}
-    vectors = {k: identity[k] for k in C.VECTOR_FEATURES if k in identity}   # aarch64: SVE/SME lengths, in bits
+    vectors = {k: identity[k] for k in classes.VECTOR_FEATURES if k in identity}   # aarch64: SVE/SME lengths, in bits
     info.update(vectors)
     if (fingerprint.get("imported_from") or {}).get("split_from"):  # an imported host whose files ran on several CPUs
         info["split_from"] = fingerprint["imported_from"]["split_from"]
@@ -667,7 +668,7 @@ def _host_identity(row: dict, selected) -> tuple[dict, dict]:
     rest["onnxruntime_build"] = identity.get("onnxruntime", {}).get("build_info", "")
     session = dict(identity.get("session") or {})
     session.update(session.pop("config_entries", {}) or {})
-    return info, C.fingerprint_features(row.get("arch"), row.get("cpu"), row.get("isa_flags") or [],
+    return info, classes.fingerprint_features(row.get("arch"), row.get("cpu"), row.get("isa_flags") or [],
                                         row.get("ort_version"), session, rest, vectors)
 
 
@@ -826,16 +827,16 @@ def _classes_and_distances(context: _Context, model_run: _ModelRun, variant: Var
     hashes = {host: {(fixture_id, output): sha256 for fixture_id in fixture_ids
                      for output, sha256 in model_run.data[(host, variant.variant_id)][fixture_id][1].items()}
               for host in hosts}
-    host_classes = C.equivalence_classes(hashes)
+    host_classes = classes.equivalence_classes(hashes)
     class_of = {host: host_class.label for host_class in host_classes for host in host_class.hosts}
-    agreement = C.fixture_agreement(hashes)
+    agreement = classes.fixture_agreement(hashes)
     float_only = _float_only(variant)
     features = {host: context.features[host] for host in hosts}
     used = context.used.get(variant.variant_id)
-    separation = C.separation(features, class_of, used, float_only)
+    separation = classes.separation(features, class_of, used, float_only)
     smallest = separation.pop("smallest")
-    pairs = (C.pair_separation(features, class_of, agreement, used, float_only)
-             if C.needs_pairs(smallest, len(host_classes)) else [])
+    pairs = (classes.pair_separation(features, class_of, agreement, used, float_only)
+             if classes.needs_pairs(smallest, len(host_classes)) else [])
     variant_info = {
         "variant": variant.name, "variant_id": variant.variant_id, "model": model_run.model,
         "fixtures": len(fixture_ids), "session_requirements": dict(variant.requirements),
@@ -844,7 +845,7 @@ def _classes_and_distances(context: _Context, model_run: _ModelRun, variant: Var
         "separating_features": smallest, "separation": separation, "pairs": pairs,
         "distances": _class_distances(context, model_run, variant, fixture_ids, host_classes,
                                       class_of.get(context.reference)),
-        "versions": C.version_findings(features, class_of),
+        "versions": classes.version_findings(features, class_of),
         "providers": {host: context.providers.get(host, {}).get(variant.variant_id, {}) for host in hosts},
         "feature_values": {host: {name: context.features[host].get(name, False if name.startswith("isa:") else None)
                                   for name in dict.fromkeys([*(smallest or []), *separation["features"]])}
@@ -897,8 +898,8 @@ def _class_rows(context: _Context, model: str, variant: VariantRef, host_classes
              "separating_features": variant_info["separating_features"],
              "agreement": canonical_json(variant_info["agreement"]),
              "distance": canonical_json([d for d in variant_info["distances"] if d["class"] == host_class.label]),
-             "provider_findings": PR.class_findings(context.providers, variant.variant_id, host_class.hosts),
-             "placements": canonical_json(PR.class_placements(context.providers, variant.variant_id,
+             "provider_findings": providers.class_findings(context.providers, variant.variant_id, host_class.hosts),
+             "placements": canonical_json(providers.class_placements(context.providers, variant.variant_id,
                                                               host_class.hosts)),
              "settings": canonical_json({**context.settings, "selections": selections})}
             for host_class in host_classes]
@@ -925,13 +926,13 @@ def _compare(context: _Context, model_run: _ModelRun, variant: VariantRef, fixtu
     [(fixture_id, Flip)])."""
     fp32 = model_run.fp32
     ref_name = "fp32" if fp32 is not None and ref_variant_id == fp32.variant_id else variant.name
-    per_fixture, flips, tensor_gate = [], [], G.TensorGate()
+    per_fixture, flips, tensor_gate = [], [], gates.TensorGate()
     for fixture_id in fixture_ids:
         tensor_gate.add_fixture(model_run.arrays(ref_host, ref_variant_id, fixture_id),
                                 model_run.arrays(host, variant.variant_id, fixture_id), context.atol, context.rtol)
         if not model_run.compared:
             continue
-        compared = D.compare(model_run.spec, model_run.decoded(ref_host, ref_variant_id, fixture_id),
+        compared = decisions.compare(model_run.spec, model_run.decoded(ref_host, ref_variant_id, fixture_id),
                              model_run.decoded(host, variant.variant_id, fixture_id))
         per_fixture.append(compared)
         flips += [(fixture_id, flip) for flip in compared.flips]
@@ -939,13 +940,13 @@ def _compare(context: _Context, model_run: _ModelRun, variant: VariantRef, fixtu
         return _not_compared(comparison, host, variant.name, ref_host, ref_name, len(fixture_ids),
                              variant.variant_id, model_run.model, tensor_gate), flips
     spec = model_run.spec
-    summary = D.summarize(comparison, host, variant.name, ref_host, ref_name, per_fixture, spec.threshold,
-                          D.flip_kinds(spec), totals_fixed=spec.decoder_kind.totals_fixed(spec.threshold),
+    summary = decisions.summarize(comparison, host, variant.name, ref_host, ref_name, per_fixture, spec.threshold,
+                          decisions.flip_kinds(spec), totals_fixed=spec.decoder_kind.totals_fixed(spec.threshold),
                           margin_kinds=spec.decoder_kind.margin_flips)
-    decision_ok = G.decision_passed(summary.flips, context.budget, summary.ref_total)
+    decision_ok = gates.decision_passed(summary.flips, context.budget, summary.ref_total)
     return {**summary.as_dict(), "variant_id": variant.variant_id, "model": model_run.model,
             "tensor_gate": tensor_gate.as_dict(), "decision_passed": decision_ok,
-            "gates_disagree": G.disagreement(tensor_gate.passed, decision_ok), "decisions_compared": True}, flips
+            "gates_disagree": gates.disagreement(tensor_gate.passed, decision_ok), "decisions_compared": True}, flips
 
 
 def _flip_row(context: _Context, spec: DecodeSpec, variant: VariantRef, comparison: dict, fixture_id: str,
@@ -959,7 +960,7 @@ def _flip_row(context: _Context, spec: DecodeSpec, variant: VariantRef, comparis
             "ref_class": spec.class_name(flip.ref_cls) if flip.ref_text is None else flip.ref_text,
             "class_name": spec.class_name(flip.cls) if flip.text is None else flip.text,
             "ref_score": flip.ref_score, "score": flip.score, "iou": flip.iou,
-            "threshold": spec.threshold, "margin": flip.margin, "band": D.band_label(abs(flip.margin))}
+            "threshold": spec.threshold, "margin": flip.margin, "band": decisions.band_label(abs(flip.margin))}
 
 
 def _decisions(context: _Context, model_run: _ModelRun, variant: VariantRef, fixture_ids: list, flip_of: dict,
@@ -1029,7 +1030,7 @@ def _slim(decided):
 def _not_compared(comparison, host, variant, ref_host, ref_variant, fixtures, variant_id, model,
                   tensor_gate) -> dict:
     """A comparison under decode none: the tensor gate only; every decision figure None, not zero."""
-    keys = D.ComparisonSummary.__dataclass_fields__
+    keys = decisions.ComparisonSummary.__dataclass_fields__
     return {**{k: None for k in keys}, "comparison": comparison, "host": host, "variant": variant,
             "ref_host": ref_host, "ref_variant": ref_variant, "fixtures": fixtures, "concealed": False, "margins": {},
             "variant_id": variant_id, "model": model, "tensor_gate": tensor_gate.as_dict(), "decision_passed": None,
@@ -1112,9 +1113,9 @@ def reanalyze(results, equiv_id: str | None = None) -> Reanalysis:
                           prefer={host: tuple(run) for host, run in settings["selections"].items()})
     result = analyze(AnalysisRequest(
         selection, reference=settings["reference"], decode_kind=settings["decode"], threshold=settings["threshold"],
-        atol=gate_settings.get("atol", G.DEFAULT_ATOL), rtol=gate_settings.get("rtol", G.DEFAULT_RTOL),
-        budget=gate_settings.get("budget", G.DEFAULT_BUDGET), tables_root=root,
-        duplicates=settings.get("duplicates"), cache_dir=RC.cache_dir_of(results)))
+        atol=gate_settings.get("atol", gates.DEFAULT_ATOL), rtol=gate_settings.get("rtol", gates.DEFAULT_RTOL),
+        budget=gate_settings.get("budget", gates.DEFAULT_BUDGET), tables_root=root,
+        duplicates=settings.get("duplicates"), cache_dir=resultcache.cache_dir_of(results)))
     # the verdict states the gates that analysis was run with
     result.settings["gates"] = list(gate_settings.get("gates") or [])
     return Reanalysis(result, (last.get("labels") or {}) if last.get("equiv_id") == found_id else {})

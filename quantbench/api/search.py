@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantbench.analysis import accuracy as A
+from quantbench.analysis import accuracy
 from quantbench.analysis.decode import spec_for_variant
 from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.options import Fixtures, Fleet, Results, Session
@@ -177,8 +177,8 @@ def _check_session(fleet: Fleet, session: Session) -> None:
 def _accuracy(base, spec, fixtures, plan, max_drop: float) -> tuple:
     """(the accuracy plan, the truth) a max drop holds candidates to: the report's metric against the labels the
     fixtures were made from (top-1, AP, text); one line when there is none."""
-    truth = A.truth_of_fixtures(fixtures, input_spec_for(base), plan.labels, plan.images)
-    scored = A.plan(spec, sidecar_for(base), truth, [fx.fixture_id for fx in fixtures])
+    truth = accuracy.truth_of_fixtures(fixtures, input_spec_for(base), plan.labels, plan.images)
+    scored = accuracy.plan(spec, sidecar_for(base), truth, [fx.fixture_id for fx in fixtures])
     if isinstance(scored, str):
         raise UserError(f"{flag_mark('max_drop')} {max_drop:g}: no accuracy against labels to hold the candidates "
                         f"to ({scored})")
