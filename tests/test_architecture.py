@@ -387,6 +387,73 @@ def test_no_module_imports_under_a_one_or_two_letter_alias():
         "quantbench/rogue.py": ["2: classes as C", "3: quantbench.analysis.gates as G"]}
 
 
+# ---------------------------------------------------------------- the API's results are typed
+
+#: what a field of a result class must not be annotated with: a caller learns nothing from it
+UNTYPED = ("object", "Any")
+
+
+def _module_file(module: str) -> Path | None:
+    """The source file of a quantbench module (`quantbench.analysis.equiv` -> quantbench/analysis/equiv.py)."""
+    base = ROOT.parent.joinpath(*module.split("."))
+    return next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.exists()), None)
+
+
+def _module_names(tree) -> dict[str, tuple[str, str | None]]:
+    """name -> (module, class name or None for a module) for what a module imports from quantbench."""
+    out = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("quantbench"):
+            for alias in node.names:
+                is_module = _module_file(f"{node.module}.{alias.name}") is not None
+                out[alias.asname or alias.name] = ((f"{node.module}.{alias.name}", None) if is_module
+                                                   else (node.module, alias.name))
+    return out
+
+
+def _dataclasses_of(path: Path):
+    """(tree, {name: ClassDef}) of a module's top-level dataclasses."""
+    tree = ast.parse(path.read_text())
+    return tree, {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)
+                  and any("dataclass" in ast.unparse(d) for d in n.decorator_list)}
+
+
+def untyped_result_fields() -> list[str]:
+    """`path:Class.field: annotation` of each field annotated with UNTYPED in the API's public dataclasses and in
+    every quantbench dataclass their fields name, followed through the modules' imports."""
+    todo = [(p, name) for p in sorted((ROOT / "api").glob("*.py"))
+            for name in _dataclasses_of(p)[1] if not name.startswith("_")]
+    seen, found = set(), []
+    while todo:
+        path, name = todo.pop()
+        if (path, name) in seen:
+            continue
+        seen.add((path, name))
+        tree, classes = _dataclasses_of(path)
+        imported = _module_names(tree)
+        for field in (b for b in classes[name].body if isinstance(b, ast.AnnAssign)):
+            text = ast.unparse(field.annotation)
+            if any(n.id in UNTYPED for n in ast.walk(field.annotation) if isinstance(n, ast.Name)):
+                found.append(f"{path.relative_to(ROOT.parent)}:{name}.{ast.unparse(field.target)}: {text}")
+            for node in ast.walk(field.annotation):
+                if isinstance(node, ast.Name) and node.id in classes:
+                    todo.append((path, node.id))
+                elif isinstance(node, ast.Name) and node.id in imported and imported[node.id][1]:
+                    module, cls = imported[node.id]
+                    todo += [(f, cls) for f in [_module_file(module)] if f and cls in _dataclasses_of(f)[1]]
+                elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                      and node.value.id in imported and imported[node.value.id][1] is None):
+                    f = _module_file(imported[node.value.id][0])
+                    todo += [(f, node.attr)] if f and node.attr in _dataclasses_of(f)[1] else []
+    return sorted(found)
+
+
+def test_the_apis_result_classes_are_typed():
+    """What quantbench.equiv(...) and the other API functions return says what each field holds, down to the
+    classes it exposes (EquivResult, RunSummary, ...): a field of type `object` makes every caller read the code."""
+    assert untyped_result_fields() == [], "name the field's type"
+
+
 # ---------------------------------------------------------------- the library speaks parameters, the CLI flags
 
 #: the CLI layer (cli.py names a ParameterError's flag; commands parse flags).

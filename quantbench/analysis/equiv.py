@@ -157,33 +157,37 @@ class AnalysisRequest:
 
 @dataclass
 class EquivResult:
+    """One equivalence analysis: its id and settings, per variant its classes and per comparison its flips and
+    gates (plain dicts, as equiv.json holds them), and the rows of the classes, decisions and flips tables."""
+
     equiv_id: str
     settings: dict
-    hosts: dict                 # host -> selection (fingerprint_id, session_key, kind, arch, cpu)
-    variants: list              # per variant dict: classes, agreement, separating, distances
-    comparisons: list           # per comparison dict: ComparisonSummary + gates
-    class_rows: list = field(default_factory=list)
-    decision_rows: list = field(default_factory=list)
-    flip_rows: list = field(default_factory=list)
+    hosts: dict[str, dict]      # host -> selection (fingerprint_id, session_key, kind, arch, cpu)
+    variants: list[dict]        # per variant dict: classes, agreement, separating, distances
+    comparisons: list[dict]     # per comparison dict: ComparisonSummary + gates
+    class_rows: list[dict] = field(default_factory=list)
+    #: a reused result's are built on first use (a Sequence, not a list)
+    decision_rows: Sequence[dict] = field(default_factory=list)
+    flip_rows: list[dict] = field(default_factory=list)
     # (host, variant_id, fixture_id) -> Decoded: the decisions the flips were computed from (not
     # written to any table; the report's accuracy and flip gallery read them). Maps keep no mask.
-    decoded: dict = field(default_factory=dict, repr=False)
-    sidecars: dict = field(default_factory=dict, repr=False)   # model -> the fp32 variant's sidecar
+    decoded: dict[tuple[str, str, str], Decoded] = field(default_factory=dict, repr=False)
+    sidecars: dict[str, dict | None] = field(default_factory=dict, repr=False)   # model -> the fp32 variant's sidecar
     # the content key of everything the analysis read (resultcache): same key, same rows; the
     # tables' ledger finds the parts holding this result's rows by it
     cache_key: str = ""
     reused: bool = False        # taken from the analysis cache, not computed
     #: host -> why its runtime does not start on its CPU (left out of the classes: it has no outputs)
-    not_started: dict = field(default_factory=dict)
+    not_started: dict[str, str] = field(default_factory=dict)
     #: host -> {variant: why its runtime cannot run it} (left out of that variant's classes)
-    cannot_run: dict = field(default_factory=dict)
+    cannot_run: dict[str, dict[str, str]] = field(default_factory=dict)
     #: tiers no machine in reach shows, predicted per variant (analysis.predict): never a class, never gated
-    predicted: list = field(default_factory=list)
-    predicted_notes: list = field(default_factory=list)
+    predicted: list[dict] = field(default_factory=list)
+    predicted_notes: list[str] = field(default_factory=list)
     #: equiv --confirm (api.confirm): host -> {variant: the host whose rows it inherited}, and the hosts predicted
     #: to share a class whose confirming fixtures differed (run in full: the predictor's misses)
-    inherited: dict = field(default_factory=dict)
-    prediction_misses: list = field(default_factory=list)
+    inherited: dict[str, dict[str, str]] = field(default_factory=dict)
+    prediction_misses: list[dict] = field(default_factory=list)
 
     def gate_failures(self, names) -> list[str]:
         """One message per failed named gate condition."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from quantbench.store import lazy
 from quantbench.api.options import Output, check_group, check_path
 from quantbench.errors import ParameterError
-from quantbench.quantize.pipeline import CalibrateOptions, calibrate as run_pipeline
+from quantbench.quantize.pipeline import CalibrateOptions, CalibrateResult, calibrate as run_pipeline
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,7 +34,7 @@ class Calibration:
     """A calibrate run (quantize.pipeline.CalibrateResult: `.result`): its variants, their folder, the
     calibration set; `failed` the variants not published (name, why)."""
 
-    result: object
+    result: CalibrateResult
 
     @property
     def out(self) -> Path:

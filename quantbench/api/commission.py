@@ -16,7 +16,7 @@ class Kit:
 
     folder: Path
     expected: dict
-    notes: list
+    notes: list[str]
 
     @property
     def classes(self) -> list:

@@ -13,6 +13,7 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.hosts import fingerprintcache
 from quantbench.hosts.keys import run_key
 from quantbench.hosts.requirements import host_key
+from quantbench.hosts.runner import RunSummary
 from quantbench.store import partwrite
 from quantbench.store.hostresults import load_outputs
 
@@ -123,9 +124,9 @@ def _anchor_decisions(refs, order: list, runs_full: dict, full: dict, sel: dict,
 class Confirmed:
     """What the phases did: the merged summary, (host, variant_id) -> anchor inherited from, the misses."""
 
-    summary: object
-    inherited: dict
-    misses: list
+    summary: RunSummary
+    inherited: dict[tuple[str, str], str]
+    misses: list[dict]
 
 
 def run_confirmed(plan, k: int | None, run, refs, reference: str | None, decode, threshold, root,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
-from quantbench.analysis.equiv import AnalysisRequest, Selection, VariantRef, analyze, reanalyze
+from quantbench.analysis.equiv import AnalysisRequest, EquivResult, Selection, VariantRef, analyze, reanalyze
 from quantbench.analysis.gates import (DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, check_tolerance, parse_budget,
                                       parse_gates)
 from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
@@ -28,7 +28,7 @@ from quantbench.hosts.cluster import connect_plan
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
-from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
+from quantbench.hosts.runner import RunPlan, announce_jobs, plan_run, run_plan
 from quantbench.inputs.variantdir import latest_variants, pick_variant
 from quantbench.inputs.sidecarfile import requirements_of, sidecar_for, sidecar_source
 from quantbench.report.equivsection import publish_equiv
@@ -53,7 +53,7 @@ class Equiv:
     """An equiv analysis (analysis.equiv.EquivResult: `.analysis`), the files it wrote, the gates checked and the
     ones that failed, and what ran (`run_line`)."""
 
-    analysis: object
+    analysis: EquivResult
     files: list
     gates: list
     failures: list
@@ -118,7 +118,7 @@ class Prepared:
     prefer: dict | None
     run_line: str
     duplicates: list
-    plan: object = None
+    plan: RunPlan | None = None
     #: host -> why its runtime does not start on its CPU (a result: the host is left out of the classes)
     not_started: dict = field(default_factory=dict)
     #: (host, variant_id) -> why the host's runtime cannot run that variant (left out of that variant's classes)

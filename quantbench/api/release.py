@@ -13,8 +13,8 @@ from quantbench.api.options import Fleet, Results, check_group, check_groups, ch
 from quantbench.errors import ParameterError
 from quantbench.release.archive import verify_archive
 from quantbench.release.publish import publish_release
-from quantbench.release.record import flips_text
-from quantbench.release.verify import FAIL, NOT_RETAINED, verify as verify_folder
+from quantbench.release.record import ReleaseResult, flips_text
+from quantbench.release.verify import FAIL, NOT_RETAINED, Check, verify as verify_folder
 from quantbench.inputs.variantdir import load_variants
 from quantbench.textfmt import text_table
 
@@ -30,7 +30,7 @@ class Release:
     `refused` with the release keys already naming another artifact (`collisions`): nothing was written."""
 
     tag: str
-    result: object
+    result: ReleaseResult
 
     @property
     def refused(self) -> bool:
@@ -91,7 +91,7 @@ class Verification:
     """The checks of a release (release.verify.Check: check, item, status, detail) and whether all passed."""
 
     release: str
-    checks: list
+    checks: list[Check]
 
     @property
     def passed(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
@@ -15,7 +16,7 @@ from quantbench.fsutil import check_new_file
 from quantbench.hosts.cluster import connect_plan
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, check_host_name, parse_hosts
-from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
+from quantbench.hosts.runner import RunFailed, RunPlan, RunSummary, announce_jobs, plan_run, run_plan
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,12 +31,12 @@ class RunResult:
     """A run: its summary (hosts.runner.RunSummary), the plan it ran, where its tables are, the export written
     (its manifest) and the failure that ended it (hosts.runner.RunFailed, raised by check())."""
 
-    summary: object
-    plan: object
-    tables_root: object
+    summary: RunSummary
+    plan: RunPlan
+    tables_root: Path
     manifest: dict | None = None
     failure: Exception | None = None
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def outputs(self, tensors: bool = False) -> "pa.Table":
         """The output hashes of this run's hosts, variants and fixtures (the `outputs` table's rows; the tensors

@@ -17,7 +17,7 @@ from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.options import Fixtures, Fleet, Results, Session
 from quantbench.api.plan import explain_hosts
 from quantbench.errors import ParameterError, UserError, flag_mark, render_params
-from quantbench.explain.search import SearchParams, search as walk_search
+from quantbench.explain.search import SearchParams, SearchResult, search as walk_search
 from quantbench.explain.searchreport import update_report
 from quantbench.hosts.process import stop_spawner
 from quantbench.hosts.registry import known_hosts
@@ -39,7 +39,7 @@ CANDIDATE_COLUMNS = ("choice", "exclude", "variant_id", "stage", "passes", "wors
 class Search:
     """A finished search (explain.search.SearchResult: `.result`) and the report it updated."""
 
-    result: object
+    result: SearchResult
     report: Path
 
     @property

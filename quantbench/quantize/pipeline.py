@@ -95,8 +95,8 @@ class VariantReport:
 
 @dataclass
 class CalibrateResult:
-    calset: object             # quantbench.calibset.builder.CalibSet
-    calib_dir: Path
+    calset: builder.CalibSet | None   # None: the model was taken as given, nothing calibrated
+    calib_dir: Path | None
     out: Path
     state: str                 # publish_folder's "new" | "unchanged" | "replaced"
     latest: Path
