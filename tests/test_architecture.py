@@ -332,12 +332,22 @@ MAX_FUNCTION_LINES = 60
 LONG_FUNCTIONS: dict[str, int] = {}
 
 
+def _docstring_lines(node) -> int:
+    """The lines of a function's docstring: an API function's Parameters section documents, it is no logic to
+    split (tests/api/test_api_docstrings.py asks for one)."""
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return first.end_lineno - first.lineno + 1
+    return 0
+
+
 def long_functions() -> dict[str, int]:
+    """path:function -> its lines, its docstring not counted, for each function over MAX_FUNCTION_LINES."""
     out = {}
     for p in sorted(ROOT.rglob("*.py")):
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                lines = node.end_lineno - node.lineno + 1
+                lines = node.end_lineno - node.lineno + 1 - _docstring_lines(node)
                 if lines > MAX_FUNCTION_LINES:
                     out[f"{p.relative_to(ROOT.parent)}:{node.name}"] = lines
     return out

@@ -60,34 +60,69 @@ class Equiv:
     run_line: str = ""
 
     def table(self, name: str) -> "pa.Table":
-        """This analysis' rows of the `classes`, `decisions` or `flips` table (quantbench.store.tableschema' schema)."""
+        """This analysis' rows of one of the tables it writes, to filter or join without reading the results folder.
+
+        Parameters
+        ----------
+        name : str
+            ``classes``, ``decisions`` or ``flips``.
+
+        Returns
+        -------
+        pyarrow.Table
+            The rows, in the table's schema (quantbench.store.tableschema).
+        """
         if name not in TABLES:
             raise ParameterError("name", f"no equiv table {name!r}; one of {', '.join(TABLES)}", name)
         return arrowrows.to_arrow(name, list(getattr(self.analysis, TABLES[name])))
 
     @property
     def classes(self) -> "pa.Table":
+        """This analysis' `classes` rows: which hosts compute byte-identical outputs, per variant."""
         return self.table("classes")
 
     @property
     def flips(self) -> "pa.Table":
+        """This analysis' `flips` rows: each served decision that changed, per comparison."""
         return self.table("flips")
 
     @property
     def decisions(self) -> "pa.Table":
+        """This analysis' `decisions` rows: every decoded decision on every host."""
         return self.table("decisions")
 
     def summary(self) -> dict:
+        """What equiv.json holds, for a caller that stores or sends it.
+
+        Returns
+        -------
+        dict
+            The analysis id and settings, the hosts' selections, per variant its classes, per comparison its
+            flips and gates.
+        """
         return self.analysis.summary()
 
     @property
     def passed(self) -> bool:
+        """Whether every gate checked passed (a failed gate is a result: `failures` says which)."""
         return not self.failures
 
 
 @dataclass
 class Gates:
-    """The gates' tolerances and the gates whose failure fails the analysis (names: tensor, decision, classes)."""
+    """The gates an equiv checks: a failed one is a result (`Equiv.failures`), the command's exit 1.
+
+    Parameters
+    ----------
+    atol, rtol : float
+        The tensor gate's tolerances: an element fails beyond both (Polygraphy's rule).
+    budget : int or str
+        The decision gate's budget per comparison: a count of flips, or a share of the decisions fp32 serves
+        (``"1%"``).
+    gate : str, optional
+        The gates whose failure fails the analysis, comma-separated: ``tensor``, ``decision``, ``classes`` (None:
+        none; every gate is still computed and reported).
+    """
 
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
@@ -275,10 +310,27 @@ def publish(result, results: Results, gates=None, checked=None, plots: bool = Tr
 
 def rerender(results: Results = Results(), equiv_id: str | None = None, labels=None, images=None,
              plots: bool = True, render=render_params) -> tuple:
-    """The report re-rendered from the tables (the `report` command): the equiv analysis `equiv_id` (a prefix;
-    None: the last equiv's) computed again with the settings it ran with, report.md and its plots written;
-    `labels` and `images` for the accuracy (None: the ones that analysis read). Returns (the analysis, the files
-    written)."""
+    """The report re-rendered from the tables, without running anything (the `report` command): an equiv analysis
+    computed again with the settings it ran with, report.md and its plots written.
+
+    Parameters
+    ----------
+    results : Results
+        The results folder whose tables hold the analysis.
+    equiv_id : str, optional
+        The analysis' id or a prefix of it (None: the last equiv's, else the only one).
+    labels, images : str, optional
+        Labels and their images for the accuracy (None: the ones that analysis read).
+    plots : bool
+        Draw the class map and margin histograms (False: faster, text only).
+    render : callable
+        Names a parameter in the report's hints (the command line: its flag).
+
+    Returns
+    -------
+    tuple of (EquivResult, list of Path)
+        The analysis and the files written.
+    """
     check_groups(results=results)
     again = reanalyze(results.folder, equiv_id)
     if not labels:   # the labels that analysis read
@@ -320,15 +372,62 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
           threshold: float | None = None, run: bool = True, jobs: int | None = None, cluster: str | None = None,
           shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params,
           variant: str | None = None, confirm: int | str = DEFAULT_CONFIRM) -> Equiv:
-    """Run (or with run=False, reuse) every variant (folders or .onnx files; None: the latest calibrate output)
-    on each host of `fleet`, then analyse: classes, flips against fp32 (or `fp32`, the float model of
-    already-quantized variants), gates. Writes the tables, report and equiv.json under `results`; returns the
-    analysis with the gates that failed (`Equiv.failures`: a failed gate is a result, not an exception).
-    `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
-    (default: the sidecar's). `variant`: one variant by name (of the last calibrate run) or .onnx file, analysed
-    beside that run's fp32 as the reference it flips against (instead of `variants`). `confirm`: K (a host
-    predicted to share a class with one run in full runs the separating fixtures and the K nearest the threshold,
-    and inherits the others when they are byte-identical: analysis.confirm) or "all" (every fixture everywhere)."""
+    """Run every variant on each host of `fleet`, then analyse: which hosts compute byte-identical outputs
+    (classes), which served decisions flip against fp32, and the gates. Writes the tables, report and equiv.json
+    under `results` (the `equiv` command).
+
+    Parameters
+    ----------
+    variants : str, path or list, optional
+        Variants folders or .onnx files (None: the latest calibrate output).
+    fleet : Fleet
+        The hosts.
+    fixtures : Fixtures
+        The labelled images run (default: the eval split of the labels the variants were calibrated with).
+    session : Session
+        Session options overriding each host's deployed session.
+    results : Results
+        Where the tables, report and equiv.json go.
+    output : Output
+        Progress and what is printed.
+    gates : Gates
+        Tolerances, budget and the gates whose failure fails the analysis.
+    fp32 : str or path, optional
+        The float model of already-quantized variants, which their flips count against.
+    reference : str, optional
+        The reference host every other one is compared with (None: the first).
+    decode : str, optional
+        How outputs become decisions: a decode kind, a plug-in, or ``none`` (None: the sidecar's).
+    threshold : float, optional
+        The score threshold of a served decision (None: the sidecar's).
+    run : bool
+        Run the hosts first (False: analyse what the tables hold, running nothing).
+    jobs : int, optional
+        Worker processes in total (None: the core count; at most that).
+    cluster : str, optional
+        The Dask scheduler (``tcp://HOST:8786``) that runs the emulated hosts; the others run here.
+    shard : str, optional
+        ``K/N``: run only shard K of N of the fixtures, to export and merge on one imported host.
+    plots : bool
+        Draw the report's plots (False: faster, text only).
+    wait : bool
+        Wait for another command holding the tables (False: refuse at once).
+    render : callable
+        Names a parameter in a note or hint (the command line: its flag).
+    variant : str, optional
+        One variant by name (of the last calibrate run) or .onnx file, analysed beside that run's fp32 as the
+        reference it flips against (instead of `variants`).
+    confirm : int or str
+        K: a host predicted to share a class with one run in full runs only the separating fixtures and the K
+        nearest the threshold, and inherits the others when those are byte-identical; ``"all"``: every fixture on
+        every host.
+
+    Returns
+    -------
+    Equiv
+        The analysis, the files written and the gates that failed (`Equiv.failures`: a failed gate is a result,
+        not an exception).
+    """
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_group("gates", gates, Gates)
     check_path("fp32", fp32)
