@@ -22,8 +22,8 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.hosts import cpuidpatch
-from quantbench.hosts import cpuprofiles as P
-from quantbench.hosts import masked as M
+from quantbench.hosts import cpuprofiles
+from quantbench.hosts import masked
 from quantbench.hosts.process import BOOTSTRAP
 from quantbench.worker import cpuid_function, cpuid_leaves, x86_identity
 
@@ -72,19 +72,19 @@ def preamble(tier: str, mode: str) -> bytes:
 def exec_worker(tier: str, mode: str) -> None:
     """On the remote: the tier's masked copy (built when missing), then the worker under its mask (`worker`), or
     one JSON line saying what was done (`setup`). A CPU without the tier's features is one line and exit 3."""
-    p = P.profile(tier)
-    why = "unknown tier" if p is None else M.masked_unavailable(p)
+    p = cpuprofiles.profile(tier)
+    why = "unknown tier" if p is None else masked.masked_unavailable(p)
     if why:
         brand = x86_identity(cpuid_leaves(cpuid_function()[0])).get("model_name", "") if "lacks" in why else ""
         sys.stderr.write(f"quantbench: {tier} on this machine{f' ({brand})' if brand else ''}: {why}\n")
         sys.exit(3)
     try:
-        done = M.setup_masked(progress=False)
+        done = masked.setup_masked(progress=False)
     except UserError as exc:
         sys.stderr.write(f"quantbench: {tier} on this machine: {exc}\n")
         sys.exit(3)
     if mode == "setup":
         print(json.dumps({"done": done, "site": str(cpuidpatch.site_dir()), "shim": str(cpuidpatch.shim_path())}))
         return
-    env = M.worker_env(p, cpuidpatch.site_dir(), cpuidpatch.shim_path())
+    env = masked.worker_env(p, cpuidpatch.site_dir(), cpuidpatch.shim_path())
     os.execve(sys.executable, [sys.executable, "-u", "-c", BOOTSTRAP], env)
