@@ -19,7 +19,8 @@ against fp32 per host):
 Then each answer (the peers' published into the variants folder beside the search's) gets a fresh `quantbench
 equiv --gate decision` over the fleet in a new results folder: its flips per host against fp32 on that host. Per
 row: evaluations (fleet evaluations; NNCF: its validation runs, one machine each), wall seconds, share of the
-multiply-accumulate nodes' weights and MACs in int8 (read from each answer's graph: explain.int8share), size
+multiply-accumulate nodes' weights and MACs in int8 (read from each answer's graph: explain.int8share; a node
+on 16-bit activations keeps its weights in int8, not its MACs), size
 against fp32, the fresh equiv's flips per host. A host this machine cannot run is left out, saying so.
 
 Usage: python scripts/bench_search.py [--models demo,nudenet-320n,vit-s-focus] [--hosts pi,x86,x86-avx2,x86-sse4]
@@ -46,7 +47,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from quantbench.analysis.decisions import compare  # noqa: E402
 from quantbench.analysis.decode import decode, spec_for_variant  # noqa: E402
-from quantbench.explain.int8share import int8_nodes, int8_share  # noqa: E402
+from quantbench.explain.int8share import int8_nodes, int8_share, int8_weight_nodes  # noqa: E402
 from quantbench.explain.search import SearchParams, Stopped, open_walk, search, shortest_prefix  # noqa: E402
 from quantbench.explain.searchspace import error_feeds, error_ranking  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
@@ -79,8 +80,9 @@ def _shares(path, space) -> dict:
     nodes (their weights and MACs as the search counts them), read from the model's own graph."""
     import onnx
 
-    flags = int8_nodes(onnx.load(str(path), load_external_data=False))
-    return {**int8_share(flags, space.weights, space.macs), "float_nodes": sorted(n for n in space.weights
+    model = onnx.load(str(path), load_external_data=False)
+    flags = int8_nodes(model)
+    return {**int8_share(flags, space.weights, space.macs, int8_weight_nodes(model)), "float_nodes": sorted(n for n in space.weights
                                                                                 if not flags.get(n))}
 
 
