@@ -190,20 +190,22 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
            max_seconds: float | None = None, space: str = "all", screen_fixtures: int = 4, error_images: int = 4,
            jobs: int = 1, name: str | None = None, decode: str | None = None, limit: int | None = None,
-           render=render_params, on_status=None, max_drop: float | None = None, identical: bool = False) -> Search:
+           render=render_params, on_status=None, max_drop: float | None = None, identical: bool = False,
+           notes_to_stderr: bool = False) -> Search:
     """Search from `variant` (a static variant name of the last calibrate run; None: its first static one) on
     `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` (decision flips against fp32 per host, or a share of the decisions fp32 serves there: "1%") within the ceilings; the answer
     is written beside the base (named for what it is, or `name`); `identical`: it must also give byte-identical
     outputs (one class) on every measured host, else the nearest candidate's classes and the ops separating them
     (`Search.identity`). The evaluations are cached under the results
-    folder's `search/` and a rerun resumes from them."""
+    folder's `search/` and a rerun resumes from them. `notes_to_stderr`: the plan's notes (the images a limit
+    took) on stderr, for a caller printing JSON on stdout."""
     _check_groups(variant, fleet, fixtures, session, results)
     _check_session(fleet, session)
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,
                           screen_fixtures, error_images, jobs, name, max_drop, identical)
     params.check()
     base, fp32 = _base(variant, results)
-    hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render)
+    hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render, to_stderr=notes_to_stderr)
     (vi,) = plan.variants
     check_identity(fp32)
     spec = spec_for_variant(base, decode, vi.outputs)
