@@ -5,20 +5,20 @@ accuracy-aware quantization, onnxruntime's own recipes) does not say, so the int
 is read from its graph: a Conv/ConvTranspose/MatMul/Gemm runs in int8 where every tensor it multiplies comes out
 of a DequantizeLinear of 8-bit integers (the QDQ form onnxruntime fuses into an integer kernel; one of 16-bit
 activations, the A16W8 form of onnxruntime's per-tensor overrides, runs dequantized to float), and a
-QLinear*/*Integer node is int8 by construction. Nodes are keyed as the search keys them (an unnamed one `<op type>@<its first output>`).
+QLinear*/*Integer node is int8 by construction. Nodes are keyed as the search keys them (an unnamed one
+`<op type>@<its first output>`).
 """
 
 from __future__ import annotations
 
-from onnx import TensorProto
-
 #: the multiply-accumulate op types whose share is counted (explain.searchspace.NODE_OPS)
 MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
-#: integer forms of those ops (QOperator and dynamic quantization): int8 whatever feeds them
-#: the integer types an int8 kernel takes
-EIGHT_BIT = (TensorProto.INT8, TensorProto.UINT8)
+#: onnx.TensorProto's UINT8 and INT8 (the element types an int8 kernel takes; onnx is not imported to say so)
+UINT8, INT8 = 2, 3
+EIGHT_BIT = (UINT8, INT8)
 #: ops that pass a quantized tensor on unchanged in type (a transposed or reshaped weight)
 _TYPE_KEEPING = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Flatten")
+#: integer forms of those ops (QOperator and dynamic quantization): int8 whatever feeds them
 INTEGER_MAC_OPS = {"QLinearConv": "Conv", "QLinearMatMul": "MatMul", "ConvInteger": "Conv",
                    "MatMulInteger": "MatMul", "QGemm": "Gemm"}
 
@@ -52,7 +52,7 @@ def _quantized_type(tensor: str, producer: dict, types: dict, seen=()) -> int | 
         if len(node.input) > 2 and node.input[2]:
             return _quantized_type(node.input[2], producer, types, (*seen, tensor))
         dtype = next((a.i for a in node.attribute if a.name == "output_dtype"), 0)
-        return dtype or TensorProto.UINT8
+        return dtype or UINT8
     if node.op_type in _TYPE_KEEPING and node.input:
         return _quantized_type(node.input[0], producer, types, (*seen, tensor))
     return None
