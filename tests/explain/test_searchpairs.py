@@ -4,6 +4,9 @@ left out of QDQ combined with a numeric choice is tried, measured and ranked as 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +85,28 @@ def test_a_pair_is_the_op_choice_with_the_numeric_choices_changes():
     assert both.name == "float_softmax+x64quantprecision" and both.exclude_op_types == ("Softmax",)
     assert both.session == (("k", "1"),) and not both.reduce_range
     assert json.dumps(both.describe())
+
+
+@pytest.mark.slow
+def test_on_the_demo_detector_pairs_are_tried_exactly_when_no_single_global_choice_passes(workdir):
+    """The demo detector (Softmax, LayerNormalization and Gelu in its attention blocks) on this CPU, 4 fixtures,
+    a budget of 0 flips: pairs of an op type left in float and a numeric choice are tried when, and only when, no
+    single global choice meets it (which of the two holds depends on this CPU's int8 kernels)."""
+    def qb(*args):
+        return subprocess.run([sys.executable, "-m", "quantbench", *args], cwd=workdir, capture_output=True,
+                              text=True)
+
+    assert qb("calibrate", "--model", "litter-detr-tiny", "--methods", "minmax", "--no-progress").returncode == 0
+    found = qb("search", "--variant", "static-minmax", "--hosts", "x86", "--limit", "4", "--space", "global",
+               "--max-evaluations", "60", "--json", "--no-progress")
+    outcome = json.loads(found.stdout)
+    result = json.loads(Path(outcome["result_file"]).read_text())
+    singles = [r for r in result["tried"] if "+" not in r["choice"]]
+    pairs = [r["choice"] for r in result["tried"] if "+" in r["choice"]]
+    ops = {r["choice"] for r in singles if r["recipe"]["exclude_op_types"] != singles[0]["recipe"]["exclude_op_types"]}
+    assert {"float_softmax", "float_layernormalization"} <= ops, ops
+    if any(r["passes"] for r in singles):
+        assert pairs == [], pairs
+    else:
+        assert pairs and all(p.split("+")[0] in ops and p.split("+")[1] not in ops for p in pairs), pairs
+        assert "search: pairs of global choices (op types left in float with a numeric choice): " in found.stderr
