@@ -204,7 +204,8 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
            max_seconds: float | None = None, space: str = "all", screen_fixtures: int = 4, error_images: int = 4,
            jobs: int = 1, name: str | None = None, decode: str | None = None, limit: int | None = None,
-           render=render_params, on_status=None, max_drop: float | None = None, identical: bool = False) -> Search:
+           render=render_params, on_status=None, max_drop: float | None = None, identical: bool = False,
+           notes_to_stderr: bool = False) -> Search:
     """Search for the int8 recipe that holds on the whole fleet: global remedies, then nodes kept in float chosen by
     measurement, within the budget and the ceilings; the answer is written beside the base as a variant. The
     evaluations are cached under the results folder's `search/`, so a rerun resumes from them.
@@ -257,6 +258,8 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
     identical : bool
         The answer must also give byte-identical outputs (one class) on every measured host; without one, the
         nearest candidate's classes and the ops separating them (`Search.identity`).
+    notes_to_stderr : bool
+        The plan's notes (the images a limit took) on stderr, for a caller printing JSON on stdout.
 
     Returns
     -------
@@ -269,7 +272,7 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
                           screen_fixtures, error_images, jobs, name, max_drop, identical)
     params.check()
     base, fp32 = _base(variant, results)
-    hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render)
+    hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render, to_stderr=notes_to_stderr)
     (vi,) = plan.variants
     check_identity(fp32)
     spec = spec_for_variant(base, decode, vi.outputs)
