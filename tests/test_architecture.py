@@ -216,7 +216,7 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
         "hosts list/setup/check have no API functions yet (they wait for the hosts layer to be split into kinds, worker and run execution)"),
     "quantbench.cli.commands.search": (
         ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
-         "quantbench.explain.searchreport"),
+         "quantbench.explain.search.report"),
         "its flags' defaults and summary; they wait for the search to become a package of its own"),
 }
 

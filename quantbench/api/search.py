@@ -18,7 +18,7 @@ from quantbench.api.options import Fixtures, Fleet, Results, Session
 from quantbench.api.plan import explain_hosts
 from quantbench.errors import ParameterError, UserError, flag_mark, render_params
 from quantbench.explain.search import SearchParams, search as walk_search
-from quantbench.explain.searchreport import update_report
+from quantbench.explain.search.report import update_report
 from quantbench.hosts.process import stop_spawner
 from quantbench.hosts.registry import known_hosts
 from quantbench.inputs.sidecarfile import check_identity, input_spec_for, sidecar_for
@@ -37,7 +37,7 @@ CANDIDATE_COLUMNS = ("choice", "exclude", "variant_id", "stage", "passes", "wors
 
 @dataclass
 class Search:
-    """A finished search (explain.search.SearchResult: `.result`) and the report it updated."""
+    """A finished search (explain.search.walk.SearchResult: `.result`) and the report it updated."""
 
     result: object
     report: Path

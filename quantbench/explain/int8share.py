@@ -9,7 +9,7 @@ int8 by construction. Nodes are keyed as the search keys them (an unnamed one `<
 
 from __future__ import annotations
 
-#: the multiply-accumulate op types whose share is counted (explain.searchspace.NODE_OPS)
+#: the multiply-accumulate op types whose share is counted (explain.search.space.NODE_OPS)
 MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 #: integer forms of those ops (QOperator and dynamic quantization): int8 whatever feeds them
 INTEGER_MAC_OPS = {"QLinearConv": "Conv", "QLinearMatMul": "MatMul", "ConvInteger": "Conv",
@@ -17,7 +17,7 @@ INTEGER_MAC_OPS = {"QLinearConv": "Conv", "QLinearMatMul": "MatMul", "ConvIntege
 
 
 def node_key(node) -> str:
-    """The name the search gives a multiply-accumulate node (searchspace.name_unnamed without the `#k` suffix)."""
+    """The name the search gives a multiply-accumulate node (search.space.name_unnamed without the `#k` suffix)."""
     op = INTEGER_MAC_OPS.get(node.op_type, node.op_type)
     return node.name or f"{op}@{node.output[0]}"
 
@@ -38,7 +38,7 @@ def int8_nodes(model) -> dict[str, bool]:
 
 def int8_share(flags: dict, weights: dict, macs: dict) -> dict:
     """{"weights", "macs"}: the share of the float model's multiply-accumulate weights and MACs (`weights`, `macs`:
-    node -> count, as explain.searchspace.Space indexes them) whose node is int8 in `flags` (int8_nodes); a node
+    node -> count, as explain.search.space.Space indexes them) whose node is int8 in `flags` (int8_nodes); a node
     the quantized model no longer holds counts as float. With no such node at all, 0.0 (nothing is int8)."""
     out = {}
     for what, per in (("weights", weights), ("macs", macs)):

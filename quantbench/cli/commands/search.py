@@ -12,7 +12,7 @@ from quantbench.cli.argtypes import budget_value
 from quantbench.cli.groups import ExplainArgs
 from quantbench.errors import render_params
 from quantbench.explain.search import SPACES
-from quantbench.explain.searchreport import summary
+from quantbench.explain.search.report import summary
 
 HELP = ("Search recipes (global remedies, calibration, nodes kept in float) for the one that meets a decision budget "
         "on every host, and write it as a variant.")

@@ -19,8 +19,8 @@ import numpy as np
 from quantbench.calibset import builder
 from quantbench.errors import UserError
 from quantbench.explain.lint import lint_model
-from quantbench.explain.searchpatterns import PATTERNS
-from quantbench.explain.searchtensors import sixteen_bit_nodes, tensor_extra
+from quantbench.explain.search.patterns import PATTERNS
+from quantbench.explain.search.tensors import sixteen_bit_nodes, tensor_extra
 from quantbench.inputs.modelio import dims_of, load_model, semantic_sha256
 from quantbench.quantize import ort_api
 from quantbench.quantize import variants as QV
@@ -32,7 +32,7 @@ from quantbench.inputs.sidecarfile import input_spec_for
 NODE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 X64_ENTRY = "session.x64quantprecision"
 #: op types left out of QDQ as one global choice each, where the graph has one the base quantizes or its decomposed
-#: form (explain.searchpatterns: a LayerNorm as older opsets export it, a Gelu in its Erf form, their quantized
+#: form (explain.search.patterns: a LayerNorm as older opsets export it, a Gelu in its Erf form, their quantized
 #: Add/Mul nodes by name): a transformer keeps its MatMuls in int8 while its normalisations and activations stay
 #: float (a Gelu op is not among onnxruntime's static op types: already float; its Erf form's Add/Mul are)
 FLOAT_OP_CHOICES = ("Softmax", "LayerNormalization", "Sigmoid", "Gelu")
@@ -57,7 +57,7 @@ class Choice:
     session: tuple = ()     # sorted (key, value) pairs
     exclude_op_types: tuple = ()   # op types left in float everywhere (the op types quantized: the rest)
     extra_options: tuple = ()      # sorted (key, value) pairs for the quantizer (ActivationSymmetric)
-    node_forms: tuple = ()         # sorted (node, form) pairs: per-node tensor choices (searchtensors.FORMS)
+    node_forms: tuple = ()         # sorted (node, form) pairs: per-node tensor choices (tensors.FORMS)
     float_nodes: tuple = ()        # nodes left out of QDQ by the choice itself (a decomposed LayerNorm's Add/Mul)
     quantize_outputs: bool = False  # float graph outputs through Q/DQ at their calibrated ranges (identity walk)
 
@@ -225,7 +225,7 @@ class Space:
         return out
 
     def pattern_nodes(self, op: str, quantized: set) -> tuple:
-        """The named nodes of `op`'s decomposed form (explain.searchpatterns) that the base quantizes, sorted (an
+        """The named nodes of `op`'s decomposed form (explain.search.patterns) that the base quantizes, sorted (an
         unnamed one cannot be excluded by name, and is left as it is)."""
         finder = PATTERNS.get(op)
         if finder is None:

@@ -6,7 +6,7 @@ decision flips against the fp32 model on the same host (analysis.decisions.compa
 whose hashes differ on a fixture computed different bytes there: what localize can explain). Evaluations are
 cached by content (the key version, the candidate's semantic hash, its session entries, the host and its
 fingerprint, the fixtures, the decoder and the fp32 reference) in an append-only JSON-lines file, one sealed line
-per finished evaluation (and per localize walk the search runs), flushed as it is written (explain.searchcache:
+per finished evaluation (and per localize walk the search runs), flushed as it is written (explain.search.cache:
 a line this machine did not write as it is, or of the wrong types, is a miss): a search killed at any point
 resumes from the lines that were written (a torn last line is ignored), and a rerun of the same search runs
 nothing again.
@@ -25,8 +25,8 @@ from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
 from quantbench.explain.localize import decode_runs, localize, start_workers
-from quantbench.explain.searchcache import append_cache, count, read_cache, strings
-from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
+from quantbench.explain.search.cache import append_cache, count, read_cache, strings
+from quantbench.explain.search.standins import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.keys import session_options
 from quantbench.hosts.kinds import KINDS
@@ -74,7 +74,7 @@ class Fleet:
     """The started workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache.
 
     Imported hosts (their kind runs no workers) are taken out of `hosts` into `imported_requests`; after start()
-    `imported` holds what their files say (explain.searchimported.ImportedMember) and who stands in for them."""
+    `imported` holds what their files say (explain.search.standins.ImportedMember) and who stands in for them."""
 
     hosts: list
     fixtures: list
@@ -178,7 +178,7 @@ class Fleet:
     def evaluate(self, model_path, variant_id: str, entries: dict, host_ix: list[int], fixture_ids: list[str]
                  ) -> list[Evaluation]:
         """One evaluation per host of `host_ix` over `fixture_ids` (cached by content), in host order; then one per
-        imported host whose flips are known (explain.searchimported.told: predicted from its stand-in, or its base
+        imported host whose flips are known (explain.search.standins.told: predicted from its stand-in, or its base
         variant's flips from its own rows)."""
         fxs = [fx for fx in self.fixtures if fx.fixture_id in set(fixture_ids)]
         keys = {i: self._key(i, variant_id, entries, fxs) for i in host_ix}
