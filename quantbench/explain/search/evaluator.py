@@ -1,4 +1,4 @@
-"""The search's fleet: every candidate model runs on the hosts' workers, its decisions are counted against fp32.
+"""The search's evaluator: every candidate model runs on the hosts' workers, its decisions are counted against fp32.
 
 One evaluation is one candidate run on one host over one set of fixtures; its result is the number of
 decision flips against the fp32 model on the same host (analysis.decisions.compare: the numbers
@@ -70,8 +70,9 @@ class Evaluation:
 
 
 @dataclass
-class Fleet:
-    """The started workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache.
+class Evaluator:
+    """Evaluates candidates on the fleet (the API's `Fleet` only names the hosts): the started
+    workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache.
 
     Imported hosts (their kind runs no workers) are taken out of `hosts` into `imported_requests`; after start()
     `imported` holds what their files say (explain.search.standins.ImportedMember) and who stands in for them."""

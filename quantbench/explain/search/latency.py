@@ -66,7 +66,7 @@ def latency_row(row: dict) -> bool:
 
 @dataclass
 class LatencyProbe:
-    """The latency of candidates on the measuring hosts of a started fleet (explain.search.evaluator.Fleet)."""
+    """The latency of candidates on the measuring hosts of a started fleet (explain.search.evaluator.Evaluator)."""
 
     fleet: object
     cache_file: Path

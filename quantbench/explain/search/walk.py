@@ -45,7 +45,7 @@ from pathlib import Path
 
 from quantbench.analysis.gates import Budget, parse_budget
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.search.evaluator import Fleet, decoder_key
+from quantbench.explain.search.evaluator import Evaluator, decoder_key
 from quantbench.explain.search import identity
 from quantbench.explain.search.standins import recipe_marks, unconfirmed_line
 from quantbench.explain.search.latency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
@@ -229,7 +229,7 @@ class Walk:
     """The state of one search: the space, the fleet, the screening set, every candidate tried."""
 
     space: Space
-    fleet: Fleet
+    fleet: Evaluator
     params: SearchParams
     screen_ids: list
     all_ids: list
@@ -718,7 +718,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
     state_root = Path(state_root)
     prepare_state(state_root, base)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
-    fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
+    fleet = Evaluator(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
     fleet.accuracy = accuracy if params.max_drop is not None else None
     with search_lock(state_root), tempfile.TemporaryDirectory(prefix=f".search.{owner_tag()}.", suffix=".tmp",
                                                               dir=state_root) as work:
