@@ -52,7 +52,7 @@ def note_plan(plan, to_stderr: bool = False, render=render_params) -> None:
 def explain_plan(fixtures: Fixtures, hosts, variants, limit: int | None = None, render=render_params):
     """The run plan of an explain command (hosts.runner.plan_run) from its fixture group: each model parsed once
     and kept on the plan (`models`) for the commands that read its graph; `hosts` its --hosts items, each
-    started later under its own session (explain.localize.start_workers), so they are not asked ready here."""
+    started later under its own session (hosts.startup.start_workers), so they are not asked ready here."""
     plan = plan_run([h.spec for h in hosts], variants, labels=fixtures.labels, images=fixtures.images,
                     split=fixtures.split, limit=limit, check_hosts=False, keep_models=True)
     note_plan(plan, render=render)

@@ -24,7 +24,7 @@ from quantbench.analysis import accuracy as A
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
-from quantbench.explain.localize import decode_runs, localize, start_workers
+from quantbench.explain.localize import decode_runs, localize
 from quantbench.explain.search.cache import append_cache, count, read_cache, strings
 from quantbench.explain.search.standins import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import canonical_json, content_key
@@ -32,6 +32,7 @@ from quantbench.hosts.keys import session_options
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.requirements import applied
 from quantbench.hosts.registry import HostRequest, make_host
+from quantbench.hosts.startup import start_workers
 from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
 
