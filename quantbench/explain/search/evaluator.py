@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench.analysis import accuracy as A
+from quantbench.analysis import accuracy
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
@@ -232,11 +232,12 @@ class Evaluator:
         fixture it scores is not among them (a screening subset)."""
         if self.accuracy is None or not set(self.accuracy[0].fixtures) <= set(decoded):
             return None
-        return A.score(self.accuracy[0], decoded, self.accuracy[1])["value"]
+        return accuracy.score(self.accuracy[0], decoded, self.accuracy[1])["value"]
 
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
-        scored = [A.plan_key(*self.accuracy)] if self.accuracy is not None else []   # a line without it holds none
+        # a line without an accuracy plan holds none
+        scored = [accuracy.plan_key(*self.accuracy)] if self.accuracy is not None else []
         return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
                             self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs), self.reference,
                             *scored])

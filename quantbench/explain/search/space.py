@@ -23,7 +23,7 @@ from quantbench.explain.search.patterns import PATTERNS
 from quantbench.explain.search.tensors import sixteen_bit_nodes, tensor_extra
 from quantbench.inputs.modelio import dims_of, load_model, semantic_sha256
 from quantbench.quantize import ort_api
-from quantbench.quantize import variants as QV
+from quantbench.quantize import variants
 from quantbench.quantize.calibration import ImageInputs, load_ranges, ranges_dict, ranges_sha256
 from quantbench.quantize.ort_api import load_with_shape_infer, method_name
 from quantbench.inputs.sidecarfile import input_spec_for
@@ -211,7 +211,7 @@ class Space:
             if method != b.method:
                 out.append(_with(b, method, method=method, ranges_file=str(f)))
         present = {n.op_type for n in self.model.graph.node}
-        quantized = (present & set(QV.static_op_types())) - set(b.exclude_op_types)
+        quantized = (present & set(variants.static_op_types())) - set(b.exclude_op_types)
         for op in FLOAT_OP_CHOICES:
             nodes = self.pattern_nodes(op, quantized)
             if op in quantized or nodes:
@@ -219,7 +219,7 @@ class Space:
                 out.append(_with(b, f"float_{op.lower()}", exclude_op_types=ops, float_nodes=nodes))
         if not (self.base.recipe.get("extra_options") or {}).get("ActivationSymmetric"):
             out.append(_with(b, "symmetric_activations", extra_options=(("ActivationSymmetric", True),)))
-        mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
+        mac_only = tuple(sorted((present & set(variants.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
         if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
             out.append(_with(b, "mac_only", exclude_op_types=mac_only))
         return out
@@ -243,14 +243,15 @@ class Space:
     def _make(self, choice: Choice, exclude: tuple, path: Path, name: str = "candidate", recipe_extra=None):
         try:
             extra = {**dict(choice.extra_options), **tensor_extra(self, choice)}
-            QV.make_static(self.prepared, path, ranges=load_ranges(Path(choice.ranges_file)), method=choice.method,
-                           percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
-                           activation_type=choice.activation_type, weight_type=choice.weight_type,
-                           per_channel=choice.per_channel, reduce_range=choice.reduce_range,
-                           exclude_nodes=tuple(sorted({*exclude, *choice.float_nodes})),
-                           exclude_op_types=choice.exclude_op_types, extra_options=extra,
-                           name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra,
-                           quantize_outputs=choice.quantize_outputs)
+            variants.make_static(self.prepared, path, ranges=load_ranges(Path(choice.ranges_file)),
+                                 method=choice.method,
+                                 percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
+                                 activation_type=choice.activation_type, weight_type=choice.weight_type,
+                                 per_channel=choice.per_channel, reduce_range=choice.reduce_range,
+                                 exclude_nodes=tuple(sorted({*exclude, *choice.float_nodes})),
+                                 exclude_op_types=choice.exclude_op_types, extra_options=extra,
+                                 name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra,
+                                 quantize_outputs=choice.quantize_outputs)
         except UserError:
             raise
         except Exception:  # the quantizer refuses a combination (e.g. U8U8 per-channel): not a candidate
