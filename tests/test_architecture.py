@@ -214,10 +214,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
          "quantbench.hosts.workerclient", "quantbench.hosts.setup", "quantbench.textfmt"),
         "hosts list/setup/check have no API functions yet (they wait for the hosts layer to be split into kinds, worker and run execution)"),
-    "quantbench.cli.commands.search": (
-        ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
-         "quantbench.explain.search.report"),
-        "its flags' defaults and summary; they wait for the search to become a package of its own"),
 }
 
 

@@ -17,8 +17,8 @@ from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.options import Fixtures, Fleet, Results, Session
 from quantbench.api.plan import explain_hosts
 from quantbench.errors import ParameterError, UserError, flag_mark, render_params
-from quantbench.explain.search import SearchParams, search as walk_search
-from quantbench.explain.search.report import update_report
+from quantbench.explain.search import SPACES, SearchParams, search as walk_search
+from quantbench.explain.search.report import summary, update_report
 from quantbench.hosts.process import stop_spawner
 from quantbench.hosts.registry import known_hosts
 from quantbench.inputs.sidecarfile import check_identity, input_spec_for, sidecar_for
@@ -82,6 +82,10 @@ class Search:
     @property
     def stop(self) -> str:
         return self.result.stop
+
+    def text(self) -> str:
+        """What `search` prints: the chosen variant or the best candidates, then the stop line."""
+        return summary(self.result)
 
     def candidates(self) -> "pa.Table":
         """Every candidate tried, in the order tried (the result JSON's `tried`, flattened)."""
