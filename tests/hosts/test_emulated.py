@@ -16,13 +16,13 @@ import pytest
 from quantbench.errors import UserError
 from quantbench.hosts import emulated as E
 from quantbench.hosts.setup import apt, prefix, steps
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench import tensorcode
 from quantbench.store import partread
 from quantbench.hosts.keys import local_ort_version
 from setup_required import missing_setup
 
-WORKER_DIR = Path(W.__file__).resolve().parent
+WORKER_ENTRY = Path(W.jobs.__file__).resolve()   # run in the guest with its sibling sources
 
 
 # --------------------------------------------------------------------------- fast: contract
@@ -141,8 +141,8 @@ def _need(*names):
 
 def _guest_fingerprint(name: str) -> dict:
     argv, env = E.python_command(name)
-    code = ("import json, sys; sys.path.insert(0, %r); import worker; "
-            "print('FP ' + json.dumps(worker.collect_fingerprint()))" % str(WORKER_DIR))
+    code = ("import json, runpy; worker = runpy.run_path(%r, init_globals={'_SOURCES': None}); "
+            "print('FP ' + json.dumps(worker['collect_fingerprint']()))" % str(WORKER_ENTRY))
     proc = subprocess.run(argv + ["-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("FP "))

@@ -8,8 +8,8 @@ walk), `outcome` (int8 left in a candidate, the nearest one when none passes), `
 (the chosen variant written) and `report` (the report section and the console summary).
 """
 
-from quantbench.explain.search.walk import (MADE_BY_STATIC, SPACES, SearchParams, Stopped, open_walk, search,
-                                            search_id, shortest_prefix)
+from quantbench.explain.search.walk import (MADE_BY_STATIC, SPACES, SearchParams, SearchResult, Stopped, open_walk,
+                                            search, search_id, shortest_prefix)
 
-__all__ = ["MADE_BY_STATIC", "SPACES", "SearchParams", "Stopped", "open_walk", "search", "search_id",
+__all__ = ["MADE_BY_STATIC", "SPACES", "SearchParams", "SearchResult", "Stopped", "open_walk", "search", "search_id",
            "shortest_prefix"]

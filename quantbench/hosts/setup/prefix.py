@@ -16,7 +16,7 @@ from quantbench.fsutil import atomic_write_json, atomic_write_text, build_once, 
 from quantbench.hosts import emulated
 from quantbench.hosts import runtimes
 from quantbench.hosts.keys import local_ort_version
-from quantbench.hosts.worker import ARM64_HWCAP, ARM64_HWCAP2, X86_FLAGS, decode_bits, x86_identity
+from quantbench.worker import ARM64_HWCAP, ARM64_HWCAP2, X86_FLAGS, decode_bits, x86_identity
 from quantbench.hosts.setup.programs import ProbeDied, SetupError, say, waiting
 
 
