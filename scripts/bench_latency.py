@@ -42,7 +42,7 @@ def main() -> int:
 
     from quantbench.inputs.fixtures import fixtures_for_variants
     from quantbench.explain.latency import check_host, measure, table, with_speedups
-    from quantbench.explain.localize import parse_hosts
+    from quantbench.hosts.registry import parse_hosts
     from quantbench.quantize import variants as QV
     from quantbench.quantize import intake
     from quantbench.inputs.variantdir import fp32_variant

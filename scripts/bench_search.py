@@ -50,7 +50,7 @@ from quantbench.analysis.decisions import compare  # noqa: E402
 from quantbench.analysis.decode import decode, spec_for_variant  # noqa: E402
 from quantbench.explain.int8share import int8_nodes, int8_share, int8_weight_nodes  # noqa: E402
 from quantbench.explain.search import SearchParams, Stopped, open_walk, search, shortest_prefix  # noqa: E402
-from quantbench.explain.searchspace import error_feeds, error_ranking  # noqa: E402
+from quantbench.explain.search.space import error_feeds, error_ranking  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts import emulated as EM  # noqa: E402
 from quantbench.hosts.registry import parse_hosts  # noqa: E402

@@ -225,10 +225,6 @@ COMMANDS_BELOW_THE_API: dict[str, tuple[tuple[str, ...], str]] = {
          "quantbench.hosts.keys", "quantbench.hosts.kinds", "quantbench.hosts.masked", "quantbench.hosts.registry",
          "quantbench.hosts.workerclient", "quantbench.hosts.setup", "quantbench.textfmt"),
         "hosts list/setup/check have no API functions yet"),
-    "quantbench.cli.commands.search": (
-        ("quantbench.analysis.decode", "quantbench.analysis.gates", "quantbench.explain.search",
-         "quantbench.explain.searchreport"),
-        "its flags' defaults and summary; they wait for the search to become a package of its own"),
 }
 
 
@@ -376,9 +372,6 @@ def test_no_function_over_60_lines():
 
 #: the short aliases every reader knows (numpy, pyarrow, pyarrow.parquet, pyarrow.compute)
 SHORT_ALIASES = {"np", "pa", "pq", "pc"}
-#: files that still import under a 1-2 letter alias, left while other work moves them (explain/search*.py,
-#: explain/localize.py, hosts/); this list goes when those moves land, and may only shrink meanwhile
-ALIASED_FILES = {"quantbench/explain/searchfleet.py", "quantbench/explain/searchspace.py"}
 
 
 def short_aliases(files) -> dict[str, list[str]]:
@@ -398,8 +391,7 @@ def test_no_module_imports_under_a_one_or_two_letter_alias():
     clash with a local imports the names it needs, or takes a longer alias that says what it is."""
     files = [(p.relative_to(ROOT.parent).as_posix(), p.read_text()) for p in sorted(ROOT.rglob("*.py"))]
     found = short_aliases(files)
-    assert {p: xs for p, xs in found.items() if p not in ALIASED_FILES} == {}, "spell the module's name out"
-    assert sorted(ALIASED_FILES - set(found)) == [], "no alias left: remove them from ALIASED_FILES"
+    assert found == {}, "spell the module's name out"
     # the rule sees an alias in either form, and lets numpy's and pyarrow's pass
     rogue = "import numpy as np\nfrom quantbench.analysis import classes as C\nimport quantbench.analysis.gates as G\n"
     assert short_aliases([("quantbench/rogue.py", rogue)]) == {

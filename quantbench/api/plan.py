@@ -53,7 +53,7 @@ def explain_plan(fixtures: Fixtures, hosts, variants, limit: int | None = None, 
                  to_stderr: bool = False):
     """The run plan of an explain command (runs.runner.plan_run) from its fixture group: each model parsed once
     and kept on the plan (`models`) for the commands that read its graph; `hosts` its --hosts items, each
-    started later under its own session (explain.localize.start_workers), so they are not asked ready here. Its
+    started later under its own session (hosts.startup.start_workers), so they are not asked ready here. Its
     notes on stderr with `to_stderr` (the command prints JSON on stdout)."""
     plan = plan_run([h.spec for h in hosts], variants, labels=fixtures.labels, images=fixtures.images,
                     split=fixtures.split, limit=limit, check_hosts=False, keep_models=True)

@@ -17,8 +17,8 @@ from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.options import Fixtures, Fleet, Results, Session
 from quantbench.api.plan import explain_hosts
 from quantbench.errors import ParameterError, UserError, flag_mark, render_params
-from quantbench.explain.search import SearchParams, SearchResult, search as walk_search
-from quantbench.explain.searchreport import update_report
+from quantbench.explain.search import SPACES, SearchParams, SearchResult, search as walk_search
+from quantbench.explain.search.report import summary, update_report
 from quantbench.hosts.process import stop_spawner
 from quantbench.hosts.registry import known_hosts
 from quantbench.inputs.sidecarfile import check_identity, input_spec_for, sidecar_for
@@ -37,7 +37,7 @@ CANDIDATE_COLUMNS = ("choice", "exclude", "variant_id", "stage", "passes", "wors
 
 @dataclass
 class Search:
-    """A finished search (explain.search.SearchResult: `.result`) and the report it updated."""
+    """A finished search (explain.search.walk.SearchResult: `.result`) and the report it updated."""
 
     result: SearchResult
     report: Path
@@ -90,6 +90,16 @@ class Search:
     def stop(self) -> str:
         """Why the search stopped (an answer, a ceiling reached, the space exhausted), as one line."""
         return self.result.stop
+
+    def text(self) -> str:
+        """The search's summary for a person to read.
+
+        Returns
+        -------
+        str
+            What `search` prints: the chosen variant or the best candidates, then the stop line.
+        """
+        return summary(self.result)
 
     def candidates(self) -> "pa.Table":
         """Every candidate tried, to see what the search spent its evaluations on.

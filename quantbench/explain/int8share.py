@@ -11,7 +11,7 @@ QLinear*/*Integer node is int8 by construction. Nodes are keyed as the search ke
 
 from __future__ import annotations
 
-#: the multiply-accumulate op types whose share is counted (explain.searchspace.NODE_OPS)
+#: the multiply-accumulate op types whose share is counted (explain.search.space.NODE_OPS)
 MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 #: onnx.TensorProto's UINT8 and INT8 (the element types an int8 kernel takes; onnx is not imported to say so)
 UINT8, INT8 = 2, 3
@@ -24,7 +24,7 @@ INTEGER_MAC_OPS = {"QLinearConv": "Conv", "QLinearMatMul": "MatMul", "ConvIntege
 
 
 def node_key(node) -> str:
-    """The name the search gives a multiply-accumulate node (searchspace.name_unnamed without the `#k` suffix)."""
+    """The name the search gives a multiply-accumulate node (search.space.name_unnamed without the `#k` suffix)."""
     op = INTEGER_MAC_OPS.get(node.op_type, node.op_type)
     return node.name or f"{op}@{node.output[0]}"
 
@@ -91,7 +91,7 @@ def int8_nodes(model) -> dict[str, bool]:
 def int8_weight_nodes(model) -> dict[str, bool]:
     """{multiply-accumulate node: True where its weights are held in 8 bits}: each constant it multiplies
     dequantized from 8-bit integers, whatever its activations (A16W8 keeps its weights int8, as the search counts
-    them: explain.searchspace.Space.int8_share); a node multiplying no constant, as int8_nodes says."""
+    them: explain.search.space.Space.int8_share); a node multiplying no constant, as int8_nodes says."""
     macs, producer, types = _mac_inputs(model)
     g = model.graph
     constant = {i.name for i in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
@@ -105,7 +105,7 @@ def int8_weight_nodes(model) -> dict[str, bool]:
 
 def int8_share(flags: dict, weights: dict, macs: dict, weight_flags: dict | None = None) -> dict:
     """{"weights", "macs"}: the share of the float model's multiply-accumulate weights and MACs (`weights`, `macs`:
-    node -> count, as explain.searchspace.Space indexes them) whose node is int8 in `flags` (int8_nodes; the weights
+    node -> count, as explain.search.space.Space indexes them) whose node is int8 in `flags` (int8_nodes; the weights
     by `weight_flags` where given, int8_weight_nodes); a node the quantized model no longer holds counts as float.
     With no such node at all, 0.0 (nothing is int8)."""
     out = {}

@@ -17,9 +17,9 @@ import statistics
 from dataclasses import asdict, dataclass
 
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.localize import open_worker
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.registry import make_host
+from quantbench.hosts.startup import open_worker
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 

@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from quantbench.analysis.tiers import Int8Path, int8_path
-from quantbench.explain.localize import start_workers
 from quantbench.hosts.masked import unshowable
+from quantbench.hosts.startup import start_workers
 from quantbench.inputs.modelio import load_model
 
 INT16_MAX = 32767

@@ -21,7 +21,6 @@ localisation explains a different computation and the report says so.
 from __future__ import annotations
 
 import copy
-import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -32,60 +31,12 @@ from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import content_key
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import HostRequest
+from quantbench.hosts.startup import parallel, start_workers
 from quantbench.store.hostresults import load_outputs
-from quantbench.hosts.workerclient import WorkerClient
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import num
 
 DEFAULT_GROUP = 8
-
-
-# --------------------------------------------------------------------------- hosts with sessions
-# Hosts arrive as quantbench.hosts.registry.HostRequest (label, spec, session): the one
-# `--hosts` parser, registry.parse_hosts, reads NAME+KEY=VALUE items for every command.
-
-
-def open_worker(host: HostRequest, require_providers: bool = False):
-    """A started, fingerprinted worker of `host` under its session (quantbench.hosts.workerclient.WorkerClient)."""
-    return WorkerClient(host.spec, host.session, require_providers, label=host.label).open()
-
-
-def start_workers(hosts: list[HostRequest], require_providers: bool = False) -> list:
-    """Start (and fingerprint) every host's worker in parallel; close them all if one fails."""
-    workers: list = [None] * len(hosts)
-
-    def start(i):
-        workers[i] = open_worker(hosts[i], require_providers)
-
-    try:
-        parallel(start, list(range(len(hosts))))
-    except BaseException:
-        for w in workers:
-            if w is not None:
-                w.close()
-        raise
-    return workers
-
-
-def parallel(fn, items):
-    """fn(item) for every item in its own thread (hosts are independent processes); results in order."""
-    out: list = [None] * len(items)
-    errors: list = []
-
-    def go(i):
-        try:
-            out[i] = fn(items[i])
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(len(items))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
 
 
 def decode_runs(spec, results: list, names) -> dict:

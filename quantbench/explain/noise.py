@@ -24,8 +24,9 @@ from pathlib import Path
 
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.localize import decode_runs, open_worker
+from quantbench.explain.localize import decode_runs
 from quantbench.hosts.deploy import thread_limit
+from quantbench.hosts.startup import open_worker
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.textfmt import text_table
 

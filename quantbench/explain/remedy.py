@@ -35,9 +35,10 @@ from quantbench.analysis.classes import equivalence_classes
 from quantbench.analysis.decisions import compare
 from quantbench.errors import ParameterError, UserError
 from quantbench.explain.lint import fleet_note, fleet_paths, lint_model
-from quantbench.explain.localize import decode_runs, parallel, start_workers
+from quantbench.explain.localize import decode_runs
 from quantbench.fsutil import canonical_json, check_writable_for, content_key
 from quantbench.hosts.keys import session_options
+from quantbench.hosts.startup import parallel, start_workers
 from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.quantize import intake

@@ -34,7 +34,7 @@ class Section:
 
 #: every report section, in report order
 SECTIONS = (Section("equiv", "quantbench.report.equivsection"), Section("explain", "quantbench.report.explainsection"),
-            Section("search", "quantbench.explain.searchreport"), Section("release", None))
+            Section("search", "quantbench.explain.search.report"), Section("release", None))
 SECTION_ORDER = tuple(s.name for s in SECTIONS)
 
 

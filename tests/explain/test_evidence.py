@@ -122,7 +122,7 @@ def test_pi_shows_dot_product_and_pi4_plain_neon(workdir):
     model = static_qdq(demo_model(DEMO_CLASSIFIER), workdir)
     fx = classifier_fixtures(model, 1)
     from quantbench.explain.evidence import collect
-    from quantbench.explain.localize import parallel
+    from quantbench.hosts.startup import parallel
 
     pi, pi4 = parallel(lambda p: collect(p, emulated_host(p), model, fx), ["pi", "pi4"])  # two qemu processes at once
     dot = ("UDOT (by element)", "SDOT (by element)", "UDOT (vector)", "SDOT (vector)")
@@ -143,7 +143,7 @@ def test_the_sme_phone_runs_kleidiais_sme_kernels_and_its_sve_twin_does_not(work
     from quantbench.inputs.assets import demo_model, DEMO_CLASSIFIER
     from quantbench.hosts import emulated as EM
     from quantbench.explain.evidence import ARM_SME, collect, table
-    from quantbench.explain.localize import parallel
+    from quantbench.hosts.startup import parallel
     from explain_helpers import classifier_fixtures
 
     for p in ("phone-sme2", "graviton4"):

@@ -55,7 +55,7 @@ def test_nodes_onnxruntime_keeps_in_float_are_the_float_share(tmp_path):
 
 def test_nodes_reading_16_bit_activations_are_not_int8(tmp_path):
     """onnxruntime's per-tensor override to 16-bit activations (the A16W8 form the search's `a16` node choice makes,
-    explain.searchtensors): the nodes that multiply the 16-bit tensor run dequantized from uint16, not in int8,
+    explain.search.tensors): the nodes that multiply the 16-bit tensor run dequantized from uint16, not in int8,
     though their weights stay 8-bit; every other node is int8."""
     src = demo_model("litter-detr-tiny")
     fp32 = onnx.load(src)

@@ -100,7 +100,7 @@ def test_a_first_divergent_tensor_maps_to_the_mac_node_upstream_of_it():
     """A QDQ chain DQ -> Conv -> Relu -> Q -> DQ -> MatMul -> Q: the fused conv's quantized output (what localize
     names first divergent at level all) maps to the Conv, the MatMul's to the MatMul; a tensor with no
     multiply-accumulate node upstream, or one not among the nodes the search keeps, maps to none."""
-    from quantbench.explain.searchspace import mac_node_of
+    from quantbench.explain.search.space import mac_node_of
 
     nodes = [helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["x"], name="dq_in"),
              helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),

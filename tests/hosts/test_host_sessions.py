@@ -146,7 +146,7 @@ def test_a_job_that_fails_leaves_the_worker_in_step(workdir):
     """A worker answers a failed job with an error frame and then its "done": the session reads both before it
     raises, so the next job on the same worker gets its own results (measured before: the stale "done" ended the
     next request at once with no results, and every later one read its predecessor's frames)."""
-    from quantbench.explain.localize import open_worker
+    from quantbench.hosts.startup import open_worker
     from quantbench.hosts.workerclient import JobFailed
 
     good = matmul_model(workdir / "m.onnx").read_bytes()

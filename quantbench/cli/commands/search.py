@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 import sys
 
-from quantbench.analysis.decode import decode_arg
-from quantbench.analysis.gates import DEFAULT_BUDGET
-from quantbench.api.search import search
-from quantbench.cli.argtypes import budget_value
+from quantbench.api.search import DEFAULT_BUDGET, SPACES, search
+from quantbench.cli.argtypes import budget_value, decode_arg
 from quantbench.cli.groups import ExplainArgs
 from quantbench.errors import render_params
-from quantbench.explain.search import SPACES
-from quantbench.explain.searchreport import summary
 
 HELP = ("Search recipes (global remedies, calibration, nodes kept in float) for the one that meets a decision budget "
         "on every host, and write it as a variant.")
@@ -71,6 +67,6 @@ def run(args) -> int:
     if getattr(args, "json", False):
         print(json.dumps(done.outcome(), indent=2, sort_keys=True))
     else:
-        print(summary(done.result))
+        print(done.text())
         print(f"report: {done.report}")
     return 0 if done.passed else 1

@@ -123,7 +123,7 @@ def _tried(hashes: dict, flips: dict | None = None):
 def test_classes_group_hosts_by_their_outputs_and_an_unknown_host_is_a_class_of_its_own():
     from types import SimpleNamespace
 
-    from quantbench.explain.searchidentity import class_text, classes_of, differing_fixtures, one_class, pair_of
+    from quantbench.explain.search.identity import class_text, classes_of, differing_fixtures, one_class, pair_of
 
     t = _tried({"pi": {"f1": "a", "f2": "b"}, "x86": {"f1": "a", "f2": "c"}, "x86-sse4": {"f1": "a", "f2": "b"}})
     assert classes_of(t) == [["pi", "x86-sse4"], ["x86"]] and not one_class(t)
@@ -146,8 +146,8 @@ def test_what_moves_the_first_divergent_op_towards_identity_is_stacked_on_the_ch
 
     from onnx import helper
 
-    from quantbench.explain.searchidentity import stacked
-    from quantbench.explain.searchspace import Choice
+    from quantbench.explain.search.identity import stacked
+    from quantbench.explain.search.space import Choice
 
     from onnx import TensorProto
 
@@ -181,7 +181,7 @@ def test_without_an_answer_a_candidate_in_one_class_over_the_budget_is_named_rat
     (the flip budget) kept it out; no localize runs for it."""
     from types import SimpleNamespace
 
-    from quantbench.explain.searchidentity import identity_line, outcome
+    from quantbench.explain.search.identity import identity_line, outcome
 
     def cand(name, hashes, stage="confirm"):
         return SimpleNamespace(choice=SimpleNamespace(name=name), exclude=(), stage=stage, int8_ops=5,
@@ -205,8 +205,8 @@ def test_the_identity_walk_stops_at_a_step_that_makes_one_class_but_misses_the_b
     import onnx
     from onnx import TensorProto, helper
 
-    from quantbench.explain.searchidentity import identity_phase
-    from quantbench.explain.searchspace import Choice
+    from quantbench.explain.search.identity import identity_phase
+    from quantbench.explain.search.space import Choice
 
     g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], name="conv"),
                            helper.make_node("QuantizeLinear", ["y", "s"], ["y_q"], name="q")], "g",

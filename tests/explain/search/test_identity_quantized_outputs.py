@@ -1,4 +1,4 @@
-"""The identity walk's "quantized outputs" step (searchidentity.QUANTIZED_OUTPUTS): a candidate with its float graph
+"""The identity walk's "quantized outputs" step (search.identity.QUANTIZED_OUTPUTS): a candidate with its float graph
 outputs put through Q/DQ at their calibrated ranges is written with a recipe saying so, and a search started from
 that variant re-makes it byte-identically (the search refuses a base its recipe does not re-make). On the x86 tiers
 a float Softmax at the end differs in its last bits between MLAS's AVX2/FMA and SSE kernels; on its int8 grid the
@@ -18,8 +18,8 @@ from setup_required import need_tier
 
 
 def test_a_variant_with_quantized_outputs_is_re_made_from_its_recipe(workdir):
-    from quantbench.explain.searchidentity import QUANTIZED_OUTPUTS, stacked
-    from quantbench.explain.searchspace import Space
+    from quantbench.explain.search.identity import QUANTIZED_OUTPUTS, stacked
+    from quantbench.explain.search.space import Space
     from quantbench.inputs.variantdir import Variant, latest_variants
 
     calibrate_small(workdir, softmax_sigmoid_image_model)
@@ -41,7 +41,7 @@ def test_a_variant_with_quantized_outputs_is_re_made_from_its_recipe(workdir):
 def _write(space, base, choice, name):
     """`choice` written into the variants folder as the search writes its answer (its index, the base's labels)."""
     from quantbench.explain.search import MADE_BY_STATIC
-    from quantbench.explain.searchwrite import write_variant
+    from quantbench.explain.search.write import write_variant
 
     keep = {k: v for k, v in base.recipe.items() if k not in MADE_BY_STATIC}
     return write_variant(space, choice, (), space.build(choice, ()).variant_id, name, {**keep, "search": {}})
@@ -62,8 +62,8 @@ def test_quantized_outputs_put_a_float_softmax_tail_of_two_x86_tiers_in_one_clas
     """reduce_range makes the int8 part exact on both tiers; the Softmax kept in float then separates them (AVX2 and
     FMA here, read from this CPU's features: MLAS's exp kernels differ from the SSE ones in the last bits); with its
     output quantized they are one class."""
-    from quantbench.explain.searchidentity import _step, stacked
-    from quantbench.explain.searchspace import Space
+    from quantbench.explain.search.identity import _step, stacked
+    from quantbench.explain.search.space import Space
     from quantbench.hosts.masked import here_features
     from quantbench.inputs.variantdir import latest_variants
 

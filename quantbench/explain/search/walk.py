@@ -3,7 +3,7 @@ holds on every host, and write it as a variant like the ones calibrate writes.
 
 The walk (every step measured, none guessed):
 
-1. Global choices (explain.searchspace.Space.choices): the variant as calibrated (meeting the budget, it ends
+1. Global choices (explain.search.space.Space.choices): the variant as calibrated (meeting the budget, it ends
    the search), x64quantprecision as a session requirement, reduce_range, S8S8 / U8U8, per-channel toggled,
    the other calibration methods whose ranges calibrate left, only the multiply-accumulate ops quantized
    (mac_only). Of those meeting the budget with nothing in float: the fewest worst-host flips, then the
@@ -28,7 +28,7 @@ flips on join the screening set. A candidate is a pure function of
 
 Ceilings: the share kept in float and the size are checked before any evaluation; a latency ceiling
 (`max_latency_ms`) only on a confirmed survivor, the one kind of candidate that can be chosen, on the hosts that
-measure latency (explain.searchlatency): a median over it there and the candidate does not pass (stage
+measure latency (explain.search.latency): a median over it there and the candidate does not pass (stage
 "ceiling"). Latency measurements are cached by content, so a rerun reads the same times and walks the same way.
 """
 
@@ -46,16 +46,16 @@ from pathlib import Path
 
 from quantbench.analysis.gates import Budget, parse_budget
 from quantbench.errors import ParameterError, UserError
-from quantbench.explain.searchfleet import Fleet, decoder_key
-from quantbench.explain import searchidentity as identity
-from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
-from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
-from quantbench.explain.searchpairs import pair_phase
-from quantbench.explain.searchoutcome import ALL_FLOAT, NO_INT8, NO_INT8_MACS, NOT_DONE, int8_left, nearest, \
+from quantbench.explain.search.evaluator import Evaluator, decoder_key
+from quantbench.explain.search import identity
+from quantbench.explain.search.standins import recipe_marks, unconfirmed_line
+from quantbench.explain.search.latency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
+from quantbench.explain.search.outcome import ALL_FLOAT, NO_INT8, NO_INT8_MACS, NOT_DONE, int8_left, nearest, \
     no_answer_tail
-from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
-from quantbench.explain.searchtensors import tensor_phase
-from quantbench.explain.searchwrite import write_variant
+from quantbench.explain.search.pairs import pair_phase
+from quantbench.explain.search.space import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
+from quantbench.explain.search.tensors import tensor_phase
+from quantbench.explain.search.write import write_variant
 from quantbench.fsutil import atomic_write_json, check_writable, check_writable_for, clean_stale_tmp, content_key, owner_tag
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
@@ -231,7 +231,7 @@ class Walk:
     """The state of one search: the space, the fleet, the screening set, every candidate tried."""
 
     space: Space
-    fleet: Fleet
+    fleet: Evaluator
     params: SearchParams
     screen_ids: list
     all_ids: list
@@ -566,7 +566,7 @@ def _mixed_phase(walk: Walk, feeds: list, feeds_from: str) -> Tried | None:
 
 def search_id(base_id: str, fp32_id: str, hosts, fixture_ids, params: SearchParams, imported=(), decoder="") -> str:
     """The search's content key: the base, the fp32 reference, the hosts and their sessions, the fixtures, the
-    parameters, the decoder (searchfleet.decoder_key); an imported host's held outputs are part of it (a
+    parameters, the decoder (evaluator.decoder_key); an imported host's held outputs are part of it (a
     re-exported file is new input)."""
     held = [[m.label, sorted([*k, v] for k, v in m.hashes.items())] for m in imported]
     return content_key(["search/3", base_id, fp32_id, [(h.label, h.session) for h in hosts], sorted(fixture_ids),
@@ -721,7 +721,7 @@ def open_walk(base, fp32_path, hosts, fixtures, spec, params: SearchParams, stat
     state_root = Path(state_root)
     prepare_state(state_root, base)
     fx_ids = sorted(fx.fixture_id for fx in fixtures)
-    fleet = Fleet(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
+    fleet = Evaluator(hosts, fixtures, spec, state_root / "evaluations.jsonl", params.jobs)
     fleet.accuracy = accuracy if params.max_drop is not None else None
     with search_lock(state_root), tempfile.TemporaryDirectory(prefix=f".search.{owner_tag()}.", suffix=".tmp",
                                                               dir=state_root) as work:

@@ -1,4 +1,4 @@
-"""The search's report section and its console summary, from a SearchResult (explain.search): the frontier
+"""The search's report section and its console summary, from a SearchResult (explain.search.walk): the frontier
 (worst-host flips against the share kept in float and the size, and the latency where a latency ceiling had it
 measured), the chosen recipe, and for each node kept in float the measurement that put it there."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from quantbench.explain.searchidentity import class_text, identity_line
+from quantbench.explain.search.identity import class_text, identity_line
 from quantbench.hosts.requirements import entries_text
 from quantbench.report import document
 from quantbench.textfmt import md_section, text_table
@@ -194,7 +194,7 @@ def render(result) -> str:
 
 
 def forms_line(row: dict) -> str:
-    """The per-node tensor choices a candidate used (explain.searchtensors): which nodes, which form."""
+    """The per-node tensor choices a candidate used (explain.search.tensors): which nodes, which form."""
     words = {"a16": "16-bit activations (A16W8, weights int8)", "symmetric": "symmetric activation ranges"}
     by_form: dict = {}
     for node, form in sorted(row["recipe"]["node_forms"].items()):

@@ -10,7 +10,7 @@ import pytest
 from quantbench.analysis.decode import spec_from_sidecar
 from quantbench.cli import main
 from quantbench.explain.search import SearchParams, search_id
-from quantbench.explain.searchfleet import CACHE_VERSION, decoder_key
+from quantbench.explain.search.evaluator import CACHE_VERSION, decoder_key
 from quantbench.fsutil import content_key
 from quantbench.hosts.registry import HostRequest, HostSpec
 from quantbench.inputs import plugins

@@ -11,7 +11,7 @@ from search_helpers import calibrate_small
 
 
 def _space(workdir):
-    from quantbench.explain.searchspace import Space
+    from quantbench.explain.search.space import Space
     from quantbench.inputs.variantdir import latest_variants
 
     base = next(v for v in latest_variants() if v.name == "static-minmax")
@@ -27,7 +27,7 @@ def _reads_dequantized(path, node_names) -> dict:
 
 
 def test_a_decomposed_layernorm_and_an_erf_gelu_are_one_global_choice_each(workdir):
-    from quantbench.explain.searchpatterns import decomposed_layernorms, erf_gelus
+    from quantbench.explain.search.patterns import decomposed_layernorms, erf_gelus
 
     calibrate_small(workdir, lambda p: transformer_like_classifier(p, decomposed_layernorm=True, gelu=True))
     space = _space(workdir)

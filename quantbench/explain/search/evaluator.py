@@ -1,4 +1,4 @@
-"""The search's fleet: every candidate model runs on the hosts' workers, its decisions are counted against fp32.
+"""The search's evaluator: every candidate model runs on the hosts' workers, its decisions are counted against fp32.
 
 One evaluation is one candidate run on one host over one set of fixtures; its result is the number of
 decision flips against the fp32 model on the same host (analysis.decisions.compare: the numbers
@@ -6,7 +6,7 @@ decision flips against the fp32 model on the same host (analysis.decisions.compa
 whose hashes differ on a fixture computed different bytes there: what localize can explain). Evaluations are
 cached by content (the key version, the candidate's semantic hash, its session entries, the host and its
 fingerprint, the fixtures, the decoder and the fp32 reference) in an append-only JSON-lines file, one sealed line
-per finished evaluation (and per localize walk the search runs), flushed as it is written (explain.searchcache:
+per finished evaluation (and per localize walk the search runs), flushed as it is written (explain.search.cache:
 a line this machine did not write as it is, or of the wrong types, is a miss): a search killed at any point
 resumes from the lines that were written (a torn last line is ignored), and a rerun of the same search runs
 nothing again.
@@ -20,18 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quantbench.analysis import accuracy as A
+from quantbench.analysis import accuracy
 from quantbench.analysis.decisions import compare
 from quantbench.errors import UserError
 from quantbench.explain.lint import fleet_paths
-from quantbench.explain.localize import decode_runs, localize, start_workers
-from quantbench.explain.searchcache import append_cache, count, read_cache, strings
-from quantbench.explain.searchimported import assign_stand_ins, read_member, run_hashes, told
+from quantbench.explain.localize import decode_runs, localize
+from quantbench.explain.search.cache import append_cache, count, read_cache, strings
+from quantbench.explain.search.standins import assign_stand_ins, read_member, run_hashes, told
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.keys import session_options
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.requirements import applied
 from quantbench.hosts.registry import HostRequest, make_host
+from quantbench.hosts.startup import start_workers
 from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import semantic_sha256
 
@@ -70,11 +71,12 @@ class Evaluation:
 
 
 @dataclass
-class Fleet:
-    """The started workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache.
+class Evaluator:
+    """Evaluates candidates on the fleet (the API's `Fleet` only names the hosts): the started
+    workers of `hosts` (hosts.registry.HostRequest), the fp32 decisions on each, the cache.
 
     Imported hosts (their kind runs no workers) are taken out of `hosts` into `imported_requests`; after start()
-    `imported` holds what their files say (explain.searchimported.ImportedMember) and who stands in for them."""
+    `imported` holds what their files say (explain.search.standins.ImportedMember) and who stands in for them."""
 
     hosts: list
     fixtures: list
@@ -178,7 +180,7 @@ class Fleet:
     def evaluate(self, model_path, variant_id: str, entries: dict, host_ix: list[int], fixture_ids: list[str]
                  ) -> list[Evaluation]:
         """One evaluation per host of `host_ix` over `fixture_ids` (cached by content), in host order; then one per
-        imported host whose flips are known (explain.searchimported.told: predicted from its stand-in, or its base
+        imported host whose flips are known (explain.search.standins.told: predicted from its stand-in, or its base
         variant's flips from its own rows)."""
         fxs = [fx for fx in self.fixtures if fx.fixture_id in set(fixture_ids)]
         keys = {i: self._key(i, variant_id, entries, fxs) for i in host_ix}
@@ -230,11 +232,12 @@ class Fleet:
         fixture it scores is not among them (a screening subset)."""
         if self.accuracy is None or not set(self.accuracy[0].fixtures) <= set(decoded):
             return None
-        return A.score(self.accuracy[0], decoded, self.accuracy[1])["value"]
+        return accuracy.score(self.accuracy[0], decoded, self.accuracy[1])["value"]
 
     def _key(self, i: int, variant_id: str, entries: dict, fxs: list) -> str:
         ident = self.workers[i].fingerprint.get("identity", {})
-        scored = [A.plan_key(*self.accuracy)] if self.accuracy is not None else []   # a line without it holds none
+        # a line without an accuracy plan holds none
+        scored = [accuracy.plan_key(*self.accuracy)] if self.accuracy is not None else []
         return content_key([CACHE_VERSION, variant_id, canonical_json(session_with(self.hosts[i].session, entries)),
                             self.hosts[i].label, ident, sorted(fx.fixture_id for fx in fxs), self.reference,
                             *scored])

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from quantbench.explain.searchoutcome import int8_left
-from quantbench.explain.searchspace import NODE_OPS, X64_ENTRY, Choice, mac_node_of
+from quantbench.explain.search.outcome import int8_left
+from quantbench.explain.search.space import NODE_OPS, X64_ENTRY, Choice, mac_node_of
 from quantbench.inputs.modelio import load_model
 from quantbench.quantize.calibration import load_ranges, ranges_dict
 
@@ -37,7 +37,7 @@ QUANTIZED_OUTPUTS = "quantized_outputs"
 #: the most stacked steps an identity walk takes from one global choice (each one localize run and one candidate)
 MAX_STEPS = 4
 #: the share of the evaluation budget the identity walk's localize runs may take over the search (the node
-#: ranking's share, explain.search.LOCALIZE_SHARE; one run on one host is one evaluation)
+#: ranking's share, explain.search.walk.LOCALIZE_SHARE; one run on one host is one evaluation)
 LOCALIZE_SHARE = 8
 
 

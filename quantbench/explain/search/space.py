@@ -19,11 +19,11 @@ import numpy as np
 from quantbench.calibset import builder
 from quantbench.errors import UserError
 from quantbench.explain.lint import lint_model
-from quantbench.explain.searchpatterns import PATTERNS
-from quantbench.explain.searchtensors import sixteen_bit_nodes, tensor_extra
+from quantbench.explain.search.patterns import PATTERNS
+from quantbench.explain.search.tensors import sixteen_bit_nodes, tensor_extra
 from quantbench.inputs.modelio import dims_of, load_model, semantic_sha256
 from quantbench.quantize import ort_api
-from quantbench.quantize import variants as QV
+from quantbench.quantize import variants
 from quantbench.quantize.calibration import ImageInputs, load_ranges, ranges_dict, ranges_sha256
 from quantbench.quantize.ort_api import load_with_shape_infer, method_name
 from quantbench.inputs.sidecarfile import input_spec_for
@@ -32,7 +32,7 @@ from quantbench.inputs.sidecarfile import input_spec_for
 NODE_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 X64_ENTRY = "session.x64quantprecision"
 #: op types left out of QDQ as one global choice each, where the graph has one the base quantizes or its decomposed
-#: form (explain.searchpatterns: a LayerNorm as older opsets export it, a Gelu in its Erf form, their quantized
+#: form (explain.search.patterns: a LayerNorm as older opsets export it, a Gelu in its Erf form, their quantized
 #: Add/Mul nodes by name): a transformer keeps its MatMuls in int8 while its normalisations and activations stay
 #: float (a Gelu op is not among onnxruntime's static op types: already float; its Erf form's Add/Mul are)
 FLOAT_OP_CHOICES = ("Softmax", "LayerNormalization", "Sigmoid", "Gelu")
@@ -57,7 +57,7 @@ class Choice:
     session: tuple = ()     # sorted (key, value) pairs
     exclude_op_types: tuple = ()   # op types left in float everywhere (the op types quantized: the rest)
     extra_options: tuple = ()      # sorted (key, value) pairs for the quantizer (ActivationSymmetric)
-    node_forms: tuple = ()         # sorted (node, form) pairs: per-node tensor choices (searchtensors.FORMS)
+    node_forms: tuple = ()         # sorted (node, form) pairs: per-node tensor choices (tensors.FORMS)
     float_nodes: tuple = ()        # nodes left out of QDQ by the choice itself (a decomposed LayerNorm's Add/Mul)
     quantize_outputs: bool = False  # float graph outputs through Q/DQ at their calibrated ranges (identity walk)
 
@@ -211,7 +211,7 @@ class Space:
             if method != b.method:
                 out.append(_with(b, method, method=method, ranges_file=str(f)))
         present = {n.op_type for n in self.model.graph.node}
-        quantized = (present & set(QV.static_op_types())) - set(b.exclude_op_types)
+        quantized = (present & set(variants.static_op_types())) - set(b.exclude_op_types)
         for op in FLOAT_OP_CHOICES:
             nodes = self.pattern_nodes(op, quantized)
             if op in quantized or nodes:
@@ -219,13 +219,13 @@ class Space:
                 out.append(_with(b, f"float_{op.lower()}", exclude_op_types=ops, float_nodes=nodes))
         if not (self.base.recipe.get("extra_options") or {}).get("ActivationSymmetric"):
             out.append(_with(b, "symmetric_activations", extra_options=(("ActivationSymmetric", True),)))
-        mac_only = tuple(sorted((present & set(QV.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
+        mac_only = tuple(sorted((present & set(variants.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))
         if mac_only != b.exclude_op_types:   # only the multiply-accumulate ops quantized
             out.append(_with(b, "mac_only", exclude_op_types=mac_only))
         return out
 
     def pattern_nodes(self, op: str, quantized: set) -> tuple:
-        """The named nodes of `op`'s decomposed form (explain.searchpatterns) that the base quantizes, sorted (an
+        """The named nodes of `op`'s decomposed form (explain.search.patterns) that the base quantizes, sorted (an
         unnamed one cannot be excluded by name, and is left as it is)."""
         finder = PATTERNS.get(op)
         if finder is None:
@@ -243,14 +243,15 @@ class Space:
     def _make(self, choice: Choice, exclude: tuple, path: Path, name: str = "candidate", recipe_extra=None):
         try:
             extra = {**dict(choice.extra_options), **tensor_extra(self, choice)}
-            QV.make_static(self.prepared, path, ranges=load_ranges(Path(choice.ranges_file)), method=choice.method,
-                           percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
-                           activation_type=choice.activation_type, weight_type=choice.weight_type,
-                           per_channel=choice.per_channel, reduce_range=choice.reduce_range,
-                           exclude_nodes=tuple(sorted({*exclude, *choice.float_nodes})),
-                           exclude_op_types=choice.exclude_op_types, extra_options=extra,
-                           name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra,
-                           quantize_outputs=choice.quantize_outputs)
+            variants.make_static(self.prepared, path, ranges=load_ranges(Path(choice.ranges_file)),
+                                 method=choice.method,
+                                 percentile=(self.base.recipe.get("calibration_options") or {}).get("percentile"),
+                                 activation_type=choice.activation_type, weight_type=choice.weight_type,
+                                 per_channel=choice.per_channel, reduce_range=choice.reduce_range,
+                                 exclude_nodes=tuple(sorted({*exclude, *choice.float_nodes})),
+                                 exclude_op_types=choice.exclude_op_types, extra_options=extra,
+                                 name=name, model_name=self.base.model, model=self.model, recipe_extra=recipe_extra,
+                                 quantize_outputs=choice.quantize_outputs)
         except UserError:
             raise
         except Exception:  # the quantizer refuses a combination (e.g. U8U8 per-channel): not a candidate

@@ -33,7 +33,7 @@ def outlier_dir(outlier, workdir):
 
 
 def _space(workdir):
-    from quantbench.explain.searchspace import Space
+    from quantbench.explain.search.space import Space
     from quantbench.inputs.variantdir import latest_variants
 
     base = next(v for v in latest_variants() if v.name == "static-minmax")
@@ -83,7 +83,7 @@ def test_a_node_takes_another_calibration_methods_ranges_or_symmetric_ranges_its
     """A per-node calibration method sets that node's tensors to the other method's ranges (calibrate's percentile
     ranges file), and per-node symmetric activations centre its u8 tensors on 128; the tensors of other nodes keep
     the base's parameters; the 8-bit forms come before 16-bit activations."""
-    from quantbench.explain.searchtensors import forms, with_forms
+    from quantbench.explain.search.tensors import forms, with_forms
     from quantbench.quantize.calibration import load_ranges, ranges_dict
 
     space = _space(outlier_dir)

@@ -6,7 +6,7 @@ measured. The timing is explain.latency.measure's protocol (warm-up, `repeats` b
 median of the block medians and their spread), with the small fixed numbers of PROTOCOL, on one fixture (the first
 by fixture id), under the candidate's session entries. Measurements are cached by content (the candidate's
 semantic hash, its session, the host and its worker's fingerprint identity, the fixture, the protocol) in an
-append-only JSON-lines file beside the evaluations, sealed like them (explain.searchcache), so a rerun
+append-only JSON-lines file beside the evaluations, sealed like them (explain.search.cache), so a rerun
 or a resumed search reads the same times and walks the same candidates.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.explain.latency import measure
-from quantbench.explain.searchcache import append_cache, finite, read_cache
-from quantbench.explain.searchfleet import session_with
+from quantbench.explain.search.cache import append_cache, finite, read_cache
+from quantbench.explain.search.evaluator import session_with
 from quantbench.fsutil import canonical_json, content_key
 from quantbench.hosts.kinds import KINDS
 from quantbench.hosts.registry import HostSpec, make_host
@@ -66,7 +66,7 @@ def latency_row(row: dict) -> bool:
 
 @dataclass
 class LatencyProbe:
-    """The latency of candidates on the measuring hosts of a started fleet (explain.searchfleet.Fleet)."""
+    """The latency of candidates on the measuring hosts of a started fleet (explain.search.evaluator.Evaluator)."""
 
     fleet: object
     cache_file: Path

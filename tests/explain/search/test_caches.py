@@ -18,9 +18,9 @@ from cli_helpers import one_line
 from quantbench.analysis.resultcache import seal
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.explain.searchcache import append_cache, read_cache
-from quantbench.explain.searchfleet import evaluation_row
-from quantbench.explain.searchlatency import latency_row
+from quantbench.explain.search.cache import append_cache, read_cache
+from quantbench.explain.search.evaluator import evaluation_row
+from quantbench.explain.search.latency import latency_row
 from quantbench.fsutil import canonical_json
 from search_helpers import calibrated, result_of, run_dir  # noqa: F401  (fixtures)
 
@@ -122,8 +122,8 @@ def test_a_huge_cache_file_is_read_line_by_line_in_bounded_memory(tmp_path):
     with open(path, "ab") as fh:
         fh.write(b"\n" + _sealed_line("k", GOOD).encode() + b"\n")
     probe = ("import resource, sys\n"
-             "from quantbench.explain.searchcache import read_cache\n"
-             "from quantbench.explain.searchfleet import evaluation_row\n"
+             "from quantbench.explain.search.cache import read_cache\n"
+             "from quantbench.explain.search.evaluator import evaluation_row\n"
              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
              "got = read_cache(sys.argv[1], evaluation_row)\n"
              "grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before\n"

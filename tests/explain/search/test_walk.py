@@ -21,7 +21,7 @@ from explain_helpers import bright_corpus, near_tie_image_model, saturating_imag
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.explain.search import SearchParams
-from quantbench.explain.searchfleet import Fleet
+from quantbench.explain.search.evaluator import Evaluator
 from quantbench.hosts.registry import HostRequest, HostSpec
 from search_helpers import calibrate_small, calibrated, copy_run, run_dir  # noqa: F401 (fixtures)
 from setup_required import need_tier
@@ -210,7 +210,7 @@ def test_a_candidate_onnxruntime_cannot_make_a_session_of_leaves_the_next_measur
     job to its end: the worker answered the next request with no results and later ones out of step, so every
     candidate after such a failure was measured wrong (tests/hosts/test_host_sessions.py)."""
     from quantbench.analysis.decode import spec_from_sidecar
-    from quantbench.explain.searchfleet import Fleet
+    from quantbench.explain.search.evaluator import Evaluator
     from quantbench.hosts.masked import here_features
     from quantbench.hosts.registry import parse_hosts
     from quantbench.inputs.modelio import semantic_sha256
@@ -223,7 +223,7 @@ def test_a_candidate_onnxruntime_cannot_make_a_session_of_leaves_the_next_measur
     qdq = static_qdq(fp32, workdir, "q")
     fxs = [fixture(x, "x") for x in saturating_inputs(k=8, count=2)]
     spec = spec_from_sidecar({"decode": {"kind": "classifier-softmax", "logits": "logits"}})
-    fleet = Fleet(parse_hosts("x86"), fxs, spec, workdir / "evals.jsonl")
+    fleet = Evaluator(parse_hosts("x86"), fxs, spec, workdir / "evals.jsonl")
     fleet.start(fp32)
     try:
         def hashes():
@@ -246,11 +246,11 @@ def test_the_search_needs_a_host_it_can_run_and_screens_on_this_cpu_first(tmp_pa
     local = HostRequest("x86", HostSpec("x86", "local"), {})
     board = HostRequest("board", HostSpec("board", "imported", {"file": str(tmp_path / "board.qbr")}), {})
     pi = HostRequest("pi", HostSpec("pi", "emulated", {"preset": "pi"}), {})
-    assert Fleet([pi, local, board], [], None, tmp_path / "cache.json").fast() == [1]
-    assert Fleet([pi], [], None, tmp_path / "cache.json").fast() == [0]
-    assert [h.label for h in Fleet([local, board], [], None, tmp_path / "c").imported_requests] == ["board"]
+    assert Evaluator([pi, local, board], [], None, tmp_path / "cache.json").fast() == [1]
+    assert Evaluator([pi], [], None, tmp_path / "cache.json").fast() == [0]
+    assert [h.label for h in Evaluator([local, board], [], None, tmp_path / "c").imported_requests] == ["board"]
     with pytest.raises(UserError, match=r"^hosts board: an imported host holds results of models it ran; a search"):
-        Fleet([board], [], None, tmp_path / "cache.json").start(tmp_path / "fp32.onnx")
+        Evaluator([board], [], None, tmp_path / "cache.json").start(tmp_path / "fp32.onnx")
 
 
 def _export(run_dir, tier, *variants) -> None:
@@ -446,8 +446,8 @@ def test_the_written_variant_records_the_latency_ceiling_and_its_latency_on_the_
 def test_a_torn_last_line_of_the_latency_cache_is_dropped_and_the_rest_read(tmp_path):
     """A search killed while writing a latency measurement: the lines before it are read back, the torn one goes
     (so the next append starts a clean line)."""
-    from quantbench.explain.searchcache import append_cache, read_cache
-    from quantbench.explain.searchlatency import latency_row
+    from quantbench.explain.search.cache import append_cache, read_cache
+    from quantbench.explain.search.latency import latency_row
 
     path = tmp_path / "search/latency.jsonl"
     append_cache(path, "a", {"median_ms": 1.5, "spread_ms": 0.25})
@@ -567,7 +567,7 @@ def test_all_float_is_never_the_answer_the_search_exits_1_naming_the_nearest_can
 def test_a_negative_sqnr_loss_is_said_as_a_gain():
     """A node whose output is nearer the float model's than its inputs has a negative loss: "gains", never
     "loses -5.55 dB"."""
-    from quantbench.explain.searchreport import sqnr_change
+    from quantbench.explain.search.report import sqnr_change
 
     assert sqnr_change(5.554) == "loses 5.55 dB SQNR"
     assert sqnr_change(-5.554) == "gains 5.55 dB SQNR"
@@ -681,7 +681,7 @@ def test_softmax_and_sigmoid_left_out_of_qdq_are_one_global_choice_each(workdir)
     quantized as the base); the Softmax at the graph's end then leaves its QDQ group while the MatMuls stay int8;
     LayerNormalization, absent, is no choice."""
     from explain_helpers import softmax_sigmoid_image_model
-    from quantbench.explain.searchspace import Space
+    from quantbench.explain.search.space import Space
     from quantbench.inputs.variantdir import latest_variants
 
     model = softmax_sigmoid_image_model(workdir / "m.onnx")
@@ -741,7 +741,7 @@ def test_symmetric_activations_are_one_global_choice(tie_dir):
     import onnx
     from onnx import numpy_helper
 
-    from quantbench.explain.searchspace import Space
+    from quantbench.explain.search.space import Space
     from quantbench.inputs.variantdir import latest_variants
 
     base = next(v for v in latest_variants() if v.name == "static-minmax")

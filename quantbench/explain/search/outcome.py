@@ -20,7 +20,7 @@ NOT_DONE = ("; stopped, not done: the candidate written meets every constraint o
 
 
 def int8_left(t) -> bool:
-    """Whether a candidate (explain.search.Tried) keeps int8 worth shipping: some int8 op in its model and some
+    """Whether a candidate (explain.search.walk.Tried) keeps int8 worth shipping: some int8 op in its model and some
     multiply-accumulate node (weights or MACs) left in int8."""
     return t.int8_ops > 0 and max((t.int8 or {}).values(), default=1.0) > 0
 

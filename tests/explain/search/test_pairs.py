@@ -1,4 +1,4 @@
-"""Pairs of global choices (explain/searchpairs.py): when no single global choice meets the budget, an op type
+"""Pairs of global choices (explain/search/pairs.py): when no single global choice meets the budget, an op type
 left out of QDQ combined with a numeric choice is tried, measured and ranked as the others, named for both."""
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def test_no_pair_is_tried_when_a_single_global_choice_passes(run_dir, capsys):
 
 
 def test_a_pair_is_the_op_choice_with_the_numeric_choices_changes():
-    from quantbench.explain.searchpairs import kinds, pair
-    from quantbench.explain.searchspace import Choice
+    from quantbench.explain.search.pairs import kinds, pair
+    from quantbench.explain.search.space import Choice
 
     base = Choice("base", "minmax", "r.json", "u8", "s8", True, False)
     soft = Choice("float_softmax", "minmax", "r.json", "u8", "s8", True, False, exclude_op_types=("Softmax",))
