@@ -22,7 +22,7 @@ from quantbench.explain.searchcache import append_cache, read_cache
 from quantbench.explain.searchfleet import evaluation_row
 from quantbench.explain.searchlatency import latency_row
 from quantbench.fsutil import canonical_json
-from search_helpers import calibrated, result_of, run_dir  # noqa: F401  (fixtures)
+from search_helpers import result_of
 
 GOOD = {"flips": 4, "note": "", "flipped": ["f1", "f2"], "hashes": {"f1": "h1", "f2": "h2"}}
 
