@@ -91,7 +91,7 @@ def bare_loop(v, fxs, each=None) -> float:
 
 
 def harness(v, fxs, host="x86"):
-    from quantbench.hosts.runner import run_hosts
+    from quantbench.runs.runner import run_hosts
 
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
@@ -198,7 +198,7 @@ def emulated_per_inference(variants, n, preset="pi"):
 
 
 def emulated_parallel(v, n, hosts=("pi", "pi4")):
-    from quantbench.hosts.runner import run_hosts
+    from quantbench.runs.runner import run_hosts
 
     fxs = fixtures_for(v, n)
     seq = 0.0

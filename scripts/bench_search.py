@@ -52,7 +52,7 @@ from quantbench.explain.searchspace import error_feeds, error_ranking  # noqa: E
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts import emulated as EM  # noqa: E402
 from quantbench.hosts.registry import parse_hosts  # noqa: E402
-from quantbench.hosts.runner import plan_run  # noqa: E402
+from quantbench.runs.runner import plan_run  # noqa: E402
 from quantbench.hosts.worker import DEFAULT_SESSION, make_session  # noqa: E402
 from quantbench.inputs.modelio import semantic_sha256  # noqa: E402
 from quantbench.inputs.variantdir import Variant, latest_variants, load_variants, write_index  # noqa: E402

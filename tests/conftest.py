@@ -48,72 +48,8 @@ def no_plugin_consent():
 # a process it saw, so it cannot fail a test that started none (a qemu process too short-lived to be seen costs
 # nothing worth marking).
 
-import threading as _threading
 
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def _proc_stat(pid: str):
-    """(comm, ppid, starttime in clock ticks) of a process, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read().decode("ascii", "replace")
-    except OSError:
-        return None
-    comm = raw[raw.index("(") + 1: raw.rindex(")")]
-    rest = raw[raw.rindex(")") + 2:].split()
-    return comm, int(rest[1]), int(rest[19])
-
-
-def _boot_ticks_now() -> int:
-    with open("/proc/uptime") as fh:
-        return int(float(fh.read().split()[0]) * _CLK_TCK)
-
-
-#: the processes an unmarked test may not start: qemu-user, and a Dask cluster's scheduler or workers started as
-#: programs (`dask scheduler`, `dask-worker`); a cluster made in the test's own process is caught by _ClusterWatch
-EMULATION_COMMS = ("qemu-", "dask", "dask-scheduler", "dask-worker")
-
-
-class _QemuWatch:
-    """Polls /proc for qemu processes that descend from this pytest process and started after the watch did."""
-
-    def __init__(self, interval: float = 0.2):
-        self.interval, self.seen, self._stop = interval, [], _threading.Event()
-        self._since, self._me = _boot_ticks_now() - _CLK_TCK, os.getpid()
-        self._thread = _threading.Thread(target=self._loop, name="qemu-watch", daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-
-    def _descends(self, stats: dict, pid: int) -> bool:
-        for _ in range(64):
-            if pid == self._me:
-                return True
-            st = stats.get(pid)
-            if st is None or pid <= 1:
-                return False
-            pid = st[1]
-        return False
-
-    def _scan(self) -> None:
-        stats = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit() and (st := _proc_stat(name)) is not None:
-                stats[int(name)] = st
-        for pid, (comm, _ppid, start) in stats.items():
-            if comm.startswith(EMULATION_COMMS) and start >= self._since and self._descends(stats, pid):
-                self.seen.append(f"{comm} (pid {pid})")
-
-    def _loop(self) -> None:
-        while not self._stop.is_set() and not self.seen:
-            self._scan()
-            self._stop.wait(self.interval)
+from qemu_watch import QemuWatch as _QemuWatch  # noqa: E402  (tests/ is on sys.path above)
 
 
 def _watched(item):

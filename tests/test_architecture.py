@@ -95,8 +95,10 @@ LAYERS = [
      "and their consent, strata, the ONNX file's facts and hashes, labels and fixtures, the bundled demo"),
     ("calibset", ["quantbench.calibset"], "calibration sets: stratified, reproducible, disjoint from the eval split"),
     ("hosts", ["quantbench.hosts"],
-     "hosts of every kind and the hosts file, their runtimes, the run plan and its scheduler, the worker and its one "
-     "client, a run's results rows"),
+     "hosts of every kind and the hosts file, their runtimes and set-up, the worker and its one client"),
+    ("runs", ["quantbench.runs"],
+     "run execution: the run plan, its scheduler and each host run's state, the task loop, the worker pool, a run's "
+     "result rows, the Dask cluster's host runs, thread placement"),
     ("analysis", ["quantbench.analysis"],
      "equivalence classes and what separates them, decoders, decisions, gates, accuracy, the analysis cache"),
     ("quantize", ["quantbench.quantize"],
@@ -243,7 +245,8 @@ def test_a_command_imports_only_the_api_the_cli_and_errors():
 
 
 # Test files at tests/ top level: only those that protect no one module (docs and the package as a whole).
-CROSS_CUTTING = {"test_architecture.py", "test_schema.py", "test_tables_docs.py"}
+CROSS_CUTTING = {"test_architecture.py", "test_schema.py", "test_tables_docs.py",
+                 "test_qemu_watch.py"}   # the last protects the suite itself: the fast subset's guard
 
 
 def test_tests_mirror_the_package():

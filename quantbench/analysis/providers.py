@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from quantbench.hosts import worker as W
-from quantbench.hosts.placement import parse, ran_providers
+from quantbench.runs.placement import parse, ran_providers
 from quantbench.store.hostresults import load_hosts
 
 #: the outputs columns provider_runs reads

@@ -1,5 +1,5 @@
 """`equiv(confirm=K)`: the run in phases (analysis.confirm says why). The hosts' runs themselves are untouched:
-each phase is a hosts.runner.run_plan of a sub-plan (some hosts, some variants, some fixtures); a host's results
+each phase is a runs.runner.run_plan of a sub-plan (some hosts, some variants, some fixtures); a host's results
 from an earlier phase are reused by the run's cache."""
 
 from __future__ import annotations

@@ -24,11 +24,11 @@ from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, c
                                     check_path, check_text)
 from quantbench.api.plan import fixture_params, note_plan, variants_named
 from quantbench.errors import ParameterError, UserError, flag_mark, marked, render_params
-from quantbench.hosts.cluster import connect_plan
+from quantbench.runs.cluster import connect_plan
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
-from quantbench.hosts.runner import announce_jobs, plan_run, run_plan
+from quantbench.runs.runner import announce_jobs, plan_run, run_plan
 from quantbench.inputs.variantdir import latest_variants, pick_variant
 from quantbench.inputs.sidecarfile import requirements_of, sidecar_for, sidecar_source
 from quantbench.report.equivsection import publish_equiv
@@ -209,7 +209,7 @@ class _Request:
 
 
 def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepared:
-    """Hosts, variants and fixtures of an equiv invocation (hosts.runner.plan_run); runs the hosts unless told
+    """Hosts, variants and fixtures of an equiv invocation (runs.runner.plan_run); runs the hosts unless told
     not to, holding the tables lock in `held` through the runs and the table writes after the analysis."""
     jobs = announce_jobs(req.jobs, to_stderr=req.output.json)   # capped at the cores
     specs, unshown = _measured_specs(req.fleet, req.reference)

@@ -15,7 +15,7 @@ from quantbench.explain.latency import (LatencyRow, check_counts, check_host, me
                                         with_speedups)
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.requirements import for_hosts
-from quantbench.hosts.runner import plan_run
+from quantbench.runs.runner import plan_run
 from quantbench.inputs.variantdir import pick_variant
 from quantbench.store import lazy
 

@@ -1,5 +1,5 @@
 """The run plan's inputs from the option groups: the variants named (or the latest calibrate output, else the
-bundled demo), the fixture group as hosts.runner.plan_run parameters, and the notes a plan prints."""
+bundled demo), the fixture group as runs.runner.plan_run parameters, and the notes a plan prints."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from quantbench.api.options import Fixtures, Fleet, Session, variant_list
 from quantbench.errors import UserError, flag_mark, render_params
 from quantbench.hosts.registry import parse_hosts
 from quantbench.hosts.requirements import for_hosts
-from quantbench.hosts.runner import plan_run
+from quantbench.runs.runner import plan_run
 from quantbench.inputs.fixtures import limit_note
 from quantbench.inputs.sidecarfile import load_sidecar_file
 from quantbench.inputs.variantdir import DEMO_NOTE, Variant, is_demo, resolve_variants
@@ -30,7 +30,7 @@ def variants_named(variants=None, fp32=None, to_stderr: bool = False) -> list:
 
 
 def fixture_params(fixtures: Fixtures) -> dict:
-    """The fixture group as hosts.runner.plan_run parameters (its sidecar file read once, here)."""
+    """The fixture group as runs.runner.plan_run parameters (its sidecar file read once, here)."""
     return {"labels": fixtures.labels, "images": fixtures.images, "split": fixtures.split, "limit": fixtures.limit,
             "sidecar": load_sidecar_file(fixtures.sidecar) if fixtures.sidecar else None}
 
@@ -50,7 +50,7 @@ def note_plan(plan, to_stderr: bool = False, render=render_params) -> None:
 
 
 def explain_plan(fixtures: Fixtures, hosts, variants, limit: int | None = None, render=render_params):
-    """The run plan of an explain command (hosts.runner.plan_run) from its fixture group: each model parsed once
+    """The run plan of an explain command (runs.runner.plan_run) from its fixture group: each model parsed once
     and kept on the plan (`models`) for the commands that read its graph; `hosts` its --hosts items, each
     started later under its own session (explain.localize.start_workers), so they are not asked ready here."""
     plan = plan_run([h.spec for h in hosts], variants, labels=fixtures.labels, images=fixtures.images,

@@ -12,10 +12,10 @@ from quantbench.api.options import Fixtures, Fleet, Output, Results, Session, ch
 from quantbench.api.plan import fixture_params, note_plan, variants_named
 from quantbench.errors import UserError, flag_mark, render_params
 from quantbench.fsutil import check_new_file
-from quantbench.hosts.cluster import connect_plan
+from quantbench.runs.cluster import connect_plan
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, check_host_name, parse_hosts
-from quantbench.hosts.runner import RunFailed, announce_jobs, plan_run, run_plan
+from quantbench.runs.runner import RunFailed, announce_jobs, plan_run, run_plan
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,8 +27,8 @@ DEFAULT_HOSTS = "x86"
 
 @dataclass
 class RunResult:
-    """A run: its summary (hosts.runner.RunSummary), the plan it ran, where its tables are, the export written
-    (its manifest) and the failure that ended it (hosts.runner.RunFailed, raised by check())."""
+    """A run: its summary (runs.runner.RunSummary), the plan it ran, where its tables are, the export written
+    (its manifest) and the failure that ended it (runs.runner.RunFailed, raised by check())."""
 
     summary: object
     plan: object

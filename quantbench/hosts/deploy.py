@@ -8,7 +8,7 @@ host of the run):
     lab = { kind = "emulated", preset = "pi", providers = ["XnnpackExecutionProvider", "CPUExecutionProvider"],
             intra_op_num_threads = 2 }
 
-A run has one session per host (hosts.runner.RunPlan.sessions); it is in each result's run key, so results
+A run has one session per host (runs.runner.RunPlan.sessions); it is in each result's run key, so results
 under another session are recomputed, never mixed. A thread count is always explicit: under qemu-user
 onnxruntime's default (0) would be this machine's core count, not the device's, so 0 means the host's own
 deployed count.

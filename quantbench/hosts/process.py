@@ -449,7 +449,7 @@ class ProcessHost:
     traces_instructions = False
     #: hosts.fingerprintcache may remember its fingerprint: everything that can change it is visible on this machine
     caches_fingerprint = False
-    #: `--cluster` runs its workers on a cluster's machines (hosts/cluster.py): its results do not depend on
+    #: `--cluster` runs its workers on a cluster's machines (runs/cluster.py): its results do not depend on
     #: which machine runs it (the fingerprint is checked on each)
     runs_on_cluster = False
 

@@ -32,7 +32,7 @@ from quantbench.fsutil import (MAX_EXPANSION, check_writable, expansion_limit, f
                                staging_area)
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.requirements import entries_text, host_session
-from quantbench.hosts.runner import run_hosts, variant_info
+from quantbench.runs.runner import run_hosts, variant_info
 from quantbench.tensorcode import tensor_from_bytes, tensor_sha256
 from quantbench.inputs.modelio import model_facts, model_hashes
 from quantbench.release.record import INDEX_FILE, RELEASE_FILE, RELEASE_FORMAT, UNFINISHED, load_registry

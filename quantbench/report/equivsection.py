@@ -16,7 +16,7 @@ from quantbench.store.resultpaths import RESULTS_DIR
 from quantbench.errors import render_params
 from quantbench.fsutil import atomic_write_text
 from quantbench.hosts.deploy import describe as describe_session
-from quantbench.hosts.placement import summary_text as placement_text
+from quantbench.runs.placement import summary_text as placement_text
 from quantbench.report import accuracysection, charts, document, gallerysection, termsummary, verdict
 from quantbench.textfmt import md_section, md_table, num
 from quantbench.inputs.variantdir import DEMO_NOTE, is_demo

@@ -79,7 +79,7 @@ def clean_stale_parts(root: str | os.PathLike = TABLES_DIR) -> list[Path]:
 
     A live writer's file (its pid still runs) is never touched, even one of a command that does not take the lock.
     """
-    removed = clean_stale_tmp(root)  # a killed run's input store (hosts/runner.py)
+    removed = clean_stale_tmp(root)  # a killed run's input store (runs/runner.py)
     for d in sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.is_symlink()):
         removed += clean_stale_tmp(d) + clean_stale_tmp(d / ".ledger")
     return removed

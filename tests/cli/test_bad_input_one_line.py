@@ -404,7 +404,7 @@ def test_hosts_check_on_a_dying_ssh_host(workdir, capsys, monkeypatch, script):
 @pytest.mark.parametrize("script", ["at_once", "after_request"])
 def test_run_on_a_dying_ssh_host_names_host_and_ssh_message(workdir, monkeypatch, script):
     from hosts_helpers import fixtures, matmul_model, variant
-    from quantbench.hosts.runner import RunFailed, run_hosts
+    from quantbench.runs.runner import RunFailed, run_hosts
 
     fake = _dying_ssh(workdir, monkeypatch, script)
     hf = workdir / "hosts.toml"

@@ -64,7 +64,7 @@ def _search(run_dir, state, jobs=1, on_evaluation=None, fleet="x86,x86-avx2", **
     from quantbench.analysis.decode import spec_for_variant
     from quantbench.explain.search import SearchParams, search
     from quantbench.hosts.registry import parse_hosts
-    from quantbench.hosts.runner import plan_run
+    from quantbench.runs.runner import plan_run
     from quantbench.inputs.variantdir import latest_variants
 
     vs = {v.name: v for v in latest_variants()}

@@ -201,7 +201,7 @@ def test_a_calibrate_run_during_the_search_stops_it_before_it_writes(run_dir, ca
     from quantbench.errors import UserError
     from quantbench.explain.search import SearchParams, search
     from quantbench.hosts.registry import parse_hosts
-    from quantbench.hosts.runner import plan_run
+    from quantbench.runs.runner import plan_run
     from quantbench.inputs.variantdir import latest_variants
 
     vs = {v.name: v for v in latest_variants()}

@@ -76,7 +76,7 @@ def _independent(workdir: Path, variants, fixtures) -> dict:
 
 @pytest.mark.slow
 def test_arm_classes_follow_the_vector_lengths_and_sme_and_equal_plain_onnxruntime(workdir):
-    from quantbench.hosts.runner import run_hosts
+    from quantbench.runs.runner import run_hosts
 
     for name in FLEET:
         ok, msg = E.ready(name)

@@ -231,7 +231,7 @@ def test_local_and_arm_presets_on_the_demo_classifier(workdir):
     pi is part 0xd0b with asimddp, pi4 part 0xd08 without.
     """
     from quantbench.inputs import assets
-    from quantbench.hosts.runner import run_hosts
+    from quantbench.runs.runner import run_hosts
     from quantbench.inputs.variantdir import Variant
 
     model = assets.MODELS_DIR / f"{assets.DEMO_CLASSIFIER}.onnx"

@@ -9,7 +9,7 @@ from hosts_helpers import count_starts, fixtures, matmul_model, variant
 from quantbench.hosts import fingerprintcache
 from quantbench.hosts.keys import normalize_session
 from quantbench.hosts.registry import HostSpec, make_host
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 from quantbench.store import partread
 
 

@@ -127,7 +127,7 @@ def test_run_hosts_names_a_host_once(workdir):
     """A host named twice (by name or spec) runs once, not twice over the same keys."""
     from hosts_helpers import fixtures, variant
     from quantbench.hosts.registry import resolve_hosts
-    from quantbench.hosts.runner import run_hosts
+    from quantbench.runs.runner import run_hosts
 
     model = matmul_model(workdir / "m.onnx")
     s = run_hosts(["x86", "x86", resolve_hosts(["x86"])[0]], [variant(model)], fixtures(1), progress=False,

@@ -13,8 +13,8 @@ from quantbench.hosts import emulated
 from quantbench.hosts.deploy import deployed_session, describe, worker_threads
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.registry import hosts_from_text, parse_hosts, resolve_hosts
-from quantbench.hosts.runner import _HostRun, plan_run, run_hosts
-from quantbench.hosts.scheduling import Scheduler
+from quantbench.runs.runner import _HostRun, plan_run, run_hosts
+from quantbench.runs.scheduling import Scheduler
 
 
 def _spec(name, hosts_file=None):

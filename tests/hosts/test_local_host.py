@@ -13,7 +13,7 @@ from quantbench.store import partread
 from quantbench.errors import UserError
 from quantbench.store import hostresults
 from quantbench.hosts.registry import load_hosts_file, resolve_hosts
-from quantbench.hosts.runner import RunFailed, run_hosts
+from quantbench.runs.runner import RunFailed, run_hosts
 from quantbench.tensorcode import tensor_sha256
 
 

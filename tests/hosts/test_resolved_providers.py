@@ -11,7 +11,7 @@ import pytest
 
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.store import hostresults
-from quantbench.hosts.runner import RunFailed, run_hosts
+from quantbench.runs.runner import RunFailed, run_hosts
 
 XNNPACK = {"providers": ["XnnpackExecutionProvider", "CPUExecutionProvider"]}
 

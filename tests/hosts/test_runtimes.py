@@ -14,7 +14,7 @@ from quantbench.errors import UserError
 from quantbench.store import hostresults
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.registry import load_hosts_file, make_host, resolve_hosts
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 from setup_required import missing_setup
 
 A72_SIGILL = "onnxruntime 1.21.0 does not start on Cortex-A72: SIGILL at import"

@@ -5,7 +5,7 @@ import pytest
 from hosts_helpers import fixtures, hashes_by_host, matmul_model, variant
 from quantbench.store import partread
 from quantbench.errors import UserError
-from quantbench.hosts.runner import RunFailed, run_hosts
+from quantbench.runs.runner import RunFailed, run_hosts
 from ssh_helpers import ssh_machine_is_this_cpu
 
 pytestmark = pytest.mark.ssh

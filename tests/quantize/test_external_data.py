@@ -26,7 +26,7 @@ from quantbench.fsutil import sha256_file
 from quantbench.store import partread
 from quantbench.cli import main
 from quantbench.store import hostresults
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 from quantbench.tensorcode import tensor_sha256
 from quantbench.inputs.modelio import external_data_files, raw_sha256, semantic_sha256
 from quantbench.inputs.variantdir import latest_variants

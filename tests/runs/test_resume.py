@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.store import partread
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 
 N = 12
 K = 5  # results the worker sends before it pauses (and is killed)
@@ -26,7 +26,7 @@ SCRIPT = """
 import json, sys
 sys.path[:0] = [{tests!r}, {repo!r}]
 from hosts_helpers import fixtures, variant
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 s = run_hosts(["x86"], [variant({model!r})], fixtures({n}), progress=False, tables_root={root!r}, jobs=1,
               raise_on_error=False)
 print(json.dumps({{"ran": s.hosts[0].ran, "errors": s.errors}}))

@@ -1,7 +1,7 @@
 """A host's tasks and one worker's loop over them: the unclaimed tasks of a host (a few fixtures of one
 variant each, handed out so that workers build few sessions), the request one task sends, and the loop
-that claims each from the host's run state (hosts/scheduling.py), sends it through the worker's WorkerClient
-and hands its result frames to the host's rows (hosts/resultrows.py)."""
+that claims each from the host's run state (runs/scheduling.py), sends it through the worker's WorkerClient
+and hands its result frames to the host's rows (runs/resultrows.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench import tensorcode
-from quantbench.hosts.resultrows import summary_message
+from quantbench.runs.resultrows import summary_message
 from quantbench.hosts.keys import fixture_entry
 from quantbench.hosts.process import WorkerDied
 
@@ -142,7 +142,7 @@ def job_frame(state, rows, vi, h: dict, p: bytes, job: dict) -> bool:
 class TaskLoop:
     """One worker's task loop: claims its host's tasks in turn (HostRunState.claim), sends each as one request
     through its WorkerClient `hs`, hands the result frames to the host's rows; the first worker also serves the
-    fork requests of extra workers between two tasks (`serve_forks`, from hosts/workerpool.py)."""
+    fork requests of extra workers between two tasks (`serve_forks`, from runs/workerpool.py)."""
 
     def __init__(self, state, rows, host, hs, serve_forks=None):
         self.state, self.rows, self.host, self.hs, self.serve_forks = state, rows, host, hs, serve_forks

@@ -7,11 +7,11 @@ import pytest
 
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.store import partread
-from quantbench.hosts import runner as R
-from quantbench.hosts.resultrows import Writer
-from quantbench.hosts.workerpool import HostWorkers
-from quantbench.hosts.runner import run_hosts
-from quantbench.hosts.scheduling import Scheduler
+from quantbench.runs import runner as R
+from quantbench.runs.resultrows import Writer
+from quantbench.runs.workerpool import HostWorkers
+from quantbench.runs.runner import run_hosts
+from quantbench.runs.scheduling import Scheduler
 
 
 #: process.py's one spawner thread lives as long as the process once the first run made it: not a run's worker

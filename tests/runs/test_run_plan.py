@@ -1,4 +1,4 @@
-"""A run is planned once (hosts.runner.plan_run): before any host starts, each model file is parsed once,
+"""A run is planned once (runs.runner.plan_run): before any host starts, each model file is parsed once,
 whatever checks the command runs on it (decoder outputs, input recipe, identity, which fixtures fit), and not at
 all when what the plan reads of it is remembered from an earlier command (modelio.model_facts)."""
 
@@ -12,8 +12,8 @@ from calib_helpers import make_corpus, tiny_model
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.cli import main
 from quantbench.errors import ParameterError
-from quantbench.hosts import runner
-from quantbench.hosts.runner import plan_run, run_plan
+from quantbench.runs import runner
+from quantbench.runs.runner import plan_run, run_plan
 from quantbench.hosts.workerclient import WorkerClient
 
 

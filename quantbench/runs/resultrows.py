@@ -3,7 +3,7 @@ run keys not yet in the outputs table), each result frame turned into outputs ro
 appends them as table parts.
 
 Every executor of a run's host writes through this one path: the local workers' task loop
-(hosts/taskloop.py) and the cluster executor (hosts/cluster.py), so a result reads the same in
+(runs/taskloop.py) and the cluster executor (runs/cluster.py), so a result reads the same in
 the tables whichever machine computed it.
 """
 
@@ -19,7 +19,7 @@ from quantbench.store import partread, partwrite
 from quantbench.errors import ParameterError, UserError
 from quantbench.fsutil import canonical_json
 from quantbench.hosts.keys import hosts_row, not_started_row, run_key, session_key, session_options
-from quantbench.hosts.placement import note_placement
+from quantbench.runs.placement import note_placement
 from quantbench.hosts.requirements import RequirementConflict, entries_text, for_variant
 from quantbench.inputs.sidecarfile import requirements_of
 from quantbench.hosts.process import DoesNotStart

@@ -1,5 +1,5 @@
 """A host's worker processes in a run: started (or forked from the first one), fingerprinted, granted
-by the scheduler, each driving a task loop (hosts/taskloop.py), killed on an interrupt, joined before
+by the scheduler, each driving a task loop (runs/taskloop.py), killed on an interrupt, joined before
 the run returns.
 
 `HostWorkers` takes the host's run state (scheduling.HostRunState: the figures the scheduler asks, changed
@@ -13,9 +13,9 @@ import time
 
 from quantbench.errors import UserError, flag_mark
 from quantbench.hosts.process import WorkerHost
-from quantbench.hosts.resultrows import failure
+from quantbench.runs.resultrows import failure
 from quantbench.hosts.workerclient import WorkerClient
-from quantbench.hosts.taskloop import TaskLoop
+from quantbench.runs.taskloop import TaskLoop
 
 
 class ForkRequest:

@@ -21,7 +21,7 @@ from cli_helpers import digest, one_line
 from hosts_helpers import fixtures, variant
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 
 SEQ_MAP = "seq(map(int64,tensor(float)))"
 

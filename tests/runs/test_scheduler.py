@@ -4,7 +4,7 @@ ssh host grows on its own cores over one connection, and workers keep to their v
 import pytest
 
 from hosts_helpers import fixtures, matmul_model, variant
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 from quantbench.store import hostresults
 
 
@@ -30,7 +30,7 @@ class _FakeRun:
 
 
 def test_freed_slot_goes_to_the_host_with_most_work_left():
-    from quantbench.hosts.scheduling import Scheduler as _Scheduler
+    from quantbench.runs.scheduling import Scheduler as _Scheduler
 
     s = _Scheduler(2)
     pi, x86, pi4 = _FakeRun("pi", 50.0), _FakeRun("x86", 0.5), _FakeRun("pi4", 20.0)
@@ -51,7 +51,7 @@ def test_freed_slot_goes_to_the_host_with_most_work_left():
 def test_first_workers_come_before_extra_ones_and_ssh_takes_no_local_slot():
     import threading
 
-    from quantbench.hosts.scheduling import Scheduler as _Scheduler
+    from quantbench.runs.scheduling import Scheduler as _Scheduler
 
     s = _Scheduler(1)
     busy, late, remote = _FakeRun("pi", 100.0), _FakeRun("pi4", 1.0), _FakeRun("lab", 100.0, local=False)
@@ -71,7 +71,7 @@ def test_first_workers_come_before_extra_ones_and_ssh_takes_no_local_slot():
 def test_a_freed_slot_starts_another_worker_for_the_busy_host(workdir, home, monkeypatch):
     """Two hosts, two slots: the quick host ends, and the slow host's second worker takes over half its work."""
     from hosts_helpers import slow_model
-    from quantbench.hosts.runner import _HostRun
+    from quantbench.runs.runner import _HostRun
 
     monkeypatch.setattr(_HostRun, "STARTUP_FACTOR", 0.0)  # any unclaimed work is worth a worker
     hf = workdir / "hosts.toml"
@@ -80,7 +80,7 @@ def test_a_freed_slot_starts_another_worker_for_the_busy_host(workdir, home, mon
     quick = matmul_model(workdir / "m.onnx")
     # each host runs the variants whose input fits: give both a fixture of the slow model's input
     fxs = fixtures(24)
-    from quantbench.hosts import runner as R
+    from quantbench.runs import runner as R
 
     real_plan = R._HostRun._plan
 
@@ -105,7 +105,7 @@ def test_a_freed_slot_starts_another_worker_for_the_busy_host(workdir, home, mon
 
 def test_one_slot_means_one_worker_at_a_time(workdir, home, monkeypatch):
     from hosts_helpers import slow_model
-    from quantbench.hosts.runner import _HostRun
+    from quantbench.runs.runner import _HostRun
 
     monkeypatch.setattr(_HostRun, "STARTUP_FACTOR", 0.0)
     slow = slow_model(workdir / "slow.onnx", layers=8)
@@ -117,7 +117,7 @@ def test_one_slot_means_one_worker_at_a_time(workdir, home, monkeypatch):
 def test_ssh_host_grows_workers_over_one_connection(workdir, home, monkeypatch, sshd):
     """Several workers on an ssh host (the remote has the cores) share one connection (ControlMaster)."""
     from hosts_helpers import slow_model
-    from quantbench.hosts.runner import _HostRun
+    from quantbench.runs.runner import _HostRun
     from quantbench.hosts.ssh import SSHHost
 
     monkeypatch.setattr(_HostRun, "STARTUP_FACTOR", 0.0)
@@ -139,7 +139,7 @@ def test_ssh_host_grows_workers_over_one_connection(workdir, home, monkeypatch, 
 def test_workers_stay_on_their_variant_and_start_on_different_ones():
     from types import SimpleNamespace
 
-    from quantbench.hosts.taskloop import Tasks
+    from quantbench.runs.taskloop import Tasks
 
     t = Tasks()
     va, vb = SimpleNamespace(variant_id="A"), SimpleNamespace(variant_id="B")

@@ -2,8 +2,8 @@
 
 `HostRunState` is the one owner of what a host's run counts while it runs: the fixtures in tasks no worker
 has claimed, the workers running and starting, whether the first worker can fork more, the progress bar,
-the stop event and the lock that guards them. The workers (hosts/workerpool.py), their task loops
-(hosts/taskloop.py), the results rows (hosts/resultrows.py) and the cluster executor change it only
+the stop event and the lock that guards them. The workers (runs/workerpool.py), their task loops
+(runs/taskloop.py), the results rows (runs/resultrows.py) and the cluster executor change it only
 through its methods, so every rule about a host's scheduling figures reads in this one class.
 
 `Scheduler` hands the machine's worker slots to the hosts' states: a first worker as soon as a slot is

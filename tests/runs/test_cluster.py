@@ -20,10 +20,10 @@ from cli_helpers import digest, one_line
 from quantbench.store import partread
 from quantbench.cli import main
 from quantbench.errors import UserError
-from quantbench.hosts import cluster as C
+from quantbench.runs import cluster as C
 from quantbench.hosts import emulated as E
-from quantbench.hosts.runner import plan_run, run_plan
-from quantbench.hosts.scheduling import Scheduler
+from quantbench.runs.runner import plan_run, run_plan
+from quantbench.runs.scheduling import Scheduler
 from quantbench.inputs.variantdir import resolve_variants
 from setup_required import missing_setup
 
@@ -163,7 +163,7 @@ def test_a_killed_client_resumes_without_running_again_what_it_wrote(workdir, tm
 def test_ctrl_c_during_a_cluster_run_cancels_its_tasks_and_writes_nothing_after(workdir, tmp_path, monkeypatch):
     """Ctrl-C while the cluster's emulated workers are mid-task: run_plan raises once the host's thread ended
     (its tasks cancelled), and nothing is written after it, not even when the paused tasks then finish."""
-    from quantbench.hosts import runner as R
+    from quantbench.runs import runner as R
 
     pause, root = tmp_path / "go", workdir / "t"
     real_rebalance = Scheduler.rebalance

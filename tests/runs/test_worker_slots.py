@@ -9,7 +9,7 @@ import pytest
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.cli import main
 from quantbench.errors import ParameterError
-from quantbench.hosts.runner import capped_jobs, run_hosts, usable_cores, worker_slots
+from quantbench.runs.runner import capped_jobs, run_hosts, usable_cores, worker_slots
 
 
 @pytest.mark.parametrize("command", ["run", "equiv"])

@@ -33,13 +33,13 @@ from dataclasses import dataclass, field
 from quantbench import __version__
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json, content_key
-from quantbench.hosts.resultrows import HostRows, host_outcome, summary_message
+from quantbench.runs.resultrows import HostRows, host_outcome, summary_message
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.process import WorkerDied, worker_code_sha256
 from quantbench.hosts.registry import make_host
-from quantbench.hosts.scheduling import HostRunState
+from quantbench.runs.scheduling import HostRunState
 from quantbench.hosts.workerclient import WorkerClient
-from quantbench.hosts.taskloop import chunks, job_frame, task_request
+from quantbench.runs.taskloop import chunks, job_frame, task_request
 
 CONNECT_SECONDS = 10
 #: tasks per cluster thread a host's work is split into (enough to balance, few enough to keep sessions)

@@ -31,18 +31,18 @@ from quantbench.inputs.fixtures import (calibration_labels, fixtures_chunks, fix
                                        squeeze_note)
 from quantbench.fsutil import canonical_json, owner_tag
 from quantbench.hosts import fingerprintcache, shards
-from quantbench.hosts.cluster import ClusterHostRun, takes as takes_host
+from quantbench.runs.cluster import ClusterHostRun, takes as takes_host
 from quantbench.hosts.imported import check_coverage, merge_imported, split_by_fingerprint
-from quantbench.hosts.resultrows import HostRows, failure, host_outcome
+from quantbench.runs.resultrows import HostRows, failure, host_outcome
 from quantbench.hosts.keys import local_ort_version, session_key
 from quantbench.hosts.deploy import deployed_session, describe, usable_cores, worker_threads
-from quantbench.hosts.placement import summary_text as placement_text
+from quantbench.runs.placement import summary_text as placement_text
 from quantbench.hosts.requirements import RequirementConflict, entries_text, for_variant
 from quantbench.hosts.registry import HostSpec, make_host, resolve_hosts
-from quantbench.hosts.scheduling import HostRunState, Scheduler
+from quantbench.runs.scheduling import HostRunState, Scheduler
 from quantbench.hosts.setup import first_use_setup
-from quantbench.hosts.taskloop import Tasks, chunks
-from quantbench.hosts.workerpool import HostWorkers
+from quantbench.runs.taskloop import Tasks, chunks
+from quantbench.runs.workerpool import HostWorkers
 from quantbench.inputs.sidecarfile import requirements_of, variant_identity
 from quantbench.inputs.modelio import (ModelFacts, fits, load_with_data, model_facts, refuse_non_tensors,
                                        self_contained_bytes)
@@ -568,7 +568,7 @@ def run_plan(plan: RunPlan, require_providers=False, progress=True,
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
     Finished work is skipped (cache by run_key); every finished result is kept when something fails,
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
-    errors are in the summary). `cluster`: a hosts.cluster.Cluster (connect) that runs the hosts it takes."""
+    errors are in the summary). `cluster`: a runs.cluster.Cluster (connect) that runs the hosts it takes."""
     slots = worker_slots(jobs)
     sessions = plan.sessions or {s.name: deployed_session(s, plan.session, h.recorded_session())
                                  for s, h in zip(plan.specs, plan.hosts)}

@@ -21,7 +21,7 @@ from quantbench.hosts import emulated as E
 from quantbench.store import hostresults
 from quantbench.hosts.keys import normalize_session
 from quantbench.hosts.registry import HostSpec
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 from quantbench.hosts.workerclient import WorkerClient
 from setup_required import missing_setup
 
@@ -90,7 +90,7 @@ def test_forked_emulated_worker_is_indistinguishable_from_a_started_one(tmp_path
 def test_a_free_slot_forks_the_emulated_hosts_first_worker(workdir, monkeypatch):
     """One host, two slots: the second worker is forked before the first runs anything, and the
     results are those of a single started worker, byte for byte."""
-    from quantbench.hosts import taskloop
+    from quantbench.runs import taskloop
 
     _need_pi()
     model = matmul_model(workdir / "m.onnx", n=64, k=16)
@@ -126,7 +126,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path[:0] = [{tests!r}, {repo!r}]
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.hosts.registry import HostSpec
-from quantbench.hosts.runner import run_hosts
+from quantbench.runs.runner import run_hosts
 run_hosts([HostSpec("pi", "emulated", {{"preset": "pi"}})], [variant({model!r})], fixtures(8, n=64),
           progress=False, tables_root={root!r}, jobs=2, session={{"intra_op_num_threads": 1}})
 """
