@@ -6,7 +6,7 @@ where dtype.str is numpy's little-endian type string ("<f4", "|u1", "<i8", ...) 
 empty shape string. Two hosts compare only when they were fed the same tensor, so the fixtures (which name
 a fixture by it) and the worker (which checks its inputs and hashes its outputs by it) share this one module.
 
-It travels with the worker (hosts/worker.py) to every host, so it needs only the standard library and numpy
+It travels with the worker (quantbench/worker/) to every host, so it needs only the standard library and numpy
 and imports nothing of quantbench: a worker started by path loads this file beside its package, and one sent
 as source (ssh) receives it first (hosts.process.worker_source).
 """

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from quantbench.inputs.assets import DEMO_CLASSIFIER, DEMO_DETECTOR, MODELS_DIR  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
-from quantbench.hosts.worker import make_session, normalize_session  # noqa: E402
+from quantbench.worker import make_session, normalize_session  # noqa: E402
 
 
 def demo_variants(paths=None):

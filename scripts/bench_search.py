@@ -19,11 +19,12 @@ against fp32 per host):
 Then each answer (the peers' published into the variants folder beside the search's) gets a fresh `quantbench
 equiv --gate decision` over the fleet in a new results folder: its flips per host against fp32 on that host. Per
 row: evaluations (fleet evaluations; NNCF: its validation runs, one machine each), wall seconds, share of the
-multiply-accumulate nodes' weights and MACs in int8 (read from each answer's graph: explain.int8share), size
+multiply-accumulate nodes' weights and MACs in int8 (read from each answer's graph: explain.int8share; a node
+on 16-bit activations keeps its weights in int8, not its MACs), size
 against fp32, the fresh equiv's flips per host. A host this machine cannot run is left out, saying so.
 
 Usage: python scripts/bench_search.py [--models demo,nudenet-320n,vit-s-focus] [--hosts pi,x86,x86-avx2,x86-sse4]
-       [--limit 12] [--budget 0] [--max-evaluations 150] [--max-seconds 1200] [--recipes search,topk,nncf]
+       [--limit 12] [--eval-tiles N] [--budget 0] [--max-evaluations 150] [--max-seconds 1200] [--recipes search,topk,nncf]
        [--nncf-model-type auto|none] [--out JSON]
        (per model: --limit and the search's bounds as `model:value`, e.g. --limit 12,vit-s-focus:2)
 """
@@ -31,6 +32,7 @@ Usage: python scripts/bench_search.py [--models demo,nudenet-320n,vit-s-focus] [
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -46,14 +48,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from quantbench.analysis.decisions import compare  # noqa: E402
 from quantbench.analysis.decode import decode, spec_for_variant  # noqa: E402
-from quantbench.explain.int8share import int8_nodes, int8_share  # noqa: E402
+from quantbench.explain.int8share import int8_nodes, int8_share, int8_weight_nodes  # noqa: E402
 from quantbench.explain.search import SearchParams, Stopped, open_walk, search, shortest_prefix  # noqa: E402
 from quantbench.explain.searchspace import error_feeds, error_ranking  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.hosts import emulated as EM  # noqa: E402
 from quantbench.hosts.registry import parse_hosts  # noqa: E402
 from quantbench.runs.runner import plan_run  # noqa: E402
-from quantbench.hosts.worker import DEFAULT_SESSION, make_session  # noqa: E402
+from quantbench.worker import DEFAULT_SESSION, make_session  # noqa: E402
 from quantbench.inputs.modelio import semantic_sha256  # noqa: E402
 from quantbench.inputs.variantdir import Variant, latest_variants, load_variants, write_index  # noqa: E402
 from quantbench.textfmt import text_table  # noqa: E402
@@ -62,13 +64,16 @@ OUT = ROOT / "results" / "bench" / "search.json"
 QB = [sys.executable, "-m", "quantbench"]
 
 
-def _layout(key: str, folder: Path) -> list[str]:
-    """The calibrate arguments of model `key` laid out in `folder` (the demo: none)."""
+def _layout(key: str, folder: Path, eval_tiles: int | None = None) -> list[str]:
+    """The calibrate arguments of model `key` laid out in `folder` (the demo: none); `eval_tiles`: its eval split
+    cut to that many tiles instead of its spec's."""
     if key == "demo":
         return []
     import real_models as R
 
     spec = R.spec_named(key)
+    if eval_tiles:
+        spec = dataclasses.replace(spec, eval_tiles=eval_tiles)
     files = R.write_workdir(spec, R.fetch(spec), folder)
     rel = {k: str(Path(v).relative_to(folder)) for k, v in files.items() if k in ("model", "labels", "images")}
     return ["--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"], *spec.calibrate_args]
@@ -79,8 +84,9 @@ def _shares(path, space) -> dict:
     nodes (their weights and MACs as the search counts them), read from the model's own graph."""
     import onnx
 
-    flags = int8_nodes(onnx.load(str(path), load_external_data=False))
-    return {**int8_share(flags, space.weights, space.macs), "float_nodes": sorted(n for n in space.weights
+    model = onnx.load(str(path), load_external_data=False)
+    flags = int8_nodes(model)
+    return {**int8_share(flags, space.weights, space.macs, int8_weight_nodes(model)), "float_nodes": sorted(n for n in space.weights
                                                                                 if not flags.get(n))}
 
 
@@ -262,7 +268,7 @@ def bench_model(key: str, hosts_text: str, args) -> dict:
                                                                 (args.max_seconds, float)))
     with tempfile.TemporaryDirectory(prefix=f"bench-search-{key}-") as tmp:
         folder = Path(tmp)
-        cal = _layout(key, folder)
+        cal = _layout(key, folder, _for(key, args.eval_tiles, int) if args.eval_tiles else None)
         t0 = time.monotonic()
         subprocess.run(QB + ["calibrate", *cal, "--methods", "minmax", "--no-progress"], cwd=folder, check=True,
                        capture_output=True)
@@ -302,6 +308,8 @@ def main() -> int:
     ap.add_argument("--models", default="demo,nudenet-320n,vit-s-focus")
     ap.add_argument("--hosts", default="pi,x86,x86-avx2,x86-sse4")
     ap.add_argument("--limit", default="12", help="eval fixtures per model (12,vit-s-focus:2: per model)")
+    ap.add_argument("--eval-tiles", default="", help="a real model's eval split cut to N tiles (default: its "
+                    "spec's; per model as --limit)")
     ap.add_argument("--budget", type=int, default=0)
     ap.add_argument("--max-evaluations", default="150", help="the search's and top-k's (per model as --limit)")
     ap.add_argument("--max-seconds", default="1200", help="the search's and top-k's (per model as --limit)")

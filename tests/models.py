@@ -205,13 +205,14 @@ def tied_logits_image_model(path):
                               ("MatMul", ["b", "w3"], "c", "fc3"), ("Mul", ["c", "scale"], "logits", "scale")])
 
 
-def near_tie_image_model(path, size: int = 8, classes: int = 8, seed: int = 0):
+def near_tie_image_model(path, size: int = 8, classes: int = 8, seed: int = 0, softmax: bool = False):
     """images[1,3,size,size] -> Flatten -> `fc` (one MatMul) -> logits[1,classes] where classes 0 and 1 differ only
     by weights below half an int8 step: column 1 is column 0 (integers times a step, one at 127, so both columns
     take the same per-channel and per-tensor scale) plus 0.2 step on 32 elements, the other classes far below. On
     bright images fp32 picks class 1; every int8 form of `fc` (any scale, S8 or U8, 7 or 8 bits) rounds the two
     columns to the same integers, ties them and serves class 0: only `fc` kept in float, the fp32 model itself,
-    meets a budget of 0 flips."""
+    meets a budget of 0 flips. `softmax`: a Softmax after `fc` (a tie stays a tie, in float or int8), so the
+    space has an op type to leave out of QDQ."""
     rng = np.random.default_rng(seed)
     k = 3 * size * size
     step = 1.0 / (k * 64)
@@ -223,6 +224,9 @@ def near_tie_image_model(path, size: int = 8, classes: int = 8, seed: int = 0):
     w[1:33, 1] += np.float32(0.2 * step)
     for c in range(2, classes):
         w[:, c] = -ints * step
+    if softmax:
+        return _image_classifier(path, "near_tie", size, classes, {"w": w}, [("MatMul", ["f", "w"], "z", "fc"),
+                                                                           ("Softmax", ["z"], "logits", "norm")])
     return _image_classifier(path, "near_tie", size, classes, {"w": w}, [("MatMul", ["f", "w"], "logits", "fc")])
 
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from quantbench.analysis import predict as PR
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.store.hostresults import load_hosts
 
 
@@ -61,13 +61,13 @@ ARM_MEASURED = {
 
 def arm_identity(hwcaps, sve_bits: int, sme_bits: int, threads: int = 1) -> dict:
     """A fingerprint identity of an aarch64 guest as the worker builds it: its CPU identity and ISA flags decoded
-    from AT_HWCAP/AT_HWCAP2 words (worker._cpu_identity), its vector lengths as prctl gave them (0: none), its
+    from AT_HWCAP/AT_HWCAP2 words (worker.fingerprint._cpu_identity), its vector lengths as prctl gave them (0: none), its
     normalized session."""
     words = {"hwcap": 0, "hwcap2": 0}
     for name in hwcaps:
         key, names = ("hwcap", W.ARM64_HWCAP) if name in W.ARM64_HWCAP else ("hwcap2", W.ARM64_HWCAP2)
         words[key] |= 1 << names.index(name)
-    cpu, isa = W._cpu_identity("aarch64", {"features": sorted(hwcaps)}, words)
+    cpu, isa = W.fingerprint._cpu_identity("aarch64", {"features": sorted(hwcaps)}, words)
     vectors = dict(zip(W.arm_vector_lengths("aarch64"), (sve_bits, sme_bits)))   # the worker's names, its order
     return {"arch": "aarch64", "cpu": cpu, "isa_flags": isa, **vectors,
             "session": W.normalize_session({"intra_op_num_threads": threads})}

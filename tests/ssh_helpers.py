@@ -2,7 +2,7 @@
 
 A test asks for it by name (tests/conftest.py registers this module as a plugin); it yields a hosts file naming
 `robot` (reachable), `dead` (nothing listening) and `stranger` (host key not known). The server accepts the worker's
-test-only pause variables (QUANTBENCH_TEST_PAUSE_*, quantbench.hosts.worker) from a client that sends them
+test-only pause variables (QUANTBENCH_TEST_PAUSE_*, quantbench.worker) from a client that sends them
 (`-o SendEnv=QUANTBENCH_TEST_PAUSE_*`), so a test can pause a remote worker as it pauses a local one.
 """
 
@@ -109,7 +109,7 @@ def ssh_machine_is_this_cpu() -> None:
     """The ssh machine of these tests is this one: its workers see this CPU as it is. Under a whole-process CPUID
     mask (`quantbench hosts exec TIER`) the local workers see the tier instead, so a test comparing the two
     CPUs is skipped: a fact of the run, not missing setup."""
-    from quantbench.hosts.worker import cpuid_function
+    from quantbench.worker import cpuid_function
 
     if cpuid_function()[1] == "masked":
         pytest.skip("this process runs under a CPUID mask: the ssh machine (this one, unmasked) is another CPU")

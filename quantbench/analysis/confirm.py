@@ -19,7 +19,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 
-from quantbench.analysis import predict as P
+from quantbench.analysis import predict
 from quantbench.fsutil import canonical_json
 
 #: what `confirm` takes for today's behaviour: every host runs every fixture
@@ -50,18 +50,19 @@ def _signature_key(info: dict | None, path: str, cache: dict):
     session = info.get("session") or {}
     if list(session.get("providers") or ["CPUExecutionProvider"]) != ["CPUExecutionProvider"]:
         return None
-    table = P.table_for(info.get("ort_version", ""), info.get("arch", ""))
+    table = predict.table_for(info.get("ort_version", ""), info.get("arch", ""))
     if table is None:
         return None
     level = session.get("graph_optimization_level", "all")
     memo = (path, table.version, table.arch, level)
     if memo not in cache:
-        cache[memo] = P.graph_routines(path, table, level)
+        cache[memo] = predict.graph_routines(path, table, level)
     config = session.get("config_entries") or {}
-    sig = P.signature(table, cache[memo], P.host_features(info), config)
-    if any(P.UNKNOWN in v for v in sig.values()):
+    sig = predict.signature(table, cache[memo], predict.host_features(info), config)
+    if any(predict.UNKNOWN in v for v in sig.values()):
         return None
-    return canonical_json({"arch": P.arch_tag(info.get("arch")), "ort": table.version, "session": session, "sig": sig})
+    return canonical_json({"arch": predict.arch_tag(info.get("arch")), "ort": table.version, "session": session,
+                           "sig": sig})
 
 
 def predicted_anchors(order: list[str], infos: dict, paths: dict) -> dict:

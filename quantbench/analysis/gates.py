@@ -98,6 +98,14 @@ class Budget:
         return f"{self.value()} of the served decisions per host" + (f" ({counts})" if counts else "")
 
 
+def check_tolerance(name: str, value) -> None:
+    """A tolerance (`name`: atol or rtol) is a finite number at least 0: nan passed every tensor gate."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ParameterError(name, "must be a finite number", value)
+    if value < 0:
+        raise ParameterError(name, "must be at least 0", value)
+
+
 def parse_budget(value, param: str = "budget") -> Budget:
     """A Budget from a count (3, "3") or a share of the served decisions ("1%", "0.5%"); ParameterError(`param`)
     otherwise."""

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from quantbench.analysis import classes as C
+from quantbench.analysis.classes import with_kernels
 from quantbench.analysis.tiers import canonical_flags
 from quantbench.fsutil import canonical_json
 
@@ -383,4 +383,4 @@ def attach_pair_kernels(result, refs: list, ort_version: str) -> None:
     paths = {r.variant_id: r.path for r in refs}
     for v in result.variants:
         if v.get("pairs") and paths.get(v["variant_id"]):
-            v["pairs"] = C.with_kernels(v["pairs"], dispatched_kernels(result.hosts, paths[v["variant_id"]], ort_version))
+            v["pairs"] = with_kernels(v["pairs"], dispatched_kernels(result.hosts, paths[v["variant_id"]], ort_version))

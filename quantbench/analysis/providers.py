@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from quantbench.hosts import worker as W
+from quantbench import worker
 from quantbench.runs.placement import parse, ran_providers
 from quantbench.store.hostresults import load_hosts
 
@@ -27,7 +27,7 @@ def provider_runs(hosts, sel: dict, rows: dict, tables_root) -> dict:
             continue
         requested = list(json.loads(sopts or "{}").get("providers") or ["CPUExecutionProvider"])
         placed = parse(placement)
-        findings = W.provider_problems(requested, available.get((h, fp), requested), placed) if placed else []
+        findings = worker.provider_problems(requested, available.get((h, fp), requested), placed) if placed else []
         out[h][vid] = {"requested": requested, "ran": ran_providers(placed, requested), "placement": placed,
                        "findings": findings}
     return out

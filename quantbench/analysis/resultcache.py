@@ -48,8 +48,8 @@ def code_version() -> str:
     global _CODE_VERSION
     if _CODE_VERSION is None:
         here = Path(__file__).resolve().parent
-        files = sorted(here.glob("*.py")) + [here.parent / "store" / "hostresults.py", here.parent / "hosts" / "worker.py",
-                                             here.parent / "tensorcode.py"]
+        files = sorted(here.glob("*.py")) + [here.parent / "store" / "hostresults.py", here.parent / "tensorcode.py",
+                                             *sorted((here.parent / "worker").glob("*.py"))]
         h = hashlib.sha256(f"numpy {np.__version__}|format {FORMAT}".encode())
         for f in files:
             h.update(f"|{f.name}|".encode())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from quantbench.store import lazy
 from quantbench.api.options import Output, check_group, check_path
 from quantbench.errors import ParameterError
-from quantbench.quantize.pipeline import CalibrateOptions, calibrate as run_pipeline
+from quantbench.quantize.pipeline import CalibrateOptions, CalibrateResult, calibrate as run_pipeline
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,18 +34,26 @@ class Calibration:
     """A calibrate run (quantize.pipeline.CalibrateResult: `.result`): its variants, their folder, the
     calibration set; `failed` the variants not published (name, why)."""
 
-    result: object
+    result: CalibrateResult
 
     @property
     def out(self) -> Path:
+        """The variants folder this run published into."""
         return Path(self.result.out)
 
     @property
     def failed(self) -> list:
+        """The variants not published: (name, why), e.g. a smoke test that failed."""
         return list(self.result.failed)
 
     def variants(self) -> "pa.Table":
-        """One row per published variant: name, file (absolute), method, semantic SHA-256, bytes."""
+        """The variants this run published, for a caller choosing which to run next.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per published variant: name, file (absolute), method, semantic SHA-256, bytes.
+        """
         rows = [{"name": r.variant.name, "file": str(Path(r.variant.path).resolve()), "method": r.variant.recipe["method"],
                  "semantic_sha256": r.variant.recipe["semantic_sha256"], "bytes": r.variant.path.stat().st_size}
                 for r in self.result.reports]
@@ -54,7 +62,13 @@ class Calibration:
                                                            ("bytes", pa.int64())]))
 
     def manifest(self) -> "pa.Table | None":
-        """The calibration set's manifest (one row per selected image); None for an already-quantized model."""
+        """The calibration set's manifest: which images calibrated the model, from which strata.
+
+        Returns
+        -------
+        pyarrow.Table or None
+            One row per selected image; None for an already-quantized model (nothing was calibrated).
+        """
         if self.result.calib_dir is None:
             return None
         import pyarrow.parquet as pq
@@ -103,7 +117,25 @@ def options(model=DEFAULT_MODEL, output: Output = Output(), **chosen) -> Calibra
 
 def calibrate(model=DEFAULT_MODEL, output: Output = Output(), on_calset=None, on_note=None,
               **chosen) -> Calibration:
-    """Calibrate and quantize `model` (an .onnx file with its sidecar JSON, or a bundled model's name) into its
-    variants folder (results/variants/<model>/ unless out=...); `chosen`: any of OPTIONS (labels, images,
-    methods, per_cell, seed, ...). `on_calset(calset)` and `on_note(text)` report progress as it happens."""
+    """Calibrate and quantize `model` into its variants folder (results/variants/<model>/ unless out=...): the
+    `calibrate` command, with its defaults.
+
+    Parameters
+    ----------
+    model : str or path
+        An .onnx file with its sidecar JSON beside it, or a bundled model's name.
+    output : Output
+        Progress bars and warnings.
+    on_calset : callable, optional
+        Called with the calibration set once it is built (before the slow part), to report it.
+    on_note : callable, optional
+        Called with each note (intake, defaults taken) as it happens.
+    **chosen
+        Any of OPTIONS (labels, images, methods, per_cell, seed, ...), each of the type its option declares.
+
+    Returns
+    -------
+    Calibration
+        The published variants, their folder and the calibration set; `failed` the variants not published.
+    """
     return Calibration(run_pipeline(options(model, output, **chosen), on_calset=on_calset, on_note=on_note))

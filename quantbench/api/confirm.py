@@ -7,17 +7,18 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from quantbench.analysis import confirm as C
-from quantbench.analysis.equiv import analyze
+from quantbench.analysis import confirm as confirm_choice
+from quantbench.analysis.equiv import AnalysisRequest, Selection, analyze
 from quantbench.errors import ParameterError, UserError
 from quantbench.hosts import fingerprintcache
 from quantbench.hosts.keys import run_key
 from quantbench.hosts.requirements import host_key
+from quantbench.runs.runner import RunSummary
 from quantbench.store import partwrite
 from quantbench.store.hostresults import load_outputs
 
-ALL = C.ALL
-DEFAULT_CONFIRM = C.DEFAULT_CONFIRM
+ALL = confirm_choice.ALL
+DEFAULT_CONFIRM = confirm_choice.DEFAULT_CONFIRM
 
 
 def check_confirm(confirm) -> int | None:
@@ -108,11 +109,13 @@ def _anchor_decisions(refs, order: list, runs_full: dict, full: dict, sel: dict,
         if not hosts:
             continue
         try:
-            res = analyze(hosts, [v], {v.variant_id: full[v.variant_id]}, reference=hosts[0], decode_kind=decode,
-                          threshold=threshold, prefer={h: sel[h] for h in hosts}, tables_root=root)
+            selection = Selection(hosts=hosts, variants=[v], fixtures_for={v.variant_id: full[v.variant_id]},
+                                  prefer={h: sel[h] for h in hosts})
+            res = analyze(AnalysisRequest(selection, reference=hosts[0], decode_kind=decode, threshold=threshold,
+                                          tables_root=root))
         except (UserError, KeyError, ValueError):
             continue
-        margins.update(C.nearest_margins([r for r in res.decision_rows if r["host"] == hosts[0]]))
+        margins.update(confirm_choice.nearest_margins([r for r in res.decision_rows if r["host"] == hosts[0]]))
         separating |= {r["fixture_id"] for r in res.flip_rows if r["comparison"] == "ref-same"}
     return margins, separating
 
@@ -121,9 +124,9 @@ def _anchor_decisions(refs, order: list, runs_full: dict, full: dict, sel: dict,
 class Confirmed:
     """What the phases did: the merged summary, (host, variant_id) -> anchor inherited from, the misses."""
 
-    summary: object
-    inherited: dict
-    misses: list
+    summary: RunSummary
+    inherited: dict[tuple[str, str], str]
+    misses: list[dict]
 
 
 def run_confirmed(plan, k: int | None, run, refs, reference: str | None, decode, threshold, root,
@@ -133,7 +136,7 @@ def run_confirmed(plan, k: int | None, run, refs, reference: str | None, decode,
     ones' other rows inherited (written to the outputs table)."""
     full = {vid: sorted(fx.fixture_id for fx in fxs) for vid, fxs in plan.fixtures_for.items()}
     order = plan.names if reference is None else [reference] + [n for n in plan.names if n != reference]
-    anchors = {} if k is None else C.predicted_anchors(order, remembered_infos(plan, require_providers),
+    anchors = {} if k is None else confirm_choice.predicted_anchors(order, remembered_infos(plan, require_providers),
                                                        {vi.variant_id: str(vi.path) for vi in plan.variants})
     if not any(anchors.values()):
         return Confirmed(run(plan), {}, [])
@@ -142,14 +145,14 @@ def run_confirmed(plan, k: int | None, run, refs, reference: str | None, decode,
     sel = {h.name: (h.fingerprint_id, h.session_key) for s in summaries for h in s.hosts if h.fingerprint_id}
     runs_full = {v: [h for h in order if h not in anchors[v]] for v in full}
     margins, separating = _anchor_decisions(refs, order, runs_full, full, sel, decode, threshold, root)
-    first = {v: C.confirm_fixtures(k, full[v], v, separating, margins) for v in full}
+    first = {v: confirm_choice.confirm_fixtures(k, full[v], v, separating, margins) for v in full}
     _run_groups(plan, {h: {v: first[v] for v in full if h in anchors[v]} for h in order}, run, summaries)
     sel.update({h.name: (h.fingerprint_id, h.session_key) for s in summaries for h in s.hosts if h.fingerprint_id})
-    digest = C.digests(_hash_rows(order, sel, root))
+    digest = confirm_choice.digests(_hash_rows(order, sel, root))
     misses, inherited = [], {}
     for v in full:
         for h, a in anchors[v].items():
-            if h in sel and C.confirmed(digest, h, a, v, first[v]):
+            if h in sel and confirm_choice.confirmed(digest, h, a, v, first[v]):
                 inherited[(h, v)] = a
             else:
                 misses.append({"host": h, "variant_id": v, "anchor": a})
@@ -188,7 +191,7 @@ def _inherit(inherited: dict, first: dict, sel: dict, plan, root) -> dict:
         if not rows:
             continue
         fid = sel[h][0]
-        new = C.inherited_rows(rows, h, fid, skey, opts, lambda vid, fx: run_key(vid, fx, fid, skey))
+        new = confirm_choice.inherited_rows(rows, h, fid, skey, opts, lambda vid, fx: run_key(vid, fx, fid, skey))
         partwrite.append("outputs", new, root=root)
         out[(h, v)] = a
         print(f"note: {h} {names[v].name}: byte-identical to {a} on its {len(first[v])} confirming fixtures; "

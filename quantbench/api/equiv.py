@@ -5,7 +5,6 @@ folder's tables, report and equiv.json."""
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -15,8 +14,9 @@ from typing import TYPE_CHECKING
 from quantbench.store import lazy
 from quantbench.store import arrowrows, tablelock
 from quantbench.analysis.decode import KINDS, NONE, NONE_HINT, check_outputs, kind_of, replaced_block_note, spec_from_sidecar
-from quantbench.analysis.equiv import VariantRef, analyze, reanalyze
-from quantbench.analysis.gates import DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, parse_budget, parse_gates
+from quantbench.analysis.equiv import AnalysisRequest, EquivResult, Selection, VariantRef, analyze, reanalyze
+from quantbench.analysis.gates import (DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTOL, GATES, check_tolerance, parse_budget,
+                                      parse_gates)
 from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
 from quantbench.api.confirm import ALL as CONFIRM_ALL, DEFAULT_CONFIRM, check_confirm, run_confirmed
@@ -28,7 +28,7 @@ from quantbench.runs.cluster import connect_plan
 from quantbench.hosts.keys import local_ort_version
 from quantbench.hosts.masked import unshowable
 from quantbench.hosts.registry import announce_hosts_file, make_host, parse_hosts
-from quantbench.runs.runner import announce_jobs, plan_run, run_plan
+from quantbench.runs.runner import RunPlan, announce_jobs, plan_run, run_plan
 from quantbench.inputs.variantdir import latest_variants, pick_variant
 from quantbench.inputs.sidecarfile import requirements_of, sidecar_for, sidecar_source
 from quantbench.report.equivsection import publish_equiv
@@ -53,41 +53,76 @@ class Equiv:
     """An equiv analysis (analysis.equiv.EquivResult: `.analysis`), the files it wrote, the gates checked and the
     ones that failed, and what ran (`run_line`)."""
 
-    analysis: object
+    analysis: EquivResult
     files: list
     gates: list
     failures: list
     run_line: str = ""
 
     def table(self, name: str) -> "pa.Table":
-        """This analysis' rows of the `classes`, `decisions` or `flips` table (quantbench.store.tableschema' schema)."""
+        """This analysis' rows of one of the tables it writes, to filter or join without reading the results folder.
+
+        Parameters
+        ----------
+        name : str
+            ``classes``, ``decisions`` or ``flips``.
+
+        Returns
+        -------
+        pyarrow.Table
+            The rows, in the table's schema (quantbench.store.tableschema).
+        """
         if name not in TABLES:
             raise ParameterError("name", f"no equiv table {name!r}; one of {', '.join(TABLES)}", name)
         return arrowrows.to_arrow(name, list(getattr(self.analysis, TABLES[name])))
 
     @property
     def classes(self) -> "pa.Table":
+        """This analysis' `classes` rows: which hosts compute byte-identical outputs, per variant."""
         return self.table("classes")
 
     @property
     def flips(self) -> "pa.Table":
+        """This analysis' `flips` rows: each served decision that changed, per comparison."""
         return self.table("flips")
 
     @property
     def decisions(self) -> "pa.Table":
+        """This analysis' `decisions` rows: every decoded decision on every host."""
         return self.table("decisions")
 
     def summary(self) -> dict:
+        """What equiv.json holds, for a caller that stores or sends it.
+
+        Returns
+        -------
+        dict
+            The analysis id and settings, the hosts' selections, per variant its classes, per comparison its
+            flips and gates.
+        """
         return self.analysis.summary()
 
     @property
     def passed(self) -> bool:
+        """Whether every gate checked passed (a failed gate is a result: `failures` says which)."""
         return not self.failures
 
 
 @dataclass
 class Gates:
-    """The gates' tolerances and the gates whose failure fails the analysis (names: tensor, decision, classes)."""
+    """The gates an equiv checks: a failed one is a result (`Equiv.failures`), the command's exit 1.
+
+    Parameters
+    ----------
+    atol, rtol : float
+        The tensor gate's tolerances: an element fails beyond both (Polygraphy's rule).
+    budget : int or str
+        The decision gate's budget per comparison: a count of flips, or a share of the decisions fp32 serves
+        (``"1%"``).
+    gate : str, optional
+        The gates whose failure fails the analysis, comma-separated: ``tensor``, ``decision``, ``classes`` (None:
+        none; every gate is still computed and reported).
+    """
 
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
@@ -98,11 +133,7 @@ class Gates:
         """Checked as the command line checks its flags: finite tolerances >= 0 (nan passed every tensor gate), a
         whole budget >= 0, the gates' names as text."""
         for name in ("atol", "rtol"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ParameterError(name, "must be a finite number", value)
-            if value < 0:
-                raise ParameterError(name, "must be at least 0", value)
+            check_tolerance(name, getattr(self, name))
         share = isinstance(self.budget, str) and self.budget.strip().endswith("%")
         if not share and (isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 0):
             raise ParameterError("budget", "must be a whole number of flips, at least 0, or a share of the "
@@ -122,7 +153,7 @@ class Prepared:
     prefer: dict | None
     run_line: str
     duplicates: list
-    plan: object = None
+    plan: RunPlan | None = None
     #: host -> why its runtime does not start on its CPU (a result: the host is left out of the classes)
     not_started: dict = field(default_factory=dict)
     #: (host, variant_id) -> why the host's runtime cannot run that variant (left out of that variant's classes)
@@ -279,10 +310,27 @@ def publish(result, results: Results, gates=None, checked=None, plots: bool = Tr
 
 def rerender(results: Results = Results(), equiv_id: str | None = None, labels=None, images=None,
              plots: bool = True, render=render_params) -> tuple:
-    """The report re-rendered from the tables (the `report` command): the equiv analysis `equiv_id` (a prefix;
-    None: the last equiv's) computed again with the settings it ran with, report.md and its plots written;
-    `labels` and `images` for the accuracy (None: the ones that analysis read). Returns (the analysis, the files
-    written)."""
+    """The report re-rendered from the tables, without running anything (the `report` command): an equiv analysis
+    computed again with the settings it ran with, report.md and its plots written.
+
+    Parameters
+    ----------
+    results : Results
+        The results folder whose tables hold the analysis.
+    equiv_id : str, optional
+        The analysis' id or a prefix of it (None: the last equiv's, else the only one).
+    labels, images : str, optional
+        Labels and their images for the accuracy (None: the ones that analysis read).
+    plots : bool
+        Draw the class map and margin histograms (False: faster, text only).
+    render : callable
+        Names a parameter in the report's hints (the command line: its flag).
+
+    Returns
+    -------
+    tuple of (EquivResult, list of Path)
+        The analysis and the files written.
+    """
     check_groups(results=results)
     again = reanalyze(results.folder, equiv_id)
     if not labels:   # the labels that analysis read
@@ -324,15 +372,59 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
           threshold: float | None = None, run: bool = True, jobs: int | None = None, cluster: str | None = None,
           shard: str | None = None, plots: bool = True, wait: bool = True, render=render_params,
           variant: str | None = None, confirm: int | str = DEFAULT_CONFIRM) -> Equiv:
-    """Run (or with run=False, reuse) every variant (folders or .onnx files; None: the latest calibrate output)
-    on each host of `fleet`, then analyse: classes, flips against fp32 (or `fp32`, the float model of
-    already-quantized variants), gates. Writes the tables, report and equiv.json under `results`; returns the
-    analysis with the gates that failed (`Equiv.failures`: a failed gate is a result, not an exception).
-    `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
-    (default: the sidecar's). `variant`: one variant by name (of the last calibrate run) or .onnx file, analysed
-    beside that run's fp32 as the reference it flips against (instead of `variants`). `confirm`: K (a host
-    predicted to share a class with one run in full runs the separating fixtures and the K nearest the threshold,
-    and inherits the others when they are byte-identical: analysis.confirm) or "all" (every fixture everywhere)."""
+    """Run every variant on each host of `fleet`, then analyse: which hosts compute byte-identical outputs
+    (classes), which served decisions flip against fp32, and the gates. Writes the tables, report and equiv.json
+    under `results` (the `equiv` command).
+
+    Parameters
+    ----------
+    variants : str, path or list, optional
+        Variants folders or .onnx files (None: the latest calibrate output).
+    fleet : Fleet
+        The hosts.
+    fixtures : Fixtures
+        The labelled images run (default: the eval split of the labels the variants were calibrated with).
+    session : Session
+        Session options overriding each host's deployed session.
+    results : Results
+        Where the tables, report and equiv.json go.
+    output : Output
+        Progress and what is printed.
+    gates : Gates
+        Tolerances, budget and the gates whose failure fails the analysis.
+    fp32 : str or path, optional
+        The float model of already-quantized variants, which their flips count against.
+    reference : str, optional
+        The reference host every other one is compared with (None: the first).
+    decode : str, optional
+        How outputs become decisions: a decode kind, a plug-in, or ``none`` (None: the sidecar's).
+    threshold : float, optional
+        The score threshold of a served decision (None: the sidecar's).
+    run : bool
+        Run the hosts first (False: analyse what the tables hold, running nothing).
+    jobs, cluster, shard : int, str, str, optional
+        How the hosts run, as `quantbench.run` takes them: worker processes in total, the Dask scheduler of the
+        emulated hosts, this machine's shard ``K/N`` of the fixtures.
+    plots : bool
+        Draw the report's plots (False: faster, text only).
+    wait : bool
+        Wait for another command holding the tables (False: refuse at once).
+    render : callable
+        Names a parameter in a note or hint (the command line: its flag).
+    variant : str, optional
+        One variant by name (of the last calibrate run) or .onnx file, analysed beside that run's fp32 as the
+        reference it flips against (instead of `variants`).
+    confirm : int or str
+        K: a host predicted to share a class with one run in full runs only the separating fixtures and the K
+        nearest the threshold, and inherits the others when those are byte-identical; ``"all"``: every fixture on
+        every host.
+
+    Returns
+    -------
+    Equiv
+        The analysis, the files written and the gates that failed (`Equiv.failures`: a failed gate is a result,
+        not an exception).
+    """
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_group("gates", gates, Gates)
     check_path("fp32", fp32)
@@ -347,10 +439,12 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
                    shard, wait, render, k)
     with contextlib.ExitStack() as held:   # prepare() takes the tables lock once its inputs are valid
         p = prepare(req, held, resolved)
-        result = analyze(p.hosts, p.refs, p.fixtures_for, reference=reference, decode_kind=decode,
-                         threshold=threshold, atol=gates.atol, rtol=gates.rtol, budget=gates.budget, prefer=p.prefer,
-                         run_hint=run_hint(fixtures, session), tables_root=results.tables, duplicates=p.duplicates,
-                         cache_dir=cache_dir_of(results.folder), cannot_run=p.cannot_run, held=p.held)
+        selection = Selection(hosts=p.hosts, variants=p.refs, fixtures_for=p.fixtures_for, prefer=p.prefer,
+                              cannot_run=p.cannot_run, held=p.held)
+        result = analyze(AnalysisRequest(
+            selection, reference=reference, decode_kind=decode, threshold=threshold, atol=gates.atol,
+            rtol=gates.rtol, budget=gates.budget, run_hint=run_hint(fixtures, session), tables_root=results.tables,
+            duplicates=p.duplicates, cache_dir=cache_dir_of(results.folder)))
         result.not_started = p.not_started
         names = {r.variant_id: r.name for r in p.refs}
         result.prediction_misses = [dict(m, variant=names.get(m["variant_id"])) for m in p.misses]

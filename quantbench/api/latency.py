@@ -38,11 +38,22 @@ class Latency:
     report: Path
 
     def text(self) -> str:
-        """The rows as the command prints them."""
+        """The rows as the command prints them.
+
+        Returns
+        -------
+        str
+        """
         return latency_text(self.rows)
 
     def table(self) -> "pa.Table":
-        """The `latency` table's rows this measurement wrote."""
+        """The `latency` table's rows this measurement wrote.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per host and variant, speed-ups filled.
+        """
         return explained.written("latency", self.part)
 
 
@@ -66,10 +77,35 @@ def _variants(variants) -> list:
 def latency(variants="all", fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures = Fixtures(),
             results: Results = Results(), *, warmup: int = 3, runs: int = 10, repeats: int = 3,
             threads: int | None = None, render=render_params) -> Latency:
-    """Time `variants` ('all': every variant of the last calibrate run) on each host of `fleet` (local or ssh: an
-    emulated or imported host is refused) on one fixture of `fixtures`: `warmup` untimed runs, then `repeats`
-    medians of `runs` timed runs each, with `threads` intra-op threads (None: each host's deployed count); each
-    variant under its own session requirement. Speed-ups against the fp32 variant of the same host."""
+    """Time each variant on each host of `fleet` (local or ssh: an emulated or imported host is refused, its times
+    would mean nothing), each under its own session requirement, and its speed-up over fp32 on the same host.
+
+    Parameters
+    ----------
+    variants : str or list
+        ``"all"`` (every variant of the last calibrate run), names of it or .onnx files, comma-separated or a list.
+    fleet : Fleet
+        The hosts timed.
+    fixtures : Fixtures
+        The fixture group whose first image is timed.
+    results : Results
+        Where the `latency` table and the report are.
+    warmup : int
+        Untimed runs first (caches, lazy allocations).
+    runs : int
+        Timed runs per repeat; the repeat's figure is their median.
+    repeats : int
+        Repeats, so the spread between them shows the noise.
+    threads : int, optional
+        Intra-op threads (None: each host's deployed count).
+    render : callable
+        Names a parameter in a note (the command line: its flag).
+
+    Returns
+    -------
+    Latency
+        The rows (LatencyRow per host and variant), the table part written and the report updated.
+    """
     check_groups(fleet=fleet, fixtures=fixtures, results=results)
     check_whole("threads", threads)
     if threads is not None and threads < 1:

@@ -40,15 +40,37 @@ class Lint:
         return [r for r in self.layers if r.tiers]
 
     def table(self) -> "pa.Table":
-        """The `lint` table's rows this lint wrote."""
+        """The `lint` table's rows this lint wrote.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per int8 layer.
+        """
         return explained.written("lint", self.part)
 
     def fleet_note(self) -> str | None:
-        """One line: the fleet's int8 paths and the hosts the layers affect (None without a fleet)."""
+        """One line: the fleet's int8 paths and the hosts the layers affect (None without a fleet).
+
+        Returns
+        -------
+        str or None
+        """
         return fleet_note(self.fleet, self.layers) if self.fleet else None
 
     def listing(self, every: bool = False) -> str:
-        """The layers as a text table: the risky ones (`every`: all); '' when there are none to show."""
+        """The layers as a text table, as the command prints them.
+
+        Parameters
+        ----------
+        every : bool
+            Every int8 layer, not only the risky ones.
+
+        Returns
+        -------
+        str
+            The table; '' when there is no layer to show.
+        """
         shown = self.layers if every else self.risky
         head = _HEAD + (("fleet hosts affected",) if self.fleet else ())
         rows = [(r.node, r.op_type, str(r.k), f"{r.act_type}/{r.weight_type}", str(r.x86_saturating_pairs),
@@ -58,9 +80,25 @@ class Lint:
 
 
 def lint(model, fleet: Fleet = Fleet(), results: Results = Results()) -> Lint:
-    """Lint `model` (a quantized .onnx file) for x86 vpmaddubsw saturation, NEON int16 wrap and int32 overflow per
-    layer; with `fleet` naming hosts, each host's int8 path is read from its fingerprint (a tier this CPU cannot
-    show is predicted) and each layer names the hosts it affects. Appends to the `lint` table, updates the report."""
+    """Lint a quantized model's weights, running nothing: per layer, x86 vpmaddubsw saturation, NEON int16 wrap and
+    int32 overflow, so a risky layer is known before any host runs it. Appends to the `lint` table, updates the
+    report.
+
+    Parameters
+    ----------
+    model : str or path
+        A quantized .onnx file.
+    fleet : Fleet
+        Hosts whose int8 paths are read from their fingerprints (a tier this CPU cannot show is predicted), so each
+        layer names the hosts it affects (no hosts: per tier only).
+    results : Results
+        Where the `lint` table and the report are.
+
+    Returns
+    -------
+    Lint
+        The layers (LayerLint), the fleet's int8 paths, the model's semantic hash, the table part written.
+    """
     check_path("model", model, optional=False)
     check_groups(fleet=fleet, results=results)
     loaded = load_model(model)

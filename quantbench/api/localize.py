@@ -39,19 +39,39 @@ class Localize:
     evidence_fixtures: str | None = None
 
     def summary(self) -> str:
-        """What the command prints: the first divergent node, the outputs, the trend."""
+        """What the command prints: the first divergent node, the outputs, the trend.
+
+        Returns
+        -------
+        str
+        """
         return summary(self.result)
 
     def table(self) -> "pa.Table":
-        """The `localize` table's rows this localisation wrote (one per tensor hashed)."""
+        """The `localize` table's rows this localisation wrote (one per tensor hashed).
+
+        Returns
+        -------
+        pyarrow.Table
+        """
         return explained.written("localize", self.part)
 
     def evidence_text(self) -> str:
-        """The instruction families per emulated host as a text table ('' without evidence)."""
+        """The instruction families per emulated host as a text table ('' without evidence).
+
+        Returns
+        -------
+        str
+        """
         return evidence_text(self.evidence) if self.evidence else ""
 
     def evidence_table(self) -> "pa.Table":
-        """The `evidence` table's rows of this variant on the hosts evidence ran on."""
+        """The `evidence` table's rows of this variant on the hosts evidence ran on.
+
+        Returns
+        -------
+        pyarrow.Table
+        """
         return partread.read("evidence", root=self.tables_root,
                              filter={"variant_id": self.result.variant_id, "host": [e.host for e in self.evidence]})
 
@@ -60,10 +80,41 @@ def localize(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Se
              results: Results = Results(), output: Output = Output(), *, fixture: str | None = None,
              opt_level: str | None = None, group: int = DEFAULT_GROUP, evidence: bool = False,
              evidence_fixtures: int = 1, render=render_params) -> Localize:
-    """Localise `variant` (a name of the last calibrate run, or an .onnx file) between the two hosts of `fleet`
-    (NAME+KEY=VALUE per host; each under `session`) on `fixture` (a fixture id prefix or image name; None: the
-    split's first), at `opt_level` (None: the explained run's), exposing `group` intermediates per run. With
-    `evidence`, also runs `evidence_fixtures` fixtures on each emulated host under qemu's instruction log."""
+    """Find the first node whose output differs between two hosts, so a split class points at one kernel.
+    Appends to the `localize` (and `evidence`) tables, updates the report.
+
+    Parameters
+    ----------
+    variant : str or path
+        A variant name of the last calibrate run, or an .onnx file.
+    fleet : Fleet
+        The two hosts compared (``NAME+KEY=VALUE`` sets a session option of one).
+    fixtures : Fixtures
+        The fixture group `fixture` is taken from.
+    session : Session
+        Session options for both hosts.
+    results : Results
+        Where the tables and the report are.
+    output : Output
+        Progress and what is printed.
+    fixture : str, optional
+        A fixture id prefix or image name (None: the split's first).
+    opt_level : str, optional
+        The graph optimisation level run (None: the explained run's), since fusion changes which nodes exist.
+    group : int
+        Intermediate outputs exposed per run: more is fewer runs and more memory.
+    evidence : bool
+        Also run each emulated host under qemu's instruction log: which kernel families ran.
+    evidence_fixtures : int
+        Fixtures run for the evidence.
+    render : callable
+        Names a parameter in a note (the command line: its flag).
+
+    Returns
+    -------
+    Localize
+        The localisation (first divergent node, outputs, trend), the table part written and the evidence.
+    """
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     for name, value in (("group", group), ("evidence_fixtures", evidence_fixtures)):
         check_whole(name, value, optional=False)

@@ -42,21 +42,62 @@ class Noise:
         return sorted({r.host for r in self.rows if r.harness_fault})
 
     def text(self) -> str:
-        """The rows as the command prints them."""
+        """The rows as the command prints them.
+
+        Returns
+        -------
+        str
+        """
         return noise_text(self.rows)
 
     def table(self) -> "pa.Table":
-        """The `noise` table's rows this measurement wrote."""
+        """The `noise` table's rows this measurement wrote.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per host and factor.
+        """
         return explained.written("noise", self.part)
 
 
 def noise(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Session = Session(),
           results: Results = Results(), *, limit: int = DEFAULT_LIMIT, threads: int | None = None,
           batch: int = DEFAULT_BATCH, factors=FACTORS, decode: str | None = None, render=render_params) -> Noise:
-    """Measure the noise floor of `variant` (a name of the last calibrate run, or an .onnx file) on each host of
-    `fleet` (each under `session`) on `limit` fixtures: `factors` (names of explain.noise.FACTORS, a list or
-    comma-separated), `threads` the N of threads 1 vs N (None: 4, at most each host's cores), `batch` the batch
-    size, flips counted with `decode` (None: the sidecar's)."""
+    """Measure each host's noise floor: how far its outputs move under a change that should not matter (repeated
+    runs, threads, batch, optimisation level), so a difference between hosts is read against it. Appends to the
+    `noise` table, updates the report.
+
+    Parameters
+    ----------
+    variant : str or path
+        A variant name of the last calibrate run, or an .onnx file.
+    fleet : Fleet
+        The hosts measured.
+    fixtures : Fixtures
+        The fixture group run.
+    session : Session
+        Session options for every host.
+    results : Results
+        Where the `noise` table and the report are.
+    limit : int
+        Fixtures run.
+    threads : int, optional
+        The N of threads 1 vs N (None: 4, at most each host's cores).
+    batch : int
+        The batch size of batch 1 vs N.
+    factors : str or list
+        Names of explain.noise.FACTORS, comma-separated or a list.
+    decode : str, optional
+        How outputs become decisions for the flips counted (None: the sidecar's).
+    render : callable
+        Names a parameter in a note (the command line: its flag).
+
+    Returns
+    -------
+    Noise
+        The rows (NoiseRow per host and factor), the table part written and the report updated.
+    """
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results)
     check_text("decode", decode)
     check_whole("limit", limit, optional=False)

@@ -73,7 +73,15 @@ def variant_list(variants):
 
 @dataclass(frozen=True)
 class Fleet:
-    """hosts: comma-separated host names (or a list); hosts_file: the TOML hosts file (None: ./quantbench.toml)."""
+    """The hosts a command runs on: one group, so every command names them the same way.
+
+    Parameters
+    ----------
+    hosts : str or list of str, optional
+        Comma-separated host names (``"pi,x86"``) or a list of them; None: the command's default.
+    hosts_file : str, optional
+        The TOML hosts file defining hosts beyond the presets (None: ./quantbench.toml).
+    """
 
     hosts: str | None = None
     hosts_file: str | None = None
@@ -86,7 +94,13 @@ class Fleet:
         check_path("hosts_file", self.hosts_file)
 
     def names(self) -> str | None:
-        """The hosts as the comma-separated text the host registry parses."""
+        """The hosts as the comma-separated text the host registry parses (a list given is joined).
+
+        Returns
+        -------
+        str or None
+            ``"pi,x86"``; None when no host was named (the command's default applies).
+        """
         if self.hosts is None or isinstance(self.hosts, str):
             return self.hosts
         return ",".join(str(h) for h in self.hosts)
@@ -94,9 +108,21 @@ class Fleet:
 
 @dataclass(frozen=True)
 class Fixtures:
-    """labels: COCO JSON or CSV labels (None: the labels the variants were calibrated with); images: their folder;
-    split: train, val, eval or all; limit: at most N images of the split; sidecar: a sidecar JSON file overriding
-    the variants' own recipe."""
+    """The fixtures (labelled images) a command runs, shared by every command that runs a model.
+
+    Parameters
+    ----------
+    labels : str, optional
+        COCO JSON or CSV labels (None: the labels the variants were calibrated with, so eval stays disjoint).
+    images : str, optional
+        The labels' images folder (None: beside the labels).
+    split : str
+        ``train``, ``val``, ``eval`` or ``all``: eval by default, the images calibration never saw.
+    limit : int, optional
+        At most this many images of the split (None: all), for a quick look.
+    sidecar : str, optional
+        A sidecar JSON overriding the variants' own input recipe and decode block.
+    """
 
     labels: str | None = None
     images: str | None = None
@@ -114,8 +140,22 @@ class Fixtures:
 
 @dataclass(frozen=True)
 class Session:
-    """Session options for every host: config entries (KEY -> VALUE), graph optimisation level, intra-op threads,
-    execution providers in priority order, and whether a requested provider that ran no node is refused."""
+    """onnxruntime session options for every host; unset ones leave each host its own deployed session.
+
+    Parameters
+    ----------
+    config : dict
+        Session config entries (KEY -> VALUE), e.g. ``{"session.x64quantprecision": "1"}``; checked against the keys
+        onnxruntime knows.
+    graph_opt : str, optional
+        Graph optimisation level (``disabled``, ``basic``, ``extended``, ``all``; None: each host's own).
+    threads : int, optional
+        Intra-op threads (None: each host's own).
+    providers : tuple of str, optional
+        Execution providers in priority order (None: each host's own).
+    require_providers : bool
+        Refuse a requested provider that ran no node, instead of a silent fallback to the CPU.
+    """
 
     config: dict = field(default_factory=dict)
     graph_opt: str | None = None
@@ -137,7 +177,14 @@ class Session:
             raise ParameterError("providers", "must be a list of execution provider names", self.providers)
 
     def overrides(self) -> dict:
-        """The session overrides these options give: only the ones set, each host's own session has the rest."""
+        """The session overrides these options give: only the ones set, each host's own session has the rest.
+
+        Returns
+        -------
+        dict
+            ``config_entries`` always, and ``graph_optimization_level``, ``intra_op_num_threads``, ``providers``
+            where set; ParameterError for zero threads or an empty provider list.
+        """
         out = {"config_entries": dict(self.config)}
         if self.graph_opt is not None:
             out["graph_optimization_level"] = self.graph_opt
@@ -154,8 +201,16 @@ class Session:
 
 @dataclass(frozen=True)
 class Results:
-    """The results folder (variants/, tables/, releases/, report.md); `tables_folder` places the tables elsewhere
-    (the command line's deprecated tables-folder option), its parent then holding what sits beside them."""
+    """The results folder every command reads and writes: variants/, tables/, releases/, report.md.
+
+    Parameters
+    ----------
+    root : str
+        The results folder.
+    tables_folder : str, optional
+        The tables elsewhere (the command line's deprecated tables-folder option); its parent then holds what sits
+        beside them.
+    """
 
     root: str = RESULTS
     tables_folder: str | None = None
@@ -166,17 +221,30 @@ class Results:
 
     @property
     def folder(self) -> Path:
+        """The results folder itself (the tables folder's parent when `tables_folder` is given)."""
         return Path(self.tables_folder).parent if self.tables_folder else Path(self.root)
 
     @property
     def tables(self) -> Path:
+        """The tables folder."""
         return Path(self.tables_folder) if self.tables_folder else Path(self.root) / TABLES
 
 
 @dataclass(frozen=True)
 class Output:
-    """progress: progress bars (None: only when stderr is a terminal, as on the command line); quiet: no summary;
-    verbose: library warnings in full; json: the summary as JSON."""
+    """What a command prints besides its result.
+
+    Parameters
+    ----------
+    progress : bool, optional
+        Progress bars (None: only when stderr is a terminal, as on the command line).
+    quiet : bool
+        No summary, no bars.
+    verbose : int
+        Library warnings in full (onnxruntime's, quantization's) from 1 on.
+    json : bool
+        The summary as JSON on stdout (notes then go to stderr).
+    """
 
     progress: bool | None = None
     quiet: bool = False
@@ -191,7 +259,12 @@ class Output:
         check_whole("verbose", self.verbose, optional=False)
 
     def bars(self) -> bool:
-        """Whether progress bars are drawn."""
+        """Whether progress bars are drawn: as asked, else only on a terminal; never when quiet.
+
+        Returns
+        -------
+        bool
+        """
         if self.progress is not None:
             return bool(self.progress and not self.quiet)
         try:

@@ -49,18 +49,21 @@ def note_plan(plan, to_stderr: bool = False, render=render_params) -> None:
         print(render(f"{flag_mark('limit')} {plan.limit}: {limit_note(plan.fixtures)}"), file=out)
 
 
-def explain_plan(fixtures: Fixtures, hosts, variants, limit: int | None = None, render=render_params):
+def explain_plan(fixtures: Fixtures, hosts, variants, limit: int | None = None, render=render_params,
+                 to_stderr: bool = False):
     """The run plan of an explain command (runs.runner.plan_run) from its fixture group: each model parsed once
     and kept on the plan (`models`) for the commands that read its graph; `hosts` its --hosts items, each
-    started later under its own session (explain.localize.start_workers), so they are not asked ready here."""
+    started later under its own session (explain.localize.start_workers), so they are not asked ready here. Its
+    notes on stderr with `to_stderr` (the command prints JSON on stdout)."""
     plan = plan_run([h.spec for h in hosts], variants, labels=fixtures.labels, images=fixtures.images,
                     split=fixtures.split, limit=limit, check_hosts=False, keep_models=True)
-    note_plan(plan, render=render)
+    note_plan(plan, to_stderr, render)
     return plan
 
 
 def explain_hosts(fleet: Fleet, session: Session, fixtures: Fixtures, variant, limit: int | None = None,
-                  render=render_params, requirement: bool = True, compares: bool = False) -> tuple[list, object]:
+                  render=render_params, requirement: bool = True, compares: bool = False,
+                  to_stderr: bool = False) -> tuple[list, object]:
     """(the hosts, the run plan) of an explain command or search on `variant`: `fleet`, each host under `session`
     and, with `requirement`, the variant's session requirement too (hosts.requirements.for_hosts: the variant as
     shipped runs under it; remedy adds it to each remedy instead), and explain_plan's plan of them. `compares`: the
@@ -70,4 +73,4 @@ def explain_hosts(fleet: Fleet, session: Session, fixtures: Fixtures, variant, l
         raise UserError(f"{flag_mark('hosts')}: name at least two hosts to compare")
     if requirement:
         hosts = for_hosts(hosts, variant)
-    return hosts, explain_plan(fixtures, hosts, [variant], limit, render)
+    return hosts, explain_plan(fixtures, hosts, [variant], limit, render, to_stderr)

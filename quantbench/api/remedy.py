@@ -43,11 +43,22 @@ class Remedy:
         return [r.remedy for r in self.rows if r.one_class]
 
     def text(self) -> str:
-        """The matrix as the command prints it."""
+        """The matrix as the command prints it.
+
+        Returns
+        -------
+        str
+        """
         return remedy_text(self.rows)
 
     def table(self) -> "pa.Table":
-        """The `remedies` table's rows this matrix wrote."""
+        """The `remedies` table's rows this matrix wrote.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per remedy.
+        """
         return explained.written("remedies", self.part)
 
 
@@ -64,11 +75,41 @@ def _fp32(fp32) -> Path:
 def remedy(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Session = Session(),
            results: Results = Results(), output: Output = Output(), *, fp32=None, limit: int = DEFAULT_LIMIT,
            remedies=REMEDIES, decode: str | None = None, out=None, render=render_params) -> Remedy:
-    """Try `remedies` (names of explain.remedy.REMEDIES, a list or comma-separated) on `variant` (a name of the last
-    calibrate run, or an .onnx file) across the hosts of `fleet` (two at least, each under `session`; the variant's
-    session requirement goes into each remedy) on `limit` fixtures, flips counted with `decode` (None: the
-    sidecar's) against `fp32` (None: the last calibrate run's fp32 variant). Remedy variants go to `out` (None:
-    the results folder's remedies/<variant>)."""
+    """Try the known remedies on a variant whose hosts split: which bring every host into one class, at what
+    decision cost against fp32. Appends to the `remedies` table, updates the report.
+
+    Parameters
+    ----------
+    variant : str or path
+        A variant name of the last calibrate run, or an .onnx file.
+    fleet : Fleet
+        The hosts, two at least.
+    fixtures : Fixtures
+        The fixture group run.
+    session : Session
+        Session options for every host (the variant's session requirement goes into each remedy too).
+    results : Results
+        Where the `remedies` table and the report are.
+    output : Output
+        Progress and what is printed.
+    fp32 : str or path, optional
+        The float model flips count against (None: the last calibrate run's fp32 variant).
+    limit : int
+        Fixtures run.
+    remedies : str or list
+        Names of explain.remedy.REMEDIES, comma-separated or a list.
+    decode : str, optional
+        How outputs become decisions (None: the sidecar's).
+    out : str or path, optional
+        Where the remedy variants are written (None: the results folder's remedies/<variant>).
+    render : callable
+        Names a parameter in a note (the command line: its flag).
+
+    Returns
+    -------
+    Remedy
+        The matrix (RemedyRow per remedy), the table part written, the remedy variants' folder.
+    """
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_path("fp32", fp32)
     check_path("out", out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from quantbench.store import lazy
@@ -15,7 +16,7 @@ from quantbench.fsutil import check_new_file
 from quantbench.runs.cluster import connect_plan
 from quantbench.hosts.imported import export_results
 from quantbench.hosts.registry import announce_hosts_file, check_host_name, parse_hosts
-from quantbench.runs.runner import RunFailed, announce_jobs, plan_run, run_plan
+from quantbench.runs.runner import RunFailed, RunPlan, RunSummary, announce_jobs, plan_run, run_plan
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -30,16 +31,26 @@ class RunResult:
     """A run: its summary (runs.runner.RunSummary), the plan it ran, where its tables are, the export written
     (its manifest) and the failure that ended it (runs.runner.RunFailed, raised by check())."""
 
-    summary: object
-    plan: object
-    tables_root: object
+    summary: RunSummary
+    plan: RunPlan
+    tables_root: Path
     manifest: dict | None = None
     failure: Exception | None = None
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def outputs(self, tensors: bool = False) -> "pa.Table":
-        """The output hashes of this run's hosts, variants and fixtures (the `outputs` table's rows; the tensors
-        themselves only with `tensors`)."""
+        """The outputs this run's hosts, variants and fixtures have in the tables (run now or reused).
+
+        Parameters
+        ----------
+        tensors : bool
+            Also the tensors themselves (large); without: their hashes only.
+
+        Returns
+        -------
+        pyarrow.Table
+            The `outputs` table's rows.
+        """
         columns = [c for c, _, _ in tableschema.COLUMNS["outputs"] if tensors or c != "tensor"]
         return partread.read("outputs", root=self.tables_root, columns=columns,
                            filter={"host": [h.name for h in self.summary.hosts],
@@ -47,7 +58,13 @@ class RunResult:
                                    "fixture_id": list(self.summary.fixture_ids)})
 
     def check(self) -> "RunResult":
-        """The result, or the failure that ended the run (hosts that could not run) raised."""
+        """The run as a gate: a host that could not run fails it.
+
+        Returns
+        -------
+        RunResult
+            This result, when every host ran; else the failure that ended the run (RunFailed) is raised.
+        """
         if self.failure is not None:
             raise self.failure
         return self
@@ -67,10 +84,45 @@ def run(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures =
         session: Session = Session(), results: Results = Results(), output: Output = Output(),
         jobs: int | None = None, cluster: str | None = None, shard: str | None = None, export=None,
         as_host: str | None = None, force: bool = False, wait: bool = True, render=render_params) -> RunResult:
-    """Run every variant (folders or .onnx files; None: the latest calibrate output, else the demo models) on every
-    fixture on each host of `fleet`, into `results`' tables; with `export`, also write the named hosts' results to
-    that file. A host that cannot run is in the result's `failure` (RunResult.check raises it). `render` shows
-    a parameter named in a note (the command line shows its flag)."""
+    """Run every variant on every fixture on each host of `fleet`, into `results`' tables, without analysing (the
+    `run` command): results already in the tables are reused, so a later equiv runs nothing again.
+
+    Parameters
+    ----------
+    variants : str, path or list, optional
+        Variants folders or .onnx files (None: the latest calibrate output, else the demo models).
+    fleet : Fleet
+        The hosts.
+    fixtures : Fixtures
+        The labelled images run.
+    session : Session
+        Session options overriding each host's deployed session.
+    results : Results
+        Where the tables go.
+    output : Output
+        Progress and what is printed.
+    jobs : int, optional
+        Worker processes in total (None: the core count; at most that).
+    cluster : str, optional
+        The Dask scheduler (``tcp://HOST:8786``) that runs the emulated hosts; the others run here.
+    shard : str, optional
+        ``K/N``: run only shard K of N of the fixtures, to export and merge on one imported host.
+    export : str or path, optional
+        Also write the hosts' results to this file, for an imported host on another machine.
+    as_host : str, optional
+        The name the one exported host takes there.
+    force : bool
+        Replace a file already at `export` (else refused before the run).
+    wait : bool
+        Wait for another command holding the tables (False: refuse at once).
+    render : callable
+        Names a parameter in a note (the command line: its flag).
+
+    Returns
+    -------
+    RunResult
+        The run's summary and plan; a host that could not run is in `failure` (RunResult.check raises it).
+    """
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_path("export", export)
     check_text("cluster", cluster)

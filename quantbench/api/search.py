@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from quantbench.analysis import accuracy as A
+from quantbench.analysis import accuracy
 from quantbench.analysis.decode import spec_for_variant
 from quantbench.analysis.gates import DEFAULT_BUDGET
 from quantbench.api.options import Fixtures, Fleet, Results, Session
 from quantbench.api.plan import explain_hosts
 from quantbench.errors import ParameterError, UserError, flag_mark, render_params
-from quantbench.explain.search import SearchParams, search as walk_search
+from quantbench.explain.search import SearchParams, SearchResult, search as walk_search
 from quantbench.explain.searchreport import update_report
 from quantbench.hosts.process import stop_spawner
 from quantbench.hosts.registry import known_hosts
@@ -39,7 +39,7 @@ CANDIDATE_COLUMNS = ("choice", "exclude", "variant_id", "stage", "passes", "wors
 class Search:
     """A finished search (explain.search.SearchResult: `.result`) and the report it updated."""
 
-    result: object
+    result: SearchResult
     report: Path
 
     @property
@@ -62,8 +62,14 @@ class Search:
         return self.result.identity
 
     def outcome(self) -> dict:
-        """What `search --json` prints: passed, the stop line, the nearest candidate, the chosen one and where it
-        and the result went."""
+        """The search's outcome as plain data, for a caller that stores or sends it.
+
+        Returns
+        -------
+        dict
+            What `search --json` prints: passed, the stop line, the nearest candidate, the chosen one and where it
+            and the result went.
+        """
         r = self.result
         return {"passed": self.passed, "stop": r.stop, "nearest": r.nearest, "chosen": r.chosen,
                 "variant": r.variant_name, "written": r.written, "evaluations": r.evaluations,
@@ -77,14 +83,22 @@ class Search:
 
     @property
     def written(self) -> Path | None:
+        """The variant file the search wrote; None when it wrote none."""
         return Path(self.result.written) if self.result.written else None
 
     @property
     def stop(self) -> str:
+        """Why the search stopped (an answer, a ceiling reached, the space exhausted), as one line."""
         return self.result.stop
 
     def candidates(self) -> "pa.Table":
-        """Every candidate tried, in the order tried (the result JSON's `tried`, flattened)."""
+        """Every candidate tried, to see what the search spent its evaluations on.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per candidate, in the order tried (the result JSON's `tried`, flattened).
+        """
         def flat(r: dict) -> dict:
             int8 = r.get("int8") or {}
             return {k: int8.get(k.removeprefix("int8_")) if k.startswith("int8_") else r.get(k)
@@ -177,8 +191,8 @@ def _check_session(fleet: Fleet, session: Session) -> None:
 def _accuracy(base, spec, fixtures, plan, max_drop: float) -> tuple:
     """(the accuracy plan, the truth) a max drop holds candidates to: the report's metric against the labels the
     fixtures were made from (top-1, AP, text); one line when there is none."""
-    truth = A.truth_of_fixtures(fixtures, input_spec_for(base), plan.labels, plan.images)
-    scored = A.plan(spec, sidecar_for(base), truth, [fx.fixture_id for fx in fixtures])
+    truth = accuracy.truth_of_fixtures(fixtures, input_spec_for(base), plan.labels, plan.images)
+    scored = accuracy.plan(spec, sidecar_for(base), truth, [fx.fixture_id for fx in fixtures])
     if isinstance(scored, str):
         raise UserError(f"{flag_mark('max_drop')} {max_drop:g}: no accuracy against labels to hold the candidates "
                         f"to ({scored})")
@@ -190,20 +204,75 @@ def search(variant, fleet: Fleet, fixtures: Fixtures = Fixtures(), session: Sess
            max_size: int | None = None, max_latency_ms: float | None = None, max_evaluations: int = 200,
            max_seconds: float | None = None, space: str = "all", screen_fixtures: int = 4, error_images: int = 4,
            jobs: int = 1, name: str | None = None, decode: str | None = None, limit: int | None = None,
-           render=render_params, on_status=None, max_drop: float | None = None, identical: bool = False) -> Search:
-    """Search from `variant` (a static variant name of the last calibrate run; None: its first static one) on
-    `fleet` (any mix of host kinds; imported ones are predicted from a host with their outputs) for the recipe meeting `budget` (decision flips against fp32 per host, or a share of the decisions fp32 serves there: "1%") within the ceilings; the answer
-    is written beside the base (named for what it is, or `name`); `identical`: it must also give byte-identical
-    outputs (one class) on every measured host, else the nearest candidate's classes and the ops separating them
-    (`Search.identity`). The evaluations are cached under the results
-    folder's `search/` and a rerun resumes from them."""
+           render=render_params, on_status=None, max_drop: float | None = None, identical: bool = False,
+           notes_to_stderr: bool = False) -> Search:
+    """Search for the int8 recipe that holds on the whole fleet: global remedies, then nodes kept in float chosen by
+    measurement, within the budget and the ceilings; the answer is written beside the base as a variant. The
+    evaluations are cached under the results folder's `search/`, so a rerun resumes from them.
+
+    Parameters
+    ----------
+    variant : str or path, optional
+        A static variant name of the last calibrate run (None: its first static one), or a variant's .onnx in a
+        variants folder calibrate wrote.
+    fleet : Fleet
+        The hosts, any mix of kinds (an imported one is predicted from a host with its outputs).
+    fixtures : Fixtures
+        The labelled images candidates are confirmed on.
+    session : Session
+        Session options for every host.
+    results : Results
+        The results folder (the search's cache and the report).
+    budget : int or str
+        Decision flips against fp32 allowed per host, or a share of the decisions fp32 serves there (``"1%"``).
+    max_float_share : float, optional
+        Ceiling on the share of weights kept in float (0..1).
+    max_size : int, optional
+        Ceiling on the variant's file size, bytes.
+    max_latency_ms : float, optional
+        Ceiling on a confirmed candidate's median latency on every host that measures latency (local, ssh).
+    max_evaluations : int
+        Fleet evaluations (candidate x host) to spend.
+    max_seconds : float, optional
+        Wall time to spend.
+    space : str
+        ``global`` choices, ``nodes`` kept in float, or ``all`` (both).
+    screen_fixtures : int
+        Fixtures nearest the threshold screened first, so a failing candidate costs little.
+    error_images : int
+        Calibration images the per-node error is measured on.
+    jobs : int
+        Hosts run at once.
+    name : str, optional
+        The written variant's name (None: named for what it is).
+    decode : str, optional
+        How outputs become decisions (None: the sidecar's).
+    limit : int, optional
+        Eval fixtures to confirm on (None: every one of the split).
+    render : callable
+        Names a parameter in a note (the command line: its flag).
+    on_status : callable, optional
+        Called with one line per phase begun and candidate confirmed, for progress.
+    max_drop : float, optional
+        The accuracy against the labels may fall at most this much below fp32's on every host (0..1).
+    identical : bool
+        The answer must also give byte-identical outputs (one class) on every measured host; without one, the
+        nearest candidate's classes and the ops separating them (`Search.identity`).
+    notes_to_stderr : bool
+        The plan's notes (the images a limit took) on stderr, for a caller printing JSON on stdout.
+
+    Returns
+    -------
+    Search
+        The outcome: whether a candidate passed, the chosen or nearest one, the variant written and the report.
+    """
     _check_groups(variant, fleet, fixtures, session, results)
     _check_session(fleet, session)
     params = SearchParams(budget, max_float_share, max_size, max_latency_ms, max_evaluations, max_seconds, space,
                           screen_fixtures, error_images, jobs, name, max_drop, identical)
     params.check()
     base, fp32 = _base(variant, results)
-    hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render)
+    hosts, plan = explain_hosts(fleet, session, fixtures, base, limit, render, to_stderr=notes_to_stderr)
     (vi,) = plan.variants
     check_identity(fp32)
     spec = spec_for_variant(base, decode, vi.outputs)

@@ -24,11 +24,23 @@ class TablesInfo:
     rows: list[dict]
 
     def table(self) -> "pa.Table":
+        """The rows as a table.
+
+        Returns
+        -------
+        pyarrow.Table
+            One row per table present: table, parts, small, bytes.
+        """
         return pa.Table.from_pylist(self.rows, schema=pa.schema([("table", pa.string()), ("parts", pa.int64()),
                                                                  ("small", pa.int64()), ("bytes", pa.int64())]))
 
     def text(self) -> str:
-        """The rows as the command prints them (MB to one decimal)."""
+        """The rows as the command prints them (MB to one decimal).
+
+        Returns
+        -------
+        str
+        """
         return text_table(("table", "parts", "small", "MB"), [(r["table"], str(r["parts"]), str(r["small"]),
                                                                f"{r['bytes'] / 1e6:.1f}") for r in self.rows])
 
@@ -38,7 +50,18 @@ def _present(root) -> list[str]:
 
 
 def tables_info(results: Results = Results()) -> TablesInfo:
-    """The parts of every table present under `results`' tables."""
+    """The parts of every table present, so a caller sees when compaction is due (many small parts read slowly).
+
+    Parameters
+    ----------
+    results : Results
+        The results folder whose tables are counted.
+
+    Returns
+    -------
+    TablesInfo
+        Per table present: its parts, the small ones (below compaction's threshold) and their bytes.
+    """
     check_groups(results=results)
     rows = []
     for n in _present(results.tables):
@@ -49,9 +72,21 @@ def tables_info(results: Results = Results()) -> TablesInfo:
 
 
 def compact_tables(results: Results = Results(), names=None) -> list[dict]:
-    """Compact tables `names` (None or empty: every table present): per table, its name and compaction.compact's
-    counts (parts_in, parts_out, rows); the same rows and content keys after, each new part written before an old
-    one is removed."""
+    """Compact tables into few large parts, for faster reads: the same rows and content keys after, each new part
+    written before an old one is removed (an interruption loses nothing).
+
+    Parameters
+    ----------
+    results : Results
+        The results folder whose tables are compacted.
+    names : list of str, optional
+        The tables (None or empty: every table present).
+
+    Returns
+    -------
+    list of dict
+        Per table: its name and compaction.compact's counts (parts_in, parts_out, rows).
+    """
     check_groups(results=results)
     names = list(names or _present(results.tables))
     unknown = [n for n in names if n not in tableschema.COLUMNS]

@@ -33,7 +33,7 @@ from typing import Sequence
 import numpy as np
 
 from quantbench.store import arrowrows
-from quantbench.inputs import strata as S
+from quantbench.inputs.strata import density_classes, resolve_mode, stratum_of
 from quantbench.inputs.assets import CALIB_SETS_DIR, CORPUS_IMAGES, CORPUS_LABELS
 from quantbench.errors import ParameterError, UserError, flag_mark, marked
 from quantbench.inputs.fixtures import BUNDLED_IMAGES, BUNDLED_LABELS, default_images_dir, labelled_images
@@ -140,7 +140,7 @@ def build(name: str, labels: str | os.PathLike | None = None, images: str | os.P
     if per_cell > len(pool):
         raise UserError(f"{flag_mark('per_cell')} {per_cell}: more than the {len(pool)} images in the calibration pool of "
                         f"{labels_path}; no cell could be filled, even with {flag_mark('allow_short')}")
-    mode = S.resolve_mode(strata, [c.label for c in pool])
+    mode = resolve_mode(strata, [c.label for c in pool])
     usable, skipped, dup = _measure(pool, eval_sha, mode, count_bins, skip_bad, progress)
     classes, absent, medians, by_cell = _lighting_cells(usable, mode, count_bins)
     if not classes:
@@ -219,7 +219,7 @@ def _measure(pool: list[Candidate], eval_sha: dict, mode: str, count_bins: list,
             continue
         seen[c.sha256] = c
         c.luminance = luminance(rgb)
-        c.density = S.stratum_of(c.objects, c.label, mode, count_bins)
+        c.density = stratum_of(c.objects, c.label, mode, count_bins)
     return list(seen.values()), skipped, dup
 
 
@@ -230,7 +230,7 @@ def _lighting_cells(usable: list[Candidate], mode: str, count_bins: list) -> tup
     splits at its own median luminance.
     """
     present = {c.density for c in usable}
-    possible = S.density_classes(count_bins) if mode == "objects" else sorted(present)
+    possible = density_classes(count_bins) if mode == "objects" else sorted(present)
     classes = [d for d in possible if d in present]
     absent = [d for d in possible if d not in present]
     medians: dict[str, float | None] = {}

@@ -9,7 +9,7 @@ import sys
 from quantbench import __version__
 from quantbench.inputs import plugins
 from quantbench.cli import console
-from quantbench.cli import config as C
+from quantbench.cli import config as cli_config
 from quantbench.cli.commands import COMMAND_HELP, COMMANDS, declared
 from quantbench.cli.groups import OUTPUT
 from quantbench.errors import GateFailed, ParameterError, PluginNotAllowed, UserError, render_params
@@ -97,13 +97,14 @@ def build_parser(config: bool = True, commands=None) -> argparse.ArgumentParser:
             OUTPUT.add(leaf)
     leaves = {n: lp for name, p in sub.choices.items() if name in mods for n, lp in _leaves(name, p)}
     parser._qb_leaves = leaves
-    parser._qb_builtin = {n: {d: a.default for d, a in C.option_actions(lp).items()} for n, lp in leaves.items()}
+    parser._qb_builtin = {n: {d: a.default for d, a in cli_config.option_actions(lp).items()}
+                          for n, lp in leaves.items()}
     parser._qb_sources = []
     if config:
-        sources = C.load_sources(".", commands=list(COMMANDS) + list(declared().subcommands))
-        C.check_known(sources, declared().options)
+        sources = cli_config.load_sources(".", commands=list(COMMANDS) + list(declared().subcommands))
+        cli_config.check_known(sources, declared().options)
         for n, lp in leaves.items():
-            C.apply(lp, n, sources, declared().mixed)
+            cli_config.apply(lp, n, sources, declared().mixed)
         parser._qb_sources = sources
     return parser
 
@@ -112,13 +113,13 @@ def _with_hosts_file_defaults(parser, argv, args):
     """`args` with the option defaults of the hosts file the command reads (--hosts-file, or the folder's defaults
     naming one): its `[defaults]` table applies like ./quantbench.toml's, above it and below the flags."""
     names = list(COMMANDS) + list(declared().subcommands)
-    src = C.hosts_file_source(args.hosts_file, names) if getattr(args, "hosts_file", None) else None
+    src = cli_config.hosts_file_source(args.hosts_file, names) if getattr(args, "hosts_file", None) else None
     if src is None:
         return args
-    C.check_known([src], declared().options)
+    cli_config.check_known([src], declared().options)
     parser._qb_sources = [*parser._qb_sources, src]
     for n, lp in parser._qb_leaves.items():
-        C.apply(lp, n, parser._qb_sources, declared().mixed)
+        cli_config.apply(lp, n, parser._qb_sources, declared().mixed)
     return parser.parse_args(argv)
 
 

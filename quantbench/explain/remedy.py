@@ -41,7 +41,7 @@ from quantbench.hosts.keys import session_options
 from quantbench.hosts.workerclient import JobFailed
 from quantbench.inputs.modelio import load_model, semantic_sha256
 from quantbench.quantize import intake
-from quantbench.quantize import variants as QV
+from quantbench.quantize import variants
 from quantbench.inputs.sidecarfile import REQUIREMENTS
 from quantbench.inputs.variantdir import variants_folder_of
 from quantbench.quantize.calibration import compute_ranges, load_ranges
@@ -180,7 +180,7 @@ def _requantized(base_path, float_model, out_dir: Path, recipe: dict, ranges_fil
     for r in requant:
         at, w, rr = options[r]
         try:
-            QV.make_static(prepared, out_dir / f"{r}.onnx", ranges=ranges, method=method, activation_type=at,
+            variants.make_static(prepared, out_dir / f"{r}.onnx", ranges=ranges, method=method, activation_type=at,
                            weight_type=w, per_channel=per_channel, reduce_range=rr, name=r, model=prep_model)
             out.append(RemedyVariant(r, out_dir / f"{r}.onnx", note=f"{at.upper()}{w.upper()}"
                                      f"{', reduce_range' if rr else ''}; {how}"))

@@ -7,7 +7,8 @@ The walk (every step measured, none guessed):
    the search), x64quantprecision as a session requirement, reduce_range, S8S8 / U8U8, per-channel toggled,
    the other calibration methods whose ranges calibrate left, only the multiply-accumulate ops quantized
    (mac_only). Of those meeting the budget with nothing in float: the fewest worst-host flips, then the
-   smallest file, then the earlier choice.
+   smallest file, then the earlier choice. None meeting it: pairs of an op type left in float and a numeric
+   choice (explain.searchpairs).
 2. Mixed precision on each global choice in turn (fewest worst-host flips at screening first; one over budget
    with every node in float passed over at the cost of that candidate) until one has a set that meets the
    budget: nodes ranked by measurement (lint's layers that can diverge on a host of this
@@ -49,6 +50,7 @@ from quantbench.explain.searchfleet import Fleet, decoder_key
 from quantbench.explain import searchidentity as identity
 from quantbench.explain.searchimported import recipe_marks, unconfirmed_line
 from quantbench.explain.searchlatency import PROTOCOL, LatencyProbe, check_fleet, over_ceiling
+from quantbench.explain.searchpairs import pair_phase
 from quantbench.explain.searchoutcome import ALL_FLOAT, NO_INT8, NO_INT8_MACS, NOT_DONE, int8_left, nearest, \
     no_answer_tail
 from quantbench.explain.searchspace import Choice, Space, error_feeds, error_ranking, lint_ranking, mac_node_of
@@ -388,6 +390,7 @@ def _global_phase(walk: Walk) -> Tried | None:
         t = walk.try_candidate(choice, ())
         if t.passes and choice.name == "base":
             return t
+    pair_phase(walk, choices)
     return _best(walk.tried)
 
 

@@ -1,6 +1,6 @@
 """x86 tier profiles: the CPUID of real CPUs (vendor, family/model/stepping, feature leaves) a masked worker sees.
 
-A profile names its features with /proc/cpuinfo's flag names (quantbench.hosts.worker.X86_FLAGS, which
+A profile names its features with /proc/cpuinfo's flag names (quantbench.worker.X86_FLAGS, which
 also says where each bit lives). `encode` turns it into the shim's QUANTBENCH_CPUID_PROFILE: the vendor,
 the leaf 1 EAX signature, and AND-masks that keep, of the named bits, only the profile's (leaves 7.0 and
 7.1 keep nothing else; leaf 1 and 0x80000001 keep their unnamed system bits), plus the XSAVE components
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quantbench.hosts.worker import X86_FLAGS
+from quantbench.worker import X86_FLAGS
 
 _BASE = ("fpu tsc cx8 cmov mmx fxsr sse sse2 syscall nx lm lahf_lm pni ssse3 cx16 sse4_1 sse4_2 popcnt").split()
 _SNB = _BASE + "pclmulqdq aes xsave osxsave avx xsaveopt".split()

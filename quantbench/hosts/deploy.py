@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from quantbench.errors import UserError
 from quantbench.hosts import emulated
-from quantbench.hosts import worker as W
+from quantbench import worker
 from quantbench.hosts.keys import normalize_session, session_options
 
 #: hosts-file keys that set a host's session
 HOST_SESSION_KEYS = ("providers", "intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level",
                      "execution_mode")
-_CHOICES = {"graph_optimization_level": W.GRAPH_OPT_LEVELS, "execution_mode": ("sequential", "parallel")}
+_CHOICES = {"graph_optimization_level": worker.GRAPH_OPT_LEVELS, "execution_mode": ("sequential", "parallel")}
 
 
 def check_host_session(name: str, entry: dict, where: str) -> dict:

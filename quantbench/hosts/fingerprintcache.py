@@ -38,10 +38,10 @@ from pathlib import Path
 
 from quantbench.inputs.assets import quantbench_home
 from quantbench.fsutil import atomic_write_text, cache_on, canonical_json, content_key
-from quantbench.hosts import worker as W
+from quantbench import worker
 from quantbench.hosts.process import worker_code_sha256
 
-VERSION = 2  # 2: the key says require_providers (was allow_fallback, inverted); the worker's code is tensorcode.py + worker.py
+VERSION = 2  # 2: the key says require_providers (was allow_fallback, inverted); the worker's code: process.worker_code_sha256
 _ENV_PREFIXES = ("PYTHON", "QEMU", "LD_", "OPENBLAS", "OMP_", "ORT_", "MKL", "GOMP", "KMP_", "NPY_", "NUMPY",
                  "QUANTBENCH_CPUID", "GLIBC_TUNABLES")  # the last two: a CPUID mask (masked hosts, hosts exec)
 
@@ -87,7 +87,7 @@ def _local_cpu() -> dict:
         libc = os.confstr("CS_GNU_LIBC_VERSION")
     except (ValueError, OSError, AttributeError):
         libc = ""
-    return {"cpuinfo": W.read_cpuinfo(), "auxv": W.read_auxv(), "machine": platform.machine(),
+    return {"cpuinfo": worker.read_cpuinfo(), "auxv": worker.read_auxv(), "machine": platform.machine(),
             "libc": libc, "kernel": platform.release()}
 
 
@@ -147,7 +147,7 @@ def lookup(key: str | None) -> tuple[dict, str] | None:
         fp, fid = data["fingerprint"], data["fingerprint_id"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    if not isinstance(fp, dict) or W.fingerprint_id(fp) != fid:
+    if not isinstance(fp, dict) or worker.fingerprint_id(fp) != fid:
         return None
     return fp, fid
 

@@ -34,7 +34,7 @@ from quantbench.fsutil import (MAX_EXPANSION, atomic_path, canonical_json, check
                                regular_file, sha256_bytes, sha256_file)
 from quantbench.hosts.keys import hosts_row, run_key, session_key
 from quantbench.hosts.shards import check_files, check_fixture_set, files_of
-from quantbench.hosts.worker import fingerprint_id
+from quantbench.worker import fingerprint_id
 from quantbench.tensorcode import tensor_from_bytes, tensor_sha256
 
 if TYPE_CHECKING:

@@ -15,17 +15,17 @@ import hashlib
 
 from quantbench.errors import UserError
 from quantbench.fsutil import canonical_json
-from quantbench.hosts import worker as W
+from quantbench import worker
 from quantbench import tensorcode
 
 # --------------------------------------------------------------------------- keys
 
 
-def session_options(session, overrides: dict | None = None) -> W.SessionOptions:
+def session_options(session, overrides: dict | None = None) -> worker.SessionOptions:
     """Session options (a dict, None: the defaults, or a SessionOptions) as the worker's one value type, normalised,
     with `overrides` layered on top (config entries merge key by key); a bad option is a UserError."""
     try:
-        options = W.SessionOptions(session)
+        options = worker.SessionOptions(session)
         return options.layered(overrides) if overrides else options
     except ValueError as exc:
         raise UserError(f"session options: {exc}") from None
@@ -78,7 +78,7 @@ def probe_model() -> tuple[bytes, object]:
 
 def request_header(kind: str, host: str, session: dict, require_providers: bool, model: dict, fixtures: list,
                    **fields) -> dict:
-    """The header of one worker request ("run" or "fingerprint", read by worker.py): the one place a request
+    """The header of one worker request ("run" or "fingerprint", read by the worker): the one place a request
     is encoded. `model`: where its bytes are (model_entry, or {"path", "sha256"}); `fixtures`: fixture_entry
     each; `fields`: the rest (return_tensors, repeat, output_names, store, variant names)."""
     return {"type": kind, "host": host, "session": session, "require_providers": require_providers, "model": model,
@@ -141,7 +141,7 @@ def not_started_row(host: str, kind: str, reason: str, runtime: str) -> dict:
     described): its fingerprint is what is known without a worker, so the row is found by its host name."""
     fp = {"identity": {"does_not_start": reason, "runtime": runtime}, "info": {}}
     version = (reason.split() + ["", ""])[1] if reason.startswith("onnxruntime ") else ""
-    return {"fingerprint_id": W.fingerprint_id(fp), "host": host, "kind": kind, "arch": "", "cpu": "",
+    return {"fingerprint_id": worker.fingerprint_id(fp), "host": host, "kind": kind, "arch": "", "cpu": "",
             "isa_flags": [], "ort_version": version, "fingerprint": canonical_json(dict(fp, kind=kind))}
 
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantbench.hosts import cpuidpatch
-from quantbench.hosts import cpuprofiles as P
-from quantbench.hosts import worker as W
+from quantbench.hosts import cpuprofiles
+from quantbench import worker
 from quantbench.errors import UserError
 from quantbench.hosts.process import UNMASKED_ENV, WORKER_PATH, ProcessHost, without_process_mask
 
@@ -38,15 +38,15 @@ def here_features() -> tuple[str, ...]:
     """This CPU's features as CPUID reports them to an unmasked process (empty off x86-64)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return ()
-    cpuid, _ = W.cpuid_function()
-    return tuple(W.x86_identity(W.cpuid_leaves(cpuid))["flags"])
+    cpuid, _ = worker.cpuid_function()
+    return tuple(worker.x86_identity(worker.cpuid_leaves(cpuid))["flags"])
 
 
-def masked_unavailable(p: P.Profile) -> str | None:
+def masked_unavailable(p: cpuprofiles.Profile) -> str | None:
     """Why the masked mechanism cannot run this profile here (None: it can)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return f"masked x86 tiers need an x86-64 machine (this is {platform.machine()})"
-    missing = P.missing_here(p, here_features())
+    missing = cpuprofiles.missing_here(p, here_features())
     if missing:
         return f"this CPU lacks {', '.join(missing)} (a CPUID mask can only take features away)"
     if not cpuidpatch.shim_path().exists() and not (shutil.which(os.environ.get("CC", "gcc")) or shutil.which("cc")):
@@ -61,10 +61,10 @@ def unshowable(spec) -> list[str] | None:
     the CPU, so equiv predicts the tier instead of running it); None for any other host."""
     if spec.kind != "masked" or spec.options.get("mechanism", "masked") != "masked":
         return None
-    p = P.profile(spec.options.get("profile", spec.name))
+    p = cpuprofiles.profile(spec.options.get("profile", spec.name))
     if p is None or platform.machine().lower() not in ("x86_64", "amd64"):
         return None
-    return list(p.features) if P.missing_here(p, here_features()) else None
+    return list(p.features) if cpuprofiles.missing_here(p, here_features()) else None
 
 
 def check_showable(specs, where: str) -> None:
@@ -72,7 +72,7 @@ def check_showable(specs, where: str) -> None:
     (`hosts setup x86-zen4` on a CPU without AVX-512 said "already set up": nothing can set it up here)."""
     for spec in specs:
         if unshowable(spec) is not None:
-            why = masked_unavailable(P.profile(spec.options.get("profile", spec.name)))
+            why = masked_unavailable(cpuprofiles.profile(spec.options.get("profile", spec.name)))
             raise UserError(f"{where} {spec.name}: {why}; no setup makes this CPU show it (equiv predicts the tier "
                             f"from measured hosts; a machine that shows it runs it)")
 
@@ -83,9 +83,9 @@ def shown_tiers(names) -> list[tuple[str, str | None]]:
     its workflow is written)."""
     out = []
     for name in names:
-        p = P.profile(name)
+        p = cpuprofiles.profile(name)
         if p is None:
-            raise UserError(f"unknown x86 tier {name!r}; tiers: {', '.join(P.PROFILES)}")
+            raise UserError(f"unknown x86 tier {name!r}; tiers: {', '.join(cpuprofiles.PROFILES)}")
         out.append((name, masked_unavailable(p)))
     return out
 
@@ -93,7 +93,7 @@ def shown_tiers(names) -> list[tuple[str, str | None]]:
 def tier_choice(profile_name: str, mechanism: str | None) -> tuple[str, dict]:
     """(kind, options) of a tier host: masked where it works (or is forced), else the qemu preset, else a
     masked host that says why it is not available."""
-    p = P.PROFILES[profile_name]
+    p = cpuprofiles.PROFILES[profile_name]
     if mechanism == "qemu" and p.qemu_preset:
         return "emulated", {"preset": p.qemu_preset}
     if mechanism is None and masked_unavailable(p) and p.qemu_preset:
@@ -101,21 +101,21 @@ def tier_choice(profile_name: str, mechanism: str | None) -> tuple[str, dict]:
     return "masked", {"profile": profile_name, "mechanism": mechanism or "masked"}
 
 
-def worker_env(p: P.Profile, site, shim) -> dict:
+def worker_env(p: cpuprofiles.Profile, site, shim) -> dict:
     """The masked worker's environment: the masked copy first on sys.path, the shim preloaded, the profile. It
     starts from the environment without any whole-process mask (a mask replaces another, never stacks on it)."""
     env = {k: v for k, v in without_process_mask(dict(os.environ)).items()
            if not k.startswith(("QUANTBENCH_CPUID_", "QUANTBENCH_CPU_MECHANISM"))}
     env["PYTHONPATH"] = os.pathsep.join([str(site)] + [x for x in env.get("PYTHONPATH", "").split(os.pathsep) if x])
     env["LD_PRELOAD"] = " ".join([str(shim)] + env.get("LD_PRELOAD", "").split())
-    env["QUANTBENCH_CPUID_PROFILE"] = P.encode(p)
+    env["QUANTBENCH_CPUID_PROFILE"] = cpuprofiles.encode(p)
     env["QUANTBENCH_CPUID_PROFILE_NAME"] = p.name
     env["QUANTBENCH_CPUID_BRAND"] = p.brand
     env["QUANTBENCH_CPUID_ROOT"] = os.path.realpath(site) + os.sep  # the shim reads real paths in /proc/self/maps
     env["QUANTBENCH_CPUID_SITES"] = str(Path(site).parent / "cpuid-sites.tsv")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.pop("OPENBLAS_CORETYPE", None)  # OpenBLAS reads the masked CPUID itself
-    hwcaps = P.glibc_hwcaps(p)
+    hwcaps = cpuprofiles.glibc_hwcaps(p)
     if hwcaps:
         env["GLIBC_TUNABLES"] = ":".join(x for x in (env.get("GLIBC_TUNABLES", ""), hwcaps) if x)
     return env
@@ -125,9 +125,9 @@ def process_env(profile_name: str, progress: bool = True) -> dict:
     """The environment that runs a whole command under a tier's mask (`hosts exec`): what a worker of that tier
     gets, plus the variables it changed as they were (process.UNMASKED_ENV), so that workers not running the
     masked copy take the mask off again (process.without_process_mask)."""
-    p = P.profile(profile_name)
+    p = cpuprofiles.profile(profile_name)
     if p is None:
-        raise UserError(f"unknown x86 tier {profile_name!r}; tiers: {', '.join(P.PROFILES)}")
+        raise UserError(f"unknown x86 tier {profile_name!r}; tiers: {', '.join(cpuprofiles.PROFILES)}")
     why = masked_unavailable(p)
     if why:
         raise UserError(f"{profile_name}: not available here: {why}")
@@ -161,13 +161,13 @@ class MaskedHost(ProcessHost):
     caches_fingerprint = True
 
     @property
-    def profile(self) -> P.Profile | None:
-        return P.profile(self.options.get("profile", self.name))
+    def profile(self) -> cpuprofiles.Profile | None:
+        return cpuprofiles.profile(self.options.get("profile", self.name))
 
     def ready(self) -> tuple[bool, str]:
         p = self.profile
         if p is None:
-            return False, f"unknown x86 tier profile {self.options.get('profile')!r}; profiles: {', '.join(P.PROFILES)}"
+            return False, f"unknown x86 tier profile {self.options.get('profile')!r}; profiles: {', '.join(cpuprofiles.PROFILES)}"
         if self.options.get("mechanism") == "qemu":
             return False, f"not available here: qemu has no CPU model for {p.description} (qemu emulates no AVX-512, VNNI or AMX)"
         why = masked_unavailable(p)

@@ -20,26 +20,31 @@ from pathlib import Path
 from typing import Protocol
 
 from quantbench.errors import UserError
-from quantbench.hosts import worker as W
+from quantbench.worker import jobs as worker_entry
+from quantbench.worker.protocol import read_frame, write_frame
 
-WORKER_PATH = Path(W.__file__).resolve()
-TENSORCODE_PATH = WORKER_PATH.parents[1] / "tensorcode.py"   # travels with the worker (worker.py's docstring)
+#: the worker's entry, started by path beside its sibling sources (quantbench.worker)
+WORKER_PATH = Path(worker_entry.__file__).resolve()
 #: `hosts exec TIER`: the variables a whole-process CPUID mask changed, with their values before it (JSON; null:
 #: unset). A worker that does not run the masked copy (a qemu guest, another runtime) takes the mask off.
 UNMASKED_ENV = "QUANTBENCH_CPUID_UNMASKED"
 
 
-#: what a host that receives the worker as source runs: reads the tensor encoding's and the worker's source
-#: (each after its length) from its input, then runs the worker on the rest of it (ssh hosts)
+#: what a host that receives the worker as source runs: reads the worker's sources (their count, then each one's
+#: module name and length before its bytes) from its input, then runs the last, the entry, with the others in its
+#: globals (jobs.install_sources) on the rest of the input (ssh hosts)
 BOOTSTRAP = (
-    "import sys;b=sys.stdin.buffer;n=int(b.readline());t=b.read(n);n=int(b.readline());"
-    "exec(compile(b.read(n),'quantbench-worker.py','exec'),{'__name__':'__main__','_TENSORCODE':t})"
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
+    "s=[(b.readline().decode('ascii').strip(),b.read(int(b.readline()))) for _ in range(n)];"
+    "exec(compile(s[-1][1],'quantbench-worker.py','exec'),{'__name__':'__main__','_SOURCES':s[:-1]})"
 )
 
 
 def worker_preamble() -> bytes:
-    """What BOOTSTRAP reads: the tensor encoding's source, then the worker's, each after its length."""
-    return b"".join(f"{len(src)}\n".encode("ascii") + src for src in worker_source())
+    """What BOOTSTRAP reads: the number of sources, then each one's module name, length and bytes."""
+    sources = worker_source()
+    return f"{len(sources)}\n".encode("ascii") + b"".join(
+        f"{module}\n{len(src)}\n".encode("ascii") + src for module, src in sources)
 
 
 def without_process_mask(env: dict) -> dict:
@@ -60,17 +65,19 @@ def without_process_mask(env: dict) -> dict:
     return out
 
 
-def worker_source() -> tuple[bytes, bytes]:
-    """(tensorcode.py's source, worker.py's source): the worker as a host that receives it as source gets it
-    (ssh: the encoding first, then the worker run with it in its globals as `_TENSORCODE`)."""
-    return TENSORCODE_PATH.read_bytes(), WORKER_PATH.read_bytes()
+def worker_source() -> list[tuple[str, bytes]]:
+    """[(module, source)] of the code a worker runs, in load order, its entry (jobs.py) last: what a host that
+    receives the worker as source gets, and what a kit carries."""
+    here = WORKER_PATH.parent
+    return [(module, (here / path).read_bytes()) for module, path in worker_entry.SOURCES] + \
+        [("quantbench.worker.jobs", WORKER_PATH.read_bytes())]
 
 
 def worker_code_sha256() -> str:
-    """The hash of the code a worker runs (tensorcode.py then worker.py, as worker_source sends them): what
+    """The hash of the code a worker runs (its sources in load order, as worker_source sends them): what
     a cached fingerprint and a cluster worker's version check compare."""
     h = hashlib.sha256()
-    for part in worker_source():
+    for _module, part in worker_source():
         h.update(hashlib.sha256(part).digest())
     return h.hexdigest()
 
@@ -249,12 +256,12 @@ class WorkerConnection:
     def request(self, header: dict, payload: list[bytes] | bytes = b""):
         """Send one request; yield every answer frame (header, payload) before "done"."""
         try:
-            W.write_frame(self.proc.stdin, header, payload)
+            write_frame(self.proc.stdin, header, payload)
         except (BrokenPipeError, OSError):
             raise self._died("while receiving its job") from None
         while True:
             try:
-                frame = W.read_frame(self._stdout)
+                frame = read_frame(self._stdout)
             except (EOFError, ValueError, OSError):
                 frame = None
             if frame is None:
@@ -266,7 +273,7 @@ class WorkerConnection:
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
-                W.write_frame(self.proc.stdin, {"type": "end"})
+                write_frame(self.proc.stdin, {"type": "end"})
                 self.proc.stdin.close()
             except (BrokenPipeError, OSError, ValueError):
                 pass
@@ -418,7 +425,7 @@ def protocol_members(protocol) -> tuple[str, ...]:
 
 @dataclass
 class ProcessHost:
-    """A host reached by starting a process that runs worker.py (local python, qemu, ssh), and the base
+    """A host reached by starting a process that runs the worker (local python, qemu, ssh), and the base
     protocol of every host kind (quantbench.hosts.kinds.KINDS names each kind's class).
 
     A kind's class is built as Class(name=, kind=, options=). Every kind implements the attributes

@@ -22,10 +22,10 @@ from pathlib import Path
 
 from quantbench.errors import UserError
 from quantbench.hosts import cpuidpatch
-from quantbench.hosts import cpuprofiles as P
-from quantbench.hosts import masked as M
+from quantbench.hosts import cpuprofiles
+from quantbench.hosts import masked
 from quantbench.hosts.process import BOOTSTRAP
-from quantbench.hosts.worker import cpuid_function, cpuid_leaves, x86_identity
+from quantbench.worker import cpuid_function, cpuid_leaves, x86_identity
 
 #: the remote's first program: reads the code zip (its length, then its bytes), the tier and the mode (`worker`
 #: or `setup`) from fd 0 unbuffered (the worker reads the rest of the stream after the exec), unpacks the zip once
@@ -47,7 +47,8 @@ TIER_BOOTSTRAP = (
 #: the modules the remote imports (hosts.masked's closure) and the shim's source
 _MODULES = ("__init__", "errors", "fsutil", "tensorcode", "inputs/__init__", "inputs/assets", "hosts/__init__",
             "hosts/cpuidpatch", "hosts/cpuprofiles", "hosts/keys", "hosts/masked", "hosts/process", "hosts/remotetier",
-            "hosts/runtimes", "hosts/worker")
+            "hosts/runtimes", "worker/__init__", "worker/protocol", "worker/session", "worker/fingerprint",
+            "worker/jobs")
 
 
 @lru_cache(maxsize=1)
@@ -71,19 +72,19 @@ def preamble(tier: str, mode: str) -> bytes:
 def exec_worker(tier: str, mode: str) -> None:
     """On the remote: the tier's masked copy (built when missing), then the worker under its mask (`worker`), or
     one JSON line saying what was done (`setup`). A CPU without the tier's features is one line and exit 3."""
-    p = P.profile(tier)
-    why = "unknown tier" if p is None else M.masked_unavailable(p)
+    p = cpuprofiles.profile(tier)
+    why = "unknown tier" if p is None else masked.masked_unavailable(p)
     if why:
         brand = x86_identity(cpuid_leaves(cpuid_function()[0])).get("model_name", "") if "lacks" in why else ""
         sys.stderr.write(f"quantbench: {tier} on this machine{f' ({brand})' if brand else ''}: {why}\n")
         sys.exit(3)
     try:
-        done = M.setup_masked(progress=False)
+        done = masked.setup_masked(progress=False)
     except UserError as exc:
         sys.stderr.write(f"quantbench: {tier} on this machine: {exc}\n")
         sys.exit(3)
     if mode == "setup":
         print(json.dumps({"done": done, "site": str(cpuidpatch.site_dir()), "shim": str(cpuidpatch.shim_path())}))
         return
-    env = M.worker_env(p, cpuidpatch.site_dir(), cpuidpatch.shim_path())
+    env = masked.worker_env(p, cpuidpatch.site_dir(), cpuidpatch.shim_path())
     os.execve(sys.executable, [sys.executable, "-u", "-c", BOOTSTRAP], env)

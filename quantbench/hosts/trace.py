@@ -1,6 +1,6 @@
 """An instruction trace of one model run: the guest's Python, started by a host that traces instructions
 (`EmulatedHost.trace_run`: qemu-user with `-d in_asm -D LOG`), runs a small probe that loads onnxruntime the
-way the worker does (worker.py's session and fingerprint, imported from the worker's folder), runs the
+way the worker does (the worker's session and fingerprint, its entry run with its sources: worker/jobs.py), runs the
 fixtures and reports where onnxruntime's code is mapped in the guest (/proc/self/maps): what qemu's log is
 read against (quantbench.explain.evidence). The probe is not a worker request: the trace must see one
 process that loads onnxruntime and runs the model, with no protocol around it.
@@ -16,15 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from quantbench.errors import UserError
-from quantbench.hosts import worker as W
+from quantbench.hosts.process import WORKER_PATH
 from quantbench import tensorcode
 
 PROBE = r'''
 import json, sys, time
 spec = json.load(open(sys.argv[1]))
-sys.path.insert(0, spec["worker_dir"])
+import runpy, types
 import numpy as np
-import worker as W
+W = types.SimpleNamespace(**runpy.run_path(spec["worker_entry"], init_globals={"_SOURCES": None}))
 session = W.normalize_session(spec["session"])
 with open(spec["model"], "rb") as fh:
     sess, resolved, readback = W.make_session(fh.read(), session)
@@ -58,7 +58,7 @@ def run_probe(label: str, command, model_path, fixtures, session: dict, timeout:
             p = tmp / f"in{i}.npy"
             np.save(p, tensorcode.canonical(fx.array))
             inputs.append({"path": str(p), "input_name": fx.input_name, "fixture_id": fx.fixture_id})
-        spec = {"worker_dir": str(Path(W.__file__).resolve().parent), "session": session,
+        spec = {"worker_entry": str(WORKER_PATH), "session": session,
                 "model": str(Path(model_path).resolve()), "inputs": inputs, "out": str(tmp / "probe.json")}
         (tmp / "spec.json").write_text(json.dumps(spec))
         (tmp / "probe.py").write_text(PROBE)

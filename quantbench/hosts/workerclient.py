@@ -3,7 +3,7 @@
 ("Session" is onnxruntime's alone: the options a worker builds its InferenceSession with, worker.SessionOptions;
 the client's process connection is process.WorkerConnection.)
 
-The one client of the worker protocol (quantbench/hosts/worker.py) for every
+The one client of the worker protocol (quantbench/worker/) for every
 caller: the runner's workers, the explain commands' workers, `hosts check`.
 Like Polygraphy's runners (activate / infer / deactivate), a WorkerClient is a
 context manager; the host kind it wraps (local, emulated, ssh) owns how its

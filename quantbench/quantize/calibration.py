@@ -597,18 +597,18 @@ def _reductions_model(model, catalog: _Catalog, want_abs: bool):
     model of many small tensors). Tensors of unknown rank or rank 0 are reshaped each."""
     import onnx
     from onnx import TensorProto, helper
-    from onnx import numpy_helper as nh
+    from onnx import numpy_helper
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    m.graph.initializer.append(nh.from_array(np.array([-1], np.int64), "__qb_flat"))
+    m.graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), "__qb_flat"))
     groups: dict[object, list[int]] = {}  # rank (or "flat") -> positions in catalog.inner
     for i, t in enumerate(catalog.inner):
         tt = catalog.vi[t].type.tensor_type
         rank = len(tt.shape.dim) if tt.HasField("shape") else 0
         groups.setdefault(rank if rank > 0 else "flat", []).append(i)
     order = [i for members in groups.values() for i in members]
-    m.graph.initializer.append(nh.from_array(np.argsort(np.array(order, np.int64)).astype(np.int64), "__qb_order"))
+    m.graph.initializer.append(numpy_helper.from_array(np.argsort(np.array(order, np.int64)).astype(np.int64), "__qb_order"))
     kinds = ["min", "max"] + (["amin"] if want_abs else [])
     nodes = []
     reduced: dict[tuple, str] = {}  # (kind, position in catalog.inner) -> its float32 reduction, dims kept

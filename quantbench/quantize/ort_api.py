@@ -513,18 +513,18 @@ def activation_errors(float_model: str | os.PathLike, qdq_model: str | os.PathLi
     so a 100 MB model's activations of every feed are never held at once; higher: closer to float). Augmented
     copies go to `workdir`. A tensor with no float counterpart is left out.
     """
-    from onnxruntime.quantization import qdq_loss_debug as QL
+    from onnxruntime.quantization import qdq_loss_debug
 
     workdir = Path(workdir)
     augmented = {}
     for tag, src in (("float", float_model), ("qdq", qdq_model)):
         augmented[tag] = workdir / f"{tag}.augmented.onnx"
-        QL.modify_model_output_intermediate_tensors(str(src), str(augmented[tag]))
+        qdq_loss_debug.modify_model_output_intermediate_tensors(str(src), str(augmented[tag]))
     signal: dict = {}
     noise: dict = {}
     for feed in feeds:
-        acts = {tag: QL.collect_activations(str(aug), iter([dict(feed)])) for tag, aug in augmented.items()}
-        for name, m in QL.create_activation_matching(acts["qdq"], acts["float"]).items():
+        acts = {tag: qdq_loss_debug.collect_activations(str(aug), iter([dict(feed)])) for tag, aug in augmented.items()}
+        for name, m in qdq_loss_debug.create_activation_matching(acts["qdq"], acts["float"]).items():
             if m.get("float"):
                 x = np.concatenate(m["float"]).ravel()
                 d = (x - np.concatenate(m["post_qdq"]).ravel()).astype(np.float64)

@@ -30,8 +30,8 @@ from quantbench.inputs.modelio import (check_tensor_outputs, graph_inputs, load_
 from quantbench.inputs.preprocess import load_rgb, to_tensor
 from quantbench.inputs.sidecarfile import REQUIREMENTS, check_requirements
 from quantbench.quantize import smoke
-from quantbench.quantize import variants as qv
-from quantbench.quantize import methods as M
+from quantbench.quantize import variants
+from quantbench.quantize import methods as calibration_methods
 from quantbench.quantize.calibration import ImageInputs, compute_ranges, check_limits
 from quantbench.quantize.methods import DEFAULT_PERCENTILE, ENTROPY_BINS
 from quantbench.quantize.ort_api import load_with_shape_infer
@@ -60,7 +60,7 @@ class CalibrateOptions:
     seed: int = 0
     allow_short: bool = False
     skip_bad: bool = False
-    methods: Sequence[str] = M.DEFAULT_METHODS
+    methods: Sequence[str] = calibration_methods.DEFAULT_METHODS
     out: str | os.PathLike | None = None           # variants folder
     percentile: float | None = None
     entropy_bins: int | None = None
@@ -95,8 +95,8 @@ class VariantReport:
 
 @dataclass
 class CalibrateResult:
-    calset: object             # quantbench.calibset.builder.CalibSet
-    calib_dir: Path
+    calset: builder.CalibSet | None   # None: the model was taken as given, nothing calibrated
+    calib_dir: Path | None
     out: Path
     state: str                 # publish_folder's "new" | "unchanged" | "replaced"
     latest: Path
@@ -116,17 +116,17 @@ class CalibrateResult:
 def _check(opts: CalibrateOptions) -> tuple[list[str], list[str]]:
     """Validate the parameters once; returns (methods, static methods)."""
     methods = list(dict.fromkeys(opts.methods))
-    bad = [m for m in methods if m not in M.VARIANT_METHODS]
+    bad = [m for m in methods if m not in calibration_methods.VARIANT_METHODS]
     if bad:
-        raise ParameterError("methods", f"unknown {bad}; choose from {', '.join(M.VARIANT_METHODS)}")
+        raise ParameterError("methods", f"unknown {bad}; choose from {', '.join(calibration_methods.VARIANT_METHODS)}")
     for at, wt in opts.types:
-        qv.quant_type(at), qv.quant_type(wt)
-    qv.quant_type(opts.weight_type)
+        variants.quant_type(at), variants.quant_type(wt)
+    variants.quant_type(opts.weight_type)
     check_limits(opts.chunk_size, opts.threads, opts.max_memory)  # a typo fails before any work
     if opts.entropy_bins is not None and opts.entropy_bins < 2:
         raise ParameterError("entropy_bins", f"must be at least 2 (got {opts.entropy_bins})")
     required(opts)
-    return methods, [m for m in M.STATIC if m in methods]
+    return methods, [m for m in calibration_methods.STATIC if m in methods]
 
 
 def required(opts: CalibrateOptions) -> dict:
@@ -290,7 +290,8 @@ def calibrate(opts: CalibrateOptions, on_calset: Callable | None = None, on_note
     for dest in (calib_root / name, out):   # a read-only folder: one line before anything is written
         check_writable_for(dest, f"nothing was written (calibrate writes {dest})")
     _refuse_decode_only_change(opts, out, model_path, spec, sidecar)
-    if M.wanted(static_methods, "entropy_bins") and entropy_bins == ENTROPY_BINS and on_note:   # before the work it costs
+    # before the work it costs
+    if calibration_methods.wanted(static_methods, "entropy_bins") and entropy_bins == ENTROPY_BINS and on_note:
         on_note(ENTROPY_DEFAULT_NOTE)
     with removed_on_failure([calib_root / name, out]):  # a failure leaves nothing: no calibration set either
         # 1. calibration set
@@ -376,7 +377,7 @@ class _VariantMaker:
         # the smoke image: the first calibration image, as every variant will be fed
         self.feeds = {self.spec["name"]: to_tensor(load_rgb(self.paths[0]), self.spec)}
 
-        fp32 = self._timed(lambda: qv.make_fp32(self.model_path, stage / "fp32.onnx", model_name=self.model_name,
+        fp32 = self._timed(lambda: variants.make_fp32(self.model_path, stage / "fp32.onnx", model_name=self.model_name,
                                                 recipe_extra=self.common, shape_override=override))
         try:
             ref = smoke.reference(fp32[0].path, self.feeds)
@@ -384,8 +385,8 @@ class _VariantMaker:
             raise UserError(f"{self.model_path}: the fp32 model does not run on calibration image {self.paths[0]} "
                             f"({smoke.first_line(exc)}); check the sidecar's input block") from None
         self._accept(fp32, ref)
-        if M.DYNAMIC in self.methods:
-            self._accept(self._timed(lambda: qv.make_dynamic(
+        if calibration_methods.DYNAMIC in self.methods:
+            self._accept(self._timed(lambda: variants.make_dynamic(
                 prepared, stage / "dynamic.onnx", weight_type=o.weight_type, per_channel=o.per_channel,
                 reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes, exclude_op_types=o.exclude_op_types,
                 model_name=self.model_name, recipe_extra={**self.common, **required(o)})), ref)
@@ -404,11 +405,12 @@ class _VariantMaker:
 
     def _calibrate(self, prepared, prep_model):
         o = self.opts
-        hist = {"entropy_bins": self.entropy_bins} if M.wanted(self.static_methods, "entropy_bins") else {}
+        wants_bins = calibration_methods.wanted(self.static_methods, "entropy_bins")
+        hist = {"entropy_bins": self.entropy_bins} if wants_bins else {}
         with PeakMeter() as mem:
             t = time.perf_counter()
             ranges = compute_ranges(prepared, ImageInputs(self.paths, self.spec), self.static_methods,
-                                    percentile=self.percentile, op_types=qv.static_op_types(o.exclude_op_types),
+                                    percentile=self.percentile, op_types=variants.static_op_types(o.exclude_op_types),
                                     chunk_size=o.chunk_size, max_memory=o.max_memory, threads=o.threads,
                                     plan=self.result.plan, progress=o.progress, model=prep_model, **hist)
         self.result.calib_seconds, self.result.calib_peak_mib = time.perf_counter() - t, mem.mib
@@ -417,8 +419,8 @@ class _VariantMaker:
     def _static(self, stage, prepared, prep_model, ranges, method, at, wt):
         o = self.opts
         vname = f"static-{method}" + ("" if (at, wt) == ("u8", "s8") else f"-{at}{wt}")
-        copts = {"entropy_bins": self.entropy_bins} if M.takes(method, "entropy_bins") else {}
-        return qv.make_static(prepared, stage / f"{vname}.onnx", ranges=ranges[method], method=method,
+        copts = {"entropy_bins": self.entropy_bins} if calibration_methods.takes(method, "entropy_bins") else {}
+        return variants.make_static(prepared, stage / f"{vname}.onnx", ranges=ranges[method], method=method,
                               percentile=self.percentile, activation_type=at, weight_type=wt,
                               per_channel=o.per_channel, reduce_range=o.reduce_range, exclude_nodes=o.exclude_nodes,
                               exclude_op_types=o.exclude_op_types, calibration_options=copts, name=vname,
@@ -430,7 +432,7 @@ def as_given_note(found: dict) -> str:
     """The one line calibrate says about an already-quantized model."""
     ops = ", ".join(f"{n} x{k}" for n, k in found.items())
     return (f"the model is already quantized ({ops}): nothing is re-quantized; it is published as the variant "
-            f"{qv.AS_GIVEN!r}")
+            f"{variants.AS_GIVEN!r}")
 
 
 def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sidecar, records: dict, found: dict,
@@ -461,10 +463,10 @@ def calibrate_as_given(opts: CalibrateOptions, model_path: Path, spec: dict, sid
     feeds = {spec["name"]: to_tensor(load_rgb(cands[0].path), spec)}
     with staging_folder(out) as stage:
         override = records.get("input_shape_override")
-        made = [qv.make_as_given(model_path, stage / f"{qv.AS_GIVEN}.onnx", found, model_name=model_name,
+        made = [variants.make_as_given(model_path, stage / f"{variants.AS_GIVEN}.onnx", found, model_name=model_name,
                                  recipe_extra={**common, **required(opts)}, shape_override=override)]
         if fp32_path is not None:
-            made.insert(0, qv.make_fp32(fp32_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common,
+            made.insert(0, variants.make_fp32(fp32_path, stage / "fp32.onnx", model_name=model_name, recipe_extra=common,
                                         shape_override=override))
         try:
             ref = smoke.reference(made[0].path, feeds)

@@ -31,7 +31,7 @@ from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
 from quantbench.inputs.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
                                        write_with_input_shape)
-from quantbench.quantize import methods as M, ort_api
+from quantbench.quantize import methods, ort_api
 from quantbench.quantize.calibration import (compute_ranges, default_op_types, ranges_dict,
                                              ranges_sha256)
 from quantbench.quantize.ort_api import load_with_shape_infer
@@ -202,7 +202,7 @@ def _own_copy(model, model_path):
 
 def _check_ranges_method(ranges, method: str) -> None:
     """`ranges` were computed with calibration `method` (ranges of another method make another variant)."""
-    expected = ort_api.calibration_method(method) if method in M.METHODS else None
+    expected = ort_api.calibration_method(method) if method in methods.METHODS else None
     if expected is None or ranges.calibration_method != expected:
         raise UserError(f"make_static: ranges were computed with {ranges.calibration_method}, not {method!r}")
 
@@ -227,7 +227,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     Writes out_path, <stem>.ranges.json and <stem>.recipe.json beside it.
     """
     name = name or f"static-{method}"
-    percentile = M.DEFAULT_PERCENTILE if percentile is None else percentile
+    percentile = methods.DEFAULT_PERCENTILE if percentile is None else percentile
     at, wt = quant_type(activation_type), quant_type(weight_type)
     try:
         ort_api.check_static_types(at, wt)
@@ -254,7 +254,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     atomic_write_json(ranges_path(out_path), {"method": method, "ranges": rdict})
     model_name = _model_name(model_path, model_name)
     calib = {"method": method}
-    if M.takes(method, "percentile"):
+    if methods.takes(method, "percentile"):
         calib["percentile"] = percentile
     calib.update(calibration_options)
     recipe = {"variant": name, "model": model_name, "method": "static", "quant_format": "QDQ",

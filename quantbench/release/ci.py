@@ -287,7 +287,7 @@ def cache_key(p: CIParams, host: str, arch: str) -> str:
     """What `quantbench hosts setup HOST` builds depends on: the preset, the runner's architecture, the
     onnxruntime version (its aarch64 wheels), the guest Python, and quantbench's setup code (hashFiles)."""
     return (f"quantbench-hosts-{host}-{arch}-ort{p.onnxruntime}-py{p.python}-"
-            "${{ hashFiles('quantbench/hosts/setup.py', 'quantbench/hosts/emulated.py') }}")
+            "${{ hashFiles('quantbench/hosts/setup/*.py', 'quantbench/hosts/emulated.py') }}")
 
 
 # --------------------------------------------------------------------------- GitHub Actions

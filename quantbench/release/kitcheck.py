@@ -3,7 +3,7 @@
 This module is copied verbatim into the kit's check.py (release/commission.py writes it), so it imports the
 standard library only at its top (numpy and onnxruntime on first use: a device without them gets one line and
 exit 2, not a traceback) and nothing of quantbench. The hashing, the session and the device's features are not
-written here a second time: the kit carries the worker's own code (quantbench/tensorcode.py, hosts/worker.py)
+written here a second time: the kit carries the worker's own code (quantbench/tensorcode.py, quantbench/worker/)
 and the built-in decoders' source (analysis/decode.py) as `SOURCES`, copied at build time from their owners.
 `served` is the one decision summary: the kit's build computes the expected decisions with it too.
 
@@ -26,6 +26,8 @@ EXPECTED = "expected.json"
 #: set in the kit's copy: the SHA-256 of its expected.json, and the owners' sources
 EXPECTED_SHA256 = ""
 SOURCES: dict = {}
+#: the worker's entry among SOURCES (the last of the worker's sources)
+WORKER_ENTRY = "quantbench.worker.jobs"
 
 
 class KitError(Exception):
@@ -210,8 +212,10 @@ def check(kit: str, model_file: "str | None" = None) -> dict:
     except ImportError as exc:
         raise KitError("missing runtime: %s (the kit needs Python 3.8+, numpy and onnxruntime)" % exc) from None
     expected = load_kit(kit, model_file)
-    tensorcode = _namespace("tensorcode.py")
-    worker = _namespace("worker.py", {"_TENSORCODE": SOURCES["tensorcode.py"]})
+    # the worker's entry, run with its sources (SOURCES keeps their load order) installed as their modules
+    worker = _namespace(WORKER_ENTRY, {"_SOURCES": [(name, text.encode("utf-8")) for name, text in SOURCES.items()
+                                                    if name.startswith("quantbench.") and name != WORKER_ENTRY]})
+    tensorcode = worker
     fixtures = read_fixtures(expected, tensorcode)
     with open(expected["_model_path"], "rb") as fh:
         model = fh.read()

@@ -1,7 +1,7 @@
 """A commissioning kit's check.py, generated from the code that owns each part of it (no second copy by hand).
 
 check.py is release/kitcheck.py (the check itself) with the SHA-256 of the kit's expected.json set in it, followed
-by the sources it runs, copied from their owners at build time: quantbench/tensorcode.py and hosts/worker.py (the
+by the sources it runs, copied from their owners at build time: quantbench/tensorcode.py and quantbench/worker/ (the
 hashing, the session and the fingerprint every host runs), and the built-in simple decoders of analysis/decode.py
 (classifier argmax, sigmoid threshold, threshold map) with the few lines they need to run outside quantbench.
 """
@@ -59,9 +59,9 @@ def decode_source() -> str:
 
 def sources() -> dict:
     """{file name: source} of what check.py runs besides itself."""
-    tensorcode, worker = worker_source()
-    return {"tensorcode.py": tensorcode.decode("utf-8"), "worker.py": worker.decode("utf-8"),
-            "decode.py": decode_source()}
+    out = {module: src.decode("utf-8") for module, src in worker_source()}   # the worker's, in load order
+    out["decode.py"] = decode_source()
+    return out
 
 
 def render(expected_sha256: str) -> str:
@@ -74,6 +74,6 @@ def render(expected_sha256: str) -> str:
              f"# check.py of a quantbench {__version__} commissioning kit: generated, do not edit (expected.json's",
              "# hash is in it; the sources at its end are quantbench's own, copied when the kit was written).",
              body.rstrip("\n"), "", "", "SOURCES.update({"]
-    lines += [f"    {name!r}: {text!r}," for name, text in sorted(sources().items())]
+    lines += [f"    {name!r}: {text!r}," for name, text in sources().items()]   # the worker's load order
     lines += ["})", "", "", 'if __name__ == "__main__":', "    sys.exit(main())", ""]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantbench.report import gallery as GL
+from quantbench.report import gallery
 from quantbench.store.resultpaths import RESULTS_DIR
 from quantbench.fsutil import atomic_write_text, clean_stale_tmp, content_key, made_from, write_key
 from quantbench.report import htmlpage
@@ -93,4 +93,4 @@ def clean_stale_report(results_dir: str | os.PathLike) -> list[Path]:
     """Remove the temporary files (fsutil.atomic_path's, a dead writer's only) that a killed equiv or report left
     in the report's folders: the results folder, its plots, report fragments and flip gallery; returns them."""
     rdir = Path(results_dir)
-    return [p for d in (rdir, rdir / PLOTS, rdir / FRAGMENTS, rdir / GL.GALLERY) for p in clean_stale_tmp(d)]
+    return [p for d in (rdir, rdir / PLOTS, rdir / FRAGMENTS, rdir / gallery.GALLERY) for p in clean_stale_tmp(d)]

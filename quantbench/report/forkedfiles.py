@@ -27,7 +27,7 @@ import struct
 import sys
 import time
 
-from quantbench.hosts.worker import die_with_parent
+from quantbench.worker.jobs import die_with_parent
 
 RECORD = struct.Struct("<I")
 MAX_JOBS = 1024   # job numbers fit a pipe's buffer on every platform (4 KiB): more work is grouped by the caller

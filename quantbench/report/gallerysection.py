@@ -8,7 +8,7 @@ import functools
 import math
 from pathlib import Path
 
-from quantbench.report import gallery as GL
+from quantbench.report import gallery
 from quantbench.report.forkedfiles import MAX_JOBS, Ahead
 from quantbench.fsutil import made_from
 from quantbench.report import charts
@@ -38,15 +38,15 @@ def gallery_shows(result, tables_root) -> list:
             ms = [abs(r["margin"]) for r in item[1] if r["margin"] is not None and not math.isnan(r["margin"])]
             return (-(max(ms) if ms else -1.0), item[1][0]["source"], item[0])
 
-        picks = sorted(per_fx.items(), key=key)[:GL.PER_COMPARISON]
+        picks = sorted(per_fx.items(), key=key)[:gallery.PER_COMPARISON]
         chosen.append((c, picks, len(per_fx)))
-    recipes = GL.fixture_recipes({f for _, picks, _ in chosen for f, _ in picks}, tables_root)
+    recipes = gallery.fixture_recipes({f for _, picks, _ in chosen for f, _ in picks}, tables_root)
     shows = []   # per comparison: (title line, [(fixture, alt, name, key, draw arguments)])
     for c, picks, n_img in chosen:
         v = model_of.get(c["variant_id"], {})
         ref_vid = next((x["variant_id"] for x in result.variants
                         if x["model"] == v.get("model") and x["variant"] == c["ref_variant"]), c["variant_id"])
-        frame = GL.box_frame(v.get("decode") or {}, result.sidecars.get(v.get("model")))
+        frame = gallery.box_frame(v.get("decode") or {}, result.sidecars.get(v.get("model")))
         title = (f"{c['variant']} on {c['host']} vs {c['ref_variant']} on {c['ref_host']} ({c['comparison']}): "
                  f"{c['flips']} flips on {c['images_disagree']} images")
         shown = f"; showing {len(picks)}" if len(picks) < n_img else ""
@@ -57,8 +57,8 @@ def gallery_shows(result, tables_root) -> list:
                       if frame else f"{src}  reference: {c['ref_variant']} on {c['ref_host']}  candidate: "
                       f"{c['variant']} on {c['host']}")
             ref, cand = result.decoded.get((c["ref_host"], ref_vid, f)), result.decoded.get((c["host"], c["variant_id"], f))
-            name = GL.safe(f"{v.get('model', '')}-{c['variant']}-{c['host']}-{c['comparison']}-{f[:12]}") + ".png"
-            key = GL.thumb_key(f, recipes[f], ref, cand, rows, frame, legend) if f in recipes else None
+            name = gallery.safe(f"{v.get('model', '')}-{c['variant']}-{c['host']}-{c['comparison']}-{f[:12]}") + ".png"
+            key = gallery.thumb_key(f, recipes[f], ref, cand, rows, frame, legend) if f in recipes else None
             items.append((f, f"{src}: {len(rows)} flip(s)", name, key, (ref, cand, rows, frame, legend)))
         shows.append((f"#### {title}{shown}", items))
     return shows
@@ -75,7 +75,7 @@ def draw_thumbnails(todo: list, pixels: dict, folder: Path) -> None:
     for f, name, key, args in todo:
         rgb = pixels.get(f)
         if rgb is not None:
-            GL.save_png(GL.draw(rgb, *args), folder / name, key)
+            gallery.save_png(gallery.draw(rgb, *args), folder / name, key)
 
 
 # a forked child joins in drawing the gallery only when there are this many thumbnails to draw: a fork and a
@@ -87,13 +87,13 @@ def draw_ahead(result, rdir: Path, tables_root, plots: bool) -> tuple[list, Ahea
     """(gallery_shows, an Ahead drawing the missing plots and gallery thumbnails): a forked child starts on them
     while publish_equiv scores accuracy and writes the tables, then both draw what is left (Ahead.finish)."""
     shows = gallery_shows(result, tables_root)
-    folder = rdir / GL.GALLERY
+    folder = rdir / gallery.GALLERY
     todo = thumbnails_to_draw(shows, folder)
     jobs = []
     if plots and charts.plots_to_draw(result, rdir):
         jobs.append(functools.partial(charts.draw_plots, result, rdir))   # one job: one process imports matplotlib
     if len(todo) >= AHEAD_MIN_THUMBNAILS:
-        pixels = GL.fixture_pixels({f for f, _, _, _ in todo}, tables_root)   # read here: the child reads no table
+        pixels = gallery.fixture_pixels({f for f, _, _, _ in todo}, tables_root)   # read here: the child reads no table
         per = -(-len(todo) // (MAX_JOBS - 1))
         jobs += [functools.partial(draw_thumbnails, todo[i:i + per], pixels, folder) for i in range(0, len(todo), per)]
     return shows, Ahead(jobs)
@@ -109,14 +109,14 @@ def gallery_lines(result, rdir: Path, tables_root, written: list, shows: list | 
         lines += ["No comparison has flips: nothing to show." if compared
                   else "Decisions not compared (decode none): no gallery.", ""]
         return lines
-    lines += [f"For each comparison with flips, up to {GL.PER_COMPARISON} images whose flips had the largest fp32 "
+    lines += [f"For each comparison with flips, up to {gallery.PER_COMPARISON} images whose flips had the largest fp32 "
               "|margin|: the reference's served boxes in green, the candidate's in magenta, flipped decisions "
               "thick; below, each flip: reference class and score -> candidate class and score.", ""]
     shows = gallery_shows(result, tables_root) if shows is None else shows
-    folder = rdir / GL.GALLERY
+    folder = rdir / gallery.GALLERY
     # only the thumbnails not already drawn from the same inputs read their input tensors and are drawn
     todo = thumbnails_to_draw(shows, folder)
-    pixels = GL.fixture_pixels({f for f, _, _, _ in todo}, tables_root)
+    pixels = gallery.fixture_pixels({f for f, _, _, _ in todo}, tables_root)
     draw_thumbnails(todo, pixels, folder)
     undrawable = {name for f, name, _, _ in todo if f not in pixels}
     keep = set()
@@ -128,7 +128,7 @@ def gallery_lines(result, rdir: Path, tables_root, written: list, shows: list | 
                 continue
             written.append(folder / name)
             keep.add(name)
-            lines += [f"![{alt}]({GL.GALLERY}/{name})", ""]
+            lines += [f"![{alt}]({gallery.GALLERY}/{name})", ""]
         lines.append("")
-    GL.prune(folder, keep)
+    gallery.prune(folder, keep)
     return lines

@@ -4,7 +4,7 @@ the separation and prediction texts the report shares with it.
 
 from __future__ import annotations
 
-from quantbench.analysis import classes as C
+from quantbench.analysis import classes
 from quantbench.analysis.decode import IOU_SHIFT, DecoderKind, kind_of
 from quantbench.report import charts, verdict
 from quantbench.textfmt import text_table
@@ -23,7 +23,7 @@ def runtime_lines(result) -> list[str]:
     out += [f"{h} cannot run {name}: {why}" for h, by in sorted(getattr(result, "cannot_run", {}).items())
             for name, why in by.items()]
     for v in result.variants:
-        out += [f"{v['variant']}: {C.version_text(f)}" for f in v.get("versions", [])]
+        out += [f"{v['variant']}: {classes.version_text(f)}" for f in v.get("versions", [])]
     return out
 
 
@@ -219,7 +219,7 @@ def separation_text(v: dict, none: str, values: bool = False) -> str:
 
 def named_pairs(v: dict) -> bool:
     """Whether a variant's classes, split by no single feature, have a per-pair separation to show."""
-    return bool(v.get("pairs")) and C.needs_pairs(v["separating_features"], len(v["classes"]))
+    return bool(v.get("pairs")) and classes.needs_pairs(v["separating_features"], len(v["classes"]))
 
 
 def features_text(feats: list, most: int) -> str:

@@ -128,9 +128,9 @@ def read_parts(name: str, files: list[Path], columns, filter) -> pa.Table:
         try:
             # one dataset over every part: files opened in parallel, row groups the filter's
             # statistics rule out skipped, no per-file set-up
-            import pyarrow.dataset as ds
+            import pyarrow.dataset as dataset
 
-            table = ds.dataset([str(f) for f in files], format="parquet").to_table(columns=read_cols, filter=filter)
+            table = dataset.dataset([str(f) for f in files], format="parquet").to_table(columns=read_cols, filter=filter)
             table = table.cast(target)
             table.validate(full=True)
         except Exception:

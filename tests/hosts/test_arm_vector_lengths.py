@@ -11,11 +11,11 @@ import pytest
 
 from quantbench.errors import UserError
 from quantbench.hosts import emulated as E
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.hosts.registry import hosts_from_text, make_host
 from setup_required import missing_setup
 
-WORKER_DIR = Path(W.__file__).resolve().parent
+WORKER_ENTRY = Path(W.jobs.__file__).resolve()   # run in the guest with its sibling sources
 NEW_ARM = ("graviton4", "orin", "phone-sme2", "docker-arm64")
 
 
@@ -95,8 +95,8 @@ def test_an_x86_fingerprint_carries_no_vector_lengths():
 
 def _guest_identity(host) -> dict:
     argv, env = E.python_command(host.preset, cpu=host.cpu)
-    code = ("import json, sys; sys.path.insert(0, %r); import worker; "
-            "print('FP ' + json.dumps(worker.collect_fingerprint()))" % str(WORKER_DIR))
+    code = ("import json, runpy; worker = runpy.run_path(%r, init_globals={'_SOURCES': None}); "
+            "print('FP ' + json.dumps(worker['collect_fingerprint']()))" % str(WORKER_ENTRY))
     proc = subprocess.run(argv + ["-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(next(ln for ln in proc.stdout.splitlines() if ln.startswith("FP "))[3:])

@@ -15,14 +15,14 @@ import pytest
 
 from quantbench.errors import UserError
 from quantbench.hosts import emulated as E
-from quantbench.hosts import setup as S
-from quantbench.hosts import worker as W
+from quantbench.hosts.setup import apt, prefix, steps
+from quantbench import worker as W
 from quantbench import tensorcode
 from quantbench.store import partread
 from quantbench.hosts.keys import local_ort_version
 from setup_required import missing_setup
 
-WORKER_DIR = Path(W.__file__).resolve().parent
+WORKER_ENTRY = Path(W.jobs.__file__).resolve()   # run in the guest with its sibling sources
 
 
 # --------------------------------------------------------------------------- fast: contract
@@ -89,8 +89,8 @@ def test_a_binary_that_prints_no_version_is_no_qemu(tmp_path):
 def test_setup_unknown_preset_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setenv("QUANTBENCH_HOME", str(tmp_path))
     with pytest.raises(UserError, match="unknown emulated preset 'pi9'.*presets: pi, pi4"):
-        S.setup_emulated([("pi9", None)], progress=False)
-    assert S.setup_emulated([], progress=False) == []
+        steps.setup_emulated([("pi9", None)], progress=False)
+    assert steps.setup_emulated([], progress=False) == []
 
 
 def test_mirror_comes_from_the_machines_apt_sources(tmp_path, monkeypatch):
@@ -104,18 +104,18 @@ def test_mirror_comes_from_the_machines_apt_sources(tmp_path, monkeypatch):
         "Types: deb\n# a comment\nURIs: http://mirror.invalid/debian-security\nSuites: bookworm-security\n"
         "Components: main\n\nTypes: deb\nURIs: http://mirror.invalid/debian/\nSuites: bookworm bookworm-updates\n"
         "Components: main\nSigned-By: /some/keyring.gpg\n")
-    assert S.debian_mirror(etc) == ("http://mirror.invalid/debian", "/some/keyring.gpg")
+    assert apt.debian_mirror(etc) == ("http://mirror.invalid/debian", "/some/keyring.gpg")
     (etc / "sources.list.d" / "debian.sources").unlink()
     (etc / "sources.list").write_text("deb [arch=amd64] http://other.invalid/debian trixie main contrib\n")
-    assert S.debian_mirror(etc)[0] == "http://other.invalid/debian"
+    assert apt.debian_mirror(etc)[0] == "http://other.invalid/debian"
     (etc / "sources.list").write_text("")
     with pytest.raises(UserError, match="QUANTBENCH_DEBIAN_MIRROR"):
-        S.debian_mirror(etc)
+        apt.debian_mirror(etc)
 
 
 def test_generated_cpuinfo_reads_back_through_the_worker():
     p = E.PRESETS["pi"]
-    text = S.arm_cpuinfo(p, S.arm_features(0b111 | (1 << 20), 0), cpus=2)
+    text = prefix.arm_cpuinfo(p, prefix.arm_features(0b111 | (1 << 20), 0), cpus=2)
     info = W.read_cpuinfo(text)
     assert info["arm_cores"] == [{"CPU implementer": "0x41", "CPU architecture": "8", "CPU variant": "0x4",
                                   "CPU part": "0xd0b", "CPU revision": "1"}]
@@ -123,7 +123,7 @@ def test_generated_cpuinfo_reads_back_through_the_worker():
     # CPUID of a Haswell-like model: AVX2 + FMA, no AVX-512.
     cpuid = {"0.0": [0xd, 0x756E6547, 0x6C65746E, 0x49656E69], "1.0": [0x306c1, 0, (1 << 12) | (1 << 28) | (1 << 20), 1 << 26],
              "7.0": [0, 1 << 5, 0, 0]}
-    text, flags = S.x86_cpuinfo(cpuid, cpus=1)
+    text, flags = prefix.x86_cpuinfo(cpuid, cpus=1)
     info = W.read_cpuinfo(text)
     assert info["vendor_id"] == "GenuineIntel" and info["cpu family"] == "6" and info["model"] == "60"
     assert set(flags) == {"sse2", "fma", "sse4_2", "avx", "avx2"} and info["flags"] == sorted(flags)
@@ -141,8 +141,8 @@ def _need(*names):
 
 def _guest_fingerprint(name: str) -> dict:
     argv, env = E.python_command(name)
-    code = ("import json, sys; sys.path.insert(0, %r); import worker; "
-            "print('FP ' + json.dumps(worker.collect_fingerprint()))" % str(WORKER_DIR))
+    code = ("import json, runpy; worker = runpy.run_path(%r, init_globals={'_SOURCES': None}); "
+            "print('FP ' + json.dumps(worker['collect_fingerprint']()))" % str(WORKER_ENTRY))
     proc = subprocess.run(argv + ["-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("FP "))

@@ -64,14 +64,17 @@ def test_fingerprint_cache_off_and_keys(workdir, home, monkeypatch):
 
 
 def _worker_code() -> str:
-    """tensorcode.py's and worker.py's sources, each hashed, hashed together (what a worker runs)."""
+    """tensorcode.py's and the worker folder's sources in load order, each hashed, hashed together (what a worker
+    runs)."""
     import hashlib
     from pathlib import Path
 
-    from quantbench.hosts import worker as W
+    from quantbench import worker as W
 
     h = hashlib.sha256()
-    for p in (Path(W.__file__).resolve().parents[1] / "tensorcode.py", Path(W.__file__).resolve()):
+    folder = Path(W.__file__).resolve().parent
+    for p in (folder.parent / "tensorcode.py", *(folder / f"{m}.py" for m in ("protocol", "session", "fingerprint",
+                                                                             "jobs"))):
         h.update(hashlib.sha256(p.read_bytes()).digest())
     return h.hexdigest()
 

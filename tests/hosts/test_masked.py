@@ -27,7 +27,7 @@ from quantbench.hosts import masked as M
 from quantbench.hosts.process import without_process_mask
 from quantbench.hosts.registry import hosts_from_text, make_host, resolve_hosts
 from quantbench.hosts.workerclient import WorkerClient
-from quantbench.hosts.worker import masked_problem
+from quantbench.worker import masked_problem
 from setup_required import missing_setup, need_tier
 
 

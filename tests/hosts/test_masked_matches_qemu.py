@@ -90,7 +90,7 @@ def test_equiv_over_every_tier_splits_fp32_by_width_and_int8_by_vnni(tmp_path, m
     fp32 by vector width, static U8S8 by the int8 path (the saturating vpmaddubsw kernel of AVX2 and AVX-512BW
     without VNNI against the exact ones)."""
     from quantbench.analysis.tiers import DISPATCH_X86, int8_path
-    from quantbench.hosts import worker as W
+    from quantbench import worker as W
 
     tiers = _shown_tiers()
     if len(tiers) < 2:

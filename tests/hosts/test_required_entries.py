@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench.hosts.keys import probe_model, session_key
 from quantbench.hosts.requirements import RequirementConflict, applied, host_session, ran_as
 from quantbench.fsutil import canonical_json

@@ -157,7 +157,7 @@ def _as_another_cpu(src, dst) -> None:
 
     from quantbench.hosts.imported import read_export
     from quantbench.hosts.keys import hosts_row, run_key
-    from quantbench.hosts.worker import fingerprint_id
+    from quantbench.worker import fingerprint_id
 
     manifest, parts = read_export(src)
     rows = parts["hosts"].to_pylist()

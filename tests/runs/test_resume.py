@@ -1,7 +1,7 @@
 """A worker SIGKILLed mid-run, then the run resumed: no fixture lost, none duplicated.
 
 The worker is stopped at a known point with its test-only pause hook
-(QUANTBENCH_TEST_PAUSE_AFTER / QUANTBENCH_TEST_PAUSE_FILE, see quantbench.hosts.worker),
+(QUANTBENCH_TEST_PAUSE_AFTER / QUANTBENCH_TEST_PAUSE_FILE, see quantbench.worker),
 never by hoping a model is slow enough: the test means the same on any machine.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from hosts_helpers import fixtures, matmul_model, variant
+from quantbench.hosts.process import WORKER_PATH
 from quantbench.store import partread
 from quantbench.runs.runner import run_hosts
 
@@ -92,7 +93,7 @@ def test_killed_worker_then_resume(workdir):
     root = workdir / "t"
     proc, pid = _paused_run(workdir, model, root, workdir / "go")
     try:
-        workers = [p for p, cmd in _children(proc.pid) if "worker.py" in cmd]
+        workers = [p for p, cmd in _children(proc.pid) if WORKER_PATH.name in cmd]
         assert workers == [pid]
         os.kill(pid, signal.SIGKILL)  # paused after exactly K results: never resumed
     finally:

@@ -17,7 +17,7 @@ from quantbench.api.calibrate import options as calibrate_options
 from quantbench.cli.commands import finite_float
 from quantbench.cli.groups import OUTPUT, PluginArgs, session_config
 from quantbench.errors import UserError
-from quantbench.quantize import variants as qv
+from quantbench.quantize import variants
 from quantbench.quantize.methods import DEFAULT_METHODS, DEFAULT_PERCENTILE, ENTROPY_BINS, VARIANT_METHODS as METHOD_CHOICES
 from quantbench.quantize.pipeline import decode_only
 from quantbench.inputs.sidecarfile import REQUIREMENTS
@@ -126,7 +126,7 @@ def _options(recipe: dict) -> str:
     m = recipe.get("method")
     if m == "fp32":
         return "as given"
-    if m == qv.AS_GIVEN:
+    if m == variants.AS_GIVEN:
         return f"{recipe.get('quant_format')}, not made by quantbench"
     parts = []
     if m == "dynamic":
@@ -156,7 +156,7 @@ def options_from_args(args) -> dict:
         count_bins = [int(x) for x in _csv(args.count_bins)]
     except ValueError:
         raise UserError(f"--count-bins: {args.count_bins!r} is not a comma-separated list of integers") from None
-    types = qv.parse_types(args.types) if args.types else [(args.activation_type, args.weight_type)]
+    types = variants.parse_types(args.types) if args.types else [(args.activation_type, args.weight_type)]
     return dict(
         labels=args.labels, images=args.images, sidecar=args.sidecar, fp32=args.fp32, preprocess=args.preprocess,
         decode=args.decode, name=args.name, per_cell=args.per_cell, strata=args.strata, count_bins=count_bins,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quantbench.cli import config as C
+from quantbench.cli import config as cli_config
 from quantbench.cli.commands import declared
 
 HELP = ("Show the option defaults in effect in this folder (hosts, fixtures, threshold, budget, ...) and where "
@@ -19,8 +19,9 @@ def run(args) -> int:
     import json
 
     parser = args._parser
-    rows = C.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all, mixed=declared().mixed)
-    files = [{"file": str(s.path), "table": C.defaults_table(s)} for s in parser._qb_sources]
+    rows = cli_config.effective(parser._qb_leaves, parser._qb_sources, parser._qb_builtin, every=args.all,
+                                mixed=declared().mixed)
+    files = [{"file": str(s.path), "table": cli_config.defaults_table(s)} for s in parser._qb_sources]
     if args.json:
         print(json.dumps({"sources": files, "precedence": ["flag", "quantbench.toml [defaults]",
                                                            "pyproject.toml [tool.quantbench]", "built-in"],
@@ -28,7 +29,7 @@ def run(args) -> int:
         return 0
     print("config files: " + (", ".join(f"{f['file']} [{f['table']}]" for f in files) or
                               "none (built-in defaults; see quantbench.toml [defaults] or pyproject.toml [tool.quantbench])"))
-    print(C.effective_table(rows))
+    print(cli_config.effective_table(rows))
     print("precedence: flag > quantbench.toml [defaults] > pyproject.toml [tool.quantbench] > built-in")
     return 0
 

@@ -12,7 +12,7 @@ from quantbench.cli.console import before_exec
 from quantbench.cli.groups import FleetArgs, SessionArgs
 from quantbench.errors import UserError
 from quantbench.hosts import cpuprofiles
-from quantbench.hosts import emulated as em
+from quantbench.hosts import emulated
 from quantbench.hosts.deploy import deployed_session, describe
 from quantbench.hosts.keys import cpu_summary, local_probe_sha256
 from quantbench.hosts.masked import check_showable, masked_unavailable, process_env, setup_masked, shown_tiers
@@ -146,7 +146,7 @@ def do_setup(args) -> int:
     if args.all:
         specs = [spec for spec in known_hosts(FLEET.parse(args).hosts_file).values()
                  if spec.origin == "preset" and KINDS[spec.kind].setup_as != "mask"]
-        specs += [HostSpec(n, "emulated", {"preset": n}, "preset") for n in em.PRESETS  # an x86 tier's qemu way
+        specs += [HostSpec(n, "emulated", {"preset": n}, "preset") for n in emulated.PRESETS  # an x86 tier's qemu way
                   if n not in {s.name for s in specs}]
         masked = _masked_works_here()
     elif not args.names:

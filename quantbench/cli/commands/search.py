@@ -67,7 +67,7 @@ def run(args) -> int:
                   screen_fixtures=args.screen_fixtures, error_images=args.error_images, jobs=args.jobs,
                   name=args.name, decode=args.decode, limit=args.limit,
                   render=getattr(args, "_render", render_params), on_status=_status(args), max_drop=args.max_drop,
-                  identical=args.identical)
+                  identical=args.identical, notes_to_stderr=getattr(args, "json", False))
     if getattr(args, "json", False):
         print(json.dumps(done.outcome(), indent=2, sort_keys=True))
     else:

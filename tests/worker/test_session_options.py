@@ -1,4 +1,4 @@
-"""One value type for onnxruntime session options (hosts/worker.SessionOptions): normalised, keyed, layered and sent
+"""One value type for onnxruntime session options (worker/session.SessionOptions): normalised, keyed, layered and sent
 the same way everywhere, and its keys and wire bytes are the ones every stored result and content-keyed cache was
 made with (a change here would silently orphan them)."""
 
@@ -12,7 +12,7 @@ from quantbench.hosts.deploy import deployed_session
 from quantbench.hosts.keys import normalize_session, session_key, session_options
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.requirements import applied, host_session
-from quantbench.hosts.worker import REQUIRED, SessionOptions
+from quantbench.worker import REQUIRED, SessionOptions
 
 XNN = ["XnnpackExecutionProvider", "CPUExecutionProvider"]
 GIVEN = {"intra_op_num_threads": 4, "providers": XNN, "config_entries": {"b": 2, "a": "x"}}

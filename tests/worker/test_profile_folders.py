@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from hosts_helpers import image_model
-from quantbench.hosts import worker
+from quantbench import worker
 
 
 def _dead_pid() -> int:
@@ -19,7 +19,7 @@ def _dead_pid() -> int:
 
 
 def test_a_dead_workers_profile_folder_is_swept_and_a_live_ones_kept(tmp_path):
-    host = worker._owner().split("@")[1]
+    host = worker.session._owner().split("@")[1]
     dead = tmp_path / f"{worker.PROFILE_PREFIX}{_dead_pid()}@{host}-abc123"
     live = tmp_path / f"{worker.PROFILE_PREFIX}{os.getppid()}@{host}-def456"
     elsewhere = tmp_path / f"{worker.PROFILE_PREFIX}{_dead_pid()}@00000000-ghi789"   # another machine's

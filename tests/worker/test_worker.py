@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from hosts_helpers import gather_model, matmul_model
-from quantbench.hosts import worker as W
+from quantbench import worker as W
 from quantbench import tensorcode
 from quantbench.hosts.keys import probe_job, request_header
 from quantbench.hosts.local import LocalHost
@@ -203,26 +203,27 @@ def test_cpuinfo_and_auxv_decoding(tmp_path):
 
 def test_worker_runs_without_quantbench_on_the_path(tmp_path):
     """The worker as it reaches a bare host answers a fingerprint request without quantbench importable: sent as
-    source (ssh's bootstrap reading worker_preamble: the tensor encoding, then the worker), and started by path
-    from its two files alone (worker.py and, beside its folder, tensorcode.py)."""
+    source (ssh's bootstrap reading worker_preamble: its sources in load order, the entry last), and started by path
+    from its files alone (the worker folder's sources and, beside the folder, tensorcode.py)."""
     import io
     import subprocess
     import sys
 
     import os
 
-    from quantbench.hosts.process import TENSORCODE_PATH, WORKER_PATH, without_process_mask
+    from quantbench.hosts.process import WORKER_PATH, without_process_mask
     from quantbench.hosts.ssh import BOOTSTRAP, worker_preamble
 
     header, payload = fingerprint_request("bare", W.normalize_session(None), False)
     buf = io.BytesIO()
     W.write_frame(buf, header, payload)
     W.write_frame(buf, {"type": "end"})
-    (tmp_path / "pkg" / "hosts").mkdir(parents=True)
-    (tmp_path / "pkg" / "hosts" / "worker.py").write_bytes(WORKER_PATH.read_bytes())
-    (tmp_path / "pkg" / "tensorcode.py").write_bytes(TENSORCODE_PATH.read_bytes())
+    (tmp_path / "pkg" / "worker").mkdir(parents=True)
+    for source in WORKER_PATH.parent.glob("*.py"):
+        (tmp_path / "pkg" / "worker" / source.name).write_bytes(source.read_bytes())
+    (tmp_path / "pkg" / "tensorcode.py").write_bytes((WORKER_PATH.parents[1] / "tensorcode.py").read_bytes())
     for argv, stdin in (([sys.executable, "-I", "-c", BOOTSTRAP], worker_preamble() + buf.getvalue()),
-                        ([sys.executable, "-I", str(tmp_path / "pkg" / "hosts" / "worker.py")], buf.getvalue())):
+                        ([sys.executable, "-I", str(tmp_path / "pkg" / "worker" / WORKER_PATH.name)], buf.getvalue())):
         # a bare host has no CPUID mask of ours (`-I` drops the masked copy's path, not the preloaded shim)
         p = subprocess.run(argv, input=stdin, capture_output=True, cwd=tmp_path, timeout=300,
                            env=without_process_mask(dict(os.environ)))
@@ -287,7 +288,7 @@ def test_results_leave_in_order_behind_a_slow_reader(tmp_path, monkeypatch):
     """More results than the sender's backlog: the compute thread waits, nothing is lost or reordered."""
     import io
 
-    monkeypatch.setattr(W._Sender, "BACKLOG", 4)
+    monkeypatch.setattr(W.jobs._Sender, "BACKLOG", 4)
     model = matmul_model(tmp_path / "m.onnx")
     xs = [np.random.RandomState(i).rand(1, 16).astype(np.float32) for i in range(40)]
     header, parts = _job(model, xs, repeat=2)
@@ -311,9 +312,9 @@ def test_results_leave_in_order_behind_a_slow_reader(tmp_path, monkeypatch):
 def test_worker_reuses_a_session_for_the_same_model_and_options(tmp_path):
     import io
 
-    from quantbench.hosts import worker as W
+    from quantbench import worker as W
 
-    W._SESSIONS.clear()
+    W.jobs._SESSIONS.clear()
     model = matmul_model(tmp_path / "m.onnx")
     a = np.ones((1, 16), np.float32)
 
