@@ -24,6 +24,13 @@ from pathlib import Path as _Path
 _TESTS = str(_Path(__file__).resolve().parent)
 if _TESTS not in _sys.path:
     _sys.path.insert(0, _TESTS)
+
+# The helper modules that define fixtures, registered once as plugins: a fixture a test module imports is a new
+# fixture of that module, so a session fixture imported into nine modules was built nine times per worker. Test
+# modules use these fixtures by name and never import them (tests/test_architecture.py checks both).
+pytest_plugins = ["cache_helpers", "plugin_helpers", "release_helpers", "search_helpers", "ssh_helpers",
+                  "tier_helpers"]
+
 @pytest.fixture(autouse=True)
 def no_plugin_consent():
     """Each test starts, like each command, with no plug-in allowed (quantbench.inputs.plugins keeps consent per process)."""
@@ -124,12 +131,17 @@ def pytest_runtest_call(item):
 
 # --- two workers (pytest-xdist, `-n 2 --dist loadgroup`): what measures the machine or fights for it runs on one -----
 # Tests that start qemu, a cluster or an sshd (marked slow or ssh) and tests that count this machine's cores take
-# one xdist group, so one worker runs them one after another while the other runs the light body. Without xdist the
-# mark does nothing. A core-counting module is one whose source asks for the cores (CORE_COUNTING names).
+# one xdist group, so one worker runs them one after another while the other runs the light body. The acceptance
+# suite (tests/acceptance/: real models end to end, a third of that group's time) takes a group of its own: it counts
+# no cores and asserts no timing, so the other worker runs it beside the machine group and then takes its share of
+# the light body. An acceptance module that counts the cores stays in the machine group. Without xdist the marks do
+# nothing. A core-counting module is one whose source asks for the cores (CORE_COUNTING names).
 
 #: what a test asks to count the cores this process may use
 CORE_COUNTING = ("usable_cores", "need_cores", "cpu_count", "sched_getaffinity")
 MACHINE_GROUP = "machine"
+ACCEPTANCE_GROUP = "acceptance"
+_ACCEPTANCE = _Path(_TESTS) / "acceptance"
 _counts_cores: dict = {}
 
 
@@ -149,11 +161,22 @@ def machine_bound(item) -> bool:
     return marked or _module_counts_cores(str(item.path))
 
 
+def machine_group(item) -> str | None:
+    """The xdist group of a test that loads the machine (None for a light one): the acceptance suite's own unless
+    its module counts the cores, else the machine group."""
+    if not machine_bound(item):
+        return None
+    if _ACCEPTANCE in _Path(item.path).parents and not _module_counts_cores(str(item.path)):
+        return ACCEPTANCE_GROUP
+    return MACHINE_GROUP
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if machine_bound(item) and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(MACHINE_GROUP))
+        group = machine_group(item)
+        if group and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's hook sends the node ids to the controller

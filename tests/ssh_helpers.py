@@ -1,6 +1,6 @@
 """A real OpenSSH server on 127.0.0.1 for the ssh-host tests (keys made for the test): the `sshd` fixture.
 
-Import the fixture into a test module (`from ssh_helpers import sshd`); it yields a hosts file naming
+A test asks for it by name (tests/conftest.py registers this module as a plugin); it yields a hosts file naming
 `robot` (reachable), `dead` (nothing listening) and `stranger` (host key not known). The server accepts the worker's
 test-only pause variables (QUANTBENCH_TEST_PAUSE_*, quantbench.worker) from a client that sends them
 (`-o SendEnv=QUANTBENCH_TEST_PAUSE_*`), so a test can pause a remote worker as it pauses a local one.

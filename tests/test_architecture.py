@@ -279,6 +279,42 @@ def test_no_test_module_imports_another():
     assert found == []
 
 
+def _is_fixture(decorator) -> bool:
+    node = decorator.func if isinstance(decorator, ast.Call) else decorator
+    return (node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)) == "fixture"
+
+
+def helper_fixtures() -> dict[str, set[str]]:
+    """The fixtures each helper module (tests/*.py that is no test module and not conftest.py) defines."""
+    found = {}
+    for p in sorted(TESTS.glob("*.py")):
+        if p.name.startswith("test_") or p.name == "conftest.py":
+            continue
+        names = {n.name for n in ast.parse(p.read_text()).body
+                 if isinstance(n, ast.FunctionDef) and any(_is_fixture(d) for d in n.decorator_list)}
+        if names:
+            found[p.stem] = names
+    return found
+
+
+def test_no_module_imports_a_fixture():
+    """A fixture imported into a module is a new fixture of that module: a session fixture imported into nine test
+    modules is built nine times. Helper modules that define fixtures are plugins (conftest.py's pytest_plugins),
+    so a test asks for a fixture by name and pytest builds a session fixture once per session (per xdist worker)."""
+    fixtures = helper_fixtures()
+    conftest = ast.parse((TESTS / "conftest.py").read_text())
+    plugins = next(ast.literal_eval(n.value) for n in conftest.body
+                   if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "pytest_plugins" for t in n.targets))
+    assert sorted(plugins) == sorted(fixtures), "conftest.py's pytest_plugins lists the helper modules with fixtures"
+    found = []
+    for p in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in fixtures:
+                found += [f"{p.relative_to(TESTS)}:{node.lineno} imports the fixture {node.module}.{a.name}"
+                          for a in node.names if a.name in fixtures[node.module]]
+    assert found == [], "ask for the fixture by name instead (its helper module is a plugin)"
+
+
 # Third-party packages too heavy to load before a command needs them (`quantbench CMD --help` needs none).
 HEAVY = ("onnxruntime", "onnx", "pyarrow", "matplotlib", "PIL", "sklearn", "pycocotools", "tqdm", "pandas", "torch")
 

@@ -22,7 +22,6 @@ import pytest
 
 import real_models as R
 from setup_required import missing_setup
-from ssh_helpers import sshd  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 

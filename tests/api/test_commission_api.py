@@ -7,7 +7,6 @@ import pytest
 import quantbench
 from quantbench.api.options import Results
 from quantbench.errors import ParameterError
-from release_helpers import base_results, results  # noqa: F401 (fixtures)
 
 
 def test_the_defaults_are_the_command_lines():

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 from quantbench.cli import main
-from search_helpers import calibrated, run_dir  # noqa: F401 (fixtures)
 
 
 def test_search_json_keeps_stdout_json_and_says_the_limit_on_stderr(run_dir, capsys):

@@ -5,7 +5,6 @@ import os
 
 import pytest
 
-from cache_helpers import home  # noqa: F401 (fixture)
 from hosts_helpers import count_starts, fixtures, matmul_model, variant
 from quantbench.hosts import fingerprintcache
 from quantbench.hosts.keys import normalize_session

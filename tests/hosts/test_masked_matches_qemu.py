@@ -17,8 +17,7 @@ from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 from setup_required import missing_setup, need_tier
-from tier_helpers import (LIBM_OPS, demo_tiers, libm_fixtures, libm_model, output_hashes,  # noqa: F401 (fixture)
-                          random_fixtures, real_tier_inputs)
+from tier_helpers import LIBM_OPS, libm_fixtures, libm_model, output_hashes, random_fixtures, real_tier_inputs
 
 
 def _need(profile: str) -> None:

@@ -10,7 +10,6 @@ import pytest
 from quantbench.cli import main
 from quantbench.errors import UserError
 from quantbench.hosts.registry import HostSpec, make_host
-from ssh_helpers import sshd  # noqa: F401  (the real sshd fixture on 127.0.0.1)
 
 pytestmark = pytest.mark.ssh
 

@@ -6,7 +6,7 @@ from hosts_helpers import fixtures, hashes_by_host, matmul_model, variant
 from quantbench.store import partread
 from quantbench.errors import UserError
 from quantbench.runs.runner import RunFailed, run_hosts
-from ssh_helpers import sshd, ssh_machine_is_this_cpu  # noqa: F401  (the real sshd fixture on 127.0.0.1)
+from ssh_helpers import ssh_machine_is_this_cpu
 
 pytestmark = pytest.mark.ssh
 

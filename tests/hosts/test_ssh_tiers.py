@@ -19,8 +19,8 @@ from quantbench.hosts import masked as M
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.workerclient import WorkerClient
 from setup_required import need_tier
-from ssh_helpers import ssh_machine_is_this_cpu, sshd  # noqa: F401 (fixture)
-from tier_helpers import demo_tiers, random_fixtures, real_tier_inputs  # noqa: F401 (fixture)
+from ssh_helpers import ssh_machine_is_this_cpu
+from tier_helpers import random_fixtures, real_tier_inputs
 
 pytestmark = pytest.mark.ssh
 TIER = "x86-sse4"

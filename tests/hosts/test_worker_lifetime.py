@@ -25,7 +25,6 @@ from hosts_helpers import make_corpus, need_cores
 from run_helpers import variants_folder
 from quantbench.hosts.deploy import usable_cores
 from setup_required import missing_setup, need_tier
-from ssh_helpers import sshd  # noqa: F401 - the fixture
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ recorded it, allowed, with its SHA-256. Otherwise one line names the file and th
 import os
 import sys
 
-from plugin_helpers import PLUGIN, _calibrate, _sidecar, proj  # noqa: F401  (the project fixture)
+from plugin_helpers import PLUGIN, _calibrate, _sidecar
 from quantbench.inputs import plugins
 from quantbench.cli import main
 from quantbench.inputs.variantdir import latest_variants

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from cache_helpers import home  # noqa: F401 (fixture)
 from hosts_helpers import make_corpus
 
 

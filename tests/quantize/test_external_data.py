@@ -30,7 +30,6 @@ from quantbench.runs.runner import run_hosts
 from quantbench.tensorcode import tensor_sha256
 from quantbench.inputs.modelio import external_data_files, raw_sha256, semantic_sha256
 from quantbench.inputs.variantdir import latest_variants
-from ssh_helpers import sshd  # noqa: F401 - the module's sshd fixture (a real OpenSSH server on 127.0.0.1)
 
 
 def external(src: Path, folder: Path, location: str = "weights.bin") -> Path:

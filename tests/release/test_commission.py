@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from quantbench.cli import main
-from release_helpers import DEVICE, base_results, commission, make_release_results, results, run_check  # noqa: F401
+from release_helpers import DEVICE, commission, make_release_results, run_check
 from setup_required import need_tier
 
 

@@ -15,7 +15,7 @@ from cli_helpers import digest, one_line
 from quantbench.cli import main
 from quantbench.store import partread
 
-from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import release
 
 
 def _flip_in_strings(part) -> None:

@@ -9,7 +9,7 @@ import pytest
 from cli_helpers import digest
 from quantbench.cli import main
 
-from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import release
 
 
 def _refused(capsys, root, argv, words):

@@ -3,7 +3,7 @@ nothing written."""
 
 import pytest
 
-from release_helpers import base_results, release, results, run_read_only  # noqa: F401 (fixtures)
+from release_helpers import release, run_read_only
 
 
 def _snapshot(folder):

@@ -13,7 +13,7 @@ import pytest
 from quantbench.cli import main
 from quantbench.release.archive import write_archive
 
-from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import release
 
 REPO = Path(__file__).resolve().parents[2]
 

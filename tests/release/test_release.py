@@ -8,7 +8,7 @@ import pytest
 
 from quantbench.cli import main
 
-from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import release
 from release_helpers import write_tar as _tar
 
 

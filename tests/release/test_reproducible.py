@@ -9,7 +9,6 @@ import pytest
 
 from quantbench.cli import main
 
-from release_helpers import base_results  # noqa: F401 (fixture)
 
 
 def _release_copy(base_results, where, monkeypatch, capsys, *extra):

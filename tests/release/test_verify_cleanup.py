@@ -10,7 +10,7 @@ from pathlib import Path
 
 from quantbench.cli import main
 
-from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import release
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """

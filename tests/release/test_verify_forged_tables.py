@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from quantbench.cli import main
 from quantbench.fsutil import MAX_EXPANSION
 
-from release_helpers import base_results, release, results  # noqa: F401 (fixtures)
+from release_helpers import release
 
 
 def test_a_table_forged_with_its_record_fails_before_it_is_decoded_whole(results, capsys):

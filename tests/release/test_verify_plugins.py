@@ -5,7 +5,7 @@ import os
 
 from quantbench.inputs import plugins
 from quantbench.cli import main
-from plugin_helpers import _calibrate, _sidecar, proj  # noqa: F401  (the project fixture)
+from plugin_helpers import _calibrate, _sidecar
 
 
 def test_verify_archive_runs_no_carried_plugin(proj, capsys, monkeypatch):  # noqa: F811

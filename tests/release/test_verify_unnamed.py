@@ -16,7 +16,7 @@ import pytest
 
 from quantbench.cli import main
 
-from release_helpers import base_results, release, results, write_tar  # noqa: F401 (fixtures)
+from release_helpers import release, write_tar
 
 
 @pytest.fixture

@@ -3,11 +3,9 @@ ssh host grows on its own cores over one connection, and workers keep to their v
 
 import pytest
 
-from cache_helpers import home  # noqa: F401 (fixture)
 from hosts_helpers import fixtures, matmul_model, variant
 from quantbench.runs.runner import run_hosts
 from quantbench.store import hostresults
-from ssh_helpers import sshd  # noqa: F401  (the sshd fixture)
 
 
 class _FakeRun:

@@ -22,7 +22,7 @@ from quantbench.explain.search.cache import append_cache, read_cache
 from quantbench.explain.search.evaluator import evaluation_row
 from quantbench.explain.search.latency import latency_row
 from quantbench.fsutil import canonical_json
-from search_helpers import calibrated, result_of, run_dir  # noqa: F401  (fixtures)
+from search_helpers import result_of
 
 GOOD = {"flips": 4, "note": "", "flipped": ["f1", "f2"], "hashes": {"f1": "h1", "f2": "h2"}}
 

@@ -14,7 +14,7 @@ from quantbench.explain.search.evaluator import CACHE_VERSION, decoder_key
 from quantbench.fsutil import content_key
 from quantbench.hosts.registry import HostRequest, HostSpec
 from quantbench.inputs import plugins
-from search_helpers import calibrated, result_of, run_dir  # noqa: F401  (fixtures)
+from search_helpers import result_of
 from setup_required import need_tier
 
 SOFTMAX = {"kind": "classifier-softmax", "logits": "logits"}

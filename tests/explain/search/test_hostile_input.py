@@ -11,7 +11,7 @@ import pytest
 
 from cli_helpers import digest, one_line
 from quantbench.cli import main
-from search_helpers import calibrated, index_of, run_dir  # noqa: F401  (fixtures)
+from search_helpers import index_of
 
 SEARCH = ["search", "--variant", "static-minmax", "--hosts", "x86", "--space", "global", "--no-progress"]
 

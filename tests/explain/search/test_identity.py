@@ -18,7 +18,6 @@ from quantbench.analysis.tiers import int8_path
 from quantbench.cli import main
 from quantbench.errors import ParameterError
 from quantbench.hosts.masked import here_features
-from search_helpers import calibrated, run_dir  # noqa: F401 (fixtures)
 from setup_required import need_tier
 
 FLEET = "x86,x86-sse4"

@@ -12,7 +12,7 @@ import pytest
 
 from explain_helpers import near_tie_image_model
 from quantbench.cli import main
-from search_helpers import calibrate_small, calibrated, copy_run, result_of, run_dir  # noqa: F401 (fixtures)
+from search_helpers import calibrate_small, copy_run, result_of
 from setup_required import need_tier
 
 

@@ -23,7 +23,7 @@ from quantbench.errors import UserError
 from quantbench.explain.search import SearchParams
 from quantbench.explain.search.evaluator import Evaluator
 from quantbench.hosts.registry import HostRequest, HostSpec
-from search_helpers import calibrate_small, calibrated, copy_run, run_dir  # noqa: F401 (fixtures)
+from search_helpers import calibrate_small, copy_run
 from setup_required import need_tier
 
 FLEET = "x86,x86-avx2,x86-sse4"
