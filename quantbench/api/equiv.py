@@ -241,13 +241,12 @@ def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepar
     prep = Prepared(list(plan.names), refs, fixtures_for, None, f"runs: none ({flag_mark('no_run')}: results from the "
                     "tables)", duplicate_variants(plan), plan, predict=unshown)
     if req.run:
-        def run(p):
+        def run(p, board):
             return run_plan(p, progress=req.output.bars(), tables_root=root, jobs=jobs, cluster=cluster,
-                            require_providers=req.session.require_providers)
+                            require_providers=req.session.require_providers, confirm=board)
 
         with arrowrows.run_scope(plan.run_id):
-            done = run_confirmed(plan, req.confirm, run, refs, req.reference, req.decode, req.threshold, root,
-                                 req.session.require_providers)
+            done = run_confirmed(plan, req.confirm, run, req.reference, root)
         prep.inherited, prep.misses = done.inherited, done.misses
         _ran(prep, done.summary)
     return prep
