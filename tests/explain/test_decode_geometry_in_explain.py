@@ -9,7 +9,7 @@ import numpy as np
 from PIL import Image
 
 import quantbench
-from decode_helpers import input_matmul_head, make_variants
+from decode_helpers import GEOMETRY_SIZES, RECORD_GEOMETRY, input_matmul_head, make_variants
 from quantbench import Fixtures, Fleet
 from quantbench.analysis.decode import spec_for_variant
 from quantbench.api.plan import explain_hosts
@@ -19,17 +19,12 @@ from quantbench.inputs import plugins
 from quantbench.inputs.variantdir import pick_variant
 
 SIZE = 32
-SIZES = [(30, 60), (60, 20), (32, 32)]     # (height, width): wide, tall, square
+SIZES = GEOMETRY_SIZES
 
-PLUGIN = '''
-import json, pathlib
-
-SEEN = pathlib.Path(__file__).with_name("seen.jsonl")
-
+PLUGIN = RECORD_GEOMETRY + '''
 def whole(outputs, spec, geometry=None):
-    """One decision, the geometry it was given written down."""
-    with SEEN.open("a") as fh:
-        fh.write(json.dumps(geometry) + "\\n")
+    """One decision whatever the outputs: only the geometry it is given matters here."""
+    record(geometry)
     return {"cls": [0], "score": [0.9], "kept": [True]}
 '''
 
