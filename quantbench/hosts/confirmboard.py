@@ -27,6 +27,7 @@ class ConfirmBoard:
         self.seen: dict = {}        # (host, variant_id, fixture_id) -> sorted (output, sha256)
         self.anchors: dict = {}     # host -> {variant_id: anchor}
         self.verdicts: dict = {}    # (host, variant_id) -> True: confirmed, False: a miss
+        self.halted = False         # the run is interrupted: no wait goes on
 
     def register(self, host: str, fingerprint: dict | None, session: dict | None) -> None:
         """`host`'s fingerprint this run (None: it predicts nothing and anchors nothing)."""
@@ -42,6 +43,12 @@ class ConfirmBoard:
             self.ended.add(host)
             self.cond.notify_all()
 
+    def halt(self) -> None:
+        """The run is interrupted: every wait ends now (a host learns no anchor, confirms nothing)."""
+        with self.cond:
+            self.halted = True
+            self.cond.notify_all()
+
     def saw(self, rows: list[dict]) -> None:
         """Outputs rows of one finished fixture (resultrows.HostRows, or the tables' rows of a cached one)."""
         per: dict = {}
@@ -54,7 +61,7 @@ class ConfirmBoard:
 
     def _before_known(self, host: str) -> bool:
         before = self.order[:self.order.index(host)] if host in self.order else []
-        return all(h in self.infos for h in before)
+        return self.halted or all(h in self.infos for h in before)
 
     def anchors_of(self, host: str, pause=None, resume=None) -> dict:
         """{variant_id: anchor} of `host`, once every host named before it registered; `pause`/`resume`: what the
@@ -83,7 +90,7 @@ class ConfirmBoard:
         theirs = [self.seen.get((anchor, vid, f)) for f in fids]
         if all(t is not None for t in theirs) and all(m is not None for m in mine):
             return mine == theirs
-        if anchor in self.ended or host in self.ended:
+        if anchor in self.ended or host in self.ended or self.halted:
             return False
         return None
 

@@ -721,6 +721,8 @@ def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None, 
                 th.join(timeout=0.2)
                 sched.rebalance()  # a host's first results make its remaining work measurable
     except KeyboardInterrupt:
+        if ctx.confirm is not None:   # a host waiting on another's fingerprint or outputs stops waiting
+            ctx.confirm.halt()
         for r in runs:
             r.kill()
         raise

@@ -76,3 +76,13 @@ def test_a_host_without_workers_anchors_nobody():
     board.end("imported")
     board.register("b", {"flags": "avx2"}, None)
     assert board.anchors_of("b") == {}
+
+
+def test_an_interrupted_run_ends_every_wait():
+    board = _board(["a", "b"])
+    got = {}
+    waiter = threading.Thread(target=lambda: got.update(board.anchors_of("b")))
+    waiter.start()
+    board.halt()                        # Ctrl-C: a never registers
+    waiter.join(30)
+    assert not waiter.is_alive() and got == {}
