@@ -168,3 +168,18 @@ def test_the_same_rows_whether_or_not_this_machine_remembers_the_fingerprints(wo
     _remember(workdir, vdir, "x86,x86-avx2", monkeypatch)
     remembered = rows_in(workdir / "remembered")
     assert never == remembered and never[0] == {"x86-avx2": {"fp32": "x86", "dynamic": "x86"}}
+
+
+@pytest.mark.slow
+def test_an_emulated_arm_host_confirms_on_its_anchor_in_the_same_run(workdir):
+    """graviton2 (a Neoverse N1) and pi (a Cortex-A76) under qemu arm64: one onnxruntime, 4 threads, the same
+    features for its kernels, so graviton2 is predicted to share pi's class, confirms on K fixtures and inherits
+    the others, all in one run."""
+    vdir = _demo_variants(workdir)
+    done = _equiv(vdir, "pi,graviton2", K, limit=4)
+    assert done.analysis.inherited == {"graviton2": {"fp32": "pi", "dynamic": "pi"}}
+    assert done.analysis.prediction_misses == []
+    rows = _outputs(workdir)
+    for variant in ("fp32", "dynamic"):
+        mine = [r for r in rows if r["host"] == "graviton2" and r["variant"] == variant]
+        assert sum(r["inherited"] is None for r in mine) == K and sum(r["inherited"] == "pi" for r in mine) == 4 - K
