@@ -113,6 +113,7 @@ def main() -> None:
     ap.add_argument("--limit", default="12", help="fixtures of the demo (comma-separated: one row each)")
     ap.add_argument("--vit-limit", type=int, default=5, help="fixtures of a real model")
     ap.add_argument("--methods", default="dynamic")
+    ap.add_argument("--out", default=str(OUT), help="the JSON written")
     ap.add_argument("--confirm", default="2", help="K (equiv's own default is all: nothing to compare)")
     args = ap.parse_args()
     rows = []
@@ -121,8 +122,8 @@ def main() -> None:
                             for k in (args.limit.split(",") if n == "demo" else [args.vit_limit])]:
             rows.append(measure(name, args.hosts, limit, args.methods, args.confirm, Path(tmp) / str(limit)))
             print(f"{name}: confirm {rows[-1]['seconds_confirm']} s, all {rows[-1]['seconds_all']} s", flush=True)
-            atomic_write_json(OUT, {"hosts": args.hosts.split(","), "methods": args.methods, "confirm": args.confirm,
-                                    "rows": rows})   # each model's row kept as it ends
+            atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
+                                               "confirm": args.confirm, "rows": rows})   # each row kept as it ends
     table = text_table(["model", "hosts", "fixtures", "variants", f"--confirm {args.confirm} (s)", "--confirm all (s)",
                         "ratio", "anchors only (s)", "floor", "same classes", "same flips", "inherited", "misses"],
                        [[r["model"], len(r["hosts"]), r["fixtures"], ",".join(r["variants"]), r["seconds_confirm"],
@@ -130,9 +131,9 @@ def main() -> None:
                          r["same_flips"],
                          sum(len(v) for v in r["inherited"].values()), len(r["prediction_misses"])] for r in rows])
     print(table)
-    atomic_write_json(OUT, {"hosts": args.hosts.split(","), "methods": args.methods, "confirm": args.confirm,
-                            "rows": rows})
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
+                                       "confirm": args.confirm, "rows": rows})
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
