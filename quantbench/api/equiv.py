@@ -330,8 +330,8 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
     `reference`: the reference host (default: the first); `decode`/`threshold`: how outputs become decisions
     (default: the sidecar's). `variant`: one variant by name (of the last calibrate run) or .onnx file, analysed
     beside that run's fp32 as the reference it flips against (instead of `variants`). `confirm`: K (a host
-    predicted to share a class with one run in full runs the separating fixtures and the K nearest the threshold,
-    and inherits the others when they are byte-identical: analysis.confirm) or "all" (every fixture everywhere)."""
+    predicted, in the run, to share a class with one run in full runs K confirming fixtures first and inherits the
+    others when they are byte-identical: analysis.confirm) or "all" (every fixture everywhere)."""
     check_groups(fleet=fleet, fixtures=fixtures, session=session, results=results, output=output)
     check_group("gates", gates, Gates)
     check_path("fp32", fp32)
