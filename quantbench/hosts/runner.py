@@ -406,8 +406,9 @@ class _HostRun:
             self.host.close_connection()
 
     def _take_slot(self) -> None:
-        """A first slot again (after a wait of equiv's confirm that gave it back)."""
-        if not self.holds_first_slot and self.sched.first_slot(self.state):
+        """A first slot again (after a wait of equiv's confirm that gave it back), ahead of the hosts that have not
+        started: its worker is up already (else a one-core host waits behind every emulated host's whole run)."""
+        if not self.holds_first_slot and self.sched.first_slot(self.state, front=True):
             self.holds_first_slot = True
 
     def _register(self, fp: dict, fid: str) -> None:
