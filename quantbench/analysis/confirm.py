@@ -25,7 +25,7 @@ from quantbench.fsutil import canonical_json
 
 #: what `confirm` takes for today's behaviour: every host runs every fixture
 ALL = "all"
-#: every host runs every fixture unless asked: measured (results/bench/confirm.json), K = 2 took 0.71-0.80 of
+#: every host runs every fixture unless asked: measured (results/bench/confirm.json), K = 2 took 0.71-0.95 of
 #: --confirm all's wall time on the demo over seven hosts, the anchors alone 0.33-0.43 (docs/benchmarks.md)
 DEFAULT_CONFIRM = ALL
 
