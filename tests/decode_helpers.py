@@ -32,6 +32,22 @@ def input_matmul_head(path: Path, base: np.ndarray, size: int, gain: float = 0.0
     return save_model(g, path)
 
 
+#: non-square images (height, width): wide, tall, square; a letterbox puts each somewhere else in the input
+GEOMETRY_SIZES = [(30, 60), (60, 20), (32, 32)]
+
+#: a decode plug-in's module opening: `record(geometry)` appends each geometry it is given to seen.jsonl beside it
+RECORD_GEOMETRY = '''
+import json, pathlib
+import numpy as np
+
+SEEN = pathlib.Path(__file__).with_name("seen.jsonl")
+
+def record(geometry):
+    with SEEN.open("a") as fh:
+        fh.write(json.dumps(geometry) + "\\n")
+'''
+
+
 def make_variants(root: Path, build, sidecar: dict, images: list[dict], size: int, annotations=(),
                   categories=()) -> tuple[Path, Path]:
     """fp32 (built by `build(path)`) + dynamic int8 with `sidecar`, and COCO labels of random `size` images

@@ -2,44 +2,32 @@
 confirm them, and the rows a confirmed host inherits.
 
 A host whose kernel-dispatch signature (analysis.predict: every routine the variant's graph reaches, its kernel's
-`bytes` value on the host's features, same onnxruntime version, session and arch) equals that of a host named
-before it is *predicted* to share that host's class (its anchor). The anchor runs every fixture; the predicted host
-runs only K confirming fixtures: first those on which the hosts run in full served different decisions for some
-variant (they separated classes there: bytes differ on nearly every fixture once kernels differ, decisions on few),
-then those whose decisions lie nearest the threshold (where a small difference flips one). When every output of those fixtures is byte-identical to its anchor's, the host inherits the
-anchor's other rows (marked `inherited` with the anchor's name, under a run key no run looks up, so a later full
-run measures them); any difference makes the host run in full, and the miss is kept for the predictor. A host
-whose fingerprint is not known before it runs (never started under these settings, or a kind whose fingerprint is
-never cached) is predicted nothing and runs in full.
+`bytes` value on the host's features, same onnxruntime version, session and arch), computed from the fingerprint
+its worker reports in this run, equals that of a host named before it is *predicted* to share that host's class
+(its anchor). The anchor runs every fixture, the confirming ones first; the predicted host, in the same run, runs
+only K confirming fixtures (runs.confirmboard): first those that separated classes in an earlier analysis of the
+variant in the tables (a ref-same flip: bytes differ on nearly every fixture once kernels differ, decisions on
+few), then those whose decisions lay nearest the threshold there, then by fixture id (fresh tables: the first K
+by id), so the choice never depends on what this machine remembers. When every output of those fixtures is
+byte-identical to its anchor's, the host inherits the anchor's other rows (marked `inherited` with the anchor's
+name, under a run key no run looks up, so a later full run measures them); any difference makes the host run the
+rest in full, and the miss is kept for the predictor. A host without a fingerprint of its own in the run
+(imported, on a cluster) is predicted nothing and anchors nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
 
 from quantbench.analysis import predict
 from quantbench.fsutil import canonical_json
 
 #: what `confirm` takes for today's behaviour: every host runs every fixture
 ALL = "all"
-#: every host runs every fixture unless asked: inheriting depends on the fingerprints this machine remembers, so the
-#: same command would write other rows on a fresh machine, and the measured saving (results/bench/confirm.json: wall
-#: 0.85 of --confirm all on the demo, K = 2) does not yet pay for that (docs/equiv.md)
+#: every host runs every fixture unless asked: measured (results/bench/confirm.json), K = 2 took 0.71-0.95 of
+#: --confirm all's wall time on the demo over seven hosts, the anchors alone 0.33-0.43 (docs/benchmarks.md)
 DEFAULT_CONFIRM = ALL
-
-
-@dataclass
-class ConfirmPlan:
-    """Per variant id: host -> the anchor it is predicted to share a class with (hosts absent run in full)."""
-
-    anchors: dict = field(default_factory=dict)
-    #: (host, variant_id) -> the fixtures it runs first
-    fixtures: dict = field(default_factory=dict)
-
-    def predicted(self, vid: str) -> dict:
-        return self.anchors.get(vid, {})
 
 
 def _signature_key(info: dict | None, path: str, cache: dict):
@@ -65,11 +53,22 @@ def _signature_key(info: dict | None, path: str, cache: dict):
                            "sig": sig})
 
 
-def predicted_anchors(order: list[str], infos: dict, paths: dict) -> dict:
+def host_info(fingerprint: dict, session: dict | None) -> dict | None:
+    """What predicted_anchors reads of a host: its fingerprint's arch, ISA flags, CPU and onnxruntime version,
+    and the session it runs under (None: the fingerprint has no identity)."""
+    ident = fingerprint.get("identity") or {}
+    if not ident:
+        return None
+    return {"arch": ident.get("arch"), "isa_flags": ident.get("isa_flags"), "cpu": ident.get("cpu"),
+            "ort_version": (ident.get("onnxruntime") or {}).get("version", ""), "session": session}
+
+
+def predicted_anchors(order: list[str], infos: dict, paths: dict, cache: dict | None = None) -> dict:
     """{variant_id: {host: anchor}}: each host (in `order`, the reference first) whose signature equals that of a
     host before it, mapped to the first such host; `infos`: host -> what analysis.predict.host_features reads plus
-    ort_version and session (None: unknown); `paths`: variant_id -> model file."""
-    cache: dict = {}
+    ort_version and session (None: unknown); `paths`: variant_id -> model file; `cache`: the graphs' routines,
+    kept between calls."""
+    cache = {} if cache is None else cache
     out = {}
     for vid, path in paths.items():
         first: dict = {}
@@ -84,14 +83,6 @@ def predicted_anchors(order: list[str], infos: dict, paths: dict) -> dict:
                 first[key] = h
         out[vid] = mine
     return out
-
-
-def digests(rows) -> dict:
-    """{(host, variant_id, fixture_id): SHA-256 over its sorted (output, sha256)} of outputs rows (dicts)."""
-    per: dict = {}
-    for r in rows:
-        per.setdefault((r["host"], r["variant_id"], r["fixture_id"]), []).append(f"{r['output_name']}:{r['sha256']}")
-    return {k: hashlib.sha256("\n".join(sorted(v)).encode()).hexdigest() for k, v in per.items()}
 
 
 def nearest_margins(decision_rows) -> dict:
@@ -112,15 +103,6 @@ def confirm_fixtures(k: int, fixture_ids: list, vid: str, separating: set, margi
     known: by fixture id); sorted."""
     ranked = sorted(fixture_ids, key=lambda f: (f not in separating, margins.get((vid, f), math.inf), f))
     return sorted(ranked[:k])
-
-
-def confirmed(digest: dict, host: str, anchor: str, vid: str, fixture_ids) -> bool:
-    """Every confirming fixture of `host` byte-identical to `anchor`'s (a missing one is no confirmation)."""
-    for f in fixture_ids:
-        mine, theirs = digest.get((host, vid, f)), digest.get((anchor, vid, f))
-        if mine is None or mine != theirs:
-            return False
-    return True
 
 
 def inherited_run_key(run_key: str, anchor: str) -> str:

@@ -1,6 +1,5 @@
-"""`equiv(confirm=K)`: the run in phases (analysis.confirm says why). The hosts' runs themselves are untouched:
-each phase is a runs.runner.run_plan of a sub-plan (some hosts, some variants, some fixtures); a host's results
-from an earlier phase are reused by the run's cache."""
+"""`equiv(confirm=K)`: one run in which predicted hosts confirm on a few fixtures (analysis.confirm says why;
+runs.confirmboard coordinates the hosts' threads), then the confirmed hosts' inherited rows."""
 
 from __future__ import annotations
 
@@ -8,14 +7,13 @@ import dataclasses
 import sys
 
 from quantbench.analysis import confirm as confirm_choice
-from quantbench.analysis.equiv import AnalysisRequest, Selection, analyze
-from quantbench.errors import ParameterError, UserError
-from quantbench.hosts import fingerprintcache
+from quantbench.errors import ParameterError
+from quantbench.runs.confirmboard import ConfirmBoard
 from quantbench.hosts.keys import run_key
 from quantbench.hosts.requirements import host_key
-from quantbench.runs.runner import RunSummary
-from quantbench.store import partwrite
+from quantbench.store import partread, partwrite
 from quantbench.store.hostresults import load_outputs
+from quantbench.runs.runner import RunSummary
 
 ALL = confirm_choice.ALL
 DEFAULT_CONFIRM = confirm_choice.DEFAULT_CONFIRM
@@ -33,59 +31,17 @@ def check_confirm(confirm) -> int | None:
     return confirm
 
 
-def remembered_infos(plan, require_providers: bool) -> dict:
-    """host -> what its remembered fingerprint says (arch, ISA flags, vector lengths, onnxruntime) and its session;
-    None for a host never fingerprinted under these settings (hosts.fingerprintcache)."""
-    out = {}
-    for spec, host in zip(plan.specs, plan.hosts):
-        try:
-            hit = fingerprintcache.remembered(host, plan.sessions[spec.name], require_providers)
-        except Exception:   # the cache is an optimisation: an unknown host runs in full
-            hit = None
-        ident = (hit[0].get("identity") or {}) if hit else None
-        out[spec.name] = None if not ident else {
-            "arch": ident.get("arch"), "isa_flags": ident.get("isa_flags"), "cpu": ident.get("cpu"),
-            "ort_version": (ident.get("onnxruntime") or {}).get("version", ""), "session": plan.sessions[spec.name]}
-    return out
-
-
-def _sub_plan(plan, hosts: list, fixtures_for: dict):
-    """The plan for `hosts` only, running `fixtures_for` (variant_id -> fixture ids) only."""
-    keep = [i for i, s in enumerate(plan.specs) if s.name in hosts]
-    by_id = {fx.fixture_id: fx for fx in plan.fixtures}
-    ff = {vid: [by_id[f] for f in fids] for vid, fids in fixtures_for.items() if fids}
-    wanted = {fx.fixture_id for fxs in ff.values() for fx in fxs}
-    return dataclasses.replace(plan, specs=[plan.specs[i] for i in keep], hosts=[plan.hosts[i] for i in keep],
-                               variants=[vi for vi in plan.variants if vi.variant_id in ff], fixtures_for=ff,
-                               fixtures=[fx for fx in plan.fixtures if fx.fixture_id in wanted])
-
-
-def _run_groups(plan, work: dict, run, summaries: list) -> None:
-    """Run `work` (host -> {variant_id: fixture ids}), hosts with the same work in one run (they share the cores)."""
-    groups: dict = {}
-    for h, ff in work.items():
-        if ff:
-            groups.setdefault(repr(sorted((v, sorted(f)) for v, f in ff.items())), (ff, []))[1].append(h)
-    for ff, hosts in groups.values():
-        summaries.append(run(_sub_plan(plan, hosts, ff)))
-
-
-def _merged(summaries: list, order: list):
-    """One RunSummary of the phases' runs: per host its counts added, the last phase's identity kept."""
-    first = summaries[0]
-    per: dict = {}
-    for s in summaries:
-        for h in s.hosts:
-            if h.name not in per:
-                per[h.name] = dataclasses.replace(h)
-                continue
-            m = per[h.name]
-            for f in ("ran", "cached", "imported", "planned", "seconds", "workers"):
-                setattr(m, f, getattr(m, f) + getattr(h, f))
-            m.errors, m.notes = m.errors + h.errors, m.notes + h.notes
-            m.cannot_run = {**m.cannot_run, **h.cannot_run}
-            m.does_not_start = m.does_not_start or h.does_not_start
-    return dataclasses.replace(first, hosts=[per[n] for n in order if n in per])
+def earlier_hints(root, variant_ids) -> tuple[set, dict]:
+    """(the fixtures that separated classes in an earlier analysis of these variants in the tables: a ref-same
+    flip, their |margins| nearest the threshold there): what ranks the confirming fixtures, read before the run
+    (the same tables give the same choice; fresh tables rank by fixture id)."""
+    vids = sorted(variant_ids)
+    flips = partread.read("flips", root=root, columns=["variant_id", "fixture_id", "comparison"],
+                          filter={"variant_id": vids})
+    separating = {r["fixture_id"] for r in flips.to_pylist() if r["comparison"] == "ref-same"}
+    decisions = partread.read("decisions", root=root, columns=["variant_id", "fixture_id", "margin"],
+                              filter={"variant_id": vids})
+    return separating, confirm_choice.nearest_margins(decisions.to_pylist())
 
 
 def _hash_rows(hosts, sel: dict, root, inherited: bool = False) -> list:
@@ -98,77 +54,36 @@ def _hash_rows(hosts, sel: dict, root, inherited: bool = False) -> list:
             and (r["fingerprint_id"], host_key(r["session_options"], r["session_key"])) == sel[r["host"]]]
 
 
-def _anchor_decisions(refs, order: list, runs_full: dict, full: dict, sel: dict, decode, threshold,
-                      root) -> tuple[dict, set]:
-    """(margins: (variant_id, fixture_id) -> the |margin| nearest the threshold on the variant's first host run in
-    full, separating: the fixtures on which a host run in full served other decisions than that host, for some
-    variant); nothing for a variant that cannot be decoded."""
-    margins, separating = {}, set()
-    for v in refs:
-        hosts = [h for h in order if h in runs_full.get(v.variant_id, ()) and h in sel]
-        if not hosts:
-            continue
-        try:
-            selection = Selection(hosts=hosts, variants=[v], fixtures_for={v.variant_id: full[v.variant_id]},
-                                  prefer={h: sel[h] for h in hosts})
-            res = analyze(AnalysisRequest(selection, reference=hosts[0], decode_kind=decode, threshold=threshold,
-                                          tables_root=root))
-        except (UserError, KeyError, ValueError):
-            continue
-        margins.update(confirm_choice.nearest_margins([r for r in res.decision_rows if r["host"] == hosts[0]]))
-        separating |= {r["fixture_id"] for r in res.flip_rows if r["comparison"] == "ref-same"}
-    return margins, separating
-
-
 @dataclasses.dataclass
 class Confirmed:
-    """What the phases did: the merged summary, (host, variant_id) -> anchor inherited from, the misses."""
+    """What the run did: its summary, (host, variant_id) -> anchor inherited from, the misses."""
 
     summary: RunSummary
     inherited: dict[tuple[str, str], str]
     misses: list[dict]
 
 
-def run_confirmed(plan, k: int | None, run, refs, reference: str | None, decode, threshold, root,
-                  require_providers: bool) -> Confirmed:
-    """Run `plan` (with `run`: a sub-plan -> RunSummary) in phases: every host run in full for the variants it is
-    not predicted on, the predicted hosts on their confirming fixtures, in full where those differ; the confirmed
-    ones' other rows inherited (written to the outputs table)."""
+def run_confirmed(plan, k: int | None, run, reference: str | None, root) -> Confirmed:
+    """Run `plan` once (with `run`: (plan, runs.confirmboard.ConfirmBoard or None) -> RunSummary): the hosts
+    predicted from this run's own fingerprints run their confirming fixtures first and the rest only where those
+    differ; the confirmed ones' other rows inherited afterwards (written to the outputs table)."""
+    if k is None:
+        return Confirmed(run(plan, None), {}, [])
     full = {vid: sorted(fx.fixture_id for fx in fxs) for vid, fxs in plan.fixtures_for.items()}
     order = plan.names if reference is None else [reference] + [n for n in plan.names if n != reference]
-    anchors = {} if k is None else confirm_choice.predicted_anchors(order, remembered_infos(plan, require_providers),
-                                                       {vi.variant_id: str(vi.path) for vi in plan.variants})
-    if not any(anchors.values()):
-        return Confirmed(run(plan), {}, [])
-    summaries: list = []
-    _run_groups(plan, {h: {v: full[v] for v in full if h not in anchors[v]} for h in order}, run, summaries)
-    sel = {h.name: (h.fingerprint_id, h.session_key) for s in summaries for h in s.hosts if h.fingerprint_id}
-    runs_full = {v: [h for h in order if h not in anchors[v]] for v in full}
-    margins, separating = _anchor_decisions(refs, order, runs_full, full, sel, decode, threshold, root)
+    separating, margins = earlier_hints(root, full)
     first = {v: confirm_choice.confirm_fixtures(k, full[v], v, separating, margins) for v in full}
-    _run_groups(plan, {h: {v: first[v] for v in full if h in anchors[v]} for h in order}, run, summaries)
-    sel.update({h.name: (h.fingerprint_id, h.session_key) for s in summaries for h in s.hosts if h.fingerprint_id})
-    digest = confirm_choice.digests(_hash_rows(order, sel, root))
-    misses, inherited = [], {}
-    for v in full:
-        for h, a in anchors[v].items():
-            if h in sel and confirm_choice.confirmed(digest, h, a, v, first[v]):
-                inherited[(h, v)] = a
-            else:
-                misses.append({"host": h, "variant_id": v, "anchor": a})
-    _run_groups(plan, _miss_work(misses, full), run, summaries)
+    paths, memo = {vi.variant_id: str(vi.path) for vi in plan.variants}, {}
+    board = ConfirmBoard(order, first, lambda hosts, infos: confirm_choice.predicted_anchors(hosts, infos, paths, memo),
+                         confirm_choice.host_info)
+    summary = run(plan, board)
+    inherited, misses = board.outcome()
+    sel = {h.name: (h.fingerprint_id, h.session_key) for h in summary.hosts if h.fingerprint_id}
     held = _inherit(inherited, first, sel, plan, root)
     for m in misses:
         print(f"note: {m['host']} was predicted to share {m['anchor']}'s class, but its confirming fixtures differ: "
               "run in full (a prediction miss, kept in equiv.json)", file=sys.stderr)
-    return Confirmed(_merged(summaries, plan.names), held, misses)
-
-
-def _miss_work(misses: list, full: dict) -> dict:
-    out: dict = {}
-    for m in misses:
-        out.setdefault(m["host"], {})[m["variant_id"]] = full[m["variant_id"]]
-    return out
+    return Confirmed(summary, held, misses)
 
 
 def _inherit(inherited: dict, first: dict, sel: dict, plan, root) -> dict:

@@ -19,7 +19,7 @@ from quantbench.analysis.gates import (DEFAULT_ATOL, DEFAULT_BUDGET, DEFAULT_RTO
                                       parse_gates)
 from quantbench.analysis.predict import attach_pair_kernels, attach_predictions
 from quantbench.analysis.resultcache import cache_dir_of
-from quantbench.api.confirm import ALL as CONFIRM_ALL, DEFAULT_CONFIRM, check_confirm, run_confirmed
+from quantbench.api.confirm import ALL as CONFIRM_ALL, DEFAULT_CONFIRM, check_confirm, run_confirmed  # noqa: F401  (the command's choice)
 from quantbench.api.options import (Fixtures, Fleet, Output, Results, Session, check_group, check_groups,
                                     check_path, check_text)
 from quantbench.api.plan import fixture_params, note_plan, variants_named
@@ -272,13 +272,12 @@ def prepare(req: _Request, held: contextlib.ExitStack, variants: list) -> Prepar
     prep = Prepared(list(plan.names), refs, fixtures_for, None, f"runs: none ({flag_mark('no_run')}: results from the "
                     "tables)", duplicate_variants(plan), plan, predict=unshown)
     if req.run:
-        def run(p):
+        def run(p, board):
             return run_plan(p, progress=req.output.bars(), tables_root=root, jobs=jobs, cluster=cluster,
-                            require_providers=req.session.require_providers)
+                            require_providers=req.session.require_providers, confirm=board)
 
         with arrowrows.run_scope(plan.run_id):
-            done = run_confirmed(plan, req.confirm, run, refs, req.reference, req.decode, req.threshold, root,
-                                 req.session.require_providers)
+            done = run_confirmed(plan, req.confirm, run, req.reference, root)
         prep.inherited, prep.misses = done.inherited, done.misses
         _ran(prep, done.summary)
     return prep
@@ -415,8 +414,8 @@ def equiv(variants=None, fleet: Fleet = Fleet(DEFAULT_HOSTS), fixtures: Fixtures
         One variant by name (of the last calibrate run) or .onnx file, analysed beside that run's fp32 as the
         reference it flips against (instead of `variants`).
     confirm : int or str
-        K: a host predicted to share a class with one run in full runs only the separating fixtures and the K
-        nearest the threshold, and inherits the others when those are byte-identical; ``"all"``: every fixture on
+        K: a host predicted, in the run, to share a class with one run in full runs K confirming fixtures first
+        and inherits the others when they are byte-identical (analysis.confirm); ``"all"``: every fixture on
         every host.
 
     Returns

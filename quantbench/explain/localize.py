@@ -39,9 +39,12 @@ from quantbench.textfmt import num
 DEFAULT_GROUP = 8
 
 
-def decode_runs(spec, results: list, names) -> dict:
-    """{fixture_id: Decoded} of one worker run's results, decoded from the tensors of outputs `names`."""
-    return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}) for r in results}
+def decode_runs(spec, results: list, names, fixtures=()) -> dict:
+    """{fixture_id: Decoded} of one worker run's results, decoded from the tensors of outputs `names`; each with
+    the geometry its fixture (of `fixtures`) records, for a decoder that undoes a letterbox or pad (as equiv's)."""
+    geometry = {fx.fixture_id: fx.geometry for fx in fixtures if getattr(fx, "geometry", None)}
+    return {r["fixture_id"]: decode(spec, {n: r["outputs"][n]["array"] for n in names}, geometry.get(r["fixture_id"]))
+            for r in results}
 
 
 # --------------------------------------------------------------------------- graph rewriting

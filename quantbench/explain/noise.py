@@ -66,14 +66,15 @@ def batch_axis(m) -> str:
     return str(d.dim_value) if d.HasField("dim_value") and d.dim_value > 0 else "dynamic"
 
 
-def _compare(spec, a: list, b: list, names) -> tuple[int, int | None, set]:
-    """(differing fixtures, decision flips or None, fixture ids that differ)."""
+def _compare(spec, a: list, b: list, names, fixtures) -> tuple[int, int | None, set]:
+    """(differing fixtures, decision flips or None, fixture ids that differ; `fixtures` give the decoder their
+    geometry)."""
     ha = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in a}
     hb = {r["fixture_id"]: {k: v["sha256"] for k, v in r["outputs"].items()} for r in b}
     differ = {f for f in ha if ha[f] != hb.get(f)}
     flips = None
     if spec is not None:
-        da, db = decode_runs(spec, a, names), decode_runs(spec, b, names)
+        da, db = decode_runs(spec, a, names, fixtures), decode_runs(spec, b, names, fixtures)
         flips = sum(len(compare(spec, da[f], db[f]).flips) for f in da)
     return len(differ), flips, differ
 
@@ -173,7 +174,7 @@ def noise_floor(model_path, host, fixtures, spec=None, threads: int | None = Non
     w = open_worker(host, require_providers)
     try:
         def row(factor, sa, sb, a, b, note=""):
-            differ, flips, _ = _compare(spec, a, b, names)
+            differ, flips, _ = _compare(spec, a, b, names, fixtures)
             fault = factor == "repeat" and differ > 0
             note = _row_note(note, fault, spec is None)
             rows.append(NoiseRow(host.label, w.fingerprint_id, vid, vname, factor, sa, sb, len(a), differ == 0, differ,

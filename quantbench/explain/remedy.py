@@ -225,7 +225,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
         fp32_runs, _, failed = _run_on_all(workers, hosts, fp32_path, fixtures, names)
         if failed:
             raise failed[0]
-        fp32_dec = [decode_runs(spec, r, names) for r in fp32_runs]
+        fp32_dec = [decode_runs(spec, r, names, fixtures) for r in fp32_runs]
         bar = tqdm(remedies, desc="remedies", unit="remedy", disable=not progress, leave=False)
         for rv in bar:
             rv = _not_here(rv, workers)
@@ -248,7 +248,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
             cmap = {h: c.label for c in equivalence_classes(hashes) for h in c.hosts}
             flips = []
             for i in range(len(hosts)):
-                dec = decode_runs(spec, runs[i], names)
+                dec = decode_runs(spec, runs[i], names, fixtures)
                 flips.append(sum(len(compare(spec, fp32_dec[i][f], dec[f]).flips) for f in dec))
             rows.append(RemedyRow(rid, base_variant_id, rv.remedy, vid, canonical_json(sess), labels, True,
                                   len(set(cmap.values())), len(set(cmap.values())) == 1, canonical_json(cmap),

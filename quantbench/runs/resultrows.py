@@ -147,6 +147,21 @@ class HostRows:
         self.summary.planned = sum(len(t) for _, t in work)
         return work
 
+    def measured_rows(self, fid: str, wanted: dict) -> list[dict]:
+        """This host's measured outputs rows (hashes) under `fid` and each variant's session of the fixtures
+        `wanted` (variant_id -> fixture ids) already in the tables."""
+        t = partread.read("outputs", root=self.ctx.root, filter={"host": self.spec.name, "fingerprint_id": fid},
+                          columns=["host", "variant_id", "fixture_id", "output_name", "sha256", "session_key",
+                                   "inherited"])
+        keys = {}
+        for vi in self.ctx.variants:
+            try:
+                keys[vi.variant_id] = self.variant_session(vi).key
+            except RequirementConflict:
+                continue
+        return [r for r in t.to_pylist() if r["inherited"] is None and r["fixture_id"] in wanted.get(r["variant_id"], ())
+                and keys.get(r["variant_id"]) == r["session_key"]]
+
     def rows(self, vi, h: dict, payload: bytes, state: dict) -> list[dict]:
         """The outputs rows of one result frame `h` (under this host's fingerprint and session); `state`: its
         job's providers and placement (frame)."""
@@ -180,7 +195,10 @@ class HostRows:
             with self.lock:
                 summary.verify_seconds += h.get("verify_seconds", 0.0)
         elif t == "result":
-            self.writer.add(self.rows(vi, h, p, state))
+            rows = self.rows(vi, h, p, state)
+            self.writer.add(rows)
+            if getattr(self.ctx, "confirm", None) is not None:   # equiv's confirm compares them in the run
+                self.ctx.confirm.saw(rows)
             with self.lock:
                 summary.ran += 1
                 summary.infer_seconds += h.get("seconds", 0.0)

@@ -15,7 +15,6 @@ fixtures in flight.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -373,8 +372,12 @@ class _HostRun:
     # -- the host's thread
 
     def run(self) -> None:
-        with host_outcome(self.state, self.rows):
-            self._run()
+        try:
+            with host_outcome(self.state, self.rows):
+                self._run()
+        finally:
+            if self.ctx.confirm is not None:   # nobody waits for this host's outputs any more
+                self.ctx.confirm.end(self.spec.name)
 
     def _run(self) -> None:
         """The remembered fingerprint first (nothing to start when it holds every result), then a first slot."""
@@ -390,6 +393,7 @@ class _HostRun:
             planned = (hit[1], self._plan(hit[1]))
             if not planned[1]:
                 self.summary.fingerprint_cached = True
+                self._register(*hit)
                 return
         if not self.sched.first_slot(self.state):
             return
@@ -399,6 +403,46 @@ class _HostRun:
         finally:
             self._free_first_slot()
             self.host.close_connection()
+
+    def _take_slot(self) -> None:
+        """A first slot again (after a wait of equiv's confirm that gave it back), ahead of the hosts that have not
+        started: its worker is up already (else a one-core host waits behind every emulated host's whole run)."""
+        if not self.holds_first_slot and self.sched.first_slot(self.state, front=True):
+            self.holds_first_slot = True
+
+    def _register(self, fp: dict, fid: str) -> None:
+        """This run's fingerprint of the host, and its measured outputs of the confirming fixtures already in the
+        tables, to equiv's confirm (runs.confirmboard; nothing without one)."""
+        board = self.ctx.confirm
+        if board is not None:
+            board.register(self.spec.name, fp, self.rows.session)
+            board.saw(self.rows.measured_rows(fid, board.first))
+
+    def _confirm_first(self, work: list) -> tuple[list, dict]:
+        """(the work to run now: every confirming fixture first, then the rest of the variants this host is not
+        predicted on; per predicted variant_id its other fixtures, run only if the confirming ones differ)."""
+        board = self.ctx.confirm
+        if board is None:
+            return work, {}
+        anchors = board.anchors_of(self.spec.name, pause=self._free_first_slot, resume=self._take_slot)
+        now, tail, later = [], [], {}
+        for vi, fxs in work:
+            first = set(board.first.get(vi.variant_id, ()))
+            conf, rest = [fx for fx in fxs if fx.fixture_id in first], [fx for fx in fxs if fx.fixture_id not in first]
+            now += [(vi, conf)] if conf else []
+            if vi.variant_id in anchors:
+                later[vi.variant_id] = (vi, rest)
+            elif rest:
+                tail.append((vi, rest))
+        return now + tail, later
+
+    def _unconfirmed(self, later: dict) -> list:
+        """The work of the predicted variants whose confirming fixtures differ from their anchor's (waits for the
+        anchors' outputs with the slot given back)."""
+        if not later:
+            return []
+        verdicts = self.ctx.confirm.verdicts_of(self.spec.name, pause=self._free_first_slot, resume=lambda: None)
+        return [later[v] for v, ok in verdicts.items() if not ok and later[v][1]]
 
     def _free_first_slot(self) -> None:
         """The first worker is done: its slot goes back to the pool (the busiest host, or nobody), once."""
@@ -423,9 +467,19 @@ class _HostRun:
             else:
                 self.rows.adopt(fp, fid)
                 work = self._plan(fid)
+            self._register(fp, fid)
+            work, later = self._confirm_first(work)
+            self.summary.planned = sum(len(f) for _, f in work)
             if self.summary.planned:
                 self.state.cap_workers(self.host.max_workers(fp))  # e.g. an ssh remote's cores
                 self._drive_first(hs, work)
+            self._free_first_slot()
+            rest = self._unconfirmed(later)
+            if rest:   # a prediction missed: the same worker runs the rest, on a slot again
+                self.workers.join()
+                self._take_slot()
+                self.summary.planned += sum(len(f) for _, f in rest)
+                self._drive_first(hs, rest, sum(len(f) for _, f in rest))
         finally:
             self.workers.join()
             hs.close()  # after the extra workers: the forked ones are its children
@@ -433,9 +487,10 @@ class _HostRun:
         t_run = self.state.t_run  # when the first worker began its tasks (0: it had none)
         self.summary.run_seconds = time.monotonic() - t_run if t_run else 0.0
 
-    def _drive_first(self, hs, work: list) -> None:
-        """The first worker runs the host's tasks (`work`, split in tasks); free slots start more meanwhile."""
-        total = self.summary.planned
+    def _drive_first(self, hs, work: list, total: int | None = None) -> None:
+        """The first worker runs the host's tasks (`work`, split in tasks; `total` fixtures, default all planned);
+        free slots start more meanwhile."""
+        total = self.summary.planned if total is None else total
         # Tasks of a few fixtures per variant: enough of them that a worker started later
         # (a slot freed by another host) still finds work to share.
         tasks = Tasks()
@@ -490,6 +545,7 @@ class _Context:
         self.fixtures_for = plan.fixtures_for
         self.inputs_done = threading.Event()   # the fixtures and models rows are written (or failed): _write_inputs
         self.inputs_ok = False
+        self.confirm = None   # equiv's confirm in this run (runs.confirmboard.ConfirmBoard), or None
 
     def skey_of(self, host: str, vi=None) -> str:
         """The session key `host` runs under in this run (of variant `vi`, its session requirement added; a
@@ -564,15 +620,18 @@ def run_hosts(host_names, variants, fixtures, session=None, hosts_file=None, req
 
 def run_plan(plan: RunPlan, require_providers=False, progress=True,
              tables_root=TABLES_DIR, jobs=None, preprocess: dict | None = None,
-             raise_on_error: bool = True, cluster=None) -> RunSummary:
+             raise_on_error: bool = True, cluster=None, confirm=None) -> RunSummary:
     """Run a plan (plan_run): writes the fixtures, models, hosts and outputs tables under `tables_root`.
     Finished work is skipped (cache by run_key); every finished result is kept when something fails,
     and then RunFailed (a UserError) is raised after all hosts ended (unless raise_on_error=False: the
-    errors are in the summary). `cluster`: a runs.cluster.Cluster (connect) that runs the hosts it takes."""
+    errors are in the summary). `cluster`: a runs.cluster.Cluster (connect) that runs the hosts it takes.
+    `confirm`: equiv's confirm (runs.confirmboard.ConfirmBoard): predicted hosts run their confirming fixtures
+    first and the rest only where those differ."""
     slots = worker_slots(jobs)
     sessions = plan.sessions or {s.name: deployed_session(s, plan.session, h.recorded_session())
                                  for s, h in zip(plan.specs, plan.hosts)}
     ctx = _Context(plan, sessions, tables_root, require_providers, progress)
+    ctx.confirm = confirm
     for host in plan.hosts:  # an imported file must hold some of this run (one that holds none must not
         if not host.runs_workers:  # join a class unmeasured)
             check_coverage(host, ctx)
@@ -645,6 +704,9 @@ def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None, 
     sched = Scheduler(slots)
     runs = [_host_run(spec, host, ctx, i, sched, cluster) for i, (spec, host) in enumerate(zip(plan.specs, plan.hosts))]
     sched.runs = [r.state for r in runs if isinstance(r, _HostRun)]
+    for r in runs:   # a host without workers of its own (imported, cluster) neither predicts nor anchors
+        if ctx.confirm is not None and not isinstance(r, _HostRun):
+            ctx.confirm.end(r.summary.name)
     threads = [threading.Thread(target=r.run, daemon=True) for r in runs]
     writing, inputs_written = ThreadPoolExecutor(1, thread_name_prefix="input-tables"), None
     try:
@@ -659,6 +721,8 @@ def _run_all(plan: RunPlan, ctx: _Context, slots: int, preprocess: dict | None, 
                 th.join(timeout=0.2)
                 sched.rebalance()  # a host's first results make its remaining work measurable
     except KeyboardInterrupt:
+        if ctx.confirm is not None:   # a host waiting on another's fingerprint or outputs stops waiting
+            ctx.confirm.halt()
         for r in runs:
             r.kill()
         raise

@@ -180,13 +180,17 @@ class Scheduler:
         self.runs: list = []
         self.waiting: list = []
 
-    def first_slot(self, run) -> bool:
+    def first_slot(self, run, front: bool = False) -> bool:
         """Block until `run` may start its first worker (it takes `run.cores` slots: one per thread of its
-        session); False if it was stopped meanwhile."""
+        session); False if it was stopped meanwhile. `front`: ahead of the hosts waiting (a worker already started
+        that gave its slot back for a moment: equiv's confirm waiting on another host)."""
         if not run.uses_local_slot:
             return True
         with self.cond:
-            self.waiting.append(run)
+            if front:
+                self.waiting.insert(0, run)
+            else:
+                self.waiting.append(run)
             try:
                 while not run.stop.is_set():
                     if self.free >= run.cores and self.waiting[0] is run:

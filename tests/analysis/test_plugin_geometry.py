@@ -10,24 +10,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from decode_helpers import input_matmul_head, make_variants
+from decode_helpers import GEOMETRY_SIZES, RECORD_GEOMETRY, input_matmul_head, make_variants
 from quantbench.analysis.decode import decode, spec_from_sidecar
 from quantbench.cli import main
 from quantbench.inputs import plugins
 
 SIZE = 32
-SIZES = [(30, 60), (60, 20), (32, 32)]     # (height, width): wide, tall, square
+SIZES = GEOMETRY_SIZES
 
-PLUGIN = '''
-import json, pathlib
-import numpy as np
-
-SEEN = pathlib.Path(__file__).with_name("seen.jsonl")
-
+PLUGIN = RECORD_GEOMETRY + '''
 def whole(outputs, spec, geometry=None):
     """One box: the image's place in the input, from the geometry alone."""
-    with SEEN.open("a") as fh:
-        fh.write(json.dumps(geometry) + "\\n")
+    record(geometry)
     (top, left), (h, w) = geometry["offset"], geometry["resized"]
     return {"cls": [0], "score": [0.9], "kept": [True], "box": [[left, top, left + w, top + h]]}
 

@@ -1,7 +1,9 @@
-"""equiv's `confirm`: a host predicted (by onnxruntime's kernel dispatch) to share a class with a host run in full
-runs only a few fixtures; byte-identical there, it inherits the others, marked as inherited in the outputs table,
-the classes table, the report and the release (whose verify re-measures them); when they differ it runs in full and
-the miss is kept. Real runs on masked x86 tiers of this machine (CPUID faulting), the demo classifier."""
+"""equiv's `confirm`: a host predicted (by onnxruntime's kernel dispatch, from the fingerprint it reports in the
+run) to share a class with a host run in full runs only a few fixtures, in the same run; byte-identical there, it
+inherits the others, marked as inherited in the outputs table, the classes table, the report and the release (whose
+verify re-measures them); when they differ it runs in full and the miss is kept. The rows never depend on the
+fingerprints this machine remembers. Real runs on masked x86 tiers of this machine (CPUID faulting), the demo
+classifier."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import pytest
 
 import quantbench
 from quantbench import Fixtures, Fleet, Output
-from quantbench.api import confirm as AC
+from quantbench.analysis import confirm as C
+from quantbench.api import equiv as api_equiv
 from quantbench.hosts.masked import here_features
 from quantbench.store import partread
 
@@ -57,7 +60,7 @@ def _equiv(vdir, hosts: str, confirm, limit: int = LIMIT):
 
 
 def _remember(workdir, vdir, hosts: str, monkeypatch) -> None:
-    """The hosts fingerprinted once (a one-fixture run in another folder): a prediction needs their fingerprints."""
+    """The hosts fingerprinted once and remembered (a one-fixture run in another folder)."""
     warm = workdir / "warm"
     warm.mkdir()
     monkeypatch.chdir(warm)
@@ -74,8 +77,16 @@ def _outputs(workdir) -> list[dict]:
 def test_a_confirmed_host_inherits_marked_rows_and_a_release_re_measures_them(workdir, monkeypatch):
     _needs_avx2()
     vdir = _demo_variants(workdir)
-    _remember(workdir, vdir, "x86,x86-avx2", monkeypatch)
+    runs = []
+    real_run_plan = api_equiv.run_plan
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return real_run_plan(*args, **kwargs)
+
+    monkeypatch.setattr(api_equiv, "run_plan", counted)
     done = _equiv(vdir, "x86,x86-avx2", K)
+    assert len(runs) == 1   # the predicted host confirmed within the one run
     assert done.analysis.inherited == {"x86-avx2": {"fp32": "x86", "dynamic": "x86"}}
     assert done.analysis.prediction_misses == []
     rows = _outputs(workdir)
@@ -83,7 +94,7 @@ def test_a_confirmed_host_inherits_marked_rows_and_a_release_re_measures_them(wo
         mine = [r for r in rows if r["host"] == "x86-avx2" and r["variant"] == variant]
         measured = {r["fixture_id"] for r in mine if r["inherited"] is None}
         inherited = {r["fixture_id"] for r in mine if r["inherited"] == "x86"}
-        # one host run in full: no decision separated classes, so only the K nearest the threshold ran
+        # fresh tables: no earlier analysis ranks the fixtures, so the first K by fixture id ran
         assert len(measured) == K and len(inherited) == LIMIT - K and not measured & inherited
     classes = done.classes.to_pylist()
     assert {(c["variant"], tuple(c["hosts"])) for c in classes} == {("fp32", ("x86", "x86-avx2")),
@@ -114,15 +125,14 @@ def test_a_confirmed_host_inherits_marked_rows_and_a_release_re_measures_them(wo
 def test_a_host_wrongly_predicted_to_join_runs_in_full_and_the_miss_is_kept(workdir, monkeypatch):
     _needs_avx2()
     vdir = _demo_variants(workdir)
-    _remember(workdir, vdir, "x86,x86-sse4", monkeypatch)
-    remembered = AC.remembered_infos
+    info = C.host_info
 
-    def stale(plan, require_providers):
-        """x86-sse4's remembered fingerprint says this CPU's AVX2 (a stale entry): the predictor joins it to x86."""
-        infos = remembered(plan, require_providers)
-        return dict(infos, **{"x86-sse4": infos["x86"]})
+    def stale(fingerprint, session):
+        """x86-sse4's fingerprint read as this CPU's AVX2+FMA (a predictor wrong about it): it joins x86."""
+        got = info(fingerprint, session)
+        return dict(got, isa_flags=sorted(set(got["isa_flags"]) | set(here_features())))
 
-    monkeypatch.setattr(AC, "remembered_infos", stale)
+    monkeypatch.setattr(C, "host_info", stale)
     done = _equiv(vdir, "x86,x86-sse4", K)
     missed = {m["variant"] for m in done.analysis.prediction_misses}
     # SSE4's fp32 kernels (no FMA, 4-wide) give other bytes than AVX2+FMA on every input
@@ -137,3 +147,39 @@ def test_a_host_wrongly_predicted_to_join_runs_in_full_and_the_miss_is_kept(work
     assert {m["variant"] for m in equiv_json["prediction_misses"]} == missed
     fp32 = [c["hosts"] for c in done.classes.to_pylist() if c["variant"] == "fp32"]
     assert fp32 == [["x86"], ["x86-sse4"]]
+
+
+@pytest.mark.slow
+def test_the_same_rows_whether_or_not_this_machine_remembers_the_fingerprints(workdir, monkeypatch):
+    _needs_avx2()
+    vdir = _demo_variants(workdir)
+
+    def rows_in(folder):
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        done = _equiv(vdir, "x86,x86-avx2", K)
+        monkeypatch.chdir(workdir)
+        return done.analysis.inherited, sorted((r["host"], r["variant"], r["fixture_id"], r["inherited"] or "")
+                                               for r in _outputs(folder))
+
+    monkeypatch.setenv("QUANTBENCH_FINGERPRINT_CACHE", "0")   # nothing remembered, nothing kept
+    never = rows_in(workdir / "never")
+    monkeypatch.delenv("QUANTBENCH_FINGERPRINT_CACHE")
+    _remember(workdir, vdir, "x86,x86-avx2", monkeypatch)
+    remembered = rows_in(workdir / "remembered")
+    assert never == remembered and never[0] == {"x86-avx2": {"fp32": "x86", "dynamic": "x86"}}
+
+
+@pytest.mark.slow
+def test_an_emulated_arm_host_confirms_on_its_anchor_in_the_same_run(workdir):
+    """graviton2 (a Neoverse N1) and pi (a Cortex-A76) under qemu arm64: one onnxruntime, 4 threads, the same
+    features for its kernels, so graviton2 is predicted to share pi's class, confirms on K fixtures and inherits
+    the others, all in one run."""
+    vdir = _demo_variants(workdir)
+    done = _equiv(vdir, "pi,graviton2", K, limit=4)
+    assert done.analysis.inherited == {"graviton2": {"fp32": "pi", "dynamic": "pi"}}
+    assert done.analysis.prediction_misses == []
+    rows = _outputs(workdir)
+    for variant in ("fp32", "dynamic"):
+        mine = [r for r in rows if r["host"] == "graviton2" and r["variant"] == variant]
+        assert sum(r["inherited"] is None for r in mine) == K and sum(r["inherited"] == "pi" for r in mine) == 4 - K

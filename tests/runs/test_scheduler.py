@@ -68,6 +68,34 @@ def test_first_workers_come_before_extra_ones_and_ssh_takes_no_local_slot():
     assert remote.starting >= 1 and s.free == 0  # an ssh host grows on its own cores
 
 
+def test_a_host_back_from_a_confirm_wait_takes_the_next_slot_before_hosts_not_started():
+    import threading
+
+    from quantbench.runs.scheduling import Scheduler as _Scheduler
+
+    s = _Scheduler(1)
+    busy, queued, back = _FakeRun("pi", 1.0), _FakeRun("pi4", 1.0), _FakeRun("x86-avx2", 1.0)
+    s.runs = []   # no extra workers: only the first slots matter here
+    assert s.first_slot(busy)
+    order = []
+    waiters = [threading.Thread(target=lambda r=r, f=f: s.first_slot(r, front=f) and order.append(r.name))
+               for r, f in ((queued, False), (back, True))]
+    waiters[0].start()
+    while queued not in s.waiting:
+        pass
+    waiters[1].start()
+    while back not in s.waiting:
+        pass
+    s.release(busy)                      # x86-avx2's worker is up already: the slot is its first
+    while not order:
+        pass
+    assert order == ["x86-avx2"]
+    s.release(back)
+    for t in waiters:
+        t.join(5)
+    assert order == ["x86-avx2", "pi4"]
+
+
 def test_a_freed_slot_starts_another_worker_for_the_busy_host(workdir, home, monkeypatch):
     """Two hosts, two slots: the quick host ends, and the slow host's second worker takes over half its work."""
     from hosts_helpers import slow_model

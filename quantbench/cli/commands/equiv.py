@@ -49,9 +49,10 @@ def add_arguments(p) -> None:
     p.add_argument("--no-run", action="store_true",
                    help="use only results already in the tables (e.g. hosts run with other session options)")
     p.add_argument("--confirm", default=str(DEFAULT_CONFIRM), metavar=f"K|{CONFIRM_ALL}",
-                   help="a host predicted to share a class with a host run in full runs only K fixtures first "
-                        "(those that separated classes, then those nearest the threshold), and inherits the others "
-                        f"when those are byte-identical (else it runs in full); {CONFIRM_ALL}: every host runs every "
+                   help="a host predicted (from the fingerprint it reports in this run) to share a class with a "
+                        "host run in full runs only K fixtures first (those that separated classes in an earlier "
+                        "analysis, then those nearest the threshold there, then by id), and inherits the others when "
+                        f"those are byte-identical (else it runs the rest); {CONFIRM_ALL}: every host runs every "
                         "fixture (default: %(default)s)")
     SESSION.add(p)
     add_jobs_argument(p)

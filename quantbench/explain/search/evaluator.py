@@ -119,7 +119,7 @@ class Evaluator:
         data = Path(fp32_path).read_bytes()
         runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,
                                                        return_tensors=self.names), range(len(self.hosts)))
-        self.fp32 = [decode_runs(self.spec, r, self.names) for r in runs]
+        self.fp32 = [decode_runs(self.spec, r, self.names, self.fixtures) for r in runs]
         self.fp32_metric = [self._metric(dec) for dec in self.fp32]
         if self.imported_requests:
             self._read_imported(semantic_sha256(fp32_path), base, runs)
@@ -251,7 +251,7 @@ class Evaluator:
                 raise
             return {"flips": None, "note": f"onnxruntime cannot make this session on {self.hosts[i].label}: {exc.why}",
                     "flipped": None, "hashes": {}}
-        dec = decode_runs(self.spec, runs, self.names)
+        dec = decode_runs(self.spec, runs, self.names, fxs)
         per = {f: len(compare(self.spec, self.fp32[i][f], dec[f]).flips) for f in sorted(dec)}
         hashes = {r["fixture_id"]: content_key([r["outputs"][n]["sha256"] for n in self.names]) for r in runs}
         out = {"flips": sum(per.values()), "note": "", "flipped": [f for f in sorted(per) if per[f]],
