@@ -42,7 +42,8 @@ def _demo_variants(root):
     vdir = root / "variants" / "litter-cnn"
     vdir.mkdir(parents=True)
     shutil.copyfile(src, vdir / "fp32.onnx")
-    quantize_dynamic(str(src), str(vdir / "dynamic.onnx"), weight_type=QuantType.QInt8)
+    # from the copy: the quantizer writes `<input>-inferred.onnx` beside its input (never into the package)
+    quantize_dynamic(str(vdir / "fp32.onnx"), str(vdir / "dynamic.onnx"), weight_type=QuantType.QInt8)
     vs = []
     for name in ("fp32", "dynamic"):
         recipe = {"variant": name, "method": name, "model": "litter-cnn", "sidecar": side,

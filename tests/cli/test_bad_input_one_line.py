@@ -373,7 +373,8 @@ sys.exit(255)
 DIES_AFTER_REQUEST = f"""
 import struct, sys
 b = sys.stdin.buffer
-for _ in range(2):  # the bootstrap's two sources (hosts.ssh.worker_preamble): the tensor encoding, the worker
+for _ in range(int(b.readline())):  # the bootstrap's sources (hosts.ssh.worker_preamble): each named, then sized
+    b.readline()
     b.read(int(b.readline()))
 magic, hlen, plen = struct.unpack(">4sIQ", b.read(16))
 b.read(hlen + plen)

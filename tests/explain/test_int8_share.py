@@ -5,8 +5,11 @@ int8, and the shares are the kept nodes' weights over all of them."""
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import onnx
+
 import pytest
 from onnx import numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -36,7 +39,7 @@ class _Reader(CalibrationDataReader):
 
 
 def test_nodes_onnxruntime_keeps_in_float_are_the_float_share(tmp_path):
-    src = demo_model("litter-detr-tiny")
+    src = shutil.copyfile(demo_model("litter-detr-tiny"), tmp_path / "fp32.onnx")   # the quantizer writes beside it
     quantize_static(str(src), str(tmp_path / "q.onnx"), _Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                     nodes_to_exclude=FLOAT_NODES)
     flags = int8_nodes(onnx.load(tmp_path / "q.onnx"))
@@ -57,7 +60,7 @@ def test_nodes_reading_16_bit_activations_are_not_int8(tmp_path):
     """onnxruntime's per-tensor override to 16-bit activations (the A16W8 form the search's `a16` node choice makes,
     explain.search.tensors): the nodes that multiply the 16-bit tensor run dequantized from uint16, not in int8,
     though their weights stay 8-bit; every other node is int8."""
-    src = demo_model("litter-detr-tiny")
+    src = shutil.copyfile(demo_model("litter-detr-tiny"), tmp_path / "fp32.onnx")   # the quantizer writes beside it
     fp32 = onnx.load(src)
     wide = next(n for n in fp32.graph.node if n.name == FLOAT_NODES[1]).input[0]
     readers = sorted(n.name for n in fp32.graph.node if n.op_type in MAC_OPS and wide in n.input[:2])

@@ -29,7 +29,10 @@ FP32 = MODELS_DIR / "litter-cnn.onnx"
 def int8(workdir) -> Path:
     """The bundled classifier as onnxruntime's quantize_dynamic makes it (ConvInteger, DynamicQuantizeLinear),
     with its sidecar beside it, as a user would bring it."""
-    quantize_dynamic(str(FP32), str(workdir / "cnn-int8.onnx"))
+    # from a copy: quantize_dynamic writes `<input>-inferred.onnx` beside its input and deletes it, so two workers
+    # quantizing the bundled file itself race for that one path (and write into the package)
+    source = shutil.copyfile(FP32, workdir / "litter-cnn.onnx")
+    quantize_dynamic(str(source), str(workdir / "cnn-int8.onnx"))
     shutil.copyfile(MODELS_DIR / "litter-cnn.json", workdir / "cnn-int8.json")
     return workdir / "cnn-int8.onnx"
 
