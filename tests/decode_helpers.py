@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from model_helpers import save_model
+from quantbench.inputs import plugins
 
 
 def input_matmul_head(path: Path, base: np.ndarray, size: int, gain: float = 0.02, seed: int = 5) -> Path:
@@ -46,6 +48,18 @@ def record(geometry):
     with SEEN.open("a") as fh:
         fh.write(json.dumps(geometry) + "\\n")
 '''
+
+
+#: a plug-in recording the geometry it is given, deciding one thing whatever the outputs
+RECORD_WHOLE = RECORD_GEOMETRY + '''
+def whole(outputs, spec, geometry=None):
+    """One decision whatever the outputs: only the geometry it is given matters here."""
+    record(geometry)
+    return {"cls": [0], "score": [0.9], "kept": [True]}
+'''
+
+#: the letterboxed head's input side
+LETTERBOX_SIZE = 32
 
 
 def make_variants(root: Path, build, sidecar: dict, images: list[dict], size: int, annotations=(),
@@ -99,3 +113,38 @@ def ocr_model(folder) -> None:
     (folder / "ocr.json").write_text(json.dumps(side))
     (folder / "keys.txt").write_text("a\nb\n")
 
+
+
+# ---- a letterboxed head and a geometry-recording plug-in (tests/explain/test_decode_geometry_in_explain.py, ...) ----
+
+def letterboxed(root: Path) -> tuple[Path, Path, str]:
+    """fp32 + dynamic variants of a head behind a centre letterbox, labels of the non-square GEOMETRY_SIZES images,
+    and the RECORD_WHOLE plug-in (allowed); returns (variants folder, labels, plug-in reference)."""
+    plugins.allow_all()
+    (root / "geo.py").write_text(RECORD_WHOLE)
+    ref = f"{root / 'geo.py'}:whole"
+    size = LETTERBOX_SIZE
+    side = {"classes": ["thing"],
+            "input": {"name": "images", "shape": [1, 3, size, size], "scale": 1 / 255, "resize": "letterbox",
+                      "pad": "center"},
+            "decode": {"kind": ref, "threshold": 0.5}}
+    vdir, labels = make_variants(root, lambda p: input_matmul_head(p, np.zeros((1, 4)), size), side,
+                                 [{"width": w, "height": h} for h, w in GEOMETRY_SIZES], size)
+    rng = np.random.default_rng(0)
+    for i, (h, w) in enumerate(GEOMETRY_SIZES):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(root / "images" / f"im{i:02d}.png")
+    return vdir, labels, ref
+
+
+def seen_geometry(root: Path) -> dict:
+    """{image size: the geometry the plug-in was given}; every call had one."""
+    got = [json.loads(line) for line in (root / "seen.jsonl").read_text().splitlines()]
+    assert got and all(g is not None for g in got), got
+    return {tuple(g["image_size"]): g for g in got}
+
+
+def check_geometry(seen: dict) -> None:
+    """The letterbox of each GEOMETRY_SIZES image, as letterboxed()'s sidecar makes it."""
+    assert sorted(seen) == sorted(GEOMETRY_SIZES)
+    assert seen[(30, 60)]["resized"] == [16, 32] and seen[(30, 60)]["offset"] == [8, 0]
+    assert seen[(60, 20)]["resized"] == [32, 11] and seen[(60, 20)]["input_size"] == [LETTERBOX_SIZE] * 2

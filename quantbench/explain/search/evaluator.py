@@ -127,8 +127,7 @@ class Evaluator:
     def _read_imported(self, fp32_id: str, base, fp32_runs: list) -> None:
         """Each imported host's fp32 and base results from its file(s), and its stand-in among the hosts run."""
         self.base_id = semantic_sha256(base.path)
-        fids = sorted(fx.fixture_id for fx in self.fixtures)
-        self.imported = [read_member(r, base, fp32_id, self.base_id, fids, self.spec, self.names)
+        self.imported = [read_member(r, base, fp32_id, self.base_id, self.fixtures, self.spec, self.names)
                          for r in self.imported_requests]
         data = Path(base.path).read_bytes()
         base_runs = self._map(lambda i: self.workers[i].run(data, self.fixtures, self.hosts[i].session,

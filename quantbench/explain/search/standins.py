@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 from quantbench.analysis.classes import equivalence_classes
 from quantbench.analysis.decisions import compare
-from quantbench.analysis.decode import decode
 from quantbench.analysis.tiers import Int8Path, int8_path
 from quantbench.errors import UserError
+from quantbench.explain.localize import decode_runs
 from quantbench.hosts.imported import held_results
 from quantbench.hosts.keys import session_key
 from quantbench.hosts.shards import files_of
@@ -72,9 +72,11 @@ def _missing(label: str, request, base, runs: dict, ids: dict, fixture_ids: list
                 f"that machine over the same fixtures, export the results and name the new file for host {label}")
 
 
-def read_member(request, base, fp32_id: str, base_id: str, fixture_ids: list, spec, names: list) -> ImportedMember:
-    """The imported host `request` (a HostRequest) read from its file(s): fp32 and `base` on `fixture_ids`."""
+def read_member(request, base, fp32_id: str, base_id: str, fixtures: list, spec, names: list) -> ImportedMember:
+    """The imported host `request` (a HostRequest) read from its file(s): fp32 and `base` on the search's
+    `fixtures`, decoded as the hosts it runs are (each with its fixture's geometry: decode_runs)."""
     label = request.label
+    fixture_ids = sorted(fx.fixture_id for fx in fixtures)
     rows, hosts = held_results(request.spec.options, [fp32_id, base_id])
     if len({h["fingerprint_id"] for h in hosts}) > 1:
         raise UserError(f"host {label}: its files ({', '.join(files_of(request.spec.options))}) ran on several CPU "
@@ -87,11 +89,13 @@ def read_member(request, base, fp32_id: str, base_id: str, fixture_ids: list, sp
                         "host's own; name the one it deploys in the hosts file")
     _missing(label, request, base, runs, {"fp32": fp32_id, base.name: base_id}, fixture_ids, names)
 
-    def decoded(vid, f):
-        return decode(spec, {n: tensor_from_row(runs[(vid, f)][n]) for n in names})
+    def decoded(vid):   # the rows as a worker run's results (fixture_id, outputs: {name: {array}})
+        return decode_runs(spec, [{"fixture_id": f, "outputs": {n: {"array": tensor_from_row(runs[(vid, f)][n])}
+                                                                for n in names}} for f in fixture_ids],
+                           names, fixtures)
 
-    fp32 = {f: decoded(fp32_id, f) for f in fixture_ids}
-    flips = {f: len(compare(spec, fp32[f], decoded(base_id, f)).flips) for f in fixture_ids}
+    fp32, base_dec = decoded(fp32_id), decoded(base_id)
+    flips = {f: len(compare(spec, fp32[f], base_dec[f]).flips) for f in fixture_ids}
     hashes = {(f"{vid}:{f}", n): runs[(vid, f)][n]["sha256"] for vid in (fp32_id, base_id) for f in fixture_ids
               for n in names}
     h = hosts[0] if hosts else {}
