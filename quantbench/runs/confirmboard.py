@@ -24,6 +24,7 @@ class ConfirmBoard:
         self.cond = threading.Condition()
         self.infos: dict = {}       # host -> info (None: no prediction for or from it)
         self.ended: set = set()
+        self.settled: set = set()   # hosts whose own confirming fixtures all ran (their workers joined)
         self.seen: dict = {}        # (host, variant_id, fixture_id) -> sorted (output, sha256)
         self.anchors: dict = {}     # host -> {variant_id: anchor}
         self.verdicts: dict = {}    # (host, variant_id) -> True: confirmed, False: a miss
@@ -41,6 +42,12 @@ class ConfirmBoard:
         with self.cond:
             self.infos.setdefault(host, None)
             self.ended.add(host)
+            self.cond.notify_all()
+
+    def settle(self, host: str) -> None:
+        """`host` ran every confirming fixture it will run (its workers joined): one still missing never comes."""
+        with self.cond:
+            self.settled.add(host)
             self.cond.notify_all()
 
     def halt(self) -> None:
@@ -83,14 +90,16 @@ class ConfirmBoard:
         return self.anchors[host]
 
     def _decided(self, host: str, vid: str, anchor: str) -> bool | None:
-        """True/False once every confirming fixture of both is seen (or the anchor ended: a missing one is no
-        confirmation); None while waiting."""
+        """True/False once every confirming fixture of both is seen; False when one of them ended (or the run
+        halted) without its own (a missing one is no confirmation); None while waiting. Each side is judged by its
+        own end: an anchor that finished does not cut short the host's fixtures still on its other workers."""
         fids = self.first.get(vid, [])
         mine = [self.seen.get((host, vid, f)) for f in fids]
         theirs = [self.seen.get((anchor, vid, f)) for f in fids]
-        if all(t is not None for t in theirs) and all(m is not None for m in mine):
+        mine_in, theirs_in = all(m is not None for m in mine), all(t is not None for t in theirs)
+        if mine_in and theirs_in:
             return mine == theirs
-        if anchor in self.ended or host in self.ended or self.halted:
+        if self.halted or (not theirs_in and anchor in self.ended) or (not mine_in and (host in self.ended or host in self.settled)):
             return False
         return None
 

@@ -474,6 +474,9 @@ class _HostRun:
                 self.state.cap_workers(self.host.max_workers(fp))  # e.g. an ssh remote's cores
                 self._drive_first(hs, work)
             self._free_first_slot()
+            if later:   # every confirming fixture of this host in (its other workers too) before the verdicts
+                self.workers.join()
+                self.ctx.confirm.settle(self.spec.name)
             rest = self._unconfirmed(later)
             if rest:   # a prediction missed: the same worker runs the rest, on a slot again
                 self.workers.join()

@@ -71,6 +71,34 @@ def test_an_anchor_that_ended_without_a_confirming_fixture_confirms_nothing():
     assert board.verdicts_of("b") == {"v": False}
 
 
+def test_an_anchor_that_ended_with_every_confirming_fixture_waits_for_the_hosts_own():
+    """The anchor finished (all its confirming outputs in) while one of the host's own confirming fixtures is still
+    running on its second worker: the verdict waits for it (it was a prediction miss of identical bytes)."""
+    board = _board(["a", "b"])
+    board.register("a", {"flags": "avx2"}, None)
+    board.register("b", {"flags": "avx2"}, None)
+    assert board.anchors_of("b") == {"v": "a"}
+    board.saw(_rows("a", "f1") + _rows("a", "f2") + _rows("b", "f1"))
+    board.end("a")
+    got, paused = {}, threading.Event()
+    waiter = threading.Thread(target=lambda: got.update(board.verdicts_of("b", pause=paused.set)))
+    waiter.start()
+    assert paused.wait(30), "b's verdict did not wait for its own f2"
+    board.saw(_rows("b", "f2"))         # b's second worker delivers f2
+    waiter.join(30)
+    assert got == {"v": True}
+
+
+def test_a_host_whose_workers_joined_without_its_confirming_fixture_confirms_nothing():
+    board = _board(["a", "b"])
+    board.register("a", {"flags": "avx2"}, None)
+    board.register("b", {"flags": "avx2"}, None)
+    assert board.anchors_of("b") == {"v": "a"}
+    board.saw(_rows("a", "f1") + _rows("a", "f2") + _rows("b", "f1"))
+    board.settle("b")                   # its workers joined: f2 (a runtime that cannot run it) never comes
+    assert board.verdicts_of("b") == {"v": False}
+
+
 def test_a_host_without_workers_anchors_nobody():
     board = _board(["imported", "b"])
     board.end("imported")
