@@ -478,8 +478,7 @@ class _HostRun:
                 self.workers.join()
                 self.ctx.confirm.settle(self.spec.name)
             rest = self._unconfirmed(later)
-            if rest:   # a prediction missed: the same worker runs the rest, on a slot again
-                self.workers.join()
+            if rest:   # a prediction missed: the same worker runs the rest, on a slot again (its others joined)
                 self._take_slot()
                 self.summary.planned += sum(len(f) for _, f in rest)
                 self._drive_first(hs, rest, sum(len(f) for _, f in rest))

@@ -30,6 +30,15 @@ def _board(order):
     return ConfirmBoard(order, FIRST, _same_flags, lambda fp, session: {"flags": fp["flags"]})
 
 
+def _anchored():
+    """a and b with the same flags, b predicted on a (its anchor learnt)."""
+    board = _board(["a", "b"])
+    board.register("a", {"flags": "avx2"}, None)
+    board.register("b", {"flags": "avx2"}, None)
+    assert board.anchors_of("b") == {"v": "a"}
+    return board
+
+
 def _rows(host, fixture, sha="s"):
     return [{"host": host, "variant_id": "v", "fixture_id": fixture, "output_name": o, "sha256": f"{sha}{o}"}
             for o in ("out", "aux")]
@@ -62,10 +71,7 @@ def test_confirmed_only_when_every_confirming_fixture_is_byte_identical():
 
 
 def test_an_anchor_that_ended_without_a_confirming_fixture_confirms_nothing():
-    board = _board(["a", "b"])
-    board.register("a", {"flags": "avx2"}, None)
-    board.register("b", {"flags": "avx2"}, None)
-    assert board.anchors_of("b") == {"v": "a"}
+    board = _anchored()
     board.saw(_rows("a", "f1") + _rows("b", "f1") + _rows("b", "f2"))
     board.end("a")                      # a failed before f2
     assert board.verdicts_of("b") == {"v": False}
@@ -74,10 +80,7 @@ def test_an_anchor_that_ended_without_a_confirming_fixture_confirms_nothing():
 def test_an_anchor_that_ended_with_every_confirming_fixture_waits_for_the_hosts_own():
     """The anchor finished (all its confirming outputs in) while one of the host's own confirming fixtures is still
     running on its second worker: the verdict waits for it (it was a prediction miss of identical bytes)."""
-    board = _board(["a", "b"])
-    board.register("a", {"flags": "avx2"}, None)
-    board.register("b", {"flags": "avx2"}, None)
-    assert board.anchors_of("b") == {"v": "a"}
+    board = _anchored()
     board.saw(_rows("a", "f1") + _rows("a", "f2") + _rows("b", "f1"))
     board.end("a")
     got, paused = {}, threading.Event()
@@ -90,10 +93,7 @@ def test_an_anchor_that_ended_with_every_confirming_fixture_waits_for_the_hosts_
 
 
 def test_a_host_whose_workers_joined_without_its_confirming_fixture_confirms_nothing():
-    board = _board(["a", "b"])
-    board.register("a", {"flags": "avx2"}, None)
-    board.register("b", {"flags": "avx2"}, None)
-    assert board.anchors_of("b") == {"v": "a"}
+    board = _anchored()
     board.saw(_rows("a", "f1") + _rows("a", "f2") + _rows("b", "f1"))
     board.settle("b")                   # its workers joined: f2 (a runtime that cannot run it) never comes
     assert board.verdicts_of("b") == {"v": False}
