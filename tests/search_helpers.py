@@ -45,9 +45,14 @@ def calibrated(tmp_path_factory):
 
 
 @pytest.fixture
-def run_dir(calibrated, workdir):
-    """The working folder holding the calibrate run's results/ and calib_sets/."""
-    return copy_run(calibrated, workdir)
+def run_dir(calibrated, tmp_path, monkeypatch):
+    """The working folder holding the calibrate run's results/ and calib_sets/: a folder of its own inside the test's
+    tmp_path, so that "nothing written beside it" is a look at tmp_path (the parent of tmp_path holds every other
+    test's folders of this worker, which hashing made the hostile-input probes take 10 s each)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return copy_run(calibrated, work)
 
 
 def result_of(out: str) -> dict:
