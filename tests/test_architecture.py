@@ -4,6 +4,7 @@ mirror the package, one file per thing protected, sharing code only through help
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import subprocess
 import sys
@@ -13,8 +14,19 @@ ROOT = Path(__file__).resolve().parents[1] / "quantbench"
 TESTS = Path(__file__).resolve().parent
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A source file's tree, parsed once for all the rules (the rules only read it)."""
+    return ast.parse(path.read_text())
+
+
 def import_graph() -> dict[str, set[str]]:
-    """module -> quantbench modules it imports (at any level: lazy imports count too)."""
+    """module -> quantbench modules it imports (at any level: lazy imports count too); a copy each rule may edit."""
+    return {module: set(edges) for module, edges in _import_graph().items()}
+
+
+@functools.cache
+def _import_graph() -> dict[str, set[str]]:
     mods = {}
     for p in ROOT.rglob("*.py"):
         name = ".".join(p.relative_to(ROOT.parent).with_suffix("").parts)
@@ -22,7 +34,7 @@ def import_graph() -> dict[str, set[str]]:
     graph = {}
     for m, p in mods.items():
         edges = set()
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(parsed(p)):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("quantbench"):
                 for a in node.names:
                     full = f"{node.module}.{a.name}"
@@ -271,7 +283,7 @@ def test_no_test_module_imports_another():
     tests/cli_helpers.py, ...), never in a test module another one imports."""
     found = []
     for p in sorted(TESTS.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(parsed(p)):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             found += [f"{p.relative_to(TESTS)}:{node.lineno} imports {n}" for n in names
@@ -290,7 +302,7 @@ def helper_fixtures() -> dict[str, set[str]]:
     for p in sorted(TESTS.glob("*.py")):
         if p.name.startswith("test_") or p.name == "conftest.py":
             continue
-        names = {n.name for n in ast.parse(p.read_text()).body
+        names = {n.name for n in parsed(p).body
                  if isinstance(n, ast.FunctionDef) and any(_is_fixture(d) for d in n.decorator_list)}
         if names:
             found[p.stem] = names
@@ -308,7 +320,7 @@ def test_no_module_imports_a_fixture():
     assert sorted(plugins) == sorted(fixtures), "conftest.py's pytest_plugins lists the helper modules with fixtures"
     found = []
     for p in sorted(TESTS.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(parsed(p)):
             if isinstance(node, ast.ImportFrom) and node.module in fixtures:
                 found += [f"{p.relative_to(TESTS)}:{node.lineno} imports the fixture {node.module}.{a.name}"
                           for a in node.names if a.name in fixtures[node.module]]
@@ -356,7 +368,7 @@ def test_internal_imports_are_at_module_top():
     imports the command modules by name (importlib), not with import statements: `quantbench CMD` loads CMD alone."""
     h = _hoister()
     mods = h.module_files(ROOT.parent)
-    trees = {m: ast.parse(p.read_text()) for m, p in mods.items()}
+    trees = {m: parsed(p) for m, p in mods.items()}
     closure, heavy = h.import_closures(mods, trees)
     assert h.lazy_exempt(ROOT.parent) == LAZY_EXEMPT
     lazy = []
@@ -389,7 +401,7 @@ def long_functions() -> dict[str, int]:
     """path:function -> its lines, its docstring not counted, for each function over MAX_FUNCTION_LINES."""
     out = {}
     for p in sorted(ROOT.rglob("*.py")):
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(parsed(p)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1 - _docstring_lines(node)
                 if lines > MAX_FUNCTION_LINES:
@@ -460,7 +472,7 @@ def _module_names(tree) -> dict[str, tuple[str, str | None]]:
 
 def _dataclasses_of(path: Path):
     """(tree, {name: ClassDef}) of a module's top-level dataclasses."""
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     return tree, {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)
                   and any("dataclass" in ast.unparse(d) for d in n.decorator_list)}
 
@@ -556,7 +568,7 @@ def library_flag_messages() -> dict[str, list[str]]:
         rel = p.relative_to(ROOT).as_posix()
         if rel.startswith(CLI_MODULES) or rel in COMMAND_LINE_WRITERS:
             continue
-        tree = ast.parse(p.read_text())
+        tree = parsed(p)
         docs = _docstrings(tree)
         hits = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
                 and id(n) not in docs and not re.fullmatch(ARGV_ITEM, n.value) and pattern.search(n.value)]
