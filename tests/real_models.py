@@ -15,6 +15,7 @@ Helpers for tests/acceptance/test_third_party_models.py (any real model, end to 
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import os
@@ -288,8 +289,27 @@ def save_png(path: Path, rgb: np.ndarray) -> None:
 # --------------------------------------------------------------------------- a user's workdir
 
 
+#: {(model key, model file, its size and mtime): (a folder _write_workdir wrote, what it returned)}, this process's
+_WRITTEN: dict = {}
+
+
 def write_workdir(spec: RealModel, model_file: Path, folder: Path) -> dict:
-    """model.onnx + model.json + labels.json + images/ in `folder`, as a user would lay them out."""
+    """model.onnx + model.json + labels.json + images/ in `folder`, as a user would lay them out. The tiles are cut
+    and encoded once per process (5 s for the orientation set, made again by every test that wrote it), then the
+    files copied."""
+    st = Path(model_file).stat()
+    key = (spec.key, str(model_file), st.st_size, st.st_mtime_ns)
+    if key not in _WRITTEN:
+        first = Path(tempfile.mkdtemp(prefix=f"qb-workdir-{spec.key}-"))
+        atexit.register(shutil.rmtree, first, True)
+        _WRITTEN[key] = (first, _write_workdir(spec, model_file, first))
+    first, info = _WRITTEN[key]
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(first, folder, copy_function=shutil.copyfile, dirs_exist_ok=True)
+    return {**info, "model": folder / info["model"].name, "labels": folder / "labels.json", "images": folder / "images"}
+
+
+def _write_workdir(spec: RealModel, model_file: Path, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     model = folder / f"{spec.key}.onnx"
     shutil.copyfile(model_file, model)

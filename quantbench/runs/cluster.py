@@ -197,9 +197,11 @@ def takes(host) -> bool:
     return bool(getattr(host, "runs_on_cluster", False))
 
 
-def connect(address: str, hosts=(), timeout: float = CONNECT_SECONDS) -> Cluster:
-    """The cluster at `address`, checked before any work: reachable, with workers whose quantbench, worker code
-    and onnxruntime are this client's, each with every host in `hosts` (the ones that run there) set up."""
+def connect(address: str, hosts=(), timeout: float | None = None) -> Cluster:
+    """The cluster at `address`, checked before any work: reachable within `timeout` (CONNECT_SECONDS, read at
+    the call), with workers whose quantbench, worker code and onnxruntime are this client's, each with every host
+    in `hosts` (the ones that run there) set up."""
+    timeout = CONNECT_SECONDS if timeout is None else timeout
     distributed = _distributed()
     probe_scheduler(address, timeout)
     try:
@@ -224,7 +226,7 @@ def connect(address: str, hosts=(), timeout: float = CONNECT_SECONDS) -> Cluster
     return Cluster(address, client, seen, threads)
 
 
-def connect_plan(address: str, plan, timeout: float = CONNECT_SECONDS) -> Cluster:
+def connect_plan(address: str, plan, timeout: float | None = None) -> Cluster:
     """`connect` for a run plan (runner.plan_run): its hosts the cluster takes are checked on every worker."""
     return connect(address, [spec for spec, host in zip(plan.specs, plan.hosts) if takes(host)], timeout)
 

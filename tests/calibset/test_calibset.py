@@ -71,6 +71,19 @@ def test_selection_is_deterministic_and_seeded(corpus, tmp_path):
     assert {r["sha256"] for r in other} != {r["sha256"] for r in build(labels, images, seed=3).selected}
 
 
+def test_the_draw_is_sklearns_resample_without_replacement():
+    """builder.draw makes sklearn.utils.resample's draw (recorded in every recipe) from one RandomState carried
+    across cells, without importing scikit-learn in calibrate."""
+    from sklearn.utils import resample
+
+    for seed in (0, 7, 1234):
+        ours, theirs = np.random.RandomState(seed), np.random.RandomState(seed)
+        for n, k in ((1, 1), (5, 3), (12, 12), (40, 12), (3, 3), (100, 1)):
+            members = [f"img{i}" for i in range(n)]
+            assert builder.draw(members, k, ours) == list(resample(members, replace=False, n_samples=k,
+                                                                   random_state=theirs)), (seed, n, k)
+
+
 def test_count_bins_split_objects(corpus):
     labels, images = corpus
     cs = build(labels, images, per_cell=2, count_bins=[2])

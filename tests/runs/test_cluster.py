@@ -41,11 +41,15 @@ def _local_cluster(tmp_path, workers: int = 2, threads: int = 1, **env):
         from distributed import LocalCluster
     except ImportError:
         missing_setup("distributed is not installed (scripts/setup.sh installs quantbench[cluster])")
+    _need_pi()
+    return LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None,
+                        local_directory=str(tmp_path.parent / f"{tmp_path.name}-dask"), env={k: str(v) for k, v in env.items()})
+
+
+def _need_pi() -> None:
     ok, msg = E.ready("pi")
     if not ok:
         missing_setup(f"pi not set up: {msg}")
-    return LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True, dashboard_address=None,
-                        local_directory=str(tmp_path.parent / f"{tmp_path.name}-dask"), env={k: str(v) for k, v in env.items()})
 
 
 def _rows(root: Path, name: str) -> list:
@@ -72,6 +76,18 @@ def _demo_plan(hosts, limit=2):
     return plan_run(hosts, resolve_variants(None), limit=limit, command="run")
 
 
+@pytest.fixture(scope="module")
+def local_pi(tmp_path_factory):
+    """The demo's pi run here (_demo_plan), once for the module: (its tables, its summary), what each cluster run
+    of that plan must equal (the tests only read them; three local runs of it were the same run)."""
+    _need_pi()
+    root = tmp_path_factory.mktemp("local-pi")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)   # an empty working folder, as each test's: the demo's variants
+        summary = run_plan(_demo_plan(["pi"]), progress=False, tables_root=root / "tables")
+    return root / "tables", summary
+
+
 def test_a_cluster_run_writes_the_tables_of_a_local_run(workdir, tmp_path):
     """equiv --hosts pi,x86 on the demo: pi on the cluster's two workers, x86 here; every table row for row."""
     args = ["equiv", "--hosts", "pi,x86", "--limit", "2", "--no-progress", "-q"]
@@ -87,24 +103,22 @@ def _kept_workers() -> list:
     return sorted(type(hs.client.proc).__name__ for idle in C._IDLE.values() for hs in idle)
 
 
-def test_a_cluster_worker_with_two_threads_forks_its_second_host_worker(workdir, tmp_path):
+def test_a_cluster_worker_with_two_threads_forks_its_second_host_worker(workdir, tmp_path, local_pi):
     """One cluster worker process with two threads (one machine, `dask worker --nthreads 2`): the host's second
     worker is forked from the first, and the rows are a local run's."""
     plan = _demo_plan(["pi"])
-    run_plan(plan, progress=False, tables_root=workdir / "local")
     with _local_cluster(tmp_path, workers=1, threads=2) as lc, C.connect_plan(lc.scheduler_address, plan) as cluster:
         s = run_plan(plan, progress=False, tables_root=workdir / "cluster", cluster=cluster)
         kept = cluster.client.run(_kept_workers)
     assert s.errors == [] and list(kept.values()) == [["Popen", "_ForkedProcess"]]
-    _same_tables(workdir / "local", workdir / "cluster", ("hosts", "outputs"))
+    _same_tables(local_pi[0], workdir / "cluster", ("hosts", "outputs"))
 
 
-def test_a_cluster_worker_killed_mid_run_is_survived(workdir, tmp_path):
+def test_a_cluster_worker_killed_mid_run_is_survived(workdir, tmp_path, local_pi):
     """Each emulated worker pauses after its first result; one cluster worker process is then killed with its
     task in flight, and Dask runs that task again: every result arrives once, the same as a local run's."""
     pause = tmp_path / "go"
-    plan = _demo_plan(["pi"])
-    local = run_plan(plan, progress=False, tables_root=workdir / "local")
+    plan, (local_root, local) = _demo_plan(["pi"]), local_pi
     with _local_cluster(tmp_path, QUANTBENCH_TEST_PAUSE_AFTER=1, QUANTBENCH_TEST_PAUSE_FILE=pause) as lc, \
             C.connect_plan(lc.scheduler_address, plan) as cluster:
         before = set(cluster.client.run(os.getpid).values())
@@ -125,10 +139,10 @@ def test_a_cluster_worker_killed_mid_run_is_survived(workdir, tmp_path):
         assert s.errors == []
     pi, pi_local = s.hosts[0], local.hosts[0]
     assert (pi.ran, pi.cached, pi.fingerprint_id) == (pi_local.ran, 0, pi_local.fingerprint_id)
-    _same_tables(workdir / "local", workdir / "cluster", ("hosts", "outputs"))
+    _same_tables(local_root, workdir / "cluster", ("hosts", "outputs"))
 
 
-def test_a_killed_client_resumes_without_running_again_what_it_wrote(workdir, tmp_path):
+def test_a_killed_client_resumes_without_running_again_what_it_wrote(workdir, tmp_path, local_pi):
     """The client (a `quantbench run --cluster` process) is killed once a task's results are in the tables; the
     rerun submits only the tasks whose results are missing."""
     pause, root = tmp_path / "go", workdir / "t"
@@ -155,8 +169,8 @@ def test_a_killed_client_resumes_without_running_again_what_it_wrote(workdir, tm
             s = run_plan(plan, progress=False, tables_root=root, cluster=cluster)
             assert (s.hosts[0].cached, s.hosts[0].ran) == (len(written), total - len(written))
             assert cluster.submitted == total - len(written)  # one fixture per task here
-    local = run_plan(plan, progress=False, tables_root=workdir / "local")
-    _same_tables(workdir / "local", root, ("hosts", "outputs"))
+    local_root, local = local_pi
+    _same_tables(local_root, root, ("hosts", "outputs"))
     assert local.hosts[0].ran == total
 
 

@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from cli_helpers import digest, one_line
+from quantbench.runs.cluster import CONNECT_SECONDS
 
 pytest.importorskip("distributed")
 
@@ -65,10 +66,18 @@ def server(request):
     srv.close()
 
 
-def _run_on(cluster: str, cwd) -> tuple[int, str]:
+#: `python -m quantbench` with the connect timeout (cluster.CONNECT_SECONDS, 10 s) set first: a port that never
+#: answers is waited out whatever the timeout, so the test sets a short one
+_WITH_TIMEOUT = ("import sys; from quantbench.runs import cluster; cluster.CONNECT_SECONDS = float(sys.argv.pop(1)); "
+                 "sys.argv[0] = 'quantbench'; from quantbench.__main__ import entry; raise SystemExit(entry())")
+
+
+def _run_on(cluster: str, cwd, connect_seconds: float | None = None) -> tuple[int, str]:
     before = digest(cwd)
-    proc = subprocess.run([sys.executable, "-m", "quantbench", "run", "--hosts", "pi", "--limit", "1", "--no-progress",
-                           "--cluster", cluster], cwd=cwd, capture_output=True, text=True, timeout=300)
+    start = [sys.executable, "-m", "quantbench"] if connect_seconds is None else \
+        [sys.executable, "-c", _WITH_TIMEOUT, str(connect_seconds)]
+    proc = subprocess.run([*start, "run", "--hosts", "pi", "--limit", "1", "--no-progress", "--cluster", cluster],
+                          cwd=cwd, capture_output=True, text=True, timeout=300)
     assert digest(cwd) == before, "something was written"
     assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
     return proc.returncode, proc.stderr
@@ -76,10 +85,11 @@ def _run_on(cluster: str, cwd) -> tuple[int, str]:
 
 @pytest.mark.parametrize("server", [b""], indirect=True)
 def test_a_port_that_never_answers_is_one_line_after_the_timeout(workdir, server):
-    rc, err = _run_on(f"tcp://127.0.0.1:{server.port}", workdir)
+    rc, err = _run_on(f"tcp://127.0.0.1:{server.port}", workdir, connect_seconds=0.5)
     assert rc == 2
     assert one_line(err, "run") == (f"quantbench run: error: cluster tcp://127.0.0.1:{server.port}: cannot reach the "
-                                    "scheduler (no answer within 10 s)")
+                                    "scheduler (no answer within 0.5 s)")
+    assert CONNECT_SECONDS == 10  # what a user's run waits
 
 
 @pytest.mark.parametrize("server", [b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"], indirect=True)
