@@ -20,7 +20,6 @@ from predict_helpers import (ARM_BASE, ARM_DOT, ARM_MAX, ARM_MEASURED, ARM_N2, A
 from quantbench.analysis import predict as PR
 from quantbench.analysis.tiers import int8_path
 from quantbench.hosts import cpuprofiles as P
-from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 
 T = PR.table_for("1.32.0")
@@ -347,28 +346,13 @@ def test_arm_thread_counts_are_apart_until_measured_alike():
     assert q.joins == "A" and q.learned == ["intra_op_threads: 1 = 4 agreed on this graph"]
 
 
-def _arm_hosts_set_up():
-    from setup_required import missing_setup
-
-    hosts = [n for n, p in E.PRESETS.items() if p.arch == "aarch64" and p.runtime == "pypi" and E.ready(n)[0]]
-    if len(hosts) < 2:
-        missing_setup(f"ARM presets set up: {', '.join(hosts) or 'none'} (leave-one-out needs two)")
-    return hosts
-
-
 @pytest.mark.slow
-def test_arm_leave_one_out_over_the_hosts_set_up_here_never_predicts_a_false_join(workdir, capsys):
+def test_arm_leave_one_out_over_the_hosts_set_up_here_never_predicts_a_false_join(arm_demo_equiv):
     """Each ARM preset set up here (1 thread, 2 fixtures; the fp32, dynamic and static-minmax variants of the demo),
     predicted from the others' measurements and fingerprints: where a prediction joins a class, the host is measured
-    in it."""
-    from quantbench.cli import main
-
-    hosts = _arm_hosts_set_up()
-    assert main(["calibrate", "--methods", "dynamic,minmax", "--no-progress"]) == 0
-    assert main(["equiv", "--hosts", ",".join(hosts), "--threads", "1", "--limit", "2", "--no-progress",
-                 "--no-plots"]) in (0, 1)
-    capsys.readouterr()
-    report = json.loads((workdir / "results" / "equiv.json").read_text())
+    in it. The run is tests/fleet_helpers.arm_demo_equiv's (the session's one equiv over these hosts)."""
+    hosts, workdir, report = arm_demo_equiv.hosts, arm_demo_equiv.folder, arm_demo_equiv.report
+    assert arm_demo_equiv.code in (0, 1)
     ident = identities(workdir, report)
     assert {PR.host_features(ident[h])[-1] for h in hosts} == {"intra_op_num_threads=1"}
     rows = []
