@@ -28,8 +28,8 @@ if _TESTS not in _sys.path:
 # The helper modules that define fixtures, registered once as plugins: a fixture a test module imports is a new
 # fixture of that module, so a session fixture imported into nine modules was built nine times per worker. Test
 # modules use these fixtures by name and never import them (tests/test_architecture.py checks both).
-pytest_plugins = ["cache_helpers", "plugin_helpers", "release_helpers", "search_helpers", "ssh_helpers",
-                  "tier_helpers"]
+pytest_plugins = ["cache_helpers", "fleet_helpers", "plugin_helpers", "release_helpers", "search_helpers",
+                  "ssh_helpers", "tier_helpers"]
 
 @pytest.fixture(autouse=True)
 def no_plugin_consent():

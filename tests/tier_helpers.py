@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -9,10 +11,14 @@ import onnx
 import pytest
 
 from explain_helpers import fixture
+from quantbench.cli import main
+from quantbench.hosts import cpuprofiles as P
+from quantbench.hosts import masked as M
 from quantbench.inputs.assets import demo_model
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.workerclient import WorkerClient
 from models import LIBM_OPS, libm_model  # noqa: F401 (the catalogue: tests/models.py)
+from setup_required import need_tier
 
 
 def libm_fixtures(count: int = 3, n: int = 64):
@@ -86,3 +92,24 @@ def _real_tier_inputs(workdir: Path) -> tuple[dict, list]:
         missing_setup(f"{ORIENTATION.wheel} wheel: {exc}")
     models = tier_variants(model, workdir, [f.array for f in random_fixtures(model, 4, seed=22)])
     return models, random_fixtures(model, 2, seed=21)
+
+
+def shown_tiers() -> list[str]:
+    """The tiers this CPU can show (a mask only takes features away: a tier it cannot show is a fact about the
+    CPU, not missing setup). Needs the mechanism itself: gcc, objdump, x86-64."""
+    need_tier("x86-sse4")
+    return [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
+
+
+@pytest.fixture(scope="session")
+def demo_tier_equiv(tmp_path_factory) -> tuple[Path, list, dict]:
+    """(folder, tiers, equiv.json) of `quantbench calibrate` (the demo's default methods) then `equiv --limit 4` over
+    x86 and every tier this CPU shows, run once per session (per xdist worker; its readers are slow, so in the
+    machine group) in a folder of its own: the tier tests of several files read it, and copy its variants to
+    run equivs of their own."""
+    tiers = shown_tiers()
+    folder = tmp_path_factory.mktemp("demo-tier-equiv")
+    with contextlib.chdir(folder):
+        assert main(["calibrate", "--no-progress"]) == 0
+        assert main(["equiv", "--hosts", ",".join(["x86"] + tiers), "--limit", "4", "--no-progress", "--no-plots"]) == 0
+    return folder, tiers, json.loads((folder / "results" / "equiv.json").read_text())

@@ -132,8 +132,12 @@ def x86_family(mnemonic: str) -> tuple[str, str] | None:
 
 
 _LINE = re.compile(r"^\s*0x([0-9a-fA-F]+):\s+(.*)$")
-_HEX8 = re.compile(r"^[0-9a-fA-F]{8}$")
+_LINES = re.compile(r"^[^\S\n]*0x([0-9a-fA-F]+):[^\S\n]+(.*)$", re.M)   # _LINE over many lines at once
+_NO_WORD = object()   # a line's rest that does not start with a word column
+LOG_CHUNK = 1 << 22   # characters of a log file matched at once
+_WORD_FIRST = re.compile(r"([0-9a-fA-F]{8})(?:\s+(.*))?$", re.S)
 _BYTE_LIST = re.compile(r"\.(?:byte|inst|word)\s+(.*)$")
+_X86_COLUMNS = re.compile(r"\s{2,}")   # address: bytes  mnemonic operands
 
 
 def _word_from_directive(text: str) -> int | None:
@@ -161,6 +165,39 @@ class FamilyCount:
     from_bytes: int = 0
 
 
+def _instruction_lines(lines):
+    """(address in hex, the rest) of each instruction line of a log: a file is read in large chunks matched at
+    once (a trace has millions of lines), any other iterable line by line."""
+    if not hasattr(lines, "read"):
+        for line in lines:
+            m = _LINE.match(line)
+            if m:
+                yield m.group(1), m.group(2)
+        return
+    carry = ""
+    while chunk := lines.read(LOG_CHUNK):
+        chunk = carry + chunk
+        cut = chunk.rfind("\n") + 1
+        carry = chunk[cut:]
+        yield from _LINES.findall(chunk, 0, cut)
+    yield from _LINES.findall(carry)
+
+
+def _arm_word(rest: str, decoded: dict):
+    """(family found or None, the text after the word) of an ARM line's rest; `decoded` caches a line's leading
+    word column (qemu prints the word before the mnemonic): a log has millions of lines over a few thousand words."""
+    head = rest[:9]
+    if head in decoded:
+        found = decoded[head]
+    else:
+        w = _WORD_FIRST.match(head)
+        found = decoded[head] = decode_arm64(int(w.group(1), 16)) if w else _NO_WORD
+    if found is not _NO_WORD:
+        return found, rest[8:]
+    word = _word_from_directive(rest)
+    return (None if word is None else decode_arm64(word)), rest
+
+
 def scan_log(lines, arch: str, ranges=None) -> dict[str, FamilyCount]:
     """Stream a qemu -d in_asm log (an iterable of lines, or a path); count families inside `ranges`.
 
@@ -174,36 +211,24 @@ def scan_log(lines, arch: str, ranges=None) -> dict[str, FamilyCount]:
     ranges = sorted(ranges or [])
     counts: dict[str, FamilyCount] = {}
     sites: dict[str, set] = defaultdict(set)
-    for line in lines:
-        m = _LINE.match(line)
-        if not m:
-            continue
-        addr = int(m.group(1), 16)
-        if ranges and not any(lo <= addr < hi for lo, hi in ranges):
-            continue
-        rest = m.group(2)
-        found, from_bytes = None, False
-        if arm:
-            first = rest.split(None, 1)
-            word = None
-            if first and _HEX8.match(first[0]):
-                word = int(first[0], 16)
-                tail = first[1] if len(first) > 1 else ""
-            else:
-                tail = rest
-            if word is None:
-                word = _word_from_directive(rest)
-            if word is None:
+    decoded: dict = {}
+    for hex_addr, rest in _instruction_lines(lines):
+        from_bytes = False
+        if arm:   # the family first: most lines are of no tracked family, and are left before their address is read
+            found, tail = _arm_word(rest, decoded)
+            if found is None:
                 continue
             from_bytes = bool(_BYTE_LIST.search(tail)) or ".byte" in tail
-            found = decode_arm64(word)
         else:
-            parts = re.split(r"\s{2,}", rest.strip())
+            parts = _X86_COLUMNS.split(rest.strip())
             mnem = parts[1].split()[0] if len(parts) > 1 and parts[1] else ""
             if not mnem or mnem.startswith("."):
                 continue
-            found = x86_family(mnem)
-        if found is None:
+            found = decoded[mnem] if mnem in decoded else decoded.setdefault(mnem, x86_family(mnem))
+            if found is None:
+                continue
+        addr = int(hex_addr, 16)
+        if ranges and not any(lo <= addr < hi for lo, hi in ranges):
             continue
         family, kind = found
         c = counts.get(family)

@@ -213,7 +213,8 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                   require_providers: bool = False, progress: bool = True, shipped_model=None) -> list[RemedyRow]:
     """Run every remedy (and fp32) on every host; classes and decision flips against fp32 per remedy. A remedy
     onnxruntime cannot make a session of on some host is a row saying so, like one the quantizer refuses.
-    `shipped_model`: the shipped variant's parsed model when the caller has it (the fleet note lints it)."""
+    `shipped_model`: the shipped variant's parsed model when the caller has it (the fleet note lints it). A remedy
+    that runs fp32's own file with no entries (the baseline when fp32 is shipped) takes fp32's runs: the same job."""
     from tqdm import tqdm
 
     names = list(spec.outputs.values())
@@ -223,6 +224,7 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
     rows: list[RemedyRow] = []
     try:
         fp32_runs, _, failed = _run_on_all(workers, hosts, fp32_path, fixtures, names)
+        fp32_bytes = Path(fp32_path).read_bytes()
         if failed:
             raise failed[0]
         fp32_dec = [decode_runs(spec, r, names, fixtures) for r in fp32_runs]
@@ -236,7 +238,11 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                 continue
             vid = base_variant_id if base_variant_id and rv.remedy in SAME_MODEL else \
                 semantic_sha256(load_model(rv.path, check=False))
-            runs, sess, failed = _run_on_all(workers, hosts, rv.path, fixtures, names, rv.config_entries)
+            if not rv.config_entries and Path(rv.path).read_bytes() == fp32_bytes:   # fp32 shipped: its runs
+                runs, failed = fp32_runs, []
+                sess = session_options(hosts[0].session).with_entries(rv.config_entries).wire()
+            else:
+                runs, sess, failed = _run_on_all(workers, hosts, rv.path, fixtures, names, rv.config_entries)
             if failed:  # e.g. onnxruntime 1.32.0, a shared int8 weight and x64quantprecision (tests/explain)
                 why = failed[0].why
                 rows.append(RemedyRow(rid, base_variant_id, rv.remedy, vid, canonical_json(sess), labels, False, None,

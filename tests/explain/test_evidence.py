@@ -94,6 +94,29 @@ def test_scan_arm_log_with_byte_lines_and_ranges():
     assert scan_log(log, "aarch64")["SMULL (8-bit)"].sites == 1
 
 
+def test_a_log_file_is_read_in_chunks_and_counts_as_its_lines(tmp_path, monkeypatch):
+    """A trace is millions of lines: a file is matched in large chunks (small ones here), and counts the same as its
+    lines one by one (lines across a chunk's end, words decoded once, directive lines, lines outside the ranges)."""
+    from quantbench.explain import evidence
+
+    monkeypatch.setattr(evidence, "LOG_CHUNK", 1000)
+    block = ["----------------", "IN: MlasGemmU8X8KernelUdot",
+             "0x0000005501000000:  2f82e020      .byte 0x20, 0xe0, 0x82, 0x2f",
+             "0x0000005501000008:  4e22cc20      fmla v0.4s, v1.4s, v2.4s",
+             "0x0000005501000010:  .byte 0x20, 0x94, 0x82, 0x2e",
+             "0x000000550100001c:  d503201f      nop      ",
+             "0x0000004000000000:  4e22c020      smull2 v0.8h, v1.16b, v2.16b", ""]
+    lines = []
+    for i in range(300):   # about 25 chunks
+        lines += [ln.replace("0000005501000", f"00000055{i % 97:05x}") for ln in block]
+    log = tmp_path / "in_asm.log"
+    log.write_text("\n".join(lines) + "\n")
+    for ranges in ([(0x5500000000, 0x5500030000)], None):
+        by_file, by_line = scan_log(log, "aarch64", ranges), scan_log(lines, "aarch64", ranges)
+        assert {k: vars(v) for k, v in by_file.items()} == {k: vars(v) for k, v in by_line.items()}
+    assert by_file["UDOT (by element)"].translations == 300 and by_file["SMULL (8-bit)"].sites == 1
+
+
 def test_scan_x86_log():
     log = [
         "0x7f0000001000:  c4 e2 7d 04 c1           vpmaddubsw %ymm1, %ymm0, %ymm0",

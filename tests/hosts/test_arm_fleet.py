@@ -3,13 +3,15 @@ dynamic int8 split by the SVE vector length and SME (not by the core's name), an
 onnxruntime's under qemu-user with the same CPU model, vector lengths and threads (no quantbench code in that run).
 
 The demo detector (fp32, dynamic, static-minmax as `quantbench calibrate` makes them), 2 fixtures, 1 intra-op
-thread (the thread count is its own axis on aarch64 fp32; the equivalence by vector length is what is stated here).
+thread (the thread count is its own axis on aarch64 fp32; the equivalence by vector length is what is stated here):
+the session's measured ARM run (tests/fleet_helpers.arm_demo_equiv), read back through run_hosts.
 Needs `quantbench hosts setup pi graviton3 graviton4 orin phone-sme2 docker-arm64` (scripts/setup.sh --for-tests).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -26,13 +28,10 @@ NEW = ("graviton4", "orin", "phone-sme2", "docker-arm64")
 SAME_FEATURES_AS_GRAVITON4 = ("cortex-a710", "max,sme=off,sve-default-vector-length=16")
 
 
-def _variants(workdir: Path):
-    """The demo detector's fp32, dynamic and static-minmax variants, made by `quantbench calibrate` (as the demo)."""
-    from quantbench.cli import main
+def _variants(folder: Path):
+    """The demo detector's fp32, dynamic and static-minmax variants in `folder` (made by `quantbench calibrate`)."""
     from quantbench.inputs.variantdir import Variant
 
-    assert main(["calibrate", "--methods", "dynamic,minmax", "--no-progress", "-q"]) == 0
-    folder = workdir / "results" / "variants" / "litter-detr-tiny"
     return [Variant(name=n, path=folder / f"{n}.onnx", model="litter-detr-tiny", recipe={"variant": n})
             for n in ("fp32", "dynamic", "static-minmax")]
 
@@ -75,7 +74,7 @@ def _independent(workdir: Path, variants, fixtures) -> dict:
 
 
 @pytest.mark.slow
-def test_arm_classes_follow_the_vector_lengths_and_sme_and_equal_plain_onnxruntime(workdir):
+def test_arm_classes_follow_the_vector_lengths_and_sme_and_equal_plain_onnxruntime(workdir, arm_demo_equiv):
     from quantbench.runs.runner import run_hosts
 
     for name in FLEET:
@@ -83,8 +82,11 @@ def test_arm_classes_follow_the_vector_lengths_and_sme_and_equal_plain_onnxrunti
         if not ok:
             missing_setup(f"{name} not set up: {msg}")
     fixtures = _fixtures(2)
-    variants = _variants(workdir)
+    variants = _variants(arm_demo_equiv.variants)
+    # the session's equiv measured these hosts with these variants, fixtures and session: over a copy of its tables
+    # the runner finds every result by its run_key (content: variant, fixture, fingerprint, session) and reads it
     root = workdir / "tables"
+    shutil.copytree(arm_demo_equiv.tables, root)
     summary = run_hosts(list(FLEET), variants, fixtures, session={"intra_op_num_threads": 1}, progress=False,
                         tables_root=root)
     assert not summary.errors

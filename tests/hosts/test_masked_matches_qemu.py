@@ -7,15 +7,11 @@ missing setup skips here and fails under CI (tests/setup_required.py)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from quantbench.inputs.assets import demo_model
-from quantbench.cli import main
 from quantbench.hosts import cpuprofiles as P
 from quantbench.hosts import emulated as E
-from quantbench.hosts import masked as M
 from setup_required import missing_setup, need_tier
 from tier_helpers import LIBM_OPS, libm_fixtures, libm_model, output_hashes, random_fixtures, real_tier_inputs
 
@@ -63,13 +59,6 @@ def test_masked_outputs_are_qemus_bytes_on_a_real_model(profile, tmp_path):
     assert masked == qemu and all(masked.values())
 
 
-def _shown_tiers() -> list[str]:
-    """The tiers this CPU can show (a mask only takes features away: a tier it cannot show is a fact about the
-    CPU, not missing setup). Needs the mechanism itself: gcc, objdump, x86-64."""
-    need_tier("x86-sse4")
-    return [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
-
-
 def _fp32_family(features) -> str:
     """fp32 kernels by vector width, as MLAS dispatches them: AVX-512F, FMA3 + AVX2, or the SSE/AVX kernels
     (SSE and AVX agree; FMA3 and AVX-512 differ on Conv, NCHWc blocks of 8 against 16)."""
@@ -85,21 +74,16 @@ def _partition(tiers, key) -> list[list[str]]:
 
 
 @pytest.mark.slow
-def test_equiv_over_every_tier_splits_fp32_by_width_and_int8_by_vnni(tmp_path, monkeypatch, capsys):
+def test_equiv_over_every_tier_splits_fp32_by_width_and_int8_by_vnni(demo_tier_equiv):
     """Every tier this CPU can show, against the classes MLAS's dispatch predicts from each profile's features:
     fp32 by vector width, static U8S8 by the int8 path (the saturating vpmaddubsw kernel of AVX2 and AVX-512BW
     without VNNI against the exact ones)."""
     from quantbench.analysis.tiers import DISPATCH_X86, int8_path
     from quantbench import worker as W
 
-    tiers = _shown_tiers()
+    folder, tiers, report = demo_tier_equiv   # calibrate, then equiv over x86 and these tiers (tier_helpers)
     if len(tiers) < 2:
         pytest.skip(f"this CPU shows {len(tiers)} x86 tier(s) ({', '.join(tiers) or 'none'}): nothing to split")
-    monkeypatch.chdir(tmp_path)
-    assert main(["calibrate", "--no-progress"]) == 0
-    assert main(["equiv", "--hosts", ",".join(["x86"] + tiers), "--limit", "4", "--no-progress", "--no-plots"]) == 0
-    capsys.readouterr()
-    report = json.loads((tmp_path / "results" / "equiv.json").read_text())
     classes = {v["variant"]: sorted(sorted(c["hosts"]) for c in v["classes"]) for v in report["variants"]}
     tiers_only = {k: sorted(c for c in ([h for h in c if h != "x86"] for c in v) if c) for k, v in classes.items()}
     assert tiers_only["fp32"] == _partition(tiers, _fp32_family)
@@ -117,5 +101,5 @@ def test_equiv_over_every_tier_splits_fp32_by_width_and_int8_by_vnni(tmp_path, m
     here = "native-masked" if W.cpuid_function()[1] == "masked" else "real"
     assert report["hosts"]["x86"]["cpu_mechanism"] == here
     assert {report["hosts"][t]["cpu_mechanism"] for t in tiers} == {"native-masked"}
-    md = (tmp_path / "results" / "report.d" / "equiv.md").read_text()
+    md = (folder / "results" / "report.d" / "equiv.md").read_text()
     assert f"| {tiers[0]} | masked | native-masked | x86_64 |" in md and f"| x86 | local | {here} | x86_64 |" in md
