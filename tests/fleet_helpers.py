@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from quantbench.hosts import emulated as E
+from quantbench.hosts import emulated
 from setup_required import missing_setup
 
 
@@ -35,7 +35,8 @@ class FleetRun:
 
 def arm_hosts_set_up() -> list[str]:
     """The ARM presets (on the PyPI onnxruntime) set up here; missing setup when fewer than two."""
-    hosts = [n for n, p in E.PRESETS.items() if p.arch == "aarch64" and p.runtime == "pypi" and E.ready(n)[0]]
+    hosts = [n for n, p in emulated.PRESETS.items()
+             if p.arch == "aarch64" and p.runtime == "pypi" and emulated.ready(n)[0]]
     if len(hosts) < 2:
         missing_setup(f"ARM presets set up: {', '.join(hosts) or 'none'} (leave-one-out needs two)")
     return hosts

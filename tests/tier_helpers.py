@@ -12,8 +12,7 @@ import pytest
 
 from explain_helpers import fixture
 from quantbench.cli import main
-from quantbench.hosts import cpuprofiles as P
-from quantbench.hosts import masked as M
+from quantbench.hosts import cpuprofiles, masked
 from quantbench.inputs.assets import demo_model
 from quantbench.hosts.registry import resolve_hosts
 from quantbench.hosts.workerclient import WorkerClient
@@ -98,7 +97,7 @@ def shown_tiers() -> list[str]:
     """The tiers this CPU can show (a mask only takes features away: a tier it cannot show is a fact about the
     CPU, not missing setup). Needs the mechanism itself: gcc, objdump, x86-64."""
     need_tier("x86-sse4")
-    return [t for t, p in P.PROFILES.items() if M.masked_unavailable(p) is None]
+    return [t for t, p in cpuprofiles.PROFILES.items() if masked.masked_unavailable(p) is None]
 
 
 @pytest.fixture(scope="session")

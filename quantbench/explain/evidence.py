@@ -224,7 +224,9 @@ def scan_log(lines, arch: str, ranges=None) -> dict[str, FamilyCount]:
             mnem = parts[1].split()[0] if len(parts) > 1 and parts[1] else ""
             if not mnem or mnem.startswith("."):
                 continue
-            found = decoded[mnem] if mnem in decoded else decoded.setdefault(mnem, x86_family(mnem))
+            if mnem not in decoded:
+                decoded[mnem] = x86_family(mnem)
+            found = decoded[mnem]
             if found is None:
                 continue
         addr = int(hex_addr, 16)

@@ -191,10 +191,14 @@ def _requantized(base_path, float_model, out_dir: Path, recipe: dict, ranges_fil
     return out
 
 
-def _run_on_all(workers, hosts, path, fixtures, names, extra_entries=None):
-    """(runs per host, the first host's session, the hosts whose onnxruntime could not make the session, in
-    host order: their JobFailed); any other failure raises."""
-    data = Path(path).read_bytes()
+def _first_session(hosts, extra_entries=None) -> dict:
+    """The first host's session with a remedy's entries, in wire form: what a row records."""
+    return session_options(hosts[0].session).with_entries(extra_entries).wire()
+
+
+def _run_on_all(workers, hosts, data: bytes, fixtures, names, extra_entries=None):
+    """(runs per host of the model `data`, the first host's session, the hosts whose onnxruntime could not make
+    the session, in host order: their JobFailed); any other failure raises."""
 
     def one(i):
         try:
@@ -205,8 +209,7 @@ def _run_on_all(workers, hosts, path, fixtures, names, extra_entries=None):
                 raise
             return exc
     runs = parallel(one, list(range(len(hosts))))
-    first = session_options(hosts[0].session).with_entries(extra_entries).wire()
-    return runs, first, [r for r in runs if isinstance(r, JobFailed)]
+    return runs, _first_session(hosts, extra_entries), [r for r in runs if isinstance(r, JobFailed)]
 
 
 def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spec, base_variant_id: str = "",
@@ -223,8 +226,8 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
     labels = [h.label for h in hosts]
     rows: list[RemedyRow] = []
     try:
-        fp32_runs, _, failed = _run_on_all(workers, hosts, fp32_path, fixtures, names)
         fp32_bytes = Path(fp32_path).read_bytes()
+        fp32_runs, _, failed = _run_on_all(workers, hosts, fp32_bytes, fixtures, names)
         if failed:
             raise failed[0]
         fp32_dec = [decode_runs(spec, r, names, fixtures) for r in fp32_runs]
@@ -238,11 +241,11 @@ def remedy_matrix(remedies: list[RemedyVariant], fp32_path, hosts, fixtures, spe
                 continue
             vid = base_variant_id if base_variant_id and rv.remedy in SAME_MODEL else \
                 semantic_sha256(load_model(rv.path, check=False))
-            if not rv.config_entries and Path(rv.path).read_bytes() == fp32_bytes:   # fp32 shipped: its runs
-                runs, failed = fp32_runs, []
-                sess = session_options(hosts[0].session).with_entries(rv.config_entries).wire()
+            data = Path(rv.path).read_bytes()
+            if not rv.config_entries and data == fp32_bytes:   # fp32 shipped: its runs
+                runs, sess, failed = fp32_runs, _first_session(hosts), []
             else:
-                runs, sess, failed = _run_on_all(workers, hosts, rv.path, fixtures, names, rv.config_entries)
+                runs, sess, failed = _run_on_all(workers, hosts, data, fixtures, names, rv.config_entries)
             if failed:  # e.g. onnxruntime 1.32.0, a shared int8 weight and x64quantprecision (tests/explain)
                 why = failed[0].why
                 rows.append(RemedyRow(rid, base_variant_id, rv.remedy, vid, canonical_json(sess), labels, False, None,

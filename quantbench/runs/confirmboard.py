@@ -99,9 +99,9 @@ class ConfirmBoard:
         mine_in, theirs_in = all(m is not None for m in mine), all(t is not None for t in theirs)
         if mine_in and theirs_in:
             return mine == theirs
-        if self.halted or (not theirs_in and anchor in self.ended) or (not mine_in and (host in self.ended or host in self.settled)):
-            return False
-        return None
+        anchor_gone = not theirs_in and anchor in self.ended
+        mine_gone = not mine_in and (host in self.ended or host in self.settled)
+        return False if self.halted or anchor_gone or mine_gone else None
 
     def verdicts_of(self, host: str, pause=None, resume=None) -> dict:
         """{variant_id: confirmed} for each variant `host` was predicted on, once its anchor's confirming outputs
