@@ -474,14 +474,31 @@ def _erf_gelu_nodes(x: str, out: str) -> tuple[list, list]:
     return [helper.make_node(op, ins, [o], name=f"gelu_{i}") for i, (op, ins, o) in enumerate(chain)], inits
 
 
+def _self_attention_nodes(x: str, out: str, rng) -> tuple[list, list]:
+    """`x` [1, 192] as 12 tokens of 16 -> one head of self-attention (q, k, v weighted MatMuls; `attn_scores` =
+    q @ k^T and `attn_context` = softmax @ v, the two MatMuls of two activations) -> `out` = x + context."""
+    shapes = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("tokens", [1, 12, 16]), ("flat", [1, 192]))]
+    weights = [numpy_helper.from_array(rng.normal(0, 0.25, (16, 16)).astype(np.float32), k) for k in ("wq", "wk", "wv")]
+    nodes = [helper.make_node("Reshape", [x, "tokens"], ["t"], name="to_tokens"),
+             *(helper.make_node("MatMul", ["t", w], [w[1]], name=f"attn_{w[1]}") for w in ("wq", "wk", "wv")),
+             helper.make_node("Transpose", ["k"], ["kt"], name="attn_kt", perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["s"], name="attn_scores"),
+             helper.make_node("Softmax", ["s"], ["p"], name="attn_probs", axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["c"], name="attn_context"),
+             helper.make_node("Reshape", ["c", "flat"], ["cf"], name="from_tokens"),
+             helper.make_node("Add", [x, "cf"], [out], name="attn_residual")]
+    return nodes, [*shapes, *weights]
+
+
 def transformer_like_classifier(path, *, decomposed_layernorm: bool = False, gelu: bool = False,
-                                seed: int = 0) -> Path:
+                                attention: bool = False, seed: int = 0) -> Path:
     """images[1,3,8,8] -> Flatten -> LayerNorm -> `fc1` (MatMul, + a bias whose first channel is 1000) -> `fc2`
     (MatMul, blind to that channel) -> Softmax -> logits[1,8]: a transformer block's op types (MatMul, Softmax,
     LayerNormalization, or its decomposed form) where int8 activations flip decisions and int8 weights do not.
     The outlier channel stretches fc1's output range to [.., 1000]: a u8 step of about 4 rounds the informative
     channels (spread about 0.7) away, a u16 step (0.016) keeps them; every weight is well inside its int8 grid.
-    `gelu`: an Erf-form Gelu between fc1's bias and fc2."""
+    `gelu`: an Erf-form Gelu between fc1's bias and fc2; `attention`: a self-attention block (with a residual)
+    between the LayerNorm and fc1."""
     rng = np.random.default_rng(seed)
     w1 = rng.normal(0, 0.05, (192, 16)).astype(np.float32)
     w1[:, 0] = 0
@@ -491,8 +508,9 @@ def transformer_like_classifier(path, *, decomposed_layernorm: bool = False, gel
     w2[0] = 0
     ln, ln_inits = _layernorm_nodes("f", "n", decomposed_layernorm)
     gelu_nodes, gelu_inits = _erf_gelu_nodes("h", "g") if gelu else ([], [])
-    nodes = [helper.make_node("Flatten", ["images"], ["f"], name="flatten"), *ln,
-             helper.make_node("MatMul", ["n", "w1"], ["a"], name="fc1"),
+    attn_nodes, attn_inits = _self_attention_nodes("n", "na", rng) if attention else ([], [])
+    nodes = [helper.make_node("Flatten", ["images"], ["f"], name="flatten"), *ln, *attn_nodes,
+             helper.make_node("MatMul", ["na" if attention else "n", "w1"], ["a"], name="fc1"),
              helper.make_node("Add", ["a", "b1"], ["h"], name="fc1_bias"),
              *gelu_nodes,
              helper.make_node("MatMul", ["g" if gelu else "h", "w2"], ["z"], name="fc2"),
@@ -500,6 +518,6 @@ def transformer_like_classifier(path, *, decomposed_layernorm: bool = False, gel
     g = helper.make_graph(nodes, "transformer_like",
                           [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 8, 8])],
                           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8])],
-                          [*ln_inits, *gelu_inits, *(numpy_helper.from_array(w, k) for k, w in
+                          [*ln_inits, *gelu_inits, *attn_inits, *(numpy_helper.from_array(w, k) for k, w in
                                         (("w1", w1), ("b1", b1), ("w2", w2)))])
     return save_model(g, Path(path), opset=13 if decomposed_layernorm else 17)   # as an older exporter writes it

@@ -96,6 +96,44 @@ def _check_nodes(model, exclude_nodes, exclude_op_types, model_path):
         raise UserError(f"{flag_mark('exclude_op_types')}: {', '.join(map(repr, unknown))} is not an ONNX op type")
 
 
+def read_float_where_excluded(graph, exclude_nodes: Sequence[str]) -> list[str]:
+    """Rewire each excluded node that has no constant operand to read its activations before their Q/DQ pair.
+
+    onnxruntime's quantizer leaves an excluded node out of QDQ but still quantizes the tensors it reads when their
+    producer or another consumer is quantized; a node whose every operand then comes from a DequantizeLinear (a
+    MatMul of two activations, an Add or Mul of two) is a QDQ group onnxruntime's graph optimizer fuses into an
+    integer kernel (QLinearMatMul, QLinearAdd) whatever the quantizer meant. Reading the float tensors keeps it
+    float, as its recipe says; a node with a weight stays float through its float weight and is left as it is.
+    Q/DQ pairs nothing reads any more are removed. Returns the rewired nodes' names, in graph order."""
+    consts = {i.name for i in graph.initializer} | {n.output[0] for n in graph.node if n.op_type == "Constant"}
+    producer = {t: n for n in graph.node for t in n.output}
+    wanted, rewired = set(exclude_nodes), []
+    for node in graph.node:
+        if node.name not in wanted or any(t in consts for t in node.input):
+            continue
+        pairs = [(i, producer.get(t)) for i, t in enumerate(node.input)]
+        pairs = [(i, dq) for i, dq in pairs if dq is not None and dq.op_type == "DequantizeLinear"]
+        pairs = [(i, producer.get(dq.input[0])) for i, dq in pairs]
+        for i, q in pairs:
+            if q is not None and q.op_type == "QuantizeLinear":
+                node.input[i] = q.input[0]
+                rewired.append(node.name)
+    _drop_unread_qdq(graph)
+    return list(dict.fromkeys(rewired))
+
+
+def _drop_unread_qdq(graph) -> None:
+    """Remove Quantize/DequantizeLinear nodes whose outputs nothing reads (and no graph output is)."""
+    while True:
+        read = {t for n in graph.node for t in n.input} | {o.name for o in graph.output}
+        dead = [n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+                and not any(t in read for t in n.output)]
+        if not dead:
+            return
+        for n in dead:
+            graph.node.remove(n)
+
+
 def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:
     return [t for t in default_op_types() if t not in set(exclude_op_types)]
 
@@ -248,6 +286,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     out_path = Path(out_path)
     quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra,
                                      workdir=out_path.parent, quantize_outputs=quantize_outputs)   # calibrate's stage
+    read_float_where_excluded(quantized.model.graph, exclude_nodes)
     with atomic_path(out_path, suffix=".onnx") as tmp:
         ort_api.save_quantized(quantized, tmp)
     rdict = ranges_dict(ranges)

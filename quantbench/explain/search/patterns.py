@@ -2,7 +2,12 @@
 older exporters (opset < 17) write it, ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div then the scale Mul and bias Add,
 and a Gelu in its Erf form, Div (or Mul by 1/sqrt 2)/Erf/Add/Mul/Mul. onnxruntime's static quantizer quantizes their
 Add and Mul (not ReduceMean, Pow, Sqrt, Div, Erf), so an int8 Add on a variance of 1e-5 scale or on Erf's output is
-what such a choice takes back to float, by node name (the quantizer excludes nodes by name)."""
+what such a choice takes back to float, by node name (the quantizer excludes nodes by name).
+
+Attention's own MatMuls multiply two activations (Q by K transposed, the softmax's weights by V): no weight to keep
+in int8, both operands quantized at their calibrated ranges, the scores feeding a Softmax that turns a step of the
+grid into a shift of the weights. Kept in float as one group (what NNCF's transformer preset leaves out of int8),
+every MatMul with a weight stays int8."""
 
 from __future__ import annotations
 
@@ -98,5 +103,24 @@ def erf_gelus(model) -> list[str]:
     return [n.name for n in model.graph.node if id(n) in found]
 
 
+def _constant_tensors(model) -> set:
+    """The tensors computed from constants alone (initializers, Constant outputs, and what nodes make of only
+    those: a transposed or reshaped weight is still a weight)."""
+    _, _, consts = _graph_maps(model)
+    for node in model.graph.node:   # graph order: a node's inputs are made before it
+        if node.input and all(t in consts or not t for t in node.input):
+            consts |= set(node.output)
+    return consts
+
+
+def activation_matmuls(model) -> list[str]:
+    """The names of the MatMuls neither of whose operands is made of constants alone (attention's scores and
+    context), in graph order."""
+    consts = _constant_tensors(model)
+    return [n.name for n in model.graph.node
+            if n.op_type == "MatMul" and not any(t in consts for t in n.input)]
+
+
 #: the global choices of a pattern: the choice's op type -> the finder of its decomposed nodes
-PATTERNS = {"LayerNormalization": decomposed_layernorms, "Gelu": erf_gelus}
+PATTERNS = {"LayerNormalization": decomposed_layernorms, "Gelu": erf_gelus,
+            "ActivationMatMul": activation_matmuls}

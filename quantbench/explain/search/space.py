@@ -217,6 +217,9 @@ class Space:
             if op in quantized or nodes:
                 ops = tuple(sorted({*b.exclude_op_types, op})) if op in quantized else b.exclude_op_types
                 out.append(_with(b, f"float_{op.lower()}", exclude_op_types=ops, float_nodes=nodes))
+        attention = self.pattern_nodes("ActivationMatMul", quantized)
+        if attention:   # MatMuls of two activations (attention's): the weighted MatMuls stay int8
+            out.append(_with(b, "float_activation_matmuls", float_nodes=attention))
         if not (self.base.recipe.get("extra_options") or {}).get("ActivationSymmetric"):
             out.append(_with(b, "symmetric_activations", extra_options=(("ActivationSymmetric", True),)))
         mac_only = tuple(sorted((present & set(variants.static_op_types())) - set(NODE_OPS) | set(b.exclude_op_types)))

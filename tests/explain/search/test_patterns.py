@@ -53,3 +53,28 @@ def test_a_graph_without_the_decomposed_forms_offers_neither_choice(workdir):
     calibrate_small(workdir, transformer_like_classifier)
     names = {c.name for c in _space(workdir).choices()}
     assert "float_gelu" not in names and "float_layernormalization" in names   # the LayerNormalization op itself
+
+
+def test_attentions_matmuls_of_two_activations_are_one_global_choice(workdir):
+    """Q @ K^T and softmax @ V (neither operand a weight, a transposed weight still a weight) go back to float
+    together; the q/k/v projections and the classifier's last MatMul stay int8."""
+    from quantbench.explain.search.patterns import activation_matmuls
+
+    calibrate_small(workdir, lambda p: transformer_like_classifier(p, attention=True))
+    space = _space(workdir)
+    assert activation_matmuls(space.model) == ["attn_scores", "attn_context"]
+    choice = {c.name: c for c in space.choices()}["float_activation_matmuls"]
+    assert choice.float_nodes == ("attn_context", "attn_scores")
+    assert choice.exclude_op_types == space.base_choice().exclude_op_types
+    weighted = {"attn_q", "attn_k", "attn_v", "fc2"}
+    base = _reads_dequantized(space.build(space.base_choice(), ()).path, weighted | set(choice.float_nodes))
+    assert all(base.values()), base
+    built = space.build(choice, ())
+    got = _reads_dequantized(built.path, weighted | set(choice.float_nodes))
+    assert not got["attn_scores"] and not got["attn_context"] and all(got[n] for n in weighted), got
+    assert built.int8_ops > 0
+
+
+def test_a_graph_without_two_activation_matmuls_does_not_offer_the_choice(workdir):
+    calibrate_small(workdir, transformer_like_classifier)
+    assert "float_activation_matmuls" not in {c.name for c in _space(workdir).choices()}
