@@ -1,7 +1,8 @@
 """The masked runtime: a copy of this interpreter's onnxruntime and numpy whose `cpuid` instructions trap.
 
-Every shared object of the copied packages (onnxruntime, numpy, numpy.libs) is disassembled with
-objdump; each `cpuid` it finds (0F A2, at a true instruction boundary) is located in the file through
+Every shared object of the copied packages (onnxruntime, numpy, numpy.libs) is searched for the bytes 0F A2 and
+disassembled with objdump from the entry of each function holding them (cpuid_addresses; the whole file where
+it has no unwind table); each `cpuid` objdump finds (0F A2, at a true instruction boundary) is located in the file through
 the ELF program headers (virtual address -> file offset of its PT_LOAD segment), checked to hold 0F A2,
 and overwritten with `ud2` (0F 0B). The C shim (cpuid_shim.c, LD_PRELOADed into the worker) turns the
 SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOME:
@@ -23,6 +24,7 @@ libraries each time cost ~0.5 s per masked host of a run. Its packages do not ch
 
 from __future__ import annotations
 
+import bisect
 import concurrent.futures
 import hashlib
 import importlib.machinery
@@ -43,6 +45,10 @@ from quantbench.hosts.runtimes import read_stamp, stamp_of
 PACKAGES = ("onnxruntime", "numpy", "numpy.libs")
 SHIM_SOURCE = Path(__file__).with_name("cpuid_shim.c")
 CPUID, UD2 = b"\x0f\xa2", b"\x0f\x0b"
+MAX_INSN = 15   # bytes of the longest x86 instruction
+#: windows closer than this are one (an objdump start reads the file's symbols: ~0.05 s, the time it decodes
+#: ~128 KiB of code in); decoding on from a function's entry across the next is what a linear sweep does
+MERGE_GAP = 128 * 1024
 #: one objdump line of a cpuid instruction, matched where the word cpuid was found (the whole listing is 250 MB for
 #: onnxruntime's library: a search for the word and then its line took 0.3 s, a regex over every line 5 s)
 _CPUID_LINE = re.compile(rb"[ \t]*([0-9a-f]+):[ \t]+cpuid\b")
@@ -142,16 +148,49 @@ def file_offset(segments, vaddr: int) -> int:
     raise ValueError(f"address 0x{vaddr:x} is in no loaded segment")
 
 
-def cpuid_addresses(path: Path) -> list[int]:
-    """Virtual addresses of every cpuid instruction objdump decodes in the file's code sections."""
+def code_sections(data: bytes) -> dict:
+    """{name: (vaddr, size, file offset, executable)} of a little-endian ELF64 file's allocated PROGBITS sections
+    (empty when it has no section headers)."""
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    if not shoff or not shnum or shstrndx >= shnum:
+        return {}
+    heads = [struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names_at = heads[shstrndx][4]
+    out = {}
+    for name, sh_type, flags, addr, offset, size in heads:
+        if sh_type == 1 and flags & 0x2:   # SHT_PROGBITS, SHF_ALLOC
+            label = data[names_at + name:data.index(b"\0", names_at + name)].decode(errors="replace")
+            out[label] = (addr, size, offset, bool(flags & 0x4))   # SHF_EXECINSTR
+    return out
+
+
+def function_starts(data: bytes, sections: dict) -> list[int] | None:
+    """The sorted entry addresses of every function the unwind table (.eh_frame_hdr's binary-search table, as GCC
+    and Clang write it: datarel sdata4 pairs) lists, or None where it is absent or encoded otherwise."""
+    if ".eh_frame_hdr" not in sections:
+        return None
+    addr, _size, off, _x = sections[".eh_frame_hdr"]
+    version, ptr_enc, count_enc, table_enc = data[off:off + 4]
+    if (version, ptr_enc, count_enc, table_enc) != (1, 0x1B, 0x03, 0x3B):
+        return None
+    count, = struct.unpack_from("<I", data, off + 8)
+    table = struct.unpack_from(f"<{2 * count}i", data, off + 12)
+    return sorted(addr + table[2 * i] for i in range(count))
+
+
+def _objdump(path: Path, *args: str) -> bytes:
     try:
-        out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True,
-                             check=True).stdout
+        return subprocess.run(["objdump", "-d", "--no-show-raw-insn", *args, str(path)], capture_output=True,
+                              check=True).stdout
     except FileNotFoundError:
         raise UserError("masked hosts need objdump (Debian package binutils) to find cpuid instructions") from None
     except subprocess.CalledProcessError as exc:
         raise UserError(f"{path}: objdump failed "
                         f"({exc.stderr.decode(errors='replace').strip()[:200]})") from None
+
+
+def _cpuid_lines(out: bytes) -> list[int]:
     found = []
     for word in re.finditer(rb"cpuid", out):
         line = _CPUID_LINE.match(out, out.rfind(b"\n", 0, word.start()) + 1)
@@ -160,10 +199,62 @@ def cpuid_addresses(path: Path) -> list[int]:
     return found
 
 
+def cpuid_windows(data: bytes) -> list[tuple[int, int]] | None:
+    """The address ranges to disassemble to find every cpuid: for each 0F A2 in a code section, from the entry of
+    the function holding it (the unwind table's, or the section's start) to an instruction past it; ranges sharing an
+    entry, or nearer than MERGE_GAP, merged. None where the file has no usable unwind table (then the whole file is disassembled)."""
+    sections = code_sections(data)
+    starts = function_starts(data, sections) if sections else None
+    if starts is None:
+        return None
+    windows: dict = {}
+    for addr, size, offset, executable in sections.values():
+        if not executable:
+            continue
+        at = data.find(CPUID, offset, offset + size)
+        while at != -1:
+            vaddr = addr + at - offset
+            i = bisect.bisect_right(starts, vaddr) - 1
+            entry = max(addr, starts[i]) if i >= 0 else addr
+            # past it by the longest x86 instruction: objdump decodes an instruction the stop address cuts as
+            # bytes of its own, so a cut before the end of the one holding these bytes would misread them
+            windows[entry] = max(windows.get(entry, 0), vaddr + len(CPUID) + MAX_INSN)
+            at = data.find(CPUID, at + 1, offset + size)
+    merged: list = []
+    for start, stop in sorted(windows.items()):   # a near neighbour costs less decoded on than started again
+        if merged and start - merged[-1][1] < MERGE_GAP:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return [tuple(w) for w in merged]
+
+
+def cpuid_addresses(path: Path, data: bytes | None = None) -> list[int]:
+    """Virtual addresses of every cpuid instruction objdump decodes in the file's code sections.
+
+    A 35 MB library disassembles to 250 MB of text (10 s of CPU); its 0F A2 byte pairs are a few dozen. Each is
+    decoded from the entry of its function (a true instruction boundary: the unwind table lists every compiled
+    function's) to just past it, where objdump's linear sweep of the whole file meets it at an instruction
+    boundary exactly when decoding from the entry does; a test holds both equal on the libraries masked here."""
+    data = Path(path).read_bytes() if data is None else data
+    windows = cpuid_windows(data)
+    if windows is None:
+        return _cpuid_lines(_objdump(path))
+    found = set()
+    for start, stop in windows:
+        found.update(_cpuid_lines(_objdump(path, f"--start-address=0x{start:x}", f"--stop-address=0x{stop:x}")))
+    return sorted(found)
+
+
+def cpuid_addresses_whole(path: Path) -> list[int]:
+    """cpuid_addresses by a linear sweep of the whole file (the reference the windows are held to)."""
+    return _cpuid_lines(_objdump(path))
+
+
 def patch_file(path: Path) -> dict:
     """Replace every cpuid of one ELF file (in place) by ud2; returns its sites and new SHA-256."""
-    addresses = cpuid_addresses(path)
     data = bytearray(path.read_bytes())
+    addresses = cpuid_addresses(path, bytes(data))
     segments = load_segments(data)
     offsets = []
     for vaddr in addresses:

@@ -160,6 +160,30 @@ def test_patching_replaces_each_cpuid_instruction_and_nothing_else(tmp_path):
     assert "changed since it was patched" in C.verify(tmp_path, recorded)  # a write changes the state: hashed
 
 
+def test_cpuid_found_from_function_entries_equals_the_whole_linear_sweep(tmp_path):
+    """Each 0F A2 decoded from its function's entry (the unwind table's) up to an instruction past it: an lea whose
+    displacement holds 0F A2 just after a real cpuid is not read as one (a window stopping inside the lea made
+    objdump decode its cut bytes alone), and the sites equal a whole-file sweep's, here and on numpy's libraries."""
+    if not (shutil.which("gcc") and shutil.which("objdump")):
+        missing_setup("gcc and objdump are needed to build and patch a test library")
+    src = tmp_path / "lib.c"
+    src.write_text(textwrap.dedent("""
+        unsigned leaf0(void) { unsigned a = 0, b, c = 0, d; __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d)); return b; }
+        unsigned leaf1(void) { unsigned a = 1, b, c = 0, d; __asm__ volatile("cpuid" : "+a"(a), "=b"(b), "+c"(c), "=d"(d)); return c; }
+        void in_lea(void) { __asm__ volatile(".byte 0x48, 0x8d, 0x35, 0x0f, 0xa2, 0x00, 0x00" ::: "rsi"); }
+    """))   # the lea last: its window's end is the file's last
+    lib = tmp_path / "lib.so"
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    data = lib.read_bytes()
+    assert data.count(C.CPUID) >= 3 and C.cpuid_windows(data) is not None   # windows, not the fallback
+    assert len(C.cpuid_addresses(lib)) == 2 and C.cpuid_addresses(lib) == C.cpuid_addresses_whole(lib)
+    numpy_libs = [p for d in C._package_dirs() if d.name.startswith("numpy") for p in sorted(d.rglob("*.so*"))
+                  if p.is_file() and not p.is_symlink() and C.is_elf(p) and p.stat().st_size < 2_000_000]
+    found = {p.name: C.cpuid_addresses(p) for p in numpy_libs}
+    assert sum(map(len, found.values())) > 0, found   # numpy's CPU dispatch asks cpuid
+    assert found == {p.name: C.cpuid_addresses_whole(p) for p in numpy_libs}
+
+
 def test_each_masked_copy_has_its_own_stamp():
     a, b = C.stamp_path("aaaa"), C.stamp_path("bbbb")
     assert a != b and a.name.endswith("-aaaa.json") and a.parent == C.site_dir("aaaa").parent.parent
