@@ -15,7 +15,8 @@ SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOM
                                        one builder, in a temporary of its own; other hosts and commands wait)
 
 <key> hashes what the copy is made from (each source file's path, size and mtime, and this module's
-source), so another onnxruntime or numpy install gets another copy; a rebuild is idempotent.
+source), so another onnxruntime or numpy install gets another copy; a rebuild is idempotent. A build removes
+the copies whose source packages are gone (prune_orphans).
 
 A process works the key out and checks the copy once (`_ONCE`): a command starts several masked workers
 (and asks for the fingerprint key of each), and stat-ing ~2,000 package files and hashing ~100 MB of
@@ -360,7 +361,25 @@ def _publish_copy(site: Path, stamp: dict, key: str) -> dict:
         entry["state"] = file_state(site / rel)
     write_sites(site, stamp, sites_path(key))
     atomic_write_json(stamp_path(key), stamp)
+    prune_orphans(keep=key)
     return stamp
+
+
+def prune_orphans(keep: str) -> list[str]:
+    """Remove the masked copies whose every source package folder is gone (the venv they were copied from was
+    deleted: no interpreter can run them again), but `keep`; returns their folder names. Each fresh checkout's
+    venv keys a copy of its own (150 MB), so without this a machine that clones often fills its cache."""
+    gone = []
+    for stamp_file in sorted(masked_root().glob("*.json")):
+        folder = stamp_file.with_suffix("")
+        stamp = read_stamp(folder) or {}
+        sources = stamp.get("sources") or []
+        if stamp.get("key") in (None, keep) or not sources or any(Path(s).exists() for s in sources):
+            continue
+        stamp_file.unlink(missing_ok=True)   # first: a copy without its stamp is never used, only rebuilt
+        shutil.rmtree(folder, ignore_errors=True)
+        gone.append(folder.name)
+    return gone
 
 
 def ensure_shim(progress: bool = False) -> tuple[Path, bool]:

@@ -1,5 +1,6 @@
 """The masked copy of onnxruntime + numpy on first use (a fresh QUANTBENCH_HOME): two masked hosts of one command,
-and a second command started while it is being built, all wait for one builder and then use its copy.
+and a second command started while it is being built, all wait for one builder and then use its copy; the
+build removes a copy whose source packages are gone.
 
 One cold build (~30-60 s) serves both tests: `equiv --hosts A,B` (two tiers this CPU can show: x86-sse4 and x86-avx2
 on any x86-64 with AVX2) starts on a fresh home; the build gate (fsutil.gate_mark) holds its builder after it made
@@ -10,6 +11,7 @@ the two hosts built into one `.site.tmp-<pid>` and the command died with a raw s
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +54,10 @@ def cold_start(tmp_path_factory):
     for d in (gate, work):
         d.mkdir()
     env = dict(os.environ, QUANTBENCH_HOME=str(home), **{fsutil.BUILD_GATE: str(gate)})
+    orphan = home / "masked" / "1.0.0-0123456789abcdef"   # a copy whose venv was deleted: the build removes it
+    (orphan / "site").mkdir(parents=True)
+    orphan.with_name(orphan.name + ".json").write_text(json.dumps(
+        {"key": "0123456789abcdef", "sources": [str(base / "deleted-venv" / "onnxruntime")], "files": {}}))
     (gate / f"go.{C.shim_path().name}").touch()  # the shim is not held: the copy ("site") is the entry raced on
     qb = [sys.executable, "-m", "quantbench"]
     subprocess.run(qb + ["calibrate", "--no-progress"], cwd=work, env=env, check=True, capture_output=True)
@@ -66,7 +72,7 @@ def cold_start(tmp_path_factory):
     for name, p in (("equiv", equiv), ("setup", setup)):
         out, err = p.communicate(timeout=900)
         results[name] = (p.returncode, out, err)
-    return {"home": home, "gate": gate, "work": work, "tiers": tiers, **results}
+    return {"home": home, "gate": gate, "work": work, "tiers": tiers, "orphan": orphan, **results}
 
 
 def test_two_masked_hosts_of_one_command_on_a_cold_cache_share_one_build(cold_start):
@@ -89,4 +95,6 @@ def test_a_second_command_on_a_cold_cache_waits_then_uses_the_copy(cold_start):
     assert len(copies) == 1 and sorted(p.name for p in copies[0].iterdir()) == [".site.lock", "cpuid-sites.tsv",
                                                                                "site"]  # no temporary left
     assert (masked / f"{copies[0].name}.json").is_file()  # its stamp, written once the copy was in place
+    orphan = cold_start["orphan"]   # the copy of a deleted venv: removed by the build, stamp and all
+    assert not orphan.exists() and not orphan.with_name(orphan.name + ".json").exists()
     assert not fsutil.stale_tmp(copies[0]) and not [p for p in masked.iterdir() if p.name.endswith(".tmp")]
