@@ -9,7 +9,8 @@ against fp32 per host):
 - search: quantbench.explain.search.search over the fleet (`--hosts`), its answer written as a variant;
 - top-k: onnxruntime's own recipe, the k nodes with the largest qdq_loss_debug error kept in float on the variant
   as calibrated, for the smallest k that meets the budget on the fleet (explain.search.shortest_prefix);
-- NNCF: `nncf.quantize_with_accuracy_control` (ONNX backend, `pip install -e '.[bench]'`) on the same prepared float
+- NNCF: `nncf.quantize_with_accuracy_control` (ONNX backend, `pip install -e '.[bench,plots]'`: plots for the
+  sample photographs) on the same prepared float
   model (prepared.onnx, what every candidate is built from), the same calibration images, the fixtures as its
   validation set and, as its metric, the share of fp32's decisions kept (1 - flips against fp32 over them, with
   quantbench's decoder and comparison) and `max_drop` the same budget; it validates on this machine only (the

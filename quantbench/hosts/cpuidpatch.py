@@ -2,8 +2,8 @@
 
 Every shared object of the copied packages (onnxruntime, numpy, numpy.libs) is searched for the bytes 0F A2 and
 disassembled with objdump from the entry of each function holding them (cpuid_addresses; the whole file where
-it has no unwind table); each `cpuid` objdump finds (0F A2, at a true instruction boundary) is located in the file through
-the ELF program headers (virtual address -> file offset of its PT_LOAD segment), checked to hold 0F A2,
+it has no unwind table); each `cpuid` objdump finds (0F A2, at a true instruction boundary) is located in the file
+through the ELF program headers (virtual address -> file offset of its PT_LOAD segment), checked to hold 0F A2,
 and overwritten with `ud2` (0F 0B). The C shim (cpuid_shim.c, LD_PRELOADed into the worker) turns the
 SIGILL of each one into the profile's CPUID. The copy lives under QUANTBENCH_HOME:
 
@@ -202,8 +202,9 @@ def _cpuid_lines(out: bytes) -> list[int]:
 
 def cpuid_windows(data: bytes) -> list[tuple[int, int]] | None:
     """The address ranges to disassemble to find every cpuid: for each 0F A2 in a code section, from the entry of
-    the function holding it (the unwind table's, or the section's start) to an instruction past it; ranges sharing an
-    entry, or nearer than MERGE_GAP, merged. None where the file has no usable unwind table (then the whole file is disassembled)."""
+    the function holding it (the unwind table's, or the section's start) to an instruction past it; ranges sharing
+    an entry, or nearer than MERGE_GAP, merged. None where the file has no usable unwind table (then the whole
+    file is disassembled)."""
     sections = code_sections(data)
     starts = function_starts(data, sections) if sections else None
     if starts is None:
