@@ -236,7 +236,7 @@ def cpuid_addresses(path: Path, data: bytes | None = None) -> list[int]:
 
     A 35 MB library disassembles to 250 MB of text (10 s of CPU); its 0F A2 byte pairs are a few dozen. Each is
     decoded from the entry of its function (a true instruction boundary: the unwind table lists every compiled
-    function's) to just past it, where objdump's linear sweep of the whole file meets it at an instruction
+    function's) to an instruction past it, where objdump's linear sweep of the whole file meets it at an instruction
     boundary exactly when decoding from the entry does; a test holds both equal on the libraries masked here."""
     data = Path(path).read_bytes() if data is None else data
     windows = cpuid_windows(data)

@@ -118,20 +118,27 @@ def read_float_where_excluded(graph, exclude_nodes: Sequence[str]) -> list[str]:
             if q is not None and q.op_type == "QuantizeLinear":
                 node.input[i] = q.input[0]
                 rewired.append(node.name)
-    _drop_unread_qdq(graph)
+    if rewired:
+        _drop_unread_qdq(graph)
     return list(dict.fromkeys(rewired))
 
 
 def _drop_unread_qdq(graph) -> None:
-    """Remove Quantize/DequantizeLinear nodes whose outputs nothing reads (and no graph output is)."""
+    """Remove Quantize/DequantizeLinear nodes whose outputs nothing reads (and no graph output is), then the scales
+    and zero points only they read (onnxruntime warns of every initializer no node uses)."""
+    left_over: set = set()
     while True:
         read = {t for n in graph.node for t in n.input} | {o.name for o in graph.output}
         dead = [n for n in graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
                 and not any(t in read for t in n.output)]
         if not dead:
-            return
+            break
         for n in dead:
+            left_over.update(n.input)
             graph.node.remove(n)
+    read = {t for n in graph.node for t in n.input} | {o.name for o in graph.output}
+    for init in [i for i in graph.initializer if i.name in left_over and i.name not in read]:
+        graph.initializer.remove(init)
 
 
 def static_op_types(exclude_op_types: Sequence[str] = ()) -> list[str]:

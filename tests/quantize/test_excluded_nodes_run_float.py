@@ -40,6 +40,8 @@ def test_excluded_matmuls_of_two_activations_run_in_float(tmp_path):
     assert integer(base) - integer(ops) == 2, (base, ops)
     assert ops.count("MatMul") - base.count("MatMul") == 2
     graph = onnx.load(str(kept)).graph
+    read = {t for n in graph.node for t in n.input}
+    assert all(i.name in read for i in graph.initializer)   # no scale or zero point of a removed pair left behind
     producer = {t: n.op_type for n in graph.node for t in n.output}
     for node in graph.node:
         if node.name in ATTENTION:
