@@ -11,6 +11,8 @@ QLinear*/*Integer node is int8 by construction. Nodes are keyed as the search ke
 
 from __future__ import annotations
 
+from quantbench.inputs.modelio import constant_names
+
 #: the multiply-accumulate op types whose share is counted (explain.search.space.NODE_OPS)
 MAC_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 #: onnx.TensorProto's UINT8 and INT8 (the element types an int8 kernel takes; onnx is not imported to say so)
@@ -94,7 +96,7 @@ def int8_weight_nodes(model) -> dict[str, bool]:
     them: explain.search.space.Space.int8_share); a node multiplying no constant, as int8_nodes says."""
     macs, producer, types = _mac_inputs(model)
     g = model.graph
-    constant = {i.name for i in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
+    constant = constant_names(g)
     out = {}
     for node, ins in macs:
         held = [dq for dq in ins if dq is not None and dq.op_type == "DequantizeLinear" and dq.input[0] in constant]

@@ -200,7 +200,7 @@ def _cpuid_lines(out: bytes) -> list[int]:
     return found
 
 
-def cpuid_windows(data: bytes) -> list[tuple[int, int]] | None:
+def cpuid_windows(data: bytes | bytearray) -> list[tuple[int, int]] | None:
     """The address ranges to disassemble to find every cpuid: for each 0F A2 in a code section, from the entry of
     the function holding it (the unwind table's, or the section's start) to an instruction past it; ranges sharing
     an entry, or nearer than MERGE_GAP, merged. None where the file has no usable unwind table (then the whole
@@ -231,7 +231,7 @@ def cpuid_windows(data: bytes) -> list[tuple[int, int]] | None:
     return [tuple(w) for w in merged]
 
 
-def cpuid_addresses(path: Path, data: bytes | None = None) -> list[int]:
+def cpuid_addresses(path: Path, data: bytes | bytearray | None = None) -> list[int]:
     """Virtual addresses of every cpuid instruction objdump decodes in the file's code sections.
 
     A 35 MB library disassembles to 250 MB of text (10 s of CPU); its 0F A2 byte pairs are a few dozen. Each is
@@ -241,7 +241,7 @@ def cpuid_addresses(path: Path, data: bytes | None = None) -> list[int]:
     data = Path(path).read_bytes() if data is None else data
     windows = cpuid_windows(data)
     if windows is None:
-        return _cpuid_lines(_objdump(path))
+        return cpuid_addresses_whole(path)
     found = set()
     for start, stop in windows:
         found.update(_cpuid_lines(_objdump(path, f"--start-address=0x{start:x}", f"--stop-address=0x{stop:x}")))
@@ -256,7 +256,7 @@ def cpuid_addresses_whole(path: Path) -> list[int]:
 def patch_file(path: Path) -> dict:
     """Replace every cpuid of one ELF file (in place) by ud2; returns its sites and new SHA-256."""
     data = bytearray(path.read_bytes())
-    addresses = cpuid_addresses(path, bytes(data))
+    addresses = cpuid_addresses(path, data)
     segments = load_segments(data)
     offsets = []
     for vaddr in addresses:

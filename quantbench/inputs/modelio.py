@@ -225,6 +225,11 @@ def model_hashes(path: str | os.PathLike, strip: tuple = STRIP_DEFAULT) -> dict:
             "semantic_strip": list(strip)}
 
 
+def constant_names(graph) -> set:
+    """The names of the graph's constant tensors: its initializers and its Constant nodes' outputs."""
+    return {i.name for i in graph.initializer} | {n.output[0] for n in graph.node if n.op_type == "Constant"}
+
+
 def dims_of(value_info) -> list:
     """A graph input's dims: positive ints, or None for dynamic ones.
 

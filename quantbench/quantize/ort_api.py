@@ -471,6 +471,13 @@ def tensor_overrides(plain: Mapping) -> dict:
     return out
 
 
+def quantized_graph(quantized):
+    """The GraphProto of qdq_quantize's result (``ONNXModel.model.graph``), to edit before save_quantized.
+
+    onnxruntime 1.32.0."""
+    return quantized.model.graph
+
+
 def save_quantized(quantized, path: str | os.PathLike) -> None:
     """Write qdq_quantize's result to `path` as quantize_static does
     (``ONNXModel.save_model_to_file``: topological sort, initializer checks, no external data).

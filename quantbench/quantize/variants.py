@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 from quantbench import __version__
 from quantbench.errors import UserError, flag_mark
 from quantbench.fsutil import atomic_path, atomic_write_json, sha256_file
-from quantbench.inputs.modelio import (QUANTIZED_OPS, load_model, raw_sha256, semantic_sha256, write_self_contained,
+from quantbench.inputs.modelio import (QUANTIZED_OPS, constant_names, load_model, raw_sha256, semantic_sha256, write_self_contained,
                                        write_with_input_shape)
 from quantbench.quantize import methods, ort_api
 from quantbench.quantize.calibration import (compute_ranges, default_op_types, ranges_dict,
@@ -105,16 +105,15 @@ def read_float_where_excluded(graph, exclude_nodes: Sequence[str]) -> list[str]:
     integer kernel (QLinearMatMul, QLinearAdd) whatever the quantizer meant. Reading the float tensors keeps it
     float, as its recipe says; a node with a weight stays float through its float weight and is left as it is.
     Q/DQ pairs nothing reads any more are removed. Returns the rewired nodes' names, in graph order."""
-    consts = {i.name for i in graph.initializer} | {n.output[0] for n in graph.node if n.op_type == "Constant"}
+    consts = constant_names(graph)
     producer = {t: n for n in graph.node for t in n.output}
     wanted, rewired = set(exclude_nodes), []
     for node in graph.node:
         if node.name not in wanted or any(t in consts for t in node.input):
             continue
-        pairs = [(i, producer.get(t)) for i, t in enumerate(node.input)]
-        pairs = [(i, dq) for i, dq in pairs if dq is not None and dq.op_type == "DequantizeLinear"]
-        pairs = [(i, producer.get(dq.input[0])) for i, dq in pairs]
-        for i, q in pairs:
+        for i, t in enumerate(node.input):
+            dq = producer.get(t)
+            q = producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
             if q is not None and q.op_type == "QuantizeLinear":
                 node.input[i] = q.input[0]
                 rewired.append(node.name)
@@ -293,7 +292,7 @@ def make_static(model_path: str | os.PathLike, out_path: str | os.PathLike, *, r
     out_path = Path(out_path)
     quantized = ort_api.qdq_quantize(model, per_channel, reduce_range, wt, at, ranges, exclude_nodes, op_types, extra,
                                      workdir=out_path.parent, quantize_outputs=quantize_outputs)   # calibrate's stage
-    read_float_where_excluded(quantized.model.graph, exclude_nodes)
+    read_float_where_excluded(ort_api.quantized_graph(quantized), exclude_nodes)
     with atomic_path(out_path, suffix=".onnx") as tmp:
         ort_api.save_quantized(quantized, tmp)
     rdict = ranges_dict(ranges)

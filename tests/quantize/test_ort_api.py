@@ -392,3 +392,14 @@ def test_activation_errors_one_feed_at_a_time_equal_qdq_loss_debugs_over_every_f
     assert sorted(ours) == sorted(stock) and len(ours) > 3
     for k, v in stock.items():
         assert ours[k] == pytest.approx(v, abs=1e-3), drifted("qdq_loss_debug's SQNR", "activation_errors", k)
+
+
+def test_the_quantized_model_holds_its_graph_where_quantized_graph_reads_it(model):
+    import onnx
+    from onnxruntime.quantization.onnx_model import ONNXModel
+
+    from quantbench.quantize.ort_api import quantized_graph
+
+    proto = onnx.load(str(model))
+    assert quantized_graph(ONNXModel(proto)) is proto.graph, drifted("ONNXModel.model", "quantized_graph",
+                                                                     "no longer the ModelProto it wraps")

@@ -11,6 +11,8 @@ every MatMul with a weight stays int8."""
 
 from __future__ import annotations
 
+from quantbench.inputs.modelio import constant_names
+
 
 def _graph_maps(model) -> tuple[dict, dict, set]:
     """(tensor -> producing node, tensor -> consuming nodes, initializer and Constant output names)."""
@@ -20,9 +22,7 @@ def _graph_maps(model) -> tuple[dict, dict, set]:
             producer[t] = node
         for t in node.input:
             consumers.setdefault(t, []).append(node)
-    consts = {i.name for i in model.graph.initializer}
-    consts |= {n.output[0] for n in model.graph.node if n.op_type == "Constant"}
-    return producer, consumers, consts
+    return producer, consumers, constant_names(model.graph)
 
 
 def _only(consumers: dict, tensor: str, *ops) -> object | None:
@@ -106,7 +106,7 @@ def erf_gelus(model) -> list[str]:
 def _constant_tensors(model) -> set:
     """The tensors computed from constants alone (initializers, Constant outputs, and what nodes make of only
     those: a transposed or reshaped weight is still a weight)."""
-    _, _, consts = _graph_maps(model)
+    consts = constant_names(model.graph)
     for node in model.graph.node:   # graph order: a node's inputs are made before it
         if node.input and all(t in consts or not t for t in node.input):
             consts |= set(node.output)
