@@ -64,6 +64,19 @@ def exact_int8_host() -> str:
     return "x86-sse4"
 
 
+def saturating_int8_host() -> str:
+    """A host whose U8S8 int8 kernel saturates (VPMADDUBSW: AVX2 without VNNI): this machine when its own path
+    does, else its masked x86-avx2 tier (the same kernels on any CPU with AVX2+FMA; skipped where it has none)."""
+    from quantbench.analysis.tiers import int8_path
+    from quantbench.hosts.masked import here_features
+    from setup_required import need_tier
+
+    if int8_path("x86", "x86_64", here_features()).kind == "saturates":
+        return "x86"
+    need_tier("x86-avx2")
+    return "x86-avx2"
+
+
 def bright_corpus(folder, count: int = 6, size: int = 8, seed: int = 0):
     """`count` bright PNGs (every channel 230..255: activations near the top of their range) and a COCO
     labels.json, the first half in the train split (calibration), the rest in eval; returns the labels path."""

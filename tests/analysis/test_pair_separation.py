@@ -69,8 +69,9 @@ def test_a_pair_with_the_same_fingerprint_is_said_to_be_not_by_fingerprint_and_k
 
 
 def _tier_without_avx2() -> str:
-    """An x86 tier this CPU shows masked that lacks AVX2 (from the machine's fingerprint): beside the native host
-    (AVX2+FMA) and the emulated Pi 5, three fp32 kernel families that no single flag splits."""
+    """An x86 tier this CPU shows masked that lacks AVX2 (from the machine's fingerprint): beside x86-avx2 (this
+    CPU's AVX2+FMA kernels masked, whatever wider ones it has) and the emulated Pi 5, three fp32 kernel families that
+    no single flag splits."""
     here = M.here_features()
     shown = [t for t, why in M.shown_tiers(["x86-sse4", "x86-avx"]) if why is None]
     if not {"avx2", "fma"} <= set(here) or not shown:
@@ -96,7 +97,7 @@ def test_a_real_classifier_over_x86_tiers_and_the_pi_names_each_pair_and_its_ker
     assert main(["calibrate", "--model", str(paths["model"]), "--labels", str(paths["labels"]), "--images",
                  str(paths["images"]), "--methods", "dynamic", "--per-cell", "3", "--no-progress"]) == 0
     capsys.readouterr()
-    code = main(["equiv", "--hosts", f"x86,{tier},pi", "--fixtures", str(paths["labels"]), "--images",
+    code = main(["equiv", "--hosts", f"x86-avx2,{tier},pi", "--fixtures", str(paths["labels"]), "--images",
                  str(paths["images"]), "--limit", "2", "--no-progress", "--no-plots"])
     assert code in (0, 1), code   # a failed gate is a result
     out = capsys.readouterr().out
@@ -105,11 +106,11 @@ def test_a_real_classifier_over_x86_tiers_and_the_pi_names_each_pair_and_its_ker
     assert len(fp32["classes"]) == 3, fp32["classes"]   # FMA3 x86, SSE/AVX x86, the Pi's NEON
     assert needs_pairs(fp32["separating_features"], 3), fp32["separating_features"]
     by = {frozenset(r["hosts"]): r for r in fp32["pairs"]}
-    x86s = by[frozenset(["x86", tier])]
+    x86s = by[frozenset(["x86-avx2", tier])]
     assert x86s["features"][:2] == ["isa:avx2", "isa:fma"], x86s["features"]
     kernels = [k for ks in x86s["kernels"].values() for k in ks]
     assert any("Fma3" in k for k in kernels) and any(k.endswith(("KernelSse", "KernelAvx")) for k in kernels), kernels
-    assert by[frozenset(["x86", "pi"])]["features"][0] == "arch" and not by[frozenset(["x86", "pi"])]["kernels"]
+    assert by[frozenset(["x86-avx2", "pi"])]["features"][0] == "arch" and not by[frozenset(["x86-avx2", "pi"])]["kernels"]
     assert "fp32: no single feature the arithmetic reads splits its 3 classes; nearest pair" in out
     report = (workdir / "results" / "report.md").read_text()
     assert "Separation per pair of classes" in report and "Fma3" in report

@@ -1,9 +1,10 @@
 """`search --identical`: the answer must also give byte-identical outputs (one class) on every measured host, or
 the search exits 1 naming the nearest candidate's classes and the ops that separate them.
 
-On the saturating classifier (tests/explain_helpers.saturating_image_model) x86 and x86-sse4 split wherever this
-machine's own int8 path saturates (VPMADDUBSW: AVX2 without VNNI, read from its CPU features); the exact integer
-paths (x64quantprecision, reduce_range, U8U8) make them one class.
+On the saturating classifier (tests/explain_helpers.saturating_image_model) a host whose int8 path saturates
+(VPMADDUBSW: AVX2 without VNNI) and x86-sse4 split; the exact integer paths (x64quantprecision, reduce_range, U8U8)
+make them one class. The saturating host is x86 where this machine's own path saturates (read from its CPU
+features), else its masked x86-avx2 tier.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 
 import pytest
 
+from explain_helpers import saturating_int8_host
 from quantbench.analysis.tiers import int8_path
 from quantbench.cli import main
 from quantbench.errors import ParameterError
@@ -27,11 +29,10 @@ def _here_saturates() -> bool:
     return int8_path("x86", "x86_64", here_features()).kind == "saturates"
 
 
-def _need_a_split() -> None:
+def _need_a_split() -> str:
+    """The fleet `<saturating host>,x86-sse4`, which splits as calibrated."""
     need_tier("x86-sse4")
-    if not _here_saturates():
-        pytest.skip("this CPU's int8 path is exact (VNNI/AMX or no AVX2): x86 and x86-sse4 give one class as "
-                    "calibrated (a fact about the CPU)")
+    return f"{saturating_int8_host()},x86-sse4"
 
 
 def _classes_in_a_fresh_equiv(cwd, hosts, folder, name, *more) -> list:
@@ -62,13 +63,14 @@ def test_an_identical_search_answer_is_one_class_in_a_fresh_equiv(run_dir, capsy
 def test_an_identical_search_without_one_class_exits_1_naming_the_classes_and_the_separating_op(run_dir, capsys):
     """Stopped after the variant as calibrated (3 evaluations): it splits x86 from x86-sse4, and localize on that
     pair names the op whose outputs differ first."""
-    _need_a_split()
-    rc = main(["search", "--variant", "static-minmax", "--hosts", FLEET, "--identical", "--max-evaluations", "3",
+    fleet = _need_a_split()
+    sat = fleet.split(",")[0]
+    rc = main(["search", "--variant", "static-minmax", "--hosts", fleet, "--identical", "--max-evaluations", "3",
                "--no-progress"])
     out = capsys.readouterr().out
     assert rc == 1, out
     line = next(ln for ln in out.splitlines() if ln.startswith("not one class: "))
-    assert line.startswith("not one class: nearest base gives 2 classes (A: x86 | B: x86-sse4); separated by: A|B: ")
+    assert line.startswith(f"not one class: nearest base gives 2 classes (A: {sat} | B: x86-sse4); separated by: A|B: ")
     assert "MatMul" in line, line
     assert (run_dir / "results/variants/m/index.json").read_text().count('"name"') == 2   # nothing written
 
@@ -76,14 +78,15 @@ def test_an_identical_search_without_one_class_exits_1_naming_the_classes_and_th
 def test_the_api_outcome_carries_the_classes_and_the_separating_ops(run_dir):
     import quantbench
 
-    _need_a_split()
+    fleet = _need_a_split()
+    sat = fleet.split(",")[0]
     with pytest.raises(ParameterError):
-        quantbench.search("static-minmax", quantbench.Fleet(FLEET), identical="yes")
-    done = quantbench.search("static-minmax", quantbench.Fleet(FLEET), identical=True, max_evaluations=3)
+        quantbench.search("static-minmax", quantbench.Fleet(fleet), identical="yes")
+    done = quantbench.search("static-minmax", quantbench.Fleet(fleet), identical=True, max_evaluations=3)
     assert not done.passed
-    assert done.identity["classes"] == [["x86"], ["x86-sse4"]] and done.identity["candidate"] == "base"
+    assert done.identity["classes"] == [[sat], ["x86-sse4"]] and done.identity["candidate"] == "base"
     (sep,) = done.identity["separating"]
-    assert sep["classes"] == ["A", "B"] and sep["hosts"] == ["x86", "x86-sse4"] and sep["evaluations"] > 0
+    assert sep["classes"] == ["A", "B"] and sep["hosts"] == [sat, "x86-sse4"] and sep["evaluations"] > 0
     assert done.outcome()["identity"] == done.identity
     assert "identity" not in quantbench.search("static-minmax", quantbench.Fleet("x86"), max_evaluations=3).outcome()
 
@@ -245,7 +248,7 @@ def test_a_session_entry_the_pis_onnxruntime_does_not_know_is_a_candidate_it_can
     from pipeline_helpers import _need_pi
 
     _need_pi()
-    done = quantbench.search("static-minmax", quantbench.Fleet("x86,pi"), identical=True, space="global")
+    done = quantbench.search("static-minmax", quantbench.Fleet(f"{saturating_int8_host()},pi"), identical=True, space="global")
     x64 = next(r for r in done.result.tried if r["choice"] == "x64quantprecision")
     assert x64["stage"] == "confirm" and x64["flips"]["pi"] is None and not x64["passes"], x64
     assert "cannot make this session on pi" in x64["note"] and "session.x64quantprecision" in x64["note"], x64
@@ -258,9 +261,10 @@ def test_a_confirmed_candidate_within_the_budget_but_split_says_so_in_its_status
     rather than calling it over the budget."""
     import quantbench
 
-    _need_a_split()
+    fleet = _need_a_split()
+    sat = fleet.split(",")[0]
     lines = []
-    quantbench.search("static-minmax", quantbench.Fleet(FLEET), identical=True, budget="100%", max_evaluations=3,
+    quantbench.search("static-minmax", quantbench.Fleet(fleet), identical=True, budget="100%", max_evaluations=3,
                       on_status=lines.append)
     base = next(ln for ln in lines if ln.startswith("search: confirmed static-minmax ("))
-    assert "flips x86 4, x86-sse4 0, within the budget but 2 classes (A: x86 | B: x86-sse4)" in base, base
+    assert f"flips {sat} 4, x86-sse4 0, within the budget but 2 classes (A: {sat} | B: x86-sse4)" in base, base
