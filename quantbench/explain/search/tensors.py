@@ -1,7 +1,9 @@
 """The search's per-node tensor choices: onnxruntime's per-tensor quantization overrides (``TensorQuantOverrides``)
 on the activations a node reads and writes, its weights left as the global choice makes them:
 
-- ``a16``: 16-bit activations (the A16W8 QDQ form), where int8 activations flip decisions and the weights need not;
+- ``a16``: 16-bit activations (the A16W8 QDQ form), where int8 activations flip decisions and the weights need not,
+  with the session requirement that keeps them 16-bit as run (NBITS_ACCURACY_ENTRY: a weighted MatMul reading
+  a 16-bit tensor is fused into a MatMulNBits that would otherwise quantize its input to int8 in blocks);
 - a calibration method: that method's ranges (calibrate's ``<variant>.ranges.json`` of it) for the node's tensors;
 - ``symmetric``: symmetric ranges for the node's tensors.
 
@@ -19,6 +21,9 @@ from quantbench.quantize.calibration import load_ranges, ranges_dict
 
 A16 = "a16"
 SYMMETRIC = "symmetric"
+#: onnxruntime fuses DQ(int8 weight) -> MatMul into a MatMulNBits whose default accuracy level (4) quantizes its
+#: float input to int8 on the fly; level 1 keeps that input float, so a 16-bit activation stays 16-bit as run
+NBITS_ACCURACY_ENTRY = ("session.qdq_matmulnbits_accuracy_level", "1")
 
 
 def node_tensors(model, node_name: str) -> list[str]:
@@ -74,11 +79,13 @@ def forms(space, choice) -> list[str]:
 
 
 def with_forms(choice, form: str, nodes) -> object:
-    """`choice` with `form` on `nodes`, named for it: `<form>x<count>` (after the choice's name unless the base)."""
+    """`choice` with `form` on `nodes`, named for it: `<form>x<count>` (after the choice's name unless the base);
+    16-bit activations with the session requirement that keeps them 16-bit as run."""
     nodes = tuple(sorted(nodes))
     tag = f"{form}x{len(nodes)}"
     name = tag if choice.name == "base" else f"{choice.name}+{tag}"
-    return dataclasses.replace(choice, name=name, node_forms=tuple((n, form) for n in nodes))
+    session = tuple(sorted({*choice.session, NBITS_ACCURACY_ENTRY})) if form == A16 else choice.session
+    return dataclasses.replace(choice, name=name, node_forms=tuple((n, form) for n in nodes), session=session)
 
 
 def _shortest(make, order: list) -> int | None:
@@ -139,9 +146,7 @@ def tensor_phase(walk, choice, order: list, floated):
     """`floated` (the float walk's candidate on `choice`) or the per-node tensor candidate that keeps more int8
     (MACs, then weights; `floated` on a tie). With `floated` an answer, the forms are tried on its nodes in float
     (their weights back in int8); without one (every node in float, no int8 left) they grow over `order` (ranked)
-    from one node: not gated on a form over every node, since a form on more nodes is not always nearer fp32 as run
-    (onnxruntime 1.32 at its default optimisation level fuses a u16-in, u16-out QDQ MatMul into a MatMulNBits that
-    serves a constant, measured on the tests' transformer-like model)."""
+    from one node: not gated on a form over every node, since a form on more nodes is not always nearer fp32 as run."""
     answer = floated is not None and floated.passes
     formed = _first_passing(walk, choice, order, list(floated.exclude) if answer else None)
     if formed is None or not formed.passes:

@@ -3,8 +3,9 @@ classifier (tests/model_helpers.transformer_like_classifier): a bias channel at 
 int8 activations round its informative channels away and flip the top class on every fixture, while its int8
 weights do not. 16-bit activations on fc1 (the A16W8 QDQ form) keep every weight in int8 and meet a budget of 0
 flips; keeping nodes in float is the only other way and leaves no int8 multiply-accumulate. Percentile and
-symmetric ranges per node are walked too (8-bit, first). Searched on the masked AVX2 tier (the same kernels on any
-CPU with AVX2+FMA): on a Zen 5's own kernels (AVX-512 VNNI) the 16-bit form flipped 3 of 4 as the int8 one did."""
+symmetric ranges per node are walked too (8-bit, first). Searched on the masked AVX2 tier, the same kernels on any
+CPU with AVX2+FMA: the ranking puts first the nodes the weight lint flags for the fleet's saturating int8 path, so
+on a CPU whose int8 path is exact (VNNI) nothing is flagged and the answer is 16-bit on fc2 instead."""
 
 from __future__ import annotations
 
@@ -103,3 +104,38 @@ def test_a_node_takes_another_calibration_methods_ranges_or_symmetric_ranges_its
     assert int(sym["z"][1]) == 128 != int(plain["z"][1])
     for other in ("f", "n"):   # not fc2's tensors
         assert pct[other] == plain[other] and sym[other] == plain[other]
+
+
+def test_a_sixteen_bit_tensor_a_weighted_matmul_reads_stays_sixteen_bit_as_the_candidate_is_run(outlier_dir):
+    """16-bit activations on fc2 (it reads fc1's 16-bit output): onnxruntime fuses DQ(int8 weight) -> MatMul into a
+    MatMulNBits, whose default accuracy level (4) quantizes its float input to int8 in blocks of 32 on the fly,
+    taking the 16-bit grid back to 8 bits (here the outlier channel leaves one of 16 inputs non-zero and every
+    fixture's top class flips). The candidate carries the session requirement that keeps that input in float
+    (accuracy level 1, as onnxruntime's own A16 tests set it), and run with its requirements it serves fp32's
+    decisions, on real onnxruntime sessions."""
+    import onnxruntime as ort
+
+    from quantbench.explain.search.tensors import with_forms
+
+    space = _space(outlier_dir)
+    cand = with_forms(space.base_choice(), "a16", ["fc2"])
+    assert cand.entries.get("session.qdq_matmulnbits_accuracy_level") == "1"
+    rng = np.random.default_rng(5)
+    xs = [rng.uniform(0, 1, (1, 3, 8, 8)).astype(np.float32) for _ in range(6)]
+
+    def top1(path, entries, optimized=None):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        for k, v in entries.items():
+            so.add_session_config_entry(k, v)
+        if optimized:
+            so.optimized_model_filepath = str(optimized)
+        s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        name = s.get_inputs()[0].name
+        return [int(s.run(None, {name: x})[0].argmax()) for x in xs]
+
+    built = space.build(cand, ())
+    optimized = outlier_dir / "optimized.onnx"
+    assert top1(built.path, cand.entries, optimized) == top1(outlier_dir / "results/variants/m/fp32.onnx", {})
+    fused = [n for n in onnx.load(str(optimized)).graph.node if n.op_type == "MatMulNBits"]
+    assert fused and all(a.i == 1 for n in fused for a in n.attribute if a.name == "accuracy_level")
