@@ -173,10 +173,12 @@ class Space:
 
     def int8_share(self, exclude, choice: Choice | None = None) -> dict:
         """{"weights", "macs"}: the share of the candidate nodes' weights and multiply-accumulates left in int8 (a
-        node reading 16-bit activations keeps its weights in int8, not its MACs)."""
+        node reading 16-bit activations keeps its weights in int8, not its MACs; a node the choice itself leaves in
+        float, such as an attention MatMul of two activations, neither)."""
         out = {}
         wide = sixteen_bit_nodes(self, choice) if choice is not None else set()
-        for what, per, off in (("weights", self.weights, set(exclude)), ("macs", self.macs, {*exclude, *wide})):
+        floated = {*exclude, *(n for n in (choice.float_nodes if choice is not None else ()) if n in self.op_types)}
+        for what, per, off in (("weights", self.weights, floated), ("macs", self.macs, {*floated, *wide})):
             total = sum(per.values())
             out[what] = 1 - sum(per[n] for n in off) / total if total else 1.0
         return out

@@ -5,6 +5,7 @@ global choices, by node name: their Add/Mul go back to float while the MatMuls s
 from __future__ import annotations
 
 import onnx
+import pytest
 
 from model_helpers import transformer_like_classifier
 from search_helpers import calibrate_small
@@ -73,6 +74,12 @@ def test_attentions_matmuls_of_two_activations_are_one_global_choice(workdir):
     got = _reads_dequantized(built.path, weighted | set(choice.float_nodes))
     assert not got["attn_scores"] and not got["attn_context"] and all(got[n] for n in weighted), got
     assert built.int8_ops > 0
+    # the share the search reports is the built graph's: the two MatMuls' MACs are not int8 (they have no weights)
+    from quantbench.explain.int8share import int8_nodes, int8_share
+
+    graph = int8_share(int8_nodes(onnx.load(str(built.path))), space.weights, space.macs)
+    reported = space.int8_share((), choice)
+    assert graph["macs"] < 1.0 and reported["macs"] == pytest.approx(graph["macs"]) and reported["weights"] == 1.0
 
 
 def test_a_graph_without_two_activation_matmuls_does_not_offer_the_choice(workdir):
