@@ -115,7 +115,7 @@ def stacked(choice: Choice, op_type: str | None, space) -> list[Choice]:
     if op_type in (*NODE_OPS, *FUSED_ACTIVATIONS):
         out = []
         if X64_ENTRY not in choice.entries:
-            out.append(_step(choice, "x64quantprecision", session=tuple(sorted({*choice.session, (X64_ENTRY, "1")}))))
+            out.append(_step(choice, "x64quantprecision", session=choice.session_with(X64_ENTRY, "1")))
         if not choice.reduce_range:
             out.append(_step(choice, "reduce_range", reduce_range=True))
         if (choice.activation_type, choice.weight_type) != ("u8", "u8"):

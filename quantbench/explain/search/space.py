@@ -65,6 +65,10 @@ class Choice:
     def entries(self) -> dict:
         return dict(self.session)
 
+    def session_with(self, key: str, value: str) -> tuple:
+        """The choice's session requirements plus `key`=`value` (sorted pairs, as `session` holds them)."""
+        return tuple(sorted({*self.session, (key, value)}))
+
     def describe(self) -> dict:
         out = asdict(self)
         out["session"] = self.entries

@@ -23,7 +23,7 @@ A16 = "a16"
 SYMMETRIC = "symmetric"
 #: onnxruntime fuses DQ(int8 weight) -> MatMul into a MatMulNBits whose default accuracy level (4) quantizes its
 #: float input to int8 on the fly; level 1 keeps that input float, so a 16-bit activation stays 16-bit as run
-NBITS_ACCURACY_ENTRY = ("session.qdq_matmulnbits_accuracy_level", "1")
+NBITS_ACCURACY_ENTRY = "session.qdq_matmulnbits_accuracy_level"
 
 
 def node_tensors(model, node_name: str) -> list[str]:
@@ -84,7 +84,7 @@ def with_forms(choice, form: str, nodes) -> object:
     nodes = tuple(sorted(nodes))
     tag = f"{form}x{len(nodes)}"
     name = tag if choice.name == "base" else f"{choice.name}+{tag}"
-    session = tuple(sorted({*choice.session, NBITS_ACCURACY_ENTRY})) if form == A16 else choice.session
+    session = choice.session_with(NBITS_ACCURACY_ENTRY, "1") if form == A16 else choice.session
     return dataclasses.replace(choice, name=name, node_forms=tuple((n, form) for n in nodes), session=session)
 
 

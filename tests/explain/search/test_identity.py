@@ -29,10 +29,11 @@ def _here_saturates() -> bool:
     return int8_path("x86", "x86_64", here_features()).kind == "saturates"
 
 
-def _need_a_split() -> str:
-    """The fleet `<saturating host>,x86-sse4`, which splits as calibrated."""
+def _need_a_split() -> tuple[str, str]:
+    """(the fleet `<saturating host>,x86-sse4`, which splits as calibrated; its saturating host)."""
     need_tier("x86-sse4")
-    return f"{saturating_int8_host()},x86-sse4"
+    sat = saturating_int8_host()
+    return f"{sat},x86-sse4", sat
 
 
 def _classes_in_a_fresh_equiv(cwd, hosts, folder, name, *more) -> list:
@@ -63,8 +64,7 @@ def test_an_identical_search_answer_is_one_class_in_a_fresh_equiv(run_dir, capsy
 def test_an_identical_search_without_one_class_exits_1_naming_the_classes_and_the_separating_op(run_dir, capsys):
     """Stopped after the variant as calibrated (3 evaluations): it splits x86 from x86-sse4, and localize on that
     pair names the op whose outputs differ first."""
-    fleet = _need_a_split()
-    sat = fleet.split(",")[0]
+    fleet, sat = _need_a_split()
     rc = main(["search", "--variant", "static-minmax", "--hosts", fleet, "--identical", "--max-evaluations", "3",
                "--no-progress"])
     out = capsys.readouterr().out
@@ -78,8 +78,7 @@ def test_an_identical_search_without_one_class_exits_1_naming_the_classes_and_th
 def test_the_api_outcome_carries_the_classes_and_the_separating_ops(run_dir):
     import quantbench
 
-    fleet = _need_a_split()
-    sat = fleet.split(",")[0]
+    fleet, sat = _need_a_split()
     with pytest.raises(ParameterError):
         quantbench.search("static-minmax", quantbench.Fleet(fleet), identical="yes")
     done = quantbench.search("static-minmax", quantbench.Fleet(fleet), identical=True, max_evaluations=3)
@@ -261,8 +260,7 @@ def test_a_confirmed_candidate_within_the_budget_but_split_says_so_in_its_status
     rather than calling it over the budget."""
     import quantbench
 
-    fleet = _need_a_split()
-    sat = fleet.split(",")[0]
+    fleet, sat = _need_a_split()
     lines = []
     quantbench.search("static-minmax", quantbench.Fleet(fleet), identical=True, budget="100%", max_evaluations=3,
                       on_status=lines.append)
