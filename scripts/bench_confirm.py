@@ -9,12 +9,13 @@ own copy of the calibrated folder (a prediction reads the fingerprints the hosts
 is warmed up); then the floor, `--confirm all` over the hosts the classes are anchored on (the first of each class):
 a confirm run still runs those in full. Prints a table, writes results/bench/confirm.json.
 Usage: python scripts/bench_confirm.py [--models demo,vit-s-focus] [--hosts A,B,...] [--limit N[,N...]] [--vit-limit N]
-       [--methods dynamic] [--confirm K]
+       [--vit-tiles N] [--methods dynamic] [--confirm K] [--no-floor]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -42,13 +43,16 @@ def _qb(args, cwd) -> str:
     return r.stdout
 
 
-def _calibrate(name: str, work: Path, methods: str) -> None:
-    """The calibrated folder `work` (variants under results/variants)."""
+def _calibrate(name: str, work: Path, methods: str, eval_tiles: int | None) -> None:
+    """The calibrated folder `work` (variants under results/variants); `eval_tiles`: a real model's eval split cut
+    to that many tiles instead of its spec's (its fixtures: `--limit` cannot add any)."""
     args = ["calibrate", "--methods", methods, "--no-progress"]
     if name != "demo":
         import real_models as R
 
         spec = R.spec_named(name)
+        if eval_tiles:
+            spec = dataclasses.replace(spec, eval_tiles=eval_tiles)
         paths = R.write_workdir(spec, R.fetch(spec), work / "model")
         args += ["--model", str(paths["model"]), "--labels", str(paths["labels"]), "--images", str(paths["images"]),
                  *spec.calibrate_args]
@@ -75,10 +79,12 @@ def _classes(summary: dict) -> dict:
     return {v["variant"]: [c["hosts"] for c in v["classes"]] for v in summary["variants"]}
 
 
-def measure(name: str, hosts: str, limit: int, methods: str, confirm: str, tmp: Path) -> dict:
+def measure(name: str, hosts: str, limit: int, methods: str, confirm: str, tmp: Path,
+            eval_tiles: int | None = None) -> dict:
+    """The pair of runs side by side (the floor comes after, `add_floor`, so a long pair is kept as it ends)."""
     base = tmp / name / "calibrated"
     base.mkdir(parents=True)
-    _calibrate(name, base, methods)
+    _calibrate(name, base, methods, eval_tiles)
     runs = {}
     for label, k, n in (("confirm", confirm, limit), ("all", "all", limit)):
         work = tmp / name / label
@@ -86,24 +92,28 @@ def measure(name: str, hosts: str, limit: int, methods: str, confirm: str, tmp: 
         seconds, summary = _equiv(work, hosts, n, k)
         runs[label] = {"seconds": round(seconds, 1), "summary": summary, "flips": _flips(work)}
     c, a = runs["confirm"], runs["all"]
-    # the floor: only the host each class is anchored on (the first of it), every fixture; a confirm run cannot
-    # be faster than its anchors' full run, whatever K
     first = {cls[0] for v in _classes(a["summary"]).values() for cls in v}
-    anchors = ",".join(h for h in hosts.split(",") if h in first)
-    work = tmp / name / "anchors"
-    shutil.copytree(base, work)
-    floor, _ = _equiv(work, anchors, limit, "all")
     return {"model": name, "hosts": hosts.split(","), "fixtures": limit, "confirm": confirm,
+            "eval_tiles": eval_tiles,
             "variants": sorted(_classes(a["summary"])),
             "seconds_confirm": c["seconds"], "seconds_all": a["seconds"],
             "ratio": round(c["seconds"] / a["seconds"], 3),
-            "anchors": anchors.split(","), "seconds_anchors_only": round(floor, 1),
-            "floor_ratio": round(floor / a["seconds"], 3),
+            "anchors": [h for h in hosts.split(",") if h in first], "seconds_anchors_only": None, "floor_ratio": None,
             "same_classes": _classes(c["summary"]) == _classes(a["summary"]),
             "same_flips": c["flips"] == a["flips"], "flips": len(a["flips"]),
             "classes": _classes(a["summary"]), "inherited": c["summary"].get("inherited", {}),
             "prediction_misses": c["summary"].get("prediction_misses", []),
             "run_line_confirm": c["summary"].get("run_line", ""), "run_line_all": a["summary"].get("run_line", "")}
+
+
+def add_floor(row: dict, tmp: Path) -> None:
+    """The floor: only the host each class is anchored on (the first of it), every fixture; a confirm run cannot
+    be faster than its anchors' full run, whatever K."""
+    work = tmp / row["model"] / "anchors"
+    shutil.copytree(tmp / row["model"] / "calibrated", work)
+    floor, _ = _equiv(work, ",".join(row["anchors"]), row["fixtures"], "all")
+    row["seconds_anchors_only"] = round(floor, 1)
+    row["floor_ratio"] = round(floor / row["seconds_all"], 3)
 
 
 def main() -> None:
@@ -112,6 +122,9 @@ def main() -> None:
     ap.add_argument("--hosts", default=HOSTS)
     ap.add_argument("--limit", default="12", help="fixtures of the demo (comma-separated: one row each)")
     ap.add_argument("--vit-limit", type=int, default=5, help="fixtures of a real model")
+    ap.add_argument("--vit-tiles", type=int, default=None,
+                    help="a real model's eval split cut to N tiles (default: its spec's; --vit-limit cannot add any)")
+    ap.add_argument("--no-floor", action="store_true", help="skip the anchors-only run (the floor)")
     ap.add_argument("--methods", default="dynamic")
     ap.add_argument("--out", default=str(OUT), help="the JSON written")
     ap.add_argument("--confirm", default="2", help="K (equiv's own default is all: nothing to compare)")
@@ -120,10 +133,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-confirm-") as tmp:
         for name, limit in [(n, int(k)) for n in args.models.split(",")
                             for k in (args.limit.split(",") if n == "demo" else [args.vit_limit])]:
-            rows.append(measure(name, args.hosts, limit, args.methods, args.confirm, Path(tmp) / str(limit)))
+            work = Path(tmp) / str(limit)
+            rows.append(measure(name, args.hosts, limit, args.methods, args.confirm, work,
+                                args.vit_tiles if name != "demo" else None))
             print(f"{name}: confirm {rows[-1]['seconds_confirm']} s, all {rows[-1]['seconds_all']} s", flush=True)
             atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
                                                "confirm": args.confirm, "rows": rows})   # each row kept as it ends
+            if not args.no_floor:
+                add_floor(rows[-1], work)
+                print(f"{name}: anchors only {rows[-1]['seconds_anchors_only']} s", flush=True)
+                atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
+                                                   "confirm": args.confirm, "rows": rows})
     table = text_table(["model", "hosts", "fixtures", "variants", f"--confirm {args.confirm} (s)", "--confirm all (s)",
                         "ratio", "anchors only (s)", "floor", "same classes", "same flips", "inherited", "misses"],
                        [[r["model"], len(r["hosts"]), r["fixtures"], ",".join(r["variants"]), r["seconds_confirm"],
