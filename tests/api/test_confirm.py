@@ -190,3 +190,34 @@ def test_an_emulated_arm_host_confirms_on_its_anchor_in_the_same_run(workdir):
     for variant in ("fp32", "dynamic"):
         mine = [r for r in rows if r["host"] == "graviton2" and r["variant"] == variant]
         assert sum(r["inherited"] is None for r in mine) == K and sum(r["inherited"] == "pi" for r in mine) == 4 - K
+
+
+@pytest.mark.slow
+def test_by_default_a_predicted_host_confirms_and_the_same_command_again_ends_reusing_everything(workdir):
+    """The default is K = 2 (measured: docs/benchmarks.md); a rerun measures at most the K confirming fixtures per
+    host and variant that the earlier analysis now ranks first, and once those are measured nothing more."""
+    _needs_avx2()
+    vdir = _demo_variants(workdir)
+
+    def default_run():
+        return quantbench.equiv([str(vdir)], fleet=Fleet(PAIR), fixtures=Fixtures(limit=LIMIT), plots=False,
+                                output=Output(progress=False))
+
+    first = default_run()
+    assert C.DEFAULT_CONFIRM == K
+    assert first.analysis.inherited == {JOINER: {"fp32": ANCHOR, "dynamic": ANCHOR}}
+    assert f"{JOINER} {2 * K} ran" in first.run_line and f"{ANCHOR} {2 * LIMIT} ran" in first.run_line
+    second = default_run()
+    ran = int(second.run_line.split(f"{JOINER} ")[1].split(" ran")[0])
+    assert ran <= 2 * K and f"{ANCHOR} 0 ran" in second.run_line
+    third = default_run()
+    assert f"{JOINER} 0 ran" in third.run_line and f"{ANCHOR} 0 ran" in third.run_line
+    for later in (second, third):
+        assert later.analysis.inherited == first.analysis.inherited and later.analysis.prediction_misses == []
+        assert ([(c["variant"], c["hosts"]) for c in later.classes.to_pylist()]
+                == [(c["variant"], c["hosts"]) for c in first.classes.to_pylist()])
+    rows = _outputs(workdir)
+    for variant in ("fp32", "dynamic"):   # one row per fixture the host has: measured, else inherited
+        mine = [r for r in rows if r["host"] == JOINER and r["variant"] == variant]
+        assert {r["fixture_id"] for r in mine} == {r["fixture_id"] for r in rows
+                                                   if r["host"] == ANCHOR and r["variant"] == variant}
