@@ -67,7 +67,7 @@ def run_confirmed(plan, k: int | None, run, reference: str | None, root) -> Conf
     """Run `plan` once (with `run`: (plan, runs.confirmboard.ConfirmBoard or None) -> RunSummary): the hosts
     predicted from this run's own fingerprints run their confirming fixtures first and the rest only where those
     differ; the confirmed ones' other rows inherited afterwards (written to the outputs table)."""
-    if k is None:
+    if k is None or len(plan.names) < 2:   # one host: nothing to predict, so no board to feed
         return Confirmed(run(plan, None), {}, [])
     full = {vid: sorted(fx.fixture_id for fx in fxs) for vid, fxs in plan.fixtures_for.items()}
     order = plan.names if reference is None else [reference] + [n for n in plan.names if n != reference]
