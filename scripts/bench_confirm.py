@@ -127,7 +127,8 @@ def main() -> None:
     ap.add_argument("--no-floor", action="store_true", help="skip the anchors-only run (the floor)")
     ap.add_argument("--methods", default="dynamic")
     ap.add_argument("--out", default=str(OUT), help="the JSON written")
-    ap.add_argument("--confirm", default="2", help="K (equiv's own default is all: nothing to compare)")
+    ap.add_argument("--confirm", default="2",
+                    help="K, measured against --confirm all (equiv's default K: analysis/confirm.DEFAULT_CONFIRM)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-confirm-") as tmp:
