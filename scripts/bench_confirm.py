@@ -79,10 +79,15 @@ def _classes(summary: dict) -> dict:
     return {v["variant"]: [c["hosts"] for c in v["classes"]] for v in summary["variants"]}
 
 
+def _calibrated(tmp: Path, name: str) -> Path:
+    """The calibrated folder every run of model `name` copies."""
+    return tmp / name / "calibrated"
+
+
 def measure(name: str, hosts: str, limit: int, methods: str, confirm: str, tmp: Path,
             eval_tiles: int | None = None) -> dict:
     """The pair of runs side by side (the floor comes after, `add_floor`, so a long pair is kept as it ends)."""
-    base = tmp / name / "calibrated"
+    base = _calibrated(tmp, name)
     base.mkdir(parents=True)
     _calibrate(name, base, methods, eval_tiles)
     runs = {}
@@ -110,7 +115,7 @@ def add_floor(row: dict, tmp: Path) -> None:
     """The floor: only the host each class is anchored on (the first of it), every fixture; a confirm run cannot
     be faster than its anchors' full run, whatever K."""
     work = tmp / row["model"] / "anchors"
-    shutil.copytree(tmp / row["model"] / "calibrated", work)
+    shutil.copytree(_calibrated(tmp, row["model"]), work)
     floor, _ = _equiv(work, ",".join(row["anchors"]), row["fixtures"], "all")
     row["seconds_anchors_only"] = round(floor, 1)
     row["floor_ratio"] = round(floor / row["seconds_all"], 3)
@@ -131,6 +136,11 @@ def main() -> None:
                     help="K, measured against --confirm all (equiv's default K: analysis/confirm.DEFAULT_CONFIRM)")
     args = ap.parse_args()
     rows = []
+
+    def save() -> None:   # after each run that ends, so a long bench keeps what it measured
+        atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
+                                           "confirm": args.confirm, "rows": rows})
+
     with tempfile.TemporaryDirectory(prefix="bench-confirm-") as tmp:
         for name, limit in [(n, int(k)) for n in args.models.split(",")
                             for k in (args.limit.split(",") if n == "demo" else [args.vit_limit])]:
@@ -138,13 +148,11 @@ def main() -> None:
             rows.append(measure(name, args.hosts, limit, args.methods, args.confirm, work,
                                 args.vit_tiles if name != "demo" else None))
             print(f"{name}: confirm {rows[-1]['seconds_confirm']} s, all {rows[-1]['seconds_all']} s", flush=True)
-            atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
-                                               "confirm": args.confirm, "rows": rows})   # each row kept as it ends
+            save()
             if not args.no_floor:
                 add_floor(rows[-1], work)
                 print(f"{name}: anchors only {rows[-1]['seconds_anchors_only']} s", flush=True)
-                atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
-                                                   "confirm": args.confirm, "rows": rows})
+                save()
     table = text_table(["model", "hosts", "fixtures", "variants", f"--confirm {args.confirm} (s)", "--confirm all (s)",
                         "ratio", "anchors only (s)", "floor", "same classes", "same flips", "inherited", "misses"],
                        [[r["model"], len(r["hosts"]), r["fixtures"], ",".join(r["variants"]), r["seconds_confirm"],
@@ -152,9 +160,7 @@ def main() -> None:
                          r["same_flips"],
                          sum(len(v) for v in r["inherited"].values()), len(r["prediction_misses"])] for r in rows])
     print(table)
-    atomic_write_json(Path(args.out), {"hosts": args.hosts.split(","), "methods": args.methods,
-                                       "confirm": args.confirm, "rows": rows})
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}")   # saved as each run ended
 
 
 if __name__ == "__main__":
