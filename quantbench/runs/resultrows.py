@@ -150,9 +150,12 @@ class HostRows:
     def measured_rows(self, fid: str, wanted: dict) -> list[dict]:
         """This host's measured outputs rows (hashes) under `fid` and each variant's session of the fixtures
         `wanted` (variant_id -> fixture ids) already in the tables."""
-        t = partread.read("outputs", root=self.ctx.root, filter={"host": self.spec.name, "fingerprint_id": fid},
-                          columns=["host", "variant_id", "fixture_id", "output_name", "sha256", "session_key",
-                                   "inherited"])
+        fixtures = sorted({f for fids in wanted.values() for f in fids})
+        if not fixtures:
+            return []
+        t = partread.read("outputs", root=self.ctx.root, columns=["host", "variant_id", "fixture_id", "output_name",
+                                                                  "sha256", "session_key", "inherited"],
+                          filter={"host": self.spec.name, "fingerprint_id": fid, "fixture_id": fixtures})
         keys = {}
         for vi in self.ctx.variants:
             try:
